@@ -1,0 +1,72 @@
+# Aside: the two commands are `make seed && make bench` and `make test`.
+# Every target runs with the defaults of infra/env.sh (ports, URLs); any of
+# them can be overridden from the environment or the make command line.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ENV := source infra/env.sh &&
+VENV := .venv/bin
+
+# Seeder parameters (make seed ROWS=100000 INDEX=1 SEED=7)
+ROWS ?= 1000000
+SEED ?= 42
+HOT_EMAILS ?= 100
+HOT_RATIO ?= 0.8
+INDEX ?= 0
+# Benchmark parameters (make bench RATES="30 100" DURATION=10s ARMS="nocache cache" WARM=both)
+RATES ?= 30 50 75 100 150 300 500 1000
+DURATION ?= 30s
+ARMS ?= nocache cache
+WARM ?= both
+SCENARIO ?= read
+RUN ?=
+
+.PHONY: help up down status logs clean install seed bench bench-ceiling report test test-unit lint fmt
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+install: ## install packages, the Python env, the core and k6 (idempotent)
+	@$(ENV) infra/install.sh
+
+up: ## start the native stack and wait until every service is healthy
+	@$(ENV) infra/stack.sh up
+
+down: ## stop exactly what `make up` started
+	@$(ENV) infra/stack.sh down
+
+status: ## health of every service (exit 1 if one is down)
+	@$(ENV) infra/stack.sh status
+
+logs: ## follow the stack's logs (make logs S=gateway for one)
+	@$(ENV) infra/stack.sh logs $(S)
+
+clean: ## stop the stack and remove all its state (.run/)
+	@$(ENV) infra/stack.sh clean
+
+seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
+	@$(ENV) infra/stack.sh status >/dev/null 2>&1 || infra/stack.sh up
+	@$(ENV) $(VENV)/aside-seed --rows "$(ROWS)" --seed "$(SEED)" --hot-emails "$(HOT_EMAILS)" \
+		--hot-ratio "$(HOT_RATIO)" --reset $(if $(filter 1 yes true,$(INDEX)),--index,)
+
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO)
+	@$(ENV) $(VENV)/aside-bench run --rates "$(RATES)" --duration "$(DURATION)" --arms "$(ARMS)" \
+		--warm "$(WARM)" --scenario "$(SCENARIO)"
+
+bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route
+	@$(ENV) $(VENV)/aside-bench ceiling
+
+report: ## rebuild reports/RUN/ from InfluxDB and Prometheus (make report RUN=<id>)
+	@$(ENV) $(VENV)/aside-bench report --run "$(RUN)"
+
+test: ## every suite against real services, started here and stopped afterwards
+	@$(ENV) infra/test.sh
+
+lint: ## ruff, gofmt, go vet
+	@$(ENV) $(VENV)/ruff check . && $(VENV)/ruff format --check . && \
+		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...)
+
+fmt: ## format Python and Go
+	@$(VENV)/ruff format . && $(VENV)/ruff check --fix . && (cd core-go && gofmt -w .)

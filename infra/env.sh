@@ -1,0 +1,42 @@
+# Defaults of the native stack: ports, folders and the URLs the services read.
+# Sourced by every infra script and by the Makefile's shell; any variable already
+# set in the environment wins. README's configuration table lists the same names.
+# shellcheck shell=bash
+
+ASIDE_ROOT=${ASIDE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+ASIDE_RUN_DIR=${ASIDE_RUN_DIR:-$ASIDE_ROOT/.run}
+ASIDE_BIN_DIR=${ASIDE_BIN_DIR:-$ASIDE_ROOT/bin}
+
+# Ports: clear of the standard ones (5432, 6379, 8086, 9090, ...) so a system
+# PostgreSQL or Redis can keep running beside the lab.
+ASIDE_PG_PORT=${ASIDE_PG_PORT:-55432}
+ASIDE_REDIS_PORT=${ASIDE_REDIS_PORT:-56379}
+ASIDE_INFLUX_PORT=${ASIDE_INFLUX_PORT:-58086}
+ASIDE_INFLUX_RPC_PORT=${ASIDE_INFLUX_RPC_PORT:-58088}
+ASIDE_PROM_PORT=${ASIDE_PROM_PORT:-59090}
+ASIDE_NODE_EXPORTER_PORT=${ASIDE_NODE_EXPORTER_PORT:-59100}
+ASIDE_REDIS_EXPORTER_PORT=${ASIDE_REDIS_EXPORTER_PORT:-59121}
+ASIDE_PG_EXPORTER_PORT=${ASIDE_PG_EXPORTER_PORT:-59187}
+ASIDE_CORE_PORT=${ASIDE_CORE_PORT:-58080}
+ASIDE_GATEWAY_PORT=${ASIDE_GATEWAY_PORT:-58000}
+
+# What the services read (one place each: gateway/src/aside_gateway/config.py,
+# core-go/internal/config).
+DATABASE_URL=${DATABASE_URL:-postgresql://aside@127.0.0.1:$ASIDE_PG_PORT/aside}
+REDIS_URL=${REDIS_URL:-redis://127.0.0.1:$ASIDE_REDIS_PORT/0}
+CORE_URL=${CORE_URL:-http://127.0.0.1:$ASIDE_CORE_PORT}
+GATEWAY_URL=${GATEWAY_URL:-http://127.0.0.1:$ASIDE_GATEWAY_PORT}
+INFLUXDB_URL=${INFLUXDB_URL:-http://127.0.0.1:$ASIDE_INFLUX_PORT/k6}
+PROMETHEUS_URL=${PROMETHEUS_URL:-http://127.0.0.1:$ASIDE_PROM_PORT}
+CORE_LISTEN_ADDR=${CORE_LISTEN_ADDR:-127.0.0.1:$ASIDE_CORE_PORT}
+GATEWAY_BIND=${GATEWAY_BIND:-127.0.0.1:$ASIDE_GATEWAY_PORT}
+# The native stack is a lab: it enables the cache-off arm and the Python compute
+# arm. `ASIDE_PROFILE=production` turns every lab-only switch off.
+ASIDE_PROFILE=${ASIDE_PROFILE:-lab}
+
+export ASIDE_ROOT ASIDE_RUN_DIR ASIDE_BIN_DIR
+export ASIDE_PG_PORT ASIDE_REDIS_PORT ASIDE_INFLUX_PORT ASIDE_INFLUX_RPC_PORT ASIDE_PROM_PORT
+export ASIDE_NODE_EXPORTER_PORT ASIDE_REDIS_EXPORTER_PORT ASIDE_PG_EXPORTER_PORT
+export ASIDE_CORE_PORT ASIDE_GATEWAY_PORT
+export DATABASE_URL REDIS_URL CORE_URL GATEWAY_URL INFLUXDB_URL PROMETHEUS_URL
+export CORE_LISTEN_ADDR GATEWAY_BIND ASIDE_PROFILE

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Installs whatever the native stack lacks, idempotently: Debian packages, the
+# Python environment (uv, from uv.lock), the core's Go build and k6 (built from
+# its Go module into bin/). A second run finds everything and returns quickly.
+#
+# usage: infra/install.sh [packages|python|core|k6 ...]   (default: all)
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+source "$ASIDE_ROOT/infra/lib.sh"
+
+K6_VERSION=${K6_VERSION:-v1.8.1}
+UV_VERSION=${UV_VERSION:-0.13.9}
+APT_PACKAGES=(postgresql postgresql-contrib redis-server influxdb prometheus
+    prometheus-node-exporter prometheus-redis-exporter prometheus-postgres-exporter
+    curl jq iproute2 util-linux)
+
+missing_packages() {
+    local p
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || printf '%s ' "$p"
+    done
+}
+
+install_packages() {
+    local missing sudo=""
+    missing=$(missing_packages)
+    [ -z "$missing" ] && return 0
+    command -v apt-get >/dev/null || die "missing packages: $missing; this script needs Debian's apt-get to install them (or install them yourself)"
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null && sudo -n true 2>/dev/null ||
+            die "missing packages: $missing; run as root, give this user passwordless sudo, or run: sudo apt-get install -y $missing"
+        sudo="sudo -n"
+    fi
+    info "installing Debian packages: $missing"
+    # Services must not start on their standard ports: we run our own copies.
+    local policy=/usr/sbin/policy-rc.d added_policy=""
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+        $sudo chmod +x "$policy"
+        added_policy=1
+    fi
+    local rc=0
+    {
+        [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' 2>/dev/null | head -n1)" ] ||
+            $sudo apt-get update -qq
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing ||
+            { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing; }
+    } >"$ASIDE_RUN_DIR/logs/apt.log" 2>&1 || rc=$?
+    [ -n "$added_policy" ] && $sudo rm -f "$policy"
+    [ "$rc" -eq 0 ] || die "apt-get could not install: $missing (see .run/logs/apt.log)"
+    missing=$(missing_packages)
+    [ -z "$missing" ] || die "still missing after apt-get: $missing (see .run/logs/apt.log)"
+}
+
+uv_bin() {
+    command -v uv 2>/dev/null && return 0
+    [ -x "$HOME/.local/bin/uv" ] && { printf '%s' "$HOME/.local/bin/uv"; return 0; }
+    return 1
+}
+
+install_python() {
+    local uv
+    if ! uv=$(uv_bin); then
+        info "installing uv $UV_VERSION from PyPI"
+        python3 -m pip install --quiet --user "uv==$UV_VERSION" >/dev/null 2>&1 ||
+            python3 -m pip install --quiet "uv==$UV_VERSION" >/dev/null 2>&1 ||
+            die "could not install uv with pip; install it (pip install uv==$UV_VERSION) and retry"
+        uv=$(uv_bin) || die "uv installed but not on PATH; add ~/.local/bin to PATH"
+    fi
+    # --frozen: exactly what uv.lock says; no interpreter downloads, only PyPI.
+    UV_PYTHON_DOWNLOADS=never "$uv" sync --frozen --quiet --project "$ASIDE_ROOT" ||
+        die "uv sync failed; run 'uv sync --frozen' in $ASIDE_ROOT to see why"
+}
+
+install_core() {
+    command -v go >/dev/null || die "go is not installed; install Go 1.22 or newer"
+    [ -f "$ASIDE_ROOT/core-go/go.mod" ] || return 0
+    mkdir -p "$ASIDE_BIN_DIR"
+    # go build is itself incremental: a second run with no change takes a second.
+    (cd "$ASIDE_ROOT/core-go" && go build -trimpath -o "$ASIDE_BIN_DIR/aside-core" ./cmd/aside-core) ||
+        die "the core did not build; run 'cd core-go && go build ./...' to see why"
+}
+
+install_k6() {
+    local k6=$ASIDE_BIN_DIR/k6
+    if [ -x "$k6" ] && "$k6" version 2>/dev/null | grep -q "k6 $K6_VERSION "; then return 0; fi
+    command -v go >/dev/null || die "go is not installed; k6 is built from its Go module"
+    info "building k6 $K6_VERSION from its Go module (about two minutes, once)"
+    mkdir -p "$ASIDE_BIN_DIR"
+    GOBIN=$ASIDE_BIN_DIR go install "go.k6.io/k6@$K6_VERSION" >"$ASIDE_RUN_DIR/logs/k6-build.log" 2>&1 ||
+        die "building k6 failed (see .run/logs/k6-build.log)"
+}
+
+main() {
+    mkdir -p "$ASIDE_RUN_DIR/logs"
+    local steps=("$@")
+    [ ${#steps[@]} -gt 0 ] || steps=(packages python core k6)
+    local s
+    for s in "${steps[@]}"; do
+        case $s in
+            packages) install_packages ;;
+            python) install_python ;;
+            core) install_core ;;
+            k6) install_k6 ;;
+            *) die "unknown install step '$s' (packages, python, core, k6)" ;;
+        esac
+    done
+}
+
+main "$@"

@@ -1,0 +1,103 @@
+# Shared helpers of the infra scripts: messages, deadlines, pid files, ports.
+# shellcheck shell=bash
+
+if [ -t 1 ]; then C_RED=$'\e[31m'; C_GRN=$'\e[32m'; C_DIM=$'\e[2m'; C_OFF=$'\e[0m'
+else C_RED=""; C_GRN=""; C_DIM=""; C_OFF=""; fi
+
+say()  { printf '%s\n' "$*"; }
+info() { printf '%s==>%s %s\n' "$C_DIM" "$C_OFF" "$*"; }
+# die MESSAGE: one line saying what is wrong and what to do, then exit 1.
+die()  { printf '%saside: %s%s\n' "$C_RED" "$*" "$C_OFF" >&2; exit 1; }
+
+PID_DIR=$ASIDE_RUN_DIR/pids
+LOG_DIR=$ASIDE_RUN_DIR/logs
+
+pidfile() { printf '%s/%s.pid' "$PID_DIR" "$1"; }
+
+# pid_of NAME: the live pid recorded for NAME, or nothing. A pid whose process
+# no longer runs the expected program (a recycled pid) does not count.
+pid_of() {
+    local f pid
+    f=$(pidfile "$1")
+    [ -s "$f" ] || return 1
+    pid=$(head -n1 "$f")
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
+    if [ -s "$f.cmd" ] && ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$(cat "$f.cmd")"; then
+        return 1
+    fi
+    printf '%s' "$pid"
+}
+
+# record_pid NAME PID MATCH: remember PID for NAME; MATCH is a piece of its
+# command line used later to tell it from a recycled pid.
+record_pid() {
+    mkdir -p "$PID_DIR"
+    printf '%s\n' "$2" >"$(pidfile "$1")"
+    printf '%s' "$3" >"$(pidfile "$1").cmd"
+}
+
+forget_pid() { rm -f "$(pidfile "$1")" "$(pidfile "$1").cmd"; }
+
+# port_in_use PORT: true when something accepts TCP connections on 127.0.0.1:PORT.
+port_in_use() {
+    ss -Htln "sport = :$1" 2>/dev/null | grep -q . && return 0
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# port_owner PORT: "name (pid N)" of the listener, when ss can tell.
+port_owner() {
+    ss -Htlnp "sport = :$1" 2>/dev/null | grep -o 'users:(("[^"]*",pid=[0-9]*' | head -n1 |
+        sed -E 's/users:\(\("([^"]*)",pid=([0-9]*)/\1 (pid \2)/'
+}
+
+# wait_until SECONDS DESCRIPTION CMD...: poll CMD every 0.2 s until it succeeds or
+# the deadline passes (then return 1).
+wait_until() {
+    local seconds=$1 what=$2 deadline
+    shift 2
+    deadline=$((SECONDS + seconds))
+    until "$@" >/dev/null 2>&1; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            printf '%saside: %s not ready after %ss%s\n' "$C_RED" "$what" "$seconds" "$C_OFF" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
+
+# launch NAME MATCH CMD...: start CMD detached in its own session, log to
+# .run/logs/NAME.log, and record its pid.
+launch() {
+    local name=$1 match=$2
+    shift 2
+    mkdir -p "$LOG_DIR"
+    setsid nohup "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+    record_pid "$name" "$!" "$match"
+}
+
+# stop_pid NAME: TERM the process group of NAME, KILL it after 15 s.
+stop_pid() {
+    local name=$1 pid deadline
+    pid=$(pid_of "$name") || { forget_pid "$name"; return 0; }
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+    deadline=$((SECONDS + 15))
+    while [ -d "/proc/$pid" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    if [ -d "/proc/$pid" ]; then
+        kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+    fi
+    forget_pid "$name"
+}
+
+# as_postgres CMD...: PostgreSQL refuses to run as root, so run it as the
+# 'postgres' user, keeping only the right to traverse folders (the repo may sit
+# under a 0700 folder such as a mktemp directory).
+as_postgres() {
+    if [ "$(id -u)" -eq 0 ]; then
+        setpriv --reuid=postgres --regid=postgres --init-groups \
+            --inh-caps=+dac_read_search --ambient-caps=+dac_read_search "$@"
+    else
+        "$@"
+    fi
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The native stack: up, down, status, logs, clean.
+#
+#   infra/stack.sh up [SERVICE ...]     install what is missing, start, wait until healthy
+#   infra/stack.sh down                 stop exactly what `up` started (by pid files)
+#   infra/stack.sh status               health of every service; exit 1 if one is down
+#   infra/stack.sh logs [SERVICE]       follow the logs
+#   infra/stack.sh clean                down, then remove all state (.run/)
+#
+# ASIDE_SKIP_INSTALL=1 skips the install step (tests that know it was done).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+source "$ASIDE_ROOT/infra/lib.sh"
+source "$ASIDE_ROOT/infra/services.sh"
+
+READY_TIMEOUT=${ASIDE_READY_TIMEOUT:-60}
+
+known_service() {
+    local s
+    for s in "${ALL_SERVICES[@]}"; do [ "$s" = "$1" ] && return 0; done
+    return 1
+}
+
+print_table() {
+    local s state pid
+    printf '%-18s %-8s %-8s %s\n' SERVICE STATE PID ADDRESS
+    for s in "$@"; do
+        if pid=$(pid_of "$s"); then
+            if "ready_$s" >/dev/null 2>&1; then state="${C_GRN}healthy${C_OFF} "; else state="${C_RED}starting${C_OFF}"; fi
+        else
+            pid="-"; state="${C_RED}down${C_OFF}    "
+        fi
+        printf '%-18s %s %-8s %s\n' "$s" "$state" "$pid" "$(service_url "$s")"
+    done
+}
+
+cmd_up() {
+    local wanted=("$@") s p
+    [ ${#wanted[@]} -gt 0 ] || wanted=("${ALL_SERVICES[@]}")
+    for s in "${wanted[@]}"; do known_service "$s" || die "unknown service '$s' (one of: ${ALL_SERVICES[*]})"; done
+    mkdir -p "$LOG_DIR" "$PID_DIR"
+
+    # Preflight, before anything starts: every port we are about to take must be
+    # free. A clash names the port, the service and the process holding it.
+    local clashes=() owner
+    for s in "${wanted[@]}"; do
+        pid_of "$s" >/dev/null && continue
+        for p in $(service_port "$s"); do
+            if port_in_use "$p"; then
+                owner=$(port_owner "$p")
+                clashes+=("port $p ($s) is already in use${owner:+ by $owner}")
+            fi
+        done
+    done
+    if [ ${#clashes[@]} -gt 0 ]; then
+        local msg
+        msg=$(printf '%s; ' "${clashes[@]}")
+        die "${msg%; }. Stop that process, or move Aside with ASIDE_<SERVICE>_PORT (see README); nothing was started"
+    fi
+
+    [ "${ASIDE_SKIP_INSTALL:-0}" = 1 ] || "$ASIDE_ROOT/infra/install.sh"
+
+    # Start in order; if one fails, stop what this call started and say why.
+    local started=()
+    for s in "${wanted[@]}"; do
+        if pid_of "$s" >/dev/null; then continue; fi
+        info "starting $s"
+        "start_$s"
+        started+=("$s")
+        if ! wait_until "$READY_TIMEOUT" "$s" "ready_$s" || ! setup_service "$s"; then
+            say "last lines of .run/logs/$s.log:" >&2
+            tail -n 15 "$LOG_DIR/$s.log" 2>/dev/null | sed 's/^/    /' >&2 || true
+            local i
+            for ((i = ${#started[@]} - 1; i >= 0; i--)); do stop_service "${started[i]}"; done
+            die "$s did not become healthy within ${READY_TIMEOUT}s; stopped what this run started"
+        fi
+    done
+    print_table "${wanted[@]}"
+}
+
+cmd_down() {
+    local i s
+    for ((i = ${#ALL_SERVICES[@]} - 1; i >= 0; i--)); do
+        s=${ALL_SERVICES[i]}
+        if pid_of "$s" >/dev/null; then
+            info "stopping $s"
+            stop_service "$s"
+        else
+            forget_pid "$s"
+        fi
+    done
+}
+
+cmd_status() {
+    print_table "${ALL_SERVICES[@]}"
+    local s
+    for s in "${ALL_SERVICES[@]}"; do
+        pid_of "$s" >/dev/null && "ready_$s" >/dev/null 2>&1 || return 1
+    done
+}
+
+cmd_logs() {
+    mkdir -p "$LOG_DIR"
+    if [ $# -gt 0 ]; then
+        known_service "$1" || die "unknown service '$1' (one of: ${ALL_SERVICES[*]})"
+        exec tail -n 50 -F "$LOG_DIR/$1.log"
+    fi
+    exec tail -n 20 -F "$LOG_DIR"/*.log
+}
+
+cmd_clean() {
+    cmd_down
+    case $ASIDE_RUN_DIR in
+        "" | / | "$HOME") die "refusing to remove ASIDE_RUN_DIR=$ASIDE_RUN_DIR" ;;
+    esac
+    rm -rf "$ASIDE_RUN_DIR"
+    info "removed $ASIDE_RUN_DIR"
+}
+
+case ${1:-} in
+    up) shift; cmd_up "$@" ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    logs) shift; cmd_logs "$@" ;;
+    clean) cmd_clean ;;
+    *) die "usage: infra/stack.sh up [SERVICE...] | down | status | logs [SERVICE] | clean" ;;
+esac
