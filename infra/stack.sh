@@ -3,7 +3,7 @@
 #
 #   infra/stack.sh up [SERVICE ...]     install what is missing, start, wait until healthy
 #   infra/stack.sh down                 stop exactly what `up` started (by pid files)
-#   infra/stack.sh status               health of every service; exit 1 if one is down
+#   infra/stack.sh status [SERVICE ...] health of every service; exit 1 if one is down
 #   infra/stack.sh logs [SERVICE]       follow the logs
 #   infra/stack.sh clean                down, then remove all state (.run/)
 #
@@ -92,9 +92,11 @@ cmd_down() {
 }
 
 cmd_status() {
-    print_table "${ALL_SERVICES[@]}"
-    local s
-    for s in "${ALL_SERVICES[@]}"; do
+    local wanted=("$@") s
+    [ ${#wanted[@]} -gt 0 ] || wanted=("${ALL_SERVICES[@]}")
+    for s in "${wanted[@]}"; do known_service "$s" || die "unknown service '$s' (one of: ${ALL_SERVICES[*]})"; done
+    print_table "${wanted[@]}"
+    for s in "${wanted[@]}"; do
         pid_of "$s" >/dev/null && "ready_$s" >/dev/null 2>&1 || return 1
     done
 }
@@ -120,8 +122,8 @@ cmd_clean() {
 case ${1:-} in
     up) shift; cmd_up "$@" ;;
     down) cmd_down ;;
-    status) cmd_status ;;
+    status) shift; cmd_status "$@" ;;
     logs) shift; cmd_logs "$@" ;;
     clean) cmd_clean ;;
-    *) die "usage: infra/stack.sh up [SERVICE...] | down | status | logs [SERVICE] | clean" ;;
+    *) die "usage: infra/stack.sh up [SERVICE...] | down | status [SERVICE...] | logs [SERVICE] | clean" ;;
 esac
