@@ -13,6 +13,9 @@ UV_VERSION=${UV_VERSION:-0.13.9}
 APT_PACKAGES=(postgresql postgresql-contrib redis-server influxdb prometheus
     prometheus-node-exporter prometheus-redis-exporter prometheus-postgres-exporter
     curl jq iproute2 util-linux)
+# Extra packages, e.g. for a test of the failure path.
+read -r -a EXTRA_PACKAGES <<<"${ASIDE_EXTRA_APT_PACKAGES:-}"
+APT_PACKAGES+=("${EXTRA_PACKAGES[@]}")
 
 missing_packages() {
     local p

@@ -1,0 +1,49 @@
+"""infra/install.sh: what it says when a package is missing and cannot be installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from stack_helpers import ROOT
+
+INSTALL = ROOT / "infra" / "install.sh"
+MISSING = "aside-no-such-package"
+
+
+def run_install(run_dir: Path, *prefix: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ASIDE_RUN_DIR=str(run_dir), ASIDE_EXTRA_APT_PACKAGES=MISSING)
+    return subprocess.run(
+        [*prefix, "bash", str(INSTALL), "packages"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_non_root_without_sudo_is_told_what_to_do(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_dir.chmod(0o777)
+    # As 'nobody', allowed to read the repo wherever it was cloned.
+    as_nobody = (
+        "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+        "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
+    )  # fmt: skip
+    result = run_install(run_dir, *as_nobody)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"missing packages: {MISSING}" in lines[0]
+    assert "run as root" in lines[0] and "sudo" in lines[0]
+
+
+def test_uninstallable_package_fails_with_one_line(tmp_path: Path) -> None:
+    result = run_install(tmp_path / "run")
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"apt-get could not install: {MISSING}" in lines[0]
