@@ -50,21 +50,6 @@ port_owner() {
         sed -E 's/users:\(\("([^"]*)",pid=([0-9]*)/\1 (pid \2)/'
 }
 
-# wait_until SECONDS DESCRIPTION CMD...: poll CMD every 0.2 s until it succeeds or
-# the deadline passes (then return 1).
-wait_until() {
-    local seconds=$1 what=$2 deadline
-    shift 2
-    deadline=$((SECONDS + seconds))
-    until "$@" >/dev/null 2>&1; do
-        if [ "$SECONDS" -ge "$deadline" ]; then
-            printf '%saside: %s not ready after %ss%s\n' "$C_RED" "$what" "$seconds" "$C_OFF" >&2
-            return 1
-        fi
-        sleep 0.2
-    done
-}
-
 http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
 
 # launch NAME MATCH CMD...: start CMD detached in its own session, log to

@@ -21,6 +21,23 @@ known_service() {
     return 1
 }
 
+# wait_ready NAME: poll until NAME answers; give up at the deadline or as soon
+# as its process has exited (no point waiting a minute for a dead process).
+wait_ready() {
+    local name=$1 deadline=$((SECONDS + READY_TIMEOUT))
+    until "ready_$name" >/dev/null 2>&1; do
+        if ! pid_of "$name" >/dev/null; then
+            printf '%saside: %s exited during start-up%s\n' "$C_RED" "$name" "$C_OFF" >&2
+            return 1
+        fi
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            printf '%saside: %s not ready after %ss%s\n' "$C_RED" "$name" "$READY_TIMEOUT" "$C_OFF" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
 print_table() {
     local s state pid
     printf '%-18s %-8s %-8s %s\n' SERVICE STATE PID ADDRESS
@@ -67,12 +84,12 @@ cmd_up() {
         info "starting $s"
         "start_$s"
         started+=("$s")
-        if ! wait_until "$READY_TIMEOUT" "$s" "ready_$s" || ! setup_service "$s"; then
+        if ! wait_ready "$s" || ! setup_service "$s"; then
             say "last lines of .run/logs/$s.log:" >&2
             tail -n 15 "$LOG_DIR/$s.log" 2>/dev/null | sed 's/^/    /' >&2 || true
             local i
             for ((i = ${#started[@]} - 1; i >= 0; i--)); do stop_service "${started[i]}"; done
-            die "$s did not become healthy within ${READY_TIMEOUT}s; stopped what this run started"
+            die "$s did not become healthy; stopped what this run started (log: $LOG_DIR/$s.log)"
         fi
     done
     print_table "${wanted[@]}"
