@@ -77,7 +77,7 @@ install_python() {
 }
 
 install_core() {
-    command -v go >/dev/null || die "go is not installed; install Go 1.22 or newer"
+    command -v go >/dev/null || die "go is not installed; install Go 1.26 or newer"
     [ -f "$ASIDE_ROOT/core-go/go.mod" ] || return 0
     mkdir -p "$ASIDE_BIN_DIR"
     # go build is itself incremental: a second run with no change takes a second.

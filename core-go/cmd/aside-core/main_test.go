@@ -1,0 +1,379 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aside-lab/aside/core-go/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// coreBinary builds the real aside-core once per test run.
+func coreBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "aside-core-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "aside-core")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// syncBuffer collects a process's output while it runs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type runningCore struct {
+	cmd    *exec.Cmd
+	addr   string
+	stdout *syncBuffer
+	stderr *syncBuffer
+	done   chan error // cmd.Wait's result
+}
+
+var listeningLine = regexp.MustCompile(`msg="aside-core listening" addr=(\S+)`)
+
+func baseEnv(extra ...string) []string {
+	e := append(os.Environ(),
+		"DATABASE_URL="+env.DatabaseURL,
+		"REDIS_URL="+env.RedisURL,
+		"CORE_LISTEN_ADDR=127.0.0.1:0",
+		"ASIDE_PROFILE=lab",
+	)
+	return append(e, extra...)
+}
+
+// startCore runs the binary on a free port and waits for its address. It
+// is killed at the end of the test if it is still running.
+func startCore(t *testing.T, extraEnv ...string) *runningCore {
+	t.Helper()
+	c := &runningCore{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	c.cmd = exec.Command(coreBinary(t))
+	c.cmd.Env = baseEnv(extraEnv...)
+	pr, pw := io.Pipe()
+	c.cmd.Stdout = io.MultiWriter(c.stdout, pw)
+	c.cmd.Stderr = c.stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		c.done <- c.cmd.Wait()
+		_ = pw.Close()
+	}()
+	t.Cleanup(func() {
+		if c.cmd.ProcessState == nil {
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	})
+	addrCh := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
+				addrCh <- m[1]
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	select {
+	case c.addr = <-addrCh:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the core did not report its address; stdout %q stderr %q", c.stdout, c.stderr)
+	}
+	return c
+}
+
+func (c *runningCore) url(path string) string { return "http://" + c.addr + path }
+
+func (c *runningCore) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-c.done:
+		return c.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("the core did not exit within %s; stdout %q", within, c.stdout)
+		return -1
+	}
+}
+
+// computeSlotsInUse reads the gauge from /metrics.
+func computeSlotsInUse(url string) (int, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var n int
+	for _, line := range strings.Split(string(body), "\n") {
+		if _, err := fmt.Sscanf(line, "aside_core_compute_slots_in_use %d", &n); err == nil {
+			return n, nil
+		}
+	}
+	return 0, errors.New("gauge not found")
+}
+
+// pollUntil calls f until it returns true or the deadline passes.
+func pollUntil(t *testing.T, within time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type computeOutcome struct {
+	status   int
+	checksum int64
+	err      error
+	at       time.Time
+}
+
+// startComputes sends n concurrent complexity-1000 requests.
+func startComputes(c *runningCore, n int) chan computeOutcome {
+	out := make(chan computeOutcome, n)
+	client := &http.Client{Timeout: 30 * time.Second}
+	for i := 0; i < n; i++ {
+		go func() {
+			resp, err := client.Post(c.url("/api/v1/compute"), "application/json", strings.NewReader(`{"complexity":1000}`))
+			if err != nil {
+				out <- computeOutcome{err: err, at: time.Now()}
+				return
+			}
+			defer resp.Body.Close()
+			var body struct {
+				Checksum int64 `json:"checksum"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			out <- computeOutcome{status: resp.StatusCode, checksum: body.Checksum, err: err, at: time.Now()}
+		}()
+	}
+	return out
+}
+
+// SIGTERM while requests run: they finish with 200, the listener is closed
+// at once (new connections refused), and the process exits 0.
+func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
+	// One CPU and three heavy requests: they stay in flight for a while.
+	c := startCore(t, "GOMAXPROCS=1", "CORE_COMPUTE_MAX_CONCURRENCY=3", "CORE_SHUTDOWN_TIMEOUT=30s")
+	outcomes := startComputes(c, 3)
+	pollUntil(t, 10*time.Second, "three computes in flight", func() bool {
+		n, err := computeSlotsInUse(c.url("/metrics"))
+		return err == nil && n == 3
+	})
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var refusedAt time.Time
+	pollUntil(t, 5*time.Second, "new connections to be refused", func() bool {
+		conn, err := net.DialTimeout("tcp", c.addr, 200*time.Millisecond)
+		if err != nil {
+			refusedAt = time.Now()
+			return errors.Is(err, syscall.ECONNREFUSED)
+		}
+		_ = conn.Close()
+		return false
+	})
+	var lastDone time.Time
+	for i := 0; i < 3; i++ {
+		o := <-outcomes
+		if o.err != nil || o.status != http.StatusOK || o.checksum != 46250000000 {
+			t.Fatalf("in-flight request: status %d checksum %d err %v", o.status, o.checksum, o.err)
+		}
+		if o.at.After(lastDone) {
+			lastDone = o.at
+		}
+	}
+	if !refusedAt.Before(lastDone) {
+		t.Fatalf("connections were refused only at %s, after the drain ended at %s", refusedAt, lastDone)
+	}
+	if code := c.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit code %d; stderr %q", code, c.stderr)
+	}
+	if out := c.stdout.String(); !strings.Contains(out, "shutting down") || !strings.Contains(out, "msg=stopped") {
+		t.Fatalf("stdout %q", out)
+	}
+}
+
+// A drain longer than CORE_SHUTDOWN_TIMEOUT ends the process with 1 and a
+// one-line reason.
+func TestShutdownTimeoutIsEnforced(t *testing.T) {
+	c := startCore(t, "GOMAXPROCS=1", "CORE_COMPUTE_MAX_CONCURRENCY=3", "CORE_SHUTDOWN_TIMEOUT=100ms")
+	outcomes := startComputes(c, 3)
+	pollUntil(t, 10*time.Second, "three computes in flight", func() bool {
+		n, err := computeSlotsInUse(c.url("/metrics"))
+		return err == nil && n == 3
+	})
+	start := time.Now()
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	if code := c.wait(t, 5*time.Second); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %s to give up with a 100ms timeout", d)
+	}
+	stderr := c.stderr.String()
+	if !strings.Contains(stderr, "CORE_SHUTDOWN_TIMEOUT") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Fatalf("stderr %q", stderr)
+	}
+	for i := 0; i < 3; i++ {
+		<-outcomes // cut off; their errors do not matter
+	}
+}
+
+func TestConfigErrorIsOneLineNamingTheVariable(t *testing.T) {
+	bin := coreBinary(t)
+	for _, kv := range []string{"CORE_DB_POOL_MAX=lots", "ASIDE_PROFILE=staging", "REDIS_URL=http://x", "CORE_SHUTDOWN_TIMEOUT=never"} {
+		name := strings.SplitN(kv, "=", 2)[0]
+		cmd := exec.Command(bin)
+		cmd.Env = baseEnv(kv)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
+			t.Fatalf("%s: err %v, want exit code 1", kv, err)
+		}
+		line := stderr.String()
+		if !strings.HasPrefix(line, "aside-core: "+name+": ") || strings.Count(line, "\n") != 1 {
+			t.Fatalf("%s: stderr %q, want one line naming %s", kv, line, name)
+		}
+	}
+}
+
+func TestListenErrorNamesTheVariable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(coreBinary(t))
+	cmd.Env = baseEnv("CORE_LISTEN_ADDR=" + ln.Addr().String())
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "aside-core: CORE_LISTEN_ADDR: cannot listen on "+ln.Addr().String()) {
+		t.Fatalf("err %v, output %q", err, out)
+	}
+}
+
+func TestHealthcheckSubcommand(t *testing.T) {
+	c := startCore(t)
+	bin := coreBinary(t)
+	if out, err := exec.Command(bin, "healthcheck", c.url("/healthz")).CombinedOutput(); err != nil {
+		t.Fatalf("healthcheck of a live core: %v %s", err, out)
+	}
+	closed := "http://" + testenv.ClosedAddr(t) + "/healthz"
+	if out, err := exec.Command(bin, "healthcheck", closed).CombinedOutput(); err == nil {
+		t.Fatalf("healthcheck of a closed port succeeded: %s", out)
+	}
+	if out, err := exec.Command(bin, "healthcheck", c.url("/nope")).CombinedOutput(); err == nil || !strings.Contains(string(out), "404") {
+		t.Fatalf("healthcheck of a 404: %v %s", err, out)
+	}
+	if out, err := exec.Command(bin, "--bogus").CombinedOutput(); err == nil || !strings.Contains(string(out), "unknown argument") {
+		t.Fatalf("unknown argument: %v %s", err, out)
+	}
+}
+
+// run() in-process: it serves until its context ends, then returns nil.
+func TestRunServesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	vars := map[string]string{
+		"DATABASE_URL": env.DatabaseURL, "REDIS_URL": env.RedisURL, "CORE_LISTEN_ADDR": "127.0.0.1:0",
+	}
+	pr, pw := io.Pipe()
+	result := make(chan error, 1)
+	go func() {
+		result <- run(ctx, []string{"aside-core"}, func(k string) string { return vars[k] }, pw)
+		_ = pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var addr string
+	for addr == "" && sc.Scan() {
+		if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if addr == "" {
+		t.Fatalf("no address: %v", <-result)
+	}
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz %d with PostgreSQL and Redis up", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}
+
+func TestRunRejectsBadConfigInProcess(t *testing.T) {
+	err := run(context.Background(), []string{"aside-core"},
+		func(k string) string { return map[string]string{"CORE_REDIS_TIMEOUT_MS": "0"}[k] }, io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), "CORE_REDIS_TIMEOUT_MS: ") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/compute"
+	"github.com/aside-lab/aside/core-go/internal/config"
+	"github.com/aside-lab/aside/core-go/internal/httpapi"
+	"github.com/aside-lab/aside/core-go/internal/metrics"
+	"github.com/aside-lab/aside/core-go/internal/store"
+)
+
+const usage = `usage:
+  aside-core                    serve the API (configuration from the environment; see README.md)
+  aside-core healthcheck URL    exit 0 if URL answers 200 within 2 s (container health checks)
+`
+
+// HTTP server limits. WriteTimeout leaves room for the largest compute on a
+// busy machine; CORE_SHUTDOWN_TIMEOUT bounds the drain on exit.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 15 * time.Second
+	writeTimeout      = 60 * time.Second
+	idleTimeout       = 120 * time.Second
+)
+
+// run is the whole program, callable from tests: args as os.Args, getenv
+// as os.Getenv, logs to stdout. It returns when ctx ends and the server has
+// drained, or on a configuration or listen error.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) > 1 {
+		switch args[1] {
+		case "healthcheck":
+			if len(args) != 3 {
+				return errors.New("usage: aside-core healthcheck URL")
+			}
+			return healthcheck(ctx, args[2])
+		case "-h", "-help", "--help", "help":
+			_, err := io.WriteString(stdout, usage)
+			return err
+		default:
+			return fmt.Errorf("unknown argument %q (try --help)", args[1])
+		}
+	}
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, slog.New(slog.NewTextHandler(stdout, nil)))
+}
+
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	pool, err := store.NewPool(ctx, cfg.DatabaseURL, store.PoolOptions{
+		MaxConns: cfg.DBPoolMax, ConnectTimeout: cfg.DBConnectTimeout, HealthCheckPeriod: cfg.DBHealthCheckPeriod,
+		StatementTimeout: cfg.DBTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cache.LogTo(log)
+	rdb, err := cache.NewClient(cfg.RedisURL, cache.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPoolSize})
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	users := store.New(pool, cfg.DBTimeout)
+	limiter := compute.NewLimiter(cfg.ComputeMaxConcurrency, cfg.ComputeQueueWait)
+	m := metrics.New(string(cfg.Profile), pool.Stat, limiter.InUse)
+	router := httpapi.NewRouter(httpapi.Deps{
+		Users:       users,
+		Invalidator: cache.NewInvalidator(rdb, cfg.InvalidationDeadline, m.ObserveInvalidation),
+		Limiter:     limiter,
+		Metrics:     m,
+		Ready: []httpapi.Check{
+			{Name: "postgres", Ping: users.Ping},
+			{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		},
+		Log: log,
+	})
+
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("CORE_LISTEN_ADDR: cannot listen on %s: %w", cfg.ListenAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           router,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("aside-core listening", "addr", ln.Addr().String(), "profile", cfg.Profile,
+		"db_pool_max", cfg.DBPoolMax, "compute_max_concurrency", cfg.ComputeMaxConcurrency)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("server stopped: %w", err)
+	case <-ctx.Done():
+	}
+
+	// Shutdown closes the listener at once (new connections are refused)
+	// and waits for in-flight requests, up to CORE_SHUTDOWN_TIMEOUT.
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(drainCtx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("in-flight requests did not finish within CORE_SHUTDOWN_TIMEOUT (%s)", cfg.ShutdownTimeout)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// healthcheck is for images without curl: GET url, succeed on 200.
+func healthcheck(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s answered %d", url, resp.StatusCode)
+	}
+	return nil
+}

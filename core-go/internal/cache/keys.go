@@ -1,0 +1,162 @@
+// Package cache holds the core's side of the cache contract
+// (contracts/cache.json, contracts/README.md).
+//
+// The core never reads the cache: the gateway fills it on a miss. The core's
+// job is to make stale entries disappear after a write has committed:
+//
+//	write   stale keys
+//	create  count:<new email>, user:<new id>  (clears a negative entry)
+//	update  user:<id>; plus count:<old email> and count:<new email> when the email changed
+//	delete  count:<old email>, user:<id>
+//
+// For each stale key the core deletes the key AND its lease (<key>:lease) in
+// one DEL, after the transaction committed and before answering 2xx. Deleting
+// the lease is what closes the stale-set race: a reader that read the old row
+// before the commit finds its lease gone and its compare-and-set store does
+// nothing (see lease.go for the reader's side, used by the tests).
+//
+// The DEL is retried (InvalidationTries within the invalidator's deadline).
+// If Redis stays unreachable the write still stands: the handler answers 2xx
+// with X-Cache-Invalidation: failed, and the entries live until their TTL.
+//
+// Key format: aside:v1:count:<email> and aside:v1:user:<id>. The email is
+// used exactly as given (case kept, UTF-8); the version segment changes when
+// a value format changes.
+package cache
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// Prefix of every key; "v1" is the value-format version.
+	Prefix = "aside:v1"
+	// LeaseSuffix turns a key into the name of its lease.
+	LeaseSuffix = ":lease"
+	// DefaultTTLSeconds is how long the gateway keeps an entry (cache.json ttl_seconds_default).
+	DefaultTTLSeconds = 60
+	// LeaseTTLMillis is how long a reader holds the right to fill a key (cache.json lease.ttl_ms).
+	LeaseTTLMillis = 5000
+)
+
+// CountKey is the key of the number of users with exactly this email.
+func CountKey(email string) string { return Prefix + ":count:" + email }
+
+// UserKey is the key of one user's JSON (or the negative entry "null").
+func UserKey(id int64) string { return Prefix + ":user:" + strconv.FormatInt(id, 10) }
+
+// LeaseKey is the key of the lease guarding key.
+func LeaseKey(key string) string { return key + LeaseSuffix }
+
+// UserRef is what invalidation needs to know about a row: its id and email.
+type UserRef struct {
+	ID    int64
+	Email string
+}
+
+// StaleAfterCreate lists the keys a create makes stale.
+func StaleAfterCreate(created UserRef) []string {
+	return []string{CountKey(created.Email), UserKey(created.ID)}
+}
+
+// StaleAfterUpdate lists the keys an update makes stale: the user, and both
+// counts when the email changed (exact comparison, like the count itself).
+func StaleAfterUpdate(before, after UserRef) []string {
+	keys := []string{UserKey(after.ID)}
+	if before.Email != after.Email {
+		keys = append(keys, CountKey(before.Email), CountKey(after.Email))
+	}
+	return keys
+}
+
+// StaleAfterDelete lists the keys a delete makes stale.
+func StaleAfterDelete(deleted UserRef) []string {
+	return []string{CountKey(deleted.Email), UserKey(deleted.ID)}
+}
+
+// WithLeases returns each key followed by its lease: the argument list of the
+// one DEL an invalidation sends.
+func WithLeases(keys []string) []string {
+	out := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		out = append(out, k, LeaseKey(k))
+	}
+	return out
+}
+
+// Results of one invalidation, as counted in aside_core_cache_invalidations_total.
+const (
+	ResultOK    = "ok"
+	ResultError = "error"
+)
+
+// InvalidationTries is how many DELs one invalidation may send, all within
+// the invalidator's deadline.
+const InvalidationTries = 3
+
+// Invalidator deletes stale keys and their leases after a committed write.
+type Invalidator struct {
+	rdb      redis.Cmdable
+	deadline time.Duration
+	// observe is told each invalidation's result and how many retries it
+	// took (metrics); never nil.
+	observe func(result string, retries int)
+}
+
+// NewInvalidator returns an invalidator whose tries all fit within deadline.
+// observe may be nil.
+func NewInvalidator(rdb redis.Cmdable, deadline time.Duration, observe func(result string, retries int)) *Invalidator {
+	if observe == nil {
+		observe = func(string, int) {}
+	}
+	return &Invalidator{rdb: rdb, deadline: deadline, observe: observe}
+}
+
+// Invalidate deletes every key and its lease in one DEL, retrying briefly.
+// The caller passes a context that a client disconnect does not cancel: the
+// write has committed, so its stale keys must go whatever the client does.
+// A non-nil error means the keys may still be there (until their TTL).
+func (inv *Invalidator) Invalidate(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, inv.deadline)
+	defer cancel()
+	args := WithLeases(keys)
+	backoff := inv.deadline / 10
+	var err error
+	sent := 0
+	for sent < InvalidationTries {
+		if sent > 0 {
+			if !sleepCtx(ctx, backoff) {
+				break
+			}
+			backoff *= 2
+		}
+		sent++
+		if err = inv.rdb.Del(ctx, args...).Err(); err == nil {
+			inv.observe(ResultOK, sent-1)
+			return nil
+		}
+	}
+	inv.observe(ResultError, sent-1)
+	return errors.Join(errors.New("cache invalidation failed"), err)
+}
+
+// sleepCtx waits d, or less if ctx ends first; it reports whether ctx is
+// still alive (so a try is still worth sending).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,64 @@
+package cache
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The reader's side of the lease protocol (contracts/README.md, "Coherence").
+// The gateway has its own copy in Python; the core keeps this one so its
+// tests can play a reader against the real invalidation.
+
+// fillIfLeaseHeld stores the value only while the caller's lease is still in
+// place, then drops the lease, atomically. KEYS: key, lease. ARGV: token,
+// value, ttl seconds.
+var fillIfLeaseHeld = redis.NewScript(`
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+return 0
+`)
+
+// TakeLease tries to become the one reader allowed to fill key. It returns
+// the lease token and whether the lease was taken.
+func TakeLease(ctx context.Context, rdb redis.Cmdable, key string, ttl time.Duration) (string, bool, error) {
+	token, err := newToken()
+	if err != nil {
+		return "", false, err
+	}
+	err = rdb.SetArgs(ctx, LeaseKey(key), token, redis.SetArgs{Mode: "NX", TTL: ttl}).Err()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return token, true, nil
+}
+
+// FillIfLeaseHeld stores value under key for ttl if token still holds the
+// lease; it reports whether it stored. A writer that deleted the lease
+// meanwhile makes this a no-op, so a value read before a commit never lands.
+func FillIfLeaseHeld(ctx context.Context, rdb redis.Scripter, key, token, value string, ttl time.Duration) (bool, error) {
+	stored, err := fillIfLeaseHeld.Run(ctx, rdb, []string{key, LeaseKey(key)},
+		token, value, int64(ttl/time.Second)).Int()
+	if err != nil {
+		return false, err
+	}
+	return stored == 1, nil
+}
+
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}

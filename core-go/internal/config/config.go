@@ -1,0 +1,196 @@
+// Package config is the one place where aside-core reads its environment.
+// Every variable has a default (see README.md); a malformed value is rejected
+// with a one-line error that names the variable.
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// Profile says whether lab-only switches may be on.
+type Profile string
+
+const (
+	ProfileLab        Profile = "lab"
+	ProfileProduction Profile = "production"
+)
+
+// Defaults of the native dev stack (infra/env.sh).
+const (
+	DefaultDatabaseURL = "postgresql://aside@127.0.0.1:55432/aside"
+	DefaultRedisURL    = "redis://127.0.0.1:56379/0"
+	DefaultListenAddr  = "127.0.0.1:58080"
+)
+
+// Config is everything aside-core reads from its environment.
+type Config struct {
+	Profile    Profile
+	ListenAddr string
+
+	DatabaseURL         string
+	DBPoolMax           int32
+	DBConnectTimeout    time.Duration
+	DBTimeout           time.Duration
+	DBHealthCheckPeriod time.Duration
+
+	RedisURL      string
+	RedisTimeout  time.Duration
+	RedisPoolSize int
+
+	// InvalidationDeadline bounds all tries of one cache invalidation.
+	InvalidationDeadline time.Duration
+
+	ComputeMaxConcurrency int
+	ComputeQueueWait      time.Duration
+
+	ShutdownTimeout time.Duration
+}
+
+// Error is a configuration error: one line naming the variable.
+type Error struct {
+	Name   string
+	Reason string
+}
+
+func (e *Error) Error() string { return e.Name + ": " + e.Reason }
+
+// Load reads and validates the configuration. getenv is os.Getenv in
+// production; tests pass a map lookup. An empty value counts as unset.
+func Load(getenv func(string) string) (Config, error) {
+	r := reader{getenv: getenv}
+	cfg := Config{}
+
+	switch p := r.str("ASIDE_PROFILE", string(ProfileLab)); Profile(p) {
+	case ProfileLab, ProfileProduction:
+		cfg.Profile = Profile(p)
+	default:
+		r.fail("ASIDE_PROFILE", fmt.Sprintf("must be lab or production, got %q", p))
+	}
+
+	cfg.ListenAddr = r.str("CORE_LISTEN_ADDR", DefaultListenAddr)
+	if _, port, err := net.SplitHostPort(cfg.ListenAddr); err != nil || !validPort(port) {
+		r.fail("CORE_LISTEN_ADDR", fmt.Sprintf("must be host:port, e.g. %s, got %q", DefaultListenAddr, cfg.ListenAddr))
+	}
+
+	// In production a silent fallback to the lab's URLs would hide a
+	// misconfiguration, so the two URLs must be given there.
+	cfg.DatabaseURL = r.required("DATABASE_URL", DefaultDatabaseURL, cfg.Profile)
+	if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil || !looksLikePostgresURL(cfg.DatabaseURL) {
+		r.fail("DATABASE_URL", "must be a PostgreSQL URL like "+DefaultDatabaseURL)
+	}
+	cfg.RedisURL = r.required("REDIS_URL", DefaultRedisURL, cfg.Profile)
+	if _, err := redis.ParseURL(cfg.RedisURL); err != nil {
+		r.fail("REDIS_URL", "must be a Redis URL like "+DefaultRedisURL+": "+oneLine(err.Error()))
+	}
+
+	cfg.DBPoolMax = int32(r.intRange("CORE_DB_POOL_MAX", 16, 1, 1000))
+	cfg.DBConnectTimeout = r.millis("CORE_DB_CONNECT_TIMEOUT_MS", 1000, 10, 60_000)
+	cfg.DBTimeout = r.millis("CORE_DB_TIMEOUT_MS", 2000, 10, 600_000)
+	cfg.DBHealthCheckPeriod = r.duration("CORE_DB_HEALTH_CHECK_PERIOD", 15*time.Second, time.Second, time.Hour)
+	cfg.RedisTimeout = r.millis("CORE_REDIS_TIMEOUT_MS", 200, 1, 60_000)
+	cfg.RedisPoolSize = r.intRange("CORE_REDIS_POOL_SIZE", 16, 1, 10_000)
+	cfg.InvalidationDeadline = r.millis("CORE_INVALIDATION_DEADLINE_MS", 300, 1, 60_000)
+	cfg.ComputeMaxConcurrency = r.intRange("CORE_COMPUTE_MAX_CONCURRENCY", runtime.GOMAXPROCS(0), 1, 10_000)
+	cfg.ComputeQueueWait = r.millis("CORE_COMPUTE_QUEUE_WAIT_MS", 1000, 0, 60_000)
+	cfg.ShutdownTimeout = r.duration("CORE_SHUTDOWN_TIMEOUT", 10*time.Second, 0, time.Hour)
+
+	if r.err != nil {
+		return Config{}, r.err
+	}
+	return cfg, nil
+}
+
+// reader keeps the first error so Load reads like a list of variables.
+type reader struct {
+	getenv func(string) string
+	err    error
+}
+
+func (r *reader) fail(name, reason string) {
+	if r.err == nil {
+		r.err = &Error{Name: name, Reason: reason}
+	}
+}
+
+func (r *reader) str(name, def string) string {
+	if v := strings.TrimSpace(r.getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *reader) required(name, labDefault string, profile Profile) string {
+	v := strings.TrimSpace(r.getenv(name))
+	if v != "" {
+		return v
+	}
+	if profile == ProfileProduction {
+		r.fail(name, "must be set when ASIDE_PROFILE=production")
+	}
+	return labDefault
+}
+
+func (r *reader) intRange(name string, def, lo, hi int) int {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		r.fail(name, fmt.Sprintf("must be an integer from %d to %d, got %q", lo, hi, v))
+		return def
+	}
+	return n
+}
+
+func (r *reader) millis(name string, def, lo, hi int) time.Duration {
+	return time.Duration(r.intRange(name, def, lo, hi)) * time.Millisecond
+}
+
+// duration accepts a Go duration ("10s", "1m30s") or a plain number of seconds.
+func (r *reader) duration(name string, def, lo, hi time.Duration) time.Duration {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		secs, nerr := strconv.ParseFloat(v, 64)
+		if nerr != nil {
+			r.fail(name, fmt.Sprintf("must be a duration like 10s or a number of seconds, got %q", v))
+			return def
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d < lo || d > hi {
+		r.fail(name, fmt.Sprintf("must be from %s to %s, got %q", lo, hi, v))
+		return def
+	}
+	return d
+}
+
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+// looksLikePostgresURL rejects what pgx would also take as a keyword/value
+// string ("host=... dbname=..."): the lab and compose files always use URLs,
+// and a typo like "localhost:5432" should not silently mean something else.
+func looksLikePostgresURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql")
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,126 @@
+package config_test
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aside-lab/aside/core-go/internal/config"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := config.Load(env(nil))
+	if err != nil {
+		t.Fatalf("Load with nothing set: %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"profile", cfg.Profile, config.ProfileLab},
+		{"listen", cfg.ListenAddr, "127.0.0.1:58080"},
+		{"database", cfg.DatabaseURL, "postgresql://aside@127.0.0.1:55432/aside"},
+		{"redis", cfg.RedisURL, "redis://127.0.0.1:56379/0"},
+		{"pool", cfg.DBPoolMax, int32(16)},
+		{"redis timeout", cfg.RedisTimeout, 200 * time.Millisecond},
+		{"shutdown", cfg.ShutdownTimeout, 10 * time.Second},
+		{"compute", cfg.ComputeMaxConcurrency, runtime.GOMAXPROCS(0)},
+		{"invalidation", cfg.InvalidationDeadline, 300 * time.Millisecond},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	cfg, err := config.Load(env(map[string]string{
+		"ASIDE_PROFILE":                "production",
+		"DATABASE_URL":                 "postgres://u:p@db:5432/x",
+		"REDIS_URL":                    "redis://cache:6379/3",
+		"CORE_LISTEN_ADDR":             "0.0.0.0:8080",
+		"CORE_DB_POOL_MAX":             "40",
+		"CORE_DB_TIMEOUT_MS":           "750",
+		"CORE_REDIS_TIMEOUT_MS":        "50",
+		"CORE_SHUTDOWN_TIMEOUT":        "3",
+		"CORE_COMPUTE_MAX_CONCURRENCY": "5",
+		"CORE_COMPUTE_QUEUE_WAIT_MS":   "0",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Profile != config.ProfileProduction || cfg.DBPoolMax != 40 || cfg.DBTimeout != 750*time.Millisecond ||
+		cfg.RedisTimeout != 50*time.Millisecond || cfg.ShutdownTimeout != 3*time.Second ||
+		cfg.ComputeMaxConcurrency != 5 || cfg.ComputeQueueWait != 0 || cfg.ListenAddr != "0.0.0.0:8080" {
+		t.Fatalf("overrides not applied: %+v", cfg)
+	}
+}
+
+func TestShutdownTimeoutAcceptsGoDurations(t *testing.T) {
+	cfg, err := config.Load(env(map[string]string{"CORE_SHUTDOWN_TIMEOUT": "1m30s"}))
+	if err != nil || cfg.ShutdownTimeout != 90*time.Second {
+		t.Fatalf("got %v, %v", cfg.ShutdownTimeout, err)
+	}
+}
+
+// Each wrong value gives one line naming its variable.
+func TestErrorsNameTheVariable(t *testing.T) {
+	bad := []struct{ name, value string }{
+		{"ASIDE_PROFILE", "staging"},
+		{"CORE_LISTEN_ADDR", "58080"},
+		{"CORE_LISTEN_ADDR", "127.0.0.1:99999"},
+		{"DATABASE_URL", "host=localhost dbname=aside"},
+		{"DATABASE_URL", "mysql://aside@localhost/aside"},
+		{"REDIS_URL", "http://localhost:6379"},
+		{"CORE_DB_POOL_MAX", "abc"},
+		{"CORE_DB_POOL_MAX", "0"},
+		{"CORE_DB_TIMEOUT_MS", "-5"},
+		{"CORE_DB_CONNECT_TIMEOUT_MS", "1.5"},
+		{"CORE_REDIS_TIMEOUT_MS", "fast"},
+		{"CORE_REDIS_POOL_SIZE", "0"},
+		{"CORE_INVALIDATION_DEADLINE_MS", "x"},
+		{"CORE_COMPUTE_MAX_CONCURRENCY", "0"},
+		{"CORE_COMPUTE_QUEUE_WAIT_MS", "-1"},
+		{"CORE_SHUTDOWN_TIMEOUT", "soon"},
+		{"CORE_SHUTDOWN_TIMEOUT", "-1s"},
+		{"CORE_DB_HEALTH_CHECK_PERIOD", "1ms"},
+	}
+	for _, b := range bad {
+		_, err := config.Load(env(map[string]string{b.name: b.value}))
+		if err == nil {
+			t.Errorf("%s=%q accepted", b.name, b.value)
+			continue
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, b.name+": ") || strings.ContainsAny(msg, "\n\r") {
+			t.Errorf("%s=%q: error %q does not start with the name or is not one line", b.name, b.value, msg)
+		}
+	}
+}
+
+func TestProductionNeedsExplicitURLs(t *testing.T) {
+	_, err := config.Load(env(map[string]string{"ASIDE_PROFILE": "production", "REDIS_URL": "redis://r:6379/0"}))
+	if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") {
+		t.Fatalf("err = %v, want a DATABASE_URL error", err)
+	}
+	_, err = config.Load(env(map[string]string{"ASIDE_PROFILE": "production", "DATABASE_URL": "postgresql://a@b/c"}))
+	if err == nil || !strings.HasPrefix(err.Error(), "REDIS_URL: ") {
+		t.Fatalf("err = %v, want a REDIS_URL error", err)
+	}
+}
+
+func TestDatabaseURLErrorHidesPassword(t *testing.T) {
+	_, err := config.Load(env(map[string]string{"DATABASE_URL": "postgresql://aside:s3cret@host:notaport/aside"}))
+	if err == nil {
+		t.Fatal("bad URL accepted")
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error leaks the password: %q", err)
+	}
+}

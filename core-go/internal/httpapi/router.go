@@ -1,0 +1,57 @@
+// Package httpapi is aside-core's HTTP interface: gin handlers built from
+// their dependencies, JSON errors (contracts/errors.json), request metrics.
+package httpapi
+
+import (
+	"log/slog"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aside-lab/aside/core-go/internal/compute"
+	"github.com/aside-lab/aside/core-go/internal/metrics"
+)
+
+// Deps are everything the router's handlers use.
+type Deps struct {
+	Users       UserWriter
+	Invalidator Invalidator
+	Limiter     *compute.Limiter
+	Metrics     *metrics.Metrics
+	Ready       []Check
+	Log         *slog.Logger
+}
+
+func init() {
+	// Release mode: no debug banner, no per-route log lines.
+	gin.SetMode(gin.ReleaseMode)
+}
+
+// NewRouter wires every route.
+func NewRouter(d Deps) *gin.Engine {
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	// A redirect would turn a typo into a different request; answer 404 instead.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.Use(observeRequests(d.Metrics.HTTPRequests, d.Metrics.HTTPDuration), recoverJSON(d.Log))
+	r.NoRoute(notFound)
+	r.NoMethod(methodNotAllowed)
+
+	r.GET("/healthz", healthz)
+	r.GET("/readyz", readyz(d.Ready))
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
+
+	writes := writeDeps{users: d.Users, invalidator: d.Invalidator, log: d.Log,
+		uncertain: d.Metrics.UncertainWritesTotal.Inc}
+	api := r.Group("/api/v1")
+	api.POST("/users", createUser(writes))
+	api.PATCH("/users/:id", updateUser(writes))
+	api.DELETE("/users/:id", deleteUser(writes))
+	// An empty id is an invalid id (validation.json), not an unknown route.
+	api.PATCH("/users/", updateUser(writes))
+	api.DELETE("/users/", deleteUser(writes))
+	api.POST("/compute", computeChecksum(computeDeps{limiter: d.Limiter, rejected: d.Metrics.ComputeRejected,
+		duration: d.Metrics.ComputeDuration}))
+	return r
+}

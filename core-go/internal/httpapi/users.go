@@ -1,0 +1,254 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/store"
+	"github.com/aside-lab/aside/core-go/internal/validate"
+)
+
+// UserWriter is what the user handlers need from the database.
+type UserWriter interface {
+	CreateUser(ctx context.Context, username, email string) (store.User, error)
+	UpdateUser(ctx context.Context, id int64, upd store.Update) (store.Updated, error)
+	DeleteUser(ctx context.Context, id int64) (store.User, error)
+}
+
+// Invalidator drops stale cache keys (and their leases) after a write.
+type Invalidator interface {
+	Invalidate(ctx context.Context, keys []string) error
+}
+
+// userJSON is a user as the API shows it (contracts/cache.json user_json).
+type userJSON struct {
+	ID        int64  `json:"id"`
+	Username  string `json:"username"`
+	Email     string `json:"email"`
+	CreatedAt string `json:"created_at"`
+}
+
+// createdAtLayout is RFC 3339 in UTC with exactly six fractional digits.
+const createdAtLayout = "2006-01-02T15:04:05.000000Z"
+
+func newUserJSON(u store.User) userJSON {
+	return userJSON{ID: u.ID, Username: u.Username, Email: u.Email,
+		CreatedAt: u.CreatedAt.UTC().Format(createdAtLayout)}
+}
+
+type userBody struct {
+	Username json.RawMessage `json:"username"`
+	Email    json.RawMessage `json:"email"`
+}
+
+var userFields = []string{"username", "email"}
+
+// writeDeps are what every write handler needs.
+type writeDeps struct {
+	users       UserWriter
+	invalidator Invalidator
+	log         *slog.Logger
+	// uncertain is told about writes whose outcome is unknown.
+	uncertain func()
+}
+
+func createUser(d writeDeps) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var body userBody
+		if e := decodeObject(c, &body, userFields...); e != nil {
+			abortWith(c, e)
+			return
+		}
+		username, e := requiredUsername(body.Username)
+		if e != nil {
+			abortWith(c, e)
+			return
+		}
+		email, e := requiredEmail(body.Email)
+		if e != nil {
+			abortWith(c, e)
+			return
+		}
+		ctx := writeContext(c)
+		u, err := d.users.CreateUser(ctx, username, email)
+		if err != nil {
+			// The new id is unknown; only the count can be dropped.
+			d.fail(c, err, []string{cache.CountKey(email)})
+			return
+		}
+		d.invalidate(c, cache.StaleAfterCreate(cache.UserRef{ID: u.ID, Email: u.Email}))
+		c.Header("Location", "/api/v1/users/"+strconv.FormatInt(u.ID, 10))
+		c.JSON(http.StatusCreated, newUserJSON(u))
+	}
+}
+
+func updateUser(d writeDeps) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		id, e := pathID(c)
+		if e != nil {
+			abortWith(c, e)
+			return
+		}
+		var body userBody
+		if e := decodeObject(c, &body, userFields...); e != nil {
+			abortWith(c, e)
+			return
+		}
+		upd, e := parseUpdate(body)
+		if e != nil {
+			abortWith(c, e)
+			return
+		}
+		u, err := d.users.UpdateUser(writeContext(c), id, upd)
+		if err != nil {
+			// The old email is unknown here; count:<old email> may stay
+			// stale until its TTL if this write did land.
+			known := []string{cache.UserKey(id)}
+			if upd.Email != nil {
+				known = append(known, cache.CountKey(*upd.Email))
+			}
+			d.fail(c, err, known)
+			return
+		}
+		d.invalidate(c, cache.StaleAfterUpdate(
+			cache.UserRef{ID: u.ID, Email: u.OldEmail}, cache.UserRef{ID: u.ID, Email: u.Email}))
+		c.JSON(http.StatusOK, newUserJSON(u.User))
+	}
+}
+
+func deleteUser(d writeDeps) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		id, e := pathID(c)
+		if e != nil {
+			abortWith(c, e)
+			return
+		}
+		u, err := d.users.DeleteUser(writeContext(c), id)
+		if err != nil {
+			d.fail(c, err, []string{cache.UserKey(id)})
+			return
+		}
+		d.invalidate(c, cache.StaleAfterDelete(cache.UserRef{ID: u.ID, Email: u.Email}))
+		c.Status(http.StatusNoContent)
+	}
+}
+
+// writeContext keeps a write going when the client hangs up: once the
+// statement is sent, the core must learn its outcome to invalidate. The
+// store bounds it with CORE_DB_TIMEOUT_MS.
+func writeContext(c *gin.Context) context.Context {
+	return context.WithoutCancel(c.Request.Context())
+}
+
+// invalidate drops the stale keys; a failure is logged, counted (by the
+// invalidator) and told to the caller in a header, but the write stands.
+func (d writeDeps) invalidate(c *gin.Context, keys []string) {
+	if err := d.invalidator.Invalidate(context.WithoutCancel(c.Request.Context()), keys); err != nil {
+		d.log.Error("cache invalidation failed; stale entries live until their TTL",
+			"keys", keys, "err", err)
+		c.Header("X-Cache-Invalidation", "failed")
+	}
+}
+
+// fail answers a failed write. knownKeys are the keys the write would have
+// made stale that are known without its result; they are dropped when the
+// write may have landed unseen.
+func (d writeDeps) fail(c *gin.Context, err error, knownKeys []string) {
+	var unavailable *store.UnavailableError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		abortWith(c, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no user with this id"})
+	case errors.Is(err, store.ErrConflict):
+		abortWith(c, &apiError{status: http.StatusConflict, code: codeConflict, message: "username already exists"})
+	case errors.As(err, &unavailable):
+		if unavailable.MaybeApplied {
+			d.uncertain()
+			d.log.Warn("write outcome unknown; dropping the keys it may have made stale", "err", err)
+			if ierr := d.invalidator.Invalidate(context.WithoutCancel(c.Request.Context()), knownKeys); ierr != nil {
+				d.log.Error("cache invalidation after an uncertain write failed", "keys", knownKeys, "err", ierr)
+			}
+		} else {
+			d.log.Warn("database unavailable", "err", err)
+		}
+		abortUnavailable(c, codeDatabaseUnavailable, "the database is unavailable; retry later")
+	default:
+		d.log.Error("write failed", "err", err)
+		abortWith(c, &apiError{status: http.StatusInternalServerError, code: codeInternal, message: "internal error"})
+	}
+}
+
+func pathID(c *gin.Context) (int64, *apiError) {
+	id, ok := validate.ID(c.Param("id"))
+	if !ok {
+		return 0, badRequest(codeInvalidID, "id must be a decimal integer from 1 to 9223372036854775807")
+	}
+	return id, nil
+}
+
+func requiredUsername(raw json.RawMessage) (string, *apiError) {
+	if !present(raw) {
+		return "", badRequest(codeInvalidUsername, "username is required")
+	}
+	return usernameValue(raw)
+}
+
+func requiredEmail(raw json.RawMessage) (string, *apiError) {
+	if !present(raw) {
+		return "", badRequest(codeInvalidEmail, "email is required")
+	}
+	return emailValue(raw)
+}
+
+func usernameValue(raw json.RawMessage) (string, *apiError) {
+	s, ok := stringField(raw)
+	if !ok {
+		return "", badRequest(codeInvalidUsername, "username must be a string")
+	}
+	if reason := validate.Username(s); reason != "" {
+		return "", badRequest(codeInvalidUsername, reason)
+	}
+	return s, nil
+}
+
+func emailValue(raw json.RawMessage) (string, *apiError) {
+	s, ok := stringField(raw)
+	if !ok {
+		return "", badRequest(codeInvalidEmail, "email must be a string")
+	}
+	if hadLoneSurrogate(raw, s) {
+		return "", badRequest(codeInvalidEmail, "email must not contain a lone UTF-16 surrogate escape")
+	}
+	if reason := validate.Email(s); reason != "" {
+		return "", badRequest(codeInvalidEmail, reason)
+	}
+	return s, nil
+}
+
+func parseUpdate(body userBody) (store.Update, *apiError) {
+	var upd store.Update
+	if !present(body.Username) && !present(body.Email) {
+		return upd, badRequest(codeInvalidRequest, "give at least one of username, email")
+	}
+	if present(body.Username) {
+		s, e := usernameValue(body.Username)
+		if e != nil {
+			return upd, e
+		}
+		upd.Username = &s
+	}
+	if present(body.Email) {
+		s, e := emailValue(body.Email)
+		if e != nil {
+			return upd, e
+		}
+		upd.Email = &s
+	}
+	return upd, nil
+}

@@ -1,0 +1,227 @@
+// Package store is the core's access to PostgreSQL: the three writes, each a
+// single statement (so an error never leaves part of a write behind), and the
+// mapping of driver errors to what the API answers.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Errors the handlers map to statuses.
+var (
+	// ErrNotFound: no user with that id (404).
+	ErrNotFound = errors.New("no such user")
+	// ErrConflict: the username is taken (409).
+	ErrConflict = errors.New("username already exists")
+	// ErrUnavailable: PostgreSQL could not be reached in time (503). Use
+	// errors.As with *UnavailableError to learn whether the write may still
+	// have been applied.
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// usernameUniqueConstraint is the name PostgreSQL gives the UNIQUE on
+// users.username in contracts/schema.sql.
+const usernameUniqueConstraint = "users_username_key"
+
+// UnavailableError wraps a connection-level failure.
+type UnavailableError struct {
+	Err error
+	// MaybeApplied is true when the statement may have reached the server
+	// before the failure (a timeout while waiting for the reply): the write
+	// may have committed, so its cache keys should be dropped anyway.
+	MaybeApplied bool
+}
+
+func (e *UnavailableError) Error() string        { return "database unavailable: " + e.Err.Error() }
+func (e *UnavailableError) Unwrap() error        { return e.Err }
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// User is a row of the users table.
+type User struct {
+	ID        int64
+	Username  string
+	Email     string
+	CreatedAt time.Time
+}
+
+// Update is a partial update: nil fields keep their value.
+type Update struct {
+	Username *string
+	Email    *string
+}
+
+// Updated is the row after an update and the email it had before.
+type Updated struct {
+	User
+	OldEmail string
+}
+
+// clientGrace is how much longer than the server's statement_timeout the
+// client waits for an answer. The server must be the one to give up: a
+// statement it aborts (57014) certainly did not commit, while a statement
+// the client abandons may still commit later (PostgreSQL does not notice a
+// closed socket while the statement waits, e.g. for a row lock). The
+// client-side deadline only catches a connection that hangs.
+const clientGrace = time.Second
+
+// Store runs the core's statements through a pool.
+type Store struct {
+	pool    *pgxpool.Pool
+	timeout time.Duration
+}
+
+// New returns a store that waits at most timeout for a pooled connection
+// and then timeout+clientGrace for the statement's answer. Build the pool
+// with the same timeout as PoolOptions.StatementTimeout.
+func New(pool *pgxpool.Pool, timeout time.Duration) *Store {
+	return &Store{pool: pool, timeout: timeout}
+}
+
+// PoolOptions are the pool settings from the configuration.
+type PoolOptions struct {
+	MaxConns          int32
+	ConnectTimeout    time.Duration
+	HealthCheckPeriod time.Duration
+	// StatementTimeout is set as the server's statement_timeout on every
+	// connection (unless DATABASE_URL sets one); 0 leaves the server's default.
+	StatementTimeout time.Duration
+}
+
+// NewPool builds a pool without connecting: the core starts, and reports
+// not ready, while PostgreSQL is down.
+func NewPool(ctx context.Context, databaseURL string, opts PoolOptions) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, errors.New("DATABASE_URL: not a valid PostgreSQL URL")
+	}
+	cfg.MaxConns = opts.MaxConns
+	cfg.MinConns = 0
+	cfg.HealthCheckPeriod = opts.HealthCheckPeriod
+	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "aside-core"
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok && opts.StatementTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// Ping checks that a connection can be had and answers, within ctx.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.pool.Ping(ctx)
+}
+
+const createSQL = `
+INSERT INTO users (username, email) VALUES ($1, $2)
+RETURNING id, username, email, created_at`
+
+// CreateUser inserts a user.
+func (s *Store) CreateUser(ctx context.Context, username, email string) (User, error) {
+	var u User
+	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.QueryRow(ctx, createSQL, username, email).
+			Scan(&u.ID, &u.Username, &u.Email, &u.CreatedAt)
+	})
+	return u, err
+}
+
+// The subquery locks the row and yields its email before the update, so
+// one statement returns both the old and the new email: the cache needs the
+// old one to drop count:<old email>. A concurrent update of the same row
+// waits for the lock and then sees the committed value.
+const updateSQL = `
+UPDATE users AS u
+SET username = COALESCE($2, u.username),
+    email    = COALESCE($3, u.email)
+FROM (SELECT id, email FROM users WHERE id = $1 FOR UPDATE) AS old
+WHERE u.id = old.id
+RETURNING u.id, u.username, u.email, u.created_at, old.email`
+
+// UpdateUser changes the given fields of user id.
+func (s *Store) UpdateUser(ctx context.Context, id int64, upd Update) (Updated, error) {
+	var u Updated
+	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.QueryRow(ctx, updateSQL, id, upd.Username, upd.Email).
+			Scan(&u.ID, &u.Username, &u.Email, &u.CreatedAt, &u.OldEmail)
+	})
+	return u, err
+}
+
+const deleteSQL = `DELETE FROM users WHERE id = $1 RETURNING id, username, email, created_at`
+
+// DeleteUser removes user id and returns the row it removed.
+func (s *Store) DeleteUser(ctx context.Context, id int64) (User, error) {
+	var u User
+	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.QueryRow(ctx, deleteSQL, id).Scan(&u.ID, &u.Username, &u.Email, &u.CreatedAt)
+	})
+	return u, err
+}
+
+// withConn acquires a connection explicitly so that a failure to get one
+// (nothing was sent) is told apart from a failure mid-statement.
+func (s *Store) withConn(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
+	acquireCtx, cancelAcquire := context.WithTimeout(ctx, s.timeout)
+	defer cancelAcquire()
+	conn, err := s.pool.Acquire(acquireCtx)
+	if err != nil {
+		return &UnavailableError{Err: err, MaybeApplied: false}
+	}
+	defer conn.Release()
+	stmtCtx, cancelStmt := context.WithTimeout(ctx, s.timeout+clientGrace)
+	defer cancelStmt()
+	return classify(fn(stmtCtx, conn))
+}
+
+// classify maps a driver error to ErrNotFound, ErrConflict, an
+// *UnavailableError, or (for anything unexpected) a plain error.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "23505" && pgErr.ConstraintName == usernameUniqueConstraint:
+			return ErrConflict
+		case unavailableState(pgErr.Code):
+			// The server refused or aborted the statement: nothing was applied.
+			return &UnavailableError{Err: err, MaybeApplied: false}
+		}
+		return fmt.Errorf("unexpected database error: %w", err)
+	}
+	// Not an answer from the server: the connection broke or the deadline
+	// hit. Unless pgconn guarantees nothing was sent, the write may have
+	// committed without our hearing of it.
+	return &UnavailableError{Err: err, MaybeApplied: !pgconn.SafeToRetry(err)}
+}
+
+// unavailableState is true for SQLSTATEs that mean "try later", not "bad request".
+func unavailableState(code string) bool {
+	switch {
+	case len(code) == 5 && code[:2] == "08": // connection exception
+		return true
+	case len(code) == 5 && code[:2] == "53": // insufficient resources (e.g. too many connections)
+		return true
+	case code == "57014", code == "57P01", code == "57P02", code == "57P03": // statement timeout or cancel, shutting down
+		return true
+	case code == "40001", code == "40P01": // serialization failure, deadlock
+		return true
+	}
+	return false
+}
