@@ -1,0 +1,175 @@
+"""The /api/v1 blueprint: cached reads, and writes and compute forwarded to the core."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flask import Blueprint, Response, request
+
+from aside_gateway import cache_keys, compute, metrics
+from aside_gateway.cache import BYPASS, PREFETCH_KEY, Cache, CacheRead
+from aside_gateway.config import Settings
+from aside_gateway.core_client import CoreClient
+from aside_gateway.db import Database
+from aside_gateway.errors import ApiError
+from aside_gateway.validation import parse_id, validate_compute_body, validate_email
+
+COUNT_ROUTE = "/api/v1/users/count"
+USER_ROUTE = "/api/v1/users/<id>"
+HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+JSON = "application/json"
+
+
+@dataclass
+class Services:
+    """Everything a worker builds once at start and shares between its threads."""
+
+    settings: Settings
+    db: Database
+    cache: Cache
+    core: CoreClient
+    bypass_slots: threading.BoundedSemaphore
+
+    def close(self) -> None:
+        self.core.close()
+        self.cache.close()
+        self.db.close()
+
+
+def _json_response(
+    body: bytes, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(body, status=status, headers=headers, mimetype=JSON)
+
+
+def _cache_headers(read: CacheRead) -> dict[str, str]:
+    if read.error:
+        return {"X-Cache": read.outcome, "X-Cache-Error": "1"}
+    return {"X-Cache": read.outcome}
+
+
+def create_api(services: Services) -> Blueprint:
+    settings, db, cache, core = services.settings, services.db, services.cache, services.core
+    bp = Blueprint("api", __name__, url_prefix="/api/v1")
+
+    def wants_bypass() -> bool:
+        """cache=off asks for the uncached arm of the benchmark (lab only)."""
+        mode = request.args.get("cache")
+        if mode is None or mode == "on":
+            return False
+        if mode != "off":
+            raise ApiError("invalid_request", "cache must be 'on' or 'off'")
+        if not settings.is_lab:
+            raise ApiError("lab_disabled", "cache=off is only available in the lab profile")
+        return True
+
+    def hold_name() -> str | None:
+        if not settings.test_hooks:
+            return None
+        name = request.headers.get("X-Test-Hold")
+        if name is not None and not HOLD_NAME_RE.fullmatch(name):
+            raise ApiError("invalid_request", "X-Test-Hold must be 1 to 100 of A-Z a-z 0-9 _ . : -")
+        return name
+
+    def read(route: str, key: str, load: Callable[[], bytes], bypass: bool) -> CacheRead:
+        if bypass:
+            # Bounded so an overloaded database sheds load at once instead of queueing.
+            if not services.bypass_slots.acquire(blocking=False):
+                raise ApiError(
+                    "unavailable", "too many uncached reads in flight", {"Retry-After": "1"}
+                )
+            try:
+                result = CacheRead(load(), BYPASS)
+            finally:
+                services.bypass_slots.release()
+        else:
+            prefetched = request.environ.get(PREFETCH_KEY)
+            result = cache.read_through(route, key, load, hold_name(), prefetched)
+        metrics.cache_outcome(route, result.outcome)
+        return result
+
+    @bp.get("/users/count")
+    def count_users() -> Response:
+        bypass = wants_bypass()
+        email = validate_email(request.args.get("email"))
+        result = read(
+            COUNT_ROUTE,
+            cache_keys.count_key(email),
+            lambda: cache_keys.encode_count(db.count_by_email(email)),
+            bypass,
+        )
+        body = cache_keys.encode_json({"email": email, "count": int(result.value)})
+        return _json_response(body, headers=_cache_headers(result))
+
+    def load_user(user_id: int) -> bytes:
+        row = db.user_by_id(user_id)
+        if row is None:
+            return cache_keys.NEGATIVE
+        return cache_keys.encode_json(cache_keys.user_json(*row))
+
+    @bp.get("/users/<id>")
+    def get_user(id: str) -> Response:
+        bypass = wants_bypass()
+        user_id = parse_id(id)
+        result = read(USER_ROUTE, cache_keys.user_key(user_id), lambda: load_user(user_id), bypass)
+        if result.value == cache_keys.NEGATIVE:
+            raise ApiError("not_found", f"no user with id {user_id}", _cache_headers(result))
+        # The cached text is already the API JSON: serve it without re-encoding.
+        return _json_response(result.value, headers=_cache_headers(result))
+
+    def forward(method: str, path: str, body: bytes | None = None) -> Response:
+        if body is None:
+            body = request.get_data(cache=False) or None
+        answer = core.forward(method, path, body, request.headers.get("Content-Type"))
+        response = Response(answer.body, status=answer.status, headers=answer.headers)
+        if "Content-Type" not in answer.headers:
+            del response.headers["Content-Type"]  # no default text/html on the core's 204
+        return response
+
+    @bp.post("/users")
+    def create_user() -> Response:
+        return forward("POST", "/api/v1/users")
+
+    @bp.patch("/users/<id>")
+    def update_user(id: str) -> Response:
+        return forward("PATCH", f"/api/v1/users/{parse_id(id)}")
+
+    @bp.delete("/users/<id>")
+    def delete_user(id: str) -> Response:
+        return forward("DELETE", f"/api/v1/users/{parse_id(id)}")
+
+    @bp.post("/compute")
+    def run_compute() -> Response:
+        if request.mimetype != JSON:
+            raise ApiError("unsupported_media_type", "Content-Type must be application/json")
+        raw = request.get_data(cache=False)
+        complexity, engine = validate_compute_body(_decode_json(raw))
+        if engine == "go":
+            return forward("POST", "/api/v1/compute", raw)
+        if not settings.is_lab:
+            raise ApiError("lab_disabled", "the python engine is only available in the lab profile")
+        cap = settings.python_compute_max_complexity
+        if complexity > cap:
+            raise ApiError(
+                "invalid_complexity",
+                f"the python engine takes complexity up to {cap} (PYTHON_COMPUTE_MAX_COMPLEXITY)",
+            )
+        return _json_response(cache_keys.encode_json(compute.run(complexity)))
+
+    return bp
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode_json(raw: bytes) -> object:
+    try:
+        # Strict UTF-8 like the core: json.loads(bytes) would also guess UTF-16/32.
+        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        raise ApiError("invalid_json", "the body is not valid JSON") from None

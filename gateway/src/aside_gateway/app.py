@@ -1,0 +1,122 @@
+"""The Flask application factory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from flask import Flask, Response, request
+
+from aside_gateway import metrics
+from aside_gateway.api import Services, create_api
+from aside_gateway.cache import REDIS_ERRORS, Cache, TestHooks
+from aside_gateway.config import Settings
+from aside_gateway.core_client import CoreClient
+from aside_gateway.db import Database
+from aside_gateway.errors import ApiError, register_error_handlers
+from aside_gateway.hot_path import HEALTHZ_BODY, START_KEY, HotPath
+
+MAX_BODY_BYTES = 64 * 1024
+READY_DB_TIMEOUT_S = 0.5
+
+
+def build_services(settings: Settings) -> Services:
+    hooks = TestHooks(settings) if settings.test_hooks else None
+    return Services(
+        settings=settings,
+        db=Database(settings),
+        cache=Cache(settings, hooks),
+        core=CoreClient(settings),
+        bypass_slots=threading.BoundedSemaphore(settings.lab_max_concurrent_bypass),
+    )
+
+
+def _readiness(services: Services) -> Response:
+    checks: dict[str, str] = {}
+    try:
+        services.db.ping(READY_DB_TIMEOUT_S)
+        checks["postgres"] = "ok"
+    except ApiError as exc:
+        checks["postgres"] = exc.message
+    try:
+        services.cache.ping()
+        checks["redis"] = "ok"
+    except REDIS_ERRORS as exc:
+        checks["redis"] = f"unreachable: {type(exc).__name__}"
+    failed = [name for name, state in checks.items() if state != "ok"]
+    if not failed:
+        body = json.dumps({"status": "ready", "checks": checks}).encode()
+        return Response(body, mimetype="application/json")
+    error = {"code": "unavailable", "message": "not ready: " + ", ".join(failed)}
+    body = json.dumps({"error": error, "checks": checks}).encode()
+    return Response(body, status=503, mimetype="application/json")
+
+
+def _register_ops_routes(app: Flask, services: Services) -> None:
+    multiproc_dir = services.settings.prometheus_multiproc_dir
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response(HEALTHZ_BODY, mimetype="application/json")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        return _readiness(services)
+
+    @app.get("/metrics")
+    def metrics_page() -> Response:
+        body, content_type = metrics.render(multiproc_dir)
+        return Response(body, content_type=content_type)
+
+
+def _require_utf8_query() -> None:
+    # werkzeug decodes the raw query string strictly and would raise a 500 otherwise.
+    try:
+        request.args  # noqa: B018 - parses (and caches) the query here
+    except UnicodeDecodeError:
+        raise ApiError("invalid_request", "the query string is not valid UTF-8") from None
+
+
+def _install_hot_path_and_request_metrics(app: Flask, services: Services) -> None:
+    # The hot path wraps Flask: it stamps every request's start and answers cache hits.
+    app.wsgi_app = HotPath(  # type: ignore[method-assign]
+        app.wsgi_app, services.cache, services.settings.test_hooks
+    )
+
+    @app.after_request
+    def observe(response: Response) -> Response:
+        rule = request.url_rule
+        started = request.environ.get(START_KEY)
+        elapsed = time.perf_counter() - started if started else 0.0
+        route = rule.rule if rule is not None else "unmatched"
+        metrics.observe_request(route, request.method, response.status_code, elapsed)
+        return response
+
+
+def create_app(settings: Settings, services: Services | None = None) -> Flask:
+    """A ready-to-serve gateway; pools are built here, so call it once per worker."""
+    services = services or build_services(settings)
+    app = Flask("aside_gateway")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.extensions["aside"] = services
+    logging.getLogger("aside_gateway").setLevel(logging.INFO)
+    register_error_handlers(app)
+    app.before_request(_require_utf8_query)
+    app.register_blueprint(create_api(services))
+    _register_ops_routes(app, services)
+    _install_hot_path_and_request_metrics(app, services)
+
+    def sample() -> None:
+        services.db.sample_gauges()
+        services.cache.sample_gauges()
+
+    app.extensions["aside_sampler_stop"] = metrics.start_sampler(sample)
+    return app
+
+
+def close_app(app: Flask) -> None:
+    """Stop the gauge sampler and close the pools (tests; gunicorn just exits)."""
+    app.extensions["aside_sampler_stop"].set()
+    app.extensions["aside"].close()

@@ -1,0 +1,78 @@
+"""Cache key names, value formats, lease timings and invalidation sets.
+
+The one place in Python that spells contracts/cache.json; tests/test_unit.py
+checks every vector of that file against this module. The Go core has its own
+copy (core-go/internal/cache/keys.go), checked against the same file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+PREFIX = "aside:v1"
+TTL_SECONDS_DEFAULT = 60
+LEASE_SUFFIX = ":lease"
+LEASE_TTL_MS = 5000  # a holder that died costs at most this much before another may fill
+LEASE_WAIT_MS = 2000  # how long a reader without the lease polls before reading the DB itself
+LEASE_POLL_MS = 5
+
+NEGATIVE = b"null"  # the value of user:<id> when there is no such user
+
+
+def count_key(email: str) -> str:
+    """Key of the count of users with exactly this email (case kept)."""
+    return f"{PREFIX}:count:{email}"
+
+
+def user_key(user_id: int) -> str:
+    return f"{PREFIX}:user:{user_id}"
+
+
+def lease_key(key: str) -> str:
+    return key + LEASE_SUFFIX
+
+
+def encode_count(count: int) -> bytes:
+    return str(count).encode()
+
+
+def format_created_at(created_at: datetime) -> str:
+    """RFC 3339 in UTC with exactly six fraction digits, as the core writes it."""
+    return created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def user_json(user_id: int, username: str, email: str, created_at: datetime) -> dict[str, Any]:
+    """The user's API JSON object (contracts/cache.json `user_json`)."""
+    return {
+        "id": user_id,
+        "username": username,
+        "email": email,
+        "created_at": format_created_at(created_at),
+    }
+
+
+def encode_json(value: Any) -> bytes:
+    """Compact UTF-8 JSON, the form stored in Redis and served as is on a hit."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def stale_keys(
+    write: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
+) -> set[str]:
+    """Keys a committed write makes stale (the core deletes them with their leases).
+
+    `before`/`after` hold the row's `id` and `email` before and after the write.
+    """
+    if write == "create" and after is not None:
+        return {count_key(after["email"]), user_key(after["id"])}
+    if write == "update" and before is not None and after is not None:
+        keys = {user_key(before["id"])}
+        if before["email"] != after["email"]:
+            keys |= {count_key(before["email"]), count_key(after["email"])}
+        return keys
+    if write == "delete" and before is not None:
+        return {count_key(before["email"]), user_key(before["id"])}
+    raise ValueError(f"unknown write {write!r} or missing row")

@@ -1,0 +1,172 @@
+"""Every environment variable the gateway reads, read here and nowhere else.
+
+`load_settings(os.environ)` returns a frozen `Settings` or raises `ConfigError`
+whose message is one line naming the variable at fault. gunicorn.conf.py and
+wsgi.py both call it, so a bad value stops the server before any worker starts.
+(prometheus-client also reads PROMETHEUS_MULTIPROC_DIR itself when it is
+imported; we read it here too so it is validated and documented with the rest.)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+PROFILES = ("lab", "production")
+COHERENCE_MODES = ("lease", "naive")
+
+_INT_RE = re.compile(r"^-?[0-9]{1,12}$")
+_BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
+
+
+class ConfigError(ValueError):
+    """A missing or wrong environment variable; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    redis_url: str
+    core_url: str
+    profile: str = "production"
+    cache_ttl_seconds: int = 60
+    bind: str = "127.0.0.1:58000"
+    workers: int = 2
+    threads: int = 16
+    db_pool_min: int = 2
+    db_pool_max: int = 16
+    db_pool_timeout_ms: int = 1000
+    db_connect_timeout_s: int = 2
+    db_statement_timeout_ms: int = 5000
+    redis_pool_max: int = 32
+    redis_timeout_ms: int = 200
+    redis_connect_timeout_ms: int = 200
+    redis_breaker_ms: int = 1000
+    core_connect_timeout_ms: int = 500
+    core_timeout_ms: int = 5000
+    python_compute_max_complexity: int = 20
+    lab_max_concurrent_bypass: int = 8
+    test_hooks: bool = False
+    cache_coherence: str = "lease"
+    prometheus_multiproc_dir: str | None = None
+
+    @property
+    def is_lab(self) -> bool:
+        return self.profile == "lab"
+
+
+def _one_line(value: str, limit: int = 60) -> str:
+    shown = value if len(value) <= limit else value[:limit] + "..."
+    return repr(shown)
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "")
+    if not value.strip():
+        raise ConfigError(f"{name} is required but not set")
+    return value.strip()
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    text = raw.strip()
+    if not _INT_RE.match(text):
+        raise ConfigError(f"{name} must be an integer from {low} to {high}, got {_one_line(raw)}")
+    value = int(text)
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be an integer from {low} to {high}, got {value}")
+    return value
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip()
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {'|'.join(choices)}, got {_one_line(raw)}")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return _choice(env, name, "0", ("0", "1")) == "1"
+
+
+def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...]) -> str:
+    value = _required(env, name)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ConfigError(f"{name} is not a valid URL: {exc}") from None
+    if parts.scheme not in schemes:
+        raise ConfigError(f"{name} must be a {'/'.join(s + '://' for s in schemes)} URL")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError(f"{name} has no host")
+    return value
+
+
+def _redis_url(env: Mapping[str, str]) -> str:
+    value = _url(env, "REDIS_URL", ("redis", "rediss", "unix"))
+    path = urlsplit(value).path.strip("/")
+    if urlsplit(value).scheme != "unix" and path and not path.isdigit():
+        raise ConfigError(f"REDIS_URL database must be a number, got {_one_line(path)}")
+    return value
+
+
+def _bind(env: Mapping[str, str]) -> str:
+    value = (env.get("GATEWAY_BIND") or "127.0.0.1:58000").strip()
+    if value.startswith("unix:") and len(value) > 5:
+        return value
+    match = _BIND_RE.match(value)
+    if not match or not 1 <= int(match.group(1)) <= 65535:
+        raise ConfigError(f"GATEWAY_BIND must be HOST:PORT or unix:PATH, got {_one_line(value)}")
+    return value
+
+
+def load_settings(env: Mapping[str, str]) -> Settings:
+    """Read and check every variable; raise ConfigError naming the first bad one."""
+    profile = _choice(env, "ASIDE_PROFILE", "production", PROFILES)
+    test_hooks = _flag(env, "ASIDE_TEST_HOOKS")
+    if test_hooks and profile != "lab":
+        raise ConfigError("ASIDE_TEST_HOOKS=1 is refused unless ASIDE_PROFILE=lab")
+    coherence = _choice(env, "ASIDE_CACHE_COHERENCE", "lease", COHERENCE_MODES)
+    if coherence != "lease" and not test_hooks:
+        raise ConfigError("ASIDE_CACHE_COHERENCE=naive needs ASIDE_TEST_HOOKS=1 (lab only)")
+    db_pool_min = _int(env, "DB_POOL_MIN", 2, 0, 256)
+    db_pool_max = _int(env, "DB_POOL_MAX", 16, 1, 256)
+    if db_pool_min > db_pool_max:
+        raise ConfigError(
+            f"DB_POOL_MIN ({db_pool_min}) must not exceed DB_POOL_MAX ({db_pool_max})"
+        )
+    multiproc_dir = (env.get("PROMETHEUS_MULTIPROC_DIR") or "").strip() or None
+    return Settings(
+        database_url=_url(env, "DATABASE_URL", ("postgresql", "postgres")),
+        redis_url=_redis_url(env),
+        core_url=_url(env, "CORE_URL", ("http", "https")).rstrip("/"),
+        profile=profile,
+        cache_ttl_seconds=_int(env, "CACHE_TTL_SECONDS", 60, 1, 86400),
+        bind=_bind(env),
+        workers=_int(env, "GATEWAY_WORKERS", 2, 1, 64),
+        threads=_int(env, "GATEWAY_THREADS", 16, 1, 256),
+        db_pool_min=db_pool_min,
+        db_pool_max=db_pool_max,
+        db_pool_timeout_ms=_int(env, "DB_POOL_TIMEOUT_MS", 1000, 10, 60000),
+        db_connect_timeout_s=_int(env, "DB_CONNECT_TIMEOUT_S", 2, 1, 60),
+        db_statement_timeout_ms=_int(env, "DB_STATEMENT_TIMEOUT_MS", 5000, 10, 600000),
+        redis_pool_max=_int(env, "REDIS_POOL_MAX", 32, 1, 1024),
+        redis_timeout_ms=_int(env, "REDIS_TIMEOUT_MS", 200, 10, 10000),
+        redis_connect_timeout_ms=_int(env, "REDIS_CONNECT_TIMEOUT_MS", 200, 10, 10000),
+        redis_breaker_ms=_int(env, "REDIS_BREAKER_MS", 1000, 0, 60000),
+        core_connect_timeout_ms=_int(env, "CORE_CONNECT_TIMEOUT_MS", 500, 10, 60000),
+        core_timeout_ms=_int(env, "CORE_TIMEOUT_MS", 5000, 10, 600000),
+        python_compute_max_complexity=_int(env, "PYTHON_COMPUTE_MAX_COMPLEXITY", 20, 1, 1000),
+        lab_max_concurrent_bypass=_int(env, "LAB_MAX_CONCURRENT_BYPASS", 8, 1, 1024),
+        test_hooks=test_hooks,
+        cache_coherence=coherence,
+        prometheus_multiproc_dir=multiproc_dir,
+    )

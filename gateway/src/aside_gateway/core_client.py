@@ -1,0 +1,71 @@
+"""Forwards writes and Go compute to the core over pooled keep-alive connections.
+
+One urllib3 connection pool per worker, sized to the worker's threads, with a
+connect and a read timeout and no retries: a POST is not safe to resend, and
+a core that is down must answer 503 core_unavailable at once, not after retries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import urllib3
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from aside_gateway.config import Settings
+from aside_gateway.errors import ApiError
+
+# Core answer headers the gateway passes on to its client.
+PASSED_HEADERS = ("Content-Type", "Location", "X-Cache-Invalidation", "Retry-After")
+
+
+@dataclass(slots=True)
+class CoreResponse:
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+class CoreClient:
+    def __init__(self, settings: Settings):
+        parts = urlsplit(settings.core_url)
+        self._prefix = parts.path.rstrip("/")
+        self._pool = urllib3.connection_from_url(
+            settings.core_url,
+            maxsize=settings.threads,
+            block=False,  # past maxsize, open a throwaway connection rather than queue
+            timeout=urllib3.Timeout(
+                connect=settings.core_connect_timeout_ms / 1000,
+                read=settings.core_timeout_ms / 1000,
+            ),
+            retries=False,
+        )
+
+    def forward(
+        self, method: str, path: str, body: bytes | None, content_type: str | None
+    ) -> CoreResponse:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            response = self._pool.urlopen(
+                method,
+                self._prefix + path,
+                body=body,
+                headers=headers,
+                retries=False,
+                redirect=False,
+                preload_content=True,
+            )
+        except Urllib3Error as exc:
+            raise ApiError(
+                "core_unavailable", f"the core did not answer: {type(exc).__name__}"
+            ) from None
+        passed = {
+            name: response.headers[name] for name in PASSED_HEADERS if name in response.headers
+        }
+        return CoreResponse(response.status, response.data, passed)
+
+    def close(self) -> None:
+        self._pool.close()

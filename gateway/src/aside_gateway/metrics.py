@@ -1,0 +1,158 @@
+"""Prometheus metrics, exact across gunicorn workers (prometheus-client multiprocess mode).
+
+Multiprocess mode is chosen by prometheus-client when it is first imported,
+from PROMETHEUS_MULTIPROC_DIR; gunicorn.conf.py makes sure it is set (and
+emptied) in the master before any worker forks. Each worker writes its own
+mmap files; /metrics merges them, so counters are exact whichever worker
+answers the scrape. Pool gauges use `livesum`: the sum over live workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+log = logging.getLogger("aside_gateway")
+
+# Fine-grained at the low end: warm-cache answers live between 0.5 and 10 ms.
+DURATION_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+HTTP_REQUESTS = Counter(
+    "aside_gateway_http_requests_total",
+    "HTTP requests answered, by route rule, method and status.",
+    ["route", "method", "status"],
+)
+HTTP_DURATION = Histogram(
+    "aside_gateway_http_request_duration_seconds",
+    "Time from request start to response ready, by route rule, method and status.",
+    ["route", "method", "status"],
+    buckets=DURATION_BUCKETS,
+)
+CACHE_HITS = Counter(
+    "aside_gateway_cache_hits_total",
+    "Cacheable reads answered from Redis (including readers that waited on a lease).",
+    ["route"],
+)
+CACHE_MISSES = Counter(
+    "aside_gateway_cache_misses_total",
+    "Cacheable reads that went to PostgreSQL because Redis had no value.",
+    ["route"],
+)
+CACHE_BYPASS = Counter(
+    "aside_gateway_cache_bypass_total",
+    "Reads answered from PostgreSQL without the cache: cache=off, or Redis failing.",
+    ["route"],
+)
+CACHE_ERRORS = Counter(
+    "aside_gateway_cache_errors_total",
+    "Redis operations that failed (op=breaker_open: skipped while the breaker is open).",
+    ["route", "op"],
+)
+DB_QUERIES = Counter(
+    "aside_gateway_db_queries_total",
+    "Queries sent to PostgreSQL, by query name.",
+    ["query"],
+)
+DB_POOL_SIZE = Gauge(
+    "aside_gateway_db_pool_size", "Open PostgreSQL connections.", multiprocess_mode="livesum"
+)
+DB_POOL_AVAILABLE = Gauge(
+    "aside_gateway_db_pool_available",
+    "Idle PostgreSQL connections in the pool.",
+    multiprocess_mode="livesum",
+)
+DB_POOL_WAITING = Gauge(
+    "aside_gateway_db_pool_waiting",
+    "Requests waiting for a PostgreSQL connection.",
+    multiprocess_mode="livesum",
+)
+DB_POOL_MAX = Gauge(
+    "aside_gateway_db_pool_max", "PostgreSQL pool size limit.", multiprocess_mode="livesum"
+)
+REDIS_POOL_CREATED = Gauge(
+    "aside_gateway_redis_pool_created",
+    "Redis connections created by the pool.",
+    multiprocess_mode="livesum",
+)
+REDIS_POOL_IN_USE = Gauge(
+    "aside_gateway_redis_pool_in_use", "Redis connections in use.", multiprocess_mode="livesum"
+)
+REDIS_POOL_MAX = Gauge(
+    "aside_gateway_redis_pool_max", "Redis pool size limit.", multiprocess_mode="livesum"
+)
+REDIS_BREAKER_OPEN = Gauge(
+    "aside_gateway_redis_breaker_open",
+    "Workers whose Redis circuit breaker is open (Redis skipped).",
+    multiprocess_mode="livesum",
+)
+
+_request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+
+
+def observe_request(route: str, method: str, status: int, seconds: float) -> None:
+    """Count one answered request; label children are cached to keep this cheap."""
+    labels = (route, method, str(status))
+    children = _request_children.get(labels)
+    if children is None:
+        children = (HTTP_REQUESTS.labels(*labels), HTTP_DURATION.labels(*labels))
+        _request_children[labels] = children
+    children[0].inc()
+    children[1].observe(seconds)
+
+
+def render(multiproc_dir: str | None) -> tuple[bytes, str]:
+    """The exposition text: merged over all workers in multiprocess mode."""
+    if multiproc_dir:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=multiproc_dir)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def start_sampler(sample: Callable[[], None], interval_s: float = 1.0) -> threading.Event:
+    """Run `sample` every interval in a daemon thread; set the returned event to stop."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while True:
+            try:
+                sample()
+            except Exception:  # a gauge must never take the worker down
+                log.exception("metrics sampler failed")
+            if stop.wait(interval_s):
+                return
+
+    threading.Thread(target=loop, name="aside-metrics-sampler", daemon=True).start()
+    return stop
+
+
+_OUTCOME_COUNTERS = {"HIT": CACHE_HITS, "MISS": CACHE_MISSES, "BYPASS": CACHE_BYPASS}
+_outcome_children: dict[tuple[str, str], Counter] = {}
+
+
+def cache_outcome(route: str, outcome: str) -> None:
+    """Count a cacheable read by how it was answered: HIT, MISS or BYPASS."""
+    child = _outcome_children.get((route, outcome))
+    if child is None:
+        child = _OUTCOME_COUNTERS[outcome].labels(route)
+        _outcome_children[(route, outcome)] = child
+    child.inc()
+
+
+def cache_error(route: str, op: str) -> None:
+    CACHE_ERRORS.labels(route, op).inc()

@@ -1,0 +1,111 @@
+"""Input rules of contracts/validation.json and contracts/compute.json.
+
+Every function raises `ApiError` with the contract's code; lengths count
+Unicode code points, as the contract says.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aside_gateway.errors import ApiError
+
+EMAIL_MAX = 254
+EMAIL_LOCAL_MAX = 64
+EMAIL_DOMAIN_MAX = 253
+EMAIL_FORBIDDEN = frozenset('"(),:;<>[\\]')
+
+USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+
+ID_MAX = 9223372036854775807  # PostgreSQL bigint
+ID_MAX_DIGITS = len(str(ID_MAX))
+
+COMPLEXITY_MIN = 1
+COMPLEXITY_MAX = 1000
+COMPUTE_ENGINES = ("go", "python")
+COMPUTE_FIELDS = frozenset({"complexity", "engine"})
+
+
+def _bad_char(ch: str) -> bool:
+    code = ord(ch)
+    return (
+        code < 0x20
+        or 0x7F <= code <= 0x9F  # DEL and C1 controls
+        or 0xD800 <= code <= 0xDFFF  # lone surrogates cannot be stored as UTF-8
+        or ch.isspace()
+        or ch in EMAIL_FORBIDDEN
+    )
+
+
+def email_problem(email: str) -> str | None:
+    """Why `email` breaks the contract's rules, or None when it is valid."""
+    if not email:
+        return "email must not be empty"
+    if len(email) > EMAIL_MAX:
+        return f"email must be at most {EMAIL_MAX} characters"
+    if any(_bad_char(ch) for ch in email):
+        return 'email contains whitespace, a control character or one of "(),:;<>[\\]'
+    if email.count("@") != 1:
+        return "email must contain exactly one '@'"
+    local, domain = email.split("@")
+    if not 1 <= len(local) <= EMAIL_LOCAL_MAX:
+        return f"the part before '@' must be 1 to {EMAIL_LOCAL_MAX} characters"
+    if not 1 <= len(domain) <= EMAIL_DOMAIN_MAX:
+        return f"the domain must be 1 to {EMAIL_DOMAIN_MAX} characters"
+    labels = domain.split(".")
+    if len(labels) < 2 or any(label == "" for label in labels):
+        return "the domain needs at least two non-empty labels separated by '.'"
+    return None
+
+
+def validate_email(value: str | None) -> str:
+    if value is None:
+        raise ApiError("invalid_email", "query parameter 'email' is required")
+    problem = email_problem(value)
+    if problem:
+        raise ApiError("invalid_email", problem)
+    return value
+
+
+def username_problem(username: str) -> str | None:
+    if USERNAME_RE.fullmatch(username):
+        return None
+    return "username must be 1 to 64 of A-Z a-z 0-9 _ . - and start with a letter or digit"
+
+
+def parse_id(value: str) -> int:
+    """A user id from a path segment: ASCII digits only, 1 to 2^63-1."""
+    if not (value.isascii() and value.isdigit()):
+        raise ApiError("invalid_id", "id must be a positive decimal integer")
+    digits = value.lstrip("0")
+    # Check the length before int(): huge digit strings are slow (and limited) to convert.
+    if not digits or len(digits) > ID_MAX_DIGITS or int(digits) > ID_MAX:
+        raise ApiError("invalid_id", f"id must be from 1 to {ID_MAX}")
+    return int(digits)
+
+
+def validate_complexity(value: Any) -> int:
+    """A JSON integer from 1 to 1000; booleans, floats and strings are refused."""
+    if type(value) is not int or not COMPLEXITY_MIN <= value <= COMPLEXITY_MAX:
+        raise ApiError(
+            "invalid_complexity",
+            f"complexity must be an integer from {COMPLEXITY_MIN} to {COMPLEXITY_MAX}",
+        )
+    return value
+
+
+def validate_compute_body(body: Any) -> tuple[int, str]:
+    """(complexity, engine) from a decoded POST /api/v1/compute body."""
+    if not isinstance(body, dict):
+        raise ApiError("invalid_request", "the body must be a JSON object")
+    unknown = sorted(set(body) - COMPUTE_FIELDS)
+    if unknown:
+        raise ApiError("unknown_field", f"unknown field {unknown[0]!r}")
+    if "complexity" not in body:
+        raise ApiError("invalid_complexity", "complexity is required")
+    complexity = validate_complexity(body["complexity"])
+    engine = body.get("engine", "go")
+    if engine not in COMPUTE_ENGINES:
+        raise ApiError("invalid_request", "engine must be 'go' or 'python'")
+    return complexity, engine

@@ -1,0 +1,138 @@
+"""Helpers shared by the gateway tests (a uniquely named module: the suite runs
+with --import-mode=importlib beside other suites, so `conftest` is not importable)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[2]
+CONTRACTS = REPO / "contracts"
+VENV_BIN = Path(sys.executable).parent
+TEST_DB = "aside_test_gateway"
+TEST_REDIS_DB = 1
+COUNT_SQL_TEXT = "SELECT count(*) FROM users WHERE email = $1"
+USER_SQL_TEXT = "SELECT id, username, email, created_at FROM users WHERE id = $1"
+START_DEADLINE_S = 30
+
+
+def contract(name: str) -> Any:
+    return json.loads((CONTRACTS / name).read_text())
+
+
+def with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def unique_email(tag: str = "t") -> str:
+    return f"{tag}-{uuid.uuid4().hex[:12]}@example.com"
+
+
+def unique_username(tag: str = "u") -> str:
+    return f"{tag}_{uuid.uuid4().hex[:16]}"
+
+
+def wait_until(predicate: Callable[[], Any], deadline_s: float, what: str, step_s: float = 0.05):
+    """Poll `predicate` until it returns something truthy; fail after the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {deadline_s}s waiting for {what}")
+        time.sleep(step_s)
+
+
+def scrape(base_url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """All samples of /metrics as {(name, labels): value}."""
+    text = requests.get(base_url + "/metrics", timeout=5).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def sample(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+# ---- processes -----------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    url: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def send(self, sig: int = signal.SIGINT) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def wait(self) -> None:
+        try:
+            self.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=5)
+
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        self.send(sig)
+        self.wait()
+
+
+def stop_all(procs: list[Proc], sig: int = signal.SIGINT) -> None:
+    """Signal every process first, then wait: they shut down in parallel."""
+    for proc in procs:
+        proc.send(sig)
+    for proc in procs:
+        proc.wait()
+
+
+def start_process(name: str, cmd: list[str], env: dict[str, str], log_path: Path, url: str) -> Proc:
+    log_file = log_path.open("wb")
+    popen = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    log_file.close()
+    return Proc(name, popen, log_path, url)
+
+
+def wait_ready(proc: Proc, path: str) -> None:
+    def ready() -> bool:
+        if proc.popen.poll() is not None:
+            pytest.fail(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
+        try:
+            return requests.get(proc.url + path, timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(ready, START_DEADLINE_S, f"{proc.name} at {proc.url}{path}", step_s=0.1)

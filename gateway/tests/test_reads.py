@@ -1,0 +1,391 @@
+"""The read API through a real gunicorn (two workers), PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from datetime import UTC
+
+import pytest
+import requests
+from aside_gateway.app import close_app, create_app
+from aside_gateway.config import load_settings
+from gateway_helpers import (
+    COUNT_SQL_TEXT,
+    USER_SQL_TEXT,
+    contract,
+    sample,
+    scrape,
+    unique_email,
+    wait_until,
+)
+from werkzeug.test import EnvironBuilder
+
+COUNT = "/api/v1/users/count"
+COUNT_ROUTE = "/api/v1/users/count"
+USER_ROUTE = "/api/v1/users/<id>"
+VALIDATION = contract("validation.json")
+
+
+def count(base: str, email: str, **params: str) -> requests.Response:
+    return requests.get(base + COUNT, params={"email": email, **params}, timeout=10)
+
+
+def assert_error(response: requests.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["Content-Type"] == "application/json"
+    body = response.json()
+    assert set(body) >= {"error"}
+    assert body["error"]["code"] == code
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert "Traceback" not in response.text
+
+
+# ---- cache-aside --------------------------------------------------------------------
+
+
+def test_count_miss_then_hit(gateway, insert_user, rdb):
+    email = unique_email()
+    insert_user(email)
+    insert_user(email)
+    first = count(gateway.url, email)
+    assert first.status_code == 200
+    assert first.json() == {"email": email, "count": 2}
+    assert first.headers["X-Cache"] == "MISS"
+    second = count(gateway.url, email)
+    assert second.json() == {"email": email, "count": 2}
+    assert second.headers["X-Cache"] == "HIT"
+    key = f"aside:v1:count:{email}"
+    assert rdb.get(key) == b"2"
+    assert 0 < rdb.ttl(key) <= 60
+    assert not rdb.exists(key + ":lease")  # the holder dropped its lease on store
+
+
+def test_count_keeps_case_and_unicode(gateway, insert_user, rdb):
+    email = "Jürgen.Müller+" + unique_email("X")
+    insert_user(email)
+    assert count(gateway.url, email).json() == {"email": email, "count": 1}
+    assert count(gateway.url, email.lower()).json()["count"] == 0
+    assert rdb.get(f"aside:v1:count:{email}") == b"1"
+
+
+def test_user_by_id_miss_then_hit(gateway, insert_user, db):
+    email = unique_email()
+    user_id = insert_user(email, "ada_" + email[2:10])
+    row = db.execute("SELECT username, created_at FROM users WHERE id = %s", (user_id,)).fetchone()
+    first = requests.get(f"{gateway.url}/api/v1/users/{user_id}", timeout=10)
+    assert first.status_code == 200
+    assert first.headers["X-Cache"] == "MISS"
+    body = first.json()
+    assert body["id"] == user_id
+    assert body["username"] == row[0]
+    assert body["email"] == email
+    assert body["created_at"] == row[1].astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    second = requests.get(f"{gateway.url}/api/v1/users/{user_id}", timeout=10)
+    assert second.headers["X-Cache"] == "HIT"
+    assert second.json() == body
+
+
+def test_missing_user_is_cached_as_a_negative_entry(gateway, rdb, query_calls):
+    user_id = 9_000_000_000 + int(time.time_ns() % 1_000_000)
+    first = requests.get(f"{gateway.url}/api/v1/users/{user_id}", timeout=10)
+    assert_error(first, 404, "not_found")
+    assert first.headers["X-Cache"] == "MISS"
+    assert rdb.get(f"aside:v1:user:{user_id}") == b"null"
+    before = query_calls(USER_SQL_TEXT)
+    for _ in range(5):
+        again = requests.get(f"{gateway.url}/api/v1/users/{user_id}", timeout=10)
+        assert_error(again, 404, "not_found")
+        assert again.headers["X-Cache"] == "HIT"
+    assert query_calls(USER_SQL_TEXT) == before
+
+
+def test_ttl_expiry(start_gateway, insert_user):
+    short = start_gateway(CACHE_TTL_SECONDS="1", GATEWAY_WORKERS="1")
+    email = unique_email()
+    insert_user(email)
+    assert count(short.url, email).headers["X-Cache"] == "MISS"
+    assert count(short.url, email).headers["X-Cache"] == "HIT"
+    # Poll: once the one-second TTL has run out the next read misses again.
+    expired = wait_until(
+        lambda: count(short.url, email).headers["X-Cache"] == "MISS", 5, "the key to expire"
+    )
+    assert expired
+
+
+# ---- single flight and metrics ----------------------------------------------------------
+
+
+def test_fifty_concurrent_reads_of_a_cold_key_query_once(gateway, insert_user, query_calls):
+    email = unique_email("cold")
+    insert_user(email)
+    before = query_calls(COUNT_SQL_TEXT)
+    barrier = threading.Barrier(50)
+    answers: list[requests.Response] = []
+    lock = threading.Lock()
+
+    def reader() -> None:
+        barrier.wait(timeout=10)
+        response = count(gateway.url, email)
+        with lock:
+            answers.append(response)
+
+    threads = [threading.Thread(target=reader) for _ in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(answers) == 50
+    assert all(a.status_code == 200 and a.json()["count"] == 1 for a in answers)
+    assert sorted(a.headers["X-Cache"] for a in answers).count("MISS") == 1
+    assert query_calls(COUNT_SQL_TEXT) - before == 1
+
+
+def test_counters_are_exact_across_workers(gateway, insert_user):
+    email = unique_email("metrics")
+    insert_user(email)
+    before = scrape(gateway.url)
+    sent = 40
+    # New connection per request so both workers answer some of them.
+    threads = [threading.Thread(target=count, args=(gateway.url, email)) for _ in range(sent)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    bad = requests.get(gateway.url + COUNT, params={"email": "nope"}, timeout=10)
+    assert bad.status_code == 400
+    after = scrape(gateway.url)
+
+    def delta(name: str, **labels: str) -> float:
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    labels = {"route": COUNT_ROUTE, "method": "GET", "status": "200"}
+    assert delta("aside_gateway_http_requests_total", **labels) == sent
+    assert delta("aside_gateway_http_request_duration_seconds_count", **labels) == sent
+    assert delta("aside_gateway_http_requests_total", **{**labels, "status": "400"}) == 1
+    hits = delta("aside_gateway_cache_hits_total", route=COUNT_ROUTE)
+    misses = delta("aside_gateway_cache_misses_total", route=COUNT_ROUTE)
+    assert hits + misses == sent
+    assert misses == 1
+    assert delta("aside_gateway_db_queries_total", query="count_by_email") == 1
+    # Both workers wrote their own counter files, and /metrics summed them.
+    files = list(gateway.extra["multiproc_dir"].glob("counter_*.db"))
+    assert len(files) >= 2
+    assert sample(after, "aside_gateway_db_pool_max") == 2 * 16
+
+
+def test_unmatched_routes_are_labelled_unmatched(gateway):
+    before = scrape(gateway.url)
+    requests.get(gateway.url + "/no/such/thing", timeout=10)
+    after = scrape(gateway.url)
+    labels = {"route": "unmatched", "method": "GET", "status": "404"}
+    got = sample(after, "aside_gateway_http_requests_total", **labels)
+    assert got - sample(before, "aside_gateway_http_requests_total", **labels) == 1
+
+
+# ---- the uncached arm ------------------------------------------------------------------
+
+
+def test_cache_off_reads_the_database_and_touches_no_redis(gateway, insert_user, rdb):
+    email = unique_email()
+    insert_user(email)
+    response = count(gateway.url, email, cache="off")
+    assert response.status_code == 200
+    assert response.json()["count"] == 1
+    assert response.headers["X-Cache"] == "BYPASS"
+    assert rdb.exists(f"aside:v1:count:{email}") == 0
+    user = requests.get(f"{gateway.url}/api/v1/users/1?cache=off", timeout=10)
+    assert user.headers["X-Cache"] == "BYPASS"
+    assert count(gateway.url, email, cache="on").headers["X-Cache"] == "MISS"
+
+
+def test_cache_off_is_refused_in_production(production_gateway):
+    assert_error(count(production_gateway.url, "a@b.co", cache="off"), 403, "lab_disabled")
+    user = requests.get(f"{production_gateway.url}/api/v1/users/1?cache=off", timeout=10)
+    assert_error(user, 403, "lab_disabled")
+    assert count(production_gateway.url, unique_email()).status_code == 200
+
+
+@pytest.mark.parametrize("value", ["", "OFF", "no", "1", "off "])
+def test_other_cache_values_are_invalid(gateway, value):
+    assert_error(count(gateway.url, "a@b.co", cache=value), 400, "invalid_request")
+
+
+def test_bypass_reads_are_bounded_per_worker(start_gateway, insert_user, database_url):
+    import psycopg
+
+    bounded = start_gateway(LAB_MAX_CONCURRENT_BYPASS="1", GATEWAY_WORKERS="1")
+    email = unique_email()
+    insert_user(email)
+    result: dict[str, requests.Response] = {}
+    # An exclusive lock makes the first bypass read wait inside PostgreSQL, holding its slot.
+    with psycopg.connect(database_url) as locker:
+        locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        first = threading.Thread(
+            target=lambda: result.update(first=count(bounded.url, email, cache="off"))
+        )
+        first.start()
+
+        def first_is_waiting() -> bool:
+            row = locker.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'aside-gateway' "
+                "AND wait_event_type = 'Lock'"
+            ).fetchone()
+            return row[0] >= 1
+
+        wait_until(first_is_waiting, 10, "the first bypass read to wait on the lock")
+        started = time.monotonic()
+        second = count(bounded.url, email, cache="off")
+        assert time.monotonic() - started < 1
+        assert_error(second, 503, "unavailable")
+        assert second.headers["Retry-After"] == "1"
+        locker.rollback()
+    first.join(timeout=10)
+    assert result["first"].status_code == 200
+    assert result["first"].json()["count"] == 1
+
+
+# ---- bad input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("email", VALIDATION["email_invalid"], ids=repr)
+def test_invalid_emails_get_400(gateway, email):
+    assert_error(count(gateway.url, email), 400, "invalid_email")
+
+
+@pytest.mark.parametrize("email", VALIDATION["email_valid"], ids=repr)
+def test_valid_emails_get_an_answer(gateway, email):
+    response = count(gateway.url, email)
+    assert response.status_code == 200
+    assert response.json()["email"] == email
+
+
+@pytest.mark.parametrize(
+    "email",
+    [
+        "robert'); DROP TABLE users;--@x.com",
+        "x@y.z' OR '1'='1",
+        "a" * 255 + "@example.com",
+        "a" * 3000,
+        "🙂@example.com",
+        "\u202eevil@example.com",
+        "a\u200bb@example.com",
+    ],
+    ids=repr,
+)
+def test_hostile_emails_get_a_4xx_or_a_correct_answer(gateway, email, db_count):
+    response = count(gateway.url, email)
+    assert response.status_code in (200, 400), response.text
+    if response.status_code == 200:
+        assert response.json() == {"email": email, "count": db_count(email)}
+    else:
+        assert_error(response, 400, "invalid_email")
+
+
+def test_invalid_utf8_in_the_query_is_answered(gateway, db_count):
+    # Percent-encoded invalid bytes stay percent-encoded (werkzeug's rule): a literal answer.
+    response = requests.get(gateway.url + COUNT + "?email=%ff%fe@example.com", timeout=10)
+    assert response.status_code == 200
+    assert response.json() == {"email": "%FF%FE@example.com", "count": 0}
+
+
+def test_raw_non_utf8_bytes_in_the_query_are_a_400(gateway, database_url, redis_url, core):
+    # gunicorn itself refuses a request line with raw non-ASCII bytes (a plain 400) ...
+    host, port = gateway.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"GET /api/v1/users/count?email=\xff@x.co HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 400")
+    # ... and behind a server that lets them through the app answers a JSON 400, not a 500.
+    settings = load_settings(
+        {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "CORE_URL": core.url}
+    )
+    app = create_app(settings)
+    try:
+        environ = EnvironBuilder(path=COUNT).get_environ()
+        environ["QUERY_STRING"] = "email=\xff@x.co"  # WSGI strings carry raw bytes as latin-1
+        response = app.response_class.from_app(app.wsgi_app, environ)
+        assert response.status_code == 400
+        assert response.get_json()["error"]["code"] == "invalid_request"
+    finally:
+        close_app(app)
+
+
+def test_hits_and_misses_answer_byte_for_byte_alike(gateway, insert_user):
+    """A hit is answered before Flask (hot_path.py); it must not differ from the miss."""
+    email = unique_email()
+    user_id = insert_user(email)
+    for path, params in ((COUNT, {"email": email}), (f"/api/v1/users/{user_id}", {})):
+        miss = requests.get(gateway.url + path, params=params, timeout=10)
+        hit = requests.get(gateway.url + path, params=params, timeout=10)
+        assert (miss.headers["X-Cache"], hit.headers["X-Cache"]) == ("MISS", "HIT")
+        assert hit.content == miss.content
+        assert hit.headers["Content-Type"] == miss.headers["Content-Type"]
+        assert hit.headers["Content-Length"] == miss.headers["Content-Length"]
+        # Extra parameters skip the hot path; Flask answers the same hit.
+        other = requests.get(gateway.url + path, params={**params, "x": "1"}, timeout=10)
+        assert other.headers["X-Cache"] == "HIT" and other.content == miss.content
+
+
+@pytest.mark.parametrize("query", ["", "?email=", "?mail=a@b.co"])
+def test_missing_or_empty_email(gateway, query):
+    assert_error(requests.get(gateway.url + COUNT + query, timeout=10), 400, "invalid_email")
+
+
+@pytest.mark.parametrize("raw", [v for v in VALIDATION["id_invalid"] if v], ids=repr)
+def test_invalid_ids_get_400(gateway, raw):
+    response = requests.get(
+        f"{gateway.url}/api/v1/users/{requests.utils.quote(raw, safe='')}", timeout=10
+    )
+    assert_error(response, 400, "invalid_id")
+
+
+@pytest.mark.parametrize("raw", ["99999999999999999999999999", "1;DROP TABLE users", "0x10"])
+def test_more_invalid_ids(gateway, raw):
+    response = requests.get(
+        f"{gateway.url}/api/v1/users/{requests.utils.quote(raw, safe='')}", timeout=10
+    )
+    assert_error(response, 400, "invalid_id")
+
+
+@pytest.mark.parametrize("raw", VALIDATION["id_valid"])
+def test_valid_ids_answer_200_or_404(gateway, raw):
+    response = requests.get(f"{gateway.url}/api/v1/users/{raw}", timeout=10)
+    assert response.status_code in (200, 404)
+    if response.status_code == 404:
+        assert_error(response, 404, "not_found")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/nope", 404, "not_found"),
+        ("GET", "/api/v1/users/", 404, "not_found"),
+        ("GET", "/api/v1/users/1/extra", 404, "not_found"),
+        ("PUT", "/api/v1/users/1", 405, "method_not_allowed"),
+        ("POST", "/api/v1/users/count", 405, "method_not_allowed"),
+        ("GET", "/api/v1/users", 405, "method_not_allowed"),
+        ("DELETE", "/healthz", 405, "method_not_allowed"),
+        ("GET", "/api/v1/compute", 405, "method_not_allowed"),
+    ],
+)
+def test_unknown_routes_and_methods_are_json(gateway, method, path, status, code):
+    response = requests.request(method, gateway.url + path, timeout=10)
+    assert_error(response, status, code)
+    if status == 405:
+        assert "Allow" in response.headers
+
+
+def test_health_and_readiness(gateway):
+    health = requests.get(gateway.url + "/healthz", timeout=5)
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    ready = requests.get(gateway.url + "/readyz", timeout=5)
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"postgres": "ok", "redis": "ok"}
+
+
+def test_test_hold_header_is_validated(gateway):
+    response = requests.get(
+        gateway.url + COUNT, params={"email": "a@b.co"}, headers={"X-Test-Hold": "a b"}, timeout=5
+    )
+    assert_error(response, 400, "invalid_request")

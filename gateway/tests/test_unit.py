@@ -1,0 +1,348 @@
+"""Pure logic against the shared contracts: keys, values, validation, compute, config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from aside_gateway import cache_keys, compute, validation
+from aside_gateway.cache import CircuitBreaker
+from aside_gateway.config import ConfigError, Settings, load_settings
+from aside_gateway.errors import STATUS_BY_CODE, ApiError
+
+CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
+REPO = CONTRACTS.parent
+CACHE = json.loads((CONTRACTS / "cache.json").read_text())
+VALIDATION = json.loads((CONTRACTS / "validation.json").read_text())
+COMPUTE = json.loads((CONTRACTS / "compute.json").read_text())
+ERRORS = json.loads((CONTRACTS / "errors.json").read_text())
+
+BASE_ENV = {
+    "DATABASE_URL": "postgresql://aside@127.0.0.1:55432/aside",
+    "REDIS_URL": "redis://127.0.0.1:56379/0",
+    "CORE_URL": "http://127.0.0.1:58080",
+}
+
+
+# ---- cache.json ----------------------------------------------------------------
+
+
+def test_prefix_ttl_and_lease_timings_match_the_contract():
+    assert CACHE["prefix"] == cache_keys.PREFIX
+    assert CACHE["ttl_seconds_default"] == cache_keys.TTL_SECONDS_DEFAULT
+    assert Settings("d", "r", "c").cache_ttl_seconds == CACHE["ttl_seconds_default"]
+    assert CACHE["lease"]["suffix"] == cache_keys.LEASE_SUFFIX
+    assert CACHE["lease"]["ttl_ms"] == cache_keys.LEASE_TTL_MS
+    assert CACHE["lease"]["wait_ms"] == cache_keys.LEASE_WAIT_MS
+    assert CACHE["lease"]["poll_ms"] == cache_keys.LEASE_POLL_MS
+
+
+@pytest.mark.parametrize("vector", CACHE["keys"], ids=lambda v: v["key"])
+def test_key_names(vector):
+    if vector["kind"] == "count_by_email":
+        key = cache_keys.count_key(vector["email"])
+    else:
+        key = cache_keys.user_key(vector["id"])
+    assert key == vector["key"]
+    assert cache_keys.lease_key(key) == vector["key"] + CACHE["lease"]["suffix"]
+
+
+@pytest.mark.parametrize("vector", CACHE["user_json"], ids=lambda v: v["row"]["username"])
+def test_user_json(vector):
+    row = vector["row"]
+    created = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(
+        microseconds=row["created_at_unix_micros"]
+    )
+    got = cache_keys.user_json(row["id"], row["username"], row["email"], created)
+    assert got == vector["json"]
+    assert json.loads(cache_keys.encode_json(got)) == vector["json"]
+
+
+def test_created_at_is_converted_to_utc():
+    plus_one = timezone(timedelta(hours=1))
+    local = datetime(2023, 11, 15, 0, 13, 20, 123456, tzinfo=plus_one)
+    assert cache_keys.format_created_at(local) == "2023-11-14T23:13:20.123456Z"
+
+
+@pytest.mark.parametrize("case", CACHE["invalidation"], ids=lambda c: c["name"])
+def test_invalidation_sets(case):
+    assert cache_keys.stale_keys(case["write"], case["before"], case["after"]) == set(case["keys"])
+
+
+def test_value_encodings():
+    assert cache_keys.encode_count(42) == b"42"
+    assert cache_keys.NEGATIVE == b"null"
+    assert json.loads(cache_keys.NEGATIVE) is None
+    assert cache_keys.encode_json({"e": "jürgen"}) == '{"e":"jürgen"}'.encode()
+
+
+# ---- validation.json -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("email", VALIDATION["email_valid"])
+def test_valid_emails(email):
+    assert validation.validate_email(email) == email
+
+
+@pytest.mark.parametrize("email", VALIDATION["email_invalid"], ids=repr)
+def test_invalid_emails(email):
+    with pytest.raises(ApiError) as err:
+        validation.validate_email(email)
+    assert err.value.code == "invalid_email"
+    assert err.value.status == 400
+
+
+@pytest.mark.parametrize(
+    "email",
+    ["\ud800@example.com", "a\u2028b@example.com", "a\tb@example.com", "a\u3000@example.com"],
+    ids=repr,
+)
+def test_more_invalid_emails(email):
+    with pytest.raises(ApiError):
+        validation.validate_email(email)
+
+
+def test_missing_email_is_invalid_email():
+    with pytest.raises(ApiError) as err:
+        validation.validate_email(None)
+    assert err.value.code == "invalid_email"
+
+
+@pytest.mark.parametrize("username", VALIDATION["username_valid"])
+def test_valid_usernames(username):
+    assert validation.username_problem(username) is None
+
+
+@pytest.mark.parametrize("username", VALIDATION["username_invalid"], ids=repr)
+def test_invalid_usernames(username):
+    assert validation.username_problem(username) is not None
+
+
+@pytest.mark.parametrize("raw", VALIDATION["id_valid"])
+def test_valid_ids(raw):
+    assert validation.parse_id(raw) == int(raw)
+
+
+@pytest.mark.parametrize("raw", [*VALIDATION["id_invalid"], "9" * 5000, "00", "1 "], ids=repr)
+def test_invalid_ids(raw):
+    with pytest.raises(ApiError) as err:
+        validation.parse_id(raw)
+    assert err.value.code == "invalid_id"
+
+
+def test_leading_zeros_name_the_same_id():
+    assert validation.parse_id("007") == 7
+
+
+# ---- compute.json ----------------------------------------------------------------
+
+
+CAP = Settings("d", "r", "c").python_compute_max_complexity
+
+
+@pytest.mark.parametrize(
+    "vector", [v for v in COMPUTE["vectors"] if v["complexity"] <= CAP], ids=str
+)
+def test_python_checksum_matches_vectors(vector):
+    assert compute.checksum(vector["complexity"]) == vector["checksum"]
+
+
+def test_python_arm_answer_shape():
+    answer = compute.run(1)
+    assert answer["complexity"] == 1
+    assert answer["engine"] == "python"
+    assert answer["checksum"] == COMPUTE["vectors"][0]["checksum"]
+    assert answer["elapsed_ms"] > 0
+
+
+def test_compute_constants():
+    assert COMPUTE["iterations_per_complexity"] == compute.ITERATIONS_PER_COMPLEXITY
+    assert COMPUTE["complexity_min"] == validation.COMPLEXITY_MIN
+    assert COMPUTE["complexity_max"] == validation.COMPLEXITY_MAX
+
+
+@pytest.mark.parametrize("value", COMPUTE["invalid"], ids=repr)
+def test_invalid_complexities(value):
+    with pytest.raises(ApiError) as err:
+        validation.validate_compute_body({"complexity": value})
+    assert err.value.code == "invalid_complexity"
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({}, "invalid_complexity"),
+        ({"complexity": 1, "engine": "rust"}, "invalid_request"),
+        ({"complexity": 1, "engine": None}, "invalid_request"),
+        ({"complexity": 1, "extra": 1}, "unknown_field"),
+        ([1], "invalid_request"),
+        ("x", "invalid_request"),
+    ],
+    ids=repr,
+)
+def test_compute_body_errors(body, code):
+    with pytest.raises(ApiError) as err:
+        validation.validate_compute_body(body)
+    assert err.value.code == code
+
+
+def test_compute_body_defaults_to_go():
+    assert validation.validate_compute_body({"complexity": 3}) == (3, "go")
+    assert validation.validate_compute_body({"complexity": 3, "engine": "python"}) == (3, "python")
+
+
+# ---- errors.json -----------------------------------------------------------------
+
+
+def test_error_codes_match_the_contract():
+    assert ERRORS["codes"] == STATUS_BY_CODE
+
+
+# ---- config ----------------------------------------------------------------------
+
+
+def test_defaults():
+    settings = load_settings(BASE_ENV)
+    assert settings.profile == "production"  # safe when unset; infra/env.sh sets lab
+    assert settings.cache_ttl_seconds == 60
+    assert settings.workers == 2
+    assert settings.test_hooks is False
+    assert settings.cache_coherence == "lease"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "variable"),
+    [
+        ({"DATABASE_URL": ""}, "DATABASE_URL"),
+        ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
+        ({"REDIS_URL": "http://x"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis://127.0.0.1:6379/abc"}, "REDIS_URL"),
+        ({"CORE_URL": "127.0.0.1:58080"}, "CORE_URL"),
+        ({"CORE_URL": "http://host:99999"}, "CORE_URL"),
+        ({"ASIDE_PROFILE": "staging"}, "ASIDE_PROFILE"),
+        ({"CACHE_TTL_SECONDS": "abc"}, "CACHE_TTL_SECONDS"),
+        ({"CACHE_TTL_SECONDS": "0"}, "CACHE_TTL_SECONDS"),
+        ({"CACHE_TTL_SECONDS": "--5"}, "CACHE_TTL_SECONDS"),
+        ({"GATEWAY_WORKERS": "1.5"}, "GATEWAY_WORKERS"),
+        ({"GATEWAY_THREADS": "0"}, "GATEWAY_THREADS"),
+        ({"GATEWAY_BIND": "nohost"}, "GATEWAY_BIND"),
+        ({"DB_POOL_MIN": "9", "DB_POOL_MAX": "4"}, "DB_POOL_MIN"),
+        ({"REDIS_TIMEOUT_MS": "5"}, "REDIS_TIMEOUT_MS"),
+        ({"LAB_MAX_CONCURRENT_BYPASS": "x\ny"}, "LAB_MAX_CONCURRENT_BYPASS"),
+        ({"PYTHON_COMPUTE_MAX_COMPLEXITY": "1001"}, "PYTHON_COMPUTE_MAX_COMPLEXITY"),
+        ({"ASIDE_TEST_HOOKS": "yes"}, "ASIDE_TEST_HOOKS"),
+        ({"ASIDE_TEST_HOOKS": "1"}, "ASIDE_TEST_HOOKS"),  # refused in production
+        ({"ASIDE_PROFILE": "lab", "ASIDE_CACHE_COHERENCE": "naive"}, "ASIDE_CACHE_COHERENCE"),
+        ({"ASIDE_CACHE_COHERENCE": "loose"}, "ASIDE_CACHE_COHERENCE"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_config_errors_are_one_line_naming_the_variable(overrides, variable):
+    with pytest.raises(ConfigError) as err:
+        load_settings({**BASE_ENV, **overrides})
+    message = str(err.value)
+    assert variable in message
+    assert "\n" not in message
+
+
+def test_lab_test_hooks_and_naive_mode_are_accepted_together():
+    settings = load_settings(
+        {
+            **BASE_ENV,
+            "ASIDE_PROFILE": "lab",
+            "ASIDE_TEST_HOOKS": "1",
+            "ASIDE_CACHE_COHERENCE": "naive",
+        }
+    )
+    assert settings.is_lab and settings.test_hooks and settings.cache_coherence == "naive"
+
+
+def _bad_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR",)}
+    env.update(BASE_ENV, CACHE_TTL_SECONDS="abc", GATEWAY_BIND="127.0.0.1:1")
+    return env
+
+
+def test_wsgi_refuses_bad_config_with_one_line_and_no_traceback():
+    result = subprocess.run(
+        [sys.executable, "-c", "import aside_gateway.wsgi"],
+        env=_bad_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 4
+    assert result.stderr.strip().count("\n") == 0
+    assert "CACHE_TTL_SECONDS" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_gunicorn_refuses_bad_config_with_one_line_and_no_traceback():
+    gunicorn = Path(sys.executable).parent / "gunicorn"
+    result = subprocess.run(
+        [str(gunicorn), "--config", "gateway/gunicorn.conf.py", "aside_gateway.wsgi:app"],
+        cwd=REPO,
+        env=_bad_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0
+    assert "CACHE_TTL_SECONDS" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ---- circuit breaker -------------------------------------------------------------
+
+
+def test_breaker_skips_then_lets_one_probe_through(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("aside_gateway.cache.time.monotonic", lambda: now[0])
+    breaker = CircuitBreaker(1.0)
+    assert breaker.allow()
+    breaker.record_failure()
+    assert breaker.is_open
+    assert not breaker.allow()
+    now[0] += 1.01
+    assert breaker.allow()  # the probe
+    assert not breaker.allow()  # everyone else keeps skipping while it runs
+    breaker.record_success()
+    assert breaker.allow() and not breaker.is_open
+
+
+# ---- hot path ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "",
+        "email=a%40b.co",
+        "email=a+b@c.d",
+        "email=%ff%fe@x.co",
+        "email=x@y.z&email=second",
+        "email=&cache=on",
+        "cache=off&email=j%C3%BCrgen@b.de",
+        "email=a@b.co&extra",
+        "a=1&&b=2;c=3",
+    ],
+)
+def test_hot_path_reads_the_query_exactly_like_flask(query):
+    from aside_gateway.hot_path import _query
+    from werkzeug.wrappers import Request
+
+    environ = {"QUERY_STRING": query, "REQUEST_METHOD": "GET", "wsgi.url_scheme": "http"}
+    args = Request(environ).args
+    assert _query(environ) == {name: args.get(name) for name in args}
+
+
+def test_hot_path_declines_a_query_that_is_not_utf8():
+    from aside_gateway.hot_path import _query
+
+    assert _query({"QUERY_STRING": "email=\xff@x.co"}) is None
