@@ -52,8 +52,9 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 		--hot-ratio "$(HOT_RATIO)" --reset $(if $(filter 1 yes true,$(INDEX)),--index,)
 
 bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO)
-	@$(ENV) $(VENV)/aside-bench run --rates "$(RATES)" --duration "$(DURATION)" --arms "$(ARMS)" \
-		--warm "$(WARM)" --scenario "$(SCENARIO)"
+	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
+		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
+		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
 
 bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route
 	@$(ENV) $(VENV)/aside-bench ceiling

@@ -1,1 +1,1 @@
-"""Placeholder; filled in by its issue."""
+"""aside-bench: Aside's load driver (k6), result reader (InfluxDB, Prometheus), report writer."""

@@ -1,2 +1,13 @@
+"""Entry point of the aside-bench command."""
+
+import sys
+
+from .cli import main as _main
+
+
 def main() -> None:
-    raise SystemExit("not built yet")
+    sys.exit(_main())
+
+
+if __name__ == "__main__":
+    main()

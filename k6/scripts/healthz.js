@@ -1,0 +1,12 @@
+// The ceiling's baseline: GET /healthz, a trivial route served by the same
+// gunicorn as the reads, at a constant arrival rate.
+import http from 'k6/http';
+import { check } from 'k6';
+import { BASE_URL, TIMEOUT_S, arrivalOptions, countIteration, env } from './lib/common.js';
+
+export const options = arrivalOptions(env('SCENARIO', 'ceiling'));
+
+export default function () {
+  const response = http.get(`${BASE_URL}/healthz`, { tags: { name: 'healthz' }, timeout: `${TIMEOUT_S}s` });
+  countIteration(check(response, { 'healthz: status 200': (r) => r.status === 200 }));
+}

@@ -1,0 +1,139 @@
+"""Turn a run's recorded steps into StepResults, from InfluxDB and Prometheus only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .plan import Step
+from .results import CacheCounts, Latency, StepResult, counter_delta
+from .sources import Influx, Prometheus, Series, quote_literal
+
+GATEWAY_JOB = "gateway"
+CACHE_COUNTERS = {
+    "hits": "aside_gateway_cache_hits_total",
+    "misses": "aside_gateway_cache_misses_total",
+    "bypass": "aside_gateway_cache_bypass_total",
+}
+STEP_TAGS = ("scenario", "arm", "phase", "rate")
+# Iterations started near a step's end finish within the request timeout plus
+# k6's final flush; samples are matched by tags, the window only bounds the scan.
+WINDOW_SLACK_MS = 60_000
+
+StepKey = tuple[str, str, str, int]
+
+
+def step_from_record(record: dict[str, Any]) -> Step:
+    return Step(
+        record["scenario"],
+        record["arm"],
+        record["phase"],
+        int(record["rate"]),
+        record["duration_s"],
+    )
+
+
+def _key(tags: dict[str, str]) -> StepKey | None:
+    try:
+        return (tags["scenario"], tags["arm"], tags["phase"], int(tags["rate"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def _where(run_id: str, records: list[dict[str, Any]]) -> str:
+    start_ms = int(min(r["start"] for r in records) * 1000) - WINDOW_SLACK_MS
+    end_ms = int(max(r["end"] for r in records) * 1000) + WINDOW_SLACK_MS
+    return f'"run_id" = {quote_literal(run_id)} AND time >= {start_ms}ms AND time <= {end_ms}ms'
+
+
+def _latency(row: dict[str, Any]) -> Latency:
+    return Latency(float(row["p50"]), float(row["p95"]), float(row["p99"]), int(row["n"]))
+
+
+def _sums(series: list[Series]) -> dict[StepKey, float]:
+    sums: dict[StepKey, float] = {}
+    for one in series:
+        key = _key(one.tags)
+        if key is not None and one.values:
+            sums[key] = sums.get(key, 0.0) + float(one.rows()[0]["sum"] or 0)
+    return sums
+
+
+def influx_figures(influx: Influx, run_id: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    where = _where(run_id, records)
+    # Latency of the answered requests: a shed request's fast 503 or a timeout is
+    # not a fast or slow answer, it is a failure, and the drop rate counts it.
+    answered = f"{where} AND \"expected_response\" = 'true'"
+    group = ", ".join(f'"{tag}"' for tag in STEP_TAGS)
+    percentiles = (
+        'percentile("value", 50) AS p50, percentile("value", 95) AS p95, '
+        'percentile("value", 99) AS p99, count("value") AS n'
+    )
+    statements = ";".join(
+        [
+            f'SELECT {percentiles} FROM "http_req_duration" WHERE {answered} GROUP BY {group}',
+            f'SELECT {percentiles} FROM "http_req_duration" WHERE {answered} '
+            f'GROUP BY {group}, "name"',
+            f'SELECT sum("value") FROM "iterations" WHERE {where} GROUP BY {group}',
+            f'SELECT sum("value") FROM "dropped_iterations" WHERE {where} GROUP BY {group}',
+            f'SELECT sum("value") FROM "failed_iterations" WHERE {where} GROUP BY {group}',
+        ]
+    )
+    overall, by_name, iterations, dropped, failed = influx.query(statements)
+    latency: dict[StepKey, Latency] = {}
+    for one in overall:
+        key = _key(one.tags)
+        if key is not None and one.values:
+            latency[key] = _latency(one.rows()[0])
+    names: dict[StepKey, dict[str, Latency]] = {}
+    for one in by_name:
+        key = _key(one.tags)
+        if key is not None and one.values:
+            names.setdefault(key, {})[one.tags.get("name", "")] = _latency(one.rows()[0])
+    return {
+        "latency": latency,
+        "by_name": names,
+        "iterations": _sums(iterations),
+        "dropped": _sums(dropped),
+        "failed": _sums(failed),
+    }
+
+
+def cache_counts(prom: Prometheus, start: float, end: float) -> CacheCounts | None:
+    """The gateway's cache counters' increase between two instants; None when
+    Prometheus was not scraping the gateway then (no figure rather than a false 0)."""
+    if prom.scalar(f'max(up{{job="{GATEWAY_JOB}"}})', end) != 1.0:
+        return None
+    deltas = {
+        kind: counter_delta(prom.scalar(f"sum({name})", start), prom.scalar(f"sum({name})", end))
+        for kind, name in CACHE_COUNTERS.items()
+    }
+    return CacheCounts(**deltas)
+
+
+def collect(
+    influx: Influx, prom: Prometheus, run_id: str, records: list[dict[str, Any]]
+) -> list[StepResult]:
+    """Results of the steps that ran to their end (interrupted ones are left out)."""
+    done = [r for r in records if r.get("completed")]
+    if not done:
+        return []
+    figures = influx_figures(influx, run_id, done)
+    results = []
+    for record in done:
+        step = step_from_record(record)
+        key = step.key
+        cache = None
+        if record.get("prom_start") is not None and record.get("prom_end") is not None:
+            cache = cache_counts(prom, record["prom_start"], record["prom_end"])
+        results.append(
+            StepResult(
+                step=step,
+                latency=figures["latency"].get(key),
+                iterations=int(figures["iterations"].get(key, 0)),
+                failed=int(figures["failed"].get(key, 0)),
+                dropped=int(figures["dropped"].get(key, 0)),
+                cache=cache,
+                by_name=figures["by_name"].get(key, {}),
+            )
+        )
+    return results

@@ -1,0 +1,179 @@
+"""What a bench run will do: parsed parameters, the ordered steps, VU sizing.
+
+Pure functions only, so every rule here has a unit test.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+SCENARIOS = ("read", "mixed", "compute")
+WARM_CHOICES = ("both", "cold", "warm")
+CACHE_ARMS = ("nocache", "cache", "index")
+COMPUTE_ARMS = ("go", "python")
+CEILING_ARMS = ("cache", "healthz")
+
+DEFAULT_RATES = {
+    "read": (30, 50, 75, 100, 150, 300, 500, 1000),
+    "mixed": (30, 50, 75, 100, 150, 300, 500, 1000),
+    "compute": (1, 2, 5, 10, 20),
+}
+DEFAULT_ARMS = {
+    "read": ("nocache", "cache"),
+    "mixed": ("nocache", "cache"),
+    "compute": ("go", "python"),
+}
+
+# A rough latency per request when the stack keeps up; it sizes the VUs k6
+# allocates before the step. Generously: an iteration due while k6 is still
+# starting an extra VU is dropped, which would count against the stack.
+EXPECTED_LATENCY_S = {
+    "nocache": 0.1,  # a sequential scan of the table
+    "index": 0.025,
+    "cache": 0.025,
+    "healthz": 0.02,
+    "go": 0.05,
+    "python": 0.3,
+}
+MIN_VUS = 5
+HEADROOM = 4
+MAX_PREALLOCATED_VUS = 500
+# k6 may add VUs up to rate x this budget: past it the stack is far behind, and
+# k6 counts the iterations it cannot start as dropped, which the drop rate shows.
+LATENCY_BUDGET_S = 1.0
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+class PlanError(ValueError):
+    """A bench parameter is invalid; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Step:
+    scenario: str
+    arm: str
+    phase: str  # cold | warm | none
+    rate: int  # target iterations (requests) per second
+    duration_s: int
+
+    @property
+    def label(self) -> str:
+        return series_label(self.arm, self.phase)
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.scenario, self.arm, self.phase, self.rate)
+
+    @property
+    def scheduled(self) -> int:
+        return self.rate * self.duration_s
+
+
+def series_label(arm: str, phase: str) -> str:
+    return arm if phase == "none" else f"{arm} ({phase})"
+
+
+def parse_duration(text: str) -> int:
+    """'30s', '2m', '1m30s' or a bare number of seconds -> seconds (>= 1)."""
+    text = text.strip()
+    if text.isdigit():
+        seconds = int(text)
+    else:
+        match = _DURATION.match(text)
+        if not text or match is None:
+            raise PlanError(f"duration must look like 30s, 2m or 1m30s, got {text!r}")
+        hours, minutes, secs = (int(group or 0) for group in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if seconds < 1:
+        raise PlanError(f"duration must be at least 1s, got {text!r}")
+    return seconds
+
+
+def parse_rates(text: str) -> list[int]:
+    """'30 50,75' -> [30, 50, 75]: positive whole numbers, deduplicated, ascending."""
+    words = [word for word in re.split(r"[\s,]+", text.strip()) if word]
+    if not words:
+        raise PlanError("rates must list at least one rate, e.g. --rates '30 100'")
+    rates: set[int] = set()
+    for word in words:
+        if not word.isdigit() or int(word) < 1:
+            raise PlanError(
+                f"rates must be whole numbers of requests per second >= 1, got {word!r}"
+            )
+        rates.add(int(word))
+    return sorted(rates)
+
+
+def parse_arms(text: str, allowed: tuple[str, ...]) -> list[str]:
+    """'nocache cache' -> ['nocache', 'cache']: known arms, given order, no repeats."""
+    arms: list[str] = []
+    for word in re.split(r"[\s,]+", text.strip()):
+        if not word:
+            continue
+        if word not in allowed:
+            raise PlanError(f"unknown arm {word!r}; choose from {', '.join(allowed)}")
+        if word not in arms:
+            arms.append(word)
+    if not arms:
+        raise PlanError(f"arms must list at least one of {', '.join(allowed)}")
+    return arms
+
+
+def resolve_arms(arms: list[str], seed_indexed: bool) -> list[str]:
+    """Match the uncached arm to the table: 'index' needs the email index, 'nocache' its absence.
+
+    An indexed seed turns 'nocache' into 'index' (the same cache=off requests, but
+    against an indexed table), so a label never claims a table it did not run on.
+    """
+    resolved: list[str] = []
+    for arm in arms:
+        if arm == "index" and not seed_indexed:
+            raise PlanError(
+                "arm 'index' needs a table seeded with an email index (make seed INDEX=1)"
+            )
+        if arm == "nocache" and seed_indexed:
+            arm = "index"
+        if arm not in resolved:
+            resolved.append(arm)
+    return resolved
+
+
+def phases_for(arm: str, warm: str) -> list[str]:
+    """Cache states to run an arm in: only the cache arm has a cold and a warm phase."""
+    if warm not in WARM_CHOICES:
+        raise PlanError(f"warm must be one of {', '.join(WARM_CHOICES)}, got {warm!r}")
+    if arm != "cache":
+        return ["none"]
+    return ["cold", "warm"] if warm == "both" else [warm]
+
+
+def build_steps(
+    scenario: str, rates: list[int], arms: list[str], warm: str, duration_s: int
+) -> list[Step]:
+    """Steps in run order: rising rate, then the arms as given, cold before warm."""
+    if scenario not in SCENARIOS:
+        raise PlanError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
+    allowed = COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
+    for arm in arms:
+        if arm not in allowed:
+            raise PlanError(
+                f"arm {arm!r} does not belong to scenario {scenario}; "
+                f"choose from {', '.join(allowed)}"
+            )
+    return [
+        Step(scenario, arm, phase, rate, duration_s)
+        for rate in rates
+        for arm in arms
+        for phase in (["none"] if scenario == "compute" else phases_for(arm, warm))
+    ]
+
+
+def vus_for(rate: int, arm: str, max_vus_cap: int) -> tuple[int, int]:
+    """(preAllocatedVUs, maxVUs) for a step: rate x latency, with headroom, bounded."""
+    expected = EXPECTED_LATENCY_S.get(arm, 0.05)
+    pre = min(math.ceil(rate * expected * HEADROOM) + MIN_VUS, MAX_PREALLOCATED_VUS, max_vus_cap)
+    most = min(max(math.ceil(rate * LATENCY_BUDGET_S), pre, 10), max_vus_cap)
+    return pre, max(most, pre)

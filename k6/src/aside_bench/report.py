@@ -1,0 +1,256 @@
+"""Write a run's report: report.md, a self-contained report.html, PNG charts,
+and for a ceiling run ceiling.md. Everything comes from StepResults, which come
+from InfluxDB and Prometheus; run.json holds what is needed to rebuild them."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .ceiling import ceiling_of
+from .machine import summary
+from .plan import series_label
+from .results import StepResult
+from .tables import Table, fmt_ms, fmt_pct, fmt_rps, series_order, sweep_tables
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}
+h3{font-size:1.05em;margin-bottom:.3em}
+table{border-collapse:collapse;margin:.4em 0 1.2em;font-size:.9em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4em .8em}
+code{background:#f4f4f4;padding:0 .2em}
+"""
+
+
+@dataclass
+class Doc:
+    """A report as blocks, rendered both to Markdown and to HTML."""
+
+    blocks: list[tuple[str, Any]] = field(default_factory=list)
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(("h", (level, text)))
+
+    def p(self, text: str, note: bool = False) -> None:
+        self.blocks.append(("note" if note else "p", text))
+
+    def ul(self, items: list[str]) -> None:
+        self.blocks.append(("ul", items))
+
+    def table(self, table: Table) -> None:
+        self.blocks.append(("table", table))
+
+    def image(self, path: Path, alt: str) -> None:
+        self.blocks.append(("img", (path, alt)))
+
+    def markdown(self) -> str:
+        out: list[str] = []
+        for kind, value in self.blocks:
+            if kind == "h":
+                out.append("#" * value[0] + " " + value[1] + "\n")
+            elif kind in ("p", "note"):
+                out.append(("> " if kind == "note" else "") + value + "\n")
+            elif kind == "ul":
+                out.append("\n".join(f"- {item}" for item in value) + "\n")
+            elif kind == "table":
+                out.append(value.markdown())
+            elif kind == "img":
+                out.append(f"![{value[1]}]({value[0].name})\n")
+        return "\n".join(out)
+
+    def html(self, title: str) -> str:
+        out = [
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body>"
+        ]
+        for kind, value in self.blocks:
+            if kind == "h":
+                out.append(f"<h{value[0]}>{html.escape(value[1])}</h{value[0]}>")
+            elif kind == "p":
+                out.append(f"<p>{html.escape(value)}</p>")
+            elif kind == "note":
+                out.append(f"<p class='note'>{html.escape(value)}</p>")
+            elif kind == "ul":
+                out.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in value) + "</ul>")
+            elif kind == "table":
+                out.append(value.html())
+            elif kind == "img":
+                data = base64.b64encode(value[0].read_bytes()).decode()
+                out.append(
+                    f"<img alt='{html.escape(value[1])}' src='data:image/png;base64,{data}'>"
+                )
+        out.append("</body></html>")
+        return "\n".join(out)
+
+
+def caption(run: dict[str, Any]) -> str:
+    return f"Run {run['run_id']} on {summary(run['machine'])}."
+
+
+def _context(doc: Doc, run: dict[str, Any]) -> None:
+    params, seed = run["params"], run.get("seed", {})
+    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    items = [
+        f"started {run['created']}, scenario {params.get('scenario')}, "
+        f"{params.get('duration_s')} s per step",
+        f"table: {seed.get('rows')} rows, email index: {'yes' if seed.get('index') else 'no'}, "
+        f"seed {seed.get('seed')}",
+        f"gateway: {run['settings']['gateway_url']}",
+    ]
+    if params.get("scenario") in ("read", "mixed", "ceiling"):
+        items.append(
+            f"request mix: {params['hot_share'] * 100:.0f}% of reads ask for one of the "
+            f"{params.get('hot_count')} hot emails, the rest for one of the first "
+            f"{params.get('cold_sample_used')} cold emails "
+            "(a finite sample, so a warm cache holds it)"
+        )
+    if params.get("scenario") == "mixed":
+        items.append(
+            f"writes: {params['write_share'] * 100:.0f}% of iterations create a user with a "
+            "hot email and delete it again (two requests, one iteration)"
+        )
+    if params.get("scenario") == "compute":
+        items.append(f"compute: complexity {params.get('complexity')}, engine = arm (go | python)")
+    doc.ul(items)
+    if run.get("interrupted"):
+        doc.p(
+            "This run was interrupted: the tables show only the steps that ran to their end.",
+            note=True,
+        )
+    warnings = [
+        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s['warning']}"
+        for s in run["steps"]
+        if s.get("warning")
+    ]
+    if warnings:
+        doc.p("Warnings:", note=True)
+        doc.ul(warnings)
+
+
+DEFINITIONS = [
+    "latency p50/p95/p99: http_req_duration of the step's answered requests (2xx; k6 samples in "
+    "InfluxDB); failed ones (a shed request's fast 503, a timeout) are in the drop rate instead; "
+    "for the mixed scenario reads and writes together (see the table by request kind)",
+    "achieved: successful iterations (requests) per second of the step's duration",
+    "drop rate: (dropped_iterations + failed iterations) / (target rate x duration); an iteration "
+    "is dropped when k6 has no free VU to start it on time (maxVUs = rate x 1 s: the stack is "
+    "more than about a second behind), it fails on a bad status, a bad body or the timeout",
+    "cache hit rate: increase of the gateway's aside_gateway_cache_hits_total over the step "
+    "divided by the increase of hits + misses + bypass (Prometheus, read at the step's start "
+    "and after the first scrape past its end); the uncached arms bypass the cache and so show 0",
+]
+
+
+def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
+    title = f"Aside bench {run['run_id']}"
+    doc = Doc()
+    doc.h(1, title)
+    _context(doc, run)
+    tables = sweep_tables(results) if results else []
+    if not results:
+        doc.p("No step ran to its end, so there is nothing to tabulate.", note=True)
+    doc.h(2, "Results")
+    for table in tables:
+        doc.table(table)
+    doc.h(2, "How the figures are computed")
+    doc.ul(DEFINITIONS)
+    if results:
+        from . import charts  # matplotlib is slow to import: only when drawing
+
+        doc.h(2, "Charts")
+        for path in charts.sweep_charts(results, out_dir, caption(run)):
+            doc.image(path, path.stem.replace("_", " "))
+    _write(doc, out_dir / "report.md", out_dir / "report.html", title)
+    return tables
+
+
+def ceiling_tables(
+    results: list[StepResult], p95_limit_ms: float
+) -> tuple[list[Table], dict[str, Any]]:
+    summary_rows, found = [], {}
+    trials_rows = []
+    for arm, phase in series_order(results):
+        series = [r for r in results if (r.step.arm, r.step.phase) == (arm, phase)]
+        history = [(r.step.rate, r.holds(p95_limit_ms)) for r in series]
+        ceiling, capped = ceiling_of(history)
+        found[arm] = {"ceiling": ceiling, "capped": capped}
+        summary_rows.append([series_label(arm, phase), (">= " if capped else "") + str(ceiling)])
+        for r in series:
+            trials_rows.append(
+                [
+                    series_label(arm, phase),
+                    str(r.step.rate),
+                    fmt_ms(r.latency.p95 if r.latency else None),
+                    fmt_ms(r.latency.p99 if r.latency else None),
+                    fmt_rps(r.achieved_rps),
+                    fmt_pct(r.drop_rate),
+                    "held" if r.holds(p95_limit_ms) else "missed",
+                ]
+            )
+    if "cache" in found and "healthz" in found and found["healthz"]["ceiling"] > 0:
+        ratio = found["cache"]["ceiling"] / found["healthz"]["ceiling"]
+        found["ratio"] = ratio
+        summary_rows.append(["cache / healthz", f"{ratio:.2f}"])
+    tables = [
+        Table(
+            f"highest rate held at p95 <= {p95_limit_ms:g} ms with no drops (requests/s)",
+            ["arm", "ceiling /s"],
+            summary_rows,
+        ),
+        Table(
+            "every step, in the order run",
+            ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict"],
+            trials_rows,
+        ),
+    ]
+    return tables, found
+
+
+def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
+    limit = float(run["params"]["p95_limit_ms"])
+    title = f"Aside ceiling {run['run_id']}"
+    doc = Doc()
+    doc.h(1, title)
+    _context(doc, run)
+    doc.p(
+        "The cache arm reads counts with a warm cache (the read mix); the healthz arm asks a "
+        "trivial route of the same gunicorn. The ratio says how much of the server's own "
+        "ceiling the cached read path keeps."
+    )
+    tables, _ = ceiling_tables(results, limit)
+    for table in tables:
+        doc.table(table)
+    if results:
+        from . import charts
+
+        chart = charts.ceiling_chart(
+            results,
+            out_dir / "ceiling.png",
+            limit,
+            "ceiling search: p95 by target rate",
+            caption(run),
+        )
+        doc.image(chart, "ceiling")
+    _write(doc, out_dir / "ceiling.md", out_dir / "report.html", title)
+    return tables
+
+
+def _write(doc: Doc, md_path: Path, html_path: Path, title: str) -> None:
+    md_path.write_text(doc.markdown())
+    html_path.write_text(doc.html(title))
+
+
+def save_run(run: dict[str, Any], out_dir: Path) -> None:
+    path = out_dir / "run.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(run, indent=2) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,250 @@
+"""Drive a bench: prepare each step's state, run k6, read back the step's figures,
+show progress, stop cleanly on Ctrl-C, and write the report."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from . import report
+from .collect import GATEWAY_JOB, collect
+from .config import Settings
+from .k6run import K6Process, LoadShape, k6_command, script_for
+from .machine import describe
+from .plan import Step, vus_for
+from .results import StepResult
+from .sources import Influx, Prometheus, SourceError
+from .stack import (
+    SeedData,
+    StackError,
+    connect,
+    flush_cache,
+    remove_bench_users,
+    wait_until_quiet,
+    warm_cache,
+)
+from .tables import fmt_ms, fmt_pct, fmt_rps
+
+EXIT_INTERRUPTED = 130
+# Prometheus scrapes every 2 s; a scrape may be late under load.
+SCRAPE_WAIT_S = 15.0
+
+
+class StepFailed(RuntimeError):
+    """k6 exited with an error that is not ours to retry."""
+
+
+@dataclass
+class Options:
+    run_id: str
+    out_dir: Path
+    data_dir: Path
+    shape: LoadShape
+    max_vus: int
+    recover_timeout_s: float
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def quick_line(result: StepResult) -> str:
+    latency = result.latency
+    parts = [
+        f"p95 {fmt_ms(latency.p95 if latency else None)} ms",
+        f"achieved {fmt_rps(result.achieved_rps)}/s",
+        f"drops {fmt_pct(result.drop_rate)}",
+    ]
+    if result.step.arm in ("cache", "nocache", "index"):
+        parts.append(f"hits {fmt_pct(result.hit_rate)}")
+    return "  ".join(parts)
+
+
+class Runner:
+    def __init__(self, settings: Settings, options: Options, seed: SeedData, run: dict[str, Any]):
+        self.settings = settings
+        self.options = options
+        self.seed = seed
+        self.run = run
+        self.influx = Influx(settings.influx_base, settings.influx_db)
+        self.prom = Prometheus(settings.prometheus_url)
+        self.current: K6Process | None = None
+        self.interrupted = False
+        self.started = time.monotonic()
+        self.step_seconds: list[float] = []
+
+    # ---- Ctrl-C ----------------------------------------------------------------
+    def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
+        self.interrupted = True
+        if self.current is not None and self.current.process is not None:
+            print("\ninterrupted: stopping k6 (it flushes what it measured)...", flush=True)
+            self.current.interrupt()
+        else:
+            raise KeyboardInterrupt
+
+    def install_signal_handler(self) -> None:
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    # ---- one step --------------------------------------------------------------
+    def read_emails(self) -> list[str]:
+        """Every email the read mix asks for; hot last, so they are filled last and
+        expire last (the cache TTL runs from the fill)."""
+        return self.seed.cold[: self.options.shape.cold_sample] + self.seed.hot
+
+    def _prepare(self, step: Step, record: dict[str, Any]) -> None:
+        try:
+            waited = wait_until_quiet(self.settings, self.options.recover_timeout_s)
+            record["quiet_wait_s"] = round(waited, 2)
+        except StackError as error:
+            record["warning"] = str(error)
+            print(f"  warning: {error}; running the step anyway", flush=True)
+        if step.phase == "cold":
+            flush_cache(self.settings)
+            record["prep"] = "cache flushed"
+        elif step.phase == "warm":
+            # A sweep's warm steps all start from a fresh fill; the ceiling's
+            # steps only top up what expired (a full refill costs a scan per key).
+            warmed = warm_cache(self.settings, self.read_emails(), flush=step.scenario != "ceiling")
+            record["prep"] = (
+                f"cache warmed: {warmed['keys']} keys in {warmed['fill_s']} s, "
+                f"{warmed['hit_share_after']:.0%} hits on a re-read"
+            )
+            record["warm"] = warmed
+
+    def run_step(self, step: Step) -> StepResult | None:
+        vus = vus_for(step.rate, step.arm, self.options.max_vus)
+        record: dict[str, Any] = {
+            "scenario": step.scenario,
+            "arm": step.arm,
+            "phase": step.phase,
+            "rate": step.rate,
+            "duration_s": step.duration_s,
+            "vus": list(vus),
+            "script": script_for(step),
+            "completed": False,
+        }
+        self.run["steps"].append(record)
+        self._prepare(step, record)
+        # The cache counters at the start must include everything the preparation did.
+        self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
+        record["prom_start"] = time.time()
+        command = k6_command(
+            self.settings, step, self.options.run_id, self.options.shape, vus, self.options.data_dir
+        )
+        log_path = self.options.out_dir / "k6.log"
+        self.current = K6Process(command, log_path)
+        record["start"] = time.time()
+        try:
+            code = self.current.run()
+        finally:
+            record["end"] = time.time()
+            record["k6_exit"] = self.current.process.returncode if self.current.process else None
+            self.current = None
+        if self.interrupted:
+            record["interrupted"] = True
+            return None
+        if code != 0:
+            raise StepFailed(
+                f"k6 exited with {code} on {step.label} @ {step.rate}/s; see {log_path}"
+            )
+        record["prom_end"] = self.prom.wait_for_scrape_after(
+            GATEWAY_JOB, record["end"], SCRAPE_WAIT_S
+        )
+        record["completed"] = True
+        results = collect(self.influx, self.prom, self.options.run_id, [record])
+        return results[0] if results else None
+
+    # ---- the loop --------------------------------------------------------------
+    def _eta(self, remaining: int) -> str:
+        mean = sum(self.step_seconds) / len(self.step_seconds)
+        return _clock(mean * remaining)
+
+    def step_with_progress(self, step: Step, head: str, remaining: int | None) -> StepResult | None:
+        """Run a step between two progress lines: the announcement, then its quick result."""
+        print(f"{head} ...", flush=True)
+        began = time.monotonic()
+        result = self.run_step(step)
+        report.save_run(self.run, self.options.out_dir)
+        if self.interrupted:
+            return None
+        self.step_seconds.append(time.monotonic() - began)
+        prep = self.run["steps"][-1].get("prep")
+        line = quick_line(result) if result else "no samples"
+        tail = f"elapsed {_clock(time.monotonic() - self.started)}"
+        if remaining is not None:
+            tail += f", ETA {self._eta(remaining)}"
+        print(f"{head}  {line}" + (f"  ({prep})" if prep else "") + f"  | {tail}", flush=True)
+        return result
+
+    def run_steps(self, steps: list[Step]) -> None:
+        total = len(steps)
+        width = len(str(total))
+        for index, step in enumerate(steps, start=1):
+            head = f"[{index:>{width}}/{total}] {step.scenario} {step.label:<14} @ {step.rate:>5}/s"
+            self.step_with_progress(step, head, total - index)
+            if self.interrupted:
+                return
+
+    def cleanup(self) -> None:
+        """Remove users an interrupted mixed step left, so the table keeps its row count."""
+        if not any(s["scenario"] == "mixed" for s in self.run["steps"]):
+            return
+        try:
+            with connect(self.settings) as conn:
+                if remove_bench_users(conn):
+                    flush_cache(self.settings)
+        except StackError as error:
+            print(f"warning: could not remove the mixed step's users: {error}", file=sys.stderr)
+
+    def results(self) -> list[StepResult]:
+        return collect(self.influx, self.prom, self.options.run_id, self.run["steps"])
+
+
+def new_run(
+    kind: str, run_id: str, params: dict[str, Any], seed: SeedData, settings: Settings
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "kind": kind,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "params": params,
+        "machine": describe(),
+        "seed": seed.meta,
+        "settings": {
+            "gateway_url": settings.gateway_url,
+            "influxdb_url": settings.influx_url,
+            "prometheus_url": settings.prometheus_url,
+        },
+        "steps": [],
+        "interrupted": False,
+    }
+
+
+def finish(
+    runner: Runner, writer: Callable[[dict[str, Any], list[StepResult], Path], Any]
+) -> list[StepResult]:
+    runner.run["interrupted"] = runner.interrupted
+    runner.run["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+    runner.cleanup()
+    report.save_run(runner.run, runner.options.out_dir)
+    try:
+        results = runner.results()
+    except SourceError as error:
+        print(f"aside-bench: could not read the results back: {error}", file=sys.stderr)
+        return []
+    tables = writer(runner.run, results, runner.options.out_dir)
+    print()
+    for table in tables:
+        print(table.markdown())
+    print(f"report: {runner.options.out_dir}/")
+    return results

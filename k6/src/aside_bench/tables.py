@@ -1,0 +1,177 @@
+"""The report's tables, built from StepResults (pure, unit-tested)."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from .plan import series_label
+from .results import StepResult
+
+MISSING = "n/a"
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", "", "| " + " | ".join(self.headers) + " |"]
+        lines.append("|" + "|".join("---:" if i else "---" for i in range(len(self.headers))) + "|")
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def html(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+            for row in self.rows
+        )
+        return (
+            f"<h3>{html.escape(self.title)}</h3>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    if value < 10:
+        return f"{value:.2f}"
+    if value < 100:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def fmt_pct(value: float | None) -> str:
+    return MISSING if value is None else f"{value * 100:.1f}%"
+
+
+def fmt_rps(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def series_order(results: list[StepResult]) -> list[tuple[str, str]]:
+    """(arm, phase) pairs in the order they first ran."""
+    seen: list[tuple[str, str]] = []
+    for result in results:
+        pair = (result.step.arm, result.step.phase)
+        if pair not in seen:
+            seen.append(pair)
+    return seen
+
+
+def rates_of(results: list[StepResult]) -> list[int]:
+    return sorted({r.step.rate for r in results})
+
+
+def has_cache(results: list[StepResult]) -> bool:
+    return any(r.step.scenario != "compute" for r in results)
+
+
+def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
+    """Every figure of one arm (and phase) at each rate."""
+    with_hits = has_cache(results)
+    headers = ["target /s", "p50 ms", "p95 ms", "p99 ms", "achieved /s", "drop rate"]
+    if with_hits:
+        headers.append("cache hit rate")
+    rows = []
+    for result in sorted(
+        (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
+        key=lambda r: r.step.rate,
+    ):
+        latency = result.latency
+        row = [
+            str(result.step.rate),
+            fmt_ms(latency.p50 if latency else None),
+            fmt_ms(latency.p95 if latency else None),
+            fmt_ms(latency.p99 if latency else None),
+            fmt_rps(result.achieved_rps),
+            fmt_pct(result.drop_rate),
+        ]
+        if with_hits:
+            row.append(fmt_pct(result.hit_rate))
+        rows.append(row)
+    return Table(f"{series_label(arm, phase)}", headers, rows)
+
+
+def _find(results: list[StepResult], arm: str, phase: str, rate: int) -> StepResult | None:
+    for result in results:
+        if (result.step.arm, result.step.phase, result.step.rate) == (arm, phase, rate):
+            return result
+    return None
+
+
+def _baseline_and_best(
+    pairs: list[tuple[str, str]],
+) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """The uncached arm and the cache arm's best phase, when both ran."""
+    uncached = next((p for p in pairs if p[0] in ("nocache", "index")), None)
+    cached = [p for p in pairs if p[0] == "cache"]
+    if uncached is None or not cached:
+        return None
+    best = next((p for p in cached if p[1] == "warm"), cached[0])
+    return uncached, best
+
+
+def comparison_table(results: list[StepResult], percentile: str = "p95") -> Table:
+    """One row per rate: a percentile and the drop rate of every series side by side,
+    plus how many times faster the cache is than the uncached arm at that rate."""
+    pairs = series_order(results)
+    headers = ["target /s"]
+    for arm, phase in pairs:
+        headers += [
+            f"{series_label(arm, phase)} {percentile} ms",
+            f"{series_label(arm, phase)} drops",
+        ]
+    versus = _baseline_and_best(pairs)
+    if versus:
+        headers.append(f"{series_label(*versus[0])} / {series_label(*versus[1])} {percentile}")
+    rows = []
+    for rate in rates_of(results):
+        row = [str(rate)]
+        for arm, phase in pairs:
+            result = _find(results, arm, phase, rate)
+            value = getattr(result.latency, percentile) if result and result.latency else None
+            row += [fmt_ms(value), fmt_pct(result.drop_rate) if result else MISSING]
+        if versus:
+            slow = _find(results, *versus[0], rate)
+            fast = _find(results, *versus[1], rate)
+            ratio = None
+            if slow and fast and slow.latency and fast.latency:
+                fast_value = getattr(fast.latency, percentile)
+                if fast_value > 0:
+                    ratio = getattr(slow.latency, percentile) / fast_value
+            row.append(MISSING if ratio is None else f"{ratio:.1f}x")
+        rows.append(row)
+    return Table(f"{percentile} latency and drop rate by target rate", headers, rows)
+
+
+def per_request_table(results: list[StepResult]) -> Table | None:
+    """p95 of each request kind (count, create, delete), for runs that mix them."""
+    names = sorted({name for r in results for name in r.by_name})
+    if len(names) < 2:
+        return None
+    headers = ["series", "target /s"] + [f"{name} p95 ms" for name in names]
+    rows = []
+    for arm, phase in series_order(results):
+        for rate in rates_of(results):
+            result = _find(results, arm, phase, rate)
+            if result is None:
+                continue
+            cells = [
+                fmt_ms(result.by_name[n].p95) if n in result.by_name else MISSING for n in names
+            ]
+            rows.append([series_label(arm, phase), str(rate), *cells])
+    return Table("p95 latency by request kind", headers, rows)
+
+
+def sweep_tables(results: list[StepResult]) -> list[Table]:
+    tables = [comparison_table(results)]
+    tables += [series_table(results, arm, phase) for arm, phase in series_order(results)]
+    extra = per_request_table(results)
+    if extra is not None:
+        tables.append(extra)
+    return tables
