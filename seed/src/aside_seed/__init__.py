@@ -1,1 +1,1 @@
-"""Placeholder; filled in by its issue."""
+"""aside-seed: Faker-made users loaded into PostgreSQL with COPY (see seed/README.md)."""

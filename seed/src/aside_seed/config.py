@@ -1,0 +1,45 @@
+"""Every environment variable aside-seed reads, read here and nowhere else."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from aside_seed.errors import UsageError
+
+DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:55432/aside"
+# seed/src/aside_seed/config.py -> the repository root is three folders up.
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class Config:
+    database_url: str
+    # Where hot_emails.json, cold_emails.json, user_ids.json and seed_meta.json go.
+    data_dir: Path
+    schema_path: Path
+    # Test-only: abort the COPY after this many rows (ASIDE_SEED_FAIL_AFTER_ROWS).
+    fail_after_rows: int | None
+
+
+def load_config(env: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if env is None else env
+    root = Path(env.get("ASIDE_ROOT") or REPO_ROOT)
+    data_dir = env.get("ASIDE_K6_DATA_DIR") or str(root / "k6" / "data")
+    return Config(
+        database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+        data_dir=Path(data_dir),
+        schema_path=root / "contracts" / "schema.sql",
+        fail_after_rows=_optional_count(env, "ASIDE_SEED_FAIL_AFTER_ROWS"),
+    )
+
+
+def _optional_count(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit()):
+        raise UsageError(f"{name} must be a whole number >= 0, got {raw!r}")
+    return int(raw)
