@@ -1,0 +1,56 @@
+"""README is the front door: every environment variable a part of Aside reads
+is documented, in the root README or in that part's own README."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from stack_helpers import ROOT
+
+# Where each part reads its environment (the one place per service), and the
+# README that documents its own variables.
+PARTS = {
+    "stack": ([ROOT / "infra/env.sh"], None),
+    "gateway": (
+        [ROOT / "gateway/src/aside_gateway/config.py", ROOT / "gateway/gunicorn.conf.py"],
+        ROOT / "gateway/README.md",
+    ),
+    "core": (sorted((ROOT / "core-go/internal/config").glob("*.go")), ROOT / "core-go/README.md"),
+    "seed": ([ROOT / "seed/src/aside_seed/config.py"], ROOT / "seed/README.md"),
+    "bench": ([ROOT / "k6/src/aside_bench/config.py"], ROOT / "k6/README.md"),
+}
+# Names that look like variables but are not read from the environment.
+NOT_ENV = {"ASIDE_ROOT"}
+
+
+def names_read(sources: list[Path]) -> set[str]:
+    names: set[str] = set()
+    for path in sources:
+        text = path.read_text()
+        if path.suffix == ".sh":
+            names |= set(re.findall(r"^([A-Z][A-Z0-9_]+)=\$\{", text, re.M))
+        else:
+            names |= set(re.findall(r'"((?:ASIDE|CORE|GATEWAY|DB|REDIS|CACHE|LAB|PYTHON|'
+                                    r'DATABASE|INFLUXDB|PROMETHEUS|WRITE|METRICS|K6)[A-Z0-9_]*)"',
+                                    text))  # fmt: skip
+    return names - NOT_ENV
+
+
+@pytest.mark.parametrize("part", sorted(PARTS))
+def test_every_variable_is_documented(part: str) -> None:
+    sources, own_readme = PARTS[part]
+    docs = (ROOT / "README.md").read_text()
+    if own_readme is not None:
+        docs += own_readme.read_text()
+    read = names_read(sources)
+    assert read, f"found no variables for {part}: is the config module where this test looks?"
+    missing = sorted(n for n in read if f"`{n}`" not in docs)
+    assert not missing, f"{part} reads undocumented variables: {missing}"
+
+
+def test_shared_contract_variables_are_in_root_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in ("DATABASE_URL", "REDIS_URL", "CORE_URL", "INFLUXDB_URL", "PROMETHEUS_URL"):
+        assert f"`{name}`" in readme
