@@ -7,3 +7,18 @@ CREATE TABLE IF NOT EXISTS users (
     email      text        NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Idempotency keys of POST /api/v1/users (the core's, see core-go/README.md).
+-- A row is written in the same transaction as the user it created, so a key
+-- is either absent or holds the complete answer. No foreign key to users: the
+-- seeder swaps the users table, and a replay returns the stored answer even if
+-- the user was deleted since. Rows older than 24 h count as absent and are
+-- purged in small batches by the core; the created_at index keeps that cheap.
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key          text        PRIMARY KEY,
+    request_hash bytea       NOT NULL,
+    status       smallint,
+    response     bytea,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (created_at);

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -375,5 +376,71 @@ func TestRunRejectsBadConfigInProcess(t *testing.T) {
 		func(k string) string { return map[string]string{"CORE_REDIS_TIMEOUT_MS": "0"}[k] }, io.Discard)
 	if err == nil || !strings.HasPrefix(err.Error(), "CORE_REDIS_TIMEOUT_MS: ") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+var metricsLine = regexp.MustCompile(`msg="aside-core metrics listening" addr=(\S+)`)
+
+// The production profile with the real binary: /metrics only on its own
+// listener, and an unexpected database error (here: the users table is not
+// on the search_path) is a bare 500 internal with the detail in the log only.
+func TestProductionProfileHidesMetricsAndInternals(t *testing.T) {
+	dbURL, err := url.Parse(env.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := dbURL.Query()
+	q.Set("search_path", "no_such_schema")
+	dbURL.RawQuery = q.Encode()
+	c := startCore(t, "ASIDE_PROFILE=production", "CORE_METRICS_ADDR=127.0.0.1:0", "DATABASE_URL="+dbURL.String())
+	m := metricsLine.FindStringSubmatch(c.stdout.String())
+	if m == nil {
+		t.Fatalf("no metrics listener logged: %q", c.stdout)
+	}
+
+	resp, err := http.Get(c.url("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"code":"not_found"`) {
+		t.Fatalf("public /metrics: %d %s", resp.StatusCode, body)
+	}
+	resp, err = http.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `aside_core_info{profile="production"} 1`) {
+		t.Fatalf("metrics listener: %d %s", resp.StatusCode, body)
+	}
+
+	resp, err = http.Post(c.url("/api/v1/users"), "application/json", strings.NewReader(`{"username":"ada","email":"ada@example.com"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || string(body) != `{"error":{"code":"internal","message":"internal error"}}` {
+		t.Fatalf("unexpected database error: %d %s", resp.StatusCode, body)
+	}
+	pollUntil(t, 5*time.Second, "the error in the log", func() bool {
+		return strings.Contains(c.stdout.String(), "42P01")
+	})
+}
+
+func TestMetricsListenErrorNamesTheVariable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(coreBinary(t))
+	cmd.Env = baseEnv("CORE_METRICS_ADDR=" + ln.Addr().String())
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "aside-core: CORE_METRICS_ADDR: cannot listen on "+ln.Addr().String()) {
+		t.Fatalf("err %v, output %q", err, out)
 	}
 }

@@ -32,6 +32,13 @@ const (
 	idleTimeout       = 120 * time.Second
 )
 
+// Expired idempotency keys are deleted at most keyPurgeBatch per round: a
+// small, bounded statement that never holds many locks at once.
+const (
+	keyPurgeInterval = time.Minute
+	keyPurgeBatch    = 1000
+)
+
 // run is the whole program, callable from tests: args as os.Args, getenv
 // as os.Getenv, logs to stdout. It returns when ctx ends and the server has
 // drained, or on a configuration or listen error.
@@ -85,13 +92,27 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			{Name: "postgres", Ping: users.Ping},
 			{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
-		Log: log,
+		Log:             log,
+		SeparateMetrics: cfg.MetricsAddr != "",
 	})
 
+	metricsSrv, err := serveMetrics(cfg.MetricsAddr, m, log)
+	if err != nil {
+		return err
+	}
+	if metricsSrv != nil {
+		defer metricsSrv.Close()
+	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("CORE_LISTEN_ADDR: cannot listen on %s: %w", cfg.ListenAddr, err)
 	}
+	// Expired idempotency keys are ignored anyway; purging keeps the table small.
+	purgeCtx, stopPurge := context.WithCancel(ctx)
+	defer stopPurge()
+	go users.PurgeExpiredKeysEvery(purgeCtx, keyPurgeInterval, keyPurgeBatch, func(err error) {
+		log.Warn("purging expired idempotency keys failed", "err", err)
+	})
 	srv := &http.Server{
 		Handler:           router,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -122,6 +143,33 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveMetrics starts the separate /metrics listener when addr is set
+// (production: metrics stay off the public port).
+func serveMetrics(addr string, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("CORE_METRICS_ADDR: cannot listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           httpapi.MetricsMux(m),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("aside-core metrics listening", "addr", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	return srv, nil
 }
 
 // healthcheck is for images without curl: GET url, succeed on 200.

@@ -29,12 +29,18 @@ const (
 	DefaultDatabaseURL = "postgresql://aside@127.0.0.1:55432/aside"
 	DefaultRedisURL    = "redis://127.0.0.1:56379/0"
 	DefaultListenAddr  = "127.0.0.1:58080"
+	// DefaultProductionMetricsAddr keeps /metrics off the public listener
+	// in production: loopback only, for a local Prometheus or agent.
+	DefaultProductionMetricsAddr = "127.0.0.1:58089"
 )
 
 // Config is everything aside-core reads from its environment.
 type Config struct {
 	Profile    Profile
 	ListenAddr string
+	// MetricsAddr, when set, serves /metrics on a listener of its own and
+	// the public one answers /metrics 404. Empty: /metrics is public (lab).
+	MetricsAddr string
 
 	DatabaseURL         string
 	DBPoolMax           int32
@@ -79,6 +85,19 @@ func Load(getenv func(string) string) (Config, error) {
 	cfg.ListenAddr = r.str("CORE_LISTEN_ADDR", DefaultListenAddr)
 	if _, port, err := net.SplitHostPort(cfg.ListenAddr); err != nil || !validPort(port) {
 		r.fail("CORE_LISTEN_ADDR", fmt.Sprintf("must be host:port, e.g. %s, got %q", DefaultListenAddr, cfg.ListenAddr))
+	}
+
+	metricsDefault := ""
+	if cfg.Profile == ProfileProduction {
+		metricsDefault = DefaultProductionMetricsAddr
+	}
+	cfg.MetricsAddr = r.str("CORE_METRICS_ADDR", metricsDefault)
+	if cfg.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(cfg.MetricsAddr); err != nil || !validPort(port) {
+			r.fail("CORE_METRICS_ADDR", fmt.Sprintf("must be host:port, e.g. %s, got %q", DefaultProductionMetricsAddr, cfg.MetricsAddr))
+		} else if cfg.MetricsAddr == cfg.ListenAddr && port != "0" {
+			r.fail("CORE_METRICS_ADDR", "must differ from CORE_LISTEN_ADDR")
+		}
 	}
 
 	// In production a silent fallback to the lab's URLs would hide a

@@ -31,6 +31,7 @@ func TestDefaults(t *testing.T) {
 		{"shutdown", cfg.ShutdownTimeout, 10 * time.Second},
 		{"compute", cfg.ComputeMaxConcurrency, runtime.GOMAXPROCS(0)},
 		{"invalidation", cfg.InvalidationDeadline, 300 * time.Millisecond},
+		{"metrics on the public listener", cfg.MetricsAddr, ""},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -90,6 +91,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CORE_SHUTDOWN_TIMEOUT", "soon"},
 		{"CORE_SHUTDOWN_TIMEOUT", "-1s"},
 		{"CORE_DB_HEALTH_CHECK_PERIOD", "1ms"},
+		{"CORE_METRICS_ADDR", "58089"},
+		{"CORE_METRICS_ADDR", "127.0.0.1:58080"}, // the default CORE_LISTEN_ADDR
 	}
 	for _, b := range bad {
 		_, err := config.Load(env(map[string]string{b.name: b.value}))
@@ -122,5 +125,22 @@ func TestDatabaseURLErrorHidesPassword(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("error leaks the password: %q", err)
+	}
+}
+
+// Production keeps /metrics off the public listener unless told where.
+func TestProductionServesMetricsOnLoopbackByDefault(t *testing.T) {
+	base := map[string]string{"ASIDE_PROFILE": "production", "DATABASE_URL": "postgresql://a@b/c", "REDIS_URL": "redis://r:6379/0"}
+	cfg, err := config.Load(env(base))
+	if err != nil || cfg.MetricsAddr != "127.0.0.1:58089" {
+		t.Fatalf("metrics addr %q, err %v", cfg.MetricsAddr, err)
+	}
+	base["CORE_METRICS_ADDR"] = "10.0.0.5:9100"
+	if cfg, err = config.Load(env(base)); err != nil || cfg.MetricsAddr != "10.0.0.5:9100" {
+		t.Fatalf("metrics addr %q, err %v", cfg.MetricsAddr, err)
+	}
+	lab, err := config.Load(env(map[string]string{"CORE_METRICS_ADDR": "127.0.0.1:0"}))
+	if err != nil || lab.MetricsAddr != "127.0.0.1:0" {
+		t.Fatalf("lab metrics addr %q, err %v", lab.MetricsAddr, err)
 	}
 }

@@ -20,6 +20,7 @@ const (
 	codeConflict             = "conflict"
 	codePayloadTooLarge      = "payload_too_large"
 	codeUnsupportedMediaType = "unsupported_media_type"
+	codeIdempotencyKeyReused = "idempotency_key_reused"
 	codeInternal             = "internal"
 	codeDatabaseUnavailable  = "database_unavailable"
 	codeUnavailable          = "unavailable"

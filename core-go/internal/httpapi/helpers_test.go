@@ -54,6 +54,8 @@ type serverOpts struct {
 	// noStatementTimeout leaves the server without a statement_timeout, so
 	// only the client's deadline ends a stuck statement.
 	noStatementTimeout bool
+	// separateMetrics serves /metrics elsewhere, as in production.
+	separateMetrics bool
 }
 
 // testServer is the real router over real PostgreSQL and Redis.
@@ -107,7 +109,8 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 			{Name: "postgres", Ping: users.Ping},
 			{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
-		Log: slog.New(slog.NewTextHandler(logs, nil)),
+		Log:             slog.New(slog.NewTextHandler(logs, nil)),
+		SeparateMetrics: o.separateMetrics,
 	})
 	return &testServer{router: router, metrics: m, limiter: limiter, rdb: rdb, logs: logs}
 }

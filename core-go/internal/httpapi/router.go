@@ -4,6 +4,7 @@ package httpapi
 
 import (
 	"log/slog"
+	"net/http"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,6 +21,9 @@ type Deps struct {
 	Metrics     *metrics.Metrics
 	Ready       []Check
 	Log         *slog.Logger
+	// SeparateMetrics: /metrics is served on a listener of its own
+	// (MetricsHandler), so this router answers it 404 like any unknown path.
+	SeparateMetrics bool
 }
 
 func init() {
@@ -40,7 +44,9 @@ func NewRouter(d Deps) *gin.Engine {
 
 	r.GET("/healthz", healthz)
 	r.GET("/readyz", readyz(d.Ready))
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
+	if !d.SeparateMetrics {
+		r.GET("/metrics", gin.WrapH(MetricsHandler(d.Metrics)))
+	}
 
 	writes := writeDeps{users: d.Users, invalidator: d.Invalidator, log: d.Log,
 		uncertain: d.Metrics.UncertainWritesTotal.Inc}
@@ -54,4 +60,17 @@ func NewRouter(d Deps) *gin.Engine {
 	api.POST("/compute", computeChecksum(computeDeps{limiter: d.Limiter, rejected: d.Metrics.ComputeRejected,
 		duration: d.Metrics.ComputeDuration}))
 	return r
+}
+
+// MetricsHandler serves the Prometheus exposition of m at /metrics and
+// nothing else (for the separate metrics listener).
+func MetricsHandler(m *metrics.Metrics) http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
+
+// MetricsMux is the separate metrics listener's handler: /metrics, else 404.
+func MetricsMux(m *metrics.Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", MetricsHandler(m))
+	return mux
 }

@@ -108,3 +108,23 @@ func grep(text, prefix string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// With a separate metrics listener (production) the public router hides
+// /metrics; the metrics handler serves it and nothing else.
+func TestSeparateMetricsListener(t *testing.T) {
+	s := newServer(t, serverOpts{separateMetrics: true})
+	wantError(t, s.do(http.MethodGet, "/metrics", ""), http.StatusNotFound, codeNotFound)
+	mux := MetricsMux(s.metrics)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `aside_core_http_requests_total{method="GET",route="unmatched",status="404"} 1`) {
+		t.Fatalf("metrics listener: %d\n%s", rec.Code, rec.Body)
+	}
+	for _, path := range []string{"/", "/healthz", "/api/v1/users"} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusNotFound {
+			t.Fatalf("metrics listener answers %s with %d", path, rec.Code)
+		}
+	}
+}

@@ -18,6 +18,8 @@ import (
 // UserWriter is what the user handlers need from the database.
 type UserWriter interface {
 	CreateUser(ctx context.Context, username, email string) (store.User, error)
+	CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string,
+		render func(store.User) store.Answer) (store.Once, error)
 	UpdateUser(ctx context.Context, id int64, upd store.Update) (store.Updated, error)
 	DeleteUser(ctx context.Context, id int64) (store.User, error)
 }
@@ -61,6 +63,11 @@ type writeDeps struct {
 
 func createUser(d writeDeps) gin.HandlerFunc {
 	return func(c *gin.Context) {
+		key, hasKey, e := idempotencyKey(c.Request)
+		if e != nil {
+			abortWith(c, e)
+			return
+		}
 		var body userBody
 		if e := decodeObject(c, &body, userFields...); e != nil {
 			abortWith(c, e)
@@ -76,17 +83,63 @@ func createUser(d writeDeps) gin.HandlerFunc {
 			abortWith(c, e)
 			return
 		}
-		ctx := writeContext(c)
-		u, err := d.users.CreateUser(ctx, username, email)
+		if hasKey {
+			d.createOnce(c, key, username, email)
+			return
+		}
+		u, err := d.users.CreateUser(writeContext(c), username, email)
 		if err != nil {
 			// The new id is unknown; only the count can be dropped.
 			d.fail(c, err, []string{cache.CountKey(email)})
 			return
 		}
 		d.invalidate(c, cache.StaleAfterCreate(cache.UserRef{ID: u.ID, Email: u.Email}))
-		c.Header("Location", "/api/v1/users/"+strconv.FormatInt(u.ID, 10))
-		c.JSON(http.StatusCreated, newUserJSON(u))
+		sendCreated(c, createdAnswer(u))
 	}
+}
+
+// createOnce is a create under an Idempotency-Key: the first request with a
+// key inserts and stores its answer; a retry with the same body gets that
+// answer again (Idempotent-Replayed: true) and writes nothing.
+func (d writeDeps) createOnce(c *gin.Context, key, username, email string) {
+	once, err := d.users.CreateUserOnce(writeContext(c), key, createRequestHash(username, email),
+		username, email, createdAnswer)
+	switch {
+	case errors.Is(err, store.ErrKeyReused):
+		abortWith(c, &apiError{status: http.StatusUnprocessableEntity, code: codeIdempotencyKeyReused,
+			message: "this Idempotency-Key was already used with a different request body"})
+		return
+	case err != nil:
+		d.fail(c, err, []string{cache.CountKey(email)})
+		return
+	}
+	if once.Replayed {
+		// The first request made the write and dropped its keys.
+		c.Header("Idempotent-Replayed", "true")
+	} else {
+		d.invalidate(c, cache.StaleAfterCreate(cache.UserRef{ID: once.Created.ID, Email: once.Created.Email}))
+	}
+	sendCreated(c, once.Answer)
+}
+
+// createdAnswer is the 201 of a create, as sent and as stored under a key.
+func createdAnswer(u store.User) store.Answer {
+	body, err := json.Marshal(newUserJSON(u))
+	if err != nil {
+		panic(err) // a struct of strings and an int always encodes
+	}
+	return store.Answer{Status: http.StatusCreated, Body: body}
+}
+
+// sendCreated sends a create's answer with the Location of the user in it.
+func sendCreated(c *gin.Context, a store.Answer) {
+	var created struct {
+		ID int64 `json:"id"`
+	}
+	if json.Unmarshal(a.Body, &created) == nil && created.ID > 0 {
+		c.Header("Location", "/api/v1/users/"+strconv.FormatInt(created.ID, 10))
+	}
+	c.Data(a.Status, "application/json; charset=utf-8", a.Body)
 }
 
 func updateUser(d writeDeps) gin.HandlerFunc {

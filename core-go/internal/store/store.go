@@ -1,5 +1,6 @@
 // Package store is the core's access to PostgreSQL: the three writes, each a
-// single statement (so an error never leaves part of a write behind), and the
+// single statement (so an error never leaves part of a write behind), the
+// idempotent create (one transaction: key and user together), and the
 // mapping of driver errors to what the API answers.
 package store
 
@@ -190,6 +191,19 @@ func (s *Store) withConn(ctx context.Context, fn func(context.Context, *pgxpool.
 func classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, ErrKeyReused) || errors.Is(err, errInconsistentKey) {
+		return err
+	}
+	var before *notAppliedError
+	if errors.As(err, &before) {
+		// Failed before COMMIT: the transaction is rolled back whatever broke.
+		classified := classify(before.err)
+		var unavailable *UnavailableError
+		if errors.As(classified, &unavailable) {
+			unavailable.MaybeApplied = false
+		}
+		return classified
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound

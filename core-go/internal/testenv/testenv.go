@@ -135,11 +135,11 @@ func (e *Env) Close() {
 	}
 }
 
-// Reset empties the users table (ids restart at 1) and the Redis DB.
+// Reset empties the tables (user ids restart at 1) and the Redis DB.
 func (e *Env) Reset(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := e.Pool.Exec(ctx, "TRUNCATE users RESTART IDENTITY"); err != nil {
+	if _, err := e.Pool.Exec(ctx, "TRUNCATE users, idempotency_keys RESTART IDENTITY"); err != nil {
 		t.Fatalf("truncate: %v", err)
 	}
 	if err := e.Redis.FlushDB(ctx).Err(); err != nil {

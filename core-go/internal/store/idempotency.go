@@ -1,0 +1,191 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// IdempotencyTTL is how long an idempotency key is remembered. An older row
+// counts as absent (its key can be used afresh) until the purge removes it.
+const IdempotencyTTL = 24 * time.Hour
+
+// ErrKeyReused: the idempotency key was first used with another request (422).
+var ErrKeyReused = errors.New("idempotency key already used with a different request")
+
+// errInconsistentKey is a key row in a state the protocol never commits; it
+// is a bug, answered 500, not a database outage.
+var errInconsistentKey = errors.New("inconsistent idempotency key")
+
+// Answer is a response kept under an idempotency key.
+type Answer struct {
+	Status int
+	Body   []byte
+}
+
+// Once is the outcome of CreateUserOnce.
+type Once struct {
+	// Created is the user this call inserted (zero when Replayed).
+	Created User
+	// Answer is what to send: this call's own, or the first call's when Replayed.
+	Answer   Answer
+	Replayed bool
+}
+
+// claimKeySQL takes the key for this transaction, or takes over a row older
+// than the TTL. A concurrent transaction holding the same key makes this
+// statement wait until it commits (then no row comes back: the key is taken)
+// or rolls back (then the claim succeeds): that wait is what lets exactly one
+// of two simultaneous duplicates insert a user.
+const claimKeySQL = `
+INSERT INTO idempotency_keys AS k (key, request_hash) VALUES ($1, $2)
+ON CONFLICT (key) DO UPDATE
+SET request_hash = EXCLUDED.request_hash, status = NULL, response = NULL, created_at = now()
+WHERE k.created_at < now() - make_interval(secs => $3)
+RETURNING true`
+
+const storedAnswerSQL = `SELECT request_hash, status, response FROM idempotency_keys WHERE key = $1`
+
+const saveAnswerSQL = `UPDATE idempotency_keys SET status = $2, response = $3 WHERE key = $1`
+
+// claimTries bounds the claim/read loop: the only way round it is a row
+// purged between the claim and the read, which the next claim then wins.
+const claimTries = 3
+
+// CreateUserOnce inserts a user at most once per idempotency key. The key
+// row and the user are written in one transaction, so a key is either absent
+// or holds the complete answer; render builds that answer from the new row.
+// A key already stored with the same requestHash replays its answer; with
+// another hash it is ErrKeyReused. Errors are those of CreateUser.
+func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string,
+	render func(User) Answer) (Once, error) {
+	var out Once
+	err := s.withTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		for range claimTries {
+			claimed, err := claimKey(ctx, tx, key, requestHash)
+			if err != nil {
+				return err
+			}
+			if claimed {
+				return createAndSave(ctx, tx, key, username, email, render, &out)
+			}
+			var storedHash, body []byte
+			var status *int16
+			err = tx.QueryRow(ctx, storedAnswerSQL, key).Scan(&storedHash, &status, &body)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // purged since the claim looked; claim again
+			}
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(storedHash, requestHash) {
+				return ErrKeyReused
+			}
+			if status == nil {
+				return fmt.Errorf("%w: key %q has no answer", errInconsistentKey, key)
+			}
+			out = Once{Answer: Answer{Status: int(*status), Body: body}, Replayed: true}
+			return nil
+		}
+		return fmt.Errorf("%w: key %q vanished %d times", errInconsistentKey, key, claimTries)
+	})
+	return out, err
+}
+
+func claimKey(ctx context.Context, tx pgx.Tx, key string, requestHash []byte) (bool, error) {
+	var claimed bool
+	err := tx.QueryRow(ctx, claimKeySQL, key, requestHash, IdempotencyTTL.Seconds()).Scan(&claimed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return claimed, err
+}
+
+func createAndSave(ctx context.Context, tx pgx.Tx, key, username, email string, render func(User) Answer, out *Once) error {
+	var u User
+	if err := tx.QueryRow(ctx, createSQL, username, email).Scan(&u.ID, &u.Username, &u.Email, &u.CreatedAt); err != nil {
+		return err
+	}
+	answer := render(u)
+	if _, err := tx.Exec(ctx, saveAnswerSQL, key, answer.Status, answer.Body); err != nil {
+		return err
+	}
+	*out = Once{Created: u, Answer: answer}
+	return nil
+}
+
+// purgeSQL deletes one bounded batch of expired keys, oldest first; SKIP
+// LOCKED keeps it from waiting on a key a write is taking over right now.
+const purgeSQL = `
+DELETE FROM idempotency_keys WHERE key IN (
+    SELECT key FROM idempotency_keys
+    WHERE created_at < now() - make_interval(secs => $1)
+    ORDER BY created_at LIMIT $2
+    FOR UPDATE SKIP LOCKED)`
+
+// PurgeExpiredKeys deletes at most limit keys older than IdempotencyTTL and
+// returns how many it deleted.
+func (s *Store) PurgeExpiredKeys(ctx context.Context, limit int) (int64, error) {
+	var n int64
+	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		tag, err := conn.Exec(ctx, purgeSQL, IdempotencyTTL.Seconds(), limit)
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// PurgeExpiredKeysEvery runs PurgeExpiredKeys every interval until ctx ends;
+// a failure is handed to onError and the next round tries again.
+func (s *Store) PurgeExpiredKeysEvery(ctx context.Context, interval time.Duration, limit int, onError func(error)) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if _, err := s.PurgeExpiredKeys(ctx, limit); err != nil && ctx.Err() == nil {
+				onError(err)
+			}
+		}
+	}
+}
+
+// withTx runs fn in one transaction on a pooled connection and commits.
+// Only a failed COMMIT can leave the outcome unknown: a failure before it
+// rolls the whole transaction back, so nothing was applied.
+func (s *Store) withTx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
+	return s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return notApplied(err)
+		}
+		if err := fn(ctx, tx); err != nil {
+			rollback(tx)
+			return notApplied(err)
+		}
+		return tx.Commit(ctx)
+	})
+}
+
+// rollback ends a failed transaction; on a broken connection it cannot, and
+// the server rolls back on its own when the connection closes.
+func rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// notApplied marks a driver error as one after which nothing was committed.
+type notAppliedError struct{ err error }
+
+func (e *notAppliedError) Error() string { return e.err.Error() }
+func (e *notAppliedError) Unwrap() error { return e.err }
+
+func notApplied(err error) error { return &notAppliedError{err: err} }

@@ -1,0 +1,223 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aside-lab/aside/core-go/internal/store"
+	"github.com/aside-lab/aside/core-go/internal/testenv"
+)
+
+// render stores the new id as the body, so tests can tell answers apart.
+func render(u store.User) store.Answer {
+	return store.Answer{Status: 201, Body: []byte(strconv.FormatInt(u.ID, 10))}
+}
+
+func keyCount(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := env.Pool.QueryRow(context.Background(), "SELECT count(*) FROM idempotency_keys").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestCreateUserOnceStoresThenReplays(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	ctx := context.Background()
+	hash := []byte("hash-a")
+
+	first, err := s.CreateUserOnce(ctx, "k1", hash, "ada", "ada@example.com", render)
+	if err != nil || first.Replayed || first.Created.ID != 1 || string(first.Answer.Body) != "1" || first.Answer.Status != 201 {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	var status int
+	var body []byte
+	if err := env.Pool.QueryRow(ctx, "SELECT status, response FROM idempotency_keys WHERE key = 'k1'").Scan(&status, &body); err != nil ||
+		status != 201 || string(body) != "1" {
+		t.Fatalf("stored %d %q %v", status, body, err)
+	}
+	again, err := s.CreateUserOnce(ctx, "k1", hash, "ada", "ada@example.com", render)
+	if err != nil || !again.Replayed || string(again.Answer.Body) != "1" || again.Answer.Status != 201 || again.Created.ID != 0 {
+		t.Fatalf("replay: %+v %v", again, err)
+	}
+	if n := env.UserCount(t); n != 1 {
+		t.Fatalf("%d users after a replay, want 1", n)
+	}
+	// Another key is another request.
+	other, err := s.CreateUserOnce(ctx, "k2", hash, "bob", "bob@example.com", render)
+	if err != nil || other.Replayed || other.Created.ID != 2 {
+		t.Fatalf("second key: %+v %v", other, err)
+	}
+}
+
+func TestCreateUserOnceRefusesAKeyReusedForAnotherRequest(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	ctx := context.Background()
+	if _, err := s.CreateUserOnce(ctx, "k", []byte("one"), "ada", "ada@example.com", render); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.CreateUserOnce(ctx, "k", []byte("two"), "bob", "bob@example.com", render)
+	if !errors.Is(err, store.ErrKeyReused) {
+		t.Fatalf("err = %v, want ErrKeyReused", err)
+	}
+	if n := env.UserCount(t); n != 1 {
+		t.Fatalf("%d users, want 1", n)
+	}
+}
+
+// A failed create leaves no key behind: a retry with it can still succeed.
+func TestAFailedCreateDoesNotConsumeTheKey(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	ctx := context.Background()
+	taken, err := s.CreateUser(ctx, "ada", "ada@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateUserOnce(ctx, "k", []byte("h"), "ada", "x@example.com", render); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("err = %v, want ErrConflict", err)
+	}
+	if n := keyCount(t); n != 0 {
+		t.Fatalf("%d keys stored by a failed create", n)
+	}
+	if _, err := s.DeleteUser(ctx, taken.ID); err != nil {
+		t.Fatal(err)
+	}
+	once, err := s.CreateUserOnce(ctx, "k", []byte("h"), "ada", "x@example.com", render)
+	if err != nil || once.Replayed {
+		t.Fatalf("retry after the name was freed: %+v %v", once, err)
+	}
+}
+
+// Many simultaneous requests with one key: one insert, every other one
+// waits for it and replays its answer.
+func TestConcurrentDuplicatesCreateExactlyOneRow(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 5*time.Second)
+	const n = 16
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make([]store.Once, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i], errs[i] = s.CreateUserOnce(context.Background(), "same", []byte("h"), "ada", "ada@example.com", render)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	fresh := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		if !results[i].Replayed {
+			fresh++
+		}
+		if string(results[i].Answer.Body) != "1" {
+			t.Fatalf("request %d answered %q, want the first id", i, results[i].Answer.Body)
+		}
+	}
+	if fresh != 1 || env.UserCount(t) != 1 || keyCount(t) != 1 {
+		t.Fatalf("%d fresh answers, %d users, %d keys; want 1, 1, 1", fresh, env.UserCount(t), keyCount(t))
+	}
+}
+
+func TestAnExpiredKeyIsUsedAfresh(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	ctx := context.Background()
+	if _, err := env.Pool.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, status, response, created_at)
+		VALUES ('old', 'other', 201, '99', now() - interval '24 hours 1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	once, err := s.CreateUserOnce(ctx, "old", []byte("h"), "ada", "ada@example.com", render)
+	if err != nil || once.Replayed || once.Created.ID != 1 {
+		t.Fatalf("expired key: %+v %v", once, err)
+	}
+	var hash string
+	var age time.Duration
+	if err := env.Pool.QueryRow(ctx, "SELECT convert_from(request_hash, 'UTF8'), extract(epoch FROM now() - created_at)::bigint * 1000000000 FROM idempotency_keys WHERE key = 'old'").
+		Scan(&hash, &age); err != nil || hash != "h" || age > time.Minute {
+		t.Fatalf("row not taken over: hash %q age %s err %v", hash, age, err)
+	}
+	// A key just inside the TTL still replays.
+	if _, err := env.Pool.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, status, response, created_at)
+		VALUES ('recent', 'h', 201, '7', now() - interval '23 hours 59 minutes')`); err != nil {
+		t.Fatal(err)
+	}
+	recent, err := s.CreateUserOnce(ctx, "recent", []byte("h"), "bob", "bob@example.com", render)
+	if err != nil || !recent.Replayed || string(recent.Answer.Body) != "7" {
+		t.Fatalf("key inside the TTL: %+v %v", recent, err)
+	}
+}
+
+func TestPurgeDeletesExpiredKeysInBoundedBatches(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	ctx := context.Background()
+	for i, age := range []string{"25 hours", "30 hours", "48 hours", "1 hour"} {
+		if _, err := env.Pool.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, status, response, created_at)
+			VALUES ($1, 'h', 201, '1', now() - $2::interval)`, fmt.Sprintf("k%d", i), age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.PurgeExpiredKeys(ctx, 2); err != nil || n != 2 {
+		t.Fatalf("first batch deleted %d (%v), want 2", n, err)
+	}
+	if n, err := s.PurgeExpiredKeys(ctx, 2); err != nil || n != 1 {
+		t.Fatalf("second batch deleted %d (%v), want 1", n, err)
+	}
+	var left string
+	if err := env.Pool.QueryRow(ctx, "SELECT string_agg(key, ',') FROM idempotency_keys").Scan(&left); err != nil || left != "k3" {
+		t.Fatalf("left %q (%v), want only the fresh key k3", left, err)
+	}
+}
+
+func TestPurgeLoopRunsUntilCancelled(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := env.Pool.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, created_at)
+		VALUES ('gone', 'h', now() - interval '2 days')`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.PurgeExpiredKeysEvery(ctx, 10*time.Millisecond, 10, func(err error) { t.Error(err) })
+		close(done)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for keyCount(t) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the purge loop never deleted the expired key")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the purge loop did not stop when cancelled")
+	}
+}
+
+func TestCreateUserOnceUnavailableAppliesNothing(t *testing.T) {
+	s := newStore(t, "postgresql://aside@"+testenv.ClosedAddr(t)+"/aside", 2*time.Second)
+	_, err := s.CreateUserOnce(context.Background(), "k", []byte("h"), "ada", "ada@example.com", render)
+	var u *store.UnavailableError
+	if !errors.As(err, &u) || u.MaybeApplied {
+		t.Fatalf("err = %v, want an UnavailableError that applied nothing", err)
+	}
+}
