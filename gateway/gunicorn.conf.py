@@ -4,18 +4,24 @@ Sizing (2 cores shared with PostgreSQL, Redis, the core and k6):
 * workers = GATEWAY_WORKERS (2): one process per core. The GIL lets one thread
   of a process run Python at a time, so more processes than cores only adds
   context switches, and each process holds its own pools.
-* threads = GATEWAY_THREADS (16), gthread worker: a request spends most of its
-  time waiting on Redis or PostgreSQL with the GIL released, so a few threads
-  per process keep the core busy; 16 leaves room for slow uncached reads
-  (bounded separately by LAB_MAX_CONCURRENT_BYPASS) without starving hits.
+* threads = GATEWAY_THREADS (64), gthread worker: a request spends most of its
+  time waiting on Redis or PostgreSQL with the GIL released. On a cold cache
+  many requests wait (a few hundred ms) for their key's batched fill; a waiting
+  thread costs no CPU, but with 16 threads they held every thread and the hits
+  queued behind them. Uncached reads stay bounded by LAB_MAX_CONCURRENT_BYPASS.
 * keepalive 30 s: k6 reuses connections; gunicorn's default of 2 s would close
   them between iterations at low request rates and add a TCP handshake.
   Idle keep-alive connections sit in the worker's poller, not in a thread.
 
 Metrics: prometheus-client's multiprocess mode needs PROMETHEUS_MULTIPROC_DIR
 set before it is imported and emptied at every start (stale files from a
-previous run would be summed in). With more than one worker and no directory
-given we make one under the temp dir.
+previous run would be summed in). With more than one worker, or in production,
+and no directory given we make one under the temp dir.
+
+Production keeps /metrics off the public listener: the app answers it 404 and
+this master serves the merged metrics of all workers on METRICS_BIND
+(127.0.0.1:58009 by default) from a small thread of its own, started before
+any worker, so a port already taken stops the gateway at once with one line.
 """
 
 import os
@@ -23,7 +29,7 @@ import shutil
 import sys
 import tempfile
 
-from aside_gateway.config import ConfigError, load_settings
+from aside_gateway.config import ConfigError, load_settings, split_host_port
 
 try:
     _settings = load_settings(os.environ)
@@ -32,7 +38,7 @@ except ConfigError as exc:
     sys.exit(2)
 
 _multiproc_dir = _settings.prometheus_multiproc_dir
-if _multiproc_dir is None and _settings.workers > 1:
+if _multiproc_dir is None and (_settings.workers > 1 or not _settings.metrics_on_app):
     _multiproc_dir = tempfile.mkdtemp(prefix="aside-gateway-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _multiproc_dir
 
@@ -57,6 +63,21 @@ def on_starting(server):
     if _multiproc_dir:
         shutil.rmtree(_multiproc_dir, ignore_errors=True)
         os.makedirs(_multiproc_dir, exist_ok=True)
+    if not _settings.metrics_on_app:
+        _serve_metrics(_settings.metrics_bind)
+
+
+def _serve_metrics(bind):
+    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=_multiproc_dir)
+    host, port = split_host_port(bind)
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        print(f"aside-gateway: METRICS_BIND: cannot listen on {bind}: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 def child_exit(server, worker):

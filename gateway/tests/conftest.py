@@ -29,6 +29,7 @@ from gateway_helpers import (
     TEST_DB,
     TEST_REDIS_DB,
     VENV_BIN,
+    WRITE_TOKEN,
     Proc,
     free_port,
     start_process,
@@ -170,8 +171,25 @@ def naive_gateway(start_gateway: Callable[..., Proc]) -> Proc:
 
 
 @pytest.fixture(scope="session")
-def production_gateway(start_gateway: Callable[..., Proc]) -> Proc:
-    return start_gateway(ASIDE_PROFILE="production", ASIDE_TEST_HOOKS="0", GATEWAY_WORKERS="1")
+def production_core(start_core: Callable[[], Proc]) -> Proc:
+    """A core of its own behind the production gateway, so tests can tell what reached it."""
+    return start_core()
+
+
+@pytest.fixture(scope="session")
+def production_gateway(start_gateway: Callable[..., Proc], production_core: Proc) -> Proc:
+    """ASIDE_PROFILE=production: write token, metrics on METRICS_BIND only, no lab switches."""
+    metrics_port = free_port()
+    proc = start_gateway(
+        ASIDE_PROFILE="production",
+        ASIDE_TEST_HOOKS="0",
+        GATEWAY_WORKERS="2",
+        CORE_URL=production_core.url,
+        WRITE_TOKEN=WRITE_TOKEN,
+        METRICS_BIND=f"127.0.0.1:{metrics_port}",
+    )
+    proc.extra["metrics_url"] = f"http://127.0.0.1:{metrics_port}/metrics"
+    return proc
 
 
 @pytest.fixture

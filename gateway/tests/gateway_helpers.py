@@ -28,6 +28,9 @@ TEST_REDIS_DB = 1
 COUNT_SQL_TEXT = "SELECT count(*) FROM users WHERE email = $1"
 USER_SQL_TEXT = "SELECT id, username, email, created_at FROM users WHERE id = $1"
 START_DEADLINE_S = 30
+# The production gateways' bearer token (WRITE_TOKEN): a test value, not a secret.
+WRITE_TOKEN = "test-write-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
 
 
 def contract(name: str) -> Any:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import requests
-from gateway_helpers import contract, unique_email, unique_username
+from gateway_helpers import AUTH, contract, unique_email, unique_username
 
 COUNT = "/api/v1/users/count"
 COMPUTE = contract("compute.json")
@@ -101,8 +101,8 @@ def test_duplicate_username_is_a_conflict(gateway):
 # ---- compute ---------------------------------------------------------------------------
 
 
-def compute(base: str, body: object) -> requests.Response:
-    return requests.post(base + "/api/v1/compute", json=body, timeout=30)
+def compute(base: str, body: object, headers: dict[str, str] | None = None) -> requests.Response:
+    return requests.post(base + "/api/v1/compute", json=body, headers=headers, timeout=30)
 
 
 @pytest.mark.parametrize("vector", COMPUTE["vectors"], ids=lambda v: str(v["complexity"]))
@@ -164,10 +164,10 @@ def test_bad_compute_bodies(gateway, data, content_type, status, code):
 
 
 def test_python_engine_is_lab_only(production_gateway):
-    response = compute(production_gateway.url, {"complexity": 1, "engine": "python"})
+    response = compute(production_gateway.url, {"complexity": 1, "engine": "python"}, AUTH)
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "lab_disabled"
-    assert compute(production_gateway.url, {"complexity": 1}).status_code == 200
+    assert compute(production_gateway.url, {"complexity": 1}, AUTH).status_code == 200
 
 
 # ---- coherence ---------------------------------------------------------------------------

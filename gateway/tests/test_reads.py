@@ -14,6 +14,7 @@ from aside_gateway.config import load_settings
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     USER_SQL_TEXT,
+    WRITE_TOKEN,
     contract,
     sample,
     scrape,
@@ -298,7 +299,12 @@ def test_raw_non_utf8_bytes_in_the_query_are_a_400(gateway, database_url, redis_
         assert sock.recv(4096).startswith(b"HTTP/1.1 400")
     # ... and behind a server that lets them through the app answers a JSON 400, not a 500.
     settings = load_settings(
-        {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "CORE_URL": core.url}
+        {
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "CORE_URL": core.url,
+            "WRITE_TOKEN": WRITE_TOKEN,  # production, the default, requires one
+        }
     )
     app = create_app(settings)
     try:

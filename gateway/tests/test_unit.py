@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from aside_gateway import cache_keys, compute, validation
+from aside_gateway.auth import bearer_token
 from aside_gateway.cache import CircuitBreaker
-from aside_gateway.config import ConfigError, Settings, load_settings
+from aside_gateway.config import ConfigError, Settings, load_settings, split_host_port
 from aside_gateway.errors import STATUS_BY_CODE, ApiError
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
@@ -26,6 +27,7 @@ BASE_ENV = {
     "DATABASE_URL": "postgresql://aside@127.0.0.1:55432/aside",
     "REDIS_URL": "redis://127.0.0.1:56379/0",
     "CORE_URL": "http://127.0.0.1:58080",
+    "WRITE_TOKEN": "unit-test-token-0123456789",  # production (the default) requires one
 }
 
 
@@ -38,7 +40,6 @@ def test_prefix_ttl_and_lease_timings_match_the_contract():
     assert Settings("d", "r", "c").cache_ttl_seconds == CACHE["ttl_seconds_default"]
     assert CACHE["lease"]["suffix"] == cache_keys.LEASE_SUFFIX
     assert CACHE["lease"]["ttl_ms"] == cache_keys.LEASE_TTL_MS
-    assert CACHE["lease"]["wait_ms"] == cache_keys.LEASE_WAIT_MS
     assert CACHE["lease"]["poll_ms"] == cache_keys.LEASE_POLL_MS
 
 
@@ -239,6 +240,12 @@ def test_defaults():
         ({"ASIDE_TEST_HOOKS": "1"}, "ASIDE_TEST_HOOKS"),  # refused in production
         ({"ASIDE_PROFILE": "lab", "ASIDE_CACHE_COHERENCE": "naive"}, "ASIDE_CACHE_COHERENCE"),
         ({"ASIDE_CACHE_COHERENCE": "loose"}, "ASIDE_CACHE_COHERENCE"),
+        ({"WRITE_TOKEN": ""}, "WRITE_TOKEN"),  # required in production
+        ({"WRITE_TOKEN": "short"}, "WRITE_TOKEN"),
+        ({"WRITE_TOKEN": "has a space in the middle"}, "WRITE_TOKEN"),
+        ({"METRICS_BIND": "58009"}, "METRICS_BIND"),
+        ({"METRICS_BIND": "127.0.0.1:0"}, "METRICS_BIND"),
+        ({"METRICS_BIND": "unix:/tmp/m.sock"}, "METRICS_BIND"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -346,3 +353,71 @@ def test_hot_path_declines_a_query_that_is_not_utf8():
     from aside_gateway.hot_path import _query
 
     assert _query({"QUERY_STRING": "email=\xff@x.co"}) is None
+
+
+# ---- production profile: write token, metrics bind -------------------------------
+
+
+def test_write_token_is_required_in_production_and_never_shown():
+    with pytest.raises(ConfigError) as err:
+        load_settings({**BASE_ENV, "WRITE_TOKEN": ""})
+    assert str(err.value) == "WRITE_TOKEN is required when ASIDE_PROFILE=production"
+    secret = "not valid because of spaces"
+    with pytest.raises(ConfigError) as err:
+        load_settings({**BASE_ENV, "WRITE_TOKEN": secret})
+    assert "WRITE_TOKEN" in str(err.value) and secret not in str(err.value)
+    settings = load_settings(BASE_ENV)
+    assert settings.write_token == BASE_ENV["WRITE_TOKEN"]
+    assert BASE_ENV["WRITE_TOKEN"] not in repr(settings)
+
+
+def test_lab_needs_no_write_token_but_honours_one():
+    lab = {**BASE_ENV, "ASIDE_PROFILE": "lab"}
+    assert load_settings({**lab, "WRITE_TOKEN": ""}).write_token is None
+    assert load_settings(lab).write_token == BASE_ENV["WRITE_TOKEN"]
+
+
+def test_metrics_bind_default_and_split():
+    settings = load_settings(BASE_ENV)
+    assert settings.metrics_bind == "127.0.0.1:58009"
+    assert not settings.metrics_on_app
+    assert load_settings({**BASE_ENV, "ASIDE_PROFILE": "lab"}).metrics_on_app
+    assert split_host_port("127.0.0.1:58009") == ("127.0.0.1", 58009)
+    assert split_host_port("[::1]:9") == ("::1", 9)
+    assert split_host_port(":9") == ("", 9)
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        (None, None),
+        ("", None),
+        ("Bearer", None),
+        ("Bearer   ", None),
+        ("Basic abc", None),
+        ("Bearer abc", b"abc"),
+        ("bearer abc", b"abc"),
+        ("BEARER  abc ", b"abc"),
+        ("Bearer caf\xe9", b"caf\xe9"),
+    ],
+)
+def test_bearer_token_parsing(header, token):
+    assert bearer_token(header) == token
+
+
+@pytest.mark.parametrize(
+    "key", ["a", "k" * 255, "a b", "~!@#$%^&*()_+{}|:<>?", "550e8400-e29b-41d4-a716-446655440000"]
+)
+def test_valid_idempotency_keys(key):
+    assert validation.idempotency_key([key]) == key
+
+
+@pytest.mark.parametrize("values", [[""], ["k" * 256], ["cl\xe9"], ["a\tb"], ["a\x7f"], ["a", "b"]])
+def test_invalid_idempotency_keys(values):
+    with pytest.raises(ApiError) as err:
+        validation.idempotency_key(values)
+    assert err.value.code == "invalid_request"
+
+
+def test_absent_idempotency_key():
+    assert validation.idempotency_key([]) is None

@@ -8,20 +8,27 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, current_app, request
 
-from aside_gateway import cache_keys, compute, metrics
+from aside_gateway import cache_keys, compute, metrics, openapi
 from aside_gateway.cache import BYPASS, PREFETCH_KEY, Cache, CacheRead
 from aside_gateway.config import Settings
 from aside_gateway.core_client import CoreClient
 from aside_gateway.db import Database
 from aside_gateway.errors import ApiError
-from aside_gateway.validation import parse_id, validate_compute_body, validate_email
+from aside_gateway.validation import (
+    idempotency_key,
+    parse_id,
+    validate_compute_body,
+    validate_email,
+)
 
 COUNT_ROUTE = "/api/v1/users/count"
 USER_ROUTE = "/api/v1/users/<id>"
 HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 JSON = "application/json"
+IDEMPOTENCY_KEY = "Idempotency-Key"
+READ_CHUNK = 64 * 1024
 
 
 @dataclass
@@ -99,7 +106,7 @@ def create_api(services: Services) -> Blueprint:
         result = read(
             COUNT_ROUTE,
             cache_keys.count_key(email),
-            lambda: cache_keys.encode_count(db.count_by_email(email)),
+            lambda: cache_keys.encode_count(db.count_by_email(email, coalesce=not bypass)),
             bypass,
         )
         body = cache_keys.encode_json({"email": email, "count": int(result.value)})
@@ -121,10 +128,12 @@ def create_api(services: Services) -> Blueprint:
         # The cached text is already the API JSON: serve it without re-encoding.
         return _json_response(result.value, headers=_cache_headers(result))
 
-    def forward(method: str, path: str, body: bytes | None = None) -> Response:
+    def forward(
+        method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> Response:
         if body is None:
-            body = request.get_data(cache=False) or None
-        answer = core.forward(method, path, body, request.headers.get("Content-Type"))
+            body = read_body() or None
+        answer = core.forward(method, path, body, request.headers.get("Content-Type"), headers)
         response = Response(answer.body, status=answer.status, headers=answer.headers)
         if "Content-Type" not in answer.headers:
             del response.headers["Content-Type"]  # no default text/html on the core's 204
@@ -132,7 +141,10 @@ def create_api(services: Services) -> Blueprint:
 
     @bp.post("/users")
     def create_user() -> Response:
-        return forward("POST", "/api/v1/users")
+        # Checked here too, so a bad key costs no trip to the core; the core
+        # stores the key with the user it creates and replays its answer.
+        key = idempotency_key(request.headers.getlist(IDEMPOTENCY_KEY))
+        return forward("POST", "/api/v1/users", headers={IDEMPOTENCY_KEY: key} if key else None)
 
     @bp.patch("/users/<id>")
     def update_user(id: str) -> Response:
@@ -146,7 +158,7 @@ def create_api(services: Services) -> Blueprint:
     def run_compute() -> Response:
         if request.mimetype != JSON:
             raise ApiError("unsupported_media_type", "Content-Type must be application/json")
-        raw = request.get_data(cache=False)
+        raw = read_body()
         complexity, engine = validate_compute_body(_decode_json(raw))
         if engine == "go":
             return forward("POST", "/api/v1/compute", raw)
@@ -160,7 +172,36 @@ def create_api(services: Services) -> Blueprint:
             )
         return _json_response(cache_keys.encode_json(compute.run(complexity)))
 
+    openapi_body = openapi.encoded()
+
+    @bp.get("/openapi.json")
+    def openapi_document() -> Response:
+        return _json_response(openapi_body)
+
     return bp
+
+
+def read_body() -> bytes:
+    """The request body, at most MAX_CONTENT_LENGTH bytes, else 413 payload_too_large.
+
+    With a Content-Length werkzeug refuses an oversized body before reading it.
+    A chunked body has none, and werkzeug's limited stream then stops quietly
+    at the limit (it cannot tell "exactly the limit" from "more to come"), so
+    such a body would be forwarded cut short: it is read here instead, one
+    byte past the limit, to tell the two apart.
+    """
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if request.content_length is not None or "wsgi.input_terminated" not in request.environ:
+        return request.get_data(cache=False)
+    stream = request.environ["wsgi.input"]
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := stream.read(min(READ_CHUNK, limit + 1 - size)):
+        size += len(chunk)
+        if size > limit:
+            raise ApiError("payload_too_large", f"request body must be at most {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _refuse_constant(name: str) -> None:

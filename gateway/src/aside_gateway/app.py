@@ -11,6 +11,7 @@ from flask import Flask, Response, request
 
 from aside_gateway import metrics
 from aside_gateway.api import Services, create_api
+from aside_gateway.auth import write_token_check
 from aside_gateway.cache import REDIS_ERRORS, Cache, TestHooks
 from aside_gateway.config import Settings
 from aside_gateway.core_client import CoreClient
@@ -18,7 +19,8 @@ from aside_gateway.db import Database
 from aside_gateway.errors import ApiError, register_error_handlers
 from aside_gateway.hot_path import HEALTHZ_BODY, START_KEY, HotPath
 
-MAX_BODY_BYTES = 64 * 1024
+# Write and compute bodies are a few hundred bytes; refuse more early (413).
+MAX_BODY_BYTES = 16 * 1024
 READY_DB_TIMEOUT_S = 0.5
 
 
@@ -55,7 +57,7 @@ def _readiness(services: Services) -> Response:
 
 
 def _register_ops_routes(app: Flask, services: Services) -> None:
-    multiproc_dir = services.settings.prometheus_multiproc_dir
+    settings = services.settings
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -65,9 +67,12 @@ def _register_ops_routes(app: Flask, services: Services) -> None:
     def readyz() -> Response:
         return _readiness(services)
 
+    if not settings.metrics_on_app:
+        return  # production: the gunicorn master serves them on METRICS_BIND
+
     @app.get("/metrics")
     def metrics_page() -> Response:
-        body, content_type = metrics.render(multiproc_dir)
+        body, content_type = metrics.render(settings.prometheus_multiproc_dir)
         return Response(body, content_type=content_type)
 
 
@@ -98,11 +103,13 @@ def _install_hot_path_and_request_metrics(app: Flask, services: Services) -> Non
 def create_app(settings: Settings, services: Services | None = None) -> Flask:
     """A ready-to-serve gateway; pools are built here, so call it once per worker."""
     services = services or build_services(settings)
-    app = Flask("aside_gateway")
+    app = Flask("aside_gateway", static_folder=None)  # no /static route
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.extensions["aside"] = services
     logging.getLogger("aside_gateway").setLevel(logging.INFO)
     register_error_handlers(app)
+    if settings.write_token:
+        app.before_request(write_token_check(settings.write_token))
     app.before_request(_require_utf8_query)
     app.register_blueprint(create_api(services))
     _register_ops_routes(app, services)

@@ -8,10 +8,17 @@ otherwise fills the key under a lease:
   or takes `<key>:lease` with SET NX PX. The holder reads PostgreSQL and
   stores with a compare-and-set script that writes only while the lease is
   still its own, so a writer that deleted key and lease in between wins;
-* a reader without the lease polls the same script every lease.poll_ms for
-  up to lease.wait_ms: it gets the value once the holder stored it, or takes
-  the lease itself if the lease vanished (a writer cleared it, the holder
-  failed), and after wait_ms reads PostgreSQL itself and stores nothing.
+* within one worker process only the first thread that misses a key (the
+  local leader) does the above; threads missing the same key meanwhile wait
+  for the leader's result (coalesce.SingleFlight) and touch neither Redis nor
+  PostgreSQL;
+* a leader without the lease polls the same script, backing off from
+  lease.poll_ms to POLL_MAX_MS, for up to lease.ttl_ms: it gets the value once
+  the holder stored it, or takes the lease itself if the lease vanished (a
+  writer cleared it, the holder failed, the lease expired). Only after a whole
+  lease TTL without either does it read PostgreSQL itself, storing nothing.
+  Waiting a whole TTL means an overloaded database is not sent a second
+  scan of a key whose holder is merely slow.
 
 Redis trouble never fails a read: the value comes from PostgreSQL (outcome
 BYPASS, error flagged) and a circuit breaker then skips Redis for
@@ -34,7 +41,9 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from aside_gateway import cache_keys, metrics
+from aside_gateway.coalesce import Flight, SingleFlight, shared_error
 from aside_gateway.config import Settings
+from aside_gateway.errors import ApiError
 
 log = logging.getLogger("aside_gateway")
 
@@ -76,6 +85,10 @@ return 0
 """
 
 HOLD_TIMEOUT_S = 10
+POLL_MAX_MS = 20  # a waiting leader's poll interval grows from lease.poll_ms up to this
+# A follower's safety net: longer than anything its leader waits for (a lease
+# TTL of polling, a batched read queued behind another, a test hold).
+FOLLOW_TIMEOUT_S = 30
 
 # WSGI environ key under which the hot path hands its GET's outcome to Flask.
 PREFETCH_KEY = "aside.prefetch"
@@ -95,6 +108,14 @@ class CacheRead:
     value: bytes
     outcome: str
     error: bool = False
+
+
+@dataclass(slots=True)
+class Fill:
+    """A leader's answer and the monotonic instant it was known current."""
+
+    read: CacheRead
+    valid_at: float
 
 
 class CircuitBreaker:
@@ -148,6 +169,14 @@ class TestHooks:
             retry=_redis_retry_none(),
         )
 
+    def joined(self, name: str) -> None:
+        """Say this request waits on another thread's fill of its key (it holds
+        only if it ends up filling the key itself)."""
+        try:
+            self.client.rpush(f"aside:test:{name}:joined", "1")
+        except REDIS_ERRORS:
+            log.exception("test hook %s failed", name)
+
     def hold(self, name: str) -> None:
         """Say we reached the point, then wait until the test releases us."""
         try:
@@ -179,6 +208,7 @@ class Cache:
         self.naive = settings.cache_coherence == "naive"
         self.hooks = hooks
         self._max_connections = settings.redis_pool_max
+        self._flights: SingleFlight[CacheRead] = SingleFlight()
 
     def prefetch(self, key: str) -> Prefetch | None:
         """GET `key` for the hot path; None when the breaker says skip Redis."""
@@ -234,23 +264,82 @@ class Cache:
             self.pool.release(conn)
 
     def _fill(self, route: str, key: str, load: Callable[[], bytes], hold: str | None) -> CacheRead:
+        """Fill `key` once per process: lead the flight, or share the leader's result.
+
+        A follower takes the leader's value only if it was known current at or
+        after the instant the follower joined (`Fill.valid_at`): read from
+        Redis, read from PostgreSQL, or stored under a still-held lease after
+        that instant. A leader whose late store found its lease gone (a write
+        came in between) may answer its own old read, like any lease holder,
+        but its followers go round again instead of inheriting that value.
+        """
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        while True:
+            joined = time.monotonic()
+            flight, leads = self._flights.join(key)
+            if leads:
+                return self._lead(flight, route, key, load, hold)
+            if hold and self.hooks:
+                self.hooks.joined(hold)
+            shared = self._await(flight, joined, deadline)
+            if shared is not None:
+                metrics.singleflight_shared(route)
+                return shared
+
+    def _await(self, flight: Flight[CacheRead], joined: float, deadline: float) -> CacheRead | None:
+        """The leader's result for a follower that joined at `joined`, or None
+        when the follower must go round again (see _fill)."""
+        if not flight.done.wait(max(deadline - time.monotonic(), 0.0)):
+            raise ApiError("unavailable", "the cache fill took too long", {"Retry-After": "1"})
+        if flight.error is not None:
+            raise shared_error(flight.error)
+        shared = flight.result
+        if shared is None or flight.valid_at < joined:
+            return None
+        outcome = BYPASS if shared.outcome == BYPASS else HIT  # no query of our own
+        return CacheRead(shared.value, outcome, shared.error)
+
+    def _lead(
+        self,
+        flight: Flight[CacheRead],
+        route: str,
+        key: str,
+        load: Callable[[], bytes],
+        hold: str | None,
+    ) -> CacheRead:
+        try:
+            fill = self._fill_under_lease(route, key, load, hold)
+        except BaseException as exc:
+            self._flights.land(key, flight, error=exc)
+            raise
+        self._flights.land(key, flight, fill.read, fill.valid_at)
+        return fill.read
+
+    def _fill_under_lease(
+        self, route: str, key: str, load: Callable[[], bytes], hold: str | None
+    ) -> Fill:
         lease = cache_keys.lease_key(key)
         token = os.urandom(16).hex()
-        poll_s = cache_keys.LEASE_POLL_MS / 1000
-        deadline = time.monotonic() + cache_keys.LEASE_WAIT_MS / 1000
+        pause_s = cache_keys.LEASE_POLL_MS / 1000
+        deadline = time.monotonic() + cache_keys.LEASE_TTL_MS / 1000
         while True:
+            asked = time.monotonic()
             try:
                 reply = self._get_or_lease(keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS])
             except REDIS_ERRORS:
-                return self._bypass_after_error(route, "lease", load)
+                self.breaker.record_failure()
+                metrics.cache_error(route, "lease")
+                return _timed_load(load, BYPASS, error=True)
             if reply[0] == 1:
-                return CacheRead(reply[1], HIT)
+                return Fill(CacheRead(reply[1], HIT), asked)
             if reply[0] == 2:
                 return self._fill_as_holder(route, key, lease, token, load, hold)
-            if time.monotonic() >= deadline:
-                # The holder is slow or gone: answer from the database, store nothing.
-                return CacheRead(load(), MISS)
-            time.sleep(poll_s)
+            if asked >= deadline:
+                # Leases kept being held for a whole TTL: answer from the database once,
+                # store nothing (we hold no lease).
+                return _timed_load(load, MISS)
+            time.sleep(min(pause_s, deadline - asked))
+            pause_s = min(pause_s * 2, POLL_MAX_MS / 1000)
 
     def _fill_as_holder(
         self,
@@ -260,7 +349,8 @@ class Cache:
         token: str,
         load: Callable[[], bytes],
         hold: str | None,
-    ) -> CacheRead:
+    ) -> Fill:
+        read_at = time.monotonic()
         try:
             value = load()
         except BaseException:
@@ -273,13 +363,18 @@ class Cache:
                 # Lab-only demonstration of the stale-set race: store whatever we read.
                 self.client.set(key, value, ex=self.ttl_seconds)
                 self._release_lease(keys=[lease], args=[token])
-            else:
-                self._store_if_lease_held(keys=[key, lease], args=[token, value, self.ttl_seconds])
+                return Fill(CacheRead(value, MISS), read_at)
+            stored_at = time.monotonic()
+            stored = self._store_if_lease_held(
+                keys=[key, lease], args=[token, value, self.ttl_seconds]
+            )
         except REDIS_ERRORS:
             self.breaker.record_failure()
             metrics.cache_error(route, "store")
-            return CacheRead(value, MISS, True)
-        return CacheRead(value, MISS)
+            return Fill(CacheRead(value, MISS, True), read_at)
+        # A store under a still-held lease proves no write invalidated the key
+        # between our read and the store: the value was current then.
+        return Fill(CacheRead(value, MISS), stored_at if stored == 1 else read_at)
 
     def _bypass_after_error(self, route: str, op: str, load: Callable[[], bytes]) -> CacheRead:
         self.breaker.record_failure()
@@ -309,3 +404,8 @@ class Cache:
         self.pool.disconnect()
         if self.hooks:
             self.hooks.client.close()
+
+
+def _timed_load(load: Callable[[], bytes], outcome: str, error: bool = False) -> Fill:
+    read_at = time.monotonic()
+    return Fill(CacheRead(load(), outcome, error), read_at)

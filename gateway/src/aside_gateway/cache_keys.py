@@ -16,7 +16,6 @@ PREFIX = "aside:v1"
 TTL_SECONDS_DEFAULT = 60
 LEASE_SUFFIX = ":lease"
 LEASE_TTL_MS = 5000  # a holder that died costs at most this much before another may fill
-LEASE_WAIT_MS = 2000  # how long a reader without the lease polls before reading the DB itself
 LEASE_POLL_MS = 5
 
 NEGATIVE = b"null"  # the value of user:<id> when there is no such user

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 PROFILES = ("lab", "production")
@@ -19,6 +19,10 @@ COHERENCE_MODES = ("lease", "naive")
 
 _INT_RE = re.compile(r"^-?[0-9]{1,12}$")
 _BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
+# A bearer token as it can travel in a header: visible ASCII, no spaces.
+_TOKEN_RE = re.compile(r"^[\x21-\x7e]{16,512}$")
+
+DEFAULT_METRICS_BIND = "127.0.0.1:58009"
 
 
 class ConfigError(ValueError):
@@ -34,13 +38,13 @@ class Settings:
     cache_ttl_seconds: int = 60
     bind: str = "127.0.0.1:58000"
     workers: int = 2
-    threads: int = 16
+    threads: int = 64
     db_pool_min: int = 2
     db_pool_max: int = 16
     db_pool_timeout_ms: int = 1000
     db_connect_timeout_s: int = 2
     db_statement_timeout_ms: int = 5000
-    redis_pool_max: int = 32
+    redis_pool_max: int = 64
     redis_timeout_ms: int = 200
     redis_connect_timeout_ms: int = 200
     redis_breaker_ms: int = 1000
@@ -51,10 +55,21 @@ class Settings:
     test_hooks: bool = False
     cache_coherence: str = "lease"
     prometheus_multiproc_dir: str | None = None
+    # Kept out of repr so a logged Settings never shows the secret.
+    write_token: str | None = field(default=None, repr=False)
+    metrics_bind: str = DEFAULT_METRICS_BIND
+    miss_batch_max: int = 500
+    miss_batches_in_flight: int = 1
+    miss_batch_duty_percent: int = 25
 
     @property
     def is_lab(self) -> bool:
         return self.profile == "lab"
+
+    @property
+    def metrics_on_app(self) -> bool:
+        """Lab: the app answers /metrics. Production: only METRICS_BIND does."""
+        return self.is_lab
 
 
 def _one_line(value: str, limit: int = 60) -> str:
@@ -128,6 +143,35 @@ def _bind(env: Mapping[str, str]) -> str:
     return value
 
 
+def _metrics_bind(env: Mapping[str, str]) -> str:
+    value = (env.get("METRICS_BIND") or DEFAULT_METRICS_BIND).strip()
+    match = _BIND_RE.match(value)
+    if not match or not 1 <= int(match.group(1)) <= 65535:
+        raise ConfigError(f"METRICS_BIND must be HOST:PORT, got {_one_line(value)}")
+    return value
+
+
+def split_host_port(bind: str) -> tuple[str, int]:
+    """("127.0.0.1", 58009) from "127.0.0.1:58009"; IPv6 hosts lose their brackets,
+    an empty host ("":58009) means every interface."""
+    host, _, port = bind.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _write_token(env: Mapping[str, str], profile: str) -> str | None:
+    # The value is a secret: no message below may show it.
+    value = env.get("WRITE_TOKEN", "").strip()
+    if not value:
+        if profile == "production":
+            raise ConfigError("WRITE_TOKEN is required when ASIDE_PROFILE=production")
+        return None
+    if not _TOKEN_RE.match(value):
+        raise ConfigError(
+            "WRITE_TOKEN must be 16 to 512 visible ASCII characters (no spaces); value not shown"
+        )
+    return value
+
+
 def load_settings(env: Mapping[str, str]) -> Settings:
     """Read and check every variable; raise ConfigError naming the first bad one."""
     profile = _choice(env, "ASIDE_PROFILE", "production", PROFILES)
@@ -152,13 +196,13 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         cache_ttl_seconds=_int(env, "CACHE_TTL_SECONDS", 60, 1, 86400),
         bind=_bind(env),
         workers=_int(env, "GATEWAY_WORKERS", 2, 1, 64),
-        threads=_int(env, "GATEWAY_THREADS", 16, 1, 256),
+        threads=_int(env, "GATEWAY_THREADS", 64, 1, 256),
         db_pool_min=db_pool_min,
         db_pool_max=db_pool_max,
         db_pool_timeout_ms=_int(env, "DB_POOL_TIMEOUT_MS", 1000, 10, 60000),
         db_connect_timeout_s=_int(env, "DB_CONNECT_TIMEOUT_S", 2, 1, 60),
         db_statement_timeout_ms=_int(env, "DB_STATEMENT_TIMEOUT_MS", 5000, 10, 600000),
-        redis_pool_max=_int(env, "REDIS_POOL_MAX", 32, 1, 1024),
+        redis_pool_max=_int(env, "REDIS_POOL_MAX", 64, 1, 1024),
         redis_timeout_ms=_int(env, "REDIS_TIMEOUT_MS", 200, 10, 10000),
         redis_connect_timeout_ms=_int(env, "REDIS_CONNECT_TIMEOUT_MS", 200, 10, 10000),
         redis_breaker_ms=_int(env, "REDIS_BREAKER_MS", 1000, 0, 60000),
@@ -169,4 +213,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         test_hooks=test_hooks,
         cache_coherence=coherence,
         prometheus_multiproc_dir=multiproc_dir,
+        write_token=_write_token(env, profile),
+        metrics_bind=_metrics_bind(env),
+        miss_batch_max=_int(env, "MISS_BATCH_MAX", 500, 1, 10000),
+        miss_batches_in_flight=_int(env, "MISS_BATCHES_IN_FLIGHT", 1, 1, 16),
+        miss_batch_duty_percent=_int(env, "MISS_BATCH_DUTY_PERCENT", 25, 1, 100),
     )

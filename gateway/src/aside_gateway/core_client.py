@@ -17,7 +17,13 @@ from aside_gateway.config import Settings
 from aside_gateway.errors import ApiError
 
 # Core answer headers the gateway passes on to its client.
-PASSED_HEADERS = ("Content-Type", "Location", "X-Cache-Invalidation", "Retry-After")
+PASSED_HEADERS = (
+    "Content-Type",
+    "Location",
+    "X-Cache-Invalidation",
+    "Retry-After",
+    "Idempotent-Replayed",
+)
 
 
 @dataclass(slots=True)
@@ -43,9 +49,14 @@ class CoreClient:
         )
 
     def forward(
-        self, method: str, path: str, body: bytes | None, content_type: str | None
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        content_type: str | None,
+        extra_headers: dict[str, str] | None = None,
     ) -> CoreResponse:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra_headers or {})}
         if content_type:
             headers["Content-Type"] = content_type
         try:

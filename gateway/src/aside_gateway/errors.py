@@ -33,6 +33,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "conflict": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
+    "idempotency_key_reused": 422,
     "internal": 500,
     "core_unavailable": 503,
     "database_unavailable": 503,

@@ -45,7 +45,8 @@ HTTP_DURATION = Histogram(
 )
 CACHE_HITS = Counter(
     "aside_gateway_cache_hits_total",
-    "Cacheable reads answered from Redis (including readers that waited on a lease).",
+    "Cacheable reads that ran no query of their own: answered from Redis, or with the "
+    "fill of another reader (a lease holder, or a thread of the same worker).",
     ["route"],
 )
 CACHE_MISSES = Counter(
@@ -65,8 +66,18 @@ CACHE_ERRORS = Counter(
 )
 DB_QUERIES = Counter(
     "aside_gateway_db_queries_total",
-    "Queries sent to PostgreSQL, by query name.",
+    "Queries sent to PostgreSQL, by query name (a batch of count misses counts once).",
     ["query"],
+)
+MISS_BATCH_SIZE = Histogram(
+    "aside_gateway_miss_batch_size",
+    "Count misses read by one batched query (a batch of 1 is the plain count query).",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+)
+SINGLEFLIGHT_SHARED = Counter(
+    "aside_gateway_singleflight_shared_total",
+    "Cacheable reads answered with the fill of another thread of the same worker.",
+    ["route"],
 )
 DB_POOL_SIZE = Gauge(
     "aside_gateway_db_pool_size", "Open PostgreSQL connections.", multiprocess_mode="livesum"
@@ -156,3 +167,7 @@ def cache_outcome(route: str, outcome: str) -> None:
 
 def cache_error(route: str, op: str) -> None:
     CACHE_ERRORS.labels(route, op).inc()
+
+
+def singleflight_shared(route: str) -> None:
+    SINGLEFLIGHT_SHARED.labels(route).inc()

@@ -21,6 +21,8 @@ USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 ID_MAX = 9223372036854775807  # PostgreSQL bigint
 ID_MAX_DIGITS = len(str(ID_MAX))
 
+IDEMPOTENCY_KEY_MAX = 255
+
 COMPLEXITY_MIN = 1
 COMPLEXITY_MAX = 1000
 COMPUTE_ENGINES = ("go", "python")
@@ -83,6 +85,22 @@ def parse_id(value: str) -> int:
     if not digits or len(digits) > ID_MAX_DIGITS or int(digits) > ID_MAX:
         raise ApiError("invalid_id", f"id must be from 1 to {ID_MAX}")
     return int(digits)
+
+
+def idempotency_key(values: list[str]) -> str | None:
+    """The Idempotency-Key header's value (None when absent): one header of
+    1 to 255 printable ASCII characters (space to '~'), as the core requires."""
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ApiError("invalid_request", "give one Idempotency-Key header, not several")
+    key = values[0]
+    if not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX or not all(" " <= ch <= "~" for ch in key):
+        raise ApiError(
+            "invalid_request",
+            f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters",
+        )
+    return key
 
 
 def validate_complexity(value: Any) -> int:

@@ -1,0 +1,289 @@
+"""In-process coalescing of cache fills: one flight per key, one query per batch.
+
+On a cold cache many threads of a gunicorn worker miss the same keys at once,
+and every distinct cold count is a full scan of `users`. Two mechanisms keep
+the database work near the number of distinct keys, not of requests:
+
+* `SingleFlight`: the first thread of this process that misses key K leads;
+  threads that miss K while it is in flight wait for its result (an Event
+  with a deadline) and touch neither Redis nor PostgreSQL. Only leaders take
+  part in the cross-process lease protocol (cache.py).
+* `MissBatcher`: leaders holding a lease hand their key to a per-process
+  background thread that reads every pending key with ONE query, with at most
+  `max_in_flight` queries running and at most `max_batch` keys per query.
+  Each batch is a full scan of `users`, so batches also spend a time budget
+  (a token bucket of seconds): it refills at `duty` seconds per second up to
+  `burst_s`, a batch spends its duration, and while the budget is negative the
+  next batch waits (at most MAX_PAUSE_S) and keys that miss meanwhile join it.
+  A burst of misses (a flushed cache) is served back to back; a steady stream
+  of new keys gets at most `duty` of a worker's time in scans (0.25: a quarter
+  of the time, leaving the CPU to the hits) however fast the keys arrive, and
+  the rests grow by themselves when a loaded machine makes scans slower. The
+  budget only binds while `busy()` says the worker has hits to protect (the
+  gateway asks whether the process used BUSY_CPU_SHARE of a core over the
+  last second): a quiet worker (low rates, the bench's cache warm-up) reads
+  its misses at once.
+  The threads start on first use, so never in gunicorn's master before the
+  fork (and again in a child that was forked after they started).
+
+Both are plain threading code with no Redis or PostgreSQL in them, so they
+are unit-tested with fake loaders.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from aside_gateway.errors import ApiError
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+T = TypeVar("T")
+
+
+def shared_error(exc: BaseException) -> BaseException:
+    """An exception to raise in one more thread: an ApiError is copied so that
+    threads answering the same failure do not share (and rewrite) one traceback."""
+    if isinstance(exc, ApiError):
+        return ApiError(exc.code, exc.message, exc.headers)
+    return exc
+
+
+@dataclass(eq=False)
+class Flight(Generic[T]):
+    """One in-flight fill of a key; `valid_at` is the monotonic instant at which
+    `result` was known to be current (see Cache._fill for how followers use it)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    result: T | None = None
+    valid_at: float = 0.0
+    error: BaseException | None = None
+
+
+class SingleFlight(Generic[T]):
+    """Per-process registry of in-flight fills, keyed by cache key."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flights: dict[str, Flight[T]] = {}
+
+    def join(self, key: str) -> tuple[Flight[T], bool]:
+        """The flight of `key`, and True when the caller started it (it leads)."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is not None:
+                return flight, False
+            flight = Flight()
+            self._flights[key] = flight
+            return flight, True
+
+    def land(
+        self,
+        key: str,
+        flight: Flight[T],
+        result: T | None = None,
+        valid_at: float = 0.0,
+        error: BaseException | None = None,
+    ) -> None:
+        """End `flight` (leader only): later misses start a new one, waiters wake up."""
+        with self._lock:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+        flight.result, flight.valid_at, flight.error = result, valid_at, error
+        flight.done.set()
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._flights)
+
+
+MAX_PAUSE_S = 2.0  # the longest rest after a batch, however slow it was
+
+
+class CpuShare:
+    """This process's CPU time per wall-clock second over the last `window_s` or
+    so (all threads; time.process_time). Not thread-safe: one caller."""
+
+    def __init__(self, window_s: float = 1.0):
+        self._window_s = window_s
+        self._at = time.monotonic()
+        self._cpu = time.process_time()
+        self._share = 0.0
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if now - self._at >= self._window_s:
+            cpu = time.process_time()
+            self._share = (cpu - self._cpu) / (now - self._at)
+            self._at, self._cpu = now, cpu
+        return self._share
+
+
+class BatchTimeout(Exception):
+    """A batched read did not answer within the batcher's wait."""
+
+
+@dataclass(eq=False)
+class _Slot(Generic[V]):
+    done: threading.Event = field(default_factory=threading.Event)
+    value: V | None = None
+    error: BaseException | None = None
+    waiters: int = 0
+
+
+class MissBatcher(Generic[K, V]):
+    """Reads pending keys with one `query(keys) -> {key: value}` per batch.
+
+    Keys missing from the query's answer get `default` (a count of 0). A key
+    asked for while it is already pending shares the pending slot: the query
+    runs after every asker joined, so its answer is current for all of them.
+    """
+
+    def __init__(
+        self,
+        query: Callable[[list[K]], Mapping[K, V]],
+        default: V,
+        *,
+        max_batch: int,
+        max_in_flight: int,
+        wait_s: float,
+        duty: float = 1.0,
+        burst_s: float = 1.0,
+        busy: Callable[[], bool] = lambda: True,
+        name: str = "aside-miss-batcher",
+    ):
+        if max_batch < 1 or max_in_flight < 1:
+            raise ValueError("max_batch and max_in_flight must be at least 1")
+        if not 0 < duty <= 1:
+            raise ValueError("duty must be in (0, 1]")
+        self._query = query
+        self._default = default
+        self._max_batch = max_batch
+        self._max_in_flight = max_in_flight
+        self._wait_s = wait_s
+        self._duty = duty
+        self._burst_s = burst_s
+        self._credit = burst_s  # seconds of batch time available now; negative: in debt
+        self._credit_at = time.monotonic()
+        self._busy = busy
+        self._name = name
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: dict[K, _Slot[V]] = {}  # insertion order: oldest first
+        self._pid: int | None = None  # the process whose threads serve the queue
+        self._closed = False
+
+    def get(self, key: K) -> V:
+        """The value of `key` from the next batch; BatchTimeout after wait_s."""
+        slot = self._submit(key)
+        if not slot.done.wait(self._wait_s):
+            self._withdraw(key, slot)
+            raise BatchTimeout(f"no answer for a batched read within {self._wait_s:g} s")
+        if slot.error is not None:
+            raise shared_error(slot.error)
+        return slot.value  # type: ignore[return-value]
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def close(self) -> None:
+        """Stop the threads once their current batch is done; later gets fail."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+
+    def _submit(self, key: K) -> _Slot[V]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self._name} is closed")
+            self._start_threads_once()
+            slot = self._pending.get(key)
+            if slot is None:
+                slot = _Slot()
+                self._pending[key] = slot
+                self._wake.notify()
+            slot.waiters += 1
+            return slot
+
+    def _withdraw(self, key: K, slot: _Slot[V]) -> None:
+        # Nobody waits for it any more: keep it out of the next query.
+        with self._lock:
+            slot.waiters -= 1
+            if slot.waiters == 0 and self._pending.get(key) is slot:
+                del self._pending[key]
+
+    def _start_threads_once(self) -> None:
+        pid = os.getpid()
+        if self._pid == pid:
+            return
+        # First use in this process. Threads do not survive a fork, so a child
+        # forked after a start gets its own (and the parent's queue is not its).
+        self._pid = pid
+        self._pending.clear()
+        for number in range(self._max_in_flight):
+            threading.Thread(
+                target=self._serve, args=(pid,), name=f"{self._name}-{number}", daemon=True
+            ).start()
+
+    def _serve(self, pid: int) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed and self._pid == pid:
+                    self._wake.wait()
+                if self._closed or self._pid != pid:
+                    return
+                early_s = self._rest_needed()
+                if early_s > 0:
+                    self._wake.wait(early_s)  # more keys join meanwhile; close wakes us
+                    continue
+                batch = self._take_batch()
+            started = time.monotonic()
+            self._run(batch)
+            ended = time.monotonic()
+            with self._lock:
+                self._refill(started)
+                # A very slow batch leaves at most MAX_PAUSE_S of rest owed.
+                self._credit = max(self._credit - (ended - started), -MAX_PAUSE_S * self._duty)
+
+    def _refill(self, now: float) -> None:
+        self._credit = min(self._burst_s, self._credit + (now - self._credit_at) * self._duty)
+        self._credit_at = now
+
+    def _rest_needed(self) -> float:
+        """Seconds until the time budget allows the next batch (0: now)."""
+        self._refill(time.monotonic())
+        if not self._busy():
+            self._credit = max(self._credit, 0.0)  # nothing to protect: no rest owed
+        if self._credit >= 0:
+            return 0.0
+        return -self._credit / self._duty
+
+    def _take_batch(self) -> dict[K, _Slot[V]]:
+        batch: dict[K, _Slot[V]] = {}
+        for key in self._pending:
+            batch[key] = self._pending[key]
+            if len(batch) == self._max_batch:
+                break
+        for key in batch:
+            del self._pending[key]
+        return batch
+
+    def _run(self, batch: dict[K, _Slot[V]]) -> None:
+        try:
+            found = self._query(list(batch))
+        except BaseException as exc:  # every waiter must wake up, whatever went wrong
+            for slot in batch.values():
+                slot.error = exc
+                slot.done.set()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for key, slot in batch.items():
+            slot.value = found.get(key, self._default)
+            slot.done.set()

@@ -1,0 +1,475 @@
+"""The OpenAPI 3 document of the gateway's public API, served at GET /api/v1/openapi.json.
+
+Built from Python data rather than kept as a JSON file so that the error
+responses come from one table (`errors.STATUS_BY_CODE`, which mirrors
+contracts/errors.json) instead of being repeated by hand. `document()` is the
+versioned source; tests check it against the app's registered routes, and
+schemathesis checks the running gateway against it.
+
+One document serves both profiles: the lab-only answers (403 `lab_disabled`),
+the production ones (401 without the bearer token, /metrics 404) are
+documented as possible statuses of the operations they concern.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from aside_gateway.errors import STATUS_BY_CODE
+from aside_gateway.validation import (
+    COMPLEXITY_MAX,
+    COMPLEXITY_MIN,
+    EMAIL_MAX,
+    ID_MAX,
+    IDEMPOTENCY_KEY_MAX,
+)
+
+VERSION = "1.0.0"
+JSON = "application/json"
+
+Schema = dict[str, Any]
+
+_REASONS = {
+    200: "OK",
+    201: "Created",
+    204: "No Content",
+    400: "Bad request",
+    401: "Missing or wrong bearer token (when WRITE_TOKEN is set: always in production)",
+    403: "Lab-only feature asked for in the production profile",
+    404: "Not found",
+    409: "Conflict: the username is taken",
+    413: "Request body over 16 KiB",
+    415: "Content-Type is not application/json",
+    422: "Idempotency-Key already used with a different request body",
+    500: "Unexpected error (never carries internals)",
+    503: "A dependency is unavailable; retry later",
+    504: "The database query took too long",
+}
+
+# Characters the email rules of contracts/validation.json forbid anywhere:
+# whitespace, C0/C1 controls, DEL and "(),:;<>[\].
+_EMAIL_BAD = r'\s\x00-\x1f\x7f-\x9f"(),:;<>\[\\\]@'
+_EMAIL_PATTERN = rf"^[^{_EMAIL_BAD}]{{1,64}}@(?:[^{_EMAIL_BAD}.]+\.)+[^{_EMAIL_BAD}.]+$"
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _header(schema: Schema, description: str, required: bool = False) -> Schema:
+    return {"description": description, "required": required, "schema": schema}
+
+
+X_CACHE = _header(
+    {"type": "string", "enum": ["HIT", "MISS", "BYPASS"]},
+    "How the read was answered: from Redis (HIT), from PostgreSQL after a miss (MISS), "
+    "or from PostgreSQL without the cache (BYPASS: cache=off, or Redis failing).",
+    required=True,
+)
+X_CACHE_ERROR = _header(
+    {"type": "string", "enum": ["1"]}, "Present when Redis failed during this request."
+)
+X_CACHE_INVALIDATION = _header(
+    {"type": "string", "enum": ["failed"]},
+    "The write committed but the core could not drop its stale cache keys; "
+    "they live until their TTL.",
+)
+RETRY_AFTER = _header({"type": "string", "pattern": "^[0-9]+$"}, "Seconds to wait before retrying.")
+READ_HEADERS = {"X-Cache": X_CACHE, "X-Cache-Error": X_CACHE_ERROR}
+
+
+def _error_schema(status: int) -> Schema:
+    codes = sorted(code for code, code_status in STATUS_BY_CODE.items() if code_status == status)
+    return {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "string", "enum": codes},
+                    "message": {"type": "string"},
+                },
+            },
+            # /readyz's 503 also names the state of each dependency.
+            "checks": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    }
+
+
+def _error(status: int, headers: dict[str, Schema] | None = None) -> Schema:
+    codes = ", ".join(
+        f"`{code}`" for code, code_status in STATUS_BY_CODE.items() if code_status == status
+    )
+    response: Schema = {
+        "description": f"{_REASONS[status]}. Codes: {codes}.",
+        "content": {JSON: {"schema": _ref(f"Error{status}")}},
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _errors(*statuses: int) -> dict[str, Schema]:
+    special = {
+        401: {
+            "WWW-Authenticate": _header(
+                {"type": "string", "pattern": "^Bearer"}, "The bearer challenge.", required=True
+            )
+        },
+        503: {"Retry-After": RETRY_AFTER},
+    }
+    return {str(status): _error(status, special.get(status)) for status in statuses}
+
+
+def _ok(
+    schema: Schema, description: str = "OK", headers: dict[str, Schema] | None = None
+) -> Schema:
+    response: Schema = {"description": description, "content": {JSON: {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+# gunicorn refuses a request line over 4094 bytes itself, before the app runs:
+# only a URL with parameters (far longer than any valid one) gets there.
+URI_TOO_LONG = {
+    "414": {
+        "description": "Request line over 4094 bytes (gunicorn's own answer, an HTML page). "
+        "Valid parameters always fit.",
+        "content": {"text/html": {"schema": {"type": "string"}}},
+    }
+}
+
+
+def _json_body(schema_name: str) -> Schema:
+    return {"required": True, "content": {JSON: {"schema": _ref(schema_name)}}}
+
+
+ID_PARAMETER = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "description": "A user id: ASCII digits, 1 to 2^63-1 (leading zeros name the same id).",
+    "schema": {"type": "integer", "format": "int64", "minimum": 1, "maximum": ID_MAX},
+}
+CACHE_PARAMETER = {
+    "name": "cache",
+    "in": "query",
+    "required": False,
+    "description": "`on` (default): cache-aside with leases. `off`: read PostgreSQL "
+    "directly, touching no Redis (lab profile only; 403 `lab_disabled` in production).",
+    "schema": {"type": "string", "enum": ["on", "off"]},
+}
+IDEMPOTENCY_KEY_PARAMETER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "Makes the create safe to retry: the first request with a key creates "
+    "the user; a retry with the same key and body within 24 h gets the same 201 again "
+    "(`Idempotent-Replayed: true`) and creates nothing; the same key with another body "
+    "is 422 `idempotency_key_reused`. 1 to 255 printable ASCII characters, else 400.",
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": IDEMPOTENCY_KEY_MAX,
+        # HTTP trims a header value's outer spaces, so a key cannot start or end with one.
+        "pattern": r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$",
+    },
+}
+WRITE_SECURITY = [{}, {"bearerAuth": []}]
+
+
+def _schemas() -> dict[str, Schema]:
+    username = {
+        "type": "string",
+        "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
+        "description": "1 to 64 of A-Z a-z 0-9 _ . -, starting with a letter or digit.",
+    }
+    schemas: dict[str, Schema] = {
+        "Email": {
+            "type": "string",
+            "minLength": 3,
+            "maxLength": EMAIL_MAX,
+            "pattern": _EMAIL_PATTERN,
+            "description": "contracts/validation.json: one '@', local part 1 to 64 characters, "
+            "a domain of two or more non-empty labels, no whitespace, controls or "
+            '"(),:;<>[\\]; other Unicode letters allowed. Lengths count code points.',
+        },
+        "Username": username,
+        "User": {
+            "type": "object",
+            "required": ["id", "username", "email", "created_at"],
+            "additionalProperties": False,
+            "properties": {
+                "id": {"type": "integer", "format": "int64", "minimum": 1},
+                "username": {"type": "string"},
+                "email": {"type": "string"},
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$",
+                    "description": "UTC, RFC 3339 with exactly six fractional digits.",
+                },
+            },
+        },
+        "Count": {
+            "type": "object",
+            "required": ["email", "count"],
+            "additionalProperties": False,
+            "properties": {
+                "email": {"type": "string"},
+                "count": {"type": "integer", "minimum": 0},
+            },
+        },
+        "CreateUser": {
+            "type": "object",
+            "required": ["username", "email"],
+            "additionalProperties": False,
+            "properties": {"username": _ref("Username"), "email": _ref("Email")},
+        },
+        "UpdateUser": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": False,
+            "properties": {"username": _ref("Username"), "email": _ref("Email")},
+        },
+        "ComputeRequest": {
+            "type": "object",
+            "required": ["complexity"],
+            "additionalProperties": False,
+            "properties": {
+                "complexity": {
+                    "type": "integer",
+                    "minimum": COMPLEXITY_MIN,
+                    "maximum": COMPLEXITY_MAX,
+                    "description": "n: the checksum loops n*100000 times. The python "
+                    "engine takes at most PYTHON_COMPUTE_MAX_COMPLEXITY (20 by default).",
+                },
+                "engine": {
+                    "type": "string",
+                    "enum": ["go", "python"],
+                    "default": "go",
+                    "description": "go: the core. python: in the gateway process (lab only).",
+                },
+            },
+        },
+        "ComputeResult": {
+            "type": "object",
+            "required": ["complexity", "engine", "checksum", "elapsed_ms"],
+            "additionalProperties": False,
+            "properties": {
+                "complexity": {"type": "integer"},
+                "engine": {"type": "string", "enum": ["go", "python"]},
+                "checksum": {"type": "integer", "format": "int64"},
+                "elapsed_ms": {"type": "number", "minimum": 0},
+            },
+        },
+        "Health": {
+            "type": "object",
+            "required": ["status"],
+            "properties": {"status": {"type": "string", "enum": ["ok"]}},
+        },
+        "Ready": {
+            "type": "object",
+            "required": ["status", "checks"],
+            "properties": {
+                "status": {"type": "string", "enum": ["ready"]},
+                "checks": {
+                    "type": "object",
+                    "required": ["postgres", "redis"],
+                    "properties": {
+                        "postgres": {"type": "string", "enum": ["ok"]},
+                        "redis": {"type": "string", "enum": ["ok"]},
+                    },
+                },
+            },
+        },
+    }
+    for status in sorted(set(STATUS_BY_CODE.values())):
+        schemas[f"Error{status}"] = _error_schema(status)
+    return schemas
+
+
+def _user_paths() -> dict[str, Schema]:
+    write_headers = {"X-Cache-Invalidation": X_CACHE_INVALIDATION}
+    return {
+        "/api/v1/users/count": {
+            "get": {
+                "operationId": "countUsersByEmail",
+                "summary": "How many users have exactly this email (cached)",
+                "parameters": [
+                    {
+                        "name": "email",
+                        "in": "query",
+                        "required": True,
+                        "description": "The exact email (case kept).",
+                        "schema": _ref("Email"),
+                    },
+                    CACHE_PARAMETER,
+                ],
+                "responses": {
+                    "200": _ok(_ref("Count"), headers=READ_HEADERS),
+                    **_errors(400, 403),
+                    **URI_TOO_LONG,
+                    **_errors(500, 503, 504),
+                },
+            }
+        },
+        "/api/v1/users": {
+            "post": {
+                "operationId": "createUser",
+                "summary": "Create a user (forwarded to the core)",
+                "security": WRITE_SECURITY,
+                "parameters": [IDEMPOTENCY_KEY_PARAMETER],
+                "requestBody": _json_body("CreateUser"),
+                "responses": {
+                    "201": _ok(
+                        _ref("User"),
+                        "Created",
+                        {
+                            "Location": _header(
+                                {"type": "string", "pattern": r"^/api/v1/users/[0-9]+$"},
+                                "The new user's URL.",
+                                required=True,
+                            ),
+                            "Idempotent-Replayed": _header(
+                                {"type": "string", "enum": ["true"]},
+                                "This is the stored answer of an earlier request with "
+                                "the same Idempotency-Key; nothing was created now.",
+                            ),
+                            **write_headers,
+                        },
+                    ),
+                    **_errors(400, 401, 409, 413, 415, 422, 500, 503),
+                },
+            }
+        },
+        "/api/v1/users/{id}": {
+            "parameters": [ID_PARAMETER],
+            "get": {
+                "operationId": "getUser",
+                "summary": "One user (cached; an unknown id is cached as a negative entry)",
+                "parameters": [CACHE_PARAMETER],
+                "responses": {
+                    "200": _ok(_ref("User"), headers=READ_HEADERS),
+                    **_errors(400, 403),
+                    "404": _error(404, READ_HEADERS),
+                    **URI_TOO_LONG,
+                    **_errors(500, 503, 504),
+                },
+            },
+            "patch": {
+                "operationId": "updateUser",
+                "summary": "Change a user's username and/or email (forwarded to the core)",
+                "security": WRITE_SECURITY,
+                "requestBody": _json_body("UpdateUser"),
+                "responses": {
+                    "200": _ok(_ref("User"), headers=write_headers),
+                    **_errors(400, 401, 404, 409, 413),
+                    **URI_TOO_LONG,
+                    **_errors(415, 500, 503),
+                },
+            },
+            "delete": {
+                "operationId": "deleteUser",
+                "summary": "Delete a user (forwarded to the core)",
+                "security": WRITE_SECURITY,
+                "responses": {
+                    "204": {"description": "Deleted; no body.", "headers": write_headers},
+                    **_errors(400, 401, 404, 413),
+                    **URI_TOO_LONG,
+                    **_errors(500, 503),
+                },
+            },
+        },
+    }
+
+
+def _other_paths() -> dict[str, Schema]:
+    return {
+        "/api/v1/compute": {
+            "post": {
+                "operationId": "compute",
+                "summary": "Run the CPU checksum in the core (go) or the gateway (python, lab)",
+                "security": WRITE_SECURITY,
+                "requestBody": _json_body("ComputeRequest"),
+                "responses": {
+                    "200": _ok(_ref("ComputeResult")),
+                    **_errors(400, 401, 403, 413, 415, 500, 503),
+                },
+            }
+        },
+        "/api/v1/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document",
+                "responses": {"200": _ok({"type": "object"}), **_errors(400, 500)},
+            }
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "summary": "Liveness: 200 while the process runs (no dependency checked)",
+                "responses": {"200": _ok(_ref("Health")), **_errors(400, 500)},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "summary": "Readiness: PostgreSQL and Redis answer",
+                "responses": {"200": _ok(_ref("Ready")), **_errors(400, 500, 503)},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus text, summed over all workers (lab profile; in "
+                "production 404 here, served by the gunicorn master on METRICS_BIND)",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus exposition format.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(400, 404, 500),
+                },
+            }
+        },
+    }
+
+
+@cache
+def document() -> dict[str, Any]:
+    """The OpenAPI document (built once; treat it as read-only)."""
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Aside gateway",
+            "version": VERSION,
+            "description": "Cached reads of users from PostgreSQL through Redis, writes and "
+            "compute forwarded to the core. Every error is "
+            '`{"error": {"code": ..., "message": ...}}` with a code of contracts/errors.json. '
+            "Writes (POST, PATCH, DELETE) need `Authorization: Bearer <WRITE_TOKEN>` when "
+            "the gateway has a WRITE_TOKEN, which the production profile requires.",
+        },
+        "paths": {**_user_paths(), **_other_paths()},
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The gateway's WRITE_TOKEN.",
+                }
+            },
+        },
+    }
+
+
+@cache
+def encoded() -> bytes:
+    """The document as the bytes the route serves."""
+    return json.dumps(document(), separators=(",", ":")).encode()

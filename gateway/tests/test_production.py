@@ -1,0 +1,251 @@
+"""ASIDE_PROFILE=production through a real gunicorn: the bearer token on writes,
+the body limit, /metrics only on METRICS_BIND, no lab switches, no tracebacks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+from gateway_helpers import (
+    AUTH,
+    REPO,
+    WRITE_TOKEN,
+    sample,
+    scrape,
+    unique_email,
+    unique_username,
+    wait_until,
+)
+
+USERS = "/api/v1/users"
+COUNT = "/api/v1/users/count"
+INTERNAL_BODY = {"error": {"code": "internal", "message": "internal error"}}
+
+
+def core_requests(core_url: str) -> float:
+    """Every request the core has answered (any route, method, status)."""
+    samples = scrape(core_url)
+    return sum(v for (name, _), v in samples.items() if name == "aside_core_http_requests_total")
+
+
+def assert_unauthorized(response: requests.Response, invalid_token: bool) -> None:
+    assert response.status_code == 401, response.text
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "unauthorized"
+    challenge = response.headers["WWW-Authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert ('error="invalid_token"' in challenge) is invalid_token
+
+
+WRITES = [
+    ("POST", USERS, {"username": "never_created", "email": "never@example.com"}),
+    ("PATCH", USERS + "/1", {"username": "never_renamed"}),
+    ("DELETE", USERS + "/1", None),
+    ("POST", "/api/v1/compute", {"complexity": 1}),
+]
+BAD_AUTH = [
+    ({}, False),
+    ({"Authorization": ""}, False),
+    ({"Authorization": f"Basic {WRITE_TOKEN}"}, False),
+    ({"Authorization": "Bearer"}, False),
+    ({"Authorization": "Bearer wrong-token-0123456789abcdef"}, True),
+    ({"Authorization": f"Bearer {WRITE_TOKEN[:-1]}"}, True),  # a prefix is not the token
+    ({"Authorization": f"Bearer {WRITE_TOKEN}x"}, True),
+    ({"Authorization": f"Bearer {WRITE_TOKEN.upper()}"}, True),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES, ids=lambda v: str(v)[:24])
+def test_writes_without_the_token_are_401_and_forward_nothing(
+    production_gateway, production_core, db, method, path, body
+):
+    before = core_requests(production_core.url)
+    for headers, invalid_token in BAD_AUTH:
+        response = requests.request(
+            method, production_gateway.url + path, json=body, headers=headers, timeout=10
+        )
+        assert_unauthorized(response, invalid_token)
+    # The core answered only our two scrapes in between: nothing was forwarded.
+    assert core_requests(production_core.url) == before + 1
+    taken = db.execute("SELECT count(*) FROM users WHERE username LIKE 'never_%'").fetchone()
+    assert taken == (0,)
+
+
+def test_writes_with_the_token_go_through(production_gateway):
+    base = production_gateway.url
+    email = unique_email("prod")
+    created = requests.post(
+        base + USERS, json={"username": unique_username(), "email": email}, headers=AUTH, timeout=10
+    )
+    assert created.status_code == 201, created.text
+    user_id = created.json()["id"]
+    # The scheme is case-insensitive (RFC 7235).
+    renamed = requests.patch(
+        f"{base}{USERS}/{user_id}",
+        json={"username": unique_username("renamed")},
+        headers={"Authorization": f"bearer {WRITE_TOKEN}"},
+        timeout=10,
+    )
+    assert renamed.status_code == 200, renamed.text
+    assert requests.delete(f"{base}{USERS}/{user_id}", headers=AUTH, timeout=10).status_code == 204
+    # Reads need no token.
+    count = requests.get(base + COUNT, params={"email": email}, timeout=10)
+    assert count.status_code == 200 and count.json()["count"] == 0
+
+
+def test_unknown_routes_and_wrong_methods_are_not_hidden_behind_the_token(production_gateway):
+    nope = requests.post(production_gateway.url + "/api/v1/nope", json={}, timeout=10)
+    assert nope.status_code == 404 and nope.json()["error"]["code"] == "not_found"
+    wrong = requests.post(production_gateway.url + COUNT, json={}, timeout=10)
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_bodies_over_16_kib_are_413(production_gateway, production_core, chunked):
+    raw = b'{"username": "big", "email": "' + b"x" * (16 * 1024) + b'"}'
+    data = iter([raw[:8000], raw[8000:]]) if chunked else raw
+    before = core_requests(production_core.url)
+    response = requests.post(
+        production_gateway.url + USERS,
+        data=data,
+        headers={**AUTH, "Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert response.status_code == 413, response.text
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert core_requests(production_core.url) == before + 1
+
+
+def test_a_body_at_the_limit_is_read(production_gateway):
+    head, tail = b'{"username": "_", "email": "', b'"}'
+    raw = head + b"x" * (16 * 1024 - len(head) - len(tail)) + tail
+    assert len(raw) == 16 * 1024
+    response = requests.post(
+        production_gateway.url + USERS,
+        data=raw,
+        headers={**AUTH, "Content-Type": "application/json"},
+        timeout=10,
+    )
+    # Read and forwarded: the core refuses the username, not the size.
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_username"
+
+
+def test_metrics_are_served_by_the_master_on_metrics_bind_only(production_gateway):
+    public = requests.get(production_gateway.url + "/metrics", timeout=10)
+    assert public.status_code == 404
+    assert public.json()["error"]["code"] == "not_found"
+
+    metrics_base = production_gateway.extra["metrics_url"].removesuffix("/metrics")
+
+    def counted() -> float:
+        return sample(
+            scrape(metrics_base),
+            "aside_gateway_http_requests_total",
+            route="/api/v1/users/count",
+            method="GET",
+            status="400",
+        )
+
+    before = counted()
+    for _ in range(20):  # a new connection each: both workers answer some
+        bad = requests.get(production_gateway.url + COUNT, params={"email": "nope"}, timeout=10)
+        assert bad.status_code == 400
+    # Exact across workers: the master merges every worker's files.
+    assert counted() == before + 20
+
+
+def test_lab_switches_are_off(production_gateway):
+    off = requests.get(production_gateway.url + COUNT, params={"email": "a@b.co", "cache": "off"})
+    assert off.status_code == 403 and off.json()["error"]["code"] == "lab_disabled"
+    python = requests.post(
+        production_gateway.url + "/api/v1/compute",
+        json={"complexity": 1, "engine": "python"},
+        headers=AUTH,
+        timeout=10,
+    )
+    assert python.status_code == 403 and python.json()["error"]["code"] == "lab_disabled"
+    # No test hooks: the hold header is ignored, not validated (it would be a 400 in the lab).
+    held = requests.get(
+        production_gateway.url + COUNT,
+        params={"email": unique_email()},
+        headers={"X-Test-Hold": "not a valid name!"},
+        timeout=10,
+    )
+    assert held.status_code == 200
+
+
+def test_an_unexpected_error_is_a_bare_500(production_gateway, rdb):
+    # A corrupted cache entry (only the gateway writes these keys, always as
+    # digits) makes the count route fail unexpectedly: an existing path to a 500.
+    email = unique_email("corrupt")
+    rdb.set(f"aside:v1:count:{email}", "not-a-number", ex=60)
+    response = requests.get(production_gateway.url + COUNT, params={"email": email}, timeout=10)
+    assert response.status_code == 500
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.json() == INTERNAL_BODY
+    for leak in ("Traceback", "ValueError", ".py", "not-a-number"):
+        assert leak not in response.text
+    # The traceback goes to the log instead.
+    wait_until(lambda: "ValueError" in production_gateway.log(), 5, "the traceback in the log")
+
+
+def test_a_taken_metrics_port_stops_the_gateway_with_one_line(database_url, redis_url, core):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+        env.update(
+            DATABASE_URL=database_url,
+            REDIS_URL=redis_url,
+            CORE_URL=core.url,
+            ASIDE_PROFILE="production",
+            WRITE_TOKEN=WRITE_TOKEN,
+            GATEWAY_BIND="127.0.0.1:1",  # never reached: the metrics port fails first
+            METRICS_BIND=f"127.0.0.1:{port}",
+        )
+        result = subprocess.run(
+            [str(Path(sys.executable).parent / "gunicorn"), "--config", "gateway/gunicorn.conf.py"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"aside-gateway: METRICS_BIND: cannot listen on 127.0.0.1:{port}")
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_production_without_a_write_token_refuses_to_start(database_url, redis_url, core):
+    dropped = ("WRITE_TOKEN", "PROMETHEUS_MULTIPROC_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    env.update(
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
+        CORE_URL=core.url,
+        ASIDE_PROFILE="production",
+        GATEWAY_BIND="127.0.0.1:1",
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "gunicorn"), "--config", "gateway/gunicorn.conf.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip() == (
+        "aside-gateway: WRITE_TOKEN is required when ASIDE_PROFILE=production"
+    )
