@@ -113,5 +113,11 @@ def test_slower_arms_get_more_preallocated_vus() -> None:
     assert vus_for(300, "nocache", 1000)[0] > vus_for(300, "cache", 1000)[0]
 
 
+def test_cold_steps_allocate_every_vu_up_front() -> None:
+    pre, most = vus_for(1000, "cache", 2000, phase="cold")
+    assert pre == most >= 1000
+    assert vus_for(1000, "cache", 2000, phase="warm")[0] < most
+
+
 def test_the_vu_cap_wins() -> None:
     assert vus_for(5000, "nocache", max_vus_cap=50) == (50, 50)

@@ -171,9 +171,17 @@ def build_steps(
     ]
 
 
-def vus_for(rate: int, arm: str, max_vus_cap: int) -> tuple[int, int]:
-    """(preAllocatedVUs, maxVUs) for a step: rate x latency, with headroom, bounded."""
+def vus_for(rate: int, arm: str, max_vus_cap: int, phase: str = "none") -> tuple[int, int]:
+    """(preAllocatedVUs, maxVUs) for a step: rate x latency, with headroom, bounded.
+
+    A cold step starts with every key missing, so its first second is its
+    slowest: all its VUs are allocated before it starts, because k6 drops the
+    iterations that fall due while it is still starting VUs mid-run, which
+    would count k6's start-up against the stack.
+    """
     expected = EXPECTED_LATENCY_S.get(arm, 0.05)
     pre = min(math.ceil(rate * expected * HEADROOM) + MIN_VUS, MAX_PREALLOCATED_VUS, max_vus_cap)
     most = min(max(math.ceil(rate * LATENCY_BUDGET_S), pre, 10), max_vus_cap)
+    if phase == "cold":
+        pre = most
     return pre, max(most, pre)

@@ -122,7 +122,7 @@ class Runner:
             record["warm"] = warmed
 
     def run_step(self, step: Step) -> StepResult | None:
-        vus = vus_for(step.rate, step.arm, self.options.max_vus)
+        vus = vus_for(step.rate, step.arm, self.options.max_vus, step.phase)
         record: dict[str, Any] = {
             "scenario": step.scenario,
             "arm": step.arm,
