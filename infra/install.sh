@@ -4,9 +4,11 @@
 # its Go module into bin/). A second run finds everything and returns quickly.
 #
 # usage: infra/install.sh [packages|python|core|k6 ...]   (default: all)
-set -euo pipefail
+set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
 source "$ASIDE_ROOT/infra/lib.sh"
+# An unexpected failure still says where, in one line, instead of exiting silently.
+trap 'printf "aside: %s failed at line %s: %s\n" "${BASH_SOURCE[0]##*/}" "$LINENO" "$BASH_COMMAND" >&2' ERR
 
 K6_VERSION=${K6_VERSION:-v1.8.1}
 UV_VERSION=${UV_VERSION:-0.13.9}

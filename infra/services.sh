@@ -6,7 +6,10 @@
 # Start order; `make down` stops in reverse.
 ALL_SERVICES=(postgres redis influxdb node-exporter redis-exporter postgres-exporter prometheus core gateway)
 
-PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)
+# The newest installed PostgreSQL's binaries, or nothing. Looked up when used,
+# not when this file is sourced: on a fresh machine the install step that
+# brings PostgreSQL runs after sourcing.
+pg_bin() { { find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin 2>/dev/null || true; } | sort -V | tail -n1; }
 
 service_port() {
     case $1 in
@@ -37,7 +40,7 @@ service_url() {
 }
 
 # ---- readiness: each returns 0 when the service answers ----------------------
-ready_postgres() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$ASIDE_PG_PORT" -t 2; }
+ready_postgres() { "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$ASIDE_PG_PORT" -t 2; }
 ready_redis() { [ "$(redis-cli -h 127.0.0.1 -p "$ASIDE_REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
 ready_influxdb() { http_ok "http://127.0.0.1:$ASIDE_INFLUX_PORT/ping"; }
 ready_node-exporter() { http_ok "http://127.0.0.1:$ASIDE_NODE_EXPORTER_PORT/metrics"; }
@@ -52,18 +55,20 @@ psql_admin() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$ASIDE_PG_PORT" -U
 
 start_postgres() {
     local dir=$ASIDE_RUN_DIR/postgres
-    [ -n "$PG_BIN" ] || die "PostgreSQL binaries not found under /usr/lib/postgresql; run infra/install.sh"
+    local pg
+    pg=$(pg_bin)
+    [ -n "$pg" ] || die "PostgreSQL binaries not found under /usr/lib/postgresql; run infra/install.sh"
     mkdir -p "$dir"
     [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir"
     if [ ! -s "$dir/data/PG_VERSION" ]; then
         # Trust on loopback only: a lab database with no secret to leak. The
         # compose stack uses a password from the environment instead.
-        as_postgres "$PG_BIN/initdb" -D "$dir/data" -U aside --auth=trust -E UTF8 --locale=C.UTF-8 \
+        as_postgres "$pg/initdb" -D "$dir/data" -U aside --auth=trust -E UTF8 --locale=C.UTF-8 \
             >"$LOG_DIR/postgres-initdb.log" 2>&1 || die "initdb failed (see .run/logs/postgres-initdb.log)"
     fi
     cp "$ASIDE_ROOT/infra/conf/postgresql.conf" "$dir/data/postgresql.auto.conf"
     [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir/data/postgresql.auto.conf"
-    as_postgres "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -s \
+    as_postgres "$pg/pg_ctl" -D "$dir/data" -l "$dir/server.log" -s \
         -o "-c listen_addresses=127.0.0.1 -p $ASIDE_PG_PORT -k $dir" start >/dev/null 2>&1 || true
     local pid deadline=$((SECONDS + 10))
     until pid=$(head -n1 "$dir/data/postmaster.pid" 2>/dev/null) && [ -n "$pid" ]; do
@@ -84,7 +89,7 @@ setup_postgres() {
 stop_postgres() {
     local dir=$ASIDE_RUN_DIR/postgres
     if pid_of postgres >/dev/null; then
-        as_postgres "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -s -w -t 20 stop >/dev/null 2>&1 || true
+        as_postgres "$(pg_bin)/pg_ctl" -D "$dir/data" -m fast -s -w -t 20 stop >/dev/null 2>&1 || true
     fi
     stop_pid postgres
 }

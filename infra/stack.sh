@@ -8,9 +8,11 @@
 #   infra/stack.sh clean                down, then remove all state (.run/)
 #
 # ASIDE_SKIP_INSTALL=1 skips the install step (tests that know it was done).
-set -euo pipefail
+set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
 source "$ASIDE_ROOT/infra/lib.sh"
+# An unexpected failure still says where, in one line, instead of exiting silently.
+trap 'printf "aside: %s failed at line %s: %s\n" "${BASH_SOURCE[0]##*/}" "$LINENO" "$BASH_COMMAND" >&2' ERR
 source "$ASIDE_ROOT/infra/services.sh"
 
 READY_TIMEOUT=${ASIDE_READY_TIMEOUT:-60}
