@@ -46,8 +46,8 @@ port_in_use() {
 
 # port_owner PORT: "name (pid N)" of the listener, when ss can tell.
 port_owner() {
-    ss -Htlnp "sport = :$1" 2>/dev/null | grep -o 'users:(("[^"]*",pid=[0-9]*' | head -n1 |
-        sed -E 's/users:\(\("([^"]*)",pid=([0-9]*)/\1 (pid \2)/'
+    { ss -Htlnp "sport = :$1" 2>/dev/null || true; } | { grep -o 'users:(("[^"]*",pid=[0-9]*' || true; } |
+        head -n1 | sed -E 's/users:\(\("([^"]*)",pid=([0-9]*)/\1 (pid \2)/'
 }
 
 http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
