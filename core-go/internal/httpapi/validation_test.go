@@ -10,25 +10,10 @@ import (
 	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
 
-type validationVectors struct {
-	EmailValid      []string `json:"email_valid"`
-	EmailInvalid    []string `json:"email_invalid"`
-	UsernameValid   []string `json:"username_valid"`
-	UsernameInvalid []string `json:"username_invalid"`
-	IDValid         []string `json:"id_valid"`
-	IDInvalid       []string `json:"id_invalid"`
-}
-
-func loadValidation(t *testing.T) validationVectors {
-	var v validationVectors
-	testenv.LoadContract(t, "validation.json", &v)
-	return v
-}
-
 func TestEmailVectorsThroughTheAPI(t *testing.T) {
 	env.Reset(t)
 	s := newServer(t, serverOpts{})
-	v := loadValidation(t)
+	v := testenv.LoadValidation(t)
 	for i, email := range v.EmailValid {
 		rec := s.do(http.MethodPost, "/api/v1/users", mustJSON(t, map[string]string{"username": fmt.Sprintf("u%d", i), "email": email}))
 		if rec.Code != http.StatusCreated {
@@ -59,7 +44,7 @@ func TestEmailVectorsThroughTheAPI(t *testing.T) {
 func TestUsernameVectorsThroughTheAPI(t *testing.T) {
 	env.Reset(t)
 	s := newServer(t, serverOpts{})
-	v := loadValidation(t)
+	v := testenv.LoadValidation(t)
 	for _, name := range v.UsernameValid {
 		rec := s.do(http.MethodPost, "/api/v1/users", mustJSON(t, map[string]string{"username": name, "email": "x@example.com"}))
 		if rec.Code != http.StatusCreated || decodeUser(t, rec).Username != name {
@@ -81,7 +66,7 @@ func TestUsernameVectorsThroughTheAPI(t *testing.T) {
 func TestIDVectorsThroughTheAPI(t *testing.T) {
 	env.Reset(t)
 	s := newServer(t, serverOpts{})
-	v := loadValidation(t)
+	v := testenv.LoadValidation(t)
 	for _, id := range v.IDValid {
 		// Valid ids pass validation and find no user.
 		wantError(t, s.do(http.MethodDelete, "/api/v1/users/"+url.PathEscape(id), ""), http.StatusNotFound, codeNotFound)

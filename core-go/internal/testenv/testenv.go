@@ -216,6 +216,30 @@ func LoadContract(t testing.TB, name string, v any) {
 	}
 }
 
+// ValidationVectors is contracts/validation.json: the inputs both services
+// must accept or refuse alike.
+type ValidationVectors struct {
+	EmailValid      []string `json:"email_valid"`
+	EmailInvalid    []string `json:"email_invalid"`
+	UsernameValid   []string `json:"username_valid"`
+	UsernameInvalid []string `json:"username_invalid"`
+	IDValid         []string `json:"id_valid"`
+	IDInvalid       []string `json:"id_invalid"`
+}
+
+// LoadValidation reads contracts/validation.json and fails the test if any of
+// its lists is empty (a test over an empty list would prove nothing).
+func LoadValidation(t testing.TB) ValidationVectors {
+	t.Helper()
+	var v ValidationVectors
+	LoadContract(t, "validation.json", &v)
+	if len(v.EmailValid) == 0 || len(v.EmailInvalid) == 0 || len(v.UsernameValid) == 0 ||
+		len(v.UsernameInvalid) == 0 || len(v.IDValid) == 0 || len(v.IDInvalid) == 0 {
+		t.Fatal("validation.json has empty vector lists")
+	}
+	return v
+}
+
 func getenv(name, def string) string {
 	if v := strings.TrimSpace(os.Getenv(name)); v != "" {
 		return v

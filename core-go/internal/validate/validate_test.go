@@ -8,26 +8,8 @@ import (
 	"github.com/aside-lab/aside/core-go/internal/validate"
 )
 
-type vectors struct {
-	EmailValid      []string `json:"email_valid"`
-	EmailInvalid    []string `json:"email_invalid"`
-	UsernameValid   []string `json:"username_valid"`
-	UsernameInvalid []string `json:"username_invalid"`
-	IDValid         []string `json:"id_valid"`
-	IDInvalid       []string `json:"id_invalid"`
-}
-
-func load(t *testing.T) vectors {
-	var v vectors
-	testenv.LoadContract(t, "validation.json", &v)
-	if len(v.EmailValid) == 0 || len(v.EmailInvalid) == 0 || len(v.UsernameInvalid) == 0 || len(v.IDInvalid) == 0 {
-		t.Fatal("validation.json has empty vector lists")
-	}
-	return v
-}
-
 func TestEmailVectors(t *testing.T) {
-	v := load(t)
+	v := testenv.LoadValidation(t)
 	for _, e := range v.EmailValid {
 		if reason := validate.Email(e); reason != "" {
 			t.Errorf("valid email %q rejected: %s", e, reason)
@@ -41,7 +23,7 @@ func TestEmailVectors(t *testing.T) {
 }
 
 func TestUsernameVectors(t *testing.T) {
-	v := load(t)
+	v := testenv.LoadValidation(t)
 	for _, u := range v.UsernameValid {
 		if reason := validate.Username(u); reason != "" {
 			t.Errorf("valid username %q rejected: %s", u, reason)
@@ -55,7 +37,7 @@ func TestUsernameVectors(t *testing.T) {
 }
 
 func TestIDVectors(t *testing.T) {
-	v := load(t)
+	v := testenv.LoadValidation(t)
 	want := map[string]int64{"1": 1, "42": 42, "9223372036854775807": 9223372036854775807}
 	for _, s := range v.IDValid {
 		id, ok := validate.ID(s)
