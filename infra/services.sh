@@ -51,7 +51,7 @@ ready_core() { http_ok "http://127.0.0.1:$ASIDE_CORE_PORT/readyz"; }
 ready_gateway() { http_ok "http://127.0.0.1:$ASIDE_GATEWAY_PORT/readyz"; }
 
 # ---- start: launch, then leave readiness to the caller -----------------------
-psql_admin() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$ASIDE_PG_PORT" -U aside "$@"; }
+psql_admin() { PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$ASIDE_PG_PORT" -U aside "$@"; }
 
 start_postgres() {
     local dir=$ASIDE_RUN_DIR/postgres
