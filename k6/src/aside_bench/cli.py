@@ -34,7 +34,7 @@ from .plan import (
 )
 from .runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
 from .sources import Influx, Prometheus, SourceError
-from .stack import StackError, check_seed, check_stack
+from .stack import SeedData, StackError, check_seed, check_stack
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 
@@ -203,15 +203,25 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         rates=sorted({s.rate for s in steps}),
         arms=list(dict.fromkeys(s.arm for s in steps)),
     )
-    out_dir.mkdir(parents=True)
-    runner = Runner(
-        settings,
-        Options(run_id, out_dir, seed.data_dir, shape, args.max_vus, args.recover_timeout),
-        seed,
-        new_run("sweep", run_id, params, seed, settings),
-    )
+    runner = _new_runner("sweep", run_id, out_dir, args, settings, seed, shape, params)
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)
     return _drive(runner, lambda: runner.run_steps(steps), report.write_sweep)
+
+
+def _new_runner(
+    kind: str,
+    run_id: str,
+    out_dir: Path,
+    args: argparse.Namespace,
+    settings: config.Settings,
+    seed: SeedData,
+    shape: LoadShape,
+    params: dict[str, Any],
+) -> Runner:
+    """Create the run's folder and the runner that fills it (sweep or ceiling)."""
+    out_dir.mkdir(parents=True)
+    options = Options(run_id, out_dir, seed.data_dir, shape, args.max_vus, args.recover_timeout)
+    return Runner(settings, options, seed, new_run(kind, run_id, params, seed, settings))
 
 
 def _drive(runner: Runner, body: Any, writer: Any) -> int:
@@ -252,13 +262,7 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
         p95_limit_ms=args.p95_ms,
         search=search.__dict__,
     )
-    out_dir.mkdir(parents=True)
-    runner = Runner(
-        settings,
-        Options(run_id, out_dir, seed.data_dir, shape, args.max_vus, args.recover_timeout),
-        seed,
-        new_run("ceiling", run_id, params, seed, settings),
-    )
+    runner = _new_runner("ceiling", run_id, out_dir, args, settings, seed, shape, params)
     print(f"ceiling {run_id}: arms {' '.join(arms)}, {duration}s steps -> {out_dir}/", flush=True)
 
     def search_all() -> None:
