@@ -4,14 +4,17 @@ Sizing (2 cores shared with PostgreSQL, Redis, the core and k6):
 * workers = GATEWAY_WORKERS (2): one process per core. The GIL lets one thread
   of a process run Python at a time, so more processes than cores only adds
   context switches, and each process holds its own pools.
-* threads = GATEWAY_THREADS (64), gthread worker: a request spends most of its
+* worker class: uvicorn (uvloop + httptools) serving aside_gateway.asgi, whose
+  async hot path answers cache hits and /healthz on the event loop and hands
+  everything else to the Flask app in a thread pool (asgi.py says why: a hit
+  under the threaded gthread worker cost twice the CPU).
+* threads = GATEWAY_THREADS (64): that Flask pool. A miss spends most of its
   time waiting on Redis or PostgreSQL with the GIL released. On a cold cache
   many requests wait (a few hundred ms) for their key's batched fill; a waiting
-  thread costs no CPU, but with 16 threads they held every thread and the hits
-  queued behind them. Uncached reads stay bounded by LAB_MAX_CONCURRENT_BYPASS.
-* keepalive 30 s: k6 reuses connections; gunicorn's default of 2 s would close
-  them between iterations at low request rates and add a TCP handshake.
-  Idle keep-alive connections sit in the worker's poller, not in a thread.
+  thread costs no CPU, but with 16 threads they held every thread and the
+  misses queued behind them. Uncached reads stay bounded by LAB_MAX_CONCURRENT_BYPASS.
+* keepalive 30 s: k6 reuses connections; a short keep-alive would close them
+  between iterations at low request rates and add a TCP handshake.
 
 Metrics: prometheus-client's multiprocess mode needs PROMETHEUS_MULTIPROC_DIR
 set before it is imported and emptied at every start (stale files from a
@@ -42,11 +45,10 @@ if _multiproc_dir is None and (_settings.workers > 1 or not _settings.metrics_on
     _multiproc_dir = tempfile.mkdtemp(prefix="aside-gateway-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _multiproc_dir
 
-wsgi_app = "aside_gateway.wsgi:app"
+wsgi_app = "aside_gateway.asgi:app"
 bind = [_settings.bind]
 workers = _settings.workers
-worker_class = "gthread"
-threads = _settings.threads
+worker_class = "aside_gateway.worker.GatewayWorker"
 keepalive = 30
 timeout = 30
 graceful_timeout = 10

@@ -157,7 +157,7 @@ start_gateway() {
     mkdir -p "$ASIDE_RUN_DIR/gateway/prometheus-multiproc"
     PROMETHEUS_MULTIPROC_DIR=$ASIDE_RUN_DIR/gateway/prometheus-multiproc \
         launch gateway gunicorn "$ASIDE_ROOT/.venv/bin/gunicorn" \
-        --config "$ASIDE_ROOT/gateway/gunicorn.conf.py" "aside_gateway.wsgi:app"
+        --config "$ASIDE_ROOT/gateway/gunicorn.conf.py" "aside_gateway.asgi:app"
 }
 
 stop_service() {

@@ -292,7 +292,7 @@ def test_invalid_utf8_in_the_query_is_answered(gateway, db_count):
 
 
 def test_raw_non_utf8_bytes_in_the_query_are_a_400(gateway, database_url, redis_url, core):
-    # gunicorn itself refuses a request line with raw non-ASCII bytes (a plain 400) ...
+    # The HTTP parser (httptools) refuses a request line with raw non-ASCII bytes (a plain 400) ...
     host, port = gateway.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(b"GET /api/v1/users/count?email=\xff@x.co HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -315,6 +315,37 @@ def test_raw_non_utf8_bytes_in_the_query_are_a_400(gateway, database_url, redis_
         assert response.get_json()["error"]["code"] == "invalid_request"
     finally:
         close_app(app)
+
+
+def _raw_exchange(url: str, head: bytes, pieces: int = 1) -> bytes:
+    """Send `head` in `pieces` writes; the start of the answer ('' if closed first)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        size = len(head) // pieces + 1
+        try:
+            for start in range(0, len(head), size):
+                sock.sendall(head[start : start + size])
+        except OSError:
+            pass  # the gateway may close before the client has sent everything
+        return sock.recv(64)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 2_000_000 + b"\r\n\r\n",
+        b"GET /healthz?" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(b"X-%d: 1\r\n" % i for i in range(150))
+        + b"\r\n",
+    ],
+    ids=["2-MB-header", "9-KB-url", "150-headers"],
+)
+def test_an_oversized_request_head_is_refused(gateway, head):
+    # Bounded like gunicorn's own parser (worker.py): memory cannot be grown by one request.
+    assert _raw_exchange(gateway.url, head, pieces=40).startswith(b"HTTP/1.1 400")
+    normal = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: " + b"a" * 4000 + b"\r\n\r\n"
+    assert _raw_exchange(gateway.url, normal).startswith(b"HTTP/1.1 200")
 
 
 def test_hits_and_misses_answer_byte_for_byte_alike(gateway, insert_user):

@@ -275,9 +275,9 @@ def _bad_env() -> dict[str, str]:
     return env
 
 
-def test_wsgi_refuses_bad_config_with_one_line_and_no_traceback():
+def test_asgi_app_refuses_bad_config_with_one_line_and_no_traceback():
     result = subprocess.run(
-        [sys.executable, "-c", "import aside_gateway.wsgi"],
+        [sys.executable, "-c", "import aside_gateway.asgi"],
         env=_bad_env(),
         capture_output=True,
         text=True,
@@ -292,7 +292,7 @@ def test_wsgi_refuses_bad_config_with_one_line_and_no_traceback():
 def test_gunicorn_refuses_bad_config_with_one_line_and_no_traceback():
     gunicorn = Path(sys.executable).parent / "gunicorn"
     result = subprocess.run(
-        [str(gunicorn), "--config", "gateway/gunicorn.conf.py", "aside_gateway.wsgi:app"],
+        [str(gunicorn), "--config", "gateway/gunicorn.conf.py", "aside_gateway.asgi:app"],
         cwd=REPO,
         env=_bad_env(),
         capture_output=True,
@@ -346,13 +346,13 @@ def test_hot_path_reads_the_query_exactly_like_flask(query):
 
     environ = {"QUERY_STRING": query, "REQUEST_METHOD": "GET", "wsgi.url_scheme": "http"}
     args = Request(environ).args
-    assert _query(environ) == {name: args.get(name) for name in args}
+    assert _query(query) == {name: args.get(name) for name in args}
 
 
 def test_hot_path_declines_a_query_that_is_not_utf8():
     from aside_gateway.hot_path import _query
 
-    assert _query({"QUERY_STRING": "email=\xff@x.co"}) is None
+    assert _query("email=\xff@x.co") is None
 
 
 # ---- production profile: write token, metrics bind -------------------------------

@@ -17,7 +17,7 @@ from aside_gateway.config import Settings
 from aside_gateway.core_client import CoreClient
 from aside_gateway.db import Database
 from aside_gateway.errors import ApiError, register_error_handlers
-from aside_gateway.hot_path import HEALTHZ_BODY, START_KEY, HotPath
+from aside_gateway.hot_path import HEALTHZ_BODY, START_KEY
 
 # Write and compute bodies are a few hundred bytes; refuse more early (413).
 MAX_BODY_BYTES = 16 * 1024
@@ -84,15 +84,12 @@ def _require_utf8_query() -> None:
         raise ApiError("invalid_request", "the query string is not valid UTF-8") from None
 
 
-def _install_hot_path_and_request_metrics(app: Flask, services: Services) -> None:
-    # The hot path wraps Flask: it stamps every request's start and answers cache hits.
-    app.wsgi_app = HotPath(  # type: ignore[method-assign]
-        app.wsgi_app, services.cache, services.settings.test_hooks
-    )
-
+def _install_request_metrics(app: Flask) -> None:
     @app.after_request
     def observe(response: Response) -> Response:
         rule = request.url_rule
+        # Stamped by the ASGI front (asgi.py) when the request arrived, so the
+        # time queued for a thread of the Flask pool is counted too.
         started = request.environ.get(START_KEY)
         elapsed = time.perf_counter() - started if started else 0.0
         route = rule.rule if rule is not None else "unmatched"
@@ -113,7 +110,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     app.before_request(_require_utf8_query)
     app.register_blueprint(create_api(services))
     _register_ops_routes(app, services)
-    _install_hot_path_and_request_metrics(app, services)
+    _install_request_metrics(app)
 
     def sample() -> None:
         services.db.sample_gauges()
