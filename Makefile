@@ -22,8 +22,12 @@ ARMS ?= nocache cache
 WARM ?= both
 SCENARIO ?= read
 RUN ?=
+# Fault suite and soak (make chaos CASES="redis core" RATE=60 SHORT=1; make soak DURATION=2m)
+CASES ?= all
+SHORT ?= 0
+RATE ?=
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling report test test-unit lint fmt
+.PHONY: help up down status logs clean install seed bench bench-ceiling report chaos soak test test-unit lint fmt
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -61,6 +65,14 @@ bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial 
 
 report: ## rebuild reports/RUN/ from InfluxDB and Prometheus (make report RUN=<id>)
 	@$(ENV) $(VENV)/aside-bench report --run "$(RUN)"
+
+chaos: ## faults under load: redis, core, postgres, a worker (CASES, RATE=60, SHORT=1)
+	@$(ENV) $(VENV)/aside-bench chaos --cases "$(CASES)" \
+		$(if $(filter 1 yes true,$(SHORT)),--short,) $(if $(RATE),--rate "$(RATE)",)
+
+soak: ## steady load, memory and fds of every process (DURATION=10m, RATE=100)
+	@$(ENV) $(VENV)/aside-bench soak $(if $(RATE),--rate "$(RATE)",) \
+		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",)
 
 test: ## every suite against real services, started here and stopped afterwards
 	@$(ENV) infra/test.sh

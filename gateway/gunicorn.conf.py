@@ -23,7 +23,7 @@ and no directory given we make one under the temp dir.
 
 Production keeps /metrics off the public listener: the app answers it 404 and
 this master serves the merged metrics of all workers on METRICS_BIND
-(127.0.0.1:58009 by default) from a small thread of its own, started before
+(127.0.0.1:28009 by default) from a small thread of its own, started before
 any worker, so a port already taken stops the gateway at once with one line.
 """
 

@@ -3,6 +3,7 @@
 #
 #   infra/stack.sh up [SERVICE ...]     install what is missing, start, wait until healthy
 #   infra/stack.sh down                 stop exactly what `up` started (by pid files)
+#   infra/stack.sh stop SERVICE ...     stop only these services (the fault suite's verb)
 #   infra/stack.sh status [SERVICE ...] health of every service; exit 1 if one is down
 #   infra/stack.sh logs [SERVICE]       follow the logs
 #   infra/stack.sh clean                down, then remove all state (.run/)
@@ -110,6 +111,21 @@ cmd_down() {
     done
 }
 
+# Stop only the named services, each as `down` would; the others keep running.
+cmd_stop() {
+    local s
+    [ $# -gt 0 ] || die "usage: infra/stack.sh stop SERVICE... (one of: ${ALL_SERVICES[*]})"
+    for s in "$@"; do known_service "$s" || die "unknown service '$s' (one of: ${ALL_SERVICES[*]})"; done
+    for s in "$@"; do
+        if pid_of "$s" >/dev/null; then
+            info "stopping $s"
+            stop_service "$s"
+        else
+            forget_pid "$s"
+        fi
+    done
+}
+
 cmd_status() {
     local wanted=("$@") s
     [ ${#wanted[@]} -gt 0 ] || wanted=("${ALL_SERVICES[@]}")
@@ -141,8 +157,9 @@ cmd_clean() {
 case ${1:-} in
     up) shift; cmd_up "$@" ;;
     down) cmd_down ;;
-    status) shift; cmd_status "$@" ;;
+    stop) shift; cmd_stop "$@" ;;
+    status) shift; cmd_status "$@" || exit 1 ;;  # "down" is an answer, not a failure to report
     logs) shift; cmd_logs "$@" ;;
     clean) cmd_clean ;;
-    *) die "usage: infra/stack.sh up [SERVICE...] | down | status [SERVICE...] | logs [SERVICE] | clean" ;;
+    *) die "usage: infra/stack.sh up [SERVICE...] | down | stop SERVICE... | status [SERVICE...] | logs [SERVICE] | clean" ;;
 esac

@@ -45,7 +45,7 @@ from gateway_helpers import (
 
 @pytest.fixture(scope="session")
 def database_url() -> str:
-    base = os.environ.get("DATABASE_URL") or "postgresql://aside@127.0.0.1:55432/aside"
+    base = os.environ.get("DATABASE_URL") or "postgresql://aside@127.0.0.1:25432/aside"
     admin = with_path(base, "/postgres")
     with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TEST_DB} WITH (FORCE)")
@@ -65,7 +65,7 @@ def db(database_url: str) -> Iterator[psycopg.Connection]:
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    base = os.environ.get("REDIS_URL") or "redis://127.0.0.1:56379/0"
+    base = os.environ.get("REDIS_URL") or "redis://127.0.0.1:26379/0"
     url = with_path(base, f"/{TEST_REDIS_DB}")
     redis.Redis.from_url(url, socket_timeout=5).flushdb()
     return url

@@ -501,3 +501,48 @@ def test_a_reader_without_the_lease_waits_past_the_old_wait_instead_of_querying(
     assert result["response"].headers["X-Cache"] == "HIT"
     after = scrape(gateway.url)
     assert queries(after) == queries(before)
+
+
+def test_keys_queued_behind_a_batch_that_finds_the_database_down_fail_with_it(make_batcher):
+    """A failure that says PostgreSQL is down also fails the keys pending behind the
+    batch: a batch of their own would only wait out the outage (the pool wait) again."""
+    query = FakeQuery()
+    down = ApiError("database_unavailable", "the database is unreachable")
+    batcher = make_batcher(query, fail_pending=lambda exc: exc is down)
+    query.gate.clear()
+    query.fail_with = down
+    results: dict = {}
+    threads = [get_in_thread(batcher, "a", results)]
+    wait_until(lambda: query.calls, 5, "the first batch to start")
+    # "a" again while its batch runs: a second slot for the same key, pending.
+    threads += [get_in_thread(batcher, key, results) for key in ("b", "c", "a")]
+    wait_until(lambda: batcher.pending() == 3, 5, "three keys pending")
+    query.gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)
+    assert len(query.calls) == 1  # nobody waited for a batch of their own
+    assert all(isinstance(results[k], ApiError) for k in ("a", "b", "c"))
+    assert batcher.pending() == 0
+    # Any other failure leaves the pending keys to their own batch.
+    gate = threading.Event()
+    calls: list[list[str]] = []
+
+    def first_fails(keys: list[str]) -> dict[str, int]:
+        calls.append(list(keys))
+        if len(calls) == 1:
+            assert gate.wait(10)
+            raise RuntimeError("one bad batch")
+        return {"x": 1}
+
+    plain = make_batcher(first_fails, fail_pending=lambda exc: exc is down)
+    results = {}
+    first = get_in_thread(plain, "w", results)
+    wait_until(lambda: calls, 5, "the first batch to start")
+    second = get_in_thread(plain, "x", results)
+    wait_until(lambda: plain.pending() == 1, 5, "x pending")
+    gate.set()
+    first.join(10)
+    second.join(10)
+    assert isinstance(results["w"], RuntimeError) and results["x"] == 1
+    assert calls == [["w"], ["x"]]

@@ -126,6 +126,29 @@ def test_database_down_answers_503_quickly(start_gateway, rdb):
     assert warm.headers["X-Cache"] == "HIT"
 
 
+def test_once_the_database_is_known_down_misses_fail_at_once(start_gateway):
+    """The first miss waits out the pool (DB_POOL_TIMEOUT_MS); once a read has found
+    PostgreSQL unreachable, the next ones wait only DOWN_POOL_WAIT_S for a connection,
+    and every 503 says when to retry."""
+    closed = free_port()
+    gw = start_gateway(
+        ready_path="/healthz",
+        DATABASE_URL=f"postgresql://aside@127.0.0.1:{closed}/aside",
+        GATEWAY_WORKERS="1",
+        DB_POOL_TIMEOUT_MS="1000",
+    )
+    timings = []
+    for n in range(6):
+        path = COUNT + "?email=" + unique_email() if n % 2 else f"/api/v1/users/{1000 + n}"
+        response, elapsed = timed_get(gw.url + path)
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "database_unavailable"
+        assert response.headers["Retry-After"] == "1"
+        timings.append(elapsed)
+    assert 0.9 < timings[0] < 2.0, timings
+    assert max(timings[1:]) < 0.5, timings
+
+
 def test_core_stopped_writes_503_quickly_and_reads_keep_working(
     start_core, start_gateway, insert_user
 ):

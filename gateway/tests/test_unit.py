@@ -24,9 +24,9 @@ COMPUTE = json.loads((CONTRACTS / "compute.json").read_text())
 ERRORS = json.loads((CONTRACTS / "errors.json").read_text())
 
 BASE_ENV = {
-    "DATABASE_URL": "postgresql://aside@127.0.0.1:55432/aside",
-    "REDIS_URL": "redis://127.0.0.1:56379/0",
-    "CORE_URL": "http://127.0.0.1:58080",
+    "DATABASE_URL": "postgresql://aside@127.0.0.1:25432/aside",
+    "REDIS_URL": "redis://127.0.0.1:26379/0",
+    "CORE_URL": "http://127.0.0.1:28080",
     "WRITE_TOKEN": "unit-test-token-0123456789",  # production (the default) requires one
 }
 
@@ -223,7 +223,7 @@ def test_defaults():
         ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
         ({"REDIS_URL": "http://x"}, "REDIS_URL"),
         ({"REDIS_URL": "redis://127.0.0.1:6379/abc"}, "REDIS_URL"),
-        ({"CORE_URL": "127.0.0.1:58080"}, "CORE_URL"),
+        ({"CORE_URL": "127.0.0.1:28080"}, "CORE_URL"),
         ({"CORE_URL": "http://host:99999"}, "CORE_URL"),
         ({"ASIDE_PROFILE": "staging"}, "ASIDE_PROFILE"),
         ({"CACHE_TTL_SECONDS": "abc"}, "CACHE_TTL_SECONDS"),
@@ -243,7 +243,7 @@ def test_defaults():
         ({"WRITE_TOKEN": ""}, "WRITE_TOKEN"),  # required in production
         ({"WRITE_TOKEN": "short"}, "WRITE_TOKEN"),
         ({"WRITE_TOKEN": "has a space in the middle"}, "WRITE_TOKEN"),
-        ({"METRICS_BIND": "58009"}, "METRICS_BIND"),
+        ({"METRICS_BIND": "28009"}, "METRICS_BIND"),
         ({"METRICS_BIND": "127.0.0.1:0"}, "METRICS_BIND"),
         ({"METRICS_BIND": "unix:/tmp/m.sock"}, "METRICS_BIND"),
     ],
@@ -379,10 +379,10 @@ def test_lab_needs_no_write_token_but_honours_one():
 
 def test_metrics_bind_default_and_split():
     settings = load_settings(BASE_ENV)
-    assert settings.metrics_bind == "127.0.0.1:58009"
+    assert settings.metrics_bind == "127.0.0.1:28009"
     assert not settings.metrics_on_app
     assert load_settings({**BASE_ENV, "ASIDE_PROFILE": "lab"}).metrics_on_app
-    assert split_host_port("127.0.0.1:58009") == ("127.0.0.1", 58009)
+    assert split_host_port("127.0.0.1:28009") == ("127.0.0.1", 28009)
     assert split_host_port("[::1]:9") == ("::1", 9)
     assert split_host_port(":9") == ("", 9)
 

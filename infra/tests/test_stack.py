@@ -69,3 +69,34 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_stop_stops_only_the_named_service(mini_stack: MiniStack) -> None:
+    up = mini_stack.run("up", *MINI_SERVICES)
+    assert up.returncode == 0, up.stderr
+    before = mini_stack.live_pids()
+
+    stop = mini_stack.run("stop", "redis")
+    assert stop.returncode == 0, stop.stderr
+    assert not _alive(before["redis"]), "redis survived stop"
+    assert not listening(mini_stack.port("ASIDE_REDIS_PORT"))
+    assert not (mini_stack.run_dir / "pids" / "redis.pid").exists()
+    # The others keep running, untouched.
+    assert mini_stack.live_pids() == {k: v for k, v in before.items() if k != "redis"}
+    assert mini_stack.run("status", "redis").returncode == 1
+    assert mini_stack.run("status", "postgres", "influxdb").returncode == 0
+
+    # Stopping what is already down is a no-op; `up` brings it back alone.
+    assert mini_stack.run("stop", "redis").returncode == 0
+    again = mini_stack.run("up", "redis")
+    assert again.returncode == 0, again.stderr
+    assert listening(mini_stack.port("ASIDE_REDIS_PORT"))
+    assert mini_stack.live_pids()["postgres"] == before["postgres"]
+
+
+def test_stop_needs_a_known_service(mini_stack: MiniStack) -> None:
+    for args in (("stop",), ("stop", "mysql")):
+        result = mini_stack.run(*args)
+        assert result.returncode != 0
+        assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "unknown service 'mysql'" in mini_stack.run("stop", "mysql").stderr

@@ -111,6 +111,23 @@ def _guard_database(settings: config.Settings) -> None:
 
 
 @pytest.fixture(scope="session")
+def small_seed(settings: config.Settings, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke bench's small table (20,000 rows, seed 7), seeded afresh for the
+    fault suite and the soak, whatever ran before; returns the seeder's data dir."""
+    _guard_database(settings)
+    data_dir = tmp_path_factory.mktemp("k6-small-seed")
+    seeded = subprocess.run(
+        [sys.executable, "-m", "aside_seed", "--rows", str(SMOKE_ROWS), "--seed", "7",
+         "--hot-emails", "20", "--hot-ratio", "0.5", "--sample-size", "200", "--reset",
+         "--data-dir", str(data_dir)],
+        env=bench_env(),
+        capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert seeded.returncode == 0, f"aside-seed failed: {seeded.stderr[-2000:]}"
+    return data_dir
+
+
+@pytest.fixture(scope="session")
 def smoke_run(settings: config.Settings, tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     """Seed a small table, then a short sweep (both arms, two rates, warm cache)
     and one short mixed step starting cold: the whole pipeline, end to end."""

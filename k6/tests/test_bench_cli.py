@@ -68,7 +68,7 @@ def test_existing_run_folder_is_not_overwritten(tmp_path: Path, bench: Bench) ->
     ("name", "value"),
     [
         ("GATEWAY_URL", "ftp://gateway"),
-        ("INFLUXDB_URL", "http://127.0.0.1:58086"),
+        ("INFLUXDB_URL", "http://127.0.0.1:28086"),
         ("PROMETHEUS_URL", "prometheus:9090"),
         ("DATABASE_URL", "mysql://x/y"),
         ("REDIS_URL", "http://redis"),
@@ -84,8 +84,8 @@ def test_a_bad_setting_is_named(name: str, value: str, bench: Bench) -> None:
 
 def test_settings_default_to_the_lab_stack() -> None:
     settings = config.load({})
-    assert settings.gateway_url == "http://127.0.0.1:58000"
-    assert (settings.influx_base, settings.influx_db) == ("http://127.0.0.1:58086", "k6")
+    assert settings.gateway_url == "http://127.0.0.1:28000"
+    assert (settings.influx_base, settings.influx_db) == ("http://127.0.0.1:28086", "k6")
     assert settings.k6_bin.name == "k6"
     assert settings.default_data_dir.parts[-2:] == ("k6", "data")
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:55432/aside"
+DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:25432/aside"
 TEST_DATABASE = "aside_test_seed"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEED_TIMEOUT_S = 120

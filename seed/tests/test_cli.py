@@ -79,6 +79,6 @@ def test_config_reads_the_environment_in_one_place(tmp_path: Path) -> None:
     assert config.fail_after_rows is None
     config = load_config({"ASIDE_K6_DATA_DIR": str(tmp_path), "ASIDE_SEED_FAIL_AFTER_ROWS": "5"})
     assert config.data_dir == tmp_path and config.fail_after_rows == 5
-    assert config.database_url == "postgresql://aside@127.0.0.1:55432/aside"
+    assert config.database_url == "postgresql://aside@127.0.0.1:25432/aside"
     with pytest.raises(UsageError, match="ASIDE_SEED_FAIL_AFTER_ROWS"):
         load_config({"ASIDE_SEED_FAIL_AFTER_ROWS": "-1"})

@@ -1,6 +1,6 @@
 """Times generate+COPY of the seeder's rows in each COPY format (not a test).
 
-    DATABASE_URL=postgresql://aside@127.0.0.1:55432/scratch \\
+    DATABASE_URL=postgresql://aside@127.0.0.1:25432/scratch \\
         .venv/bin/python seed/tools/compare_copy_formats.py --rows 1000000 --reps 3
 
 Formats run in turn, repetition by repetition, so a burst of load from other

@@ -26,12 +26,12 @@ const (
 
 // Defaults of the native dev stack (infra/env.sh).
 const (
-	DefaultDatabaseURL = "postgresql://aside@127.0.0.1:55432/aside"
-	DefaultRedisURL    = "redis://127.0.0.1:56379/0"
-	DefaultListenAddr  = "127.0.0.1:58080"
+	DefaultDatabaseURL = "postgresql://aside@127.0.0.1:25432/aside"
+	DefaultRedisURL    = "redis://127.0.0.1:26379/0"
+	DefaultListenAddr  = "127.0.0.1:28080"
 	// DefaultProductionMetricsAddr keeps /metrics off the public listener
 	// in production: loopback only, for a local Prometheus or agent.
-	DefaultProductionMetricsAddr = "127.0.0.1:58089"
+	DefaultProductionMetricsAddr = "127.0.0.1:28089"
 )
 
 // Config is everything aside-core reads from its environment.

@@ -23,9 +23,9 @@ func TestDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"profile", cfg.Profile, config.ProfileLab},
-		{"listen", cfg.ListenAddr, "127.0.0.1:58080"},
-		{"database", cfg.DatabaseURL, "postgresql://aside@127.0.0.1:55432/aside"},
-		{"redis", cfg.RedisURL, "redis://127.0.0.1:56379/0"},
+		{"listen", cfg.ListenAddr, "127.0.0.1:28080"},
+		{"database", cfg.DatabaseURL, "postgresql://aside@127.0.0.1:25432/aside"},
+		{"redis", cfg.RedisURL, "redis://127.0.0.1:26379/0"},
 		{"pool", cfg.DBPoolMax, int32(16)},
 		{"redis timeout", cfg.RedisTimeout, 200 * time.Millisecond},
 		{"shutdown", cfg.ShutdownTimeout, 10 * time.Second},
@@ -74,7 +74,7 @@ func TestShutdownTimeoutAcceptsGoDurations(t *testing.T) {
 func TestErrorsNameTheVariable(t *testing.T) {
 	bad := []struct{ name, value string }{
 		{"ASIDE_PROFILE", "staging"},
-		{"CORE_LISTEN_ADDR", "58080"},
+		{"CORE_LISTEN_ADDR", "28080"},
 		{"CORE_LISTEN_ADDR", "127.0.0.1:99999"},
 		{"DATABASE_URL", "host=localhost dbname=aside"},
 		{"DATABASE_URL", "mysql://aside@localhost/aside"},
@@ -91,8 +91,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CORE_SHUTDOWN_TIMEOUT", "soon"},
 		{"CORE_SHUTDOWN_TIMEOUT", "-1s"},
 		{"CORE_DB_HEALTH_CHECK_PERIOD", "1ms"},
-		{"CORE_METRICS_ADDR", "58089"},
-		{"CORE_METRICS_ADDR", "127.0.0.1:58080"}, // the default CORE_LISTEN_ADDR
+		{"CORE_METRICS_ADDR", "28089"},
+		{"CORE_METRICS_ADDR", "127.0.0.1:28080"}, // the default CORE_LISTEN_ADDR
 	}
 	for _, b := range bad {
 		_, err := config.Load(env(map[string]string{b.name: b.value}))
@@ -132,7 +132,7 @@ func TestDatabaseURLErrorHidesPassword(t *testing.T) {
 func TestProductionServesMetricsOnLoopbackByDefault(t *testing.T) {
 	base := map[string]string{"ASIDE_PROFILE": "production", "DATABASE_URL": "postgresql://a@b/c", "REDIS_URL": "redis://r:6379/0"}
 	cfg, err := config.Load(env(base))
-	if err != nil || cfg.MetricsAddr != "127.0.0.1:58089" {
+	if err != nil || cfg.MetricsAddr != "127.0.0.1:28089" {
 		t.Fatalf("metrics addr %q, err %v", cfg.MetricsAddr, err)
 	}
 	base["CORE_METRICS_ADDR"] = "10.0.0.5:9100"

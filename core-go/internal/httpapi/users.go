@@ -114,12 +114,28 @@ func (d writeDeps) createOnce(c *gin.Context, key, username, email string) {
 		return
 	}
 	if once.Replayed {
-		// The first request made the write and dropped its keys.
 		c.Header("Idempotent-Replayed", "true")
+		// The first request dropped these keys, unless it died between its
+		// commit and its DEL (a killed core): a client retries exactly then, so
+		// the replay drops them again. A DEL is always safe: one more miss.
+		if id := answerID(once.Answer); id > 0 {
+			d.invalidate(c, cache.StaleAfterCreate(cache.UserRef{ID: id, Email: email}))
+		}
 	} else {
 		d.invalidate(c, cache.StaleAfterCreate(cache.UserRef{ID: once.Created.ID, Email: once.Created.Email}))
 	}
 	sendCreated(c, once.Answer)
+}
+
+// answerID is the user id in a create's answer body (0 if there is none).
+func answerID(a store.Answer) int64 {
+	var created struct {
+		ID int64 `json:"id"`
+	}
+	if json.Unmarshal(a.Body, &created) != nil {
+		return 0
+	}
+	return created.ID
 }
 
 // createdAnswer is the 201 of a create, as sent and as stored under a key.
@@ -133,11 +149,8 @@ func createdAnswer(u store.User) store.Answer {
 
 // sendCreated sends a create's answer with the Location of the user in it.
 func sendCreated(c *gin.Context, a store.Answer) {
-	var created struct {
-		ID int64 `json:"id"`
-	}
-	if json.Unmarshal(a.Body, &created) == nil && created.ID > 0 {
-		c.Header("Location", "/api/v1/users/"+strconv.FormatInt(created.ID, 10))
+	if id := answerID(a); id > 0 {
+		c.Header("Location", "/api/v1/users/"+strconv.FormatInt(id, 10))
 	}
 	c.Data(a.Status, "application/json; charset=utf-8", a.Body)
 }

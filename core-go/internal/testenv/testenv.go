@@ -37,8 +37,8 @@ const (
 
 // Defaults of infra/env.sh, used when the variables are unset.
 const (
-	defaultDatabaseURL = "postgresql://aside@127.0.0.1:55432/aside"
-	defaultRedisURL    = "redis://127.0.0.1:56379/0"
+	defaultDatabaseURL = "postgresql://aside@127.0.0.1:25432/aside"
+	defaultRedisURL    = "redis://127.0.0.1:26379/0"
 )
 
 // Env is a test package's handle on its database and Redis DB.

@@ -155,6 +155,7 @@ class MissBatcher(Generic[K, V]):
         duty: float = 1.0,
         burst_s: float = 1.0,
         busy: Callable[[], bool] = lambda: True,
+        fail_pending: Callable[[BaseException], bool] = lambda _exc: False,
         name: str = "aside-miss-batcher",
     ):
         if max_batch < 1 or max_in_flight < 1:
@@ -171,6 +172,10 @@ class MissBatcher(Generic[K, V]):
         self._credit = burst_s  # seconds of batch time available now; negative: in debt
         self._credit_at = time.monotonic()
         self._busy = busy
+        # A failure that says the source is down (PostgreSQL unreachable) also
+        # fails the keys that queued behind the failed batch: a batch of their
+        # own would only wait out the same outage once more.
+        self._fail_pending = fail_pending
         self._name = name
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -278,7 +283,12 @@ class MissBatcher(Generic[K, V]):
         try:
             found = self._query(list(batch))
         except BaseException as exc:  # every waiter must wake up, whatever went wrong
-            for slot in batch.values():
+            slots = list(batch.values())
+            if isinstance(exc, Exception) and self._fail_pending(exc):
+                with self._lock:
+                    slots += self._pending.values()  # a key may be in both: two slots
+                    self._pending = {}
+            for slot in slots:
                 slot.error = exc
                 slot.done.set()
             if not isinstance(exc, Exception):

@@ -22,7 +22,7 @@ _BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
 # A bearer token as it can travel in a header: visible ASCII, no spaces.
 _TOKEN_RE = re.compile(r"^[\x21-\x7e]{16,512}$")
 
-DEFAULT_METRICS_BIND = "127.0.0.1:58009"
+DEFAULT_METRICS_BIND = "127.0.0.1:28009"
 
 
 class ConfigError(ValueError):
@@ -36,7 +36,7 @@ class Settings:
     core_url: str
     profile: str = "production"
     cache_ttl_seconds: int = 60
-    bind: str = "127.0.0.1:58000"
+    bind: str = "127.0.0.1:28000"
     workers: int = 2
     threads: int = 64
     db_pool_min: int = 2
@@ -134,7 +134,7 @@ def _redis_url(env: Mapping[str, str]) -> str:
 
 
 def _bind(env: Mapping[str, str]) -> str:
-    value = (env.get("GATEWAY_BIND") or "127.0.0.1:58000").strip()
+    value = (env.get("GATEWAY_BIND") or "127.0.0.1:28000").strip()
     if value.startswith("unix:") and len(value) > 5:
         return value
     match = _BIND_RE.match(value)
@@ -152,8 +152,8 @@ def _metrics_bind(env: Mapping[str, str]) -> str:
 
 
 def split_host_port(bind: str) -> tuple[str, int]:
-    """("127.0.0.1", 58009) from "127.0.0.1:58009"; IPv6 hosts lose their brackets,
-    an empty host ("":58009) means every interface."""
+    """("127.0.0.1", 28009) from "127.0.0.1:28009"; IPv6 hosts lose their brackets,
+    an empty host ("":28009) means every interface."""
     host, _, port = bind.rpartition(":")
     return host.strip("[]"), int(port)
 

@@ -40,6 +40,14 @@ BUSY_CPU_SHARE = 0.2
 USER_BY_ID_SQL = "SELECT id, username, email, created_at FROM users WHERE id = %s"
 
 UserRow = tuple[int, str, str, datetime]
+# How long a read waits for a pooled connection while PostgreSQL is known to be down.
+DOWN_POOL_WAIT_S = 0.1
+# A 503 says when to try again, like the core's and the shed uncached reads'.
+RETRY_LATER = {"Retry-After": "1"}
+
+
+def _database_down(exc: BaseException) -> bool:
+    return isinstance(exc, ApiError) and exc.code == "database_unavailable"
 
 
 class Database:
@@ -61,6 +69,14 @@ class Database:
         )
         # wait=False: the gateway starts (and /readyz reports) even while PostgreSQL is down.
         self.pool.open(wait=False)
+        # True from a read that found PostgreSQL unreachable until one succeeds:
+        # meanwhile reads wait DOWN_POOL_WAIT_S, not DB_POOL_TIMEOUT_MS, for a
+        # connection (the pool reconnects in the background), so an outage costs
+        # each miss a fast 503 instead of a pool wait, and a miss queued behind
+        # another (a batch, a lease handed over by another worker) does not wait
+        # out a second one.
+        self._down = False
+        self._connect_errors_seen = 0
         self._max_size = settings.db_pool_max
         self._count_queries = metrics.DB_QUERIES.labels("count_by_email")
         self._batch_queries = metrics.DB_QUERIES.labels("count_batch")
@@ -77,27 +93,46 @@ class Database:
             wait_s=batch_wait_s + MAX_PAUSE_S + 1,
             duty=settings.miss_batch_duty_percent / 100,
             busy=lambda: cpu_share() >= BUSY_CPU_SHARE,
+            fail_pending=_database_down,
             name="aside-count-batcher",
         )
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], Any], timeout: float | None) -> Any:
         # One retry for a lost connection (PostgreSQL restarted, backend killed):
         # reads are idempotent, and the pool drops the broken connections first.
+        if timeout is None and self._down:
+            timeout = DOWN_POOL_WAIT_S
         for attempt in (1, 2):
             try:
                 with self.pool.connection(timeout=timeout) as conn:
-                    return work(conn)
+                    result = work(conn)
+                self._down = False
+                return result
             except PoolTimeout:
+                self._note_down()
                 raise ApiError(
-                    "database_unavailable", "no database connection became available in time"
+                    "database_unavailable",
+                    "no database connection became available in time",
+                    RETRY_LATER,
                 ) from None
             except pg_errors.QueryCanceled:
                 raise ApiError("timeout", "the database query took too long") from None
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 if attempt == 2:
-                    raise ApiError("database_unavailable", "the database is unreachable") from None
+                    self._down = True
+                    raise ApiError(
+                        "database_unavailable", "the database is unreachable", RETRY_LATER
+                    ) from None
                 self.pool.check()
         raise AssertionError("unreachable")
+
+    def _note_down(self) -> None:
+        """After a pool wait ran out: PostgreSQL is down if the pool failed to
+        connect since we last looked (a pool that is merely busy is not down)."""
+        errors = self.pool.get_stats().get("connections_errors", 0)
+        if errors > self._connect_errors_seen:
+            self._down = True
+        self._connect_errors_seen = errors
 
     def _fetchone(self, sql: str, params: tuple[Any, ...], timeout: float | None = None) -> Any:
         return self._run(lambda conn: conn.execute(sql, params).fetchone(), timeout)

@@ -1,5 +1,6 @@
-"""aside-bench: `run` (the sweep), `ceiling` (the highest rate held) and `report`
-(rebuild a run's report from InfluxDB and Prometheus)."""
+"""aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `report`
+(rebuild a run's report from InfluxDB and Prometheus), `chaos` (faults under
+load) and `soak` (memory and descriptors of every process under a steady load)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import config, report
+from . import chaos, config, report, soak
 from .ceiling import SearchParams, next_rate
 from .collect import collect
 from .k6run import LoadShape
@@ -89,6 +90,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _paths(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run-id", help="name of the run (default: the time)")
+    parser.add_argument("--data-dir", type=Path, help="the seeder's files (default k6/data)")
+    parser.add_argument("--reports-dir", type=Path, help="where reports go (default reports/)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,6 +135,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(ceiling)
 
+    faults = sub.add_parser("chaos", help="faults under load: redis, core, postgres, worker")
+    faults.add_argument("--cases", default="all", help="some of: redis core postgres worker")
+    faults.add_argument("--rate", type=_positive, default=60, help="requests/s (default 60)")
+    faults.add_argument(
+        "--short", action="store_true", help="a few seconds per case (make test's form)"
+    )
+    faults.add_argument("--pre", help="load before the fault, e.g. 8s (default 8s; short 3s)")
+    faults.add_argument("--down", help="fault to restart, e.g. 6s (default 6s; short 2s)")
+    faults.add_argument("--post", help="load after the restart (default 12s; short 5s)")
+    faults.add_argument(
+        "--write-share", type=_fraction, default=0.2, help="share of creates (default 0.2)"
+    )
+    faults.add_argument(
+        "--id-sample", type=_positive, default=50, help="seeded ids read by id (default 50)"
+    )
+    _paths(faults)
+
+    soaking = sub.add_parser("soak", help="steady mixed load; memory and fds of every process")
+    soaking.add_argument("--rate", type=_positive, default=100, help="requests/s (default 100)")
+    soaking.add_argument("--duration", default="10m", help="e.g. 10m, 20s (default 10m)")
+    soaking.add_argument(
+        "--warmup", help="left out of the growth figures (default 20%% of the duration)"
+    )
+    soaking.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between samples (default 5)"
+    )
+    soaking.add_argument(
+        "--write-share", type=_fraction, default=0.2, help="share of creates (default 0.2)"
+    )
+    _paths(soaking)
+
     rebuild = sub.add_parser("report", help="rebuild reports/<run>/ from InfluxDB and Prometheus")
     rebuild.add_argument("--run", default="", help="the run id (a folder of reports/)")
     rebuild.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
@@ -135,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_id(args: argparse.Namespace, label: str) -> str:
-    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S") + f"-{label}"
+    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S") + (f"-{label}" if label else "")
     if not RUN_ID.match(run_id):
         raise UsageError(f"--run-id must be 1-40 letters, digits, '-' or '_', got {run_id!r}")
     return run_id
@@ -282,6 +320,67 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     return _drive(runner, search_all, report.write_ceiling)
 
 
+def _seconds(text: str | None, default: float) -> float:
+    return default if text is None else float(parse_duration(text))
+
+
+def cmd_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
+    run_id = _run_id(args, "")
+    try:
+        cases = chaos.parse_cases(args.cases)
+        chaos.user_prefix(run_id, "postgres")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    base = chaos.SHORT if args.short else chaos.FULL
+    timing = chaos.Timing(
+        pre_s=_seconds(args.pre, base.pre_s),
+        down_s=_seconds(args.down, base.down_s),
+        post_s=_seconds(args.post, base.post_s),
+    )
+    out_dir = (args.reports_dir or settings.default_reports_dir) / f"chaos-{run_id}"
+    if out_dir.exists():
+        raise UsageError(f"{out_dir} exists already; choose another --run-id")
+    check_stack(settings)
+    seed = check_seed(settings, args.data_dir or settings.default_data_dir)
+    params = chaos.ChaosParams(
+        run_id=run_id,
+        out_dir=out_dir,
+        cases=cases,
+        rate=args.rate,
+        timing=timing,
+        write_share=args.write_share,
+        id_sample=args.id_sample,
+    )
+    run = chaos.run_chaos(settings, params, seed)
+    return 0 if run["passed"] else 1
+
+
+def cmd_soak(args: argparse.Namespace, settings: config.Settings) -> int:
+    run_id = _run_id(args, "")
+    duration = parse_duration(args.duration)
+    warmup = _seconds(args.warmup, round(duration * 0.2, 1))
+    if not 0 <= warmup < duration:
+        raise UsageError(f"--warmup must be shorter than --duration ({duration} s)")
+    if not 0.2 <= args.interval <= duration / 4:
+        raise UsageError("--interval must be from 0.2 s to a quarter of the duration")
+    out_dir = (args.reports_dir or settings.default_reports_dir) / f"soak-{run_id}"
+    if out_dir.exists():
+        raise UsageError(f"{out_dir} exists already; choose another --run-id")
+    check_stack(settings)
+    seed = check_seed(settings, args.data_dir or settings.default_data_dir)
+    params = soak.SoakParams(
+        run_id=run_id,
+        out_dir=out_dir,
+        rate=args.rate,
+        duration_s=duration,
+        warmup_s=warmup,
+        interval_s=args.interval,
+        write_share=args.write_share,
+    )
+    soak.run_soak(settings, params, seed)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     reports_dir = args.reports_dir or settings.default_reports_dir
     found = reports_dir.glob("*/run.json") if reports_dir.exists() else []
@@ -311,7 +410,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         settings = config.load()
-        command = {"run": cmd_run, "ceiling": cmd_ceiling, "report": cmd_report}[args.command]
+        command = {
+            "run": cmd_run,
+            "ceiling": cmd_ceiling,
+            "report": cmd_report,
+            "chaos": cmd_chaos,
+            "soak": cmd_soak,
+        }[args.command]
         return command(args, settings)
     except (UsageError, PlanError) as error:
         print(f"aside-bench: {error}", file=sys.stderr)

@@ -12,11 +12,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 DEFAULTS = {
-    "GATEWAY_URL": "http://127.0.0.1:58000",
-    "INFLUXDB_URL": "http://127.0.0.1:58086/k6",
-    "PROMETHEUS_URL": "http://127.0.0.1:59090",
-    "DATABASE_URL": "postgresql://aside@127.0.0.1:55432/aside",
-    "REDIS_URL": "redis://127.0.0.1:56379/0",
+    "GATEWAY_URL": "http://127.0.0.1:28000",
+    "INFLUXDB_URL": "http://127.0.0.1:28086/k6",
+    "PROMETHEUS_URL": "http://127.0.0.1:29090",
+    "DATABASE_URL": "postgresql://aside@127.0.0.1:25432/aside",
+    "REDIS_URL": "redis://127.0.0.1:26379/0",
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aside_seed.errors import UsageError
 
-DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:55432/aside"
+DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:25432/aside"
 # seed/src/aside_seed/config.py -> the repository root is three folders up.
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

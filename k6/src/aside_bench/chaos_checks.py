@@ -1,0 +1,524 @@
+"""The fault suite's verdicts, computed from k6's own samples (pure, unit-tested).
+
+A `Sample` is one request as k6 recorded it (k6/scripts/chaos.js, trend
+`chaos_req`): kind, status, the instant it started and how long the client
+waited, and the tags the checks need. A case's `events` are epoch instants the
+driver noted: `fault` (kill or stop sent), `ready` (the service answers again),
+`replaced` (a new gunicorn worker), `load_start`, `load_end`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("count", "user", "create")
+READS = ("count", "user")
+# Requests of each kind as the gateway counts them (route rule, method).
+ROUTES = {
+    "count": ("/api/v1/users/count", "GET"),
+    "user": ("/api/v1/users/<id>", "GET"),
+    "create": ("/api/v1/users", "POST"),
+}
+
+# ---- the limits the checks hold the stack to (README "Chaos") --------------------
+# k6's request timeout; a read "hangs" when it takes more than half of it.
+REQUEST_TIMEOUT_S = 3
+READ_MAX_MS = REQUEST_TIMEOUT_S * 1000 / 2
+# A failure must be fast: the core down (connect refused) within 1 s; PostgreSQL
+# down within the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1 s: the first miss of
+# an outage per worker; later ones wait 0.1 s) plus a margin for a loaded
+# 2-core machine (the core refuses at once: its pool connects on demand).
+CORE_DOWN_MAX_MS = 1000
+DB_DOWN_MAX_MS = 1500
+# After the service is back: hits, writes and misses resume within this.
+RECOVER_S = 5.0
+# "Hit ratio back": a one-second window whose hit share is at least this share
+# of the share before the fault.
+HIT_RATIO_BACK = 0.8
+# Gunicorn replaces a killed worker within this.
+REPLACE_S = 10.0
+# An instant noted by the driver and one noted by k6 (ms resolution) may differ
+# by this much.
+CLOCK_SLACK_S = 0.05
+
+
+@dataclass(frozen=True)
+class Sample:
+    kind: str
+    status: int
+    start: float  # epoch seconds
+    ms: float  # how long the client waited
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.ms / 1000
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def tag(self, name: str) -> str:
+        return self.tags.get(name, "")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def parse_k6_json(lines: Iterable[str]) -> tuple[list[Sample], int]:
+    """The `chaos_req` samples of a k6 `--out json` file, and how many iterations
+    k6 dropped (it had no free VU when one fell due)."""
+    samples: list[Sample] = []
+    dropped = 0
+    for line in lines:
+        if '"type":"Point"' not in line:
+            continue
+        if '"metric":"chaos_req"' in line:
+            data = json.loads(line)["data"]
+            tags = data["tags"]
+            samples.append(
+                Sample(
+                    kind=tags["kind"],
+                    status=int(tags["status"]),
+                    start=int(tags["start"]) / 1000,
+                    ms=float(data["value"]),
+                    tags={k: str(v) for k, v in tags.items()},
+                )
+            )
+        elif '"metric":"dropped_iterations"' in line:
+            dropped += int(json.loads(line)["data"]["value"])
+    samples.sort(key=lambda s: s.start)
+    return samples, dropped
+
+
+# ---- figures -----------------------------------------------------------------------
+def status_label(sample: Sample) -> str:
+    return "no answer" if sample.status == 0 else str(sample.status)
+
+
+def by_kind(samples: list[Sample]) -> dict[str, dict[str, Any]]:
+    """Per kind: requests, count by status, max and p99 ms, error codes."""
+    table: dict[str, dict[str, Any]] = {}
+    for kind in KINDS:
+        mine = [s for s in samples if s.kind == kind]
+        if not mine:
+            continue
+        statuses = Counter(status_label(s) for s in mine)
+        codes = Counter(
+            s.tag("code") or s.tag("error") for s in mine if not s.ok and s.status != 404
+        )
+        times = sorted(s.ms for s in mine)
+        table[kind] = {
+            "requests": len(mine),
+            "statuses": dict(sorted(statuses.items())),
+            "codes": dict(sorted(codes.items())),
+            "max_ms": times[-1],
+            "p99_ms": times[min(len(times) - 1, math.ceil(0.99 * len(times)) - 1)],
+        }
+    return table
+
+
+def hit_share(samples: list[Sample]) -> float | None:
+    reads = [s for s in samples if s.kind in READS and s.status == 200]
+    if not reads:
+        return None
+    return sum(1 for s in reads if s.tag("xcache") == "HIT") / len(reads)
+
+
+def first_after(samples: list[Sample], instant: float, predicate: Any) -> float | None:
+    """Seconds from `instant` to the start of the first sample started at or after
+    it that satisfies `predicate`."""
+    for sample in samples:
+        if sample.start >= instant - CLOCK_SLACK_S and predicate(sample):
+            return max(sample.start - instant, 0.0)
+    return None
+
+
+def hit_ratio_back(
+    samples: list[Sample], instant: float, baseline: float, window_s: float = 1.0
+) -> float | None:
+    """Seconds from `instant` to the start of the first `window_s` window (sliding
+    by 0.1 s) whose reads are HITs in at least HIT_RATIO_BACK x `baseline` of
+    answered reads."""
+    reads = [s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant]
+    if not reads:
+        return None
+    offset = 0.0
+    last = reads[-1].start
+    while instant + offset + window_s <= last + 1e-9:
+        lo, hi = instant + offset, instant + offset + window_s
+        window = [s for s in reads if lo <= s.start < hi]
+        if window:
+            share = sum(1 for s in window if s.tag("xcache") == "HIT") / len(window)
+            if share >= HIT_RATIO_BACK * baseline:
+                return offset
+        offset += 0.1
+    return None
+
+
+def started_between(samples: list[Sample], lo: float, hi: float) -> list[Sample]:
+    return [s for s in samples if lo <= s.start < hi]
+
+
+def _fmt_s(value: float | None) -> str:
+    return "never" if value is None else f"{value:.2f} s"
+
+
+def _summary(samples: list[Sample], limit: int = 3) -> str:
+    shown = ", ".join(
+        f"{s.kind} {status_label(s)} {s.tag('code') or s.tag('error')} {s.ms:.0f} ms".strip()
+        for s in samples[:limit]
+    )
+    more = f" (+{len(samples) - limit} more)" if len(samples) > limit else ""
+    return shown + more
+
+
+# ---- checks shared by every case ------------------------------------------------------
+def common_checks(
+    samples: list[Sample], dropped: int, allow_no_answer: bool, tallied: int | None = None
+) -> list[Check]:
+    """`tallied`: the requests k6's own summary counted, which the samples must match."""
+    checks = []
+    if tallied is not None:
+        checks.append(
+            Check(
+                "every request has its sample",
+                tallied == len(samples),
+                f"{len(samples)} samples, k6's summary counted {tallied} requests",
+            )
+        )
+    reads = [s for s in samples if s.kind in READS]
+    slow = [s for s in reads if s.ms > READ_MAX_MS]
+    checks.append(
+        Check(
+            "reads never hang",
+            not slow,
+            f"max read {max((s.ms for s in reads), default=0):.0f} ms "
+            f"(limit {READ_MAX_MS:.0f} ms, timeout {REQUEST_TIMEOUT_S} s)"
+            + (f"; slow: {_summary(slow)}" if slow else ""),
+        )
+    )
+    if not allow_no_answer:
+        lost = [s for s in samples if s.status == 0]
+        checks.append(
+            Check(
+                "every request answered",
+                not lost,
+                "no request without an answer" if not lost else _summary(lost),
+            )
+        )
+    bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
+    not_json = [s for s in samples if s.tag("code") == "not_json"]
+    checks.append(
+        Check(
+            "bodies are right, errors are JSON",
+            not bad_body and not not_json,
+            f"{len(bad_body)} wrong 2xx bodies, {len(not_json)} non-JSON errors",
+        )
+    )
+    checks.append(Check("no dropped iterations", dropped == 0, f"k6 dropped {dropped} iterations"))
+    return checks
+
+
+# ---- the four cases -------------------------------------------------------------------
+def redis_checks(
+    samples: list[Sample], events: dict[str, float]
+) -> tuple[list[Check], dict[str, Any]]:
+    """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After),
+    writes still succeed, hits come back without a gateway restart."""
+    fault, ready = events["fault"], events["ready"]
+    reads = [s for s in samples if s.kind in READS]
+    odd_reads = [
+        s for s in reads if s.status != 200 and not (s.status == 503 and s.tag("retry_after"))
+    ]
+    outage = started_between(reads, fault + CLOCK_SLACK_S, ready - CLOCK_SLACK_S)
+    bypassed = [s for s in outage if s.status == 200 and s.tag("xcache") == "BYPASS"]
+    writes = [s for s in samples if s.kind == "create"]
+    failed_writes = [s for s in writes if not s.ok]
+    baseline = hit_share(started_between(samples, 0, fault)) or 0.0
+    first_hit = first_after(reads, ready, lambda s: s.tag("xcache") == "HIT")
+    ratio_back = hit_ratio_back(samples, ready, baseline)
+    figures = {
+        "reads_during_outage": len(outage),
+        "reads_during_outage_bypass": len(bypassed),
+        "reads_during_outage_503": sum(1 for s in outage if s.status == 503),
+        "writes_invalidation_failed": sum(1 for s in writes if s.tag("invalidation") == "failed"),
+        "hit_share_before": round(baseline, 3),
+        "first_hit_after_ready_s": first_hit,
+        "hit_ratio_back_after_ready_s": ratio_back,
+    }
+    checks = [
+        Check(
+            "reads: only 200, or 503 with Retry-After",
+            not odd_reads,
+            f"{len(reads)} reads, {len(outage)} while Redis was down "
+            f"({len(bypassed)} served from PostgreSQL as BYPASS)"
+            + (f"; other: {_summary(odd_reads)}" if odd_reads else ""),
+        ),
+        Check(
+            "writes succeed without Redis",
+            not failed_writes,
+            f"{len(writes)} writes, {figures['writes_invalidation_failed']} with "
+            "X-Cache-Invalidation: failed"
+            + (f"; failed: {_summary(failed_writes)}" if failed_writes else ""),
+        ),
+        Check(
+            f"hits resume within {RECOVER_S:g} s of Redis being back",
+            first_hit is not None and first_hit <= RECOVER_S,
+            f"first HIT {_fmt_s(first_hit)} after ready",
+        ),
+        Check(
+            f"hit ratio back within {RECOVER_S:g} s",
+            ratio_back is not None and ratio_back <= RECOVER_S,
+            f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault after "
+            f"{_fmt_s(ratio_back)}",
+        ),
+    ]
+    return checks, figures
+
+
+def core_checks(
+    samples: list[Sample], events: dict[str, float]
+) -> tuple[list[Check], dict[str, Any]]:
+    """The core killed: writes answer 503 core_unavailable within 1 s while it is
+    down, reads are unaffected, writes succeed again once it is back."""
+    fault, restore, ready = events["fault"], events["restore"], events["ready"]
+    reads = [s for s in samples if s.kind in READS]
+    writes = [s for s in samples if s.kind == "create"]
+    bad_reads = [s for s in reads if s.status != 200]
+    down = started_between(writes, fault + CLOCK_SLACK_S, restore)
+    down_wrong = [
+        s
+        for s in down
+        if not (s.status == 503 and s.tag("code") == "core_unavailable") or s.ms > CORE_DOWN_MAX_MS
+    ]
+    other = [
+        s
+        for s in writes
+        if not s.ok and not (s.status == 503 and s.tag("code") == "core_unavailable")
+    ]
+    after = started_between(writes, ready + CLOCK_SLACK_S, math.inf)
+    after_failed = [s for s in after if not s.ok]
+    first_ok = first_after(writes, ready, lambda s: s.ok)
+    figures = {
+        "writes_while_down": len(down),
+        "max_ms_while_down": max((s.ms for s in down), default=None),
+        "writes_after_ready": len(after),
+        "first_2xx_write_after_ready_s": first_ok,
+    }
+    checks = [
+        Check(
+            "reads unaffected",
+            not bad_reads,
+            f"{len(reads)} reads, {len(bad_reads)} not 200"
+            + (f": {_summary(bad_reads)}" if bad_reads else ""),
+        ),
+        Check(
+            f"writes while down: 503 core_unavailable within {CORE_DOWN_MAX_MS} ms",
+            bool(down) and not down_wrong,
+            f"{len(down)} writes, max {figures['max_ms_while_down'] or 0:.0f} ms"
+            + (f"; wrong: {_summary(down_wrong)}" if down_wrong else ""),
+        ),
+        Check(
+            "writes fail only with core_unavailable",
+            not other,
+            "every failed write is 503 core_unavailable"
+            if not other
+            else f"other failures: {_summary(other)}",
+        ),
+        Check(
+            "writes succeed once the core is back",
+            bool(after) and not after_failed,
+            f"{len(after)} writes after ready, first 2xx {_fmt_s(first_ok)} after ready"
+            + (f"; failed: {_summary(after_failed)}" if after_failed else ""),
+        ),
+    ]
+    return checks, figures
+
+
+DB_DOWN_CODES = {"database_unavailable", "timeout", "unavailable"}
+
+
+def postgres_checks(
+    samples: list[Sample], events: dict[str, float], redis_errors: float = 0
+) -> tuple[list[Check], dict[str, Any]]:
+    """PostgreSQL restarted: cached reads keep answering, misses and writes fail
+    fast, both pools recover by themselves within RECOVER_S of PostgreSQL being back.
+
+    `redis_errors`: Redis operations the gateway counted as failed during the
+    case (aside_gateway_cache_errors_total, op get/lease/store). After one, a
+    worker's breaker sends its reads to PostgreSQL for REDIS_BREAKER_MS
+    (gateway/README.md, "When Redis is down"); while PostgreSQL is down too,
+    a cached read then fails, fast and with Retry-After. Only then may a cached
+    read fail, and only so; the figures say how many did."""
+    fault, ready = events["fault"], events["ready"]
+    users = [s for s in samples if s.kind == "user"]  # prewarmed, never invalidated: all cached
+    counts = [s for s in samples if s.kind == "count"]
+    writes = [s for s in samples if s.kind == "create"]
+    failed_users = [s for s in users if s.status != 200]
+    shed = [
+        s
+        for s in failed_users
+        if redis_errors
+        and s.status == 503
+        and s.tag("code") == "database_unavailable"
+        and s.tag("retry_after")
+        and s.ms <= DB_DOWN_MAX_MS
+    ]
+    bad_users = [s for s in failed_users if s not in shed]
+    failures = [s for s in counts + writes if s.status != 200 and not s.ok]
+    wrong = [
+        s
+        for s in failures
+        if s.status not in (503, 504) or s.tag("code") not in DB_DOWN_CODES or s.ms > DB_DOWN_MAX_MS
+    ]
+    outage_reads = started_between(users, fault + CLOCK_SLACK_S, ready)
+    first_write = first_after(writes, ready, lambda s: s.ok)
+    first_miss = first_after(counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS")
+    late = [s for s in failures if s.start >= ready + RECOVER_S]
+    figures = {
+        "cached_reads_while_down": len(outage_reads),
+        "gateway_redis_errors": redis_errors,
+        "cached_reads_failed_after_redis_errors": len(shed),
+        "failed_misses": sum(1 for s in failures if s.kind == "count"),
+        "failed_writes": sum(1 for s in failures if s.kind == "create"),
+        "max_failure_ms": max((s.ms for s in failures), default=None),
+        "first_2xx_write_after_ready_s": first_write,
+        "first_miss_after_ready_s": first_miss,
+        "last_failure_after_ready_s": max((s.start - ready for s in failures), default=None),
+    }
+    checks = [
+        Check(
+            "cached reads keep answering 200",
+            bool(outage_reads) and not bad_users,
+            f"{len(users)} cached user reads ({len(outage_reads)} while PostgreSQL was down), "
+            f"{len(bad_users)} not 200"
+            + (f": {_summary(bad_users)}" if bad_users else "")
+            + (
+                f"; {len(shed)} failed fast while the gateway's Redis breaker was open "
+                f"({redis_errors:g} Redis errors in the gateway)"
+                if shed
+                else ""
+            ),
+        ),
+        Check(
+            f"misses and writes fail fast: 503/504 JSON within {DB_DOWN_MAX_MS} ms",
+            bool(failures) and not wrong,
+            f"{figures['failed_misses']} misses and {figures['failed_writes']} writes failed, "
+            f"max {figures['max_failure_ms'] or 0:.0f} ms"
+            + (f"; wrong: {_summary(wrong)}" if wrong else ""),
+        ),
+        Check(
+            f"pools recover within {RECOVER_S:g} s of PostgreSQL being ready",
+            first_write is not None
+            and first_write <= RECOVER_S
+            and first_miss is not None
+            and first_miss <= RECOVER_S
+            and not late,
+            f"first 2xx write {_fmt_s(first_write)}, first answered miss {_fmt_s(first_miss)} "
+            f"after ready; {len(late)} failures later than {RECOVER_S:g} s",
+        ),
+    ]
+    return checks, figures
+
+
+def worker_checks(
+    samples: list[Sample],
+    events: dict[str, float],
+    counters_delta: dict[tuple[str, str, str], float],
+) -> tuple[list[Check], dict[str, Any]]:
+    """A gunicorn worker killed: it is replaced, only requests in flight on it at
+    the kill go unanswered, and the gateway's request counters match k6's count
+    exactly, but for those: a killed worker may have counted a request whose
+    answer never left it (the counter is bumped just before the response is
+    written), so per route the counters may exceed k6's answered requests by at
+    most the number of that route's unanswered requests."""
+    fault = events["fault"]
+    replaced = events.get("replaced")
+    lost = [s for s in samples if s.status == 0]
+    not_in_flight = [
+        s for s in lost if not (s.start <= fault + CLOCK_SLACK_S and s.end >= fault - CLOCK_SLACK_S)
+    ]
+    others = [s for s in samples if s.status != 0 and not (s.ok or s.status == 200)]
+    answered = Counter((*ROUTES[s.kind], str(s.status)) for s in samples if s.status != 0)
+    lost_by_route = Counter(ROUTES[s.kind] for s in lost)
+    mismatches = []
+    surplus_by_route: Counter[tuple[str, str]] = Counter()
+    for key in sorted(set(answered) | set(counters_delta)):
+        got = counters_delta.get(key, 0.0)
+        want = answered.get(key, 0)
+        surplus = got - want
+        if surplus < 0 or surplus != int(surplus):
+            mismatches.append(f"{key}: gateway {got:g}, k6 {want}")
+        else:
+            surplus_by_route[key[:2]] += int(surplus)
+    for route, surplus in surplus_by_route.items():
+        if surplus > lost_by_route.get(route, 0):
+            mismatches.append(
+                f"{route}: gateway counted {surplus} more than k6 saw answered, "
+                f"but only {lost_by_route.get(route, 0)} went unanswered"
+            )
+    replace_s = None if replaced is None else replaced - fault
+    figures = {
+        "worker_replaced_after_s": replace_s,
+        "unanswered": len(lost),
+        "unanswered_by_kind": dict(Counter(s.kind for s in lost)),
+        "counted_not_delivered": sum(surplus_by_route.values()),
+        "requests_compared": sum(answered.values()),
+    }
+    checks = [
+        Check(
+            f"worker replaced within {REPLACE_S:g} s",
+            replace_s is not None and replace_s <= REPLACE_S,
+            f"new worker {_fmt_s(replace_s)} after the kill",
+        ),
+        Check(
+            "only requests in flight on the killed worker go unanswered",
+            not not_in_flight and not others,
+            f"{len(lost)} unanswered, all in flight at the kill"
+            if not not_in_flight and not others
+            else f"unexplained: {_summary(not_in_flight + others)}",
+        ),
+        Check(
+            "gateway counters exact",
+            not mismatches and bool(answered),
+            f"{sum(answered.values())} answered requests match "
+            "aside_gateway_http_requests_total per route and status"
+            + (
+                f" ({figures['counted_not_delivered']} counted by the killed worker, "
+                "never delivered)"
+                if figures["counted_not_delivered"]
+                else ""
+            )
+            if not mismatches
+            else "; ".join(mismatches[:4]),
+        ),
+    ]
+    return checks, figures
+
+
+def counter_delta(
+    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+) -> dict[tuple[str, str, str], float]:
+    """Increase of aside_gateway_http_requests_total per (route, method, status)
+    over the routes k6 loads."""
+    routes = set(ROUTES.values())
+    delta = {}
+    for key in set(before) | set(after):
+        if key[:2] in routes:
+            change = after.get(key, 0.0) - before.get(key, 0.0)
+            if change:
+                delta[key] = change
+    return delta
