@@ -323,6 +323,22 @@ def test_breaker_skips_then_lets_one_probe_through(monkeypatch):
     assert breaker.allow() and not breaker.is_open
 
 
+def test_a_probe_given_back_without_a_verdict_goes_to_the_next_caller(monkeypatch):
+    # The async hot path's deadline says nothing about Redis: Flask's GET probes instead.
+    now = [100.0]
+    monkeypatch.setattr("aside_gateway.cache.time.monotonic", lambda: now[0])
+    breaker = CircuitBreaker(1.0)
+    breaker.record_failure()
+    now[0] += 1.01
+    assert breaker.allow()  # the async path takes the probe ...
+    breaker.return_probe()  # ... and its deadline passes
+    assert breaker.allow()  # the next caller probes at once
+    assert not breaker.allow()
+    closed = CircuitBreaker(1.0)
+    closed.return_probe()  # a closed breaker stays closed
+    assert not closed.is_open and closed.allow()
+
+
 # ---- hot path ------------------------------------------------------------------------
 
 

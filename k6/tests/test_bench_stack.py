@@ -11,7 +11,7 @@ import psycopg
 import pytest
 import redis
 from aside_bench import config
-from aside_bench.stack import StackError, check_seed, flush_cache
+from aside_bench.stack import StackError, check_seed, expires_within, flush_cache
 
 BENCH_REDIS_DB = 3
 
@@ -81,6 +81,22 @@ def test_flush_empties_the_redis_database_it_is_given(seeded: config.Settings) -
     flush_cache(seeded)
     assert client.dbsize() == 0
     client.close()
+
+
+def test_expires_within_sees_the_key_that_lapses_first(seeded: config.Settings) -> None:
+    client = redis.Redis.from_url(seeded.redis_url, socket_timeout=5)
+    try:
+        client.flushdb()
+        assert expires_within(seeded, 20)  # empty: a step would find nothing cached
+        client.set("aside:test:long", "1", ex=600)
+        client.set("aside:test:forever", "1")  # no TTL: never lapses
+        assert not expires_within(seeded, 20)
+        client.set("aside:test:short", "1", ex=15)
+        assert expires_within(seeded, 20)
+        assert not expires_within(seeded, 5)
+    finally:
+        client.flushdb()
+        client.close()
 
 
 def test_an_unreachable_database_is_one_clear_line(

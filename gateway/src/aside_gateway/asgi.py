@@ -91,6 +91,7 @@ class AsyncPrefetcher:
             async with asyncio.timeout(self._timeout_s):
                 value = await self._redis().get(key)
         except TimeoutError:
+            self._breaker.return_probe()  # if this was the probe, Flask's GET makes it
             return None
         except REDIS_ERRORS:
             return Prefetch(key, None, True)

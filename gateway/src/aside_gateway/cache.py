@@ -147,6 +147,12 @@ class CircuitBreaker:
         if self._retry_at != 0.0:
             self._retry_at = 0.0
 
+    def return_probe(self) -> None:
+        """Give back a probe taken by allow() without a verdict, so the next
+        caller probes at once instead of skipping Redis for another pause."""
+        if self._retry_at != 0.0:
+            self._retry_at = time.monotonic()
+
     def record_failure(self) -> None:
         if self._open_s > 0:
             self._retry_at = time.monotonic() + self._open_s

@@ -150,6 +150,25 @@ def flush_cache(settings: Settings) -> None:
         client.close()
 
 
+def expires_within(settings: Settings, seconds: float) -> bool:
+    """True if some key of the gateway's Redis database expires within `seconds`
+    (or the database is empty): a step that long would see its keys lapse."""
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        keys = list(client.scan_iter(count=1000))
+        if not keys:
+            return True
+        with client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.pttl(key)
+            ttls_ms = [ttl for ttl in pipe.execute() if ttl >= 0]
+    except redis.RedisError as error:
+        raise StackError(f"cannot read the cache's TTLs at REDIS_URL: {error}") from error
+    finally:
+        client.close()
+    return bool(ttls_ms) and min(ttls_ms) < seconds * 1000
+
+
 def _read_count(session: requests.Session, gateway_url: str, email: str) -> str:
     response = session.get(
         f"{gateway_url}/api/v1/users/count?email={quote(email, safe='')}", timeout=30
