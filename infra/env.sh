@@ -3,7 +3,9 @@
 # set in the environment wins. README's configuration table lists the same names.
 # shellcheck shell=bash
 
-ASIDE_ROOT=${ASIDE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# The checkout this file belongs to, always: an ASIDE_ROOT exported by a shell
+# that sourced another checkout's env.sh must not send this one's commands there.
+ASIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ASIDE_RUN_DIR=${ASIDE_RUN_DIR:-$ASIDE_ROOT/.run}
 ASIDE_BIN_DIR=${ASIDE_BIN_DIR:-$ASIDE_ROOT/bin}
 

@@ -7,6 +7,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 # The test stack sits ten ports above the lab's defaults.
 unset DATABASE_URL REDIS_URL CORE_URL GATEWAY_URL INFLUXDB_URL PROMETHEUS_URL CORE_LISTEN_ADDR GATEWAY_BIND
+# Nothing of a lab shell that sourced infra/env.sh (perhaps of another checkout).
+unset ASIDE_BIN_DIR
 export ASIDE_RUN_DIR=$ROOT/.run/test
 export ASIDE_PG_PORT=25442 ASIDE_REDIS_PORT=26389 ASIDE_INFLUX_PORT=28096 ASIDE_INFLUX_RPC_PORT=28098
 export ASIDE_PROM_PORT=29091 ASIDE_NODE_EXPORTER_PORT=29101 ASIDE_REDIS_EXPORTER_PORT=29122
