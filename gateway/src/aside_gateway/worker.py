@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -16,7 +17,7 @@ MAX_HEAD_BYTES = 64 * 1024
 
 class RequestHeadTooLarge(Exception):
     """Raised from a parser callback: httptools turns it into a parser error,
-    which uvicorn answers with a plain 400 and a closed connection."""
+    answered with a JSON 400 and a closed connection."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -36,6 +37,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._in_head:
             self._head_bytes += len(data)
+
+    def send_400_response(self, msg: str) -> None:
+        # The API's error shape (contracts/errors.json) even for a request the
+        # parser refused, instead of uvicorn's plain-text page.
+        body = json.dumps({"error": {"code": "invalid_request", "message": msg}}).encode()
+        head = [
+            b"HTTP/1.1 400 Bad Request",
+            *(name + b": " + value for name, value in self.server_state.default_headers),
+            b"content-type: application/json",
+            b"content-length: %d" % len(body),
+            b"connection: close",
+        ]
+        self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
