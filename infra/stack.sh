@@ -98,17 +98,19 @@ cmd_up() {
     print_table "${wanted[@]}"
 }
 
+# stop_one NAME: stop it if it runs; else drop a stale pid file.
+stop_one() {
+    if pid_of "$1" >/dev/null; then
+        info "stopping $1"
+        stop_service "$1"
+    else
+        forget_pid "$1"
+    fi
+}
+
 cmd_down() {
-    local i s
-    for ((i = ${#ALL_SERVICES[@]} - 1; i >= 0; i--)); do
-        s=${ALL_SERVICES[i]}
-        if pid_of "$s" >/dev/null; then
-            info "stopping $s"
-            stop_service "$s"
-        else
-            forget_pid "$s"
-        fi
-    done
+    local i
+    for ((i = ${#ALL_SERVICES[@]} - 1; i >= 0; i--)); do stop_one "${ALL_SERVICES[i]}"; done
 }
 
 # Stop only the named services, each as `down` would; the others keep running.
@@ -116,14 +118,7 @@ cmd_stop() {
     local s
     [ $# -gt 0 ] || die "usage: infra/stack.sh stop SERVICE... (one of: ${ALL_SERVICES[*]})"
     for s in "$@"; do known_service "$s" || die "unknown service '$s' (one of: ${ALL_SERVICES[*]})"; done
-    for s in "$@"; do
-        if pid_of "$s" >/dev/null; then
-            info "stopping $s"
-            stop_service "$s"
-        else
-            forget_pid "$s"
-        fi
-    done
+    for s in "$@"; do stop_one "$s"; done
 }
 
 cmd_status() {

@@ -90,13 +90,13 @@ POLL_MAX_MS = 20  # a waiting leader's poll interval grows from lease.poll_ms up
 # TTL of polling, a batched read queued behind another, a test hold).
 FOLLOW_TIMEOUT_S = 30
 
-# WSGI environ key under which the hot path hands its GET's outcome to Flask.
+# Key (ASGI scope, then WSGI environ) under which the hot path hands its GET's outcome to Flask.
 PREFETCH_KEY = "aside.prefetch"
 
 
 @dataclass(slots=True)
 class Prefetch:
-    """The outcome of a GET already done for this request (see hot_path.py)."""
+    """The outcome of a GET the async hot path already did for this request (asgi.py)."""
 
     key: str
     value: bytes | None
@@ -215,17 +215,6 @@ class Cache:
         self.hooks = hooks
         self._max_connections = settings.redis_pool_max
         self._flights: SingleFlight[CacheRead] = SingleFlight()
-
-    def prefetch(self, key: str) -> Prefetch | None:
-        """GET `key` for the hot path; None when the breaker says skip Redis."""
-        if not self.breaker.allow():
-            return None
-        try:
-            value = self._get(key)
-        except REDIS_ERRORS:
-            return Prefetch(key, None, True)
-        self.breaker.record_success()
-        return Prefetch(key, value, False)
 
     def read_through(
         self,

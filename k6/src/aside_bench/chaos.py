@@ -40,7 +40,7 @@ from . import chaos_checks as cc
 from .config import Settings
 from .machine import describe, summary
 from .report import Doc
-from .stack import SeedData, StackError, connect, flush_cache, wait_until_quiet
+from .stack import SeedData, StackError, connect, flush_cache, load_seed_list, wait_until_quiet
 from .stackctl import StackControl, wait_for
 from .tables import Table
 
@@ -144,16 +144,7 @@ def user_prefix(run_id: str, case: str) -> str:
 
 def load_ids(data_dir: Path) -> list[int]:
     """The seeder's sample of existing ids (user_ids.json)."""
-    path = data_dir / "user_ids.json"
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise StackError(f"cannot read {path}: {error}; run `make seed`") from error
-    if isinstance(value, dict):
-        value = value.get("ids")
-    if not isinstance(value, list) or not value or not all(isinstance(i, int) for i in value):
-        raise StackError(f"{path} is not a non-empty list of ids; run `make seed`")
-    return value
+    return load_seed_list(data_dir / "user_ids.json", "ids", int)
 
 
 # ---- the load -------------------------------------------------------------------------

@@ -70,15 +70,16 @@ def connect(settings: Settings) -> psycopg.Connection:
         raise StackError(f"cannot connect to DATABASE_URL: {str(error).strip()}") from error
 
 
-def _load_list(path: Path) -> list[str]:
+def load_seed_list(path: Path, key: str, kind: type) -> list[Any]:
+    """A non-empty JSON list the seeder wrote (bare, or under `key` in an object)."""
     try:
         value = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise StackError(f"cannot read {path}: {error}; run `make seed`") from error
     if isinstance(value, dict):
-        value = value.get("emails")
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise StackError(f"{path} is not a non-empty list of emails; run `make seed`")
+        value = value.get(key)
+    if not isinstance(value, list) or not value or not all(isinstance(v, kind) for v in value):
+        raise StackError(f"{path} is not a non-empty list of {key}; run `make seed`")
     return value
 
 
@@ -114,8 +115,8 @@ def check_seed(settings: Settings, data_dir: Path) -> SeedData:
         raise StackError(
             f"{meta_path} has no row count ({error}); run `make seed` again"
         ) from error
-    hot = _load_list(data_dir / "hot_emails.json")
-    cold = _load_list(data_dir / "cold_emails.json")
+    hot = load_seed_list(data_dir / "hot_emails.json", "emails", str)
+    cold = load_seed_list(data_dir / "cold_emails.json", "emails", str)
     with connect(settings) as conn:
         try:
             leftovers = remove_bench_users(conn)
