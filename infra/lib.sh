@@ -22,11 +22,14 @@ pid_of() {
     [ -s "$f" ] || return 1
     pid=$(head -n1 "$f")
     [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
-    if [ -s "$f.cmd" ] && ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$(cat "$f.cmd")"; then
+    if [ -s "$f.cmd" ] && ! cmdline_has "$pid" "$(cat "$f.cmd")"; then
         return 1
     fi
     printf '%s' "$pid"
 }
+
+# cmdline_has PID TEXT: the command line of PID contains TEXT.
+cmdline_has() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$2"; }
 
 # record_pid NAME PID MATCH: remember PID for NAME; MATCH is a piece of its
 # command line used later to tell it from a recycled pid.
@@ -59,7 +62,14 @@ launch() {
     shift 2
     mkdir -p "$LOG_DIR"
     setsid nohup "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
-    record_pid "$name" "$!" "$match"
+    local pid=$! deadline=$((SECONDS + 5))
+    # Until the child has exec'd, its command line is this shell's, and pid_of
+    # would take the starting service for a dead one (seen: "node-exporter
+    # exited during start-up", with an empty log). Wait for the exec.
+    while [ -d "/proc/$pid" ] && ! cmdline_has "$pid" "$match" && [ "$SECONDS" -lt "$deadline" ]; do
+        sleep 0.02
+    done
+    record_pid "$name" "$pid" "$match"
 }
 
 # stop_pid NAME: TERM the process group of NAME, KILL it after 15 s.

@@ -68,11 +68,12 @@ def test_bad_keys_are_400_and_write_nothing(gateway, db, key):
 
 @pytest.mark.parametrize("key", ["a\x01b", "a\x7fb"], ids=["C0", "DEL"])
 def test_control_characters_never_reach_the_app(gateway, db, key):
-    # gunicorn itself refuses such a header value (a plain-text 400, as for
-    # any malformed request); the app and the core would refuse it too.
+    # The HTTP parser refuses such a header value (the JSON 400 of any malformed
+    # request, worker.py); the app and the core would refuse it too.
     username = unique_username()
     response = create(gateway.url, {"username": username, "email": unique_email()}, key)
     assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
     assert rows_named(db, username) == 0
 
 

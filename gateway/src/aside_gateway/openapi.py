@@ -134,17 +134,6 @@ def _ok(
     return response
 
 
-# gunicorn refuses a request line over 4094 bytes itself, before the app runs:
-# only a URL with parameters (far longer than any valid one) gets there.
-URI_TOO_LONG = {
-    "414": {
-        "description": "Request line over 4094 bytes (gunicorn's own answer, an HTML page). "
-        "Valid parameters always fit.",
-        "content": {"text/html": {"schema": {"type": "string"}}},
-    }
-}
-
-
 def _json_body(schema_name: str) -> Schema:
     return {"required": True, "content": {JSON: {"schema": _ref(schema_name)}}}
 
@@ -314,7 +303,6 @@ def _user_paths() -> dict[str, Schema]:
                 "responses": {
                     "200": _ok(_ref("Count"), headers=READ_HEADERS),
                     **_errors(400, 403),
-                    **URI_TOO_LONG,
                     **_errors(500, 503, 504),
                 },
             }
@@ -358,7 +346,6 @@ def _user_paths() -> dict[str, Schema]:
                     "200": _ok(_ref("User"), headers=READ_HEADERS),
                     **_errors(400, 403),
                     "404": _error(404, READ_HEADERS),
-                    **URI_TOO_LONG,
                     **_errors(500, 503, 504),
                 },
             },
@@ -370,7 +357,6 @@ def _user_paths() -> dict[str, Schema]:
                 "responses": {
                     "200": _ok(_ref("User"), headers=write_headers),
                     **_errors(400, 401, 404, 409, 413),
-                    **URI_TOO_LONG,
                     **_errors(415, 500, 503),
                 },
             },
@@ -381,7 +367,6 @@ def _user_paths() -> dict[str, Schema]:
                 "responses": {
                     "204": {"description": "Deleted; no body.", "headers": write_headers},
                     **_errors(400, 401, 404, 413),
-                    **URI_TOO_LONG,
                     **_errors(500, 503),
                 },
             },
