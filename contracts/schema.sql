@@ -22,3 +22,20 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (created_at);
+
+-- Cache invalidations owed by committed writes (the core's outbox, see
+-- core-go/README.md "Cache invalidation"). Every write inserts its row in the
+-- same statement as the change itself, so a committed write always leaves one:
+-- the row before (email_before; NULL for a create) and after (email_after;
+-- NULL for a delete), from which the core derives the stale keys
+-- (contracts/cache.json "invalidation"). The core deletes the row once Redis
+-- took the DEL; a row whose DEL failed, or whose core died first, is retried
+-- by the core's relay until Redis takes it.
+CREATE TABLE IF NOT EXISTS cache_invalidations (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    user_id      bigint      NOT NULL,
+    email_before text,
+    email_after  text,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS cache_invalidations_created_at_idx ON cache_invalidations (created_at);

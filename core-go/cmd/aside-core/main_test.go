@@ -150,19 +150,25 @@ func (c *runningCore) wait(t *testing.T, within time.Duration) int {
 
 // computeSlotsInUse reads the gauge from /metrics.
 func computeSlotsInUse(url string) (int, error) {
+	n, err := metricValue(url, "aside_core_compute_slots_in_use")
+	return int(n), err
+}
+
+// metricValue reads one unlabelled sample from the /metrics page at url.
+func metricValue(url, name string) (float64, error) {
 	resp, err := http.Get(url)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var n int
+	var v float64
 	for _, line := range strings.Split(string(body), "\n") {
-		if _, err := fmt.Sscanf(line, "aside_core_compute_slots_in_use %d", &n); err == nil {
-			return n, nil
+		if _, err := fmt.Sscanf(line, name+" %g", &v); err == nil {
+			return v, nil
 		}
 	}
-	return 0, errors.New("gauge not found")
+	return 0, fmt.Errorf("%s not found", name)
 }
 
 // pollUntil calls f until it returns true or the deadline passes.

@@ -10,11 +10,14 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/aside-lab/aside/core-go/internal/cache"
 	"github.com/aside-lab/aside/core-go/internal/compute"
 	"github.com/aside-lab/aside/core-go/internal/config"
 	"github.com/aside-lab/aside/core-go/internal/httpapi"
 	"github.com/aside-lab/aside/core-go/internal/metrics"
+	"github.com/aside-lab/aside/core-go/internal/outbox"
 	"github.com/aside-lab/aside/core-go/internal/store"
 )
 
@@ -83,9 +86,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	users := store.New(pool, cfg.DBTimeout)
 	limiter := compute.NewLimiter(cfg.ComputeMaxConcurrency, cfg.ComputeQueueWait)
 	m := metrics.New(string(cfg.Profile), pool.Stat, limiter.InUse)
+	relay := outbox.New(users, func() *redis.Client {
+		client, _ := cache.NewClient(cfg.RedisURL, cache.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: 1})
+		return client // the URL parsed above
+	}, outbox.DefaultOptions(cfg.InvalidationDeadline), m.Outbox)
 	router := httpapi.NewRouter(httpapi.Deps{
 		Users:       users,
 		Invalidator: cache.NewInvalidator(rdb, cfg.InvalidationDeadline, m.ObserveInvalidation),
+		Outbox:      relay,
 		Limiter:     limiter,
 		Metrics:     m,
 		Ready: []httpapi.Check{
@@ -113,6 +121,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go users.PurgeExpiredKeysEvery(purgeCtx, keyPurgeInterval, keyPurgeBatch, func(err error) {
 		log.Warn("purging expired idempotency keys failed", "err", err)
 	})
+	// The relay outlives the drain (it stops when serve returns): writes
+	// answered while draining still hand it their rows.
+	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRelay()
+	go relay.Run(relayCtx)
 	srv := &http.Server{
 		Handler:           router,
 		ReadHeaderTimeout: readHeaderTimeout,

@@ -17,7 +17,10 @@
 //
 // The DEL is retried (InvalidationTries within the invalidator's deadline).
 // If Redis stays unreachable the write still stands: the handler answers 2xx
-// with X-Cache-Invalidation: failed, and the entries live until their TTL.
+// with X-Cache-Invalidation: failed, and the outbox (package outbox) sends the
+// DEL again until Redis takes it. Every write records its Change in the
+// cache_invalidations table in the same statement, so no committed write can
+// lose its invalidation, not even to a core killed before its DEL.
 //
 // Key format: aside:v1:count:<email> and aside:v1:user:<id>. The email is
 // used exactly as given (case kept, UTF-8); the version segment changes when
@@ -77,6 +80,29 @@ func StaleAfterUpdate(before, after UserRef) []string {
 // StaleAfterDelete lists the keys a delete makes stale.
 func StaleAfterDelete(deleted UserRef) []string {
 	return []string{CountKey(deleted.Email), UserKey(deleted.ID)}
+}
+
+// Change is what one committed write did to one row, as the invalidation
+// outbox records it: the email before (nil for a create) and after (nil for a
+// delete).
+type Change struct {
+	UserID      int64
+	EmailBefore *string
+	EmailAfter  *string
+}
+
+// StaleKeys lists the keys the change makes stale: those of StaleAfterCreate,
+// StaleAfterUpdate or StaleAfterDelete, by which side is missing.
+func (c Change) StaleKeys() []string {
+	switch {
+	case c.EmailBefore == nil && c.EmailAfter == nil:
+		return []string{UserKey(c.UserID)}
+	case c.EmailBefore == nil:
+		return StaleAfterCreate(UserRef{ID: c.UserID, Email: *c.EmailAfter})
+	case c.EmailAfter == nil:
+		return StaleAfterDelete(UserRef{ID: c.UserID, Email: *c.EmailBefore})
+	}
+	return StaleAfterUpdate(UserRef{ID: c.UserID, Email: *c.EmailBefore}, UserRef{ID: c.UserID, Email: *c.EmailAfter})
 }
 
 // WithLeases returns each key followed by its lease: the argument list of the

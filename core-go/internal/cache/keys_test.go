@@ -101,6 +101,29 @@ func TestInvalidationVectors(t *testing.T) {
 	}
 }
 
+// The outbox stores a write as a Change; the keys it owes must be the very
+// keys of the contract's vectors.
+func TestChangeOwesTheInvalidationVectorsKeys(t *testing.T) {
+	for _, v := range loadContract(t).Invalidation {
+		t.Run(v.Name, func(t *testing.T) {
+			var change cache.Change
+			if v.Before != nil {
+				change.UserID, change.EmailBefore = v.Before.ID, &v.Before.Email
+			}
+			if v.After != nil {
+				change.UserID, change.EmailAfter = v.After.ID, &v.After.Email
+			}
+			got := change.StaleKeys()
+			slices.Sort(got)
+			want := slices.Clone(v.Keys)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("stale keys %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 func TestWithLeasesPairsEachKeyWithItsLease(t *testing.T) {
 	got := cache.WithLeases([]string{"aside:v1:user:1", "aside:v1:count:a@b.c"})
 	want := []string{"aside:v1:user:1", "aside:v1:user:1:lease", "aside:v1:count:a@b.c", "aside:v1:count:a@b.c:lease"}

@@ -19,6 +19,7 @@ import (
 	"github.com/aside-lab/aside/core-go/internal/cache"
 	"github.com/aside-lab/aside/core-go/internal/compute"
 	"github.com/aside-lab/aside/core-go/internal/metrics"
+	"github.com/aside-lab/aside/core-go/internal/outbox"
 	"github.com/aside-lab/aside/core-go/internal/store"
 	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
@@ -100,9 +101,17 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 	limiter := compute.NewLimiter(o.computeMax, o.computeWait)
 	m := metrics.New("lab", pool.Stat, limiter.InUse)
 	logs := &lockedBuffer{}
+	relay := outbox.New(users, func() *redis.Client {
+		client, _ := cache.NewClient(o.redisURL, cache.ClientOptions{Timeout: 200 * time.Millisecond, PoolSize: 1})
+		return client
+	}, outbox.DefaultOptions(300*time.Millisecond), m.Outbox)
+	relayCtx, stopRelay := context.WithCancel(context.Background())
+	t.Cleanup(stopRelay)
+	go relay.Run(relayCtx)
 	router := NewRouter(Deps{
 		Users:       users,
 		Invalidator: cache.NewInvalidator(rdb, 300*time.Millisecond, m.ObserveInvalidation),
+		Outbox:      relay,
 		Limiter:     limiter,
 		Metrics:     m,
 		Ready: []Check{

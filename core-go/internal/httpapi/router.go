@@ -17,6 +17,7 @@ import (
 type Deps struct {
 	Users       UserWriter
 	Invalidator Invalidator
+	Outbox      Outbox
 	Limiter     *compute.Limiter
 	Metrics     *metrics.Metrics
 	Ready       []Check
@@ -48,7 +49,7 @@ func NewRouter(d Deps) *gin.Engine {
 		r.GET("/metrics", gin.WrapH(MetricsHandler(d.Metrics)))
 	}
 
-	writes := writeDeps{users: d.Users, invalidator: d.Invalidator, log: d.Log,
+	writes := writeDeps{users: d.Users, invalidator: d.Invalidator, outbox: d.Outbox, log: d.Log,
 		uncertain: d.Metrics.UncertainWritesTotal.Inc}
 	api := r.Group("/api/v1")
 	api.POST("/users", createUser(writes))

@@ -17,16 +17,23 @@ import (
 
 // UserWriter is what the user handlers need from the database.
 type UserWriter interface {
-	CreateUser(ctx context.Context, username, email string) (store.User, error)
+	CreateUser(ctx context.Context, username, email string) (store.Written, error)
 	CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string,
 		render func(store.User) store.Answer) (store.Once, error)
-	UpdateUser(ctx context.Context, id int64, upd store.Update) (store.Updated, error)
-	DeleteUser(ctx context.Context, id int64) (store.User, error)
+	UpdateUser(ctx context.Context, id int64, upd store.Update) (store.Written, error)
+	DeleteUser(ctx context.Context, id int64) (store.Written, error)
 }
 
 // Invalidator drops stale cache keys (and their leases) after a write.
 type Invalidator interface {
 	Invalidate(ctx context.Context, keys []string) error
+}
+
+// Outbox settles the invalidation a write owes (package outbox): Forget once
+// the write's own DEL succeeded, Retry when it failed.
+type Outbox interface {
+	Forget(id int64)
+	Retry(id int64)
 }
 
 // userJSON is a user as the API shows it (contracts/cache.json user_json).
@@ -56,6 +63,7 @@ var userFields = []string{"username", "email"}
 type writeDeps struct {
 	users       UserWriter
 	invalidator Invalidator
+	outbox      Outbox
 	log         *slog.Logger
 	// uncertain is told about writes whose outcome is unknown.
 	uncertain func()
@@ -93,8 +101,8 @@ func createUser(d writeDeps) gin.HandlerFunc {
 			d.fail(c, err, []string{cache.CountKey(email)})
 			return
 		}
-		d.invalidate(c, cache.StaleAfterCreate(cache.UserRef{ID: u.ID, Email: u.Email}))
-		sendCreated(c, createdAnswer(u))
+		d.invalidate(c, u.Outbox, cache.StaleAfterCreate(cache.UserRef{ID: u.ID, Email: u.Email}))
+		sendCreated(c, createdAnswer(u.User))
 	}
 }
 
@@ -119,10 +127,11 @@ func (d writeDeps) createOnce(c *gin.Context, key, username, email string) {
 		// commit and its DEL (a killed core): a client retries exactly then, so
 		// the replay drops them again. A DEL is always safe: one more miss.
 		if id := answerID(once.Answer); id > 0 {
-			d.invalidate(c, cache.StaleAfterCreate(cache.UserRef{ID: id, Email: email}))
+			d.invalidate(c, 0, cache.StaleAfterCreate(cache.UserRef{ID: id, Email: email}))
 		}
 	} else {
-		d.invalidate(c, cache.StaleAfterCreate(cache.UserRef{ID: once.Created.ID, Email: once.Created.Email}))
+		d.invalidate(c, once.Created.Outbox,
+			cache.StaleAfterCreate(cache.UserRef{ID: once.Created.ID, Email: once.Created.Email}))
 	}
 	sendCreated(c, once.Answer)
 }
@@ -183,7 +192,7 @@ func updateUser(d writeDeps) gin.HandlerFunc {
 			d.fail(c, err, known)
 			return
 		}
-		d.invalidate(c, cache.StaleAfterUpdate(
+		d.invalidate(c, u.Outbox, cache.StaleAfterUpdate(
 			cache.UserRef{ID: u.ID, Email: u.OldEmail}, cache.UserRef{ID: u.ID, Email: u.Email}))
 		c.JSON(http.StatusOK, newUserJSON(u.User))
 	}
@@ -201,7 +210,7 @@ func deleteUser(d writeDeps) gin.HandlerFunc {
 			d.fail(c, err, []string{cache.UserKey(id)})
 			return
 		}
-		d.invalidate(c, cache.StaleAfterDelete(cache.UserRef{ID: u.ID, Email: u.Email}))
+		d.invalidate(c, u.Outbox, cache.StaleAfterDelete(cache.UserRef{ID: u.ID, Email: u.Email}))
 		c.Status(http.StatusNoContent)
 	}
 }
@@ -213,14 +222,19 @@ func writeContext(c *gin.Context) context.Context {
 	return context.WithoutCancel(c.Request.Context())
 }
 
-// invalidate drops the stale keys; a failure is logged, counted (by the
-// invalidator) and told to the caller in a header, but the write stands.
-func (d writeDeps) invalidate(c *gin.Context, keys []string) {
+// invalidate drops the stale keys and settles the write's outbox row
+// (outbox 0: a replay, whose row was settled by the first request). A failure
+// is logged, counted (by the invalidator) and told to the caller in a header;
+// the write stands and the outbox sends the DEL again until Redis takes it.
+func (d writeDeps) invalidate(c *gin.Context, outbox int64, keys []string) {
 	if err := d.invalidator.Invalidate(context.WithoutCancel(c.Request.Context()), keys); err != nil {
-		d.log.Error("cache invalidation failed; stale entries live until their TTL",
-			"keys", keys, "err", err)
+		d.outbox.Retry(outbox)
+		d.log.Error("cache invalidation failed; the outbox retries it until Redis takes it",
+			"keys", keys, "outbox", outbox, "err", err)
 		c.Header("X-Cache-Invalidation", "failed")
+		return
 	}
+	d.outbox.Forget(outbox)
 }
 
 // fail answers a failed write. knownKeys are the keys the write would have

@@ -3,6 +3,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,7 +22,26 @@ type Metrics struct {
 	ComputeDuration      prometheus.Histogram
 	ComputeSlotsInUse    prometheus.GaugeFunc
 	UncertainWritesTotal prometheus.Counter
+	Outbox               OutboxMetrics
 }
+
+// OutboxMetrics count the invalidation relay's work (outbox.Observer).
+type OutboxMetrics struct {
+	settled  prometheus.Counter
+	delay    prometheus.Histogram
+	failures prometheus.Counter
+}
+
+// Settled counts rows whose keys the relay deleted, with their age since commit.
+func (o OutboxMetrics) Settled(ages []time.Duration) {
+	o.settled.Add(float64(len(ages)))
+	for _, age := range ages {
+		o.delay.Observe(age.Seconds())
+	}
+}
+
+// Failed counts a relay round that could not reach Redis or PostgreSQL.
+func (o OutboxMetrics) Failed() { o.failures.Inc() }
 
 // Latency buckets from 0.5 ms: the core's writes take about a millisecond.
 var httpBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
@@ -66,6 +87,21 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 			Help: "Writes whose outcome is unknown (connection lost after sending); their keys are dropped anyway.",
 		}),
 	}
+	m.Outbox = OutboxMetrics{
+		settled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aside_core_cache_outbox_settled_total",
+			Help: "Owed invalidations the outbox relay settled (a write's failed DEL, or a row past the grace period).",
+		}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "aside_core_cache_outbox_delay_seconds",
+			Help:    "Time from a write's commit to the outbox relay's DEL of its keys.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aside_core_cache_outbox_failures_total",
+			Help: "Outbox relay rounds that failed (Redis or PostgreSQL unreachable); retried.",
+		}),
+	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "aside_core_info",
 		Help:        "Always 1; the profile the core runs with.",
@@ -78,6 +114,7 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 	reg.MustRegister(
 		m.HTTPRequests, m.HTTPDuration, m.CacheInvalidations, m.InvalidationRetries,
 		m.ComputeRejected, m.ComputeDuration, m.ComputeSlotsInUse, m.UncertainWritesTotal, info,
+		m.Outbox.settled, m.Outbox.delay, m.Outbox.failures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newPoolCollector(poolStat),

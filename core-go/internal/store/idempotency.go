@@ -31,7 +31,7 @@ type Answer struct {
 // Once is the outcome of CreateUserOnce.
 type Once struct {
 	// Created is the user this call inserted (zero when Replayed).
-	Created User
+	Created Written
 	// Answer is what to send: this call's own, or the first call's when Replayed.
 	Answer   Answer
 	Replayed bool
@@ -107,15 +107,15 @@ func claimKey(ctx context.Context, tx pgx.Tx, key string, requestHash []byte) (b
 }
 
 func createAndSave(ctx context.Context, tx pgx.Tx, key, username, email string, render func(User) Answer, out *Once) error {
-	var u User
-	if err := tx.QueryRow(ctx, createSQL, username, email).Scan(&u.ID, &u.Username, &u.Email, &u.CreatedAt); err != nil {
+	var w Written
+	if err := scanCreated(tx.QueryRow(ctx, createSQL, username, email), &w); err != nil {
 		return err
 	}
-	answer := render(u)
+	answer := render(w.User)
 	if _, err := tx.Exec(ctx, saveAnswerSQL, key, answer.Status, answer.Body); err != nil {
 		return err
 	}
-	*out = Once{Created: u, Answer: answer}
+	*out = Once{Created: w, Answer: answer}
 	return nil
 }
 

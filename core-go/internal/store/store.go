@@ -59,10 +59,14 @@ type Update struct {
 	Email    *string
 }
 
-// Updated is the row after an update and the email it had before.
-type Updated struct {
+// Written is a committed write: the row as the write left it (as it was,
+// for a delete), the email it had before (updates), and the id of the
+// cache_invalidations row that owes the write's cache invalidation (see
+// outbox.go).
+type Written struct {
 	User
 	OldEmail string
+	Outbox   int64
 }
 
 // clientGrace is how much longer than the server's statement_timeout the
@@ -124,18 +128,30 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.pool.Ping(ctx)
 }
 
+// Each write is one statement that also records the cache invalidation it
+// owes (outbox.go): the change and its outbox row commit together or not at
+// all.
 const createSQL = `
-INSERT INTO users (username, email) VALUES ($1, $2)
-RETURNING id, username, email, created_at`
+WITH created AS (
+    INSERT INTO users (username, email) VALUES ($1, $2)
+    RETURNING id, username, email, created_at
+), owed AS (
+    INSERT INTO cache_invalidations (user_id, email_after) SELECT id, email FROM created
+    RETURNING id
+)
+SELECT created.id, username, email, created_at, owed.id FROM created, owed`
 
 // CreateUser inserts a user.
-func (s *Store) CreateUser(ctx context.Context, username, email string) (User, error) {
-	var u User
+func (s *Store) CreateUser(ctx context.Context, username, email string) (Written, error) {
+	var w Written
 	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		return conn.QueryRow(ctx, createSQL, username, email).
-			Scan(&u.ID, &u.Username, &u.Email, &u.CreatedAt)
+		return scanCreated(conn.QueryRow(ctx, createSQL, username, email), &w)
 	})
-	return u, err
+	return w, err
+}
+
+func scanCreated(row pgx.Row, w *Written) error {
+	return row.Scan(&w.ID, &w.Username, &w.Email, &w.CreatedAt, &w.Outbox)
 }
 
 // The subquery locks the row and yields its email before the update, so
@@ -143,32 +159,46 @@ func (s *Store) CreateUser(ctx context.Context, username, email string) (User, e
 // old one to drop count:<old email>. A concurrent update of the same row
 // waits for the lock and then sees the committed value.
 const updateSQL = `
-UPDATE users AS u
-SET username = COALESCE($2, u.username),
-    email    = COALESCE($3, u.email)
-FROM (SELECT id, email FROM users WHERE id = $1 FOR UPDATE) AS old
-WHERE u.id = old.id
-RETURNING u.id, u.username, u.email, u.created_at, old.email`
+WITH updated AS (
+    UPDATE users AS u
+    SET username = COALESCE($2, u.username),
+        email    = COALESCE($3, u.email)
+    FROM (SELECT id, email FROM users WHERE id = $1 FOR UPDATE) AS old
+    WHERE u.id = old.id
+    RETURNING u.id, u.username, u.email, u.created_at, old.email AS old_email
+), owed AS (
+    INSERT INTO cache_invalidations (user_id, email_before, email_after)
+    SELECT id, old_email, email FROM updated
+    RETURNING id
+)
+SELECT updated.id, username, email, created_at, old_email, owed.id FROM updated, owed`
 
 // UpdateUser changes the given fields of user id.
-func (s *Store) UpdateUser(ctx context.Context, id int64, upd Update) (Updated, error) {
-	var u Updated
+func (s *Store) UpdateUser(ctx context.Context, id int64, upd Update) (Written, error) {
+	var w Written
 	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
 		return conn.QueryRow(ctx, updateSQL, id, upd.Username, upd.Email).
-			Scan(&u.ID, &u.Username, &u.Email, &u.CreatedAt, &u.OldEmail)
+			Scan(&w.ID, &w.Username, &w.Email, &w.CreatedAt, &w.OldEmail, &w.Outbox)
 	})
-	return u, err
+	return w, err
 }
 
-const deleteSQL = `DELETE FROM users WHERE id = $1 RETURNING id, username, email, created_at`
+const deleteSQL = `
+WITH deleted AS (
+    DELETE FROM users WHERE id = $1 RETURNING id, username, email, created_at
+), owed AS (
+    INSERT INTO cache_invalidations (user_id, email_before) SELECT id, email FROM deleted
+    RETURNING id
+)
+SELECT deleted.id, username, email, created_at, owed.id FROM deleted, owed`
 
 // DeleteUser removes user id and returns the row it removed.
-func (s *Store) DeleteUser(ctx context.Context, id int64) (User, error) {
-	var u User
+func (s *Store) DeleteUser(ctx context.Context, id int64) (Written, error) {
+	var w Written
 	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		return conn.QueryRow(ctx, deleteSQL, id).Scan(&u.ID, &u.Username, &u.Email, &u.CreatedAt)
+		return conn.QueryRow(ctx, deleteSQL, id).Scan(&w.ID, &w.Username, &w.Email, &w.CreatedAt, &w.Outbox)
 	})
-	return u, err
+	return w, err
 }
 
 // withConn acquires a connection explicitly so that a failure to get one

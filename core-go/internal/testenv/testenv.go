@@ -139,7 +139,7 @@ func (e *Env) Close() {
 func (e *Env) Reset(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := e.Pool.Exec(ctx, "TRUNCATE users, idempotency_keys RESTART IDENTITY"); err != nil {
+	if _, err := e.Pool.Exec(ctx, "TRUNCATE users, idempotency_keys, cache_invalidations RESTART IDENTITY"); err != nil {
 		t.Fatalf("truncate: %v", err)
 	}
 	if err := e.Redis.FlushDB(ctx).Err(); err != nil {

@@ -1,0 +1,218 @@
+// Package outbox settles the cache invalidations that committed writes owe.
+//
+// Every write inserts a row into cache_invalidations in its own statement
+// (store.Written.Outbox). After the commit the handler sends the DEL itself:
+//
+//   - it succeeded: the handler calls Forget and the relay deletes the row in
+//     its next round (in batches, off the request path);
+//   - it failed (Redis unreachable from the core): the handler calls Retry, the
+//     write is acknowledged with X-Cache-Invalidation: failed, and the relay
+//     sends the DEL again every RetryEvery until Redis takes it, then deletes
+//     the row. A reader that stored the old value meanwhile, under a lease the
+//     failed DEL could not remove, loses it then: the stale window ends within
+//     RetryEvery of Redis answering, not at the entry's TTL;
+//   - the core died before either: the row outlives Grace and any core's relay
+//     settles it.
+//
+// The relay uses a Redis client of its own and builds a fresh one after any
+// failed round: go-redis's pool, once PoolSize dials have failed, fails every
+// command fast and probes Redis only once a second, which would add up to a
+// second to the stale window after Redis comes back.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/store"
+)
+
+// Store is what the relay needs from the database.
+type Store interface {
+	SettleOwed(ctx context.Context, ids []int64, grace time.Duration, limit int,
+		del func([]store.Owed) error) ([]store.Owed, error)
+	ForgetOwed(ctx context.Context, ids []int64) error
+}
+
+// Options bound the relay's work and set its pace.
+type Options struct {
+	// PollEvery is the pace of rounds while nothing failed.
+	PollEvery time.Duration
+	// RetryEvery is the pace of rounds while a DEL is owed after a failure.
+	RetryEvery time.Duration
+	// Grace is how old a row must be before the relay takes it without being
+	// asked: longer than any write's own DEL.
+	Grace time.Duration
+	// Deadline bounds one round's DEL.
+	Deadline time.Duration
+	// Batch is the most rows one round settles.
+	Batch int
+	// Queue bounds the ids waiting to be forgotten or retried; an id that does
+	// not fit is settled after Grace instead (one more DEL, never a lost one).
+	Queue int
+}
+
+// DefaultOptions are the relay's settings for a given invalidation deadline.
+func DefaultOptions(deadline time.Duration) Options {
+	return Options{
+		PollEvery:  250 * time.Millisecond,
+		RetryEvery: 100 * time.Millisecond,
+		Grace:      2*deadline + time.Second,
+		Deadline:   deadline,
+		Batch:      500,
+		Queue:      8192,
+	}
+}
+
+// Observer is told about each round that settled rows or failed; never nil.
+type Observer interface {
+	// Settled: the relay's DEL removed these rows' keys; ages are how long
+	// after their commit.
+	Settled(ages []time.Duration)
+	Failed()
+}
+
+// Relay settles owed invalidations; build it with New and run Run once.
+type Relay struct {
+	store    Store
+	newRedis func() *redis.Client
+	opts     Options
+	observe  Observer
+	forget   chan int64
+	retry    chan int64
+}
+
+// New returns a relay; newRedis builds the relay's own client (called again
+// after every failed round).
+func New(st Store, newRedis func() *redis.Client, opts Options, observe Observer) *Relay {
+	return &Relay{
+		store: st, newRedis: newRedis, opts: opts, observe: observe,
+		forget: make(chan int64, opts.Queue),
+		retry:  make(chan int64, opts.Queue),
+	}
+}
+
+// Forget says the write's own DEL succeeded: its row can go.
+func (r *Relay) Forget(id int64) { offer(r.forget, id) }
+
+// Retry says the write's own DEL failed: settle its row as soon as Redis answers.
+func (r *Relay) Retry(id int64) { offer(r.retry, id) }
+
+// offer queues id without blocking a request; a full queue leaves the row to
+// the Grace sweep.
+func offer(queue chan int64, id int64) {
+	if id <= 0 {
+		return
+	}
+	select {
+	case queue <- id:
+	default:
+	}
+}
+
+// Run settles rows until ctx ends.
+func (r *Relay) Run(ctx context.Context) {
+	rdb := r.newRedis()
+	defer func() { _ = rdb.Close() }()
+	var retrying, forgetting []int64
+	wait := time.NewTimer(r.opts.PollEvery)
+	defer wait.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-r.retry:
+			retrying = append(retrying, id)
+		case <-wait.C:
+		}
+		forgetting = r.forgetQueued(ctx, drain(r.forget, forgetting))
+		retrying = drain(r.retry, retrying)
+		var err error
+		if retrying, err = r.settle(ctx, rdb, retrying); err != nil && ctx.Err() == nil {
+			r.observe.Failed()
+			_ = rdb.Close()
+			rdb = r.newRedis()
+		}
+		pace := r.opts.PollEvery
+		if len(retrying) > 0 {
+			pace = r.opts.RetryEvery
+		}
+		resetTimer(wait, pace)
+	}
+}
+
+// forgetQueued deletes the rows of successful writes; on failure it keeps
+// them for the next round, up to Queue ids (the rest fall to the Grace sweep).
+func (r *Relay) forgetQueued(ctx context.Context, ids []int64) []int64 {
+	if len(ids) == 0 || r.store.ForgetOwed(ctx, ids) == nil {
+		return ids[:0]
+	}
+	if len(ids) > r.opts.Queue {
+		ids = ids[len(ids)-r.opts.Queue:]
+	}
+	return ids
+}
+
+// settle runs one batch: the retried rows and the rows past Grace. It
+// returns the retried ids still owed.
+func (r *Relay) settle(ctx context.Context, rdb *redis.Client, retrying []int64) ([]int64, error) {
+	for {
+		owed, err := r.store.SettleOwed(ctx, retrying, r.opts.Grace, r.opts.Batch, func(owed []store.Owed) error {
+			return r.del(ctx, rdb, owed)
+		})
+		if err != nil {
+			return retrying, err
+		}
+		if len(owed) > 0 {
+			ages := make([]time.Duration, len(owed))
+			for i, o := range owed {
+				ages[i] = o.Age
+			}
+			r.observe.Settled(ages)
+		}
+		// A full batch means more rows may wait; otherwise every retried id
+		// is settled, or was already (a row is gone once any relay took it).
+		if len(owed) < r.opts.Batch {
+			return retrying[:0], nil
+		}
+	}
+}
+
+func (r *Relay) del(ctx context.Context, rdb *redis.Client, owed []store.Owed) error {
+	var keys []string
+	for _, o := range owed {
+		keys = append(keys, o.Change.StaleKeys()...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Deadline)
+	defer cancel()
+	if err := rdb.Del(ctx, cache.WithLeases(keys)...).Err(); err != nil {
+		return errors.Join(errors.New("outbox: DEL failed"), err)
+	}
+	return nil
+}
+
+// drain appends every id waiting in queue to ids.
+func drain(queue chan int64, ids []int64) []int64 {
+	for {
+		select {
+		case id := <-queue:
+			ids = append(ids, id)
+		default:
+			return ids
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
+}

@@ -1,0 +1,87 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/aside-lab/aside/core-go/internal/cache"
+)
+
+// The cache_invalidations table is the write side's outbox: each write's
+// statement inserts the change it made, so a committed write always owes its
+// cache invalidation in the database until Redis took the DEL. The outbox
+// package's relay settles what the write's own DEL could not.
+
+// Owed is one outbox row: a committed change whose stale keys may still be in
+// Redis, and how long ago it committed.
+type Owed struct {
+	ID     int64
+	Change cache.Change
+	Age    time.Duration
+}
+
+// The rows asked for by id (writes whose own DEL failed), and any row older
+// than the grace period (its write's core died, or forgot it): each round
+// takes a bounded batch, and SKIP LOCKED lets several cores share the table.
+const claimOwedSQL = `
+SELECT id, user_id, email_before, email_after, extract(epoch FROM clock_timestamp() - created_at)::float8
+FROM cache_invalidations
+WHERE id = ANY($1) OR created_at < clock_timestamp() - make_interval(secs => $2)
+ORDER BY id
+LIMIT $3
+FOR UPDATE SKIP LOCKED`
+
+const settleOwedSQL = `DELETE FROM cache_invalidations WHERE id = ANY($1)`
+
+// SettleOwed claims up to limit rows (those in ids, and those older than
+// grace), hands them to del and, if del succeeds, deletes them, all in one
+// transaction: a row whose DEL failed stays for the next round. It returns
+// the rows it settled.
+func (s *Store) SettleOwed(ctx context.Context, ids []int64, grace time.Duration, limit int,
+	del func([]Owed) error) ([]Owed, error) {
+	var owed []Owed
+	err := s.withTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		if owed, err = claimOwed(ctx, tx, ids, grace, limit); err != nil || len(owed) == 0 {
+			return err
+		}
+		if err := del(owed); err != nil {
+			return err
+		}
+		settled := make([]int64, len(owed))
+		for i, o := range owed {
+			settled[i] = o.ID
+		}
+		_, err = tx.Exec(ctx, settleOwedSQL, settled)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return owed, nil
+}
+
+func claimOwed(ctx context.Context, tx pgx.Tx, ids []int64, grace time.Duration, limit int) ([]Owed, error) {
+	rows, err := tx.Query(ctx, claimOwedSQL, ids, grace.Seconds(), limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Owed, error) {
+		var o Owed
+		var ageSeconds float64
+		err := row.Scan(&o.ID, &o.Change.UserID, &o.Change.EmailBefore, &o.Change.EmailAfter, &ageSeconds)
+		o.Age = time.Duration(ageSeconds * float64(time.Second))
+		return o, err
+	})
+}
+
+// ForgetOwed deletes the rows of writes whose own DEL succeeded.
+func (s *Store) ForgetOwed(ctx context.Context, ids []int64) error {
+	return s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		_, err := conn.Exec(ctx, settleOwedSQL, ids)
+		return err
+	})
+}
