@@ -24,6 +24,7 @@ from aside_gateway.validation import (
     EMAIL_MAX,
     ID_MAX,
     IDEMPOTENCY_KEY_MAX,
+    USERNAME_RE,
 )
 
 VERSION = "1.0.0"
@@ -175,7 +176,7 @@ WRITE_SECURITY = [{}, {"bearerAuth": []}]
 def _schemas() -> dict[str, Schema]:
     username = {
         "type": "string",
-        "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
+        "pattern": f"^{USERNAME_RE.pattern}$",
         "description": "1 to 64 of A-Z a-z 0-9 _ . -, starting with a letter or digit.",
     }
     schemas: dict[str, Schema] = {
