@@ -1,8 +1,9 @@
 """Every environment variable the gateway reads, read here and nowhere else.
 
 `load_settings(os.environ)` returns a frozen `Settings` or raises `ConfigError`
-whose message is one line naming the variable at fault. gunicorn.conf.py and
-wsgi.py both call it, so a bad value stops the server before any worker starts.
+whose message is one line naming the variable at fault. gunicorn.conf.py calls
+it in the master, so a bad value stops the server before any worker starts;
+asgi.py calls it again in each worker.
 (prometheus-client also reads PROMETHEUS_MULTIPROC_DIR itself when it is
 imported; we read it here too so it is validated and documented with the rest.)
 """

@@ -1,5 +1,8 @@
 """The OpenAPI 3 document of the gateway's public API, served at GET /api/v1/openapi.json.
 
+Longer than the other modules because it is a data declaration: one literal
+per schema and operation, no logic to split.
+
 Built from Python data rather than kept as a JSON file so that the error
 responses come from one table (`errors.STATUS_BY_CODE`, which mirrors
 contracts/errors.json) instead of being repeated by hand. `document()` is the
