@@ -17,7 +17,8 @@ from aside_gateway import metrics
 from aside_gateway.api import create_api
 from aside_gateway.auth import write_token_check
 from aside_gateway.config import Settings
-from aside_gateway.errors import ApiError, register_error_handlers
+from aside_gateway.error_handlers import register_error_handlers
+from aside_gateway.errors import ApiError
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import HEALTHZ_BODY, HEALTHZ_PATH, START_KEY
 from aside_gateway.services import Services
