@@ -6,13 +6,13 @@ Sizing (2 cores shared with PostgreSQL, Redis, the core and k6):
   context switches, and each process holds its own pools.
 * worker class: uvicorn (uvloop + httptools) serving aside_gateway.asgi, whose
   async hot path answers cache hits and /healthz on the event loop and hands
-  everything else to the Flask app in a thread pool (asgi.py says why: a hit
-  under the threaded gthread worker cost twice the CPU).
+  everything else to the Flask app in a thread pool (see docs/decisions.md,
+  "ASGI hot path").
 * threads = GATEWAY_THREADS (64): that Flask pool. A miss spends most of its
-  time waiting on Redis or PostgreSQL with the GIL released. On a cold cache
-  many requests wait (a few hundred ms) for their key's batched fill; a waiting
-  thread costs no CPU, but with 16 threads they held every thread and the
-  misses queued behind them. Uncached reads stay bounded by LAB_MAX_CONCURRENT_BYPASS.
+  time waiting on Redis or PostgreSQL with the GIL released, and on a cold
+  cache many wait for their key's batched fill (see docs/decisions.md,
+  "64 Flask threads and a duty cycle for scans"). Uncached reads stay bounded
+  by LAB_MAX_CONCURRENT_BYPASS.
 * keepalive 30 s: k6 reuses connections; a short keep-alive would close them
   between iterations at low request rates and add a TCP handshake.
 

@@ -37,6 +37,18 @@ BATCH_SQL_TEXT = "SELECT email, count(*) FROM users WHERE email = ANY($1) GROUP 
 HOLD_DEADLINE_S = 15
 
 
+def in_flight(flights: SingleFlight) -> int:
+    """Flights of `flights` not landed yet."""
+    with flights._lock:
+        return len(flights._flights)
+
+
+def pending(batcher: MissBatcher) -> int:
+    """Keys waiting for the next batch of `batcher`."""
+    with batcher._lock:
+        return len(batcher._pending)
+
+
 # ---- unit: SingleFlight --------------------------------------------------------------
 
 
@@ -59,7 +71,7 @@ def test_first_joiner_leads_and_later_ones_follow_until_it_lands():
     # A miss after the landing starts a new flight: a landed result is never reused.
     again, again_leads = flights.join("k")
     assert again_leads and again is not first
-    assert flights.in_flight() == 2
+    assert in_flight(flights) == 2
 
 
 def test_a_failed_flight_hands_its_error_to_followers():
@@ -69,7 +81,7 @@ def test_a_failed_flight_hands_its_error_to_followers():
     error = ApiError("timeout", "too slow")
     flights.land("k", flight, error=error)
     assert waiter.done.is_set() and waiter.error is error
-    assert flights.in_flight() == 0
+    assert in_flight(flights) == 0
 
 
 # ---- unit: MissBatcher -----------------------------------------------------------------
@@ -137,7 +149,7 @@ def test_keys_pending_while_a_batch_runs_are_read_by_one_query(make_batcher):
     wait_until(lambda: query.calls, 5, "the first batch to start")
     # While it runs: b, c, c again and an unknown key queue up.
     threads += [get_in_thread(batcher, key, results) for key in ("b", "c", "c", "nobody")]
-    wait_until(lambda: batcher.pending() == 3, 5, "three distinct keys pending")
+    wait_until(lambda: pending(batcher) == 3, 5, "three distinct keys pending")
     query.gate.set()
     for thread in threads:
         thread.join(10)
@@ -155,7 +167,7 @@ def test_batches_are_capped_and_one_runs_at_a_time(make_batcher):
     threads = [get_in_thread(batcher, "k0", results)]
     wait_until(lambda: query.calls, 5, "the first batch to start")
     threads += [get_in_thread(batcher, f"k{i}", results) for i in range(1, 7)]
-    wait_until(lambda: batcher.pending() == 6, 5, "six keys pending")
+    wait_until(lambda: pending(batcher) == 6, 5, "six keys pending")
     assert len(query.calls) == 1  # max_in_flight=1: the others wait for the first batch
     query.gate.set()
     for thread in threads:
@@ -244,7 +256,7 @@ def test_a_failing_batch_fails_every_waiter_with_its_own_copy(make_batcher):
     threads = [get_in_thread(batcher, "a", results)]
     wait_until(lambda: query.calls, 5, "the first batch to start")
     threads += [get_in_thread(batcher, key, results) for key in ("b", "c")]
-    wait_until(lambda: batcher.pending() == 2, 5, "two keys pending")
+    wait_until(lambda: pending(batcher) == 2, 5, "two keys pending")
     query.gate.set()
     for thread in threads:
         thread.join(10)
@@ -266,7 +278,7 @@ def test_a_get_that_times_out_is_withdrawn_from_the_next_batch(make_batcher):
     wait_until(lambda: query.calls, 5, "the first batch to start")
     with pytest.raises(BatchTimeout):
         batcher.get("late")  # queued behind the blocked batch for longer than wait_s
-    assert batcher.pending() == 0
+    assert pending(batcher) == 0
     query.gate.set()
     first.join(10)
     assert batcher.get("b") == 2
@@ -516,14 +528,14 @@ def test_keys_queued_behind_a_batch_that_finds_the_database_down_fail_with_it(ma
     wait_until(lambda: query.calls, 5, "the first batch to start")
     # "a" again while its batch runs: a second slot for the same key, pending.
     threads += [get_in_thread(batcher, key, results) for key in ("b", "c", "a")]
-    wait_until(lambda: batcher.pending() == 3, 5, "three keys pending")
+    wait_until(lambda: pending(batcher) == 3, 5, "three keys pending")
     query.gate.set()
     for thread in threads:
         thread.join(10)
     assert not any(thread.is_alive() for thread in threads)
     assert len(query.calls) == 1  # nobody waited for a batch of their own
     assert all(isinstance(results[k], ApiError) for k in ("a", "b", "c"))
-    assert batcher.pending() == 0
+    assert pending(batcher) == 0
     # Any other failure leaves the pending keys to their own batch.
     gate = threading.Event()
     calls: list[list[str]] = []
@@ -540,7 +552,7 @@ def test_keys_queued_behind_a_batch_that_finds_the_database_down_fail_with_it(ma
     first = get_in_thread(plain, "w", results)
     wait_until(lambda: calls, 5, "the first batch to start")
     second = get_in_thread(plain, "x", results)
-    wait_until(lambda: plain.pending() == 1, 5, "x pending")
+    wait_until(lambda: pending(plain) == 1, 5, "x pending")
     gate.set()
     first.join(10)
     second.join(10)

@@ -11,8 +11,9 @@ import pytest
 import requests
 import schemathesis
 from aside_gateway import openapi
-from aside_gateway.app import close_app, create_app
-from aside_gateway.config import load_settings
+from aside_gateway.app import create_app
+from aside_gateway.config import Settings, load_settings
+from aside_gateway.services import build_services
 from flask import Flask
 from gateway_helpers import WRITE_TOKEN, contract
 from hypothesis import HealthCheck, settings
@@ -50,7 +51,7 @@ def registered(app: Flask) -> set[tuple[str, str]]:
 
 
 @pytest.fixture(params=["lab", "production"])
-def app(request, database_url, redis_url) -> Iterator[Flask]:
+def app_settings(request, database_url, redis_url) -> Settings:
     env = {
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,
@@ -58,16 +59,21 @@ def app(request, database_url, redis_url) -> Iterator[Flask]:
         "ASIDE_PROFILE": request.param,
         "WRITE_TOKEN": WRITE_TOKEN,
     }
-    flask_app = create_app(load_settings(env))
-    yield flask_app
-    close_app(flask_app)
+    return load_settings(env)
 
 
-def test_every_route_is_documented_and_every_documented_path_exists(app):
+@pytest.fixture
+def app(app_settings: Settings) -> Iterator[Flask]:
+    services = build_services(app_settings)
+    yield create_app(app_settings, services)
+    services.close()
+
+
+def test_every_route_is_documented_and_every_documented_path_exists(app, app_settings):
     routes = registered(app)
     assert routes - documented() == set()  # nothing registered goes undocumented
     missing = documented() - routes
-    if app.extensions["aside"].settings.is_lab:
+    if app_settings.is_lab:
         assert missing == set()
     else:
         # Production has no /metrics route (its 404 is documented).

@@ -9,8 +9,9 @@ from datetime import UTC
 
 import pytest
 import requests
-from aside_gateway.app import close_app, create_app
+from aside_gateway.app import create_app
 from aside_gateway.config import load_settings
+from aside_gateway.services import build_services
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     USER_SQL_TEXT,
@@ -306,7 +307,8 @@ def test_raw_non_utf8_bytes_in_the_query_are_a_400(gateway, database_url, redis_
             "WRITE_TOKEN": WRITE_TOKEN,  # production, the default, requires one
         }
     )
-    app = create_app(settings)
+    services = build_services(settings)
+    app = create_app(settings, services)
     try:
         environ = EnvironBuilder(path=COUNT).get_environ()
         environ["QUERY_STRING"] = "email=\xff@x.co"  # WSGI strings carry raw bytes as latin-1
@@ -314,7 +316,7 @@ def test_raw_non_utf8_bytes_in_the_query_are_a_400(gateway, database_url, redis_
         assert response.status_code == 400
         assert response.get_json()["error"]["code"] == "invalid_request"
     finally:
-        close_app(app)
+        services.close()
 
 
 def _raw_exchange(url: str, head: bytes, pieces: int = 1) -> bytes:

@@ -6,13 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aside_gateway import cache_keys, compute, validation
 from aside_gateway.auth import bearer_token
-from aside_gateway.cache import CircuitBreaker
+from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.config import ConfigError, Settings, load_settings, split_host_port
 from aside_gateway.errors import STATUS_BY_CODE, ApiError
 
@@ -29,6 +31,35 @@ BASE_ENV = {
     "CORE_URL": "http://127.0.0.1:28080",
     "WRITE_TOKEN": "unit-test-token-0123456789",  # production (the default) requires one
 }
+
+
+def stale_keys(
+    write: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
+) -> set[str]:
+    """Keys a committed write makes stale, spelt with cache_keys (the core deletes
+    them; the gateway never writes, so only this test needs the sets).
+
+    `before`/`after` hold the row's `id` and `email` before and after the write.
+    """
+    count_key, user_key = cache_keys.count_key, cache_keys.user_key
+    if write == "create" and after is not None:
+        return {count_key(after["email"]), user_key(after["id"])}
+    if write == "update" and before is not None and after is not None:
+        keys = {user_key(before["id"])}
+        if before["email"] != after["email"]:
+            keys |= {count_key(before["email"]), count_key(after["email"])}
+        return keys
+    if write == "delete" and before is not None:
+        return {count_key(before["email"]), user_key(before["id"])}
+    raise ValueError(f"unknown write {write!r} or missing row")
+
+
+def username_problem(username: str) -> str | None:
+    """Why `username` breaks the contract (the core checks it; the gateway
+    only publishes validation.USERNAME_RE in its OpenAPI document)."""
+    if validation.USERNAME_RE.fullmatch(username):
+        return None
+    return "username must be 1 to 64 of A-Z a-z 0-9 _ . - and start with a letter or digit"
 
 
 # ---- cache.json ----------------------------------------------------------------
@@ -72,7 +103,7 @@ def test_created_at_is_converted_to_utc():
 
 @pytest.mark.parametrize("case", CACHE["invalidation"], ids=lambda c: c["name"])
 def test_invalidation_sets(case):
-    assert cache_keys.stale_keys(case["write"], case["before"], case["after"]) == set(case["keys"])
+    assert stale_keys(case["write"], case["before"], case["after"]) == set(case["keys"])
 
 
 def test_value_encodings():
@@ -116,12 +147,12 @@ def test_missing_email_is_invalid_email():
 
 @pytest.mark.parametrize("username", VALIDATION["username_valid"])
 def test_valid_usernames(username):
-    assert validation.username_problem(username) is None
+    assert username_problem(username) is None
 
 
 @pytest.mark.parametrize("username", VALIDATION["username_invalid"], ids=repr)
 def test_invalid_usernames(username):
-    assert validation.username_problem(username) is not None
+    assert username_problem(username) is not None
 
 
 @pytest.mark.parametrize("raw", VALIDATION["id_valid"])
@@ -310,7 +341,7 @@ def test_gunicorn_refuses_bad_config_with_one_line_and_no_traceback():
 
 def test_breaker_skips_then_lets_one_probe_through(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("aside_gateway.cache.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("aside_gateway.breaker.time.monotonic", lambda: now[0])
     breaker = CircuitBreaker(1.0)
     assert breaker.allow()
     breaker.record_failure()
@@ -326,7 +357,7 @@ def test_breaker_skips_then_lets_one_probe_through(monkeypatch):
 def test_a_probe_given_back_without_a_verdict_goes_to_the_next_caller(monkeypatch):
     # The async hot path's deadline says nothing about Redis: Flask's GET probes instead.
     now = [100.0]
-    monkeypatch.setattr("aside_gateway.cache.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("aside_gateway.breaker.time.monotonic", lambda: now[0])
     breaker = CircuitBreaker(1.0)
     breaker.record_failure()
     now[0] += 1.01

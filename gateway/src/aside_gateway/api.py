@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from flask import Blueprint, Response, current_app, request
 
 from aside_gateway import cache_keys, compute, metrics, openapi
-from aside_gateway.cache import BYPASS, PREFETCH_KEY, Cache, CacheRead
-from aside_gateway.config import Settings
-from aside_gateway.core_client import CoreClient
-from aside_gateway.db import Database
+from aside_gateway.cache import BYPASS, CacheRead
 from aside_gateway.errors import ApiError
+from aside_gateway.routes import COUNT_ROUTE, EARLY_GET_KEY, USER_ROUTE
+from aside_gateway.services import Services
 from aside_gateway.validation import (
     idempotency_key,
     parse_id,
@@ -23,28 +20,10 @@ from aside_gateway.validation import (
     validate_email,
 )
 
-COUNT_ROUTE = "/api/v1/users/count"
-USER_ROUTE = "/api/v1/users/<id>"
 HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 JSON = "application/json"
 IDEMPOTENCY_KEY = "Idempotency-Key"
 READ_CHUNK = 64 * 1024
-
-
-@dataclass
-class Services:
-    """Everything a worker builds once at start and shares between its threads."""
-
-    settings: Settings
-    db: Database
-    cache: Cache
-    core: CoreClient
-    bypass_slots: threading.BoundedSemaphore
-
-    def close(self) -> None:
-        self.core.close()
-        self.cache.close()
-        self.db.close()
 
 
 def _json_response(
@@ -94,8 +73,8 @@ def create_api(services: Services) -> Blueprint:
             finally:
                 services.bypass_slots.release()
         else:
-            prefetched = request.environ.get(PREFETCH_KEY)
-            result = cache.read_through(route, key, load, hold_name(), prefetched)
+            early_get = request.environ.get(EARLY_GET_KEY)
+            result = cache.read_through(route, key, load, hold_name(), early_get)
         metrics.cache_outcome(route, result.outcome)
         return result
 

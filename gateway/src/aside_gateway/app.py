@@ -1,38 +1,31 @@
-"""The Flask application factory."""
+"""The Flask application factory: the part of the gateway that runs in threads.
+
+`create_app(settings, services)` registers the /api/v1 blueprint, the
+operational routes (/healthz, /readyz, /metrics), the error handlers and the
+request metrics around the services built by `services.build_services`.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 
 from flask import Flask, Response, request
 
 from aside_gateway import metrics
-from aside_gateway.api import Services, create_api
+from aside_gateway.api import create_api
 from aside_gateway.auth import write_token_check
-from aside_gateway.cache import REDIS_ERRORS, Cache, TestHooks
 from aside_gateway.config import Settings
-from aside_gateway.core_client import CoreClient
-from aside_gateway.db import Database
-from aside_gateway.errors import ApiError, register_error_handlers
-from aside_gateway.hot_path import HEALTHZ_BODY, START_KEY
+from aside_gateway.error_handlers import register_error_handlers
+from aside_gateway.errors import ApiError
+from aside_gateway.redis_errors import REDIS_ERRORS
+from aside_gateway.routes import HEALTHZ_BODY, HEALTHZ_PATH, START_KEY
+from aside_gateway.services import Services
 
 # Write and compute bodies are a few hundred bytes; refuse more early (413).
 MAX_BODY_BYTES = 16 * 1024
 READY_DB_TIMEOUT_S = 0.5
-
-
-def build_services(settings: Settings) -> Services:
-    hooks = TestHooks(settings) if settings.test_hooks else None
-    return Services(
-        settings=settings,
-        db=Database(settings),
-        cache=Cache(settings, hooks),
-        core=CoreClient(settings),
-        bypass_slots=threading.BoundedSemaphore(settings.lab_max_concurrent_bypass),
-    )
 
 
 def _readiness(services: Services) -> Response:
@@ -59,7 +52,7 @@ def _readiness(services: Services) -> Response:
 def _register_ops_routes(app: Flask, services: Services) -> None:
     settings = services.settings
 
-    @app.get("/healthz")
+    @app.get(HEALTHZ_PATH)
     def healthz() -> Response:
         return Response(HEALTHZ_BODY, mimetype="application/json")
 
@@ -88,8 +81,8 @@ def _install_request_metrics(app: Flask) -> None:
     @app.after_request
     def observe(response: Response) -> Response:
         rule = request.url_rule
-        # Stamped by the ASGI front (asgi.py) when the request arrived, so the
-        # time queued for a thread of the Flask pool is counted too.
+        # Stamped by the hot path when the request arrived, so the time
+        # queued for a thread of the Flask pool is counted too.
         started = request.environ.get(START_KEY)
         elapsed = time.perf_counter() - started if started else 0.0
         route = rule.rule if rule is not None else "unmatched"
@@ -97,12 +90,10 @@ def _install_request_metrics(app: Flask) -> None:
         return response
 
 
-def create_app(settings: Settings, services: Services | None = None) -> Flask:
-    """A ready-to-serve gateway; pools are built here, so call it once per worker."""
-    services = services or build_services(settings)
+def create_app(settings: Settings, services: Services) -> Flask:
+    """A ready-to-serve gateway around `services` (built once per worker)."""
     app = Flask("aside_gateway", static_folder=None)  # no /static route
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    app.extensions["aside"] = services
     logging.getLogger("aside_gateway").setLevel(logging.INFO)
     register_error_handlers(app)
     if settings.write_token:
@@ -111,16 +102,4 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     app.register_blueprint(create_api(services))
     _register_ops_routes(app, services)
     _install_request_metrics(app)
-
-    def sample() -> None:
-        services.db.sample_gauges()
-        services.cache.sample_gauges()
-
-    app.extensions["aside_sampler_stop"] = metrics.start_sampler(sample)
     return app
-
-
-def close_app(app: Flask) -> None:
-    """Stop the gauge sampler and close the pools (tests; gunicorn just exits)."""
-    app.extensions["aside_sampler_stop"].set()
-    app.extensions["aside"].close()

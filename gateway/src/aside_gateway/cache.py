@@ -21,37 +21,31 @@ otherwise fills the key under a lease:
   scan of a key whose holder is merely slow.
 
 Redis trouble never fails a read: the value comes from PostgreSQL (outcome
-BYPASS, error flagged) and a circuit breaker then skips Redis for
-REDIS_BREAKER_MS so a dead or slow Redis does not add its timeout to every
-request. After that pause one request probes Redis; success closes the breaker.
+BYPASS, error flagged) and the worker's circuit breaker (breaker.py) then
+skips Redis for REDIS_BREAKER_MS.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from aside_gateway import cache_keys, metrics
+from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.coalesce import Flight, SingleFlight, shared_error
 from aside_gateway.config import Settings
 from aside_gateway.errors import ApiError
-
-log = logging.getLogger("aside_gateway")
+from aside_gateway.hooks import TestHooks
+from aside_gateway.redis_errors import REDIS_ERRORS, no_retry
+from aside_gateway.routes import EarlyGet
 
 HIT = "HIT"
 MISS = "MISS"
 BYPASS = "BYPASS"
-
-REDIS_ERRORS = (RedisError, OSError)
 
 # KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] value, ARGV[3] ttl seconds.
 STORE_IF_LEASE_HELD = """
@@ -84,23 +78,10 @@ end
 return 0
 """
 
-HOLD_TIMEOUT_S = 10
 POLL_MAX_MS = 20  # a waiting leader's poll interval grows from lease.poll_ms up to this
 # A follower's safety net: longer than anything its leader waits for (a lease
 # TTL of polling, a batched read queued behind another, a test hold).
 FOLLOW_TIMEOUT_S = 30
-
-# Key (ASGI scope, then WSGI environ) under which the hot path hands its GET's outcome to Flask.
-PREFETCH_KEY = "aside.prefetch"
-
-
-@dataclass(slots=True)
-class Prefetch:
-    """The outcome of a GET the async hot path already did for this request (asgi.py)."""
-
-    key: str
-    value: bytes | None
-    failed: bool
 
 
 @dataclass(slots=True)
@@ -118,82 +99,8 @@ class Fill:
     valid_at: float
 
 
-class CircuitBreaker:
-    """Skip Redis for `open_s` after a failure; then let one probe through."""
-
-    def __init__(self, open_s: float):
-        self._open_s = open_s
-        self._retry_at = 0.0  # 0.0 means closed
-        self._lock = threading.Lock()
-
-    @property
-    def is_open(self) -> bool:
-        return self._retry_at != 0.0
-
-    def allow(self) -> bool:
-        retry_at = self._retry_at
-        if retry_at == 0.0:
-            return True
-        now = time.monotonic()
-        if now < retry_at:
-            return False
-        with self._lock:
-            if self._retry_at != retry_at:  # another thread took the probe, or it closed
-                return self._retry_at == 0.0
-            self._retry_at = now + self._open_s  # others keep skipping while we probe
-            return True
-
-    def record_success(self) -> None:
-        if self._retry_at != 0.0:
-            self._retry_at = 0.0
-
-    def return_probe(self) -> None:
-        """Give back a probe taken by allow() without a verdict, so the next
-        caller probes at once instead of skipping Redis for another pause."""
-        if self._retry_at != 0.0:
-            self._retry_at = time.monotonic()
-
-    def record_failure(self) -> None:
-        if self._open_s > 0:
-            self._retry_at = time.monotonic() + self._open_s
-
-
-def _redis_retry_none() -> Retry:
-    # redis-py retries with backoff by default; a cache must fail fast instead.
-    return Retry(NoBackoff(), 0)
-
-
-class TestHooks:
-    """Lab-only pause points for the coherence tests (ASIDE_TEST_HOOKS=1)."""
-
-    def __init__(self, settings: Settings):
-        # Its own client: BLPOP blocks far longer than the cache's socket timeout.
-        self.client = redis.Redis.from_url(
-            settings.redis_url,
-            socket_timeout=HOLD_TIMEOUT_S + 2,
-            socket_connect_timeout=1,
-            retry=_redis_retry_none(),
-        )
-
-    def joined(self, name: str) -> None:
-        """Say this request waits on another thread's fill of its key (it holds
-        only if it ends up filling the key itself)."""
-        try:
-            self.client.rpush(f"aside:test:{name}:joined", "1")
-        except REDIS_ERRORS:
-            log.exception("test hook %s failed", name)
-
-    def hold(self, name: str) -> None:
-        """Say we reached the point, then wait until the test releases us."""
-        try:
-            self.client.rpush(f"aside:test:{name}:reached", "1")
-            self.client.blpop([f"aside:test:{name}:release"], timeout=HOLD_TIMEOUT_S)
-        except REDIS_ERRORS:
-            log.exception("test hold %s failed", name)
-
-
 class Cache:
-    def __init__(self, settings: Settings, hooks: TestHooks | None = None):
+    def __init__(self, settings: Settings, breaker: CircuitBreaker, hooks: TestHooks | None = None):
         timeout_s = settings.redis_timeout_ms / 1000
         self.pool = redis.BlockingConnectionPool.from_url(
             settings.redis_url,
@@ -201,7 +108,7 @@ class Cache:
             timeout=timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=settings.redis_connect_timeout_ms / 1000,
-            retry=_redis_retry_none(),
+            retry=no_retry(),
             health_check_interval=0,
         )
         self.client = redis.Redis(connection_pool=self.pool)
@@ -209,7 +116,7 @@ class Cache:
         self._get_or_lease = self.client.register_script(GET_OR_LEASE)
         self._store_if_lease_held = self.client.register_script(STORE_IF_LEASE_HELD)
         self._release_lease = self.client.register_script(RELEASE_LEASE)
-        self.breaker = CircuitBreaker(settings.redis_breaker_ms / 1000)
+        self.breaker = breaker
         self.ttl_seconds = settings.cache_ttl_seconds
         self.naive = settings.cache_coherence == "naive"
         self.hooks = hooks
@@ -222,16 +129,16 @@ class Cache:
         key: str,
         load: Callable[[], bytes],
         hold: str | None = None,
-        prefetched: Prefetch | None = None,
+        early_get: EarlyGet | None = None,
     ) -> CacheRead:
         """The value of `key`, from Redis or (filling it under a lease) from `load`.
 
-        `prefetched` is this request's GET of `key` if the hot path already did it.
+        `early_get` is this request's GET of `key` if the hot path already did it.
         """
-        if prefetched is not None and prefetched.key == key:
-            if prefetched.failed:
+        if early_get is not None and early_get.key == key:
+            if early_get.failed:
                 return self._bypass_after_error(route, "get", load)
-            value = prefetched.value
+            value = early_get.value
         else:
             if not self.breaker.allow():
                 metrics.cache_error(route, "breaker_open")
@@ -398,7 +305,7 @@ class Cache:
     def close(self) -> None:
         self.pool.disconnect()
         if self.hooks:
-            self.hooks.client.close()
+            self.hooks.close()
 
 
 def _timed_load(load: Callable[[], bytes], outcome: str, error: bool = False) -> Fill:

@@ -2,13 +2,13 @@
 
 The one place in Python that spells contracts/cache.json; tests/test_unit.py
 checks every vector of that file against this module. The Go core has its own
-copy (core-go/internal/cache/keys.go), checked against the same file.
+copy (core-go/internal/cache/keys.go), checked against the same file; the
+invalidation sets are the core's alone (the gateway never writes).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,22 +56,3 @@ def user_json(user_id: int, username: str, email: str, created_at: datetime) -> 
 def encode_json(value: Any) -> bytes:
     """Compact UTF-8 JSON, the form stored in Redis and served as is on a hit."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def stale_keys(
-    write: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
-) -> set[str]:
-    """Keys a committed write makes stale (the core deletes them with their leases).
-
-    `before`/`after` hold the row's `id` and `email` before and after the write.
-    """
-    if write == "create" and after is not None:
-        return {count_key(after["email"]), user_key(after["id"])}
-    if write == "update" and before is not None and after is not None:
-        keys = {user_key(before["id"])}
-        if before["email"] != after["email"]:
-            keys |= {count_key(before["email"]), count_key(after["email"])}
-        return keys
-    if write == "delete" and before is not None:
-        return {count_key(before["email"]), user_key(before["id"])}
-    raise ValueError(f"unknown write {write!r} or missing row")

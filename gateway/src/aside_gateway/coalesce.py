@@ -97,10 +97,6 @@ class SingleFlight(Generic[T]):
         flight.result, flight.valid_at, flight.error = result, valid_at, error
         flight.done.set()
 
-    def in_flight(self) -> int:
-        with self._lock:
-            return len(self._flights)
-
 
 MAX_PAUSE_S = 2.0  # the longest rest after a batch, however slow it was
 
@@ -192,10 +188,6 @@ class MissBatcher(Generic[K, V]):
         if slot.error is not None:
             raise shared_error(slot.error)
         return slot.value  # type: ignore[return-value]
-
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._pending)
 
     def close(self) -> None:
         """Stop the threads once their current batch is done; later gets fail."""

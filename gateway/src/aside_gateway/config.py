@@ -1,8 +1,9 @@
 """Every environment variable the gateway reads, read here and nowhere else.
 
 `load_settings(os.environ)` returns a frozen `Settings` or raises `ConfigError`
-whose message is one line naming the variable at fault. gunicorn.conf.py and
-wsgi.py both call it, so a bad value stops the server before any worker starts.
+whose message is one line naming the variable at fault. gunicorn.conf.py calls
+it in the master, so a bad value stops the server before any worker starts;
+asgi.py calls it again in each worker.
 (prometheus-client also reads PROMETHEUS_MULTIPROC_DIR itself when it is
 imported; we read it here too so it is validated and documented with the rest.)
 """
@@ -13,6 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from aside_gateway.cache_keys import TTL_SECONDS_DEFAULT
 
 PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
@@ -35,7 +38,7 @@ class Settings:
     redis_url: str
     core_url: str
     profile: str = "production"
-    cache_ttl_seconds: int = 60
+    cache_ttl_seconds: int = TTL_SECONDS_DEFAULT
     bind: str = "127.0.0.1:28000"
     workers: int = 2
     threads: int = 64
@@ -193,7 +196,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         redis_url=_redis_url(env),
         core_url=_url(env, "CORE_URL", ("http", "https")).rstrip("/"),
         profile=profile,
-        cache_ttl_seconds=_int(env, "CACHE_TTL_SECONDS", 60, 1, 86400),
+        cache_ttl_seconds=_int(env, "CACHE_TTL_SECONDS", TTL_SECONDS_DEFAULT, 1, 86400),
         bind=_bind(env),
         workers=_int(env, "GATEWAY_WORKERS", 2, 1, 64),
         threads=_int(env, "GATEWAY_THREADS", 64, 1, 256),

@@ -1,20 +1,14 @@
 """The one error shape (contracts/errors.json) for every error the gateway answers.
 
-Handlers cover our own `ApiError`, every werkzeug HTTPException (Flask's 404,
-405, 413, ...) and any unexpected exception, which becomes a 500 `internal`
-whose body never carries a traceback (the traceback goes to the log).
+`ApiError` carries a code of that contract; every layer raises it, and the
+Flask app turns it into an answer (error_handlers.py). Nothing here depends
+on Flask, so the cache, the database and the hot path do not either.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
-
-from flask import Flask, Response
-from werkzeug.exceptions import HTTPException
-
-log = logging.getLogger("aside_gateway")
 
 # Mirrors contracts/errors.json; tests/test_unit.py checks they agree.
 STATUS_BY_CODE: dict[str, int] = {
@@ -41,27 +35,6 @@ STATUS_BY_CODE: dict[str, int] = {
     "timeout": 504,
 }
 
-# Werkzeug's HTTP errors mapped to our codes; any other status falls back to
-# the generic code of its class.
-_CODE_BY_STATUS: dict[int, str] = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    503: "unavailable",
-    504: "timeout",
-}
-
-_MESSAGE_BY_STATUS: dict[int, str] = {
-    404: "no such route",
-    405: "method not allowed on this route",
-    413: "request body too large",
-}
-
 
 class ApiError(Exception):
     """An error answer: a code from errors.json and a message for people."""
@@ -76,45 +49,3 @@ class ApiError(Exception):
 
 def error_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
-
-
-def error_response(
-    code: str, message: str, headers: Mapping[str, str] | None = None, status: int | None = None
-) -> Response:
-    response = Response(
-        error_body(code, message),
-        status=status or STATUS_BY_CODE[code],
-        mimetype="application/json",
-    )
-    if headers:
-        response.headers.update(headers)
-    return response
-
-
-def _from_api_error(exc: ApiError) -> Response:
-    return error_response(exc.code, exc.message, exc.headers)
-
-
-def _from_http_exception(exc: HTTPException) -> Response:
-    status = exc.code or 500
-    code = _CODE_BY_STATUS.get(status, "invalid_request" if status < 500 else "internal")
-    message = _MESSAGE_BY_STATUS.get(status) or (exc.description or exc.name or "error").strip()
-    headers = {}
-    allow = exc.get_headers() if status == 405 else []
-    for name, value in allow:
-        if name.lower() == "allow":
-            headers["Allow"] = value
-    return error_response(code, message, headers, status=status)
-
-
-def _from_unexpected(exc: Exception) -> Response:
-    if isinstance(exc, HTTPException):
-        return _from_http_exception(exc)
-    log.exception("unhandled error")
-    return error_response("internal", "internal error")
-
-
-def register_error_handlers(app: Flask) -> None:
-    app.register_error_handler(ApiError, _from_api_error)
-    app.register_error_handler(HTTPException, _from_http_exception)
-    app.register_error_handler(Exception, _from_unexpected)

@@ -1,34 +1,61 @@
-"""Which requests the hot path may answer, and with what body.
+"""The async hot path: cache hits and /healthz answered on the event loop.
 
-On this 2-core machine a cache hit that goes through Flask costs about three
-times the CPU of the hit itself (request context, URL map, Response object,
-after_request), which bounds the benchmark's ceiling. The hot path (asgi.py)
-recognises the one shape the benchmark hammers — `GET /api/v1/users/count?email=E`
-or `GET /api/v1/users/<id>` with valid input and the cache on — does the Redis
+`AsyncHotPath` is the ASGI app in front of Flask. It recognises the one shape
+the benchmark hammers, `GET /api/v1/users/count?email=E` or
+`GET /api/v1/users/<id>` with valid input and the cache on, does the Redis
 GET, and answers a hit itself with the same body, headers and metrics as the
-Flask route would. This module is its pure part: parsing and validating exactly
-as Flask does, the cache key, the body.
+Flask route. Everything else goes to Flask (`fallback`): misses, negative
+entries, Redis errors, cache=off, bad input, every other route. A GET that
+fell through travels with the request as an `EarlyGet`, so Flask neither
+repeats it nor counts it twice.
 
-Everything else goes to Flask unchanged: misses, negative entries, Redis
-errors, cache=off, bad input, every other route.
+Why hits skip Flask: see docs/decisions.md, "ASGI hot path".
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl
 
+import redis.asyncio
 import werkzeug.urls  # noqa: F401 - registers the "werkzeug.url_quote" codec error handler
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
-from aside_gateway import cache_keys
-from aside_gateway.api import COUNT_ROUTE, USER_ROUTE
+from aside_gateway import cache_keys, metrics
+from aside_gateway.breaker import CircuitBreaker
+from aside_gateway.cache import HIT
+from aside_gateway.config import Settings
+from aside_gateway.redis_errors import REDIS_ERRORS
+from aside_gateway.routes import (
+    COUNT_PATH,
+    COUNT_ROUTE,
+    EARLY_GET_KEY,
+    HEALTHZ_BODY,
+    HEALTHZ_PATH,
+    START_KEY,
+    USER_ROUTE,
+    USERS_PREFIX,
+    EarlyGet,
+)
 from aside_gateway.validation import ID_MAX, ID_MAX_DIGITS, email_problem
 
-START_KEY = "aside.start"
-COUNT_PATH = "/api/v1/users/count"
-USERS_PREFIX = "/api/v1/users/"
-HEALTHZ_PATH = "/healthz"
-HEALTHZ_BODY = b'{"status":"ok"}'
+log = logging.getLogger("aside_gateway")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+TEST_HOLD_HEADER = b"x-test-hold"
+
+
+# ---- which requests the hot path may answer (pure: parsing exactly as Flask does)
 
 
 def _query(raw: str) -> dict[str, str] | None:
@@ -101,3 +128,109 @@ def lookup(method: str, path: str, query: str, held: bool) -> Lookup | None:
     if user_id is None or not _cached_path(params, _USER_PARAMS):
         return None
     return Lookup(USER_ROUTE, cache_keys.user_key(user_id))
+
+
+# ---- the event-loop side ----------------------------------------------------------
+
+
+class EarlyGetClient:
+    """The hot path's GET on an asyncio Redis client, behind the same circuit
+    breaker as the Flask side's client (cache.Cache)."""
+
+    def __init__(self, settings: Settings, breaker: CircuitBreaker):
+        self._settings = settings
+        self._timeout_s = settings.redis_timeout_ms / 1000
+        self._breaker = breaker
+        self._client: redis.asyncio.Redis | None = None
+
+    def _redis(self) -> redis.asyncio.Redis:
+        # Built on first use, inside the worker's event loop that it belongs to.
+        # No socket timeout and no pool timeout: the one deadline in get()
+        # bounds connection wait, send and reply together.
+        if self._client is None:
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                self._settings.redis_url,
+                max_connections=self._settings.redis_pool_max,
+                timeout=None,
+                socket_connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
+                retry=Retry(NoBackoff(), 0),
+                health_check_interval=0,
+            )
+            self._client = redis.asyncio.Redis(connection_pool=pool)
+        return self._client
+
+    async def get(self, key: str) -> EarlyGet | None:
+        """GET `key`. None leaves the read to Flask without a verdict on Redis:
+        the breaker is open, or the deadline passed.
+
+        A deadline passing on the event loop says little about Redis (the loop
+        itself runs late under a burst), so it does not open the breaker:
+        Flask's threaded client asks again with a real socket timeout, and only
+        its failure does. See docs/decisions.md, "An event-loop deadline is not
+        a Redis failure". A refused or broken connection is a verdict, handed
+        over as a failed GET.
+        """
+        if not self._breaker.allow():
+            return None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                value = await self._redis().get(key)
+        except TimeoutError:
+            self._breaker.return_probe()  # if this was the probe, Flask's GET makes it
+            return None
+        except REDIS_ERRORS:
+            return EarlyGet(key, None, True)
+        self._breaker.record_success()
+        return EarlyGet(key, value, False)
+
+
+def _headers(body: bytes, hit: bool) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if hit:
+        headers.append((b"x-cache", HIT.encode()))
+    return headers
+
+
+class AsyncHotPath:
+    """ASGI app: hits and /healthz on the event loop, the rest to `fallback`."""
+
+    def __init__(self, fallback: AsgiApp, redis_get: EarlyGetClient, test_hooks: bool):
+        self.fallback = fallback
+        self.redis_get = redis_get
+        self.test_hooks = test_hooks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            return await self.fallback(scope, receive, send)
+        started = time.perf_counter()
+        scope[START_KEY] = started
+        try:
+            answer = await self._answer(scope)
+        except Exception:  # never worse than Flask: let it answer (and log) instead
+            log.exception("hot path failed; falling back to Flask")
+            scope.pop(EARLY_GET_KEY, None)
+            answer = None
+        if answer is None:
+            return await self.fallback(scope, receive, send)
+        route, body, hit = answer
+        await send({"type": "http.response.start", "status": 200, "headers": _headers(body, hit)})
+        await send({"type": "http.response.body", "body": body})
+        metrics.observe_request(route, "GET", 200, time.perf_counter() - started)
+
+    async def _answer(self, scope: Scope) -> tuple[str, bytes, bool] | None:
+        path, query = scope["path"], scope["query_string"]
+        if path == HEALTHZ_PATH and not query:
+            return HEALTHZ_PATH, HEALTHZ_BODY, False
+        held = self.test_hooks and any(name == TEST_HOLD_HEADER for name, _ in scope["headers"])
+        found = lookup("GET", path, query.decode("latin-1"), held)
+        if found is None:
+            return None
+        early = await self.redis_get.get(found.key)
+        if early is None:
+            return None
+        body = None if early.failed or early.value is None else found.body(early.value)
+        if body is None:
+            scope[EARLY_GET_KEY] = early  # Flask goes on from this GET's outcome
+            return None
+        metrics.cache_outcome(found.route, HIT)
+        return found.route, body, True

@@ -16,6 +16,7 @@ EMAIL_LOCAL_MAX = 64
 EMAIL_DOMAIN_MAX = 253
 EMAIL_FORBIDDEN = frozenset('"(),:;<>[\\]')
 
+# Checked by the core; the gateway publishes it in its OpenAPI document.
 USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 ID_MAX = 9223372036854775807  # PostgreSQL bigint
@@ -68,12 +69,6 @@ def validate_email(value: str | None) -> str:
     if problem:
         raise ApiError("invalid_email", problem)
     return value
-
-
-def username_problem(username: str) -> str | None:
-    if USERNAME_RE.fullmatch(username):
-        return None
-    return "username must be 1 to 64 of A-Z a-z 0-9 _ . - and start with a letter or digit"
 
 
 def parse_id(value: str) -> int:

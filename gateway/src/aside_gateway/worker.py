@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
+
+from aside_gateway.errors import error_body
 
 # gunicorn's own workers bound the request head; uvicorn's httptools protocol
 # does not, so one endless header could grow a worker's memory.
@@ -41,7 +42,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         # The API's error shape (contracts/errors.json) even for a request the
         # parser refused, instead of uvicorn's plain-text page.
-        body = json.dumps({"error": {"code": "invalid_request", "message": msg}}).encode()
+        body = error_body("invalid_request", msg)
         head = [
             b"HTTP/1.1 400 Bad Request",
             *(name + b": " + value for name, value in self.server_state.default_headers),

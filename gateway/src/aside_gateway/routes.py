@@ -1,0 +1,33 @@
+"""What the async hot path and the Flask app share: route names, paths, and
+the hand-off of a request the hot path began but did not answer.
+
+Both layers import this module and neither imports the other, so the read
+path runs one way: asgi -> hot_path -> (a2wsgi) -> api -> cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Flask's rules for the cached reads; also the `route` label of their metrics.
+COUNT_ROUTE = "/api/v1/users/count"
+USER_ROUTE = "/api/v1/users/<id>"
+
+COUNT_PATH = "/api/v1/users/count"
+USERS_PREFIX = "/api/v1/users/"
+HEALTHZ_PATH = "/healthz"
+HEALTHZ_BODY = b'{"status":"ok"}'
+
+# Keys of the ASGI scope, copied to the WSGI environ by asgi.py.
+START_KEY = "aside.start"  # perf_counter() when the request arrived
+EARLY_GET_KEY = "aside.early_get"  # the EarlyGet of a hit attempt that fell through
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyGet:
+    """The Redis GET the hot path already did for this request: Flask goes on
+    from its outcome instead of asking Redis again, and counts its failure."""
+
+    key: str
+    value: bytes | None
+    failed: bool

@@ -1,0 +1,61 @@
+"""The services a worker builds once and shares between its two layers.
+
+`build_services(settings)` opens the pools and starts the gauge sampler; the
+result goes to the Flask app (`create_app(settings, services)`) and to the
+async hot path, so both use the same cache, database and circuit breaker.
+Build it once per worker, after gunicorn's fork.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from aside_gateway import metrics
+from aside_gateway.breaker import CircuitBreaker
+from aside_gateway.cache import Cache
+from aside_gateway.config import Settings
+from aside_gateway.core_client import CoreClient
+from aside_gateway.db import Database
+from aside_gateway.hooks import TestHooks
+
+
+@dataclass
+class Services:
+    """Everything a worker builds once at start and shares between its threads."""
+
+    settings: Settings
+    db: Database
+    cache: Cache
+    breaker: CircuitBreaker
+    core: CoreClient
+    bypass_slots: threading.BoundedSemaphore
+    sampler_stop: threading.Event
+
+    def close(self) -> None:
+        """Stop the sampler and close the pools (tests; gunicorn just exits)."""
+        self.sampler_stop.set()
+        self.core.close()
+        self.cache.close()
+        self.db.close()
+
+
+def build_services(settings: Settings) -> Services:
+    breaker = CircuitBreaker(settings.redis_breaker_ms / 1000)
+    hooks = TestHooks(settings) if settings.test_hooks else None
+    db = Database(settings)
+    cache = Cache(settings, breaker, hooks)
+
+    def sample() -> None:
+        db.sample_gauges()
+        cache.sample_gauges()
+
+    return Services(
+        settings=settings,
+        db=db,
+        cache=cache,
+        breaker=breaker,
+        core=CoreClient(settings),
+        bypass_slots=threading.BoundedSemaphore(settings.lab_max_concurrent_bypass),
+        sampler_stop=metrics.start_sampler(sample),
+    )
