@@ -18,7 +18,7 @@ import pytest
 from aside_bench import chaos
 from aside_bench import chaos_checks as cc
 from aside_bench.config import Settings
-from aside_bench.stack import SeedData
+from aside_bench.seeddata import SeedData
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000.0

@@ -39,9 +39,10 @@ import requests
 from . import chaos_checks as cc
 from .config import Settings
 from .machine import describe, summary
+from .prepare import StackError, connect, flush_cache, wait_until_quiet
 from .report import Doc
-from .stack import SeedData, StackError, connect, flush_cache, load_seed_list, wait_until_quiet
-from .stackctl import StackControl, wait_for
+from .seeddata import SeedData, load_seed_list
+from .services import ServiceControl, wait_for
 from .tables import Table
 
 CASES = ("redis", "core", "postgres", "worker")
@@ -509,7 +510,7 @@ def check_reads(
 
 # ---- the faults -----------------------------------------------------------------------------
 class Faults:
-    def __init__(self, settings: Settings, control: StackControl):
+    def __init__(self, settings: Settings, control: ServiceControl):
         self.settings = settings
         self.control = control
 
@@ -574,7 +575,7 @@ def run_case(
     settings: Settings,
     params: ChaosParams,
     seed: SeedData,
-    control: StackControl,
+    control: ServiceControl,
     case: str,
 ) -> CaseResult:
     result = CaseResult(case)
@@ -669,7 +670,7 @@ def cleanup(settings: Settings, run_id: str) -> int:
 
 # ---- the run -------------------------------------------------------------------------------
 def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[str, Any]:
-    control = StackControl(settings)
+    control = ServiceControl(settings)
     control.verify()
     params.out_dir.mkdir(parents=True)
     run: dict[str, Any] = {
@@ -737,7 +738,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[s
     return run
 
 
-def _restore_all(control: StackControl) -> bool:
+def _restore_all(control: ServiceControl) -> bool:
     try:
         control.ensure_up()
         return True

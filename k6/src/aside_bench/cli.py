@@ -33,9 +33,10 @@ from .plan import (
     parse_rates,
     resolve_arms,
 )
+from .prepare import StackError, check_stack
 from .runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
+from .seeddata import SeedData, check_seed
 from .sources import Influx, Prometheus, SourceError
-from .stack import SeedData, StackError, check_seed, check_stack
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 

@@ -19,18 +19,17 @@ from .config import Settings
 from .k6run import K6Process, LoadShape, k6_command, script_for
 from .machine import describe
 from .plan import Step, vus_for
-from .results import StepResult
-from .sources import Influx, Prometheus, SourceError
-from .stack import (
-    SeedData,
+from .prepare import (
     StackError,
     connect,
     expires_within,
     flush_cache,
-    remove_bench_users,
     wait_until_quiet,
     warm_cache,
 )
+from .results import StepResult
+from .seeddata import SeedData, remove_bench_users
+from .sources import Influx, Prometheus, SourceError
 from .tables import fmt_ms, fmt_pct, fmt_rps
 
 EXIT_INTERRUPTED = 130

@@ -32,9 +32,10 @@ from .chaos import cleanup, user_prefix
 from .charts import _finish, _log_y, plt
 from .config import Settings
 from .machine import describe, summary
+from .prepare import StackError
 from .report import Doc
-from .stack import SeedData, StackError
-from .stackctl import StackControl
+from .seeddata import SeedData
+from .services import ServiceControl
 from .tables import Table
 
 MEMORY_GROWTH_FLAG = 0.10
@@ -314,7 +315,7 @@ def _k6_summary(path: Path) -> dict[str, Any]:
 
 
 def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str, Any]:
-    control = StackControl(settings)
+    control = ServiceControl(settings)
     control.verify()
     pids = {service: control.pid(service) for service in procs.SERVICES}
     params.out_dir.mkdir(parents=True)
