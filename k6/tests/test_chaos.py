@@ -18,6 +18,7 @@ import pytest
 from aside_bench import chaos
 from aside_bench import chaos_checks as cc
 from aside_bench.config import Settings
+from aside_bench.k6run import k6_command
 from aside_bench.seeddata import SeedData
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -217,7 +218,8 @@ def test_the_chaos_script_is_an_open_model_on_fresh_connections(
     (tmp_path / "user_ids.json").write_text(json.dumps(list(range(1, 100))))
     seed = SeedData(meta={}, hot=["hot@example.com"], cold=[], data_dir=tmp_path)
     params = chaos.ChaosParams("unit", tmp_path, ("core",), 60, chaos.SHORT)
-    command = chaos.k6_command(settings, params, seed, "core", tmp_path / "o.json", tmp_path / "s")
+    run = chaos.load_run(settings, params, seed, "core", tmp_path / "o.json", tmp_path / "s")
+    command = k6_command(settings, run)
     assert f"json={tmp_path / 'o.json'}" in command
     variables = [arg for i, arg in enumerate(command) if i and command[i - 1] == "-e"]
     inspect = [str(settings.k6_bin), "inspect", *(x for v in variables for x in ("-e", v))]

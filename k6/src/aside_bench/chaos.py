@@ -23,7 +23,6 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ import requests
 
 from . import chaos_checks as cc
 from .config import Settings
+from .k6run import K6Run, K6Summary, start_k6
 from .machine import describe, summary
 from .prepare import StackError, connect, flush_cache, wait_until_quiet
 from .report import Doc
@@ -149,89 +149,34 @@ def load_ids(data_dir: Path) -> list[int]:
 
 
 # ---- the load -------------------------------------------------------------------------
-def k6_command(
+def load_run(
     settings: Settings, params: ChaosParams, seed: SeedData, case: str, out: Path, summary: Path
-) -> list[str]:
+) -> K6Run:
+    """k6/scripts/chaos.js for one case: every request on a fresh connection, each
+    recorded in the JSON output `out`, the tallies in `summary`."""
     rate = params.rate
-    variables = {
-        "BASE_URL": settings.gateway_url,
-        "RUN_ID": params.run_id,
-        "ARM": "cache",
-        "PHASE": case,
-        "SCENARIO": "chaos",
-        "RATE": str(rate),
-        "DURATION": f"{params.timing.k6_duration_s(case)}s",
+    return K6Run(
+        script="chaos.js",
+        run_id=params.run_id,
+        scenario="chaos",
+        arm="cache",
+        phase=case,
+        rate=rate,
+        duration_s=params.timing.k6_duration_s(case),
         # In flight at once: rate x latency; a fault may hold requests up to the timeout.
-        "PRE_VUS": str(rate * 2),
-        "MAX_VUS": str(rate * (params.timeout_s + 1)),
-        "TIMEOUT_S": str(params.timeout_s),
-        "DATA_DIR": str(seed.data_dir.resolve()),
-        "WRITE_SHARE": str(params.write_share),
-        "USER_SHARE": str(params.user_share),
-        "ID_SAMPLE": str(params.id_sample),
-        "USER_PREFIX": user_prefix(params.run_id, case),
-        "NO_REUSE": "1",
-        "SUMMARY_PATH": str(summary),
-    }
-    command = [str(settings.k6_bin), "run", "--quiet", "--no-usage-report", "--no-color"]
-    command += ["--address", "", "--out", f"json={out}"]
-    for name, value in variables.items():
-        command += ["-e", f"{name}={value}"]
-    command.append(str(settings.scripts_dir / "chaos.js"))
-    return command
-
-
-class Load:
-    """k6 running one case; `started` is the start instant of its first request."""
-
-    def __init__(self, command: list[str], out: Path, log: Path):
-        self.out = out
-        self.log = log
-        with log.open("ab") as handle:
-            handle.write(("$ " + " ".join(command) + "\n").encode())
-            handle.flush()
-            self.process = subprocess.Popen(
-                command,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.started = self._first_request()
-
-    def _first_request(self) -> float:
-        deadline = time.monotonic() + LOAD_START_DEADLINE_S
-        offset = 0
-        while time.monotonic() < deadline:
-            if self.out.exists():
-                with self.out.open("rb") as handle:
-                    handle.seek(offset)
-                    chunk = handle.read()
-                # Whole lines only: k6 may be half-way through writing the last one.
-                complete = chunk[: chunk.rfind(b"\n") + 1]
-                offset += len(complete)
-                for line in complete.decode().splitlines():
-                    if '"metric":"chaos_req"' in line and '"type":"Point"' in line:
-                        return int(json.loads(line)["data"]["tags"]["start"]) / 1000
-            if self.process.poll() is not None:
-                raise StackError(f"k6 exited with {self.process.returncode}; see {self.log}")
-            time.sleep(0.05)
-        self.stop()
-        raise StackError(f"k6 sent no request within {LOAD_START_DEADLINE_S:.0f} s; see {self.log}")
-
-    def wait(self, timeout_s: float) -> int:
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise StackError(
-                f"k6 did not finish within {timeout_s:.0f} s; see {self.log}"
-            ) from None
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        vus=(rate * 2, rate * (params.timeout_s + 1)),
+        timeout_s=params.timeout_s,
+        data_dir=seed.data_dir,
+        extra={
+            "WRITE_SHARE": str(params.write_share),
+            "USER_SHARE": str(params.user_share),
+            "ID_SAMPLE": str(params.id_sample),
+            "USER_PREFIX": user_prefix(params.run_id, case),
+            "NO_REUSE": "1",
+            "SUMMARY_PATH": str(summary),
+        },
+        out=f"json={out}",
+    )
 
 
 def _sleep_until(instant: float) -> None:
@@ -589,12 +534,16 @@ def run_case(
     errors_before = cache_errors(settings)
     out = params.out_dir / f"k6-{case}.json"
     summary_path = params.out_dir / f"k6-{case}-summary.json"
-    command = k6_command(settings, params, seed, case, out, summary_path)
-    load = Load(command, out, params.out_dir / "k6.log")
+    load = start_k6(
+        settings,
+        load_run(settings, params, seed, case, out, summary_path),
+        params.out_dir / "k6.log",
+    )
+    first = load.first_point(out, "chaos_req", LOAD_START_DEADLINE_S)
     events = result.events
-    events["load_start"] = load.started
+    events["load_start"] = int(first["tags"]["start"]) / 1000
     try:
-        _sleep_until(load.started + params.timing.pre_s)
+        _sleep_until(events["load_start"] + params.timing.pre_s)
         faults.inject(case, events, result.notes)
         _sleep_until(events["fault"] + params.timing.down_s)
         faults.restore(case, events, result.notes)
@@ -618,7 +567,7 @@ def run_case(
     }
     result.notes["gateway_cache_errors"] = errors
     redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
-    result.notes["k6_summary"] = _k6_tallies(summary_path)
+    result.notes["k6_summary"] = K6Summary.read(summary_path).counts("chaos_")
     if case == "worker":
         delta = cc.counter_delta(counters_before, request_counters(settings))
         checks, figures = cc.worker_checks(samples, events, delta)
@@ -643,19 +592,6 @@ def _compress(path: Path) -> None:
     with path.open("rb") as source, gzip.open(path.with_suffix(".json.gz"), "wb") as target:
         shutil.copyfileobj(source, target)
     path.unlink()
-
-
-def _k6_tallies(path: Path) -> dict[str, int]:
-    """k6's own count of requests per kind and status class (handleSummary)."""
-    try:
-        metrics = json.loads(path.read_text())["metrics"]
-    except (OSError, ValueError, KeyError):
-        return {}
-    return {
-        name[len("chaos_") :]: int(value["values"]["count"])
-        for name, value in metrics.items()
-        if name.startswith("chaos_") and value.get("type") == "counter"
-    }
 
 
 def cleanup(settings: Settings, run_id: str) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from . import procs
 from .chaos import cleanup, user_prefix
 from .charts import _finish, _log_y, plt
 from .config import Settings
+from .k6run import K6Run, K6Summary, start_k6
 from .machine import describe, summary
 from .prepare import StackError
 from .report import Doc
@@ -56,32 +56,26 @@ class SoakParams:
     timeout_s: int = 10
 
 
-def k6_command(
-    settings: Settings, params: SoakParams, seed: SeedData, summary_path: Path
-) -> list[str]:
-    variables = {
-        "BASE_URL": settings.gateway_url,
-        "RUN_ID": params.run_id,
-        "ARM": "cache",
-        "PHASE": "soak",
-        "SCENARIO": "soak",
-        "RATE": str(params.rate),
-        "DURATION": f"{params.duration_s}s",
-        "PRE_VUS": str(max(params.rate // 2, 5)),
-        "MAX_VUS": str(params.rate * 2 + 10),
-        "TIMEOUT_S": str(params.timeout_s),
-        "DATA_DIR": str(seed.data_dir.resolve()),
-        "WRITE_SHARE": str(params.write_share),
-        "USER_PREFIX": user_prefix(params.run_id, "soak"),
-        "NO_REUSE": "0",
-        "SUMMARY_PATH": str(summary_path),
-    }
-    command = [str(settings.k6_bin), "run", "--quiet", "--no-usage-report", "--no-color"]
-    command += ["--address", ""]
-    for name, value in variables.items():
-        command += ["-e", f"{name}={value}"]
-    command.append(str(settings.scripts_dir / "chaos.js"))
-    return command
+def load_run(settings: Settings, params: SoakParams, seed: SeedData, summary_path: Path) -> K6Run:
+    """k6/scripts/chaos.js without faults: connections reused, only the summary kept."""
+    return K6Run(
+        script="chaos.js",
+        run_id=params.run_id,
+        scenario="soak",
+        arm="cache",
+        phase="soak",
+        rate=params.rate,
+        duration_s=params.duration_s,
+        vus=(max(params.rate // 2, 5), params.rate * 2 + 10),
+        timeout_s=params.timeout_s,
+        data_dir=seed.data_dir,
+        extra={
+            "WRITE_SHARE": str(params.write_share),
+            "USER_PREFIX": user_prefix(params.run_id, "soak"),
+            "NO_REUSE": "0",
+            "SUMMARY_PATH": str(summary_path),
+        },
+    )
 
 
 def take_sample(pids: dict[str, int]) -> dict[str, dict[str, int] | None]:
@@ -296,22 +290,16 @@ def chart(
     return _finish(fig, path, caption)
 
 
-def _k6_summary(path: Path) -> dict[str, Any]:
-    try:
-        metrics = json.loads(path.read_text())["metrics"]
-    except (OSError, ValueError, KeyError):
+def k6_tallies(summary: K6Summary) -> dict[str, Any]:
+    """Requests per kind and status class, their latency trends, and the
+    iterations k6 dropped; empty when k6 wrote no summary."""
+    if not summary.metrics:
         return {}
-    out: dict[str, Any] = {}
-    for name, metric in metrics.items():
-        if not name.startswith("chaos_") or name == "chaos_req":
-            continue
-        values = metric.get("values", {})
-        out[name[len("chaos_") :]] = (
-            int(values.get("count", 0)) if metric.get("type") == "counter" else values
-        )
-    dropped = metrics.get("dropped_iterations", {}).get("values", {}).get("count", 0)
-    out["dropped_iterations"] = int(dropped)
-    return out
+    return {
+        **summary.counts("chaos_"),
+        **summary.values("chaos_", skip=("chaos_req",)),
+        "dropped_iterations": summary.dropped_iterations,
+    }
 
 
 def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str, Any]:
@@ -321,7 +309,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
     params.out_dir.mkdir(parents=True)
     summary_path = params.out_dir / "k6-summary.json"
     log_path = params.out_dir / "k6.log"
-    command = k6_command(settings, params, seed, summary_path)
+    run = load_run(settings, params, seed, summary_path)
     print(
         f"soak {params.run_id}: {params.rate} req/s for {params.duration_s} s, a sample every "
         f"{params.interval_s:g} s, warm-up {params.warmup_s:g} s -> {params.out_dir}/",
@@ -329,29 +317,21 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
     )
     samples: list[dict[str, Any]] = []
     started = time.time()
-    with log_path.open("ab") as log:
-        log.write(("$ " + " ".join(command) + "\n").encode())
-        log.flush()
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            next_at = time.monotonic()
-            last_print = 0.0
-            while process.poll() is None:
-                samples.append({"t": time.time(), "procs": take_sample(pids)})
-                elapsed = time.time() - started
-                if elapsed - last_print >= 60:
-                    last_print = elapsed
-                    print(f"  {elapsed:5.0f} s: {_progress(samples[-1])}", flush=True)
-                next_at += params.interval_s
-                while process.poll() is None and time.monotonic() < next_at:
-                    time.sleep(min(0.1, max(next_at - time.monotonic(), 0)))
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
+    load = start_k6(settings, run, log_path)
+    try:
+        next_at = time.monotonic()
+        last_print = 0.0
+        while load.running:
+            samples.append({"t": time.time(), "procs": take_sample(pids)})
+            elapsed = time.time() - started
+            if elapsed - last_print >= 60:
+                last_print = elapsed
+                print(f"  {elapsed:5.0f} s: {_progress(samples[-1])}", flush=True)
+            next_at += params.interval_s
+            while load.running and time.monotonic() < next_at:
+                time.sleep(min(0.1, max(next_at - time.monotonic(), 0)))
+    finally:
+        load.stop()
     try:
         removed = cleanup(settings, params.run_id)
     except (StackError, psycopg.Error, redis.RedisError) as error:
@@ -376,16 +356,16 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
             "gateway_url": settings.gateway_url,
             "pids": pids,
         },
-        "k6_exit": process.returncode,
-        "k6": _k6_summary(summary_path),
+        "k6_exit": load.returncode,
+        "k6": k6_tallies(K6Summary.read(summary_path)),
         "removed_users": removed,
         "processes": rows,
         "flagged": [r["service"] for r in rows if r["flags"]],
         "samples": samples,
     }
     write_report(run, params.out_dir)
-    if process.returncode != 0:
-        raise StackError(f"k6 exited with {process.returncode}; see {log_path}")
+    if load.returncode != 0:
+        raise StackError(f"k6 exited with {load.returncode}; see {log_path}")
     return run
 
 
