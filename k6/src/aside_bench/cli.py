@@ -35,7 +35,7 @@ from .plan import (
 )
 from .prepare import StackError, check_stack
 from .runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
-from .seeddata import SeedData, check_seed
+from .seeddata import SeedData, check_seed, user_prefix
 from .sources import Influx, Prometheus, SourceError
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
@@ -329,7 +329,7 @@ def cmd_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = _run_id(args, "")
     try:
         cases = chaos.parse_cases(args.cases)
-        chaos.user_prefix(run_id, "postgres")
+        user_prefix(run_id, "postgres")
     except ValueError as error:
         raise UsageError(str(error)) from None
     base = chaos.SHORT if args.short else chaos.FULL

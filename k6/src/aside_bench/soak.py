@@ -27,14 +27,13 @@ import psycopg
 import redis
 
 from . import procs
-from .chaos import cleanup, user_prefix
 from .charts import _finish, _log_y, plt
 from .config import Settings
 from .k6run import K6Run, K6Summary, start_k6
 from .machine import describe, summary
 from .prepare import StackError
 from .report import Doc
-from .seeddata import SeedData
+from .seeddata import SeedData, remove_run_users, user_prefix
 from .services import ServiceControl
 from .tables import Table
 
@@ -333,7 +332,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
     finally:
         load.stop()
     try:
-        removed = cleanup(settings, params.run_id)
+        removed = remove_run_users(settings, params.run_id)
     except (StackError, psycopg.Error, redis.RedisError) as error:
         removed = None
         print(f"warning: could not remove the soak's users: {error}")
