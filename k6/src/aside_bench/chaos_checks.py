@@ -2,6 +2,9 @@
 and the gateway's counters (pure, unit-tested). A case's `events` are epoch
 instants the driver noted: `fault` (kill or stop sent), `ready` (the service
 answers again), `replaced` (a new gunicorn worker), `load_start`, `load_end`.
+
+One module of about 400 lines on purpose: the four cases' checks share the
+limits below and are read side by side against the README's list of assertions.
 """
 
 from __future__ import annotations
