@@ -9,9 +9,9 @@ from aside_bench.results import (
     Latency,
     StepResult,
     achieved_rps,
-    counter_delta,
     drop_rate,
     hit_rate,
+    increase_across_reset,
 )
 
 
@@ -36,10 +36,10 @@ def test_hit_rate_counts_bypassed_reads_as_not_served_from_cache() -> None:
     assert hit_rate(0, 0, 0) == 0
 
 
-def test_counter_delta_survives_a_reset() -> None:
-    assert counter_delta(100, 160) == 60
-    assert counter_delta(100, 40) == 40  # the gateway restarted: counting began again at 0
-    assert counter_delta(None, 5) == 5
+def test_increase_across_reset_survives_a_reset() -> None:
+    assert increase_across_reset(100, 160) == 60
+    assert increase_across_reset(100, 40) == 40  # the gateway restarted: counting began again at 0
+    assert increase_across_reset(None, 5) == 5
 
 
 def _result(p95: float, dropped: int = 0, failed: int = 0) -> StepResult:

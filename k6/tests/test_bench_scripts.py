@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from aside_bench import config
-from aside_bench.k6run import LoadShape, k6_command
+from aside_bench.k6run import LoadShape, k6_command, step_run
 from aside_bench.plan import Step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +55,8 @@ def test_every_script_is_an_open_model_step_with_the_step_tags(
     step: Step, k6_bin: Path, data_dir: Path
 ) -> None:
     settings = config.load({"ASIDE_ROOT": str(REPO_ROOT)})
-    command = k6_command(settings, step, "unit-run", LoadShape(timeout_s=10), (7, 90), data_dir)
+    run = step_run(settings, step, "unit-run", LoadShape(timeout_s=10), (7, 90), data_dir)
+    command = k6_command(settings, run)
     done = _inspect(k6_bin, command)
     assert done.returncode == 0, done.stderr
     options = json.loads(done.stdout)
@@ -89,7 +90,9 @@ def test_an_empty_email_file_is_refused(k6_bin: Path, tmp_path: Path) -> None:
     (tmp_path / "hot_emails.json").write_text("[]")
     (tmp_path / "cold_emails.json").write_text('["c@example.com"]')
     settings = config.load({"ASIDE_ROOT": str(REPO_ROOT)})
-    command = k6_command(settings, CASES[0], "unit-run", LoadShape(), (5, 10), tmp_path)
+    command = k6_command(
+        settings, step_run(settings, CASES[0], "unit-run", LoadShape(), (5, 10), tmp_path)
+    )
     done = _inspect(k6_bin, command)
     assert done.returncode != 0
     assert "hot_emails.json holds no list" in done.stderr

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 import redis
 from aside_bench import config
-from aside_bench.stack import StackError, check_seed, expires_within, flush_cache
+from aside_bench.prepare import StackError, expires_within, flush_cache
+from aside_bench.seeddata import check_seed
 
 BENCH_REDIS_DB = 3
 

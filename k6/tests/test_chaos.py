@@ -17,15 +17,18 @@ import psycopg
 import pytest
 from aside_bench import chaos
 from aside_bench import chaos_checks as cc
+from aside_bench import chaos_samples as cs
 from aside_bench.config import Settings
-from aside_bench.stack import SeedData
+from aside_bench.gateway_metrics import cache_error_counts, labelled_samples, request_counts
+from aside_bench.k6run import k6_command
+from aside_bench.seeddata import SeedData, user_prefix
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000.0
 
 
-def sample(kind: str, status: int, at: float, ms: float = 5, **tags: str) -> cc.Sample:
-    return cc.Sample(kind, status, T0 + at, ms, {"kind": kind, "status": str(status), **tags})
+def sample(kind: str, status: int, at: float, ms: float = 5, **tags: str) -> cs.Sample:
+    return cs.Sample(kind, status, T0 + at, ms, {"kind": kind, "status": str(status), **tags})
 
 
 # ---- unit: parsing and figures -----------------------------------------------------------
@@ -45,7 +48,7 @@ def test_k6_json_lines_become_samples_and_drops() -> None:
         '{"metric":"dropped_iterations","type":"Point","data":{"value":2,"tags":{}}}',
         '{"metric":"http_reqs","type":"Point","data":{"value":1,"tags":{}}}',
     ]
-    samples, dropped = cc.parse_k6_json(lines)
+    samples, dropped = cs.parse_k6_json(lines)
     assert dropped == 2
     assert len(samples) == 1
     only = samples[0]
@@ -61,7 +64,7 @@ def test_by_kind_counts_statuses_and_codes() -> None:
         sample("create", 0, 0.2, 3000, error="1211"),
         sample("user", 404, 0.3, 2, code="not_found"),
     ]
-    table = cc.by_kind(samples)
+    table = cs.by_kind(samples)
     assert table["count"]["statuses"] == {"200": 1, "503": 1}
     assert table["count"]["codes"] == {"database_unavailable": 1}
     assert table["count"]["max_ms"] == 900
@@ -76,11 +79,11 @@ def test_hit_ratio_back_finds_the_first_good_window() -> None:
     samples += [sample("user", 200, 11 + i / 10, xcache="HIT") for i in range(20)]
     # The first one-second window with 80% hits starts at 10.8 (2 misses, 8 hits).
     assert cc.hit_ratio_back(samples, ready, baseline=1.0) == pytest.approx(0.8, abs=0.11)
-    assert cc.first_after(samples, ready, lambda s: s.tag("xcache") == "HIT") == pytest.approx(1.0)
+    assert cs.first_after(samples, ready, lambda s: s.tag("xcache") == "HIT") == pytest.approx(1.0)
     assert cc.hit_ratio_back(samples[:10], ready, baseline=1.0) is None
 
 
-def checks_by_name(checks: list[cc.Check]) -> dict[str, bool]:
+def checks_by_name(checks: list[cs.Check]) -> dict[str, bool]:
     return {check.name: check.ok for check in checks}
 
 
@@ -170,26 +173,50 @@ def test_worker_case_explains_every_unanswered_request_and_counter() -> None:
     ]
 
 
-def test_counter_delta_keeps_the_loaded_routes() -> None:
+def test_loaded_route_increase_keeps_the_loaded_routes() -> None:
     before = {("/api/v1/users/count", "GET", "200"): 10.0, ("/metrics", "GET", "200"): 3.0}
     after = {
         ("/api/v1/users/count", "GET", "200"): 15.0,
         ("/metrics", "GET", "200"): 9.0,
         ("/api/v1/users", "POST", "201"): 2.0,
     }
-    assert cc.counter_delta(before, after) == {
+    assert cc.loaded_route_increase(before, after) == {
         ("/api/v1/users/count", "GET", "200"): 5.0,
         ("/api/v1/users", "POST", "201"): 2.0,
     }
 
 
+def labels(text: str) -> list[tuple[str, str]]:
+    """The label pairs of one sample whose labels read `text` in /metrics."""
+    [(found, _value)] = labelled_samples(f"m{{{text}}} 1.0\n", "m")
+    return list(found.items())
+
+
 def test_metric_labels_are_parsed_with_escapes() -> None:
-    assert chaos._labels('method="GET",route="/api/v1/users/<id>",status="200"') == [
+    assert labels('method="GET",route="/api/v1/users/<id>",status="200"') == [
         ("method", "GET"),
         ("route", "/api/v1/users/<id>"),
         ("status", "200"),
     ]
-    assert chaos._labels(r'route="a\"b"') == [("route", 'a"b')]
+    assert labels(r'route="a\"b"') == [("route", 'a"b')]
+
+
+def test_gateway_counters_are_summed_by_their_labels() -> None:
+    text = "\n".join(
+        [
+            "# HELP aside_gateway_http_requests_total Requests.",
+            "# TYPE aside_gateway_http_requests_total counter",
+            'aside_gateway_http_requests_total{method="GET",route="/a",status="200"} 3.0',
+            'aside_gateway_http_requests_total{method="GET",route="/a",status="500"} 1.0',
+            'aside_gateway_http_requests_created{method="GET",route="/a",status="200"} 1.7e9',
+            "# TYPE aside_gateway_cache_errors_total counter",
+            'aside_gateway_cache_errors_total{op="get"} 2.0',
+            'aside_gateway_cache_errors_total{op="breaker_open"} 1.0',
+            "",
+        ]
+    )
+    assert request_counts(text) == {("/a", "GET", "200"): 3.0, ("/a", "GET", "500"): 1.0}
+    assert cache_error_counts(text) == {"get": 2.0, "breaker_open": 1.0}
 
 
 def test_cases_and_run_ids_are_checked() -> None:
@@ -198,7 +225,7 @@ def test_cases_and_run_ids_are_checked() -> None:
     with pytest.raises(ValueError, match="mysql"):
         chaos.parse_cases("redis mysql")
     with pytest.raises(ValueError, match="too long"):
-        chaos.user_prefix("x" * 45, "postgres")
+        user_prefix("x" * 45, "postgres")
 
 
 def test_bad_parameters_stop_before_anything_runs(
@@ -217,7 +244,8 @@ def test_the_chaos_script_is_an_open_model_on_fresh_connections(
     (tmp_path / "user_ids.json").write_text(json.dumps(list(range(1, 100))))
     seed = SeedData(meta={}, hot=["hot@example.com"], cold=[], data_dir=tmp_path)
     params = chaos.ChaosParams("unit", tmp_path, ("core",), 60, chaos.SHORT)
-    command = chaos.k6_command(settings, params, seed, "core", tmp_path / "o.json", tmp_path / "s")
+    run = chaos.load_run(settings, params, seed, "core", tmp_path / "o.json", tmp_path / "s")
+    command = k6_command(settings, run)
     assert f"json={tmp_path / 'o.json'}" in command
     variables = [arg for i, arg in enumerate(command) if i and command[i - 1] == "-e"]
     inspect = [str(settings.k6_bin), "inspect", *(x for v in variables for x in ("-e", v))]

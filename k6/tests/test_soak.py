@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aside_bench import procs, soak
+from aside_bench import procs, soak_growth
 
 
 def reading(rss_kib: int, fds: int, processes: int = 1) -> dict[str, int]:
@@ -32,9 +32,8 @@ def test_growth_is_the_median_after_warmup_against_the_median_at_the_end() -> No
     # 20 samples a second apart; warm-up 5 s; windows of max(3 samples, 5% of 20 s) = 3 s.
     rss = [50] * 5 + [100, 100, 100, 101] + [105] * 7 + [120, 121, 119, 500]
     fds = [10] * 16 + [11, 11, 12, 12]
-    rows = {
-        r["service"]: r for r in soak.growth_table_rows(series(rss, fds), ["svc", "flat"], 5, 20)
-    }
+    found = soak_growth.growth_table_rows(series(rss, fds), ["svc", "flat"], 5, 20)
+    rows = {r["service"]: r for r in found}
     svc = rows["svc"]
     assert svc["rss_warm_kib"] == 100  # median of t = 5..8 s: the warm-up of 50 KiB is left out
     assert svc["rss_end_kib"] == 120.5  # median of t = 16..19 s: one spike does not decide
@@ -45,7 +44,7 @@ def test_growth_is_the_median_after_warmup_against_the_median_at_the_end() -> No
     assert svc["flags"] == ["memory +20%", "private memory +20%", "fds +1.5"]
     assert svc["anon_per_process_growth"] == pytest.approx(0.2)
     assert (svc["sockets_warm"], svc["sockets_end"]) == (5, 5.5)
-    table = soak.growth_table(list(rows.values()))
+    table = soak_growth.growth_table(list(rows.values()))
     assert table.rows[0][0] == "svc" and "+1.5 (+0.5 sockets)" in table.rows[0]
     flat = rows["flat"]
     assert flat["rss_growth"] == 0 and flat["fds_growth"] == 0 and flat["flags"] == []
@@ -54,7 +53,7 @@ def test_growth_is_the_median_after_warmup_against_the_median_at_the_end() -> No
 def test_a_process_that_vanishes_is_flagged() -> None:
     samples = series([100] * 10, [5] * 10)
     samples[6]["procs"]["svc"] = None
-    rows = soak.growth_table_rows(samples, ["svc"], 2, 10)
+    rows = soak_growth.growth_table_rows(samples, ["svc"], 2, 10)
     assert rows[0]["flags"] == ["gone in 1 samples"]
 
 

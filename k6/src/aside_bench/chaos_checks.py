@@ -1,29 +1,30 @@
-"""The fault suite's verdicts, computed from k6's own samples (pure, unit-tested).
+"""The fault suite's verdicts, computed from k6's own samples (chaos_samples.py)
+and the gateway's counters (pure, unit-tested). A case's `events` are epoch
+instants the driver noted: `fault` (kill or stop sent), `ready` (the service
+answers again), `replaced` (a new gunicorn worker), `load_start`, `load_end`.
 
-A `Sample` is one request as k6 recorded it (k6/scripts/chaos.js, trend
-`chaos_req`): kind, status, the instant it started and how long the client
-waited, and the tags the checks need. A case's `events` are epoch instants the
-driver noted: `fault` (kill or stop sent), `ready` (the service answers again),
-`replaced` (a new gunicorn worker), `load_start`, `load_end`.
+One module of about 400 lines on purpose: the four cases' checks share the
+limits below and are read side by side against the README's list of assertions.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("count", "user", "create")
-READS = ("count", "user")
-# Requests of each kind as the gateway counts them (route rule, method).
-ROUTES = {
-    "count": ("/api/v1/users/count", "GET"),
-    "user": ("/api/v1/users/<id>", "GET"),
-    "create": ("/api/v1/users", "POST"),
-}
+from .chaos_samples import (
+    CLOCK_SLACK_S,
+    READS,
+    ROUTES,
+    Check,
+    Sample,
+    first_after,
+    fmt_seconds,
+    hit_share,
+    started_between,
+    summarize,
+)
 
 # ---- the limits the checks hold the stack to (README "Chaos") --------------------
 # k6's request timeout; a read "hangs" when it takes more than half of it.
@@ -42,108 +43,6 @@ RECOVER_S = 5.0
 HIT_RATIO_BACK = 0.8
 # Gunicorn replaces a killed worker within this.
 REPLACE_S = 10.0
-# An instant noted by the driver and one noted by k6 (ms resolution) may differ
-# by this much.
-CLOCK_SLACK_S = 0.05
-
-
-@dataclass(frozen=True)
-class Sample:
-    kind: str
-    status: int
-    start: float  # epoch seconds
-    ms: float  # how long the client waited
-    tags: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def end(self) -> float:
-        return self.start + self.ms / 1000
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    def tag(self, name: str) -> str:
-        return self.tags.get(name, "")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail}
-
-
-def parse_k6_json(lines: Iterable[str]) -> tuple[list[Sample], int]:
-    """The `chaos_req` samples of a k6 `--out json` file, and how many iterations
-    k6 dropped (it had no free VU when one fell due)."""
-    samples: list[Sample] = []
-    dropped = 0
-    for line in lines:
-        if '"type":"Point"' not in line:
-            continue
-        if '"metric":"chaos_req"' in line:
-            data = json.loads(line)["data"]
-            tags = data["tags"]
-            samples.append(
-                Sample(
-                    kind=tags["kind"],
-                    status=int(tags["status"]),
-                    start=int(tags["start"]) / 1000,
-                    ms=float(data["value"]),
-                    tags={k: str(v) for k, v in tags.items()},
-                )
-            )
-        elif '"metric":"dropped_iterations"' in line:
-            dropped += int(json.loads(line)["data"]["value"])
-    samples.sort(key=lambda s: s.start)
-    return samples, dropped
-
-
-# ---- figures -----------------------------------------------------------------------
-def status_label(sample: Sample) -> str:
-    return "no answer" if sample.status == 0 else str(sample.status)
-
-
-def by_kind(samples: list[Sample]) -> dict[str, dict[str, Any]]:
-    """Per kind: requests, count by status, max and p99 ms, error codes."""
-    table: dict[str, dict[str, Any]] = {}
-    for kind in KINDS:
-        mine = [s for s in samples if s.kind == kind]
-        if not mine:
-            continue
-        statuses = Counter(status_label(s) for s in mine)
-        codes = Counter(
-            s.tag("code") or s.tag("error") for s in mine if not s.ok and s.status != 404
-        )
-        times = sorted(s.ms for s in mine)
-        table[kind] = {
-            "requests": len(mine),
-            "statuses": dict(sorted(statuses.items())),
-            "codes": dict(sorted(codes.items())),
-            "max_ms": times[-1],
-            "p99_ms": times[min(len(times) - 1, math.ceil(0.99 * len(times)) - 1)],
-        }
-    return table
-
-
-def hit_share(samples: list[Sample]) -> float | None:
-    reads = [s for s in samples if s.kind in READS and s.status == 200]
-    if not reads:
-        return None
-    return sum(1 for s in reads if s.tag("xcache") == "HIT") / len(reads)
-
-
-def first_after(samples: list[Sample], instant: float, predicate: Any) -> float | None:
-    """Seconds from `instant` to the start of the first sample started at or after
-    it that satisfies `predicate`."""
-    for sample in samples:
-        if sample.start >= instant - CLOCK_SLACK_S and predicate(sample):
-            return max(sample.start - instant, 0.0)
-    return None
 
 
 def hit_ratio_back(
@@ -168,23 +67,6 @@ def hit_ratio_back(
     return None
 
 
-def started_between(samples: list[Sample], lo: float, hi: float) -> list[Sample]:
-    return [s for s in samples if lo <= s.start < hi]
-
-
-def _fmt_s(value: float | None) -> str:
-    return "never" if value is None else f"{value:.2f} s"
-
-
-def _summary(samples: list[Sample], limit: int = 3) -> str:
-    shown = ", ".join(
-        f"{s.kind} {status_label(s)} {s.tag('code') or s.tag('error')} {s.ms:.0f} ms".strip()
-        for s in samples[:limit]
-    )
-    more = f" (+{len(samples) - limit} more)" if len(samples) > limit else ""
-    return shown + more
-
-
 # ---- checks shared by every case ------------------------------------------------------
 def common_checks(
     samples: list[Sample], dropped: int, allow_no_answer: bool, tallied: int | None = None
@@ -207,7 +89,7 @@ def common_checks(
             not slow,
             f"max read {max((s.ms for s in reads), default=0):.0f} ms "
             f"(limit {READ_MAX_MS:.0f} ms, timeout {REQUEST_TIMEOUT_S} s)"
-            + (f"; slow: {_summary(slow)}" if slow else ""),
+            + (f"; slow: {summarize(slow)}" if slow else ""),
         )
     )
     if not allow_no_answer:
@@ -216,7 +98,7 @@ def common_checks(
             Check(
                 "every request answered",
                 not lost,
-                "no request without an answer" if not lost else _summary(lost),
+                "no request without an answer" if not lost else summarize(lost),
             )
         )
     bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
@@ -265,25 +147,25 @@ def redis_checks(
             not odd_reads,
             f"{len(reads)} reads, {len(outage)} while Redis was down "
             f"({len(bypassed)} served from PostgreSQL as BYPASS)"
-            + (f"; other: {_summary(odd_reads)}" if odd_reads else ""),
+            + (f"; other: {summarize(odd_reads)}" if odd_reads else ""),
         ),
         Check(
             "writes succeed without Redis",
             not failed_writes,
             f"{len(writes)} writes, {figures['writes_invalidation_failed']} with "
             "X-Cache-Invalidation: failed"
-            + (f"; failed: {_summary(failed_writes)}" if failed_writes else ""),
+            + (f"; failed: {summarize(failed_writes)}" if failed_writes else ""),
         ),
         Check(
             f"hits resume within {RECOVER_S:g} s of Redis being back",
             first_hit is not None and first_hit <= RECOVER_S,
-            f"first HIT {_fmt_s(first_hit)} after ready",
+            f"first HIT {fmt_seconds(first_hit)} after ready",
         ),
         Check(
             f"hit ratio back within {RECOVER_S:g} s",
             ratio_back is not None and ratio_back <= RECOVER_S,
             f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault after "
-            f"{_fmt_s(ratio_back)}",
+            f"{fmt_seconds(ratio_back)}",
         ),
     ]
     return checks, figures
@@ -323,26 +205,26 @@ def core_checks(
             "reads unaffected",
             not bad_reads,
             f"{len(reads)} reads, {len(bad_reads)} not 200"
-            + (f": {_summary(bad_reads)}" if bad_reads else ""),
+            + (f": {summarize(bad_reads)}" if bad_reads else ""),
         ),
         Check(
             f"writes while down: 503 core_unavailable within {CORE_DOWN_MAX_MS} ms",
             bool(down) and not down_wrong,
             f"{len(down)} writes, max {figures['max_ms_while_down'] or 0:.0f} ms"
-            + (f"; wrong: {_summary(down_wrong)}" if down_wrong else ""),
+            + (f"; wrong: {summarize(down_wrong)}" if down_wrong else ""),
         ),
         Check(
             "writes fail only with core_unavailable",
             not other,
             "every failed write is 503 core_unavailable"
             if not other
-            else f"other failures: {_summary(other)}",
+            else f"other failures: {summarize(other)}",
         ),
         Check(
             "writes succeed once the core is back",
             bool(after) and not after_failed,
-            f"{len(after)} writes after ready, first 2xx {_fmt_s(first_ok)} after ready"
-            + (f"; failed: {_summary(after_failed)}" if after_failed else ""),
+            f"{len(after)} writes after ready, first 2xx {fmt_seconds(first_ok)} after ready"
+            + (f"; failed: {summarize(after_failed)}" if after_failed else ""),
         ),
     ]
     return checks, figures
@@ -405,7 +287,7 @@ def postgres_checks(
             bool(outage_reads) and not bad_users,
             f"{len(users)} cached user reads ({len(outage_reads)} while PostgreSQL was down), "
             f"{len(bad_users)} not 200"
-            + (f": {_summary(bad_users)}" if bad_users else "")
+            + (f": {summarize(bad_users)}" if bad_users else "")
             + (
                 f"; {len(shed)} failed fast while the gateway's Redis breaker was open "
                 f"({redis_errors:g} Redis errors in the gateway)"
@@ -418,7 +300,7 @@ def postgres_checks(
             bool(failures) and not wrong,
             f"{figures['failed_misses']} misses and {figures['failed_writes']} writes failed, "
             f"max {figures['max_failure_ms'] or 0:.0f} ms"
-            + (f"; wrong: {_summary(wrong)}" if wrong else ""),
+            + (f"; wrong: {summarize(wrong)}" if wrong else ""),
         ),
         Check(
             f"pools recover within {RECOVER_S:g} s of PostgreSQL being ready",
@@ -427,8 +309,9 @@ def postgres_checks(
             and first_miss is not None
             and first_miss <= RECOVER_S
             and not late,
-            f"first 2xx write {_fmt_s(first_write)}, first answered miss {_fmt_s(first_miss)} "
-            f"after ready; {len(late)} failures later than {RECOVER_S:g} s",
+            f"first 2xx write {fmt_seconds(first_write)}, first answered miss "
+            f"{fmt_seconds(first_miss)} after ready; {len(late)} failures later than "
+            f"{RECOVER_S:g} s",
         ),
     ]
     return checks, figures
@@ -482,14 +365,14 @@ def worker_checks(
         Check(
             f"worker replaced within {REPLACE_S:g} s",
             replace_s is not None and replace_s <= REPLACE_S,
-            f"new worker {_fmt_s(replace_s)} after the kill",
+            f"new worker {fmt_seconds(replace_s)} after the kill",
         ),
         Check(
             "only requests in flight on the killed worker go unanswered",
             not not_in_flight and not others,
             f"{len(lost)} unanswered, all in flight at the kill"
             if not not_in_flight and not others
-            else f"unexplained: {_summary(not_in_flight + others)}",
+            else f"unexplained: {summarize(not_in_flight + others)}",
         ),
         Check(
             "gateway counters exact",
@@ -509,7 +392,7 @@ def worker_checks(
     return checks, figures
 
 
-def counter_delta(
+def loaded_route_increase(
     before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
 ) -> dict[tuple[str, str, str], float]:
     """Increase of aside_gateway_http_requests_total per (route, method, status)

@@ -25,7 +25,7 @@ def _series(results: list[StepResult], arm: str, phase: str) -> list[StepResult]
     )
 
 
-def _finish(fig: Figure, path: Path, caption: str) -> Path:
+def finish(fig: Figure, path: Path, caption: str) -> Path:
     fig.text(0.5, 0.01, caption, ha="center", va="bottom", fontsize=7, color="#444444", wrap=True)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, format="png", dpi=110)
@@ -33,7 +33,7 @@ def _finish(fig: Figure, path: Path, caption: str) -> Path:
     return path
 
 
-def _log_y(ax: plt.Axes) -> None:
+def log_y(ax: plt.Axes) -> None:
     """Log scale with plain numbers at 1, 2, 5 x 10^n: readable without a slide rule."""
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -64,13 +64,13 @@ def latency_chart(results: list[StepResult], path: Path, title: str, caption: st
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
-        _log_y(ax)
+        log_y(ax)
         ax.set_title(f"{name} latency")
         _rate_axis(ax, rates)
     axes[0].set_ylabel("ms (log scale)")
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
-    return _finish(fig, path, caption)
+    return finish(fig, path, caption)
 
 
 def throughput_chart(results: list[StepResult], path: Path, title: str, caption: str) -> Path:
@@ -87,11 +87,11 @@ def throughput_chart(results: list[StepResult], path: Path, title: str, caption:
         )
     _rate_axis(ax, rates)
     if ax.get_xscale() == "log":
-        _log_y(ax)
+        log_y(ax)
     ax.set_ylabel("achieved successful requests/s")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    return _finish(fig, path, caption)
+    return finish(fig, path, caption)
 
 
 def _share_chart(
@@ -113,7 +113,7 @@ def _share_chart(
     ax.set_ylabel("drop rate (%)" if what == "drop" else "cache hit rate (%)")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    return _finish(fig, path, caption)
+    return finish(fig, path, caption)
 
 
 def sweep_charts(results: list[StepResult], out_dir: Path, caption: str) -> list[Path]:
@@ -176,10 +176,10 @@ def ceiling_chart(
             label=f"{series_label(arm, phase)}: missed",
         )
     ax.axhline(p95_limit_ms, color="red", linestyle="--", label=f"p95 = {p95_limit_ms:g} ms")
-    _log_y(ax)
+    log_y(ax)
     ax.set_xlabel("target rate (requests/s)")
     ax.set_ylabel("p95 ms (log scale)")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(title)
     ax.legend(fontsize=7)
-    return _finish(fig, path, caption)
+    return finish(fig, path, caption)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .plan import Step
-from .results import CacheCounts, Latency, StepResult, counter_delta
+from .results import CacheCounts, Latency, StepResult, increase_across_reset
 from .sources import Influx, Prometheus, Series, quote_literal
 
 GATEWAY_JOB = "gateway"
@@ -104,7 +104,9 @@ def cache_counts(prom: Prometheus, start: float, end: float) -> CacheCounts | No
     if prom.scalar(f'max(up{{job="{GATEWAY_JOB}"}})', end) != 1.0:
         return None
     deltas = {
-        kind: counter_delta(prom.scalar(f"sum({name})", start), prom.scalar(f"sum({name})", end))
+        kind: increase_across_reset(
+            prom.scalar(f"sum({name})", start), prom.scalar(f"sum({name})", end)
+        )
         for kind, name in CACHE_COUNTERS.items()
     }
     return CacheCounts(**deltas)

@@ -1,22 +1,32 @@
-"""Run one k6 step: the command line, its environment, and a clean stop on Ctrl-C."""
+"""k6 for every kind of run (sweep, ceiling, chaos, soak): the command line (the
+flags and variables all scripts share plus a scenario's own), the process (a
+header in the log, Ctrl-C, the wait for its first sample) and its end-of-test
+summary (handleSummary's JSON)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .config import Settings
 from .plan import Step
+from .prepare import StackError
 
 SCRIPTS = {"read": "read.js", "mixed": "mixed.js", "compute": "compute.js"}
+# k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
+# a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
+K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
 
 
 @dataclass(frozen=True)
 class LoadShape:
-    """Knobs of the request mix, the same for every step of a run."""
+    """Knobs of the sweep's request mix, the same for every step of a run."""
 
     hot_share: float = 0.9
     cold_sample: int = 200
@@ -25,72 +35,109 @@ class LoadShape:
     timeout_s: int = 10
 
 
+@dataclass(frozen=True)
+class K6Run:
+    """One k6 run: what every script reads (scripts/lib/common.js), the
+    scenario's own variables, where the samples go and the process environment."""
+
+    script: str
+    run_id: str
+    scenario: str
+    arm: str
+    phase: str
+    rate: int
+    duration_s: int
+    vus: tuple[int, int]  # (preAllocatedVUs, maxVUs)
+    timeout_s: int
+    data_dir: Path
+    extra: dict[str, str] = field(default_factory=dict)
+    out: str | None = None  # k6's --out, e.g. influxdb=URL or json=PATH
+    console_summary: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+
+    def variables(self, gateway_url: str) -> dict[str, str]:
+        return {
+            "BASE_URL": gateway_url,
+            "RUN_ID": self.run_id,
+            "ARM": self.arm,
+            "PHASE": self.phase,
+            "SCENARIO": self.scenario,
+            "RATE": str(self.rate),
+            "DURATION": f"{self.duration_s}s",
+            "PRE_VUS": str(self.vus[0]),
+            "MAX_VUS": str(self.vus[1]),
+            "TIMEOUT_S": str(self.timeout_s),
+            "DATA_DIR": str(self.data_dir.resolve()),
+            **self.extra,
+        }
+
+
+def k6_command(settings: Settings, run: K6Run) -> list[str]:
+    command = [str(settings.k6_bin), "run", "--quiet"]
+    if not run.console_summary:
+        command.append("--summary-mode=disabled")
+    # No REST API server: nothing to bind, so parallel k6 runs cannot clash on its port.
+    command += ["--no-usage-report", "--no-color", "--address", ""]
+    if run.out is not None:
+        command += ["--out", run.out]
+    for name, value in run.variables(settings.gateway_url).items():
+        command += ["-e", f"{name}={value}"]
+    command.append(str(settings.scripts_dir / run.script))
+    return command
+
+
+# ---- the sweep's and the ceiling's steps ----------------------------------------------
 def script_for(step: Step) -> str:
     if step.scenario == "ceiling":
         return "healthz.js" if step.arm == "healthz" else "read.js"
     return SCRIPTS[step.scenario]
 
 
-def k6_command(
+def step_run(
     settings: Settings,
     step: Step,
     run_id: str,
     shape: LoadShape,
     vus: tuple[int, int],
     data_dir: Path,
-) -> list[str]:
-    variables = {
-        "BASE_URL": settings.gateway_url,
-        "RUN_ID": run_id,
-        "ARM": step.arm,
-        "PHASE": step.phase,
-        "RATE": str(step.rate),
-        "DURATION": f"{step.duration_s}s",
-        "PRE_VUS": str(vus[0]),
-        "MAX_VUS": str(vus[1]),
-        "TIMEOUT_S": str(shape.timeout_s),
-        "SCENARIO": step.scenario,
-        "DATA_DIR": str(data_dir.resolve()),
-        "HOT_SHARE": str(shape.hot_share),
-        "COLD_SAMPLE": str(shape.cold_sample),
-        "WRITE_SHARE": str(shape.write_share),
-        "COMPLEXITY": str(shape.complexity),
-    }
-    command = [
-        str(settings.k6_bin),
-        "run",
-        "--quiet",
+) -> K6Run:
+    return K6Run(
+        script=script_for(step),
+        run_id=run_id,
+        scenario=step.scenario,
+        arm=step.arm,
+        phase=step.phase,
+        rate=step.rate,
+        duration_s=step.duration_s,
+        vus=vus,
+        timeout_s=shape.timeout_s,
+        data_dir=data_dir,
+        extra={
+            "HOT_SHARE": str(shape.hot_share),
+            "COLD_SAMPLE": str(shape.cold_sample),
+            "WRITE_SHARE": str(shape.write_share),
+            "COMPLEXITY": str(shape.complexity),
+        },
+        out=f"influxdb={settings.influx_url}",
         # The report is built from InfluxDB and Prometheus, never from k6's console.
-        "--summary-mode=disabled",
-        "--no-usage-report",
-        "--no-color",
-        # No REST API server: nothing to bind, so parallel k6 runs cannot clash on its port.
-        "--address",
-        "",
-        "--out",
-        f"influxdb={settings.influx_url}",
-    ]
-    for name, value in variables.items():
-        command += ["-e", f"{name}={value}"]
-    command.append(str(settings.scripts_dir / script_for(step)))
-    return command
+        console_summary=False,
+        env=K6_ENV,
+    )
 
 
-# k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
-# a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
-K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
-
-
+# ---- the process ----------------------------------------------------------------------
 class K6Process:
     """k6 in its own process group, so a terminal's Ctrl-C reaches it only through
-    us: one SIGINT, which k6 answers by stopping and flushing its output."""
+    us: one SIGINT, which k6 answers by stopping and flushing its output. Its
+    output goes to `log_path` after a line with the command."""
 
-    def __init__(self, command: list[str], log_path: Path) -> None:
+    def __init__(self, command: list[str], log_path: Path, env: dict[str, str] | None = None):
         self.command = command
         self.log_path = log_path
+        self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
 
-    def run(self) -> int:
+    def start(self) -> K6Process:
         with self.log_path.open("ab") as log:
             log.write(("$ " + " ".join(self.command) + "\n").encode())
             log.flush()
@@ -100,13 +147,69 @@ class K6Process:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, **K6_ENV},
+                env={**os.environ, **self.env},
             )
-            return self.process.wait()
+        return self
+
+    def run(self) -> int:
+        """Start k6 and wait for it to end; its exit code."""
+        return self.start().wait()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.returncode
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        """k6's exit code; past `timeout_s` it is killed and StackError raised."""
+        assert self.process is not None, "k6 was not started"
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise StackError(
+                f"k6 did not finish within {timeout_s:.0f} s; see {self.log_path}"
+            ) from None
 
     def interrupt(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        if self.running:
+            assert self.process is not None
             self.process.send_signal(signal.SIGINT)
+
+    def stop(self) -> None:
+        """Kill k6 (no flush: its output is not wanted any more)."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def first_point(self, out: Path, metric: str, deadline_s: float) -> dict[str, Any]:
+        """The `data` of the first `metric` point k6 writes to its JSON output `out`;
+        k6 is stopped and StackError raised if none comes within `deadline_s`."""
+        deadline = time.monotonic() + deadline_s
+        offset = 0
+        while time.monotonic() < deadline:
+            if out.exists():
+                with out.open("rb") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+                # Whole lines only: k6 may be half-way through writing the last one.
+                complete = chunk[: chunk.rfind(b"\n") + 1]
+                offset += len(complete)
+                for line in complete.decode().splitlines():
+                    if f'"metric":"{metric}"' in line and '"type":"Point"' in line:
+                        return json.loads(line)["data"]
+            if not self.running:
+                raise StackError(f"k6 exited with {self.returncode}; see {self.log_path}")
+            time.sleep(0.05)
+        self.stop()
+        raise StackError(
+            f"k6 wrote no {metric} sample within {deadline_s:.0f} s; see {self.log_path}"
+        )
 
     def log_tail(self, lines: int = 5) -> str:
         try:
@@ -114,3 +217,52 @@ class K6Process:
         except OSError:
             return ""
         return "\n".join(text[-lines:])
+
+
+def start_k6(settings: Settings, run: K6Run, log_path: Path) -> K6Process:
+    """k6 started for `run`, its output appended to `log_path`."""
+    return K6Process(k6_command(settings, run), log_path, run.env).start()
+
+
+# ---- the summary ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class K6Summary:
+    """The metrics of the JSON a script's handleSummary wrote (SUMMARY_PATH);
+    empty when k6 wrote none or it cannot be read."""
+
+    metrics: dict[str, Any]
+
+    @classmethod
+    def read(cls, path: Path) -> K6Summary:
+        try:
+            metrics = json.loads(path.read_text())["metrics"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls({})
+        return cls(metrics if isinstance(metrics, dict) else {})
+
+    def _named(self, prefix: str) -> dict[str, dict[str, Any]]:
+        return {
+            name[len(prefix) :]: metric
+            for name, metric in self.metrics.items()
+            if name.startswith(prefix)
+        }
+
+    def counts(self, prefix: str) -> dict[str, int]:
+        """Every counter whose name starts with `prefix`, by the rest of its name."""
+        return {
+            name: int(metric.get("values", {}).get("count", 0))
+            for name, metric in self._named(prefix).items()
+            if metric.get("type") == "counter"
+        }
+
+    def values(self, prefix: str, skip: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+        """The values (p(95), max, ...) of every other metric starting with `prefix`."""
+        return {
+            name: metric.get("values", {})
+            for name, metric in self._named(prefix).items()
+            if metric.get("type") != "counter" and prefix + name not in skip
+        }
+
+    @property
+    def dropped_iterations(self) -> int:
+        return int(self.metrics.get("dropped_iterations", {}).get("values", {}).get("count", 0))

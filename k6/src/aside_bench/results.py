@@ -29,7 +29,7 @@ def hit_rate(hits: float, misses: float, bypass: float) -> float:
     return hits / total if total > 0 else 0.0
 
 
-def counter_delta(start: float | None, end: float | None) -> float:
+def increase_across_reset(start: float | None, end: float | None) -> float:
     """Increase of a counter between two instants; a restart (reset) counts from 0."""
     start = start or 0.0
     end = end or 0.0

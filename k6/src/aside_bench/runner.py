@@ -16,21 +16,20 @@ from typing import Any
 from . import report
 from .collect import GATEWAY_JOB, collect
 from .config import Settings
-from .k6run import K6Process, LoadShape, k6_command, script_for
+from .k6run import K6Process, LoadShape, k6_command, script_for, step_run
 from .machine import describe
 from .plan import Step, vus_for
-from .results import StepResult
-from .sources import Influx, Prometheus, SourceError
-from .stack import (
-    SeedData,
+from .prepare import (
     StackError,
     connect,
     expires_within,
     flush_cache,
-    remove_bench_users,
     wait_until_quiet,
     warm_cache,
 )
+from .results import StepResult
+from .seeddata import SeedData, remove_bench_users
+from .sources import Influx, Prometheus, SourceError
 from .tables import fmt_ms, fmt_pct, fmt_rps
 
 EXIT_INTERRUPTED = 130
@@ -146,17 +145,17 @@ class Runner:
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
         record["prom_start"] = time.time()
-        command = k6_command(
+        run = step_run(
             self.settings, step, self.options.run_id, self.options.shape, vus, self.options.data_dir
         )
         log_path = self.options.out_dir / "k6.log"
-        self.current = K6Process(command, log_path)
+        self.current = K6Process(k6_command(self.settings, run), log_path, run.env)
         record["start"] = time.time()
         try:
             code = self.current.run()
         finally:
             record["end"] = time.time()
-            record["k6_exit"] = self.current.process.returncode if self.current.process else None
+            record["k6_exit"] = self.current.returncode
             self.current = None
         if self.interrupted:
             record["interrupted"] = True

@@ -3,7 +3,7 @@ its processes, and infra/stack.sh to stop and restart services.
 
 The stack is the one infra/env.sh describes in this environment (ASIDE_RUN_DIR,
 ASIDE_*_PORT): exactly what infra/stack.sh itself would act on. Before anything
-is killed, `StackControl.verify` checks that the URLs the bench loads point at
+is killed, `ServiceControl.verify` checks that the URLs the bench loads point at
 that stack's ports and that every recorded pid listens where it should, so a
 mismatched environment cannot make the suite kill another stack's processes.
 """
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from . import procs
 from .config import Settings
-from .stack import StackError
+from .prepare import StackError
 
 STACK_TIMEOUT_S = 120
 # What infra/env.sh computes; read back through bash so the values are exactly
@@ -58,7 +58,7 @@ def _url_port(url: str) -> int | None:
         return None
 
 
-class StackControl:
+class ServiceControl:
     def __init__(self, settings: Settings, env: dict[str, str] | None = None):
         self.settings = settings
         # ASIDE_SKIP_INSTALL: a restart must not run the installer in the middle of a fault.

@@ -1,0 +1,64 @@
+"""The gateway's own counters, read from its /metrics (lab profile) with
+prometheus_client's parser: summed over its workers, dead ones included, so
+they are exact where Prometheus's scrapes are not."""
+
+from __future__ import annotations
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from .config import Settings
+from .prepare import StackError
+
+HTTP_TIMEOUT_S = 10.0
+REQUESTS_TOTAL = "aside_gateway_http_requests_total"
+CACHE_ERRORS_TOTAL = "aside_gateway_cache_errors_total"
+
+RequestKey = tuple[str, str, str]  # (route, method, status)
+
+
+def labelled_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every labelled sample named `name` in a Prometheus text
+    exposition."""
+    return [
+        (dict(sample.labels), float(sample.value))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and sample.labels
+    ]
+
+
+def scrape(settings: Settings) -> str:
+    response = requests.get(f"{settings.gateway_url}/metrics", timeout=HTTP_TIMEOUT_S)
+    if response.status_code != 200:
+        raise StackError(
+            f"{settings.gateway_url}/metrics answered {response.status_code}: the suite "
+            "reads the gateway's counters there (lab profile)"
+        )
+    return response.text
+
+
+def request_counts(text: str) -> dict[RequestKey, float]:
+    """aside_gateway_http_requests_total by (route, method, status)."""
+    counters: dict[RequestKey, float] = {}
+    for labels, value in labelled_samples(text, REQUESTS_TOTAL):
+        key = (labels.get("route", ""), labels.get("method", ""), labels.get("status", ""))
+        counters[key] = counters.get(key, 0.0) + value
+    return counters
+
+
+def cache_error_counts(text: str) -> dict[str, float]:
+    """aside_gateway_cache_errors_total by op (get, lease, store, breaker_open)."""
+    errors: dict[str, float] = {}
+    for labels, value in labelled_samples(text, CACHE_ERRORS_TOTAL):
+        op = labels.get("op", "")
+        errors[op] = errors.get(op, 0.0) + value
+    return errors
+
+
+def request_counters(settings: Settings) -> dict[RequestKey, float]:
+    return request_counts(scrape(settings))
+
+
+def cache_errors(settings: Settings) -> dict[str, float]:
+    return cache_error_counts(scrape(settings))

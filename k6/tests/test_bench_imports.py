@@ -1,0 +1,60 @@
+"""matplotlib takes about a second to import: `--help` and the commands that
+draw nothing (chaos) must not pay for it, nor must importing the modules the
+drawing commands are built from (the charts load when a report is drawn)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+NOT_DRAWING = [
+    "aside_bench.cli",
+    "aside_bench.commands",
+    "aside_bench.chaos",
+    "aside_bench.chaos_report",
+    "aside_bench.soak",
+    "aside_bench.soak_report",
+    "aside_bench.runner",
+    "aside_bench.report",
+]
+
+
+def _loads_matplotlib(code: str) -> subprocess.CompletedProcess[str]:
+    check = "import sys; print('matplotlib' in sys.modules)"
+    return subprocess.run(
+        [sys.executable, "-c", f"{code}\n{check}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("args", [[], ["run"], ["ceiling"], ["chaos"], ["soak"], ["report"]])
+def test_help_does_not_import_matplotlib(args: list[str]) -> None:
+    code = (
+        "from aside_bench import cli\n"
+        "try:\n"
+        f"    cli.main({[*args, '--help']!r})\n"
+        "except SystemExit as stop:\n"
+        "    assert stop.code == 0, stop.code"
+    )
+    done = _loads_matplotlib(code)
+    assert done.returncode == 0, done.stderr
+    assert "usage: aside-bench" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("module", NOT_DRAWING)
+def test_modules_import_without_matplotlib(module: str) -> None:
+    done = _loads_matplotlib(f"import {module}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_the_charts_do_import_it() -> None:
+    # The check above would pass vacuously if matplotlib never showed in sys.modules.
+    done = _loads_matplotlib("import aside_bench.charts")
+    assert done.stdout.strip() == "True", done.stderr

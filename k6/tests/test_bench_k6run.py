@@ -1,0 +1,76 @@
+"""The k6 layer without k6: the process wrapper on small shell commands, and the
+summary reader on a made-up handleSummary file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aside_bench.k6run import K6Process, K6Summary
+from aside_bench.prepare import StackError
+
+
+def test_the_log_starts_with_the_command_and_the_exit_code_is_kept(tmp_path: Path) -> None:
+    log = tmp_path / "k6.log"
+    process = K6Process(["sh", "-c", "echo said; exit 3"], log)
+    assert process.run() == 3
+    assert process.returncode == 3 and not process.running
+    assert log.read_text().splitlines() == ["$ sh -c echo said; exit 3", "said"]
+    assert process.log_tail(1) == "said"
+
+
+def test_the_environment_is_added_to_ours(tmp_path: Path) -> None:
+    log = tmp_path / "k6.log"
+    K6Process(["sh", "-c", 'echo "$GOGC"'], log, {"GOGC": "400"}).run()
+    assert log.read_text().splitlines()[-1] == "400"
+
+
+def test_the_first_point_of_a_metric_is_read_as_it_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    # k6 writes compact JSON, one object a line.
+    compact = (",", ":")
+    other = json.dumps({"type": "Point", "metric": "other", "data": {}}, separators=compact)
+    data = {"tags": {"start": "5"}}
+    point = json.dumps({"type": "Point", "metric": "chaos_req", "data": data}, separators=compact)
+    script = f"echo '{other}' > {out}; sleep 0.2; echo '{point}' >> {out}; sleep 30"
+    process = K6Process(["sh", "-c", script], tmp_path / "k6.log").start()
+    try:
+        assert process.first_point(out, "chaos_req", 10) == {"tags": {"start": "5"}}
+        assert process.running
+    finally:
+        process.stop()
+    assert not process.running
+
+
+def test_no_point_before_k6_exits_is_an_error(tmp_path: Path) -> None:
+    process = K6Process(["sh", "-c", "exit 2"], tmp_path / "k6.log").start()
+    with pytest.raises(StackError, match="k6 exited with 2"):
+        process.first_point(tmp_path / "out.json", "chaos_req", 10)
+
+
+def test_a_run_past_its_time_is_killed(tmp_path: Path) -> None:
+    process = K6Process(["sleep", "30"], tmp_path / "k6.log").start()
+    with pytest.raises(StackError, match="did not finish within 0 s"):
+        process.wait(0.2)
+    assert not process.running
+
+
+def test_the_summary_gives_counters_trends_and_drops(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    metrics = {
+        "chaos_req": {"type": "trend", "values": {"max": 9}},
+        "chaos_count_2xx": {"type": "counter", "values": {"count": 12, "rate": 2}},
+        "chaos_create_5xx": {"type": "counter", "values": {"count": 1}},
+        "chaos_count_ms": {"type": "trend", "values": {"p(95)": 3.5, "max": 7}},
+        "http_reqs": {"type": "counter", "values": {"count": 13}},
+        "dropped_iterations": {"type": "counter", "values": {"count": 4}},
+    }
+    path.write_text(json.dumps({"metrics": metrics, "state": {}}))
+    summary = K6Summary.read(path)
+    assert summary.counts("chaos_") == {"count_2xx": 12, "create_5xx": 1}
+    assert summary.values("chaos_", skip=("chaos_req",)) == {"count_ms": {"p(95)": 3.5, "max": 7}}
+    assert summary.dropped_iterations == 4
+    assert K6Summary.read(tmp_path / "none.json").metrics == {}
+    (tmp_path / "bad.json").write_text("{")
+    assert K6Summary.read(tmp_path / "bad.json").counts("chaos_") == {}
