@@ -83,6 +83,24 @@ def test_hit_ratio_back_finds_the_first_good_window() -> None:
     assert cc.hit_ratio_back(samples[:10], ready, baseline=1.0) is None
 
 
+def test_hit_ratio_back_counts_rereads_only() -> None:
+    # After a flush every key's first read misses, however well the cache works:
+    # 40 keys read once each (all MISS), then each read again (all HIT).
+    ready = T0 + 10
+    firsts = [sample("count", 200, 10 + i / 40, key=f"e{i}", xcache="MISS") for i in range(40)]
+    again = [sample("count", 200, 11 + i / 40, key=f"e{i}", xcache="HIT") for i in range(40)]
+    reads = firsts + again
+    assert [r.tag("key") for r in cc.rereads(reads, ready)] == [f"e{i}" for i in range(40)]
+    # The plain share of the window [10.5, 11.5) is 50 %; among re-reads it is 100 %.
+    assert cc.hit_ratio_back(reads, ready, baseline=1.0) == pytest.approx(0.0, abs=0.11)
+    # A read before `ready` (Redis down: nothing was filled) makes no re-read.
+    early = [sample("count", 200, 9.9, key="e0", xcache="BYPASS")]
+    assert cc.rereads(early + firsts[:1], ready) == []
+    # A re-read must start after the first read ended (its fill).
+    overlapping = [sample("user", 200, 10.0, 50, key="7"), sample("user", 200, 10.02, key="7")]
+    assert cc.rereads(overlapping, ready) == []
+
+
 def checks_by_name(checks: list[cs.Check]) -> dict[str, bool]:
     return {check.name: check.ok for check in checks}
 

@@ -45,13 +45,37 @@ HIT_RATIO_BACK = 0.8
 REPLACE_S = 10.0
 
 
+def rereads(samples: list[Sample], instant: float) -> list[Sample]:
+    """The answered reads started at or after `instant` of a key that an earlier
+    answered read, also started at or after `instant`, had asked for and ended
+    before: the reads a working cache can serve.
+
+    After a flushed cache every key's first read is a miss whatever the cache
+    does, so how soon the plain hit share recovers measures how fast the load
+    touches every key of its mix (about 5 s for the chaos mix at 60 req/s),
+    not the cache. The share among re-reads compares with the share before the
+    fault, when every key had been read (the prewarm)."""
+    answered = sorted(
+        (s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant),
+        key=lambda s: s.start,
+    )
+    first_end: dict[tuple[str, str], float] = {}
+    found = []
+    for read in answered:
+        key = (read.kind, read.tag("key"))
+        if first_end.get(key, float("inf")) <= read.start:
+            found.append(read)
+        first_end[key] = min(first_end.get(key, float("inf")), read.end)
+    return found
+
+
 def hit_ratio_back(
     samples: list[Sample], instant: float, baseline: float, window_s: float = 1.0
 ) -> float | None:
     """Seconds from `instant` to the start of the first `window_s` window (sliding
-    by 0.1 s) whose reads are HITs in at least HIT_RATIO_BACK x `baseline` of
-    answered reads."""
-    reads = [s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant]
+    by 0.1 s) whose re-reads (see `rereads`) are HITs in at least
+    HIT_RATIO_BACK x `baseline` of them."""
+    reads = rereads(samples, instant)
     if not reads:
         return None
     offset = 0.0
@@ -164,7 +188,7 @@ def redis_checks(
         Check(
             f"hit ratio back within {RECOVER_S:g} s",
             ratio_back is not None and ratio_back <= RECOVER_S,
-            f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault after "
+            f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault, among re-reads, after "
             f"{fmt_seconds(ratio_back)}",
         ),
     ]
