@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -12,13 +11,14 @@ import (
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
 	"github.com/aside-lab/aside/core-go/internal/store"
+	"github.com/aside-lab/aside/core-go/internal/userjson"
 )
 
 // UserWriter is what the user handlers need from the database.
 type UserWriter interface {
 	CreateUser(ctx context.Context, username, email string) (store.Written, error)
 	CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string,
-		render func(store.User) store.Answer) (store.Once, error)
+		answer store.AnswerFunc) (store.Once, error)
 	UpdateUser(ctx context.Context, id int64, upd store.Update) (store.Written, error)
 	DeleteUser(ctx context.Context, id int64) (store.Written, error)
 }
@@ -33,22 +33,6 @@ type Invalidator interface {
 type Outbox interface {
 	Forget(id int64)
 	Retry(id int64)
-}
-
-// userJSON is a user as the API shows it (contracts/cache.json user_json).
-type userJSON struct {
-	ID        int64  `json:"id"`
-	Username  string `json:"username"`
-	Email     string `json:"email"`
-	CreatedAt string `json:"created_at"`
-}
-
-// createdAtLayout is RFC 3339 in UTC with exactly six fractional digits.
-const createdAtLayout = "2006-01-02T15:04:05.000000Z"
-
-func newUserJSON(u store.User) userJSON {
-	return userJSON{ID: u.ID, Username: u.Username, Email: u.Email,
-		CreatedAt: u.CreatedAt.UTC().Format(createdAtLayout)}
 }
 
 // writeDeps are what every write handler needs.
@@ -76,59 +60,42 @@ func createUser(d writeDeps) handlerFunc {
 			return d.failed(c, err, cache.CountKey(req.email))
 		}
 		d.invalidate(c, u.Outbox, cache.StaleAfterCreate(cache.UserRef{ID: u.ID, Email: u.Email}))
-		sendCreated(c, createdAnswer(u.User))
+		sendCreated(c, u.ID, userjson.Created(u.User))
 		return nil
 	}
 }
 
 // createOnce is a create under an Idempotency-Key: the first request with a
 // key inserts and stores its answer; a retry with the same body gets that
-// answer again (Idempotent-Replayed: true) and writes nothing.
+// answer again, byte for byte (Idempotent-Replayed: true), and writes nothing.
 func (d writeDeps) createOnce(c *gin.Context, req createRequest) error {
 	once, err := d.users.CreateUserOnce(writeContext(c), req.key, createRequestHash(req.username, req.email),
-		req.username, req.email, createdAnswer)
+		req.username, req.email, userjson.Created)
 	if err != nil {
 		return d.failed(c, err, cache.CountKey(req.email))
 	}
-	if once.Replayed {
-		c.Header("Idempotent-Replayed", "true")
-		// The first request dropped these keys, unless it died between its
-		// commit and its DEL (a killed core): a client retries exactly then, so
-		// the replay drops them again. A DEL is always safe: one more miss.
-		if id := answerID(once.Answer); id > 0 {
-			d.invalidate(c, 0, cache.StaleAfterCreate(cache.UserRef{ID: id, Email: req.email}))
-		}
-	} else {
+	if !once.Replayed {
 		d.invalidate(c, once.Created.Outbox,
 			cache.StaleAfterCreate(cache.UserRef{ID: once.Created.ID, Email: once.Created.Email}))
+		sendCreated(c, once.Created.ID, once.Answer)
+		return nil
 	}
-	sendCreated(c, once.Answer)
+	c.Header("Idempotent-Replayed", "true")
+	id := userjson.CreatedID(once.Answer)
+	// The first request dropped these keys, unless it died between its
+	// commit and its DEL (a killed core): a client retries exactly then, so
+	// the replay drops them again. A DEL is always safe: one more miss.
+	if id > 0 {
+		d.invalidate(c, 0, cache.StaleAfterCreate(cache.UserRef{ID: id, Email: req.email}))
+	}
+	sendCreated(c, id, once.Answer)
 	return nil
 }
 
-// answerID is the user id in a create's answer body (0 if there is none).
-func answerID(a store.Answer) int64 {
-	var created struct {
-		ID int64 `json:"id"`
-	}
-	if json.Unmarshal(a.Body, &created) != nil {
-		return 0
-	}
-	return created.ID
-}
-
-// createdAnswer is the 201 of a create, as sent and as stored under a key.
-func createdAnswer(u store.User) store.Answer {
-	body, err := json.Marshal(newUserJSON(u))
-	if err != nil {
-		panic(err) // a struct of strings and an int always encodes
-	}
-	return store.Answer{Status: http.StatusCreated, Body: body}
-}
-
-// sendCreated sends a create's answer with the Location of the user in it.
-func sendCreated(c *gin.Context, a store.Answer) {
-	if id := answerID(a); id > 0 {
+// sendCreated sends a create's answer with the Location of user id (none
+// when id is 0).
+func sendCreated(c *gin.Context, id int64, a store.Answer) {
+	if id > 0 {
 		c.Header("Location", "/api/v1/users/"+strconv.FormatInt(id, 10))
 	}
 	c.Data(a.Status, "application/json; charset=utf-8", a.Body)
@@ -152,7 +119,7 @@ func updateUser(d writeDeps) handlerFunc {
 		}
 		d.invalidate(c, u.Outbox, cache.StaleAfterUpdate(
 			cache.UserRef{ID: u.ID, Email: u.OldEmail}, cache.UserRef{ID: u.ID, Email: u.Email}))
-		c.JSON(http.StatusOK, newUserJSON(u.User))
+		c.JSON(http.StatusOK, userjson.From(u.User))
 		return nil
 	}
 }
