@@ -22,9 +22,9 @@ const MaxBodyBytes = 64 << 10
 // type (415), a body over MaxBodyBytes (413), bytes that are not one JSON
 // object (400 invalid_json / invalid_request) and any field not in dst
 // (400 unknown_field).
-func decodeObject(c *gin.Context, dst any, fields ...string) *apiError {
-	if e := requireJSON(c.Request); e != nil {
-		return e
+func decodeObject(c *gin.Context, dst any, fields ...string) error {
+	if err := requireJSON(c.Request); err != nil {
+		return err
 	}
 	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, code: codePayloadTooLarge,
 		message: fmt.Sprintf("request body must be at most %d bytes", MaxBodyBytes)}
@@ -76,7 +76,7 @@ func decodeObject(c *gin.Context, dst any, fields ...string) *apiError {
 }
 
 // requireJSON accepts application/json with or without parameters (charset).
-func requireJSON(r *http.Request) *apiError {
+func requireJSON(r *http.Request) error {
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "application/json" {
 		return &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedMediaType,
@@ -85,7 +85,7 @@ func requireJSON(r *http.Request) *apiError {
 	return nil
 }
 
-func decodeError(err error) *apiError {
+func decodeError(err error) error {
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
 	switch {

@@ -36,50 +36,62 @@ type computeDeps struct {
 	duration prometheus.Observer
 }
 
-func computeChecksum(d computeDeps) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		var body computeBody
-		if e := decodeObject(c, &body, "complexity", "engine"); e != nil {
-			abortWith(c, e)
-			return
+// computeRequest is a validated POST /api/v1/compute.
+type computeRequest struct {
+	complexity int
+}
+
+// parseCompute checks the body, the complexity, then the engine, and
+// returns the first error.
+func parseCompute(c *gin.Context) (computeRequest, error) {
+	var req computeRequest
+	var body computeBody
+	if err := decodeObject(c, &body, "complexity", "engine"); err != nil {
+		return req, err
+	}
+	var err error
+	if req.complexity, err = parseComplexity(body.Complexity); err != nil {
+		return req, err
+	}
+	if present(body.Engine) {
+		if engine, ok := stringField(body.Engine); !ok || engine != EngineGo {
+			return req, badRequest(codeInvalidRequest, `engine must be "go"; the core runs only the Go engine`)
 		}
-		n, e := parseComplexity(body.Complexity)
-		if e != nil {
-			abortWith(c, e)
-			return
-		}
-		if present(body.Engine) {
-			if engine, ok := stringField(body.Engine); !ok || engine != EngineGo {
-				abortWith(c, badRequest(codeInvalidRequest, `engine must be "go"; the core runs only the Go engine`))
-				return
-			}
+	}
+	return req, nil
+}
+
+func computeChecksum(d computeDeps) handlerFunc {
+	return func(c *gin.Context) error {
+		req, err := parseCompute(c)
+		if err != nil {
+			return err
 		}
 		release, err := d.limiter.Acquire(c.Request.Context())
 		if err != nil {
 			if errors.Is(err, compute.ErrBusy) {
 				d.rejected.Inc()
 			}
-			abortUnavailable(c, codeUnavailable, "compute is at its concurrency limit; retry later")
-			return
+			return unavailable(codeUnavailable, "compute is at its concurrency limit; retry later")
 		}
 		defer release()
 		start := time.Now()
-		sum, err := compute.Checksum(c.Request.Context(), n)
+		sum, err := compute.Checksum(c.Request.Context(), req.complexity)
 		elapsed := time.Since(start)
 		if err != nil {
 			// The client went away; nobody reads this answer.
-			abortUnavailable(c, codeUnavailable, "request cancelled")
-			return
+			return unavailable(codeUnavailable, "request cancelled")
 		}
 		d.duration.Observe(elapsed.Seconds())
-		c.JSON(http.StatusOK, computeResult{Complexity: n, Engine: EngineGo, Checksum: sum,
+		c.JSON(http.StatusOK, computeResult{Complexity: req.complexity, Engine: EngineGo, Checksum: sum,
 			ElapsedMS: float64(elapsed.Nanoseconds()) / 1e6})
+		return nil
 	}
 }
 
 // parseComplexity accepts only a JSON integer literal from 1 to 1000: not
 // 1.5, 1.0, 1e2, "10", true or null.
-func parseComplexity(raw json.RawMessage) (int, *apiError) {
+func parseComplexity(raw json.RawMessage) (int, error) {
 	invalid := badRequest(codeInvalidComplexity, "complexity must be an integer from 1 to 1000")
 	if !present(raw) {
 		return 0, badRequest(codeInvalidComplexity, "complexity is required (an integer from 1 to 1000)")

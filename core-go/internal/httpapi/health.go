@@ -20,14 +20,15 @@ type Check struct {
 // readyTimeout bounds each readiness check: a probe must answer quickly.
 const readyTimeout = time.Second
 
-func healthz(c *gin.Context) {
+func healthz(c *gin.Context) error {
 	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	return nil
 }
 
 // readyz is 200 when every dependency answers, else 503 naming the ones that
 // did not. The checks run in parallel, each under readyTimeout.
-func readyz(checks []Check) gin.HandlerFunc {
-	return func(c *gin.Context) {
+func readyz(checks []Check) handlerFunc {
+	return func(c *gin.Context) error {
 		results := make([]error, len(checks))
 		var wg sync.WaitGroup
 		for i, check := range checks {
@@ -51,9 +52,9 @@ func readyz(checks []Check) gin.HandlerFunc {
 			}
 		}
 		if len(down) > 0 {
-			abortUnavailable(c, codeUnavailable, "not ready: cannot reach "+strings.Join(down, ", "))
-			return
+			return unavailable(codeUnavailable, "not ready: cannot reach "+strings.Join(down, ", "))
 		}
 		c.JSON(http.StatusOK, gin.H{"status": "ready", "checks": status})
+		return nil
 	}
 }

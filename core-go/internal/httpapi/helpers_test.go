@@ -22,6 +22,7 @@ import (
 	"github.com/aside-lab/aside/core-go/internal/outbox"
 	"github.com/aside-lab/aside/core-go/internal/store"
 	"github.com/aside-lab/aside/core-go/internal/testenv"
+	"github.com/aside-lab/aside/core-go/internal/userjson"
 )
 
 var env *testenv.Env
@@ -171,9 +172,9 @@ func wantError(t *testing.T, rec *httptest.ResponseRecorder, status int, code st
 	}
 }
 
-func decodeUser(t *testing.T, rec *httptest.ResponseRecorder) userJSON {
+func decodeUser(t *testing.T, rec *httptest.ResponseRecorder) userjson.User {
 	t.Helper()
-	var u userJSON
+	var u userjson.User
 	dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&u); err != nil {
@@ -183,7 +184,7 @@ func decodeUser(t *testing.T, rec *httptest.ResponseRecorder) userJSON {
 }
 
 // createUser makes a user through the API and returns it.
-func (s *testServer) mustCreate(t *testing.T, username, email string) userJSON {
+func (s *testServer) mustCreate(t *testing.T, username, email string) userjson.User {
 	t.Helper()
 	rec := s.do(http.MethodPost, "/api/v1/users", mustJSON(t, map[string]string{"username": username, "email": email}))
 	if rec.Code != http.StatusCreated {

@@ -14,7 +14,7 @@ const maxIdempotencyKeyLen = 255
 
 // idempotencyKey reads the request's Idempotency-Key: absent is fine, but a
 // present one must be 1 to 255 printable ASCII characters (space to '~').
-func idempotencyKey(r *http.Request) (key string, ok bool, e *apiError) {
+func idempotencyKey(r *http.Request) (key string, ok bool, err error) {
 	values := r.Header.Values(idempotencyKeyHeader)
 	if len(values) == 0 {
 		return "", false, nil

@@ -58,18 +58,17 @@ func recoverJSON(log *slog.Logger) gin.HandlerFunc {
 				c.Abort()
 				return
 			}
-			abortWith(c, &apiError{status: http.StatusInternalServerError, code: codeInternal,
-				message: "internal error"})
+			abortWith(c, errInternal)
 		}()
 		c.Next()
 	}
 }
 
-func notFound(c *gin.Context) {
-	abortWith(c, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such route"})
+func notFound(*gin.Context) error {
+	return &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such route"}
 }
 
-func methodNotAllowed(c *gin.Context) {
-	abortWith(c, &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed,
-		message: c.Request.Method + " is not allowed here"})
+func methodNotAllowed(c *gin.Context) error {
+	return &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed,
+		message: c.Request.Method + " is not allowed here"}
 }

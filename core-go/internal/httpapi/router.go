@@ -40,11 +40,11 @@ func NewRouter(d Deps) *gin.Engine {
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
 	r.Use(observeRequests(d.Metrics.HTTPRequests, d.Metrics.HTTPDuration), recoverJSON(d.Log))
-	r.NoRoute(notFound)
-	r.NoMethod(methodNotAllowed)
+	r.NoRoute(handle(d.Log, notFound))
+	r.NoMethod(handle(d.Log, methodNotAllowed))
 
-	r.GET("/healthz", healthz)
-	r.GET("/readyz", readyz(d.Ready))
+	r.GET("/healthz", handle(d.Log, healthz))
+	r.GET("/readyz", handle(d.Log, readyz(d.Ready)))
 	if !d.SeparateMetrics {
 		r.GET("/metrics", gin.WrapH(MetricsHandler(d.Metrics)))
 	}
@@ -52,14 +52,14 @@ func NewRouter(d Deps) *gin.Engine {
 	writes := writeDeps{users: d.Users, invalidator: d.Invalidator, outbox: d.Outbox, log: d.Log,
 		uncertain: d.Metrics.UncertainWritesTotal.Inc}
 	api := r.Group("/api/v1")
-	api.POST("/users", createUser(writes))
-	api.PATCH("/users/:id", updateUser(writes))
-	api.DELETE("/users/:id", deleteUser(writes))
+	api.POST("/users", handle(d.Log, createUser(writes)))
+	api.PATCH("/users/:id", handle(d.Log, updateUser(writes)))
+	api.DELETE("/users/:id", handle(d.Log, deleteUser(writes)))
 	// An empty id is an invalid id (validation.json), not an unknown route.
-	api.PATCH("/users/", updateUser(writes))
-	api.DELETE("/users/", deleteUser(writes))
-	api.POST("/compute", computeChecksum(computeDeps{limiter: d.Limiter, rejected: d.Metrics.ComputeRejected,
-		duration: d.Metrics.ComputeDuration}))
+	api.PATCH("/users/", handle(d.Log, updateUser(writes)))
+	api.DELETE("/users/", handle(d.Log, deleteUser(writes)))
+	api.POST("/compute", handle(d.Log, computeChecksum(computeDeps{limiter: d.Limiter,
+		rejected: d.Metrics.ComputeRejected, duration: d.Metrics.ComputeDuration})))
 	return r
 }
 

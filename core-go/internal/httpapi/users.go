@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -12,14 +11,14 @@ import (
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
 	"github.com/aside-lab/aside/core-go/internal/store"
-	"github.com/aside-lab/aside/core-go/internal/validate"
+	"github.com/aside-lab/aside/core-go/internal/userjson"
 )
 
 // UserWriter is what the user handlers need from the database.
 type UserWriter interface {
 	CreateUser(ctx context.Context, username, email string) (store.Written, error)
 	CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string,
-		render func(store.User) store.Answer) (store.Once, error)
+		answer store.AnswerFunc) (store.Once, error)
 	UpdateUser(ctx context.Context, id int64, upd store.Update) (store.Written, error)
 	DeleteUser(ctx context.Context, id int64) (store.Written, error)
 }
@@ -36,29 +35,6 @@ type Outbox interface {
 	Retry(id int64)
 }
 
-// userJSON is a user as the API shows it (contracts/cache.json user_json).
-type userJSON struct {
-	ID        int64  `json:"id"`
-	Username  string `json:"username"`
-	Email     string `json:"email"`
-	CreatedAt string `json:"created_at"`
-}
-
-// createdAtLayout is RFC 3339 in UTC with exactly six fractional digits.
-const createdAtLayout = "2006-01-02T15:04:05.000000Z"
-
-func newUserJSON(u store.User) userJSON {
-	return userJSON{ID: u.ID, Username: u.Username, Email: u.Email,
-		CreatedAt: u.CreatedAt.UTC().Format(createdAtLayout)}
-}
-
-type userBody struct {
-	Username json.RawMessage `json:"username"`
-	Email    json.RawMessage `json:"email"`
-}
-
-var userFields = []string{"username", "email"}
-
 // writeDeps are what every write handler needs.
 type writeDeps struct {
 	users       UserWriter
@@ -69,149 +45,98 @@ type writeDeps struct {
 	uncertain func()
 }
 
-func createUser(d writeDeps) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		key, hasKey, e := idempotencyKey(c.Request)
-		if e != nil {
-			abortWith(c, e)
-			return
+func createUser(d writeDeps) handlerFunc {
+	return func(c *gin.Context) error {
+		req, err := parseCreate(c)
+		if err != nil {
+			return err
 		}
-		var body userBody
-		if e := decodeObject(c, &body, userFields...); e != nil {
-			abortWith(c, e)
-			return
+		if req.hasKey {
+			return d.createOnce(c, req)
 		}
-		username, e := requiredUsername(body.Username)
-		if e != nil {
-			abortWith(c, e)
-			return
-		}
-		email, e := requiredEmail(body.Email)
-		if e != nil {
-			abortWith(c, e)
-			return
-		}
-		if hasKey {
-			d.createOnce(c, key, username, email)
-			return
-		}
-		u, err := d.users.CreateUser(writeContext(c), username, email)
+		u, err := d.users.CreateUser(writeContext(c), req.username, req.email)
 		if err != nil {
 			// The new id is unknown; only the count can be dropped.
-			d.fail(c, err, []string{cache.CountKey(email)})
-			return
+			return d.failed(c, err, cache.CountKey(req.email))
 		}
 		d.invalidate(c, u.Outbox, cache.StaleAfterCreate(cache.UserRef{ID: u.ID, Email: u.Email}))
-		sendCreated(c, createdAnswer(u.User))
+		sendCreated(c, u.ID, userjson.Created(u.User))
+		return nil
 	}
 }
 
 // createOnce is a create under an Idempotency-Key: the first request with a
 // key inserts and stores its answer; a retry with the same body gets that
-// answer again (Idempotent-Replayed: true) and writes nothing.
-func (d writeDeps) createOnce(c *gin.Context, key, username, email string) {
-	once, err := d.users.CreateUserOnce(writeContext(c), key, createRequestHash(username, email),
-		username, email, createdAnswer)
-	switch {
-	case errors.Is(err, store.ErrKeyReused):
-		abortWith(c, &apiError{status: http.StatusUnprocessableEntity, code: codeIdempotencyKeyReused,
-			message: "this Idempotency-Key was already used with a different request body"})
-		return
-	case err != nil:
-		d.fail(c, err, []string{cache.CountKey(email)})
-		return
+// answer again, byte for byte (Idempotent-Replayed: true), and writes nothing.
+func (d writeDeps) createOnce(c *gin.Context, req createRequest) error {
+	once, err := d.users.CreateUserOnce(writeContext(c), req.key, createRequestHash(req.username, req.email),
+		req.username, req.email, userjson.Created)
+	if err != nil {
+		return d.failed(c, err, cache.CountKey(req.email))
 	}
-	if once.Replayed {
-		c.Header("Idempotent-Replayed", "true")
-		// The first request dropped these keys, unless it died between its
-		// commit and its DEL (a killed core): a client retries exactly then, so
-		// the replay drops them again. A DEL is always safe: one more miss.
-		if id := answerID(once.Answer); id > 0 {
-			d.invalidate(c, 0, cache.StaleAfterCreate(cache.UserRef{ID: id, Email: email}))
-		}
-	} else {
+	if !once.Replayed {
 		d.invalidate(c, once.Created.Outbox,
 			cache.StaleAfterCreate(cache.UserRef{ID: once.Created.ID, Email: once.Created.Email}))
+		sendCreated(c, once.Created.ID, once.Answer)
+		return nil
 	}
-	sendCreated(c, once.Answer)
+	c.Header("Idempotent-Replayed", "true")
+	id := userjson.CreatedID(once.Answer)
+	// The first request dropped these keys, unless it died between its
+	// commit and its DEL (a killed core): a client retries exactly then, so
+	// the replay drops them again. A DEL is always safe: one more miss.
+	if id > 0 {
+		d.invalidate(c, 0, cache.StaleAfterCreate(cache.UserRef{ID: id, Email: req.email}))
+	}
+	sendCreated(c, id, once.Answer)
+	return nil
 }
 
-// answerID is the user id in a create's answer body (0 if there is none).
-func answerID(a store.Answer) int64 {
-	var created struct {
-		ID int64 `json:"id"`
-	}
-	if json.Unmarshal(a.Body, &created) != nil {
-		return 0
-	}
-	return created.ID
-}
-
-// createdAnswer is the 201 of a create, as sent and as stored under a key.
-func createdAnswer(u store.User) store.Answer {
-	body, err := json.Marshal(newUserJSON(u))
-	if err != nil {
-		panic(err) // a struct of strings and an int always encodes
-	}
-	return store.Answer{Status: http.StatusCreated, Body: body}
-}
-
-// sendCreated sends a create's answer with the Location of the user in it.
-func sendCreated(c *gin.Context, a store.Answer) {
-	if id := answerID(a); id > 0 {
+// sendCreated sends a create's answer with the Location of user id (none
+// when id is 0).
+func sendCreated(c *gin.Context, id int64, a store.Answer) {
+	if id > 0 {
 		c.Header("Location", "/api/v1/users/"+strconv.FormatInt(id, 10))
 	}
 	c.Data(a.Status, "application/json; charset=utf-8", a.Body)
 }
 
-func updateUser(d writeDeps) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		id, e := pathID(c)
-		if e != nil {
-			abortWith(c, e)
-			return
+func updateUser(d writeDeps) handlerFunc {
+	return func(c *gin.Context) error {
+		req, err := parseUpdate(c)
+		if err != nil {
+			return err
 		}
-		var body userBody
-		if e := decodeObject(c, &body, userFields...); e != nil {
-			abortWith(c, e)
-			return
-		}
-		upd, e := parseUpdate(body)
-		if e != nil {
-			abortWith(c, e)
-			return
-		}
-		u, err := d.users.UpdateUser(writeContext(c), id, upd)
+		u, err := d.users.UpdateUser(writeContext(c), req.id, req.upd)
 		if err != nil {
 			// The old email is unknown here; count:<old email> may stay
 			// stale until its TTL if this write did land.
-			known := []string{cache.UserKey(id)}
-			if upd.Email != nil {
-				known = append(known, cache.CountKey(*upd.Email))
+			known := []string{cache.UserKey(req.id)}
+			if req.upd.Email != nil {
+				known = append(known, cache.CountKey(*req.upd.Email))
 			}
-			d.fail(c, err, known)
-			return
+			return d.failed(c, err, known...)
 		}
 		d.invalidate(c, u.Outbox, cache.StaleAfterUpdate(
 			cache.UserRef{ID: u.ID, Email: u.OldEmail}, cache.UserRef{ID: u.ID, Email: u.Email}))
-		c.JSON(http.StatusOK, newUserJSON(u.User))
+		c.JSON(http.StatusOK, userjson.From(u.User))
+		return nil
 	}
 }
 
-func deleteUser(d writeDeps) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		id, e := pathID(c)
-		if e != nil {
-			abortWith(c, e)
-			return
+func deleteUser(d writeDeps) handlerFunc {
+	return func(c *gin.Context) error {
+		id, err := parsePathID(c)
+		if err != nil {
+			return err
 		}
 		u, err := d.users.DeleteUser(writeContext(c), id)
 		if err != nil {
-			d.fail(c, err, []string{cache.UserKey(id)})
-			return
+			return d.failed(c, err, cache.UserKey(id))
 		}
 		d.invalidate(c, u.Outbox, cache.StaleAfterDelete(cache.UserRef{ID: u.ID, Email: u.Email}))
 		c.Status(http.StatusNoContent)
+		return nil
 	}
 }
 
@@ -237,98 +162,23 @@ func (d writeDeps) invalidate(c *gin.Context, outbox int64, keys []string) {
 	d.outbox.Forget(outbox)
 }
 
-// fail answers a failed write. knownKeys are the keys the write would have
-// made stale that are known without its result; they are dropped when the
-// write may have landed unseen.
-func (d writeDeps) fail(c *gin.Context, err error, knownKeys []string) {
+// failed is what a failed write owes before its answer, which it returns
+// for handle to map. When the write may have landed unseen (its COMMIT got
+// no reply), it is counted and knownKeys, the keys it would have made stale
+// that are known without its result, are dropped.
+func (d writeDeps) failed(c *gin.Context, err error, knownKeys ...string) error {
 	var unavailable *store.UnavailableError
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		abortWith(c, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no user with this id"})
-	case errors.Is(err, store.ErrConflict):
-		abortWith(c, &apiError{status: http.StatusConflict, code: codeConflict, message: "username already exists"})
-	case errors.As(err, &unavailable):
-		if unavailable.MaybeApplied {
-			d.uncertain()
-			d.log.Warn("write outcome unknown; dropping the keys it may have made stale", "err", err)
-			if ierr := d.invalidator.Invalidate(context.WithoutCancel(c.Request.Context()), knownKeys); ierr != nil {
-				d.log.Error("cache invalidation after an uncertain write failed", "keys", knownKeys, "err", ierr)
-			}
-		} else {
-			d.log.Warn("database unavailable", "err", err)
+	if !errors.As(err, &unavailable) {
+		return err
+	}
+	if unavailable.MaybeApplied {
+		d.uncertain()
+		d.log.Warn("write outcome unknown; dropping the keys it may have made stale", "err", err)
+		if ierr := d.invalidator.Invalidate(context.WithoutCancel(c.Request.Context()), knownKeys); ierr != nil {
+			d.log.Error("cache invalidation after an uncertain write failed", "keys", knownKeys, "err", ierr)
 		}
-		abortUnavailable(c, codeDatabaseUnavailable, "the database is unavailable; retry later")
-	default:
-		d.log.Error("write failed", "err", err)
-		abortWith(c, &apiError{status: http.StatusInternalServerError, code: codeInternal, message: "internal error"})
+	} else {
+		d.log.Warn("database unavailable", "err", err)
 	}
-}
-
-func pathID(c *gin.Context) (int64, *apiError) {
-	id, ok := validate.ID(c.Param("id"))
-	if !ok {
-		return 0, badRequest(codeInvalidID, "id must be a decimal integer from 1 to 9223372036854775807")
-	}
-	return id, nil
-}
-
-func requiredUsername(raw json.RawMessage) (string, *apiError) {
-	if !present(raw) {
-		return "", badRequest(codeInvalidUsername, "username is required")
-	}
-	return usernameValue(raw)
-}
-
-func requiredEmail(raw json.RawMessage) (string, *apiError) {
-	if !present(raw) {
-		return "", badRequest(codeInvalidEmail, "email is required")
-	}
-	return emailValue(raw)
-}
-
-func usernameValue(raw json.RawMessage) (string, *apiError) {
-	s, ok := stringField(raw)
-	if !ok {
-		return "", badRequest(codeInvalidUsername, "username must be a string")
-	}
-	if reason := validate.Username(s); reason != "" {
-		return "", badRequest(codeInvalidUsername, reason)
-	}
-	return s, nil
-}
-
-func emailValue(raw json.RawMessage) (string, *apiError) {
-	s, ok := stringField(raw)
-	if !ok {
-		return "", badRequest(codeInvalidEmail, "email must be a string")
-	}
-	if hadLoneSurrogate(raw, s) {
-		return "", badRequest(codeInvalidEmail, "email must not contain a lone UTF-16 surrogate escape")
-	}
-	if reason := validate.Email(s); reason != "" {
-		return "", badRequest(codeInvalidEmail, reason)
-	}
-	return s, nil
-}
-
-func parseUpdate(body userBody) (store.Update, *apiError) {
-	var upd store.Update
-	if !present(body.Username) && !present(body.Email) {
-		return upd, badRequest(codeInvalidRequest, "give at least one of username, email")
-	}
-	if present(body.Username) {
-		s, e := usernameValue(body.Username)
-		if e != nil {
-			return upd, e
-		}
-		upd.Username = &s
-	}
-	if present(body.Email) {
-		s, e := emailValue(body.Email)
-		if e != nil {
-			return upd, e
-		}
-		upd.Email = &s
-	}
-	return upd, nil
+	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aside-lab/aside/core-go/internal/store"
 	"github.com/aside-lab/aside/core-go/internal/testenv"
+	"github.com/aside-lab/aside/core-go/internal/userjson"
 )
 
 var createdAtPattern = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`)
@@ -33,7 +34,7 @@ func TestUserJSONVectors(t *testing.T) {
 	for _, v := range contract.UserJSON {
 		// A non-UTC location must not change the output.
 		created := time.UnixMicro(v.Row.CreatedAtUnixMicros).In(time.FixedZone("X", 5*3600))
-		got := newUserJSON(store.User{ID: v.Row.ID, Username: v.Row.Username, Email: v.Row.Email, CreatedAt: created})
+		got := userjson.From(store.User{ID: v.Row.ID, Username: v.Row.Username, Email: v.Row.Email, CreatedAt: created})
 		var gotMap map[string]any
 		_ = json.Unmarshal([]byte(mustJSON(t, got)), &gotMap)
 		if mustJSON(t, gotMap) != mustJSON(t, v.JSON) {
@@ -60,7 +61,7 @@ func TestCreateUser(t *testing.T) {
 	if err := env.Pool.QueryRow(context.Background(), "SELECT created_at FROM users WHERE id = 1").Scan(&dbCreated); err != nil {
 		t.Fatal(err)
 	}
-	if want := dbCreated.UTC().Format(createdAtLayout); u.CreatedAt != want {
+	if want := dbCreated.UTC().Format(userjson.CreatedAtLayout); u.CreatedAt != want {
 		t.Fatalf("created_at %q, database has %q", u.CreatedAt, want)
 	}
 	if got := rows(t); got[1] != (row{"ada", "ada@example.com"}) || len(got) != 1 {

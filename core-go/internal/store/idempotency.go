@@ -57,13 +57,20 @@ const saveAnswerSQL = `UPDATE idempotency_keys SET status = $2, response = $3 WH
 // purged between the claim and the read, which the next claim then wins.
 const claimTries = 3
 
+// AnswerFunc computes, from the inserted row, the answer kept under an
+// idempotency key. It must be pure (no I/O, no request state): the answer
+// holds the row's id and created_at, which exist only once the INSERT ran,
+// and it must commit in the same transaction as the user, so CreateUserOnce
+// calls it between the two. The store keeps the result as opaque bytes.
+type AnswerFunc func(User) Answer
+
 // CreateUserOnce inserts a user at most once per idempotency key. The key
 // row and the user are written in one transaction, so a key is either absent
-// or holds the complete answer; render builds that answer from the new row.
-// A key already stored with the same requestHash replays its answer; with
-// another hash it is ErrKeyReused. Errors are those of CreateUser.
+// or holds the complete answer, which answer computes from the new row. A
+// key already stored with the same requestHash replays its answer, byte for
+// byte; with another hash it is ErrKeyReused. Errors are those of CreateUser.
 func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string,
-	render func(User) Answer) (Once, error) {
+	answer AnswerFunc) (Once, error) {
 	var out Once
 	err := s.withTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		for range claimTries {
@@ -72,7 +79,7 @@ func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []by
 				return err
 			}
 			if claimed {
-				return createAndSave(ctx, tx, key, username, email, render, &out)
+				return createAndSave(ctx, tx, key, username, email, answer, &out)
 			}
 			var storedHash, body []byte
 			var status *int16
@@ -106,12 +113,12 @@ func claimKey(ctx context.Context, tx pgx.Tx, key string, requestHash []byte) (b
 	return claimed, err
 }
 
-func createAndSave(ctx context.Context, tx pgx.Tx, key, username, email string, render func(User) Answer, out *Once) error {
+func createAndSave(ctx context.Context, tx pgx.Tx, key, username, email string, answerFor AnswerFunc, out *Once) error {
 	var w Written
 	if err := scanCreated(tx.QueryRow(ctx, createSQL, username, email), &w); err != nil {
 		return err
 	}
-	answer := render(w.User)
+	answer := answerFor(w.User)
 	if _, err := tx.Exec(ctx, saveAnswerSQL, key, answer.Status, answer.Body); err != nil {
 		return err
 	}
