@@ -109,8 +109,8 @@ func updateUser(d writeDeps) handlerFunc {
 		}
 		u, err := d.users.UpdateUser(writeContext(c), req.id, req.upd)
 		if err != nil {
-			// The old email is unknown here; count:<old email> may stay
-			// stale until its TTL if this write did land.
+			// The old email is unknown here; if this write did land, its
+			// outbox row settles count:<old email> after the grace period.
 			known := []string{cache.UserKey(req.id)}
 			if req.upd.Email != nil {
 				known = append(known, cache.CountKey(*req.upd.Email))
