@@ -145,11 +145,17 @@ def redis_checks(
     """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After),
     writes still succeed, hits come back without a gateway restart."""
     fault, ready = events["fault"], events["ready"]
+    # Down for certain: after the kill, and over before the restart began. The
+    # new Redis may answer a little before the driver's poll sees it `ready`
+    # (a busy machine runs the poll late), so reads after `restore` may hit.
+    restore = events.get("restore", ready)
     reads = [s for s in samples if s.kind in READS]
     odd_reads = [
         s for s in reads if s.status != 200 and not (s.status == 503 and s.tag("retry_after"))
     ]
-    outage = started_between(reads, fault + CLOCK_SLACK_S, ready - CLOCK_SLACK_S)
+    outage = [
+        s for s in reads if s.start >= fault + CLOCK_SLACK_S and s.end <= restore - CLOCK_SLACK_S
+    ]
     bypassed = [s for s in outage if s.status == 200 and s.tag("xcache") == "BYPASS"]
     writes = [s for s in samples if s.kind == "create"]
     failed_writes = [s for s in writes if not s.ok]
