@@ -17,14 +17,17 @@ import (
 // fillIfLeaseHeld stores the value only while the caller's lease is still in
 // place, then drops the lease, atomically. KEYS: key, lease. ARGV: token,
 // value, ttl seconds.
-var fillIfLeaseHeld = redis.NewScript(`
+// The same script as contracts/store_if_lease_held.lua (checked by a test).
+const fillIfLeaseHeldSrc = `
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
   redis.call('DEL', KEYS[2])
   return 1
 end
 return 0
-`)
+`
+
+var fillIfLeaseHeld = redis.NewScript(fillIfLeaseHeldSrc)
 
 // TakeLease tries to become the one reader allowed to fill key. It returns
 // the lease token and whether the lease was taken.
