@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from gateway_helpers import CONTRACTS
-
 from aside_gateway import cache
+from gateway_helpers import CONTRACTS
 
 
 def script_lines(source: str) -> list[str]:
