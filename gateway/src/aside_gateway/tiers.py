@@ -102,13 +102,11 @@ def written_keys(
     is left to the core's invalidation message."""
     old_email = _email_of(previous_user)
     if method == "POST":
-        user = _json_object(answer_body)
-        if (
-            user is None
-            or not isinstance(user.get("id"), int)
-            or not isinstance(user.get("email"), str)
-        ):
+        user = _json_object(answer_body) or {}
+        new_id, email = user.get("id"), user.get("email")
+        if not isinstance(new_id, int) or not isinstance(email, str):
             return []
+        return cache_keys.stale_after_create(new_id, email)
     if user_id is None:
         return []
     if method == "PATCH":
