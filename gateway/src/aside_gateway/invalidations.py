@@ -106,6 +106,7 @@ class InvalidationSubscriber:
                         subscribed = True
                         self._l1.flush(usable=True)  # nothing seen while away can be trusted
                         metrics.L1_SUBSCRIBED.set(1)
+                        metrics.L1_SUBSCRIPTIONS.inc()
                     elif message["type"] == "message":
                         self._apply(message["data"])
                 if now - last_reply > DEAD_AFTER_S:

@@ -142,6 +142,10 @@ L1_SUBSCRIBED = Gauge(
     "1 when every live worker is subscribed to the invalidation channel (its L1 may serve).",
     multiprocess_mode="livemin",
 )
+L1_SUBSCRIPTIONS = Counter(
+    "aside_gateway_l1_subscriptions_total",
+    "Subscriptions to the invalidation channel confirmed by Redis (first ones and renewals).",
+)
 L1_INVALIDATION_LAG = Histogram(
     "aside_gateway_l1_invalidation_lag_seconds",
     "Receive time minus the core's publish time of each invalidation message.",
