@@ -22,6 +22,10 @@
 // cache_invalidations table in the same statement, so no committed write can
 // lose its invalidation, not even to a core killed before its DEL.
 //
+// In the same MULTI as the DEL, the core publishes the keys on
+// InvalidationChannel, so every gateway worker can drop its own in-process
+// copy (its L1 tier) of them; see Publication.
+//
 // Key format: aside:v1:count:<email> and aside:v1:user:<id>. The email is
 // used exactly as given (case kept, UTF-8); the version segment changes when
 // a value format changes.
@@ -29,6 +33,7 @@ package cache
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"time"
@@ -45,6 +50,9 @@ const (
 	DefaultTTLSeconds = 60
 	// LeaseTTLMillis is how long a reader holds the right to fill a key (cache.json lease.ttl_ms).
 	LeaseTTLMillis = 5000
+	// InvalidationChannel is where each invalidation's keys are published
+	// (cache.json tiers.invalidation_channel).
+	InvalidationChannel = Prefix + ":invalidations"
 )
 
 // CountKey is the key of the number of users with exactly this email.
@@ -115,6 +123,31 @@ func WithLeases(keys []string) []string {
 	return out
 }
 
+// Publication is the message published on InvalidationChannel: the stale
+// keys and when they were published (unix ms), from which a subscriber
+// measures its lag.
+type Publication struct {
+	Keys        []string `json:"keys"`
+	PublishedMs int64    `json:"published_ms"`
+}
+
+// DelAndPublish deletes the keys with their leases and publishes them on
+// InvalidationChannel in one MULTI/EXEC: a subscriber is never told about a
+// DEL that did not happen, and a DEL is never left unannounced by a failure
+// between the two (the whole transaction is retried instead).
+func DelAndPublish(ctx context.Context, rdb redis.Cmdable, keys []string) error {
+	msg, err := json.Marshal(Publication{Keys: keys, PublishedMs: time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	_, err = rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Del(ctx, WithLeases(keys)...)
+		pipe.Publish(ctx, InvalidationChannel, msg)
+		return nil
+	})
+	return err
+}
+
 // Results of one invalidation, as counted in aside_core_cache_invalidations_total.
 const (
 	ResultOK    = "ok"
@@ -143,7 +176,8 @@ func NewInvalidator(rdb redis.Cmdable, deadline time.Duration, observe func(resu
 	return &Invalidator{rdb: rdb, deadline: deadline, observe: observe}
 }
 
-// Invalidate deletes every key and its lease in one DEL, retrying briefly.
+// Invalidate deletes every key and its lease in one DEL and publishes the
+// keys (DelAndPublish), retrying briefly.
 // The caller passes a context that a client disconnect does not cancel: the
 // write has committed, so its stale keys must go whatever the client does.
 // A non-nil error means the keys may still be there (until their TTL).
@@ -153,7 +187,6 @@ func (inv *Invalidator) Invalidate(ctx context.Context, keys []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, inv.deadline)
 	defer cancel()
-	args := WithLeases(keys)
 	backoff := inv.deadline / 10
 	var err error
 	sent := 0
@@ -165,7 +198,7 @@ func (inv *Invalidator) Invalidate(ctx context.Context, keys []string) error {
 			backoff *= 2
 		}
 		sent++
-		if err = inv.rdb.Del(ctx, args...).Err(); err == nil {
+		if err = DelAndPublish(ctx, inv.rdb, keys); err == nil {
 			inv.observe(ResultOK, sent-1)
 			return nil
 		}

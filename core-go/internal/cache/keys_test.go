@@ -20,6 +20,9 @@ type cacheContract struct {
 		Suffix string `json:"suffix"`
 		TTLMs  int    `json:"ttl_ms"`
 	} `json:"lease"`
+	Tiers struct {
+		InvalidationChannel string `json:"invalidation_channel"`
+	} `json:"tiers"`
 	Keys []struct {
 		Kind  string `json:"kind"`
 		Email string `json:"email"`
@@ -46,6 +49,9 @@ func TestConstantsMatchContract(t *testing.T) {
 	if c.Prefix != cache.Prefix || c.Lease.Suffix != cache.LeaseSuffix ||
 		c.TTLSecondsDefault != cache.DefaultTTLSeconds || c.Lease.TTLMs != cache.LeaseTTLMillis {
 		t.Fatalf("cache.json %+v differs from the package constants", c)
+	}
+	if c.Tiers.InvalidationChannel != cache.InvalidationChannel {
+		t.Fatalf("cache.json tiers.invalidation_channel %q, package %q", c.Tiers.InvalidationChannel, cache.InvalidationChannel)
 	}
 }
 

@@ -189,7 +189,9 @@ func (r *Relay) del(ctx context.Context, rdb *redis.Client, owed []store.Owed) e
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Deadline)
 	defer cancel()
-	if err := rdb.Del(ctx, cache.WithLeases(keys)...).Err(); err != nil {
+	// Published with the DEL, like the write's own invalidation, so gateway
+	// workers drop their in-process copies once the relay settles the row.
+	if err := cache.DelAndPublish(ctx, rdb, keys); err != nil {
 		return errors.Join(errors.New("outbox: DEL failed"), err)
 	}
 	return nil

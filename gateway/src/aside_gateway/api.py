@@ -13,6 +13,7 @@ from aside_gateway.cache import BYPASS, CacheRead
 from aside_gateway.errors import ApiError
 from aside_gateway.routes import COUNT_ROUTE, EARLY_GET_KEY, USER_ROUTE
 from aside_gateway.services import Services
+from aside_gateway.tiers import written_keys
 from aside_gateway.validation import (
     idempotency_key,
     parse_id,
@@ -24,6 +25,9 @@ HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 JSON = "application/json"
 IDEMPOTENCY_KEY = "Idempotency-Key"
 READ_CHUNK = 64 * 1024
+BYPASS_MODE = "off"
+# ?cache= values: "on" is the configured CACHE_STRATEGY; the others are lab only.
+CACHE_MODES = ("on", BYPASS_MODE, *cache_keys.STRATEGIES)
 
 
 def _json_response(
@@ -33,25 +37,29 @@ def _json_response(
 
 
 def _cache_headers(read: CacheRead) -> dict[str, str]:
+    headers = {"X-Cache": read.outcome}
+    if read.tier is not None:
+        headers["X-Cache-Tier"] = read.tier
     if read.error:
-        return {"X-Cache": read.outcome, "X-Cache-Error": "1"}
-    return {"X-Cache": read.outcome}
+        headers["X-Cache-Error"] = "1"
+    return headers
 
 
 def create_api(services: Services) -> Blueprint:
-    settings, db, cache, core = services.settings, services.db, services.cache, services.core
+    settings, db, tiers, core = services.settings, services.db, services.tiers, services.core
     bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-    def wants_bypass() -> bool:
-        """cache=off asks for the uncached arm of the benchmark (lab only)."""
+    def cache_mode() -> str:
+        """The strategy of this read, or "off" for the uncached arm of the benchmark.
+        Anything but the configured strategy ("on") is a lab-only choice."""
         mode = request.args.get("cache")
         if mode is None or mode == "on":
-            return False
-        if mode != "off":
-            raise ApiError("invalid_request", "cache must be 'on' or 'off'")
+            return settings.cache_strategy
+        if mode not in CACHE_MODES:
+            raise ApiError("invalid_request", f"cache must be one of {'|'.join(CACHE_MODES)}")
         if not settings.is_lab:
-            raise ApiError("lab_disabled", "cache=off is only available in the lab profile")
-        return True
+            raise ApiError("lab_disabled", f"cache={mode} is only available in the lab profile")
+        return mode
 
     def hold_name() -> str | None:
         if not settings.test_hooks:
@@ -61,8 +69,8 @@ def create_api(services: Services) -> Blueprint:
             raise ApiError("invalid_request", "X-Test-Hold must be 1 to 100 of A-Z a-z 0-9 _ . : -")
         return name
 
-    def read(route: str, key: str, load: Callable[[], bytes], bypass: bool) -> CacheRead:
-        if bypass:
+    def read(route: str, key: str, load: Callable[[], bytes], mode: str) -> CacheRead:
+        if mode == BYPASS_MODE:
             # Bounded so an overloaded database sheds load at once instead of queueing.
             if not services.bypass_slots.acquire(blocking=False):
                 raise ApiError(
@@ -74,19 +82,19 @@ def create_api(services: Services) -> Blueprint:
                 services.bypass_slots.release()
         else:
             early_get = request.environ.get(EARLY_GET_KEY)
-            result = cache.read_through(route, key, load, hold_name(), early_get)
+            result = tiers.read_through(route, key, load, mode, hold_name(), early_get)
         metrics.cache_outcome(route, result.outcome)
         return result
 
     @bp.get("/users/count")
     def count_users() -> Response:
-        bypass = wants_bypass()
+        mode = cache_mode()
         email = validate_email(request.args.get("email"))
         result = read(
             COUNT_ROUTE,
             cache_keys.count_key(email),
-            lambda: cache_keys.encode_count(db.count_by_email(email, coalesce=not bypass)),
-            bypass,
+            lambda: cache_keys.encode_count(db.count_by_email(email, coalesce=mode != BYPASS_MODE)),
+            mode,
         )
         body = cache_keys.encode_json({"email": email, "count": int(result.value)})
         return _json_response(body, headers=_cache_headers(result))
@@ -99,20 +107,29 @@ def create_api(services: Services) -> Blueprint:
 
     @bp.get("/users/<id>")
     def get_user(id: str) -> Response:
-        bypass = wants_bypass()
+        mode = cache_mode()
         user_id = parse_id(id)
-        result = read(USER_ROUTE, cache_keys.user_key(user_id), lambda: load_user(user_id), bypass)
+        result = read(USER_ROUTE, cache_keys.user_key(user_id), lambda: load_user(user_id), mode)
         if result.value == cache_keys.NEGATIVE:
             raise ApiError("not_found", f"no user with id {user_id}", _cache_headers(result))
         # The cached text is already the API JSON: serve it without re-encoding.
         return _json_response(result.value, headers=_cache_headers(result))
 
     def forward(
-        method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        user_id: int | None = None,
+        user_write: bool = False,
     ) -> Response:
         if body is None:
             body = read_body() or None
+        # Read before forwarding: the old email of an update or delete.
+        previous = tiers.l1.peek(cache_keys.user_key(user_id)) if user_id is not None else None
         answer = core.forward(method, path, body, request.headers.get("Content-Type"), headers)
+        if user_write and 200 <= answer.status < 300:
+            tiers.forget_written(written_keys(method, user_id, answer.body, previous))
         response = Response(answer.body, status=answer.status, headers=answer.headers)
         if "Content-Type" not in answer.headers:
             del response.headers["Content-Type"]  # no default text/html on the core's 204
@@ -123,15 +140,22 @@ def create_api(services: Services) -> Blueprint:
         # Checked here too, so a bad key costs no trip to the core; the core
         # stores the key with the user it creates and replays its answer.
         key = idempotency_key(request.headers.getlist(IDEMPOTENCY_KEY))
-        return forward("POST", "/api/v1/users", headers={IDEMPOTENCY_KEY: key} if key else None)
+        return forward(
+            "POST",
+            "/api/v1/users",
+            headers={IDEMPOTENCY_KEY: key} if key else None,
+            user_write=True,
+        )
 
     @bp.patch("/users/<id>")
     def update_user(id: str) -> Response:
-        return forward("PATCH", f"/api/v1/users/{parse_id(id)}")
+        user_id = parse_id(id)
+        return forward("PATCH", f"/api/v1/users/{user_id}", user_id=user_id, user_write=True)
 
     @bp.delete("/users/<id>")
     def delete_user(id: str) -> Response:
-        return forward("DELETE", f"/api/v1/users/{parse_id(id)}")
+        user_id = parse_id(id)
+        return forward("DELETE", f"/api/v1/users/{user_id}", user_id=user_id, user_write=True)
 
     @bp.post("/compute")
     def run_compute() -> Response:

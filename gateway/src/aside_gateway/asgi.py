@@ -55,7 +55,7 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
     flask_app = create_app(settings, services)
     bridge = WSGIMiddleware(_with_scope_state(flask_app), workers=settings.threads)
     redis_get = EarlyGetClient(settings, services.breaker)
-    return AsyncHotPath(bridge, redis_get, settings.test_hooks)
+    return AsyncHotPath(bridge, redis_get, services.tiers.l1, settings)
 
 
 def _load() -> AsgiApp:

@@ -89,6 +89,7 @@ class CacheRead:
     value: bytes
     outcome: str
     error: bool = False
+    tier: str | None = None  # on a HIT: the tier that answered, "l1" or "l2"
 
 
 @dataclass(slots=True)

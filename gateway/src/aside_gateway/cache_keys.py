@@ -2,8 +2,9 @@
 
 The one place in Python that spells contracts/cache.json; tests/test_unit.py
 checks every vector of that file against this module. The Go core has its own
-copy (core-go/internal/cache/keys.go), checked against the same file; the
-invalidation sets are the core's alone (the gateway never writes).
+copy (core-go/internal/cache/keys.go), checked against the same file. The
+gateway applies the invalidation sets only to its own L1 tier, for the writes
+it forwarded (the core invalidates Redis).
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ LEASE_SUFFIX = ":lease"
 LEASE_TTL_MS = 5000  # a holder that died costs at most this much before another may fill
 LEASE_POLL_MS = 5
 
+# Cache tiers (cache.json `tiers`): where a cached route's reads are answered from.
+STRATEGY_L2 = "l2"  # Redis only
+STRATEGY_L1 = "l1"  # the worker's own memory only; the L1 TTL bounds staleness
+STRATEGY_HYBRID = "hybrid"  # L1, then Redis
+STRATEGIES = (STRATEGY_L2, STRATEGY_L1, STRATEGY_HYBRID)
+DEFAULT_STRATEGY = STRATEGY_L2
+L1_TTL_SECONDS_DEFAULT = 5
+INVALIDATION_CHANNEL = f"{PREFIX}:invalidations"  # the core publishes each write's stale keys
+
 NEGATIVE = b"null"  # the value of user:<id> when there is no such user
 
 
@@ -28,6 +38,22 @@ def count_key(email: str) -> str:
 
 def user_key(user_id: int) -> str:
     return f"{PREFIX}:user:{user_id}"
+
+
+def stale_after_create(user_id: int, email: str) -> list[str]:
+    return [count_key(email), user_key(user_id)]
+
+
+def stale_after_update(user_id: int, email_before: str, email_after: str) -> list[str]:
+    """The user, and both counts when the email changed (exact comparison)."""
+    keys = [user_key(user_id)]
+    if email_before != email_after:
+        keys += [count_key(email_before), count_key(email_after)]
+    return keys
+
+
+def stale_after_delete(user_id: int, email: str) -> list[str]:
+    return [count_key(email), user_key(user_id)]
 
 
 def lease_key(key: str) -> str:

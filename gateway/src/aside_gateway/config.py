@@ -15,7 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from aside_gateway.cache_keys import TTL_SECONDS_DEFAULT
+from aside_gateway.cache_keys import (
+    DEFAULT_STRATEGY,
+    L1_TTL_SECONDS_DEFAULT,
+    STRATEGIES,
+    TTL_SECONDS_DEFAULT,
+)
 
 PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
@@ -64,10 +69,24 @@ class Settings:
     miss_batch_max: int = 500
     miss_batches_in_flight: int = 1
     miss_batch_duty_percent: int = 25
+    cache_strategy: str = DEFAULT_STRATEGY
+    cache_l1_ttl_seconds: int = L1_TTL_SECONDS_DEFAULT
+    cache_l1_max_entries: int = 10000
+    cache_l1_max_bytes: int = 16 * 1024 * 1024
+    # Lab switch: off lets the L1 serve without invalidation messages (TTL only).
+    cache_l1_invalidation: bool = True
 
     @property
     def is_lab(self) -> bool:
         return self.profile == "lab"
+
+    @property
+    def l1_subscribes(self) -> bool:
+        """Whether workers follow the invalidation channel: whenever the L1 tier may
+        serve (a strategy using it, or the lab's per-request choice) and the lab
+        switch has not turned invalidation off."""
+        may_use_l1 = self.cache_strategy != "l2" or self.is_lab
+        return may_use_l1 and self.cache_l1_invalidation
 
     @property
     def metrics_on_app(self) -> bool:
@@ -191,6 +210,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             f"DB_POOL_MIN ({db_pool_min}) must not exceed DB_POOL_MAX ({db_pool_max})"
         )
     multiproc_dir = (env.get("PROMETHEUS_MULTIPROC_DIR") or "").strip() or None
+    l1_invalidation = _choice(env, "CACHE_L1_INVALIDATION", "on", ("on", "off")) == "on"
+    if not l1_invalidation and profile != "lab":
+        raise ConfigError("CACHE_L1_INVALIDATION=off is refused unless ASIDE_PROFILE=lab")
     return Settings(
         database_url=_url(env, "DATABASE_URL", ("postgresql", "postgres")),
         redis_url=_redis_url(env),
@@ -221,4 +243,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         miss_batch_max=_int(env, "MISS_BATCH_MAX", 500, 1, 10000),
         miss_batches_in_flight=_int(env, "MISS_BATCHES_IN_FLIGHT", 1, 1, 16),
         miss_batch_duty_percent=_int(env, "MISS_BATCH_DUTY_PERCENT", 25, 1, 100),
+        cache_strategy=_choice(env, "CACHE_STRATEGY", DEFAULT_STRATEGY, STRATEGIES),
+        cache_l1_ttl_seconds=_int(env, "CACHE_L1_TTL_SECONDS", L1_TTL_SECONDS_DEFAULT, 1, 86400),
+        cache_l1_max_entries=_int(env, "CACHE_L1_MAX_ENTRIES", 10000, 1, 10_000_000),
+        cache_l1_max_bytes=_int(env, "CACHE_L1_MAX_BYTES", 16 * 1024 * 1024, 4096, 2**36),
+        cache_l1_invalidation=l1_invalidation,
     )

@@ -2,12 +2,14 @@
 
 `AsyncHotPath` is the ASGI app in front of Flask. It recognises the one shape
 the benchmark hammers, `GET /api/v1/users/count?email=E` or
-`GET /api/v1/users/<id>` with valid input and the cache on, does the Redis
-GET, and answers a hit itself with the same body, headers and metrics as the
-Flask route. Everything else goes to Flask (`fallback`): misses, negative
-entries, Redis errors, cache=off, bad input, every other route. A GET that
-fell through travels with the request as an `EarlyGet`, so Flask neither
-repeats it nor counts it twice.
+`GET /api/v1/users/<id>` with valid input and the cache on, looks in the
+worker's L1 tier (strategies l1 and hybrid: no Redis call on an L1 hit) and
+then, unless the strategy is l1, does the Redis GET, and answers a hit itself
+with the same body, headers and metrics as the Flask route. Everything else
+goes to Flask (`fallback`): misses, negative entries, Redis errors,
+cache=off, bad input, every other route. A GET that fell through travels
+with the request as an `EarlyGet`, so Flask neither repeats it nor counts it
+twice.
 
 Why hits skip Flask: see docs/decisions.md, "ASGI hot path".
 """
@@ -31,6 +33,7 @@ from aside_gateway import cache_keys, metrics
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.cache import HIT
 from aside_gateway.config import Settings
+from aside_gateway.l1 import L1Cache
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import (
     COUNT_PATH,
@@ -74,8 +77,17 @@ def _query(raw: str) -> dict[str, str] | None:
     return params
 
 
-def _cached_path(params: dict[str, str], allowed: frozenset[str]) -> bool:
-    return params.keys() <= allowed and params.get("cache", "on") == "on"
+def _strategy(
+    params: dict[str, str], allowed: frozenset[str], default: str, lab: bool
+) -> str | None:
+    """The cache strategy of a cached read, or None when Flask must answer (an
+    unknown parameter, cache=off, a lab-only choice outside the lab)."""
+    if not params.keys() <= allowed:
+        return None
+    mode = params.get("cache", "on")
+    if mode == "on":
+        return default
+    return mode if lab and mode in cache_keys.STRATEGIES else None
 
 
 def _user_id(segment: str) -> int | None:
@@ -98,6 +110,7 @@ class Lookup:
 
     route: str
     key: str
+    strategy: str
     email: str | None = None
 
     def body(self, value: bytes) -> bytes | None:
@@ -110,10 +123,18 @@ class Lookup:
         return value if value != cache_keys.NEGATIVE else None
 
 
-def lookup(method: str, path: str, query: str, held: bool) -> Lookup | None:
+def lookup(
+    method: str,
+    path: str,
+    query: str,
+    held: bool,
+    default: str = cache_keys.DEFAULT_STRATEGY,
+    lab: bool = True,
+) -> Lookup | None:
     """The cache lookup a GET of `path?query` amounts to, or None when it is not
     a valid cached read (Flask then answers, with its validation errors).
-    `held`: the request carries the lab's X-Test-Hold header, which Flask handles."""
+    `held`: the request carries the lab's X-Test-Hold header, which Flask handles.
+    `default`: CACHE_STRATEGY; `lab`: whether ?cache= may choose another."""
     if method != "GET" or held or not path.startswith(USERS_PREFIX):
         return None
     params = _query(query)
@@ -121,13 +142,15 @@ def lookup(method: str, path: str, query: str, held: bool) -> Lookup | None:
         return None
     if path == COUNT_PATH:
         email = params.get("email")
-        if email is None or not _cached_path(params, _COUNT_PARAMS) or email_problem(email):
+        strategy = _strategy(params, _COUNT_PARAMS, default, lab)
+        if email is None or strategy is None or email_problem(email):
             return None
-        return Lookup(COUNT_ROUTE, cache_keys.count_key(email), email)
+        return Lookup(COUNT_ROUTE, cache_keys.count_key(email), strategy, email)
     user_id = _user_id(path[len(USERS_PREFIX) :])
-    if user_id is None or not _cached_path(params, _USER_PARAMS):
+    strategy = _strategy(params, _USER_PARAMS, default, lab)
+    if user_id is None or strategy is None:
         return None
-    return Lookup(USER_ROUTE, cache_keys.user_key(user_id))
+    return Lookup(USER_ROUTE, cache_keys.user_key(user_id), strategy)
 
 
 # ---- the event-loop side ----------------------------------------------------------
@@ -159,7 +182,7 @@ class EarlyGetClient:
             self._client = redis.asyncio.Redis(connection_pool=pool)
         return self._client
 
-    async def get(self, key: str) -> EarlyGet | None:
+    async def get(self, key: str, l1_token: int | None = None) -> EarlyGet | None:
         """GET `key`. None leaves the read to Flask without a verdict on Redis:
         the breaker is open, or the deadline passed.
 
@@ -179,25 +202,32 @@ class EarlyGetClient:
             self._breaker.return_probe()  # if this was the probe, Flask's GET makes it
             return None
         except REDIS_ERRORS:
-            return EarlyGet(key, None, True)
+            return EarlyGet(key, None, True, l1_token)
         self._breaker.record_success()
-        return EarlyGet(key, value, False)
+        return EarlyGet(key, value, False, l1_token)
 
 
-def _headers(body: bytes, hit: bool) -> list[tuple[bytes, bytes]]:
+def _headers(body: bytes, tier: str | None) -> list[tuple[bytes, bytes]]:
+    """`tier`: the cache tier of a hit, None for an answer that is no cache read."""
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if hit:
+    if tier is not None:
         headers.append((b"x-cache", HIT.encode()))
+        headers.append((b"x-cache-tier", tier.encode()))
     return headers
 
 
 class AsyncHotPath:
     """ASGI app: hits and /healthz on the event loop, the rest to `fallback`."""
 
-    def __init__(self, fallback: AsgiApp, redis_get: EarlyGetClient, test_hooks: bool):
+    def __init__(
+        self, fallback: AsgiApp, redis_get: EarlyGetClient, l1: L1Cache, settings: Settings
+    ):
         self.fallback = fallback
         self.redis_get = redis_get
-        self.test_hooks = test_hooks
+        self.l1 = l1
+        self.test_hooks = settings.test_hooks
+        self.default_strategy = settings.cache_strategy
+        self.lab = settings.is_lab
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "GET":
@@ -212,25 +242,46 @@ class AsyncHotPath:
             answer = None
         if answer is None:
             return await self.fallback(scope, receive, send)
-        route, body, hit = answer
-        await send({"type": "http.response.start", "status": 200, "headers": _headers(body, hit)})
+        route, body, tier = answer
+        await send({"type": "http.response.start", "status": 200, "headers": _headers(body, tier)})
         await send({"type": "http.response.body", "body": body})
         metrics.observe_request(route, "GET", 200, time.perf_counter() - started)
 
-    async def _answer(self, scope: Scope) -> tuple[str, bytes, bool] | None:
+    async def _answer(self, scope: Scope) -> tuple[str, bytes, str | None] | None:
         path, query = scope["path"], scope["query_string"]
         if path == HEALTHZ_PATH and not query:
-            return HEALTHZ_PATH, HEALTHZ_BODY, False
+            return HEALTHZ_PATH, HEALTHZ_BODY, None
         held = self.test_hooks and any(name == TEST_HOLD_HEADER for name, _ in scope["headers"])
-        found = lookup("GET", path, query.decode("latin-1"), held)
+        found = lookup("GET", path, query.decode("latin-1"), held, self.default_strategy, self.lab)
         if found is None:
             return None
-        early = await self.redis_get.get(found.key)
+        l1_token = None
+        if found.strategy != cache_keys.STRATEGY_L2:
+            answer = self._from_l1(found)
+            if answer is not None or found.strategy == cache_keys.STRATEGY_L1:
+                return answer  # an l1 miss is filled from PostgreSQL, by Flask
+            l1_token = self.l1.token()  # before the GET: see l1.py
+        early = await self.redis_get.get(found.key, l1_token)
         if early is None:
             return None
         body = None if early.failed or early.value is None else found.body(early.value)
         if body is None:
             scope[EARLY_GET_KEY] = early  # Flask goes on from this GET's outcome
             return None
+        if l1_token is not None:
+            self.l1.put(found.key, early.value, l1_token)
+            metrics.tier_read(found.route, "l1", "miss")
+        metrics.tier_read(found.route, "l2", "hit")
         metrics.cache_outcome(found.route, HIT)
-        return found.route, body, True
+        return found.route, body, "l2"
+
+    def _from_l1(self, found: Lookup) -> tuple[str, bytes, str | None] | None:
+        """An L1 hit answered without Redis. A miss (or a negative entry) is
+        left to Flask, which looks again and counts it."""
+        value = self.l1.get(found.key)
+        body = None if value is None else found.body(value)
+        if body is None:
+            return None
+        metrics.tier_read(found.route, "l1", "hit")
+        metrics.cache_outcome(found.route, HIT)
+        return found.route, body, "l1"

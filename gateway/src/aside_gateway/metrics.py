@@ -112,6 +112,46 @@ REDIS_BREAKER_OPEN = Gauge(
     multiprocess_mode="livesum",
 )
 
+CACHE_TIER_READS = Counter(
+    "aside_gateway_cache_tier_reads_total",
+    "Lookups in one cache tier (l1: the worker's memory, l2: Redis) and their outcome (hit, miss).",
+    ["route", "tier", "outcome"],
+)
+L1_ENTRIES = Gauge(
+    "aside_gateway_l1_entries",
+    "Entries in the L1 tiers of live workers.",
+    multiprocess_mode="livesum",
+)
+L1_BYTES = Gauge(
+    "aside_gateway_l1_bytes",
+    "Bytes charged to the L1 tiers of live workers (values, keys and a per-entry overhead).",
+    multiprocess_mode="livesum",
+)
+L1_EVICTIONS = Counter(
+    "aside_gateway_l1_evictions_total",
+    "Entries dropped from L1: capacity (a bound was hit), invalidation (a message), "
+    "flush (subscription lost or renewed).",
+    ["reason"],
+)
+L1_INVALIDATIONS = Counter(
+    "aside_gateway_l1_invalidations_received_total",
+    "Invalidation messages received from the core's channel.",
+)
+L1_SUBSCRIBED = Gauge(
+    "aside_gateway_l1_subscribed",
+    "1 when every live worker is subscribed to the invalidation channel (its L1 may serve).",
+    multiprocess_mode="livemin",
+)
+L1_SUBSCRIPTIONS = Counter(
+    "aside_gateway_l1_subscriptions_total",
+    "Subscriptions to the invalidation channel confirmed by Redis (first ones and renewals).",
+)
+L1_INVALIDATION_LAG = Histogram(
+    "aside_gateway_l1_invalidation_lag_seconds",
+    "Receive time minus the core's publish time of each invalidation message.",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+)
+
 _request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
 
 
@@ -171,3 +211,26 @@ def cache_error(route: str, op: str) -> None:
 
 def singleflight_shared(route: str) -> None:
     SINGLEFLIGHT_SHARED.labels(route).inc()
+
+
+_tier_children: dict[tuple[str, str, str], Counter] = {}
+
+
+def tier_read(route: str, tier: str, outcome: str) -> None:
+    """Count one lookup in a tier: tier l1|l2, outcome hit|miss."""
+    labels = (route, tier, outcome)
+    child = _tier_children.get(labels)
+    if child is None:
+        child = CACHE_TIER_READS.labels(*labels)
+        _tier_children[labels] = child
+    child.inc()
+
+
+def l1_evicted(reason: str, count: int = 1) -> None:
+    L1_EVICTIONS.labels(reason).inc(count)
+
+
+def l1_invalidation_received(lag_s: float | None) -> None:
+    L1_INVALIDATIONS.inc()
+    if lag_s is not None:
+        L1_INVALIDATION_LAG.observe(max(lag_s, 0.0))

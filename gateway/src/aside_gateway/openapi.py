@@ -68,9 +68,14 @@ def _header(schema: Schema, description: str, required: bool = False) -> Schema:
 
 X_CACHE = _header(
     {"type": "string", "enum": ["HIT", "MISS", "BYPASS"]},
-    "How the read was answered: from Redis (HIT), from PostgreSQL after a miss (MISS), "
-    "or from PostgreSQL without the cache (BYPASS: cache=off, or Redis failing).",
+    "How the read was answered: from a cache tier (HIT, see X-Cache-Tier), from "
+    "PostgreSQL after a miss (MISS), or from PostgreSQL without the cache (BYPASS: "
+    "cache=off, or Redis failing).",
     required=True,
+)
+X_CACHE_TIER = _header(
+    {"type": "string", "enum": ["l1", "l2"]},
+    "On a HIT, the tier that answered: l1 (the gateway worker's memory) or l2 (Redis).",
 )
 X_CACHE_ERROR = _header(
     {"type": "string", "enum": ["1"]}, "Present when Redis failed during this request."
@@ -81,7 +86,7 @@ X_CACHE_INVALIDATION = _header(
     "they live until their TTL.",
 )
 RETRY_AFTER = _header({"type": "string", "pattern": "^[0-9]+$"}, "Seconds to wait before retrying.")
-READ_HEADERS = {"X-Cache": X_CACHE, "X-Cache-Error": X_CACHE_ERROR}
+READ_HEADERS = {"X-Cache": X_CACHE, "X-Cache-Tier": X_CACHE_TIER, "X-Cache-Error": X_CACHE_ERROR}
 
 
 def _error_schema(status: int) -> Schema:
@@ -153,9 +158,11 @@ CACHE_PARAMETER = {
     "name": "cache",
     "in": "query",
     "required": False,
-    "description": "`on` (default): cache-aside with leases. `off`: read PostgreSQL "
-    "directly, touching no Redis (lab profile only; 403 `lab_disabled` in production).",
-    "schema": {"type": "string", "enum": ["on", "off"]},
+    "description": "`on` (default): the configured cache strategy (CACHE_STRATEGY). "
+    "Lab profile only (403 `lab_disabled` in production): `off` reads PostgreSQL "
+    "directly, touching no Redis; `l2` Redis cache-aside with leases; `l1` the "
+    "gateway worker's memory only; `hybrid` the worker's memory, then Redis.",
+    "schema": {"type": "string", "enum": ["on", "off", "l2", "l1", "hybrid"]},
 }
 IDEMPOTENCY_KEY_PARAMETER = {
     "name": "Idempotency-Key",

@@ -31,3 +31,6 @@ class EarlyGet:
     key: str
     value: bytes | None
     failed: bool
+    # The L1 token (l1.L1Cache.token) taken before this GET, for a hybrid read
+    # that may store its value in L1; None when the read does not use L1.
+    l1_token: int | None = None

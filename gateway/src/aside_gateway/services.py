@@ -18,6 +18,9 @@ from aside_gateway.config import Settings
 from aside_gateway.core_client import CoreClient
 from aside_gateway.db import Database
 from aside_gateway.hooks import TestHooks
+from aside_gateway.invalidations import InvalidationSubscriber
+from aside_gateway.l1 import L1Cache
+from aside_gateway.tiers import TieredCache
 
 
 @dataclass
@@ -27,6 +30,8 @@ class Services:
     settings: Settings
     db: Database
     cache: Cache
+    tiers: TieredCache
+    subscriber: InvalidationSubscriber | None
     breaker: CircuitBreaker
     core: CoreClient
     bypass_slots: threading.BoundedSemaphore
@@ -35,6 +40,8 @@ class Services:
     def close(self) -> None:
         """Stop the sampler and close the pools (tests; gunicorn just exits)."""
         self.sampler_stop.set()
+        if self.subscriber is not None:
+            self.subscriber.stop()
         self.core.close()
         self.cache.close()
         self.db.close()
@@ -45,15 +52,28 @@ def build_services(settings: Settings) -> Services:
     hooks = TestHooks(settings) if settings.test_hooks else None
     db = Database(settings)
     cache = Cache(settings, breaker, hooks)
+    l1 = L1Cache(
+        settings.cache_l1_max_entries,
+        settings.cache_l1_max_bytes,
+        settings.cache_l1_ttl_seconds,
+        needs_subscription=settings.cache_l1_invalidation,
+    )
+    metrics.L1_SUBSCRIBED.set(0)
+    subscriber = InvalidationSubscriber(settings, l1) if settings.l1_subscribes else None
+    if subscriber is not None:
+        subscriber.start()
 
     def sample() -> None:
         db.sample_gauges()
         cache.sample_gauges()
+        l1.sample_gauges()
 
     return Services(
         settings=settings,
         db=db,
         cache=cache,
+        tiers=TieredCache(l1, cache, hooks),
+        subscriber=subscriber,
         breaker=breaker,
         core=CoreClient(settings),
         bypass_slots=threading.BoundedSemaphore(settings.lab_max_concurrent_bypass),

@@ -1,0 +1,141 @@
+"""The in-process L1 tier: one per worker, in front of Redis (L2).
+
+Bounded by entries and by bytes, each entry living at most CACHE_L1_TTL_SECONDS
+(cachetools' TTLCache, least recently used evicted first when a bound is hit).
+Flask's threads and the event loop share it, so every access holds a lock.
+
+Coherence (contracts/README.md, "Cache tiers"): the core publishes every
+invalidation's keys and each worker evicts them here (invalidations.py). Two
+rules keep a stale entry from outliving that message:
+
+* no subscription, no L1: until the subscriber has confirmed its subscription,
+  and from the moment it is lost, the tier is flushed and serves nothing;
+* a fill stores only if nothing was invalidated while it read. `token()` is
+  the worker's invalidation sequence, bumped by every eviction message, every
+  flush and every (re)subscription; a fill takes it before reading and
+  `put()` refuses when it changed. A message that arrives before the store
+  blocks it, one that arrives after evicts it: the old value never stays.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from cachetools import TTLCache
+
+from aside_gateway import metrics
+
+# Rough per-entry bookkeeping (dict slot, TTL link, key and bytes objects), so
+# CACHE_L1_MAX_BYTES bounds the memory of many small entries, not just their text.
+ENTRY_OVERHEAD_BYTES = 200
+
+Token = int
+
+
+def entry_size(key: str, value: bytes) -> int:
+    return len(key.encode()) + len(value) + ENTRY_OVERHEAD_BYTES
+
+
+# An entry is (value, its size): TTLCache sizes values only, and the key counts too.
+Entry = tuple[bytes, int]
+
+
+class _Entries(TTLCache[str, Entry]):
+    """TTLCache that sizes entries by bytes and counts what it evicts for room."""
+
+    def __init__(self, max_bytes: int, ttl_s: float, timer: Callable[[], float]):
+        super().__init__(maxsize=max_bytes, ttl=ttl_s, timer=timer)
+
+    def getsizeof(self, value: Entry) -> int:
+        return value[1]
+
+    def popitem(self) -> tuple[str, Entry]:
+        item = super().popitem()
+        metrics.l1_evicted("capacity")
+        return item
+
+
+class L1Cache:
+    def __init__(
+        self,
+        max_entries: int,
+        max_bytes: int,
+        ttl_s: float,
+        needs_subscription: bool,
+        timer: Callable[[], float] = time.monotonic,
+    ):
+        self._lock = threading.Lock()
+        self._entries = _Entries(max_bytes, ttl_s, timer)
+        self._max_entries = max_entries
+        self._sequence = 0
+        # Without invalidation messages (a lab switch) only the TTL bounds staleness.
+        self._usable = not needs_subscription
+
+    @property
+    def usable(self) -> bool:
+        return self._usable
+
+    def get(self, key: str) -> bytes | None:
+        with self._lock:
+            if not self._usable:
+                return None
+            entry = self._entries.get(key)
+        return None if entry is None else entry[0]
+
+    def peek(self, key: str) -> bytes | None:
+        """The entry even while the tier serves nothing (a writer's hint of the old row)."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return None if entry is None else entry[0]
+
+    def token(self) -> Token:
+        """Take before reading the value a later put() will store."""
+        with self._lock:
+            return self._sequence
+
+    def put(self, key: str, value: bytes, token: Token) -> bool:
+        """Store unless the tier is off or anything was invalidated since `token`."""
+        with self._lock:
+            if not self._usable or token != self._sequence:
+                return False
+            try:
+                self._entries[key] = (value, entry_size(key, value))
+            except ValueError:  # larger than the whole byte bound
+                return False
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem()
+            return True
+
+    def evict(self, keys: Iterable[str]) -> int:
+        """Drop `keys` (an invalidation) and block every fill begun before;
+        returns how many were held."""
+        with self._lock:
+            self._sequence += 1
+            dropped = sum(1 for key in keys if self._entries.pop(key, None) is not None)
+        if dropped:
+            metrics.l1_evicted("invalidation", dropped)
+        return dropped
+
+    def flush(self, usable: bool) -> None:
+        """Empty the tier and block fills in flight; `usable` says whether it may serve
+        again (subscribed) or not (subscription lost)."""
+        with self._lock:
+            self._sequence += 1
+            dropped = len(self._entries)
+            self._entries.clear()
+            self._usable = usable
+        if dropped:
+            metrics.l1_evicted("flush", dropped)
+
+    def stats(self) -> tuple[int, int]:
+        """(entries, bytes) after dropping the expired ones."""
+        with self._lock:
+            self._entries.expire()
+            return len(self._entries), int(self._entries.currsize)
+
+    def sample_gauges(self) -> None:
+        entries, size = self.stats()
+        metrics.L1_ENTRIES.set(entries)
+        metrics.L1_BYTES.set(size)

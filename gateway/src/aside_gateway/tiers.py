@@ -1,0 +1,138 @@
+"""Cache strategies over two tiers: L1 (the worker's memory, l1.py) and L2
+(Redis with leases, cache.py).
+
+* `l2`: Redis only, as cache.py does it;
+* `l1`: the worker's memory only, filled from PostgreSQL; no Redis for the
+  route at all, so only the L1 TTL and the invalidation messages bound
+  staleness (while the subscription is down the reads go to PostgreSQL);
+* `hybrid`: L1, then Redis (and its lease protocol on a miss), storing in L1
+  what Redis or the fill returned.
+
+Every L1 store goes through the token check of l1.py, so a value read while
+an invalidation arrived is never kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from aside_gateway import cache_keys, metrics
+from aside_gateway.cache import BYPASS, HIT, MISS, Cache, CacheRead
+from aside_gateway.hooks import TestHooks
+from aside_gateway.l1 import L1Cache
+from aside_gateway.routes import EarlyGet
+
+L1 = "l1"
+L2 = "l2"
+
+
+class TieredCache:
+    def __init__(self, l1: L1Cache, l2: Cache, hooks: TestHooks | None = None):
+        self.l1 = l1
+        self.l2 = l2
+        self.hooks = hooks
+
+    def read_through(
+        self,
+        route: str,
+        key: str,
+        load: Callable[[], bytes],
+        strategy: str,
+        hold: str | None = None,
+        early_get: EarlyGet | None = None,
+    ) -> CacheRead:
+        if strategy == cache_keys.STRATEGY_L2:
+            return self._from_l2(route, key, load, hold, early_get)
+        value = self.l1.get(key)
+        if value is not None:
+            metrics.tier_read(route, L1, "hit")
+            return CacheRead(value, HIT, tier=L1)
+        metrics.tier_read(route, L1, "miss")
+        if strategy == cache_keys.STRATEGY_L1:
+            return self._fill_from_database(key, load, hold)
+        # The token must predate the Redis GET: the hot path's, when it did the GET.
+        if early_get is not None and early_get.key == key and early_get.l1_token is not None:
+            token = early_get.l1_token
+        else:
+            token = self.l1.token()
+        result = self._from_l2(route, key, load, hold, early_get)
+        if result.outcome != BYPASS and not result.error:
+            self.l1.put(key, result.value, token)
+        return result
+
+    def _from_l2(
+        self,
+        route: str,
+        key: str,
+        load: Callable[[], bytes],
+        hold: str | None,
+        early_get: EarlyGet | None,
+    ) -> CacheRead:
+        result = self.l2.read_through(route, key, load, hold, early_get)
+        if result.outcome == HIT:
+            result.tier = L2
+            metrics.tier_read(route, L2, "hit")
+        elif result.outcome == MISS:
+            metrics.tier_read(route, L2, "miss")
+        return result
+
+    def _fill_from_database(
+        self, key: str, load: Callable[[], bytes], hold: str | None
+    ) -> CacheRead:
+        token = self.l1.token()
+        value = load()
+        if hold and self.hooks:
+            self.hooks.hold(hold)  # lab: let a test write between the read and the store
+        self.l1.put(key, value, token)
+        return CacheRead(value, MISS)
+
+    def forget_written(self, keys: list[str]) -> None:
+        """Evict a forwarded write's keys before answering it, so a client reading
+        through this worker sees its own write without waiting for the message."""
+        self.l1.evict(keys)
+
+
+def written_keys(
+    method: str, user_id: int | None, answer_body: bytes, previous_user: bytes | None
+) -> list[str]:
+    """The keys a successful user write made stale, from the core's answer and, for
+    the old email of an update or delete, this worker's L1 copy of the user
+    (`previous_user`, read before forwarding). A count cached without its user
+    is left to the core's invalidation message."""
+    old_email = _email_of(previous_user)
+    if method == "POST":
+        user = _json_object(answer_body) or {}
+        new_id, email = user.get("id"), user.get("email")
+        if not isinstance(new_id, int) or not isinstance(email, str):
+            return []
+        return cache_keys.stale_after_create(new_id, email)
+    if user_id is None:
+        return []
+    if method == "PATCH":
+        user = _json_object(answer_body)
+        new_email = user.get("email") if user else None
+        if not isinstance(new_email, str):
+            return [cache_keys.user_key(user_id)]
+        return cache_keys.stale_after_update(user_id, old_email or new_email, new_email)
+    if method == "DELETE":
+        if old_email is None:
+            return [cache_keys.user_key(user_id)]
+        return cache_keys.stale_after_delete(user_id, old_email)
+    return []
+
+
+def _json_object(body: bytes | None) -> dict | None:
+    if not body:
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _email_of(user_body: bytes | None) -> str | None:
+    user = _json_object(user_body)
+    email = user.get("email") if user else None
+    return email if isinstance(email, str) else None

@@ -1,0 +1,186 @@
+"""The L1 tier and its rules without services: bounds, TTL, the fill token,
+the keys a forwarded write evicts, the settings and the contract."""
+
+from __future__ import annotations
+
+import pytest
+from aside_gateway import cache_keys
+from aside_gateway.config import ConfigError, load_settings
+from aside_gateway.invalidations import parse
+from aside_gateway.l1 import ENTRY_OVERHEAD_BYTES, L1Cache, entry_size
+from aside_gateway.tiers import written_keys
+from gateway_helpers import contract
+
+CACHE = contract("cache.json")
+BASE_ENV = {
+    "DATABASE_URL": "postgresql://aside@127.0.0.1:1/aside",
+    "REDIS_URL": "redis://127.0.0.1:1/0",
+    "CORE_URL": "http://127.0.0.1:1",
+    "ASIDE_PROFILE": "lab",
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_l1(
+    max_entries: int = 100, max_bytes: int = 1 << 20, ttl_s: float = 5, clock: Clock | None = None
+) -> L1Cache:
+    return L1Cache(max_entries, max_bytes, ttl_s, needs_subscription=False, timer=clock or Clock())
+
+
+def test_contract_tiers_match_the_constants():
+    tiers = CACHE["tiers"]
+    assert tuple(tiers["strategies"]) == cache_keys.STRATEGIES
+    assert tiers["default_strategy"] == cache_keys.DEFAULT_STRATEGY
+    assert tiers["l1_ttl_seconds_default"] == cache_keys.L1_TTL_SECONDS_DEFAULT
+    assert tiers["invalidation_channel"] == cache_keys.INVALIDATION_CHANNEL
+    assert parse(str.encode(__import__("json").dumps(tiers["invalidation_message"]))) == (
+        tiers["invalidation_message"]["keys"],
+        tiers["invalidation_message"]["published_ms"],
+    )
+
+
+@pytest.mark.parametrize("case", CACHE["invalidation"], ids=lambda c: c["name"])
+def test_stale_key_rules_match_the_contract(case):
+    before, after = case["before"], case["after"]
+    if case["write"] == "create":
+        keys = cache_keys.stale_after_create(after["id"], after["email"])
+    elif case["write"] == "update":
+        keys = cache_keys.stale_after_update(after["id"], before["email"], after["email"])
+    else:
+        keys = cache_keys.stale_after_delete(before["id"], before["email"])
+    assert sorted(keys) == sorted(case["keys"])
+
+
+def test_get_put_and_ttl_expiry():
+    clock = Clock()
+    l1 = make_l1(ttl_s=5, clock=clock)
+    assert l1.put("k", b"v", l1.token())
+    assert l1.get("k") == b"v"
+    clock.now += 4.9
+    assert l1.get("k") == b"v"
+    clock.now += 0.2
+    assert l1.get("k") is None
+    assert l1.stats() == (0, 0)
+
+
+def test_entry_bound_evicts_the_least_recently_used():
+    l1 = make_l1(max_entries=3)
+    for key in ("a", "b", "c"):
+        assert l1.put(key, b"1", l1.token())
+    assert l1.get("a") == b"1"  # a is now the most recent
+    assert l1.put("d", b"1", l1.token())
+    assert l1.stats()[0] == 3
+    assert l1.get("b") is None
+    assert [l1.get(k) for k in ("a", "c", "d")] == [b"1", b"1", b"1"]
+
+
+def test_byte_bound_counts_keys_values_and_overhead():
+    value = b"x" * 100
+    size = entry_size("key-0", value)
+    assert size == 5 + 100 + ENTRY_OVERHEAD_BYTES
+    l1 = make_l1(max_entries=1000, max_bytes=3 * size)
+    for i in range(5):
+        assert l1.put(f"key-{i}", value, l1.token())
+    entries, used = l1.stats()
+    assert entries == 3 and used == 3 * size
+    assert l1.get("key-0") is None and l1.get("key-4") == value
+    # An entry larger than the whole bound is refused, not stored.
+    assert not l1.put("huge", b"x" * (4 * size), l1.token())
+    assert l1.get("huge") is None
+
+
+def test_a_fill_that_overlaps_an_invalidation_stores_nothing():
+    l1 = make_l1()
+    database = {"k": b"old"}
+
+    def fill(key: str, during_read=lambda: None) -> bool:
+        token = l1.token()  # before the read, as tiers.py does
+        value = database[key]
+        during_read()
+        return l1.put(key, value, token)
+
+    def writer_commits_and_message_arrives() -> None:
+        database["k"] = b"new"
+        l1.evict(["k"])
+
+    assert not fill("k", writer_commits_and_message_arrives)
+    assert l1.get("k") is None  # the old read was not kept
+    assert fill("k")
+    assert l1.get("k") == b"new"
+
+
+def test_an_invalidation_of_any_key_blocks_fills_in_flight():
+    l1 = make_l1()
+    token = l1.token()
+    l1.evict(["another-key"])
+    assert not l1.put("k", b"v", token)
+
+
+def test_no_entry_is_served_or_stored_without_a_subscription():
+    l1 = L1Cache(100, 1 << 20, 5, needs_subscription=True)
+    assert not l1.put("k", b"v", l1.token())
+    l1.flush(usable=True)  # subscribed
+    assert l1.put("k", b"v", l1.token())
+    token = l1.token()
+    l1.flush(usable=False)  # subscription lost
+    assert l1.get("k") is None and l1.stats()[0] == 0
+    assert not l1.put("k", b"v", token)
+    assert l1.peek("k") is None
+
+
+def test_written_keys_from_the_core_answer_and_the_cached_user():
+    user = b'{"id":7,"username":"u","email":"new@example.com","created_at":"x"}'
+    cached = b'{"id":7,"username":"u","email":"old@example.com","created_at":"x"}'
+    assert sorted(written_keys("POST", None, user, None)) == sorted(
+        [cache_keys.user_key(7), cache_keys.count_key("new@example.com")]
+    )
+    assert sorted(written_keys("PATCH", 7, user, cached)) == sorted(
+        cache_keys.stale_after_update(7, "old@example.com", "new@example.com")
+    )
+    assert written_keys("PATCH", 7, user, None) == cache_keys.stale_after_update(
+        7, "new@example.com", "new@example.com"
+    )
+    assert sorted(written_keys("DELETE", 7, b"", cached)) == sorted(
+        cache_keys.stale_after_delete(7, "old@example.com")
+    )
+    assert written_keys("DELETE", 7, b"", None) == [cache_keys.user_key(7)]
+    assert written_keys("POST", None, b"not json", None) == []
+
+
+def test_tier_settings_defaults_and_errors():
+    settings = load_settings(BASE_ENV)
+    assert settings.cache_strategy == "l2" and settings.cache_l1_ttl_seconds == 5
+    assert settings.cache_l1_invalidation
+    for env, variable in [
+        ({"CACHE_STRATEGY": "memory"}, "CACHE_STRATEGY"),
+        ({"CACHE_L1_TTL_SECONDS": "0"}, "CACHE_L1_TTL_SECONDS"),
+        ({"CACHE_L1_MAX_ENTRIES": "x"}, "CACHE_L1_MAX_ENTRIES"),
+        ({"CACHE_L1_MAX_BYTES": "10"}, "CACHE_L1_MAX_BYTES"),
+        ({"CACHE_L1_INVALIDATION": "no"}, "CACHE_L1_INVALIDATION"),
+        (
+            {
+                "CACHE_L1_INVALIDATION": "off",
+                "ASIDE_PROFILE": "production",
+                "WRITE_TOKEN": "t" * 20,
+            },
+            "CACHE_L1_INVALIDATION",
+        ),
+    ]:
+        with pytest.raises(ConfigError) as raised:
+            load_settings({**BASE_ENV, **env})
+        message = str(raised.value)
+        assert variable in message and "\n" not in message
+    assert not load_settings({**BASE_ENV, "CACHE_L1_INVALIDATION": "off"}).cache_l1_invalidation
+
+
+@pytest.mark.parametrize("data", [b"not json", b"{}", b'{"keys": "k"}', b'{"keys": [1]}', b"[]"])
+def test_unreadable_messages_are_refused(data):
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        parse(data)
