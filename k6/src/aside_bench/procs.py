@@ -12,19 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import stacktable
+
 PROC = Path("/proc")
 # infra/services.sh ALL_SERVICES, in start order.
-SERVICES = (
-    "postgres",
-    "redis",
-    "influxdb",
-    "node-exporter",
-    "redis-exporter",
-    "postgres-exporter",
-    "prometheus",
-    "core",
-    "gateway",
-)
+SERVICES = stacktable.names()
 # TCP state LISTEN in /proc/net/tcp.
 _LISTEN = "0A"
 
