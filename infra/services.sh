@@ -116,9 +116,10 @@ stop_postgres() {
 start_redis() {
     local dir=$ASIDE_RUN_DIR/redis
     mkdir -p "$dir"
-    # A pure cache: no persistence, LRU eviction when full.
+    # A pure cache: no persistence, LRU eviction when full. No process title:
+    # Redis writes it over its environment, where pid_of looks for ASIDE_RUN_DIR.
     launch_service redis redis-server "$ASIDE_ROOT/infra/conf/redis.conf" \
-        --port "$ASIDE_REDIS_PORT" --dir "$dir"
+        --port "$ASIDE_REDIS_PORT" --dir "$dir" --set-proc-title no
 }
 
 start_influxdb() {
