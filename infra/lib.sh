@@ -14,8 +14,12 @@ LOG_DIR=$ASIDE_RUN_DIR/logs
 
 pidfile() { printf '%s/%s.pid' "$PID_DIR" "$1"; }
 
-# pid_of NAME: the live pid recorded for NAME, or nothing. A pid whose process
-# no longer runs the expected program (a recycled pid) does not count.
+# pid_of NAME: the live pid recorded for NAME, or nothing. A pid that is not
+# this stack's process does not count: its command line must hold the recorded
+# match (else the pid was recycled) and its environment this ASIDE_RUN_DIR. The
+# lab and the test stack run the same programs from the same checkout, and
+# gunicorn's or the core's command line is the same in both, so only the
+# environment tells one stack's recycled pid from the other's process.
 pid_of() {
     local f pid
     f=$(pidfile "$1")
@@ -25,11 +29,21 @@ pid_of() {
     if [ -s "$f.cmd" ] && ! cmdline_has "$pid" "$(cat "$f.cmd")"; then
         return 1
     fi
+    environ_has "$pid" "ASIDE_RUN_DIR=$ASIDE_RUN_DIR" || return 1
     printf '%s' "$pid"
 }
 
 # cmdline_has PID TEXT: the command line of PID contains TEXT.
 cmdline_has() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$2"; }
+
+# environ_has PID ENTRY: the environment PID started with holds ENTRY
+# (NAME=VALUE), whole. Root may read every process's, the postmaster's too
+# (user postgres); without root, as_postgres runs it as the caller.
+environ_has() {
+    local environ
+    environ=$(tr '\0' '\n' 2>/dev/null <"/proc/$1/environ") || return 1
+    grep -qxF -- "$2" <<<"$environ"
+}
 
 # record_pid NAME PID MATCH: remember PID for NAME; MATCH is a piece of its
 # command line used later to tell it from a recycled pid.

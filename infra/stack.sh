@@ -28,7 +28,7 @@ known_service() {
 # as its process has exited (no point waiting a minute for a dead process).
 wait_ready() {
     local name=$1 deadline=$((SECONDS + READY_TIMEOUT))
-    until "ready_$name" >/dev/null 2>&1; do
+    until service_ready "$name" >/dev/null 2>&1; do
         if ! pid_of "$name" >/dev/null; then
             printf '%saside: %s exited during start-up%s\n' "$C_RED" "$name" "$C_OFF" >&2
             return 1
@@ -46,7 +46,7 @@ print_table() {
     printf '%-18s %-8s %-8s %s\n' SERVICE STATE PID ADDRESS
     for s in "$@"; do
         if pid=$(pid_of "$s"); then
-            if "ready_$s" >/dev/null 2>&1; then state="${C_GRN}healthy${C_OFF} "; else state="${C_RED}starting${C_OFF}"; fi
+            if service_ready "$s" >/dev/null 2>&1; then state="${C_GRN}healthy${C_OFF} "; else state="${C_RED}starting${C_OFF}"; fi
         else
             pid="-"; state="${C_RED}down${C_OFF}    "
         fi
@@ -127,7 +127,7 @@ cmd_status() {
     for s in "${wanted[@]}"; do known_service "$s" || die "unknown service '$s' (one of: ${ALL_SERVICES[*]})"; done
     print_table "${wanted[@]}"
     for s in "${wanted[@]}"; do
-        pid_of "$s" >/dev/null && "ready_$s" >/dev/null 2>&1 || return 1
+        pid_of "$s" >/dev/null && service_ready "$s" >/dev/null 2>&1 || return 1
     done
 }
 

@@ -12,19 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import stacktable
+
 PROC = Path("/proc")
 # infra/services.sh ALL_SERVICES, in start order.
-SERVICES = (
-    "postgres",
-    "redis",
-    "influxdb",
-    "node-exporter",
-    "redis-exporter",
-    "postgres-exporter",
-    "prometheus",
-    "core",
-    "gateway",
-)
+SERVICES = stacktable.names()
 # TCP state LISTEN in /proc/net/tcp.
 _LISTEN = "0A"
 
@@ -40,8 +32,10 @@ def _alive(pid: int) -> bool:
 
 def recorded_pid(run_dir: Path, service: str) -> int | None:
     """The live pid infra/stack.sh recorded for `service`, else None. Like
-    lib.sh's pid_of, a pid whose command line lacks the recorded match (a
-    recycled pid) does not count."""
+    lib.sh's pid_of, a pid does not count unless its command line holds the
+    recorded match (else the pid was recycled) and its environment holds
+    ASIDE_RUN_DIR=`run_dir` (else it is another stack's process: the lab and
+    the test stack run the same command lines)."""
     pid_file = run_dir / "pids" / f"{service}.pid"
     try:
         pid = int(pid_file.read_text().split()[0])
@@ -57,7 +51,18 @@ def recorded_pid(run_dir: Path, service: str) -> int | None:
             return None
         if match_file.read_text().strip() not in cmdline:
             return None
+    if not environ_has(pid, f"ASIDE_RUN_DIR={run_dir}"):
+        return None
     return pid
+
+
+def environ_has(pid: int, entry: str) -> bool:
+    """The environment `pid` started with holds `entry` (NAME=VALUE), whole."""
+    try:
+        environ = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return os.fsencode(entry) in environ.split(b"\0")
 
 
 def parents() -> dict[int, int]:

@@ -19,34 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import procs
+from . import procs, stacktable
 from .config import Settings
 from .prepare import StackError
 
 STACK_TIMEOUT_S = 120
-# What infra/env.sh computes; read back through bash so the values are exactly
-# the ones infra/stack.sh will use.
-_ENV_NAMES = (
-    "ASIDE_RUN_DIR",
-    "ASIDE_PG_PORT",
-    "ASIDE_REDIS_PORT",
-    "ASIDE_CORE_PORT",
-    "ASIDE_GATEWAY_PORT",
-    "CORE_URL",
-)
-# The port each service listens on, by its infra/env.sh variable.
-SERVICE_PORT_VAR = {
-    "postgres": "ASIDE_PG_PORT",
-    "redis": "ASIDE_REDIS_PORT",
-    "core": "ASIDE_CORE_PORT",
-    "gateway": "ASIDE_GATEWAY_PORT",
-}
 
 
 @dataclass(frozen=True)
 class StackEnv:
     run_dir: Path
-    ports: dict[str, int]  # service -> port
+    ports: dict[str, int]  # service -> its main port
     core_url: str
 
 
@@ -67,7 +50,12 @@ class ServiceControl:
         self.stack = self._read_env()
 
     def _read_env(self) -> StackEnv:
-        printer = 'printf "%s\\n" ' + " ".join(f'"${name}"' for name in _ENV_NAMES)
+        """ASIDE_RUN_DIR, CORE_URL and each service's main port as infra/env.sh
+        computes them, read back through bash so the values are exactly the ones
+        infra/stack.sh will use."""
+        port_var = {s.name: s.port_var for s in stacktable.read(self.settings.root)}
+        names = ("ASIDE_RUN_DIR", "CORE_URL", *dict.fromkeys(port_var.values()))
+        printer = 'printf "%s\\n" ' + " ".join(f'"${name}"' for name in names)
         done = subprocess.run(
             ["bash", "-c", f'source "{self.settings.root}/infra/env.sh" && {printer}'],
             env=self.env,
@@ -77,18 +65,19 @@ class ServiceControl:
             check=False,
         )
         values = done.stdout.splitlines()
-        if done.returncode != 0 or len(values) != len(_ENV_NAMES):
+        if done.returncode != 0 or len(values) != len(names):
             raise StackError(f"cannot read infra/env.sh: {done.stderr.strip()}")
-        found = dict(zip(_ENV_NAMES, values, strict=True))
+        found = dict(zip(names, values, strict=True))
         try:
-            ports = {s: int(found[var]) for s, var in SERVICE_PORT_VAR.items()}
+            ports = {service: int(found[var]) for service, var in port_var.items()}
         except ValueError as error:
             raise StackError(f"infra/env.sh gives a port that is not a number: {error}") from error
         return StackEnv(Path(found["ASIDE_RUN_DIR"]), ports, found["CORE_URL"].rstrip("/"))
 
     # ---- which stack --------------------------------------------------------
-    def verify(self, services: tuple[str, ...] = tuple(SERVICE_PORT_VAR)) -> None:
-        """Refuse unless the bench's URLs and the recorded pids are this stack's."""
+    def verify(self, services: tuple[str, ...] | None = None) -> None:
+        """Refuse unless the bench's URLs and the recorded pids (of `services`, by
+        default those whose URLs the bench loads) are this stack's."""
         urls = {
             "gateway": ("GATEWAY_URL", self.settings.gateway_url),
             "postgres": ("DATABASE_URL", self.settings.database_url),
@@ -103,7 +92,7 @@ class ServiceControl:
                     f"{self.stack.run_dir} has {service} on {port}: refusing to inject faults "
                     "into a stack the bench does not load (export the stack's environment)"
                 )
-        for service in services:
+        for service in tuple(urls) if services is None else services:
             pid = self.pid(service)
             port = self.stack.ports[service]
             if port not in procs.listening_ports(pid):
