@@ -102,6 +102,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		Log:             log,
 		SeparateMetrics: cfg.MetricsAddr != "",
+		CoreToken:       cfg.CoreToken,
 	})
 
 	metricsSrv, err := serveMetrics(cfg.MetricsAddr, m, log)
@@ -135,7 +136,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("aside-core listening", "addr", ln.Addr().String(), "profile", cfg.Profile,
-		"db_pool_max", cfg.DBPoolMax, "compute_max_concurrency", cfg.ComputeMaxConcurrency)
+		"db_pool_max", cfg.DBPoolMax, "compute_max_concurrency", cfg.ComputeMaxConcurrency,
+		"core_token", cfg.CoreToken != "")
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
