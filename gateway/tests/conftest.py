@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from gateway_helpers import (
     CONTRACTS,
+    CORE_TOKEN,
     REPO,
     TEST_DB,
     TEST_REDIS_DB,
@@ -90,11 +91,12 @@ def core_binary() -> Path:
 @pytest.fixture(scope="session")
 def start_core(
     core_binary: Path, database_url: str, redis_url: str, tmp_path_factory
-) -> Iterator[Callable[[], Proc]]:
-    """Start an aside-core on a free port against the suite's DB and Redis DB."""
+) -> Iterator[Callable[..., Proc]]:
+    """Start an aside-core on a free port against the suite's DB and Redis DB;
+    keyword arguments override its environment."""
     started: list[Proc] = []
 
-    def start() -> Proc:
+    def start(**overrides: str) -> Proc:
         port = free_port()
         env = {
             **os.environ,
@@ -102,6 +104,7 @@ def start_core(
             "DATABASE_URL": database_url,
             "REDIS_URL": redis_url,
             "ASIDE_PROFILE": "lab",
+            **overrides,
         }
         log = tmp_path_factory.mktemp("core") / "core.log"
         proc = start_process("aside-core", [str(core_binary)], env, log, f"http://127.0.0.1:{port}")
@@ -114,7 +117,7 @@ def start_core(
 
 
 @pytest.fixture(scope="session")
-def core(start_core: Callable[[], Proc]) -> Proc:
+def core(start_core: Callable[..., Proc]) -> Proc:
     return start_core()
 
 
@@ -171,9 +174,17 @@ def naive_gateway(start_gateway: Callable[..., Proc]) -> Proc:
 
 
 @pytest.fixture(scope="session")
-def production_core(start_core: Callable[[], Proc]) -> Proc:
-    """A core of its own behind the production gateway, so tests can tell what reached it."""
-    return start_core()
+def production_core(start_core: Callable[..., Proc]) -> Proc:
+    """A production core of its own behind the production gateway, so tests can tell
+    what reached it: writes need CORE_TOKEN, /metrics is on its own port."""
+    metrics_port = free_port()
+    proc = start_core(
+        ASIDE_PROFILE="production",
+        CORE_TOKEN=CORE_TOKEN,
+        CORE_METRICS_ADDR=f"127.0.0.1:{metrics_port}",
+    )
+    proc.extra["metrics_base"] = f"http://127.0.0.1:{metrics_port}"
+    return proc
 
 
 @pytest.fixture(scope="session")
@@ -186,6 +197,7 @@ def production_gateway(start_gateway: Callable[..., Proc], production_core: Proc
         GATEWAY_WORKERS="2",
         CORE_URL=production_core.url,
         WRITE_TOKEN=WRITE_TOKEN,
+        CORE_TOKEN=CORE_TOKEN,
         METRICS_BIND=f"127.0.0.1:{metrics_port}",
     )
     proc.extra["metrics_url"] = f"http://127.0.0.1:{metrics_port}/metrics"

@@ -31,6 +31,8 @@ START_DEADLINE_S = 30
 # The production gateways' bearer token (WRITE_TOKEN): a test value, not a secret.
 WRITE_TOKEN = "test-write-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+# The production core's credential (CORE_TOKEN), which only the gateway sends.
+CORE_TOKEN = "test-core-token-0123456789abcdef"
 
 
 def contract(name: str) -> Any:

@@ -15,7 +15,7 @@ from aside_gateway.app import create_app
 from aside_gateway.config import Settings, load_settings
 from aside_gateway.services import build_services
 from flask import Flask
-from gateway_helpers import WRITE_TOKEN, contract
+from gateway_helpers import CORE_TOKEN, WRITE_TOKEN, contract
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -58,6 +58,7 @@ def app_settings(request, database_url, redis_url) -> Settings:
         "CORE_URL": "http://127.0.0.1:9",
         "ASIDE_PROFILE": request.param,
         "WRITE_TOKEN": WRITE_TOKEN,
+        "CORE_TOKEN": CORE_TOKEN,
     }
     return load_settings(env)
 

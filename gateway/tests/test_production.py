@@ -1,5 +1,6 @@
 """ASIDE_PROFILE=production through a real gunicorn: the bearer token on writes,
-the body limit, /metrics only on METRICS_BIND, no lab switches, no tracebacks."""
+the core's own token (CORE_TOKEN) on what the gateway forwards, the body limit,
+/metrics only on METRICS_BIND, no lab switches, no tracebacks."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import pytest
 import requests
 from gateway_helpers import (
     AUTH,
+    CORE_TOKEN,
     REPO,
     WRITE_TOKEN,
+    Proc,
+    free_port,
     sample,
     scrape,
     unique_email,
@@ -27,9 +31,10 @@ COUNT = "/api/v1/users/count"
 INTERNAL_BODY = {"error": {"code": "internal", "message": "internal error"}}
 
 
-def core_requests(core_url: str) -> float:
-    """Every request the core has answered (any route, method, status)."""
-    samples = scrape(core_url)
+def core_requests(core: Proc) -> float:
+    """Every request the core's public listener has answered (any route, method,
+    status); read from its separate metrics listener, so reading adds none."""
+    samples = scrape(core.extra["metrics_base"])
     return sum(v for (name, _), v in samples.items() if name == "aside_core_http_requests_total")
 
 
@@ -64,14 +69,13 @@ BAD_AUTH = [
 def test_writes_without_the_token_are_401_and_forward_nothing(
     production_gateway, production_core, db, method, path, body
 ):
-    before = core_requests(production_core.url)
+    before = core_requests(production_core)
     for headers, invalid_token in BAD_AUTH:
         response = requests.request(
             method, production_gateway.url + path, json=body, headers=headers, timeout=10
         )
         assert_unauthorized(response, invalid_token)
-    # The core answered only our two scrapes in between: nothing was forwarded.
-    assert core_requests(production_core.url) == before + 1
+    assert core_requests(production_core) == before  # nothing was forwarded
     taken = db.execute("SELECT count(*) FROM users WHERE username LIKE 'never_%'").fetchone()
     assert taken == (0,)
 
@@ -109,7 +113,7 @@ def test_unknown_routes_and_wrong_methods_are_not_hidden_behind_the_token(produc
 def test_bodies_over_16_kib_are_413(production_gateway, production_core, chunked):
     raw = b'{"username": "big", "email": "' + b"x" * (16 * 1024) + b'"}'
     data = iter([raw[:8000], raw[8000:]]) if chunked else raw
-    before = core_requests(production_core.url)
+    before = core_requests(production_core)
     response = requests.post(
         production_gateway.url + USERS,
         data=data,
@@ -118,7 +122,7 @@ def test_bodies_over_16_kib_are_413(production_gateway, production_core, chunked
     )
     assert response.status_code == 413, response.text
     assert response.json()["error"]["code"] == "payload_too_large"
-    assert core_requests(production_core.url) == before + 1
+    assert core_requests(production_core) == before
 
 
 def test_a_body_at_the_limit_is_read(production_gateway):
@@ -207,6 +211,7 @@ def test_a_taken_metrics_port_stops_the_gateway_with_one_line(database_url, redi
             CORE_URL=core.url,
             ASIDE_PROFILE="production",
             WRITE_TOKEN=WRITE_TOKEN,
+            CORE_TOKEN=CORE_TOKEN,
             GATEWAY_BIND="127.0.0.1:1",  # never reached: the metrics port fails first
             METRICS_BIND=f"127.0.0.1:{port}",
         )
@@ -227,8 +232,9 @@ def test_a_taken_metrics_port_stops_the_gateway_with_one_line(database_url, redi
     assert "Traceback" not in result.stderr
 
 
-def test_production_without_a_write_token_refuses_to_start(database_url, redis_url, core):
-    dropped = ("WRITE_TOKEN", "PROMETHEUS_MULTIPROC_DIR")
+@pytest.mark.parametrize("missing", ["WRITE_TOKEN", "CORE_TOKEN"])
+def test_production_without_a_token_refuses_to_start(database_url, redis_url, core, missing):
+    dropped = (missing, "PROMETHEUS_MULTIPROC_DIR")
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(
         DATABASE_URL=database_url,
@@ -236,7 +242,9 @@ def test_production_without_a_write_token_refuses_to_start(database_url, redis_u
         CORE_URL=core.url,
         ASIDE_PROFILE="production",
         GATEWAY_BIND="127.0.0.1:1",
+        **{"WRITE_TOKEN": WRITE_TOKEN, "CORE_TOKEN": CORE_TOKEN},
     )
+    del env[missing]
     result = subprocess.run(
         [str(Path(sys.executable).parent / "gunicorn"), "--config", "gateway/gunicorn.conf.py"],
         cwd=REPO,
@@ -247,5 +255,57 @@ def test_production_without_a_write_token_refuses_to_start(database_url, redis_u
     )
     assert result.returncode != 0
     assert result.stderr.strip() == (
-        "aside-gateway: WRITE_TOKEN is required when ASIDE_PROFILE=production"
+        f"aside-gateway: {missing} is required when ASIDE_PROFILE=production"
     )
+
+
+# ---- the core behind the same door: CORE_TOKEN ------------------------------------
+
+
+def test_the_core_refuses_writes_that_do_not_come_through_the_gateway(
+    production_gateway, production_core, db_count
+):
+    email = unique_email("direct")
+    body = {"username": unique_username(), "email": email}
+    for headers in ({}, AUTH, {"Authorization": "Bearer wrong-token-0123456789abcdef"}):
+        direct = requests.post(production_core.url + USERS, json=body, headers=headers, timeout=10)
+        assert direct.status_code == 401, direct.text
+        assert direct.headers["Content-Type"].startswith("application/json")
+        assert direct.json()["error"]["code"] == "unauthorized"
+    assert db_count(email) == 0
+    # The same write through the gateway, with only the client's WRITE_TOKEN:
+    # the gateway adds CORE_TOKEN itself.
+    through = requests.post(production_gateway.url + USERS, json=body, headers=AUTH, timeout=10)
+    assert through.status_code == 201, through.text
+    assert db_count(email) == 1
+    computed = requests.post(
+        production_gateway.url + "/api/v1/compute", json={"complexity": 1}, headers=AUTH, timeout=10
+    )
+    assert computed.status_code == 200, computed.text
+
+
+def test_a_wrong_core_token_is_a_500_for_the_client_not_a_401(
+    start_gateway, production_core, db_count
+):
+    # The client's WRITE_TOKEN is right: a 401 would blame it for our mistake.
+    gateway = start_gateway(
+        ASIDE_PROFILE="production",
+        ASIDE_TEST_HOOKS="0",
+        CORE_URL=production_core.url,
+        WRITE_TOKEN=WRITE_TOKEN,
+        CORE_TOKEN="wrong-core-token-0123456789abcdef",
+        METRICS_BIND=f"127.0.0.1:{free_port()}",
+    )
+    email = unique_email("wrongcore")
+    response = requests.post(
+        gateway.url + USERS,
+        json={"username": unique_username(), "email": email},
+        headers=AUTH,
+        timeout=10,
+    )
+    assert response.status_code == 500, response.text
+    assert response.json() == INTERNAL_BODY
+    assert "WWW-Authenticate" not in response.headers
+    assert db_count(email) == 0
+    wait_until(lambda: "CORE_TOKEN" in gateway.log(), 5, "the cause in the gateway's log")
+    assert "wrong-core-token" not in gateway.log()

@@ -13,6 +13,7 @@ from aside_gateway.app import create_app
 from aside_gateway.config import load_settings
 from aside_gateway.services import build_services
 from gateway_helpers import (
+    CORE_TOKEN,
     COUNT_SQL_TEXT,
     USER_SQL_TEXT,
     WRITE_TOKEN,
@@ -305,6 +306,7 @@ def test_raw_non_utf8_bytes_in_the_query_are_a_400(gateway, database_url, redis_
             "REDIS_URL": redis_url,
             "CORE_URL": core.url,
             "WRITE_TOKEN": WRITE_TOKEN,  # production, the default, requires one
+            "CORE_TOKEN": CORE_TOKEN,  # and this one too
         }
     )
     services = build_services(settings)

@@ -30,6 +30,7 @@ BASE_ENV = {
     "REDIS_URL": "redis://127.0.0.1:26379/0",
     "CORE_URL": "http://127.0.0.1:28080",
     "WRITE_TOKEN": "unit-test-token-0123456789",  # production (the default) requires one
+    "CORE_TOKEN": "unit-test-core-token-0123456789",  # and this one too
 }
 
 
@@ -416,6 +417,21 @@ def test_write_token_is_required_in_production_and_never_shown():
     settings = load_settings(BASE_ENV)
     assert settings.write_token == BASE_ENV["WRITE_TOKEN"]
     assert BASE_ENV["WRITE_TOKEN"] not in repr(settings)
+
+
+def test_core_token_is_required_in_production_and_never_shown():
+    with pytest.raises(ConfigError) as err:
+        load_settings({**BASE_ENV, "CORE_TOKEN": ""})
+    assert str(err.value) == "CORE_TOKEN is required when ASIDE_PROFILE=production"
+    for secret in ("not valid because of spaces", "short", "x" * 513):
+        with pytest.raises(ConfigError) as err:
+            load_settings({**BASE_ENV, "CORE_TOKEN": secret})
+        assert str(err.value).startswith("CORE_TOKEN ") and secret not in str(err.value)
+    settings = load_settings(BASE_ENV)
+    assert settings.core_token == BASE_ENV["CORE_TOKEN"]
+    assert BASE_ENV["CORE_TOKEN"] not in repr(settings)
+    lab = {**BASE_ENV, "ASIDE_PROFILE": "lab"}
+    assert load_settings({**lab, "CORE_TOKEN": ""}).core_token is None
 
 
 def test_lab_needs_no_write_token_but_honours_one():

@@ -88,6 +88,21 @@ def test_ports_only_on_loopback(compose: dict[str, Any]) -> None:
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
 
 
+def test_the_core_is_reached_only_through_the_gateway(compose: dict[str, Any]) -> None:
+    core = compose["services"]["core"]
+    assert not core.get("ports"), f"the core publishes {core.get('ports')}: only the gateway may"
+    assert "expose" not in core or not core["expose"]
+    assert compose["services"]["gateway"]["environment"]["CORE_URL"] == "http://core:8080"
+
+
+def test_core_token_reaches_both_sides(compose: dict[str, Any]) -> None:
+    for service in ("core", "gateway"):
+        environment = compose["services"][service]["environment"]
+        given = environment.get("CORE_TOKEN")
+        assert given == "${CORE_TOKEN:-}", f"{service}: CORE_TOKEN not from .env: {given!r}"
+        assert "CORE_TOKEN" in env_names_read_by(service)
+
+
 @pytest.mark.parametrize("service", sorted(CONFIG_SOURCES))
 def test_service_environment_matches_what_it_reads(compose: dict[str, Any], service: str) -> None:
     given = set(compose["services"][service]["environment"])

@@ -339,7 +339,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	vars := map[string]string{
-		"DATABASE_URL": env.DatabaseURL, "REDIS_URL": env.RedisURL, "CORE_LISTEN_ADDR": "127.0.0.1:0",
+		"ASIDE_PROFILE": "lab", "DATABASE_URL": env.DatabaseURL, "REDIS_URL": env.RedisURL, "CORE_LISTEN_ADDR": "127.0.0.1:0",
 	}
 	pr, pw := io.Pipe()
 	result := make(chan error, 1)
@@ -379,7 +379,9 @@ func TestRunServesUntilCancelled(t *testing.T) {
 
 func TestRunRejectsBadConfigInProcess(t *testing.T) {
 	err := run(context.Background(), []string{"aside-core"},
-		func(k string) string { return map[string]string{"CORE_REDIS_TIMEOUT_MS": "0"}[k] }, io.Discard)
+		func(k string) string {
+			return map[string]string{"ASIDE_PROFILE": "lab", "CORE_REDIS_TIMEOUT_MS": "0"}[k]
+		}, io.Discard)
 	if err == nil || !strings.HasPrefix(err.Error(), "CORE_REDIS_TIMEOUT_MS: ") {
 		t.Fatalf("err = %v", err)
 	}
@@ -398,7 +400,8 @@ func TestProductionProfileHidesMetricsAndInternals(t *testing.T) {
 	q := dbURL.Query()
 	q.Set("search_path", "no_such_schema")
 	dbURL.RawQuery = q.Encode()
-	c := startCore(t, "ASIDE_PROFILE=production", "CORE_METRICS_ADDR=127.0.0.1:0", "DATABASE_URL="+dbURL.String())
+	c := startCore(t, "ASIDE_PROFILE=production", "CORE_METRICS_ADDR=127.0.0.1:0", "DATABASE_URL="+dbURL.String(),
+		"CORE_TOKEN="+testCoreToken)
 	m := metricsLine.FindStringSubmatch(c.stdout.String())
 	if m == nil {
 		t.Fatalf("no metrics listener logged: %q", c.stdout)
@@ -423,14 +426,9 @@ func TestProductionProfileHidesMetricsAndInternals(t *testing.T) {
 		t.Fatalf("metrics listener: %d %s", resp.StatusCode, body)
 	}
 
-	resp, err = http.Post(c.url("/api/v1/users"), "application/json", strings.NewReader(`{"username":"ada","email":"ada@example.com"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusInternalServerError || string(body) != `{"error":{"code":"internal","message":"internal error"}}` {
-		t.Fatalf("unexpected database error: %d %s", resp.StatusCode, body)
+	status, body := postUserAs(t, c, `{"username":"ada","email":"ada@example.com"}`, "Bearer "+testCoreToken)
+	if status != http.StatusInternalServerError || string(body) != `{"error":{"code":"internal","message":"internal error"}}` {
+		t.Fatalf("unexpected database error: %d %s", status, body)
 	}
 	pollUntil(t, 5*time.Second, "the error in the log", func() bool {
 		return strings.Contains(c.stdout.String(), "42P01")
@@ -448,5 +446,86 @@ func TestMetricsListenErrorNamesTheVariable(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "aside-core: CORE_METRICS_ADDR: cannot listen on "+ln.Addr().String()) {
 		t.Fatalf("err %v, output %q", err, out)
+	}
+}
+
+// The production gateways' and cores' shared credential in tests: not a secret.
+const testCoreToken = "test-core-token-0123456789abcdef"
+
+// postUserAs sends POST /api/v1/users with the given Authorization header
+// (none when empty) and returns the status and body.
+func postUserAs(t *testing.T, c *runningCore, body, authorization string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, c.url("/api/v1/users"), strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, answer
+}
+
+// The real binary in production: a write without CORE_TOKEN, or with a
+// wrong one, is 401 unauthorized and writes nothing; with it, 201.
+func TestProductionCoreNeedsCoreTokenForWrites(t *testing.T) {
+	env.Reset(t)
+	c := startCore(t, "ASIDE_PROFILE=production", "CORE_METRICS_ADDR=127.0.0.1:0", "CORE_TOKEN="+testCoreToken)
+	const ada = `{"username":"ada","email":"ada@example.com"}`
+	before := env.UserCount(t)
+	for _, auth := range []string{"", "Bearer wrong-token-0123456789abcdef"} {
+		status, body := postUserAs(t, c, ada, auth)
+		var answer struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if err := json.Unmarshal(body, &answer); err != nil || status != http.StatusUnauthorized ||
+			answer.Error.Code != "unauthorized" || answer.Error.Message == "" {
+			t.Fatalf("POST with Authorization %q: %d %s", auth, status, body)
+		}
+	}
+	if after := env.UserCount(t); after != before {
+		t.Fatalf("refused writes changed the users table: %d rows -> %d", before, after)
+	}
+	if status, body := postUserAs(t, c, ada, "Bearer "+testCoreToken); status != http.StatusCreated {
+		t.Fatalf("POST with CORE_TOKEN: %d %s", status, body)
+	}
+	if after := env.UserCount(t); after != before+1 {
+		t.Fatalf("%d rows after one accepted write, want %d", after, before+1)
+	}
+	if strings.Contains(c.stdout.String()+c.stderr.String(), testCoreToken) {
+		t.Fatal("the core logged its token")
+	}
+}
+
+// ASIDE_PROFILE unset is production: the real binary refuses to start
+// without DATABASE_URL, in one line naming it.
+func TestUnsetProfileIsProduction(t *testing.T) {
+	var e []string
+	for _, kv := range os.Environ() {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "ASIDE_PROFILE", "DATABASE_URL", "REDIS_URL", "CORE_TOKEN":
+			continue
+		}
+		e = append(e, kv)
+	}
+	// Bounded: a core that took the lab profile would start and serve.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, coreBinary(t))
+	cmd.Env = append(e, "CORE_LISTEN_ADDR=127.0.0.1:0", "CORE_METRICS_ADDR=127.0.0.1:0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 ||
+		stderr.String() != "aside-core: DATABASE_URL: must be set when ASIDE_PROFILE=production\n" {
+		t.Fatalf("err %v stderr %q, want exit 1 naming DATABASE_URL", err, stderr.String())
 	}
 }

@@ -35,12 +35,11 @@ const (
 	idleTimeout       = 120 * time.Second
 )
 
-// Expired idempotency keys are deleted at most keyPurgeBatch per round: a
-// small, bounded statement that never holds many locks at once.
-const (
-	keyPurgeInterval = time.Minute
-	keyPurgeBatch    = 1000
-)
+// Expired idempotency keys are deleted every minute, in rounds of at most
+// 1000 (a small statement that never holds many locks), 50 ms apart, until
+// a round finds less than a full batch: the purge keeps up with any create
+// rate the database itself can sustain.
+var keyPurge = store.PurgeOptions{Interval: time.Minute, Batch: 1000, Pause: 50 * time.Millisecond}
 
 // run is the whole program, callable from tests: args as os.Args, getenv
 // as os.Getenv, logs to stdout. It returns when ctx ends and the server has
@@ -102,6 +101,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		Log:             log,
 		SeparateMetrics: cfg.MetricsAddr != "",
+		CoreToken:       cfg.CoreToken,
 	})
 
 	metricsSrv, err := serveMetrics(cfg.MetricsAddr, m, log)
@@ -118,7 +118,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Expired idempotency keys are ignored anyway; purging keeps the table small.
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer stopPurge()
-	go users.PurgeExpiredKeysEvery(purgeCtx, keyPurgeInterval, keyPurgeBatch, func(err error) {
+	go users.PurgeExpiredKeysEvery(purgeCtx, keyPurge, func(err error) {
 		log.Warn("purging expired idempotency keys failed", "err", err)
 	})
 	// The relay outlives the drain (it stops when serve returns): writes
@@ -135,7 +135,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("aside-core listening", "addr", ln.Addr().String(), "profile", cfg.Profile,
-		"db_pool_max", cfg.DBPoolMax, "compute_max_concurrency", cfg.ComputeMaxConcurrency)
+		"db_pool_max", cfg.DBPoolMax, "compute_max_concurrency", cfg.ComputeMaxConcurrency,
+		"core_token", cfg.CoreToken != "")
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -59,6 +59,11 @@ type Config struct {
 	ComputeQueueWait      time.Duration
 
 	ShutdownTimeout time.Duration
+
+	// CoreToken, when set, is the credential every write and compute
+	// request must carry (Authorization: Bearer). Required in production.
+	// A secret: no error message shows it.
+	CoreToken string
 }
 
 // Error is a configuration error: one line naming the variable.
@@ -75,7 +80,9 @@ func Load(getenv func(string) string) (Config, error) {
 	r := reader{getenv: getenv}
 	cfg := Config{}
 
-	switch p := r.str("ASIDE_PROFILE", string(ProfileLab)); Profile(p) {
+	// Unset means production, as in the gateway: forgetting the variable
+	// must not open the lab's unauthenticated writes.
+	switch p := r.str("ASIDE_PROFILE", string(ProfileProduction)); Profile(p) {
 	case ProfileLab, ProfileProduction:
 		cfg.Profile = Profile(p)
 	default:
@@ -121,6 +128,7 @@ func Load(getenv func(string) string) (Config, error) {
 	cfg.ComputeMaxConcurrency = r.intRange("CORE_COMPUTE_MAX_CONCURRENCY", runtime.GOMAXPROCS(0), 1, 10_000)
 	cfg.ComputeQueueWait = r.millis("CORE_COMPUTE_QUEUE_WAIT_MS", 1000, 0, 60_000)
 	cfg.ShutdownTimeout = r.duration("CORE_SHUTDOWN_TIMEOUT", 10*time.Second, 0, time.Hour)
+	cfg.CoreToken = r.token("CORE_TOKEN", cfg.Profile)
 
 	if r.err != nil {
 		return Config{}, r.err
@@ -156,6 +164,35 @@ func (r *reader) required(name, labDefault string, profile Profile) string {
 		r.fail(name, "must be set when ASIDE_PROFILE=production")
 	}
 	return labDefault
+}
+
+// token reads a bearer token: required in production, checked whenever set.
+// Visible ASCII only, so it travels unchanged in a header.
+func (r *reader) token(name string, profile Profile) string {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		if profile == ProfileProduction {
+			r.fail(name, "must be set when ASIDE_PROFILE=production")
+		}
+		return ""
+	}
+	if !validToken(v) {
+		r.fail(name, "must be 16 to 512 visible ASCII characters (no spaces); value not shown")
+		return ""
+	}
+	return v
+}
+
+func validToken(s string) bool {
+	if len(s) < 16 || len(s) > 512 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *reader) intRange(name string, def, lo, hi int) int {

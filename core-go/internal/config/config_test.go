@@ -13,10 +13,20 @@ func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
 }
 
-func TestDefaults(t *testing.T) {
-	cfg, err := config.Load(env(nil))
+// lab is an environment of the lab profile plus kv: the profile whose
+// every variable has a default.
+func lab(kv map[string]string) func(string) string {
+	m := map[string]string{"ASIDE_PROFILE": "lab"}
+	for k, v := range kv {
+		m[k] = v
+	}
+	return env(m)
+}
+
+func TestLabDefaults(t *testing.T) {
+	cfg, err := config.Load(lab(nil))
 	if err != nil {
-		t.Fatalf("Load with nothing set: %v", err)
+		t.Fatalf("Load with only ASIDE_PROFILE=lab set: %v", err)
 	}
 	checks := []struct {
 		name      string
@@ -32,6 +42,7 @@ func TestDefaults(t *testing.T) {
 		{"compute", cfg.ComputeMaxConcurrency, runtime.GOMAXPROCS(0)},
 		{"invalidation", cfg.InvalidationDeadline, 300 * time.Millisecond},
 		{"metrics on the public listener", cfg.MetricsAddr, ""},
+		{"no core token", cfg.CoreToken, ""},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -52,19 +63,21 @@ func TestOverrides(t *testing.T) {
 		"CORE_SHUTDOWN_TIMEOUT":        "3",
 		"CORE_COMPUTE_MAX_CONCURRENCY": "5",
 		"CORE_COMPUTE_QUEUE_WAIT_MS":   "0",
+		"CORE_TOKEN":                   "core-token-0123456789",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Profile != config.ProfileProduction || cfg.DBPoolMax != 40 || cfg.DBTimeout != 750*time.Millisecond ||
 		cfg.RedisTimeout != 50*time.Millisecond || cfg.ShutdownTimeout != 3*time.Second ||
-		cfg.ComputeMaxConcurrency != 5 || cfg.ComputeQueueWait != 0 || cfg.ListenAddr != "0.0.0.0:8080" {
+		cfg.ComputeMaxConcurrency != 5 || cfg.ComputeQueueWait != 0 || cfg.ListenAddr != "0.0.0.0:8080" ||
+		cfg.CoreToken != "core-token-0123456789" {
 		t.Fatalf("overrides not applied: %+v", cfg)
 	}
 }
 
 func TestShutdownTimeoutAcceptsGoDurations(t *testing.T) {
-	cfg, err := config.Load(env(map[string]string{"CORE_SHUTDOWN_TIMEOUT": "1m30s"}))
+	cfg, err := config.Load(lab(map[string]string{"CORE_SHUTDOWN_TIMEOUT": "1m30s"}))
 	if err != nil || cfg.ShutdownTimeout != 90*time.Second {
 		t.Fatalf("got %v, %v", cfg.ShutdownTimeout, err)
 	}
@@ -93,9 +106,12 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CORE_DB_HEALTH_CHECK_PERIOD", "1ms"},
 		{"CORE_METRICS_ADDR", "28089"},
 		{"CORE_METRICS_ADDR", "127.0.0.1:28080"}, // the default CORE_LISTEN_ADDR
+		{"CORE_TOKEN", "short"},
+		{"CORE_TOKEN", "has a space in it, 0123456789"},
+		{"CORE_TOKEN", strings.Repeat("x", 513)},
 	}
 	for _, b := range bad {
-		_, err := config.Load(env(map[string]string{b.name: b.value}))
+		_, err := config.Load(lab(map[string]string{b.name: b.value}))
 		if err == nil {
 			t.Errorf("%s=%q accepted", b.name, b.value)
 			continue
@@ -119,7 +135,7 @@ func TestProductionNeedsExplicitURLs(t *testing.T) {
 }
 
 func TestDatabaseURLErrorHidesPassword(t *testing.T) {
-	_, err := config.Load(env(map[string]string{"DATABASE_URL": "postgresql://aside:s3cret@host:notaport/aside"}))
+	_, err := config.Load(lab(map[string]string{"DATABASE_URL": "postgresql://aside:s3cret@host:notaport/aside"}))
 	if err == nil {
 		t.Fatal("bad URL accepted")
 	}
@@ -130,7 +146,8 @@ func TestDatabaseURLErrorHidesPassword(t *testing.T) {
 
 // Production keeps /metrics off the public listener unless told where.
 func TestProductionServesMetricsOnLoopbackByDefault(t *testing.T) {
-	base := map[string]string{"ASIDE_PROFILE": "production", "DATABASE_URL": "postgresql://a@b/c", "REDIS_URL": "redis://r:6379/0"}
+	base := map[string]string{"ASIDE_PROFILE": "production", "DATABASE_URL": "postgresql://a@b/c", "REDIS_URL": "redis://r:6379/0",
+		"CORE_TOKEN": "core-token-0123456789"}
 	cfg, err := config.Load(env(base))
 	if err != nil || cfg.MetricsAddr != "127.0.0.1:28089" {
 		t.Fatalf("metrics addr %q, err %v", cfg.MetricsAddr, err)
@@ -139,8 +156,39 @@ func TestProductionServesMetricsOnLoopbackByDefault(t *testing.T) {
 	if cfg, err = config.Load(env(base)); err != nil || cfg.MetricsAddr != "10.0.0.5:9100" {
 		t.Fatalf("metrics addr %q, err %v", cfg.MetricsAddr, err)
 	}
-	lab, err := config.Load(env(map[string]string{"CORE_METRICS_ADDR": "127.0.0.1:0"}))
-	if err != nil || lab.MetricsAddr != "127.0.0.1:0" {
-		t.Fatalf("lab metrics addr %q, err %v", lab.MetricsAddr, err)
+	labCfg, err := config.Load(lab(map[string]string{"CORE_METRICS_ADDR": "127.0.0.1:0"}))
+	if err != nil || labCfg.MetricsAddr != "127.0.0.1:0" {
+		t.Fatalf("lab metrics addr %q, err %v", labCfg.MetricsAddr, err)
+	}
+}
+
+// ASIDE_PROFILE unset is production, as in the gateway: the URLs and the
+// core token must then be given, each missing one named in one line.
+func TestProfileDefaultsToProduction(t *testing.T) {
+	given := map[string]string{}
+	for _, next := range []struct{ missing, value string }{
+		{"DATABASE_URL", "postgresql://a@b/c"},
+		{"REDIS_URL", "redis://r:6379/0"},
+		{"CORE_TOKEN", "core-token-0123456789"},
+	} {
+		_, err := config.Load(env(given))
+		if err == nil || err.Error() != next.missing+": must be set when ASIDE_PROFILE=production" {
+			t.Fatalf("with %v set: err = %v, want %s named", given, err, next.missing)
+		}
+		given[next.missing] = next.value
+	}
+	cfg, err := config.Load(env(given))
+	if err != nil || cfg.Profile != config.ProfileProduction || cfg.MetricsAddr != config.DefaultProductionMetricsAddr ||
+		cfg.CoreToken != "core-token-0123456789" {
+		t.Fatalf("profile %q metrics %q err %v, want production on %s", cfg.Profile, cfg.MetricsAddr, err,
+			config.DefaultProductionMetricsAddr)
+	}
+}
+
+// The token is a secret: a wrong one is refused without being shown.
+func TestCoreTokenErrorHidesTheValue(t *testing.T) {
+	_, err := config.Load(lab(map[string]string{"CORE_TOKEN": "s3cret s3cret s3cret"}))
+	if err == nil || !strings.HasPrefix(err.Error(), "CORE_TOKEN: ") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("err = %v, want a CORE_TOKEN error without the value", err)
 	}
 }

@@ -20,6 +20,7 @@ const (
 	codeInvalidComplexity    = "invalid_complexity"
 	codeUnknownField         = "unknown_field"
 	codeInvalidJSON          = "invalid_json"
+	codeUnauthorized         = "unauthorized"
 	codeNotFound             = "not_found"
 	codeMethodNotAllowed     = "method_not_allowed"
 	codeConflict             = "conflict"

@@ -58,6 +58,8 @@ type serverOpts struct {
 	noStatementTimeout bool
 	// separateMetrics serves /metrics elsewhere, as in production.
 	separateMetrics bool
+	// coreToken is CORE_TOKEN: when set, /api/v1 needs it as a bearer token.
+	coreToken string
 }
 
 // testServer is the real router over real PostgreSQL and Redis.
@@ -121,6 +123,7 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 		},
 		Log:             slog.New(slog.NewTextHandler(logs, nil)),
 		SeparateMetrics: o.separateMetrics,
+		CoreToken:       o.coreToken,
 	})
 	return &testServer{router: router, metrics: m, limiter: limiter, rdb: rdb, logs: logs}
 }

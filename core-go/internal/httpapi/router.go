@@ -25,6 +25,9 @@ type Deps struct {
 	// SeparateMetrics: /metrics is served on a listener of its own
 	// (MetricsHandler), so this router answers it 404 like any unknown path.
 	SeparateMetrics bool
+	// CoreToken, when not empty, is the bearer token every /api/v1 request
+	// (writes and compute) must carry; health and metrics stay open.
+	CoreToken string
 }
 
 func init() {
@@ -51,7 +54,7 @@ func NewRouter(d Deps) *gin.Engine {
 
 	writes := writeDeps{users: d.Users, invalidator: d.Invalidator, outbox: d.Outbox, log: d.Log,
 		uncertain: d.Metrics.UncertainWritesTotal.Inc}
-	api := r.Group("/api/v1")
+	api := r.Group("/api/v1", requireToken(d.CoreToken))
 	api.POST("/users", handle(d.Log, createUser(writes)))
 	api.PATCH("/users/:id", handle(d.Log, updateUser(writes)))
 	api.DELETE("/users/:id", handle(d.Log, deleteUser(writes)))

@@ -147,19 +147,51 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context, limit int) (int64, error) 
 	return n, err
 }
 
-// PurgeExpiredKeysEvery runs PurgeExpiredKeys every interval until ctx ends;
-// a failure is handed to onError and the next round tries again.
-func (s *Store) PurgeExpiredKeysEvery(ctx context.Context, interval time.Duration, limit int, onError func(error)) {
-	ticker := time.NewTicker(interval)
+// PurgeOptions pace the purge of expired idempotency keys.
+type PurgeOptions struct {
+	// Interval between cycles.
+	Interval time.Duration
+	// Batch bounds one round's DELETE: a short statement holding few locks.
+	Batch int
+	// Pause between the rounds of one cycle, so a long backlog never keeps
+	// a pooled connection busy back to back.
+	Pause time.Duration
+}
+
+// PurgeExpiredKeysCycle deletes expired keys in rounds of at most batch,
+// pause apart, until a round deletes less than a full batch: however many
+// keys expired since the last cycle, one cycle removes them all. It returns
+// how many it deleted; on an error or when ctx ends it stops there.
+func (s *Store) PurgeExpiredKeysCycle(ctx context.Context, batch int, pause time.Duration) (int64, error) {
+	var total int64
+	for {
+		n, err := s.PurgeExpiredKeys(ctx, batch)
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+// PurgeExpiredKeysEvery runs a purge cycle at once and then every
+// o.Interval until ctx ends; a failure is handed to onError and the next
+// cycle tries again.
+func (s *Store) PurgeExpiredKeysEvery(ctx context.Context, o PurgeOptions, onError func(error)) {
+	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
 	for {
+		if _, err := s.PurgeExpiredKeysCycle(ctx, o.Batch, o.Pause); err != nil && ctx.Err() == nil {
+			onError(err)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			if _, err := s.PurgeExpiredKeys(ctx, limit); err != nil && ctx.Err() == nil {
-				onError(err)
-			}
 		}
 	}
 }

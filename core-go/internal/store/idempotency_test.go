@@ -185,23 +185,74 @@ func TestPurgeDeletesExpiredKeysInBoundedBatches(t *testing.T) {
 	}
 }
 
+// insertExpiredKeys adds n keys past the TTL, of distinct ages, and one
+// fresh key that no purge may touch.
+func insertExpiredKeys(t *testing.T, n int) {
+	t.Helper()
+	if _, err := env.Pool.Exec(context.Background(), `
+		INSERT INTO idempotency_keys (key, request_hash, status, response, created_at)
+		SELECT 'old-' || i, 'h'::bytea, 201, '1'::bytea, now() - interval '25 hours' - i * interval '1 second'
+		FROM generate_series(1, $1) AS i
+		UNION ALL SELECT 'fresh', 'h'::bytea, 201, '1'::bytea, now()`, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A backlog of many batches goes in one cycle, in bounded rounds: one batch
+// per cycle (per minute in the core) could never keep up with more than
+// batch/interval keyed creates a second.
+func TestOnePurgeCycleRemovesABacklogOfManyBatches(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	const keys, batch = 5000, 1000
+	insertExpiredKeys(t, keys)
+	start := time.Now()
+	n, err := s.PurgeExpiredKeysCycle(context.Background(), batch, 50*time.Millisecond)
+	took := time.Since(start)
+	if err != nil || n != keys {
+		t.Fatalf("one cycle deleted %d (%v), want all %d", n, err, keys)
+	}
+	if left := keyCount(t); left != 1 {
+		t.Fatalf("%d keys left, want only the fresh one", left)
+	}
+	// Five rounds and four 50 ms pauses; the bound leaves room for a busy machine.
+	if took > 10*time.Second {
+		t.Fatalf("the cycle took %s", took)
+	}
+	t.Logf("%d expired keys purged in %s (%.0f keys/s, batch %d, 50 ms pauses)", n, took,
+		float64(n)/took.Seconds(), batch)
+}
+
+// A cycle ends between rounds when its context does, without another round.
+func TestPurgeCycleStopsWithItsContext(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	insertExpiredKeys(t, 30)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	n, err := s.PurgeExpiredKeysCycle(ctx, 10, time.Hour)
+	if !errors.Is(err, context.DeadlineExceeded) || n != 10 {
+		t.Fatalf("deleted %d (%v), want one round of 10 then the context's end", n, err)
+	}
+}
+
+// The loop runs a whole cycle when it starts (a restarted core does not
+// wait an interval), then one per interval until cancelled.
 func TestPurgeLoopRunsUntilCancelled(t *testing.T) {
 	env.Reset(t)
 	s := newStore(t, env.DatabaseURL, 2*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := env.Pool.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, created_at)
-		VALUES ('gone', 'h', now() - interval '2 days')`); err != nil {
-		t.Fatal(err)
-	}
+	insertExpiredKeys(t, 25)
 	done := make(chan struct{})
 	go func() {
-		s.PurgeExpiredKeysEvery(ctx, 10*time.Millisecond, 10, func(err error) { t.Error(err) })
+		s.PurgeExpiredKeysEvery(ctx, store.PurgeOptions{Interval: time.Hour, Batch: 10, Pause: time.Millisecond},
+			func(err error) { t.Error(err) })
 		close(done)
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for keyCount(t) != 0 {
+	for keyCount(t) != 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("the purge loop never deleted the expired key")
+			t.Fatalf("the purge loop left %d keys, want only the fresh one", keyCount(t))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

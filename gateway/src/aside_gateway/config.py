@@ -65,6 +65,8 @@ class Settings:
     prometheus_multiproc_dir: str | None = None
     # Kept out of repr so a logged Settings never shows the secret.
     write_token: str | None = field(default=None, repr=False)
+    # Sent to the core on every forwarded request (Authorization: Bearer).
+    core_token: str | None = field(default=None, repr=False)
     metrics_bind: str = DEFAULT_METRICS_BIND
     miss_batch_max: int = 500
     miss_batches_in_flight: int = 1
@@ -180,16 +182,17 @@ def split_host_port(bind: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _write_token(env: Mapping[str, str], profile: str) -> str | None:
+def _token(env: Mapping[str, str], name: str, profile: str) -> str | None:
+    """A bearer token: required in production, checked whenever set."""
     # The value is a secret: no message below may show it.
-    value = env.get("WRITE_TOKEN", "").strip()
+    value = env.get(name, "").strip()
     if not value:
         if profile == "production":
-            raise ConfigError("WRITE_TOKEN is required when ASIDE_PROFILE=production")
+            raise ConfigError(f"{name} is required when ASIDE_PROFILE=production")
         return None
     if not _TOKEN_RE.match(value):
         raise ConfigError(
-            "WRITE_TOKEN must be 16 to 512 visible ASCII characters (no spaces); value not shown"
+            f"{name} must be 16 to 512 visible ASCII characters (no spaces); value not shown"
         )
     return value
 
@@ -238,7 +241,8 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         test_hooks=test_hooks,
         cache_coherence=coherence,
         prometheus_multiproc_dir=multiproc_dir,
-        write_token=_write_token(env, profile),
+        write_token=_token(env, "WRITE_TOKEN", profile),
+        core_token=_token(env, "CORE_TOKEN", profile),
         metrics_bind=_metrics_bind(env),
         miss_batch_max=_int(env, "MISS_BATCH_MAX", 500, 1, 10000),
         miss_batches_in_flight=_int(env, "MISS_BATCHES_IN_FLIGHT", 1, 1, 16),

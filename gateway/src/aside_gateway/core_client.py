@@ -3,10 +3,16 @@
 One urllib3 connection pool per worker, sized to the worker's threads, with a
 connect and a read timeout and no retries: a POST is not safe to resend, and
 a core that is down must answer 503 core_unavailable at once, not after retries.
+
+Every forwarded request carries `Authorization: Bearer <CORE_TOKEN>` when
+CORE_TOKEN is set (required in production, where the core refuses writes and
+compute without it). The client's own Authorization (WRITE_TOKEN) is checked
+here and never forwarded.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -15,6 +21,8 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from aside_gateway.config import Settings
 from aside_gateway.errors import ApiError
+
+log = logging.getLogger("aside_gateway")
 
 # Core answer headers the gateway passes on to its client.
 PASSED_HEADERS = (
@@ -36,6 +44,8 @@ class CoreResponse:
 class CoreClient:
     def __init__(self, settings: Settings):
         parts = urlsplit(settings.core_url)
+        token = settings.core_token
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._prefix = parts.path.rstrip("/")
         self._pool = urllib3.connection_from_url(
             settings.core_url,
@@ -56,7 +66,7 @@ class CoreClient:
         content_type: str | None,
         extra_headers: dict[str, str] | None = None,
     ) -> CoreResponse:
-        headers = {"Accept": "application/json", **(extra_headers or {})}
+        headers = {"Accept": "application/json", **(extra_headers or {}), **self._auth}
         if content_type:
             headers["Content-Type"] = content_type
         try:
@@ -73,6 +83,11 @@ class CoreClient:
             raise ApiError(
                 "core_unavailable", f"the core did not answer: {type(exc).__name__}"
             ) from None
+        if response.status == 401:
+            # The core refused our CORE_TOKEN: a misconfiguration of this
+            # deployment, not the client's fault, so not the client's 401.
+            log.error("the core refused the gateway's credential: check CORE_TOKEN on both")
+            raise ApiError("internal", "internal error")
         passed = {
             name: response.headers[name] for name in PASSED_HEADERS if name in response.headers
         }
