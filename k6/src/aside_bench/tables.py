@@ -71,12 +71,48 @@ def has_cache(results: list[StepResult]) -> bool:
     return any(r.step.scenario != "compute" for r in results)
 
 
+def has_cost(results: list[StepResult]) -> bool:
+    return any(r.cost is not None for r in results)
+
+
+def fmt_num(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"
+
+
+# Columns a probed step adds to its series' table (tierstats.StepCost).
+COST_HEADERS = [
+    "gateway CPU ms/req",
+    "gateway RSS MiB",
+    "Redis RSS MiB",
+    "L1 hit rate",
+    "L2 hit rate",
+    "L1 MiB",
+]
+
+
+def cost_cells(result: StepResult) -> list[str]:
+    cost = result.cost
+    if cost is None:
+        return [MISSING] * len(COST_HEADERS)
+    return [
+        fmt_num(cost.cpu_ms_per_request, 2),
+        fmt_num(cost.gateway_rss_mib),
+        fmt_num(cost.redis_rss_mib),
+        fmt_pct(cost.l1_hit_rate),
+        fmt_pct(cost.l2_hit_rate),
+        fmt_num(cost.l1_mib, 2),
+    ]
+
+
 def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
     """Every figure of one arm (and phase) at each rate."""
     with_hits = has_cache(results)
+    with_cost = has_cost(results)
     headers = ["target /s", "p50 ms", "p95 ms", "p99 ms", "achieved /s", "drop rate"]
     if with_hits:
         headers.append("cache hit rate")
+    if with_cost:
+        headers += COST_HEADERS
     rows = []
     for result in sorted(
         (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
@@ -93,6 +129,8 @@ def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
         ]
         if with_hits:
             row.append(fmt_pct(result.hit_rate))
+        if with_cost:
+            row += cost_cells(result)
         rows.append(row)
     return Table(f"{series_label(arm, phase)}", headers, rows)
 
@@ -168,10 +206,46 @@ def per_request_table(results: list[StepResult]) -> Table | None:
     return Table("p95 latency by request kind", headers, rows)
 
 
+def _lag_ms(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return "> 5000" if value == float("inf") else fmt_ms(value)
+
+
+def staleness_table(results: list[StepResult]) -> Table | None:
+    """The mixed scenario's read-after-write checks and the invalidation lag the
+    workers measured, per series and rate; None when no checker ran."""
+    if not any(r.stale is not None for r in results):
+        return None
+    headers = ["series", "target /s", "checked reads", "stale reads", "no answer",
+               "lag p50 ms", "lag p99 ms", "lag max ms <=", "lag samples"]  # fmt: skip
+    rows = []
+    for arm, phase in series_order(results):
+        for rate in rates_of(results):
+            result = _find(results, arm, phase, rate)
+            if result is None:
+                continue
+            stale, cost = result.stale, result.cost
+            rows.append(
+                [
+                    series_label(arm, phase),
+                    str(rate),
+                    MISSING if stale is None else str(stale.reads),
+                    MISSING if stale is None else str(stale.stale),
+                    MISSING if stale is None else str(stale.errors),
+                    _lag_ms(cost.lag_p50_ms if cost else None),
+                    _lag_ms(cost.lag_p99_ms if cost else None),
+                    _lag_ms(cost.lag_max_ms if cost else None),
+                    MISSING if cost is None else f"{cost.lag_count:.0f}",
+                ]
+            )
+    return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)
+
+
 def sweep_tables(results: list[StepResult]) -> list[Table]:
     tables = [comparison_table(results)]
     tables += [series_table(results, arm, phase) for arm, phase in series_order(results)]
-    extra = per_request_table(results)
-    if extra is not None:
-        tables.append(extra)
+    for extra in (per_request_table(results), staleness_table(results)):
+        if extra is not None:
+            tables.append(extra)
     return tables
