@@ -1,4 +1,5 @@
-// The read path: GET /api/v1/users/count at a constant arrival rate (open model).
+// How does the read path hold up as the rate rises, per arm (where answers may
+// come from)? GET /api/v1/users/count at a constant arrival rate (open model).
 // HOT_SHARE of requests ask for a hot email, the rest for one of the first
 // COLD_SAMPLE cold emails: a finite sample, so a warm cache holds all of it.
 // The arm picks where the answer may come from (lib/common.js CACHE_PARAMS):

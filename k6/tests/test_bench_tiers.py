@@ -208,12 +208,19 @@ def test_the_gateway_tree_cpu_ticks_cover_its_children() -> None:
 
 
 # ---- tables ------------------------------------------------------------------------------
-def _result(arm: str, phase: str, rate: int, probed: bool, stale: StaleCounts | None = None):
+def _result(
+    arm: str,
+    phase: str,
+    rate: int,
+    probed: bool,
+    stale: StaleCounts | None = None,
+    lag: tuple[float, ...] = (0.004,),
+) -> StepResult:
     probe = None
     if probed:
         start = {"cpu_ticks": 0, "clk_tck": 100} | step_counters(_exposition(0, 0, [], 0))
         end = {"cpu_ticks": 30, "clk_tck": 100, "gateway_rss_kib": 102400, "redis_rss_kib": None}
-        end |= step_counters(_exposition(rate * 30, rate * 27, [0.004], 50))
+        end |= step_counters(_exposition(rate * 30, rate * 27, list(lag), 50))
         probe = {"start": start, "end": end}
     return StepResult(
         step=Step("mixed", arm, phase, rate, 30),
@@ -227,14 +234,17 @@ def _result(arm: str, phase: str, rate: int, probed: bool, stale: StaleCounts | 
     )
 
 
-def test_series_tables_carry_the_cost_columns_when_probed() -> None:
+def test_series_tables_carry_the_cost_columns_that_have_values() -> None:
     results = [_result("l1", "warm", 100, True), _result("l1", "warm", 300, False)]
     table = series_table(results, "l1", "warm")
-    assert table.headers[-len(COST_HEADERS) :] == COST_HEADERS
-    cost = table.rows[0][-len(COST_HEADERS) :]
+    # Redis' memory was not read and no L2 lookup happened: those columns are left out.
+    assert table.headers[-4:] == ["gateway CPU ms/req", "gateway RSS MiB", "L1 hit rate", "L1 MiB"]
+    assert set(table.headers[-4:]) <= set(COST_HEADERS)
     # 0.3 s of CPU for 3000 requests; the step's 2700 L1 lookups all hit.
-    assert cost == ["0.10", "100.0", MISSING, "100.0%", MISSING, "0.05"]
-    assert table.rows[1][-len(COST_HEADERS) :] == [MISSING] * len(COST_HEADERS)
+    assert table.rows[0][-4:] == ["0.10", "100.0", "100.0%", "0.05"]
+    assert table.rows[1][-4:] == [MISSING] * 4
+    unprobed = series_table([_result("l1", "warm", 300, False)], "l1", "warm")
+    assert unprobed.headers[-1] == "cache hit rate"
 
 
 def test_the_staleness_table_shows_stale_reads_and_the_lag_per_series() -> None:
@@ -251,6 +261,11 @@ def test_the_staleness_table_shows_stale_reads_and_the_lag_per_series() -> None:
     assert table.rows[1][5:] == ["5.50", "9.91", "10.0", "1"]
     assert table in [t for t in sweep_tables(results) if t.title == table.title]
     assert staleness_table([_result("l1", "warm", 50, True)]) is None
+    quiet = _result("cache", "warm", 50, False, StaleCounts(reads=10, stale=0))
+    assert staleness_table([quiet]).rows[0][5:] == [MISSING] * 4
+    # Probed, but no invalidation message arrived: no lag, not an unknown one.
+    silent = _result("cache", "warm", 50, True, StaleCounts(reads=10, stale=0), lag=())
+    assert staleness_table([silent]).rows[0][5:] == ["none", "none", "none", "0"]
 
 
 def test_the_ceiling_gives_a_ratio_per_tier_arm() -> None:

@@ -16,13 +16,11 @@ from .machine import summary
 from .plan import TIERED_ARMS, series_label
 from .results import StepResult
 from .tables import (
-    COST_HEADERS,
     Table,
-    cost_cells,
+    cost_columns,
     fmt_ms,
     fmt_pct,
     fmt_rps,
-    has_cost,
     series_order,
     sweep_tables,
 )
@@ -214,7 +212,7 @@ def ceiling_tables(
 ) -> tuple[list[Table], dict[str, Any]]:
     summary_rows, found = [], {}
     trials_rows = []
-    with_cost = has_cost(results)
+    costs = cost_columns(results)
     for arm, phase in series_order(results):
         series = [r for r in results if (r.step.arm, r.step.phase) == (arm, phase)]
         history = [(r.step.rate, r.holds(p95_limit_ms)) for r in series]
@@ -231,7 +229,7 @@ def ceiling_tables(
                     fmt_rps(r.achieved_rps),
                     fmt_pct(r.drop_rate),
                     "held" if r.holds(p95_limit_ms) else "missed",
-                    *(cost_cells(r) if with_cost else []),
+                    *(column.cell(r) for column in costs),
                 ]
             )
     if "healthz" in found and found["healthz"]["ceiling"] > 0:
@@ -251,7 +249,7 @@ def ceiling_tables(
         Table(
             "every step, in the order run",
             ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict"]
-            + (COST_HEADERS if with_cost else []),
+            + [column.header for column in costs],
             trials_rows,
         ),
     ]
