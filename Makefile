@@ -15,7 +15,7 @@ SEED ?= 42
 HOT_EMAILS ?= 100
 HOT_RATIO ?= 0.8
 INDEX ?= 0
-# Benchmark parameters (make bench RATES="30 100" DURATION=10s ARMS="nocache cache" WARM=both)
+# Benchmark parameters (make bench RATES="30 100" DURATION=10s ARMS="nocache cache l1 hybrid" WARM=both)
 RATES ?= 30 50 75 100 150 300 500 1000
 DURATION ?= 30s
 ARMS ?= nocache cache
@@ -60,8 +60,8 @@ bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO)
 		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
 
-bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route
-	@$(ENV) $(VENV)/aside-bench ceiling
+bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route (ARMS)
+	@$(ENV) $(VENV)/aside-bench ceiling $(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
 
 report: ## rebuild reports/RUN/ from InfluxDB and Prometheus (make report RUN=<id>)
 	@$(ENV) $(VENV)/aside-bench report --run "$(RUN)"

@@ -93,10 +93,33 @@ export function jsonBody(response) {
   }
 }
 
-// GET the count of one email. The uncached arms (nocache, index) add cache=off.
-export function readCount(email, cached) {
-  const query = `email=${encodeURIComponent(email)}${cached ? '' : '&cache=off'}`;
-  const response = http.get(`${BASE_URL}/api/v1/users/count?${query}`, {
+// The ?cache= value of each read arm (aside_bench.plan.CACHE_PARAMS holds the
+// same map): nocache and index bypass the cache, cache reads Redis (l2), l1 the
+// worker's memory only, hybrid memory then Redis. `l2` is the cache arm's alias.
+export const CACHE_PARAMS = { nocache: 'off', index: 'off', cache: 'l2', l2: 'l2', l1: 'l1', hybrid: 'hybrid' };
+export const CACHE_PARAM = CACHE_PARAMS[ARM];
+
+// The X-Cache-Tier a hit of each mode may carry.
+const HIT_TIERS = { l2: ['l2'], l1: ['l1'], hybrid: ['l1', 'l2'] };
+
+export function countUrl(email, mode) {
+  if (mode === undefined) throw new Error(`arm ${ARM} reads no count; choose one of ${Object.keys(CACHE_PARAMS).join(', ')}`);
+  return `${BASE_URL}/api/v1/users/count?email=${encodeURIComponent(email)}&cache=${mode}`;
+}
+
+// True when a count answer's X-Cache (and X-Cache-Tier on a hit) fits the mode:
+// cache=off must really bypass; a cached mode's outcomes are counted by the
+// gateway (the hit rates), and a Redis failure there still answers correctly.
+export function cacheHeadersFit(response, mode) {
+  const xcache = response.headers['X-Cache'];
+  if (mode === 'off') return xcache === 'BYPASS';
+  if (xcache === 'HIT') return HIT_TIERS[mode].includes(response.headers['X-Cache-Tier']);
+  return xcache === 'MISS' || xcache === 'BYPASS';
+}
+
+// GET the count of one email with the arm's ?cache= value.
+export function readCount(email) {
+  const response = http.get(countUrl(email, CACHE_PARAM), {
     tags: { name: 'count' },
     timeout: `${TIMEOUT_S}s`,
   });
@@ -107,10 +130,7 @@ export function readCount(email, cached) {
       if (r.status !== 200) return false;
       const body = jsonBody(r);
       if (body === null || body.email !== email || !Number.isInteger(body.count) || body.count < 0) return false;
-      // cache=off must really bypass; the cache arm's outcomes are counted by the
-      // gateway (the hit rate), a Redis failure there still answers correctly.
-      const xcache = r.headers['X-Cache'];
-      return cached ? xcache === 'HIT' || xcache === 'MISS' || xcache === 'BYPASS' : xcache === 'BYPASS';
+      return cacheHeadersFit(r, CACHE_PARAM);
     },
   });
 }

@@ -26,6 +26,12 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _whole(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
@@ -81,7 +87,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--scenario", choices=SCENARIOS, default="read")
     run.add_argument("--rates", help="requests/s, e.g. '30 50 100' (default by scenario)")
     run.add_argument("--duration", default="30s", help="per step, e.g. 30s (default 30s)")
-    run.add_argument("--arms", help="read/mixed: nocache cache index; compute: go python")
+    run.add_argument(
+        "--arms", help="read/mixed: nocache index cache (alias l2) l1 hybrid; compute: go python"
+    )
     run.add_argument(
         "--warm",
         choices=WARM_CHOICES,
@@ -90,6 +98,18 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     _write_share(run, 0.1, "mixed: share of iterations that write")
     run.add_argument(
+        "--stale-per-min",
+        type=_whole,
+        default=12,
+        help="mixed: read-after-write checks a minute beside the load, 0: none (default 12)",
+    )
+    run.add_argument(
+        "--stale-reads-after",
+        type=_positive,
+        default=2,
+        help="mixed: reads of each key after each checked write (default 2)",
+    )
+    run.add_argument(
         "--complexity", type=_positive, default=10, help="compute: complexity (default 10)"
     )
     _steps(run)
@@ -97,7 +117,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 def _add_ceiling(sub: argparse._SubParsersAction) -> None:
     ceiling = sub.add_parser("ceiling", help="highest rate held at p95 <= limit with no drops")
-    ceiling.add_argument("--arms", default="cache healthz", help="cache healthz (default both)")
+    ceiling.add_argument(
+        "--arms",
+        default="cache healthz",
+        help="some of: cache (alias l2) l1 hybrid healthz (default: cache healthz)",
+    )
     ceiling.add_argument("--step-duration", default="12s", help="per step (default 12s)")
     ceiling.add_argument("--p95-ms", type=float, default=10.0, help="p95 limit in ms (default 10)")
     ceiling.add_argument("--start", type=_positive, default=200, help="first rate (default 200)")

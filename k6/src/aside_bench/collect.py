@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from .plan import Step
-from .results import CacheCounts, Latency, StepResult, increase_across_reset
+from .results import CacheCounts, Latency, StaleCounts, StepResult, increase_across_reset
 from .sources import Influx, Prometheus, Series, quote_literal
+from .tierstats import step_cost
 
 GATEWAY_JOB = "gateway"
 CACHE_COUNTERS = {
@@ -20,6 +21,11 @@ STEP_TAGS = ("scenario", "arm", "phase", "rate")
 WINDOW_SLACK_MS = 60_000
 
 StepKey = tuple[str, str, str, int]
+# The staleness checker runs as a k6 scenario of its own (so its requests stay
+# out of the step's latency and drops): its samples carry the step's arm,
+# phase and rate but not the step's scenario tag.
+ArmKey = tuple[str, str, int]
+STALE_TAGS = ("arm", "phase", "rate")
 
 
 def step_from_record(record: dict[str, Any]) -> Step:
@@ -98,6 +104,37 @@ def influx_figures(influx: Influx, run_id: str, records: list[dict[str, Any]]) -
     }
 
 
+def _arm_key(tags: dict[str, str]) -> ArmKey | None:
+    try:
+        return (tags["arm"], tags["phase"], int(tags["rate"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def stale_figures(influx: Influx, run_id: str, records: list[dict[str, Any]]) -> dict:
+    """Per (arm, phase, rate): the checker's reads (one stale_reads sample each,
+    1 when stale) and its reads that got no usable answer."""
+    where = _where(run_id, records)
+    group = ", ".join(f'"{tag}"' for tag in STALE_TAGS)
+    checked, errors = influx.query(
+        f'SELECT sum("value") AS stale, count("value") AS n FROM "stale_reads" '
+        f"WHERE {where} GROUP BY {group};"
+        f'SELECT sum("value") FROM "stale_check_errors" WHERE {where} GROUP BY {group}'
+    )
+    found: dict[ArmKey, StaleCounts] = {}
+    for one in checked:
+        key = _arm_key(one.tags)
+        if key is not None and one.values:
+            row = one.rows()[0]
+            found[key] = StaleCounts(reads=int(row["n"] or 0), stale=int(row["stale"] or 0))
+    for one in errors:
+        key = _arm_key(one.tags)
+        if key is not None and one.values:
+            counts = found.setdefault(key, StaleCounts(0, 0))
+            counts.errors = int(one.rows()[0]["sum"] or 0)
+    return found
+
+
 def cache_counts(prom: Prometheus, start: float, end: float) -> CacheCounts | None:
     """The gateway's cache counters' increase between two instants; None when
     Prometheus was not scraping the gateway then (no figure rather than a false 0)."""
@@ -120,6 +157,8 @@ def collect(
     if not done:
         return []
     figures = influx_figures(influx, run_id, done)
+    mixed = [r for r in done if r["scenario"] == "mixed"]
+    stale = stale_figures(influx, run_id, mixed) if mixed else {}
     results = []
     for record in done:
         step = step_from_record(record)
@@ -136,6 +175,10 @@ def collect(
                 dropped=int(figures["dropped"].get(key, 0)),
                 cache=cache,
                 by_name=figures["by_name"].get(key, {}),
+                cost=step_cost(record.get("probe")),
+                stale=stale.get((step.arm, step.phase, step.rate))
+                if step.scenario == "mixed"
+                else None,
             )
         )
     return results

@@ -22,6 +22,7 @@ from .plan import (
     COMPUTE_ARMS,
     DEFAULT_ARMS,
     DEFAULT_RATES,
+    TIERED_ARMS,
     Step,
     build_steps,
     parse_arms,
@@ -69,6 +70,8 @@ def _shape(args: argparse.Namespace) -> LoadShape:
         write_share=getattr(args, "write_share", 0.1),
         complexity=getattr(args, "complexity", 10),
         timeout_s=args.timeout,
+        stale_per_min=getattr(args, "stale_per_min", 0),
+        stale_reads_after=getattr(args, "stale_reads_after", 2),
     )
 
 
@@ -92,6 +95,8 @@ def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any)
         "write_share": shape.write_share,
         "complexity": shape.complexity,
         "timeout_s": shape.timeout_s,
+        "stale_per_min": shape.stale_per_min,
+        "stale_reads_after": shape.stale_reads_after,
         "max_vus": args.max_vus,
         "data_dir": str(seed.data_dir),
         **extra,
@@ -179,7 +184,7 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
 
     def search_all() -> None:
         for arm in arms:
-            phase = "warm" if arm == "cache" else "none"
+            phase = "warm" if arm in TIERED_ARMS else "none"
             history: list[tuple[int, bool]] = []
             while (rate := next_rate(history, search)) is not None:
                 step = Step("ceiling", arm, phase, rate, duration)

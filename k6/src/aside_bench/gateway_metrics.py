@@ -13,6 +13,13 @@ from .prepare import StackError
 HTTP_TIMEOUT_S = 10.0
 REQUESTS_TOTAL = "aside_gateway_http_requests_total"
 CACHE_ERRORS_TOTAL = "aside_gateway_cache_errors_total"
+TIER_READS_TOTAL = "aside_gateway_cache_tier_reads_total"
+L1_ENTRIES = "aside_gateway_l1_entries"
+L1_BYTES = "aside_gateway_l1_bytes"
+INVALIDATION_LAG_BUCKET = "aside_gateway_l1_invalidation_lag_seconds_bucket"
+# Scrapes of /metrics (Prometheus', the bench's own) are not load: left out of
+# the requests a step's CPU time is divided by.
+METRICS_ROUTE = "/metrics"
 
 RequestKey = tuple[str, str, str]  # (route, method, status)
 
@@ -26,6 +33,16 @@ def labelled_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]
         for sample in family.samples
         if sample.name == name and sample.labels
     ]
+
+
+def unlabelled_value(text: str, name: str) -> float | None:
+    """The value of the one unlabelled sample named `name` (a gauge summed over
+    live workers), or None when the exposition has none."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return None
 
 
 def scrape(settings: Settings) -> str:
@@ -54,6 +71,42 @@ def cache_error_counts(text: str) -> dict[str, float]:
         op = labels.get("op", "")
         errors[op] = errors.get(op, 0.0) + value
     return errors
+
+
+def tier_read_counts(text: str) -> dict[str, float]:
+    """aside_gateway_cache_tier_reads_total by "<tier> <outcome>" ("l1 hit"), all routes."""
+    reads: dict[str, float] = {}
+    for labels, value in labelled_samples(text, TIER_READS_TOTAL):
+        key = f"{labels.get('tier', '')} {labels.get('outcome', '')}"
+        reads[key] = reads.get(key, 0.0) + value
+    return reads
+
+
+def lag_bucket_counts(text: str) -> dict[str, float]:
+    """The invalidation lag histogram's cumulative buckets by their `le` text."""
+    buckets: dict[str, float] = {}
+    for labels, value in labelled_samples(text, INVALIDATION_LAG_BUCKET):
+        le = labels.get("le", "")
+        buckets[le] = buckets.get(le, 0.0) + value
+    return buckets
+
+
+def served_requests(text: str) -> float:
+    """Requests the gateway answered, every route but /metrics."""
+    return sum(
+        value for (route, _, _), value in request_counts(text).items() if route != METRICS_ROUTE
+    )
+
+
+def step_counters(text: str) -> dict[str, object]:
+    """What a step's probe keeps of one /metrics reading (tierstats.py reads it)."""
+    return {
+        "requests": served_requests(text),
+        "tier_reads": tier_read_counts(text),
+        "lag_buckets": lag_bucket_counts(text),
+        "l1_entries": unlabelled_value(text, L1_ENTRIES),
+        "l1_bytes": unlabelled_value(text, L1_BYTES),
+    }
 
 
 def request_counters(settings: Settings) -> dict[RequestKey, float]:

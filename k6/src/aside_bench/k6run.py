@@ -33,6 +33,10 @@ class LoadShape:
     write_share: float = 0.1
     complexity: int = 10
     timeout_s: int = 10
+    # mixed: read-after-write checks a minute (0: none), and the reads of each
+    # key after each write (each over a fresh connection, so on any worker).
+    stale_per_min: int = 12
+    stale_reads_after: int = 2
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,8 @@ def step_run(
             "COLD_SAMPLE": str(shape.cold_sample),
             "WRITE_SHARE": str(shape.write_share),
             "COMPLEXITY": str(shape.complexity),
+            "STALE_PER_MIN": str(shape.stale_per_min),
+            "STALE_READS_AFTER": str(shape.stale_reads_after),
         },
         out=f"influxdb={settings.influx_url}",
         # The report is built from InfluxDB and Prometheus, never from k6's console.

@@ -11,9 +11,16 @@ from dataclasses import dataclass
 
 SCENARIOS = ("read", "mixed", "compute")
 WARM_CHOICES = ("both", "cold", "warm")
-CACHE_ARMS = ("nocache", "cache", "index")
+CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid")
 COMPUTE_ARMS = ("go", "python")
-CEILING_ARMS = ("cache", "healthz")
+CEILING_ARMS = ("cache", "l1", "hybrid", "healthz")
+# Arms that read through a cache tier: each has a cold and a warm phase.
+TIERED_ARMS = ("cache", "l1", "hybrid")
+# Other names accepted for an arm; `cache` stays the L2 arm's name in reports.
+ARM_ALIASES = {"l2": "cache"}
+# The ?cache= value each read arm sends (k6/scripts/lib/common.js CACHE_PARAMS
+# holds the same map; a unit test keeps the two equal).
+CACHE_PARAMS = {"nocache": "off", "index": "off", "cache": "l2", "l1": "l1", "hybrid": "hybrid"}
 
 DEFAULT_RATES = {
     "read": (30, 50, 75, 100, 150, 300, 500, 1000),
@@ -33,6 +40,8 @@ EXPECTED_LATENCY_S = {
     "nocache": 0.1,  # a sequential scan of the table
     "index": 0.025,
     "cache": 0.025,
+    "l1": 0.025,
+    "hybrid": 0.025,
     "healthz": 0.02,
     "go": 0.05,
     "python": 0.3,
@@ -108,15 +117,17 @@ def parse_rates(text: str) -> list[int]:
 
 
 def parse_arms(text: str, allowed: tuple[str, ...]) -> list[str]:
-    """'nocache cache' -> ['nocache', 'cache']: known arms, given order, no repeats."""
+    """'nocache cache' -> ['nocache', 'cache']: known arms, given order, no repeats;
+    an alias ('l2') becomes the arm it names ('cache')."""
     arms: list[str] = []
     for word in re.split(r"[\s,]+", text.strip()):
         if not word:
             continue
-        if word not in allowed:
+        arm = ARM_ALIASES.get(word, word)
+        if arm not in allowed:
             raise PlanError(f"unknown arm {word!r}; choose from {', '.join(allowed)}")
-        if word not in arms:
-            arms.append(word)
+        if arm not in arms:
+            arms.append(arm)
     if not arms:
         raise PlanError(f"arms must list at least one of {', '.join(allowed)}")
     return arms
@@ -142,12 +153,18 @@ def resolve_arms(arms: list[str], seed_indexed: bool) -> list[str]:
 
 
 def phases_for(arm: str, warm: str) -> list[str]:
-    """Cache states to run an arm in: only the cache arm has a cold and a warm phase."""
+    """Cache states to run an arm in: only the arms reading through a tier (cache,
+    l1, hybrid) have a cold and a warm phase."""
     if warm not in WARM_CHOICES:
         raise PlanError(f"warm must be one of {', '.join(WARM_CHOICES)}, got {warm!r}")
-    if arm != "cache":
+    if arm not in TIERED_ARMS:
         return ["none"]
     return ["cold", "warm"] if warm == "both" else [warm]
+
+
+def cache_param(arm: str) -> str | None:
+    """The ?cache= value of a read arm; None for arms that read no count."""
+    return CACHE_PARAMS.get(arm)
 
 
 def build_steps(

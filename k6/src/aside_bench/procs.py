@@ -119,6 +119,30 @@ def anon_kib(pid: int) -> int | None:
     return _status_kib(pid, "RssAnon")
 
 
+def cpu_ticks(pid: int) -> int | None:
+    """utime + stime + cutime + cstime of one process, in clock ticks (None once
+    it is gone). The children's part holds the workers the process reaped, so a
+    worker that exits between two readings of its tree is still counted."""
+    try:
+        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        # fields[0] is the state (field 3 of proc(5)); utime is field 14.
+        return sum(int(value) for value in fields[11:15])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
+    """cpu_ticks summed over `pid`'s tree; None when `pid` is gone."""
+    readings = [cpu_ticks(p) for p in tree(pid, ppids)]
+    if readings[0] is None:
+        return None
+    return sum(r for r in readings if r is not None)
+
+
+def clock_ticks_per_s() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
 def fd_count(pid: int) -> int | None:
     try:
         return len(os.listdir(PROC / str(pid) / "fd"))

@@ -13,9 +13,17 @@ from typing import Any
 
 from .ceiling import ceiling_of
 from .machine import summary
-from .plan import series_label
+from .plan import TIERED_ARMS, series_label
 from .results import StepResult
-from .tables import Table, fmt_ms, fmt_pct, fmt_rps, series_order, sweep_tables
+from .tables import (
+    Table,
+    cost_columns,
+    fmt_ms,
+    fmt_pct,
+    fmt_rps,
+    series_order,
+    sweep_tables,
+)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:2em auto;
@@ -118,6 +126,12 @@ def _context(doc: Doc, run: dict[str, Any]) -> None:
             f"writes: {params['write_share'] * 100:.0f}% of iterations create a user with a "
             "hot email and delete it again (two requests, one iteration)"
         )
+        if params.get("stale_per_min"):
+            items.append(
+                f"staleness checker: {params['stale_per_min']} checks a minute beside the "
+                "load (create, change the email, delete a user of its own, each followed "
+                f"by {params.get('stale_reads_after')} reads per key over fresh connections)"
+            )
     if params.get("scenario") == "compute":
         items.append(f"compute: complexity {params.get('complexity')}, engine = arm (go | python)")
     doc.ul(items)
@@ -131,6 +145,8 @@ def _context(doc: Doc, run: dict[str, Any]) -> None:
         for s in run["steps"]
         if s.get("warning")
     ]
+    if run.get("probe_warning"):
+        warnings.append(run["probe_warning"])
     if warnings:
         doc.p("Warnings:", note=True)
         doc.ul(warnings)
@@ -147,6 +163,24 @@ DEFINITIONS = [
     "cache hit rate: increase of the gateway's aside_gateway_cache_hits_total over the step "
     "divided by the increase of hits + misses + bypass (Prometheus, read at the step's start "
     "and after the first scrape past its end); the uncached arms bypass the cache and so show 0",
+    "arms: nocache and index send cache=off, cache sends cache=l2 (Redis), l1 cache=l1 (each "
+    "worker's memory only), hybrid cache=hybrid (memory, then Redis)",
+    "gateway CPU ms/req: utime + stime (and that of reaped workers) of the gunicorn master and "
+    "its workers from /proc/<pid>/stat, read right before k6 starts and right after it ends, "
+    "divided by the increase of aside_gateway_http_requests_total (every route but /metrics) "
+    "from the gateway's own /metrics over the same interval",
+    "gateway / Redis RSS MiB: VmRSS summed over the process tree right after the step (shared "
+    "pages count once per process that touched them)",
+    "L1 / L2 hit rate: increase of aside_gateway_cache_tier_reads_total over the step, hits / "
+    "(hits + misses) per tier; hybrid's L2 lookups are the L1 misses; n/a: the tier was not "
+    "used. L1 MiB: aside_gateway_l1_bytes (live workers) at the step's end",
+    "stale reads (mixed): reads by the staleness checker, over a fresh connection (so any "
+    "worker), right after a write's 2xx, that did not show that write; no answer: such reads "
+    "without a usable answer, not counted as stale",
+    "invalidation lag: receive time minus the core's publish time of each invalidation "
+    "message, per worker (aside_gateway_l1_invalidation_lag_seconds); p50/p99 interpolated "
+    "in the buckets' increase over the step as histogram_quantile does, max is the top of the "
+    "highest bucket that gained a sample",
 ]
 
 
@@ -178,6 +212,7 @@ def ceiling_tables(
 ) -> tuple[list[Table], dict[str, Any]]:
     summary_rows, found = [], {}
     trials_rows = []
+    costs = cost_columns(results)
     for arm, phase in series_order(results):
         series = [r for r in results if (r.step.arm, r.step.phase) == (arm, phase)]
         history = [(r.step.rate, r.holds(p95_limit_ms)) for r in series]
@@ -194,12 +229,17 @@ def ceiling_tables(
                     fmt_rps(r.achieved_rps),
                     fmt_pct(r.drop_rate),
                     "held" if r.holds(p95_limit_ms) else "missed",
+                    *(column.cell(r) for column in costs),
                 ]
             )
-    if "cache" in found and "healthz" in found and found["healthz"]["ceiling"] > 0:
-        ratio = found["cache"]["ceiling"] / found["healthz"]["ceiling"]
-        found["ratio"] = ratio
-        summary_rows.append(["cache / healthz", f"{ratio:.2f}"])
+    if "healthz" in found and found["healthz"]["ceiling"] > 0:
+        for arm in TIERED_ARMS:
+            if arm not in found:
+                continue
+            ratio = found[arm]["ceiling"] / found["healthz"]["ceiling"]
+            # "ratio" stays the cache arm's, as run.json consumers read it.
+            found["ratio" if arm == "cache" else f"ratio_{arm}"] = ratio
+            summary_rows.append([f"{arm} / healthz", f"{ratio:.2f}"])
     tables = [
         Table(
             f"highest rate held at p95 <= {p95_limit_ms:g} ms with no drops (requests/s)",
@@ -208,7 +248,8 @@ def ceiling_tables(
         ),
         Table(
             "every step, in the order run",
-            ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict"],
+            ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict"]
+            + [column.header for column in costs],
             trials_rows,
         ),
     ]
@@ -222,9 +263,10 @@ def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path)
     doc.h(1, title)
     _context(doc, run)
     doc.p(
-        "The cache arm reads counts with a warm cache (the read mix); the healthz arm asks a "
-        "trivial route of the same gunicorn. The ratio says how much of the server's own "
-        "ceiling the cached read path keeps."
+        "The cache arms read counts with a warm cache (the read mix): cache through Redis, l1 "
+        "from each worker's memory, hybrid memory then Redis; the healthz arm asks a trivial "
+        "route of the same gunicorn. A ratio says how much of the server's own ceiling that "
+        "cached read path keeps."
     )
     tables, _ = ceiling_tables(results, limit)
     for table in tables:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .plan import Step
+
+if TYPE_CHECKING:  # tierstats imports this module
+    from .tierstats import StepCost
 
 
 def drop_rate(dropped: float, failed: float, scheduled: float) -> float:
@@ -56,6 +60,16 @@ class CacheCounts:
 
 
 @dataclass
+class StaleCounts:
+    """The mixed scenario's read-after-write checks: reads checked, and those
+    that did not reflect the write acknowledged before them."""
+
+    reads: int
+    stale: int
+    errors: int = 0  # reads that got no usable answer (not counted as stale)
+
+
+@dataclass
 class StepResult:
     step: Step
     latency: Latency | None
@@ -64,6 +78,8 @@ class StepResult:
     dropped: int
     cache: CacheCounts | None  # None: Prometheus had no gateway data for the step
     by_name: dict[str, Latency] = field(default_factory=dict)
+    cost: StepCost | None = None  # None: no probe around the step (older runs)
+    stale: StaleCounts | None = None  # None: no staleness checker ran
 
     @property
     def drop_rate(self) -> float:

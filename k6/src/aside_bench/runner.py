@@ -18,7 +18,7 @@ from .collect import GATEWAY_JOB, collect
 from .config import Settings
 from .k6run import K6Process, LoadShape, k6_command, script_for, step_run
 from .machine import describe
-from .plan import Step, vus_for
+from .plan import Step, cache_param, vus_for
 from .prepare import (
     StackError,
     connect,
@@ -30,7 +30,9 @@ from .prepare import (
 from .results import StepResult
 from .seeddata import SeedData, remove_bench_users
 from .sources import Influx, Prometheus, SourceError
+from .stepprobe import GatewayProbe
 from .tables import fmt_ms, fmt_pct, fmt_rps
+from .warmtiers import wait_l1_empty, warm_l1
 
 EXIT_INTERRUPTED = 130
 # Prometheus scrapes every 2 s; a scrape may be late under load.
@@ -67,8 +69,16 @@ def quick_line(result: StepResult) -> str:
         f"achieved {fmt_rps(result.achieved_rps)}/s",
         f"drops {fmt_pct(result.drop_rate)}",
     ]
-    if result.step.arm in ("cache", "nocache", "index"):
+    if result.step.arm in ("cache", "nocache", "index", "l1", "hybrid"):
         parts.append(f"hits {fmt_pct(result.hit_rate)}")
+    cost = result.cost
+    if cost is not None:
+        if cost.l1_hit_rate is not None:
+            parts.append(f"L1 {fmt_pct(cost.l1_hit_rate)}")
+        if cost.cpu_ms_per_request is not None:
+            parts.append(f"CPU {cost.cpu_ms_per_request:.2f} ms/req")
+    if result.stale is not None and result.stale.reads:
+        parts.append(f"stale {result.stale.stale}/{result.stale.reads}")
     return "  ".join(parts)
 
 
@@ -84,6 +94,10 @@ class Runner:
         self.interrupted = False
         self.started = time.monotonic()
         self.step_seconds: list[float] = []
+        self.probe = GatewayProbe(settings)
+        if self.probe.problem:
+            run["probe_warning"] = self.probe.problem
+            print(f"warning: {self.probe.problem}", flush=True)
 
     # ---- Ctrl-C ----------------------------------------------------------------
     def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
@@ -110,9 +124,19 @@ class Runner:
         except StackError as error:
             record["warning"] = str(error)
             print(f"  warning: {error}; running the step anyway", flush=True)
+        in_process = step.arm in ("l1", "hybrid")
         if step.phase == "cold":
             flush_cache(self.settings)
             record["prep"] = "cache flushed"
+            if in_process:
+                try:
+                    waited = wait_l1_empty(self.settings)
+                    record["prep"] += f", L1 empty after {waited:.1f} s"
+                except StackError as error:
+                    record["warning"] = str(error)
+                    print(f"  warning: {error}; running the step anyway", flush=True)
+        elif step.phase == "warm" and in_process:
+            self._warm_l1(step, record)
         elif step.phase == "warm":
             # A sweep's warm steps all start from a fresh fill. The ceiling's
             # steps only top up what expired (a full refill costs a scan per
@@ -121,12 +145,32 @@ class Runner:
             refill = step.scenario != "ceiling" or expires_within(
                 self.settings, step.duration_s + TTL_MARGIN_S
             )
-            warmed = warm_cache(self.settings, self.read_emails(), flush=refill)
+            warmed = warm_cache(self.settings, self.read_emails(), flush=refill, mode="l2")
             record["prep"] = (
                 f"cache warmed: {warmed['keys']} keys in {warmed['fill_s']} s, "
                 f"{warmed['hit_share_after']:.0%} hits on a re-read"
             )
             record["warm"] = warmed
+
+    def _warm_l1(self, step: Step, record: dict[str, Any]) -> None:
+        """L1 entries outlive no step (CACHE_L1_TTL_SECONDS, 5 s by default), so
+        every warm step fills L1 again; hybrid's Redis is refilled as the cache
+        arm's is (the ceiling only when a key would lapse during the step)."""
+        mode = cache_param(step.arm) or "l1"
+        refill = step.scenario != "ceiling" or expires_within(
+            self.settings, step.duration_s + TTL_MARGIN_S
+        )
+        warmed = warm_l1(self.settings, self.read_emails(), mode, flush=refill)
+        record["prep"] = (
+            f"L1 warmed: {warmed['keys']} keys, {warmed['passes']} passes in "
+            f"{warmed['fill_s']} s, {warmed['hit_share_after']:.0%} L1 hits in the last"
+        )
+        record["warm"] = warmed
+        if not warmed["reached"]:
+            record["warning"] = (
+                f"L1 hit share stayed at {warmed['hit_share_after']:.0%} after "
+                f"{warmed['passes']} passes"
+            )
 
     def run_step(self, step: Step) -> StepResult | None:
         vus = vus_for(step.rate, step.arm, self.options.max_vus, step.phase)
@@ -150,6 +194,7 @@ class Runner:
         )
         log_path = self.options.out_dir / "k6.log"
         self.current = K6Process(k6_command(self.settings, run), log_path, run.env)
+        record["probe"] = {"start": self.probe.reading()}
         record["start"] = time.time()
         try:
             code = self.current.run()
@@ -157,6 +202,8 @@ class Runner:
             record["end"] = time.time()
             record["k6_exit"] = self.current.returncode
             self.current = None
+            # Right after k6's last request: the memory the step left and its CPU.
+            record["probe"]["end"] = self.probe.reading(memory=True)
         if self.interrupted:
             record["interrupted"] = True
             return None

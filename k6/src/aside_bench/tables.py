@@ -71,17 +71,62 @@ def has_cache(results: list[StepResult]) -> bool:
     return any(r.step.scenario != "compute" for r in results)
 
 
+def fmt_num(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"
+
+
+@dataclass(frozen=True)
+class CostColumn:
+    header: str
+    field: str  # of tierstats.StepCost
+    kind: str  # "num2", "num1" or "pct"
+
+    def value(self, result: StepResult) -> float | None:
+        return None if result.cost is None else getattr(result.cost, self.field)
+
+    def cell(self, result: StepResult) -> str:
+        value = self.value(result)
+        if self.kind == "pct":
+            return fmt_pct(value)
+        return fmt_num(value, 2 if self.kind == "num2" else 1)
+
+
+# Columns a probed step adds (tierstats.StepCost).
+COST_COLUMNS = (
+    CostColumn("gateway CPU ms/req", "cpu_ms_per_request", "num2"),
+    CostColumn("gateway RSS MiB", "gateway_rss_mib", "num1"),
+    CostColumn("Redis RSS MiB", "redis_rss_mib", "num1"),
+    CostColumn("L1 hit rate", "l1_hit_rate", "pct"),
+    CostColumn("L2 hit rate", "l2_hit_rate", "pct"),
+    CostColumn("L1 MiB", "l1_mib", "num2"),
+)
+COST_HEADERS = [column.header for column in COST_COLUMNS]
+
+
+def cost_columns(results: list[StepResult]) -> list[CostColumn]:
+    """The cost columns some of `results` has a value for: a tier the arms of a
+    table do not read, or CPU and memory the run could not read, is left out
+    rather than shown as a column of n/a. L1 MiB goes with the L1 hit rate."""
+    kept = [c for c in COST_COLUMNS if any(c.value(r) is not None for r in results)]
+    if not any(c.field == "l1_hit_rate" for c in kept):
+        kept = [c for c in kept if c.field != "l1_mib"]
+    return kept
+
+
 def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
     """Every figure of one arm (and phase) at each rate."""
     with_hits = has_cache(results)
+    series = sorted(
+        (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
+        key=lambda r: r.step.rate,
+    )
+    costs = cost_columns(series)
     headers = ["target /s", "p50 ms", "p95 ms", "p99 ms", "achieved /s", "drop rate"]
     if with_hits:
         headers.append("cache hit rate")
+    headers += [column.header for column in costs]
     rows = []
-    for result in sorted(
-        (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
-        key=lambda r: r.step.rate,
-    ):
+    for result in series:
         latency = result.latency
         row = [
             str(result.step.rate),
@@ -93,6 +138,7 @@ def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
         ]
         if with_hits:
             row.append(fmt_pct(result.hit_rate))
+        row += [column.cell(result) for column in costs]
         rows.append(row)
     return Table(f"{series_label(arm, phase)}", headers, rows)
 
@@ -168,10 +214,52 @@ def per_request_table(results: list[StepResult]) -> Table | None:
     return Table("p95 latency by request kind", headers, rows)
 
 
+def _lag_ms(result: StepResult, field: str) -> str:
+    cost = result.cost
+    if cost is None:
+        return MISSING
+    if cost.lag_count == 0:
+        return "none"  # no invalidation message reached a worker during the step
+    value = getattr(cost, field)
+    if value is None:
+        return MISSING
+    return "> 5000" if value == float("inf") else fmt_ms(value)
+
+
+def staleness_table(results: list[StepResult]) -> Table | None:
+    """The mixed scenario's read-after-write checks and the invalidation lag the
+    workers measured, per series and rate; None when no checker ran."""
+    if not any(r.stale is not None for r in results):
+        return None
+    headers = ["series", "target /s", "checked reads", "stale reads", "no answer",
+               "lag p50 ms", "lag p99 ms", "lag max ms <=", "lag samples"]  # fmt: skip
+    rows = []
+    for arm, phase in series_order(results):
+        for rate in rates_of(results):
+            result = _find(results, arm, phase, rate)
+            if result is None:
+                continue
+            stale, cost = result.stale, result.cost
+            rows.append(
+                [
+                    series_label(arm, phase),
+                    str(rate),
+                    MISSING if stale is None else str(stale.reads),
+                    MISSING if stale is None else str(stale.stale),
+                    MISSING if stale is None else str(stale.errors),
+                    _lag_ms(result, "lag_p50_ms"),
+                    _lag_ms(result, "lag_p99_ms"),
+                    _lag_ms(result, "lag_max_ms"),
+                    MISSING if cost is None else f"{cost.lag_count:.0f}",
+                ]
+            )
+    return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)
+
+
 def sweep_tables(results: list[StepResult]) -> list[Table]:
     tables = [comparison_table(results)]
     tables += [series_table(results, arm, phase) for arm, phase in series_order(results)]
-    extra = per_request_table(results)
-    if extra is not None:
-        tables.append(extra)
+    for extra in (per_request_table(results), staleness_table(results)):
+        if extra is not None:
+            tables.append(extra)
     return tables
