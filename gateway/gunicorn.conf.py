@@ -19,7 +19,8 @@ Sizing (2 cores shared with PostgreSQL, Redis, the core and k6):
 Metrics: prometheus-client's multiprocess mode needs PROMETHEUS_MULTIPROC_DIR
 set before it is imported and emptied at every start (stale files from a
 previous run would be summed in). With more than one worker, or in production,
-and no directory given we make one under the temp dir.
+and no directory given we make one under the temp dir. Emptying never removes
+a folder other than the native stack's own (aside_gateway.multiproc).
 
 Production keeps /metrics off the public listener: the app answers it 404 and
 this master serves the merged metrics of all workers on METRICS_BIND
@@ -28,11 +29,11 @@ any worker, so a port already taken stops the gateway at once with one line.
 """
 
 import os
-import shutil
 import sys
 import tempfile
 
 from aside_gateway.config import ConfigError, load_settings, split_host_port
+from aside_gateway.multiproc import reset_multiproc_dir
 
 try:
     _settings = load_settings(os.environ)
@@ -63,8 +64,7 @@ control_socket_disable = True
 
 def on_starting(server):
     if _multiproc_dir:
-        shutil.rmtree(_multiproc_dir, ignore_errors=True)
-        os.makedirs(_multiproc_dir, exist_ok=True)
+        reset_multiproc_dir(_multiproc_dir, os.environ.get("ASIDE_RUN_DIR"))
     if not _settings.metrics_on_app:
         _serve_metrics(_settings.metrics_bind)
 
