@@ -24,10 +24,46 @@ ASIDE_PG_EXPORTER_PORT=${ASIDE_PG_EXPORTER_PORT:-29187}
 ASIDE_CORE_PORT=${ASIDE_CORE_PORT:-28080}
 ASIDE_GATEWAY_PORT=${ASIDE_GATEWAY_PORT:-28000}
 
+# Run as root, the scripts start every service but PostgreSQL as this system
+# user (infra/install.sh creates it); run as anyone else, as that user.
+ASIDE_SERVICE_USER=${ASIDE_SERVICE_USER:-aside}
+# A log in .run/logs above this size is renamed to .1 when its service starts.
+ASIDE_LOG_MAX_BYTES=${ASIDE_LOG_MAX_BYTES:-52428800}
+
+# PostgreSQL's and Redis's passwords, one pair per stack, made the first time
+# this file is sourced for the stack (0600). Made here rather than by `up` so
+# that a shell which sourced this file before the first `up` (the Makefile,
+# infra/test.sh) already carries the passwords `up` sets. A folder this user
+# cannot write leaves the URLs without passwords.
+ASIDE_PASSWORD_FILE=$ASIDE_RUN_DIR/passwords
+if [ ! -s "$ASIDE_PASSWORD_FILE" ] && mkdir -p "$ASIDE_RUN_DIR" 2>/dev/null; then
+    (
+        umask 077
+        new=$ASIDE_PASSWORD_FILE.$$
+        {
+            echo "# PostgreSQL's (role aside) and Redis's passwords of this stack; read by infra/env.sh"
+            echo "postgres=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+            echo "redis=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+        } >"$new" &&
+            mv -n "$new" "$ASIDE_PASSWORD_FILE" # -n: a concurrent first source keeps its pair
+        rm -f "$new"
+    ) 2>/dev/null || true
+fi
+ASIDE_PG_PASSWORD="" ASIDE_REDIS_PASSWORD=""
+if [ -r "$ASIDE_PASSWORD_FILE" ]; then
+    while IFS='=' read -r key value; do
+        case $key in
+            postgres) ASIDE_PG_PASSWORD=$value ;;
+            redis) ASIDE_REDIS_PASSWORD=$value ;;
+        esac
+    done <"$ASIDE_PASSWORD_FILE"
+    unset key value
+fi
+
 # What the services read (one place each: gateway/src/aside_gateway/config.py,
 # core-go/internal/config).
-DATABASE_URL=${DATABASE_URL:-postgresql://aside@127.0.0.1:$ASIDE_PG_PORT/aside}
-REDIS_URL=${REDIS_URL:-redis://127.0.0.1:$ASIDE_REDIS_PORT/0}
+DATABASE_URL=${DATABASE_URL:-postgresql://aside${ASIDE_PG_PASSWORD:+:$ASIDE_PG_PASSWORD}@127.0.0.1:$ASIDE_PG_PORT/aside}
+REDIS_URL=${REDIS_URL:-redis://${ASIDE_REDIS_PASSWORD:+:$ASIDE_REDIS_PASSWORD@}127.0.0.1:$ASIDE_REDIS_PORT/0}
 CORE_URL=${CORE_URL:-http://127.0.0.1:$ASIDE_CORE_PORT}
 GATEWAY_URL=${GATEWAY_URL:-http://127.0.0.1:$ASIDE_GATEWAY_PORT}
 INFLUXDB_URL=${INFLUXDB_URL:-http://127.0.0.1:$ASIDE_INFLUX_PORT/k6}
@@ -38,7 +74,7 @@ GATEWAY_BIND=${GATEWAY_BIND:-127.0.0.1:$ASIDE_GATEWAY_PORT}
 # arm. `ASIDE_PROFILE=production` turns every lab-only switch off.
 ASIDE_PROFILE=${ASIDE_PROFILE:-lab}
 
-export ASIDE_ROOT ASIDE_RUN_DIR ASIDE_BIN_DIR
+export ASIDE_ROOT ASIDE_RUN_DIR ASIDE_BIN_DIR ASIDE_SERVICE_USER ASIDE_LOG_MAX_BYTES
 export ASIDE_PG_PORT ASIDE_REDIS_PORT ASIDE_INFLUX_PORT ASIDE_INFLUX_RPC_PORT ASIDE_PROM_PORT
 export ASIDE_NODE_EXPORTER_PORT ASIDE_REDIS_EXPORTER_PORT ASIDE_PG_EXPORTER_PORT
 export ASIDE_CORE_PORT ASIDE_GATEWAY_PORT

@@ -3,7 +3,7 @@
 # Python environment (uv, from uv.lock), the core's Go build and k6 (built from
 # its Go module into bin/). A second run finds everything and returns quickly.
 #
-# usage: infra/install.sh [packages|python|core|k6 ...]   (default: all)
+# usage: infra/install.sh [packages|user|python|core|k6 ...]   (default: all)
 set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
 source "$ASIDE_ROOT/infra/lib.sh"
@@ -58,6 +58,18 @@ install_packages() {
     [ -z "$missing" ] || die "still missing after apt-get: $missing (see .run/logs/apt.log)"
 }
 
+# The system user the services run as when the scripts run as root (no home, no
+# login shell). Without root, the services run as the caller and there is
+# nothing to make.
+install_user() {
+    as_root || return 0
+    id -u "$ASIDE_SERVICE_USER" >/dev/null 2>&1 && return 0
+    info "creating system user $ASIDE_SERVICE_USER"
+    useradd --system --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin "$ASIDE_SERVICE_USER" ||
+        die "could not create user '$ASIDE_SERVICE_USER' (useradd failed)"
+}
+
 uv_bin() {
     command -v uv 2>/dev/null && return 0
     [ -x "$HOME/.local/bin/uv" ] && { printf '%s' "$HOME/.local/bin/uv"; return 0; }
@@ -76,6 +88,9 @@ install_python() {
     # --frozen: exactly what uv.lock says; no interpreter downloads, only PyPI.
     UV_PYTHON_DOWNLOADS=never "$uv" sync --frozen --quiet --project "$ASIDE_ROOT" ||
         die "uv sync failed; run 'uv sync --frozen' in $ASIDE_ROOT to see why"
+    # The gateway runs from it as the service user, whatever root's umask was.
+    as_root && chmod -R a+rX "$ASIDE_ROOT/.venv"
+    return 0
 }
 
 install_core() {
@@ -85,6 +100,7 @@ install_core() {
     # go build is itself incremental: a second run with no change takes a second.
     (cd "$ASIDE_ROOT/core-go" && go build -trimpath -o "$ASIDE_BIN_DIR/aside-core" ./cmd/aside-core) ||
         die "the core did not build; run 'cd core-go && go build ./...' to see why"
+    chmod a+rx "$ASIDE_BIN_DIR/aside-core" # run as the service user
 }
 
 install_k6() {
@@ -100,15 +116,16 @@ install_k6() {
 main() {
     mkdir -p "$ASIDE_RUN_DIR/logs"
     local steps=("$@")
-    [ ${#steps[@]} -gt 0 ] || steps=(packages python core k6)
+    [ ${#steps[@]} -gt 0 ] || steps=(packages user python core k6)
     local s
     for s in "${steps[@]}"; do
         case $s in
             packages) install_packages ;;
+            user) install_user ;;
             python) install_python ;;
             core) install_core ;;
             k6) install_k6 ;;
-            *) die "unknown install step '$s' (packages, python, core, k6)" ;;
+            *) die "unknown install step '$s' (packages, user, python, core, k6)" ;;
         esac
     done
 }

@@ -69,12 +69,23 @@ port_owner() {
 
 http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
 
+# rotate_log FILE: a log above ASIDE_LOG_MAX_BYTES becomes FILE.1 (the one
+# before is dropped). Called before a service starts, so no process still
+# writes to the old file; a running service's log grows until its next start.
+rotate_log() {
+    local size
+    size=$(stat -c %s "$1" 2>/dev/null) || return 0
+    [ "$size" -gt "$ASIDE_LOG_MAX_BYTES" ] || return 0
+    mv -f "$1" "$1.1"
+}
+
 # launch NAME MATCH CMD...: start CMD detached in its own session, log to
 # .run/logs/NAME.log, and record its pid.
 launch() {
     local name=$1 match=$2
     shift 2
     mkdir -p "$LOG_DIR"
+    rotate_log "$LOG_DIR/$name.log"
     setsid nohup "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
     local pid=$! deadline=$((SECONDS + 5))
     # Until the child has exec'd, its command line is this shell's, and pid_of
@@ -109,4 +120,48 @@ as_postgres() {
     else
         "$@"
     fi
+}
+
+# The services other than PostgreSQL run as ASIDE_SERVICE_USER when the scripts
+# run as root, and as the caller otherwise.
+as_root() { [ "$(id -u)" -eq 0 ]; }
+
+# require_service_user: the user exists, or one line saying how to make it.
+require_service_user() {
+    as_root || return 0
+    id -u "$ASIDE_SERVICE_USER" >/dev/null 2>&1 ||
+        die "user '$ASIDE_SERVICE_USER' does not exist; run infra/install.sh user (creates it)"
+}
+
+# own_state DIR: DIR exists and belongs to the service user (recursively: a
+# stack started by an older version left its state owned by root).
+own_state() {
+    mkdir -p "$1"
+    as_root || return 0
+    chown -R "$ASIDE_SERVICE_USER:$ASIDE_SERVICE_USER" "$1"
+}
+
+# service_reaches_checkout: the service user can read the config, run the core
+# and the gateway's interpreter, and enter the run folder, with no capability.
+service_reaches_checkout() {
+    local checks=(-x "$ASIDE_RUN_DIR" -a -r "$ASIDE_ROOT/infra/conf/redis.conf") p
+    for p in "$ASIDE_ROOT/.venv/bin/python" "$ASIDE_BIN_DIR/aside-core"; do
+        [ -e "$p" ] && checks+=(-a -x "$p")
+    done
+    setpriv --reuid="$ASIDE_SERVICE_USER" --regid="$ASIDE_SERVICE_USER" --init-groups \
+        test "${checks[@]}" 2>/dev/null
+}
+
+# AS_SERVICE: the command prefix that runs a service as the service user (empty
+# without root). The right to traverse folders (CAP_DAC_READ_SEARCH, as
+# as_postgres keeps) is kept only when the user cannot reach the checkout
+# otherwise: it sits under a 0700 folder (a mktemp clone), or the venv's
+# interpreter lives in root's home (pyenv, uv-managed Pythons).
+AS_SERVICE=()
+set_service_prefix() {
+    AS_SERVICE=()
+    as_root || return 0
+    AS_SERVICE=(setpriv --reuid="$ASIDE_SERVICE_USER" --regid="$ASIDE_SERVICE_USER" --init-groups)
+    service_reaches_checkout && return 0
+    AS_SERVICE+=(--inh-caps=+dac_read_search --ambient-caps=+dac_read_search)
 }

@@ -11,7 +11,17 @@ pg_bin() { { find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin 2>/dev/n
 # ---- readiness: probe_<kind> PORT [ARG] returns 0 when the service answers ----
 probe_http() { http_ok "http://127.0.0.1:$1$2"; }
 probe_pg_isready() { "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$1" -t 2; }
-probe_redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]; }
+probe_redis_ping() { [ "$(redis_cli -p "$1" ping 2>/dev/null)" = PONG ]; }
+
+# redis_cli ARGS...: redis-cli on 127.0.0.1 with the stack's password, if any
+# (from the environment: an argument would show in ps).
+redis_cli() {
+    if [ -n "$ASIDE_REDIS_PASSWORD" ]; then
+        REDISCLI_AUTH=$ASIDE_REDIS_PASSWORD redis-cli -h 127.0.0.1 "$@"
+    else
+        redis-cli -h 127.0.0.1 "$@"
+    fi
+}
 
 # ---- the table: infra/services.tsv -------------------------------------------
 # ALL_SERVICES is its start order; the other columns are kept by service name.
@@ -70,7 +80,7 @@ service_ready() {
 launch_service() { launch "$1" "${SERVICE_MATCH[$1]}" "${@:2}"; }
 
 # ---- start: launch, then leave readiness to the caller -----------------------
-psql_admin() { PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$ASIDE_PG_PORT" -U aside "$@"; }
+psql_admin() { PGPASSWORD=$ASIDE_PG_PASSWORD PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$ASIDE_PG_PORT" -U aside "$@"; }
 
 start_postgres() {
     local dir=$ASIDE_RUN_DIR/postgres
@@ -80,13 +90,21 @@ start_postgres() {
     mkdir -p "$dir"
     [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir"
     if [ ! -s "$dir/data/PG_VERSION" ]; then
-        # Trust on loopback only: a lab database with no secret to leak. The
-        # compose stack uses a password from the environment instead.
-        as_postgres "$pg/initdb" -D "$dir/data" -U aside --auth=trust -E UTF8 --locale=C.UTF-8 \
-            >"$LOG_DIR/postgres-initdb.log" 2>&1 || die "initdb failed (see .run/logs/postgres-initdb.log)"
+        [ -n "$ASIDE_PG_PASSWORD" ] || die "no PostgreSQL password in $ASIDE_PASSWORD_FILE (can this user write $ASIDE_RUN_DIR?)"
+        # The superuser's password, for initdb only: readable by its owner alone.
+        local pwfile=$dir/initdb-password rc=0
+        (umask 077 && printf '%s\n' "$ASIDE_PG_PASSWORD" >"$pwfile")
+        as_root && chown postgres:postgres "$pwfile"
+        as_postgres "$pg/initdb" -D "$dir/data" -U aside --auth=scram-sha-256 --pwfile="$pwfile" \
+            -E UTF8 --locale=C.UTF-8 >"$LOG_DIR/postgres-initdb.log" 2>&1 || rc=$?
+        rm -f "$pwfile"
+        [ "$rc" -eq 0 ] || die "initdb failed (see .run/logs/postgres-initdb.log)"
     fi
-    cp "$ASIDE_ROOT/infra/conf/postgresql.conf" "$dir/data/postgresql.auto.conf"
-    [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir/data/postgresql.auto.conf"
+    pg_conf "$ASIDE_ROOT/infra/conf/postgresql.conf" "$dir/data/postgresql.auto.conf"
+    # A cluster made before the passwords trusts every local user: it keeps its
+    # pg_hba.conf until setup_postgres has given role aside its password.
+    pg_trusts || pg_conf "$ASIDE_ROOT/infra/conf/pg_hba.conf" "$dir/data/pg_hba.conf"
+    rotate_log "$dir/server.log"
     as_postgres "$pg/pg_ctl" -D "$dir/data" -l "$dir/server.log" -s \
         -o "-c listen_addresses=127.0.0.1 -p $ASIDE_PG_PORT -k $dir" start >/dev/null 2>&1 || true
     local pid deadline=$((SECONDS + 10))
@@ -97,8 +115,38 @@ start_postgres() {
     record_pid postgres "$pid" "${SERVICE_MATCH[postgres]}"
 }
 
+# pg_conf SRC DEST: copy a configuration file into the cluster, owned by postgres.
+pg_conf() {
+    cp "$1" "$2"
+    as_root && chown postgres:postgres "$2"
+    return 0
+}
+
+# pg_trusts: the cluster's pg_hba.conf has a trust line (made before the passwords).
+pg_trusts() {
+    grep -v '^[[:space:]]*#' "$ASIDE_RUN_DIR/postgres/data/pg_hba.conf" 2>/dev/null | grep -qw trust
+}
+
+# A cluster made before the passwords: give role aside its password while trust
+# still lets us in, then put our pg_hba.conf in place.
+migrate_postgres() {
+    local dir=$ASIDE_RUN_DIR/postgres
+    info "PostgreSQL was made without a password: setting role aside's (from $ASIDE_PASSWORD_FILE)"
+    # \getenv: the password never appears on a command line.
+    ASIDE_PG_PW=$ASIDE_PG_PASSWORD psql_admin -d postgres <<'SQL'
+\getenv pw ASIDE_PG_PW
+ALTER ROLE aside PASSWORD :'pw';
+SQL
+    pg_conf "$ASIDE_ROOT/infra/conf/pg_hba.conf" "$dir/data/pg_hba.conf"
+    as_postgres "$(pg_bin)/pg_ctl" -D "$dir/data" -s reload >/dev/null
+}
+
 # After PostgreSQL answers: the lab database, its schema and the statement stats.
 setup_postgres() {
+    [ -n "$ASIDE_PG_PASSWORD" ] || die "no PostgreSQL password in $ASIDE_PASSWORD_FILE (can this user write $ASIDE_RUN_DIR?)"
+    if pg_trusts; then migrate_postgres; fi
+    psql_admin -d postgres -tAc "SELECT 1" >/dev/null 2>&1 ||
+        die "PostgreSQL in $ASIDE_RUN_DIR/postgres refuses the password in $ASIDE_PASSWORD_FILE; run 'make clean' (drops its data) and 'make up'"
     psql_admin -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'aside'" | grep -q 1 ||
         psql_admin -d postgres -c "CREATE DATABASE aside"
     psql_admin -d aside -f "$ASIDE_ROOT/contracts/schema.sql"
@@ -115,10 +163,20 @@ stop_postgres() {
 
 start_redis() {
     local dir=$ASIDE_RUN_DIR/redis
-    mkdir -p "$dir"
+    own_state "$dir"
+    # infra/conf/redis.conf and the password, in a file only Redis's user reads.
+    (
+        umask 077
+        rm -f "$dir/redis.conf" # made 0644 by an older version
+        {
+            cat "$ASIDE_ROOT/infra/conf/redis.conf"
+            [ -z "$ASIDE_REDIS_PASSWORD" ] || printf 'requirepass %s\n' "$ASIDE_REDIS_PASSWORD"
+        } >"$dir/redis.conf"
+    )
+    as_root && chown "$ASIDE_SERVICE_USER:" "$dir/redis.conf"
     # A pure cache: no persistence, LRU eviction when full. No process title:
     # Redis writes it over its environment, where pid_of looks for ASIDE_RUN_DIR.
-    launch_service redis redis-server "$ASIDE_ROOT/infra/conf/redis.conf" \
+    launch_service redis "${AS_SERVICE[@]}" redis-server "$dir/redis.conf" \
         --port "$ASIDE_REDIS_PORT" --dir "$dir" --set-proc-title no
 }
 
@@ -127,7 +185,8 @@ start_influxdb() {
     mkdir -p "$dir"
     sed -e "s#@DIR@#$dir#g" -e "s#@PORT@#$ASIDE_INFLUX_PORT#g" -e "s#@RPC_PORT@#$ASIDE_INFLUX_RPC_PORT#g" \
         "$ASIDE_ROOT/infra/conf/influxdb.conf" >"$dir/influxdb.conf"
-    launch_service influxdb influxd -config "$dir/influxdb.conf"
+    own_state "$dir"
+    launch_service influxdb "${AS_SERVICE[@]}" influxd -config "$dir/influxdb.conf"
 }
 
 setup_influxdb() {
@@ -136,20 +195,21 @@ setup_influxdb() {
 }
 
 start_node-exporter() {
-    launch_service node-exporter prometheus-node-exporter \
+    launch_service node-exporter "${AS_SERVICE[@]}" prometheus-node-exporter \
         --web.listen-address="127.0.0.1:$ASIDE_NODE_EXPORTER_PORT" \
         --collector.disable-defaults --collector.cpu --collector.meminfo --collector.loadavg \
         --collector.netdev --collector.filefd --collector.stat
 }
 
 start_redis-exporter() {
-    launch_service redis-exporter prometheus-redis-exporter \
+    # The password from the environment, not -redis.password: ps shows arguments.
+    REDIS_PASSWORD=$ASIDE_REDIS_PASSWORD launch_service redis-exporter "${AS_SERVICE[@]}" prometheus-redis-exporter \
         -web.listen-address "127.0.0.1:$ASIDE_REDIS_EXPORTER_PORT" -redis.addr "redis://127.0.0.1:$ASIDE_REDIS_PORT"
 }
 
 start_postgres-exporter() {
-    DATA_SOURCE_NAME="postgresql://aside@127.0.0.1:$ASIDE_PG_PORT/aside?sslmode=disable" \
-        launch_service postgres-exporter prometheus-postgres-exporter \
+    DATA_SOURCE_NAME="postgresql://aside:$ASIDE_PG_PASSWORD@127.0.0.1:$ASIDE_PG_PORT/aside?sslmode=disable" \
+        launch_service postgres-exporter "${AS_SERVICE[@]}" prometheus-postgres-exporter \
         --web.listen-address="127.0.0.1:$ASIDE_PG_EXPORTER_PORT"
 }
 
@@ -163,20 +223,23 @@ start_prometheus() {
         port=${job#*:}
         printf '[{"targets": ["127.0.0.1:%s"], "labels": {"stack": "native"}}]\n' "$port" >"$dir/targets/${job%%:*}.json"
     done
-    launch_service prometheus prometheus --config.file="$dir/prometheus.yml" \
+    own_state "$dir"
+    # No --web.enable-admin-api: nothing here deletes series or snapshots the TSDB.
+    launch_service prometheus "${AS_SERVICE[@]}" prometheus --config.file="$dir/prometheus.yml" \
         --storage.tsdb.path="$dir/data" --storage.tsdb.retention.time=15d \
-        --web.listen-address="127.0.0.1:$ASIDE_PROM_PORT" --web.enable-lifecycle --web.enable-admin-api
+        --web.listen-address="127.0.0.1:$ASIDE_PROM_PORT" --web.enable-lifecycle
 }
 
 start_core() {
     [ -x "$ASIDE_BIN_DIR/aside-core" ] || die "bin/aside-core is missing; run infra/install.sh core"
-    launch_service core "$ASIDE_BIN_DIR/aside-core"
+    launch_service core "${AS_SERVICE[@]}" "$ASIDE_BIN_DIR/aside-core"
 }
 
 start_gateway() {
     mkdir -p "$ASIDE_RUN_DIR/gateway/prometheus-multiproc"
+    own_state "$ASIDE_RUN_DIR/gateway"
     PROMETHEUS_MULTIPROC_DIR=$ASIDE_RUN_DIR/gateway/prometheus-multiproc \
-        launch_service gateway "$ASIDE_ROOT/.venv/bin/gunicorn" \
+        launch_service gateway "${AS_SERVICE[@]}" "$ASIDE_ROOT/.venv/bin/gunicorn" \
         --config "$ASIDE_ROOT/gateway/gunicorn.conf.py" "aside_gateway.asgi:app"
 }
 

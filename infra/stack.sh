@@ -79,6 +79,9 @@ cmd_up() {
     fi
 
     [ "${ASIDE_SKIP_INSTALL:-0}" = 1 ] || "$ASIDE_ROOT/infra/install.sh"
+    require_service_user
+    set_service_prefix
+    refuse_running_old_stack
 
     # Start in order; if one fails, stop what this call started and say why.
     local started=()
@@ -96,6 +99,19 @@ cmd_up() {
         fi
     done
     print_table "${wanted[@]}"
+}
+
+# A PostgreSQL or Redis started by a version without passwords still runs: the
+# consumers started now would send passwords it does not know (or lack).
+refuse_running_old_stack() {
+    local old=()
+    if pid_of redis >/dev/null && [ -n "$ASIDE_REDIS_PASSWORD" ] &&
+        [ "$(redis-cli -h 127.0.0.1 -p "$ASIDE_REDIS_PORT" ping 2>/dev/null)" = PONG ]; then
+        old+=(redis)
+    fi
+    if pid_of postgres >/dev/null && pg_trusts; then old+=(postgres); fi
+    [ ${#old[@]} -eq 0 ] ||
+        die "${old[*]} of this stack still run(s) without a password (started by an older version); run 'make down' (infra/stack.sh down), then 'make up'"
 }
 
 # stop_one NAME: stop it if it runs; else drop a stale pid file.
