@@ -146,3 +146,18 @@ def test_big_logs_are_rotated_at_start(mini_stack: MiniStack) -> None:
     small = (logs / "redis.log").read_text()
     assert mini_stack.run("up", "redis").returncode == 0
     assert (logs / "redis.log").read_text().startswith(small)
+
+
+def test_a_redis_still_running_without_a_password_is_refused(mini_stack: MiniStack) -> None:
+    up = mini_stack.run("up", "redis")
+    assert up.returncode == 0, up.stderr
+    # As a Redis started by the version before passwords would answer.
+    redis.Redis.from_url(env_url(mini_stack, "REDIS_URL")).config_set("requirepass", "")
+
+    again = mini_stack.run("up", "redis", "postgres")
+    assert again.returncode != 0
+    lines = again.stderr.strip().splitlines()
+    assert len(lines) == 1, again.stderr
+    assert "redis of this stack still run(s) without a password" in lines[0]
+    assert "make down" in lines[0]
+    assert "postgres" not in mini_stack.live_pids()
