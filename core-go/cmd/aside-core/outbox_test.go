@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +31,7 @@ func TestFailedInvalidationIsSettledSoonAfterRedisAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := testenv.StartProxy(t, opts.Addr)
-	core := startCore(t, "REDIS_URL=redis://"+proxy.Addr+"/"+strconv.Itoa(opts.DB))
+	core := startCore(t, "REDIS_URL="+testenv.Via(env.RedisURL, proxy.Addr))
 
 	const email = "outbox@example.com"
 	if status, _ := postUser(t, core, "first", email); status != http.StatusCreated {

@@ -80,7 +80,7 @@ func TestRelayPublishesWhatItSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := testenv.StartProxy(t, opts.Addr)
-	core := startCore(t, "REDIS_URL=redis://"+proxy.Addr+"/"+strconv.Itoa(opts.DB))
+	core := startCore(t, "REDIS_URL="+testenv.Via(env.RedisURL, proxy.Addr))
 	ch := subscribeInvalidations(t, env.RedisURL)
 
 	const email = "relay-publish@example.com"

@@ -268,6 +268,17 @@ func withRedisDB(redisURL string, db int) (string, error) {
 	return u.String(), nil
 }
 
+// Via is redisURL with its host:port replaced by addr (a proxy's), keeping the
+// password and the DB index: the stack's Redis wants its password.
+func Via(redisURL, addr string) string {
+	u, err := url.Parse(redisURL)
+	if err != nil {
+		return redisURL
+	}
+	u.Host = addr
+	return u.String()
+}
+
 func redact(s string) string {
 	if u, err := url.Parse(s); err == nil {
 		return u.Redacted()
