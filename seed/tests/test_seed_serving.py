@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -101,10 +102,15 @@ def test_the_cache_is_flushed_and_the_l1_tiers_told(seed, db: psycopg.Connection
     assert pubsub.get_message(timeout=5)["type"] == "subscribe"
     seed.ok(*ARGS)
     assert sorted(rdb.keys("*")) == [b"aside:test:other"]
-    message = pubsub.get_message(timeout=5)
+    # Other suites' cores may publish on the same channel meanwhile: look for ours.
+    deadline = time.monotonic() + 5
+    flushes = 0
+    while not flushes and time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.5)
+        if message is not None and message["type"] == "message":
+            flushes += json.loads(message["data"]).get("flush") is True
     pubsub.close()
-    assert message is not None and message["type"] == "message"
-    assert json.loads(message["data"])["flush"] is True
+    assert flushes == 1
 
 
 def test_redis_unreachable_is_refused_before_the_load(seed, db: psycopg.Connection) -> None:

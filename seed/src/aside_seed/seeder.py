@@ -93,12 +93,13 @@ def _load(
         with _phase(phases, "write gate"):
             loader.close_write_gate(conn)
         _load_gated(conn, redis_client, options, config, shape, parts, hot, data_dir, phases)
-        loader.open_write_gate(conn)
-        phases["writes refused"] = time.perf_counter() - gate_closed
-    with _phase(phases, "samples"):
+        # Counted before writes resume, which may add rows at once.
         table_rows, max_id = loader.count_rows(conn)
         if table_rows != shape.rows:
             raise SeedError(f"loaded {table_rows} rows instead of {shape.rows}")
+        loader.open_write_gate(conn)
+        phases["writes refused"] = time.perf_counter() - gate_closed
+    with _phase(phases, "samples"):
         cold = keyfiles.sample_cold_emails(conn, shape, set(hot), options.sample_size)
         ids = keyfiles.sample_user_ids(conn, shape, options.sample_size)
     return KeyData(hot, cold, ids, _meta(options, shape, hot, table_rows, max_id))
