@@ -44,6 +44,10 @@ def test_contract_tiers_match_the_constants():
         tiers["invalidation_message"]["keys"],
         tiers["invalidation_message"]["published_ms"],
     )
+    assert parse(str.encode(__import__("json").dumps(tiers["flush_message"]))) == (
+        None,
+        tiers["flush_message"]["published_ms"],
+    )
 
 
 @pytest.mark.parametrize("case", CACHE["invalidation"], ids=lambda c: c["name"])
@@ -180,7 +184,9 @@ def test_tier_settings_defaults_and_errors():
     assert not load_settings({**BASE_ENV, "CACHE_L1_INVALIDATION": "off"}).cache_l1_invalidation
 
 
-@pytest.mark.parametrize("data", [b"not json", b"{}", b'{"keys": "k"}', b'{"keys": [1]}', b"[]"])
+@pytest.mark.parametrize(
+    "data", [b"not json", b"{}", b'{"keys": "k"}', b'{"keys": [1]}', b"[]", b'{"flush": 1}']
+)
 def test_unreadable_messages_are_refused(data):
     with pytest.raises((ValueError, KeyError, TypeError)):
         parse(data)

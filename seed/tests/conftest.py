@@ -12,13 +12,18 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
 DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:25432/aside"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:26379/0"
 TEST_DATABASE = "aside_test_seed"
+# The seeder flushes the cache of REDIS_URL: this suite's is DB 3 on that server
+# (the gateway's suite owns DB 1, the core's DB 2).
+TEST_REDIS_DB = 3
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEED_TIMEOUT_S = 120
 
@@ -29,11 +34,13 @@ class SeedRun:
     def __init__(self, url: str, data_dir: Path) -> None:
         self.url = url
         self.data_dir = data_dir
+        self.redis_url = redis_test_url()
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ASIDE_SEED_")}
         env.update(
             DATABASE_URL=self.url,
+            REDIS_URL=self.redis_url,
             ASIDE_K6_DATA_DIR=str(self.data_dir),
             ASIDE_ROOT=str(REPO_ROOT),
             PYTHONUNBUFFERED="1",
@@ -66,6 +73,11 @@ class SeedRun:
 @pytest.fixture(scope="session")
 def server_url() -> str:
     return os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return redis_test_url()
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +115,11 @@ def hash_table() -> Callable[[psycopg.Connection], str]:
 @pytest.fixture(scope="session")
 def wait_for() -> Callable[[Callable[[], bool], float, str], None]:
     return wait_until
+
+
+def redis_test_url() -> str:
+    base = urlsplit(os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL)
+    return urlunsplit((base.scheme, base.netloc, f"/{TEST_REDIS_DB}", "", ""))
 
 
 def table_hash(conn: psycopg.Connection) -> str:

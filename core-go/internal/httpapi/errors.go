@@ -30,7 +30,12 @@ const (
 	codeInternal             = "internal"
 	codeDatabaseUnavailable  = "database_unavailable"
 	codeUnavailable          = "unavailable"
+	codeSeeding              = "seeding"
 )
+
+// seedingRetryAfter is the Retry-After of a write refused during a seed: a
+// seed of 100,000 rows takes a second or two, a million five to ten.
+const seedingRetryAfter = "2"
 
 // apiError is an error answer: {"error": {"code": ..., "message": ...}},
 // with the status and any headers that go with it (Retry-After).
@@ -92,6 +97,10 @@ func asAPIError(err error) (*apiError, bool) {
 	case errors.Is(err, store.ErrKeyReused):
 		return &apiError{status: http.StatusUnprocessableEntity, code: codeIdempotencyKeyReused,
 			message: "this Idempotency-Key was already used with a different request body"}, true
+	case errors.Is(err, store.ErrSeeding):
+		return &apiError{status: http.StatusServiceUnavailable, code: codeSeeding,
+			message: "a seed is replacing the data; nothing was written, retry later",
+			headers: map[string]string{"Retry-After": seedingRetryAfter}}, true
 	case errors.As(err, new(*store.UnavailableError)):
 		return unavailable(codeDatabaseUnavailable, "the database is unavailable; retry later"), true
 	}

@@ -197,6 +197,7 @@ func TestErrorCodesAreInTheContract(t *testing.T) {
 		codeInvalidComplexity: 400, codeUnknownField: 400, codeInvalidJSON: 400, codeUnauthorized: 401, codeNotFound: 404,
 		codeMethodNotAllowed: 405, codeConflict: 409, codePayloadTooLarge: 413, codeUnsupportedMediaType: 415,
 		codeIdempotencyKeyReused: 422, codeInternal: 500, codeDatabaseUnavailable: 503, codeUnavailable: 503,
+		codeSeeding: 503,
 	} {
 		if got, ok := contract.Codes[code]; !ok || got != status {
 			t.Errorf("errors.json has %q as %d (present: %v), the core answers it with %d", code, got, ok, status)

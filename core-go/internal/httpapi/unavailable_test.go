@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/store"
 	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
 
@@ -165,5 +167,44 @@ func TestAbandonedWriteIsUncertainAndDropsKnownKeys(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.metrics.UncertainWritesTotal); got != 1 {
 		t.Fatalf("uncertain writes = %v, want 1", got)
+	}
+}
+
+// While a seed holds the gate (contracts/seeding.json) every write answers
+// 503 seeding with Retry-After and writes nothing; reads of the keys are
+// untouched.
+func TestWritesAnswer503SeedingWhileASeedRuns(t *testing.T) {
+	env.Reset(t)
+	s := newServer(t, serverOpts{})
+	ada := s.mustCreate(t, "ada", "ada@example.com")
+	before := rows(t)
+	ctx := context.Background()
+	gate, err := env.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Release()
+	if _, err := gate.Exec(ctx, "SELECT pg_advisory_lock($1)", store.WriteGateLock); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = gate.Exec(ctx, "SELECT pg_advisory_unlock($1)", store.WriteGateLock) }()
+	id := strconv.FormatInt(ada.ID, 10)
+	requests := []*http.Request{
+		jsonRequest(http.MethodPost, "/api/v1/users", `{"username":"bob","email":"bob@example.com"}`, "application/json"),
+		jsonRequest(http.MethodPatch, "/api/v1/users/"+id, `{"email":"x@example.com"}`, "application/json"),
+		jsonRequest(http.MethodDelete, "/api/v1/users/"+id, "", ""),
+	}
+	keyed := jsonRequest(http.MethodPost, "/api/v1/users", `{"username":"cy","email":"cy@example.com"}`, "application/json")
+	keyed.Header.Set("Idempotency-Key", "seed-1")
+	requests = append(requests, keyed)
+	for _, req := range requests {
+		rec := s.send(req)
+		wantError(t, rec, http.StatusServiceUnavailable, codeSeeding)
+		if got := rec.Header().Get("Retry-After"); got != seedingRetryAfter {
+			t.Errorf("%s %s: Retry-After %q, want %q", req.Method, req.URL.Path, got, seedingRetryAfter)
+		}
+	}
+	if after := rows(t); !equalRows(before, after) {
+		t.Fatalf("refused writes changed the table: %v -> %v", before, after)
 	}
 }

@@ -73,6 +73,11 @@ func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []by
 	answer AnswerFunc) (Once, error) {
 	var out Once
 	err := s.withTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		// First, so that neither the claim nor a replay of a key the seed
+		// is about to clear happens while a seed runs.
+		if err := passGate(ctx, tx); err != nil {
+			return err
+		}
 		for range claimTries {
 			claimed, err := claimKey(ctx, tx, key, requestHash)
 			if err != nil {
@@ -115,7 +120,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key string, requestHash []byte) (b
 
 func createAndSave(ctx context.Context, tx pgx.Tx, key, username, email string, answerFor AnswerFunc, out *Once) error {
 	var w Written
-	if err := scanCreated(tx.QueryRow(ctx, createSQL, username, email), &w); err != nil {
+	if err := scanWritten(tx.QueryRow(ctx, createSQL, username, email, WriteGateLock), &w); err != nil {
 		return err
 	}
 	answer := answerFor(w.User)

@@ -130,28 +130,56 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Each write is one statement that also records the cache invalidation it
 // owes (outbox.go): the change and its outbox row commit together or not at
-// all.
+// all. Each also passes the seeding gate first (gate.go): the write happens
+// only if the statement got the gate's shared lock, which it then holds until
+// it commits, so no write ever commits into a table a seed is replacing.
+// All three answer the same columns: the gate's verdict, then the row (all
+// NULL when nothing was written).
 const createSQL = `
-WITH created AS (
-    INSERT INTO users (username, email) VALUES ($1, $2)
+WITH gate AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock_shared($3) AS open
+), created AS (
+    INSERT INTO users (username, email) SELECT $1::text, $2::text FROM gate WHERE gate.open
     RETURNING id, username, email, created_at
 ), owed AS (
     INSERT INTO cache_invalidations (user_id, email_after) SELECT id, email FROM created
     RETURNING id
 )
-SELECT created.id, username, email, created_at, owed.id FROM created, owed`
+SELECT gate.open, created.id, username, email, created_at, NULL::text, owed.id
+FROM gate LEFT JOIN (created CROSS JOIN owed) ON true`
 
 // CreateUser inserts a user.
 func (s *Store) CreateUser(ctx context.Context, username, email string) (Written, error) {
 	var w Written
 	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		return scanCreated(conn.QueryRow(ctx, createSQL, username, email), &w)
+		return scanWritten(conn.QueryRow(ctx, createSQL, username, email, WriteGateLock), &w)
 	})
 	return w, err
 }
 
-func scanCreated(row pgx.Row, w *Written) error {
-	return row.Scan(&w.ID, &w.Username, &w.Email, &w.CreatedAt, &w.Outbox)
+// scanWritten reads a gated write's answer: ErrSeeding when the gate was
+// closed, pgx.ErrNoRows when the write found no row.
+func scanWritten(row pgx.Row, w *Written) error {
+	var (
+		open                      bool
+		id, outbox                *int64
+		username, email, oldEmail *string
+		createdAt                 *time.Time
+	)
+	if err := row.Scan(&open, &id, &username, &email, &createdAt, &oldEmail, &outbox); err != nil {
+		return err
+	}
+	if !open {
+		return ErrSeeding
+	}
+	if id == nil || username == nil || email == nil || createdAt == nil || outbox == nil {
+		return pgx.ErrNoRows
+	}
+	*w = Written{User: User{ID: *id, Username: *username, Email: *email, CreatedAt: *createdAt}, Outbox: *outbox}
+	if oldEmail != nil {
+		w.OldEmail = *oldEmail
+	}
+	return nil
 }
 
 // The subquery locks the row and yields its email before the update, so
@@ -159,44 +187,49 @@ func scanCreated(row pgx.Row, w *Written) error {
 // old one to drop count:<old email>. A concurrent update of the same row
 // waits for the lock and then sees the committed value.
 const updateSQL = `
-WITH updated AS (
+WITH gate AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock_shared($4) AS open
+), updated AS (
     UPDATE users AS u
     SET username = COALESCE($2, u.username),
         email    = COALESCE($3, u.email)
-    FROM (SELECT id, email FROM users WHERE id = $1 FOR UPDATE) AS old
-    WHERE u.id = old.id
+    FROM gate, (SELECT id, email FROM users WHERE id = $1 FOR UPDATE) AS old
+    WHERE gate.open AND u.id = old.id
     RETURNING u.id, u.username, u.email, u.created_at, old.email AS old_email
 ), owed AS (
     INSERT INTO cache_invalidations (user_id, email_before, email_after)
     SELECT id, old_email, email FROM updated
     RETURNING id
 )
-SELECT updated.id, username, email, created_at, old_email, owed.id FROM updated, owed`
+SELECT gate.open, updated.id, username, email, created_at, old_email, owed.id
+FROM gate LEFT JOIN (updated CROSS JOIN owed) ON true`
 
 // UpdateUser changes the given fields of user id.
 func (s *Store) UpdateUser(ctx context.Context, id int64, upd Update) (Written, error) {
 	var w Written
 	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		return conn.QueryRow(ctx, updateSQL, id, upd.Username, upd.Email).
-			Scan(&w.ID, &w.Username, &w.Email, &w.CreatedAt, &w.OldEmail, &w.Outbox)
+		return scanWritten(conn.QueryRow(ctx, updateSQL, id, upd.Username, upd.Email, WriteGateLock), &w)
 	})
 	return w, err
 }
 
 const deleteSQL = `
-WITH deleted AS (
-    DELETE FROM users WHERE id = $1 RETURNING id, username, email, created_at
+WITH gate AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock_shared($2) AS open
+), deleted AS (
+    DELETE FROM users USING gate WHERE gate.open AND id = $1 RETURNING id, username, email, created_at
 ), owed AS (
     INSERT INTO cache_invalidations (user_id, email_before) SELECT id, email FROM deleted
     RETURNING id
 )
-SELECT deleted.id, username, email, created_at, owed.id FROM deleted, owed`
+SELECT gate.open, deleted.id, username, email, created_at, NULL::text, owed.id
+FROM gate LEFT JOIN (deleted CROSS JOIN owed) ON true`
 
 // DeleteUser removes user id and returns the row it removed.
 func (s *Store) DeleteUser(ctx context.Context, id int64) (Written, error) {
 	var w Written
 	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		return conn.QueryRow(ctx, deleteSQL, id).Scan(&w.ID, &w.Username, &w.Email, &w.CreatedAt, &w.Outbox)
+		return scanWritten(conn.QueryRow(ctx, deleteSQL, id, WriteGateLock), &w)
 	})
 	return w, err
 }
@@ -222,7 +255,7 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, ErrKeyReused) || errors.Is(err, errInconsistentKey) {
+	if errors.Is(err, ErrKeyReused) || errors.Is(err, errInconsistentKey) || errors.Is(err, ErrSeeding) {
 		return err
 	}
 	var before *notAppliedError

@@ -32,6 +32,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "core_unavailable": 503,
     "database_unavailable": 503,
     "unavailable": 503,
+    "seeding": 503,
     "timeout": 504,
 }
 

@@ -1,5 +1,7 @@
 """The worker's subscription to the core's invalidations (contracts/cache.json
-`tiers.invalidation_channel`): each message's keys are evicted from the L1 tier.
+`tiers.invalidation_channel`): each message's keys are evicted from the L1 tier;
+a flush message (`tiers.flush_message`, sent by the seeder after its swap)
+empties it.
 
 A daemon thread per worker, started after gunicorn's fork, on a Redis
 connection of its own. It never retries silently: redis-py's PubSub would
@@ -38,9 +40,13 @@ class SubscriptionLost(ConnectionError):
     """The server stopped answering our PINGs."""
 
 
-def parse(data: bytes) -> tuple[list[str], int | None]:
-    """(keys, published_ms) of one message; ValueError if it is not one."""
+def parse(data: bytes) -> tuple[list[str] | None, int | None]:
+    """(keys, published_ms) of one message, keys None for a flush of everything
+    (the seeder's, after it replaced the users table); ValueError if it is not one."""
     message = json.loads(data)
+    if isinstance(message, dict) and message.get("flush") is True:
+        published = message.get("published_ms")
+        return None, published if isinstance(published, int) else None
     keys = message["keys"]
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise ValueError("keys must be a list of strings")
@@ -127,7 +133,10 @@ class InvalidationSubscriber:
             log.warning("unreadable invalidation message; flushing the L1 tier")
             self._l1.flush(usable=True)
             return
-        self._l1.evict(keys)
+        if keys is None:
+            self._l1.flush(usable=True)
+        else:
+            self._l1.evict(keys)
         metrics.l1_invalidation_received(
             None if published_ms is None else (received_ms - published_ms) / 1000
         )

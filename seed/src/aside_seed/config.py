@@ -10,6 +10,7 @@ from pathlib import Path
 from aside_seed.errors import UsageError
 
 DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:25432/aside"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:26379/0"
 # seed/src/aside_seed/config.py -> the repository root is three folders up.
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -17,6 +18,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 @dataclass(frozen=True)
 class Config:
     database_url: str
+    # The cache the gateways read: flushed after the swap.
+    redis_url: str
     # Where hot_emails.json, cold_emails.json, user_ids.json and seed_meta.json go.
     data_dir: Path
     schema_path: Path
@@ -30,6 +33,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     data_dir = env.get("ASIDE_K6_DATA_DIR") or str(root / "k6" / "data")
     return Config(
         database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+        redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
         data_dir=Path(data_dir),
         schema_path=root / "contracts" / "schema.sql",
         fail_after_rows=_optional_count(env, "ASIDE_SEED_FAIL_AFTER_ROWS"),

@@ -30,6 +30,7 @@ from aside_seed.errors import SeedError
 
 TABLE = "users"
 NEW_TABLE = "users_new"
+IDEMPOTENCY_TABLE = "idempotency_keys"
 EMAIL_INDEX = "users_email_idx"
 CONNECT_TIMEOUT_S = 5
 SWAP_TRIES = 3
@@ -37,6 +38,10 @@ SWAP_TRIES = 3
 LOCK_TIMEOUT = "30s"
 # One seeder per database: a second one would drop the first one's users_new.
 ADVISORY_LOCK_KEY = 0x5EED_A51DE
+# The write gate (contracts/seeding.json): held EXCLUSIVE for the whole load,
+# while every write of the core needs it SHARED, so no write commits into the
+# table the swap drops.
+WRITE_GATE_LOCK = 0x5EED_0A7E
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,22 @@ def take_seeder_lock(conn: psycopg.Connection) -> None:
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (ADVISORY_LOCK_KEY,)).fetchone()
     if not row or not row[0]:
         raise SeedError("another aside-seed is loading this database; wait for it to finish")
+
+
+def close_write_gate(conn: psycopg.Connection) -> None:
+    """Takes the gate EXCLUSIVE: from the moment this waits, writes are refused
+    (their try lock fails behind a waiting exclusive request); it returns once the
+    writes in flight have committed. Released by open_write_gate or disconnection."""
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (WRITE_GATE_LOCK,))
+    except psycopg.errors.LockNotAvailable:
+        raise SeedError(
+            f"writes in flight held the write gate for {LOCK_TIMEOUT}; nothing was changed"
+        ) from None
+
+
+def open_write_gate(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT pg_advisory_unlock(%s)", (WRITE_GATE_LOCK,))
 
 
 def apply_schema(conn: psycopg.Connection, schema_sql: str) -> None:
@@ -240,6 +261,9 @@ def _swap_once(conn: psycopg.Connection, with_email_index: bool, lock_timeout_s:
                 ident(new_sequence[0]), ident(new_sequence[1]), ident(old_sequence[1])
             )
         )
+        # Idempotency keys answer with ids of the old table, which now belong to
+        # other users: they go with it.
+        conn.execute(sql.SQL("TRUNCATE {}").format(ident(IDEMPOTENCY_TABLE)))
         # The core inserts without an id: its next one must follow the seeded rows.
         conn.execute(
             sql.SQL("SELECT setval(pg_get_serial_sequence({}, 'id'), max(id)) FROM {}").format(

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import redis
 
-from aside_seed import keyfiles, loader
+from aside_seed import cache, keyfiles, loader
 from aside_seed.cli import Options
 from aside_seed.config import Config
-from aside_seed.datagen import DataShape, RowMaker, build_parts, make_hot_emails
+from aside_seed.datagen import DataShape, LocaleParts, RowMaker, build_parts, make_hot_emails
 from aside_seed.errors import SeedError
 
 
@@ -84,10 +85,41 @@ def _load(
     loader.apply_schema(conn, schema_sql)
     if not options.reset and loader.table_has_rows(conn):
         raise SeedError(f"table {loader.TABLE} already has rows; pass --reset to replace them")
-    loader.drop_new_table(conn)
     with _phase(phases, "faker pools"):
         parts = build_parts(shape.seed)
         hot = make_hot_emails(parts, shape.seed, shape.hot_emails)
+    with cache.connect(config.redis_url) as redis_client:
+        gate_closed = time.perf_counter()
+        with _phase(phases, "write gate"):
+            loader.close_write_gate(conn)
+        _load_gated(conn, redis_client, options, config, shape, parts, hot, data_dir, phases)
+        # Counted before writes resume, which may add rows at once.
+        table_rows, max_id = loader.count_rows(conn)
+        if table_rows != shape.rows:
+            raise SeedError(f"loaded {table_rows} rows instead of {shape.rows}")
+        loader.open_write_gate(conn)
+        phases["writes refused"] = time.perf_counter() - gate_closed
+    with _phase(phases, "samples"):
+        cold = keyfiles.sample_cold_emails(conn, shape, set(hot), options.sample_size)
+        ids = keyfiles.sample_user_ids(conn, shape, options.sample_size)
+    return KeyData(hot, cold, ids, _meta(options, shape, hot, table_rows, max_id))
+
+
+def _load_gated(
+    conn: psycopg.Connection,
+    redis_client: redis.Redis,
+    options: Options,
+    config: Config,
+    shape: DataShape,
+    parts: list[LocaleParts],
+    hot: list[str],
+    data_dir: Path,
+    phases: dict[str, float],
+) -> None:
+    """The load proper, run with the write gate closed: writes are refused from
+    before the COPY until the cache holds nothing of the old table
+    (contracts/README.md, "Seeding under traffic")."""
+    loader.drop_new_table(conn)
     try:
         with _phase(phases, "generate+copy"):
             loader.copy_blocks(
@@ -111,13 +143,8 @@ def _load(
     except BaseException:
         _drop_leftover(conn)
         raise
-    with _phase(phases, "samples"):
-        table_rows, max_id = loader.count_rows(conn)
-        if table_rows != shape.rows:
-            raise SeedError(f"loaded {table_rows} rows instead of {shape.rows}")
-        cold = keyfiles.sample_cold_emails(conn, shape, set(hot), options.sample_size)
-        ids = keyfiles.sample_user_ids(conn, shape, options.sample_size)
-    return KeyData(hot, cold, ids, _meta(options, shape, hot, table_rows, max_id))
+    with _phase(phases, "cache flush"):
+        cache.flush(redis_client, config.redis_url)
 
 
 def _drop_leftover(conn: psycopg.Connection) -> None:

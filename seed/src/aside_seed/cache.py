@@ -1,0 +1,99 @@
+"""Redis side of the seeder: after the swap, nothing cached from the old table
+may be served (contracts/README.md, "Seeding under traffic").
+
+One Lua script deletes every key and lease under the cache prefix and
+publishes a flush on the invalidation channel, so the gateways' in-process
+L1 tiers drop everything too. Being one script it is atomic: no gateway
+store can land between two rounds of its SCAN and escape it. The price is
+that Redis serves nothing else while it runs (about a second per million
+keys; the cache holds only what was read within one TTL).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import urlsplit
+
+import redis
+
+from aside_seed.errors import SeedError
+
+# contracts/cache.json: the prefix and the channel the gateways listen on.
+CACHE_PATTERN = "aside:v1:*"
+INVALIDATION_CHANNEL = "aside:v1:invalidations"
+CONNECT_TIMEOUT_S = 5
+# A socket timeout longer than the script may take on a large cache.
+SCRIPT_TIMEOUT_S = 60
+FLUSH_TRIES = 3
+
+# ARGV[1] pattern, ARGV[2] channel, ARGV[3] message. Returns the keys deleted.
+FLUSH_AND_ANNOUNCE = """
+local cursor = '0'
+local deleted = 0
+repeat
+    local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+    cursor = reply[1]
+    local keys = reply[2]
+    for i = 1, #keys, 500 do
+        deleted = deleted + redis.call('UNLINK', unpack(keys, i, math.min(i + 499, #keys)))
+    end
+until cursor == '0'
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return deleted
+"""
+
+
+def describe_redis(url: str) -> str:
+    """host:port/db without credentials, for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    return f"{host}:{parts.port or 6379}{parts.path or '/0'}"
+
+
+def connect(url: str) -> redis.Redis:
+    """A client whose connection is checked now, before the load: a seed that
+    could not flush the cache after its swap would leave the old table served."""
+    where = describe_redis(url)
+    try:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SCRIPT_TIMEOUT_S
+        )
+        client.ping()
+    except (redis.RedisError, ValueError) as exc:
+        raise SeedError(
+            f"cannot reach Redis at {where} (REDIS_URL): {first_line(exc)}; "
+            "the seeder must flush the cache after its swap"
+        ) from None
+    return client
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def flush_message() -> bytes:
+    """The invalidation channel's flush (contracts/cache.json `tiers.flush_message`)."""
+    return json.dumps({"flush": True, "published_ms": int(time.time() * 1000)}).encode()
+
+
+def flush(client: redis.Redis, url: str) -> int:
+    """Deletes every cached value and lease and tells the L1 tiers; returns the
+    keys deleted. Retried: the swap has committed, and until this succeeds the
+    cache may serve the old table."""
+    for attempt in range(1, FLUSH_TRIES + 1):
+        try:
+            deleted = client.eval(
+                FLUSH_AND_ANNOUNCE, 0, CACHE_PATTERN, INVALIDATION_CHANNEL, flush_message()
+            )
+            return int(deleted)
+        except redis.RedisError as exc:
+            if attempt == FLUSH_TRIES:
+                raise SeedError(
+                    f"the new data is in, but the cache at {describe_redis(url)} could not be "
+                    f"flushed: {first_line(exc)}; it may serve the old data until its entries "
+                    f"expire; delete {CACHE_PATTERN} there"
+                ) from None
+            time.sleep(0.2 * attempt)  # a retry's backoff, not synchronisation
+    raise AssertionError("unreachable")
