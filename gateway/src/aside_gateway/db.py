@@ -65,6 +65,14 @@ class Database:
                 "connect_timeout": settings.db_connect_timeout_s,
                 "options": f"-c statement_timeout={settings.db_statement_timeout_ms}",
                 "application_name": "aside-gateway",
+                # A partition (no RST, no FIN) would otherwise leave a read, and
+                # the miss batcher behind it, waiting on a dead socket for as
+                # long as the kernel's defaults allow: hours.
+                "keepalives": 1,
+                "keepalives_idle": settings.db_keepalives_idle_s,
+                "keepalives_interval": settings.db_keepalives_interval_s,
+                "keepalives_count": settings.db_keepalives_count,
+                "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
             },
         )
         # wait=False: the gateway starts (and /readyz reports) even while PostgreSQL is down.
