@@ -120,7 +120,9 @@ class Lookup:
             if not value.isdigit():
                 return None
             return cache_keys.encode_json({"email": self.email, "count": int(value)})
-        return value if value != cache_keys.NEGATIVE else None
+        if value == cache_keys.NEGATIVE or not cache_keys.is_user_value(value):
+            return None
+        return value
 
 
 def lookup(
