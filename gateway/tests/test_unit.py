@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -14,11 +15,13 @@ from typing import Any
 import psycopg
 import pytest
 from aside_gateway import cache_keys, compute, validation
+from aside_gateway.admission import Admission
 from aside_gateway.auth import bearer_token
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.config import ConfigError, Settings, load_settings, split_host_port
 from aside_gateway.db import Database
 from aside_gateway.errors import STATUS_BY_CODE, ApiError
+from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 REPO = CONTRACTS.parent
@@ -518,3 +521,33 @@ def test_invalid_idempotency_keys(values):
 
 def test_absent_idempotency_key():
     assert validation.idempotency_key([]) is None
+
+
+def _admit(scope: dict[str, Any]) -> tuple[list[Any], bytes, bool]:
+    called = []
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        called.append(True)
+        start_response("200 OK", [])
+        return [b"ran"]
+
+    answered: list[Any] = []
+    body = b"".join(
+        Admission(app, queue_timeout_ms=100)(
+            {"asgi.scope": scope}, lambda status, headers: answered.extend([status, headers])
+        )
+    )
+    return answered, body, bool(called)
+
+
+def test_admission_sheds_work_that_waited_too_long_or_lost_its_client():
+    now = time.monotonic()
+    answered, body, ran = _admit({ARRIVED_KEY: now - 0.5, CLIENT_GONE_KEY: lambda: False})
+    assert not ran and answered[0].startswith("503")
+    assert ("Retry-After", "1") in answered[1]
+    assert json.loads(body)["error"]["code"] == "unavailable"
+    _, _, ran = _admit({ARRIVED_KEY: now, CLIENT_GONE_KEY: lambda: True})
+    assert not ran
+    _, body, ran = _admit({ARRIVED_KEY: now, CLIENT_GONE_KEY: lambda: False})
+    assert ran and body == b"ran"
+    assert _admit({})[2]  # no scope keys (another server): run

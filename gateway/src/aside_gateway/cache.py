@@ -38,7 +38,7 @@ from aside_gateway import cache_keys, metrics
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.coalesce import Flight, SingleFlight, shared_error
 from aside_gateway.config import Settings
-from aside_gateway.errors import ApiError
+from aside_gateway.errors import ApiError, ClientGone
 from aside_gateway.hooks import TestHooks
 from aside_gateway.redis_errors import REDIS_ERRORS, no_retry
 from aside_gateway.routes import EarlyGet
@@ -214,6 +214,8 @@ class Cache:
         when the follower must go round again (see _fill)."""
         if not flight.done.wait(max(deadline - time.monotonic(), 0.0)):
             raise ApiError("unavailable", "the cache fill took too long", {"Retry-After": "1"})
+        if isinstance(flight.error, ClientGone):
+            return None  # the leader's client left, not ours: fill it ourselves
         if flight.error is not None:
             raise shared_error(flight.error)
         shared = flight.result
