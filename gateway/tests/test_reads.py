@@ -74,7 +74,7 @@ def test_count_keeps_case_and_unicode(gateway, insert_user, rdb):
     assert rdb.get(f"aside:v1:count:{email}") == b"1"
 
 
-MALFORMED_COUNTS = [b"abc", b"12x", b"", b"-1", b"\xff\xfe"]
+MALFORMED_COUNTS = [b"abc", b"12x", b"", b"-1", b"\xff\xfe", b"9" * 5000]
 MALFORMED_USERS = [b"not json", b'{"id": 1', b"[1, 2]", b"", b"\xff\xfe"]
 
 

@@ -60,9 +60,12 @@ _COUNT_PREFIX = f"{PREFIX}:count:"
 _USER_PREFIX = f"{PREFIX}:user:"
 
 
+COUNT_MAX_DIGITS = 19  # a bigint count; longer is garbage (and int() refuses 4300+)
+
+
 def is_count_value(value: bytes) -> bool:
-    """A cached count is ASCII digits (bytes.isdigit is ASCII only)."""
-    return value.isdigit()
+    """A cached count is 1 to 19 ASCII digits (bytes.isdigit is ASCII only)."""
+    return len(value) <= COUNT_MAX_DIGITS and value.isdigit()
 
 
 def is_user_value(value: bytes) -> bool:
