@@ -13,8 +13,10 @@ Sizing (2 cores shared with PostgreSQL, Redis, the core and k6):
   cache many wait for their key's batched fill (see docs/decisions.md,
   "64 Flask threads and a duty cycle for scans"). Uncached reads stay bounded
   by LAB_MAX_CONCURRENT_BYPASS.
-* keepalive 30 s: k6 reuses connections; a short keep-alive would close them
-  between iterations at low request rates and add a TCP handshake.
+* keepalive = GATEWAY_KEEPALIVE_S (30 s): k6 reuses connections; a short
+  keep-alive would close them between iterations at low request rates and
+  add a TCP handshake. The worker class passes the same value to uvicorn,
+  with the head and body deadlines and the connection bound (worker.py).
 
 Metrics: prometheus-client's multiprocess mode needs PROMETHEUS_MULTIPROC_DIR
 set before it is imported and emptied at every start (stale files from a
@@ -50,7 +52,7 @@ wsgi_app = "aside_gateway.asgi:app"
 bind = [_settings.bind]
 workers = _settings.workers
 worker_class = "aside_gateway.worker.GatewayWorker"
-keepalive = 30
+keepalive = _settings.keepalive_s
 timeout = 30
 graceful_timeout = 10
 preload_app = False  # pools and threads must be created in each worker, after the fork

@@ -17,10 +17,16 @@ import psycopg
 import pytest
 import requests
 from aside_gateway import cache_keys
-from aside_gateway.coalesce import BatchTimeout, CpuShare, MissBatcher, SingleFlight
+from aside_gateway.coalesce import (
+    BatcherFull,
+    BatchTimeout,
+    CpuShare,
+    MissBatcher,
+    SingleFlight,
+)
 from aside_gateway.config import ConfigError, load_settings
 from aside_gateway.db import Database
-from aside_gateway.errors import ApiError
+from aside_gateway.errors import ApiError, ClientGone
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     Proc,
@@ -283,6 +289,42 @@ def test_a_get_that_times_out_is_withdrawn_from_the_next_batch(make_batcher):
     first.join(10)
     assert batcher.get("b") == 2
     assert ["late"] not in query.calls and all("late" not in call for call in query.calls)
+
+
+def test_a_get_whose_client_left_is_withdrawn_before_its_batch(make_batcher):
+    query = FakeQuery({"a": 1})
+    batcher = make_batcher(query)
+    query.gate.clear()
+    results: dict = {}
+    first = get_in_thread(batcher, "a", results)
+    wait_until(lambda: query.calls, 5, "the first batch to start")
+    client_left = threading.Event()
+    threading.Timer(0.1, client_left.set).start()
+    with pytest.raises(ClientGone):
+        batcher.get("abandoned", client_left.is_set)
+    assert pending(batcher) == 0
+    query.gate.set()
+    first.join(10)
+    assert all("abandoned" not in call for call in query.calls)
+
+
+def test_keys_beyond_the_pending_bound_are_refused_at_once(make_batcher):
+    query = FakeQuery({"a": 1, "b": 2, "c": 3})
+    batcher = make_batcher(query, max_pending=1)
+    query.gate.clear()
+    results: dict = {}
+    threads = [get_in_thread(batcher, "a", results)]
+    wait_until(lambda: query.calls, 5, "the first batch to start")
+    threads.append(get_in_thread(batcher, "b", results))  # the one pending key
+    wait_until(lambda: pending(batcher) == 1, 5, "b to be pending")
+    started = time.monotonic()
+    with pytest.raises(BatcherFull):
+        batcher.get("c")
+    assert time.monotonic() - started < 1
+    query.gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert results == {"a": 1, "b": 2}
 
 
 def test_threads_start_on_first_use_and_stop_on_close():

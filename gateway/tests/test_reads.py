@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -71,6 +72,38 @@ def test_count_keeps_case_and_unicode(gateway, insert_user, rdb):
     assert count(gateway.url, email).json() == {"email": email, "count": 1}
     assert count(gateway.url, email.lower()).json()["count"] == 0
     assert rdb.get(f"aside:v1:count:{email}") == b"1"
+
+
+MALFORMED_COUNTS = [b"abc", b"12x", b"", b"-1", b"\xff\xfe", b"9" * 5000]
+MALFORMED_USERS = [b"not json", b'{"id": 1', b"[1, 2]", b"", b"\xff\xfe"]
+
+
+@pytest.mark.parametrize("path", ["hot", "flask"])
+def test_a_malformed_cached_value_is_a_miss_and_is_refilled(gateway, insert_user, rdb, path):
+    """Garbage under a key (another writer, a bad restore) is deleted and refilled,
+    never a 500: on the hot path, and in Flask (a held read skips the hot path)."""
+    email = unique_email()
+    user_id = insert_user(email)
+    good_user = requests.get(f"{gateway.url}/api/v1/users/{user_id}", timeout=10).json()
+    count_key, user_key = f"aside:v1:count:{email}", f"aside:v1:user:{user_id}"
+    hold = f"malformed-{user_id}"
+    headers = {"X-Test-Hold": hold} if path == "flask" else {}
+    cases = [(count_key, bad, COUNT, {"email": email}) for bad in MALFORMED_COUNTS] + [
+        (user_key, bad, f"/api/v1/users/{user_id}", {}) for bad in MALFORMED_USERS
+    ]
+    for key, bad, route, params in cases:
+        rdb.set(key, bad)
+        if headers:
+            rdb.rpush(f"aside:test:{hold}:release", 1)  # the fill's hold returns at once
+        response = requests.get(gateway.url + route, params=params, headers=headers, timeout=10)
+        assert response.status_code == 200, (bad, response.text)
+        if key == count_key:
+            assert response.json() == {"email": email, "count": 1}
+            assert rdb.get(key) == b"1"
+        else:
+            assert response.json() == good_user
+            assert json.loads(rdb.get(key)) == good_user
+    rdb.delete(f"aside:test:{hold}:release", f"aside:test:{hold}:reached")
 
 
 def test_user_by_id_miss_then_hit(gateway, insert_user, db):

@@ -6,17 +6,22 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from aside_gateway import cache_keys, compute, validation
+from aside_gateway.admission import Admission
 from aside_gateway.auth import bearer_token
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.config import ConfigError, Settings, load_settings, split_host_port
+from aside_gateway.db import Database
 from aside_gateway.errors import STATUS_BY_CODE, ApiError
+from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 REPO = CONTRACTS.parent
@@ -278,6 +283,16 @@ def test_defaults():
         ({"METRICS_BIND": "28009"}, "METRICS_BIND"),
         ({"METRICS_BIND": "127.0.0.1:0"}, "METRICS_BIND"),
         ({"METRICS_BIND": "unix:/tmp/m.sock"}, "METRICS_BIND"),
+        ({"GATEWAY_HEAD_TIMEOUT_S": "0"}, "GATEWAY_HEAD_TIMEOUT_S"),
+        ({"GATEWAY_BODY_TIMEOUT_S": "x"}, "GATEWAY_BODY_TIMEOUT_S"),
+        ({"GATEWAY_KEEPALIVE_S": "-1"}, "GATEWAY_KEEPALIVE_S"),
+        ({"GATEWAY_MAX_CONNECTIONS": "0"}, "GATEWAY_MAX_CONNECTIONS"),
+        ({"GATEWAY_QUEUE_TIMEOUT_MS": "5"}, "GATEWAY_QUEUE_TIMEOUT_MS"),
+        ({"MISS_BATCH_MAX_PENDING": "0"}, "MISS_BATCH_MAX_PENDING"),
+        ({"DB_KEEPALIVES_IDLE_S": "0"}, "DB_KEEPALIVES_IDLE_S"),
+        ({"DB_KEEPALIVES_INTERVAL_S": "1.5"}, "DB_KEEPALIVES_INTERVAL_S"),
+        ({"DB_KEEPALIVES_COUNT": "101"}, "DB_KEEPALIVES_COUNT"),
+        ({"DB_TCP_USER_TIMEOUT_MS": "-5"}, "DB_TCP_USER_TIMEOUT_MS"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -287,6 +302,28 @@ def test_config_errors_are_one_line_naming_the_variable(overrides, variable):
     message = str(err.value)
     assert variable in message
     assert "\n" not in message
+
+
+def test_database_connections_carry_tcp_keepalives():
+    # An unreachable port: the pool only has to be built, not to connect.
+    env = {**BASE_ENV, "DATABASE_URL": "postgresql://aside@127.0.0.1:1/aside"}
+    settings = load_settings({**env, "DB_KEEPALIVES_IDLE_S": "7", "DB_TCP_USER_TIMEOUT_MS": "9000"})
+    database = Database(settings)
+    try:
+        kwargs = database.pool.kwargs
+        assert kwargs["keepalives"] == 1
+        assert kwargs["keepalives_idle"] == 7
+        assert kwargs["keepalives_interval"] == 2
+        assert kwargs["keepalives_count"] == 3
+        assert kwargs["tcp_user_timeout"] == 9000
+        # libpq accepts them all: the conninfo it would connect with carries them.
+        libpq = {k: v for k, v in kwargs.items() if k != "autocommit"}  # psycopg's own
+        conninfo = psycopg.conninfo.make_conninfo(database.pool.conninfo, **libpq)
+        parsed = psycopg.conninfo.conninfo_to_dict(conninfo)
+        assert parsed["keepalives"] == "1"
+        assert parsed["tcp_user_timeout"] == "9000"
+    finally:
+        database.close()
 
 
 def test_lab_test_hooks_and_naive_mode_are_accepted_together():
@@ -484,3 +521,33 @@ def test_invalid_idempotency_keys(values):
 
 def test_absent_idempotency_key():
     assert validation.idempotency_key([]) is None
+
+
+def _admit(scope: dict[str, Any]) -> tuple[list[Any], bytes, bool]:
+    called = []
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        called.append(True)
+        start_response("200 OK", [])
+        return [b"ran"]
+
+    answered: list[Any] = []
+    body = b"".join(
+        Admission(app, queue_timeout_ms=100)(
+            {"asgi.scope": scope}, lambda status, headers: answered.extend([status, headers])
+        )
+    )
+    return answered, body, bool(called)
+
+
+def test_admission_sheds_work_that_waited_too_long_or_lost_its_client():
+    now = time.monotonic()
+    answered, body, ran = _admit({ARRIVED_KEY: now - 0.5, CLIENT_GONE_KEY: lambda: False})
+    assert not ran and answered[0].startswith("503")
+    assert ("Retry-After", "1") in answered[1]
+    assert json.loads(body)["error"]["code"] == "unavailable"
+    _, _, ran = _admit({ARRIVED_KEY: now, CLIENT_GONE_KEY: lambda: True})
+    assert not ran
+    _, body, ran = _admit({ARRIVED_KEY: now, CLIENT_GONE_KEY: lambda: False})
+    assert ran and body == b"ran"
+    assert _admit({})[2]  # no scope keys (another server): run

@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, request
 from aside_gateway import cache_keys, compute, metrics, openapi
 from aside_gateway.cache import BYPASS, CacheRead
 from aside_gateway.errors import ApiError
-from aside_gateway.routes import COUNT_ROUTE, EARLY_GET_KEY, USER_ROUTE
+from aside_gateway.routes import CLIENT_GONE_KEY, COUNT_ROUTE, EARLY_GET_KEY, USER_ROUTE
 from aside_gateway.services import Services
 from aside_gateway.tiers import written_keys
 from aside_gateway.validation import (
@@ -93,7 +93,9 @@ def create_api(services: Services) -> Blueprint:
         result = read(
             COUNT_ROUTE,
             cache_keys.count_key(email),
-            lambda: cache_keys.encode_count(db.count_by_email(email, coalesce=mode != BYPASS_MODE)),
+            lambda: cache_keys.encode_count(
+                db.count_by_email(email, mode != BYPASS_MODE, request.environ.get(CLIENT_GONE_KEY))
+            ),
             mode,
         )
         body = cache_keys.encode_json({"email": email, "count": int(result.value)})

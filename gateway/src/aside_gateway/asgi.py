@@ -7,7 +7,9 @@ them to both layers:
   the event loop;
 * everything else goes to the Flask app (app.py), run in a thread pool of
   GATEWAY_THREADS per worker by a2wsgi, with what the hot path learnt (the
-  request's start, its GET's outcome) carried over from the ASGI scope.
+  request's start, its GET's outcome) carried over from the ASGI scope;
+  admission.py first drops work whose client left or that waited too long
+  for a thread.
 
 Why this split: see docs/decisions.md, "ASGI hot path".
 """
@@ -21,10 +23,11 @@ from typing import Any
 
 from a2wsgi import WSGIMiddleware
 
+from aside_gateway.admission import Admission
 from aside_gateway.app import create_app
 from aside_gateway.config import ConfigError, Settings, load_settings
 from aside_gateway.hot_path import AsgiApp, AsyncHotPath, EarlyGetClient
-from aside_gateway.routes import EARLY_GET_KEY, START_KEY
+from aside_gateway.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY
 from aside_gateway.services import build_services
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -41,7 +44,7 @@ def _with_scope_state(app: WsgiApp) -> WsgiApp:
         # a2wsgi's body stream ends where the request's does; saying so lets
         # werkzeug read a chunked body (no Content-Length) and apply its limit.
         environ["wsgi.input_terminated"] = True
-        for key in (START_KEY, EARLY_GET_KEY):
+        for key in (START_KEY, EARLY_GET_KEY, CLIENT_GONE_KEY):
             if key in scope:
                 environ[key] = scope[key]
         return app(environ, start_response)
@@ -53,7 +56,8 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
     """The gateway as gunicorn's uvicorn workers serve it; call once per worker."""
     services = build_services(settings)
     flask_app = create_app(settings, services)
-    bridge = WSGIMiddleware(_with_scope_state(flask_app), workers=settings.threads)
+    admitted = Admission(_with_scope_state(flask_app), settings.queue_timeout_ms)
+    bridge = WSGIMiddleware(admitted, workers=settings.threads)
     redis_get = EarlyGetClient(settings, services.breaker)
     return AsyncHotPath(bridge, redis_get, services.tiers.l1, settings)
 

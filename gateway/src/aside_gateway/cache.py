@@ -38,7 +38,7 @@ from aside_gateway import cache_keys, metrics
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.coalesce import Flight, SingleFlight, shared_error
 from aside_gateway.config import Settings
-from aside_gateway.errors import ApiError
+from aside_gateway.errors import ApiError, ClientGone
 from aside_gateway.hooks import TestHooks
 from aside_gateway.redis_errors import REDIS_ERRORS, no_retry
 from aside_gateway.routes import EarlyGet
@@ -68,6 +68,14 @@ if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {2}
 end
 return {0}
+"""
+
+# KEYS[1] key; ARGV[1] value. Deletes a malformed value, not one stored since.
+DELETE_IF_EQUAL = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
 """
 
 # KEYS[1] lease; ARGV[1] token. Deletes the lease only if it is still ours.
@@ -117,6 +125,7 @@ class Cache:
         self._get_or_lease = self.client.register_script(GET_OR_LEASE)
         self._store_if_lease_held = self.client.register_script(STORE_IF_LEASE_HELD)
         self._release_lease = self.client.register_script(RELEASE_LEASE)
+        self._delete_if_equal = self.client.register_script(DELETE_IF_EQUAL)
         self.breaker = breaker
         self.ttl_seconds = settings.cache_ttl_seconds
         self.naive = settings.cache_coherence == "naive"
@@ -149,9 +158,20 @@ class Cache:
             except REDIS_ERRORS:
                 return self._bypass_after_error(route, "get", load)
             self.breaker.record_success()
+        if value is not None and not cache_keys.value_is_valid(key, value):
+            self._discard(route, key, value)
+            value = None
         if value is not None:
             return CacheRead(value, HIT)
         return self._fill(route, key, load, hold)
+
+    def _discard(self, route: str, key: str, value: bytes) -> None:
+        """Delete a malformed `value` of `key` so the fill that follows replaces it."""
+        metrics.cache_error(route, "malformed")
+        try:
+            self._delete_if_equal(keys=[key], args=[value])
+        except REDIS_ERRORS:
+            self.breaker.record_failure()
 
     def _get(self, key: str) -> bytes | None:
         """GET on a pooled connection, skipping redis-py's per-command machinery
@@ -194,6 +214,8 @@ class Cache:
         when the follower must go round again (see _fill)."""
         if not flight.done.wait(max(deadline - time.monotonic(), 0.0)):
             raise ApiError("unavailable", "the cache fill took too long", {"Retry-After": "1"})
+        if isinstance(flight.error, ClientGone):
+            return None  # the leader's client left, not ours: fill it ourselves
         if flight.error is not None:
             raise shared_error(flight.error)
         shared = flight.result
@@ -234,8 +256,10 @@ class Cache:
                 metrics.cache_error(route, "lease")
                 return _timed_load(load, BYPASS, error=True)
             if reply[0] == 1:
-                return Fill(CacheRead(reply[1], HIT), asked)
-            if reply[0] == 2:
+                if cache_keys.value_is_valid(key, reply[1]):
+                    return Fill(CacheRead(reply[1], HIT), asked)
+                self._discard(route, key, reply[1])  # then ask again, after the pause
+            elif reply[0] == 2:
                 return self._fill_as_holder(route, key, lease, token, load, hold)
             if asked >= deadline:
                 # Leases kept being held for a whole TTL: answer from the database once,

@@ -56,6 +56,40 @@ def stale_after_delete(user_id: int, email: str) -> list[str]:
     return [count_key(email), user_key(user_id)]
 
 
+_COUNT_PREFIX = f"{PREFIX}:count:"
+_USER_PREFIX = f"{PREFIX}:user:"
+
+
+COUNT_MAX_DIGITS = 19  # a bigint count; longer is garbage (and int() refuses 4300+)
+
+
+def is_count_value(value: bytes) -> bool:
+    """A cached count is 1 to 19 ASCII digits (bytes.isdigit is ASCII only)."""
+    return len(value) <= COUNT_MAX_DIGITS and value.isdigit()
+
+
+def is_user_value(value: bytes) -> bool:
+    """A cached user is the negative entry or a JSON object (user_json)."""
+    if value == NEGATIVE:
+        return True
+    if value[:1] != b"{":
+        return False
+    try:
+        return isinstance(json.loads(value), dict)
+    except ValueError:  # UnicodeDecodeError included
+        return False
+
+
+def value_is_valid(key: str, value: bytes) -> bool:
+    """Whether `value` has the format of `key`'s kind. Anything else in Redis
+    (a bad restore, a foreign writer) is a miss, never an answer."""
+    if key.startswith(_COUNT_PREFIX):
+        return is_count_value(value)
+    if key.startswith(_USER_PREFIX):
+        return is_user_value(value)
+    return True
+
+
 def lease_key(key: str) -> str:
     return key + LEASE_SUFFIX
 

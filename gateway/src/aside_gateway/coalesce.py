@@ -39,7 +39,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from aside_gateway.errors import ApiError
+from aside_gateway.errors import ApiError, ClientGone
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -124,6 +124,14 @@ class BatchTimeout(Exception):
     """A batched read did not answer within the batcher's wait."""
 
 
+class BatcherFull(Exception):
+    """As many keys as allowed already wait for a batch: shed, do not queue."""
+
+
+# How often a key's waiter checks whether its client is still there.
+GONE_POLL_S = 0.05
+
+
 @dataclass(eq=False)
 class _Slot(Generic[V]):
     done: threading.Event = field(default_factory=threading.Event)
@@ -153,6 +161,7 @@ class MissBatcher(Generic[K, V]):
         busy: Callable[[], bool] = lambda: True,
         fail_pending: Callable[[BaseException], bool] = lambda _exc: False,
         name: str = "aside-miss-batcher",
+        max_pending: int | None = None,
     ):
         if max_batch < 1 or max_in_flight < 1:
             raise ValueError("max_batch and max_in_flight must be at least 1")
@@ -162,6 +171,8 @@ class MissBatcher(Generic[K, V]):
         self._default = default
         self._max_batch = max_batch
         self._max_in_flight = max_in_flight
+        # Each pending key is a waiting thread and a share of the next scan.
+        self._max_pending = max_pending
         self._wait_s = wait_s
         self._duty = duty
         self._burst_s = burst_s
@@ -179,15 +190,30 @@ class MissBatcher(Generic[K, V]):
         self._pid: int | None = None  # the process whose threads serve the queue
         self._closed = False
 
-    def get(self, key: K) -> V:
-        """The value of `key` from the next batch; BatchTimeout after wait_s."""
+    def get(self, key: K, gone: Callable[[], bool] | None = None) -> V:
+        """The value of `key` from the next batch; BatchTimeout after wait_s,
+        BatcherFull at once when max_pending keys already wait. `gone`: whether
+        the asker's client left; if so before its batch started, the key is
+        withdrawn (no scan for an answer nobody reads) and ClientGone raised."""
         slot = self._submit(key)
-        if not slot.done.wait(self._wait_s):
+        if not self._wait(slot, gone):
             self._withdraw(key, slot)
+            if gone is not None and gone():
+                raise ClientGone()
             raise BatchTimeout(f"no answer for a batched read within {self._wait_s:g} s")
         if slot.error is not None:
             raise shared_error(slot.error)
         return slot.value  # type: ignore[return-value]
+
+    def _wait(self, slot: _Slot[V], gone: Callable[[], bool] | None) -> bool:
+        """True once `slot` is done; False after wait_s or once `gone()`."""
+        if gone is None:
+            return slot.done.wait(self._wait_s)
+        deadline = time.monotonic() + self._wait_s
+        while not slot.done.wait(min(GONE_POLL_S, max(deadline - time.monotonic(), 0.0))):
+            if gone() or time.monotonic() >= deadline:
+                return slot.done.is_set()
+        return True
 
     def close(self) -> None:
         """Stop the threads once their current batch is done; later gets fail."""
@@ -202,6 +228,8 @@ class MissBatcher(Generic[K, V]):
             self._start_threads_once()
             slot = self._pending.get(key)
             if slot is None:
+                if self._max_pending is not None and len(self._pending) >= self._max_pending:
+                    raise BatcherFull(f"{len(self._pending)} keys already wait for a batch")
                 slot = _Slot()
                 self._pending[key] = slot
                 self._wake.notify()

@@ -77,6 +77,19 @@ class Settings:
     cache_l1_max_bytes: int = 16 * 1024 * 1024
     # Lab switch: off lets the L1 serve without invalidation messages (TTL only).
     cache_l1_invalidation: bool = True
+    # Slow and idle clients (worker.py), per connection and per worker.
+    head_timeout_s: int = 5
+    body_timeout_s: int = 15
+    keepalive_s: int = 30
+    max_connections: int = 1000
+    # Work behind the event loop (admission.py, coalesce.py).
+    queue_timeout_ms: int = 2000
+    miss_batch_max_pending: int = 5000
+    # TCP keepalive and user timeout on PostgreSQL connections (db.py).
+    db_keepalives_idle_s: int = 5
+    db_keepalives_interval_s: int = 2
+    db_keepalives_count: int = 3
+    db_tcp_user_timeout_ms: int = 10000
 
     @property
     def is_lab(self) -> bool:
@@ -252,4 +265,14 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         cache_l1_max_entries=_int(env, "CACHE_L1_MAX_ENTRIES", 10000, 1, 10_000_000),
         cache_l1_max_bytes=_int(env, "CACHE_L1_MAX_BYTES", 16 * 1024 * 1024, 4096, 2**36),
         cache_l1_invalidation=l1_invalidation,
+        head_timeout_s=_int(env, "GATEWAY_HEAD_TIMEOUT_S", 5, 1, 300),
+        body_timeout_s=_int(env, "GATEWAY_BODY_TIMEOUT_S", 15, 1, 3600),
+        keepalive_s=_int(env, "GATEWAY_KEEPALIVE_S", 30, 1, 3600),
+        max_connections=_int(env, "GATEWAY_MAX_CONNECTIONS", 1000, 1, 1_000_000),
+        queue_timeout_ms=_int(env, "GATEWAY_QUEUE_TIMEOUT_MS", 2000, 10, 600000),
+        miss_batch_max_pending=_int(env, "MISS_BATCH_MAX_PENDING", 5000, 1, 1_000_000),
+        db_keepalives_idle_s=_int(env, "DB_KEEPALIVES_IDLE_S", 5, 1, 3600),
+        db_keepalives_interval_s=_int(env, "DB_KEEPALIVES_INTERVAL_S", 2, 1, 3600),
+        db_keepalives_count=_int(env, "DB_KEEPALIVES_COUNT", 3, 1, 100),
+        db_tcp_user_timeout_ms=_int(env, "DB_TCP_USER_TIMEOUT_MS", 10000, 0, 3600000),
     )

@@ -24,7 +24,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from aside_gateway import metrics
-from aside_gateway.coalesce import MAX_PAUSE_S, BatchTimeout, CpuShare, MissBatcher
+from aside_gateway.coalesce import MAX_PAUSE_S, BatcherFull, BatchTimeout, CpuShare, MissBatcher
 from aside_gateway.config import Settings
 from aside_gateway.errors import ApiError
 
@@ -65,6 +65,14 @@ class Database:
                 "connect_timeout": settings.db_connect_timeout_s,
                 "options": f"-c statement_timeout={settings.db_statement_timeout_ms}",
                 "application_name": "aside-gateway",
+                # A partition (no RST, no FIN) would otherwise leave a read, and
+                # the miss batcher behind it, waiting on a dead socket for as
+                # long as the kernel's defaults allow: hours.
+                "keepalives": 1,
+                "keepalives_idle": settings.db_keepalives_idle_s,
+                "keepalives_interval": settings.db_keepalives_interval_s,
+                "keepalives_count": settings.db_keepalives_count,
+                "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
             },
         )
         # wait=False: the gateway starts (and /readyz reports) even while PostgreSQL is down.
@@ -95,6 +103,7 @@ class Database:
             busy=lambda: cpu_share() >= BUSY_CPU_SHARE,
             fail_pending=_database_down,
             name="aside-count-batcher",
+            max_pending=settings.miss_batch_max_pending,
         )
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], Any], timeout: float | None) -> Any:
@@ -137,14 +146,23 @@ class Database:
     def _fetchone(self, sql: str, params: tuple[Any, ...], timeout: float | None = None) -> Any:
         return self._run(lambda conn: conn.execute(sql, params).fetchone(), timeout)
 
-    def count_by_email(self, email: str, coalesce: bool = False) -> int:
+    def count_by_email(
+        self, email: str, coalesce: bool = False, gone: Callable[[], bool] | None = None
+    ) -> int:
         """Users with exactly this email. `coalesce`: read it in this worker's
-        next batch (cache fills); otherwise one query of its own (cache=off)."""
+        next batch (cache fills); otherwise one query of its own (cache=off).
+        `gone`: whether the client left, so a batched read not started yet is
+        withdrawn (coalesce.MissBatcher.get)."""
         if coalesce:
             try:
-                return self.count_batcher.get(email)
+                return self.count_batcher.get(email, gone)
             except BatchTimeout:
                 raise ApiError("timeout", "the database query took too long") from None
+            except BatcherFull:
+                metrics.shed("batch_queue_full")
+                raise ApiError(
+                    "unavailable", "too many count misses waiting for the database", RETRY_LATER
+                ) from None
         self._count_queries.inc()
         row = self._fetchone(COUNT_BY_EMAIL_SQL, (email,))
         return int(row[0])

@@ -50,3 +50,11 @@ class ApiError(Exception):
 
 def error_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+class ClientGone(ApiError):
+    """The client hung up while its read waited: the wait is abandoned. Nobody
+    reads the answer; a thread waiting for the same fill goes round again."""
+
+    def __init__(self) -> None:
+        super().__init__("unavailable", "the client went away", {"Retry-After": "1"})

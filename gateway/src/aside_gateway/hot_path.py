@@ -117,10 +117,12 @@ class Lookup:
         """The response body for cached `value`, or None if Flask must answer
         (a negative or malformed entry)."""
         if self.email is not None:
-            if not value.isdigit():
+            if not cache_keys.is_count_value(value):
                 return None
             return cache_keys.encode_json({"email": self.email, "count": int(value)})
-        return value if value != cache_keys.NEGATIVE else None
+        if value == cache_keys.NEGATIVE or not cache_keys.is_user_value(value):
+            return None
+        return value
 
 
 def lookup(

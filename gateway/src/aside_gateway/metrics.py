@@ -69,6 +69,13 @@ DB_QUERIES = Counter(
     "Queries sent to PostgreSQL, by query name (a batch of count misses counts once).",
     ["query"],
 )
+SHED = Counter(
+    "aside_gateway_shed_total",
+    "Requests answered 503 without their work: waited too long for a thread "
+    "(queue_timeout), client gone before a thread took them (client_gone), "
+    "too many count misses waiting for a batch (batch_queue_full)",
+    ["reason"],
+)
 MISS_BATCH_SIZE = Histogram(
     "aside_gateway_miss_batch_size",
     "Count misses read by one batched query (a batch of 1 is the plain count query).",
@@ -207,6 +214,10 @@ def cache_outcome(route: str, outcome: str) -> None:
 
 def cache_error(route: str, op: str) -> None:
     CACHE_ERRORS.labels(route, op).inc()
+
+
+def shed(reason: str) -> None:
+    SHED.labels(reason).inc()
 
 
 def singleflight_shared(route: str) -> None:

@@ -21,6 +21,9 @@ HEALTHZ_BODY = b'{"status":"ok"}'
 # Keys of the ASGI scope, copied to the WSGI environ by asgi.py.
 START_KEY = "aside.start"  # perf_counter() when the request arrived
 EARLY_GET_KEY = "aside.early_get"  # the EarlyGet of a hit attempt that fell through
+# Set by the worker's protocol (worker.py) when the request head is complete.
+ARRIVED_KEY = "aside.arrived"  # time.monotonic() then
+CLIENT_GONE_KEY = "aside.client_gone"  # a callable: True once the connection is closing
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,29 @@
-"""gunicorn's worker class for the gateway: uvicorn on uvloop and httptools."""
+"""gunicorn's worker class for the gateway: uvicorn on uvloop and httptools.
+
+uvicorn arms no timer until a first response is sent and bounds neither the
+request head nor the number of connections, so a client that opens sockets
+and never finishes a request would hold a descriptor and up to a head's worth
+of memory each, forever. `BoundedHttpToolsProtocol` adds what gunicorn's own
+workers have: limits on the head, a deadline for the head (from the
+connection or the request's first byte) and for the body (from the end of
+the head), and a bound on open connections per worker, beyond which a new
+connection gets a 503 and is closed. uvicorn's keep-alive timeout covers the
+idle time between requests.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
+from aside_gateway.config import Settings, load_settings
 from aside_gateway.errors import error_body
+from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
 
 # gunicorn's own workers bound the request head; uvicorn's httptools protocol
 # does not, so one endless header could grow a worker's memory.
@@ -22,12 +38,38 @@ class RequestHeadTooLarge(Exception):
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with gunicorn's limits on the request head."""
+    """uvicorn's httptools protocol with gunicorn's limits on the request head,
+    deadlines for the head and the body, and a bound on connections."""
+
+    # Per worker, from the settings (protocol_class).
+    head_timeout_s: ClassVar[float] = 5.0
+    body_timeout_s: ClassVar[float] = 15.0
+    max_connections: ClassVar[int] = 1000
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._in_head = False
         self._head_bytes = 0
+        self._awaiting_body = False
+        self._head_deadline: asyncio.TimerHandle | None = None
+        self._body_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            self._send_error_and_close(
+                b"503 Service Unavailable",
+                "unavailable",
+                "too many open connections",
+                [b"retry-after: 1"],
+            )
+            return
+        # A connection that never sends a byte is closed at the head deadline too.
+        self._arm_head_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_deadlines()
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         # Chunks fed while the head was still incomplete were all head bytes.
@@ -38,16 +80,54 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._in_head:
             self._head_bytes += len(data)
+        self._arm_deadlines_after_data()
+
+    def _arm_deadlines_after_data(self) -> None:
+        """Armed only when a chunk left a head or a body unfinished, so a whole
+        request in one chunk (the common case) costs no timer."""
+        if self.transport.is_closing():
+            return
+        # Between requests, bytes that start no message (stray CRLFs) end
+        # uvicorn's keep-alive timer without starting a head: the head deadline
+        # bounds them as well.
+        between_requests = self.cycle is None or self.cycle.response_complete
+        if self._in_head or (between_requests and not self._awaiting_body):
+            self._arm_head_deadline()
+        elif self._awaiting_body and self._body_deadline is None:
+            self._body_deadline = self.loop.call_later(self.body_timeout_s, self._deadline_passed)
+
+    def _arm_head_deadline(self) -> None:
+        # Not re-armed by later bytes: a head trickled a byte at a time still
+        # has to be complete within the deadline.
+        if self._head_deadline is None:
+            self._head_deadline = self.loop.call_later(self.head_timeout_s, self._deadline_passed)
+
+    def _cancel_deadlines(self) -> None:
+        for handle in (self._head_deadline, self._body_deadline):
+            if handle is not None:
+                handle.cancel()
+        self._head_deadline = self._body_deadline = None
+
+    def _deadline_passed(self) -> None:
+        self._head_deadline = self._body_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         # The API's error shape (contracts/errors.json) even for a request the
         # parser refused, instead of uvicorn's plain-text page.
-        body = error_body("invalid_request", msg)
+        self._send_error_and_close(b"400 Bad Request", "invalid_request", msg)
+
+    def _send_error_and_close(
+        self, status: bytes, code: str, msg: str, extra: list[bytes] | None = None
+    ) -> None:
+        body = error_body(code, msg)
         head = [
-            b"HTTP/1.1 400 Bad Request",
+            b"HTTP/1.1 " + status,
             *(name + b": " + value for name, value in self.server_state.default_headers),
             b"content-type: application/json",
             b"content-length: %d" % len(body),
+            *(extra or []),
             b"connection: close",
         ]
         self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
@@ -70,16 +150,57 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._awaiting_body = True
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+        # What the app needs to shed work nobody waits for (admission.py).
+        self.scope[ARRIVED_KEY] = time.monotonic()  # type: ignore[literal-required]
+        self.scope[CLIENT_GONE_KEY] = self.transport.is_closing  # type: ignore[literal-required]
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._awaiting_body = False
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
+        super().on_message_complete()
+
+
+def protocol_class(settings: Settings) -> type[BoundedHttpToolsProtocol]:
+    """The protocol with this worker's deadlines and connection bound."""
+    return type(
+        "GatewayHttpToolsProtocol",
+        (BoundedHttpToolsProtocol,),
+        {
+            "head_timeout_s": float(settings.head_timeout_s),
+            "body_timeout_s": float(settings.body_timeout_s),
+            "max_connections": settings.max_connections,
+        },
+    )
+
+
+# Named, not "auto": a missing C extension must fail the start, not silently
+# halve the throughput. No lifespan events: the app builds its pools when
+# imported. No Server header, as under gunicorn's own workers.
+BASE_CONFIG: dict[str, Any] = {
+    "loop": "uvloop",
+    "http": BoundedHttpToolsProtocol,
+    "lifespan": "off",
+    "server_header": False,
+}
 
 
 class GatewayWorker(UvicornWorker):
-    # Named, not "auto": a missing C extension must fail the start, not
-    # silently halve the throughput. No lifespan events: the app builds its
-    # pools when imported. No Server header, as under gunicorn's own workers.
-    CONFIG_KWARGS: ClassVar[dict[str, Any]] = {
-        "loop": "uvloop",
-        "http": BoundedHttpToolsProtocol,
-        "lifespan": "off",
-        "server_header": False,
-    }
+    CONFIG_KWARGS: ClassVar[dict[str, Any]] = BASE_CONFIG
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # gunicorn.conf.py has checked the settings before any worker starts.
+        settings = load_settings(os.environ)
+        self.CONFIG_KWARGS = {  # type: ignore[misc]
+            **BASE_CONFIG,
+            "http": protocol_class(settings),
+            # uvicorn closes a connection idle this long after a response.
+            "timeout_keep_alive": settings.keepalive_s,
+        }
+        super().__init__(*args, **kwargs)
