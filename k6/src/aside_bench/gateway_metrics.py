@@ -4,6 +4,9 @@ they are exact where Prometheus's scrapes are not."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,6 +25,7 @@ INVALIDATION_LAG_BUCKET = "aside_gateway_l1_invalidation_lag_seconds_bucket"
 METRICS_ROUTE = "/metrics"
 
 RequestKey = tuple[str, str, str]  # (route, method, status)
+K = TypeVar("K")
 
 
 def labelled_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
@@ -55,40 +59,41 @@ def scrape(settings: Settings) -> str:
     return response.text
 
 
+def summed_by(text: str, name: str, key: Callable[[dict[str, str]], K]) -> dict[K, float]:
+    """The samples named `name`, summed by `key(labels)` (worker and other labels folded)."""
+    sums: dict[K, float] = {}
+    for labels, value in labelled_samples(text, name):
+        k = key(labels)
+        sums[k] = sums.get(k, 0.0) + value
+    return sums
+
+
 def request_counts(text: str) -> dict[RequestKey, float]:
     """aside_gateway_http_requests_total by (route, method, status)."""
-    counters: dict[RequestKey, float] = {}
-    for labels, value in labelled_samples(text, REQUESTS_TOTAL):
-        key = (labels.get("route", ""), labels.get("method", ""), labels.get("status", ""))
-        counters[key] = counters.get(key, 0.0) + value
-    return counters
+
+    def key(labels: dict[str, str]) -> RequestKey:
+        return labels.get("route", ""), labels.get("method", ""), labels.get("status", "")
+
+    return summed_by(text, REQUESTS_TOTAL, key)
 
 
 def cache_error_counts(text: str) -> dict[str, float]:
     """aside_gateway_cache_errors_total by op (get, lease, store, breaker_open)."""
-    errors: dict[str, float] = {}
-    for labels, value in labelled_samples(text, CACHE_ERRORS_TOTAL):
-        op = labels.get("op", "")
-        errors[op] = errors.get(op, 0.0) + value
-    return errors
+    return summed_by(text, CACHE_ERRORS_TOTAL, lambda labels: labels.get("op", ""))
 
 
 def tier_read_counts(text: str) -> dict[str, float]:
     """aside_gateway_cache_tier_reads_total by "<tier> <outcome>" ("l1 hit"), all routes."""
-    reads: dict[str, float] = {}
-    for labels, value in labelled_samples(text, TIER_READS_TOTAL):
-        key = f"{labels.get('tier', '')} {labels.get('outcome', '')}"
-        reads[key] = reads.get(key, 0.0) + value
-    return reads
+    return summed_by(
+        text,
+        TIER_READS_TOTAL,
+        lambda labels: f"{labels.get('tier', '')} {labels.get('outcome', '')}",
+    )
 
 
 def lag_bucket_counts(text: str) -> dict[str, float]:
     """The invalidation lag histogram's cumulative buckets by their `le` text."""
-    buckets: dict[str, float] = {}
-    for labels, value in labelled_samples(text, INVALIDATION_LAG_BUCKET):
-        le = labels.get("le", "")
-        buckets[le] = buckets.get(le, 0.0) + value
-    return buckets
+    return summed_by(text, INVALIDATION_LAG_BUCKET, lambda labels: labels.get("le", ""))
 
 
 def served_requests(text: str) -> float:

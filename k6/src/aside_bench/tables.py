@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .plan import series_label
@@ -150,6 +151,15 @@ def _find(results: list[StepResult], arm: str, phase: str, rate: int) -> StepRes
     return None
 
 
+def _series_steps(results: list[StepResult]) -> Iterator[tuple[str, int, StepResult]]:
+    """(series label, rate, result) of every step, series by series, rates in order."""
+    for arm, phase in series_order(results):
+        for rate in rates_of(results):
+            result = _find(results, arm, phase, rate)
+            if result is not None:
+                yield series_label(arm, phase), rate, result
+
+
 def _baseline_and_best(
     pairs: list[tuple[str, str]],
 ) -> tuple[tuple[str, str], tuple[str, str]] | None:
@@ -202,15 +212,9 @@ def per_request_table(results: list[StepResult]) -> Table | None:
         return None
     headers = ["series", "target /s"] + [f"{name} p95 ms" for name in names]
     rows = []
-    for arm, phase in series_order(results):
-        for rate in rates_of(results):
-            result = _find(results, arm, phase, rate)
-            if result is None:
-                continue
-            cells = [
-                fmt_ms(result.by_name[n].p95) if n in result.by_name else MISSING for n in names
-            ]
-            rows.append([series_label(arm, phase), str(rate), *cells])
+    for label, rate, result in _series_steps(results):
+        cells = [fmt_ms(result.by_name[n].p95) if n in result.by_name else MISSING for n in names]
+        rows.append([label, str(rate), *cells])
     return Table("p95 latency by request kind", headers, rows)
 
 
@@ -234,25 +238,21 @@ def staleness_table(results: list[StepResult]) -> Table | None:
     headers = ["series", "target /s", "checked reads", "stale reads", "no answer",
                "lag p50 ms", "lag p99 ms", "lag max ms <=", "lag samples"]  # fmt: skip
     rows = []
-    for arm, phase in series_order(results):
-        for rate in rates_of(results):
-            result = _find(results, arm, phase, rate)
-            if result is None:
-                continue
-            stale, cost = result.stale, result.cost
-            rows.append(
-                [
-                    series_label(arm, phase),
-                    str(rate),
-                    MISSING if stale is None else str(stale.reads),
-                    MISSING if stale is None else str(stale.stale),
-                    MISSING if stale is None else str(stale.errors),
-                    _lag_ms(result, "lag_p50_ms"),
-                    _lag_ms(result, "lag_p99_ms"),
-                    _lag_ms(result, "lag_max_ms"),
-                    MISSING if cost is None else f"{cost.lag_count:.0f}",
-                ]
-            )
+    for label, rate, result in _series_steps(results):
+        stale, cost = result.stale, result.cost
+        rows.append(
+            [
+                label,
+                str(rate),
+                MISSING if stale is None else str(stale.reads),
+                MISSING if stale is None else str(stale.stale),
+                MISSING if stale is None else str(stale.errors),
+                _lag_ms(result, "lag_p50_ms"),
+                _lag_ms(result, "lag_p99_ms"),
+                _lag_ms(result, "lag_max_ms"),
+                MISSING if cost is None else f"{cost.lag_count:.0f}",
+            ]
+        )
     return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)
 
 
