@@ -3,11 +3,13 @@ with --import-mode=importlib beside other suites, so `conftest` is not importabl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -141,3 +143,81 @@ def wait_ready(proc: Proc, path: str) -> None:
             return False
 
     wait_until(ready, START_DEADLINE_S, f"{proc.name} at {proc.url}{path}", step_s=0.1)
+
+
+class TcpProxy:
+    """Forwards loopback connections to `target`; `cut()` closes every connection
+    and makes new ones close at once, as a partition (or a stopped server) would
+    for this one client; `resume()` lets connections through again."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self._cut = False
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._serve, name="tcp-proxy", daemon=True).start()
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            for conn in self._conns:
+                _close(conn)
+            self._conns.clear()
+
+    def resume(self) -> None:
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        self.cut()
+        _close(self._listener)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+
+    def _track(self, conn: socket.socket) -> bool:
+        with self._lock:
+            if self._cut:
+                return False
+            self._conns.add(conn)
+            return True
+
+    def _forward(self, client: socket.socket) -> None:
+        if not self._track(client):
+            _close(client)
+            return
+        try:
+            server = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            _close(client)
+            return
+        server.settimeout(None)
+        if not self._track(server):
+            _close(client)
+            _close(server)
+            return
+        threading.Thread(target=_pipe, args=(server, client), daemon=True).start()
+        _pipe(client, server)
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    _close(src)
+    _close(dst)
+
+
+def _close(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+    conn.close()

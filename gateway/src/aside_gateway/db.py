@@ -15,7 +15,9 @@ is the baseline the cache is measured against.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +44,9 @@ USER_BY_ID_SQL = "SELECT id, username, email, created_at FROM users WHERE id = %
 UserRow = tuple[int, str, str, datetime]
 # How long a read waits for a pooled connection while PostgreSQL is known to be down.
 DOWN_POOL_WAIT_S = 0.1
+# While the pool has no connection, a read looks every this often whether its
+# reconnects are being refused.
+RECONNECT_SLICE_S = 0.05
 # A 503 says when to try again, like the core's and the shed uncached reads'.
 RETRY_LATER = {"Retry-After": "1"}
 
@@ -113,9 +118,9 @@ class Database:
             timeout = DOWN_POOL_WAIT_S
         for attempt in (1, 2):
             try:
-                with self.pool.connection(timeout=timeout) as conn:
+                with self._connection(timeout) as conn:
                     result = work(conn)
-                self._down = False
+                self._note_up()
                 return result
             except PoolTimeout:
                 self._note_down()
@@ -135,10 +140,48 @@ class Database:
                 self.pool.check()
         raise AssertionError("unreachable")
 
+    @contextmanager
+    def _connection(self, timeout: float | None) -> Iterator[psycopg.Connection[Any]]:
+        conn = self._getconn(self.pool.timeout if timeout is None else timeout)
+        try:
+            yield conn
+        finally:
+            self.pool.putconn(conn)
+
+    def _getconn(self, timeout: float) -> psycopg.Connection[Any]:
+        """A pooled connection within `timeout`. A wait (no idle connection) ends
+        early once the pool has failed to open a connection since the last good
+        query: PostgreSQL refuses, and waiting out the pool would only delay the
+        503. A worker whose idle connections all broke (PostgreSQL restarted) thus
+        learns it is down within a slice or two, not a pool timeout; this is what
+        kept a miss handed from one worker's lease to another's from costing two
+        pool timeouts."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.0)
+            if self.pool.get_stats().get("pool_available", 0) > 0:
+                return self.pool.getconn(timeout=remaining)
+            try:
+                return self.pool.getconn(timeout=min(RECONNECT_SLICE_S, remaining))
+            except PoolTimeout:
+                if remaining <= RECONNECT_SLICE_S or self._pool_failing():
+                    raise
+
+    def _connect_errors(self) -> int:
+        return self.pool.get_stats().get("connections_errors", 0)
+
+    def _pool_failing(self) -> bool:
+        """The pool failed to open a connection since the last good query."""
+        return self._connect_errors() > self._connect_errors_seen
+
+    def _note_up(self) -> None:
+        self._down = False
+        self._connect_errors_seen = self._connect_errors()
+
     def _note_down(self) -> None:
         """After a pool wait ran out: PostgreSQL is down if the pool failed to
         connect since we last looked (a pool that is merely busy is not down)."""
-        errors = self.pool.get_stats().get("connections_errors", 0)
+        errors = self._connect_errors()
         if errors > self._connect_errors_seen:
             self._down = True
         self._connect_errors_seen = errors
