@@ -153,6 +153,20 @@ def test_ttl_expiry(start_gateway, insert_user):
 # ---- single flight and metrics ----------------------------------------------------------
 
 
+def test_the_tests_own_count_keeps_apart_from_the_gateways_query(
+    gateway, insert_user, db, db_count, query_calls
+):
+    # pg_stat_statements keeps the text of the first statement of a parse tree:
+    # were the test's own count parsed like the gateway's, running it first
+    # would hide every query of the gateway from query_calls.
+    db.execute("SELECT pg_stat_statements_reset()")
+    email = unique_email("apart")
+    insert_user(email)
+    assert db_count(email) == 1
+    assert count(gateway.url, email).headers["X-Cache"] == "MISS"
+    assert query_calls(COUNT_SQL_TEXT) == 1
+
+
 def test_fifty_concurrent_reads_of_a_cold_key_query_once(gateway, insert_user, query_calls):
     email = unique_email("cold")
     insert_user(email)
