@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import psycopg
 import pytest
 import redis
+import requests
 from aside_bench import config
+from aside_bench.plan import gateway_env
 from aside_bench.prepare import StackError, expires_within, flush_cache
 from aside_bench.seeddata import check_seed
+from aside_bench.services import ServiceControl
 
 BENCH_REDIS_DB = 3
 
@@ -107,3 +111,29 @@ def test_an_unreachable_database_is_one_clear_line(
     dead = dataclasses.replace(settings, database_url="postgresql://aside@127.0.0.1:9/aside")
     with pytest.raises(StackError, match="cannot connect to DATABASE_URL"):
         check_seed(dead, tmp_path)
+
+
+def _l1_subscribed(settings: config.Settings) -> float | None:
+    text = requests.get(settings.gateway_url + "/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith("aside_gateway_l1_subscribed "):
+            return float(line.split()[1])
+    return None
+
+
+def test_an_arm_with_its_own_settings_restarts_the_gateway_and_they_go_back(
+    settings: config.Settings,
+) -> None:
+    control = ServiceControl(settings)
+    control.verify(("gateway",))
+    try:
+        control.restart("gateway", gateway_env("l1-ttl"))
+        assert requests.get(settings.gateway_url + "/healthz", timeout=5).status_code == 200
+        # Invalidation off: no worker subscribes.
+        assert _l1_subscribed(settings) == 0.0
+    finally:
+        control.restart("gateway", {})
+    deadline = time.monotonic() + 20
+    while _l1_subscribed(settings) != 1.0:
+        assert time.monotonic() < deadline, "the gateway's workers did not subscribe again"
+        time.sleep(0.1)

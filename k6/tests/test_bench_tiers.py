@@ -24,6 +24,7 @@ from aside_bench.plan import (
     Step,
     build_steps,
     cache_param,
+    gateway_env,
     parse_arms,
     phases_for,
     vus_for,
@@ -80,7 +81,7 @@ def test_the_scripts_map_arms_to_the_same_parameters() -> None:
     common = (REPO_ROOT / "k6" / "scripts" / "lib" / "common.js").read_text()
     literal = re.search(r"export const CACHE_PARAMS = \{([^}]*)\}", common)
     assert literal is not None
-    pairs = dict(re.findall(r"(\w+): '(\w+)'", literal.group(1)))
+    pairs = dict(re.findall(r"'?([\w-]+)'?: '(\w+)'", literal.group(1)))
     assert pairs == CACHE_PARAMS | {"l2": "l2"}
 
 
@@ -315,3 +316,9 @@ def test_the_mixed_script_runs_the_staleness_checker_beside_the_load(tmp_path: P
     assert checker["duration"] == options["scenarios"]["mixed"]["duration"] == "30s"
     off = _inspect(Step("mixed", "l1", "warm", 100, 30), tmp_path, LoadShape(stale_per_min=0))
     assert list(off["scenarios"]) == ["mixed"]
+
+
+def test_only_the_ttl_arm_restarts_the_gateway_with_invalidation_off() -> None:
+    assert gateway_env("l1-ttl") == {"CACHE_L1_INVALIDATION": "off"}
+    assert cache_param("l1-ttl") == "l1"
+    assert all(gateway_env(arm) == {} for arm in ("nocache", "index", "cache", "l1", "hybrid"))

@@ -95,8 +95,9 @@ export function jsonBody(response) {
 
 // The ?cache= value of each read arm (aside_bench.plan.CACHE_PARAMS holds the
 // same map): nocache and index bypass the cache, cache reads Redis (l2), l1 the
-// worker's memory only, hybrid memory then Redis. `l2` is the cache arm's alias.
-export const CACHE_PARAMS = { nocache: 'off', index: 'off', cache: 'l2', l2: 'l2', l1: 'l1', hybrid: 'hybrid' };
+// worker's memory only, hybrid memory then Redis; l1-ttl is l1 on a gateway
+// whose invalidation channel is off. `l2` is the cache arm's alias.
+export const CACHE_PARAMS = { nocache: 'off', index: 'off', cache: 'l2', l2: 'l2', l1: 'l1', hybrid: 'hybrid', 'l1-ttl': 'l1' };
 export const CACHE_PARAM = CACHE_PARAMS[ARM];
 
 // The X-Cache-Tier a hit of each mode may carry.

@@ -88,7 +88,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--rates", help="requests/s, e.g. '30 50 100' (default by scenario)")
     run.add_argument("--duration", default="30s", help="per step, e.g. 30s (default 30s)")
     run.add_argument(
-        "--arms", help="read/mixed: nocache index cache (alias l2) l1 hybrid; compute: go python"
+        "--arms",
+        help="read/mixed: nocache index cache (alias l2) l1 hybrid l1-ttl; compute: go python",
     )
     run.add_argument(
         "--warm",

@@ -11,16 +11,29 @@ from dataclasses import dataclass
 
 SCENARIOS = ("read", "mixed", "compute")
 WARM_CHOICES = ("both", "cold", "warm")
-CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid")
+CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "l1-ttl")
 COMPUTE_ARMS = ("go", "python")
 CEILING_ARMS = ("cache", "l1", "hybrid", "healthz")
 # Arms that read through a cache tier: each has a cold and a warm phase.
-TIERED_ARMS = ("cache", "l1", "hybrid")
+TIERED_ARMS = ("cache", "l1", "hybrid", "l1-ttl")
+# Arms that read through the worker's L1 tier.
+L1_ARMS = ("l1", "hybrid", "l1-ttl")
 # Other names accepted for an arm; `cache` stays the L2 arm's name in reports.
 ARM_ALIASES = {"l2": "cache"}
 # The ?cache= value each read arm sends (k6/scripts/lib/common.js CACHE_PARAMS
 # holds the same map; a unit test keeps the two equal).
-CACHE_PARAMS = {"nocache": "off", "index": "off", "cache": "l2", "l1": "l1", "hybrid": "hybrid"}
+CACHE_PARAMS = {
+    "nocache": "off",
+    "index": "off",
+    "cache": "l2",
+    "l1": "l1",
+    "hybrid": "hybrid",
+    "l1-ttl": "l1",
+}
+# Arms that need the gateway started with other settings: `l1-ttl` is the l1
+# strategy with the invalidation channel switched off (a lab-only switch), so
+# only the L1 TTL bounds staleness. The bench restarts the gateway for it.
+GATEWAY_ENV = {"l1-ttl": {"CACHE_L1_INVALIDATION": "off"}}
 
 DEFAULT_RATES = {
     "read": (30, 50, 75, 100, 150, 300, 500, 1000),
@@ -42,6 +55,7 @@ EXPECTED_LATENCY_S = {
     "cache": 0.025,
     "l1": 0.025,
     "hybrid": 0.025,
+    "l1-ttl": 0.025,
     "healthz": 0.02,
     "go": 0.05,
     "python": 0.3,
@@ -160,6 +174,11 @@ def phases_for(arm: str, warm: str) -> list[str]:
     if arm not in TIERED_ARMS:
         return ["none"]
     return ["cold", "warm"] if warm == "both" else [warm]
+
+
+def gateway_env(arm: str) -> dict[str, str]:
+    """Settings the gateway must run with for `arm` (empty: its own)."""
+    return GATEWAY_ENV.get(arm, {})
 
 
 def cache_param(arm: str) -> str | None:

@@ -18,7 +18,7 @@ from .collect import GATEWAY_JOB, collect
 from .config import Settings
 from .k6run import K6Process, LoadShape, k6_command, script_for, step_run
 from .machine import describe
-from .plan import Step, cache_param, vus_for
+from .plan import CACHE_PARAMS, L1_ARMS, Step, cache_param, gateway_env, vus_for
 from .prepare import (
     StackError,
     connect,
@@ -29,6 +29,7 @@ from .prepare import (
 )
 from .results import StepResult
 from .seeddata import SeedData, remove_bench_users
+from .services import ServiceControl
 from .sources import Influx, Prometheus, SourceError
 from .stepprobe import GatewayProbe
 from .tables import fmt_ms, fmt_pct, fmt_rps
@@ -69,7 +70,7 @@ def quick_line(result: StepResult) -> str:
         f"achieved {fmt_rps(result.achieved_rps)}/s",
         f"drops {fmt_pct(result.drop_rate)}",
     ]
-    if result.step.arm in ("cache", "nocache", "index", "l1", "hybrid"):
+    if result.step.arm in CACHE_PARAMS:
         parts.append(f"hits {fmt_pct(result.hit_rate)}")
     cost = result.cost
     if cost is not None:
@@ -94,6 +95,7 @@ class Runner:
         self.interrupted = False
         self.started = time.monotonic()
         self.step_seconds: list[float] = []
+        self.gateway_settings: dict[str, str] = {}  # what the gateway was restarted with
         self.probe = GatewayProbe(settings)
         if self.probe.problem:
             run["probe_warning"] = self.probe.problem
@@ -117,14 +119,26 @@ class Runner:
         expire last (the cache TTL runs from the fill)."""
         return self.seed.cold[: self.options.shape.cold_sample] + self.seed.hot
 
+    def _gateway_for(self, arm: str, record: dict[str, Any]) -> None:
+        """Restart the gateway when `arm` needs other settings than the last step's."""
+        wanted = gateway_env(arm)
+        if wanted == self.gateway_settings:
+            return
+        control = ServiceControl(self.settings)
+        control.verify(("gateway",))
+        control.restart("gateway", wanted)
+        self.gateway_settings = wanted
+        record["gateway_restarted_with"] = wanted
+
     def _prepare(self, step: Step, record: dict[str, Any]) -> None:
+        self._gateway_for(step.arm, record)
         try:
             waited = wait_until_quiet(self.settings, self.options.recover_timeout_s)
             record["quiet_wait_s"] = round(waited, 2)
         except StackError as error:
             record["warning"] = str(error)
             print(f"  warning: {error}; running the step anyway", flush=True)
-        in_process = step.arm in ("l1", "hybrid")
+        in_process = step.arm in L1_ARMS
         if step.phase == "cold":
             flush_cache(self.settings)
             record["prep"] = "cache flushed"
@@ -250,7 +264,14 @@ class Runner:
                 return
 
     def cleanup(self) -> None:
-        """Remove users an interrupted mixed step left, so the table keeps its row count."""
+        """Give the gateway its own settings back after an arm that changed them, and
+        remove users an interrupted mixed step left, so the table keeps its row count."""
+        if self.gateway_settings:
+            try:
+                ServiceControl(self.settings).restart("gateway", {})
+                self.gateway_settings = {}
+            except StackError as error:
+                print(f"warning: could not restart the gateway: {error}", file=sys.stderr)
         if not any(s["scenario"] == "mixed" for s in self.run["steps"]):
             return
         try:

@@ -155,6 +155,22 @@ class ServiceControl:
             text=True,
         )
 
+    def restart(self, service: str, settings: dict[str, str]) -> None:
+        """Stop `service` and start it again with `settings` added to the
+        environment; returns when infra/stack.sh says it is healthy."""
+        for args in (("stop", service), ("up", service)):
+            done = subprocess.run(
+                ["bash", str(self.script), *args],
+                env={**self.env, **settings},
+                capture_output=True,
+                text=True,
+                timeout=STACK_TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                output = (done.stderr or done.stdout).strip()
+                raise StackError(f"infra/stack.sh {' '.join(args)} failed: {output}")
+
     def healthy(self) -> bool:
         return self._run("status").returncode == 0
 
