@@ -5,7 +5,9 @@ saved. Skipped only where Chromium is not installed (make test installs it)."""
 from __future__ import annotations
 
 import re
+import shutil
 import struct
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -134,3 +136,56 @@ def test_a_missing_table_fails_the_check(
 def test_a_missing_report_is_one_clear_error(tmp_path: Path, driver: WebDriver) -> None:
     with pytest.raises(browser.BrowserError, match="no report at"):
         browser.render(driver, tmp_path / "report.html")
+
+
+# ---- aside-bench screenshot (make screenshot RUN=<id>) -------------------------------
+Bench = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _sample_run_dir(reports_dir: Path, sample_report: SampleReport) -> str:
+    run_id = sample_run()["run_id"]
+    shutil.copytree(sample_report[0].parent, reports_dir / run_id)
+    return run_id
+
+
+def test_screenshot_command_checks_the_report_and_saves_a_png(
+    sample_report: SampleReport, tmp_path: Path, driver: WebDriver, bench: Bench
+) -> None:
+    run_id = _sample_run_dir(tmp_path / "reports", sample_report)
+    out = tmp_path / "shot.png"
+    done = bench("screenshot", "--run", run_id, "--reports-dir", str(tmp_path / "reports"),
+                 "--out", str(out), "--width", "1000")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "3 tables, 4 charts, all shown" in done.stdout
+    width, height = _png_size(out)
+    full = browser.render(driver, sample_report[0]).height  # at the fixture's 1280 px
+    assert width == 1000 and 0 < height < full  # down to the first chart, not the page
+
+
+def test_screenshot_command_refuses_a_broken_report(
+    sample_report: SampleReport, tmp_path: Path, driver: WebDriver, bench: Bench
+) -> None:
+    reports = tmp_path / "reports"
+    run_id = _sample_run_dir(reports, sample_report)
+    page = reports / run_id / "report.html"
+    page.write_text(page.read_text().replace("base64,iVBORw0KGgo", "base64,AAAAAAAAAA", 1))
+    out = tmp_path / "shot.png"
+    done = bench("screenshot", "--run", run_id, "--reports-dir", str(reports), "--out", str(out))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"aside-bench: {page}: image 'latency' did not decode"
+    ]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [([], "give the run id: make screenshot RUN=<id>"), (["--run", "nope"], "no report.html")],
+)
+def test_screenshot_command_bad_arguments(
+    args: list[str], message: str, tmp_path: Path, bench: Bench
+) -> None:
+    done = bench("screenshot", *args, "--reports-dir", str(tmp_path))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
