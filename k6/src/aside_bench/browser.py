@@ -150,9 +150,11 @@ def render(driver: WebDriver, html_path: Path) -> RenderedReport:
         WebDriverWait(driver, LOAD_TIMEOUT_S, poll_frequency=0.05).until(
             lambda d: d.execute_script(_LOADED)
         )
+        found: dict[str, Any] = driver.execute_async_script(_INSPECT)
     except TimeoutException as error:
         raise BrowserError(f"{html_path} did not load within {LOAD_TIMEOUT_S} s") from error
-    found: dict[str, Any] = driver.execute_async_script(_INSPECT)
+    except WebDriverException as error:
+        raise BrowserError(f"chromium could not render {html_path}: {error.msg}") from error
     return RenderedReport(
         title=found["title"],
         tables=[RenderedTable(**t) for t in found["tables"]],
