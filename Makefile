@@ -27,7 +27,7 @@ CASES ?= all
 SHORT ?= 0
 RATE ?=
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling report chaos soak test test-unit lint fmt
+.PHONY: help up down status logs clean install seed bench bench-ceiling report screenshot chaos soak test test-unit lint fmt
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial 
 
 report: ## rebuild reports/RUN/ from InfluxDB and Prometheus (make report RUN=<id>)
 	@$(ENV) $(VENV)/aside-bench report --run "$(RUN)"
+
+screenshot: ## check reports/RUN/report.html in headless Chromium, save docs/report-screenshot.png
+	@$(ENV) $(VENV)/aside-bench screenshot --run "$(RUN)"
 
 chaos: ## faults under load: redis, core, postgres, a worker (CASES, RATE=60, SHORT=1)
 	@$(ENV) $(VENV)/aside-bench chaos --cases "$(CASES)" \

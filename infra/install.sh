@@ -3,7 +3,8 @@
 # Python environment (uv, from uv.lock), the core's Go build and k6 (built from
 # its Go module into bin/). A second run finds everything and returns quickly.
 #
-# usage: infra/install.sh [packages|user|python|core|k6 ...]   (default: all)
+# usage: infra/install.sh [packages|user|python|core|k6|browser ...]
+#        (default: all but browser, which only the tests need: infra/test.sh asks for it)
 set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
 source "$ASIDE_ROOT/infra/lib.sh"
@@ -18,17 +19,23 @@ APT_PACKAGES=(postgresql postgresql-contrib redis-server influxdb prometheus
 # Extra packages, e.g. for a test of the failure path.
 read -r -a EXTRA_PACKAGES <<<"${ASIDE_EXTRA_APT_PACKAGES:-}"
 APT_PACKAGES+=("${EXTRA_PACKAGES[@]}")
+# The report's browser test opens report.html in headless Chromium through
+# WebDriver; Debian builds chromium-driver from chromium's own source, so the two
+# always come in the same version.
+BROWSER_PACKAGES=(chromium chromium-driver)
 
+# missing_packages NAME...: those of NAME not installed, space-separated.
 missing_packages() {
     local p
-    for p in "${APT_PACKAGES[@]}"; do
+    for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || printf '%s ' "$p"
     done
 }
 
+# install_packages NAME...: apt-get install those of NAME not installed yet.
 install_packages() {
     local missing sudo=""
-    missing=$(missing_packages)
+    missing=$(missing_packages "$@")
     [ -z "$missing" ] && return 0
     command -v apt-get >/dev/null || die "missing packages: $missing; this script needs Debian's apt-get to install them (or install them yourself)"
     if [ "$(id -u)" -ne 0 ]; then
@@ -54,7 +61,7 @@ install_packages() {
     } >"$ASIDE_RUN_DIR/logs/apt.log" 2>&1 || rc=$?
     [ -n "$added_policy" ] && $sudo rm -f "$policy"
     [ "$rc" -eq 0 ] || die "apt-get could not install: $missing (see .run/logs/apt.log)"
-    missing=$(missing_packages)
+    missing=$(missing_packages "$@")
     [ -z "$missing" ] || die "still missing after apt-get: $missing (see .run/logs/apt.log)"
 }
 
@@ -120,12 +127,13 @@ main() {
     local s
     for s in "${steps[@]}"; do
         case $s in
-            packages) install_packages ;;
+            packages) install_packages "${APT_PACKAGES[@]}" ;;
+            browser) install_packages "${BROWSER_PACKAGES[@]}" ;;
             user) install_user ;;
             python) install_python ;;
             core) install_core ;;
             k6) install_k6 ;;
-            *) die "unknown install step '$s' (packages, user, python, core, k6)" ;;
+            *) die "unknown install step '$s' (packages, user, python, core, k6, browser)" ;;
         esac
     done
 }

@@ -1,4 +1,5 @@
-"""infra/install.sh: what it says when a package is missing and cannot be installed."""
+"""infra/install.sh: what it says when a package is missing and cannot be installed,
+and the browser step that `make test` runs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from stack_helpers import ROOT
 
 INSTALL = ROOT / "infra" / "install.sh"
@@ -47,3 +49,21 @@ def test_uninstallable_package_fails_with_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert f"apt-get could not install: {MISSING}" in lines[0]
+
+
+def _version(command: str) -> str:
+    done = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[1]  # "Chromium 156.0.8078.79 built on ...", "ChromeDriver 156.0..."
+
+
+def test_browser_step_installs_chromium_and_its_driver_once(tmp_path: Path) -> None:
+    env = dict(os.environ, ASIDE_RUN_DIR=str(tmp_path / "run"))
+    steps = [["bash", str(INSTALL), "browser"]] * 2
+    runs = [subprocess.run(s, env=env, capture_output=True, text=True, timeout=600) for s in steps]
+    if runs[0].returncode != 0 and "run as root" in runs[0].stderr:
+        pytest.skip("installing Debian packages needs root or passwordless sudo")
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    assert runs[1].stdout == ""  # the second run finds both installed
+    # WebDriver talks to the browser it was built with: the same version.
+    assert _version("chromium") == _version("chromedriver")

@@ -24,6 +24,9 @@ import pytest
 from aside_bench import config
 from psycopg.conninfo import make_conninfo
 
+# --import-mode=importlib does not put test folders on sys.path (report_samples).
+sys.path.insert(0, str(Path(__file__).parent))
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_DATABASE = "aside_test_k6"
 SMOKE_ROWS = 20_000

@@ -7,33 +7,11 @@ from pathlib import Path
 
 from aside_bench import report
 from aside_bench.plan import Step
-from aside_bench.results import CacheCounts, Latency, StepResult
+from aside_bench.results import Latency, StepResult
 from aside_bench.tables import MISSING, comparison_table, series_table, sweep_tables
+from report_samples import RESULTS, sample_result, sample_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _result(arm: str, phase: str, rate: int, p95: float, hits: float, by_name: bool = False):
-    names = {"count": Latency(1, p95, p95, 10), "create": Latency(2, 9, 9, 2)} if by_name else {}
-    return StepResult(
-        step=Step("read", arm, phase, rate, 30),
-        latency=Latency(p50=p95 / 3, p95=p95, p99=p95 * 1.5, count=rate * 30),
-        iterations=rate * 30,
-        failed=rate,  # 1 s worth of failures
-        dropped=0,
-        cache=CacheCounts(hits=hits, misses=rate * 30 - hits, bypass=0)
-        if arm == "cache"
-        else CacheCounts(0, 0, rate * 30),
-        by_name=names,
-    )
-
-
-RESULTS = [
-    _result("nocache", "none", 30, 80.0, 0),
-    _result("cache", "warm", 30, 4.0, 880),
-    _result("nocache", "none", 100, 900.0, 0),
-    _result("cache", "warm", 100, 5.0, 2950),
-]
 
 
 def _cells(markdown: str) -> list[str]:
@@ -74,27 +52,13 @@ def test_tables_are_fully_filled(tmp_path: Path) -> None:
 
 
 def test_per_request_kind_table_appears_for_mixed_runs() -> None:
-    mixed = [_result("cache", "warm", 30, 4.0, 880, by_name=True)]
+    mixed = [sample_result("cache", "warm", 30, 4.0, 880, by_name=True)]
     titles = [t.title for t in sweep_tables(mixed)]
     assert "p95 latency by request kind" in titles
 
 
-def _run() -> dict:
-    return {
-        "run_id": "unit-1",
-        "created": "2026-01-01T00:00:00+00:00",
-        "params": {"scenario": "read", "duration_s": 30, "hot_share": 0.9, "hot_count": 100,
-                   "cold_sample_used": 200, "write_share": 0.1},
-        "machine": {"nproc": 2, "cpu": "Test CPU", "memory_gib": 24.0, "kernel": "6.1",
-                    "note": "k6 shares the 2 cores with the services"},
-        "seed": {"rows": 1000000, "index": False, "seed": 42},
-        "settings": {"gateway_url": "http://gateway"},
-        "steps": [],
-    }  # fmt: skip
-
-
 def test_sweep_report_writes_markdown_html_and_png_charts(tmp_path: Path) -> None:
-    report.write_sweep(_run(), RESULTS, tmp_path)
+    report.write_sweep(sample_run(), RESULTS, tmp_path)
     names = {"latency.png", "throughput.png", "drop_rate.png", "hit_rate.png"}
     for name in names:
         assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC), name
@@ -109,7 +73,8 @@ def test_sweep_report_writes_markdown_html_and_png_charts(tmp_path: Path) -> Non
 
 
 def test_ceiling_report_names_each_ceiling_and_the_ratio(tmp_path: Path) -> None:
-    run = _run() | {"params": _run()["params"] | {"p95_limit_ms": 10, "scenario": "ceiling"}}
+    base = sample_run()
+    run = base | {"params": base["params"] | {"p95_limit_ms": 10, "scenario": "ceiling"}}
 
     def step(arm: str, phase: str, rate: int, p95: float) -> StepResult:
         return StepResult(Step("ceiling", arm, phase, rate, 10), Latency(1, p95, p95, rate * 10),

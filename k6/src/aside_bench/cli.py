@@ -1,6 +1,7 @@
 """aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `report`
 (rebuild a run's report from InfluxDB and Prometheus), `chaos` (faults under
-load) and `soak` (memory and descriptors of every process under a steady load)."""
+load), `soak` (memory and descriptors of every process under a steady load) and
+`screenshot` (a run's report.html as headless Chromium renders it, as a PNG)."""
 
 from __future__ import annotations
 
@@ -172,10 +173,27 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     rebuild.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
 
 
+def _add_screenshot(sub: argparse._SubParsersAction) -> None:
+    shot = sub.add_parser(
+        "screenshot", help="check reports/<run>/report.html in headless Chromium, save a PNG"
+    )
+    shot.add_argument("--run", default="", help="the run id (a folder of reports/)")
+    shot.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
+    shot.add_argument(
+        "--out", type=Path, help="the PNG to write (default docs/report-screenshot.png)"
+    )
+    shot.add_argument(
+        "--full", action="store_true", help="the whole page (default: down to the first chart)"
+    )
+    shot.add_argument(
+        "--width", type=_positive, default=1280, help="window width, CSS px (default 1280)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_ceiling, _add_chaos, _add_soak, _add_report):
+    for add in (_add_run, _add_ceiling, _add_chaos, _add_soak, _add_report, _add_screenshot):
         add(sub)
     return parser
 
@@ -193,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": commands.cmd_report,
             "chaos": commands.cmd_chaos,
             "soak": commands.cmd_soak,
+            "screenshot": commands.cmd_screenshot,
         }[args.command]
         return command(args, settings)
     except (commands.UsageError, PlanError) as error:

@@ -1,6 +1,6 @@
 """What each aside-bench command does once its arguments are parsed: check them,
 check the stack and the seed, then run the sweep, the ceiling search, the fault
-suite or the soak, or rebuild a report."""
+suite or the soak, or rebuild a report or take its screenshot."""
 
 from __future__ import annotations
 
@@ -254,14 +254,18 @@ def cmd_soak(args: argparse.Namespace, settings: config.Settings) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
-    reports_dir = args.reports_dir or settings.default_reports_dir
+def _known_run(reports_dir: Path, run_id: str, make_target: str) -> Path:
+    """reports/<run_id>, or UsageError naming the latest runs."""
     found = reports_dir.glob("*/run.json") if reports_dir.exists() else []
     runs = [p.parent.name for p in sorted(found, key=lambda p: p.stat().st_mtime)]
-    if not args.run:
+    if not run_id:
         known = ", ".join(runs[-5:]) or "none yet"
-        raise UsageError(f"give the run id: make report RUN=<id> (latest runs: {known})")
-    out_dir = reports_dir / args.run
+        raise UsageError(f"give the run id: make {make_target} RUN=<id> (latest runs: {known})")
+    return reports_dir / run_id
+
+
+def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
+    out_dir = _known_run(args.reports_dir or settings.default_reports_dir, args.run, "report")
     try:
         run = json.loads((out_dir / "run.json").read_text())
     except (OSError, json.JSONDecodeError) as error:
@@ -273,4 +277,31 @@ def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     for table in writer(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")
+    return 0
+
+
+def cmd_screenshot(args: argparse.Namespace, settings: config.Settings) -> int:
+    from . import browser  # Selenium and Pillow: only for this command
+
+    run_dir = _known_run(args.reports_dir or settings.default_reports_dir, args.run, "screenshot")
+    page = run_dir / "report.html"
+    if not page.is_file():
+        raise UsageError(f"no report.html in {run_dir}")
+    out = args.out or settings.root / "docs" / "report-screenshot.png"
+    try:
+        with browser.chromium(args.width) as driver:
+            shown = browser.render(driver, page)
+            problems = shown.problems() or ([] if shown.tables else ["it shows no table"])
+            if problems:
+                print(f"aside-bench: {page}: {'; '.join(problems)}", file=sys.stderr)
+                return 1
+            browser.screenshot(driver, out, through=None if args.full else "img")
+    except browser.BrowserError as error:
+        print(f"aside-bench: {error}", file=sys.stderr)
+        return 1
+    browser.shrink(out)
+    print(
+        f"{page}: {len(shown.tables)} tables, {len(shown.images)} charts, all shown; "
+        f"screenshot: {out} ({out.stat().st_size // 1024} KiB)"
+    )
     return 0
