@@ -20,7 +20,11 @@ trap '"$ROOT/infra/stack.sh" down' EXIT
 # Headless Chromium for the report's browser test; `up` installs the rest. A
 # machine where it cannot be installed still runs every other test.
 if [ "${ASIDE_SKIP_INSTALL:-0}" != 1 ]; then
-    "$ROOT/infra/install.sh" browser || say "the report's browser test will be skipped (see above)"
+    if "$ROOT/infra/install.sh" browser; then
+        export ASIDE_REQUIRE_BROWSER=1 # installed: a browser the test cannot find is a failure
+    else
+        say "the report's browser test will be skipped (see above)"
+    fi
 fi
 "$ROOT/infra/stack.sh" up || die "the test stack did not start; see the message above"
 

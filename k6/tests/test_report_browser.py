@@ -4,6 +4,7 @@ saved. Skipped only where Chromium is not installed (make test installs it)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
@@ -27,6 +28,8 @@ def driver() -> Iterator[WebDriver]:
     try:
         browser.find_browser()
     except browser.BrowserError as error:
+        if os.environ.get("ASIDE_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"the browser was installed for this run: {error}")
         pytest.skip(str(error))
     with browser.chromium() as opened:
         yield opened
