@@ -34,7 +34,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 
 {{- define "aside.image" -}}
 {{- $image := index .root.Values.images .name -}}
-{{- printf "%s:%s" $image.repository (toString $image.tag) -}}
+{{- printf "%s:%s" $image.repository (toString (default .root.Chart.AppVersion $image.tag)) -}}
 {{- end -}}
 
 {{- define "aside.secretName" -}}
