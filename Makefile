@@ -89,7 +89,9 @@ images: ## docker build of aside-gateway, aside-seed and aside-core (IMAGE_TAG; 
 
 lint: ## ruff, gofmt, go vet
 	@$(ENV) $(VENV)/ruff check . && $(VENV)/ruff format --check . && \
-		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...)
+		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...) && \
+		test -z "$$(cd infra/helm/validate && gofmt -l .)" && (cd infra/helm/validate && go vet ./...)
 
 fmt: ## format Python and Go
-	@$(VENV)/ruff format . && $(VENV)/ruff check --fix . && (cd core-go && gofmt -w .)
+	@$(VENV)/ruff format . && $(VENV)/ruff check --fix . && (cd core-go && gofmt -w .) && \
+		(cd infra/helm/validate && gofmt -w .)
