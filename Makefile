@@ -22,12 +22,15 @@ ARMS ?= nocache cache
 WARM ?= both
 SCENARIO ?= read
 RUN ?=
+# Images (make images IMAGE_TAG=0.2.0); the tag defaults to the chart's appVersion.
+DOCKER ?= docker
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' infra/helm/aside/Chart.yaml)
 # Fault suite and soak (make chaos CASES="redis core" RATE=60 SHORT=1; make soak DURATION=2m)
 CASES ?= all
 SHORT ?= 0
 RATE ?=
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling report screenshot chaos soak test test-unit lint fmt
+.PHONY: help up down status logs clean install seed bench bench-ceiling report screenshot chaos soak test test-unit lint fmt images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -80,9 +83,18 @@ soak: ## steady load, memory and fds of every process (DURATION=10m, RATE=100)
 test: ## every suite against real services, started here and stopped afterwards
 	@$(ENV) infra/test.sh
 
+images: ## docker build of aside-gateway, aside-seed and aside-core (IMAGE_TAG; needs docker)
+	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "aside: make images needs docker ($(DOCKER) not found); the native stack (make up) needs none" >&2; exit 1; }
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "aside: make images needs a running Docker engine ('$(DOCKER) info' failed); the native stack (make up) needs none" >&2; exit 1; }
+	$(DOCKER) build -f gateway/Dockerfile --target gateway -t aside-gateway:$(IMAGE_TAG) .
+	$(DOCKER) build -f gateway/Dockerfile --target seed -t aside-seed:$(IMAGE_TAG) .
+	$(DOCKER) build -f core-go/Dockerfile -t aside-core:$(IMAGE_TAG) core-go
+
 lint: ## ruff, gofmt, go vet
 	@$(ENV) $(VENV)/ruff check . && $(VENV)/ruff format --check . && \
-		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...)
+		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...) && \
+		test -z "$$(cd infra/helm/validate && gofmt -l .)" && (cd infra/helm/validate && go vet ./...)
 
 fmt: ## format Python and Go
-	@$(VENV)/ruff format . && $(VENV)/ruff check --fix . && (cd core-go && gofmt -w .)
+	@$(VENV)/ruff format . && $(VENV)/ruff check --fix . && (cd core-go && gofmt -w .) && \
+		(cd infra/helm/validate && gofmt -w .)

@@ -2,9 +2,11 @@
 # Installs whatever the native stack lacks, idempotently: Debian packages, the
 # Python environment (uv, from uv.lock), the core's Go build and k6 (built from
 # its Go module into bin/). A second run finds everything and returns quickly.
+# helm, built the same way, is for the chart's tests only (infra/test.sh asks
+# for it); the native stack does not need it.
 #
-# usage: infra/install.sh [packages|user|python|core|k6|browser ...]
-#        (default: all but browser, which only the tests need: infra/test.sh asks for it)
+# usage: infra/install.sh [packages|user|python|core|k6|browser|helm ...]
+#        (default: all but browser and helm, which only the tests need: infra/test.sh asks for them)
 set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
 source "$ASIDE_ROOT/infra/lib.sh"
@@ -12,6 +14,7 @@ source "$ASIDE_ROOT/infra/lib.sh"
 trap 'printf "aside: %s failed at line %s: %s\n" "${BASH_SOURCE[0]##*/}" "$LINENO" "$BASH_COMMAND" >&2' ERR
 
 K6_VERSION=${K6_VERSION:-v1.8.1}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
 UV_VERSION=${UV_VERSION:-0.13.9}
 APT_PACKAGES=(postgresql postgresql-contrib redis-server influxdb prometheus
     prometheus-node-exporter prometheus-redis-exporter prometheus-postgres-exporter
@@ -120,6 +123,29 @@ install_k6() {
         die "building k6 failed (see .run/logs/k6-build.log)"
 }
 
+install_helm() {
+    local helm=$ASIDE_BIN_DIR/helm
+    if [ -x "$helm" ] && "$helm" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION"; then
+        return 0
+    fi
+    command -v go >/dev/null || die "go is not installed; helm is built from its Go module"
+    info "building helm $HELM_VERSION from its Go module (a few minutes, once)"
+    mkdir -p "$ASIDE_BIN_DIR"
+    # Stamped as helm's own release build does: its version, and the Kubernetes
+    # version `helm template` assumes without a cluster (that of its client-go;
+    # unstamped it says 1.20, which the chart's kubeVersion refuses).
+    local gomod minor
+    gomod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" 2>>"$ASIDE_RUN_DIR/logs/helm-build.log" | jq -r .GoMod) &&
+        minor=$(sed -n 's|^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*|\1|p' "$gomod") && [ -n "$minor" ] ||
+        die "could not read helm $HELM_VERSION's go.mod from the Go module proxy (see .run/logs/helm-build.log)"
+    local x=helm.sh/helm/v3
+    GOBIN=$ASIDE_BIN_DIR go install -ldflags "-X $x/internal/version.version=$HELM_VERSION \
+        -X $x/pkg/chartutil.k8sVersionMajor=1 -X $x/pkg/chartutil.k8sVersionMinor=$minor \
+        -X $x/pkg/lint/rules.k8sVersionMajor=1 -X $x/pkg/lint/rules.k8sVersionMinor=$minor" \
+        "$x/cmd/helm@$HELM_VERSION" >>"$ASIDE_RUN_DIR/logs/helm-build.log" 2>&1 ||
+        die "building helm failed (see .run/logs/helm-build.log)"
+}
+
 main() {
     mkdir -p "$ASIDE_RUN_DIR/logs"
     local steps=("$@")
@@ -133,7 +159,8 @@ main() {
             python) install_python ;;
             core) install_core ;;
             k6) install_k6 ;;
-            *) die "unknown install step '$s' (packages, user, python, core, k6, browser)" ;;
+            helm) install_helm ;;
+            *) die "unknown install step '$s' (packages, user, python, core, k6, browser, helm)" ;;
         esac
     done
 }

@@ -67,3 +67,35 @@ def test_browser_step_installs_chromium_and_its_driver_once(tmp_path: Path) -> N
     assert runs[1].stdout == ""  # the second run finds both installed
     # WebDriver talks to the browser it was built with: the same version.
     assert _version("chromium") == _version("chromedriver")
+
+
+def run_helm_step(run_dir: Path, bin_dir: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    run_dir.mkdir(exist_ok=True)
+    env = dict(os.environ, ASIDE_RUN_DIR=str(run_dir), ASIDE_BIN_DIR=str(bin_dir), **extra)
+    return subprocess.run(
+        ["bash", str(INSTALL), "helm"], env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+
+
+def test_helm_already_built_is_kept(tmp_path: Path) -> None:
+    # infra/test.sh builds it before the suites run.
+    bin_dir = Path(os.environ.get("ASIDE_BIN_DIR") or ROOT / "bin")
+    helm = bin_dir / "helm"
+    assert helm.is_file(), f"{helm} is missing: run infra/install.sh helm"
+    before = helm.stat().st_mtime_ns
+    result = run_helm_step(tmp_path / "run", bin_dir)
+    assert result.returncode == 0, result.stderr
+    assert "building helm" not in result.stdout + result.stderr
+    assert helm.stat().st_mtime_ns == before
+
+
+def test_helm_version_the_proxy_lacks_fails_with_one_line(tmp_path: Path) -> None:
+    result = run_helm_step(
+        tmp_path / "run", tmp_path / "bin", HELM_VERSION="v3.0.0-no-such-release"
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "could not read helm v3.0.0-no-such-release's go.mod" in lines[0]
+    assert not (tmp_path / "bin" / "helm").exists()

@@ -1,0 +1,136 @@
+// Shared by every Aside load script: configuration from the environment (set by
+// aside-bench), the open-model scenario, the test-wide tags and the request helpers.
+import http from 'k6/http';
+import { check } from 'k6';
+import { SharedArray } from 'k6/data';
+import { Counter } from 'k6/metrics';
+
+export function env(name, fallback) {
+  const value = __ENV[name];
+  if (value === undefined || value === '') {
+    if (fallback === undefined) throw new Error(`environment variable ${name} is required`);
+    return fallback;
+  }
+  return value;
+}
+
+export function intEnv(name, fallback) {
+  const text = env(name, fallback === undefined ? undefined : String(fallback));
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a whole number, got ${text}`);
+  return value;
+}
+
+export function floatEnv(name, fallback) {
+  const text = env(name, String(fallback));
+  const value = Number(text);
+  if (!Number.isFinite(value) || value < 0 || value > 1) throw new Error(`${name} must be in [0, 1], got ${text}`);
+  return value;
+}
+
+export const BASE_URL = env('BASE_URL').replace(/\/+$/, '');
+export const RUN_ID = env('RUN_ID');
+export const ARM = env('ARM');
+export const PHASE = env('PHASE', 'none');
+export const RATE = intEnv('RATE');
+export const TIMEOUT_S = intEnv('TIMEOUT_S', 10);
+const DATA_DIR = env('DATA_DIR', '');
+
+// 1 per iteration whose checks failed (bad status, bad body, timeout), 0 per
+// iteration that succeeded, so the series exists even when nothing fails. With
+// dropped_iterations it makes the drop rate.
+const failedIterations = new Counter('failed_iterations');
+
+export function countIteration(ok) {
+  failedIterations.add(ok ? 0 : 1);
+}
+
+// One constant-arrival-rate scenario named after the bench scenario, so the
+// built-in `scenario` tag carries it. gracefulStop exceeds the request timeout:
+// every started iteration ends (answered or timed out) and is counted.
+export function arrivalOptions(scenarioName) {
+  return {
+    scenarios: {
+      [scenarioName]: {
+        executor: 'constant-arrival-rate',
+        rate: RATE,
+        timeUnit: '1s',
+        duration: env('DURATION'),
+        preAllocatedVUs: intEnv('PRE_VUS'),
+        maxVUs: intEnv('MAX_VUS'),
+        gracefulStop: `${TIMEOUT_S + 2}s`,
+      },
+    },
+    tags: { run_id: RUN_ID, arm: ARM, rate: String(RATE), phase: PHASE },
+    // `name` is set on every request (the URL would make one series per email);
+  // no tag the report does not read, as every tag is carried by every sample.
+    systemTags: ['status', 'name', 'scenario', 'expected_response', 'check'],
+    summaryTrendStats: ['med', 'p(95)', 'p(99)'],
+    setupTimeout: '10s',
+  };
+}
+
+// A JSON list of strings written by the seeder; `limit` > 0 keeps the first `limit`.
+export function loadList(file, limit) {
+  if (DATA_DIR === '') throw new Error('environment variable DATA_DIR is required');
+  return new SharedArray(file, () => {
+    const parsed = JSON.parse(open(`${DATA_DIR}/${file}`));
+    const list = Array.isArray(parsed) ? parsed : parsed.emails || parsed.ids;
+    if (!Array.isArray(list) || list.length === 0) throw new Error(`${DATA_DIR}/${file} holds no list`);
+    return limit > 0 ? list.slice(0, limit) : list;
+  });
+}
+
+export function pick(list) {
+  return list[Math.floor(Math.random() * list.length)];
+}
+
+export function jsonBody(response) {
+  try {
+    return response.json();
+  } catch (_) {
+    return null;
+  }
+}
+
+// The ?cache= value of each read arm (aside_bench.plan.CACHE_PARAMS holds the
+// same map): nocache and index bypass the cache, cache reads Redis (l2), l1 the
+// worker's memory only, hybrid memory then Redis. `l2` is the cache arm's alias.
+export const CACHE_PARAMS = { nocache: 'off', index: 'off', cache: 'l2', l2: 'l2', l1: 'l1', hybrid: 'hybrid' };
+export const CACHE_PARAM = CACHE_PARAMS[ARM];
+
+// The X-Cache-Tier a hit of each mode may carry.
+const HIT_TIERS = { l2: ['l2'], l1: ['l1'], hybrid: ['l1', 'l2'] };
+
+export function countUrl(email, mode) {
+  if (mode === undefined) throw new Error(`arm ${ARM} reads no count; choose one of ${Object.keys(CACHE_PARAMS).join(', ')}`);
+  return `${BASE_URL}/api/v1/users/count?email=${encodeURIComponent(email)}&cache=${mode}`;
+}
+
+// True when a count answer's X-Cache (and X-Cache-Tier on a hit) fits the mode:
+// cache=off must really bypass; a cached mode's outcomes are counted by the
+// gateway (the hit rates), and a Redis failure there still answers correctly.
+export function cacheHeadersFit(response, mode) {
+  const xcache = response.headers['X-Cache'];
+  if (mode === 'off') return xcache === 'BYPASS';
+  if (xcache === 'HIT') return HIT_TIERS[mode].includes(response.headers['X-Cache-Tier']);
+  return xcache === 'MISS' || xcache === 'BYPASS';
+}
+
+// GET the count of one email with the arm's ?cache= value.
+export function readCount(email) {
+  const response = http.get(countUrl(email, CACHE_PARAM), {
+    tags: { name: 'count' },
+    timeout: `${TIMEOUT_S}s`,
+  });
+  // One check, not three: each check is a sample k6 processes and ships to
+  // InfluxDB, and at 1000/s k6 shares the stack's two cores.
+  return check(response, {
+    'count: 200, body and X-Cache': (r) => {
+      if (r.status !== 200) return false;
+      const body = jsonBody(r);
+      if (body === null || body.email !== email || !Number.isInteger(body.count) || body.count < 0) return false;
+      return cacheHeadersFit(r, CACHE_PARAM);
+    },
+  });
+}

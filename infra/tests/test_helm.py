@@ -1,0 +1,633 @@
+"""The Helm chart (infra/helm/aside), checked statically: there is no cluster
+here. It is rendered with the real helm (infra/install.sh helm) for its
+defaults, the production-like file and the lab with every part on, and each
+rendering is held against the code it deploys: every variable a service reads
+is set (and read by the gateway's own config loader), every probe path is a
+route, Prometheus and Grafana are the native stack's, the TestRun carries the
+bench's variables, every image is pinned. Strict decoding of each document is
+infra/helm/validate's (Go)."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+from collections.abc import Iterator, Mapping
+from functools import cache
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+from aside_bench.k6run import K6_ENV, LoadShape, step_run
+from aside_bench.plan import EXPECTED_LATENCY_S, Step, vus_for
+from aside_gateway.config import load_settings
+from aside_seed.config import load_config
+from stack_helpers import ROOT
+
+CHART = ROOT / "infra/helm/aside"
+RELEASE = "aside"
+NAMESPACE = "aside-lab"
+LAB_ALL = (
+    "--set", "profile=lab", "--set", "k6.enabled=true", "--set", "k6.runId=check-1",
+    "--set", "nodeExporter.enabled=true",
+)  # fmt: skip
+RENDERS = {
+    "default": (),
+    "production": ("-f", str(CHART / "values-production.yaml")),
+    "lab-all": LAB_ALL,
+}
+# Switches of the test suites, refused or meaningless in a deployment: the
+# chart must not set them (and the services' defaults are the safe values).
+TEST_SWITCHES = {
+    "ASIDE_TEST_HOOKS", "ASIDE_CACHE_COHERENCE", "CACHE_L1_INVALIDATION",
+    "ASIDE_SEED_FAIL_AFTER_ROWS",
+}  # fmt: skip
+# The chart's copies of files outside it (a chart can read only its own folder).
+COPIES = {
+    "files/schema.sql": "contracts/schema.sql",
+    "files/rules.yml": "prometheus/rules.yml",
+    "files/grafana/aside.json": "infra/grafana/dashboards/aside.json",
+    "files/k6/read.js": "k6/scripts/read.js",
+    "files/k6/common.js": "k6/scripts/lib/common.js",
+}
+# Token-shaped stand-ins for the values of a Secret the chart does not render.
+EXTERNAL_SECRET = {
+    "database-url": "postgresql://aside:pw@db.example:5432/aside",
+    "redis-url": "redis://:pw@cache.example:6379/0",
+    "write-token": "w" * 32,
+    "core-token": "c" * 32,
+}
+
+
+def helm_bin() -> Path:
+    bin_dir = Path(os.environ.get("ASIDE_BIN_DIR") or ROOT / "bin")
+    helm = bin_dir / "helm"
+    assert helm.is_file(), f"{helm} is missing: run infra/install.sh helm"
+    return helm
+
+
+def helm_template(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [str(helm_bin()), "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+@cache
+def rendered(name: str) -> tuple[dict[str, Any], ...]:
+    result = helm_template(*RENDERS[name])
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def find(docs: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, Any]:
+    for doc in docs:
+        if doc["kind"] == kind and doc["metadata"]["name"] == name:
+            return doc
+    raise AssertionError(f"no {kind} {name} rendered")
+
+
+def of_kind(docs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc["kind"] == kind]
+
+
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["spec"]["template"]["spec"]
+
+
+def container(doc: dict[str, Any], name: str, init: bool = False) -> dict[str, Any]:
+    key = "initContainers" if init else "containers"
+    return next(c for c in pod_spec(doc)[key] if c["name"] == name)
+
+
+def environment(
+    docs: tuple[dict[str, Any], ...], spec: dict[str, Any], secret: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The variables a container gets: its ConfigMaps, then its env, secret
+    references resolved from the rendered Secret (or `secret`)."""
+    env: dict[str, str] = {}
+    for source in spec.get("envFrom", []):
+        env.update(find(docs, "ConfigMap", source["configMapRef"]["name"])["data"])
+    for item in spec.get("env", []):
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+            continue
+        ref = item["valueFrom"]["secretKeyRef"]
+        if secret is None:
+            data = find(docs, "Secret", ref["name"])["data"]
+            env[item["name"]] = base64.b64decode(data[ref["key"]]).decode()
+        else:
+            env[item["name"]] = secret[ref["key"]]
+    return env
+
+
+def secret_for(name: str) -> Mapping[str, str] | None:
+    return EXTERNAL_SECRET if name == "production" else None
+
+
+class Recording(dict[str, str]):
+    """An environment that remembers every name a loader asks for."""
+
+    def __init__(self, values: Mapping[str, str]):
+        super().__init__(values)
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.asked.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.asked.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.asked.add(key)
+        return super().__contains__(key)
+
+
+def core_env_names() -> set[str]:
+    """Every variable core-go/internal/config reads: the names its reader is asked for."""
+    text = (ROOT / "core-go/internal/config/config.go").read_text()
+    return set(re.findall(r'\br\.\w+\("([A-Z][A-Z0-9_]+)"', text))
+
+
+# ---- environments --------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(RENDERS))
+def test_gateway_gets_every_variable_it_reads_and_accepts_them(name: str) -> None:
+    docs = rendered(name)
+    spec = container(find(docs, "Deployment", f"{RELEASE}-gateway"), "gateway")
+    recording = Recording(environment(docs, spec, secret_for(name)))
+    settings = load_settings(recording)  # the gateway's own checks, on the chart's values
+    assert len(recording.asked) > 40, recording.asked
+    missing = recording.asked - set(recording) - TEST_SWITCHES
+    assert not missing, f"{name}: the gateway reads {sorted(missing)}, which the chart does not set"
+    unread = set(recording) - recording.asked - {"PROMETHEUS_MULTIPROC_DIR"}
+    assert not unread, f"{name}: the chart sets {sorted(unread)}, which the gateway never reads"
+    assert not TEST_SWITCHES & set(recording)
+    assert settings.bind == "0.0.0.0:8000" and settings.metrics_bind == "0.0.0.0:28009"
+    assert settings.profile == ("lab" if name == "lab-all" else "production")
+    assert settings.write_token and settings.core_token
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
+def test_core_gets_every_variable_it_reads(name: str) -> None:
+    docs = rendered(name)
+    spec = container(find(docs, "Deployment", f"{RELEASE}-core"), "core")
+    given = environment(docs, spec, secret_for(name))
+    read = core_env_names()
+    assert {"DATABASE_URL", "REDIS_URL", "CORE_TOKEN", "CORE_SHUTDOWN_TIMEOUT"} <= read
+    assert set(given) == read, (
+        f"{name}: not set {sorted(read - set(given))}, never read {sorted(set(given) - read)}"
+    )
+    assert given["CORE_LISTEN_ADDR"] == "0.0.0.0:8080"
+    # The gateway and the core share one token, from one Secret key.
+    gateway = container(find(docs, "Deployment", f"{RELEASE}-gateway"), "gateway")
+    assert environment(docs, gateway, secret_for(name))["CORE_TOKEN"] == given["CORE_TOKEN"]
+
+
+def test_seed_job_gets_every_variable_the_seeder_reads() -> None:
+    docs = rendered("default")
+    spec = container(find(docs, "Job", f"{RELEASE}-seed"), "seed", init=True)
+    recording = Recording(environment(docs, spec, None))
+    config = load_config(recording)
+    assert recording.asked - TEST_SWITCHES <= set(recording), recording.asked - set(recording)
+    assert config.data_dir == Path("/data") and str(config.schema_path) == (
+        "/app/contracts/schema.sql"
+    )
+    assert spec["args"][0] == "aside-seed" and "--reset" in spec["args"]
+
+
+def test_every_secret_reference_resolves() -> None:
+    docs = rendered("lab-all")
+    secrets = {d["metadata"]["name"]: d["data"] for d in of_kind(docs, "Secret")}
+    for ref in _walk(docs, "secretKeyRef"):
+        assert ref["key"] in secrets.get(ref["name"], {}), ref
+    production = rendered("production")
+    assert not of_kind(production, "Secret"), "the production file's Secret is made outside"
+    keys = {ref["key"] for ref in _walk(production, "secretKeyRef")}
+    assert keys <= set(EXTERNAL_SECRET), keys
+
+
+def _walk(node: Any, key: str) -> Iterator[Any]:
+    """Every value under `key`, anywhere in `node`."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key:
+                yield v
+            yield from _walk(v, key)
+    elif isinstance(node, list | tuple):
+        for item in node:
+            yield from _walk(item, key)
+
+
+# ---- probes --------------------------------------------------------------------------
+def gateway_routes() -> set[str]:
+    source = ROOT / "gateway/src/aside_gateway"
+    routes = set(re.findall(r'@app\.get\("([^"]+)"\)', (source / "app.py").read_text()))
+    routes |= set(
+        re.findall(r'^HEALTHZ_PATH = "([^"]+)"', (source / "routes.py").read_text(), re.M)
+    )
+    assert "/healthz" in routes and "/readyz" in routes, routes
+    return routes
+
+
+def core_routes() -> set[str]:
+    text = (ROOT / "core-go/internal/httpapi/router.go").read_text()
+    routes = set(re.findall(r'\br\.GET\("([^"]+)"', text))
+    assert "/healthz" in routes and "/readyz" in routes, routes
+    return routes
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
+@pytest.mark.parametrize("service", ["gateway", "core"])
+def test_probes_ask_routes_the_service_has(name: str, service: str) -> None:
+    routes = gateway_routes() if service == "gateway" else core_routes()
+    spec = container(find(rendered(name), "Deployment", f"{RELEASE}-{service}"), service)
+    probes = [spec[p] for p in ("startupProbe", "livenessProbe", "readinessProbe") if p in spec]
+    assert len(probes) >= 2
+    for probe in probes:
+        assert probe["httpGet"]["path"] in routes, probe
+        assert probe["httpGet"]["port"] == "http"
+    http = next(p for p in spec["ports"] if p["name"] == "http")
+    assert http["containerPort"] == {"gateway": 8000, "core": 8080}[service]
+
+
+def test_probe_check_catches_a_path_the_service_lacks() -> None:
+    result = helm_template("--set", "gateway.probes.readiness=/ready")
+    spec = container(
+        find(
+            tuple(d for d in yaml.safe_load_all(result.stdout) if d), "Deployment", "aside-gateway"
+        ),
+        "gateway",
+    )
+    assert spec["readinessProbe"]["httpGet"]["path"] not in gateway_routes()
+
+
+# ---- Prometheus and Grafana ----------------------------------------------------------
+TARGET_KEYS = {"file_sd_configs", "dns_sd_configs", "static_configs", "kubernetes_sd_configs"}
+
+
+def without_targets(config: dict[str, Any]) -> dict[str, Any]:
+    jobs = [
+        {k: v for k, v in job.items() if k not in TARGET_KEYS} for job in config["scrape_configs"]
+    ]
+    return {**config, "scrape_configs": jobs}
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
+def test_prometheus_is_the_native_one_but_for_targets(name: str) -> None:
+    docs = rendered(name)
+    data = find(docs, "ConfigMap", f"{RELEASE}-prometheus")["data"]
+    native = yaml.safe_load((ROOT / "prometheus/prometheus.yml").read_text())
+    chart = yaml.safe_load(data["prometheus.yml"])
+    assert without_targets(chart) == without_targets(native)
+    assert data["rules.yml"] == (ROOT / "prometheus/rules.yml").read_text()
+    # Every target is a headless Service of the chart on a port it serves,
+    # when the part runs (production has no in-cluster PostgreSQL or Redis).
+    services = {d["metadata"]["name"]: d["spec"] for d in of_kind(docs, "Service")}
+    suffix = f".{NAMESPACE}.svc.cluster.local"
+    for job in chart["scrape_configs"]:
+        (sd,) = job["dns_sd_configs"]
+        (fqdn,) = sd["names"]
+        assert fqdn.endswith(suffix), fqdn
+        service = services.get(fqdn.removesuffix(suffix))
+        if service is None:
+            assert job["job_name"] in {"node", "redis", "postgres"}, f"{job['job_name']}: {fqdn}"
+            continue
+        assert service["clusterIP"] == "None", f"{fqdn} is not headless"
+        assert sd["port"] in {p["port"] for p in service["ports"]}, (fqdn, sd["port"])
+
+
+def test_gateway_metrics_target_follows_the_profile() -> None:
+    def gateway_port(name: str) -> int:
+        data = find(rendered(name), "ConfigMap", f"{RELEASE}-prometheus")["data"]
+        job = next(
+            j for j in yaml.safe_load(data["prometheus.yml"])["scrape_configs"]
+            if j["job_name"] == "gateway"
+        )  # fmt: skip
+        return job["dns_sd_configs"][0]["port"]
+
+    assert gateway_port("default") == 28009  # production: METRICS_BIND only
+    assert gateway_port("lab-all") == 8000  # lab: /metrics on the public listener
+
+
+def test_grafana_is_the_native_provisioning_but_for_addresses() -> None:
+    docs = rendered("default")
+    data = find(docs, "ConfigMap", f"{RELEASE}-grafana")["data"]
+    provisioning = ROOT / "infra/grafana/provisioning"
+    native = yaml.safe_load((provisioning / "datasources/datasources.yml").read_text())
+    chart = yaml.safe_load(data["datasources.yml"])
+
+    def without_url(config: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in s.items() if k != "url"} for s in config["datasources"]]
+
+    assert without_url(chart) == without_url(native)
+    urls = {s["uid"]: s["url"] for s in chart["datasources"]}
+    assert urls == {
+        "influxdb": "http://aside-influxdb:8086",
+        "prometheus": "http://aside-prometheus:9090",
+    }
+    assert yaml.safe_load(data["dashboards.yml"]) == yaml.safe_load(
+        (provisioning / "dashboards/dashboards.yml").read_text()
+    )
+    dashboard = find(docs, "ConfigMap", f"{RELEASE}-grafana-dashboard")["data"]["aside.json"]
+    assert dashboard == (ROOT / "infra/grafana/dashboards/aside.json").read_text()
+
+
+@pytest.mark.parametrize(("copy", "source"), sorted(COPIES.items()))
+def test_chart_copies_equal_their_sources(copy: str, source: str) -> None:
+    assert (CHART / copy).read_bytes() == (ROOT / source).read_bytes(), (
+        f"{copy} differs from {source}: cp {source} infra/helm/aside/{copy}"
+    )
+
+
+# ---- the k6 TestRun ------------------------------------------------------------------
+def script_variables() -> set[str]:
+    text = "".join(
+        (ROOT / path).read_text() for path in ("k6/scripts/read.js", "k6/scripts/lib/common.js")
+    )
+    return set(re.findall(r"\b(?:env|intEnv|floatEnv)\('([A-Z_]+)'", text))
+
+
+def test_runs_carry_the_bench_variables_and_tags() -> None:
+    docs = rendered("lab-all")
+    (run,) = of_kind(docs, "TestRun")
+    runner = run["spec"]["runner"]
+    env = {item["name"]: item["value"] for item in runner["env"]}
+    # What aside-bench gives k6 for a step of the read sweep.
+    step = Step("read", "cache", "warm", 100, 30)
+    bench = step_run(
+        SimpleNamespace(influx_url="http://x/k6"), step, "r", LoadShape(), (1, 1), Path(".")
+    )  # type: ignore[arg-type]
+    read = script_variables()
+    assert {"BASE_URL", "RUN_ID", "ARM", "RATE", "PHASE", "DATA_DIR"} <= read
+    assert set(env) == read | set(K6_ENV), (read | set(K6_ENV)) ^ set(env)
+    assert read <= set(bench.variables("http://x")), read - set(bench.variables("http://x"))
+    assert {k: env[k] for k in K6_ENV} == K6_ENV
+    # The tags every sample carries (common.js arrivalOptions) and the defaults of the shape.
+    assert (env["RUN_ID"], env["ARM"], env["PHASE"], env["RATE"]) == (
+        "check-1",
+        "cache",
+        "warm",
+        "100",
+    )
+    assert float(env["HOT_SHARE"]) == LoadShape.hot_share
+    assert int(env["COLD_SAMPLE"]) == LoadShape.cold_sample
+    assert int(env["TIMEOUT_S"]) == LoadShape.timeout_s
+    assert env["BASE_URL"] == "http://aside-gateway:8000"
+    # Samples go to the chart's InfluxDB, database k6, as --out influxdb= does for the bench.
+    assert "--out influxdb=http://aside-influxdb:8086/k6" in run["spec"]["arguments"]
+    find(docs, "Service", "aside-influxdb")
+
+
+def test_runs_mount_the_script_its_lib_and_the_seeders_files() -> None:
+    docs = rendered("lab-all")
+    (run,) = of_kind(docs, "TestRun")
+    runner = run["spec"]["runner"]
+    volumes = {v["name"]: v for v in runner["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in runner["volumeMounts"]}
+    script = run["spec"]["script"]["localFile"]
+    items = {i["key"]: i["path"] for i in volumes["scripts"]["configMap"]["items"]}
+    assert script == f"{mounts['scripts']}/{items['read.js']}"
+    assert items["common.js"] == "lib/common.js"  # read.js imports ./lib/common.js
+    scripts = find(docs, "ConfigMap", volumes["scripts"]["configMap"]["name"])["data"]
+    assert scripts["read.js"] == (ROOT / "k6/scripts/read.js").read_text()
+    assert scripts["common.js"] == (ROOT / "k6/scripts/lib/common.js").read_text()
+    runner_env = {item["name"]: item["value"] for item in runner["env"]}
+    assert mounts["data"] == runner_env["DATA_DIR"]
+    # The data ConfigMap is the one the seed Job publishes to.
+    data_name = volumes["data"]["configMap"]["name"]
+    job = find(docs, "Job", f"{RELEASE}-seed")
+    assert container(job, "manifest", init=True)["args"][3] == data_name
+    role = find(docs, "Role", f"{RELEASE}-seed")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [data_name],
+         "verbs": ["get", "patch"]},
+    ]  # fmt: skip
+    # The script reads these files, which the seeder writes.
+    for file in re.findall(r"loadList\('([\w.]+)'", scripts["read.js"]):
+        assert (ROOT / "seed/src/aside_seed/keyfiles.py").read_text().count(f'"{file}"') == 1
+
+
+@pytest.mark.parametrize(
+    ("rate", "arm", "phase"),
+    [(30, "nocache", "none"), (100, "cache", "warm"), (1000, "cache", "cold"), (500, "l1", "warm"),
+     (75, "hybrid", "cold"), (3000, "cache", "warm")],
+)  # fmt: skip
+def test_runs_size_vus_as_the_bench_does(rate: int, arm: str, phase: str) -> None:
+    result = helm_template(
+        *LAB_ALL, "--set", f"k6.rate={rate}", "--set", f"k6.arm={arm}",
+        "--set", f"k6.phase={phase}", "--show-only", "templates/k6.yaml",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run,) = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "TestRun"]
+    env = {item["name"]: item["value"] for item in run["spec"]["runner"]["env"]}
+    assert (int(env["PRE_VUS"]), int(env["MAX_VUS"])) == vus_for(rate, arm, 1000, phase)
+
+
+def test_chart_latencies_are_the_plans() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["k6"]["expectedLatencyS"] == EXPECTED_LATENCY_S
+    assert math.isclose(values["k6"]["hotShare"], LoadShape.hot_share)
+
+
+def test_k6_image_is_the_bench_k6() -> None:
+    version = re.search(r"K6_VERSION:-v([\d.]+)", (ROOT / "infra/install.sh").read_text())
+    assert version is not None
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["images"]["k6"]["tag"] == version.group(1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--set", "k6.enabled=true", "--set", "k6.runId=r1"), "k6.enabled needs profile=lab"),
+        (("--set", "profile=lab", "--set", "k6.enabled=true"), "k6.runId is required"),
+        (("--set", "profile=lab", "--set", "k6.enabled=true", "--set", "k6.runId=Run_1"),
+         "k6.runId must be lowercase"),
+        (("--set", "profile=lab", "--set", "k6.enabled=true", "--set", "k6.runId=r1",
+          "--set", "k6.arm=l2"), "k6.arm must be one of"),
+        (("--set", "profile=staging"), "profile must be lab or production"),
+        (("--set", "postgres.enabled=false"), "needs secrets.existingSecret"),
+    ],
+)  # fmt: skip
+def test_bad_values_fail_with_one_clear_line(args: tuple[str, ...], message: str) -> None:
+    result = helm_template(*args)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_pools_must_fit_postgres_connections() -> None:
+    # 4 gateways x 2 workers x 16 + 1 core x 16 + 10 spare = 154 connections.
+    assert helm_template("--set", "postgres.maxConnections=154").returncode == 0
+    result = helm_template("--set", "postgres.maxConnections=153")
+    assert result.returncode != 0
+    assert "postgres.maxConnections 153 is below the pools' 154" in result.stderr
+
+
+# ---- NetworkPolicy -------------------------------------------------------------------
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+def pod_labels(docs: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, str]:
+    return find(docs, kind, name)["spec"]["template"]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("name", ["default", "lab-all"])
+def test_only_the_gateway_reaches_the_cores_api(name: str) -> None:
+    docs = rendered(name)
+    policy = find(docs, "NetworkPolicy", f"{RELEASE}-core")
+    core = pod_labels(docs, "Deployment", f"{RELEASE}-core")
+    assert selects(policy["spec"]["podSelector"], core)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    pods = {
+        (d["kind"], d["metadata"]["name"]): d["spec"]["template"]["metadata"]["labels"]
+        for d in docs if d["kind"] in {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+    }  # fmt: skip
+    api_port = 8080
+    allowed = set()
+    for rule in policy["spec"]["ingress"]:
+        if api_port not in {p["port"] for p in rule["ports"]}:
+            continue
+        assert rule.get("from"), "the core's port is open to every pod"
+        for peer in rule["from"]:
+            assert set(peer) == {"podSelector"}, peer
+            allowed |= {pod for pod, labels in pods.items() if selects(peer["podSelector"], labels)}
+    assert allowed == {("Deployment", f"{RELEASE}-gateway")}
+
+
+def test_data_stores_admit_only_the_services() -> None:
+    docs = rendered("default")
+    for store, port in (("postgres", 5432), ("redis", 6379)):
+        policy = find(docs, "NetworkPolicy", f"{RELEASE}-{store}")
+        assert selects(
+            policy["spec"]["podSelector"], pod_labels(docs, "StatefulSet", f"{RELEASE}-{store}")
+        )
+        (rule,) = [r for r in policy["spec"]["ingress"] if port in {p["port"] for p in r["ports"]}]
+        peers = [p["podSelector"] for p in rule["from"]]
+        admitted = {
+            d["metadata"]["name"] for d in docs
+            if d["kind"] in {"Deployment", "Job"}
+            and any(selects(p, d["spec"]["template"]["metadata"]["labels"]) for p in peers)
+        }  # fmt: skip
+        expected = {"aside-gateway", "aside-core", "aside-seed"} | (
+            {"aside-migrate"} if store == "postgres" else set()
+        )
+        assert admitted == expected, (store, admitted)
+
+
+# ---- images --------------------------------------------------------------------------
+# A release: major.minor.patch somewhere in the tag (v1.8.2, 7.4.2-bookworm,
+# starter-v1.6.0); PostgreSQL numbers its releases major.minor (16.10).
+RELEASE_TAG = re.compile(r"(?<![\d.])\d+\.\d+\.\d+(?![\d.])")
+TWO_PART_RELEASES = {"postgres": re.compile(r"^\d+\.\d+(-\w+)?$")}
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def assert_pinned(image: str, where: str) -> None:
+    if DIGEST.search(image):
+        return
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        raise AssertionError(f"{where}: {image} has no tag")
+    two_part = TWO_PART_RELEASES.get(name.rsplit("/", 1)[-1])
+    pinned = RELEASE_TAG.search(tag) or (two_part is not None and two_part.match(tag))
+    assert pinned, f"{where}: {image} is not pinned to a release (or a digest)"
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
+def test_rendered_images_are_pinned(name: str) -> None:
+    images = list(_walk(rendered(name), "image"))
+    assert len(images) >= 4
+    for image in images:
+        assert_pinned(image, name)
+
+
+def test_compose_and_dockerfiles_pin_their_images() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for service, spec in compose["services"].items():
+        if "image" in spec:
+            assert_pinned(spec["image"], f"docker-compose.yml {service}")
+    for dockerfile in (ROOT / "gateway/Dockerfile", ROOT / "core-go/Dockerfile"):
+        stages: set[str] = set()
+        for line in dockerfile.read_text().splitlines():
+            match = re.match(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
+            if match is None:
+                continue
+            if match.group(1) not in stages:
+                assert_pinned(match.group(1), str(dockerfile))
+            if match.group(2):
+                stages.add(match.group(2))
+        assert re.search(r"^USER \d+:\d+$", dockerfile.read_text(), re.M), (
+            f"{dockerfile}: no numeric USER"
+        )
+
+
+def test_pin_check_refuses_floating_tags() -> None:
+    floating = (
+        "postgres:16",
+        "redis",
+        "grafana/k6:latest",
+        "x/y:main",
+        "python:3.11-slim",
+        "redis:7.4",
+        "localhost:5000/x",
+    )
+    for image in floating:
+        with pytest.raises(AssertionError):
+            assert_pinned(image, "example")
+    for image in (
+        "postgres:16.10-bookworm",
+        "prom/prometheus:v2.53.0",
+        "a/b:nonroot@sha256:" + "0" * 64,
+    ):
+        assert_pinned(image, "example")
+
+
+def test_make_images_without_docker_says_so_in_one_line() -> None:
+    result = subprocess.run(
+        ["make", "-s", "--no-print-directory", "images", "DOCKER=/nonexistent/docker"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("aside: make images needs docker"), result.stderr
+
+
+# ---- the seed Job's publishing ----------------------------------------------------------
+def _manifest_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "k6_data_manifest", CHART / "files/k6-data-manifest.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_manifest_carries_every_key_file(tmp_path: Path) -> None:
+    files = {
+        "hot_emails.json": '["a@x"]\n',
+        "cold_emails.json": '["b@x"]\n',
+        "seed_meta.json": "{}\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "out.json"
+    _manifest_module().main([str(tmp_path), "aside-k6-data", str(out)])
+    manifest = json.loads(out.read_text())
+    assert manifest["metadata"] == {"name": "aside-k6-data"} and manifest["kind"] == "ConfigMap"
+    assert manifest["data"] == files
+
+
+def test_manifest_refuses_an_unfinished_seed(tmp_path: Path) -> None:
+    (tmp_path / "hot_emails.json").write_text("[]")
+    with pytest.raises(SystemExit, match=r"no seed_meta\.json"):
+        _manifest_module().main([str(tmp_path), "x", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()
