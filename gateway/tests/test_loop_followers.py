@@ -1,27 +1,39 @@
 """Readers of a key that another request of the same worker is filling wait for
 that fill on the event loop (hot_path.py), not in a Flask thread.
 
-Integration tests through a real gunicorn gateway, PostgreSQL and Redis like
-the rest of the suite: a fill is paused with the lab's X-Test-Hold header.
+Unit tests drive `coalesce.LoopFlights`, and `AsyncHotPath` with strategy l1
+(no Redis) in front of a stand-in for Flask; integration tests go through a
+real gunicorn gateway, PostgreSQL and Redis like the rest of the suite, a fill
+paused with the lab's X-Test-Hold header.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 import redis
 import requests
+from aside_gateway import cache_keys
+from aside_gateway.breaker import CircuitBreaker
+from aside_gateway.coalesce import LoopFlights
+from aside_gateway.config import load_settings
+from aside_gateway.hot_path import AsyncHotPath, EarlyGetClient
+from aside_gateway.l1 import L1Cache
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     Proc,
     sample,
     scrape,
     unique_email,
+    unique_username,
     wait_until,
 )
+from prometheus_client import REGISTRY
 
 COUNT = "/api/v1/users/count"
 COUNT_ROUTE = "/api/v1/users/count"
@@ -30,6 +42,243 @@ HOLD_DEADLINE_S = 15
 FOLLOWERS = 20
 FOLLOWED = "aside_gateway_loop_followers_total"
 WAITING = "aside_gateway_loop_followers_waiting"
+
+
+def run(scenario: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(asyncio.wait_for(scenario, 10))
+
+
+async def until(predicate: Callable[[], bool], what: str, deadline_s: float = 5.0) -> None:
+    """Let the loop run until `predicate()` holds; fail after the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {deadline_s}s waiting for {what}")
+        await asyncio.sleep(0.001)
+
+
+async def still_running(task: asyncio.Task, for_s: float = 0.05) -> bool:
+    done, _ = await asyncio.wait({task}, timeout=for_s)
+    return not done
+
+
+# ---- unit: LoopFlights -----------------------------------------------------------------
+
+
+def test_followers_wait_for_the_leader_and_a_later_miss_starts_a_new_flight():
+    async def scenario() -> None:
+        flights: LoopFlights[str] = LoopFlights()
+        release = asyncio.Event()
+
+        async def fill() -> str:
+            await release.wait()
+            return "filled"
+
+        leader = asyncio.create_task(flights.lead("k", fill()))
+        await until(lambda: flights.busy("k"), "the flight")
+        follower = asyncio.create_task(flights.follow("k", 5))
+        assert await flights.follow("other", 5)  # nothing in flight: at once
+        assert await still_running(follower)
+        release.set()
+        assert await leader == "filled"
+        assert await follower
+        assert not flights.busy("k") and len(flights) == 0
+
+    run(scenario())
+
+
+def test_a_follower_gives_up_after_its_timeout_and_the_flight_stays():
+    async def scenario() -> None:
+        flights: LoopFlights[str] = LoopFlights()
+        release = asyncio.Event()
+        leader = asyncio.create_task(flights.lead("k", release.wait()))
+        await until(lambda: flights.busy("k"), "the flight")
+        assert not await flights.follow("k", 0.05)
+        assert flights.busy("k")  # the fill still runs: later misses wait for it
+        release.set()
+        await leader
+        assert not flights.busy("k")
+
+    run(scenario())
+
+
+def test_a_failed_fill_lands_its_flight_and_wakes_its_followers():
+    async def scenario() -> None:
+        flights: LoopFlights[str] = LoopFlights()
+        release = asyncio.Event()
+
+        async def failing_fill() -> None:
+            await release.wait()
+            raise RuntimeError("the database is unreachable")
+
+        leader = asyncio.create_task(flights.lead("k", failing_fill()))
+        await until(lambda: flights.busy("k"), "the flight")
+        follower = asyncio.create_task(flights.follow("k", 5))
+        assert await still_running(follower)
+        release.set()
+        with pytest.raises(RuntimeError):
+            await leader
+        assert await follower  # woken at once, to look again
+        assert not flights.busy("k")
+
+    run(scenario())
+
+
+def test_a_cancelled_fill_lands_its_flight_and_wakes_its_followers():
+    async def scenario() -> None:
+        flights: LoopFlights[str] = LoopFlights()
+        leader = asyncio.create_task(flights.lead("k", asyncio.Event().wait()))
+        await until(lambda: flights.busy("k"), "the flight")
+        follower = asyncio.create_task(flights.follow("k", 5))
+        assert await still_running(follower)
+        leader.cancel()  # the server dropped the request
+        with pytest.raises(asyncio.CancelledError):
+            await leader
+        assert await follower
+        assert not flights.busy("k") and len(flights) == 0
+
+    run(scenario())
+
+
+# ---- unit: the hot path's followers (strategy l1: no Redis) ----------------------------
+
+
+EMAIL = "loop-unit@example.com"
+
+
+class FakeFlask:
+    """Stands for Flask behind the hot path. The first request (the leader)
+    waits for `release`, then raises `error` or stores `value` in L1 under the
+    token it took first, as a fill does; every request is answered "flask"."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.release = asyncio.Event()
+        self.value: bytes | None = b"3"
+        self.error: Exception | None = None
+        self.l1: L1Cache | None = None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        self.requests += 1
+        if self.requests == 1:
+            assert self.l1 is not None
+            token = self.l1.token()
+            await self.release.wait()
+            if self.error is not None:
+                raise self.error
+            if self.value is not None:
+                self.l1.put(cache_keys.count_key(EMAIL), self.value, token)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"flask"})
+
+
+def l1_hot_path(flask: FakeFlask) -> AsyncHotPath:
+    settings = load_settings(
+        {
+            "DATABASE_URL": "postgresql://a@127.0.0.1:5432/a",
+            "REDIS_URL": "redis://127.0.0.1:6379/0",
+            "CORE_URL": "http://127.0.0.1:1",
+            "ASIDE_PROFILE": "lab",
+            "CACHE_STRATEGY": "l1",
+        }
+    )
+    flask.l1 = L1Cache(100, 1 << 20, 60, needs_subscription=False)
+    # Strategy l1 asks Redis nothing: this client never connects.
+    redis_get = EarlyGetClient(settings, CircuitBreaker(1))
+    return AsyncHotPath(flask, redis_get, flask.l1, settings)
+
+
+async def get_count(app: AsyncHotPath) -> tuple[int, bytes]:
+    """One GET of EMAIL's count through `app`: (status, body)."""
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": COUNT,
+        "query_string": f"email={EMAIL}".encode(),
+        "headers": [],
+    }
+    await app(scope, receive, send)
+    return sent[0]["status"], sent[1]["body"]
+
+
+def waiting() -> float:
+    return REGISTRY.get_sample_value(WAITING) or 0.0
+
+
+def followed(outcome: str) -> float:
+    return REGISTRY.get_sample_value(FOLLOWED, {"route": COUNT_ROUTE, "outcome": outcome}) or 0.0
+
+
+async def leader_and_followers(
+    app: AsyncHotPath, flask: FakeFlask, followers: int
+) -> tuple[asyncio.Task, list[asyncio.Task]]:
+    """A leader held inside FakeFlask and `followers` readers waiting for it on the loop."""
+    waiting_before = waiting()
+    leader = asyncio.create_task(get_count(app))
+    await until(lambda: flask.requests == 1, "the leader in Flask")
+    tasks = [asyncio.create_task(get_count(app)) for _ in range(followers)]
+    await until(lambda: waiting() == waiting_before + followers, "the followers waiting")
+    assert flask.requests == 1
+    return leader, tasks
+
+
+def test_followers_answer_the_leaders_fill_without_flask():
+    async def scenario() -> None:
+        flask = FakeFlask()
+        app = l1_hot_path(flask)
+        hits_before = followed("hit")
+        leader, followers = await leader_and_followers(app, flask, 5)
+        flask.release.set()
+        assert await leader == (200, b"flask")
+        answer = cache_keys.encode_json({"email": EMAIL, "count": 3})
+        assert await asyncio.gather(*followers) == [(200, answer)] * 5
+        assert flask.requests == 1
+        assert followed("hit") - hits_before == 5
+        assert len(app.flights) == 0
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("ending", ["error", "cancelled", "invalidated"])
+def test_followers_of_a_fill_that_stored_nothing_ask_flask(ending):
+    """The leader fails, is cancelled, or its store is refused because an
+    invalidation came in during its read: every follower falls back to Flask,
+    and no flight is left behind."""
+
+    async def scenario() -> None:
+        flask = FakeFlask()
+        app = l1_hot_path(flask)
+        fallbacks_before = followed("fallback")
+        leader, followers = await leader_and_followers(app, flask, 5)
+        if ending == "error":
+            flask.error = RuntimeError("the database is unreachable")
+        elif ending == "invalidated":
+            app.l1.evict([cache_keys.count_key(EMAIL)])
+        if ending == "cancelled":
+            leader.cancel()
+        else:
+            flask.release.set()
+        (led,) = await asyncio.gather(leader, return_exceptions=True)
+        expected = {
+            "error": RuntimeError,
+            "cancelled": asyncio.CancelledError,
+            "invalidated": tuple,  # answered: its own read, not kept
+        }
+        assert isinstance(led, expected[ending]), led
+        assert await asyncio.gather(*followers) == [(200, b"flask")] * 5
+        assert flask.requests == 1 + 5
+        assert followed("fallback") - fallbacks_before == 5
+        assert len(app.flights) == 0
+
+    run(scenario())
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +385,34 @@ def test_readers_of_a_key_being_filled_take_no_flask_thread(
     assert delta(before, after, "aside_gateway_cache_hits_total", route=COUNT_ROUTE) == FOLLOWERS
     assert delta(before, after, "aside_gateway_cache_misses_total", route=COUNT_ROUTE) == 1
     assert sample(after, WAITING) == 0
+
+
+def test_a_loop_follower_never_gets_a_fill_read_before_a_finished_write(narrow_worker, rdb):
+    """The leader read before a write; a reader that starts waiting for its fill
+    after the write returned must not be answered that old value (the leader
+    itself may be)."""
+    url = narrow_worker.url
+    email = unique_email("loop-race")
+    before = scrape(url)
+    hold = f"loop-race-{time.monotonic_ns()}"
+    leader = start_held(url, email, hold, rdb)  # read 0
+    try:
+        created = requests.post(
+            url + "/api/v1/users",
+            json={"username": unique_username(), "email": email},
+            timeout=10,
+        )
+        assert created.status_code == 201, created.text
+        follower = Read(url, email)
+        wait_until(lambda: sample(scrape(url), WAITING) == 1, 10, "the follower waiting")
+    finally:
+        release(rdb, hold)
+    assert leader.result().json()["count"] == 0  # read before the write: allowed
+    followed_answer = follower.result()
+    assert followed_answer.status_code == 200, followed_answer.text
+    assert followed_answer.json() == {"email": email, "count": 1}
+    # The leader's store found its lease gone: the follower filled the key itself.
+    assert followed_answer.headers["X-Cache"] == "MISS"
+    after = scrape(url)
+    assert delta(before, after, FOLLOWED, route=COUNT_ROUTE, outcome="fallback") == 1
+    assert delta(before, after, FOLLOWED, route=COUNT_ROUTE, outcome="hit") == 0
