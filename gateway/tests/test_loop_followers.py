@@ -24,6 +24,7 @@ from aside_gateway.coalesce import LoopFlights
 from aside_gateway.config import load_settings
 from aside_gateway.hot_path import AsyncHotPath, EarlyGetClient
 from aside_gateway.l1 import L1Cache
+from aside_gateway.routes import ARRIVED_KEY
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     Proc,
@@ -140,7 +141,7 @@ def test_a_cancelled_fill_lands_its_flight_and_wakes_its_followers():
     run(scenario())
 
 
-# ---- unit: the hot path's followers (strategy l1: no Redis) ----------------------------
+# ---- unit: the hot path's followers, before a stand-in for Flask -----------------------
 
 
 EMAIL = "loop-unit@example.com"
@@ -153,6 +154,7 @@ class FakeFlask:
 
     def __init__(self) -> None:
         self.requests = 0
+        self.arrived: list[float] = []  # what admission.py would see, per request
         self.release = asyncio.Event()
         self.value: bytes | None = b"3"
         self.error: Exception | None = None
@@ -160,6 +162,7 @@ class FakeFlask:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         self.requests += 1
+        self.arrived.append(scope[ARRIVED_KEY])
         if self.requests == 1:
             assert self.l1 is not None
             token = self.l1.token()
@@ -172,20 +175,37 @@ class FakeFlask:
         await send({"type": "http.response.body", "body": b"flask"})
 
 
-def l1_hot_path(flask: FakeFlask) -> AsyncHotPath:
+def l1_hot_path(
+    flask: FakeFlask,
+    strategy: str = "l1",
+    redis_port: int = 6379,
+    breaker: CircuitBreaker | None = None,
+) -> AsyncHotPath:
     settings = load_settings(
         {
             "DATABASE_URL": "postgresql://a@127.0.0.1:5432/a",
-            "REDIS_URL": "redis://127.0.0.1:6379/0",
+            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "REDIS_TIMEOUT_MS": "50",
             "CORE_URL": "http://127.0.0.1:1",
             "ASIDE_PROFILE": "lab",
-            "CACHE_STRATEGY": "l1",
+            "CACHE_STRATEGY": strategy,
         }
     )
     flask.l1 = L1Cache(100, 1 << 20, 60, needs_subscription=False)
-    # Strategy l1 asks Redis nothing: this client never connects.
-    redis_get = EarlyGetClient(settings, CircuitBreaker(1))
+    # Strategy l1 asks Redis nothing: then this client never connects.
+    redis_get = EarlyGetClient(settings, breaker or CircuitBreaker(1))
     return AsyncHotPath(flask, redis_get, flask.l1, settings)
+
+
+async def silent_server() -> asyncio.Server:
+    """Accepts connections and never answers: a GET to it runs out its deadline."""
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(65536):
+            pass
+        writer.close()
+
+    return await asyncio.start_server(swallow, "127.0.0.1", 0)
 
 
 async def get_count(app: AsyncHotPath) -> tuple[int, bytes]:
@@ -204,6 +224,7 @@ async def get_count(app: AsyncHotPath) -> tuple[int, bytes]:
         "path": COUNT,
         "query_string": f"email={EMAIL}".encode(),
         "headers": [],
+        ARRIVED_KEY: time.monotonic() - 60,  # long ago, as admission.py reads it
     }
     await app(scope, receive, send)
     return sent[0]["status"], sent[1]["body"]
@@ -275,10 +296,55 @@ def test_followers_of_a_fill_that_stored_nothing_ask_flask(ending):
         assert isinstance(led, expected[ending]), led
         assert await asyncio.gather(*followers) == [(200, b"flask")] * 5
         assert flask.requests == 1 + 5
+        # Their wait for a thread starts now: the wait on the loop was for no thread.
+        assert all(arrived > time.monotonic() - 5 for arrived in flask.arrived[1:])
         assert followed("fallback") - fallbacks_before == 5
         assert len(app.flights) == 0
 
     run(scenario())
+
+
+def test_a_get_past_its_deadline_waits_for_the_fill_in_flight():
+    """A late event loop lets the GET's deadline pass (no verdict on Redis): the
+    read is still a miss its worker may be filling, so it waits, holding no thread."""
+
+    async def scenario() -> None:
+        server = await silent_server()
+        async with server:
+            flask = FakeFlask()
+            port = server.sockets[0].getsockname()[1]
+            app = l1_hot_path(flask, "l2", port)
+            fallbacks_before = followed("fallback")
+            leader, followers = await leader_and_followers(app, flask, 3)
+            flask.release.set()
+            assert await leader == (200, b"flask")
+            # The second GET runs out too: no hit, so Flask answers.
+            assert await asyncio.gather(*followers) == [(200, b"flask")] * 3
+            assert flask.requests == 1 + 3
+            assert followed("fallback") - fallbacks_before == 3
+
+    run(scenario())
+
+
+def test_with_redis_skipped_nobody_waits_for_a_fill():
+    """The breaker is open: every read goes to PostgreSQL, none is worth waiting for."""
+
+    async def scenario() -> None:
+        flask = FakeFlask()
+        breaker = CircuitBreaker(60)
+        breaker.record_failure()
+        app = l1_hot_path(flask, "l2", breaker=breaker)
+        leader = asyncio.create_task(get_count(app))
+        await until(lambda: flask.requests == 1, "the first read in Flask")
+        assert len(app.flights) == 0
+        assert await asyncio.gather(*(get_count(app) for _ in range(3))) == [(200, b"flask")] * 3
+        flask.release.set()
+        await leader
+
+    run(scenario())
+
+
+# ---- integration: through gunicorn -------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -365,7 +431,7 @@ def test_readers_of_a_key_being_filled_take_no_flask_thread(
         # Still held: the readers are waiting, and not in a thread.
         assert leader.thread.is_alive()
         assert all(read.thread.is_alive() for read in readers)
-        assert sample(scrape(url), WAITING) == FOLLOWERS
+        wait_until(lambda: sample(scrape(url), WAITING) == FOLLOWERS, 10, "readers waiting")
     finally:
         release(rdb, hold)
 

@@ -233,6 +233,11 @@ class EarlyGetClient:
         self._breaker.record_success()
         return EarlyGet(key, value, False, l1_token)
 
+    @property
+    def skipping(self) -> bool:
+        """Whether Redis is being skipped (the breaker is open): reads go to PostgreSQL."""
+        return self._breaker.is_open
+
 
 def _headers(body: bytes, tier: str | None) -> list[tuple[bytes, bytes]]:
     """`tier`: the cache tier of a hit, None for an answer that is no cache read."""
@@ -330,7 +335,10 @@ class AsyncHotPath:
             l1_token = self.l1.token()  # before the GET: see l1.py
         early = await self.redis_get.get(found.key, l1_token)
         if early is None:
-            return None
+            # No verdict. With Redis skipped every read goes to PostgreSQL: no fill
+            # to wait for. A passed deadline (the loop runs late, as under a cold
+            # burst) leaves the read a miss like any other, which Flask will check.
+            return None if self.redis_get.skipping else Miss(found)
         if early.failed or early.value is None:
             scope[EARLY_GET_KEY] = early  # Flask goes on from this GET's outcome
             return None if early.failed else Miss(found)
