@@ -28,14 +28,20 @@ the database work near the number of distinct keys, not of requests:
 
 Both are plain threading code with no Redis or PostgreSQL in them, so they
 are unit-tested with fake loaders.
+
+`LoopFlights` is single flight one step earlier, on the worker's event loop:
+a reader that misses a key another request of the worker is already filling
+waits for that fill there, taking no Flask thread, then looks in the cache
+again (hot_path.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -96,6 +102,54 @@ class SingleFlight(Generic[T]):
                 del self._flights[key]
         flight.result, flight.valid_at, flight.error = result, valid_at, error
         flight.done.set()
+
+
+class LoopFlights(Generic[K]):
+    """Per-worker registry of fills in flight, for readers on the event loop.
+
+    The hot path's first reader that misses a key leads (`lead` runs its fill,
+    which Flask does); readers missing the key meanwhile `follow`: they wait on
+    the loop, holding no thread, and then look in the cache again. Nothing is
+    handed from leader to follower, so a follower's answer is a read made after
+    it arrived. Touched only from the worker's event loop, so there is no lock.
+    Followers are requests on open connections: GATEWAY_MAX_CONNECTIONS bounds
+    them.
+    """
+
+    def __init__(self) -> None:
+        self._flights: dict[K, asyncio.Event] = {}
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    def busy(self, key: K) -> bool:
+        return key in self._flights
+
+    async def lead(self, key: K, fill: Awaitable[T]) -> T:
+        """Await `fill` as the flight of `key` (not busy). The flight lands however
+        the fill ends, a failure or a cancellation (client gone) included, so no
+        follower waits for a fill that nobody runs any more."""
+        done = asyncio.Event()
+        self._flights[key] = done
+        try:
+            return await fill
+        finally:
+            if self._flights.get(key) is done:
+                del self._flights[key]
+            done.set()
+
+    async def follow(self, key: K, timeout_s: float) -> bool:
+        """Wait until the flight of `key` lands: True once it has (or if none is in
+        flight), False after `timeout_s` with the fill still running."""
+        done = self._flights.get(key)
+        if done is None:
+            return True
+        try:
+            async with asyncio.timeout(timeout_s):
+                await done.wait()
+        except TimeoutError:
+            return False
+        return True
 
 
 MAX_PAUSE_S = 2.0  # the longest rest after a batch, however slow it was

@@ -11,7 +11,13 @@ cache=off, bad input, every other route. A GET that fell through travels
 with the request as an `EarlyGet`, so Flask neither repeats it nor counts it
 twice.
 
-Why hits skip Flask: see docs/decisions.md, "ASGI hot path".
+A miss whose key another request of the worker is already filling does not
+go to Flask at once: it waits for that fill on the event loop, holding no
+Flask thread (coalesce.LoopFlights), then looks in the cache once more and
+answers a hit itself; only if there is still no value does Flask answer it.
+
+Why hits skip Flask: see docs/decisions.md, "ASGI hot path"; why followers
+wait here: "Followers wait on the event loop".
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ from redis.backoff import NoBackoff
 
 from aside_gateway import cache_keys, metrics
 from aside_gateway.breaker import CircuitBreaker
-from aside_gateway.cache import HIT
+from aside_gateway.cache import FOLLOW_TIMEOUT_S, HIT
+from aside_gateway.coalesce import LoopFlights
 from aside_gateway.config import Settings
 from aside_gateway.l1 import L1Cache
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import (
+    ARRIVED_KEY,
     COUNT_PATH,
     COUNT_ROUTE,
     EARLY_GET_KEY,
@@ -129,15 +137,13 @@ def lookup(
     method: str,
     path: str,
     query: str,
-    held: bool,
     default: str = cache_keys.DEFAULT_STRATEGY,
     lab: bool = True,
 ) -> Lookup | None:
     """The cache lookup a GET of `path?query` amounts to, or None when it is not
     a valid cached read (Flask then answers, with its validation errors).
-    `held`: the request carries the lab's X-Test-Hold header, which Flask handles.
     `default`: CACHE_STRATEGY; `lab`: whether ?cache= may choose another."""
-    if method != "GET" or held or not path.startswith(USERS_PREFIX):
+    if method != "GET" or not path.startswith(USERS_PREFIX):
         return None
     params = _query(query)
     if params is None:
@@ -153,6 +159,25 @@ def lookup(
     if user_id is None or strategy is None:
         return None
     return Lookup(USER_ROUTE, cache_keys.user_key(user_id), strategy)
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """A valid cached read that no tier answered: Flask fills its key. `held`: it
+    carries the lab's X-Test-Hold header, which only Flask handles, so it never
+    waits for another fill (it may still lead one)."""
+
+    found: Lookup
+    held: bool = False
+
+    @property
+    def flight(self) -> tuple[str, str]:
+        # With its strategy: a fill stores only into the tiers of its own.
+        return self.found.key, self.found.strategy
+
+
+# The route, the body and the tier of an answer (None: not a cache read).
+Answer = tuple[str, bytes, str | None]
 
 
 # ---- the event-loop side ----------------------------------------------------------
@@ -208,6 +233,11 @@ class EarlyGetClient:
         self._breaker.record_success()
         return EarlyGet(key, value, False, l1_token)
 
+    @property
+    def skipping(self) -> bool:
+        """Whether Redis is being skipped (the breaker is open): reads go to PostgreSQL."""
+        return self._breaker.is_open
+
 
 def _headers(body: bytes, tier: str | None) -> list[tuple[bytes, bytes]]:
     """`tier`: the cache tier of a hit, None for an answer that is no cache read."""
@@ -230,18 +260,19 @@ class AsyncHotPath:
         self.test_hooks = settings.test_hooks
         self.default_strategy = settings.cache_strategy
         self.lab = settings.is_lab
+        self.flights: LoopFlights[tuple[str, str]] = LoopFlights()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "GET":
             return await self.fallback(scope, receive, send)
         started = time.perf_counter()
         scope[START_KEY] = started
-        try:
-            answer = await self._answer(scope)
-        except Exception:  # never worse than Flask: let it answer (and log) instead
-            log.exception("hot path failed; falling back to Flask")
-            scope.pop(EARLY_GET_KEY, None)
-            answer = None
+        answer = await self._look(scope)
+        if isinstance(answer, Miss):
+            if not self.flights.busy(answer.flight):
+                # This request fills the key, in Flask; readers missing it meanwhile wait here.
+                return await self.flights.lead(answer.flight, self.fallback(scope, receive, send))
+            answer = None if answer.held else await self._follow(answer, scope)
         if answer is None:
             return await self.fallback(scope, receive, send)
         route, body, tier = answer
@@ -249,26 +280,71 @@ class AsyncHotPath:
         await send({"type": "http.response.body", "body": body})
         metrics.observe_request(route, "GET", 200, time.perf_counter() - started)
 
-    async def _answer(self, scope: Scope) -> tuple[str, bytes, str | None] | None:
+    async def _look(self, scope: Scope) -> Answer | Miss | None:
+        try:
+            return await self._answer(scope)
+        except Exception:  # never worse than Flask: let it answer (and log) instead
+            log.exception("hot path failed; falling back to Flask")
+            scope.pop(EARLY_GET_KEY, None)
+            return None
+
+    async def _follow(self, miss: Miss, scope: Scope) -> Answer | None:
+        """Wait for the fill of `miss`'s key in flight, then look in the cache once
+        more: a hit answers here, anything else (a negative entry, a fill that
+        failed or stored nothing, the wait timing out) goes to Flask.
+
+        The second look is a read like any hit's, made after this reader arrived,
+        so it is never older than what a Flask follower accepts (cache.py, _fill):
+        the leader's answer itself is never handed over.
+        """
+        metrics.LOOP_FOLLOWERS_WAITING.inc()
+        try:
+            landed = await self.flights.follow(miss.flight, FOLLOW_TIMEOUT_S)
+        finally:
+            metrics.LOOP_FOLLOWERS_WAITING.dec()
+        scope.pop(EARLY_GET_KEY, None)  # the GET before the wait is out of date
+        answer = await self._look(scope) if landed else None
+        if answer is None or isinstance(answer, Miss):
+            metrics.loop_follower(miss.found.route, "fallback")
+            if ARRIVED_KEY in scope:
+                # admission.py bounds the wait for a thread; the wait here was none.
+                scope[ARRIVED_KEY] = time.monotonic()
+            return None
+        metrics.loop_follower(miss.found.route, "hit")
+        return answer
+
+    async def _answer(self, scope: Scope) -> Answer | Miss | None:
+        """A hit to answer, a Miss that Flask must fill, or None: Flask answers."""
         path, query = scope["path"], scope["query_string"]
         if path == HEALTHZ_PATH and not query:
             return HEALTHZ_PATH, HEALTHZ_BODY, None
-        held = self.test_hooks and any(name == TEST_HOLD_HEADER for name, _ in scope["headers"])
-        found = lookup("GET", path, query.decode("latin-1"), held, self.default_strategy, self.lab)
+        found = lookup("GET", path, query.decode("latin-1"), self.default_strategy, self.lab)
         if found is None:
             return None
+        if self.test_hooks and any(name == TEST_HOLD_HEADER for name, _ in scope["headers"]):
+            return Miss(found, held=True)
         l1_token = None
         if found.strategy != cache_keys.STRATEGY_L2:
-            answer = self._from_l1(found)
-            if answer is not None or found.strategy == cache_keys.STRATEGY_L1:
-                return answer  # an l1 miss is filled from PostgreSQL, by Flask
+            value = self.l1.get(found.key)
+            if value is not None:
+                return self._l1_hit(found, value)
+            if found.strategy == cache_keys.STRATEGY_L1:
+                # Filled from PostgreSQL by Flask, which also counts the miss; a
+                # follower can find the fill only while the tier may keep it.
+                return Miss(found) if self.l1.usable else None
             l1_token = self.l1.token()  # before the GET: see l1.py
         early = await self.redis_get.get(found.key, l1_token)
         if early is None:
-            return None
-        body = None if early.failed or early.value is None else found.body(early.value)
-        if body is None:
+            # No verdict. With Redis skipped every read goes to PostgreSQL: no fill
+            # to wait for. A passed deadline (the loop runs late, as under a cold
+            # burst) leaves the read a miss like any other, which Flask will check.
+            return None if self.redis_get.skipping else Miss(found)
+        if early.failed or early.value is None:
             scope[EARLY_GET_KEY] = early  # Flask goes on from this GET's outcome
+            return None if early.failed else Miss(found)
+        body = found.body(early.value)
+        if body is None:
+            scope[EARLY_GET_KEY] = early  # a negative or malformed entry: Flask answers
             return None
         if l1_token is not None:
             self.l1.put(found.key, early.value, l1_token)
@@ -277,11 +353,10 @@ class AsyncHotPath:
         metrics.cache_outcome(found.route, HIT)
         return found.route, body, "l2"
 
-    def _from_l1(self, found: Lookup) -> tuple[str, bytes, str | None] | None:
-        """An L1 hit answered without Redis. A miss (or a negative entry) is
-        left to Flask, which looks again and counts it."""
-        value = self.l1.get(found.key)
-        body = None if value is None else found.body(value)
+    def _l1_hit(self, found: Lookup, value: bytes) -> Answer | None:
+        """An L1 hit answered without Redis. A negative entry is left to Flask,
+        which looks again and counts it."""
+        body = found.body(value)
         if body is None:
             return None
         metrics.tier_read(found.route, "l1", "hit")

@@ -86,6 +86,18 @@ SINGLEFLIGHT_SHARED = Counter(
     "Cacheable reads answered with the fill of another thread of the same worker.",
     ["route"],
 )
+LOOP_FOLLOWERS = Counter(
+    "aside_gateway_loop_followers_total",
+    "Cacheable reads that waited on the event loop, holding no Flask thread, for another "
+    "request of the same worker to fill their key; outcome: hit (then answered from the "
+    "cache on the loop) or fallback (still no value: answered by Flask).",
+    ["route", "outcome"],
+)
+LOOP_FOLLOWERS_WAITING = Gauge(
+    "aside_gateway_loop_followers_waiting",
+    "Reads waiting on the event loop for another request's fill of their key.",
+    multiprocess_mode="livesum",
+)
 DB_POOL_SIZE = Gauge(
     "aside_gateway_db_pool_size", "Open PostgreSQL connections.", multiprocess_mode="livesum"
 )
@@ -222,6 +234,18 @@ def shed(reason: str) -> None:
 
 def singleflight_shared(route: str) -> None:
     SINGLEFLIGHT_SHARED.labels(route).inc()
+
+
+_follower_children: dict[tuple[str, str], Counter] = {}
+
+
+def loop_follower(route: str, outcome: str) -> None:
+    """Count a read that waited on the event loop for another's fill: hit|fallback."""
+    child = _follower_children.get((route, outcome))
+    if child is None:
+        child = LOOP_FOLLOWERS.labels(route, outcome)
+        _follower_children[(route, outcome)] = child
+    child.inc()
 
 
 _tier_children: dict[tuple[str, str, str], Counter] = {}
