@@ -181,8 +181,8 @@ def test_experiments_and_the_flood_deadline() -> None:
     with pytest.raises(ValueError, match="unknown experiment"):
         hardening.parse_experiments("slow-bodies")
     params = hardening.HardeningParams("r", Path("x"), ("cold-flood",))
-    # 20,000 emails x 50 ms / 200 in flight = 5 s if every client waited its timeout.
-    assert params.flood_deadline_s == 20.0 and params.vus == 100
+    # 20,000 emails x 50 ms / 200 in flight = 5 s if every client waited its timeout, x 6.
+    assert params.flood_deadline_s == 30.0 and params.vus == 100
     assert hardening.HardeningParams("r", Path("x"), (), rate=20).vus == 10
     emails = hardening.flood_emails("run_1", 3)
     assert emails == [f"flood-run_1-{i}@hardening.invalid" for i in range(3)]

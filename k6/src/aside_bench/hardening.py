@@ -111,12 +111,12 @@ class HardeningParams:
 
     @property
     def flood_deadline_s(self) -> float:
-        """No flood request starts after this: four times what the flood takes
+        """No flood request starts after this: six times what the flood takes
         if every client waits its whole timeout, and at least 10 s."""
         if self.flood_budget_s is not None:
             return self.flood_budget_s
         ideal = self.emails * self.client_timeout_ms / 1000 / self.concurrency
-        return max(10.0, 4 * ideal)
+        return max(10.0, 6 * ideal)
 
 
 @dataclass
