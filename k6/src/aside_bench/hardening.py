@@ -446,30 +446,38 @@ def poll_until_still(
 def gateway_counters(settings: Settings) -> dict[str, Any]:
     """The gateway's own counters the flood moves, summed over its workers."""
     text = gateway_metrics.scrape(settings)
+
+    def by(name: str, label: str) -> dict[str, float]:
+        return gateway_metrics.summed_by(text, name, lambda labels: labels.get(label, ""))
+
     return {
-        "db_queries": gateway_metrics.summed_by(
-            text, "aside_gateway_db_queries_total", lambda labels: labels.get("query", "")
-        ),
-        "shed": gateway_metrics.summed_by(
-            text, "aside_gateway_shed_total", lambda labels: labels.get("reason", "")
-        ),
+        "db_queries": by("aside_gateway_db_queries_total", "query"),
+        "shed": by("aside_gateway_shed_total", "reason"),
         "batched_emails": gateway_metrics.unlabelled_value(
             text, "aside_gateway_miss_batch_size_sum"
         ),
-        "count_misses": gateway_metrics.summed_by(
-            text, "aside_gateway_cache_misses_total", lambda labels: labels.get("route", "")
-        ).get(COUNT_ROUTE, 0.0),
+        "count_answers": {
+            status: n
+            for (route, _, status), n in gateway_metrics.request_counts(text).items()
+            if route == COUNT_ROUTE
+        },
+        "count_hits": by("aside_gateway_cache_hits_total", "route").get(COUNT_ROUTE, 0.0),
     }
 
 
 def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """What the flood added to each of gateway_counters' figures."""
+    """What the flood added to each of gateway_counters' figures, and the flood's
+    reads a Flask thread ran, by answer: every count answered but the hits (the
+    k6 reads are all hits; shed reads are not counted as requests)."""
     found: dict[str, Any] = {}
-    for name in ("db_queries", "shed"):
+    for name in ("db_queries", "shed", "count_answers"):
         keys = set(before[name]) | set(after[name])
         found[name] = {k: after[name].get(k, 0) - before[name].get(k, 0) for k in sorted(keys)}
-    for name in ("batched_emails", "count_misses"):
+    for name in ("batched_emails", "count_hits"):
         found[name] = (after[name] or 0) - (before[name] or 0)
+    ran = dict(found["count_answers"])
+    ran["200"] = ran.get("200", 0) - found["count_hits"]
+    found["flood_ran"] = {status: n for status, n in ran.items() if n}
     return found
 
 

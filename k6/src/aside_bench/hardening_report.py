@@ -141,8 +141,10 @@ def flood_table(experiment: dict[str, Any]) -> Table:
         ["emails sent", f"{flood['sent']} in {flood['duration_s']:.2f} s"
          + (" (cut at the deadline)" if flood["cut"] else "")],
         ["what the clients got", outcomes or "-"],
-        ["flood reads that reached a Flask thread (cache misses + shed)",
-         f"{counters['count_misses'] + sum(counters['shed'].values()):.0f}"],
+        ["flood reads a Flask thread took: shed without running, by reason",
+         ", ".join(f"{k} {v:.0f}" for k, v in counters["shed"].items()) or "-"],
+        ["flood reads a Flask thread ran, by answer",
+         ", ".join(f"{k} {v:.0f}" for k, v in counters["flood_ran"].items()) or "-"],
         ["count queries during the flood (pg_stat_statements)",
          f"{f['queries_before_flood_end']:.0f}"],
         ["count queries after its end", f"{settle['queries_after'] or 0:.0f}"],
@@ -151,8 +153,6 @@ def flood_table(experiment: dict[str, Any]) -> Table:
          ", ".join(f"{k} {v:.0f}" for k, v in counters["db_queries"].items()) or "-"],
         ["emails read by those queries (batch sizes summed)",
          f"{counters['batched_emails']:.0f}"],
-        ["requests shed, by reason",
-         ", ".join(f"{k} {v:.0f}" for k, v in counters["shed"].items()) or "-"],
     ]  # fmt: skip
     return Table("cold-flood: the flood and the database", ["", "value"], rows)
 
