@@ -29,8 +29,12 @@ IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' i
 CASES ?= all
 SHORT ?= 0
 RATE ?=
+# Slow clients and a cold flood (make hardening RATE=500 SOCKETS=2000 EMAILS=20000 EXPERIMENTS=slow-heads)
+SOCKETS ?=
+EMAILS ?=
+EXPERIMENTS ?= all
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling report screenshot chaos soak test test-unit lint fmt images
+.PHONY: help up down status logs clean install seed bench bench-ceiling report screenshot chaos soak hardening test test-unit lint fmt images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -79,6 +83,10 @@ chaos: ## faults under load: redis, core, postgres, a worker (CASES, RATE=60, SH
 soak: ## steady load, memory and fds of every process (DURATION=10m, RATE=100)
 	@$(ENV) $(VENV)/aside-bench soak $(if $(RATE),--rate "$(RATE)",) \
 		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",)
+
+hardening: ## slow request heads and a cold flood under cached reads (RATE=500, SOCKETS, EMAILS)
+	@$(ENV) $(VENV)/aside-bench hardening --experiments "$(EXPERIMENTS)" $(if $(RATE),--rate "$(RATE)",) \
+		$(if $(SOCKETS),--sockets "$(SOCKETS)",) $(if $(EMAILS),--emails "$(EMAILS)",)
 
 test: ## every suite against real services, started here and stopped afterwards
 	@$(ENV) infra/test.sh

@@ -16,6 +16,8 @@ NOT_DRAWING = [
     "aside_bench.chaos_report",
     "aside_bench.soak",
     "aside_bench.soak_report",
+    "aside_bench.hardening",
+    "aside_bench.hardening_report",
     "aside_bench.runner",
     "aside_bench.report",
 ]
@@ -32,7 +34,9 @@ def _loads_matplotlib(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("args", [[], ["run"], ["ceiling"], ["chaos"], ["soak"], ["report"]])
+@pytest.mark.parametrize(
+    "args", [[], ["run"], ["ceiling"], ["chaos"], ["soak"], ["hardening"], ["report"]]
+)
 def test_help_does_not_import_matplotlib(args: list[str]) -> None:
     code = (
         "from aside_bench import cli\n"

@@ -1,6 +1,7 @@
 """aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `report`
 (rebuild a run's report from InfluxDB and Prometheus), `chaos` (faults under
-load), `soak` (memory and descriptors of every process under a steady load) and
+load), `soak` (memory and descriptors of every process under a steady load),
+`hardening` (slow clients and a cold flood under cached reads) and
 `screenshot` (a run's report.html as headless Chromium renders it, as a PNG)."""
 
 from __future__ import annotations
@@ -167,6 +168,39 @@ def _add_soak(sub: argparse._SubParsersAction) -> None:
     _paths(soaking, "the time")
 
 
+def _add_hardening(sub: argparse._SubParsersAction) -> None:
+    hard = sub.add_parser("hardening", help="slow request heads and a cold flood under reads")
+    hard.add_argument(
+        "--experiments", default="all", help="some of: slow-heads cold-flood (default all)"
+    )
+    hard.add_argument("--rate", type=_positive, default=500, help="cached reads/s (default 500)")
+    hard.add_argument("--pre", default="5s", help="reads before each attack (default 5s)")
+    hard.add_argument("--post", default="5s", help="reads after it (default 5s)")
+    hard.add_argument("--sockets", type=_positive, default=2000, help="slow sockets (default 2000)")
+    hard.add_argument(
+        "--emails", type=_positive, default=20000, help="cold emails flooded (default 20000)"
+    )
+    hard.add_argument(
+        "--concurrency", type=_positive, default=200, help="flood requests in flight (default 200)"
+    )
+    hard.add_argument(
+        "--client-timeout-ms",
+        type=_positive,
+        default=50,
+        help="a flood client gives up after this (default 50)",
+    )
+    hard.add_argument(
+        "--p95-ms", type=float, default=10.0, help="reads' p95 limit during slow heads (default 10)"
+    )
+    hard.add_argument(
+        "--rss-growth-mib",
+        type=float,
+        default=64.0,
+        help="limit on the workers' summed RSS growth (default 64)",
+    )
+    _paths(hard, "the time")
+
+
 def _add_report(sub: argparse._SubParsersAction) -> None:
     rebuild = sub.add_parser("report", help="rebuild reports/<run>/ from InfluxDB and Prometheus")
     rebuild.add_argument("--run", default="", help="the run id (a folder of reports/)")
@@ -193,7 +227,8 @@ def _add_screenshot(sub: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_ceiling, _add_chaos, _add_soak, _add_report, _add_screenshot):
+    adders = (_add_run, _add_ceiling, _add_chaos, _add_soak, _add_hardening, _add_report)
+    for add in (*adders, _add_screenshot):
         add(sub)
     return parser
 
@@ -212,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             "chaos": commands.cmd_chaos,
             "soak": commands.cmd_soak,
             "screenshot": commands.cmd_screenshot,
+            "hardening": commands.cmd_hardening,
         }[args.command]
         return command(args, settings)
     except (commands.UsageError, PlanError) as error:

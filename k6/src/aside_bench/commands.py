@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import chaos, config, report, soak
+from . import chaos, config, hardening, report, soak
 from .ceiling import SearchParams, next_rate
 from .collect import collect
 from .k6run import LoadShape
@@ -252,6 +252,34 @@ def cmd_soak(args: argparse.Namespace, settings: config.Settings) -> int:
     )
     soak.run_soak(settings, params, seed)
     return 0
+
+
+def cmd_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
+    run_id = _run_id(args, "")
+    try:
+        experiments = hardening.parse_experiments(args.experiments)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.p95_ms <= 0 or args.rss_growth_mib <= 0:
+        raise UsageError("--p95-ms and --rss-growth-mib must be above 0")
+    out_dir = _out_dir(settings, args, f"hardening-{run_id}")
+    params = hardening.HardeningParams(
+        run_id=run_id,
+        out_dir=out_dir,
+        experiments=experiments,
+        rate=args.rate,
+        pre_s=parse_duration(args.pre),
+        post_s=parse_duration(args.post),
+        sockets=args.sockets,
+        emails=args.emails,
+        concurrency=args.concurrency,
+        client_timeout_ms=args.client_timeout_ms,
+        read_p95_ms=args.p95_ms,
+        rss_growth_mib=args.rss_growth_mib,
+    )
+    seed = _checked_seed(settings, args)
+    run = hardening.run_hardening(settings, params, seed)
+    return 0 if run["passed"] else 1
 
 
 def _known_run(reports_dir: Path, run_id: str, make_target: str) -> Path:

@@ -65,6 +65,20 @@ def environ_has(pid: int, entry: str) -> bool:
     return os.fsencode(entry) in environ.split(b"\0")
 
 
+def environ_value(pid: int, name: str) -> str | None:
+    """The value of `name` in the environment `pid` started with; None when it
+    is not set there or the environment cannot be read (another user's process)."""
+    try:
+        environ = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    prefix = os.fsencode(name) + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return os.fsdecode(entry[len(prefix) :])
+    return None
+
+
 def parents() -> dict[int, int]:
     """pid -> parent pid of every running process."""
     result: dict[int, int] = {}
