@@ -160,7 +160,7 @@ def test_written_keys_from_the_core_answer_and_the_cached_user():
 
 def test_tier_settings_defaults_and_errors():
     settings = load_settings(BASE_ENV)
-    assert settings.cache_strategy == "l2" and settings.cache_l1_ttl_seconds == 5
+    assert settings.cache_strategy == "l2" and settings.cache_l1_ttl_seconds == 30
     assert settings.cache_l1_invalidation
     for env, variable in [
         ({"CACHE_STRATEGY": "memory"}, "CACHE_STRATEGY"),

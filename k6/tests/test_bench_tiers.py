@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from aside_bench import config, procs
+from aside_bench import config, procs, warmtiers
 from aside_bench.gateway_metrics import step_counters
 from aside_bench.k6run import LoadShape, k6_command, step_run
 from aside_bench.plan import (
@@ -322,3 +322,10 @@ def test_only_the_ttl_arm_restarts_the_gateway_with_invalidation_off() -> None:
     assert gateway_env("l1-ttl") == {"CACHE_L1_INVALIDATION": "off"}
     assert cache_param("l1-ttl") == "l1"
     assert all(gateway_env(arm) == {} for arm in ("nocache", "index", "cache", "l1", "hybrid"))
+
+
+def test_the_bench_flushes_l1_on_the_channel_and_with_the_message_of_the_contract() -> None:
+    tiers = json.loads((REPO_ROOT / "contracts" / "cache.json").read_text())["tiers"]
+    assert tiers["invalidation_channel"] == warmtiers.INVALIDATION_CHANNEL
+    message = json.loads(warmtiers.flush_message(1700000000.123))
+    assert message == tiers["flush_message"] | {"published_ms": 1700000000123}

@@ -25,7 +25,7 @@ STRATEGY_L1 = "l1"  # the worker's own memory only; the L1 TTL bounds staleness
 STRATEGY_HYBRID = "hybrid"  # L1, then Redis
 STRATEGIES = (STRATEGY_L2, STRATEGY_L1, STRATEGY_HYBRID)
 DEFAULT_STRATEGY = STRATEGY_L2
-L1_TTL_SECONDS_DEFAULT = 5
+L1_TTL_SECONDS_DEFAULT = 30
 INVALIDATION_CHANNEL = f"{PREFIX}:invalidations"  # the core publishes each write's stale keys
 
 NEGATIVE = b"null"  # the value of user:<id> when there is no such user

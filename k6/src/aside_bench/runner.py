@@ -167,7 +167,7 @@ class Runner:
             record["warm"] = warmed
 
     def _warm_l1(self, step: Step, record: dict[str, Any]) -> None:
-        """L1 entries outlive no step (CACHE_L1_TTL_SECONDS, 5 s by default), so
+        """L1 entries outlive no step (CACHE_L1_TTL_SECONDS, 30 s by default), so
         every warm step fills L1 again; hybrid's Redis is refilled as the cache
         arm's is (the ceiling only when a key would lapse during the step)."""
         mode = cache_param(step.arm) or "l1"

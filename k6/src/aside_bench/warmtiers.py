@@ -4,16 +4,20 @@ L1 lives in each gateway worker, so it is warmed through each worker: every
 request opens a fresh connection (`Connection: close`), which gunicorn hands
 to whichever worker accepts it, and passes over all the keys repeat until the
 share of L1 lookups that hit, read from the gateway's per-tier counter over
-the last pass, reaches L1_TARGET_SHARE. Nothing can empty a worker's L1 from
-outside: a cold step waits until the L1 gauge reads 0 (its entries expired).
+the last pass, reaches L1_TARGET_SHARE. A cold step empties every worker's L1
+the way the seeder does, with a flush message on the invalidation channel,
+and waits until the L1 gauge reads 0; a gateway that does not listen (its
+invalidation switched off) empties only as its entries expire.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
+import redis
 import requests
 
 from .config import Settings
@@ -27,6 +31,24 @@ L1_MAX_PASSES = 12
 # scans instead of one scan each, so a pass fits well within the L1 TTL.
 WARM_THREADS = 32
 L1_EMPTY_DEADLINE_S = 120.0
+# contracts/cache.json `tiers.invalidation_channel` (a unit test keeps them equal).
+INVALIDATION_CHANNEL = "aside:v1:invalidations"
+
+
+def flush_message(now_s: float) -> bytes:
+    """contracts/cache.json `tiers.flush_message`: every listening worker empties its L1."""
+    return json.dumps({"flush": True, "published_ms": int(now_s * 1000)}).encode()
+
+
+def announce_l1_flush(settings: Settings) -> int:
+    """Publish the flush message; the number of workers that heard it."""
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        return int(client.publish(INVALIDATION_CHANNEL, flush_message(time.time())))
+    except redis.RedisError as error:
+        raise StackError(f"cannot publish the L1 flush at REDIS_URL: {error}") from error
+    finally:
+        client.close()
 
 
 def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
@@ -70,9 +92,10 @@ def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True
 
 
 def wait_l1_empty(settings: Settings, deadline_s: float = L1_EMPTY_DEADLINE_S) -> float:
-    """Wait until no worker holds an L1 entry (aside_gateway_l1_entries = 0);
-    the seconds waited. StackError past the deadline."""
+    """Announce an L1 flush, then wait until no worker holds an L1 entry
+    (aside_gateway_l1_entries = 0); the seconds waited. StackError past the deadline."""
     started = time.monotonic()
+    announce_l1_flush(settings)
     while True:
         try:
             entries = unlabelled_value(scrape(settings), "aside_gateway_l1_entries")
