@@ -15,6 +15,8 @@ SEED ?= 42
 HOT_EMAILS ?= 100
 HOT_RATIO ?= 0.8
 INDEX ?= 0
+# GPS tracks loaded beside the users, whatever ROWS (make seed TRACKS=500)
+TRACKS ?= 2000
 # Benchmark parameters (make bench RATES="30 100" DURATION=10s ARMS="nocache cache l1 hybrid" WARM=both)
 RATES ?= 30 50 75 100 150 300 500 1000
 DURATION ?= 30s
@@ -60,7 +62,7 @@ clean: ## stop the stack and remove all its state (.run/)
 seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 	@$(ENV) infra/stack.sh status >/dev/null 2>&1 || infra/stack.sh up
 	@$(ENV) $(VENV)/aside-seed --rows "$(ROWS)" --seed "$(SEED)" --hot-emails "$(HOT_EMAILS)" \
-		--hot-ratio "$(HOT_RATIO)" --reset $(if $(filter 1 yes true,$(INDEX)),--index,)
+		--hot-ratio "$(HOT_RATIO)" --tracks "$(TRACKS)" --reset $(if $(filter 1 yes true,$(INDEX)),--index,)
 
 bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \

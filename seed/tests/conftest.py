@@ -26,6 +26,7 @@ TEST_DATABASE = "aside_test_seed"
 TEST_REDIS_DB = 3
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEED_TIMEOUT_S = 120
+DEFAULT_TEST_TRACKS = 20
 
 
 class SeedRun:
@@ -49,7 +50,10 @@ class SeedRun:
         return env
 
     def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "aside_seed", *args]
+        # A few tracks unless a test asks for more: test_tracks.py covers them,
+        # and 2,000 would add seconds to every other seed.
+        tracks = () if "--tracks" in args else ("--tracks", str(DEFAULT_TEST_TRACKS))
+        return [sys.executable, "-m", "aside_seed", *args, *tracks]
 
     def __call__(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

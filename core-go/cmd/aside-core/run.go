@@ -91,6 +91,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, outbox.DefaultOptions(cfg.InvalidationDeadline), m.Outbox)
 	router := httpapi.NewRouter(httpapi.Deps{
 		Users:       users,
+		Tracks:      users,
 		Invalidator: cache.NewInvalidator(rdb, cfg.InvalidationDeadline, m.ObserveInvalidation),
 		Outbox:      relay,
 		Limiter:     limiter,

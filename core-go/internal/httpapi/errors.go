@@ -18,6 +18,7 @@ const (
 	codeInvalidID            = "invalid_id"
 	codeInvalidUsername      = "invalid_username"
 	codeInvalidComplexity    = "invalid_complexity"
+	codeInvalidTolerance     = "invalid_tolerance"
 	codeUnknownField         = "unknown_field"
 	codeInvalidJSON          = "invalid_json"
 	codeUnauthorized         = "unauthorized"
@@ -92,6 +93,8 @@ func asAPIError(err error) (*apiError, bool) {
 		return e, true
 	case errors.Is(err, store.ErrNotFound):
 		return &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no user with this id"}, true
+	case errors.Is(err, store.ErrNoTrack):
+		return &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no track with this id"}, true
 	case errors.Is(err, store.ErrConflict):
 		return &apiError{status: http.StatusConflict, code: codeConflict, message: "username already exists"}, true
 	case errors.Is(err, store.ErrKeyReused):

@@ -113,6 +113,7 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 	go relay.Run(relayCtx)
 	router := NewRouter(Deps{
 		Users:       users,
+		Tracks:      users,
 		Invalidator: cache.NewInvalidator(rdb, 300*time.Millisecond, m.ObserveInvalidation),
 		Outbox:      relay,
 		Limiter:     limiter,

@@ -16,6 +16,7 @@ import (
 // Deps are everything the router's handlers use.
 type Deps struct {
 	Users       UserWriter
+	Tracks      TrackReader
 	Invalidator Invalidator
 	Outbox      Outbox
 	Limiter     *compute.Limiter
@@ -63,6 +64,11 @@ func NewRouter(d Deps) *gin.Engine {
 	api.DELETE("/users/", handle(d.Log, deleteUser(writes)))
 	api.POST("/compute", handle(d.Log, computeChecksum(computeDeps{limiter: d.Limiter,
 		rejected: d.Metrics.ComputeRejected, duration: d.Metrics.ComputeDuration})))
+	// Called by the gateway only (on a miss of ?simplify=), behind the same token.
+	internal := r.Group("/internal/v1", requireToken(d.CoreToken))
+	internal.GET("/tracks/:id/simplified", handle(d.Log, simplifyTrack(trackDeps{tracks: d.Tracks,
+		limiter: d.Limiter, rejected: d.Metrics.ComputeRejected, duration: d.Metrics.SimplifyDuration,
+		points: d.Metrics.SimplifyPoints})))
 	return r
 }
 

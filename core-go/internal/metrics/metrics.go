@@ -22,6 +22,8 @@ type Metrics struct {
 	ComputeDuration      prometheus.Histogram
 	ComputeSlotsInUse    prometheus.GaugeFunc
 	UncertainWritesTotal prometheus.Counter
+	SimplifyDuration     prometheus.Histogram
+	SimplifyPoints       *prometheus.HistogramVec
 	Outbox               OutboxMetrics
 }
 
@@ -86,6 +88,16 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 			Name: "aside_core_uncertain_writes_total",
 			Help: "Writes whose outcome is unknown (connection lost after sending); their keys are dropped anyway.",
 		}),
+		SimplifyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "aside_core_simplify_duration_seconds",
+			Help:    "Time to decode, simplify (Douglas-Peucker) and encode one track.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+		}),
+		SimplifyPoints: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "aside_core_simplify_points",
+			Help:    "Points of a simplified track, before and after the simplification.",
+			Buckets: prometheus.ExponentialBuckets(2, 4, 9),
+		}, []string{"stage"}),
 	}
 	m.Outbox = OutboxMetrics{
 		settled: prometheus.NewCounter(prometheus.CounterOpts{
@@ -114,6 +126,7 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 	reg.MustRegister(
 		m.HTTPRequests, m.HTTPDuration, m.CacheInvalidations, m.InvalidationRetries,
 		m.ComputeRejected, m.ComputeDuration, m.ComputeSlotsInUse, m.UncertainWritesTotal, info,
+		m.SimplifyDuration, m.SimplifyPoints,
 		m.Outbox.settled, m.Outbox.delay, m.Outbox.failures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

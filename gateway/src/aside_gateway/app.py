@@ -22,6 +22,7 @@ from aside_gateway.errors import ApiError
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import HEALTHZ_BODY, HEALTHZ_PATH, START_KEY
 from aside_gateway.services import Services
+from aside_gateway.tracks import create_tracks_api
 
 # Write and compute bodies are a few hundred bytes; refuse more early (413).
 MAX_BODY_BYTES = 16 * 1024
@@ -100,6 +101,7 @@ def create_app(settings: Settings, services: Services) -> Flask:
         app.before_request(write_token_check(settings.write_token))
     app.before_request(_require_utf8_query)
     app.register_blueprint(create_api(services))
+    app.register_blueprint(create_tracks_api(services))
     _register_ops_routes(app, services)
     _install_request_metrics(app)
     return app

@@ -165,6 +165,11 @@ class Cache:
             return CacheRead(value, HIT)
         return self._fill(route, key, load, hold)
 
+    def discard(self, route: str, key: str, value: bytes) -> None:
+        """A caller found `value` malformed after all (a frame that does not
+        decode): delete it, if still the same, so the next read fills it again."""
+        self._discard(route, key, value)
+
     def _discard(self, route: str, key: str, value: bytes) -> None:
         """Delete a malformed `value` of `key` so the fill that follows replaces it."""
         metrics.cache_error(route, "malformed")

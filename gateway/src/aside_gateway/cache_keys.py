@@ -28,7 +28,27 @@ DEFAULT_STRATEGY = STRATEGY_L2
 L1_TTL_SECONDS_DEFAULT = 30
 INVALIDATION_CHANNEL = f"{PREFIX}:invalidations"  # the core publishes each write's stale keys
 
-NEGATIVE = b"null"  # the value of user:<id> when there is no such user
+NEGATIVE = b"null"  # the value of user:<id> (and track:<id>:...) when there is no such row
+
+# Large values (cache.json `large_values`): what a track value above the
+# threshold is stored as; largevalues.py applies it.
+POLICY_COMPRESS = "compress"
+POLICY_SIMPLIFY = "simplify"
+POLICY_SKIP = "skip"
+POLICY_RAW = "raw"
+POLICIES = (POLICY_COMPRESS, POLICY_SIMPLIFY, POLICY_SKIP, POLICY_RAW)
+DEFAULT_POLICY = POLICY_COMPRESS
+CODEC_ZSTD = "zstd"
+CODEC_GZIP = "gzip"
+CODECS = (CODEC_ZSTD, CODEC_GZIP)
+DEFAULT_CODEC = CODEC_ZSTD
+CODEC_MAGIC = {CODEC_ZSTD: b"\x28\xb5\x2f\xfd", CODEC_GZIP: b"\x1f\x8b"}
+LARGE_THRESHOLD_BYTES_DEFAULT = 65536
+SIMPLIFY_TOLERANCE_DEFAULT = "0.0001"
+TOO_LARGE = b"!too-large"  # the value was not stored: read the database
+# A decoded value may not exceed this, so a corrupt or hostile frame cannot
+# make the gateway allocate without limit (the largest seeded track is ~1.1 MB).
+DECODED_MAX_BYTES = 64 * 1024 * 1024
 
 
 def count_key(email: str) -> str:
@@ -38,6 +58,34 @@ def count_key(email: str) -> str:
 
 def user_key(user_id: int) -> str:
     return f"{PREFIX}:user:{user_id}"
+
+
+def track_key(track_id: int, tolerance: str | None, tag: str) -> str:
+    """Key of a track's answer: whole (tolerance None) or simplified at the
+    canonical tolerance, stored under the large-value policy named by `tag`."""
+    simplified = f":dp:{tolerance}" if tolerance is not None else ""
+    return f"{PREFIX}:track:{track_id}{simplified}:{tag}"
+
+
+def track_json(track_id: int, name: str, distance_m: int, path: str) -> bytes:
+    """The answer to GET /api/v1/tracks/<id> (contracts/tracks.json `track_json`):
+    the stored path's text spliced in as it is, never parsed."""
+    head = encode_json({"id": track_id, "name": name, "distance_m": distance_m})
+    return head[:-1] + b',"path":' + path.encode() + b"}"
+
+
+def codec_of(stored: bytes) -> str | None:
+    for codec, magic in CODEC_MAGIC.items():
+        if stored.startswith(magic):
+            return codec
+    return None
+
+
+def is_track_value(value: bytes) -> bool:
+    """A cheap check on a hit (no parsing of megabytes): a JSON object, the
+    negative entry, a codec frame or the marker. A frame that then fails to
+    decode is caught by largevalues.decode."""
+    return value[:1] == b"{" or value in (NEGATIVE, TOO_LARGE) or codec_of(value) is not None
 
 
 def stale_after_create(user_id: int, email: str) -> list[str]:
@@ -58,6 +106,7 @@ def stale_after_delete(user_id: int, email: str) -> list[str]:
 
 _COUNT_PREFIX = f"{PREFIX}:count:"
 _USER_PREFIX = f"{PREFIX}:user:"
+_TRACK_PREFIX = f"{PREFIX}:track:"
 
 
 COUNT_MAX_DIGITS = 19  # a bigint count; longer is garbage (and int() refuses 4300+)
@@ -87,6 +136,8 @@ def value_is_valid(key: str, value: bytes) -> bool:
         return is_count_value(value)
     if key.startswith(_USER_PREFIX):
         return is_user_value(value)
+    if key.startswith(_TRACK_PREFIX):
+        return is_track_value(value)
     return True
 
 

@@ -16,11 +16,19 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from aside_gateway.cache_keys import (
+    CODECS,
+    DEFAULT_CODEC,
+    DEFAULT_POLICY,
     DEFAULT_STRATEGY,
     L1_TTL_SECONDS_DEFAULT,
+    LARGE_THRESHOLD_BYTES_DEFAULT,
+    POLICIES,
+    SIMPLIFY_TOLERANCE_DEFAULT,
     STRATEGIES,
     TTL_SECONDS_DEFAULT,
 )
+from aside_gateway.errors import ApiError
+from aside_gateway.validation import parse_tolerance
 
 PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
@@ -90,6 +98,12 @@ class Settings:
     db_keepalives_interval_s: int = 2
     db_keepalives_count: int = 3
     db_tcp_user_timeout_ms: int = 10000
+    # Large cached values (tracks; largevalues.py): above the threshold the
+    # policy decides what is stored; the codec is compress's.
+    cache_large_value_bytes: int = LARGE_THRESHOLD_BYTES_DEFAULT
+    cache_large_values: str = DEFAULT_POLICY
+    cache_codec: str = DEFAULT_CODEC
+    cache_simplify_tolerance: str = SIMPLIFY_TOLERANCE_DEFAULT
 
     @property
     def is_lab(self) -> bool:
@@ -210,6 +224,14 @@ def _token(env: Mapping[str, str], name: str, profile: str) -> str | None:
     return value
 
 
+def _tolerance(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = (env.get(name) or "").strip() or default
+    try:
+        return parse_tolerance(raw)
+    except ApiError as exc:
+        raise ConfigError(f"{name}: {exc.message.replace('simplify', 'the tolerance')}") from None
+
+
 def load_settings(env: Mapping[str, str]) -> Settings:
     """Read and check every variable; raise ConfigError naming the first bad one."""
     profile = _choice(env, "ASIDE_PROFILE", "production", PROFILES)
@@ -275,4 +297,12 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         db_keepalives_interval_s=_int(env, "DB_KEEPALIVES_INTERVAL_S", 2, 1, 3600),
         db_keepalives_count=_int(env, "DB_KEEPALIVES_COUNT", 3, 1, 100),
         db_tcp_user_timeout_ms=_int(env, "DB_TCP_USER_TIMEOUT_MS", 10000, 0, 3600000),
+        cache_large_value_bytes=_int(
+            env, "CACHE_LARGE_VALUE_BYTES", LARGE_THRESHOLD_BYTES_DEFAULT, 256, 2**30
+        ),
+        cache_large_values=_choice(env, "CACHE_LARGE_VALUES", DEFAULT_POLICY, POLICIES),
+        cache_codec=_choice(env, "CACHE_CODEC", DEFAULT_CODEC, CODECS),
+        cache_simplify_tolerance=_tolerance(
+            env, "CACHE_SIMPLIFY_TOLERANCE", SIMPLIFY_TOLERANCE_DEFAULT
+        ),
     )

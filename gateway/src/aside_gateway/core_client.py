@@ -93,5 +93,21 @@ class CoreClient:
         }
         return CoreResponse(response.status, response.data, passed)
 
+    def simplified(self, track_id: int, tolerance: str) -> bytes | None:
+        """The core's answer to a track simplified at the canonical `tolerance`,
+        None when it has no such track. A core that is down, busy or failing
+        makes the read a 503 core_unavailable."""
+        answer = self.forward(
+            "GET", f"/internal/v1/tracks/{track_id}/simplified?tolerance={tolerance}", None, None
+        )
+        if answer.status == 200:
+            return answer.body
+        if answer.status == 404:
+            return None
+        log.error("the core answered %d to a simplification: %r", answer.status, answer.body[:200])
+        raise ApiError(
+            "core_unavailable", "the core could not simplify the track now", {"Retry-After": "1"}
+        )
+
     def close(self) -> None:
         self._pool.close()

@@ -40,8 +40,11 @@ COUNT_MANY_SQL = "SELECT email, count(*) FROM users WHERE email = ANY(%s) GROUP 
 # does the count batcher hold its scans to MISS_BATCH_DUTY_PERCENT of the time.
 BUSY_CPU_SHARE = 0.2
 USER_BY_ID_SQL = "SELECT id, username, email, created_at FROM users WHERE id = %s"
+# path::text is the stored JSON text as it is (json keeps it byte for byte).
+TRACK_BY_ID_SQL = "SELECT name, distance_m, path::text FROM tracks WHERE id = %s"
 
 UserRow = tuple[int, str, str, datetime]
+TrackRow = tuple[str, int, str]  # name, distance_m, path
 # How long a read waits for a pooled connection while PostgreSQL is known to be down.
 DOWN_POOL_WAIT_S = 0.1
 # While the pool has no connection, a read looks every this often whether its
@@ -94,6 +97,7 @@ class Database:
         self._count_queries = metrics.DB_QUERIES.labels("count_by_email")
         self._batch_queries = metrics.DB_QUERIES.labels("count_batch")
         self._user_queries = metrics.DB_QUERIES.labels("user_by_id")
+        self._track_queries = metrics.DB_QUERIES.labels("track_by_id")
         # A batch may queue behind one running batch and its pause: each batch takes
         # at most a pool wait plus a statement timeout (a lost connection's retry aside).
         batch_wait_s = 2 * (settings.db_pool_timeout_ms + settings.db_statement_timeout_ms) / 1000
@@ -225,6 +229,10 @@ class Database:
     def user_by_id(self, user_id: int) -> UserRow | None:
         self._user_queries.inc()
         return self._fetchone(USER_BY_ID_SQL, (user_id,))
+
+    def track_by_id(self, track_id: int) -> TrackRow | None:
+        self._track_queries.inc()
+        return self._fetchone(TRACK_BY_ID_SQL, (track_id,))
 
     def ping(self, timeout_s: float) -> None:
         """Raise ApiError unless PostgreSQL answers within about timeout_s."""

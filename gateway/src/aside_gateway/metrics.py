@@ -171,6 +171,22 @@ L1_INVALIDATION_LAG = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
 )
 
+# Cached values from 256 B to 4 MiB, a factor 4 apart (tracks run to ~1.1 MB).
+VALUE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+CACHE_VALUE_BYTES = Histogram(
+    "aside_gateway_cache_value_bytes",
+    "Size of cached values: stored (offered to Redis by a fill, as stored), fetched "
+    "(read from Redis on a hit, as stored) and served (the answer's body, decoded).",
+    ["route", "op"],
+    buckets=VALUE_BUCKETS,
+)
+CACHE_COMPRESSION_RATIO = Histogram(
+    "aside_gateway_cache_compression_ratio",
+    "Decoded size / stored size of each value a fill compressed, by codec.",
+    ["codec"],
+    buckets=(1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32),
+)
+
 _request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
 
 
@@ -269,3 +285,19 @@ def l1_invalidation_received(lag_s: float | None) -> None:
     L1_INVALIDATIONS.inc()
     if lag_s is not None:
         L1_INVALIDATION_LAG.observe(max(lag_s, 0.0))
+
+
+_value_children: dict[tuple[str, str], Histogram] = {}
+
+
+def value_bytes(route: str, op: str, size: int) -> None:
+    """One cached value's size: op stored|fetched|served."""
+    child = _value_children.get((route, op))
+    if child is None:
+        child = CACHE_VALUE_BYTES.labels(route, op)
+        _value_children[(route, op)] = child
+    child.observe(size)
+
+
+def compression_ratio(codec: str, decoded: int, stored: int) -> None:
+    CACHE_COMPRESSION_RATIO.labels(codec).observe(decoded / max(stored, 1))

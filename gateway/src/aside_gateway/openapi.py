@@ -20,6 +20,7 @@ import json
 from functools import cache
 from typing import Any
 
+from aside_gateway.cache_keys import POLICIES
 from aside_gateway.errors import STATUS_BY_CODE
 from aside_gateway.validation import (
     COMPLEXITY_MAX,
@@ -27,6 +28,9 @@ from aside_gateway.validation import (
     EMAIL_MAX,
     ID_MAX,
     IDEMPOTENCY_KEY_MAX,
+    TOLERANCE_MAX,
+    TOLERANCE_MAX_LENGTH,
+    TOLERANCE_MIN,
     USERNAME_RE,
 )
 
@@ -181,6 +185,38 @@ IDEMPOTENCY_KEY_PARAMETER = {
     },
 }
 WRITE_SECURITY = [{}, {"bearerAuth": []}]
+TRACK_PARAMETERS = [
+    {
+        "name": "simplify",
+        "in": "query",
+        "required": False,
+        "description": f"Douglas-Peucker tolerance in degrees, {TOLERANCE_MIN:f} to "
+        f"{TOLERANCE_MAX:f}, a plain decimal (no sign or exponent): the path keeps its ends "
+        "and every point further than that from the simplified line. Run by the core, "
+        "cached by the gateway. Else 400 `invalid_tolerance`.",
+        "schema": {
+            "type": "string",
+            "maxLength": TOLERANCE_MAX_LENGTH,
+            "pattern": r"^[0-9]+(\.[0-9]+)?$",
+        },
+    },
+    {
+        "name": "cache",
+        "in": "query",
+        "required": False,
+        "description": "`on` (default): through Redis. Lab profile only (403 `lab_disabled` "
+        "in production): `l2`, the same; `off` reads PostgreSQL (or the core) directly.",
+        "schema": {"type": "string", "enum": ["on", "off", "l2"]},
+    },
+    {
+        "name": "large",
+        "in": "query",
+        "required": False,
+        "description": "Lab profile only: the large-value policy of this read instead of "
+        "CACHE_LARGE_VALUES (`compress`, `simplify`, `skip`, `raw`).",
+        "schema": {"type": "string", "enum": list(POLICIES)},
+    },
+]
 
 
 def _schemas() -> dict[str, Schema]:
@@ -213,6 +249,33 @@ def _schemas() -> dict[str, Schema]:
                     "format": "date-time",
                     "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$",
                     "description": "UTC, RFC 3339 with exactly six fractional digits.",
+                },
+            },
+        },
+        "Track": {
+            "type": "object",
+            "required": ["id", "name", "distance_m", "path"],
+            "additionalProperties": False,
+            "properties": {
+                "id": {"type": "integer", "format": "int64", "minimum": 1},
+                "name": {"type": "string"},
+                "distance_m": {"type": "integer", "minimum": 0, "description": "metres"},
+                "tolerance": {
+                    "type": "number",
+                    "description": "Present when the path is simplified: the tolerance in "
+                    "degrees (the canonical form of ?simplify=, or CACHE_SIMPLIFY_TOLERANCE "
+                    "for a large track under CACHE_LARGE_VALUES=simplify).",
+                },
+                "path": {
+                    "type": "array",
+                    "minItems": 1,
+                    "description": "[longitude, latitude] pairs in degrees.",
+                    "items": {
+                        "type": "array",
+                        "minItems": 2,
+                        "maxItems": 2,
+                        "items": {"type": "number"},
+                    },
                 },
             },
         },
@@ -385,6 +448,26 @@ def _user_paths() -> dict[str, Schema]:
     }
 
 
+def _track_paths() -> dict[str, Schema]:
+    return {
+        "/api/v1/tracks/{id}": {
+            "parameters": [{**ID_PARAMETER, "description": "A track id: as a user id."}],
+            "get": {
+                "operationId": "getTrack",
+                "summary": "One GPS track, whole or simplified (cached; values over "
+                "CACHE_LARGE_VALUE_BYTES stored as CACHE_LARGE_VALUES says)",
+                "parameters": TRACK_PARAMETERS,
+                "responses": {
+                    "200": _ok(_ref("Track"), headers=READ_HEADERS),
+                    **_errors(400, 403),
+                    "404": _error(404, READ_HEADERS),
+                    **_errors(500, 503, 504),
+                },
+            },
+        }
+    }
+
+
 def _other_paths() -> dict[str, Schema]:
     return {
         "/api/v1/compute": {
@@ -451,7 +534,7 @@ def document() -> dict[str, Any]:
             "Writes (POST, PATCH, DELETE) need `Authorization: Bearer <WRITE_TOKEN>` when "
             "the gateway has a WRITE_TOKEN, which the production profile requires.",
         },
-        "paths": {**_user_paths(), **_other_paths()},
+        "paths": {**_user_paths(), **_track_paths(), **_other_paths()},
         "components": {
             "schemas": _schemas(),
             "securitySchemes": {

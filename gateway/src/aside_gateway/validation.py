@@ -7,6 +7,7 @@ Unicode code points, as the contract says.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 from aside_gateway.errors import ApiError
@@ -23,6 +24,12 @@ ID_MAX = 9223372036854775807  # PostgreSQL bigint
 ID_MAX_DIGITS = len(str(ID_MAX))
 
 IDEMPOTENCY_KEY_MAX = 255
+
+# contracts/tracks.json "tolerance": degrees, a plain decimal.
+TOLERANCE_MIN = Decimal("0.000001")
+TOLERANCE_MAX = Decimal("0.01")
+TOLERANCE_MAX_LENGTH = 16
+_TOLERANCE_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 COMPLEXITY_MIN = 1
 COMPLEXITY_MAX = 1000
@@ -122,3 +129,23 @@ def validate_compute_body(body: Any) -> tuple[int, str]:
     if engine not in COMPUTE_ENGINES:
         raise ApiError("invalid_request", "engine must be 'go' or 'python'")
     return complexity, engine
+
+
+def tolerance_problem(raw: str) -> str | None:
+    """Why `raw` is not a tolerance of contracts/tracks.json, or None."""
+    bounds = f"{TOLERANCE_MIN:f} to {TOLERANCE_MAX:f}"
+    # [0-9], not \d: other scripts' digits are not decimals here.
+    if len(raw) > TOLERANCE_MAX_LENGTH or not _TOLERANCE_RE.fullmatch(raw):
+        return f"simplify must be a plain decimal from {bounds} (degrees)"
+    if not TOLERANCE_MIN <= Decimal(raw) <= TOLERANCE_MAX:
+        return f"simplify must be from {bounds} (degrees)"
+    return None
+
+
+def parse_tolerance(raw: str) -> str:
+    """The canonical text of a tolerance (no leading zeros before the point,
+    no trailing zeros after it): the cache key's and the answer's."""
+    problem = tolerance_problem(raw)
+    if problem:
+        raise ApiError("invalid_tolerance", problem)
+    return format(Decimal(raw).normalize(), "f")

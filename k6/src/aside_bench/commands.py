@@ -12,14 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import chaos, config, hardening, report, soak
+from . import chaos, config, hardening, report, soak, trackplan, tracks
 from .ceiling import SearchParams, next_rate
 from .collect import collect
 from .k6run import LoadShape
 from .plan import (
-    CACHE_ARMS,
     CEILING_ARMS,
-    COMPUTE_ARMS,
     DEFAULT_ARMS,
     DEFAULT_RATES,
     TIERED_ARMS,
@@ -29,6 +27,7 @@ from .plan import (
     parse_duration,
     parse_rates,
     resolve_arms,
+    scenario_arms,
 )
 from .prepare import StackError, check_stack
 from .runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
@@ -79,9 +78,9 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     """The steps of a sweep; seed_indexed None checks the parameters only."""
     scenario = args.scenario
     rates = parse_rates(args.rates) if args.rates else list(DEFAULT_RATES[scenario])
-    allowed = COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
+    allowed = scenario_arms(scenario)
     arms = parse_arms(args.arms, allowed) if args.arms else list(DEFAULT_ARMS[scenario])
-    if scenario != "compute" and seed_indexed is not None:
+    if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
     return build_steps(scenario, rates, arms, args.warm, parse_duration(args.duration))
 
@@ -121,9 +120,13 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         rates=sorted({s.rate for s in steps}),
         arms=list(dict.fromkeys(s.arm for s in steps)),
     )
+    writer = report.write_sweep
+    if args.scenario == trackplan.SCENARIO:
+        params["tracks"] = tracks.check_tracks(settings, seed.data_dir)
+        writer = tracks.writer(settings)
     runner = _new_runner("sweep", run_id, out_dir, args, settings, seed, shape, params)
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)
-    return _drive(runner, lambda: runner.run_steps(steps), report.write_sweep)
+    return _drive(runner, lambda: runner.run_steps(steps), writer)
 
 
 def _new_runner(
@@ -302,6 +305,8 @@ def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     prom = Prometheus(settings.prometheus_url)
     results = collect(influx, prom, run["run_id"], run["steps"])
     writer = report.write_ceiling if run.get("kind") == "ceiling" else report.write_sweep
+    if run["params"].get("scenario") == trackplan.SCENARIO:
+        writer = tracks.writer(settings)
     for table in writer(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import trackplan
 from .config import Settings
 from .plan import Step
 from .prepare import StackError
 
-SCRIPTS = {"read": "read.js", "mixed": "mixed.js", "compute": "compute.js"}
+SCRIPTS = {"read": "read.js", "mixed": "mixed.js", "compute": "compute.js", "tracks": "tracks.js"}
 # k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
 # a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
 K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
@@ -123,12 +124,23 @@ def step_run(
             "COMPLEXITY": str(shape.complexity),
             "STALE_PER_MIN": str(shape.stale_per_min),
             "STALE_READS_AFTER": str(shape.stale_reads_after),
+            **track_variables(step),
         },
         out=f"influxdb={settings.influx_url}",
         # The report is built from InfluxDB and Prometheus, never from k6's console.
         console_summary=False,
         env=K6_ENV,
     )
+
+
+def track_variables(step: Step) -> dict[str, str]:
+    """The tracks scenario's own variables (trackplan.py)."""
+    if step.scenario != trackplan.SCENARIO:
+        return {}
+    return {
+        "ARM_QUERY": trackplan.query(step.arm),
+        "SIZE_BOUNDS": ",".join(map(str, trackplan.SIZE_BOUNDS)),
+    }
 
 
 # ---- the process ----------------------------------------------------------------------

@@ -9,6 +9,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from . import trackplan
+
 SCENARIOS = ("read", "mixed", "compute")
 WARM_CHOICES = ("both", "cold", "warm")
 CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "l1-ttl")
@@ -60,6 +62,12 @@ EXPECTED_LATENCY_S = {
     "go": 0.05,
     "python": 0.3,
 }
+# ---- scenario `tracks` (big cached values): trackplan.py, tracks.py ----
+SCENARIOS += (trackplan.SCENARIO,)
+DEFAULT_RATES[trackplan.SCENARIO] = trackplan.DEFAULT_RATES
+DEFAULT_ARMS[trackplan.SCENARIO] = trackplan.DEFAULT_ARMS
+EXPECTED_LATENCY_S |= trackplan.EXPECTED_LATENCY_S
+
 MIN_VUS = 5
 HEADROOM = 4
 MAX_PREALLOCATED_VUS = 500
@@ -171,7 +179,7 @@ def phases_for(arm: str, warm: str) -> list[str]:
     l1, hybrid) have a cold and a warm phase."""
     if warm not in WARM_CHOICES:
         raise PlanError(f"warm must be one of {', '.join(WARM_CHOICES)}, got {warm!r}")
-    if arm not in TIERED_ARMS:
+    if arm not in TIERED_ARMS + trackplan.CACHE_ARMS:
         return ["none"]
     return ["cold", "warm"] if warm == "both" else [warm]
 
@@ -186,13 +194,20 @@ def cache_param(arm: str) -> str | None:
     return CACHE_PARAMS.get(arm)
 
 
+def scenario_arms(scenario: str) -> tuple[str, ...]:
+    """The arms a scenario accepts."""
+    if scenario == trackplan.SCENARIO:
+        return trackplan.ARMS
+    return COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
+
+
 def build_steps(
     scenario: str, rates: list[int], arms: list[str], warm: str, duration_s: int
 ) -> list[Step]:
     """Steps in run order: rising rate, then the arms as given, cold before warm."""
     if scenario not in SCENARIOS:
         raise PlanError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
-    allowed = COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
+    allowed = scenario_arms(scenario)
     for arm in arms:
         if arm not in allowed:
             raise PlanError(

@@ -26,6 +26,7 @@ class Options:
     sample_size: int
     copy_format: str
     lock_timeout_s: float
+    tracks: int = 2000
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -125,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="seconds the final swap waits for readers of users, per try (3 tries; default 5)",
     )
+    add(
+        "--tracks",
+        type=_whole_number("--tracks", 0),
+        default=2000,
+        help="GPS tracks loaded beside the users, whatever --rows (default 2000)",
+    )
     add("--copy-format", choices=COPY_FORMATS, default="binary",
         help="how rows travel: pre-formatted binary (default), pre-formatted text, "
         "or psycopg write_row (slowest; kept for comparison)")  # fmt: skip
@@ -144,6 +151,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         sample_size=args.sample_size,
         copy_format=args.copy_format,
         lock_timeout_s=args.lock_timeout,
+        tracks=args.tracks,
     )
     check_hot_set(options)
     return options

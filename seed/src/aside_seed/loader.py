@@ -219,12 +219,18 @@ def analyze_new_table(conn: psycopg.Connection) -> None:
     conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(NEW_TABLE)))
 
 
-def swap_in(conn: psycopg.Connection, with_email_index: bool, lock_timeout_s: float) -> None:
+def swap_in(
+    conn: psycopg.Connection,
+    with_email_index: bool,
+    lock_timeout_s: float,
+    also: Callable[[psycopg.Connection], None] | None = None,
+) -> None:
     """Replaces users by users_new in one short transaction, retried a few times
-    when a long reader holds `users`: never hangs, never leaves half a table."""
+    when a long reader holds `users`: never hangs, never leaves half a table.
+    `also` swaps other tables in the same transaction (the tracks)."""
     for attempt in range(1, SWAP_TRIES + 1):
         try:
-            _swap_once(conn, with_email_index, lock_timeout_s)
+            _swap_once(conn, with_email_index, lock_timeout_s, also)
             return
         except psycopg.errors.LockNotAvailable:
             if attempt == SWAP_TRIES:
@@ -234,7 +240,12 @@ def swap_in(conn: psycopg.Connection, with_email_index: bool, lock_timeout_s: fl
                 ) from None
 
 
-def _swap_once(conn: psycopg.Connection, with_email_index: bool, lock_timeout_s: float) -> None:
+def _swap_once(
+    conn: psycopg.Connection,
+    with_email_index: bool,
+    lock_timeout_s: float,
+    also: Callable[[psycopg.Connection], None] | None = None,
+) -> None:
     ident = sql.Identifier
     with conn.transaction():
         timeout = sql.Literal(f"{max(1, round(lock_timeout_s * 1000))}ms")
@@ -270,6 +281,8 @@ def _swap_once(conn: psycopg.Connection, with_email_index: bool, lock_timeout_s:
                 sql.Literal(TABLE), ident(TABLE)
             )
         )
+        if also is not None:
+            also(conn)
 
 
 def _identity_sequence(conn: psycopg.Connection, table: str) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import redis
 
-from aside_seed import cache, keyfiles, loader
+from aside_seed import cache, keyfiles, loader, tracks
 from aside_seed.cli import Options
 from aside_seed.config import Config
 from aside_seed.datagen import DataShape, LocaleParts, RowMaker, build_parts, make_hot_emails
@@ -133,16 +133,19 @@ def _load_gated(
             loader.build_indexes(conn, config.database_url, options.index)
         with _phase(phases, "analyze"):
             loader.analyze_new_table(conn)
+        with _phase(phases, "tracks"):
+            track_index = tracks.load(conn, shape.seed, options.tracks)
         old_meta = keyfiles.withdraw_meta(data_dir)
         with _phase(phases, "swap"):
             try:
-                loader.swap_in(conn, options.index, options.lock_timeout_s)
+                loader.swap_in(conn, options.index, options.lock_timeout_s, tracks.swap_in)
             except BaseException:
                 keyfiles.restore_meta(data_dir, old_meta)
                 raise
     except BaseException:
         _drop_leftover(conn)
         raise
+    tracks.write_key_file(data_dir, shape.seed, track_index)
     with _phase(phases, "cache flush"):
         cache.flush(redis_client, config.redis_url)
 
@@ -153,6 +156,7 @@ def _drop_leftover(conn: psycopg.Connection) -> None:
     try:
         if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             loader.drop_new_table(conn)
+            tracks.drop_new_table(conn)
     except psycopg.Error:
         pass
 
@@ -179,8 +183,10 @@ def _meta(
             "hot_emails": keyfiles.HOT_EMAILS_FILE,
             "cold_emails": keyfiles.COLD_EMAILS_FILE,
             "user_ids": keyfiles.USER_IDS_FILE,
+            "tracks": tracks.TRACKS_FILE,
         },
         "copy_format": options.copy_format,
+        "tracks": options.tracks,
         # The data of a seed is the same only with the same Faker and numpy.
         "faker_version": version("faker"),
         "numpy_version": version("numpy"),

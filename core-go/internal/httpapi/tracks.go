@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aside-lab/aside/core-go/internal/compute"
+	"github.com/aside-lab/aside/core-go/internal/tracks"
+)
+
+// TrackReader reads one track (store.Store).
+type TrackReader interface {
+	Track(ctx context.Context, id int64) (tracks.Track, error)
+}
+
+// trackDeps are what the simplification handler needs. It shares the
+// compute limiter: both are CPU work, and on two cores more of it at once
+// only makes each slower.
+type trackDeps struct {
+	tracks   TrackReader
+	limiter  *compute.Limiter
+	rejected prometheus.Counter
+	duration prometheus.Observer
+	points   *prometheus.HistogramVec
+}
+
+// parseTolerance reads ?tolerance=, given exactly once.
+func parseTolerance(c *gin.Context) (string, float64, error) {
+	values := c.Request.URL.Query()["tolerance"]
+	if len(values) != 1 {
+		return "", 0, badRequest(codeInvalidTolerance, "give one tolerance parameter: "+tracks.ErrTolerance.Error())
+	}
+	canonical, value, err := tracks.ParseTolerance(values[0])
+	if err != nil {
+		return "", 0, badRequest(codeInvalidTolerance, err.Error())
+	}
+	return canonical, value, nil
+}
+
+// simplifyTrack answers GET /internal/v1/tracks/:id/simplified?tolerance=T,
+// the gateway's call on a miss of GET /api/v1/tracks/<id>?simplify=T: the
+// track with its path simplified by Douglas-Peucker, as the API shows it.
+func simplifyTrack(d trackDeps) handlerFunc {
+	return func(c *gin.Context) error {
+		id, err := parsePathID(c)
+		if err != nil {
+			return err
+		}
+		canonical, tolerance, err := parseTolerance(c)
+		if err != nil {
+			return err
+		}
+		// Read before taking a CPU slot: a slot is not held through a database wait.
+		track, err := d.tracks.Track(c.Request.Context(), id)
+		if err != nil {
+			return err
+		}
+		release, err := d.limiter.Acquire(c.Request.Context())
+		if err != nil {
+			if errors.Is(err, compute.ErrBusy) {
+				d.rejected.Inc()
+			}
+			return unavailable(codeUnavailable, "compute is at its concurrency limit; retry later")
+		}
+		defer release()
+		start := time.Now()
+		body, before, after, err := tracks.Simplified(track, canonical, tolerance)
+		if err != nil {
+			return err // a stored path the seeder did not write: 500, logged
+		}
+		d.duration.Observe(time.Since(start).Seconds())
+		d.points.WithLabelValues("before").Observe(float64(before))
+		d.points.WithLabelValues("after").Observe(float64(after))
+		c.Data(http.StatusOK, "application/json; charset=utf-8", body)
+		return nil
+	}
+}
