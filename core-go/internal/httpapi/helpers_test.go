@@ -60,6 +60,8 @@ type serverOpts struct {
 	separateMetrics bool
 	// coreToken is CORE_TOKEN: when set, /api/v1 needs it as a bearer token.
 	coreToken string
+	// testHooks is ASIDE_TEST_HOOKS=1: X-Test-Delay-Ms holds answers.
+	testHooks bool
 }
 
 // testServer is the real router over real PostgreSQL and Redis.
@@ -124,6 +126,7 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 		Log:             slog.New(slog.NewTextHandler(logs, nil)),
 		SeparateMetrics: o.separateMetrics,
 		CoreToken:       o.coreToken,
+		TestHooks:       o.testHooks,
 	})
 	return &testServer{router: router, metrics: m, limiter: limiter, rdb: rdb, logs: logs}
 }

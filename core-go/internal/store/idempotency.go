@@ -211,17 +211,18 @@ func (s *Store) withTx(ctx context.Context, fn func(context.Context, pgx.Tx) err
 			return notApplied(err)
 		}
 		if err := fn(ctx, tx); err != nil {
-			rollback(tx)
+			rollback(ctx, tx)
 			return notApplied(err)
 		}
 		return tx.Commit(ctx)
 	})
 }
 
-// rollback ends a failed transaction; on a broken connection it cannot, and
-// the server rolls back on its own when the connection closes.
-func rollback(tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+// rollback ends a failed transaction within the write's own deadline (ctx),
+// so that WriteBound holds. When it cannot (a broken connection, or no time
+// left), pgx closes the connection and the server rolls back on its own.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_ = tx.Rollback(ctx)
 }
