@@ -34,6 +34,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "unavailable": 503,
     "seeding": 503,
     "timeout": 504,
+    "write_outcome_unknown": 504,
 }
 
 
