@@ -85,8 +85,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	users := store.New(pool, cfg.DBTimeout)
 	limiter := compute.NewLimiter(cfg.ComputeMaxConcurrency, cfg.ComputeQueueWait)
 	m := metrics.New(string(cfg.Profile), pool.Stat, limiter.InUse)
-	relay := outbox.New(users, func() *redis.Client {
-		client, _ := cache.NewClient(cfg.RedisURL, cache.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: 1})
+	relay := outbox.New(users, func(readTimeout time.Duration) *redis.Client {
+		client, _ := cache.NewClient(cfg.RedisURL,
+			cache.ClientOptions{Timeout: cfg.RedisTimeout, ReadTimeout: readTimeout, PoolSize: 1})
 		return client // the URL parsed above
 	}, outbox.DefaultOptions(cfg.InvalidationDeadline), m.Outbox)
 	router := httpapi.NewRouter(httpapi.Deps{

@@ -106,8 +106,9 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 	limiter := compute.NewLimiter(o.computeMax, o.computeWait)
 	m := metrics.New("lab", pool.Stat, limiter.InUse)
 	logs := &lockedBuffer{}
-	relay := outbox.New(users, func() *redis.Client {
-		client, _ := cache.NewClient(o.redisURL, cache.ClientOptions{Timeout: 200 * time.Millisecond, PoolSize: 1})
+	relay := outbox.New(users, func(readTimeout time.Duration) *redis.Client {
+		client, _ := cache.NewClient(o.redisURL,
+			cache.ClientOptions{Timeout: 200 * time.Millisecond, ReadTimeout: readTimeout, PoolSize: 1})
 		return client
 	}, outbox.DefaultOptions(300*time.Millisecond), m.Outbox)
 	relayCtx, stopRelay := context.WithCancel(context.Background())

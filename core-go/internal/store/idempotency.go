@@ -205,7 +205,12 @@ func (s *Store) PurgeExpiredKeysEvery(ctx context.Context, o PurgeOptions, onErr
 // Only a failed COMMIT can leave the outcome unknown: a failure before it
 // rolls the whole transaction back, so nothing was applied.
 func (s *Store) withTx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
-	return s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+	return s.withTxFor(ctx, s.timeout+ClientGrace, fn)
+}
+
+// withTxFor is withTx with the transaction's statements bounded by bound.
+func (s *Store) withTxFor(ctx context.Context, bound time.Duration, fn func(context.Context, pgx.Tx) error) error {
+	return s.withConnFor(ctx, bound, func(ctx context.Context, conn *pgxpool.Conn) error {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			return notApplied(err)

@@ -246,6 +246,12 @@ func (s *Store) DeleteUser(ctx context.Context, id int64) (Written, error) {
 // withConn acquires a connection explicitly so that a failure to get one
 // (nothing was sent) is told apart from a failure mid-statement.
 func (s *Store) withConn(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
+	return s.withConnFor(ctx, s.timeout+ClientGrace, fn)
+}
+
+// withConnFor is withConn with fn's statements bounded by bound instead.
+func (s *Store) withConnFor(ctx context.Context, bound time.Duration,
+	fn func(context.Context, *pgxpool.Conn) error) error {
 	acquireCtx, cancelAcquire := context.WithTimeout(ctx, s.timeout)
 	defer cancelAcquire()
 	conn, err := s.pool.Acquire(acquireCtx)
@@ -253,7 +259,7 @@ func (s *Store) withConn(ctx context.Context, fn func(context.Context, *pgxpool.
 		return &UnavailableError{Err: err, MaybeApplied: false}
 	}
 	defer conn.Release()
-	stmtCtx, cancelStmt := context.WithTimeout(ctx, s.timeout+ClientGrace)
+	stmtCtx, cancelStmt := context.WithTimeout(ctx, bound)
 	defer cancelStmt()
 	return classify(fn(stmtCtx, conn))
 }
