@@ -31,13 +31,29 @@ CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (
 -- (contracts/cache.json "invalidation"). The core deletes the row once Redis
 -- took the DEL; a row whose DEL failed, or whose core died first, is retried
 -- by the core's relay until Redis takes it.
+-- kind 'flush' (no user): the seeder's swap owes a flush of the whole cache
+-- (flush_cache.lua). The seeder runs it and deletes the row, holding the
+-- row's lock meanwhile; a row it left (it died, or Redis failed it) is
+-- flushed by the core's relay.
 CREATE TABLE IF NOT EXISTS cache_invalidations (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    user_id      bigint      NOT NULL,
+    kind         text        NOT NULL DEFAULT 'keys' CHECK (kind IN ('keys', 'flush')),
+    user_id      bigint,
     email_before text,
     email_after  text,
     created_at   timestamptz NOT NULL DEFAULT now()
 );
+-- A table made before flush rows existed gets the column. Checked first, so
+-- that applying the schema takes no table lock once it is done.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM information_schema.columns WHERE table_schema = current_schema()
+                   AND table_name = 'cache_invalidations' AND column_name = 'kind') THEN
+        ALTER TABLE cache_invalidations
+            ADD COLUMN kind text NOT NULL DEFAULT 'keys' CHECK (kind IN ('keys', 'flush')),
+            ALTER COLUMN user_id DROP NOT NULL;
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS cache_invalidations_created_at_idx ON cache_invalidations (created_at);
 
 -- GPS tracks, seeded beside the users and only read by the services (the

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 import redis
 import requests
-from gateway_helpers import CONTRACTS, REPO, Proc, with_path
+from gateway_helpers import CONTRACTS, REPO, Proc, sample, scrape, wait_until, with_path
 
 DB_NAME = "aside_test_seed_serving"
 REDIS_DB = 4
@@ -322,3 +322,49 @@ def test_an_idempotency_key_of_the_old_table_is_not_replayed(services: Services)
             "SELECT id FROM users WHERE username = %s", (body["username"],)
         ).fetchone()
     assert row == (again.json()["id"],)
+
+
+def serves_only(s: Services, counts: dict[str, int], users: dict[int, str]) -> bool:
+    """Both gateways answer every count and user as the table has it."""
+    for base in (s.gateway.url, s.hybrid.url):
+        if any(count_of(base, email) != count for email, count in counts.items()):
+            return False
+        if any((user_of(base, i) or {}).get("username") != users.get(i) for i in users):
+            return False
+    return True
+
+
+def test_a_seeder_killed_between_swap_and_flush_leaves_the_flush_to_the_core(
+    services: Services,
+) -> None:
+    """The seeder dies right after its swap committed (the lab-only
+    ASIDE_SEED_EXIT_AFTER_SWAP), before its flush: the flush it owed in the same
+    transaction as the swap is run by the core's outbox relay, with no seeder."""
+    s = services
+    run_seed(s, OLD_ROWS, seed=6)
+    hot = read_json(s, "hot_emails.json")[:20]
+    # Negative entries in the old table, users in the new one.
+    ids = list(range(OLD_ROWS + 1, OLD_ROWS + 21))
+    warm(s, hot, ids)
+    rdb = redis.Redis.from_url(s.redis_url, socket_timeout=5)
+    old_key = f"aside:v1:count:{hot[0]}"
+    old_value = rdb.get(old_key)
+    assert old_value is not None
+    settled = sample(scrape(s.core.url), "aside_core_cache_outbox_settled_total")
+
+    cmd, env = seed_command(s, NEW_ROWS, seed=6)  # the same addresses, five times the rows
+    env["ASIDE_SEED_EXIT_AFTER_SWAP"] = "1"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=SEED_TIMEOUT_S)
+    assert done.returncode == 3, done.stderr
+    # The seeder flushed nothing: the old table's count is still cached.
+    assert rdb.get(old_key) == old_value
+
+    counts, users = db_counts(s, hot), db_users(s, ids)
+    assert counts[hot[0]] != int(old_value) and len(users) == len(ids)
+    started = time.monotonic()
+    wait_until(lambda: serves_only(s, counts, users), 20, "both gateways to serve the new table")
+    print(f"old values gone {time.monotonic() - started:.2f} s after the seeder died")
+    assert sample(scrape(s.core.url), "aside_core_cache_outbox_settled_total") > settled
+    with psycopg.connect(s.db_url) as conn:
+        owed = conn.execute("SELECT count(*) FROM cache_invalidations WHERE kind = 'flush'")
+        assert owed.fetchone() == (0,)

@@ -141,6 +141,12 @@ def test_core_case_wants_fast_core_unavailable_while_down() -> None:
     assert not checks_by_name(cc.core_checks(failed_after, events)[0])[
         "writes succeed once the core is back"
     ]
+    # A write in flight when the core died may have committed: its 504 says so.
+    in_flight = [*samples, sample("create", 504, 0.99, 30, code="write_outcome_unknown")]
+    assert all(checks_by_name(cc.core_checks(in_flight, events)[0]).values())
+    # Started after the kill, it was never sent: 504 there is wrong.
+    late = [*samples, sample("create", 504, 1.5, 30, code="write_outcome_unknown")]
+    assert not all(checks_by_name(cc.core_checks(late, events)[0]).values())
 
 
 def test_postgres_case_wants_cached_reads_and_recovery_within_the_limit() -> None:
@@ -374,7 +380,10 @@ def test_core_down_writes_fail_fast_and_recover(chaos_run: dict[str, Any]) -> No
     assert figures["writes_while_down"] > 0
     assert figures["max_ms_while_down"] <= cc.CORE_DOWN_MAX_MS
     assert figures["first_2xx_write_after_ready_s"] <= cc.RECOVER_S
-    assert core_case["requests"]["create"]["codes"].keys() <= {"core_unavailable"}
+    assert core_case["requests"]["create"]["codes"].keys() <= {
+        "core_unavailable",
+        "write_outcome_unknown",  # only a write in flight when the core died
+    }
     assert set(core_case["requests"]["count"]["statuses"]) == {"200"}
     assert core_case["writes"]["not_acknowledged"] > 0
 

@@ -82,3 +82,7 @@ def test_config_reads_the_environment_in_one_place(tmp_path: Path) -> None:
     assert config.database_url == "postgresql://aside@127.0.0.1:25432/aside"
     with pytest.raises(UsageError, match="ASIDE_SEED_FAIL_AFTER_ROWS"):
         load_config({"ASIDE_SEED_FAIL_AFTER_ROWS": "-1"})
+    assert config.exit_after_swap is False
+    assert load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "1"}).exit_after_swap is True
+    with pytest.raises(UsageError, match=r"^ASIDE_SEED_EXIT_AFTER_SWAP must be 0 or 1"):
+        load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "yes"})

@@ -111,6 +111,46 @@ def test_the_cache_is_flushed_and_the_l1_tiers_told(seed, db: psycopg.Connection
             flushes += json.loads(message["data"]).get("flush") is True
     pubsub.close()
     assert flushes == 1
+    # The flush the swap owed was run by the seeder itself and cleared.
+    assert db.execute("SELECT count(*) FROM cache_invalidations").fetchone() == (0,)
+
+
+def script_lines(text: str) -> list[str]:
+    """The statements of a Lua script: no comments, blank lines or indentation."""
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("--")]
+
+
+def test_the_flush_script_is_the_contracts() -> None:
+    contract = (CONTRACTS / "flush_cache.lua").read_text()
+    assert script_lines(cache.FLUSH_AND_ANNOUNCE) == script_lines(contract)
+
+
+def test_a_seeder_gone_after_its_swap_leaves_the_flush_owed(
+    seed, db: psycopg.Connection, rdb
+) -> None:
+    """What a kill between the swap and the flush leaves: the new table in, the
+    gate open, the cache untouched, and the flush owed in the core's outbox
+    (which the core's relay then runs: gateway/tests/test_seed_serving.py)."""
+    seed.ok(*ARGS)
+    rdb.set("aside:v1:count:a@example.com", "old")
+    done = seed("--rows", "6000", "--hot-emails", "10", "--reset", ASIDE_SEED_EXIT_AFTER_SWAP="1")
+    assert done.returncode == 3, done.stderr
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("aside-seed: stopped after the swap by ASIDE_SEED_EXIT_AFTER_SWAP")
+    )
+    assert db.execute("SELECT count(*) FROM users").fetchone() == (6000,)
+    assert rdb.get("aside:v1:count:a@example.com") == b"old"
+    owed = db.execute("SELECT kind, user_id FROM cache_invalidations").fetchall()
+    assert owed == [("flush", None)]
+    assert gate_holders(db) == []
+    # The next run flushes the cache and clears its own row; the old one
+    # stays for a relay (one more flush of an already empty cache).
+    seed.ok(*ARGS)
+    assert rdb.get("aside:v1:count:a@example.com") is None
+    assert db.execute("SELECT count(*) FROM cache_invalidations").fetchone() == (1,)
 
 
 def test_redis_unreachable_is_refused_before_the_load(seed, db: psycopg.Connection) -> None:

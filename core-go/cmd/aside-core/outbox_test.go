@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -130,4 +131,49 @@ func countByEmail(t *testing.T, email string) string {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A seeder that died between its swap and its flush left the flush owed;
+// a running core's relay runs it: every cached value and lease gone, the
+// L1 tiers told, the row deleted.
+func TestFlushOwedByADeadSeederIsRunByTheRelay(t *testing.T) {
+	env.Reset(t)
+	ctx := context.Background()
+	core := startCore(t)
+	messages := subscribeInvalidations(t, env.RedisURL)
+	cached := cache.WithLeases([]string{cache.CountKey("old@example.com"), cache.UserKey(7)})
+	for _, k := range append([]string{"aside:test:other"}, cached...) {
+		if err := env.Redis.Set(ctx, k, "old", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Pool.Exec(ctx, "INSERT INTO cache_invalidations (kind) VALUES ('flush')"); err != nil {
+		t.Fatal(err)
+	}
+	// Grace (1.6 s by default) plus a relay round, with room for a busy machine.
+	pollUntil(t, 10*time.Second, "the old values flushed", func() bool {
+		n, err := env.Redis.Exists(ctx, cached...).Result()
+		return err == nil && n == 0
+	})
+	if n, _ := env.Redis.Exists(ctx, "aside:test:other").Result(); n != 1 {
+		t.Fatal("a key outside the cache prefix was flushed")
+	}
+	deadline := time.After(5 * time.Second)
+	for flushed := false; !flushed; {
+		select {
+		case msg := <-messages:
+			var m cache.FlushMessage
+			flushed = json.Unmarshal([]byte(msg.Payload), &m) == nil && m.Flush
+		case <-deadline:
+			t.Fatal("no flush message published")
+		}
+	}
+	pollUntil(t, 5*time.Second, "the owed flush settled", func() bool {
+		var owed int
+		err := env.Pool.QueryRow(ctx, "SELECT count(*) FROM cache_invalidations").Scan(&owed)
+		return err == nil && owed == 0
+	})
+	if v, err := metricValue(core.url("/metrics"), "aside_core_cache_outbox_settled_total"); err != nil || v != 1 {
+		t.Fatalf("settled counter %v (%v), want 1", v, err)
+	}
 }

@@ -85,8 +85,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	users := store.New(pool, cfg.DBTimeout)
 	limiter := compute.NewLimiter(cfg.ComputeMaxConcurrency, cfg.ComputeQueueWait)
 	m := metrics.New(string(cfg.Profile), pool.Stat, limiter.InUse)
-	relay := outbox.New(users, func() *redis.Client {
-		client, _ := cache.NewClient(cfg.RedisURL, cache.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: 1})
+	relay := outbox.New(users, func(readTimeout time.Duration) *redis.Client {
+		client, _ := cache.NewClient(cfg.RedisURL,
+			cache.ClientOptions{Timeout: cfg.RedisTimeout, ReadTimeout: readTimeout, PoolSize: 1})
 		return client // the URL parsed above
 	}, outbox.DefaultOptions(cfg.InvalidationDeadline), m.Outbox)
 	router := httpapi.NewRouter(httpapi.Deps{
@@ -103,6 +104,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Log:             log,
 		SeparateMetrics: cfg.MetricsAddr != "",
 		CoreToken:       cfg.CoreToken,
+		TestHooks:       cfg.TestHooks,
 	})
 
 	metricsSrv, err := serveMetrics(cfg.MetricsAddr, m, log)
@@ -137,7 +139,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("aside-core listening", "addr", ln.Addr().String(), "profile", cfg.Profile,
 		"db_pool_max", cfg.DBPoolMax, "compute_max_concurrency", cfg.ComputeMaxConcurrency,
-		"core_token", cfg.CoreToken != "")
+		"core_token", cfg.CoreToken != "", "test_hooks", cfg.TestHooks,
+		"write_worst_case", writeWorstCase(cfg).String())
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -158,6 +161,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// writeWorstCase is the longest the core takes over a write once it has the
+// request: the gateway's CORE_TIMEOUT_MS must be longer (contracts/timeouts.json).
+func writeWorstCase(cfg config.Config) time.Duration {
+	return store.WriteBound(cfg.DBTimeout) + cfg.InvalidationDeadline
 }
 
 // serveMetrics starts the separate /metrics listener when addr is set

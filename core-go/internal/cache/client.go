@@ -15,6 +15,9 @@ type ClientOptions struct {
 	// Timeout bounds dialing, each read and write, and waiting for a pooled connection.
 	Timeout  time.Duration
 	PoolSize int
+	// ReadTimeout, when set, replaces Timeout for reads: a client that
+	// waits for a long script (FlushAll).
+	ReadTimeout time.Duration
 }
 
 // NewClient builds a pooled Redis client; it connects lazily. Retries are
@@ -26,6 +29,9 @@ func NewClient(redisURL string, o ClientOptions) (*redis.Client, error) {
 	}
 	opts.DialTimeout = o.Timeout
 	opts.ReadTimeout = o.Timeout
+	if o.ReadTimeout > 0 {
+		opts.ReadTimeout = o.ReadTimeout
+	}
 	opts.WriteTimeout = o.Timeout
 	opts.PoolTimeout = o.Timeout
 	opts.PoolSize = o.PoolSize

@@ -31,3 +31,14 @@ func TestStoreScriptIsTheContracts(t *testing.T) {
 		t.Fatalf("lease.go's store script differs from contracts/store_if_lease_held.lua:\n%q\nwant\n%q", got, want)
 	}
 }
+
+func TestFlushScriptIsTheContracts(t *testing.T) {
+	contract, err := os.ReadFile(testenv.ContractPath("flush_cache.lua"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := scriptLines(flushAllSrc), scriptLines(string(contract))
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("flush.go's script differs from contracts/flush_cache.lua:\n%q\nwant\n%q", got, want)
+	}
+}

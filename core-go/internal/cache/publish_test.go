@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
 
 // subscribe listens on the invalidation channel until the test ends; the
@@ -75,5 +76,45 @@ func TestFailedInvalidatePublishesNothing(t *testing.T) {
 	case msg := <-ch:
 		t.Fatalf("published %q for a DEL that failed", msg.Payload)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// The flush a seed owes: every value and lease of the prefix gone, nothing
+// else touched, and the L1 tiers told in the contract's message.
+func TestFlushAllDeletesThePrefixAndTellsTheL1Tiers(t *testing.T) {
+	env.Reset(t)
+	ch := subscribe(t, newClient(t, env.RedisURL))
+	cached := cache.WithLeases([]string{cache.CountKey("a@example.com"), cache.UserKey(1), cache.UserKey(2)})
+	setAll(t, cached...)
+	setAll(t, "aside:test:other", "aside:v2:count:x")
+
+	deleted, err := cache.FlushAll(context.Background(), newClient(t, env.RedisURL))
+	if err != nil || deleted != int64(len(cached)) {
+		t.Fatalf("FlushAll = %d, %v; want %d deleted", deleted, err, len(cached))
+	}
+	if left := existing(t, cached...); len(left) > 0 {
+		t.Fatalf("left behind: %q", left)
+	}
+	if left := existing(t, "aside:test:other", "aside:v2:count:x"); len(left) != 2 {
+		t.Fatalf("keys outside the prefix deleted: only %q left", left)
+	}
+	select {
+	case msg := <-ch:
+		var got, want map[string]any
+		if err := json.Unmarshal([]byte(msg.Payload), &got); err != nil {
+			t.Fatal(err)
+		}
+		var contract struct {
+			Tiers struct {
+				FlushMessage map[string]any `json:"flush_message"`
+			} `json:"tiers"`
+		}
+		testenv.LoadContract(t, "cache.json", &contract)
+		want = contract.Tiers.FlushMessage
+		if got["flush"] != true || len(got) != len(want) || got["published_ms"] == nil {
+			t.Fatalf("flush message %v, want the shape of %v", got, want)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no flush message within 2s")
 	}
 }

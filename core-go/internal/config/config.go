@@ -64,6 +64,11 @@ type Config struct {
 	// request must carry (Authorization: Bearer). Required in production.
 	// A secret: no error message shows it.
 	CoreToken string
+
+	// TestHooks (lab only) lets a write carry X-Test-Delay-Ms, which holds
+	// its answer after the write is done: how the tests make the gateway
+	// time out on a write that was applied.
+	TestHooks bool
 }
 
 // Error is a configuration error: one line naming the variable.
@@ -129,6 +134,10 @@ func Load(getenv func(string) string) (Config, error) {
 	cfg.ComputeQueueWait = r.millis("CORE_COMPUTE_QUEUE_WAIT_MS", 1000, 0, 60_000)
 	cfg.ShutdownTimeout = r.duration("CORE_SHUTDOWN_TIMEOUT", 10*time.Second, 0, time.Hour)
 	cfg.CoreToken = r.token("CORE_TOKEN", cfg.Profile)
+	cfg.TestHooks = r.flag("ASIDE_TEST_HOOKS")
+	if cfg.TestHooks && cfg.Profile != ProfileLab {
+		r.fail("ASIDE_TEST_HOOKS", "1 is refused unless ASIDE_PROFILE=lab")
+	}
 
 	if r.err != nil {
 		return Config{}, r.err
@@ -206,6 +215,19 @@ func (r *reader) intRange(name string, def, lo, hi int) int {
 		return def
 	}
 	return n
+}
+
+// flag reads 0 or 1 (unset: 0).
+func (r *reader) flag(name string) bool {
+	switch v := strings.TrimSpace(r.getenv(name)); v {
+	case "", "0":
+		return false
+	case "1":
+		return true
+	default:
+		r.fail(name, fmt.Sprintf("must be 0 or 1, got %q", v))
+		return false
+	}
 }
 
 func (r *reader) millis(name string, def, lo, hi int) time.Duration {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/aside-lab/aside/core-go/internal/config"
+	"github.com/aside-lab/aside/core-go/internal/store"
+	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -109,6 +111,7 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CORE_TOKEN", "short"},
 		{"CORE_TOKEN", "has a space in it, 0123456789"},
 		{"CORE_TOKEN", strings.Repeat("x", 513)},
+		{"ASIDE_TEST_HOOKS", "yes"},
 	}
 	for _, b := range bad {
 		_, err := config.Load(lab(map[string]string{b.name: b.value}))
@@ -190,5 +193,67 @@ func TestCoreTokenErrorHidesTheValue(t *testing.T) {
 	_, err := config.Load(lab(map[string]string{"CORE_TOKEN": "s3cret s3cret s3cret"}))
 	if err == nil || !strings.HasPrefix(err.Error(), "CORE_TOKEN: ") || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("err = %v, want a CORE_TOKEN error without the value", err)
+	}
+}
+
+// The core's worst case for a write, from its defaults, is what
+// contracts/timeouts.json says, part by part, and the gateway's
+// CORE_TIMEOUT_MS (checked by the gateway's tests) outlasts it.
+func TestDefaultsMatchTheTimeoutsContract(t *testing.T) {
+	var contract struct {
+		Parts []struct {
+			Part     string  `json:"part"`
+			Variable *string `json:"variable"`
+			MS       int64   `json:"ms"`
+		} `json:"core_write_worst_case"`
+	}
+	testenv.LoadContract(t, "timeouts.json", &contract)
+	if len(contract.Parts) != 4 {
+		t.Fatalf("timeouts.json lists %d parts, want pool_acquire, statements, client_grace, invalidation",
+			len(contract.Parts))
+	}
+	cfg, err := config.Load(lab(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byVariable := map[string]time.Duration{
+		"CORE_DB_TIMEOUT_MS":            cfg.DBTimeout,
+		"CORE_INVALIDATION_DEADLINE_MS": cfg.InvalidationDeadline,
+	}
+	var sum time.Duration
+	for _, p := range contract.Parts {
+		want := time.Duration(p.MS) * time.Millisecond
+		sum += want
+		got := store.ClientGrace
+		if p.Variable != nil {
+			var known bool
+			if got, known = byVariable[*p.Variable]; !known {
+				t.Errorf("part %s: %s is not a variable the core reads", p.Part, *p.Variable)
+				continue
+			}
+		}
+		if got != want {
+			t.Errorf("part %s: the core's default is %v, timeouts.json says %v", p.Part, got, want)
+		}
+	}
+	if got := store.WriteBound(cfg.DBTimeout) + cfg.InvalidationDeadline; got != sum {
+		t.Errorf("the store's bound plus the invalidation deadline is %v, the contract's parts add up to %v", got, sum)
+	}
+}
+
+func TestTestHooksAreLabOnly(t *testing.T) {
+	cfg, err := config.Load(lab(map[string]string{"ASIDE_TEST_HOOKS": "1"}))
+	if err != nil || !cfg.TestHooks {
+		t.Fatalf("lab with ASIDE_TEST_HOOKS=1: hooks %v, err %v", cfg.TestHooks, err)
+	}
+	if cfg, _ := config.Load(lab(nil)); cfg.TestHooks {
+		t.Fatal("test hooks on by default")
+	}
+	_, err = config.Load(env(map[string]string{
+		"ASIDE_PROFILE": "production", "DATABASE_URL": "postgresql://a@b/c", "REDIS_URL": "redis://r:6379/0",
+		"CORE_TOKEN": "core-token-0123456789", "ASIDE_TEST_HOOKS": "1",
+	}))
+	if err == nil || !strings.HasPrefix(err.Error(), "ASIDE_TEST_HOOKS: ") {
+		t.Fatalf("production with ASIDE_TEST_HOOKS=1: err = %v, want it refused", err)
 	}
 }

@@ -60,6 +60,8 @@ type serverOpts struct {
 	separateMetrics bool
 	// coreToken is CORE_TOKEN: when set, /api/v1 needs it as a bearer token.
 	coreToken string
+	// testHooks is ASIDE_TEST_HOOKS=1: X-Test-Delay-Ms holds answers.
+	testHooks bool
 }
 
 // testServer is the real router over real PostgreSQL and Redis.
@@ -104,8 +106,9 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 	limiter := compute.NewLimiter(o.computeMax, o.computeWait)
 	m := metrics.New("lab", pool.Stat, limiter.InUse)
 	logs := &lockedBuffer{}
-	relay := outbox.New(users, func() *redis.Client {
-		client, _ := cache.NewClient(o.redisURL, cache.ClientOptions{Timeout: 200 * time.Millisecond, PoolSize: 1})
+	relay := outbox.New(users, func(readTimeout time.Duration) *redis.Client {
+		client, _ := cache.NewClient(o.redisURL,
+			cache.ClientOptions{Timeout: 200 * time.Millisecond, ReadTimeout: readTimeout, PoolSize: 1})
 		return client
 	}, outbox.DefaultOptions(300*time.Millisecond), m.Outbox)
 	relayCtx, stopRelay := context.WithCancel(context.Background())
@@ -125,6 +128,7 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 		Log:             slog.New(slog.NewTextHandler(logs, nil)),
 		SeparateMetrics: o.separateMetrics,
 		CoreToken:       o.coreToken,
+		TestHooks:       o.testHooks,
 	})
 	return &testServer{router: router, metrics: m, limiter: limiter, rdb: rdb, logs: logs}
 }

@@ -29,6 +29,8 @@ type Deps struct {
 	// CoreToken, when not empty, is the bearer token every /api/v1 request
 	// (writes and compute) must carry; health and metrics stay open.
 	CoreToken string
+	// TestHooks (lab only) honours X-Test-Delay-Ms on /api/v1 (testhooks.go).
+	TestHooks bool
 }
 
 func init() {
@@ -56,6 +58,9 @@ func NewRouter(d Deps) *gin.Engine {
 	writes := writeDeps{users: d.Users, invalidator: d.Invalidator, outbox: d.Outbox, log: d.Log,
 		uncertain: d.Metrics.UncertainWritesTotal.Inc}
 	api := r.Group("/api/v1", requireToken(d.CoreToken))
+	if d.TestHooks {
+		api.Use(holdAnswers())
+	}
 	api.POST("/users", handle(d.Log, createUser(writes)))
 	api.PATCH("/users/:id", handle(d.Log, updateUser(writes)))
 	api.DELETE("/users/:id", handle(d.Log, deleteUser(writes)))

@@ -14,6 +14,12 @@
 //   - the core died before either: the row outlives Grace and any core's relay
 //     settles it.
 //
+// A seed owes a flush of the whole cache once its swap has committed (a row
+// of kind 'flush'). The seeder runs it itself, holding the row's lock; a row
+// it left behind (it died between its swap and its flush, or Redis failed
+// it) is past Grace and unlocked, and the relay runs the same flush
+// (cache.FlushAll), with its own client that waits up to FlushDeadline.
+//
 // The relay uses a Redis client of its own and builds a fresh one after any
 // failed round: go-redis's pool, once PoolSize dials have failed, fails every
 // command fast and probes Redis only once a second, which would add up to a
@@ -36,6 +42,8 @@ type Store interface {
 	SettleOwed(ctx context.Context, ids []int64, grace time.Duration, limit int,
 		del func([]store.Owed) error) ([]store.Owed, error)
 	ForgetOwed(ctx context.Context, ids []int64) error
+	SettleFlushes(ctx context.Context, grace, flushDeadline time.Duration,
+		flush func(context.Context) error) ([]time.Duration, error)
 }
 
 // Options bound the relay's work and set its pace.
@@ -54,17 +62,21 @@ type Options struct {
 	// Queue bounds the ids waiting to be forgotten or retried; an id that does
 	// not fit is settled after Grace instead (one more DEL, never a lost one).
 	Queue int
+	// FlushDeadline bounds the flush a seed left owed: the script deletes
+	// about a million keys a second, and Redis answers only then.
+	FlushDeadline time.Duration
 }
 
 // DefaultOptions are the relay's settings for a given invalidation deadline.
 func DefaultOptions(deadline time.Duration) Options {
 	return Options{
-		PollEvery:  250 * time.Millisecond,
-		RetryEvery: 100 * time.Millisecond,
-		Grace:      2*deadline + time.Second,
-		Deadline:   deadline,
-		Batch:      500,
-		Queue:      8192,
+		PollEvery:     250 * time.Millisecond,
+		RetryEvery:    100 * time.Millisecond,
+		Grace:         2*deadline + time.Second,
+		Deadline:      deadline,
+		Batch:         500,
+		Queue:         8192,
+		FlushDeadline: time.Minute,
 	}
 }
 
@@ -79,7 +91,7 @@ type Observer interface {
 // Relay settles owed invalidations; build it with New and run Run once.
 type Relay struct {
 	store    Store
-	newRedis func() *redis.Client
+	newRedis func(readTimeout time.Duration) *redis.Client
 	opts     Options
 	observe  Observer
 	forget   chan int64
@@ -87,8 +99,8 @@ type Relay struct {
 }
 
 // New returns a relay; newRedis builds the relay's own client (called again
-// after every failed round).
-func New(st Store, newRedis func() *redis.Client, opts Options, observe Observer) *Relay {
+// after every failed round), with readTimeout as its read timeout when not 0.
+func New(st Store, newRedis func(readTimeout time.Duration) *redis.Client, opts Options, observe Observer) *Relay {
 	return &Relay{
 		store: st, newRedis: newRedis, opts: opts, observe: observe,
 		forget: make(chan int64, opts.Queue),
@@ -116,7 +128,7 @@ func offer(queue chan int64, id int64) {
 
 // Run settles rows until ctx ends.
 func (r *Relay) Run(ctx context.Context) {
-	rdb := r.newRedis()
+	rdb := r.newRedis(0)
 	defer func() { _ = rdb.Close() }()
 	var retrying, forgetting []int64
 	wait := time.NewTimer(r.opts.PollEvery)
@@ -135,7 +147,10 @@ func (r *Relay) Run(ctx context.Context) {
 		if retrying, err = r.settle(ctx, rdb, retrying); err != nil && ctx.Err() == nil {
 			r.observe.Failed()
 			_ = rdb.Close()
-			rdb = r.newRedis()
+			rdb = r.newRedis(0)
+		}
+		if err := r.settleFlushes(ctx); err != nil && ctx.Err() == nil {
+			r.observe.Failed()
 		}
 		pace := r.opts.PollEvery
 		if len(retrying) > 0 {
@@ -180,6 +195,25 @@ func (r *Relay) settle(ctx context.Context, rdb *redis.Client, retrying []int64)
 			return retrying[:0], nil
 		}
 	}
+}
+
+// settleFlushes runs the flushes seeds left owed, if any, with a client of
+// its own whose reads wait for the whole script.
+func (r *Relay) settleFlushes(ctx context.Context) error {
+	ages, err := r.store.SettleFlushes(ctx, r.opts.Grace, r.opts.FlushDeadline, func(ctx context.Context) error {
+		rdb := r.newRedis(r.opts.FlushDeadline)
+		defer func() { _ = rdb.Close() }()
+		ctx, cancel := context.WithTimeout(ctx, r.opts.FlushDeadline)
+		defer cancel()
+		if _, err := cache.FlushAll(ctx, rdb); err != nil {
+			return errors.Join(errors.New("outbox: cache flush failed"), err)
+		}
+		return nil
+	})
+	if len(ages) > 0 {
+		r.observe.Settled(ages)
+	}
+	return err
 }
 
 func (r *Relay) del(ctx context.Context, rdb *redis.Client, owed []store.Owed) error {

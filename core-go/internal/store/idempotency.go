@@ -205,23 +205,29 @@ func (s *Store) PurgeExpiredKeysEvery(ctx context.Context, o PurgeOptions, onErr
 // Only a failed COMMIT can leave the outcome unknown: a failure before it
 // rolls the whole transaction back, so nothing was applied.
 func (s *Store) withTx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
-	return s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+	return s.withTxFor(ctx, s.timeout+ClientGrace, fn)
+}
+
+// withTxFor is withTx with the transaction's statements bounded by bound.
+func (s *Store) withTxFor(ctx context.Context, bound time.Duration, fn func(context.Context, pgx.Tx) error) error {
+	return s.withConnFor(ctx, bound, func(ctx context.Context, conn *pgxpool.Conn) error {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			return notApplied(err)
 		}
 		if err := fn(ctx, tx); err != nil {
-			rollback(tx)
+			rollback(ctx, tx)
 			return notApplied(err)
 		}
 		return tx.Commit(ctx)
 	})
 }
 
-// rollback ends a failed transaction; on a broken connection it cannot, and
-// the server rolls back on its own when the connection closes.
-func rollback(tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+// rollback ends a failed transaction within the write's own deadline (ctx),
+// so that WriteBound holds. When it cannot (a broken connection, or no time
+// left), pgx closes the connection and the server rolls back on its own.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_ = tx.Rollback(ctx)
 }

@@ -29,7 +29,7 @@ type Owed struct {
 const claimOwedSQL = `
 SELECT id, user_id, email_before, email_after, extract(epoch FROM clock_timestamp() - created_at)::float8
 FROM cache_invalidations
-WHERE id = ANY($1) OR created_at < clock_timestamp() - make_interval(secs => $2)
+WHERE kind = 'keys' AND (id = ANY($1) OR created_at < clock_timestamp() - make_interval(secs => $2))
 ORDER BY id
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
@@ -84,4 +84,50 @@ func (s *Store) ForgetOwed(ctx context.Context, ids []int64) error {
 		_, err := conn.Exec(ctx, settleOwedSQL, ids)
 		return err
 	})
+}
+
+// The flushes a seed owes (kind 'flush', written by the seeder's swap) that
+// are older than the grace period. A seeder flushing right now holds its
+// row's lock, so SKIP LOCKED leaves the row to it; a row the seeder left
+// behind (it died, or Redis failed it) is free.
+const claimFlushesSQL = `
+SELECT id, extract(epoch FROM clock_timestamp() - created_at)::float8
+FROM cache_invalidations
+WHERE kind = 'flush' AND created_at < clock_timestamp() - make_interval(secs => $1)
+ORDER BY id
+FOR UPDATE SKIP LOCKED`
+
+// SettleFlushes claims the owed flushes older than grace, runs flush once
+// for all of them and, if it succeeds, deletes them, in one transaction
+// (the row locks keep any other core from flushing too). The transaction
+// gets a write's bound plus flushDeadline, which bounds flush. It returns
+// how long after their commit the settled rows were flushed.
+func (s *Store) SettleFlushes(ctx context.Context, grace, flushDeadline time.Duration,
+	flush func(context.Context) error) ([]time.Duration, error) {
+	var ids []int64
+	var ages []time.Duration
+	err := s.withTxFor(ctx, s.timeout+ClientGrace+flushDeadline, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, claimFlushesSQL, grace.Seconds())
+		if err != nil {
+			return err
+		}
+		var id int64
+		var age float64
+		if _, err := pgx.ForEachRow(rows, []any{&id, &age}, func() error {
+			ids = append(ids, id)
+			ages = append(ages, time.Duration(age*float64(time.Second)))
+			return nil
+		}); err != nil || len(ids) == 0 {
+			return err
+		}
+		if err := flush(ctx); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, settleOwedSQL, ids)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ages, nil
 }

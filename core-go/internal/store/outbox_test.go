@@ -101,3 +101,67 @@ func TestYoungRowsWaitForTheirWriteUnlessAskedFor(t *testing.T) {
 		t.Fatalf("settled %v, want only the asked-for %d (not %d)", seen, b.Outbox, a.Outbox)
 	}
 }
+
+// owedFlush inserts the row a seeder's swap leaves: a flush of the whole cache.
+func owedFlush(t *testing.T) int64 {
+	t.Helper()
+	var id int64
+	if err := env.Pool.QueryRow(context.Background(),
+		"INSERT INTO cache_invalidations (kind) VALUES ('flush') RETURNING id").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func owedRows(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := env.Pool.QueryRow(context.Background(), "SELECT count(*) FROM cache_invalidations").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// An owed flush is run once and then deleted; a failed one stays; one
+// younger than the grace period, or locked by a seeder still flushing, is
+// left alone; and the writes' DEL rounds never take it.
+func TestOwedFlushIsRunOnceWhenFreeAndOld(t *testing.T) {
+	env.Reset(t)
+	s := newStore(t, env.DatabaseURL, 2*time.Second)
+	ctx := context.Background()
+	owedFlush(t)
+	flushes := 0
+	flush := func(context.Context) error { flushes++; return nil }
+
+	if got, err := s.SettleFlushes(ctx, time.Hour, time.Second, flush); err != nil || len(got) != 0 || flushes != 0 {
+		t.Fatalf("young row: settled %d, flushed %d, %v; want it left alone", len(got), flushes, err)
+	}
+	if claimed, err := s.SettleOwed(ctx, nil, 0, 100, func([]store.Owed) error { return nil }); err != nil || len(claimed) != 0 {
+		t.Fatalf("a DEL round took %d rows (%v): a flush row is not a change", len(claimed), err)
+	}
+
+	// A seeder flushing right now holds the row's lock.
+	seeder, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seeder.Exec(ctx, "SELECT id FROM cache_invalidations WHERE kind = 'flush' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.SettleFlushes(ctx, 0, time.Second, flush)
+	_ = seeder.Rollback(ctx) // the seeder died: the row is free again
+	if err != nil || len(got) != 0 || flushes != 0 {
+		t.Fatalf("locked row: settled %d, flushed %d, %v; want it left to the seeder", len(got), flushes, err)
+	}
+
+	if _, err := s.SettleFlushes(ctx, 0, time.Second, func(context.Context) error {
+		return errors.New("redis down")
+	}); err == nil || owedRows(t) != 1 {
+		t.Fatalf("failed flush: err %v, %d rows; want the error and the row kept", err, owedRows(t))
+	}
+	owedFlush(t) // a second seed's, not yet flushed: one flush serves both
+	got, err = s.SettleFlushes(ctx, 0, time.Second, flush)
+	if err != nil || len(got) != 2 || flushes != 1 || owedRows(t) != 0 {
+		t.Fatalf("settled %d, flushed %d, %v, %d rows left; want 2 settled by 1 flush", len(got), flushes, err, owedRows(t))
+	}
+}

@@ -69,13 +69,22 @@ type Written struct {
 	Outbox   int64
 }
 
-// clientGrace is how much longer than the server's statement_timeout the
+// ClientGrace is how much longer than the server's statement_timeout the
 // client waits for an answer. The server must be the one to give up: a
 // statement it aborts (57014) certainly did not commit, while a statement
 // the client abandons may still commit later (PostgreSQL does not notice a
 // closed socket while the statement waits, e.g. for a row lock). The
 // client-side deadline only catches a connection that hangs.
-const clientGrace = time.Second
+const ClientGrace = time.Second
+
+// WriteBound is the longest a write spends in a store built with timeout:
+// the wait for a pooled connection, then every statement of the write, its
+// COMMIT or ROLLBACK included, under one client-side deadline. It is part
+// of the core's worst case for a write that the gateway's CORE_TIMEOUT_MS
+// must outlast (contracts/timeouts.json).
+func WriteBound(timeout time.Duration) time.Duration {
+	return timeout + timeout + ClientGrace
+}
 
 // Store runs the core's statements through a pool.
 type Store struct {
@@ -84,7 +93,7 @@ type Store struct {
 }
 
 // New returns a store that waits at most timeout for a pooled connection
-// and then timeout+clientGrace for the statement's answer. Build the pool
+// and then timeout+ClientGrace for the statement's answer. Build the pool
 // with the same timeout as PoolOptions.StatementTimeout.
 func New(pool *pgxpool.Pool, timeout time.Duration) *Store {
 	return &Store{pool: pool, timeout: timeout}
@@ -237,6 +246,12 @@ func (s *Store) DeleteUser(ctx context.Context, id int64) (Written, error) {
 // withConn acquires a connection explicitly so that a failure to get one
 // (nothing was sent) is told apart from a failure mid-statement.
 func (s *Store) withConn(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
+	return s.withConnFor(ctx, s.timeout+ClientGrace, fn)
+}
+
+// withConnFor is withConn with fn's statements bounded by bound instead.
+func (s *Store) withConnFor(ctx context.Context, bound time.Duration,
+	fn func(context.Context, *pgxpool.Conn) error) error {
 	acquireCtx, cancelAcquire := context.WithTimeout(ctx, s.timeout)
 	defer cancelAcquire()
 	conn, err := s.pool.Acquire(acquireCtx)
@@ -244,7 +259,7 @@ func (s *Store) withConn(ctx context.Context, fn func(context.Context, *pgxpool.
 		return &UnavailableError{Err: err, MaybeApplied: false}
 	}
 	defer conn.Release()
-	stmtCtx, cancelStmt := context.WithTimeout(ctx, s.timeout+clientGrace)
+	stmtCtx, cancelStmt := context.WithTimeout(ctx, bound)
 	defer cancelStmt()
 	return classify(fn(stmtCtx, conn))
 }

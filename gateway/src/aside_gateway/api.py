@@ -22,6 +22,8 @@ from aside_gateway.validation import (
 )
 
 HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+# The core's test hook (ASIDE_TEST_HOOKS on both): hold the core's answer.
+CORE_DELAY_HEADER = "X-Test-Delay-Ms"
 JSON = "application/json"
 IDEMPOTENCY_KEY = "Idempotency-Key"
 READ_CHUNK = 64 * 1024
@@ -127,9 +129,13 @@ def create_api(services: Services) -> Blueprint:
     ) -> Response:
         if body is None:
             body = read_body() or None
+        if settings.test_hooks and CORE_DELAY_HEADER in request.headers:
+            headers = {**(headers or {}), CORE_DELAY_HEADER: request.headers[CORE_DELAY_HEADER]}
         # Read before forwarding: the old email of an update or delete.
         previous = tiers.l1.peek(cache_keys.user_key(user_id)) if user_id is not None else None
-        answer = core.forward(method, path, body, request.headers.get("Content-Type"), headers)
+        answer = core.forward(
+            method, path, body, request.headers.get("Content-Type"), headers, user_write
+        )
         if user_write and 200 <= answer.status < 300:
             tiers.forget_written(written_keys(method, user_id, answer.body, previous))
         response = Response(answer.body, status=answer.status, headers=answer.headers)

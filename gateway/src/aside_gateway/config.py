@@ -65,7 +65,8 @@ class Settings:
     redis_connect_timeout_ms: int = 200
     redis_breaker_ms: int = 1000
     core_connect_timeout_ms: int = 500
-    core_timeout_ms: int = 5000
+    # Outlasts the core's worst case for a write (contracts/timeouts.json).
+    core_timeout_ms: int = 6000
     python_compute_max_complexity: int = 20
     lab_max_concurrent_bypass: int = 8
     test_hooks: bool = False
@@ -270,7 +271,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         redis_connect_timeout_ms=_int(env, "REDIS_CONNECT_TIMEOUT_MS", 200, 10, 10000),
         redis_breaker_ms=_int(env, "REDIS_BREAKER_MS", 1000, 0, 60000),
         core_connect_timeout_ms=_int(env, "CORE_CONNECT_TIMEOUT_MS", 500, 10, 60000),
-        core_timeout_ms=_int(env, "CORE_TIMEOUT_MS", 5000, 10, 600000),
+        core_timeout_ms=_int(env, "CORE_TIMEOUT_MS", 6000, 10, 600000),
         python_compute_max_complexity=_int(env, "PYTHON_COMPUTE_MAX_COMPLEXITY", 20, 1, 1000),
         lab_max_concurrent_bypass=_int(env, "LAB_MAX_CONCURRENT_BYPASS", 8, 1, 1024),
         test_hooks=test_hooks,

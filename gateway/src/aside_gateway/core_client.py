@@ -4,6 +4,13 @@ One urllib3 connection pool per worker, sized to the worker's threads, with a
 connect and a read timeout and no retries: a POST is not safe to resend, and
 a core that is down must answer 503 core_unavailable at once, not after retries.
 
+A write the core never got (no connection) is 503 core_unavailable: nothing
+happened. A write the core got but did not answer (the read timeout ran out,
+or the connection broke after the request went out) may have been applied:
+504 write_outcome_unknown, retry with the same Idempotency-Key. The default
+CORE_TIMEOUT_MS outlasts the core's own worst case for a write
+(contracts/timeouts.json), so that answer means a sick core, not a slow one.
+
 Every forwarded request carries `Authorization: Bearer <CORE_TOKEN>` when
 CORE_TOKEN is set (required in production, where the core refuses writes and
 compute without it). The client's own Authorization (WRITE_TOKEN) is checked
@@ -18,6 +25,7 @@ from urllib.parse import urlsplit
 
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from aside_gateway.config import Settings
 from aside_gateway.errors import ApiError
@@ -65,7 +73,10 @@ class CoreClient:
         body: bytes | None,
         content_type: str | None,
         extra_headers: dict[str, str] | None = None,
+        write: bool = False,
     ) -> CoreResponse:
+        """The core's answer; `write` marks a request that changes data, whose
+        outcome is unknown if the core does not answer it."""
         headers = {"Accept": "application/json", **(extra_headers or {}), **self._auth}
         if content_type:
             headers["Content-Type"] = content_type
@@ -80,9 +91,7 @@ class CoreClient:
                 preload_content=True,
             )
         except Urllib3Error as exc:
-            raise ApiError(
-                "core_unavailable", f"the core did not answer: {type(exc).__name__}"
-            ) from None
+            raise unanswered(exc, write, method, path) from None
         if response.status == 401:
             # The core refused our CORE_TOKEN: a misconfiguration of this
             # deployment, not the client's fault, so not the client's 401.
@@ -111,3 +120,19 @@ class CoreClient:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def unanswered(exc: Urllib3Error, write: bool, method: str, path: str) -> ApiError:
+    """The answer to a request the core did not answer (see the module's doc)."""
+    if write and isinstance(exc, ReadTimeoutError | ProtocolError):
+        log.warning(
+            "the core did not answer %s %s (%s): the write may have been applied",
+            method, path, type(exc).__name__,
+        )  # fmt: skip
+        return ApiError(
+            "write_outcome_unknown",
+            "the core did not answer: the write may have been applied; "
+            "retry with the same Idempotency-Key (a create) or the same request",
+            {"Retry-After": "1"},
+        )
+    return ApiError("core_unavailable", f"the core did not answer: {type(exc).__name__}")

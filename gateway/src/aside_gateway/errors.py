@@ -35,6 +35,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "unavailable": 503,
     "seeding": 503,
     "timeout": 504,
+    "write_outcome_unknown": 504,
 }
 
 

@@ -53,7 +53,9 @@ _REASONS = {
     422: "Idempotency-Key already used with a different request body",
     500: "Unexpected error (never carries internals)",
     503: "A dependency is unavailable; retry later",
-    504: "The database query took too long",
+    504: "Timed out: a database query took too long (`timeout`), or the core did not "
+    "answer a write, which may have been applied: retry it, a create with the same "
+    "Idempotency-Key (`write_outcome_unknown`)",
 }
 
 # Characters the email rules of contracts/validation.json forbid anywhere:
@@ -134,6 +136,7 @@ def _errors(*statuses: int) -> dict[str, Schema]:
             )
         },
         503: {"Retry-After": RETRY_AFTER},
+        504: {"Retry-After": RETRY_AFTER},
     }
     return {str(status): _error(status, special.get(status)) for status in statuses}
 
@@ -406,7 +409,7 @@ def _user_paths() -> dict[str, Schema]:
                             **write_headers,
                         },
                     ),
-                    **_errors(400, 401, 409, 413, 415, 422, 500, 503),
+                    **_errors(400, 401, 409, 413, 415, 422, 500, 503, 504),
                 },
             }
         },
@@ -431,7 +434,7 @@ def _user_paths() -> dict[str, Schema]:
                 "responses": {
                     "200": _ok(_ref("User"), headers=write_headers),
                     **_errors(400, 401, 404, 409, 413),
-                    **_errors(415, 500, 503),
+                    **_errors(415, 500, 503, 504),
                 },
             },
             "delete": {
@@ -441,7 +444,7 @@ def _user_paths() -> dict[str, Schema]:
                 "responses": {
                     "204": {"description": "Deleted; no body.", "headers": write_headers},
                     **_errors(400, 401, 404, 413),
-                    **_errors(500, 503),
+                    **_errors(500, 503, 504),
                 },
             },
         },

@@ -205,7 +205,8 @@ def core_checks(
     samples: list[Sample], events: dict[str, float]
 ) -> tuple[list[Check], dict[str, Any]]:
     """The core killed: writes answer 503 core_unavailable within 1 s while it is
-    down, reads are unaffected, writes succeed again once it is back."""
+    down, reads are unaffected, writes succeed again once it is back. A write in
+    flight when it died may have committed: 504 write_outcome_unknown."""
     fault, restore, ready = events["fault"], events["restore"], events["ready"]
     reads = [s for s in samples if s.kind in READS]
     writes = [s for s in samples if s.kind == "create"]
@@ -216,10 +217,21 @@ def core_checks(
         for s in down
         if not (s.status == 503 and s.tag("code") == "core_unavailable") or s.ms > CORE_DOWN_MAX_MS
     ]
+
+    def in_flight_unknown(s: Sample) -> bool:
+        return (
+            s.status == 504
+            and s.tag("code") == "write_outcome_unknown"
+            and s.start < fault + CLOCK_SLACK_S
+            and s.end > fault - CLOCK_SLACK_S
+        )
+
     other = [
         s
         for s in writes
-        if not s.ok and not (s.status == 503 and s.tag("code") == "core_unavailable")
+        if not s.ok
+        and not (s.status == 503 and s.tag("code") == "core_unavailable")
+        and not in_flight_unknown(s)
     ]
     after = started_between(writes, ready + CLOCK_SLACK_S, math.inf)
     after_failed = [s for s in after if not s.ok]
@@ -244,9 +256,9 @@ def core_checks(
             + (f"; wrong: {summarize(down_wrong)}" if down_wrong else ""),
         ),
         Check(
-            "writes fail only with core_unavailable",
+            "writes fail only with core_unavailable (or, in flight, write_outcome_unknown)",
             not other,
-            "every failed write is 503 core_unavailable"
+            "every failed write is 503 core_unavailable, or 504 write_outcome_unknown in flight"
             if not other
             else f"other failures: {summarize(other)}",
         ),

@@ -180,7 +180,8 @@ ASSERTIONS = [
     "one before the fault, among re-reads (reads of a key already read since Redis came back), "
     f"come within {RECOVER_S:g} s of Redis answering, without a gateway restart",
     f"core: reads all 200; writes sent while it is down answer 503 core_unavailable within "
-    f"{CORE_DOWN_MAX_MS} ms; every write after it answers again succeeds",
+    f"{CORE_DOWN_MAX_MS} ms (one in flight at the kill: 504 write_outcome_unknown); every "
+    "write after it answers again succeeds",
     "postgres: cached reads (by id) all 200, but after a Redis error in the gateway (its "
     "breaker then sends reads to PostgreSQL) fast 503s with Retry-After, counted; failed "
     f"misses and writes are 503/504 JSON within "

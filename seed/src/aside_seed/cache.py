@@ -1,12 +1,16 @@
 """Redis side of the seeder: after the swap, nothing cached from the old table
 may be served (contracts/README.md, "Seeding under traffic").
 
-One Lua script deletes every key and lease under the cache prefix and
-publishes a flush on the invalidation channel, so the gateways' in-process
-L1 tiers drop everything too. Being one script it is atomic: no gateway
-store can land between two rounds of its SCAN and escape it. The price is
-that Redis serves nothing else while it runs (about a second per million
-keys; the cache holds only what was read within one TTL).
+One Lua script (contracts/flush_cache.lua) deletes every key and lease under
+the cache prefix and publishes a flush on the invalidation channel, so the
+gateways' in-process L1 tiers drop everything too. Being one script it is
+atomic: no gateway store can land between two rounds of its SCAN and escape
+it. The price is that Redis serves nothing else while it runs (about a second
+per million keys; the cache holds only what was read within one TTL).
+
+The swap records the flush as owed in the core's outbox in its own
+transaction (loader.run_owed_flush): a seeder that dies before flushing, or
+whose flush fails, leaves it to the core's relay, which runs this same script.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ SCRIPT_TIMEOUT_S = 60
 FLUSH_TRIES = 3
 
 # ARGV[1] pattern, ARGV[2] channel, ARGV[3] message. Returns the keys deleted.
+# The same script as contracts/flush_cache.lua (checked by a test).
 FLUSH_AND_ANNOUNCE = """
 local cursor = '0'
 local deleted = 0
@@ -92,8 +97,8 @@ def flush(client: redis.Redis, url: str) -> int:
             if attempt == FLUSH_TRIES:
                 raise SeedError(
                     f"the new data is in, but the cache at {describe_redis(url)} could not be "
-                    f"flushed: {first_line(exc)}; it may serve the old data until its entries "
-                    f"expire; delete {CACHE_PATTERN} there"
+                    f"flushed: {first_line(exc)}; the flush stays owed and a running core "
+                    f"runs it once Redis answers (without a core, delete {CACHE_PATTERN} there)"
                 ) from None
             time.sleep(0.2 * attempt)  # a retry's backoff, not synchronisation
     raise AssertionError("unreachable")

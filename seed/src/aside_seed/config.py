@@ -25,6 +25,9 @@ class Config:
     schema_path: Path
     # Test-only: abort the COPY after this many rows (ASIDE_SEED_FAIL_AFTER_ROWS).
     fail_after_rows: int | None
+    # Test-only: exit right after the swap, before the cache flush, as a seeder
+    # killed there would (ASIDE_SEED_EXIT_AFTER_SWAP=1).
+    exit_after_swap: bool = False
 
 
 def load_config(env: Mapping[str, str] | None = None) -> Config:
@@ -37,7 +40,15 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         data_dir=Path(data_dir),
         schema_path=root / "contracts" / "schema.sql",
         fail_after_rows=_optional_count(env, "ASIDE_SEED_FAIL_AFTER_ROWS"),
+        exit_after_swap=_flag(env, "ASIDE_SEED_EXIT_AFTER_SWAP"),
     )
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip()
+    if raw not in ("", "0", "1"):
+        raise UsageError(f"{name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
 
 
 def _optional_count(env: Mapping[str, str], name: str) -> int | None:

@@ -31,6 +31,9 @@ from aside_seed.errors import SeedError
 TABLE = "users"
 NEW_TABLE = "users_new"
 IDEMPOTENCY_TABLE = "idempotency_keys"
+# The core's outbox: the swap records there, in its own transaction, the cache
+# flush it owes (contracts/schema.sql, kind 'flush').
+OUTBOX_TABLE = "cache_invalidations"
 EMAIL_INDEX = "users_email_idx"
 CONNECT_TIMEOUT_S = 5
 SWAP_TRIES = 3
@@ -224,20 +227,21 @@ def swap_in(
     with_email_index: bool,
     lock_timeout_s: float,
     also: Callable[[psycopg.Connection], None] | None = None,
-) -> None:
+) -> int:
     """Replaces users by users_new in one short transaction, retried a few times
     when a long reader holds `users`: never hangs, never leaves half a table.
-    `also` swaps other tables in the same transaction (the tracks)."""
+    `also` swaps other tables in the same transaction (the tracks). Returns the
+    id of the outbox row that owes the cache flush (run_owed_flush)."""
     for attempt in range(1, SWAP_TRIES + 1):
         try:
-            _swap_once(conn, with_email_index, lock_timeout_s, also)
-            return
+            return _swap_once(conn, with_email_index, lock_timeout_s, also)
         except psycopg.errors.LockNotAvailable:
             if attempt == SWAP_TRIES:
                 raise SeedError(
                     f"could not swap in the new data: another session held table {TABLE} "
                     f"for {lock_timeout_s:g} s, {SWAP_TRIES} times; the previous data is unchanged"
                 ) from None
+    raise AssertionError("unreachable")
 
 
 def _swap_once(
@@ -245,7 +249,7 @@ def _swap_once(
     with_email_index: bool,
     lock_timeout_s: float,
     also: Callable[[psycopg.Connection], None] | None = None,
-) -> None:
+) -> int:
     ident = sql.Identifier
     with conn.transaction():
         timeout = sql.Literal(f"{max(1, round(lock_timeout_s * 1000))}ms")
@@ -283,6 +287,37 @@ def _swap_once(
         )
         if also is not None:
             also(conn)
+        # Owed with the swap itself: if this run dies before its flush, a core's
+        # outbox relay runs it (its age counts from here, not from the wait
+        # for the table lock).
+        owed = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (kind, created_at) VALUES ('flush', clock_timestamp()) RETURNING id"
+            ).format(ident(OUTBOX_TABLE))
+        ).fetchone()
+    return int(owed[0])  # type: ignore[index]
+
+
+def run_owed_flush(conn: psycopg.Connection, owed_id: int, flush: Callable[[], object]) -> None:
+    """Runs the flush the swap owes and deletes its outbox row, in one
+    transaction holding the row's lock, so no core's relay runs it meanwhile.
+    If flush fails the row stays, and a relay runs it once Redis answers; if a
+    relay has run it already (this run was slow to get here), nothing is left
+    to do."""
+    with conn.transaction():
+        owed = conn.execute(
+            sql.SQL("SELECT id FROM {} WHERE id = %s FOR UPDATE").format(
+                sql.Identifier(OUTBOX_TABLE)
+            ),
+            (owed_id,),
+        ).fetchone()
+        if owed is None:
+            return
+        flush()
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE id = %s").format(sql.Identifier(OUTBOX_TABLE)),
+            (owed_id,),
+        )
 
 
 def _identity_sequence(conn: psycopg.Connection, table: str) -> tuple[str, str]:

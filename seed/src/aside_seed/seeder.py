@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +21,9 @@ from aside_seed.cli import Options
 from aside_seed.config import Config
 from aside_seed.datagen import DataShape, LocaleParts, RowMaker, build_parts, make_hot_emails
 from aside_seed.errors import SeedError
+
+# The exit status of the ASIDE_SEED_EXIT_AFTER_SWAP test hook.
+EXIT_AFTER_SWAP_STATUS = 3
 
 
 @dataclass
@@ -138,7 +142,9 @@ def _load_gated(
         old_meta = keyfiles.withdraw_meta(data_dir)
         with _phase(phases, "swap"):
             try:
-                loader.swap_in(conn, options.index, options.lock_timeout_s, tracks.swap_in)
+                owed_flush = loader.swap_in(
+                    conn, options.index, options.lock_timeout_s, tracks.swap_in
+                )
             except BaseException:
                 keyfiles.restore_meta(data_dir, old_meta)
                 raise
@@ -146,8 +152,22 @@ def _load_gated(
         _drop_leftover(conn)
         raise
     tracks.write_key_file(data_dir, shape.seed, track_index)
+    if config.exit_after_swap:
+        _exit_after_swap()
     with _phase(phases, "cache flush"):
-        cache.flush(redis_client, config.redis_url)
+        loader.run_owed_flush(conn, owed_flush, lambda: cache.flush(redis_client, config.redis_url))
+
+
+def _exit_after_swap() -> None:
+    """The test hook ASIDE_SEED_EXIT_AFTER_SWAP: die where a kill would leave the
+    new table in and the cache unflushed (no cleanup runs, as after SIGKILL)."""
+    print(
+        "aside-seed: stopped after the swap by ASIDE_SEED_EXIT_AFTER_SWAP (a test hook); "
+        "the cache flush is left owed to the core's outbox relay",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(EXIT_AFTER_SWAP_STATUS)
 
 
 def _drop_leftover(conn: psycopg.Connection) -> None:

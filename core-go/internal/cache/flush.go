@@ -1,0 +1,52 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// FlushPattern matches every value and lease of the cache (seeding.json
+// cache_pattern).
+const FlushPattern = Prefix + ":*"
+
+// flushAllSrc is the seeder's flush, which the outbox relay runs for a seed
+// that died between its swap and its flush. ARGV: pattern, channel, message.
+// The same script as contracts/flush_cache.lua (checked by a test).
+const flushAllSrc = `
+local cursor = '0'
+local deleted = 0
+repeat
+    local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+    cursor = reply[1]
+    local keys = reply[2]
+    for i = 1, #keys, 500 do
+        deleted = deleted + redis.call('UNLINK', unpack(keys, i, math.min(i + 499, #keys)))
+    end
+until cursor == '0'
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return deleted
+`
+
+var flushAll = redis.NewScript(flushAllSrc)
+
+// FlushMessage tells every gateway worker to empty its L1 tier
+// (cache.json tiers.flush_message).
+type FlushMessage struct {
+	Flush       bool  `json:"flush"`
+	PublishedMs int64 `json:"published_ms"`
+}
+
+// FlushAll deletes every cached value and lease and publishes a flush on
+// InvalidationChannel, in one script; it returns how many keys it deleted.
+// Redis serves nothing else while it runs (about a second per million
+// keys), so give it a client whose read timeout allows that.
+func FlushAll(ctx context.Context, rdb redis.Scripter) (int64, error) {
+	msg, err := json.Marshal(FlushMessage{Flush: true, PublishedMs: time.Now().UnixMilli()})
+	if err != nil {
+		return 0, err
+	}
+	return flushAll.Run(ctx, rdb, nil, FlushPattern, InvalidationChannel, msg).Int64()
+}
