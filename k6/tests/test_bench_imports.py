@@ -18,6 +18,8 @@ NOT_DRAWING = [
     "aside_bench.soak_report",
     "aside_bench.runner",
     "aside_bench.report",
+    "aside_bench.calibrate",
+    "aside_bench.compare",
 ]
 
 
@@ -32,7 +34,9 @@ def _loads_matplotlib(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("args", [[], ["run"], ["ceiling"], ["chaos"], ["soak"], ["report"]])
+@pytest.mark.parametrize(
+    "args", [[], ["run"], ["ceiling"], ["chaos"], ["soak"], ["report"], ["compare"]]
+)
 def test_help_does_not_import_matplotlib(args: list[str]) -> None:
     code = (
         "from aside_bench import cli\n"
