@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from aside_bench import config
+from aside_bench import cli, config
 from aside_bench.sources import Influx, quote_literal
 
 Bench = Callable[..., subprocess.CompletedProcess[str]]
@@ -171,16 +171,27 @@ def test_the_live_dashboard_served_the_running_step(trust_runs: TrustRuns) -> No
     assert trust_runs.dashboard_answered == 307
 
 
-def test_compare_flags_against_the_runs_spread(trust_runs: TrustRuns, bench: Bench) -> None:
+def _compare(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`aside-bench compare` in this process (it reads files only): code, stdout, stderr."""
+    code = cli.main(["compare", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_compare_flags_against_the_runs_spread(
+    trust_runs: TrustRuns, capsys: pytest.CaptureFixture[str]
+) -> None:
     where = ["--reports-dir", str(trust_runs.reports_dir)]
-    refused = bench("compare", trust_runs.a, trust_runs.b, *where)
-    assert refused.returncode == 2
-    assert f"run {trust_runs.b} has no machine calibration" in refused.stderr
-    done = bench("compare", trust_runs.a, trust_runs.b, "--ignore-calibration", *where)
-    assert done.returncode == 0, done.stderr
+    code, _, stderr = _compare(capsys, trust_runs.a, trust_runs.b, *where)
+    assert code == 2
+    assert f"run {trust_runs.b} has no machine calibration" in stderr
+    code, stdout, stderr = _compare(
+        capsys, trust_runs.a, trust_runs.b, "--ignore-calibration", *where
+    )
+    assert code == 0, stderr
     folder = trust_runs.reports_dir / f"compare-{trust_runs.a}-{trust_runs.b}"
     markdown = (folder / "compare.md").read_text()
-    assert markdown in done.stdout
+    assert markdown in stdout
     assert f"| read | cache (warm) | {RATE} |" in markdown
     assert "nocache" not in markdown.split("|---")[1]  # B ran no nocache step
     assert "exceeds the spread (max - min)" in markdown
@@ -189,7 +200,7 @@ def test_compare_flags_against_the_runs_spread(trust_runs: TrustRuns, bench: Ben
 
 
 def test_compare_refuses_a_machine_calibrated_twice_as_fast(
-    trust_runs: TrustRuns, bench: Bench
+    trust_runs: TrustRuns, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fast = f"{trust_runs.b}-fast"
     shutil.copytree(trust_runs.reports_dir / trust_runs.b, trust_runs.reports_dir / fast)
@@ -201,12 +212,12 @@ def test_compare_refuses_a_machine_calibrated_twice_as_fast(
     run["machine"]["calibration"] = calibration
     path.write_text(json.dumps(run))
     where = ["--reports-dir", str(trust_runs.reports_dir)]
-    refused = bench("compare", trust_runs.a, fast, *where)
-    assert refused.returncode == 2
-    assert refused.stderr.strip().splitlines() == [
+    code, _, stderr = _compare(capsys, trust_runs.a, fast, *where)
+    assert code == 2
+    assert stderr.strip().splitlines() == [
         "aside-bench: the machines differ: calibrated at 20 and 40 req/s (2.00x, more than "
         "1.25x); pass --normalise to divide by their ratio"
     ]
-    normalised = bench("compare", trust_runs.a, fast, "--normalise", *where)
-    assert normalised.returncode == 0, normalised.stderr
-    assert "its latencies multiplied by that ratio" in normalised.stdout
+    code, stdout, stderr = _compare(capsys, trust_runs.a, fast, "--normalise", *where)
+    assert code == 0, stderr
+    assert "its latencies multiplied by that ratio" in stdout
