@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .plan import series_label
@@ -115,7 +115,7 @@ def cost_columns(results: list[StepResult]) -> list[CostColumn]:
     return kept
 
 
-def spread_cell(result: StepResult, name: str, text: str, fmt) -> str:
+def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float], str]) -> str:
     """`text`, plus the min-max of the step's runs when it ran more than once
     and they differ as shown."""
     found = figure_spread(result, name)
