@@ -178,6 +178,12 @@ def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
     return None if not found or not found.get("rate") else int(found["rate"])
 
 
+def capped(machine: dict[str, Any], target: str = "core") -> bool:
+    """The calibration held at every rate it tried: its rate is a lower bound."""
+    found = (machine.get("calibration") or {}).get("targets", {}).get(target) or {}
+    return bool(found.get("capped"))
+
+
 def describe(machine: dict[str, Any]) -> list[str]:
     """One line per target for reports and the console."""
     calibration = machine.get("calibration")

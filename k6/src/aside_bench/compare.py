@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .calibrate import rate_of
+from .calibrate import capped, rate_of
 from .plan import series_label
 from .repeats import Spread, spread
 from .tables import Table, fmt_ms, fmt_pct, fmt_rps
@@ -215,16 +215,21 @@ def table(rows: list[Row]) -> Table:
     return Table("every step both runs ran: A -> B (change)", headers, body)
 
 
+def _run_line(name: str, run: dict[str, Any], rate: int | None) -> str:
+    machine = run["machine"]
+    bound = " (held at every rate tried: a lower bound)" if capped(machine) else ""
+    return (
+        f"{name}: {run['run_id']} ({machine.get('cpu')}, {machine.get('nproc')} cores), "
+        f"machine calibration {rate or 'none'} req/s{bound}"
+    )
+
+
 def header_lines(
     run_a: dict[str, Any], run_b: dict[str, Any], scale: Scale, tolerance: float, rows: list[Row]
 ) -> list[str]:
     bases = {c.basis for row in rows for c in row.changes.values() if c.basis}
-    lines = [
-        f"A: {run_a['run_id']} ({run_a['machine'].get('cpu')}, {run_a['machine'].get('nproc')} "
-        f"cores), machine calibration {scale.rate_a or 'none'} req/s",
-        f"B: {run_b['run_id']} ({run_b['machine'].get('cpu')}, {run_b['machine'].get('nproc')} "
-        f"cores), machine calibration {scale.rate_b or 'none'} req/s",
-    ]
+    lines = [_run_line(name, run, rate) for name, run, rate in
+             (("A", run_a, scale.rate_a), ("B", run_b, scale.rate_b))]  # fmt: skip
     ratio = scale.ratio
     if ratio is not None:
         lines.append(
