@@ -27,6 +27,14 @@ RUN ?=
 # Images (make images IMAGE_TAG=0.2.0); the tag defaults to the chart's appVersion.
 DOCKER ?= docker
 IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' infra/helm/aside/Chart.yaml)
+# Trustworthy figures (make bench REPEAT=2 LIVE=1; make compare A=<run> B=<run> NORMALISE=1)
+CALIBRATE ?= 1
+REPEAT ?= 1
+LIVE ?= 0
+KEEP_HTML ?= 0
+A ?=
+B ?=
+NORMALISE ?= 0
 # Fault suite and soak (make chaos CASES="redis core" RATE=60 SHORT=1; make soak DURATION=2m)
 CASES ?= all
 SHORT ?= 0
@@ -36,7 +44,7 @@ SOCKETS ?=
 EMAILS ?=
 EXPERIMENTS ?= all
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling report screenshot chaos soak hardening test test-unit lint fmt images
+.PHONY: help up down status logs clean install seed bench bench-ceiling report compare screenshot chaos soak hardening test test-unit lint fmt images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -64,17 +72,26 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 	@$(ENV) $(VENV)/aside-seed --rows "$(ROWS)" --seed "$(SEED)" --hot-emails "$(HOT_EMAILS)" \
 		--hot-ratio "$(HOT_RATIO)" --tracks "$(TRACKS)" --reset $(if $(filter 1 yes true,$(INDEX)),--index,)
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO)
+# The calibration, live view and HTML reports of both load commands.
+TRUST_FLAGS = $(if $(filter 0 no false,$(CALIBRATE)),--no-calibrate,) \
+	$(if $(filter 1 yes true,$(LIVE)),--live,) $(if $(filter 1 yes true,$(KEEP_HTML)),--keep-html,)
+
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, REPEAT, CALIBRATE=0, LIVE=1)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
+		--repeat "$(REPEAT)" $(TRUST_FLAGS) \
 		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
 
-bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route (ARMS)
-	@$(ENV) $(VENV)/aside-bench ceiling $(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
+bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route (ARMS, CALIBRATE=0, LIVE=1)
+	@$(ENV) $(VENV)/aside-bench ceiling $(TRUST_FLAGS) \
+		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
 
 report: ## rebuild reports/RUN/ from InfluxDB and Prometheus (make report RUN=<id>)
 	@$(ENV) $(VENV)/aside-bench report --run "$(RUN)"
 
+compare: ## every step two runs share, changes beyond their spread flagged (A=<run> B=<run>, NORMALISE=1)
+	@test -n "$(A)" -a -n "$(B)" || { echo "make compare: give both runs: make compare A=<run id> B=<run id>" >&2; exit 2; }
+	@$(ENV) $(VENV)/aside-bench compare "$(A)" "$(B)" $(if $(filter 1 yes true,$(NORMALISE)),--normalise,)
 screenshot: ## check reports/RUN/report.html in headless Chromium, save docs/report-screenshot.png
 	@$(ENV) $(VENV)/aside-bench screenshot --run "$(RUN)"
 

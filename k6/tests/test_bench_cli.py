@@ -26,6 +26,9 @@ DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there
         (["run", "--run-id", "../escape"], "--run-id must be"),
         (["report"], "give the run id"),
         (["report", "--run", "no-such-run"], "no readable run.json"),
+        (["run", "--calibration-probe", "soon"], "duration must look like"),
+        (["ceiling", "--calibration-probe", "0s"], "duration must be at least 1s"),
+        (["compare", "no-such-a", "no-such-b"], "no readable run.json"),
     ],
 )
 def test_bad_arguments_fail_with_one_line(
@@ -40,7 +43,14 @@ def test_bad_arguments_fail_with_one_line(
 
 @pytest.mark.parametrize(
     "args",
-    [["run", "--hot-share", "1.5"], ["run", "--warm", "tepid"], ["ceiling", "--max-rate", "0"]],
+    [
+        ["run", "--hot-share", "1.5"],
+        ["run", "--warm", "tepid"],
+        ["ceiling", "--max-rate", "0"],
+        ["run", "--repeat", "0"],
+        ["ceiling", "--k6-cpu-share", "0"],
+        ["compare", "only-one"],
+    ],
 )
 def test_argparse_rejects_out_of_range_options(args: list[str], bench: Bench) -> None:
     done = bench(*args)
@@ -72,6 +82,8 @@ def test_existing_run_folder_is_not_overwritten(tmp_path: Path, bench: Bench) ->
         ("PROMETHEUS_URL", "prometheus:9090"),
         ("DATABASE_URL", "mysql://x/y"),
         ("REDIS_URL", "http://redis"),
+        ("CORE_URL", "core:8080"),
+        ("ASIDE_K6_DASHBOARD_PORT", "40000"),
     ],
 )
 def test_a_bad_setting_is_named(name: str, value: str, bench: Bench) -> None:

@@ -20,6 +20,8 @@ NOT_DRAWING = [
     "aside_bench.hardening_report",
     "aside_bench.runner",
     "aside_bench.report",
+    "aside_bench.calibrate",
+    "aside_bench.compare",
 ]
 
 
@@ -35,7 +37,8 @@ def _loads_matplotlib(code: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    "args", [[], ["run"], ["ceiling"], ["chaos"], ["soak"], ["hardening"], ["report"]]
+    "args",
+    [[], ["run"], ["ceiling"], ["chaos"], ["soak"], ["hardening"], ["report"], ["compare"]],
 )
 def test_help_does_not_import_matplotlib(args: list[str]) -> None:
     code = (

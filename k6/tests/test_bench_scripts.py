@@ -14,7 +14,7 @@ from aside_bench.plan import Step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO_ROOT / "k6" / "scripts"
-STEP_TAGS = {"run_id", "arm", "rate", "phase"}
+STEP_TAGS = {"run_id", "arm", "rate", "phase", "repeat"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def _inspect(k6_bin: Path, command: list[str]) -> subprocess.CompletedProcess[st
 
 CASES = [
     Step("read", "nocache", "none", 75, 30),
-    Step("read", "cache", "warm", 300, 30),
+    Step("read", "cache", "warm", 300, 30, repeat=2),
     Step("mixed", "cache", "cold", 50, 30),
     Step("compute", "python", "none", 5, 30),
     Step("ceiling", "cache", "warm", 1200, 12),
@@ -68,7 +68,8 @@ def test_every_script_is_an_open_model_step_with_the_step_tags(
     # Every started iteration must end (answered or timed out) before k6 stops.
     assert int(scenario["gracefulStop"].rstrip("s")) > 10
     assert options["tags"] == {"run_id": "unit-run", "arm": step.arm, "rate": str(step.rate),
-                               "phase": step.phase}  # fmt: skip
+                               "phase": step.phase, "repeat": str(step.repeat)}  # fmt: skip
+    assert set(options["tags"]) == STEP_TAGS
     # The scenario tag comes from the scenario's name; the URL (one series per
     # email) and per-VU tags stay out of InfluxDB's index.
     assert "scenario" in options["systemTags"]

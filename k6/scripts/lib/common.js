@@ -34,6 +34,9 @@ export const ARM = env('ARM');
 export const PHASE = env('PHASE', 'none');
 export const RATE = intEnv('RATE');
 export const TIMEOUT_S = intEnv('TIMEOUT_S', 10);
+// Which run of a repeated step (REPEAT=N runs each step N times): a tag, so
+// each run's samples stay apart.
+export const REPEAT = intEnv('REPEAT', 1);
 const DATA_DIR = env('DATA_DIR', '');
 
 // 1 per iteration whose checks failed (bad status, bad body, timeout), 0 per
@@ -61,7 +64,7 @@ export function arrivalOptions(scenarioName) {
         gracefulStop: `${TIMEOUT_S + 2}s`,
       },
     },
-    tags: { run_id: RUN_ID, arm: ARM, rate: String(RATE), phase: PHASE },
+    tags: { run_id: RUN_ID, arm: ARM, rate: String(RATE), phase: PHASE, repeat: String(REPEAT) },
     // `name` is set on every request (the URL would make one series per email);
   // no tag the report does not read, as every tag is carried by every sample.
     systemTags: ['status', 'name', 'scenario', 'expected_response', 'check'],

@@ -1,5 +1,12 @@
 """The ceiling search: raise the rate along a ladder until a step misses, then
-bisect between the highest rate held and the lowest missed (pure, unit-tested)."""
+bisect between the highest rate held and the lowest missed, then run the final
+held and missed rates once more each (pure, unit-tested).
+
+A rate tried twice holds only if both tries held: a confirmation that misses
+moves the bound and the search goes on below it. A step whose miss was the
+load generator's (saturation.py) bounds the search like a miss, but the
+report names it a measurement limit, not the server's ceiling.
+"""
 
 from __future__ import annotations
 
@@ -25,16 +32,27 @@ def ladder(params: SearchParams) -> list[int]:
     return sorted({r for r in rates if r <= params.max_rate})
 
 
+def verdicts(history: list[Trial]) -> dict[int, bool]:
+    """rate -> held, a rate held only when every try of it held."""
+    found: dict[int, bool] = {}
+    for rate, held in history:
+        found[rate] = found.get(rate, True) and held
+    return found
+
+
 def bounds(history: list[Trial]) -> tuple[int, int | None]:
     """(highest rate held below the lowest miss, lowest miss or None)."""
-    missed = [rate for rate, held in history if not held]
+    by_rate = verdicts(history)
+    missed = [rate for rate, held in by_rate.items() if not held]
     lowest_miss = min(missed) if missed else None
-    held = [rate for rate, ok in history if ok and (lowest_miss is None or rate < lowest_miss)]
+    held = [
+        rate for rate, ok in by_rate.items() if ok and (lowest_miss is None or rate < lowest_miss)
+    ]
     return (max(held) if held else 0), lowest_miss
 
 
 def next_rate(history: list[Trial], params: SearchParams) -> int | None:
-    """The next rate to try, or None when the search is over."""
+    """The next new rate to try, or None when the search has narrowed enough."""
     low, high = bounds(history)
     tried = {rate for rate, _ in history}
     if high is None:
@@ -46,7 +64,37 @@ def next_rate(history: list[Trial], params: SearchParams) -> int | None:
     return None if middle in tried or middle <= 0 else middle
 
 
+def to_confirm(history: list[Trial]) -> int | None:
+    """The final held rate, then the final missed one, if tried only once."""
+    low, high = bounds(history)
+    tries = [rate for rate, _ in history]
+    for rate in (low, high):
+        if rate and tries.count(rate) == 1:
+            return rate
+    return None
+
+
+def next_trial(history: list[Trial], params: SearchParams, confirm: bool = True) -> int | None:
+    """The next rate to run: a new one while the search narrows, then the
+    confirmations; None when both bounds have been seen twice."""
+    rate = next_rate(history, params)
+    if rate is None and confirm:
+        rate = to_confirm(history)
+    return rate
+
+
 def ceiling_of(history: list[Trial]) -> tuple[int, bool]:
     """(ceiling, capped): capped means no step missed, so the true ceiling is higher."""
     low, high = bounds(history)
     return low, high is None
+
+
+def limit_of(outcomes: list[tuple[int, str]]) -> int | None:
+    """The lowest rate that did not hold, when every try of it that did not hold
+    was a load generator limit ("limit"), not a server miss ("missed"): the
+    ceiling found is then a lower bound set by the measurement."""
+    _, high = bounds([(rate, outcome == "held") for rate, outcome in outcomes])
+    if high is None:
+        return None
+    failed = [outcome for rate, outcome in outcomes if rate == high and outcome != "held"]
+    return high if failed and all(outcome == "limit" for outcome in failed) else None

@@ -1,8 +1,9 @@
 """aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `report`
-(rebuild a run's report from InfluxDB and Prometheus), `chaos` (faults under
-load), `soak` (memory and descriptors of every process under a steady load),
-`hardening` (slow clients and a cold flood under cached reads) and
-`screenshot` (a run's report.html as headless Chromium renders it, as a PNG)."""
+(rebuild a run's report from InfluxDB and Prometheus), `compare` (two runs'
+common steps), `chaos` (faults under load), `soak` (memory and descriptors of
+every process under a steady load), `hardening` (slow clients and a cold flood
+under cached reads) and `screenshot` (a run's report.html as headless Chromium
+renders it, as a PNG)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import sys
 from pathlib import Path
 
 from . import commands, config
+from .compare import DEFAULT_TOLERANCE
 from .plan import SCENARIOS, WARM_CHOICES, PlanError
 from .prepare import StackError
 from .runner import EXIT_INTERRUPTED
+from .saturation import K6_CPU_SHARE_LIMIT
 from .sources import SourceError
 
 
@@ -32,6 +35,16 @@ def _whole(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return int(text)
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -83,6 +96,51 @@ def _steps(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _trust(parser: argparse.ArgumentParser) -> None:
+    """The machine's calibration before the steps, k6's own limits, the live view."""
+    parser.add_argument(
+        "--no-calibrate",
+        dest="calibrate",
+        action="store_false",
+        help="skip the machine's calibration (quick runs and tests)",
+    )
+    parser.add_argument(
+        "--calibration-probe", default="3s", help="calibration: per probe (default 3s)"
+    )
+    parser.add_argument(
+        "--calibration-budget",
+        type=_positive,
+        default=60,
+        help="calibration: seconds for both servers together (default 60)",
+    )
+    parser.add_argument(
+        "--calibration-start", type=_positive, default=400, help="calibration: first rate (400)"
+    )
+    parser.add_argument(
+        "--calibration-max-rate",
+        type=_positive,
+        default=12800,
+        help="calibration: highest rate (default 12800)",
+    )
+    parser.add_argument(
+        "--k6-cpu-share",
+        type=_share,
+        default=K6_CPU_SHARE_LIMIT,
+        help="share of the machine's cores k6 may use before a step counts as load "
+        f"generator saturated (default {K6_CPU_SHARE_LIMIT:g})",
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="k6's web dashboard on 127.0.0.1:ASIDE_K6_DASHBOARD_PORT while each step runs",
+    )
+    parser.add_argument(
+        "--keep-html",
+        action="store_true",
+        help="write each step's k6 HTML report into the run folder (on with --live)",
+    )
+
+
 # ---- one sub-parser per command -----------------------------------------------------------
 def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="the cache off/on sweep over rising rates")
@@ -115,7 +173,14 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--complexity", type=_positive, default=10, help="compute: complexity (default 10)"
     )
+    run.add_argument(
+        "--repeat",
+        type=_positive,
+        default=1,
+        help="runs of each step, interleaved within each rate; medians and spreads (default 1)",
+    )
     _steps(run)
+    _trust(run)
 
 
 def _add_ceiling(sub: argparse._SubParsersAction) -> None:
@@ -135,6 +200,7 @@ def _add_ceiling(sub: argparse._SubParsersAction) -> None:
         "--max-rate", type=_positive, default=8000, help="highest rate (default 8000)"
     )
     _steps(ceiling)
+    _trust(ceiling)
 
 
 def _add_chaos(sub: argparse._SubParsersAction) -> None:
@@ -224,11 +290,36 @@ def _add_screenshot(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    compare = sub.add_parser("compare", help="every step two runs share, side by side")
+    compare.add_argument("run_a", help="the baseline run id (a folder of reports/)")
+    compare.add_argument("run_b", help="the run compared with it")
+    compare.add_argument(
+        "--normalise",
+        action="store_true",
+        help="compare runs of differently fast machines: B's rates divided and its "
+        "latencies multiplied by the ratio of their calibrations",
+    )
+    compare.add_argument(
+        "--ignore-calibration",
+        action="store_true",
+        help="compare even when a run has no machine calibration (CALIBRATE=0)",
+    )
+    compare.add_argument(
+        "--tolerance",
+        type=_share,
+        default=DEFAULT_TOLERANCE,
+        help="relative change flagged between runs without repeats "
+        f"(default {DEFAULT_TOLERANCE:g})",
+    )
+    compare.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     adders = (_add_run, _add_ceiling, _add_chaos, _add_soak, _add_hardening, _add_report)
-    for add in (*adders, _add_screenshot):
+    for add in (*adders, _add_compare, _add_screenshot):
         add(sub)
     return parser
 
@@ -248,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             "soak": commands.cmd_soak,
             "screenshot": commands.cmd_screenshot,
             "hardening": commands.cmd_hardening,
+            "compare": commands.cmd_compare,
         }[args.command]
         return command(args, settings)
     except (commands.UsageError, PlanError) as error:

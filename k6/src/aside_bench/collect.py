@@ -6,6 +6,7 @@ from typing import Any
 
 from .plan import Step
 from .results import CacheCounts, Latency, StaleCounts, StepResult, increase_across_reset
+from .saturation import loadgen_of
 from .sources import Influx, Prometheus, Series, quote_literal
 from .tierstats import step_cost
 
@@ -15,17 +16,19 @@ CACHE_COUNTERS = {
     "misses": "aside_gateway_cache_misses_total",
     "bypass": "aside_gateway_cache_bypass_total",
 }
-STEP_TAGS = ("scenario", "arm", "phase", "rate")
+STEP_TAGS = ("scenario", "arm", "phase", "rate", "repeat")
 # Iterations started near a step's end finish within the request timeout plus
 # k6's final flush; samples are matched by tags, the window only bounds the scan.
 WINDOW_SLACK_MS = 60_000
 
-StepKey = tuple[str, str, str, int]
+StepKey = tuple[str, str, str, int, int]  # Step.run_key
 # The staleness checker runs as a k6 scenario of its own (so its requests stay
 # out of the step's latency and drops): its samples carry the step's arm,
 # phase and rate but not the step's scenario tag.
-ArmKey = tuple[str, str, int]
-STALE_TAGS = ("arm", "phase", "rate")
+ArmKey = tuple[str, str, int, int]
+STALE_TAGS = ("arm", "phase", "rate", "repeat")
+# k6's VU gauges carry the test-wide tags only (no scenario): keyed as the checker's.
+VU_TAGS = STALE_TAGS
 
 
 def step_from_record(record: dict[str, Any]) -> Step:
@@ -35,12 +38,18 @@ def step_from_record(record: dict[str, Any]) -> Step:
         record["phase"],
         int(record["rate"]),
         record["duration_s"],
+        int(record.get("repeat", 1)),
     )
+
+
+def _repeat(tags: dict[str, str]) -> int:
+    """The repeat tag; samples of runs made before it existed are the first run."""
+    return int(tags.get("repeat") or 1)
 
 
 def _key(tags: dict[str, str]) -> StepKey | None:
     try:
-        return (tags["scenario"], tags["arm"], tags["phase"], int(tags["rate"]))
+        return (tags["scenario"], tags["arm"], tags["phase"], int(tags["rate"]), _repeat(tags))
     except (KeyError, ValueError):
         return None
 
@@ -106,9 +115,28 @@ def influx_figures(influx: Influx, run_id: str, records: list[dict[str, Any]]) -
 
 def _arm_key(tags: dict[str, str]) -> ArmKey | None:
     try:
-        return (tags["arm"], tags["phase"], int(tags["rate"]))
+        return (tags["arm"], tags["phase"], int(tags["rate"]), _repeat(tags))
     except (KeyError, ValueError):
         return None
+
+
+def vu_figures(
+    influx: Influx, run_id: str, records: list[dict[str, Any]]
+) -> dict[ArmKey, dict[str, float]]:
+    """Per step: the most VUs busy at once (k6's `vus`) and started (`vus_max`)."""
+    where = _where(run_id, records)
+    group = ", ".join(f'"{tag}"' for tag in VU_TAGS)
+    busy, started = influx.query(
+        f'SELECT max("value") FROM "vus" WHERE {where} GROUP BY {group};'
+        f'SELECT max("value") FROM "vus_max" WHERE {where} GROUP BY {group}'
+    )
+    found: dict[ArmKey, dict[str, float]] = {}
+    for name, series in (("peak", busy), ("allocated", started)):
+        for one in series:
+            key = _arm_key(one.tags)
+            if key is not None and one.values and one.rows()[0]["max"] is not None:
+                found.setdefault(key, {})[name] = float(one.rows()[0]["max"])
+    return found
 
 
 def stale_figures(influx: Influx, run_id: str, records: list[dict[str, Any]]) -> dict:
@@ -159,10 +187,12 @@ def collect(
     figures = influx_figures(influx, run_id, done)
     mixed = [r for r in done if r["scenario"] == "mixed"]
     stale = stale_figures(influx, run_id, mixed) if mixed else {}
+    vus = vu_figures(influx, run_id, done)
     results = []
     for record in done:
         step = step_from_record(record)
-        key = step.key
+        key = step.run_key
+        arm_key = (step.arm, step.phase, step.rate, step.repeat)
         cache = None
         if record.get("prom_start") is not None and record.get("prom_end") is not None:
             cache = cache_counts(prom, record["prom_start"], record["prom_end"])
@@ -176,9 +206,10 @@ def collect(
                 cache=cache,
                 by_name=figures["by_name"].get(key, {}),
                 cost=step_cost(record.get("probe")),
-                stale=stale.get((step.arm, step.phase, step.rate))
-                if step.scenario == "mixed"
-                else None,
+                stale=stale.get(arm_key) if step.scenario == "mixed" else None,
+                loadgen=loadgen_of(
+                    record, vus.get(arm_key, {}).get("peak"), vus.get(arm_key, {}).get("allocated")
+                ),
             )
         )
     return results

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import chaos, config, hardening, report, soak, trackplan, tracks
-from .ceiling import SearchParams, next_rate
+from . import calibrate, chaos, compare, config, hardening, report, soak, trackplan, tracks
+from .ceiling import SearchParams, next_trial
 from .collect import collect
 from .k6run import LoadShape
 from .plan import (
@@ -26,11 +26,13 @@ from .plan import (
     parse_arms,
     parse_duration,
     parse_rates,
+    repeat_steps,
     resolve_arms,
     scenario_arms,
 )
 from .prepare import StackError, check_stack
 from .runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
+from .saturation import cpu_limit_cores
 from .seeddata import SeedData, check_seed, user_prefix
 from .sources import Influx, Prometheus, SourceError
 
@@ -82,7 +84,8 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     arms = parse_arms(args.arms, allowed) if args.arms else list(DEFAULT_ARMS[scenario])
     if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
-    return build_steps(scenario, rates, arms, args.warm, parse_duration(args.duration))
+    steps = build_steps(scenario, rates, arms, args.warm, parse_duration(args.duration))
+    return repeat_steps(steps, args.repeat)
 
 
 def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any) -> dict[str, Any]:
@@ -107,6 +110,7 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
     out_dir = _out_dir(settings, args, run_id)
     # Parameters first: a typo is reported before anything is touched.
     plan_sweep(args, seed_indexed=None)
+    _calibration_params(args)
     seed = _checked_seed(settings, args)
     steps = plan_sweep(args, seed.indexed)
     shape = _shape(args)
@@ -119,6 +123,7 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         warm=args.warm,
         rates=sorted({s.rate for s in steps}),
         arms=list(dict.fromkeys(s.arm for s in steps)),
+        repeat=args.repeat,
     )
     writer = report.write_sweep
     if args.scenario == trackplan.SCENARIO:
@@ -126,7 +131,36 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         writer = tracks.writer(settings)
     runner = _new_runner("sweep", run_id, out_dir, args, settings, seed, shape, params)
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)
-    return _drive(runner, lambda: runner.run_steps(steps), writer)
+
+    def body() -> None:
+        _calibrate(runner, args)
+        if not runner.interrupted:
+            runner.run_steps(steps)
+
+    return _drive(runner, body, writer)
+
+
+def _calibration_params(args: argparse.Namespace) -> calibrate.CalibrationParams:
+    return calibrate.CalibrationParams(
+        probe_s=parse_duration(args.calibration_probe),
+        budget_s=float(args.calibration_budget),
+        start=args.calibration_start,
+        max_rate=max(args.calibration_max_rate, args.calibration_start),
+    )
+
+
+def _calibrate(runner: Runner, args: argparse.Namespace) -> None:
+    """The machine's calibration into run.json's "machine", printed; nothing
+    when --no-calibrate (CALIBRATE=0)."""
+    if not args.calibrate:
+        print("calibration: skipped (--no-calibrate)", flush=True)
+        return
+    params = _calibration_params(args)
+    print(f"calibration: {params.probe_s}s probes, at most {params.budget_s:.0f}s", flush=True)
+    runner.run["machine"]["calibration"] = calibrate.calibrate(runner, params)
+    report.save_run(runner.run, runner.options.out_dir)
+    for line in calibrate.describe(runner.run["machine"]):
+        print(f"calibration: {line}", flush=True)
 
 
 def _new_runner(
@@ -140,9 +174,23 @@ def _new_runner(
     params: dict[str, Any],
 ) -> Runner:
     """Create the run's folder and the runner that fills it (sweep or ceiling)."""
+    run = new_run(kind, run_id, params, seed, settings)
+    limit = cpu_limit_cores(run["machine"]["nproc"] or 1, args.k6_cpu_share)
+    params["k6_cpu_limit_cores"] = limit
+    params["k6_cpu_share"] = args.k6_cpu_share
     out_dir.mkdir(parents=True)
-    options = Options(run_id, out_dir, seed.data_dir, shape, args.max_vus, args.recover_timeout)
-    return Runner(settings, options, seed, new_run(kind, run_id, params, seed, settings))
+    options = Options(
+        run_id,
+        out_dir,
+        seed.data_dir,
+        shape,
+        args.max_vus,
+        args.recover_timeout,
+        k6_cpu_limit=limit,
+        live_port=settings.dashboard_port if args.live else None,
+        keep_html=args.keep_html or args.live,
+    )
+    return Runner(settings, options, seed, run)
 
 
 def _drive(runner: Runner, body: Any, writer: Any) -> int:
@@ -169,6 +217,7 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     out_dir = _out_dir(settings, args, run_id)
     arms = parse_arms(args.arms, CEILING_ARMS)
     duration = parse_duration(args.step_duration)
+    _calibration_params(args)  # a malformed --calibration-probe before anything runs
     search = SearchParams(start=args.start, ladder_step=args.ladder_step, max_rate=args.max_rate)
     seed = _checked_seed(settings, args)
     shape = _shape(args)
@@ -186,20 +235,37 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     print(f"ceiling {run_id}: arms {' '.join(arms)}, {duration}s steps -> {out_dir}/", flush=True)
 
     def search_all() -> None:
+        _calibrate(runner, args)
         for arm in arms:
-            phase = "warm" if arm in TIERED_ARMS else "none"
-            history: list[tuple[int, bool]] = []
-            while (rate := next_rate(history, search)) is not None:
-                step = Step("ceiling", arm, phase, rate, duration)
-                head = f"[{step.label} try {len(history) + 1}] @ {rate:>5}/s"
-                result = runner.step_with_progress(step, head, None)
-                if runner.interrupted:
-                    return
-                held = result is not None and result.holds(args.p95_ms)
-                history.append((rate, held))
-                print(f"  -> {'held' if held else 'missed'} (p95 <= {args.p95_ms:g} ms, no drops)")
+            if runner.interrupted:
+                return
+            _search_arm(runner, arm, duration, search, args.p95_ms)
 
     return _drive(runner, search_all, report.write_ceiling)
+
+
+def _search_arm(
+    runner: Runner, arm: str, duration: int, search: SearchParams, p95_ms: float
+) -> None:
+    """One arm's ceiling search; its final held and missed rates run twice."""
+    phase = "warm" if arm in TIERED_ARMS else "none"
+    history: list[tuple[int, bool]] = []
+    while (rate := next_trial(history, search)) is not None:
+        tries = sum(1 for tried, _ in history if tried == rate)
+        step = Step("ceiling", arm, phase, rate, duration, repeat=tries + 1)
+        what = "confirm" if tries else "try"
+        head = f"[{step.label} {what} {len(history) + 1}] @ {rate:>5}/s"
+        result = runner.step_with_progress(step, head, None)
+        if runner.interrupted:
+            return
+        verdict = "missed" if result is None else result.verdict(p95_ms)
+        history.append((rate, verdict == "held"))
+        note = {
+            "held": "held",
+            "missed": "missed",
+            "limit": "not held, load generator saturated: a measurement limit",
+        }[verdict]
+        print(f"  -> {note} (p95 <= {p95_ms:g} ms, no drops)")
 
 
 def _seconds(text: str | None, default: float) -> float:
@@ -337,4 +403,42 @@ def cmd_screenshot(args: argparse.Namespace, settings: config.Settings) -> int:
         f"{page}: {len(shown.tables)} tables, {len(shown.images)} charts, all shown; "
         f"screenshot: {out} ({out.stat().st_size // 1024} KiB)"
     )
+
+
+def _load_run(reports_dir: Path, run_id: str) -> tuple[dict[str, Any], Path]:
+    out_dir = reports_dir / run_id
+    try:
+        return json.loads((out_dir / "run.json").read_text()), out_dir
+    except (OSError, json.JSONDecodeError) as error:
+        raise UsageError(f"no readable run.json in {out_dir} ({error})") from error
+
+
+def _figures(settings: config.Settings, run: dict[str, Any], out_dir: Path) -> list[dict]:
+    """A run's per-step figures: its results.json (written with its report, so a
+    run from another machine compares without its InfluxDB), else InfluxDB."""
+    saved = report.load_figures(out_dir)
+    if saved is not None:
+        return saved
+    influx = Influx(settings.influx_base, settings.influx_db)
+    prom = Prometheus(settings.prometheus_url)
+    return [report.step_figures(r) for r in collect(influx, prom, run["run_id"], run["steps"])]
+
+
+def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
+    reports_dir = args.reports_dir or settings.default_reports_dir
+    run_a, dir_a = _load_run(reports_dir, args.run_a)
+    run_b, dir_b = _load_run(reports_dir, args.run_b)
+    try:
+        scale = compare.machine_scale(run_a, run_b, args.normalise, args.ignore_calibration)
+    except compare.CompareError as error:
+        raise UsageError(str(error)) from None
+    rows = compare.compare(
+        _figures(settings, run_a, dir_a), _figures(settings, run_b, dir_b), scale, args.tolerance
+    )
+    if not rows:
+        raise UsageError(f"{args.run_a} and {args.run_b} share no step (arm, rate, phase)")
+    out_dir = reports_dir / f"compare-{args.run_a}-{args.run_b}"
+    table = compare.write(run_a, run_b, rows, scale, args.tolerance, out_dir)
+    print(table)
+    print(f"compare: {out_dir}/")
     return 0

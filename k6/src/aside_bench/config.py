@@ -13,11 +13,15 @@ from urllib.parse import urlsplit
 
 DEFAULTS = {
     "GATEWAY_URL": "http://127.0.0.1:28000",
+    "CORE_URL": "http://127.0.0.1:28080",
     "INFLUXDB_URL": "http://127.0.0.1:28086/k6",
     "PROMETHEUS_URL": "http://127.0.0.1:29090",
     "DATABASE_URL": "postgresql://aside@127.0.0.1:25432/aside",
     "REDIS_URL": "redis://127.0.0.1:26379/0",
+    # k6's live dashboard (LIVE=1): below Linux's ephemeral range, as the stack's ports are.
+    "ASIDE_K6_DASHBOARD_PORT": "25665",
 }
+EPHEMERAL_START = 32768
 
 
 class ConfigError(Exception):
@@ -36,6 +40,9 @@ class Settings:
     root: Path
     # The seeder's files; ASIDE_K6_DATA_DIR moves them (the seeder reads it too).
     default_data_dir: Path
+    # The calibration measures the core's /healthz as well as the gateway's.
+    core_url: str = DEFAULTS["CORE_URL"]
+    dashboard_port: int = int(DEFAULTS["ASIDE_K6_DASHBOARD_PORT"])
 
     @property
     def scripts_dir(self) -> Path:
@@ -75,6 +82,13 @@ def _influx(env: dict[str, str]) -> tuple[str, str]:
     return f"{parts.scheme}://{parts.netloc}", db
 
 
+def _port(name: str, env: dict[str, str]) -> int:
+    value = env.get(name) or DEFAULTS[name]
+    if not value.isdigit() or not 1 <= int(value) < EPHEMERAL_START:
+        raise ConfigError(f"{name} must be a port from 1 to {EPHEMERAL_START - 1}, got {value!r}")
+    return int(value)
+
+
 def _root(env: dict[str, str]) -> Path:
     if env.get("ASIDE_ROOT"):
         root = Path(env["ASIDE_ROOT"])
@@ -100,4 +114,6 @@ def load(env: dict[str, str] | None = None) -> Settings:
         k6_bin=bin_dir / "k6",
         root=root,
         default_data_dir=Path(env.get("ASIDE_K6_DATA_DIR") or root / "k6" / "data"),
+        core_url=_http_url("CORE_URL", env),
+        dashboard_port=_port("ASIDE_K6_DASHBOARD_PORT", env),
     )

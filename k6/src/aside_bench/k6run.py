@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import trackplan
+from . import procs, trackplan
 from .config import Settings
 from .plan import Step
 from .prepare import StackError
@@ -23,6 +23,14 @@ SCRIPTS = {"read": "read.js", "mixed": "mixed.js", "compute": "compute.js", "tra
 # k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
 # a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
 K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
+# How often the wait for k6's end reads its CPU time; a k6 that has exported
+# its dashboard report is given this long to exit before it is stopped (a
+# browser left on the live dashboard keeps k6 running after its test).
+POLL_S = 0.1
+LINGER_S = 3.0
+# A step's k6 may start up and flush for this long beyond its load and its
+# graceful stop before it counts as hung.
+START_AND_FLUSH_S = 60
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class K6Run:
     vus: tuple[int, int]  # (preAllocatedVUs, maxVUs)
     timeout_s: int
     data_dir: Path
+    repeat: int = 1
     extra: dict[str, str] = field(default_factory=dict)
     out: str | None = None  # k6's --out, e.g. influxdb=URL or json=PATH
     console_summary: bool = True
@@ -73,8 +82,35 @@ class K6Run:
             "MAX_VUS": str(self.vus[1]),
             "TIMEOUT_S": str(self.timeout_s),
             "DATA_DIR": str(self.data_dir.resolve()),
+            "REPEAT": str(self.repeat),
             **self.extra,
         }
+
+
+def deadline_s(run: K6Run) -> float:
+    """How long a step's k6 may run: its load, its graceful stop (the request
+    timeout + 2 s, scripts/lib/common.js) and START_AND_FLUSH_S."""
+    return run.duration_s + run.timeout_s + 2 + START_AND_FLUSH_S
+
+
+def dashboard_env(live_port: int | None, export: Path | None) -> dict[str, str]:
+    """k6's web dashboard: served on 127.0.0.1:`live_port` while the step runs,
+    and/or its HTML report written to `export` at the end. Without a live port
+    it listens on a random port of 127.0.0.1 all the same: this k6's "no HTTP"
+    port (-1) listens on every interface instead."""
+    if live_port is None and export is None:
+        return {}
+    env = {
+        "K6_WEB_DASHBOARD": "true",
+        "K6_WEB_DASHBOARD_HOST": "127.0.0.1",
+        "K6_WEB_DASHBOARD_PORT": str(live_port if live_port is not None else 0),
+        # Its default of 10 s leaves a short step without the two snapshots
+        # the report needs, and the live view without a point for 10 s.
+        "K6_WEB_DASHBOARD_PERIOD": "1s",
+    }
+    if export is not None:
+        env["K6_WEB_DASHBOARD_EXPORT"] = str(export)
+    return env
 
 
 def k6_command(settings: Settings, run: K6Run) -> list[str]:
@@ -105,6 +141,7 @@ def step_run(
     shape: LoadShape,
     vus: tuple[int, int],
     data_dir: Path,
+    env: dict[str, str] | None = None,
 ) -> K6Run:
     return K6Run(
         script=script_for(step),
@@ -117,6 +154,7 @@ def step_run(
         vus=vus,
         timeout_s=shape.timeout_s,
         data_dir=data_dir,
+        repeat=step.repeat,
         extra={
             "HOT_SHARE": str(shape.hot_share),
             "COLD_SAMPLE": str(shape.cold_sample),
@@ -129,7 +167,7 @@ def step_run(
         out=f"influxdb={settings.influx_url}",
         # The report is built from InfluxDB and Prometheus, never from k6's console.
         console_summary=False,
-        env=K6_ENV,
+        env={**K6_ENV, **(env or {})},
     )
 
 
@@ -154,6 +192,10 @@ class K6Process:
         self.log_path = log_path
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
+        # utime + stime of k6 at its exit (read from /proc before it is reaped)
+        self.cpu_ticks: int | None = None
+        # stopped after its test because the live dashboard held it open
+        self.lingered = False
 
     def start(self) -> K6Process:
         with self.log_path.open("ab") as log:
@@ -172,6 +214,51 @@ class K6Process:
     def run(self) -> int:
         """Start k6 and wait for it to end; its exit code."""
         return self.start().wait()
+
+    def run_measured(self, deadline_s: float, done_when: Path | None = None) -> int:
+        """Start k6, wait for it to end and keep its CPU time (`cpu_seconds`).
+        Past `deadline_s` it is stopped and StackError raised. Once `done_when`
+        exists (its dashboard report, written after every output has flushed)
+        k6 has LINGER_S to exit, else it is stopped and counts as done."""
+        self.start()
+        assert self.process is not None
+        pid, began, done_at = self.process.pid, time.monotonic(), None
+        while not self._exited(pid):
+            now = time.monotonic()
+            if done_when is not None and done_at is None and done_when.exists():
+                done_at = now
+            if done_at is not None and now - done_at > LINGER_S:
+                self.lingered = True
+                self.stop()
+                return 0
+            if now - began > deadline_s:
+                self.stop()
+                raise StackError(
+                    f"k6 did not finish within {deadline_s:.0f} s; see {self.log_path}"
+                )
+            time.sleep(POLL_S)
+        return self.process.wait()
+
+    def _exited(self, pid: int) -> bool:
+        """True once k6 has exited; its CPU time is read first, and once more
+        while it is a zombie (exited, not yet reaped), when it is final."""
+        ticks = procs.cpu_ticks(pid)
+        if ticks is not None:
+            self.cpu_ticks = ticks
+        try:
+            exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped (Ctrl-C's poll): keep the last reading
+            return True
+        if exited is None:
+            return False
+        ticks = procs.cpu_ticks(pid)
+        if ticks is not None:
+            self.cpu_ticks = ticks
+        return True
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        return None if self.cpu_ticks is None else self.cpu_ticks / procs.clock_ticks_per_s()
 
     @property
     def running(self) -> bool:

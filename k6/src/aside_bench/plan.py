@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import trackplan
 
@@ -89,6 +89,7 @@ class Step:
     phase: str  # cold | warm | none
     rate: int  # target iterations (requests) per second
     duration_s: int
+    repeat: int = 1  # which run of this step (1..REPEAT); its samples carry it as a tag
 
     @property
     def label(self) -> str:
@@ -96,7 +97,13 @@ class Step:
 
     @property
     def key(self) -> tuple[str, str, str, int]:
+        """The step whatever its repeat: what repeats are merged and runs compared by."""
         return (self.scenario, self.arm, self.phase, self.rate)
+
+    @property
+    def run_key(self) -> tuple[str, str, str, int, int]:
+        """One run of the step: the tags its samples carry."""
+        return (*self.key, self.repeat)
 
     @property
     def scheduled(self) -> int:
@@ -236,3 +243,23 @@ def vus_for(rate: int, arm: str, max_vus_cap: int, phase: str = "none") -> tuple
     if phase == "cold":
         pre = most
     return pre, max(most, pre)
+
+
+def repeat_steps(steps: list[Step], times: int) -> list[Step]:
+    """Each rate's steps `times` over, round by round (A B A B, not A A B B), so
+    a drift of the machine during a rate's steps lands in every arm's spread
+    instead of in the difference between arms; rates keep their rising order."""
+    if times < 1:
+        raise PlanError(f"repeat must be at least 1, got {times}")
+    groups: list[list[Step]] = []
+    for step in steps:
+        if groups and groups[-1][0].rate == step.rate:
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    return [
+        replace(step, repeat=round_)
+        for group in groups
+        for round_ in range(1, times + 1)
+        for step in group
+    ]

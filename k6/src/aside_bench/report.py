@@ -11,19 +11,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .ceiling import ceiling_of
+from . import calibrate
+from .ceiling import ceiling_of, limit_of
 from .machine import summary
 from .plan import TIERED_ARMS, series_label
+from .repeats import merge_repeats
 from .results import StepResult
 from .tables import (
+    LOADGEN_HEADERS,
     Table,
     cost_columns,
     fmt_ms,
     fmt_pct,
     fmt_rps,
+    has_loadgen,
+    held_table,
+    loadgen_cells,
+    saturated_steps,
     series_order,
     sweep_tables,
 )
+
+# The p95 limit a sweep's step is judged "held" by, as the ceiling's default.
+HELD_P95_MS = 10.0
+FIGURES_FILE = "results.json"
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:2em auto;
@@ -100,6 +111,36 @@ class Doc:
         return "\n".join(out)
 
 
+def calibration_rates(run: dict[str, Any]) -> dict[str, int | None]:
+    """The calibrated ceilings of the run's machine, by the name a table shows."""
+    machine = run.get("machine", {})
+    return {
+        "machine": calibrate.rate_of(machine, "core"),
+        "gateway /healthz": calibrate.rate_of(machine, "gateway"),
+    }
+
+
+def _calibration(doc: Doc, run: dict[str, Any]) -> None:
+    """The machine's calibration, stated in every report (or that it was skipped)."""
+    lines = calibrate.describe(run.get("machine", {}))
+    doc.h(2, "Calibration")
+    if not lines:
+        doc.p(
+            "Not calibrated (CALIBRATE=0): nothing states how fast this machine measures, "
+            "so its figures compare with no other machine's.",
+            note=True,
+        )
+        return
+    found = run["machine"]["calibration"]
+    doc.p(
+        "Before its steps the run measured the machine: the highest rate k6 held "
+        f"(p95 <= {found['params']['p95_ms']:g} ms, no drops) against two trivial routes, "
+        f"{found['params']['probe_s']} s per probe. The first is the ceiling of any "
+        "measurement on this machine with k6 on it; rates are compared with them below."
+    )
+    doc.ul(lines)
+
+
 def caption(run: dict[str, Any]) -> str:
     return f"Run {run['run_id']} on {summary(run['machine'])}."
 
@@ -134,7 +175,19 @@ def _context(doc: Doc, run: dict[str, Any]) -> None:
             )
     if params.get("scenario") == "compute":
         items.append(f"compute: complexity {params.get('complexity')}, engine = arm (go | python)")
+    if params.get("repeat", 1) > 1:
+        items.append(
+            f"repeats: each step ran {params['repeat']} times, interleaved within each rate "
+            "(A B A B); a figure is the median of the runs, (min-max) after it"
+        )
+    if params.get("k6_cpu_limit_cores") is not None:
+        items.append(
+            f"load generator saturated above {params['k6_cpu_limit_cores']:g} cores of k6 CPU "
+            f"({params.get('k6_cpu_share', 0) * 100:.0f}% of the machine's cores) or when k6 "
+            "ran out of VUs below the 1 s latency budget"
+        )
     doc.ul(items)
+    _calibration(doc, run)
     if run.get("interrupted"):
         doc.p(
             "This run was interrupted: the tables show only the steps that ran to their end.",
@@ -144,6 +197,12 @@ def _context(doc: Doc, run: dict[str, Any]) -> None:
         f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s['warning']}"
         for s in run["steps"]
         if s.get("warning")
+    ]
+    warnings += [
+        f"{s['arm']} {s['phase']} @ {s['rate']}/s: k6 stayed open for a browser on its "
+        "dashboard after the step and was stopped"
+        for s in run["steps"]
+        if s.get("k6", {}).get("held_by_dashboard")
     ]
     if run.get("probe_warning"):
         warnings.append(run["probe_warning"])
@@ -177,6 +236,12 @@ DEFINITIONS = [
     "stale reads (mixed): reads by the staleness checker, over a fresh connection (so any "
     "worker), right after a write's 2xx, that did not show that write; no answer: such reads "
     "without a usable answer, not counted as stale",
+    "k6 CPU cores: utime + stime of the k6 process from its start to its exit "
+    "(/proc/<pid>/stat, read as it exits), divided by the step's duration; k6 VUs busy/max: "
+    "the highest of k6's vus gauge (one sample a second) against the step's maxVUs",
+    "load generator saturated: k6 used more CPU than the limit stated above, or every VU it "
+    "was allowed was busy while --max-vus held the allowance below rate x 1 s; such a step "
+    "measures k6 as much as the stack, and the ceiling search calls its miss a measurement limit",
     "invalidation lag: receive time minus the core's publish time of each invalidation "
     "message, per worker (aside_gateway_l1_invalidation_lag_seconds); p50/p99 interpolated "
     "in the buckets' increase over the step as histogram_quantile does, max is the top of the "
@@ -189,47 +254,79 @@ def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -
     doc = Doc()
     doc.h(1, title)
     _context(doc, run)
-    tables = sweep_tables(results) if results else []
+    save_figures(results, out_dir)
+    merged = merge_repeats(results)
+    tables = sweep_tables(merged) if results else []
     if not results:
         doc.p("No step ran to its end, so there is nothing to tabulate.", note=True)
     doc.h(2, "Results")
     for table in tables:
         doc.table(table)
+    held = held_table(merged, HELD_P95_MS, calibration_rates(run)) if results else None
+    if held is not None:
+        tables.append(held)
+        doc.table(held)
+    _saturation(doc, results)
     doc.h(2, "How the figures are computed")
     doc.ul(DEFINITIONS)
     if results:
         from . import charts  # matplotlib is slow to import: only when drawing
 
         doc.h(2, "Charts")
-        for path in charts.sweep_charts(results, out_dir, caption(run)):
+        for path in charts.sweep_charts(merged, out_dir, caption(run)):
             doc.image(path, path.stem.replace("_", " "))
     _write(doc, out_dir / "report.md", out_dir / "report.html", title)
     return tables
 
 
+def _saturation(doc: Doc, results: list[StepResult]) -> None:
+    lines = saturated_steps(results)
+    if lines:
+        doc.p("Load generator saturated (k6 was a limit of these steps):", note=True)
+        doc.ul(lines)
+
+
+def _ceiling_cell(ceiling: int, capped: bool, limit: int | None) -> str:
+    if limit is not None:
+        return f">= {ceiling} (measurement limit at {limit})"
+    return (">= " if capped else "") + str(ceiling)
+
+
 def ceiling_tables(
-    results: list[StepResult], p95_limit_ms: float
+    results: list[StepResult],
+    p95_limit_ms: float,
+    calibration: dict[str, int | None] | None = None,
 ) -> tuple[list[Table], dict[str, Any]]:
     summary_rows, found = [], {}
     trials_rows = []
     costs = cost_columns(results)
+    loadgen = has_loadgen(results)
+    known = {name: rate for name, rate in (calibration or {}).items() if rate}
     for arm, phase in series_order(results):
         series = [r for r in results if (r.step.arm, r.step.phase) == (arm, phase)]
-        history = [(r.step.rate, r.holds(p95_limit_ms)) for r in series]
-        ceiling, capped = ceiling_of(history)
-        found[arm] = {"ceiling": ceiling, "capped": capped}
-        summary_rows.append([series_label(arm, phase), (">= " if capped else "") + str(ceiling)])
+        outcomes = [(r.step.rate, r.verdict(p95_limit_ms)) for r in series]
+        ceiling, capped = ceiling_of([(rate, v == "held") for rate, v in outcomes])
+        limit = limit_of(outcomes)
+        found[arm] = {"ceiling": ceiling, "capped": capped, "measurement_limit": limit}
+        summary_rows.append(
+            [
+                series_label(arm, phase),
+                _ceiling_cell(ceiling, capped, limit),
+                *(f"{ceiling / rate:.2f}" for rate in known.values()),
+            ]
+        )
         for r in series:
             trials_rows.append(
                 [
                     series_label(arm, phase),
-                    str(r.step.rate),
+                    str(r.step.rate) + (f" (run {r.step.repeat})" if r.step.repeat > 1 else ""),
                     fmt_ms(r.latency.p95 if r.latency else None),
                     fmt_ms(r.latency.p99 if r.latency else None),
                     fmt_rps(r.achieved_rps),
                     fmt_pct(r.drop_rate),
-                    "held" if r.holds(p95_limit_ms) else "missed",
+                    r.verdict(p95_limit_ms),
                     *(column.cell(r) for column in costs),
+                    *(loadgen_cells(r) if loadgen else []),
                 ]
             )
     if "healthz" in found and found["healthz"]["ceiling"] > 0:
@@ -239,17 +336,18 @@ def ceiling_tables(
             ratio = found[arm]["ceiling"] / found["healthz"]["ceiling"]
             # "ratio" stays the cache arm's, as run.json consumers read it.
             found["ratio" if arm == "cache" else f"ratio_{arm}"] = ratio
-            summary_rows.append([f"{arm} / healthz", f"{ratio:.2f}"])
+            summary_rows.append([f"{arm} / healthz", f"{ratio:.2f}", *([""] * len(known))])
     tables = [
         Table(
             f"highest rate held at p95 <= {p95_limit_ms:g} ms with no drops (requests/s)",
-            ["arm", "ceiling /s"],
+            ["arm", "ceiling /s"] + [f"/ {name} calibration" for name in known],
             summary_rows,
         ),
         Table(
             "every step, in the order run",
             ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict"]
-            + [column.header for column in costs],
+            + [column.header for column in costs]
+            + (LOADGEN_HEADERS if loadgen else []),
             trials_rows,
         ),
     ]
@@ -266,11 +364,15 @@ def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path)
         "The cache arms read counts with a warm cache (the read mix): cache through Redis, l1 "
         "from each worker's memory, hybrid memory then Redis; the healthz arm asks a trivial "
         "route of the same gunicorn. A ratio says how much of the server's own ceiling that "
-        "cached read path keeps."
+        "cached read path keeps. Each arm's final held and missed rates ran twice: a rate "
+        "holds only if both runs held. A step that missed while k6 itself was saturated is "
+        "a measurement limit, not the server's ceiling."
     )
-    tables, _ = ceiling_tables(results, limit)
+    save_figures(results, out_dir)
+    tables, _ = ceiling_tables(results, limit, calibration_rates(run))
     for table in tables:
         doc.table(table)
+    _saturation(doc, results)
     if results:
         from . import charts
 
@@ -289,6 +391,42 @@ def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path)
 def _write(doc: Doc, md_path: Path, html_path: Path, title: str) -> None:
     md_path.write_text(doc.markdown())
     html_path.write_text(doc.html(title))
+
+
+def step_figures(result: StepResult) -> dict[str, Any]:
+    """One run of a step as results.json keeps it (what `compare` reads)."""
+    step, latency, gen = result.step, result.latency, result.loadgen
+    return {
+        "scenario": step.scenario,
+        "arm": step.arm,
+        "phase": step.phase,
+        "rate": step.rate,
+        "repeat": step.repeat,
+        "duration_s": step.duration_s,
+        "p50": None if latency is None else latency.p50,
+        "p95": None if latency is None else latency.p95,
+        "p99": None if latency is None else latency.p99,
+        "achieved": result.achieved_rps,
+        "drops": result.drop_rate,
+        "hit": result.hit_rate,
+        "k6_cpu_cores": None if gen is None else gen.cpu_cores,
+        "saturated": result.saturated,
+    }
+
+
+def save_figures(results: list[StepResult], out_dir: Path) -> None:
+    (out_dir / FIGURES_FILE).write_text(
+        json.dumps([step_figures(result) for result in results], indent=1) + "\n"
+    )
+
+
+def load_figures(out_dir: Path) -> list[dict[str, Any]] | None:
+    """The figures a report wrote; None when it wrote none (older runs)."""
+    try:
+        found = json.loads((out_dir / FIGURES_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return found if isinstance(found, list) else None
 
 
 def save_run(run: dict[str, Any], out_dir: Path) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from .plan import Step
 
 if TYPE_CHECKING:  # tierstats imports this module
+    from .saturation import LoadGen
     from .tierstats import StepCost
 
 
@@ -80,6 +81,7 @@ class StepResult:
     by_name: dict[str, Latency] = field(default_factory=dict)
     cost: StepCost | None = None  # None: no probe around the step (older runs)
     stale: StaleCounts | None = None  # None: no staleness checker ran
+    loadgen: LoadGen | None = None  # None: k6's CPU was not recorded (older runs)
 
     @property
     def drop_rate(self) -> float:
@@ -101,3 +103,15 @@ class StepResult:
             and self.failed == 0
             and self.latency.p95 <= p95_limit_ms
         )
+
+    @property
+    def saturated(self) -> bool:
+        """k6 was the limit of this step (saturation.py)."""
+        return self.loadgen is not None and self.loadgen.saturated
+
+    def verdict(self, p95_limit_ms: float) -> str:
+        """held, missed, or limit: a step that did not hold while k6 itself was
+        saturated says nothing about the server, only about the measurement."""
+        if self.holds(p95_limit_ms):
+            return "held"
+        return "limit" if self.saturated else "missed"

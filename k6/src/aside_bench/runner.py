@@ -16,7 +16,16 @@ from typing import Any
 from . import report, trackplan
 from .collect import GATEWAY_JOB, collect
 from .config import Settings
-from .k6run import K6Process, LoadShape, k6_command, script_for, step_run
+from .k6run import (
+    K6Process,
+    K6Run,
+    LoadShape,
+    dashboard_env,
+    deadline_s,
+    k6_command,
+    script_for,
+    step_run,
+)
 from .machine import describe
 from .plan import CACHE_PARAMS, L1_ARMS, Step, cache_param, gateway_env, vus_for
 from .prepare import (
@@ -55,6 +64,9 @@ class Options:
     shape: LoadShape
     max_vus: int
     recover_timeout_s: float
+    k6_cpu_limit: float | None = None  # cores; above it a step is load generator saturated
+    live_port: int | None = None  # k6's web dashboard on 127.0.0.1 while a step runs
+    keep_html: bool = False  # each step's k6 HTML report into the run folder
 
 
 def _clock(seconds: float) -> str:
@@ -74,6 +86,11 @@ def quick_line(result: StepResult) -> str:
     if result.step.arm in CACHE_PARAMS:
         parts.append(f"hits {fmt_pct(result.hit_rate)}")
     cost = result.cost
+    gen = result.loadgen
+    if gen is not None and gen.cpu_cores is not None:
+        parts.append(f"k6 {gen.cpu_cores:.2f} cores")
+    if gen is not None and gen.saturated:
+        parts.append("LOAD GENERATOR SATURATED")
     if cost is not None:
         if cost.l1_hit_rate is not None:
             parts.append(f"L1 {fmt_pct(cost.l1_hit_rate)}")
@@ -191,6 +208,34 @@ class Runner:
                 f"{warmed['passes']} passes"
             )
 
+    def _export_path(self, step: Step) -> Path | None:
+        """Where this step's k6 HTML report goes (LIVE or KEEP_HTML), else None."""
+        if self.options.live_port is None and not self.options.keep_html:
+            return None
+        index = len(self.run["steps"])
+        name = f"k6-{index:03d}-{step.scenario}-{step.arm}-{step.phase}-{step.rate}-r{step.repeat}"
+        return self.options.out_dir / f"{name}.html"
+
+    def run_k6(self, run: K6Run, record: dict[str, Any], export: Path | None = None) -> int:
+        """k6 for one step or probe: its start and end instants, exit code and
+        CPU time go into `record`; Ctrl-C reaches it through `self.current`."""
+        log_path = self.options.out_dir / "k6.log"
+        self.current = K6Process(k6_command(self.settings, run), log_path, run.env)
+        record["start"] = time.time()
+        try:
+            code = self.current.run_measured(deadline_s(run), export)
+        finally:
+            record["end"] = time.time()
+            record["k6_exit"] = self.current.returncode
+            record["k6"] = {
+                "cpu_s": self.current.cpu_seconds,
+                "cpu_limit_cores": self.options.k6_cpu_limit,
+            }
+            if self.current.lingered:
+                record["k6"]["held_by_dashboard"] = True
+            self.current = None
+        return code
+
     def run_step(self, step: Step) -> StepResult | None:
         vus = vus_for(step.rate, step.arm, self.options.max_vus, step.phase)
         record: dict[str, Any] = {
@@ -199,36 +244,43 @@ class Runner:
             "phase": step.phase,
             "rate": step.rate,
             "duration_s": step.duration_s,
+            "repeat": step.repeat,
             "vus": list(vus),
             "script": script_for(step),
             "completed": False,
         }
+        export = self._export_path(step)
         self.run["steps"].append(record)
         self._prepare(step, record)
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
         record["prom_start"] = time.time()
         run = step_run(
-            self.settings, step, self.options.run_id, self.options.shape, vus, self.options.data_dir
+            self.settings,
+            step,
+            self.options.run_id,
+            self.options.shape,
+            vus,
+            self.options.data_dir,
+            dashboard_env(self.options.live_port, export),
         )
-        log_path = self.options.out_dir / "k6.log"
-        self.current = K6Process(k6_command(self.settings, run), log_path, run.env)
+        if self.options.live_port is not None:
+            print(f"  live: http://127.0.0.1:{self.options.live_port} (reload for each step)")
         record["probe"] = {"start": self.probe.reading()}
-        record["start"] = time.time()
         try:
-            code = self.current.run()
+            code = self.run_k6(run, record, export)
         finally:
-            record["end"] = time.time()
-            record["k6_exit"] = self.current.returncode
-            self.current = None
             # Right after k6's last request: the memory the step left and its CPU.
             record["probe"]["end"] = self.probe.reading(memory=True)
+        if export is not None and export.exists():
+            record["k6_html"] = export.name
         if self.interrupted:
             record["interrupted"] = True
             return None
         if code != 0:
             raise StepFailed(
-                f"k6 exited with {code} on {step.label} @ {step.rate}/s; see {log_path}"
+                f"k6 exited with {code} on {step.label} @ {step.rate}/s; "
+                f"see {self.options.out_dir / 'k6.log'}"
             )
         record["prom_end"] = self.prom.wait_for_scrape_after(
             GATEWAY_JOB, record["end"], SCRAPE_WAIT_S
@@ -262,8 +314,11 @@ class Runner:
     def run_steps(self, steps: list[Step]) -> None:
         total = len(steps)
         width = len(str(total))
+        repeats = max(step.repeat for step in steps)
         for index, step in enumerate(steps, start=1):
             head = f"[{index:>{width}}/{total}] {step.scenario} {step.label:<14} @ {step.rate:>5}/s"
+            if repeats > 1:
+                head += f" run {step.repeat}/{repeats}"
             self.step_with_progress(step, head, total - index)
             if self.interrupted:
                 return

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .plan import series_label
+from .repeats import figure_spread
 from .results import StepResult
 
 MISSING = "n/a"
@@ -114,8 +115,42 @@ def cost_columns(results: list[StepResult]) -> list[CostColumn]:
     return kept
 
 
+def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float], str]) -> str:
+    """`text`, plus the min-max of the step's runs when it ran more than once
+    and they differ as shown."""
+    found = figure_spread(result, name)
+    if found is None or fmt(found.low) == fmt(found.high):
+        return text
+    return f"{text} ({fmt(found.low)}-{fmt(found.high)})"
+
+
+def fmt_cores(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.2f}"
+
+
+def loadgen_cells(result: StepResult) -> list[str]:
+    """k6's CPU (cores over the step), VUs busy at most / allowed, and the verdict."""
+    gen = result.loadgen
+    if gen is None:
+        return [MISSING, MISSING, MISSING]
+    busy = MISSING if gen.vus_peak is None else str(gen.vus_peak)
+    return [
+        fmt_cores(gen.cpu_cores),
+        f"{busy}/{gen.vus_cap}",
+        "saturated" if gen.saturated else "ok",
+    ]
+
+
+LOADGEN_HEADERS = ["k6 CPU cores", "k6 VUs busy/max", "load generator"]
+
+
+def has_loadgen(results: list[StepResult]) -> bool:
+    return any(r.loadgen is not None for r in results)
+
+
 def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
-    """Every figure of one arm (and phase) at each rate."""
+    """Every figure of one arm (and phase) at each rate; a step run more than
+    once shows the median of its runs and their min-max."""
     with_hits = has_cache(results)
     series = sorted(
         (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
@@ -126,20 +161,25 @@ def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
     if with_hits:
         headers.append("cache hit rate")
     headers += [column.header for column in costs]
+    loadgen = has_loadgen(series)
+    if loadgen:
+        headers += LOADGEN_HEADERS
     rows = []
     for result in series:
         latency = result.latency
         row = [
             str(result.step.rate),
-            fmt_ms(latency.p50 if latency else None),
-            fmt_ms(latency.p95 if latency else None),
-            fmt_ms(latency.p99 if latency else None),
-            fmt_rps(result.achieved_rps),
-            fmt_pct(result.drop_rate),
+            spread_cell(result, "p50", fmt_ms(latency.p50 if latency else None), fmt_ms),
+            spread_cell(result, "p95", fmt_ms(latency.p95 if latency else None), fmt_ms),
+            spread_cell(result, "p99", fmt_ms(latency.p99 if latency else None), fmt_ms),
+            spread_cell(result, "achieved", fmt_rps(result.achieved_rps), fmt_rps),
+            spread_cell(result, "drops", fmt_pct(result.drop_rate), fmt_pct),
         ]
         if with_hits:
-            row.append(fmt_pct(result.hit_rate))
+            row.append(spread_cell(result, "hit", fmt_pct(result.hit_rate), fmt_pct))
         row += [column.cell(result) for column in costs]
+        if loadgen:
+            row += loadgen_cells(result)
         rows.append(row)
     return Table(f"{series_label(arm, phase)}", headers, rows)
 
@@ -254,6 +294,52 @@ def staleness_table(results: list[StepResult]) -> Table | None:
             ]
         )
     return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)
+
+
+def saturated_steps(results: list[StepResult]) -> list[str]:
+    """One line per step (or run of a step) where k6 was the limit, with why."""
+    lines = []
+    for result in results:
+        gen = result.loadgen
+        if gen is not None and gen.saturated:
+            step = result.step
+            which = f" run {step.repeat}" if step.repeat > 1 else ""
+            lines.append(
+                f"{series_label(step.arm, step.phase)} @ {step.rate}/s{which}: "
+                + "; ".join(gen.reasons)
+            )
+    return lines
+
+
+def held_table(
+    results: list[StepResult], p95_limit_ms: float, calibration: dict[str, int | None]
+) -> Table | None:
+    """Per series, the highest target rate held (p95 within the limit, nothing
+    dropped or failed, k6 not saturated) and that rate as a fraction of each
+    calibrated ceiling; None without a calibration."""
+    known = {name: rate for name, rate in calibration.items() if rate}
+    if not known:
+        return None
+    headers = ["series", "highest rate held /s"] + [f"/ {name} calibration" for name in known]
+    rows = []
+    for arm, phase in series_order(results):
+        held = [
+            r.step.rate
+            for r in results
+            if (r.step.arm, r.step.phase) == (arm, phase)
+            and r.holds(p95_limit_ms)
+            and not r.saturated
+        ]
+        best = max(held) if held else None
+        row = [series_label(arm, phase), MISSING if best is None else str(best)]
+        row += [MISSING if best is None else f"{best / rate:.2f}" for rate in known.values()]
+        rows.append(row)
+    return Table(
+        f"highest rate held in this run (p95 <= {p95_limit_ms:g} ms, no drops), "
+        "against the machine's calibration",
+        headers,
+        rows,
+    )
 
 
 def sweep_tables(results: list[StepResult]) -> list[Table]:

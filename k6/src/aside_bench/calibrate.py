@@ -1,0 +1,203 @@
+"""The machine's calibration, run before a sweep's or a ceiling's steps: the
+highest rate k6 holds (p95 <= 10 ms, nothing dropped or failed) against the
+core's /healthz, a trivial route of a Go server (the measurement ceiling of
+this machine with k6 on it), and against the gateway's /healthz (the ceiling
+of the gateway's server without any work). A short bisection, a few seconds a
+probe, within a bounded total; kept in run.json's "machine".
+
+The search is pure and unit-tested; `calibrate` drives it with real k6 runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .ceiling import Trial, bounds
+from .collect import collect
+from .k6run import K6_ENV, K6Run
+from .plan import vus_for
+from .prepare import StackError, wait_until_quiet
+from .results import StepResult
+
+if TYPE_CHECKING:
+    from .runner import Runner
+
+# The two servers measured: name -> the Settings attribute of its base URL.
+TARGETS = {"core": "core_url", "gateway": "gateway_url"}
+WHAT = {
+    "core": "k6 + the core's /healthz (the machine's measurement ceiling)",
+    "gateway": "the gateway's /healthz (its server, no work)",
+}
+
+
+@dataclass(frozen=True)
+class CalibrationParams:
+    probe_s: int = 3
+    budget_s: float = 60.0  # both targets together
+    start: int = 400
+    max_rate: int = 12800
+    p95_ms: float = 10.0
+    resolution_rel: float = 0.1
+
+
+def ladder(params: CalibrationParams) -> list[int]:
+    """start, 2 x start, 4 x start, ... up to max_rate (max_rate itself last)."""
+    rates = []
+    rate = params.start
+    while rate < params.max_rate:
+        rates.append(rate)
+        rate *= 2
+    return [*rates, params.max_rate]
+
+
+def next_probe(history: list[Trial], params: CalibrationParams) -> int | None:
+    """Double until a probe misses, then bisect to `resolution_rel`; None when done."""
+    low, high = bounds(history)
+    tried = {rate for rate, _ in history}
+    if high is None:
+        return next((r for r in ladder(params) if r > low and r not in tried), None)
+    if high - low <= max(1, int(low * params.resolution_rel)):
+        return None
+    middle = (low + high) // 2
+    return None if middle in tried or middle <= 0 else middle
+
+
+def search(
+    probe: Callable[[int], bool], params: CalibrationParams, budget_s: float
+) -> dict[str, Any]:
+    """Run `probe(rate) -> held` along the search until it ends or the next
+    probe would overrun `budget_s` (judged by the slowest probe so far)."""
+    history: list[Trial] = []
+    began = time.monotonic()
+    slowest = float(params.probe_s)
+    out_of_time = False
+    while (rate := next_probe(history, params)) is not None:
+        spent = time.monotonic() - began
+        if history and spent + slowest > budget_s:
+            out_of_time = True
+            break
+        started = time.monotonic()
+        history.append((rate, probe(rate)))
+        slowest = max(slowest, time.monotonic() - started)
+    low, high = bounds(history)
+    return {
+        "rate": low,
+        "capped": high is None,  # nothing missed: the true ceiling is higher
+        "out_of_time": out_of_time,
+        "missed_at": high,
+        "seconds": round(time.monotonic() - began, 1),
+    }
+
+
+def _probe_line(target: str, rate: int, result: StepResult | None, held: bool) -> str:
+    if result is None or result.latency is None:
+        return f"  calibration {target:<7} @ {rate:>5}/s: no answer -> missed"
+    gen = result.loadgen
+    k6 = "" if gen is None or gen.cpu_cores is None else f", k6 {gen.cpu_cores:.2f} cores"
+    return (
+        f"  calibration {target:<7} @ {rate:>5}/s: p95 {result.latency.p95:.2f} ms, "
+        f"drops {result.drop_rate:.1%}{k6} -> {'held' if held else 'missed'}"
+    )
+
+
+def _probe(runner: Runner, target: str, url: str, rate: int, params: CalibrationParams) -> dict:
+    """One k6 run of healthz.js against `url`; its record, as a step's."""
+    vus = vus_for(rate, "healthz", runner.options.max_vus)
+    record: dict[str, Any] = {
+        "scenario": "calibrate",
+        "arm": target,
+        "phase": "none",
+        "rate": rate,
+        "duration_s": params.probe_s,
+        "repeat": 1,
+        "vus": list(vus),
+        "completed": False,
+    }
+    run = K6Run(
+        script="healthz.js",
+        run_id=runner.options.run_id,
+        scenario="calibrate",
+        arm=target,
+        phase="none",
+        rate=rate,
+        duration_s=params.probe_s,
+        vus=vus,
+        timeout_s=runner.options.shape.timeout_s,
+        data_dir=runner.options.data_dir,
+        extra={"BASE_URL": url},
+        out=f"influxdb={runner.settings.influx_url}",
+        console_summary=False,
+        env=K6_ENV,
+    )
+    code = runner.run_k6(run, record)
+    record["completed"] = code == 0 and not runner.interrupted
+    return record
+
+
+def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str, Any]:
+    """One target's search, its probes kept as steps are."""
+    url = getattr(runner.settings, TARGETS[target])
+    probes: list[dict[str, Any]] = []
+
+    def probe(rate: int) -> bool:
+        if runner.interrupted:
+            raise KeyboardInterrupt
+        record = _probe(runner, target, url, rate, params)
+        probes.append(record)
+        results = collect(runner.influx, runner.prom, runner.options.run_id, [record])
+        result = results[0] if results else None
+        held = result is not None and result.holds(params.p95_ms)
+        print(_probe_line(target, rate, result, held), flush=True)
+        record["held"] = held
+        if result is not None and result.latency is not None:
+            record["p95_ms"] = round(result.latency.p95, 3)
+        return held
+
+    outcome = search(probe, params, params.budget_s / len(TARGETS))
+    return {"url": url, "what": WHAT[target], **outcome, "probes": probes}
+
+
+def calibrate(runner: Runner, params: CalibrationParams) -> dict[str, Any]:
+    """Both targets, one after the other, each within half the budget."""
+    try:
+        wait_until_quiet(runner.settings, runner.options.recover_timeout_s)
+    except StackError as error:
+        print(f"  warning: {error}; calibrating anyway", flush=True)
+    return {
+        "params": asdict(params),
+        "targets": {target: _target(runner, target, params) for target in TARGETS},
+    }
+
+
+def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
+    """A run's calibrated rate for `target`; None when it was not calibrated."""
+    found = (machine.get("calibration") or {}).get("targets", {}).get(target)
+    return None if not found or not found.get("rate") else int(found["rate"])
+
+
+def capped(machine: dict[str, Any], target: str = "core") -> bool:
+    """The calibration held at every rate it tried: its rate is a lower bound."""
+    found = (machine.get("calibration") or {}).get("targets", {}).get(target) or {}
+    return bool(found.get("capped"))
+
+
+def describe(machine: dict[str, Any]) -> list[str]:
+    """One line per target for reports and the console."""
+    calibration = machine.get("calibration")
+    if not calibration:
+        return []
+    lines = []
+    for target, found in calibration.get("targets", {}).items():
+        rate = f"{'>= ' if found.get('capped') else ''}{found.get('rate')} req/s"
+        notes = []
+        if found.get("capped"):
+            notes.append("nothing missed up to the highest rate tried")
+        if found.get("out_of_time"):
+            missed = found.get("missed_at")
+            notes.append("the time allowed ran out" + (f" below {missed} req/s" if missed else ""))
+        tail = f" ({'; '.join(notes)})" if notes else ""
+        lines.append(f"{found.get('what', target)}: {rate}{tail}")
+    return lines

@@ -1,0 +1,287 @@
+"""`aside-bench compare RUN_A RUN_B`: every step two runs share (scenario, arm,
+phase, rate), figure by figure, with a change flagged only where it exceeds
+the noise the runs themselves measured: the spread (max - min) of a step's
+repeats when either run repeated it, else a stated tolerance.
+
+Runs are compared only on machines of about the same speed, judged by their
+calibration (calibrate.py): more than MACHINE_RATIO_LIMIT apart is refused
+unless --normalise, which puts B's figures on A's machine by the ratio.
+
+Pure functions only (but `write`), so every rule here has a unit test.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .calibrate import capped, rate_of
+from .plan import series_label
+from .repeats import Spread, spread
+from .tables import Table, fmt_ms, fmt_pct, fmt_rps
+
+# Runs whose machine calibrations differ by more than this are not compared as they are.
+MACHINE_RATIO_LIMIT = 1.25
+# Without repeats: a latency or a rate must change by this share of A's value,
+DEFAULT_TOLERANCE = 0.2
+# a drop or hit rate by this many points (absolute).
+SHARE_TOLERANCE = 0.02
+# Below these a change is never flagged, whatever the spread (0 wide when runs agree).
+FLOOR = {"ms": 0.05, "rate": 0.5, "share": 0.005}
+# figure -> (unit, True when higher is better)
+FIGURES = {
+    "p50": ("ms", False),
+    "p95": ("ms", False),
+    "p99": ("ms", False),
+    "achieved": ("rate", True),
+    "drops": ("share", False),
+    "hit": ("share", True),
+}
+StepKey = tuple[str, str, str, int]
+
+
+class CompareError(ValueError):
+    """Two runs cannot be compared as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How B's figures are put next to A's."""
+
+    rate_a: int | None  # the machines' calibrations (k6 + the core's /healthz)
+    rate_b: int | None
+    normalised: bool
+
+    @property
+    def ratio(self) -> float | None:
+        """How much faster B's machine measured than A's."""
+        if not self.rate_a or not self.rate_b:
+            return None
+        return self.rate_b / self.rate_a
+
+    def apply(self, name: str, value: float | None) -> float | None:
+        """B's figure on A's machine: a rate divided by the ratio, a latency
+        multiplied by it, a share as it is."""
+        ratio = self.ratio
+        if value is None or not self.normalised or ratio is None:
+            return value
+        unit = FIGURES[name][0]
+        if unit == "rate":
+            return value / ratio
+        return value * ratio if unit == "ms" else value
+
+
+def machine_scale(
+    run_a: dict[str, Any], run_b: dict[str, Any], normalise: bool, ignore: bool = False
+) -> Scale:
+    """A's and B's calibrations, checked: CompareError when either is missing
+    (unless `ignore`) or they differ by more than MACHINE_RATIO_LIMIT (unless
+    `normalise`)."""
+    scale = Scale(rate_of(run_a["machine"]), rate_of(run_b["machine"]), normalise)
+    for run, rate in ((run_a, scale.rate_a), (run_b, scale.rate_b)):
+        if rate is None and not ignore:
+            raise CompareError(
+                f"run {run['run_id']} has no machine calibration (it ran with CALIBRATE=0), "
+                "so nothing says its machine measures like the other's; "
+                "pass --ignore-calibration to compare anyway"
+            )
+    ratio = scale.ratio
+    if ratio is None:
+        if normalise:
+            raise CompareError("--normalise needs both runs calibrated")
+        return scale
+    if max(ratio, 1 / ratio) > MACHINE_RATIO_LIMIT and not normalise:
+        raise CompareError(
+            f"the machines differ: calibrated at {scale.rate_a} and {scale.rate_b} req/s "
+            f"({max(ratio, 1 / ratio):.2f}x, more than {MACHINE_RATIO_LIMIT:g}x); "
+            "pass --normalise to divide by their ratio"
+        )
+    return scale
+
+
+@dataclass(frozen=True)
+class Change:
+    """One figure of one step in both runs."""
+
+    a: Spread | None
+    b: Spread | None
+    noise: float  # the change a figure must exceed to be flagged
+    basis: str  # "spread" (the runs' repeats) or "tolerance"
+    flag: str  # "" | "better" | "worse"
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b.median - self.a.median
+
+
+def noise_of(name: str, a: Spread, b: Spread, tolerance: float) -> tuple[float, str]:
+    """The change this figure must exceed: the widest spread of a run that
+    repeated the step, else the tolerance; never below the figure's floor."""
+    unit = FIGURES[name][0]
+    widths = [one.width for one in (a, b) if one.runs > 1]
+    if widths:
+        noise, basis = max(widths), "spread"
+    elif unit == "share":
+        noise, basis = SHARE_TOLERANCE, "tolerance"
+    else:
+        noise, basis = tolerance * abs(a.median), "tolerance"
+    return max(noise, FLOOR[unit]), basis
+
+
+def change(name: str, a: Spread | None, b: Spread | None, tolerance: float) -> Change:
+    if a is None or b is None:
+        return Change(a, b, 0.0, "", "")
+    noise, basis = noise_of(name, a, b, tolerance)
+    delta = b.median - a.median
+    flag = ""
+    if abs(delta) > noise:
+        higher_better = FIGURES[name][1]
+        flag = "better" if (delta > 0) == higher_better else "worse"
+    return Change(a, b, noise, basis, flag)
+
+
+def _by_step(figures: list[dict[str, Any]]) -> dict[StepKey, list[dict[str, Any]]]:
+    grouped: dict[StepKey, list[dict[str, Any]]] = {}
+    for one in figures:
+        key = (one["scenario"], one["arm"], one["phase"], int(one["rate"]))
+        grouped.setdefault(key, []).append(one)
+    return grouped
+
+
+@dataclass(frozen=True)
+class Row:
+    key: StepKey
+    changes: dict[str, Change]
+
+    @property
+    def flags(self) -> list[str]:
+        return [f"{name} {c.flag}" for name, c in self.changes.items() if c.flag]
+
+
+def compare(
+    figures_a: list[dict[str, Any]],
+    figures_b: list[dict[str, Any]],
+    scale: Scale,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> list[Row]:
+    """One row per step both runs ran, in A's order."""
+    runs_a, runs_b = _by_step(figures_a), _by_step(figures_b)
+    rows = []
+    for key, a in runs_a.items():
+        b = runs_b.get(key)
+        if b is None:
+            continue
+        changes = {
+            name: change(
+                name,
+                spread([one.get(name) for one in a]),
+                spread([scale.apply(name, one.get(name)) for one in b]),
+                tolerance,
+            )
+            for name in FIGURES
+        }
+        rows.append(Row(key, changes))
+    return rows
+
+
+_FORMAT = {"ms": fmt_ms, "rate": fmt_rps, "share": fmt_pct}
+
+
+def cell(name: str, found: Change) -> str:
+    """'4.00 -> 4.50 (+0.50, noise 0.30) worse', or 'n/a' when a side lacks it."""
+    fmt = _FORMAT[FIGURES[name][0]]
+    if found.a is None or found.b is None or found.delta is None:
+        return "n/a"
+    delta = found.delta
+    shown = f"{delta * 100:+.1f} pt" if FIGURES[name][0] == "share" else f"{delta:+.3g}"
+    text = f"{fmt(found.a.median)} -> {fmt(found.b.median)} ({shown})"
+    return f"{text} **{found.flag}**" if found.flag else text
+
+
+def table(rows: list[Row]) -> Table:
+    headers = ["scenario", "series", "target /s", *FIGURES, "flagged"]
+    body = [
+        [
+            row.key[0],
+            series_label(row.key[1], row.key[2]),
+            str(row.key[3]),
+            *(cell(name, row.changes[name]) for name in FIGURES),
+            ", ".join(row.flags) or "none",
+        ]
+        for row in rows
+    ]
+    return Table("every step both runs ran: A -> B (change)", headers, body)
+
+
+def _run_line(name: str, run: dict[str, Any], rate: int | None) -> str:
+    machine = run["machine"]
+    bound = " (held at every rate tried: a lower bound)" if capped(machine) else ""
+    return (
+        f"{name}: {run['run_id']} ({machine.get('cpu')}, {machine.get('nproc')} cores), "
+        f"machine calibration {rate or 'none'} req/s{bound}"
+    )
+
+
+def header_lines(
+    run_a: dict[str, Any], run_b: dict[str, Any], scale: Scale, tolerance: float, rows: list[Row]
+) -> list[str]:
+    bases = {c.basis for row in rows for c in row.changes.values() if c.basis}
+    lines = [_run_line(name, run, rate) for name, run, rate in
+             (("A", run_a, scale.rate_a), ("B", run_b, scale.rate_b))]  # fmt: skip
+    ratio = scale.ratio
+    if ratio is not None:
+        lines.append(
+            f"B's machine measured {ratio:.2f}x A's"
+            + (
+                ": B's rates are divided and its latencies multiplied by that ratio"
+                if scale.normalised
+                else " (within the 1.25x allowed; figures as measured)"
+            )
+        )
+    if "spread" in bases:
+        lines.append(
+            "flagged where the change of the median exceeds the spread (max - min) of the "
+            "step's repeats in either run"
+        )
+    if "tolerance" in bases:
+        lines.append(
+            f"steps run once: flagged where a latency or rate changes by more than "
+            f"{tolerance:.0%} of A's value, a drop or hit rate by more than "
+            f"{SHARE_TOLERANCE * 100:g} points"
+        )
+    return lines
+
+
+def write(
+    run_a: dict[str, Any],
+    run_b: dict[str, Any],
+    rows: list[Row],
+    scale: Scale,
+    tolerance: float,
+    out_dir: Path,
+) -> str:
+    """compare.md and compare.json into `out_dir`; the Markdown."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = header_lines(run_a, run_b, scale, tolerance, rows)
+    markdown = (
+        f"# Compare {run_a['run_id']} -> {run_b['run_id']}\n\n"
+        + "\n".join(f"- {line}" for line in lines)
+        + "\n\n"
+        + table(rows).markdown()
+    )
+    (out_dir / "compare.md").write_text(markdown)
+    found = {
+        "a": run_a["run_id"],
+        "b": run_b["run_id"],
+        "ratio": scale.ratio,
+        "normalised": scale.normalised,
+        "tolerance": tolerance,
+        "steps": [
+            {"key": list(row.key), "changes": {n: asdict(c) for n, c in row.changes.items()}}
+            for row in rows
+        ],
+    }
+    (out_dir / "compare.json").write_text(json.dumps(found, indent=1) + "\n")
+    return markdown

@@ -1,0 +1,309 @@
+"""Unit tests of what makes the figures comparable: repeats in interleaved
+order, their median and spread, k6's saturation rule, the ceiling's
+confirmations, the calibration search, and `compare`'s flags and refusals."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from aside_bench import calibrate, compare, config, report
+from aside_bench.ceiling import SearchParams, ceiling_of, limit_of, next_trial
+from aside_bench.k6run import LINGER_S, K6Process, dashboard_env
+from aside_bench.plan import PlanError, Step, build_steps, repeat_steps
+from aside_bench.prepare import StackError
+from aside_bench.repeats import RepeatedResult, merge, merge_repeats, spread
+from aside_bench.results import CacheCounts, Latency, StepResult
+from aside_bench.saturation import LoadGen, cpu_limit_cores
+from aside_bench.tables import series_table
+
+
+# ---- repeats: order -------------------------------------------------------------------
+def test_repeats_interleave_within_each_rate() -> None:
+    steps = repeat_steps(build_steps("read", [30, 100], ["nocache", "cache"], "warm", 10), 2)
+    assert [(s.rate, s.arm, s.repeat) for s in steps] == [
+        (30, "nocache", 1), (30, "cache", 1), (30, "nocache", 2), (30, "cache", 2),
+        (100, "nocache", 1), (100, "cache", 1), (100, "nocache", 2), (100, "cache", 2),
+    ]  # fmt: skip
+
+
+def test_one_repeat_is_the_plan_itself_and_none_is_refused() -> None:
+    steps = build_steps("read", [30], ["cache"], "both", 10)
+    assert repeat_steps(steps, 1) == steps
+    with pytest.raises(PlanError, match="repeat"):
+        repeat_steps(steps, 0)
+
+
+# ---- repeats: median and spread -------------------------------------------------------
+def _result(p95: float, repeat: int = 1, dropped: int = 0, rate: int = 100) -> StepResult:
+    return StepResult(
+        step=Step("read", "cache", "warm", rate, 10, repeat),
+        latency=Latency(p95 / 2, p95, p95 * 2, rate * 10),
+        iterations=rate * 10,
+        failed=0,
+        dropped=dropped,
+        cache=CacheCounts(hits=90, misses=10, bypass=0),
+    )
+
+
+def test_spread_is_median_min_and_max_of_what_was_measured() -> None:
+    found = spread([3.0, None, 9.0, 4.0])
+    assert found is not None
+    assert (found.median, found.low, found.high, found.runs, found.width) == (4.0, 3.0, 9.0, 3, 6)
+    assert spread([None]) is None
+
+
+def test_repeats_merge_into_medians_that_keep_their_runs() -> None:
+    runs = [_result(4.0, 1), _result(9.0, 2, dropped=50), _result(5.0, 3)]
+    merged = merge(runs)
+    assert isinstance(merged, RepeatedResult)
+    assert merged.latency is not None and merged.latency.p95 == 5.0
+    assert merged.step.repeat == 1 and merged.runs == runs
+    assert merged.drop_rate == 0.0  # the median run dropped nothing
+    assert merged.figure("drops").high == pytest.approx(0.05)
+    # A step run once stays as it is.
+    assert merge([runs[0]]) is runs[0]
+
+
+def test_the_table_shows_the_median_and_the_spread() -> None:
+    merged = merge_repeats([_result(4.0, 1), _result(6.0, 2), _result(30.0, 1, rate=200)])
+    table = series_table(merged, "cache", "warm")
+    assert [row[0] for row in table.rows] == ["100", "200"]
+    assert table.rows[0][2] == "5.00 (4.00-6.00)"  # p95 of two runs
+    assert table.rows[1][2] == "30.0"  # run once: no spread
+    assert table.rows[0][4] == "100.0"  # equal in both runs: no spread shown
+
+
+# ---- saturation -----------------------------------------------------------------------
+def _gen(cpu_s: float | None = 1.0, peak: int | None = 10, cap: int = 100, budget: int = 100):
+    return LoadGen(
+        cpu_s=cpu_s, duration_s=10, cpu_limit_cores=0.8, vus_cap=cap, vus_budget=budget,
+        vus_peak=peak, vus_allocated=peak,
+    )  # fmt: skip
+
+
+def test_k6_above_its_cpu_share_saturates_the_step() -> None:
+    assert cpu_limit_cores(2) == 0.8
+    assert not _gen(cpu_s=8.0).saturated  # 0.8 cores: at the limit, not above
+    hot = _gen(cpu_s=9.0)
+    assert hot.saturated and hot.reasons == ["k6 used 0.90 cores > 0.8"]
+    assert not _gen(cpu_s=None).saturated  # not read: no verdict
+
+
+def test_running_out_of_vus_is_k6s_limit_only_below_the_latency_budget() -> None:
+    # All VUs busy at the budget (rate x 1 s): the stack was a second behind.
+    assert not _gen(peak=100, cap=100, budget=100).saturated
+    # All VUs busy while --max-vus held them below the budget: k6's limit.
+    capped = _gen(peak=1000, cap=1000, budget=2000)
+    assert capped.saturated and "ran out of VUs" in capped.reasons[0]
+    assert not _gen(peak=999, cap=1000, budget=2000).saturated
+
+
+def test_a_saturated_miss_is_a_limit_and_a_saturated_pass_still_holds() -> None:
+    slow = _result(30.0)
+    assert slow.verdict(10) == "missed"
+    slow.loadgen = _gen(cpu_s=9.0)
+    assert slow.verdict(10) == "limit"
+    fast = _result(3.0)
+    fast.loadgen = _gen(cpu_s=9.0)
+    assert fast.verdict(10) == "held"
+
+
+# ---- the ceiling's confirmations ------------------------------------------------------
+def _search(truth, params: SearchParams) -> list[tuple[int, bool]]:
+    history: list[tuple[int, bool]] = []
+    while (rate := next_trial(history, params)) is not None:
+        history.append((rate, truth(rate, history)))
+        assert len(history) < 50, "the search must end"
+    return history
+
+
+def test_the_final_held_and_missed_rates_run_twice() -> None:
+    params = SearchParams(start=200, ladder_step=400, max_rate=8000)
+    history = _search(lambda rate, _h: rate <= 1000, params)
+    ceiling, capped = ceiling_of(history)
+    missed = min(rate for rate, held in history if not held)
+    assert [rate for rate, _ in history].count(ceiling) == 2
+    assert [rate for rate, _ in history].count(missed) == 2
+    assert history[-2:] == [(ceiling, True), (missed, False)]
+    assert not capped
+
+
+def test_a_confirmation_that_misses_moves_the_ceiling_down() -> None:
+    params = SearchParams(start=200, ladder_step=400, max_rate=8000)
+    # The second try of any rate above 900 misses: a lucky first pass.
+    lucky = lambda rate, h: rate <= 900 or (rate <= 1000 and (rate, True) not in h)  # noqa: E731
+    history = _search(lucky, params)
+    ceiling, _ = ceiling_of(history)
+    assert ceiling <= 900
+    assert [r for r, _ in history].count(ceiling) == 2
+
+
+def test_a_limit_is_reported_instead_of_the_servers_ceiling() -> None:
+    outcomes = [(200, "held"), (400, "held"), (800, "limit"), (800, "limit")]
+    assert limit_of(outcomes) == 800
+    assert limit_of([(200, "held"), (400, "missed"), (400, "limit")]) is None
+    assert limit_of([(200, "held"), (400, "held")]) is None
+
+
+# ---- the calibration search -----------------------------------------------------------
+def test_calibration_doubles_then_bisects_to_ten_percent() -> None:
+    params = calibrate.CalibrationParams(start=400, max_rate=12800)
+    assert calibrate.ladder(params) == [400, 800, 1600, 3200, 6400, 12800]
+    tried: list[int] = []
+    found = calibrate.search(lambda rate: tried.append(rate) or rate <= 2500, params, 60)
+    assert tried[:4] == [400, 800, 1600, 3200]
+    assert not found["capped"] and not found["out_of_time"]
+    assert 2500 * 0.9 <= found["rate"] <= 2500 and found["missed_at"] > 2500
+
+
+def test_calibration_stops_within_its_time() -> None:
+    params = calibrate.CalibrationParams(start=100, max_rate=12800, probe_s=0)
+
+    def slow(rate: int) -> bool:
+        time.sleep(0.05)
+        return True
+
+    found = calibrate.search(slow, params, 0.12)
+    assert found["out_of_time"] and found["capped"] and found["rate"] in (100, 200)
+
+
+def test_a_capped_calibration_is_stated_as_a_lower_bound() -> None:
+    machine = {"calibration": {"targets": {"core": {"rate": 20, "capped": True}}}}
+    assert calibrate.rate_of(machine) == 20 and calibrate.rate_of({}) is None
+    assert ">= 20 req/s" in calibrate.describe(machine)[0]
+
+
+# ---- compare --------------------------------------------------------------------------
+def _figures(p95s: list[float], drops: float = 0.0) -> list[dict]:
+    return [
+        {"scenario": "read", "arm": "cache", "phase": "warm", "rate": 100, "repeat": i + 1,
+         "p50": 1.0, "p95": p95, "p99": p95 * 2, "achieved": 100.0, "drops": drops, "hit": 0.99}
+        for i, p95 in enumerate(p95s)
+    ]  # fmt: skip
+
+
+SAME = compare.Scale(1000, 1000, normalised=False)
+
+
+def test_a_change_within_the_measured_spread_is_not_flagged() -> None:
+    (row,) = compare.compare(_figures([4.0, 6.0]), _figures([5.5, 6.5]), SAME)
+    p95 = row.changes["p95"]
+    assert (p95.delta, p95.noise, p95.basis, p95.flag) == (1.0, 2.0, "spread", "")
+    assert row.flags == []
+
+
+def test_a_change_beyond_the_measured_spread_is_flagged_with_its_direction() -> None:
+    (row,) = compare.compare(_figures([4.0, 4.5]), _figures([9.0, 10.0]), SAME)
+    assert row.changes["p95"].flag == "worse"
+    (row,) = compare.compare(_figures([9.0, 10.0]), _figures([4.0, 4.5]), SAME)
+    assert row.changes["p95"].flag == "better"
+    assert "p95 better" in row.flags
+
+
+def test_runs_without_repeats_use_the_stated_tolerance() -> None:
+    (row,) = compare.compare(_figures([10.0]), _figures([11.9]), SAME, tolerance=0.2)
+    assert row.changes["p95"].basis == "tolerance" and row.changes["p95"].flag == ""
+    (row,) = compare.compare(_figures([10.0]), _figures([12.1]), SAME, tolerance=0.2)
+    assert row.changes["p95"].flag == "worse"
+    # Shares move by points: 3 points more drops is past the 2 allowed.
+    (row,) = compare.compare(_figures([10.0]), _figures([10.0], drops=0.03), SAME)
+    assert row.changes["drops"].flag == "worse"
+    assert row.changes["hit"].flag == ""  # unchanged
+
+
+def test_only_common_steps_are_compared() -> None:
+    other = [dict(one, rate=300) for one in _figures([4.0])]
+    assert compare.compare(_figures([4.0]), other, SAME) == []
+
+
+def _run(run_id: str, rate: int | None) -> dict:
+    targets = {} if rate is None else {"core": {"rate": rate}, "gateway": {"rate": rate // 2}}
+    calibration = {"targets": targets} if rate is not None else None
+    return {"run_id": run_id, "machine": {"nproc": 2, "cpu": "x", "calibration": calibration}}
+
+
+def test_machines_calibrated_too_far_apart_are_refused() -> None:
+    with pytest.raises(compare.CompareError, match=r"1\.30x, more than 1\.25x"):
+        compare.machine_scale(_run("a", 1000), _run("b", 1300), normalise=False)
+    with pytest.raises(compare.CompareError, match=r"1\.30x"):
+        compare.machine_scale(_run("a", 1300), _run("b", 1000), normalise=False)
+    scale = compare.machine_scale(_run("a", 1000), _run("b", 1200), normalise=False)
+    assert scale.ratio == 1.2 and scale.apply("p95", 5.0) == 5.0  # as measured
+
+
+def test_normalising_puts_b_on_as_machine() -> None:
+    scale = compare.machine_scale(_run("a", 1000), _run("b", 2000), normalise=True)
+    assert scale.apply("achieved", 100.0) == 50.0
+    assert scale.apply("p95", 3.0) == 6.0
+    assert scale.apply("drops", 0.1) == 0.1
+
+
+def test_an_uncalibrated_run_is_refused_unless_told() -> None:
+    with pytest.raises(compare.CompareError, match="run b has no machine calibration"):
+        compare.machine_scale(_run("a", 1000), _run("b", None), normalise=False)
+    scale = compare.machine_scale(_run("a", 1000), _run("b", None), False, ignore=True)
+    assert scale.ratio is None
+    with pytest.raises(compare.CompareError, match="--normalise needs"):
+        compare.machine_scale(_run("a", 1000), _run("b", None), True, ignore=True)
+
+
+def test_compare_writes_its_table(tmp_path: Path) -> None:
+    rows = compare.compare(_figures([4.0, 4.5]), _figures([9.0, 10.0]), SAME)
+    text = compare.write(_run("a", 1000), _run("b", 1000), rows, SAME, 0.2, tmp_path)
+    assert "| read | cache (warm) | 100 |" in text and "**worse**" in text
+    assert (tmp_path / "compare.md").read_text() == text
+    assert '"flag": "worse"' in (tmp_path / "compare.json").read_text()
+
+
+def test_results_json_round_trips_the_figures(tmp_path: Path) -> None:
+    report.save_figures([_result(4.0, 2)], tmp_path)
+    (one,) = report.load_figures(tmp_path)
+    assert (one["repeat"], one["p95"], one["saturated"]) == (2, 4.0, False)
+    assert report.load_figures(tmp_path / "none") is None
+
+
+# ---- k6: its CPU, its end, its dashboard ----------------------------------------------
+def test_k6s_cpu_time_is_read_as_it_exits(tmp_path: Path) -> None:
+    busy = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"
+    process = K6Process(["sh", "-c", busy], tmp_path / "k6.log")
+    assert process.run_measured(60) == 0
+    assert process.cpu_seconds is not None and process.cpu_seconds > 0.05
+    idle = K6Process(["sleep", "0.3"], tmp_path / "k6.log")
+    idle.run_measured(60)
+    assert idle.cpu_seconds is not None and idle.cpu_seconds < 0.05
+
+
+def test_a_k6_held_open_after_its_report_is_stopped_and_counts_as_done(tmp_path: Path) -> None:
+    export = tmp_path / "k6.html"
+    process = K6Process(["sh", "-c", f"touch {export}; sleep 30"], tmp_path / "k6.log")
+    began = time.monotonic()
+    assert process.run_measured(60, export) == 0
+    assert process.lingered and not process.running
+    assert time.monotonic() - began < LINGER_S + 5
+
+
+def test_a_k6_past_its_deadline_is_an_error(tmp_path: Path) -> None:
+    process = K6Process(["sleep", "30"], tmp_path / "k6.log")
+    with pytest.raises(StackError, match="did not finish within 0 s"):
+        process.run_measured(0.3)
+    assert not process.running
+
+
+def test_the_dashboard_listens_on_loopback_only() -> None:
+    assert dashboard_env(None, None) == {}
+    live = dashboard_env(25665, Path("/r/k6.html"))
+    assert live["K6_WEB_DASHBOARD"] == "true" and live["K6_WEB_DASHBOARD_HOST"] == "127.0.0.1"
+    assert live["K6_WEB_DASHBOARD_PORT"] == "25665"
+    assert live["K6_WEB_DASHBOARD_EXPORT"] == "/r/k6.html"
+    export_only = dashboard_env(None, Path("/r/k6.html"))
+    assert export_only["K6_WEB_DASHBOARD_PORT"] == "0"
+    assert export_only["K6_WEB_DASHBOARD_HOST"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("value", ["0", "32768", "port", "-1"])
+def test_a_bad_dashboard_port_is_named(value: str) -> None:
+    with pytest.raises(config.ConfigError, match="ASIDE_K6_DASHBOARD_PORT"):
+        config.load({"ASIDE_K6_DASHBOARD_PORT": value})
+    assert config.load({}).dashboard_port == 25665
