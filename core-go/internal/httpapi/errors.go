@@ -18,6 +18,7 @@ const (
 	codeInvalidID            = "invalid_id"
 	codeInvalidUsername      = "invalid_username"
 	codeInvalidComplexity    = "invalid_complexity"
+	codeInvalidCost          = "invalid_cost"
 	codeUnknownField         = "unknown_field"
 	codeInvalidJSON          = "invalid_json"
 	codeUnauthorized         = "unauthorized"

@@ -17,6 +17,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_id": 400,
     "invalid_username": 400,
     "invalid_complexity": 400,
+    "invalid_cost": 400,
     "unknown_field": 400,
     "invalid_json": 400,
     "unauthorized": 401,
