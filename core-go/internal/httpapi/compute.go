@@ -58,8 +58,8 @@ var allComputeFields = []string{"kind", "engine", "complexity", "password", "sal
 
 type checksumResult struct {
 	Kind       string  `json:"kind"`
-	Complexity int     `json:"complexity"`
 	Engine     string  `json:"engine"`
+	Complexity int     `json:"complexity"`
 	Checksum   int64   `json:"checksum"`
 	ElapsedMS  float64 `json:"elapsed_ms"`
 }
@@ -260,7 +260,7 @@ func doCompute(c *gin.Context, req computeRequest, start time.Time) (any, error)
 		// The client went away; nobody reads this answer.
 		return nil, unavailable(codeUnavailable, "request cancelled")
 	}
-	return checksumResult{Kind: req.kind, Complexity: req.complexity, Engine: EngineGo, Checksum: sum,
+	return checksumResult{Kind: req.kind, Engine: EngineGo, Complexity: req.complexity, Checksum: sum,
 		ElapsedMS: elapsed()}, nil
 }
 

@@ -164,18 +164,13 @@ def create_api(services: Services) -> Blueprint:
         if request.mimetype != JSON:
             raise ApiError("unsupported_media_type", "Content-Type must be application/json")
         raw = read_body()
-        complexity, engine = validate_compute_body(_decode_json(raw))
-        if engine == "go":
+        job = validate_compute_body(_decode_json(raw))
+        if job.engine == "go":
             return forward("POST", "/api/v1/compute", raw)
         if not settings.is_lab:
             raise ApiError("lab_disabled", "the python engine is only available in the lab profile")
-        cap = settings.python_compute_max_complexity
-        if complexity > cap:
-            raise ApiError(
-                "invalid_complexity",
-                f"the python engine takes complexity up to {cap} (PYTHON_COMPUTE_MAX_COMPLEXITY)",
-            )
-        return _json_response(cache_keys.encode_json(compute.run(complexity)))
+        compute.check_caps(job, settings)
+        return _json_response(cache_keys.encode_json(services.python_compute.run(job)))
 
     openapi_body = openapi.encoded()
 

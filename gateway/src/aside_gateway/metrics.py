@@ -73,7 +73,8 @@ SHED = Counter(
     "aside_gateway_shed_total",
     "Requests answered 503 without their work: waited too long for a thread "
     "(queue_timeout), client gone before a thread took them (client_gone), "
-    "too many count misses waiting for a batch (batch_queue_full)",
+    "too many count misses waiting for a batch (batch_queue_full), every python "
+    "compute slot stayed busy (python_compute_busy)",
     ["reason"],
 )
 MISS_BATCH_SIZE = Histogram(
