@@ -473,6 +473,22 @@ def test_config_errors_are_one_line_naming_the_variable(overrides, variable):
     assert "\n" not in message
 
 
+def test_production_has_no_reads_without_the_pool():
+    """cache=nopool is refused before it reaches the database in production;
+    should a call get through anyway, the database object has no way to open
+    a connection of its own."""
+    env = {**BASE_ENV, "DATABASE_URL": "postgresql://aside@127.0.0.1:1/aside"}
+    for profile, refused in (("production", True), ("lab", False)):
+        database = Database(load_settings({**env, "ASIDE_PROFILE": profile}))
+        try:
+            with pytest.raises(ApiError) as err:
+                database.count_by_email("a@b.co", pooled=False)
+            # The lab tries (and finds nothing on port 1); production never connects.
+            assert (err.value.code == "lab_disabled") is refused, err.value.code
+        finally:
+            database.close()
+
+
 def test_database_connections_carry_tcp_keepalives():
     # An unreachable port: the pool only has to be built, not to connect.
     env = {**BASE_ENV, "DATABASE_URL": "postgresql://aside@127.0.0.1:1/aside"}

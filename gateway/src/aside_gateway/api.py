@@ -26,8 +26,11 @@ JSON = "application/json"
 IDEMPOTENCY_KEY = "Idempotency-Key"
 READ_CHUNK = 64 * 1024
 BYPASS_MODE = "off"
+# Uncached too, over a new PostgreSQL connection per read: what the pool saves.
+NOPOOL_MODE = "nopool"
+UNCACHED_MODES = (BYPASS_MODE, NOPOOL_MODE)
 # ?cache= values: "on" is the configured CACHE_STRATEGY; the others are lab only.
-CACHE_MODES = ("on", BYPASS_MODE, *cache_keys.STRATEGIES)
+CACHE_MODES = ("on", BYPASS_MODE, NOPOOL_MODE, *cache_keys.STRATEGIES)
 
 
 def _json_response(
@@ -50,8 +53,9 @@ def create_api(services: Services) -> Blueprint:
     bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
     def cache_mode() -> str:
-        """The strategy of this read, or "off" for the uncached arm of the benchmark.
-        Anything but the configured strategy ("on") is a lab-only choice."""
+        """The strategy of this read, or "off" / "nopool" for the uncached arms of
+        the benchmark. Anything but the configured strategy ("on") is a lab-only
+        choice."""
         mode = request.args.get("cache")
         if mode is None or mode == "on":
             return settings.cache_strategy
@@ -70,8 +74,9 @@ def create_api(services: Services) -> Blueprint:
         return name
 
     def read(route: str, key: str, load: Callable[[], bytes], mode: str) -> CacheRead:
-        if mode == BYPASS_MODE:
-            # Bounded so an overloaded database sheds load at once instead of queueing.
+        if mode in UNCACHED_MODES:
+            # Bounded so an overloaded database sheds load at once instead of
+            # queueing, and so nopool's connections stay far below max_connections.
             if not services.bypass_slots.acquire(blocking=False):
                 raise ApiError(
                     "unavailable", "too many uncached reads in flight", {"Retry-After": "1"}
@@ -94,15 +99,20 @@ def create_api(services: Services) -> Blueprint:
             COUNT_ROUTE,
             cache_keys.count_key(email),
             lambda: cache_keys.encode_count(
-                db.count_by_email(email, mode != BYPASS_MODE, request.environ.get(CLIENT_GONE_KEY))
+                db.count_by_email(
+                    email,
+                    mode not in UNCACHED_MODES,
+                    request.environ.get(CLIENT_GONE_KEY),
+                    pooled=mode != NOPOOL_MODE,
+                )
             ),
             mode,
         )
         body = cache_keys.encode_json({"email": email, "count": int(result.value)})
         return _json_response(body, headers=_cache_headers(result))
 
-    def load_user(user_id: int) -> bytes:
-        row = db.user_by_id(user_id)
+    def load_user(user_id: int, pooled: bool = True) -> bytes:
+        row = db.user_by_id(user_id, pooled)
         if row is None:
             return cache_keys.NEGATIVE
         return cache_keys.encode_json(cache_keys.user_json(*row))
@@ -111,7 +121,8 @@ def create_api(services: Services) -> Blueprint:
     def get_user(id: str) -> Response:
         mode = cache_mode()
         user_id = parse_id(id)
-        result = read(USER_ROUTE, cache_keys.user_key(user_id), lambda: load_user(user_id), mode)
+        key = cache_keys.user_key(user_id)
+        result = read(USER_ROUTE, key, lambda: load_user(user_id, mode != NOPOOL_MODE), mode)
         if result.value == cache_keys.NEGATIVE:
             raise ApiError("not_found", f"no user with id {user_id}", _cache_headers(result))
         # The cached text is already the API JSON: serve it without re-encoding.

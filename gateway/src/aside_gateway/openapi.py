@@ -172,9 +172,10 @@ CACHE_PARAMETER = {
     "required": False,
     "description": "`on` (default): the configured cache strategy (CACHE_STRATEGY). "
     "Lab profile only (403 `lab_disabled` in production): `off` reads PostgreSQL "
-    "directly, touching no Redis; `l2` Redis cache-aside with leases; `l1` the "
+    "directly, touching no Redis; `nopool` likewise over a new PostgreSQL connection "
+    "per read (no pool); `l2` Redis cache-aside with leases; `l1` the "
     "gateway worker's memory only; `hybrid` the worker's memory, then Redis.",
-    "schema": {"type": "string", "enum": ["on", "off", "l2", "l1", "hybrid"]},
+    "schema": {"type": "string", "enum": ["on", "off", "nopool", "l2", "l1", "hybrid"]},
 }
 IDEMPOTENCY_KEY_PARAMETER = {
     "name": "Idempotency-Key",
