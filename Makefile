@@ -21,6 +21,8 @@ DURATION ?= 30s
 ARMS ?= nocache cache
 WARM ?= both
 SCENARIO ?= read
+# SCENARIO=interference: cached reads/s beside the compute (default 500)
+READ_RATE ?=
 RUN ?=
 # Fault suite and soak (make chaos CASES="redis core" RATE=60 SHORT=1; make soak DURATION=2m)
 CASES ?= all
@@ -55,10 +57,11 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 	@$(ENV) $(VENV)/aside-seed --rows "$(ROWS)" --seed "$(SEED)" --hot-emails "$(HOT_EMAILS)" \
 		--hot-ratio "$(HOT_RATIO)" --reset $(if $(filter 1 yes true,$(INDEX)),--index,)
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO)
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
 		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
-		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
+		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)") \
+		$(if $(READ_RATE),--read-rate "$(READ_RATE)")
 
 bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route (ARMS)
 	@$(ENV) $(VENV)/aside-bench ceiling $(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")

@@ -12,18 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import chaos, config, report, soak
+from . import chaos, config, interference, interference_report, report, soak
 from .ceiling import SearchParams, next_rate
 from .collect import collect
 from .k6run import LoadShape
 from .plan import (
-    CACHE_ARMS,
     CEILING_ARMS,
-    COMPUTE_ARMS,
     DEFAULT_ARMS,
     DEFAULT_RATES,
     TIERED_ARMS,
+    ZERO_RATE_SCENARIOS,
     Step,
+    arms_for,
     build_steps,
     parse_arms,
     parse_duration,
@@ -72,18 +72,31 @@ def _shape(args: argparse.Namespace) -> LoadShape:
         timeout_s=args.timeout,
         stale_per_min=getattr(args, "stale_per_min", 0),
         stale_reads_after=getattr(args, "stale_reads_after", 2),
+        read_rate=getattr(args, "read_rate", interference.DEFAULT_READ_RATE),
+        pbkdf2_iterations=getattr(
+            args, "pbkdf2_iterations", interference.DEFAULT_PBKDF2_ITERATIONS
+        ),
+        bcrypt_cost=getattr(args, "bcrypt_cost", interference.DEFAULT_BCRYPT_COST),
     )
 
 
 def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step]:
     """The steps of a sweep; seed_indexed None checks the parameters only."""
     scenario = args.scenario
-    rates = parse_rates(args.rates) if args.rates else list(DEFAULT_RATES[scenario])
-    allowed = COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
-    arms = parse_arms(args.arms, allowed) if args.arms else list(DEFAULT_ARMS[scenario])
-    if scenario != "compute" and seed_indexed is not None:
+    lowest = 0 if scenario in ZERO_RATE_SCENARIOS else 1
+    rates = parse_rates(args.rates, lowest) if args.rates else list(DEFAULT_RATES[scenario])
+    arms = parse_arms(args.arms, arms_for(scenario)) if args.arms else list(DEFAULT_ARMS[scenario])
+    if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
-    return build_steps(scenario, rates, arms, args.warm, parse_duration(args.duration))
+    read_rate = 0
+    if scenario == interference.SCENARIO:
+        read_rate = args.read_rate
+        try:
+            interference.check_work(args.pbkdf2_iterations, args.bcrypt_cost)
+        except interference.InterferenceError as error:
+            raise UsageError(str(error)) from None
+    duration = parse_duration(args.duration)
+    return build_steps(scenario, rates, arms, args.warm, duration, read_rate)
 
 
 def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any) -> dict[str, Any]:
@@ -120,10 +133,18 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         warm=args.warm,
         rates=sorted({s.rate for s in steps}),
         arms=list(dict.fromkeys(s.arm for s in steps)),
+        **(interference_report.run_params(shape) if steps[0].read_rate else {}),
     )
     runner = _new_runner("sweep", run_id, out_dir, args, settings, seed, shape, params)
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)
-    return _drive(runner, lambda: runner.run_steps(steps), report.write_sweep)
+    return _drive(runner, lambda: runner.run_steps(steps), _sweep_writer(args.scenario))
+
+
+def _sweep_writer(scenario: str | None) -> Any:
+    """The report of a sweep: the interference scenario has its own."""
+    if scenario == interference.SCENARIO:
+        return interference_report.write_interference
+    return report.write_sweep
 
 
 def _new_runner(
@@ -269,7 +290,10 @@ def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     influx = Influx(settings.influx_base, settings.influx_db)
     prom = Prometheus(settings.prometheus_url)
     results = collect(influx, prom, run["run_id"], run["steps"])
-    writer = report.write_ceiling if run.get("kind") == "ceiling" else report.write_sweep
+    if run.get("kind") == "ceiling":
+        writer = report.write_ceiling
+    else:
+        writer = _sweep_writer(run.get("params", {}).get("scenario"))
     for table in writer(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")

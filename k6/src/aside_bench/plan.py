@@ -9,9 +9,11 @@ import math
 import re
 from dataclasses import dataclass
 
-SCENARIOS = ("read", "mixed", "compute")
+from . import interference
+
+SCENARIOS = ("read", "mixed", "compute", interference.SCENARIO)
 WARM_CHOICES = ("both", "cold", "warm")
-CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid")
+CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "nopool")
 COMPUTE_ARMS = ("go", "python")
 CEILING_ARMS = ("cache", "l1", "hybrid", "healthz")
 # Arms that read through a cache tier: each has a cold and a warm phase.
@@ -20,24 +22,36 @@ TIERED_ARMS = ("cache", "l1", "hybrid")
 ARM_ALIASES = {"l2": "cache"}
 # The ?cache= value each read arm sends (k6/scripts/lib/common.js CACHE_PARAMS
 # holds the same map; a unit test keeps the two equal).
-CACHE_PARAMS = {"nocache": "off", "index": "off", "cache": "l2", "l1": "l1", "hybrid": "hybrid"}
+CACHE_PARAMS = {
+    "nocache": "off",
+    "index": "off",
+    "cache": "l2",
+    "l1": "l1",
+    "hybrid": "hybrid",
+    "nopool": "nopool",
+}
 
 DEFAULT_RATES = {
     "read": (30, 50, 75, 100, 150, 300, 500, 1000),
     "mixed": (30, 50, 75, 100, 150, 300, 500, 1000),
     "compute": (1, 2, 5, 10, 20),
+    interference.SCENARIO: interference.DEFAULT_RATES,
 }
 DEFAULT_ARMS = {
     "read": ("nocache", "cache"),
     "mixed": ("nocache", "cache"),
     "compute": ("go", "python"),
+    interference.SCENARIO: interference.DEFAULT_ARMS,
 }
+# Scenarios whose step rate may be 0: the interference baseline, reads alone.
+ZERO_RATE_SCENARIOS = (interference.SCENARIO,)
 
 # A rough latency per request when the stack keeps up; it sizes the VUs k6
 # allocates before the step. Generously: an iteration due while k6 is still
 # starting an extra VU is dropped, which would count against the stack.
 EXPECTED_LATENCY_S = {
     "nocache": 0.1,  # a sequential scan of the table
+    "nopool": 0.1,  # the same, plus a connection and its authentication
     "index": 0.025,
     "cache": 0.025,
     "l1": 0.025,
@@ -45,6 +59,7 @@ EXPECTED_LATENCY_S = {
     "healthz": 0.02,
     "go": 0.05,
     "python": 0.3,
+    **interference.EXPECTED_LATENCY_S,
 }
 MIN_VUS = 5
 HEADROOM = 4
@@ -67,6 +82,9 @@ class Step:
     phase: str  # cold | warm | none
     rate: int  # target iterations (requests) per second
     duration_s: int
+    # interference: the fixed rate of the reads run beside the step's own
+    # (compute) rate; the step's latency and drops are the reads'. 0: none.
+    read_rate: int = 0
 
     @property
     def label(self) -> str:
@@ -78,7 +96,8 @@ class Step:
 
     @property
     def scheduled(self) -> int:
-        return self.rate * self.duration_s
+        """Requests the step's figures count: its reads' when it has a read rate."""
+        return (self.read_rate or self.rate) * self.duration_s
 
 
 def series_label(arm: str, phase: str) -> str:
@@ -101,16 +120,16 @@ def parse_duration(text: str) -> int:
     return seconds
 
 
-def parse_rates(text: str) -> list[int]:
-    """'30 50,75' -> [30, 50, 75]: positive whole numbers, deduplicated, ascending."""
+def parse_rates(text: str, lowest: int = 1) -> list[int]:
+    """'30 50,75' -> [30, 50, 75]: whole numbers >= lowest, deduplicated, ascending."""
     words = [word for word in re.split(r"[\s,]+", text.strip()) if word]
     if not words:
         raise PlanError("rates must list at least one rate, e.g. --rates '30 100'")
     rates: set[int] = set()
     for word in words:
-        if not word.isdigit() or int(word) < 1:
+        if not word.isdigit() or int(word) < lowest:
             raise PlanError(
-                f"rates must be whole numbers of requests per second >= 1, got {word!r}"
+                f"rates must be whole numbers of requests per second >= {lowest}, got {word!r}"
             )
         rates.add(int(word))
     return sorted(rates)
@@ -162,29 +181,56 @@ def phases_for(arm: str, warm: str) -> list[str]:
     return ["cold", "warm"] if warm == "both" else [warm]
 
 
+def arms_for(scenario: str) -> tuple[str, ...]:
+    """The arms a sweep of `scenario` may run."""
+    if scenario == "compute":
+        return COMPUTE_ARMS
+    if scenario == interference.SCENARIO:
+        return interference.ARMS
+    return CACHE_ARMS
+
+
+def _phases(scenario: str, arm: str, warm: str) -> list[str]:
+    if scenario == "compute":
+        return ["none"]
+    if scenario == interference.SCENARIO:
+        return [interference.PHASE]  # its reads always run warm
+    return phases_for(arm, warm)
+
+
 def cache_param(arm: str) -> str | None:
     """The ?cache= value of a read arm; None for arms that read no count."""
     return CACHE_PARAMS.get(arm)
 
 
 def build_steps(
-    scenario: str, rates: list[int], arms: list[str], warm: str, duration_s: int
+    scenario: str,
+    rates: list[int],
+    arms: list[str],
+    warm: str,
+    duration_s: int,
+    read_rate: int = 0,
 ) -> list[Step]:
-    """Steps in run order: rising rate, then the arms as given, cold before warm."""
+    """Steps in run order: rising rate, then the arms as given, cold before warm.
+    `read_rate`: the interference scenario's reads beside every step."""
     if scenario not in SCENARIOS:
         raise PlanError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
-    allowed = COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
+    allowed = arms_for(scenario)
     for arm in arms:
         if arm not in allowed:
             raise PlanError(
                 f"arm {arm!r} does not belong to scenario {scenario}; "
                 f"choose from {', '.join(allowed)}"
             )
+    if scenario != interference.SCENARIO:
+        read_rate = 0
+    elif read_rate < 1:
+        raise PlanError("the interference scenario needs a read rate >= 1 (--read-rate)")
     return [
-        Step(scenario, arm, phase, rate, duration_s)
+        Step(scenario, arm, phase, rate, duration_s, read_rate)
         for rate in rates
         for arm in arms
-        for phase in (["none"] if scenario == "compute" else phases_for(arm, warm))
+        for phase in _phases(scenario, arm, warm)
     ]
 
 

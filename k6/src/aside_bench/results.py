@@ -80,6 +80,8 @@ class StepResult:
     by_name: dict[str, Latency] = field(default_factory=dict)
     cost: StepCost | None = None  # None: no probe around the step (older runs)
     stale: StaleCounts | None = None  # None: no staleness checker ran
+    # interference: the compute requests beside the step's reads (None: none ran)
+    compute: StepResult | None = None
 
     @property
     def drop_rate(self) -> float:

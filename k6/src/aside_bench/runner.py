@@ -69,8 +69,14 @@ def quick_line(result: StepResult) -> str:
         f"achieved {fmt_rps(result.achieved_rps)}/s",
         f"drops {fmt_pct(result.drop_rate)}",
     ]
-    if result.step.arm in ("cache", "nocache", "index", "l1", "hybrid"):
+    if result.step.arm in ("cache", "nocache", "index", "l1", "hybrid", "nopool"):
         parts.append(f"hits {fmt_pct(result.hit_rate)}")
+    if result.compute is not None:  # interference: the compute beside the reads
+        beside = result.compute.latency
+        parts.append(
+            f"compute {fmt_rps(result.compute.achieved_rps)}/s "
+            f"p95 {fmt_ms(beside.p95 if beside else None)} ms"
+        )
     cost = result.cost
     if cost is not None:
         if cost.l1_hit_rate is not None:
@@ -184,13 +190,21 @@ class Runner:
             "script": script_for(step),
             "completed": False,
         }
+        if step.read_rate:
+            record["read_rate"] = step.read_rate
         self.run["steps"].append(record)
         self._prepare(step, record)
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
         record["prom_start"] = time.time()
         run = step_run(
-            self.settings, step, self.options.run_id, self.options.shape, vus, self.options.data_dir
+            self.settings,
+            step,
+            self.options.run_id,
+            self.options.shape,
+            vus,
+            self.options.data_dir,
+            self.options.max_vus,
         )
         log_path = self.options.out_dir / "k6.log"
         self.current = K6Process(k6_command(self.settings, run), log_path, run.env)
