@@ -8,8 +8,8 @@ Each kind gives the same answer as the core's Go engine (contracts/compute.json)
 * bcrypt: the `bcrypt` package; hashes under a fresh salt, or verifies.
 
 OpenSSL and bcrypt release the GIL while they hash, so those two kinds take a
-core without stopping the worker's other threads and its event loop; the
-checksum stops them all. That difference is what the interference bench
+core but leave the worker's other threads and its event loop the interpreter;
+the checksum makes them take turns with it. That difference is what the interference bench
 measures. The PYTHON_COMPUTE_MAX_* caps keep each request under about half a
 second, PYTHON_COMPUTE_MAX_CONCURRENCY bounds how many run at once.
 """
