@@ -23,6 +23,8 @@ DURATION ?= 30s
 ARMS ?= nocache cache
 WARM ?= both
 SCENARIO ?= read
+# SCENARIO=interference: cached reads/s beside the compute (default 500)
+READ_RATE ?=
 RUN ?=
 # Images (make images IMAGE_TAG=0.2.0); the tag defaults to the chart's appVersion.
 DOCKER ?= docker
@@ -76,11 +78,12 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 TRUST_FLAGS = $(if $(filter 0 no false,$(CALIBRATE)),--no-calibrate,) \
 	$(if $(filter 1 yes true,$(LIVE)),--live,) $(if $(filter 1 yes true,$(KEEP_HTML)),--keep-html,)
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, REPEAT, CALIBRATE=0, LIVE=1)
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, CALIBRATE=0, LIVE=1)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
 		--repeat "$(REPEAT)" $(TRUST_FLAGS) \
 		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
-		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
+		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)") \
+		$(if $(READ_RATE),--read-rate "$(READ_RATE)")
 
 bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route (ARMS, CALIBRATE=0, LIVE=1)
 	@$(ENV) $(VENV)/aside-bench ceiling $(TRUST_FLAGS) \

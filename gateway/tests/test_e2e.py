@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 
@@ -168,6 +170,162 @@ def test_python_engine_is_lab_only(production_gateway):
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "lab_disabled"
     assert compute(production_gateway.url, {"complexity": 1}, AUTH).status_code == 200
+
+
+PBKDF2 = COMPUTE["pbkdf2"]
+BCRYPT = COMPUTE["bcrypt"]
+ENGINES = ("go", "python")
+
+
+def answer_of(response: requests.Response, engine: str, kind: str) -> dict:
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["engine"] == engine and body["kind"] == kind and body["elapsed_ms"] > 0
+    return body
+
+
+@pytest.mark.parametrize("vector", PBKDF2["vectors"], ids=lambda v: str(v["iterations"]))
+def test_both_engines_agree_with_the_pbkdf2_vectors(gateway, vector):
+    fields = {key: vector[key] for key in ("password", "salt", "iterations")}
+    for engine in ENGINES:
+        body = answer_of(compute(gateway.url, {"kind": "pbkdf2", **fields, "engine": engine}),
+                         engine, "pbkdf2")  # fmt: skip
+        assert set(body) == {"kind", "engine", "iterations", "derived_key", "elapsed_ms"}
+        assert body["derived_key"] == vector["derived_key"]
+        assert body["iterations"] == vector["iterations"]
+
+
+@pytest.mark.parametrize("vector", BCRYPT["verify_vectors"], ids=lambda v: v["hash"][:10])
+def test_both_engines_agree_with_the_bcrypt_verify_vectors(gateway, vector):
+    request = {"kind": "bcrypt", "password": vector["password"], "hash": vector["hash"]}
+    for engine in ENGINES:
+        body = answer_of(compute(gateway.url, {**request, "engine": engine}), engine, "bcrypt")
+        assert set(body) == {"kind", "engine", "cost", "match", "elapsed_ms"}
+        assert body["match"] is vector["match"]
+        assert body["cost"] == int(vector["hash"][4:6])
+
+
+def test_a_bcrypt_hash_of_either_engine_verifies_in_both(gateway):
+    """Hashing is random (a fresh salt): what both engines must agree on is
+    the format, the cost, and the verdict of either engine on either's hash."""
+    pattern = re.compile(BCRYPT["hash_pattern"])
+    hashes = []
+    for engine in ENGINES:
+        request = {"kind": "bcrypt", "password": "p\u00e4ss \u2615", "cost": 5, "engine": engine}
+        body = answer_of(compute(gateway.url, request), engine, "bcrypt")
+        assert set(body) == {"kind", "engine", "cost", "hash", "elapsed_ms"}
+        assert pattern.match(body["hash"]) and body["hash"][3:7] == "$05$" and body["cost"] == 5
+        hashes.append(body["hash"])
+    assert hashes[0] != hashes[1]
+    for hashed in hashes:
+        for engine in ENGINES:
+            for password, match in (("p\u00e4ss \u2615", True), ("p\u00e4ss \u2614", False)):
+                request = {"kind": "bcrypt", "password": password, "hash": hashed, "engine": engine}
+                body = answer_of(compute(gateway.url, request), engine, "bcrypt")
+                assert body["match"] is match, (engine, hashed, password)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_default_costs_are_the_contracts(gateway, engine):
+    pbkdf2 = {"kind": "pbkdf2", "password": "password", "salt": "salt", "engine": engine}
+    assert compute(gateway.url, pbkdf2).json()["iterations"] == PBKDF2["iterations_default"]
+    bcrypt = {"kind": "bcrypt", "password": "password", "engine": engine}
+    body = answer_of(compute(gateway.url, bcrypt), engine, "bcrypt")
+    assert body["cost"] == BCRYPT["cost_default"]
+    assert body["hash"][3:7] == f"${BCRYPT['cost_default']:02d}$"
+
+
+def _bad_bodies() -> list[tuple[dict, str]]:
+    bodies: list[tuple[dict, str]] = [
+        ({"kind": "scrypt", "password": "p"}, "invalid_request"),
+        ({"kind": "pbkdf2", "password": "p", "salt": "s", "cost": 5}, "unknown_field"),
+        ({"kind": "bcrypt", "password": "p", "salt": "s"}, "unknown_field"),
+        ({"complexity": 1, "password": "p"}, "unknown_field"),
+        ({"kind": "pbkdf2", "password": "p"}, "invalid_request"),
+        ({"kind": "bcrypt", "password": "p", "cost": 5,
+          "hash": BCRYPT["verify_vectors"][0]["hash"]}, "invalid_request"),
+    ]  # fmt: skip
+    bodies += [({"kind": "pbkdf2", "password": "p", "salt": "s", "iterations": value},
+                "invalid_cost") for value in PBKDF2["invalid_iterations"]]  # fmt: skip
+    bodies += [({"kind": "bcrypt", "password": "p", "cost": value}, "invalid_cost")
+               for value in BCRYPT["invalid_costs"]]  # fmt: skip
+    bodies += [({"kind": "bcrypt", "password": "p", "hash": value}, "invalid_request")
+               for value in BCRYPT["invalid_hashes"]]  # fmt: skip
+    bodies += [({"kind": "bcrypt", "password": "p", "hash": value}, "invalid_cost")
+               for value in BCRYPT["out_of_range_hashes"]]  # fmt: skip
+    for value in COMPUTE["secrets"]["invalid_passwords"]:
+        bodies.append(({"kind": "bcrypt", "password": value, "cost": 4}, "invalid_request"))
+        bodies.append(({"kind": "pbkdf2", "password": "p", "salt": value}, "invalid_request"))
+    return bodies
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bad_kinds_and_parameters_are_4xx_json(gateway, engine):
+    for body, code in _bad_bodies():
+        # json.dumps escapes a lone surrogate, which requests' json= would too.
+        data = json.dumps({**body, "engine": engine})
+        response = requests.post(
+            gateway.url + "/api/v1/compute",
+            data=data,
+            headers={"Content-Type": "application/json"},
+            timeout=10,
+        )
+        assert response.status_code == 400, (data, response.text)
+        assert response.headers["Content-Type"].startswith("application/json")
+        assert response.json()["error"]["code"] == code, data
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"kind": "pbkdf2", "password": "p", "salt": "s", "iterations": 600_001}, "invalid_cost"),
+        ({"kind": "bcrypt", "password": "p", "cost": 12}, "invalid_cost"),
+    ],
+    ids=("pbkdf2", "bcrypt"),
+)
+def test_python_caps_refuse_what_go_accepts(start_gateway, body, code):
+    gw = start_gateway(PYTHON_COMPUTE_MAX_BCRYPT_COST="11", GATEWAY_WORKERS="1")
+    refused = compute(gw.url, {**body, "engine": "python"})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == code
+    assert "PYTHON_COMPUTE_MAX_" in refused.json()["error"]["message"]
+    assert compute(gw.url, {**body, "engine": "go"}).status_code == 200
+
+
+def test_python_engine_runs_one_computation_at_a_time_per_worker(start_gateway):
+    """PYTHON_COMPUTE_MAX_CONCURRENCY: bcrypt releases the GIL, so without the
+    bound every Flask thread of a worker could hash at once."""
+    gw = start_gateway(
+        GATEWAY_WORKERS="1", PYTHON_COMPUTE_MAX_CONCURRENCY="1", PYTHON_COMPUTE_QUEUE_WAIT_MS="0"
+    )
+    request = {"kind": "bcrypt", "password": "p", "cost": 11, "engine": "python"}
+    barrier = threading.Barrier(4)
+    answers: list[requests.Response] = []
+
+    def send() -> None:
+        barrier.wait()
+        answers.append(compute(gw.url, request))
+
+    threads = [threading.Thread(target=send) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    statuses = sorted(answer.status_code for answer in answers)
+    assert len(statuses) == 4 and 200 in statuses, statuses
+    refused = [answer for answer in answers if answer.status_code != 200]
+    assert refused, f"four concurrent hashes all ran: {statuses}"
+    for answer in refused:
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+        assert answer.json()["error"]["code"] == "unavailable"
+
+
+def test_python_kinds_are_lab_only(production_gateway):
+    for body in ({"kind": "pbkdf2", "password": "p", "salt": "s", "iterations": 1},
+                 {"kind": "bcrypt", "password": "p", "cost": 4}):  # fmt: skip
+        refused = compute(production_gateway.url, {**body, "engine": "python"}, AUTH)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "lab_disabled"
+        assert compute(production_gateway.url, body, AUTH).status_code == 200
 
 
 # ---- coherence ---------------------------------------------------------------------------

@@ -296,6 +296,94 @@ def test_bypass_reads_are_bounded_per_worker(start_gateway, insert_user, databas
     assert result["first"].json()["count"] == 1
 
 
+# ---- the arm without a pool (cache=nopool) ----------------------------------------------
+
+NOPOOL_APP = "aside-gateway-nopool"
+
+
+def nopool_backends(conn) -> int:
+    sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+    return int(conn.execute(sql, (NOPOOL_APP,)).fetchone()[0])
+
+
+def test_nopool_answers_what_nocache_answers_over_a_connection_each(gateway, insert_user, rdb, db):
+    email, absent = unique_email(), unique_email("absent")
+    insert_user(email)
+    user_id = insert_user(email)
+    paths = [
+        (COUNT, {"email": email}),
+        (COUNT, {"email": absent}),
+        (f"/api/v1/users/{user_id}", {}),
+        ("/api/v1/users/999999999", {}),
+    ]
+    before = scrape(gateway.url)
+    for path, params in paths:
+        off = requests.get(gateway.url + path, params={**params, "cache": "off"}, timeout=10)
+        nopool = requests.get(gateway.url + path, params={**params, "cache": "nopool"}, timeout=10)
+        assert nopool.status_code == off.status_code and nopool.content == off.content, path
+        assert nopool.headers["X-Cache"] == off.headers["X-Cache"] == "BYPASS"
+    assert count(gateway.url, email, cache="nopool").json()["count"] == 2
+    assert rdb.exists(f"aside:v1:count:{absent}") == 0
+    after = scrape(gateway.url)
+    name = "aside_gateway_db_unpooled_connections_total"
+    # One connection per nopool read, none for cache=off.
+    assert sample(after, name) - sample(before, name) == len(paths) + 1
+    # Each closed after its read: no backend of the arm outlives it.
+    wait_until(lambda: nopool_backends(db) == 0, 5, "the nopool connections to close")
+
+
+def test_nopool_is_refused_in_production(production_gateway):
+    assert_error(count(production_gateway.url, "a@b.co", cache="nopool"), 403, "lab_disabled")
+    user = requests.get(f"{production_gateway.url}/api/v1/users/1?cache=nopool", timeout=10)
+    assert_error(user, 403, "lab_disabled")
+
+
+def test_nopool_connections_are_bounded_per_worker(start_gateway, insert_user, database_url):
+    """However many nopool reads arrive, a worker holds at most
+    LAB_MAX_CONCURRENT_BYPASS connections of its own: the rest are refused at
+    once, so the arm cannot exhaust PostgreSQL's max_connections."""
+    import psycopg
+
+    bound, sent = 3, 12
+    gw = start_gateway(LAB_MAX_CONCURRENT_BYPASS=str(bound), GATEWAY_WORKERS="1")
+    email = unique_email()
+    insert_user(email)
+    answers: list[requests.Response] = []
+    peak = 0
+    with (
+        psycopg.connect(database_url, autocommit=True) as watcher,
+        psycopg.connect(database_url) as locker,
+    ):
+        # The lock keeps every admitted read waiting inside PostgreSQL, holding its connection.
+        locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        threads = [
+            threading.Thread(target=lambda: answers.append(count(gw.url, email, cache="nopool")))
+            for _ in range(sent)
+        ]
+        for thread in threads:
+            thread.start()
+
+        def over_bound_answered() -> bool:
+            nonlocal peak
+            peak = max(peak, nopool_backends(watcher))
+            return len(answers) >= sent - bound
+
+        wait_until(over_bound_answered, 10, "the reads over the bound to answer")
+        wait_until(lambda: nopool_backends(watcher) >= bound, 10, "the admitted reads to connect")
+        assert peak <= bound, f"{peak} nopool connections at once, bound {bound}"
+        assert nopool_backends(watcher) == bound and len(answers) == sent - bound
+        for refused in answers:
+            assert_error(refused, 503, "unavailable")
+            assert refused.headers["Retry-After"] == "1"
+        locker.rollback()
+        for thread in threads:
+            thread.join(timeout=10)
+        admitted = answers[sent - bound :]
+        assert [a.status_code for a in admitted] == [200] * bound
+        assert all(a.json()["count"] == 1 for a in admitted)
+        wait_until(lambda: nopool_backends(watcher) == 0, 5, "the nopool connections to close")
+
+
 # ---- bad input ------------------------------------------------------------------------
 
 

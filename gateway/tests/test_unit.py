@@ -181,6 +181,11 @@ def test_leading_zeros_name_the_same_id():
 
 
 CAP = Settings("d", "r", "c").python_compute_max_complexity
+PBKDF2 = COMPUTE["pbkdf2"]
+BCRYPT = COMPUTE["bcrypt"]
+SECRETS = COMPUTE["secrets"]
+CHECKSUM = validation.KIND_CHECKSUM
+A_HASH = BCRYPT["verify_vectors"][0]["hash"]
 
 
 @pytest.mark.parametrize(
@@ -191,24 +196,132 @@ def test_python_checksum_matches_vectors(vector):
 
 
 def test_python_arm_answer_shape():
-    answer = compute.run(1)
-    assert answer["complexity"] == 1
+    answer = compute.run(validation.ComputeJob(CHECKSUM, "python", complexity=1))
+    assert list(answer) == ["kind", "engine", "complexity", "checksum", "elapsed_ms"]
+    assert answer["kind"] == CHECKSUM and answer["complexity"] == 1
     assert answer["engine"] == "python"
     assert answer["checksum"] == COMPUTE["vectors"][0]["checksum"]
     assert answer["elapsed_ms"] > 0
+
+
+@pytest.mark.parametrize("vector", PBKDF2["vectors"], ids=lambda v: str(v["iterations"]))
+def test_python_pbkdf2_matches_vectors(vector):
+    job = validation.validate_compute_body({"kind": "pbkdf2", **_pbkdf2_fields(vector)})
+    answer = compute.run(job)
+    assert answer["derived_key"] == vector["derived_key"]
+    assert answer["iterations"] == vector["iterations"] and answer["kind"] == "pbkdf2"
+
+
+def _pbkdf2_fields(vector: dict[str, Any]) -> dict[str, Any]:
+    return {key: vector[key] for key in ("password", "salt", "iterations")}
+
+
+@pytest.mark.parametrize("vector", BCRYPT["verify_vectors"], ids=lambda v: v["hash"][:10])
+def test_python_bcrypt_verify_vectors(vector):
+    body = {"kind": "bcrypt", "password": vector["password"], "hash": vector["hash"]}
+    answer = compute.run(validation.validate_compute_body(body))
+    assert answer["match"] is vector["match"]
+    assert answer["cost"] == int(vector["hash"][4:6])
+
+
+@pytest.mark.parametrize(
+    "vector", [v for v in BCRYPT["verify_vectors"] if v["match"]], ids=lambda v: v["hash"][:10]
+)
+def test_bcrypt_with_the_hashs_salt_is_deterministic(vector):
+    """What verifying relies on: hashing again with a hash's own salt and cost
+    gives that hash (the bcrypt package takes a whole hash as the salt)."""
+    rehashed = compute.bcrypt.hashpw(vector["password"].encode(), vector["hash"].encode())
+    assert rehashed.decode() == vector["hash"]
+
+
+def test_python_bcrypt_hash_is_random_has_its_cost_and_verifies():
+    job = validation.validate_compute_body({"kind": "bcrypt", "password": "hunter2", "cost": 4})
+    first, second = compute.run(job), compute.run(job)
+    pattern = BCRYPT["hash_pattern"]
+    for answer in (first, second):
+        assert validation.BCRYPT_HASH_RE.fullmatch(answer["hash"]), pattern
+        assert answer["hash"][3:7] == "$04$" and answer["cost"] == 4
+        assert compute.bcrypt_verify(b"hunter2", answer["hash"])
+        assert not compute.bcrypt_verify(b"hunter3", answer["hash"])
+    assert first["hash"] != second["hash"]
 
 
 def test_compute_constants():
     assert COMPUTE["iterations_per_complexity"] == compute.ITERATIONS_PER_COMPLEXITY
     assert COMPUTE["complexity_min"] == validation.COMPLEXITY_MIN
     assert COMPUTE["complexity_max"] == validation.COMPLEXITY_MAX
+    assert COMPUTE["default_kind"] == validation.KIND_CHECKSUM
+    assert tuple(COMPUTE["kinds"]) == validation.COMPUTE_KINDS
+    assert {k: frozenset(v) for k, v in COMPUTE["fields"].items()} == validation.KIND_FIELDS
+    assert SECRETS["password_max_bytes"] == validation.PASSWORD_MAX_BYTES
+    assert SECRETS["salt_max_bytes"] == validation.SALT_MAX_BYTES
+    assert (PBKDF2["hash"], PBKDF2["key_bytes"]) == ("sha256", compute.PBKDF2_KEY_BYTES)
+    assert (PBKDF2["iterations_min"], PBKDF2["iterations_max"], PBKDF2["iterations_default"]) == (
+        validation.PBKDF2_ITERATIONS_MIN,
+        validation.PBKDF2_ITERATIONS_MAX,
+        validation.PBKDF2_ITERATIONS_DEFAULT,
+    )
+    assert (BCRYPT["cost_min"], BCRYPT["cost_max"], BCRYPT["cost_default"]) == (
+        validation.BCRYPT_COST_MIN,
+        validation.BCRYPT_COST_MAX,
+        validation.BCRYPT_COST_DEFAULT,
+    )
+    plain = validation.BCRYPT_HASH_RE.pattern.replace("([0-9]{2})", "[0-9]{2}")  # the cost group
+    assert BCRYPT["hash_pattern"] == f"^{plain}$"
+
+
+def test_compute_defaults():
+    pbkdf2 = validation.validate_compute_body({"kind": "pbkdf2", "password": "p", "salt": "s"})
+    assert pbkdf2.iterations == PBKDF2["iterations_default"]
+    hashing = validation.validate_compute_body({"kind": "bcrypt", "password": "p"})
+    assert hashing.cost == BCRYPT["cost_default"] and hashing.hash is None
+
+
+def _refused(body: Any) -> str:
+    with pytest.raises(ApiError) as err:
+        validation.validate_compute_body(body)
+    return err.value.code
 
 
 @pytest.mark.parametrize("value", COMPUTE["invalid"], ids=repr)
 def test_invalid_complexities(value):
-    with pytest.raises(ApiError) as err:
-        validation.validate_compute_body({"complexity": value})
-    assert err.value.code == "invalid_complexity"
+    assert _refused({"complexity": value}) == "invalid_complexity"
+
+
+@pytest.mark.parametrize("value", PBKDF2["invalid_iterations"], ids=repr)
+def test_invalid_iterations(value):
+    body = {"kind": "pbkdf2", "password": "p", "salt": "s", "iterations": value}
+    assert _refused(body) == "invalid_cost"
+
+
+@pytest.mark.parametrize("value", BCRYPT["invalid_costs"], ids=repr)
+def test_invalid_costs(value):
+    assert _refused({"kind": "bcrypt", "password": "p", "cost": value}) == "invalid_cost"
+
+
+@pytest.mark.parametrize("value", BCRYPT["invalid_hashes"], ids=repr)
+def test_invalid_hashes(value):
+    assert _refused({"kind": "bcrypt", "password": "p", "hash": value}) == "invalid_request"
+
+
+@pytest.mark.parametrize("value", BCRYPT["out_of_range_hashes"], ids=repr)
+def test_hashes_whose_cost_is_out_of_range(value):
+    assert _refused({"kind": "bcrypt", "password": "p", "hash": value}) == "invalid_cost"
+
+
+@pytest.mark.parametrize("value", SECRETS["invalid_passwords"], ids=repr)
+def test_invalid_passwords_and_salts(value):
+    assert _refused({"kind": "bcrypt", "password": value, "cost": 4}) == "invalid_request"
+    assert _refused({"kind": "pbkdf2", "password": value, "salt": "s"}) == "invalid_request"
+    assert _refused({"kind": "pbkdf2", "password": "p", "salt": value}) == "invalid_request"
+
+
+def test_secret_limits_count_bytes_and_are_inclusive():
+    job = validation.validate_compute_body(
+        {"kind": "pbkdf2", "password": "\u00e9" * 36, "salt": "s" * 64, "iterations": 1}
+    )
+    assert len(job.password) == 72 and len(job.salt) == 64
+    assert _refused({"kind": "pbkdf2", "password": "p", "salt": "s" * 65}) == "invalid_request"
 
 
 @pytest.mark.parametrize(
@@ -218,20 +331,72 @@ def test_invalid_complexities(value):
         ({"complexity": 1, "engine": "rust"}, "invalid_request"),
         ({"complexity": 1, "engine": None}, "invalid_request"),
         ({"complexity": 1, "extra": 1}, "unknown_field"),
+        ({"kind": "scrypt", "password": "p"}, "invalid_request"),
+        ({"kind": None, "complexity": 1}, "invalid_request"),
+        ({"kind": ["pbkdf2"], "complexity": 1}, "invalid_request"),
+        ({"kind": "checksum", "complexity": 1, "cost": 5}, "unknown_field"),
+        ({"complexity": 1, "password": "p"}, "unknown_field"),
+        ({"kind": "pbkdf2", "password": "p", "salt": "s", "cost": 5}, "unknown_field"),
+        ({"kind": "bcrypt", "password": "p", "salt": "s"}, "unknown_field"),
+        ({"kind": "pbkdf2", "salt": "s"}, "invalid_request"),
+        ({"kind": "pbkdf2", "password": "p"}, "invalid_request"),
+        ({"kind": "bcrypt"}, "invalid_request"),
+        ({"kind": "bcrypt", "password": "p", "cost": 5, "hash": A_HASH}, "invalid_request"),
+        ({"kind": "bcrypt", "password": "p", "cost": 4, "engine": "rust"}, "invalid_request"),
         ([1], "invalid_request"),
         ("x", "invalid_request"),
     ],
     ids=repr,
-)
+)  # fmt: skip
 def test_compute_body_errors(body, code):
+    assert _refused(body) == code
+
+
+def test_compute_body_defaults_to_go_and_checksum():
+    assert validation.validate_compute_body({"complexity": 3}) == validation.ComputeJob(
+        CHECKSUM, "go", complexity=3
+    )
+    python = validation.validate_compute_body({"complexity": 3, "engine": "python"})
+    assert python == validation.ComputeJob(CHECKSUM, "python", complexity=3)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "variable"),
+    [
+        ({"complexity": 21}, "invalid_complexity", "PYTHON_COMPUTE_MAX_COMPLEXITY"),
+        ({"kind": "pbkdf2", "password": "p", "salt": "s", "iterations": 600_001},
+         "invalid_cost", "PYTHON_COMPUTE_MAX_PBKDF2_ITERATIONS"),
+        ({"kind": "bcrypt", "password": "p", "cost": 12}, "invalid_cost",
+         "PYTHON_COMPUTE_MAX_BCRYPT_COST"),
+        ({"kind": "bcrypt", "password": "p", "hash": BCRYPT["verify_vectors"][5]["hash"]},
+         "invalid_cost", "PYTHON_COMPUTE_MAX_BCRYPT_COST"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)  # fmt: skip
+def test_python_caps(body, code, variable):
+    settings = load_settings({**BASE_ENV, "PYTHON_COMPUTE_MAX_BCRYPT_COST": "9"})
+    job = validation.validate_compute_body({**body, "engine": "python"})
     with pytest.raises(ApiError) as err:
-        validation.validate_compute_body(body)
-    assert err.value.code == code
+        compute.check_caps(job, settings)
+    assert err.value.code == code and variable in err.value.message
+    at_cap = load_settings(BASE_ENV)
+    if variable != "PYTHON_COMPUTE_MAX_BCRYPT_COST":
+        return
+    compute.check_caps(job, at_cap)  # 12 and the hash's 10 are within the default cap
 
 
-def test_compute_body_defaults_to_go():
-    assert validation.validate_compute_body({"complexity": 3}) == (3, "go")
-    assert validation.validate_compute_body({"complexity": 3, "engine": "python"}) == (3, "python")
+def test_python_compute_slots_bound_concurrency():
+    slots = compute.Slots(1, 0.05)
+    job = validation.ComputeJob(CHECKSUM, "python", complexity=1)
+    assert slots._slots.acquire(blocking=False)  # the one slot, taken
+    started = time.monotonic()
+    with pytest.raises(ApiError) as err:
+        slots.run(job)
+    waited = time.monotonic() - started
+    assert err.value.code == "unavailable" and err.value.headers == {"Retry-After": "1"}
+    assert 0.04 <= waited < 1
+    slots._slots.release()
+    assert slots.run(job)["checksum"] == COMPUTE["vectors"][0]["checksum"]
 
 
 # ---- errors.json -----------------------------------------------------------------
@@ -273,6 +438,10 @@ def test_defaults():
         ({"REDIS_TIMEOUT_MS": "5"}, "REDIS_TIMEOUT_MS"),
         ({"LAB_MAX_CONCURRENT_BYPASS": "x\ny"}, "LAB_MAX_CONCURRENT_BYPASS"),
         ({"PYTHON_COMPUTE_MAX_COMPLEXITY": "1001"}, "PYTHON_COMPUTE_MAX_COMPLEXITY"),
+        ({"PYTHON_COMPUTE_MAX_PBKDF2_ITERATIONS": "0"}, "PYTHON_COMPUTE_MAX_PBKDF2_ITERATIONS"),
+        ({"PYTHON_COMPUTE_MAX_BCRYPT_COST": "13"}, "PYTHON_COMPUTE_MAX_BCRYPT_COST"),
+        ({"PYTHON_COMPUTE_MAX_CONCURRENCY": "0"}, "PYTHON_COMPUTE_MAX_CONCURRENCY"),
+        ({"PYTHON_COMPUTE_QUEUE_WAIT_MS": "-1"}, "PYTHON_COMPUTE_QUEUE_WAIT_MS"),
         ({"ASIDE_TEST_HOOKS": "yes"}, "ASIDE_TEST_HOOKS"),
         ({"ASIDE_TEST_HOOKS": "1"}, "ASIDE_TEST_HOOKS"),  # refused in production
         ({"ASIDE_PROFILE": "lab", "ASIDE_CACHE_COHERENCE": "naive"}, "ASIDE_CACHE_COHERENCE"),
@@ -302,6 +471,22 @@ def test_config_errors_are_one_line_naming_the_variable(overrides, variable):
     message = str(err.value)
     assert variable in message
     assert "\n" not in message
+
+
+def test_production_has_no_reads_without_the_pool():
+    """cache=nopool is refused before it reaches the database in production;
+    should a call get through anyway, the database object has no way to open
+    a connection of its own."""
+    env = {**BASE_ENV, "DATABASE_URL": "postgresql://aside@127.0.0.1:1/aside"}
+    for profile, refused in (("production", True), ("lab", False)):
+        database = Database(load_settings({**env, "ASIDE_PROFILE": profile}))
+        try:
+            with pytest.raises(ApiError) as err:
+                database.count_by_email("a@b.co", pooled=False)
+            # The lab tries (and finds nothing on port 1); production never connects.
+            assert (err.value.code == "lab_disabled") is refused, err.value.code
+        finally:
+            database.close()
 
 
 def test_database_connections_carry_tcp_keepalives():

@@ -21,6 +21,13 @@ DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there
         (["run", "--rates", "0"], "rates must be whole numbers"),
         (["run", "--arms", "nocache redis"], "unknown arm 'redis'"),
         (["run", "--scenario", "compute", "--arms", "cache"], "unknown arm 'cache'"),
+        (["run", "--scenario", "interference", "--arms", "go"], "unknown arm 'go'"),
+        (["run", "--scenario", "interference", "--rates", "0 x"], "rates must be whole numbers"),
+        (["run", "--scenario", "interference", "--bcrypt-cost", "13"], "--bcrypt-cost must be"),
+        (
+            ["run", "--scenario", "interference", "--pbkdf2-iterations", "1000001"],
+            "--pbkdf2-iterations must be",
+        ),
         (["run", "--duration", "0s"], "duration must be at least 1s"),
         (["run", "--duration", "soon"], "duration must look like"),
         (["run", "--run-id", "../escape"], "--run-id must be"),

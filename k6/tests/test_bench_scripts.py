@@ -97,3 +97,31 @@ def test_an_empty_email_file_is_refused(k6_bin: Path, tmp_path: Path) -> None:
     done = _inspect(k6_bin, command)
     assert done.returncode != 0
     assert "hot_emails.json holds no list" in done.stderr
+
+
+@pytest.mark.parametrize("rate", [0, 5])
+def test_the_interference_script_runs_reads_and_compute_side_by_side(
+    rate: int, k6_bin: Path, data_dir: Path
+) -> None:
+    settings = config.load({"ASIDE_ROOT": str(REPO_ROOT)})
+    step = Step("interference", "python-bcrypt", "warm", rate, 30, read_rate=400)
+    run = step_run(settings, step, "unit-run", LoadShape(timeout_s=10), (7, 90), data_dir, 1000)
+    done = _inspect(k6_bin, k6_command(settings, run))
+    assert done.returncode == 0, done.stderr
+    options = json.loads(done.stdout)
+    reads = options["scenarios"]["interference"]
+    assert (reads["executor"], reads["exec"], reads["rate"]) == (
+        "constant-arrival-rate",
+        "reads",
+        400,
+    )
+    assert (reads["preAllocatedVUs"], reads["maxVUs"]) == (45, 400)
+    compute = options["scenarios"].get("interference_compute")
+    if rate == 0:  # the reads alone: no compute scenario at all
+        assert set(options["scenarios"]) == {"interference"}
+    else:
+        assert (compute["exec"], compute["rate"], compute["timeUnit"]) == ("compute", rate, "1s")
+        assert (compute["preAllocatedVUs"], compute["maxVUs"]) == (7, 90)
+        assert compute["duration"] == reads["duration"] == "30s"
+    assert options["tags"] == {"run_id": "unit-run", "arm": "python-bcrypt", "rate": str(rate),
+                               "phase": "warm"}  # fmt: skip

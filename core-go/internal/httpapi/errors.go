@@ -19,6 +19,7 @@ const (
 	codeInvalidUsername      = "invalid_username"
 	codeInvalidComplexity    = "invalid_complexity"
 	codeInvalidTolerance     = "invalid_tolerance"
+	codeInvalidCost          = "invalid_cost"
 	codeUnknownField         = "unknown_field"
 	codeInvalidJSON          = "invalid_json"
 	codeUnauthorized         = "unauthorized"

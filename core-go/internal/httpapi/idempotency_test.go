@@ -194,7 +194,7 @@ func TestErrorCodesAreInTheContract(t *testing.T) {
 	testenv.LoadContract(t, "errors.json", &contract)
 	for code, status := range map[string]int{
 		codeInvalidRequest: 400, codeInvalidEmail: 400, codeInvalidID: 400, codeInvalidUsername: 400,
-		codeInvalidComplexity: 400, codeUnknownField: 400, codeInvalidJSON: 400, codeUnauthorized: 401, codeNotFound: 404,
+		codeInvalidComplexity: 400, codeInvalidCost: 400, codeUnknownField: 400, codeInvalidJSON: 400, codeUnauthorized: 401, codeNotFound: 404,
 		codeMethodNotAllowed: 405, codeConflict: 409, codePayloadTooLarge: 413, codeUnsupportedMediaType: 415,
 		codeIdempotencyKeyReused: 422, codeInternal: 500, codeDatabaseUnavailable: 503, codeUnavailable: 503,
 		codeSeeding: 503,

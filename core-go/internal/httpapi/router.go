@@ -67,7 +67,7 @@ func NewRouter(d Deps) *gin.Engine {
 	// An empty id is an invalid id (validation.json), not an unknown route.
 	api.PATCH("/users/", handle(d.Log, updateUser(writes)))
 	api.DELETE("/users/", handle(d.Log, deleteUser(writes)))
-	api.POST("/compute", handle(d.Log, computeChecksum(computeDeps{limiter: d.Limiter,
+	api.POST("/compute", handle(d.Log, computeWork(computeDeps{limiter: d.Limiter,
 		rejected: d.Metrics.ComputeRejected, duration: d.Metrics.ComputeDuration})))
 	// Called by the gateway only (on a miss of ?simplify=), behind the same token.
 	internal := r.Group("/internal/v1", requireToken(d.CoreToken))

@@ -71,7 +71,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`aside_core_db_pool_max_conns 8`,
 		`aside_core_db_pool_total_conns `,
 		`aside_core_db_pool_acquired_conns 0`,
-		`aside_core_compute_duration_seconds_count 1`,
+		`aside_core_compute_duration_seconds_count{kind="checksum"} 1`,
 		`aside_core_info{profile="lab"} 1`,
 		`go_goroutines `,
 		`process_cpu_seconds_total `,

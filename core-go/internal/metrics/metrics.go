@@ -19,7 +19,7 @@ type Metrics struct {
 	CacheInvalidations   *prometheus.CounterVec
 	InvalidationRetries  prometheus.Counter
 	ComputeRejected      prometheus.Counter
-	ComputeDuration      prometheus.Histogram
+	ComputeDuration      *prometheus.HistogramVec
 	ComputeSlotsInUse    prometheus.GaugeFunc
 	UncertainWritesTotal prometheus.Counter
 	SimplifyDuration     prometheus.Histogram
@@ -75,11 +75,11 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 			Name: "aside_core_compute_rejected_total",
 			Help: "Compute requests answered 503 because every compute slot stayed busy.",
 		}),
-		ComputeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		ComputeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "aside_core_compute_duration_seconds",
-			Help:    "Time spent in the checksum loop.",
+			Help:    "Time spent computing, by kind (checksum, pbkdf2, bcrypt).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}),
+		}, []string{"kind"}),
 		ComputeSlotsInUse: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "aside_core_compute_slots_in_use",
 			Help: "Compute requests running now.",

@@ -28,8 +28,11 @@ JSON = "application/json"
 IDEMPOTENCY_KEY = "Idempotency-Key"
 READ_CHUNK = 64 * 1024
 BYPASS_MODE = "off"
+# Uncached too, over a new PostgreSQL connection per read: what the pool saves.
+NOPOOL_MODE = "nopool"
+UNCACHED_MODES = (BYPASS_MODE, NOPOOL_MODE)
 # ?cache= values: "on" is the configured CACHE_STRATEGY; the others are lab only.
-CACHE_MODES = ("on", BYPASS_MODE, *cache_keys.STRATEGIES)
+CACHE_MODES = ("on", BYPASS_MODE, NOPOOL_MODE, *cache_keys.STRATEGIES)
 
 
 def _json_response(
@@ -52,8 +55,9 @@ def create_api(services: Services) -> Blueprint:
     bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
     def cache_mode() -> str:
-        """The strategy of this read, or "off" for the uncached arm of the benchmark.
-        Anything but the configured strategy ("on") is a lab-only choice."""
+        """The strategy of this read, or "off" / "nopool" for the uncached arms of
+        the benchmark. Anything but the configured strategy ("on") is a lab-only
+        choice."""
         mode = request.args.get("cache")
         if mode is None or mode == "on":
             return settings.cache_strategy
@@ -72,8 +76,9 @@ def create_api(services: Services) -> Blueprint:
         return name
 
     def read(route: str, key: str, load: Callable[[], bytes], mode: str) -> CacheRead:
-        if mode == BYPASS_MODE:
-            # Bounded so an overloaded database sheds load at once instead of queueing.
+        if mode in UNCACHED_MODES:
+            # Bounded so an overloaded database sheds load at once instead of
+            # queueing, and so nopool's connections stay far below max_connections.
             if not services.bypass_slots.acquire(blocking=False):
                 raise ApiError(
                     "unavailable", "too many uncached reads in flight", {"Retry-After": "1"}
@@ -96,15 +101,20 @@ def create_api(services: Services) -> Blueprint:
             COUNT_ROUTE,
             cache_keys.count_key(email),
             lambda: cache_keys.encode_count(
-                db.count_by_email(email, mode != BYPASS_MODE, request.environ.get(CLIENT_GONE_KEY))
+                db.count_by_email(
+                    email,
+                    mode not in UNCACHED_MODES,
+                    request.environ.get(CLIENT_GONE_KEY),
+                    pooled=mode != NOPOOL_MODE,
+                )
             ),
             mode,
         )
         body = cache_keys.encode_json({"email": email, "count": int(result.value)})
         return _json_response(body, headers=_cache_headers(result))
 
-    def load_user(user_id: int) -> bytes:
-        row = db.user_by_id(user_id)
+    def load_user(user_id: int, pooled: bool = True) -> bytes:
+        row = db.user_by_id(user_id, pooled)
         if row is None:
             return cache_keys.NEGATIVE
         return cache_keys.encode_json(cache_keys.user_json(*row))
@@ -113,7 +123,8 @@ def create_api(services: Services) -> Blueprint:
     def get_user(id: str) -> Response:
         mode = cache_mode()
         user_id = parse_id(id)
-        result = read(USER_ROUTE, cache_keys.user_key(user_id), lambda: load_user(user_id), mode)
+        key = cache_keys.user_key(user_id)
+        result = read(USER_ROUTE, key, lambda: load_user(user_id, mode != NOPOOL_MODE), mode)
         if result.value == cache_keys.NEGATIVE:
             raise ApiError("not_found", f"no user with id {user_id}", _cache_headers(result))
         # The cached text is already the API JSON: serve it without re-encoding.
@@ -170,18 +181,13 @@ def create_api(services: Services) -> Blueprint:
         if request.mimetype != JSON:
             raise ApiError("unsupported_media_type", "Content-Type must be application/json")
         raw = read_body()
-        complexity, engine = validate_compute_body(_decode_json(raw))
-        if engine == "go":
+        job = validate_compute_body(_decode_json(raw))
+        if job.engine == "go":
             return forward("POST", "/api/v1/compute", raw)
         if not settings.is_lab:
             raise ApiError("lab_disabled", "the python engine is only available in the lab profile")
-        cap = settings.python_compute_max_complexity
-        if complexity > cap:
-            raise ApiError(
-                "invalid_complexity",
-                f"the python engine takes complexity up to {cap} (PYTHON_COMPUTE_MAX_COMPLEXITY)",
-            )
-        return _json_response(cache_keys.encode_json(compute.run(complexity)))
+        compute.check_caps(job, settings)
+        return _json_response(cache_keys.encode_json(services.python_compute.run(job)))
 
     openapi_body = openapi.encoded()
 

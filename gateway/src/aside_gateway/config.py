@@ -68,6 +68,10 @@ class Settings:
     # Outlasts the core's worst case for a write (contracts/timeouts.json).
     core_timeout_ms: int = 6000
     python_compute_max_complexity: int = 20
+    python_compute_max_pbkdf2_iterations: int = 600_000
+    python_compute_max_bcrypt_cost: int = 12
+    python_compute_max_concurrency: int = 1
+    python_compute_queue_wait_ms: int = 1000
     lab_max_concurrent_bypass: int = 8
     test_hooks: bool = False
     cache_coherence: str = "lease"
@@ -273,6 +277,12 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         core_connect_timeout_ms=_int(env, "CORE_CONNECT_TIMEOUT_MS", 500, 10, 60000),
         core_timeout_ms=_int(env, "CORE_TIMEOUT_MS", 6000, 10, 600000),
         python_compute_max_complexity=_int(env, "PYTHON_COMPUTE_MAX_COMPLEXITY", 20, 1, 1000),
+        python_compute_max_pbkdf2_iterations=_int(
+            env, "PYTHON_COMPUTE_MAX_PBKDF2_ITERATIONS", 600_000, 1, 1_000_000
+        ),
+        python_compute_max_bcrypt_cost=_int(env, "PYTHON_COMPUTE_MAX_BCRYPT_COST", 12, 4, 12),
+        python_compute_max_concurrency=_int(env, "PYTHON_COMPUTE_MAX_CONCURRENCY", 1, 1, 256),
+        python_compute_queue_wait_ms=_int(env, "PYTHON_COMPUTE_QUEUE_WAIT_MS", 1000, 0, 60000),
         lab_max_concurrent_bypass=_int(env, "LAB_MAX_CONCURRENT_BYPASS", 8, 1, 1024),
         test_hooks=test_hooks,
         cache_coherence=coherence,

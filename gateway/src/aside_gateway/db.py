@@ -10,7 +10,10 @@ Count misses of the cached path go through a per-worker `MissBatcher`
 (coalesce.py): every count pending while the previous batch ran is read by one
 `= ANY(array)` query, so a cold cache costs a few full scans instead of one per
 distinct email. The uncached arm (`cache=off`) keeps one query per request: it
-is the baseline the cache is measured against.
+is the baseline the cache is measured against. The lab's `cache=nopool` arm
+does the same over a connection of its own per read, opened and closed around
+its one query: what the pool saves (only in the lab profile; production
+builds no such connection).
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ USER_BY_ID_SQL = "SELECT id, username, email, created_at FROM users WHERE id = %
 TRACK_BY_ID_SQL = "SELECT name, distance_m, path::text FROM tracks WHERE id = %s"
 
 UserRow = tuple[int, str, str, datetime]
+APPLICATION_NAME = "aside-gateway"
+# The nopool arm's connections, told apart in pg_stat_activity.
+UNPOOLED_APPLICATION_NAME = "aside-gateway-nopool"
 TrackRow = tuple[str, int, str]  # name, distance_m, path
 # How long a read waits for a pooled connection while PostgreSQL is known to be down.
 DOWN_POOL_WAIT_S = 0.1
@@ -58,8 +64,28 @@ def _database_down(exc: BaseException) -> bool:
     return isinstance(exc, ApiError) and exc.code == "database_unavailable"
 
 
+def connection_kwargs(settings: Settings) -> dict[str, Any]:
+    """How every gateway connection to PostgreSQL is opened, pooled or not."""
+    return {
+        # Reads only, one statement each: autocommit saves BEGIN/COMMIT round trips.
+        "autocommit": True,
+        "connect_timeout": settings.db_connect_timeout_s,
+        "options": f"-c statement_timeout={settings.db_statement_timeout_ms}",
+        "application_name": APPLICATION_NAME,
+        # A partition (no RST, no FIN) would otherwise leave a read, and
+        # the miss batcher behind it, waiting on a dead socket for as
+        # long as the kernel's defaults allow: hours.
+        "keepalives": 1,
+        "keepalives_idle": settings.db_keepalives_idle_s,
+        "keepalives_interval": settings.db_keepalives_interval_s,
+        "keepalives_count": settings.db_keepalives_count,
+        "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
+    }
+
+
 class Database:
     def __init__(self, settings: Settings):
+        kwargs = connection_kwargs(settings)
         self.pool = ConnectionPool(
             conninfo=settings.database_url,
             min_size=settings.db_pool_min,
@@ -67,21 +93,12 @@ class Database:
             timeout=settings.db_pool_timeout_ms / 1000,
             name="aside-gateway",
             open=False,
-            kwargs={
-                # Reads only, one statement each: autocommit saves BEGIN/COMMIT round trips.
-                "autocommit": True,
-                "connect_timeout": settings.db_connect_timeout_s,
-                "options": f"-c statement_timeout={settings.db_statement_timeout_ms}",
-                "application_name": "aside-gateway",
-                # A partition (no RST, no FIN) would otherwise leave a read, and
-                # the miss batcher behind it, waiting on a dead socket for as
-                # long as the kernel's defaults allow: hours.
-                "keepalives": 1,
-                "keepalives_idle": settings.db_keepalives_idle_s,
-                "keepalives_interval": settings.db_keepalives_interval_s,
-                "keepalives_count": settings.db_keepalives_count,
-                "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
-            },
+            kwargs=kwargs,
+        )
+        self._conninfo = settings.database_url
+        # The lab's nopool arm only: production keeps no way to open one.
+        self._unpooled_kwargs = (
+            {**kwargs, "application_name": UNPOOLED_APPLICATION_NAME} if settings.is_lab else None
         )
         # wait=False: the gateway starts (and /readyz reports) even while PostgreSQL is down.
         self.pool.open(wait=False)
@@ -190,14 +207,40 @@ class Database:
             self._down = True
         self._connect_errors_seen = errors
 
-    def _fetchone(self, sql: str, params: tuple[Any, ...], timeout: float | None = None) -> Any:
+    def _fetchone(
+        self, sql: str, params: tuple[Any, ...], timeout: float | None = None, pooled: bool = True
+    ) -> Any:
+        if not pooled:
+            return self._fetchone_unpooled(sql, params)
         return self._run(lambda conn: conn.execute(sql, params).fetchone(), timeout)
 
+    def _fetchone_unpooled(self, sql: str, params: tuple[Any, ...]) -> Any:
+        """One query over a connection of its own, closed right after: every
+        read pays the connect (TCP, a new backend process, SCRAM authentication)
+        that the pool pays once. Its callers bound how many run at once."""
+        if self._unpooled_kwargs is None:
+            raise ApiError("lab_disabled", "reads without the pool are only for the lab profile")
+        metrics.DB_UNPOOLED_CONNECTIONS.inc()
+        try:
+            with psycopg.connect(self._conninfo, **self._unpooled_kwargs) as conn:
+                return conn.execute(sql, params).fetchone()
+        except pg_errors.QueryCanceled:
+            raise ApiError("timeout", "the database query took too long") from None
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise ApiError(
+                "database_unavailable", "the database is unreachable", RETRY_LATER
+            ) from None
+
     def count_by_email(
-        self, email: str, coalesce: bool = False, gone: Callable[[], bool] | None = None
+        self,
+        email: str,
+        coalesce: bool = False,
+        gone: Callable[[], bool] | None = None,
+        pooled: bool = True,
     ) -> int:
         """Users with exactly this email. `coalesce`: read it in this worker's
-        next batch (cache fills); otherwise one query of its own (cache=off).
+        next batch (cache fills); otherwise one query of its own (cache=off),
+        over a connection of its own when not `pooled` (cache=nopool, lab).
         `gone`: whether the client left, so a batched read not started yet is
         withdrawn (coalesce.MissBatcher.get)."""
         if coalesce:
@@ -211,7 +254,7 @@ class Database:
                     "unavailable", "too many count misses waiting for the database", RETRY_LATER
                 ) from None
         self._count_queries.inc()
-        row = self._fetchone(COUNT_BY_EMAIL_SQL, (email,))
+        row = self._fetchone(COUNT_BY_EMAIL_SQL, (email,), pooled=pooled)
         return int(row[0])
 
     def count_many(self, emails: list[str]) -> dict[str, int]:
@@ -226,9 +269,9 @@ class Database:
         rows = self._run(lambda conn: _serial(conn, COUNT_MANY_SQL, (emails,)), None)
         return {email: int(count) for email, count in rows}
 
-    def user_by_id(self, user_id: int) -> UserRow | None:
+    def user_by_id(self, user_id: int, pooled: bool = True) -> UserRow | None:
         self._user_queries.inc()
-        return self._fetchone(USER_BY_ID_SQL, (user_id,))
+        return self._fetchone(USER_BY_ID_SQL, (user_id,), pooled=pooled)
 
     def track_by_id(self, track_id: int) -> TrackRow | None:
         self._track_queries.inc()

@@ -18,6 +18,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_username": 400,
     "invalid_complexity": 400,
     "invalid_tolerance": 400,
+    "invalid_cost": 400,
     "unknown_field": 400,
     "invalid_json": 400,
     "unauthorized": 401,

@@ -69,11 +69,16 @@ DB_QUERIES = Counter(
     "Queries sent to PostgreSQL, by query name (a batch of count misses counts once).",
     ["query"],
 )
+DB_UNPOOLED_CONNECTIONS = Counter(
+    "aside_gateway_db_unpooled_connections_total",
+    "PostgreSQL connections opened for one read each and closed after it (cache=nopool, lab).",
+)
 SHED = Counter(
     "aside_gateway_shed_total",
     "Requests answered 503 without their work: waited too long for a thread "
     "(queue_timeout), client gone before a thread took them (client_gone), "
-    "too many count misses waiting for a batch (batch_queue_full)",
+    "too many count misses waiting for a batch (batch_queue_full), every python "
+    "compute slot stayed busy (python_compute_busy)",
     ["reason"],
 )
 MISS_BATCH_SIZE = Histogram(

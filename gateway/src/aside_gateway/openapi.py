@@ -23,11 +23,23 @@ from typing import Any
 from aside_gateway.cache_keys import POLICIES
 from aside_gateway.errors import STATUS_BY_CODE
 from aside_gateway.validation import (
+    BCRYPT_COST_DEFAULT,
+    BCRYPT_COST_MAX,
+    BCRYPT_COST_MIN,
+    BCRYPT_HASH_RE,
     COMPLEXITY_MAX,
     COMPLEXITY_MIN,
     EMAIL_MAX,
     ID_MAX,
     IDEMPOTENCY_KEY_MAX,
+    KIND_BCRYPT,
+    KIND_CHECKSUM,
+    KIND_PBKDF2,
+    PASSWORD_MAX_BYTES,
+    PBKDF2_ITERATIONS_DEFAULT,
+    PBKDF2_ITERATIONS_MAX,
+    PBKDF2_ITERATIONS_MIN,
+    SALT_MAX_BYTES,
     TOLERANCE_MAX,
     TOLERANCE_MAX_LENGTH,
     TOLERANCE_MIN,
@@ -167,9 +179,10 @@ CACHE_PARAMETER = {
     "required": False,
     "description": "`on` (default): the configured cache strategy (CACHE_STRATEGY). "
     "Lab profile only (403 `lab_disabled` in production): `off` reads PostgreSQL "
-    "directly, touching no Redis; `l2` Redis cache-aside with leases; `l1` the "
+    "directly, touching no Redis; `nopool` likewise over a new PostgreSQL connection "
+    "per read (no pool); `l2` Redis cache-aside with leases; `l1` the "
     "gateway worker's memory only; `hybrid` the worker's memory, then Redis.",
-    "schema": {"type": "string", "enum": ["on", "off", "l2", "l1", "hybrid"]},
+    "schema": {"type": "string", "enum": ["on", "off", "nopool", "l2", "l1", "hybrid"]},
 }
 IDEMPOTENCY_KEY_PARAMETER = {
     "name": "Idempotency-Key",
@@ -220,6 +233,146 @@ TRACK_PARAMETERS = [
         "schema": {"type": "string", "enum": list(POLICIES)},
     },
 ]
+
+
+def _compute_schemas() -> dict[str, Schema]:
+    """POST /api/v1/compute: one request and one answer shape per kind."""
+    engine = {
+        "type": "string",
+        "enum": ["go", "python"],
+        "default": "go",
+        "description": "go: the core. python: in the gateway process (lab only), at most "
+        "PYTHON_COMPUTE_MAX_CONCURRENCY at once per worker.",
+    }
+
+    def kind(name: str) -> Schema:
+        return {"type": "string", "enum": [name]}
+
+    def secret(max_bytes: int, what: str) -> Schema:
+        return {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": max_bytes,
+            "pattern": "^[^\\u0000]+$",
+            "description": f"{what}: 1 to {max_bytes} bytes of UTF-8 (longer text in "
+            "multi-byte characters is refused), no U+0000.",
+        }
+
+    def result(name: str, required: list[str], properties: dict[str, Schema]) -> Schema:
+        return {
+            "type": "object",
+            "required": ["kind", "engine", *required, "elapsed_ms"],
+            "additionalProperties": False,
+            "properties": {
+                "kind": kind(name),
+                "engine": {"type": "string", "enum": ["go", "python"]},
+                **properties,
+                "elapsed_ms": {"type": "number", "minimum": 0},
+            },
+        }
+
+    password = secret(PASSWORD_MAX_BYTES, "The password (72 bytes is bcrypt's own limit)")
+    return {
+        "ComputeRequest": {
+            "oneOf": [_ref("ChecksumRequest"), _ref("Pbkdf2Request"), _ref("BcryptRequest")],
+            "description": "The kind of work (`kind`, default `checksum`) and its parameters "
+            "(contracts/compute.json).",
+        },
+        "ChecksumRequest": {
+            "type": "object",
+            "required": ["complexity"],
+            "additionalProperties": False,
+            "properties": {
+                "kind": {**kind(KIND_CHECKSUM), "default": KIND_CHECKSUM},
+                "complexity": {
+                    "type": "integer",
+                    "minimum": COMPLEXITY_MIN,
+                    "maximum": COMPLEXITY_MAX,
+                    "description": "n: the checksum loops n*100000 times. The python "
+                    "engine takes at most PYTHON_COMPUTE_MAX_COMPLEXITY (20 by default).",
+                },
+                "engine": engine,
+            },
+        },
+        "Pbkdf2Request": {
+            "type": "object",
+            "required": ["kind", "password", "salt"],
+            "additionalProperties": False,
+            "properties": {
+                "kind": kind(KIND_PBKDF2),
+                "password": password,
+                "salt": secret(SALT_MAX_BYTES, "The salt"),
+                "iterations": {
+                    "type": "integer",
+                    "minimum": PBKDF2_ITERATIONS_MIN,
+                    "maximum": PBKDF2_ITERATIONS_MAX,
+                    "default": PBKDF2_ITERATIONS_DEFAULT,
+                    "description": "PBKDF2-HMAC-SHA256 iterations (the default is OWASP's "
+                    "figure). The python engine takes at most "
+                    "PYTHON_COMPUTE_MAX_PBKDF2_ITERATIONS (600,000 by default).",
+                },
+                "engine": engine,
+            },
+        },
+        "BcryptRequest": {
+            "type": "object",
+            "required": ["kind", "password"],
+            "additionalProperties": False,
+            "not": {"required": ["cost", "hash"]},
+            "properties": {
+                "kind": kind(KIND_BCRYPT),
+                "password": password,
+                "cost": {
+                    "type": "integer",
+                    "minimum": BCRYPT_COST_MIN,
+                    "maximum": BCRYPT_COST_MAX,
+                    "default": BCRYPT_COST_DEFAULT,
+                    "description": "Hash the password at this cost under a fresh random "
+                    "salt. The python engine takes at most PYTHON_COMPUTE_MAX_BCRYPT_COST "
+                    "(12 by default).",
+                },
+                "hash": {
+                    "type": "string",
+                    "pattern": "^" + BCRYPT_HASH_RE.pattern.replace("([0-9]{2})", "[0-9]{2}") + "$",
+                    "description": "Instead of cost: verify the password against this hash "
+                    f"(its cost from {BCRYPT_COST_MIN} to {BCRYPT_COST_MAX}, else 400 "
+                    "`invalid_cost`).",
+                },
+                "engine": engine,
+            },
+        },
+        "ComputeResult": {
+            "oneOf": [
+                _ref("ChecksumResult"),
+                _ref("Pbkdf2Result"),
+                _ref("BcryptHashResult"),
+                _ref("BcryptVerifyResult"),
+            ]
+        },
+        "ChecksumResult": result(
+            KIND_CHECKSUM,
+            ["complexity", "checksum"],
+            {"complexity": {"type": "integer"}, "checksum": {"type": "integer", "format": "int64"}},
+        ),
+        "Pbkdf2Result": result(
+            KIND_PBKDF2,
+            ["iterations", "derived_key"],
+            {
+                "iterations": {"type": "integer"},
+                "derived_key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            },
+        ),
+        "BcryptHashResult": result(
+            KIND_BCRYPT,
+            ["cost", "hash"],
+            {"cost": {"type": "integer"}, "hash": {"type": "string", "pattern": "^\\$2[aby]\\$"}},
+        ),
+        "BcryptVerifyResult": result(
+            KIND_BCRYPT,
+            ["cost", "match"],
+            {"cost": {"type": "integer"}, "match": {"type": "boolean"}},
+        ),
+    }
 
 
 def _schemas() -> dict[str, Schema]:
@@ -303,37 +456,7 @@ def _schemas() -> dict[str, Schema]:
             "additionalProperties": False,
             "properties": {"username": _ref("Username"), "email": _ref("Email")},
         },
-        "ComputeRequest": {
-            "type": "object",
-            "required": ["complexity"],
-            "additionalProperties": False,
-            "properties": {
-                "complexity": {
-                    "type": "integer",
-                    "minimum": COMPLEXITY_MIN,
-                    "maximum": COMPLEXITY_MAX,
-                    "description": "n: the checksum loops n*100000 times. The python "
-                    "engine takes at most PYTHON_COMPUTE_MAX_COMPLEXITY (20 by default).",
-                },
-                "engine": {
-                    "type": "string",
-                    "enum": ["go", "python"],
-                    "default": "go",
-                    "description": "go: the core. python: in the gateway process (lab only).",
-                },
-            },
-        },
-        "ComputeResult": {
-            "type": "object",
-            "required": ["complexity", "engine", "checksum", "elapsed_ms"],
-            "additionalProperties": False,
-            "properties": {
-                "complexity": {"type": "integer"},
-                "engine": {"type": "string", "enum": ["go", "python"]},
-                "checksum": {"type": "integer", "format": "int64"},
-                "elapsed_ms": {"type": "number", "minimum": 0},
-            },
-        },
+        **_compute_schemas(),
         "Health": {
             "type": "object",
             "required": ["status"],
@@ -476,7 +599,8 @@ def _other_paths() -> dict[str, Schema]:
         "/api/v1/compute": {
             "post": {
                 "operationId": "compute",
-                "summary": "Run the CPU checksum in the core (go) or the gateway (python, lab)",
+                "summary": "CPU work (checksum, PBKDF2, bcrypt) in the core (go) or the "
+                "gateway (python, lab)",
                 "security": WRITE_SECURITY,
                 "requestBody": _json_body("ComputeRequest"),
                 "responses": {

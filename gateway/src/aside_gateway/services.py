@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from aside_gateway import metrics
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.cache import Cache
+from aside_gateway.compute import Slots
 from aside_gateway.config import Settings
 from aside_gateway.core_client import CoreClient
 from aside_gateway.db import Database
@@ -35,6 +36,7 @@ class Services:
     breaker: CircuitBreaker
     core: CoreClient
     bypass_slots: threading.BoundedSemaphore
+    python_compute: Slots
     sampler_stop: threading.Event
 
     def close(self) -> None:
@@ -77,5 +79,8 @@ def build_services(settings: Settings) -> Services:
         breaker=breaker,
         core=CoreClient(settings),
         bypass_slots=threading.BoundedSemaphore(settings.lab_max_concurrent_bypass),
+        python_compute=Slots(
+            settings.python_compute_max_concurrency, settings.python_compute_queue_wait_ms / 1000
+        ),
         sampler_stop=metrics.start_sampler(sample),
     )

@@ -7,6 +7,7 @@ Unicode code points, as the contract says.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -34,7 +35,29 @@ _TOLERANCE_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 COMPLEXITY_MIN = 1
 COMPLEXITY_MAX = 1000
 COMPUTE_ENGINES = ("go", "python")
-COMPUTE_FIELDS = frozenset({"complexity", "engine"})
+# contracts/compute.json: the kinds of work, the fields each may carry, their bounds.
+KIND_CHECKSUM, KIND_PBKDF2, KIND_BCRYPT = "checksum", "pbkdf2", "bcrypt"
+COMPUTE_KINDS = (KIND_CHECKSUM, KIND_PBKDF2, KIND_BCRYPT)
+KIND_FIELDS = {
+    KIND_CHECKSUM: frozenset({"kind", "engine", "complexity"}),
+    KIND_PBKDF2: frozenset({"kind", "engine", "password", "salt", "iterations"}),
+    KIND_BCRYPT: frozenset({"kind", "engine", "password", "cost", "hash"}),
+}
+COMPUTE_FIELDS = frozenset().union(*KIND_FIELDS.values())
+PASSWORD_MAX_BYTES = 72  # bcrypt's own limit, for both kinds
+SALT_MAX_BYTES = 64
+PBKDF2_ITERATIONS_MIN = 1
+PBKDF2_ITERATIONS_MAX = 1_000_000
+PBKDF2_ITERATIONS_DEFAULT = 600_000  # OWASP's figure for PBKDF2-HMAC-SHA256
+BCRYPT_COST_MIN = 4
+BCRYPT_COST_MAX = 12
+BCRYPT_COST_DEFAULT = 10
+# Canonical modular crypt only: the last character of the salt and of the hash
+# carry unused bits that must be zero (the Go engine would ignore them, the
+# python engine refuses them).
+BCRYPT_HASH_RE = re.compile(
+    r"\$2[aby]\$([0-9]{2})\$[./A-Za-z0-9]{21}[.Oeu][./A-Za-z0-9]{30}[.CGKOSWaeimquy26]"
+)
 
 
 def _bad_char(ch: str) -> bool:
@@ -115,20 +138,110 @@ def validate_complexity(value: Any) -> int:
     return value
 
 
-def validate_compute_body(body: Any) -> tuple[int, str]:
-    """(complexity, engine) from a decoded POST /api/v1/compute body."""
+@dataclass(frozen=True)
+class ComputeJob:
+    """A validated POST /api/v1/compute: the kind, the engine and that kind's
+    parameters (the others keep their defaults). bcrypt verifies when `hash`
+    is set, else hashes at `cost`."""
+
+    kind: str
+    engine: str
+    complexity: int = 0
+    password: bytes = b""
+    salt: bytes = b""
+    iterations: int = 0
+    cost: int = 0
+    hash: str | None = None
+
+
+def _secret(body: dict[str, Any], name: str, max_bytes: int) -> bytes:
+    """A password or salt: a string of 1 to max_bytes bytes of UTF-8 without
+    U+0000 (bcrypt implementations disagree on it); a lone surrogate has no
+    UTF-8 form."""
+    rule = f"{name} must be a string of 1 to {max_bytes} bytes of UTF-8 without U+0000"
+    if name not in body:
+        raise ApiError("invalid_request", f"{name} is required: {rule}")
+    value = body[name]
+    try:
+        encoded = value.encode("utf-8") if isinstance(value, str) else None
+    except UnicodeEncodeError:
+        encoded = None
+    if encoded is None or not 1 <= len(encoded) <= max_bytes or b"\0" in encoded:
+        raise ApiError("invalid_request", rule)
+    return encoded
+
+
+def _work(body: dict[str, Any], name: str, low: int, high: int, default: int) -> int:
+    """An optional integer work parameter (iterations, cost): absent means default."""
+    if name not in body:
+        return default
+    value = body[name]
+    if type(value) is not int or not low <= value <= high:
+        raise ApiError("invalid_cost", f"{name} must be an integer from {low} to {high}")
+    return value
+
+
+def bcrypt_hash_cost(value: Any) -> int:
+    """The cost a bcrypt hash names; 400 invalid_request unless it is a
+    canonical hash, 400 invalid_cost when its cost is out of range (verifying
+    costs what hashing did)."""
+    match = BCRYPT_HASH_RE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ApiError(
+            "invalid_request",
+            "hash must be a bcrypt hash: $2a$, $2b$ or $2y$, two cost digits, "
+            "53 characters of ./A-Za-z0-9",
+        )
+    cost = int(match.group(1))
+    if not BCRYPT_COST_MIN <= cost <= BCRYPT_COST_MAX:
+        raise ApiError(
+            "invalid_cost", f"the hash's cost must be from {BCRYPT_COST_MIN} to {BCRYPT_COST_MAX}"
+        )
+    return cost
+
+
+def _parameters(kind: str, body: dict[str, Any], engine: str) -> ComputeJob:
+    if kind == KIND_CHECKSUM:
+        if "complexity" not in body:
+            raise ApiError("invalid_complexity", "complexity is required")
+        return ComputeJob(kind, engine, complexity=validate_complexity(body["complexity"]))
+    password = _secret(body, "password", PASSWORD_MAX_BYTES)
+    if kind == KIND_PBKDF2:
+        salt = _secret(body, "salt", SALT_MAX_BYTES)
+        iterations = _work(
+            body, "iterations", PBKDF2_ITERATIONS_MIN, PBKDF2_ITERATIONS_MAX,
+            PBKDF2_ITERATIONS_DEFAULT,
+        )  # fmt: skip
+        return ComputeJob(kind, engine, password=password, salt=salt, iterations=iterations)
+    if "hash" not in body:
+        cost = _work(body, "cost", BCRYPT_COST_MIN, BCRYPT_COST_MAX, BCRYPT_COST_DEFAULT)
+        return ComputeJob(kind, engine, password=password, cost=cost)
+    if "cost" in body:
+        raise ApiError("invalid_request", "give cost to hash or hash to verify, not both")
+    cost = bcrypt_hash_cost(body["hash"])
+    return ComputeJob(kind, engine, password=password, cost=cost, hash=body["hash"])
+
+
+def validate_compute_body(body: Any) -> ComputeJob:
+    """The job of a decoded POST /api/v1/compute body. Checked in the core's
+    order: the object, unknown fields, the kind, fields of another kind, the
+    kind's parameters, then the engine."""
     if not isinstance(body, dict):
         raise ApiError("invalid_request", "the body must be a JSON object")
     unknown = sorted(set(body) - COMPUTE_FIELDS)
     if unknown:
         raise ApiError("unknown_field", f"unknown field {unknown[0]!r}")
-    if "complexity" not in body:
-        raise ApiError("invalid_complexity", "complexity is required")
-    complexity = validate_complexity(body["complexity"])
+    kind = body.get("kind", KIND_CHECKSUM)
+    if kind not in COMPUTE_KINDS:
+        raise ApiError("invalid_request", f"kind must be one of {', '.join(COMPUTE_KINDS)}")
+    foreign = sorted(set(body) - KIND_FIELDS[kind])
+    if foreign:
+        raise ApiError("unknown_field", f"field {foreign[0]!r} does not belong to kind {kind}")
     engine = body.get("engine", "go")
+    job = _parameters(kind, body, engine)
     if engine not in COMPUTE_ENGINES:
         raise ApiError("invalid_request", "engine must be 'go' or 'python'")
-    return complexity, engine
+    return job
 
 
 def tolerance_problem(raw: str) -> str | None:

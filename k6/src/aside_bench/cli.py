@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from . import commands, config
+from . import commands, config, interference
 from .compare import DEFAULT_TOLERANCE
 from .plan import SCENARIOS, WARM_CHOICES, PlanError
 from .prepare import StackError
@@ -149,7 +149,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--duration", default="30s", help="per step, e.g. 30s (default 30s)")
     run.add_argument(
         "--arms",
-        help="read/mixed: nocache index cache (alias l2) l1 hybrid l1-ttl; compute: go python",
+        help="read/mixed: nocache index cache (alias l2) l1 hybrid l1-ttl nopool; "
+        "compute: go python; interference: <go|python>-<checksum|pbkdf2|bcrypt>",
     )
     run.add_argument(
         "--warm",
@@ -179,8 +180,31 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="runs of each step, interleaved within each rate; medians and spreads (default 1)",
     )
+    _add_interference_options(run)
     _steps(run)
     _trust(run)
+
+
+def _add_interference_options(run: argparse.ArgumentParser) -> None:
+    group = run.add_argument_group("interference (--scenario interference, rates 0 allowed)")
+    group.add_argument(
+        "--read-rate",
+        type=_positive,
+        default=interference.DEFAULT_READ_RATE,
+        help=f"cached reads/s beside the compute (default {interference.DEFAULT_READ_RATE})",
+    )
+    group.add_argument(
+        "--pbkdf2-iterations",
+        type=_positive,
+        default=interference.DEFAULT_PBKDF2_ITERATIONS,
+        help=f"pbkdf2 arms' iterations (default {interference.DEFAULT_PBKDF2_ITERATIONS})",
+    )
+    group.add_argument(
+        "--bcrypt-cost",
+        type=_positive,
+        default=interference.DEFAULT_BCRYPT_COST,
+        help=f"bcrypt arms' cost (default {interference.DEFAULT_BCRYPT_COST})",
+    )
 
 
 def _add_ceiling(sub: argparse._SubParsersAction) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import interference
 from .plan import Step
 from .results import CacheCounts, Latency, StaleCounts, StepResult, increase_across_reset
 from .saturation import loadgen_of
@@ -39,6 +40,7 @@ def step_from_record(record: dict[str, Any]) -> Step:
         int(record["rate"]),
         record["duration_s"],
         int(record.get("repeat", 1)),
+        int(record.get("read_rate", 0)),
     )
 
 
@@ -177,6 +179,23 @@ def cache_counts(prom: Prometheus, start: float, end: float) -> CacheCounts | No
     return CacheCounts(**deltas)
 
 
+def compute_beside(step: Step, figures: dict[str, Any]) -> StepResult | None:
+    """interference: the compute requests that ran beside a step's reads, from
+    the samples of their own k6 scenario; None at compute rate 0 (reads alone)."""
+    if step.scenario != interference.SCENARIO or step.rate == 0:
+        return None
+    beside = Step(interference.COMPUTE_SCENARIO, step.arm, step.phase, step.rate, step.duration_s)
+    key = beside.key
+    return StepResult(
+        step=beside,
+        latency=figures["latency"].get(key),
+        iterations=int(figures["iterations"].get(key, 0)),
+        failed=int(figures["failed"].get(key, 0)),
+        dropped=int(figures["dropped"].get(key, 0)),
+        cache=None,
+    )
+
+
 def collect(
     influx: Influx, prom: Prometheus, run_id: str, records: list[dict[str, Any]]
 ) -> list[StepResult]:
@@ -210,6 +229,7 @@ def collect(
                 loadgen=loadgen_of(
                     record, vus.get(arm_key, {}).get("peak"), vus.get(arm_key, {}).get("allocated")
                 ),
+                compute=compute_beside(step, figures),
             )
         )
     return results

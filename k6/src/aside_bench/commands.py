@@ -12,7 +12,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import calibrate, chaos, compare, config, hardening, report, soak, trackplan, tracks
+from . import (
+    calibrate,
+    chaos,
+    compare,
+    config,
+    hardening,
+    interference,
+    interference_report,
+    report,
+    soak,
+    trackplan,
+    tracks,
+)
 from .ceiling import SearchParams, next_trial
 from .collect import collect
 from .k6run import LoadShape
@@ -21,7 +33,9 @@ from .plan import (
     DEFAULT_ARMS,
     DEFAULT_RATES,
     TIERED_ARMS,
+    ZERO_RATE_SCENARIOS,
     Step,
+    arms_for,
     build_steps,
     parse_arms,
     parse_duration,
@@ -73,18 +87,31 @@ def _shape(args: argparse.Namespace) -> LoadShape:
         timeout_s=args.timeout,
         stale_per_min=getattr(args, "stale_per_min", 0),
         stale_reads_after=getattr(args, "stale_reads_after", 2),
+        read_rate=getattr(args, "read_rate", interference.DEFAULT_READ_RATE),
+        pbkdf2_iterations=getattr(
+            args, "pbkdf2_iterations", interference.DEFAULT_PBKDF2_ITERATIONS
+        ),
+        bcrypt_cost=getattr(args, "bcrypt_cost", interference.DEFAULT_BCRYPT_COST),
     )
 
 
 def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step]:
     """The steps of a sweep; seed_indexed None checks the parameters only."""
     scenario = args.scenario
-    rates = parse_rates(args.rates) if args.rates else list(DEFAULT_RATES[scenario])
-    allowed = scenario_arms(scenario)
-    arms = parse_arms(args.arms, allowed) if args.arms else list(DEFAULT_ARMS[scenario])
+    lowest = 0 if scenario in ZERO_RATE_SCENARIOS else 1
+    rates = parse_rates(args.rates, lowest) if args.rates else list(DEFAULT_RATES[scenario])
+    arms = parse_arms(args.arms, scenario_arms(scenario)) if args.arms else list(DEFAULT_ARMS[scenario])
     if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
-    steps = build_steps(scenario, rates, arms, args.warm, parse_duration(args.duration))
+    read_rate = 0
+    if scenario == interference.SCENARIO:
+        read_rate = args.read_rate
+        try:
+            interference.check_work(args.pbkdf2_iterations, args.bcrypt_cost)
+        except interference.InterferenceError as error:
+            raise UsageError(str(error)) from None
+    duration = parse_duration(args.duration)
+    steps = build_steps(scenario, rates, arms, args.warm, duration, read_rate)
     return repeat_steps(steps, args.repeat)
 
 
@@ -124,6 +151,7 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         rates=sorted({s.rate for s in steps}),
         arms=list(dict.fromkeys(s.arm for s in steps)),
         repeat=args.repeat,
+        **(interference_report.run_params(shape) if steps[0].read_rate else {}),
     )
     writer = report.write_sweep
     if args.scenario == trackplan.SCENARIO:
@@ -161,6 +189,15 @@ def _calibrate(runner: Runner, args: argparse.Namespace) -> None:
     report.save_run(runner.run, runner.options.out_dir)
     for line in calibrate.describe(runner.run["machine"]):
         print(f"calibration: {line}", flush=True)
+
+
+def _sweep_writer(scenario: str | None, settings: config.Settings) -> Any:
+    """The report of a sweep: the interference and tracks scenarios have their own."""
+    if scenario == interference.SCENARIO:
+        return interference_report.write_interference
+    if scenario == trackplan.SCENARIO:
+        return tracks.writer(settings)
+    return report.write_sweep
 
 
 def _new_runner(
@@ -370,9 +407,10 @@ def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     influx = Influx(settings.influx_base, settings.influx_db)
     prom = Prometheus(settings.prometheus_url)
     results = collect(influx, prom, run["run_id"], run["steps"])
-    writer = report.write_ceiling if run.get("kind") == "ceiling" else report.write_sweep
-    if run["params"].get("scenario") == trackplan.SCENARIO:
-        writer = tracks.writer(settings)
+    if run.get("kind") == "ceiling":
+        writer = report.write_ceiling
+    else:
+        writer = _sweep_writer(run.get("params", {}).get("scenario"), settings)
     for table in writer(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")

@@ -14,12 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import procs, trackplan
+from . import interference, procs, trackplan
 from .config import Settings
-from .plan import Step
+from .plan import Step, vus_for
 from .prepare import StackError
 
-SCRIPTS = {"read": "read.js", "mixed": "mixed.js", "compute": "compute.js", "tracks": "tracks.js"}
+SCRIPTS = {
+    "read": "read.js",
+    "mixed": "mixed.js",
+    "compute": "compute.js",
+    "tracks": "tracks.js",
+    interference.SCENARIO: interference.SCRIPT,
+}
 # k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
 # a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
 K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
@@ -46,6 +52,10 @@ class LoadShape:
     # key after each write (each over a fresh connection, so on any worker).
     stale_per_min: int = 12
     stale_reads_after: int = 2
+    # interference: the reads' fixed rate, and the work of the hashing kinds.
+    read_rate: int = interference.DEFAULT_READ_RATE
+    pbkdf2_iterations: int = interference.DEFAULT_PBKDF2_ITERATIONS
+    bcrypt_cost: int = interference.DEFAULT_BCRYPT_COST
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,15 @@ def script_for(step: Step) -> str:
     return SCRIPTS[step.scenario]
 
 
+def _scenario_variables(step: Step, shape: LoadShape, max_vus: int) -> dict[str, str]:
+    """The variables only one scenario's script reads."""
+    if step.scenario != interference.SCENARIO:
+        return {}
+    read_vus = vus_for(step.read_rate, interference.READ_ARM, max_vus, interference.PHASE)
+    work = (shape.complexity, shape.pbkdf2_iterations, shape.bcrypt_cost)
+    return interference.k6_variables(step.arm, step.read_rate, read_vus, work)
+
+
 def step_run(
     settings: Settings,
     step: Step,
@@ -141,8 +160,11 @@ def step_run(
     shape: LoadShape,
     vus: tuple[int, int],
     data_dir: Path,
+    max_vus: int = 1000,
     env: dict[str, str] | None = None,
 ) -> K6Run:
+    """k6 for one step; `vus` are the step's own, `max_vus` caps any other
+    scenario's (the interference reads')."""
     return K6Run(
         script=script_for(step),
         run_id=run_id,
@@ -163,6 +185,7 @@ def step_run(
             "STALE_PER_MIN": str(shape.stale_per_min),
             "STALE_READS_AFTER": str(shape.stale_reads_after),
             **track_variables(step),
+            **_scenario_variables(step, shape, max_vus),
         },
         out=f"influxdb={settings.influx_url}",
         # The report is built from InfluxDB and Prometheus, never from k6's console.

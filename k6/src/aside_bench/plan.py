@@ -11,9 +11,11 @@ from dataclasses import dataclass, replace
 
 from . import trackplan
 
-SCENARIOS = ("read", "mixed", "compute")
+from . import interference
+
+SCENARIOS = ("read", "mixed", "compute", interference.SCENARIO)
 WARM_CHOICES = ("both", "cold", "warm")
-CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "l1-ttl")
+CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "l1-ttl", "nopool")
 COMPUTE_ARMS = ("go", "python")
 CEILING_ARMS = ("cache", "l1", "hybrid", "healthz")
 # Arms that read through a cache tier: each has a cold and a warm phase.
@@ -31,6 +33,7 @@ CACHE_PARAMS = {
     "l1": "l1",
     "hybrid": "hybrid",
     "l1-ttl": "l1",
+    "nopool": "nopool",
 }
 # Arms that need the gateway started with other settings: `l1-ttl` is the l1
 # strategy with the invalidation channel switched off (a lab-only switch), so
@@ -41,18 +44,23 @@ DEFAULT_RATES = {
     "read": (30, 50, 75, 100, 150, 300, 500, 1000),
     "mixed": (30, 50, 75, 100, 150, 300, 500, 1000),
     "compute": (1, 2, 5, 10, 20),
+    interference.SCENARIO: interference.DEFAULT_RATES,
 }
 DEFAULT_ARMS = {
     "read": ("nocache", "cache"),
     "mixed": ("nocache", "cache"),
     "compute": ("go", "python"),
+    interference.SCENARIO: interference.DEFAULT_ARMS,
 }
+# Scenarios whose step rate may be 0: the interference baseline, reads alone.
+ZERO_RATE_SCENARIOS = (interference.SCENARIO,)
 
 # A rough latency per request when the stack keeps up; it sizes the VUs k6
 # allocates before the step. Generously: an iteration due while k6 is still
 # starting an extra VU is dropped, which would count against the stack.
 EXPECTED_LATENCY_S = {
     "nocache": 0.1,  # a sequential scan of the table
+    "nopool": 0.1,  # the same, plus a connection and its authentication
     "index": 0.025,
     "cache": 0.025,
     "l1": 0.025,
@@ -61,6 +69,7 @@ EXPECTED_LATENCY_S = {
     "healthz": 0.02,
     "go": 0.05,
     "python": 0.3,
+    **interference.EXPECTED_LATENCY_S,
 }
 # ---- scenario `tracks` (big cached values): trackplan.py, tracks.py ----
 SCENARIOS += (trackplan.SCENARIO,)
@@ -90,6 +99,9 @@ class Step:
     rate: int  # target iterations (requests) per second
     duration_s: int
     repeat: int = 1  # which run of this step (1..REPEAT); its samples carry it as a tag
+    # interference: the fixed rate of the reads run beside the step's own
+    # (compute) rate; the step's latency and drops are the reads'. 0: none.
+    read_rate: int = 0
 
     @property
     def label(self) -> str:
@@ -107,7 +119,8 @@ class Step:
 
     @property
     def scheduled(self) -> int:
-        return self.rate * self.duration_s
+        """Requests the step's figures count: its reads' when it has a read rate."""
+        return (self.read_rate or self.rate) * self.duration_s
 
 
 def series_label(arm: str, phase: str) -> str:
@@ -130,16 +143,16 @@ def parse_duration(text: str) -> int:
     return seconds
 
 
-def parse_rates(text: str) -> list[int]:
-    """'30 50,75' -> [30, 50, 75]: positive whole numbers, deduplicated, ascending."""
+def parse_rates(text: str, lowest: int = 1) -> list[int]:
+    """'30 50,75' -> [30, 50, 75]: whole numbers >= lowest, deduplicated, ascending."""
     words = [word for word in re.split(r"[\s,]+", text.strip()) if word]
     if not words:
         raise PlanError("rates must list at least one rate, e.g. --rates '30 100'")
     rates: set[int] = set()
     for word in words:
-        if not word.isdigit() or int(word) < 1:
+        if not word.isdigit() or int(word) < lowest:
             raise PlanError(
-                f"rates must be whole numbers of requests per second >= 1, got {word!r}"
+                f"rates must be whole numbers of requests per second >= {lowest}, got {word!r}"
             )
         rates.add(int(word))
     return sorted(rates)
@@ -196,6 +209,14 @@ def gateway_env(arm: str) -> dict[str, str]:
     return GATEWAY_ENV.get(arm, {})
 
 
+def _phases(scenario: str, arm: str, warm: str) -> list[str]:
+    if scenario == "compute":
+        return ["none"]
+    if scenario == interference.SCENARIO:
+        return [interference.PHASE]  # its reads always run warm
+    return phases_for(arm, warm)
+
+
 def cache_param(arm: str) -> str | None:
     """The ?cache= value of a read arm; None for arms that read no count."""
     return CACHE_PARAMS.get(arm)
@@ -205,13 +226,21 @@ def scenario_arms(scenario: str) -> tuple[str, ...]:
     """The arms a scenario accepts."""
     if scenario == trackplan.SCENARIO:
         return trackplan.ARMS
+    if scenario == interference.SCENARIO:
+        return interference.ARMS
     return COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
 
 
 def build_steps(
-    scenario: str, rates: list[int], arms: list[str], warm: str, duration_s: int
+    scenario: str,
+    rates: list[int],
+    arms: list[str],
+    warm: str,
+    duration_s: int,
+    read_rate: int = 0,
 ) -> list[Step]:
-    """Steps in run order: rising rate, then the arms as given, cold before warm."""
+    """Steps in run order: rising rate, then the arms as given, cold before warm.
+    `read_rate`: the interference scenario's reads beside every step."""
     if scenario not in SCENARIOS:
         raise PlanError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
     allowed = scenario_arms(scenario)
@@ -221,11 +250,15 @@ def build_steps(
                 f"arm {arm!r} does not belong to scenario {scenario}; "
                 f"choose from {', '.join(allowed)}"
             )
+    if scenario != interference.SCENARIO:
+        read_rate = 0
+    elif read_rate < 1:
+        raise PlanError("the interference scenario needs a read rate >= 1 (--read-rate)")
     return [
-        Step(scenario, arm, phase, rate, duration_s)
+        Step(scenario, arm, phase, rate, duration_s, read_rate=read_rate)
         for rate in rates
         for arm in arms
-        for phase in (["none"] if scenario == "compute" else phases_for(arm, warm))
+        for phase in _phases(scenario, arm, warm)
     ]
 
 

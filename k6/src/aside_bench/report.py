@@ -222,7 +222,8 @@ DEFINITIONS = [
     "cache hit rate: increase of the gateway's aside_gateway_cache_hits_total over the step "
     "divided by the increase of hits + misses + bypass (Prometheus, read at the step's start "
     "and after the first scrape past its end); the uncached arms bypass the cache and so show 0",
-    "arms: nocache and index send cache=off, cache sends cache=l2 (Redis), l1 cache=l1 (each "
+    "arms: nocache and index send cache=off, nopool cache=nopool (uncached too, over a new "
+    "PostgreSQL connection per read), cache sends cache=l2 (Redis), l1 cache=l1 (each "
     "worker's memory only), hybrid cache=hybrid (memory, then Redis)",
     "gateway CPU ms/req: utime + stime (and that of reaped workers) of the gunicorn master and "
     "its workers from /proc/<pid>/stat, read right before k6 starts and right after it ends, "

@@ -82,6 +82,8 @@ class StepResult:
     cost: StepCost | None = None  # None: no probe around the step (older runs)
     stale: StaleCounts | None = None  # None: no staleness checker ran
     loadgen: LoadGen | None = None  # None: k6's CPU was not recorded (older runs)
+    # interference: the compute requests beside the step's reads (None: none ran)
+    compute: StepResult | None = None
 
     @property
     def drop_rate(self) -> float:

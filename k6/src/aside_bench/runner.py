@@ -85,6 +85,12 @@ def quick_line(result: StepResult) -> str:
     ]
     if result.step.arm in CACHE_PARAMS:
         parts.append(f"hits {fmt_pct(result.hit_rate)}")
+    if result.compute is not None:  # interference: the compute beside the reads
+        beside = result.compute.latency
+        parts.append(
+            f"compute {fmt_rps(result.compute.achieved_rps)}/s "
+            f"p95 {fmt_ms(beside.p95 if beside else None)} ms"
+        )
     cost = result.cost
     gen = result.loadgen
     if gen is not None and gen.cpu_cores is not None:
@@ -250,6 +256,8 @@ class Runner:
             "completed": False,
         }
         export = self._export_path(step)
+        if step.read_rate:
+            record["read_rate"] = step.read_rate
         self.run["steps"].append(record)
         self._prepare(step, record)
         # The cache counters at the start must include everything the preparation did.
@@ -262,6 +270,7 @@ class Runner:
             self.options.shape,
             vus,
             self.options.data_dir,
+            self.options.max_vus,
             dashboard_env(self.options.live_port, export),
         )
         if self.options.live_port is not None:
