@@ -35,7 +35,6 @@ from .plan import (
     TIERED_ARMS,
     ZERO_RATE_SCENARIOS,
     Step,
-    arms_for,
     build_steps,
     parse_arms,
     parse_duration,
@@ -100,7 +99,11 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     scenario = args.scenario
     lowest = 0 if scenario in ZERO_RATE_SCENARIOS else 1
     rates = parse_rates(args.rates, lowest) if args.rates else list(DEFAULT_RATES[scenario])
-    arms = parse_arms(args.arms, scenario_arms(scenario)) if args.arms else list(DEFAULT_ARMS[scenario])
+    arms = (
+        parse_arms(args.arms, scenario_arms(scenario))
+        if args.arms
+        else list(DEFAULT_ARMS[scenario])
+    )
     if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
     read_rate = 0

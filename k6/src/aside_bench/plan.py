@@ -9,9 +9,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from . import trackplan
-
-from . import interference
+from . import interference, trackplan
 
 SCENARIOS = ("read", "mixed", "compute", interference.SCENARIO)
 WARM_CHOICES = ("both", "cold", "warm")
