@@ -19,10 +19,10 @@ from aside_bench.plan import (
     DEFAULT_RATES,
     PlanError,
     Step,
-    arms_for,
     build_steps,
     cache_param,
     parse_rates,
+    scenario_arms,
     vus_for,
 )
 from aside_bench.results import CacheCounts, Latency, StepResult
@@ -39,7 +39,7 @@ SCENARIO = interference.SCENARIO
 
 def test_the_scenario_is_registered_with_its_defaults() -> None:
     assert DEFAULT_RATES[SCENARIO] == (0, 2, 5, 10, 20)
-    assert arms_for(SCENARIO) == interference.ARMS == DEFAULT_ARMS[SCENARIO]
+    assert scenario_arms(SCENARIO) == interference.ARMS == DEFAULT_ARMS[SCENARIO]
     assert set(interference.ARMS) == {
         f"{engine}-{kind}" for engine in ("go", "python") for kind in COMPUTE["kinds"]
     }
@@ -101,7 +101,7 @@ def _settings():
 
 
 def test_the_nopool_arm_reads_uncached_without_the_pool() -> None:
-    assert "nopool" in CACHE_ARMS and "nopool" in arms_for("read")
+    assert "nopool" in CACHE_ARMS and "nopool" in scenario_arms("read")
     assert cache_param("nopool") == "nopool"
     (step,) = build_steps("read", [30], ["nopool"], "both", 10)
     assert step.phase == "none"  # no cache state to prepare
