@@ -34,6 +34,9 @@ export const ARM = env('ARM');
 export const PHASE = env('PHASE', 'none');
 export const RATE = intEnv('RATE');
 export const TIMEOUT_S = intEnv('TIMEOUT_S', 10);
+// Which run of a repeated step (REPEAT=N runs each step N times): a tag, so
+// each run's samples stay apart.
+export const REPEAT = intEnv('REPEAT', 1);
 const DATA_DIR = env('DATA_DIR', '');
 
 // 1 per iteration whose checks failed (bad status, bad body, timeout), 0 per
@@ -45,23 +48,34 @@ export function countIteration(ok) {
   failedIterations.add(ok ? 0 : 1);
 }
 
+// A constant-arrival-rate scenario of the step's duration. gracefulStop exceeds
+// the request timeout: every started iteration ends (answered or timed out)
+// and is counted. `exec`: the exported function it runs (default: the default).
+export function arrivalScenario(rate, preAllocatedVUs, maxVUs, exec) {
+  const scenario = {
+    executor: 'constant-arrival-rate',
+    rate,
+    timeUnit: '1s',
+    duration: env('DURATION'),
+    preAllocatedVUs,
+    maxVUs,
+    gracefulStop: `${TIMEOUT_S + 2}s`,
+  };
+  if (exec !== undefined) scenario.exec = exec;
+  return scenario;
+}
+
 // One constant-arrival-rate scenario named after the bench scenario, so the
-// built-in `scenario` tag carries it. gracefulStop exceeds the request timeout:
-// every started iteration ends (answered or timed out) and is counted.
+// built-in `scenario` tag carries it.
 export function arrivalOptions(scenarioName) {
+  return stepOptions({ [scenarioName]: arrivalScenario(RATE, intEnv('PRE_VUS'), intEnv('MAX_VUS')) });
+}
+
+// The options of a step with these scenarios: the step's tags on every sample.
+export function stepOptions(scenarios) {
   return {
-    scenarios: {
-      [scenarioName]: {
-        executor: 'constant-arrival-rate',
-        rate: RATE,
-        timeUnit: '1s',
-        duration: env('DURATION'),
-        preAllocatedVUs: intEnv('PRE_VUS'),
-        maxVUs: intEnv('MAX_VUS'),
-        gracefulStop: `${TIMEOUT_S + 2}s`,
-      },
-    },
-    tags: { run_id: RUN_ID, arm: ARM, rate: String(RATE), phase: PHASE },
+    scenarios,
+    tags: { run_id: RUN_ID, arm: ARM, rate: String(RATE), phase: PHASE, repeat: String(REPEAT) },
     // `name` is set on every request (the URL would make one series per email);
   // no tag the report does not read, as every tag is carried by every sample.
     systemTags: ['status', 'name', 'scenario', 'expected_response', 'check'],
@@ -94,9 +108,11 @@ export function jsonBody(response) {
 }
 
 // The ?cache= value of each read arm (aside_bench.plan.CACHE_PARAMS holds the
-// same map): nocache and index bypass the cache, cache reads Redis (l2), l1 the
-// worker's memory only, hybrid memory then Redis. `l2` is the cache arm's alias.
-export const CACHE_PARAMS = { nocache: 'off', index: 'off', cache: 'l2', l2: 'l2', l1: 'l1', hybrid: 'hybrid' };
+// same map): nocache and index bypass the cache, nopool too over a new
+// PostgreSQL connection per read, cache reads Redis (l2), l1 the worker's
+// memory only, hybrid memory then Redis; l1-ttl is l1 on a gateway whose
+// invalidation channel is off. `l2` is the cache arm's alias.
+export const CACHE_PARAMS = { nocache: 'off', index: 'off', nopool: 'nopool', cache: 'l2', l2: 'l2', l1: 'l1', hybrid: 'hybrid', 'l1-ttl': 'l1' };
 export const CACHE_PARAM = CACHE_PARAMS[ARM];
 
 // The X-Cache-Tier a hit of each mode may carry.
@@ -108,18 +124,18 @@ export function countUrl(email, mode) {
 }
 
 // True when a count answer's X-Cache (and X-Cache-Tier on a hit) fits the mode:
-// cache=off must really bypass; a cached mode's outcomes are counted by the
-// gateway (the hit rates), and a Redis failure there still answers correctly.
+// cache=off and nopool must really bypass; a cached mode's outcomes are counted
+// by the gateway (the hit rates), and a Redis failure there still answers correctly.
 export function cacheHeadersFit(response, mode) {
   const xcache = response.headers['X-Cache'];
-  if (mode === 'off') return xcache === 'BYPASS';
+  if (mode === 'off' || mode === 'nopool') return xcache === 'BYPASS';
   if (xcache === 'HIT') return HIT_TIERS[mode].includes(response.headers['X-Cache-Tier']);
   return xcache === 'MISS' || xcache === 'BYPASS';
 }
 
-// GET the count of one email with the arm's ?cache= value.
-export function readCount(email) {
-  const response = http.get(countUrl(email, CACHE_PARAM), {
+// GET the count of one email with the arm's ?cache= value (or `mode`).
+export function readCount(email, mode = CACHE_PARAM) {
+  const response = http.get(countUrl(email, mode), {
     tags: { name: 'count' },
     timeout: `${TIMEOUT_S}s`,
   });
@@ -130,7 +146,7 @@ export function readCount(email) {
       if (r.status !== 200) return false;
       const body = jsonBody(r);
       if (body === null || body.email !== email || !Number.isInteger(body.count) || body.count < 0) return false;
-      return cacheHeadersFit(r, CACHE_PARAM);
+      return cacheHeadersFit(r, mode);
     },
   });
 }
