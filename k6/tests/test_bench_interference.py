@@ -83,7 +83,7 @@ def test_rate_zero_is_only_for_the_scenarios_that_allow_it() -> None:
 def test_compute_vus_follow_the_arm_and_reads_the_cache_arm() -> None:
     assert vus_for(20, "python-bcrypt", 1000)[0] > vus_for(20, "go-checksum", 1000)[0]
     shape = LoadShape(read_rate=400)
-    step = Step(SCENARIO, "go-pbkdf2", "warm", 5, 10, 400)
+    step = Step(SCENARIO, "go-pbkdf2", "warm", 5, 10, read_rate=400)
     run = step_run(_settings(), step, "r", shape, (7, 90), Path("."), max_vus=300)
     read_vus = vus_for(400, "cache", 300, "warm")
     assert (run.extra["READ_PRE_VUS"], run.extra["READ_MAX_VUS"]) == tuple(map(str, read_vus))
@@ -194,18 +194,21 @@ def _figures(key: tuple[str, str, str, int], p95: float, iterations: int, failed
 
 
 def test_the_compute_beside_a_step_comes_from_its_own_k6_scenario() -> None:
-    step = Step(SCENARIO, "python-pbkdf2", "warm", 2, 10, 500)
+    step = Step(SCENARIO, "python-pbkdf2", "warm", 2, 10, read_rate=500)
     figures = _figures((interference.COMPUTE_SCENARIO, "python-pbkdf2", "warm", 2), 300, 20, 2)
     beside = compute_beside(step, figures)
     assert beside is not None and beside.step.scenario == interference.COMPUTE_SCENARIO
     assert beside.achieved_rps == pytest.approx(1.8) and beside.drop_rate == pytest.approx(0.1)
     assert beside.latency is not None and beside.latency.p95 == 300
-    assert compute_beside(Step(SCENARIO, "python-pbkdf2", "warm", 0, 10, 500), figures) is None
+    assert (
+        compute_beside(Step(SCENARIO, "python-pbkdf2", "warm", 0, 10, read_rate=500), figures)
+        is None
+    )
     assert compute_beside(Step("read", "cache", "warm", 2, 10), figures) is None
 
 
 def _result(arm: str, rate: int, p99: float, compute_p95: float | None) -> StepResult:
-    step = Step(SCENARIO, arm, "warm", rate, 10, 100)
+    step = Step(SCENARIO, arm, "warm", rate, 10, read_rate=100)
     beside = None
     if rate:
         beside = StepResult(

@@ -38,7 +38,7 @@ def test_one_repeat_is_the_plan_itself_and_none_is_refused() -> None:
 # ---- repeats: median and spread -------------------------------------------------------
 def _result(p95: float, repeat: int = 1, dropped: int = 0, rate: int = 100) -> StepResult:
     return StepResult(
-        step=Step("read", "cache", "warm", rate, 10, repeat),
+        step=Step("read", "cache", "warm", rate, 10, repeat=repeat),
         latency=Latency(p95 / 2, p95, p95 * 2, rate * 10),
         iterations=rate * 10,
         failed=0,

@@ -39,8 +39,8 @@ def step_from_record(record: dict[str, Any]) -> Step:
         record["phase"],
         int(record["rate"]),
         record["duration_s"],
-        int(record.get("repeat", 1)),
-        int(record.get("read_rate", 0)),
+        repeat=int(record.get("repeat", 1)),
+        read_rate=int(record.get("read_rate", 0)),
     )
 
 

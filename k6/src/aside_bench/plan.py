@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import interference, trackplan
 
@@ -96,10 +96,11 @@ class Step:
     phase: str  # cold | warm | none
     rate: int  # target iterations (requests) per second
     duration_s: int
-    repeat: int = 1  # which run of this step (1..REPEAT); its samples carry it as a tag
+    # Keyword-only, both: two optional counts must never be told apart by position.
+    repeat: int = field(default=1, kw_only=True)  # which run (1..REPEAT); a tag of its samples
     # interference: the fixed rate of the reads run beside the step's own
     # (compute) rate; the step's latency and drops are the reads'. 0: none.
-    read_rate: int = 0
+    read_rate: int = field(default=0, kw_only=True)
 
     @property
     def label(self) -> str:
