@@ -259,16 +259,18 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 // A drain longer than CORE_SHUTDOWN_TIMEOUT ends the process with 1 and a
 // one-line reason.
 func TestShutdownTimeoutIsEnforced(t *testing.T) {
-	c := startCore(t, "GOMAXPROCS=1", "CORE_COMPUTE_MAX_CONCURRENCY=3", "CORE_SHUTDOWN_TIMEOUT=100ms")
-	outcomes := startComputes(c, 3)
-	pollUntil(t, 10*time.Second, "three computes in flight", func() bool {
+	// Eight computes of about 0.1 s of CPU each share one CPU: once all are in
+	// flight, the last ends well over the 100 ms timeout later.
+	c := startCore(t, "GOMAXPROCS=1", "CORE_COMPUTE_MAX_CONCURRENCY=8", "CORE_SHUTDOWN_TIMEOUT=100ms")
+	outcomes := startComputes(c, 8)
+	pollUntil(t, 10*time.Second, "eight computes in flight", func() bool {
 		n, err := computeSlotsInUse(c.url("/metrics"))
-		return err == nil && n == 3
+		return err == nil && n == 8
 	})
 	start := time.Now()
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	if code := c.wait(t, 5*time.Second); code != 1 {
-		t.Fatalf("exit code %d, want 1", code)
+		t.Fatalf("exit code %d, want 1; stderr %q", code, c.stderr.String())
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("took %s to give up with a 100ms timeout", d)
@@ -277,7 +279,7 @@ func TestShutdownTimeoutIsEnforced(t *testing.T) {
 	if !strings.Contains(stderr, "CORE_SHUTDOWN_TIMEOUT") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Fatalf("stderr %q", stderr)
 	}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 8; i++ {
 		<-outcomes // cut off; their errors do not matter
 	}
 }
