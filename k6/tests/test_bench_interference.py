@@ -195,7 +195,7 @@ def _figures(key: tuple[str, str, str, int], p95: float, iterations: int, failed
 
 def test_the_compute_beside_a_step_comes_from_its_own_k6_scenario() -> None:
     step = Step(SCENARIO, "python-pbkdf2", "warm", 2, 10, read_rate=500)
-    figures = _figures((interference.COMPUTE_SCENARIO, "python-pbkdf2", "warm", 2), 300, 20, 2)
+    figures = _figures((interference.COMPUTE_SCENARIO, "python-pbkdf2", "warm", 2, 1), 300, 20, 2)
     beside = compute_beside(step, figures)
     assert beside is not None and beside.step.scenario == interference.COMPUTE_SCENARIO
     assert beside.achieved_rps == pytest.approx(1.8) and beside.drop_rate == pytest.approx(0.1)

@@ -47,7 +47,7 @@ def runs(
     stamp = time.strftime("%H%M%S")
     interference_id, nopool_id = f"smoke-interference-{stamp}", f"smoke-nopool-{stamp}"
     common = ["--data-dir", str(small_seed), "--reports-dir", str(reports_dir),
-              "--duration", f"{STEP_S}s", "--cold-sample", "50"]  # fmt: skip
+              "--duration", f"{STEP_S}s", "--cold-sample", "50", "--no-calibrate"]  # fmt: skip
     # Cheap work, so the tiny rates finish inside the short steps.
     interference_args = ["--scenario", SCENARIO, "--rates", "0 2", "--arms", " ".join(ARMS),
                          "--read-rate", str(READ_RATE), "--pbkdf2-iterations", "20000",

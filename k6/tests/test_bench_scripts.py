@@ -124,4 +124,4 @@ def test_the_interference_script_runs_reads_and_compute_side_by_side(
         assert (compute["preAllocatedVUs"], compute["maxVUs"]) == (7, 90)
         assert compute["duration"] == reads["duration"] == "30s"
     assert options["tags"] == {"run_id": "unit-run", "arm": "python-bcrypt", "rate": str(rate),
-                               "phase": "warm"}  # fmt: skip
+                               "phase": "warm", "repeat": "1"}  # fmt: skip

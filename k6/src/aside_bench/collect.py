@@ -184,8 +184,15 @@ def compute_beside(step: Step, figures: dict[str, Any]) -> StepResult | None:
     the samples of their own k6 scenario; None at compute rate 0 (reads alone)."""
     if step.scenario != interference.SCENARIO or step.rate == 0:
         return None
-    beside = Step(interference.COMPUTE_SCENARIO, step.arm, step.phase, step.rate, step.duration_s)
-    key = beside.key
+    beside = Step(
+        interference.COMPUTE_SCENARIO,
+        step.arm,
+        step.phase,
+        step.rate,
+        step.duration_s,
+        repeat=step.repeat,
+    )
+    key = beside.run_key
     return StepResult(
         step=beside,
         latency=figures["latency"].get(key),

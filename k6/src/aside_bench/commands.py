@@ -156,10 +156,9 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         repeat=args.repeat,
         **(interference_report.run_params(shape) if steps[0].read_rate else {}),
     )
-    writer = report.write_sweep
     if args.scenario == trackplan.SCENARIO:
         params["tracks"] = tracks.check_tracks(settings, seed.data_dir)
-        writer = tracks.writer(settings)
+    writer = _sweep_writer(args.scenario, settings)
     runner = _new_runner("sweep", run_id, out_dir, args, settings, seed, shape, params)
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)
 
