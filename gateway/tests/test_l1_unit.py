@@ -7,7 +7,7 @@ import pytest
 from aside_gateway import cache_keys
 from aside_gateway.config import ConfigError, load_settings
 from aside_gateway.invalidations import parse
-from aside_gateway.l1 import ENTRY_OVERHEAD_BYTES, L1Cache, entry_size
+from aside_gateway.l1 import ENTRY_OVERHEAD_BYTES, L1Cache, entry_size, stripe_of
 from aside_gateway.tiers import written_keys
 from gateway_helpers import contract
 
@@ -65,7 +65,7 @@ def test_stale_key_rules_match_the_contract(case):
 def test_get_put_and_ttl_expiry():
     clock = Clock()
     l1 = make_l1(ttl_s=5, clock=clock)
-    assert l1.put("k", b"v", l1.token())
+    assert l1.put("k", b"v", l1.token("k"))
     assert l1.get("k") == b"v"
     clock.now += 4.9
     assert l1.get("k") == b"v"
@@ -77,9 +77,9 @@ def test_get_put_and_ttl_expiry():
 def test_entry_bound_evicts_the_least_recently_used():
     l1 = make_l1(max_entries=3)
     for key in ("a", "b", "c"):
-        assert l1.put(key, b"1", l1.token())
+        assert l1.put(key, b"1", l1.token(key))
     assert l1.get("a") == b"1"  # a is now the most recent
-    assert l1.put("d", b"1", l1.token())
+    assert l1.put("d", b"1", l1.token("d"))
     assert l1.stats()[0] == 3
     assert l1.get("b") is None
     assert [l1.get(k) for k in ("a", "c", "d")] == [b"1", b"1", b"1"]
@@ -91,12 +91,12 @@ def test_byte_bound_counts_keys_values_and_overhead():
     assert size == 5 + 100 + ENTRY_OVERHEAD_BYTES
     l1 = make_l1(max_entries=1000, max_bytes=3 * size)
     for i in range(5):
-        assert l1.put(f"key-{i}", value, l1.token())
+        assert l1.put(f"key-{i}", value, l1.token(f"key-{i}"))
     entries, used = l1.stats()
     assert entries == 3 and used == 3 * size
     assert l1.get("key-0") is None and l1.get("key-4") == value
     # An entry larger than the whole bound is refused, not stored.
-    assert not l1.put("huge", b"x" * (4 * size), l1.token())
+    assert not l1.put("huge", b"x" * (4 * size), l1.token("huge"))
     assert l1.get("huge") is None
 
 
@@ -105,7 +105,7 @@ def test_a_fill_that_overlaps_an_invalidation_stores_nothing():
     database = {"k": b"old"}
 
     def fill(key: str, during_read=lambda: None) -> bool:
-        token = l1.token()  # before the read, as tiers.py does
+        token = l1.token(key)  # before the read, as tiers.py does
         value = database[key]
         during_read()
         return l1.put(key, value, token)
@@ -120,19 +120,26 @@ def test_a_fill_that_overlaps_an_invalidation_stores_nothing():
     assert l1.get("k") == b"new"
 
 
-def test_an_invalidation_of_any_key_blocks_fills_in_flight():
+def test_an_invalidation_blocks_the_fills_of_its_keys_stripe_only():
     l1 = make_l1()
-    token = l1.token()
-    l1.evict(["another-key"])
-    assert not l1.put("k", b"v", token)
+    other = next(f"other-{i}" for i in range(100) if stripe_of(f"other-{i}") != stripe_of("k"))
+    token = l1.token("k")
+    l1.evict([other])  # another stripe: the fill of k goes on
+    assert l1.put("k", b"v", token)
+    token = l1.token("k")
+    l1.evict(["k"])
+    assert not l1.put("k", b"v2", token)
+    token = l1.token("k")
+    l1.flush(usable=True)  # a flush blocks every fill in flight
+    assert not l1.put("k", b"v3", token)
 
 
 def test_no_entry_is_served_or_stored_without_a_subscription():
     l1 = L1Cache(100, 1 << 20, 5, needs_subscription=True)
-    assert not l1.put("k", b"v", l1.token())
+    assert not l1.put("k", b"v", l1.token("k"))
     l1.flush(usable=True)  # subscribed
-    assert l1.put("k", b"v", l1.token())
-    token = l1.token()
+    assert l1.put("k", b"v", l1.token("k"))
+    token = l1.token("k")
     l1.flush(usable=False)  # subscription lost
     assert l1.get("k") is None and l1.stats()[0] == 0
     assert not l1.put("k", b"v", token)

@@ -165,7 +165,7 @@ class FakeFlask:
         self.arrived.append(scope[ARRIVED_KEY])
         if self.requests == 1:
             assert self.l1 is not None
-            token = self.l1.token()
+            token = self.l1.token(cache_keys.count_key(EMAIL))
             await self.release.wait()
             if self.error is not None:
                 raise self.error

@@ -209,7 +209,7 @@ class EarlyGetClient:
             self._client = redis.asyncio.Redis(connection_pool=pool)
         return self._client
 
-    async def get(self, key: str, l1_token: int | None = None) -> EarlyGet | None:
+    async def get(self, key: str, l1_token: tuple[int, int] | None = None) -> EarlyGet | None:
         """GET `key`. None leaves the read to Flask without a verdict on Redis:
         the breaker is open, or the deadline passed.
 
@@ -332,7 +332,7 @@ class AsyncHotPath:
                 # Filled from PostgreSQL by Flask, which also counts the miss; a
                 # follower can find the fill only while the tier may keep it.
                 return Miss(found) if self.l1.usable else None
-            l1_token = self.l1.token()  # before the GET: see l1.py
+            l1_token = self.l1.token(found.key)  # before the GET: see l1.py
         early = await self.redis_get.get(found.key, l1_token)
         if early is None:
             # No verdict. With Redis skipped every read goes to PostgreSQL: no fill

@@ -10,17 +10,23 @@ rules keep a stale entry from outliving that message:
 
 * no subscription, no L1: until the subscriber has confirmed its subscription,
   and from the moment it is lost, the tier is flushed and serves nothing;
-* a fill stores only if nothing was invalidated while it read. `token()` is
-  the worker's invalidation sequence, bumped by every eviction message, every
-  flush and every (re)subscription; a fill takes it before reading and
-  `put()` refuses when it changed. A message that arrives before the store
-  blocks it, one that arrives after evicts it: the old value never stays.
+* a fill stores only if its key was not invalidated while it read.
+  `token(key)` is the worker's flush epoch, bumped by every flush and every
+  (re)subscription, with the invalidation sequence of the key's stripe (one
+  of STRIPES, by CRC-32 of the key), bumped by every eviction message naming
+  a key of that stripe; a fill takes it before reading and `put()` refuses
+  when either changed. A message that arrives before the store blocks it, one
+  that arrives after evicts it: the old value never stays. Stripes, not one
+  sequence per worker: under a steady stream of writes a single sequence
+  refused nearly every fill (docs/decisions.md); a stripe refuses only the
+  fills of keys that share it, and costs a fixed array, however many keys.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 
 from cachetools import TTLCache
@@ -30,8 +36,15 @@ from aside_gateway import metrics
 # Rough per-entry bookkeeping (dict slot, TTL link, key and bytes objects), so
 # CACHE_L1_MAX_BYTES bounds the memory of many small entries, not just their text.
 ENTRY_OVERHEAD_BYTES = 200
+# Invalidation sequences per worker: a message blocks only the fills of its
+# keys' stripes (a false block when another key shares one is harmless).
+STRIPES = 4096
 
-Token = int
+Token = tuple[int, int]  # (flush epoch, the key's stripe sequence)
+
+
+def stripe_of(key: str) -> int:
+    return zlib.crc32(key.encode()) % STRIPES
 
 
 def entry_size(key: str, value: bytes) -> int:
@@ -69,7 +82,8 @@ class L1Cache:
         self._lock = threading.Lock()
         self._entries = _Entries(max_bytes, ttl_s, timer)
         self._max_entries = max_entries
-        self._sequence = 0
+        self._epoch = 0
+        self._stripes = [0] * STRIPES
         # Without invalidation messages (a lab switch) only the TTL bounds staleness.
         self._usable = not needs_subscription
 
@@ -90,15 +104,16 @@ class L1Cache:
             entry = self._entries.get(key)
         return None if entry is None else entry[0]
 
-    def token(self) -> Token:
-        """Take before reading the value a later put() will store."""
+    def token(self, key: str) -> Token:
+        """Take before reading the value of `key` a later put() will store."""
         with self._lock:
-            return self._sequence
+            return self._epoch, self._stripes[stripe_of(key)]
 
     def put(self, key: str, value: bytes, token: Token) -> bool:
-        """Store unless the tier is off or anything was invalidated since `token`."""
+        """Store unless the tier is off, or it was flushed or `key`'s stripe
+        invalidated since `token`."""
         with self._lock:
-            if not self._usable or token != self._sequence:
+            if not self._usable or token != (self._epoch, self._stripes[stripe_of(key)]):
                 return False
             try:
                 self._entries[key] = (value, entry_size(key, value))
@@ -109,11 +124,13 @@ class L1Cache:
             return True
 
     def evict(self, keys: Iterable[str]) -> int:
-        """Drop `keys` (an invalidation) and block every fill begun before;
-        returns how many were held."""
+        """Drop `keys` (an invalidation) and block the fills of their stripes
+        begun before; returns how many were held."""
+        dropped = 0
         with self._lock:
-            self._sequence += 1
-            dropped = sum(1 for key in keys if self._entries.pop(key, None) is not None)
+            for key in keys:
+                self._stripes[stripe_of(key)] += 1
+                dropped += self._entries.pop(key, None) is not None
         if dropped:
             metrics.l1_evicted("invalidation", dropped)
         return dropped
@@ -122,7 +139,7 @@ class L1Cache:
         """Empty the tier and block fills in flight; `usable` says whether it may serve
         again (subscribed) or not (subscription lost)."""
         with self._lock:
-            self._sequence += 1
+            self._epoch += 1
             dropped = len(self._entries)
             self._entries.clear()
             self._usable = usable

@@ -36,4 +36,4 @@ class EarlyGet:
     failed: bool
     # The L1 token (l1.L1Cache.token) taken before this GET, for a hybrid read
     # that may store its value in L1; None when the read does not use L1.
-    l1_token: int | None = None
+    l1_token: tuple[int, int] | None = None

@@ -55,7 +55,7 @@ class TieredCache:
         if early_get is not None and early_get.key == key and early_get.l1_token is not None:
             token = early_get.l1_token
         else:
-            token = self.l1.token()
+            token = self.l1.token(key)
         result = self._from_l2(route, key, load, hold, early_get)
         if result.outcome != BYPASS and not result.error:
             self.l1.put(key, result.value, token)
@@ -80,7 +80,7 @@ class TieredCache:
     def _fill_from_database(
         self, key: str, load: Callable[[], bytes], hold: str | None
     ) -> CacheRead:
-        token = self.l1.token()
+        token = self.l1.token(key)
         value = load()
         if hold and self.hooks:
             self.hooks.hold(hold)  # lab: let a test write between the read and the store
