@@ -31,23 +31,6 @@ CONNECT_TIMEOUT_S = 5
 SCRIPT_TIMEOUT_S = 60
 FLUSH_TRIES = 3
 
-# ARGV[1] pattern, ARGV[2] channel, ARGV[3] message. Returns the keys deleted.
-# The same script as contracts/flush_cache.lua (checked by a test).
-FLUSH_AND_ANNOUNCE = """
-local cursor = '0'
-local deleted = 0
-repeat
-    local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
-    cursor = reply[1]
-    local keys = reply[2]
-    for i = 1, #keys, 500 do
-        deleted = deleted + redis.call('UNLINK', unpack(keys, i, math.min(i + 499, #keys)))
-    end
-until cursor == '0'
-redis.call('PUBLISH', ARGV[2], ARGV[3])
-return deleted
-"""
-
 
 def describe_redis(url: str) -> str:
     """host:port/db without credentials, for messages."""
@@ -83,15 +66,14 @@ def flush_message() -> bytes:
     return json.dumps({"flush": True, "published_ms": int(time.time() * 1000)}).encode()
 
 
-def flush(client: redis.Redis, url: str) -> int:
-    """Deletes every cached value and lease and tells the L1 tiers; returns the
-    keys deleted. Retried: the swap has committed, and until this succeeds the
-    cache may serve the old table."""
+def flush(client: redis.Redis, url: str, script: str) -> int:
+    """Deletes every cached value and lease and tells the L1 tiers with `script`
+    (contracts/flush_cache.lua: ARGV[1] pattern, ARGV[2] channel, ARGV[3]
+    message); returns the keys deleted. Retried: the swap has committed, and
+    until this succeeds the cache may serve the old table."""
     for attempt in range(1, FLUSH_TRIES + 1):
         try:
-            deleted = client.eval(
-                FLUSH_AND_ANNOUNCE, 0, CACHE_PATTERN, INVALIDATION_CHANNEL, flush_message()
-            )
+            deleted = client.eval(script, 0, CACHE_PATTERN, INVALIDATION_CHANNEL, flush_message())
             return int(deleted)
         except redis.RedisError as exc:
             if attempt == FLUSH_TRIES:

@@ -23,6 +23,8 @@ class Config:
     # Where hot_emails.json, cold_emails.json, user_ids.json and seed_meta.json go.
     data_dir: Path
     schema_path: Path
+    # The cache flush every party runs alike (the core's relay too).
+    flush_script_path: Path
     # Test-only: abort the COPY after this many rows (ASIDE_SEED_FAIL_AFTER_ROWS).
     fail_after_rows: int | None
     # Test-only: exit right after the swap, before the cache flush, as a seeder
@@ -39,6 +41,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
         data_dir=Path(data_dir),
         schema_path=root / "contracts" / "schema.sql",
+        flush_script_path=root / "contracts" / "flush_cache.lua",
         fail_after_rows=_optional_count(env, "ASIDE_SEED_FAIL_AFTER_ROWS"),
         exit_after_swap=_flag(env, "ASIDE_SEED_EXIT_AFTER_SWAP"),
     )

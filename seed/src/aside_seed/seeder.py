@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import redis
 
 from aside_seed import cache, keyfiles, loader, tracks
 from aside_seed.cli import Options
@@ -57,10 +57,13 @@ def run(options: Options, config: Config) -> Summary:
     phases: dict[str, float] = {}
     data_dir = options.data_dir or config.data_dir
     shape = DataShape(options.rows, options.seed, options.hot_emails, options.hot_ratio)
-    schema_sql = _read_schema(config)
+    schema_sql = _read_contract(config.schema_path, "the schema")
+    # Read before anything changes: after the swap a missing script would
+    # leave the flush to the core.
+    flush_script = _read_contract(config.flush_script_path, "the cache flush script")
     with loader.connect(config.database_url) as conn:
         try:
-            keys = _load(conn, options, config, shape, schema_sql, data_dir, phases)
+            keys = _load(conn, options, config, shape, schema_sql, flush_script, data_dir, phases)
         except psycopg.Error as exc:
             raise SeedError(f"PostgreSQL error: {loader.first_line(exc)}") from None
     seconds = time.perf_counter() - started
@@ -69,11 +72,11 @@ def run(options: Options, config: Config) -> Summary:
     return Summary(keys.meta["table_rows"], seconds, phases)
 
 
-def _read_schema(config: Config) -> str:
+def _read_contract(path: Path, what: str) -> str:
     try:
-        return config.schema_path.read_text()
+        return path.read_text()
     except OSError as exc:
-        raise SeedError(f"cannot read the schema {config.schema_path}: {exc.strerror}") from None
+        raise SeedError(f"cannot read {what} {path}: {exc.strerror}") from None
 
 
 def _load(
@@ -82,6 +85,7 @@ def _load(
     config: Config,
     shape: DataShape,
     schema_sql: str,
+    flush_script: str,
     data_dir: Path,
     phases: dict[str, float],
 ) -> KeyData:
@@ -96,7 +100,8 @@ def _load(
         gate_closed = time.perf_counter()
         with _phase(phases, "write gate"):
             loader.close_write_gate(conn)
-        _load_gated(conn, redis_client, options, config, shape, parts, hot, data_dir, phases)
+        flush = partial(cache.flush, redis_client, config.redis_url, flush_script)
+        _load_gated(conn, flush, options, config, shape, parts, hot, data_dir, phases)
         # Counted before writes resume, which may add rows at once.
         table_rows, max_id = loader.count_rows(conn)
         if table_rows != shape.rows:
@@ -111,7 +116,7 @@ def _load(
 
 def _load_gated(
     conn: psycopg.Connection,
-    redis_client: redis.Redis,
+    flush_cache: Callable[[], object],
     options: Options,
     config: Config,
     shape: DataShape,
@@ -155,7 +160,7 @@ def _load_gated(
     if config.exit_after_swap:
         _exit_after_swap()
     with _phase(phases, "cache flush"):
-        loader.run_owed_flush(conn, owed_flush, lambda: cache.flush(redis_client, config.redis_url))
+        loader.run_owed_flush(conn, owed_flush, flush_cache)
 
 
 def _exit_after_swap() -> None:
