@@ -255,8 +255,8 @@ def _swap_once(
         timeout = sql.Literal(f"{max(1, round(lock_timeout_s * 1000))}ms")
         conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(timeout))
         conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident(TABLE)))
-        old_sequence = _identity_sequence(conn, TABLE)
-        new_sequence = _identity_sequence(conn, NEW_TABLE)
+        old_sequence = identity_sequence(conn, TABLE)
+        new_sequence = identity_sequence(conn, NEW_TABLE)
         conn.execute(sql.SQL("DROP TABLE {}").format(ident(TABLE)))
         conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(NEW_TABLE), ident(TABLE)))
         for spec in SCHEMA_INDEXES:
@@ -320,7 +320,8 @@ def run_owed_flush(conn: psycopg.Connection, owed_id: int, flush: Callable[[], o
         )
 
 
-def _identity_sequence(conn: psycopg.Connection, table: str) -> tuple[str, str]:
+def identity_sequence(conn: psycopg.Connection, table: str) -> tuple[str, str]:
+    """(schema, name) of the identity sequence of `table` (users, tracks and their new tables)."""
     row = conn.execute(
         """
         SELECT n.nspname, s.relname

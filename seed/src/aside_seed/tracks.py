@@ -26,8 +26,8 @@ import psycopg
 from psycopg import sql
 from tqdm import tqdm
 
-from aside_seed.errors import SeedError
 from aside_seed.keyfiles import write_json
+from aside_seed.loader import identity_sequence
 
 TABLE = "tracks"
 NEW_TABLE = "tracks_new"
@@ -202,8 +202,8 @@ def swap_in(conn: psycopg.Connection) -> None:
     (loader.swap_in), so both tables change at the same commit."""
     ident = sql.Identifier
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident(TABLE)))
-    old_sequence = _identity_sequence(conn, TABLE)
-    new_sequence = _identity_sequence(conn, NEW_TABLE)
+    old_sequence = identity_sequence(conn, TABLE)
+    new_sequence = identity_sequence(conn, NEW_TABLE)
     conn.execute(sql.SQL("DROP TABLE {}").format(ident(TABLE)))
     conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(NEW_TABLE), ident(TABLE)))
     conn.execute(
@@ -221,22 +221,6 @@ def swap_in(conn: psycopg.Connection) -> None:
             "SELECT setval(pg_get_serial_sequence({}, 'id'), greatest(max(id), 1)) FROM {}"
         ).format(sql.Literal(TABLE), ident(TABLE))
     )
-
-
-def _identity_sequence(conn: psycopg.Connection, table: str) -> tuple[str, str]:
-    row = conn.execute(
-        """
-        SELECT n.nspname, s.relname
-        FROM pg_depend d
-        JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'
-        JOIN pg_namespace n ON n.oid = s.relnamespace
-        WHERE d.refobjid = %s::regclass AND d.deptype = 'i'
-        """,
-        (table,),
-    ).fetchone()
-    if row is None:
-        raise SeedError(f"table {table} has no identity sequence; is contracts/schema.sql applied?")
-    return row[0], row[1]
 
 
 def drop_new_table(conn: psycopg.Connection) -> None:
