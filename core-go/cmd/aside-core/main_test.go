@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -190,13 +191,22 @@ type computeOutcome struct {
 	at       time.Time
 }
 
-// startComputes sends n concurrent complexity-1000 requests.
-func startComputes(c *runningCore, n int) chan computeOutcome {
+// startComputes sends n concurrent complexity-1000 requests whose answers
+// the core holds for holdMs (ASIDE_TEST_HOOKS=1), so that they stay in flight
+// for a known time however fast the machine computes.
+func startComputes(c *runningCore, n, holdMs int) chan computeOutcome {
 	out := make(chan computeOutcome, n)
 	client := &http.Client{Timeout: 30 * time.Second}
 	for i := 0; i < n; i++ {
 		go func() {
-			resp, err := client.Post(c.url("/api/v1/compute"), "application/json", strings.NewReader(`{"complexity":1000}`))
+			req, err := http.NewRequest(http.MethodPost, c.url("/api/v1/compute"), strings.NewReader(`{"complexity":1000}`))
+			if err != nil {
+				out <- computeOutcome{err: err, at: time.Now()}
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Test-Delay-Ms", strconv.Itoa(holdMs))
+			resp, err := client.Do(req)
 			if err != nil {
 				out <- computeOutcome{err: err, at: time.Now()}
 				return
@@ -215,9 +225,9 @@ func startComputes(c *runningCore, n int) chan computeOutcome {
 // SIGTERM while requests run: they finish with 200, the listener is closed
 // at once (new connections refused), and the process exits 0.
 func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
-	// One CPU and three heavy requests: they stay in flight for a while.
-	c := startCore(t, "GOMAXPROCS=1", "CORE_COMPUTE_MAX_CONCURRENCY=3", "CORE_SHUTDOWN_TIMEOUT=30s")
-	outcomes := startComputes(c, 3)
+	// Three requests held for a second each stay in flight past the signal.
+	c := startCore(t, "ASIDE_TEST_HOOKS=1", "CORE_COMPUTE_MAX_CONCURRENCY=3", "CORE_SHUTDOWN_TIMEOUT=30s")
+	outcomes := startComputes(c, 3, 1000)
 	pollUntil(t, 10*time.Second, "three computes in flight", func() bool {
 		n, err := computeSlotsInUse(c.url("/metrics"))
 		return err == nil && n == 3
@@ -259,13 +269,13 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 // A drain longer than CORE_SHUTDOWN_TIMEOUT ends the process with 1 and a
 // one-line reason.
 func TestShutdownTimeoutIsEnforced(t *testing.T) {
-	// Eight computes of about 0.1 s of CPU each share one CPU: once all are in
-	// flight, the last ends well over the 100 ms timeout later.
-	c := startCore(t, "GOMAXPROCS=1", "CORE_COMPUTE_MAX_CONCURRENCY=8", "CORE_SHUTDOWN_TIMEOUT=100ms")
-	outcomes := startComputes(c, 8)
-	pollUntil(t, 10*time.Second, "eight computes in flight", func() bool {
+	// Two computes whose answers are held for 3 s: the drain cannot end
+	// within the 100 ms timeout, however fast the machine computes.
+	c := startCore(t, "ASIDE_TEST_HOOKS=1", "CORE_COMPUTE_MAX_CONCURRENCY=2", "CORE_SHUTDOWN_TIMEOUT=100ms")
+	outcomes := startComputes(c, 2, 3000)
+	pollUntil(t, 10*time.Second, "two computes in flight", func() bool {
 		n, err := computeSlotsInUse(c.url("/metrics"))
-		return err == nil && n == 8
+		return err == nil && n == 2
 	})
 	start := time.Now()
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
@@ -279,7 +289,7 @@ func TestShutdownTimeoutIsEnforced(t *testing.T) {
 	if !strings.Contains(stderr, "CORE_SHUTDOWN_TIMEOUT") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Fatalf("stderr %q", stderr)
 	}
-	for i := 0; i < 8; i++ {
+	for i := 0; i < 2; i++ {
 		<-outcomes // cut off; their errors do not matter
 	}
 }
