@@ -1,7 +1,14 @@
 """`aside-bench compare RUN_A RUN_B`: every step two runs share (scenario, arm,
 phase, rate), figure by figure, with a change flagged only where it exceeds
-the noise the runs themselves measured: the spread (max - min) of a step's
-repeats when either run repeated it, else a stated tolerance.
+the noise the runs themselves measured, else a stated tolerance.
+
+The noise of a figure is pooled over a series (scenario, arm, phase): the
+widest spread (max - min) of its repeats at any rate of the series in either
+run, relative to the median for latencies and rates (their noise grows with
+them), in points for shares. One step's two repeats alone would be a poor
+estimate: with REPEAT=2, identical runs would flag about one figure in five;
+pooled over three rates, about one in eighteen, and one in a hundred with
+REPEAT=3 (docs/decisions.md, "Comparing two runs").
 
 Runs are compared only on machines of about the same speed, judged by their
 calibration (calibrate.py): more than MACHINE_RATIO_LIMIT apart is refused
@@ -40,6 +47,7 @@ FIGURES = {
     "hit": ("share", True),
 }
 StepKey = tuple[str, str, str, int]
+SeriesKey = tuple[str, str, str]
 
 
 class CompareError(ValueError):
@@ -116,13 +124,28 @@ class Change:
         return None if self.a is None or self.b is None else self.b.median - self.a.median
 
 
-def noise_of(name: str, a: Spread, b: Spread, tolerance: float) -> tuple[float, str]:
-    """The change this figure must exceed: the widest spread of a run that
-    repeated the step, else the tolerance; never below the figure's floor."""
+def relative_width(name: str, one: Spread) -> float:
+    """A spread's width as the noise of its figure: relative to the median for
+    latencies and rates, in points for shares."""
+    if FIGURES[name][0] == "share":
+        return one.width
+    return one.width / abs(one.median) if one.median else 0.0
+
+
+def noise_of(
+    name: str, a: Spread, b: Spread, tolerance: float, series_width: float | None = None
+) -> tuple[float, str]:
+    """The change this figure must exceed: the widest spread of its series
+    (`series_width`, from relative_width) scaled to A's value, else the widest
+    spread of a run that repeated the step, else the tolerance; never below
+    the figure's floor."""
     unit = FIGURES[name][0]
-    widths = [one.width for one in (a, b) if one.runs > 1]
+    widths = [relative_width(name, one) for one in (a, b) if one.runs > 1]
+    if series_width is not None:
+        widths.append(series_width)
     if widths:
-        noise, basis = max(widths), "spread"
+        width = max(widths)
+        noise, basis = (width if unit == "share" else width * abs(a.median)), "spread"
     elif unit == "share":
         noise, basis = SHARE_TOLERANCE, "tolerance"
     else:
@@ -130,10 +153,16 @@ def noise_of(name: str, a: Spread, b: Spread, tolerance: float) -> tuple[float, 
     return max(noise, FLOOR[unit]), basis
 
 
-def change(name: str, a: Spread | None, b: Spread | None, tolerance: float) -> Change:
+def change(
+    name: str,
+    a: Spread | None,
+    b: Spread | None,
+    tolerance: float,
+    series_width: float | None = None,
+) -> Change:
     if a is None or b is None:
         return Change(a, b, 0.0, "", "")
-    noise, basis = noise_of(name, a, b, tolerance)
+    noise, basis = noise_of(name, a, b, tolerance, series_width)
     delta = b.median - a.median
     flag = ""
     if abs(delta) > noise:
@@ -168,22 +197,45 @@ def compare(
 ) -> list[Row]:
     """One row per step both runs ran, in A's order."""
     runs_a, runs_b = _by_step(figures_a), _by_step(figures_b)
+    spreads_a = {key: _spreads(runs, None) for key, runs in runs_a.items()}
+    spreads_b = {key: _spreads(runs, scale) for key, runs in runs_b.items()}
+    widths = series_widths([spreads_a, spreads_b])
     rows = []
-    for key, a in runs_a.items():
-        b = runs_b.get(key)
+    for key, a in spreads_a.items():
+        b = spreads_b.get(key)
         if b is None:
             continue
+        series = widths.get(key[:3], {})
         changes = {
-            name: change(
-                name,
-                spread([one.get(name) for one in a]),
-                spread([scale.apply(name, one.get(name)) for one in b]),
-                tolerance,
-            )
-            for name in FIGURES
+            name: change(name, a[name], b[name], tolerance, series.get(name)) for name in FIGURES
         }
         rows.append(Row(key, changes))
     return rows
+
+
+def _spreads(runs: list[dict[str, Any]], scale: Scale | None) -> dict[str, Spread | None]:
+    """Each figure of a step over its repeats, B's put on A's machine."""
+    return {
+        name: spread([one.get(name) if scale is None else scale.apply(name, one.get(name))
+                      for one in runs])
+        for name in FIGURES
+    }  # fmt: skip
+
+
+def series_widths(
+    runs: list[dict[StepKey, dict[str, Spread | None]]],
+) -> dict[SeriesKey, dict[str, float]]:
+    """The widest relative spread of each figure over every repeated step of a
+    series (scenario, arm, phase) in any of the runs."""
+    widest: dict[SeriesKey, dict[str, float]] = {}
+    for steps in runs:
+        for key, figures in steps.items():
+            for name, one in figures.items():
+                if one is None or one.runs < 2:
+                    continue
+                series = widest.setdefault(key[:3], {})
+                series[name] = max(series.get(name, 0.0), relative_width(name, one))
+    return widest
 
 
 _FORMAT = {"ms": fmt_ms, "rate": fmt_rps, "share": fmt_pct}
@@ -242,8 +294,9 @@ def header_lines(
         )
     if "spread" in bases:
         lines.append(
-            "flagged where the change of the median exceeds the spread (max - min) of the "
-            "step's repeats in either run"
+            "flagged where the change of the median exceeds the widest spread (max - min) "
+            "of the repeats at any rate of the same series in either run, relative to the "
+            "median for latencies and rates"
         )
     if "tolerance" in bases:
         lines.append(
