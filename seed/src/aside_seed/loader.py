@@ -8,7 +8,7 @@ users_new left behind by a killed run is dropped by the next run.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -254,28 +254,9 @@ def _swap_once(
     with conn.transaction():
         timeout = sql.Literal(f"{max(1, round(lock_timeout_s * 1000))}ms")
         conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(timeout))
-        conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident(TABLE)))
-        old_sequence = identity_sequence(conn, TABLE)
-        new_sequence = identity_sequence(conn, NEW_TABLE)
-        conn.execute(sql.SQL("DROP TABLE {}").format(ident(TABLE)))
-        conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(NEW_TABLE), ident(TABLE)))
-        for spec in SCHEMA_INDEXES:
-            conn.execute(
-                sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
-                    ident(TABLE), ident(spec.build_name), ident(spec.name)
-                )
-            )
-        if with_email_index:
-            conn.execute(
-                sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-                    ident(EMAIL_INDEX_SPEC.build_name), ident(EMAIL_INDEX_SPEC.name)
-                )
-            )
-        conn.execute(
-            sql.SQL("ALTER SEQUENCE {}.{} RENAME TO {}").format(
-                ident(new_sequence[0]), ident(new_sequence[1]), ident(old_sequence[1])
-            )
-        )
+        constraints = [(spec.build_name, spec.name) for spec in SCHEMA_INDEXES]
+        indexes = [(EMAIL_INDEX_SPEC.build_name, EMAIL_INDEX_SPEC.name)] if with_email_index else []
+        replace_table(conn, TABLE, NEW_TABLE, constraints, indexes)
         # Idempotency keys answer with ids of the old table, which now belong to
         # other users: they go with it.
         conn.execute(sql.SQL("TRUNCATE {}").format(ident(IDEMPOTENCY_TABLE)))
@@ -296,6 +277,37 @@ def _swap_once(
             ).format(ident(OUTBOX_TABLE))
         ).fetchone()
     return int(owed[0])  # type: ignore[index]
+
+
+def replace_table(
+    conn: psycopg.Connection,
+    table: str,
+    new_table: str,
+    constraints: Sequence[tuple[str, str]],
+    indexes: Sequence[tuple[str, str]] = (),
+) -> None:
+    """Drops `table` and gives `new_table`, its constraints, indexes and
+    identity sequence the old names ((built name, final name) pairs), inside
+    the caller's transaction: readers see the old table or the new one."""
+    ident = sql.Identifier
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident(table)))
+    old_sequence = identity_sequence(conn, table)
+    new_sequence = identity_sequence(conn, new_table)
+    conn.execute(sql.SQL("DROP TABLE {}").format(ident(table)))
+    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(new_table), ident(table)))
+    for built, final in constraints:
+        conn.execute(
+            sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
+                ident(table), ident(built), ident(final)
+            )
+        )
+    for built, final in indexes:
+        conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(ident(built), ident(final)))
+    conn.execute(
+        sql.SQL("ALTER SEQUENCE {}.{} RENAME TO {}").format(
+            ident(new_sequence[0]), ident(new_sequence[1]), ident(old_sequence[1])
+        )
+    )
 
 
 def run_owed_flush(conn: psycopg.Connection, owed_id: int, flush: Callable[[], object]) -> None:

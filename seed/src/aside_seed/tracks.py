@@ -27,7 +27,7 @@ from psycopg import sql
 from tqdm import tqdm
 
 from aside_seed.keyfiles import write_json
-from aside_seed.loader import identity_sequence
+from aside_seed.loader import replace_table
 
 TABLE = "tracks"
 NEW_TABLE = "tracks_new"
@@ -200,26 +200,11 @@ def load(conn: psycopg.Connection, seed: int, count: int) -> list[dict[str, int]
 def swap_in(conn: psycopg.Connection) -> None:
     """Replaces tracks by tracks_new; run inside the users' swap transaction
     (loader.swap_in), so both tables change at the same commit."""
-    ident = sql.Identifier
-    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident(TABLE)))
-    old_sequence = identity_sequence(conn, TABLE)
-    new_sequence = identity_sequence(conn, NEW_TABLE)
-    conn.execute(sql.SQL("DROP TABLE {}").format(ident(TABLE)))
-    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(NEW_TABLE), ident(TABLE)))
-    conn.execute(
-        sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
-            ident(TABLE), ident(NEW_PKEY), ident(PKEY)
-        )
-    )
-    conn.execute(
-        sql.SQL("ALTER SEQUENCE {}.{} RENAME TO {}").format(
-            ident(new_sequence[0]), ident(new_sequence[1]), ident(old_sequence[1])
-        )
-    )
+    replace_table(conn, TABLE, NEW_TABLE, [(NEW_PKEY, PKEY)])
     conn.execute(
         sql.SQL(
             "SELECT setval(pg_get_serial_sequence({}, 'id'), greatest(max(id), 1)) FROM {}"
-        ).format(sql.Literal(TABLE), ident(TABLE))
+        ).format(sql.Literal(TABLE), sql.Identifier(TABLE))
     )
 
 
