@@ -124,11 +124,13 @@ func WithLeases(keys []string) []string {
 }
 
 // Publication is the message published on InvalidationChannel: the stale
-// keys and when they were published (unix ms), from which a subscriber
-// measures its lag.
+// keys and when they were published (unix ms, and unix µs), from which a
+// subscriber measures its lag. The µs field exists because the ms one, being
+// truncated, alone adds up to 1 ms to a lag that is meant to stay near 5 ms.
 type Publication struct {
 	Keys        []string `json:"keys"`
 	PublishedMs int64    `json:"published_ms"`
+	PublishedUs int64    `json:"published_us"`
 }
 
 // DelAndPublish deletes the keys with their leases and publishes them on
@@ -136,7 +138,8 @@ type Publication struct {
 // DEL that did not happen, and a DEL is never left unannounced by a failure
 // between the two (the whole transaction is retried instead).
 func DelAndPublish(ctx context.Context, rdb redis.Cmdable, keys []string) error {
-	msg, err := json.Marshal(Publication{Keys: keys, PublishedMs: time.Now().UnixMilli()})
+	now := time.Now()
+	msg, err := json.Marshal(Publication{Keys: keys, PublishedMs: now.UnixMilli(), PublishedUs: now.UnixMicro()})
 	if err != nil {
 		return err
 	}

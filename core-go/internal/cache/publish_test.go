@@ -60,6 +60,9 @@ func TestInvalidatePublishesItsKeysAfterTheDel(t *testing.T) {
 	if p.PublishedMs < before || p.PublishedMs > time.Now().UnixMilli() {
 		t.Fatalf("published_ms %d outside the call (%d..now)", p.PublishedMs, before)
 	}
+	if p.PublishedUs/1000 != p.PublishedMs {
+		t.Fatalf("published_us %d is not published_ms %d in µs", p.PublishedUs, p.PublishedMs)
+	}
 	// MULTI/EXEC: by the time a subscriber hears of the keys they are gone.
 	if left := existing(t, cache.WithLeases(stale)...); len(left) != 0 {
 		t.Fatalf("published but still there: %q", left)
