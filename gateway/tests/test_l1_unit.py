@@ -197,3 +197,14 @@ def test_tier_settings_defaults_and_errors():
 def test_unreadable_messages_are_refused(data):
     with pytest.raises((ValueError, KeyError, TypeError)):
         parse(data)
+
+
+def test_the_publish_time_is_taken_in_microseconds_when_given():
+    # The truncated ms alone would add up to 1 ms to every lag.
+    assert parse(b'{"keys": ["k"], "published_ms": 1000, "published_us": 1000999}') == (
+        ["k"],
+        pytest.approx(1000.999),
+    )
+    assert parse(b'{"keys": ["k"], "published_ms": 1000}') == (["k"], 1000)
+    assert parse(b'{"keys": ["k"], "published_ms": 5, "published_us": true}') == (["k"], 5)
+    assert parse(b'{"keys": ["k"], "published_ms": "x"}') == (["k"], None)

@@ -462,6 +462,8 @@ def test_defaults():
         ({"DB_KEEPALIVES_INTERVAL_S": "1.5"}, "DB_KEEPALIVES_INTERVAL_S"),
         ({"DB_KEEPALIVES_COUNT": "101"}, "DB_KEEPALIVES_COUNT"),
         ({"DB_TCP_USER_TIMEOUT_MS": "-5"}, "DB_TCP_USER_TIMEOUT_MS"),
+        ({"CACHE_L1_SUBSCRIBER": "process"}, "CACHE_L1_SUBSCRIBER"),
+        ({"GATEWAY_SWITCH_INTERVAL_US": "0"}, "GATEWAY_SWITCH_INTERVAL_US"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

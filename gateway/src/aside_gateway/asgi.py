@@ -9,7 +9,10 @@ them to both layers:
   GATEWAY_THREADS per worker by a2wsgi, with what the hot path learnt (the
   request's start, its GET's outcome) carried over from the ASGI scope;
   admission.py first drops work whose client left or that waited too long
-  for a thread.
+  for a thread;
+* with CACHE_L1_SUBSCRIBER=loop (the default), the L1 tier's invalidation
+  subscription runs on the same event loop, started and stopped by the ASGI
+  lifespan (invalidations.py).
 
 Why this split: see docs/decisions.md, "ASGI hot path".
 """
@@ -27,6 +30,7 @@ from aside_gateway.admission import Admission
 from aside_gateway.app import create_app
 from aside_gateway.config import ConfigError, Settings, load_settings
 from aside_gateway.hot_path import AsgiApp, AsyncHotPath, EarlyGetClient
+from aside_gateway.invalidations import LoopInvalidationSubscriber
 from aside_gateway.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY
 from aside_gateway.services import build_services
 
@@ -54,12 +58,17 @@ def _with_scope_state(app: WsgiApp) -> WsgiApp:
 
 def create_asgi_app(settings: Settings) -> AsgiApp:
     """The gateway as gunicorn's uvicorn workers serve it; call once per worker."""
+    # How long a thread runs before one waiting for the GIL may take it
+    # (docs/decisions.md, "Invalidation lag").
+    sys.setswitchinterval(settings.switch_interval_us / 1_000_000)
     services = build_services(settings)
     flask_app = create_app(settings, services)
     admitted = Admission(_with_scope_state(flask_app), settings.queue_timeout_ms)
     bridge = WSGIMiddleware(admitted, workers=settings.threads)
     redis_get = EarlyGetClient(settings, services.breaker)
-    return AsyncHotPath(bridge, redis_get, services.tiers.l1, settings)
+    on_loop = settings.l1_subscribes and settings.cache_l1_subscriber == "loop"
+    subscriber = LoopInvalidationSubscriber(settings, services.tiers.l1) if on_loop else None
+    return AsyncHotPath(bridge, redis_get, services.tiers.l1, settings, subscriber)
 
 
 def _load() -> AsgiApp:

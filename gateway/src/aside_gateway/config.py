@@ -32,6 +32,7 @@ from aside_gateway.validation import parse_tolerance
 
 PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
+L1_SUBSCRIBERS = ("loop", "thread")
 
 _INT_RE = re.compile(r"^-?[0-9]{1,12}$")
 _BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
@@ -90,6 +91,10 @@ class Settings:
     cache_l1_max_bytes: int = 16 * 1024 * 1024
     # Lab switch: off lets the L1 serve without invalidation messages (TTL only).
     cache_l1_invalidation: bool = True
+    # Where each worker follows the invalidation channel (invalidations.py).
+    cache_l1_subscriber: str = "loop"
+    # CPython's GIL switch interval in each worker (sys.setswitchinterval).
+    switch_interval_us: int = 5000
     # Slow and idle clients (worker.py), per connection and per worker.
     head_timeout_s: int = 5
     body_timeout_s: int = 15
@@ -298,6 +303,8 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         cache_l1_max_entries=_int(env, "CACHE_L1_MAX_ENTRIES", 10000, 1, 10_000_000),
         cache_l1_max_bytes=_int(env, "CACHE_L1_MAX_BYTES", 16 * 1024 * 1024, 4096, 2**36),
         cache_l1_invalidation=l1_invalidation,
+        cache_l1_subscriber=_choice(env, "CACHE_L1_SUBSCRIBER", "loop", L1_SUBSCRIBERS),
+        switch_interval_us=_int(env, "GATEWAY_SWITCH_INTERVAL_US", 5000, 100, 100_000),
         head_timeout_s=_int(env, "GATEWAY_HEAD_TIMEOUT_S", 5, 1, 300),
         body_timeout_s=_int(env, "GATEWAY_BODY_TIMEOUT_S", 15, 1, 3600),
         keepalive_s=_int(env, "GATEWAY_KEEPALIVE_S", 30, 1, 3600),

@@ -40,6 +40,7 @@ from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.cache import FOLLOW_TIMEOUT_S, HIT
 from aside_gateway.coalesce import LoopFlights
 from aside_gateway.config import Settings
+from aside_gateway.invalidations import LoopInvalidationSubscriber
 from aside_gateway.l1 import L1Cache
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import (
@@ -252,9 +253,15 @@ class AsyncHotPath:
     """ASGI app: hits and /healthz on the event loop, the rest to `fallback`."""
 
     def __init__(
-        self, fallback: AsgiApp, redis_get: EarlyGetClient, l1: L1Cache, settings: Settings
+        self,
+        fallback: AsgiApp,
+        redis_get: EarlyGetClient,
+        l1: L1Cache,
+        settings: Settings,
+        subscriber: LoopInvalidationSubscriber | None = None,
     ):
         self.fallback = fallback
+        self.subscriber = subscriber
         self.redis_get = redis_get
         self.l1 = l1
         self.test_hooks = settings.test_hooks
@@ -263,6 +270,8 @@ class AsyncHotPath:
         self.flights: LoopFlights[tuple[str, str]] = LoopFlights()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return await self._lifespan(receive, send)
         if scope["type"] != "http" or scope["method"] != "GET":
             return await self.fallback(scope, receive, send)
         started = time.perf_counter()
@@ -279,6 +288,20 @@ class AsyncHotPath:
         await send({"type": "http.response.start", "status": 200, "headers": _headers(body, tier)})
         await send({"type": "http.response.body", "body": body})
         metrics.observe_request(route, "GET", 200, time.perf_counter() - started)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """The worker's start and stop: the loop's own tasks (the L1 subscription)."""
+        while True:
+            event = await receive()
+            if event["type"] == "lifespan.startup":
+                if self.subscriber is not None:
+                    self.subscriber.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif event["type"] == "lifespan.shutdown":
+                if self.subscriber is not None:
+                    await self.subscriber.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
     async def _look(self, scope: Scope) -> Answer | Miss | None:
         try:

@@ -3,17 +3,26 @@
 a flush message (`tiers.flush_message`, sent by the seeder after its swap)
 empties it.
 
-A daemon thread per worker, started after gunicorn's fork, on a Redis
-connection of its own. It never retries silently: redis-py's PubSub would
-reconnect and resubscribe under the hood, and messages published in between
-would be lost unnoticed. Instead any failure (a dropped connection, CLIENT
-KILL, no PONG for DEAD_AFTER_S) flushes the L1 and marks it unusable; the
-thread reconnects with backoff and the tier serves again only once Redis has
-confirmed the new subscription.
+One subscription per worker, on a Redis connection of its own, started after
+gunicorn's fork, either as a task on the worker's event loop
+(`LoopInvalidationSubscriber`, redis.asyncio) or as a daemon thread
+(`InvalidationSubscriber`): CACHE_L1_SUBSCRIBER. On the loop a message is one
+more ready callback among the hits'; a thread must first win the GIL from the
+loop and the Flask threads, which CPython hands over only every switch
+interval (docs/decisions.md, "Invalidation lag").
+
+Neither retries silently: redis-py's PubSub would reconnect and resubscribe
+under the hood, and messages published in between would be lost unnoticed.
+Instead any failure (a dropped connection, CLIENT KILL, no PONG for
+DEAD_AFTER_S) flushes the L1 and marks it unusable; the subscriber reconnects
+with backoff and the tier serves again only once Redis has confirmed the new
+subscription.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -21,6 +30,7 @@ import time
 from typing import Any
 
 import redis
+import redis.asyncio
 
 from aside_gateway import cache_keys, metrics
 from aside_gateway.config import Settings
@@ -40,23 +50,97 @@ class SubscriptionLost(ConnectionError):
     """The server stopped answering our PINGs."""
 
 
-def parse(data: bytes) -> tuple[list[str] | None, int | None]:
-    """(keys, published_ms) of one message, keys None for a flush of everything
-    (the seeder's, after it replaced the users table); ValueError if it is not one."""
+def published_ms(message: dict[str, Any]) -> float | None:
+    """The publish time in unix ms: from `published_us` when the message has it
+    (the truncated `published_ms` alone adds up to 1 ms to the lag)."""
+    micros = message.get("published_us")
+    if isinstance(micros, int) and not isinstance(micros, bool):
+        return micros / 1000
+    millis = message.get("published_ms")
+    return millis if isinstance(millis, int) and not isinstance(millis, bool) else None
+
+
+def parse(data: bytes) -> tuple[list[str] | None, float | None]:
+    """(keys, publish time in unix ms) of one message, keys None for a flush of
+    everything (the seeder's, after it replaced the users table); ValueError if
+    it is not one."""
     message = json.loads(data)
     if isinstance(message, dict) and message.get("flush") is True:
-        published = message.get("published_ms")
-        return None, published if isinstance(published, int) else None
+        return None, published_ms(message)
     keys = message["keys"]
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise ValueError("keys must be a list of strings")
-    published = message.get("published_ms")
-    return keys, published if isinstance(published, int) else None
+    return keys, published_ms(message)
+
+
+class Follower:
+    """What a subscription's events do to the L1 tier, whichever way it listens."""
+
+    def __init__(self, l1: L1Cache):
+        self._l1 = l1
+
+    def lost(self) -> None:
+        self._l1.flush(usable=False)
+        metrics.L1_SUBSCRIBED.set(0)
+
+    def handle(self, message: dict[str, Any]) -> bool:
+        """Apply one PubSub reply; returns whether it confirmed the subscription."""
+        if message["type"] == "subscribe":
+            self._l1.flush(usable=True)  # nothing seen while away can be trusted
+            metrics.L1_SUBSCRIBED.set(1)
+            metrics.L1_SUBSCRIPTIONS.inc()
+            return True
+        if message["type"] == "message":
+            self.apply(message["data"])
+        return False
+
+    def apply(self, data: Any) -> None:
+        received_ms = time.time() * 1000
+        try:
+            keys, published = parse(data)
+        except (ValueError, KeyError, TypeError):
+            # Which keys it meant is unknown: forget everything rather than guess.
+            log.warning("unreadable invalidation message; flushing the L1 tier")
+            self._l1.flush(usable=True)
+            return
+        if keys is None:
+            self._l1.flush(usable=True)
+        else:
+            self._l1.evict(keys)
+        metrics.l1_invalidation_received(
+            None if published is None else (received_ms - published) / 1000
+        )
+
+
+class Liveness:
+    """When to PING and when to give the connection up, from the replies' times."""
+
+    def __init__(self, now: float):
+        self.last_reply = self.pinged = now
+
+    def replied(self, now: float) -> None:
+        self.last_reply = now
+
+    def check(self, now: float) -> None:
+        if now - self.last_reply > DEAD_AFTER_S:
+            raise SubscriptionLost(f"no reply from Redis for {DEAD_AFTER_S}s")
+
+    def ping_due(self, now: float) -> bool:
+        if now - self.pinged < PING_EVERY_S:
+            return False
+        self.pinged = now
+        return True
+
+
+def next_backoff(backoff: float, subscribed: bool) -> float:
+    return BACKOFF_MIN_S if subscribed else min(backoff * 2, BACKOFF_MAX_S)
 
 
 class InvalidationSubscriber:
+    """The subscription on a daemon thread of the worker."""
+
     def __init__(self, settings: Settings, l1: L1Cache):
-        self._l1 = l1
+        self._follower = Follower(l1)
         self._client = redis.Redis.from_url(
             settings.redis_url,
             socket_connect_timeout=settings.redis_connect_timeout_ms / 1000,
@@ -87,13 +171,9 @@ class InvalidationSubscriber:
                 subscribed = self._listen()
             except REDIS_ERRORS as exc:
                 log.warning("invalidation subscription lost: %s", exc)
-            self._lost()
-            backoff = BACKOFF_MIN_S if subscribed else min(backoff * 2, BACKOFF_MAX_S)
+            self._follower.lost()
+            backoff = next_backoff(backoff, subscribed)
             self._stop.wait(backoff)
-
-    def _lost(self) -> None:
-        self._l1.flush(usable=False)
-        metrics.L1_SUBSCRIBED.set(0)
 
     def _listen(self) -> bool:
         """Subscribe and apply messages until stopped; raises on a failed connection.
@@ -102,41 +182,86 @@ class InvalidationSubscriber:
         subscribed = False
         try:
             pubsub.subscribe(cache_keys.INVALIDATION_CHANNEL)
-            last_reply = pinged = time.monotonic()
+            alive = Liveness(time.monotonic())
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=POLL_S)
                 now = time.monotonic()
                 if message is not None:
-                    last_reply = now
-                    if message["type"] == "subscribe":
-                        subscribed = True
-                        self._l1.flush(usable=True)  # nothing seen while away can be trusted
-                        metrics.L1_SUBSCRIBED.set(1)
-                        metrics.L1_SUBSCRIPTIONS.inc()
-                    elif message["type"] == "message":
-                        self._apply(message["data"])
-                if now - last_reply > DEAD_AFTER_S:
-                    raise SubscriptionLost(f"no reply from Redis for {DEAD_AFTER_S}s")
-                if subscribed and now - pinged >= PING_EVERY_S:
+                    alive.replied(now)
+                    subscribed = self._follower.handle(message) or subscribed
+                alive.check(now)
+                if subscribed and alive.ping_due(now):
                     pubsub.ping()
-                    pinged = now
         finally:
             pubsub.close()
         return subscribed
 
-    def _apply(self, data: Any) -> None:
-        received_ms = time.time() * 1000
-        try:
-            keys, published_ms = parse(data)
-        except (ValueError, KeyError, TypeError):
-            # Which keys it meant is unknown: forget everything rather than guess.
-            log.warning("unreadable invalidation message; flushing the L1 tier")
-            self._l1.flush(usable=True)
-            return
-        if keys is None:
-            self._l1.flush(usable=True)
-        else:
-            self._l1.evict(keys)
-        metrics.l1_invalidation_received(
-            None if published_ms is None else (received_ms - published_ms) / 1000
+
+class LoopInvalidationSubscriber:
+    """The subscription as a task on the worker's event loop: start() and stop()
+    from that loop (the ASGI lifespan). The L1 is shared with the Flask threads
+    under its own lock, held only for dictionary work, so the loop never waits long."""
+
+    def __init__(self, settings: Settings, l1: L1Cache):
+        self._settings = settings
+        self._follower = Follower(l1)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name="aside-l1-invalidations"
         )
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    def _client(self) -> redis.asyncio.Redis:
+        return redis.asyncio.Redis.from_url(
+            self._settings.redis_url,
+            socket_connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
+            socket_timeout=max(self._settings.redis_timeout_ms / 1000, 1.0),
+            retry=no_retry(),
+            health_check_interval=0,  # our own PINGs, with a verdict when unanswered
+        )
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_MIN_S
+        while True:
+            subscribed = False
+            try:
+                subscribed = await self._listen()
+            except REDIS_ERRORS as exc:
+                log.warning("invalidation subscription lost: %s", exc)
+            finally:
+                # Also when cancelled: a stopped subscriber leaves no L1 to trust.
+                self._follower.lost()
+            backoff = next_backoff(backoff, subscribed)
+            await asyncio.sleep(backoff)
+
+    async def _listen(self) -> bool:
+        """Subscribe and apply messages until cancelled; raises on a failed connection.
+        Returns whether the subscription was ever confirmed (to reset the backoff)."""
+        client = self._client()
+        pubsub = client.pubsub()
+        subscribed = False
+        try:
+            await pubsub.subscribe(cache_keys.INVALIDATION_CHANNEL)
+            alive = Liveness(time.monotonic())
+            while True:
+                message = await pubsub.get_message(timeout=POLL_S)
+                now = time.monotonic()
+                if message is not None:
+                    alive.replied(now)
+                    subscribed = self._follower.handle(message) or subscribed
+                alive.check(now)
+                if subscribed and alive.ping_due(now):
+                    await pubsub.ping()
+        finally:
+            await pubsub.aclose()
+            await client.aclose()
+        return subscribed

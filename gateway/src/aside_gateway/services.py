@@ -61,7 +61,9 @@ def build_services(settings: Settings) -> Services:
         needs_subscription=settings.cache_l1_invalidation,
     )
     metrics.L1_SUBSCRIBED.set(0)
-    subscriber = InvalidationSubscriber(settings, l1) if settings.l1_subscribes else None
+    # The loop's subscriber is started by the ASGI lifespan (asgi.py), in that loop.
+    threaded = settings.l1_subscribes and settings.cache_l1_subscriber == "thread"
+    subscriber = InvalidationSubscriber(settings, l1) if threaded else None
     if subscriber is not None:
         subscriber.start()
 

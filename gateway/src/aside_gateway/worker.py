@@ -181,12 +181,14 @@ def protocol_class(settings: Settings) -> type[BoundedHttpToolsProtocol]:
 
 
 # Named, not "auto": a missing C extension must fail the start, not silently
-# halve the throughput. No lifespan events: the app builds its pools when
-# imported. No Server header, as under gunicorn's own workers.
+# halve the throughput. Lifespan events "on", not "auto": the app builds its
+# pools when imported, and starts the tasks of its event loop (the L1 tier's
+# subscription) at the startup event, whose failure must stop the worker.
+# No Server header, as under gunicorn's own workers.
 BASE_CONFIG: dict[str, Any] = {
     "loop": "uvloop",
     "http": BoundedHttpToolsProtocol,
-    "lifespan": "off",
+    "lifespan": "on",
     "server_header": False,
 }
 
