@@ -26,6 +26,8 @@ SCENARIO ?= read
 # SCENARIO=interference: cached reads/s beside the compute (default 500)
 READ_RATE ?=
 RUN ?=
+# make bench-ceiling REFERENCE=0: no search of the bare script's ceiling after the arms
+REFERENCE ?= 1
 # Images (make images IMAGE_TAG=0.2.0); the tag defaults to the chart's appVersion.
 DOCKER ?= docker
 IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' infra/helm/aside/Chart.yaml)
@@ -46,10 +48,10 @@ SOCKETS ?=
 EMAILS ?=
 EXPERIMENTS ?= all
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling report compare screenshot chaos soak hardening test test-unit lint fmt images
+.PHONY: help up down status logs clean install seed bench bench-ceiling k6-cost report compare screenshot chaos soak hardening test test-unit lint fmt images
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 install: ## install packages, the Python env, the core and k6 (idempotent)
 	@$(ENV) infra/install.sh
@@ -85,9 +87,14 @@ bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RA
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)") \
 		$(if $(READ_RATE),--read-rate "$(READ_RATE)")
 
-bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route (ARMS, CALIBRATE=0, LIVE=1)
+bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route and the bare script (ARMS, REFERENCE=0, CALIBRATE=0, LIVE=1)
 	@$(ENV) $(VENV)/aside-bench ceiling $(TRUST_FLAGS) \
+		$(if $(filter 0 no false,$(REFERENCE)),--no-reference,) \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
+
+k6-cost: ## k6's own CPU per request under each telemetry variant, warm cache arm (RATE=1000, DURATION=10s)
+	@$(ENV) $(VENV)/aside-bench k6cost $(if $(RATE),--rate "$(RATE)",) \
+		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",)
 
 report: ## rebuild reports/RUN/ from InfluxDB and Prometheus (make report RUN=<id>)
 	@$(ENV) $(VENV)/aside-bench report --run "$(RUN)"

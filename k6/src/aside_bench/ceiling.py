@@ -98,3 +98,32 @@ def limit_of(outcomes: list[tuple[int, str]]) -> int | None:
         return None
     failed = [outcome for rate, outcome in outcomes if rate == high and outcome != "held"]
     return high if failed and all(outcome == "limit" for outcome in failed) else None
+
+
+# The cache arm's ceiling and the bare script's reference agree when they differ
+# by at most this share of the reference: k6's own cost did not set the ceiling.
+REFERENCE_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The cache arm's ceiling against the same search under the bare script."""
+
+    ceiling: int
+    reference: int
+    tolerance: float = REFERENCE_TOLERANCE
+
+    @property
+    def ratio(self) -> float | None:
+        """ceiling / reference; None when the reference held no rate."""
+        return self.ceiling / self.reference if self.reference > 0 else None
+
+    @property
+    def agrees(self) -> bool:
+        ratio = self.ratio
+        return ratio is not None and abs(ratio - 1) <= self.tolerance + 1e-9
+
+    @property
+    def verdict(self) -> str:
+        within = f"within {self.tolerance:.0%}".replace("%", " %")
+        return f"agrees {within}" if self.agrees else f"does not agree {within}"

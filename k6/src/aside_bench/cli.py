@@ -1,4 +1,5 @@
-"""aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `report`
+"""aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `k6cost`
+(k6's own CPU per request under each telemetry variant), `report`
 (rebuild a run's report from InfluxDB and Prometheus), `compare` (two runs'
 common steps), `chaos` (faults under load), `soak` (memory and descriptors of
 every process under a steady load), `hardening` (slow clients and a cold flood
@@ -12,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from . import commands, config, interference
+from . import commands, config, interference, k6cost
 from .compare import DEFAULT_TOLERANCE
 from .plan import SCENARIOS, WARM_CHOICES, PlanError
 from .prepare import StackError
@@ -223,8 +224,38 @@ def _add_ceiling(sub: argparse._SubParsersAction) -> None:
     ceiling.add_argument(
         "--max-rate", type=_positive, default=8000, help="highest rate (default 8000)"
     )
+    ceiling.add_argument(
+        "--no-reference",
+        dest="reference",
+        action="store_false",
+        help="skip the reference: the cache arm's search again under the bare script "
+        "(k6/scripts/bare.js), run after the arms when cache is one of them",
+    )
     _steps(ceiling)
     _trust(ceiling)
+
+
+def _add_k6cost(sub: argparse._SubParsersAction) -> None:
+    cost = sub.add_parser(
+        "k6cost", help="k6's CPU per request under each telemetry variant, warm cache arm"
+    )
+    cost.add_argument(
+        "--rate",
+        type=_positive,
+        default=k6cost.DEFAULT_RATE,
+        help=f"requests/s (default {k6cost.DEFAULT_RATE})",
+    )
+    cost.add_argument(
+        "--duration",
+        default=k6cost.DEFAULT_DURATION,
+        help=f"per variant (default {k6cost.DEFAULT_DURATION})",
+    )
+    cost.add_argument(
+        "--variants",
+        help=f"some of: {' '.join(k6cost.NAMES)} (default: all, in that order)",
+    )
+    _steps(cost)
+    cost.set_defaults(k6_cpu_share=K6_CPU_SHARE_LIMIT, live=False, keep_html=False)
 
 
 def _add_chaos(sub: argparse._SubParsersAction) -> None:
@@ -342,7 +373,8 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    adders = (_add_run, _add_ceiling, _add_chaos, _add_soak, _add_hardening, _add_report)
+    adders = (_add_run, _add_ceiling, _add_k6cost, _add_chaos, _add_soak, _add_hardening)
+    adders += (_add_report,)
     for add in (*adders, _add_compare, _add_screenshot):
         add(sub)
     return parser
@@ -358,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         command = {
             "run": commands.cmd_run,
             "ceiling": commands.cmd_ceiling,
+            "k6cost": commands.cmd_k6cost,
             "report": commands.cmd_report,
             "chaos": commands.cmd_chaos,
             "soak": commands.cmd_soak,

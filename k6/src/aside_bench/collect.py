@@ -1,4 +1,5 @@
-"""Turn a run's recorded steps into StepResults, from InfluxDB and Prometheus only."""
+"""Turn a run's recorded steps into StepResults, from InfluxDB and Prometheus
+only; a bare script's step (no output) from the summary run.json keeps of it."""
 
 from __future__ import annotations
 
@@ -203,6 +204,36 @@ def compute_beside(step: Step, figures: dict[str, Any]) -> StepResult | None:
     )
 
 
+def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepResult:
+    """A step of the bare script, from its summary: latency over every request
+    (a failed one makes the step miss all the same), failed requests, drops."""
+    summary = record.get("summary") or {}
+    latency = None
+    if summary.get("p95") is not None:
+        latency = Latency(
+            float(summary.get("p50") or 0.0),
+            float(summary["p95"]),
+            float(summary.get("p99") or 0.0),
+            int(summary.get("requests") or 0),
+        )
+    return StepResult(
+        step=step_from_record(record),
+        latency=latency,
+        iterations=int(summary.get("iterations") or 0),
+        failed=int(summary.get("failed") or 0),
+        dropped=int(summary.get("dropped") or 0),
+        cache=cache,
+        cost=step_cost(record.get("probe")),
+        loadgen=loadgen_of(record, summary.get("vus_peak"), summary.get("vus_allocated")),
+    )
+
+
+def _step_cache(prom: Prometheus, record: dict[str, Any]) -> CacheCounts | None:
+    if record.get("prom_start") is None or record.get("prom_end") is None:
+        return None
+    return cache_counts(prom, record["prom_start"], record["prom_end"])
+
+
 def collect(
     influx: Influx, prom: Prometheus, run_id: str, records: list[dict[str, Any]]
 ) -> list[StepResult]:
@@ -210,18 +241,20 @@ def collect(
     done = [r for r in records if r.get("completed")]
     if not done:
         return []
-    figures = influx_figures(influx, run_id, done)
-    mixed = [r for r in done if r["scenario"] == "mixed"]
+    sent = [r for r in done if "summary" not in r]  # the steps whose samples are in InfluxDB
+    figures = influx_figures(influx, run_id, sent) if sent else {}
+    mixed = [r for r in sent if r["scenario"] == "mixed"]
     stale = stale_figures(influx, run_id, mixed) if mixed else {}
-    vus = vu_figures(influx, run_id, done)
+    vus = vu_figures(influx, run_id, sent) if sent else {}
     results = []
     for record in done:
+        cache = _step_cache(prom, record)
+        if "summary" in record:
+            results.append(summary_result(record, cache))
+            continue
         step = step_from_record(record)
         key = step.run_key
         arm_key = (step.arm, step.phase, step.rate, step.repeat)
-        cache = None
-        if record.get("prom_start") is not None and record.get("prom_end") is not None:
-            cache = cache_counts(prom, record["prom_start"], record["prom_end"])
         results.append(
             StepResult(
                 step=step,

@@ -20,6 +20,7 @@ from . import (
     hardening,
     interference,
     interference_report,
+    k6cost,
     report,
     soak,
     trackplan,
@@ -29,6 +30,7 @@ from .ceiling import SearchParams, next_trial
 from .collect import collect
 from .k6run import LoadShape
 from .plan import (
+    BARE_ARM,
     CEILING_ARMS,
     DEFAULT_ARMS,
     DEFAULT_RATES,
@@ -270,12 +272,17 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
         p95_limit_ms=args.p95_ms,
         search=search.__dict__,
     )
+    # The reference: the cache arm's search again under the bare script.
+    searched = [*arms, BARE_ARM] if args.reference and "cache" in arms else arms
+    params["reference"] = BARE_ARM in searched
     runner = _new_runner("ceiling", run_id, out_dir, args, settings, seed, shape, params)
-    print(f"ceiling {run_id}: arms {' '.join(arms)}, {duration}s steps -> {out_dir}/", flush=True)
+    print(
+        f"ceiling {run_id}: arms {' '.join(searched)}, {duration}s steps -> {out_dir}/", flush=True
+    )
 
     def search_all() -> None:
         _calibrate(runner, args)
-        for arm in arms:
+        for arm in searched:
             if runner.interrupted:
                 return
             _search_arm(runner, arm, duration, search, args.p95_ms)
@@ -283,11 +290,44 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     return _drive(runner, search_all, report.write_ceiling)
 
 
+def cmd_k6cost(args: argparse.Namespace, settings: config.Settings) -> int:
+    run_id = _run_id(args, k6cost.KIND)
+    out_dir = _out_dir(settings, args, run_id)
+    duration = parse_duration(args.duration)
+    try:
+        variants = k6cost.parse_variants(args.variants)
+    except k6cost.VariantError as error:
+        raise UsageError(str(error)) from None
+    seed = _checked_seed(settings, args)
+    shape = _shape(args)
+    params = _params(
+        args,
+        seed,
+        shape,
+        scenario=k6cost.KIND,
+        duration_s=duration,
+        rate=args.rate,
+        arm=k6cost.ARM,
+        variants=[variant.name for variant in variants],
+    )
+    runner = _new_runner(k6cost.KIND, run_id, out_dir, args, settings, seed, shape, params)
+    print(
+        f"k6cost {run_id}: {len(variants)} variants of the warm cache arm at {args.rate}/s, "
+        f"{duration}s each -> {out_dir}/",
+        flush=True,
+    )
+    return _drive(
+        runner,
+        lambda: k6cost.run_variants(runner, variants, args.rate, duration),
+        k6cost.write_k6cost,
+    )
+
+
 def _search_arm(
     runner: Runner, arm: str, duration: int, search: SearchParams, p95_ms: float
 ) -> None:
     """One arm's ceiling search; its final held and missed rates run twice."""
-    phase = "warm" if arm in TIERED_ARMS else "none"
+    phase = "warm" if arm in (*TIERED_ARMS, BARE_ARM) else "none"
     history: list[tuple[int, bool]] = []
     while (rate := next_trial(history, search)) is not None:
         tries = sum(1 for tried, _ in history if tried == rate)
@@ -411,6 +451,8 @@ def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     results = collect(influx, prom, run["run_id"], run["steps"])
     if run.get("kind") == "ceiling":
         writer = report.write_ceiling
+    elif run.get("kind") == k6cost.KIND:
+        writer = k6cost.write_k6cost
     else:
         writer = _sweep_writer(run.get("params", {}).get("scenario"), settings)
     for table in writer(run, results, out_dir):

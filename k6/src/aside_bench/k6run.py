@@ -16,7 +16,7 @@ from typing import Any
 
 from . import interference, procs, trackplan
 from .config import Settings
-from .plan import Step, vus_for
+from .plan import BARE_ARM, Step, vus_for
 from .prepare import StackError
 
 SCRIPTS = {
@@ -26,6 +26,9 @@ SCRIPTS = {
     "tracks": "tracks.js",
     interference.SCENARIO: interference.SCRIPT,
 }
+# The read script without its telemetry: its figures come from its summary
+# (SUMMARY_PATH), as it sends nothing to InfluxDB.
+BARE_SCRIPT = "bare.js"
 # k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
 # a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
 K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
@@ -140,7 +143,7 @@ def k6_command(settings: Settings, run: K6Run) -> list[str]:
 # ---- the sweep's and the ceiling's steps ----------------------------------------------
 def script_for(step: Step) -> str:
     if step.scenario == "ceiling":
-        return "healthz.js" if step.arm == "healthz" else "read.js"
+        return {"healthz": "healthz.js", BARE_ARM: BARE_SCRIPT}.get(step.arm, "read.js")
     return SCRIPTS[step.scenario]
 
 
@@ -164,9 +167,10 @@ def step_run(
     env: dict[str, str] | None = None,
 ) -> K6Run:
     """k6 for one step; `vus` are the step's own, `max_vus` caps any other
-    scenario's (the interference reads')."""
+    scenario's (the interference reads'). The bare script has no output."""
+    script = script_for(step)
     return K6Run(
-        script=script_for(step),
+        script=script,
         run_id=run_id,
         scenario=step.scenario,
         arm=step.arm,
@@ -187,9 +191,10 @@ def step_run(
             **track_variables(step),
             **_scenario_variables(step, shape, max_vus),
         },
-        out=f"influxdb={settings.influx_url}",
-        # The report is built from InfluxDB and Prometheus, never from k6's console.
-        console_summary=False,
+        out=None if script == BARE_SCRIPT else f"influxdb={settings.influx_url}",
+        # The report is built from InfluxDB and Prometheus, never from k6's
+        # console; the bare script's handleSummary needs the summary on.
+        console_summary=script == BARE_SCRIPT,
         env={**K6_ENV, **(env or {})},
     )
 
@@ -394,3 +399,26 @@ class K6Summary:
     @property
     def dropped_iterations(self) -> int:
         return int(self.metrics.get("dropped_iterations", {}).get("values", {}).get("count", 0))
+
+    def _value(self, metric: str, key: str) -> float | None:
+        value = self.metrics.get(metric, {}).get("values", {}).get(key)
+        return None if value is None else float(value)
+
+    def step_figures(self) -> dict[str, Any] | None:
+        """What a step's result needs, from the bare script's summary (run.json
+        keeps it as the step's "summary"); None without a latency."""
+        p95 = self._value("http_req_duration", "p(95)")
+        if p95 is None:
+            return None
+        return {
+            "p50": self._value("http_req_duration", "med"),
+            "p95": p95,
+            "p99": self._value("http_req_duration", "p(99)"),
+            "requests": int(self._value("http_reqs", "count") or 0),
+            "iterations": int(self._value("iterations", "count") or 0),
+            # A failed request (bad status, timeout): the bare script checks no body.
+            "failed": int(self._value("http_req_failed", "passes") or 0),
+            "dropped": self.dropped_iterations,
+            "vus_peak": self._value("vus", "max"),
+            "vus_allocated": self._value("vus_max", "max"),
+        }

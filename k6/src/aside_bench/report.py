@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from . import calibrate
-from .ceiling import ceiling_of, limit_of
+from .ceiling import Reference, ceiling_of, limit_of
 from .machine import summary
-from .plan import TIERED_ARMS, series_label
+from .plan import BARE_ARM, TIERED_ARMS, series_label
 from .repeats import merge_repeats
 from .results import StepResult
 from .tables import (
@@ -145,7 +145,7 @@ def caption(run: dict[str, Any]) -> str:
     return f"Run {run['run_id']} on {summary(run['machine'])}."
 
 
-def _context(doc: Doc, run: dict[str, Any]) -> None:
+def context(doc: Doc, run: dict[str, Any]) -> None:
     params, seed = run["params"], run.get("seed", {})
     doc.p(f"Machine: {summary(run['machine'])}.", note=True)
     items = [
@@ -155,7 +155,7 @@ def _context(doc: Doc, run: dict[str, Any]) -> None:
         f"seed {seed.get('seed')}",
         f"gateway: {run['settings']['gateway_url']}",
     ]
-    if params.get("scenario") in ("read", "mixed", "ceiling"):
+    if params.get("scenario") in ("read", "mixed", "ceiling", "k6cost"):
         items.append(
             f"request mix: {params['hot_share'] * 100:.0f}% of reads ask for one of the "
             f"{params.get('hot_count')} hot emails, the rest for one of the first "
@@ -254,7 +254,7 @@ def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -
     title = f"Aside bench {run['run_id']}"
     doc = Doc()
     doc.h(1, title)
-    _context(doc, run)
+    context(doc, run)
     save_figures(results, out_dir)
     merged = merge_repeats(results)
     tables = sweep_tables(merged) if results else []
@@ -287,9 +287,9 @@ def _saturation(doc: Doc, results: list[StepResult]) -> None:
         doc.ul(lines)
 
 
-def _ceiling_cell(ceiling: int, capped: bool, limit: int | None) -> str:
-    if limit is not None:
-        return f">= {ceiling} (measurement limit at {limit})"
+def _ceiling_cell(ceiling: int, capped: bool, measurement_limit: int | None) -> str:
+    if measurement_limit is not None:
+        return f">= {ceiling} (measurement limit at {measurement_limit})"
     return (">= " if capped else "") + str(ceiling)
 
 
@@ -338,6 +338,12 @@ def ceiling_tables(
             # "ratio" stays the cache arm's, as run.json consumers read it.
             found["ratio" if arm == "cache" else f"ratio_{arm}"] = ratio
             summary_rows.append([f"{arm} / healthz", f"{ratio:.2f}", *([""] * len(known))])
+    reference = reference_of(found)
+    if reference is not None:
+        found["reference"] = {"ratio": reference.ratio, "agrees": reference.agrees}
+        summary_rows.append(
+            [f"cache / {BARE_ARM} (reference)", reference_cell(reference), *([""] * len(known))]
+        )
     tables = [
         Table(
             f"highest rate held at p95 <= {p95_limit_ms:g} ms with no drops (requests/s)",
@@ -355,12 +361,48 @@ def ceiling_tables(
     return tables, found
 
 
+def reference_of(found: dict[str, Any]) -> Reference | None:
+    """The cache arm's ceiling against the bare script's, when both were searched."""
+    if "cache" not in found or BARE_ARM not in found:
+        return None
+    return Reference(found["cache"]["ceiling"], found[BARE_ARM]["ceiling"])
+
+
+def reference_cell(reference: Reference) -> str:
+    if reference.ratio is None:
+        return f"none: the reference held no rate ({reference.verdict})"
+    return f"{reference.ratio:.2f} ({reference.verdict})"
+
+
+REFERENCE_TEXT = (
+    f"The reference ({BARE_ARM}) is the cache arm's search again, the same warm cache and "
+    "the same requests, under k6/scripts/bare.js: no checks, no custom metrics, no tags "
+    "beyond k6's own, no output (its figures come from k6's end-of-test summary). Its "
+    "ceiling is what the stack holds when k6 spends the least it can per request; the "
+    "cache arm's ceiling within 10 % of it means k6's telemetry did not set the ceiling, "
+    "a lower ratio means the read script's own cost did."
+)
+
+
+def _reference(doc: Doc, found: dict[str, Any]) -> None:
+    reference = reference_of(found)
+    if reference is None:
+        return
+    doc.h(2, "Reference: the bare script")
+    doc.p(REFERENCE_TEXT)
+    doc.p(
+        f"cache {_ceiling_cell(**found['cache'])} req/s, {BARE_ARM} "
+        f"{_ceiling_cell(**found[BARE_ARM])} req/s: ratio {reference_cell(reference)}.",
+        note=not reference.agrees,
+    )
+
+
 def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
     limit = float(run["params"]["p95_limit_ms"])
     title = f"Aside ceiling {run['run_id']}"
     doc = Doc()
     doc.h(1, title)
-    _context(doc, run)
+    context(doc, run)
     doc.p(
         "The cache arms read counts with a warm cache (the read mix): cache through Redis, l1 "
         "from each worker's memory, hybrid memory then Redis; the healthz arm asks a trivial "
@@ -370,9 +412,10 @@ def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path)
         "a measurement limit, not the server's ceiling."
     )
     save_figures(results, out_dir)
-    tables, _ = ceiling_tables(results, limit, calibration_rates(run))
+    tables, found = ceiling_tables(results, limit, calibration_rates(run))
     for table in tables:
         doc.table(table)
+    _reference(doc, found)
     _saturation(doc, results)
     if results:
         from . import charts

@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -17,13 +17,14 @@ from . import report, trackplan
 from .collect import GATEWAY_JOB, collect
 from .config import Settings
 from .k6run import (
+    BARE_SCRIPT,
     K6Process,
     K6Run,
+    K6Summary,
     LoadShape,
     dashboard_env,
     deadline_s,
     k6_command,
-    script_for,
     step_run,
 )
 from .machine import describe
@@ -50,6 +51,11 @@ EXIT_INTERRUPTED = 130
 SCRAPE_WAIT_S = 15.0
 # A ceiling step refills the cache unless every key outlives the step by this much.
 TTL_MARGIN_S = 10
+
+
+# A step's k6 run from its step and VUs (preAllocatedVUs, maxVUs) and the
+# dashboard's variables: the sweep's and the ceiling's (step_run), or another.
+RunBuilder = Callable[[Step, tuple[int, int], dict[str, str]], K6Run]
 
 
 class StepFailed(RuntimeError):
@@ -242,7 +248,27 @@ class Runner:
             self.current = None
         return code
 
-    def run_step(self, step: Step) -> StepResult | None:
+    def _step_run(self, step: Step, vus: tuple[int, int], dashboard: dict[str, str]) -> K6Run:
+        return step_run(
+            self.settings,
+            step,
+            self.options.run_id,
+            self.options.shape,
+            vus,
+            self.options.data_dir,
+            self.options.max_vus,
+            dashboard,
+        )
+
+    def _with_summary(self, run: K6Run) -> tuple[K6Run, Path | None]:
+        """The bare script sends nothing to InfluxDB: its step's figures come
+        from the summary its handleSummary writes to this path."""
+        if run.script != BARE_SCRIPT:
+            return run, None
+        path = self.options.out_dir / f"summary-{len(self.run['steps']):03d}.json"
+        return replace(run, extra={**run.extra, "SUMMARY_PATH": str(path)}), path
+
+    def run_step(self, step: Step, build: RunBuilder | None = None) -> StepResult | None:
         vus = vus_for(step.rate, step.arm, self.options.max_vus, step.phase)
         record: dict[str, Any] = {
             "scenario": step.scenario,
@@ -252,7 +278,6 @@ class Runner:
             "duration_s": step.duration_s,
             "repeat": step.repeat,
             "vus": list(vus),
-            "script": script_for(step),
             "completed": False,
         }
         export = self._export_path(step)
@@ -263,16 +288,10 @@ class Runner:
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
         record["prom_start"] = time.time()
-        run = step_run(
-            self.settings,
-            step,
-            self.options.run_id,
-            self.options.shape,
-            vus,
-            self.options.data_dir,
-            self.options.max_vus,
-            dashboard_env(self.options.live_port, export),
+        run, summary_path = self._with_summary(
+            (build or self._step_run)(step, vus, dashboard_env(self.options.live_port, export))
         )
+        record["script"] = run.script
         if self.options.live_port is not None:
             print(f"  live: http://127.0.0.1:{self.options.live_port} (reload for each step)")
         record["probe"] = {"start": self.probe.reading()}
@@ -294,6 +313,9 @@ class Runner:
         record["prom_end"] = self.prom.wait_for_scrape_after(
             GATEWAY_JOB, record["end"], SCRAPE_WAIT_S
         )
+        if summary_path is not None:
+            record["summary"] = K6Summary.read(summary_path).step_figures()
+            summary_path.unlink(missing_ok=True)
         record["completed"] = True
         results = collect(self.influx, self.prom, self.options.run_id, [record])
         return results[0] if results else None
@@ -303,11 +325,13 @@ class Runner:
         mean = sum(self.step_seconds) / len(self.step_seconds)
         return _clock(mean * remaining)
 
-    def step_with_progress(self, step: Step, head: str, remaining: int | None) -> StepResult | None:
+    def step_with_progress(
+        self, step: Step, head: str, remaining: int | None, build: RunBuilder | None = None
+    ) -> StepResult | None:
         """Run a step between two progress lines: the announcement, then its quick result."""
         print(f"{head} ...", flush=True)
         began = time.monotonic()
-        result = self.run_step(step)
+        result = self.run_step(step, build)
         report.save_run(self.run, self.options.out_dir)
         if self.interrupted:
             return None
