@@ -21,6 +21,13 @@ export function intEnv(name, fallback) {
   return value;
 }
 
+// A switch: 1 on, 0 (the default) off.
+export function flagEnv(name) {
+  const value = intEnv(name, 0);
+  if (value > 1) throw new Error(`${name} must be 0 or 1, got ${value}`);
+  return value === 1;
+}
+
 export function floatEnv(name, fallback) {
   const text = env(name, String(fallback));
   const value = Number(text);
@@ -111,8 +118,9 @@ export function jsonBody(response) {
 // same map): nocache and index bypass the cache, nopool too over a new
 // PostgreSQL connection per read, cache reads Redis (l2), l1 the worker's
 // memory only, hybrid memory then Redis; l1-ttl is l1 on a gateway whose
-// invalidation channel is off. `l2` is the cache arm's alias.
-export const CACHE_PARAMS = { nocache: 'off', index: 'off', nopool: 'nopool', cache: 'l2', l2: 'l2', l1: 'l1', hybrid: 'hybrid', 'l1-ttl': 'l1' };
+// invalidation channel is off. `l2` is the cache arm's alias; cache-bare is
+// the cache arm's reads under bare.js (the ceiling's reference).
+export const CACHE_PARAMS = { nocache: 'off', index: 'off', nopool: 'nopool', cache: 'l2', l2: 'l2', l1: 'l1', hybrid: 'hybrid', 'l1-ttl': 'l1', 'cache-bare': 'l2' };
 export const CACHE_PARAM = CACHE_PARAMS[ARM];
 
 // The X-Cache-Tier a hit of each mode may carry.
@@ -133,20 +141,27 @@ export function cacheHeadersFit(response, mode) {
   return xcache === 'MISS' || xcache === 'BYPASS';
 }
 
+// GET the count of one email with the ?cache= value `mode`; `tags`: the
+// request's own tags (none unless given: each is carried by every sample).
+export function getCount(email, mode, tags) {
+  const params = { timeout: `${TIMEOUT_S}s` };
+  if (tags !== undefined) params.tags = tags;
+  return http.get(countUrl(email, mode), params);
+}
+
+// True when a count answer is right: 200, a body for this email, X-Cache
+// headers that fit the mode.
+export function countFits(response, email, mode) {
+  if (response.status !== 200) return false;
+  const body = jsonBody(response);
+  if (body === null || body.email !== email || !Number.isInteger(body.count) || body.count < 0) return false;
+  return cacheHeadersFit(response, mode);
+}
+
 // GET the count of one email with the arm's ?cache= value (or `mode`).
 export function readCount(email, mode = CACHE_PARAM) {
-  const response = http.get(countUrl(email, mode), {
-    tags: { name: 'count' },
-    timeout: `${TIMEOUT_S}s`,
-  });
+  const response = getCount(email, mode, { name: 'count' });
   // One check, not three: each check is a sample k6 processes and ships to
   // InfluxDB, and at 1000/s k6 shares the stack's two cores.
-  return check(response, {
-    'count: 200, body and X-Cache': (r) => {
-      if (r.status !== 200) return false;
-      const body = jsonBody(r);
-      if (body === null || body.email !== email || !Number.isInteger(body.count) || body.count < 0) return false;
-      return cacheHeadersFit(r, mode);
-    },
-  });
+  return check(response, { 'count: 200, body and X-Cache': (r) => countFits(r, email, mode) });
 }
