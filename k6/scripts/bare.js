@@ -2,8 +2,9 @@
 // URLs, the same choice of keys) with none of its telemetry: no check, no
 // custom metric, no tag k6 can leave off, run with no output. handleSummary
 // keeps only what the ceiling decides on (whole-run p95, dropped iterations,
-// failed requests, VUs) in SUMMARY_PATH. CHECKS, TAGS and METRICS (1: on) put
-// the read script's telemetry back one piece at a time (aside-bench k6cost).
+// failed requests, VUs) in SUMMARY_PATH. CHECKS, TAGS and METRICS (1: on) add
+// a k6 check of each answer, the step's tags and the failed_iterations counter
+// (the read script's telemetry), so aside-bench k6cost prices each.
 import { check } from 'k6';
 import {
   CACHE_PARAM,

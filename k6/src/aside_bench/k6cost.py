@@ -53,7 +53,7 @@ class Variant:
 # Each adds one piece of telemetry to the one before it; the last is the bench's own.
 VARIANTS = (
     Variant("bare", "the read's requests alone: no check, custom metric, tag or output"),
-    Variant("checks", "+ the read's check (a checks sample per request)", {"CHECKS": "1"}),
+    Variant("checks", "+ a k6 check of each answer (a checks sample each)", {"CHECKS": "1"}),
     Variant(
         "tags",
         "+ the step's tags and system tags on every sample",
@@ -61,7 +61,12 @@ VARIANTS = (
     ),
     Variant("metrics", "+ the failed_iterations counter", ALL_ON),
     Variant("influxdb", "+ --out influxdb", ALL_ON, influx=True),
-    Variant("read", "read.js as the bench runs it", influx=True, script="read.js"),
+    Variant(
+        "read",
+        "read.js as the bench runs it: tags, failed_iterations, InfluxDB, no check",
+        influx=True,
+        script="read.js",
+    ),
 )
 NAMES = tuple(variant.name for variant in VARIANTS)
 
