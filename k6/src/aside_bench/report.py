@@ -187,7 +187,8 @@ def context(doc: Doc, run: dict[str, Any]) -> None:
             "ran out of VUs below the 1 s latency budget"
         )
     doc.ul(items)
-    _calibration(doc, run)
+    if params.get("scenario") != "k6cost":  # it measures k6 itself at one rate
+        _calibration(doc, run)
     if run.get("interrupted"):
         doc.p(
             "This run was interrupted: the tables show only the steps that ran to their end.",
