@@ -20,12 +20,10 @@ import threading
 import time
 from typing import Any
 
-import redis
-
-from aside_gateway import cache_keys, metrics
+from aside_gateway import cache_keys, metrics, redis_clients
 from aside_gateway.config import Settings
 from aside_gateway.l1 import L1Cache
-from aside_gateway.redis_errors import REDIS_ERRORS, no_retry
+from aside_gateway.redis_errors import REDIS_ERRORS
 
 log = logging.getLogger("aside_gateway")
 
@@ -57,12 +55,14 @@ def parse(data: bytes) -> tuple[list[str] | None, int | None]:
 class InvalidationSubscriber:
     def __init__(self, settings: Settings, l1: L1Cache):
         self._l1 = l1
-        self._client = redis.Redis.from_url(
-            settings.redis_url,
-            socket_connect_timeout=settings.redis_connect_timeout_ms / 1000,
+        # health_check_interval 0 (the factory's): our own PINGs, with a
+        # verdict when unanswered. On a Redis Cluster the subscription goes
+        # through the cluster client to one node (PUBLISH reaches every node's
+        # subscribers); losing that node is a lost subscription like any other.
+        self._client = redis_clients.sync_client(
+            settings,
             socket_timeout=max(settings.redis_timeout_ms / 1000, 1.0),
-            retry=no_retry(),
-            health_check_interval=0,  # our own PINGs, with a verdict when unanswered
+            connect_timeout=settings.redis_connect_timeout_ms / 1000,
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
