@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 import requests
-from aside_gateway import cache, cache_keys
+from aside_gateway import cache, cache_keys, redis_clients
+from aside_gateway.config import load_settings
 from aside_seed import cache as seed_cache
 from gateway_helpers import Proc, sample, scrape, unique_email, unique_username, wait_until
 from redis.cluster import RedisCluster
@@ -166,6 +167,26 @@ def test_a_flush_empties_every_primary_and_every_l1(hybrid_gateway, insert_user,
         5,
         "the L1 copy to be gone",
     )
+
+
+def test_the_cluster_client_keeps_the_bounds_on_every_node(rdb):
+    env = {"DATABASE_URL": "postgresql://a@h/d", "CORE_URL": "http://c", "ASIDE_PROFILE": "lab"}
+    settings = load_settings({**env, **CLUSTER})
+    client = redis_clients.sync_client(
+        settings, socket_timeout=0.2, connect_timeout=0.1, max_connections=7, pool_timeout=0.3
+    )
+    try:
+        assert isinstance(client, RedisCluster) and redis_clients.single_pool(client) is None
+        pools = redis_clients.pools(client)
+        assert len(pools) == 3
+        for pool in pools:
+            assert isinstance(pool, redis.BlockingConnectionPool)
+            assert (pool.max_connections, pool.timeout) == (7, 0.3)
+            kwargs = pool.connection_kwargs
+            assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.2, 0.1)
+            assert kwargs["retry"].get_retries() == 0
+    finally:
+        redis_clients.close(client)
 
 
 def _untagged_pair(rdb: RedisCluster) -> tuple[str, str]:

@@ -200,3 +200,34 @@ func TestClusterFlushAllEmptiesEveryPrimary(t *testing.T) {
 		t.Fatal("no flush published")
 	}
 }
+
+func TestNewClientByMode(t *testing.T) {
+	opts := cache.ClientOptions{Timeout: time.Second, PoolSize: 2}
+	for mode, want := range map[cache.Mode]string{
+		cache.ModeStandalone: "*redis.Client", cache.ModeCluster: "*redis.ClusterClient", cache.ModeSentinel: "*redis.Client",
+	} {
+		o := opts
+		o.Mode, o.SentinelMaster = mode, "aside"
+		rdb, err := cache.NewClient("redis://:pw@127.0.0.1:1/0", o) // lazy: nothing is dialled
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if got := fmt.Sprintf("%T", rdb); got != want {
+			t.Errorf("%s made a %s, want %s", mode, got, want)
+		}
+		_ = rdb.Close()
+	}
+	for _, c := range []struct {
+		url  string
+		o    cache.ClientOptions
+		name string
+	}{
+		{"redis://127.0.0.1:1/2", cache.ClientOptions{Mode: cache.ModeCluster}, "REDIS_URL"},
+		{"redis://127.0.0.1:1/0", cache.ClientOptions{Mode: cache.ModeSentinel}, "REDIS_SENTINEL_MASTER"},
+		{"redis://127.0.0.1:1/0", cache.ClientOptions{Mode: "ring"}, "REDIS_MODE"},
+	} {
+		if _, err := cache.NewClient(c.url, c.o); err == nil || !strings.HasPrefix(err.Error(), c.name+": ") {
+			t.Errorf("%+v: error %v, want one naming %s", c.o, err, c.name)
+		}
+	}
+}
