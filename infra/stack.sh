@@ -8,6 +8,8 @@
 #   infra/stack.sh logs [SERVICE]       follow the logs
 #   infra/stack.sh clean                down, then remove all state (.run/)
 #
+# ASIDE_REDIS_CLUSTER=1 adds a three-primary Redis Cluster to a whole `up`
+# (infra/cluster.sh); `down` stops it whenever it runs.
 # ASIDE_SKIP_INSTALL=1 skips the install step (tests that know it was done).
 set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
@@ -15,6 +17,7 @@ source "$ASIDE_ROOT/infra/lib.sh"
 # An unexpected failure still says where, in one line, instead of exiting silently.
 trap 'printf "aside: %s failed at line %s: %s\n" "${BASH_SOURCE[0]##*/}" "$LINENO" "$BASH_COMMAND" >&2' ERR
 source "$ASIDE_ROOT/infra/services.sh"
+source "$ASIDE_ROOT/infra/cluster.sh"
 
 READY_TIMEOUT=${ASIDE_READY_TIMEOUT:-60}
 
@@ -55,8 +58,11 @@ print_table() {
 }
 
 cmd_up() {
-    local wanted=("$@") s p
-    [ ${#wanted[@]} -gt 0 ] || wanted=("${ALL_SERVICES[@]}")
+    local wanted=("$@") s p with_cluster=0
+    if [ ${#wanted[@]} -eq 0 ]; then
+        wanted=("${ALL_SERVICES[@]}")
+        [ "${ASIDE_REDIS_CLUSTER:-0}" != 1 ] || with_cluster=1
+    fi
     for s in "${wanted[@]}"; do known_service "$s" || die "unknown service '$s' (one of: ${ALL_SERVICES[*]})"; done
     mkdir -p "$LOG_DIR" "$PID_DIR"
 
@@ -72,6 +78,14 @@ cmd_up() {
             fi
         done
     done
+    if [ "$with_cluster" = 1 ] && ! cluster_running; then
+        for p in $ASIDE_REDIS_CLUSTER_PORTS; do
+            if port_in_use "$p"; then
+                owner=$(port_owner "$p")
+                clashes+=("port $p (redis-cluster) is already in use${owner:+ by $owner}")
+            fi
+        done
+    fi
     if [ ${#clashes[@]} -gt 0 ]; then
         local msg
         msg=$(printf '%s; ' "${clashes[@]}")
@@ -98,7 +112,9 @@ cmd_up() {
             die "$s did not become healthy; stopped what this run started (log: $LOG_DIR/$s.log)"
         fi
     done
+    [ "$with_cluster" = 0 ] || cluster_up
     print_table "${wanted[@]}"
+    [ "$with_cluster" = 0 ] || cluster_status
 }
 
 # A PostgreSQL or Redis started by a version without passwords still runs: the
@@ -126,6 +142,7 @@ stop_one() {
 
 cmd_down() {
     local i
+    cluster_down
     for ((i = ${#ALL_SERVICES[@]} - 1; i >= 0; i--)); do stop_one "${ALL_SERVICES[i]}"; done
 }
 
@@ -142,6 +159,10 @@ cmd_status() {
     [ ${#wanted[@]} -gt 0 ] || wanted=("${ALL_SERVICES[@]}")
     for s in "${wanted[@]}"; do known_service "$s" || die "unknown service '$s' (one of: ${ALL_SERVICES[*]})"; done
     print_table "${wanted[@]}"
+    if [ $# -eq 0 ] && [ "${ASIDE_REDIS_CLUSTER:-0}" = 1 ]; then
+        cluster_status
+        cluster_running || return 1
+    fi
     for s in "${wanted[@]}"; do
         pid_of "$s" >/dev/null && service_ready "$s" >/dev/null 2>&1 || return 1
     done

@@ -117,13 +117,19 @@ def start_core(
 
 
 @pytest.fixture(scope="session")
-def core(start_core: Callable[..., Proc]) -> Proc:
+def default_core(start_core: Callable[..., Proc]) -> Proc:
     return start_core()
 
 
 @pytest.fixture(scope="session")
+def core(default_core: Proc) -> Proc:
+    """The core the gateways forward to; a module may redefine it (test_cluster.py)."""
+    return default_core
+
+
+@pytest.fixture(scope="session")
 def start_gateway(
-    database_url: str, redis_url: str, core: Proc, tmp_path_factory
+    database_url: str, redis_url: str, default_core: Proc, tmp_path_factory
 ) -> Iterator[Callable[..., Proc]]:
     """Start a gunicorn gateway; keyword arguments override its environment."""
     started: list[Proc] = []
@@ -135,7 +141,7 @@ def start_gateway(
         env.update(
             DATABASE_URL=database_url,
             REDIS_URL=redis_url,
-            CORE_URL=core.url,
+            CORE_URL=default_core.url,
             GATEWAY_BIND=f"127.0.0.1:{port}",
             GATEWAY_WORKERS="2",
             GATEWAY_THREADS="16",

@@ -60,7 +60,7 @@ def test_count_miss_then_hit(gateway, insert_user, rdb):
     second = count(gateway.url, email)
     assert second.json() == {"email": email, "count": 2}
     assert second.headers["X-Cache"] == "HIT"
-    key = f"aside:v1:count:{email}"
+    key = f"aside:v1:{{count:{email}}}"
     assert rdb.get(key) == b"2"
     assert 0 < rdb.ttl(key) <= 60
     assert not rdb.exists(key + ":lease")  # the holder dropped its lease on store
@@ -71,7 +71,7 @@ def test_count_keeps_case_and_unicode(gateway, insert_user, rdb):
     insert_user(email)
     assert count(gateway.url, email).json() == {"email": email, "count": 1}
     assert count(gateway.url, email.lower()).json()["count"] == 0
-    assert rdb.get(f"aside:v1:count:{email}") == b"1"
+    assert rdb.get(f"aside:v1:{{count:{email}}}") == b"1"
 
 
 MALFORMED_COUNTS = [b"abc", b"12x", b"", b"-1", b"\xff\xfe", b"9" * 5000]
@@ -85,7 +85,7 @@ def test_a_malformed_cached_value_is_a_miss_and_is_refilled(gateway, insert_user
     email = unique_email()
     user_id = insert_user(email)
     good_user = requests.get(f"{gateway.url}/api/v1/users/{user_id}", timeout=10).json()
-    count_key, user_key = f"aside:v1:count:{email}", f"aside:v1:user:{user_id}"
+    count_key, user_key = f"aside:v1:{{count:{email}}}", f"aside:v1:{{user:{user_id}}}"
     hold = f"malformed-{user_id}"
     headers = {"X-Test-Hold": hold} if path == "flask" else {}
     cases = [(count_key, bad, COUNT, {"email": email}) for bad in MALFORMED_COUNTS] + [
@@ -128,7 +128,7 @@ def test_missing_user_is_cached_as_a_negative_entry(gateway, rdb, query_calls):
     first = requests.get(f"{gateway.url}/api/v1/users/{user_id}", timeout=10)
     assert_error(first, 404, "not_found")
     assert first.headers["X-Cache"] == "MISS"
-    assert rdb.get(f"aside:v1:user:{user_id}") == b"null"
+    assert rdb.get(f"aside:v1:{{user:{user_id}}}") == b"null"
     before = query_calls(USER_SQL_TEXT)
     for _ in range(5):
         again = requests.get(f"{gateway.url}/api/v1/users/{user_id}", timeout=10)
@@ -244,7 +244,7 @@ def test_cache_off_reads_the_database_and_touches_no_redis(gateway, insert_user,
     assert response.status_code == 200
     assert response.json()["count"] == 1
     assert response.headers["X-Cache"] == "BYPASS"
-    assert rdb.exists(f"aside:v1:count:{email}") == 0
+    assert rdb.exists(f"aside:v1:{{count:{email}}}") == 0
     user = requests.get(f"{gateway.url}/api/v1/users/1?cache=off", timeout=10)
     assert user.headers["X-Cache"] == "BYPASS"
     assert count(gateway.url, email, cache="on").headers["X-Cache"] == "MISS"
@@ -323,7 +323,7 @@ def test_nopool_answers_what_nocache_answers_over_a_connection_each(gateway, ins
         assert nopool.status_code == off.status_code and nopool.content == off.content, path
         assert nopool.headers["X-Cache"] == off.headers["X-Cache"] == "BYPASS"
     assert count(gateway.url, email, cache="nopool").json()["count"] == 2
-    assert rdb.exists(f"aside:v1:count:{absent}") == 0
+    assert rdb.exists(f"aside:v1:{{count:{absent}}}") == 0
     after = scrape(gateway.url)
     name = "aside_gateway_db_unpooled_connections_total"
     # One connection per nopool read, none for cache=off.

@@ -130,7 +130,7 @@ def test_database_down_answers_503_quickly(start_gateway, rdb):
     assert elapsed < 2.0
     # A warm key still answers: the cache shields readers from the outage.
     email = unique_email()
-    rdb.set(f"aside:v1:count:{email}", "3", ex=60)
+    rdb.set(f"aside:v1:{{count:{email}}}", "3", ex=60)
     warm = requests.get(gw.url + COUNT, params={"email": email}, timeout=5)
     assert warm.status_code == 200 and warm.json()["count"] == 3
     assert warm.headers["X-Cache"] == "HIT"
@@ -272,7 +272,7 @@ def test_statement_timeout_is_a_504_and_frees_the_lease(start_gateway, database_
         assert elapsed < 2.0
         locker.rollback()
     # The failed holder gave its lease back, so the next reader need not wait it out.
-    assert not rdb.exists(f"aside:v1:count:{email}:lease")
+    assert not rdb.exists(f"aside:v1:{{count:{email}}}:lease")
     response, elapsed = timed_get(gw.url + COUNT, email=email)
     assert response.status_code == 200 and response.headers["X-Cache"] == "MISS"
     assert elapsed < 1.0

@@ -298,7 +298,7 @@ def test_a_count_cached_before_the_seed_is_the_new_tables_after(services: Servic
     email = read_json(s, "hot_emails.json")[0]
     before = count_of(s.gateway.url, email)
     assert count_of(s.hybrid.url, email) == before == db_counts(s, [email])[email] > 0
-    assert redis.Redis.from_url(s.redis_url).exists(f"aside:v1:count:{email}")
+    assert redis.Redis.from_url(s.redis_url).exists(f"aside:v1:{{count:{email}}}")
     run_seed(s, NEW_ROWS, seed=3)  # the same addresses, five times the rows
     after = db_counts(s, [email])[email]
     assert after != before
@@ -347,7 +347,7 @@ def test_a_seeder_killed_between_swap_and_flush_leaves_the_flush_to_the_core(
     ids = list(range(OLD_ROWS + 1, OLD_ROWS + 21))
     warm(s, hot, ids)
     rdb = redis.Redis.from_url(s.redis_url, socket_timeout=5)
-    old_key = f"aside:v1:count:{hot[0]}"
+    old_key = f"aside:v1:{{count:{hot[0]}}}"
     old_value = rdb.get(old_key)
     assert old_value is not None
     settled = sample(scrape(s.core.url), "aside_core_cache_outbox_settled_total")

@@ -93,7 +93,7 @@ def test_l1_hit_is_served_with_its_tier_and_touches_no_redis(gateway, insert_use
     assert hit.json() == {"email": email, "count": 1}
     assert hit.headers["Content-Type"] == "application/json"
     # The l1 strategy never wrote the key or a lease to Redis.
-    assert rdb.exists(f"aside:v1:count:{email}", f"aside:v1:count:{email}:lease") == 0
+    assert rdb.exists(f"aside:v1:{{count:{email}}}", f"aside:v1:{{count:{email}}}:lease") == 0
     # The configured strategy (l2) still answers from Redis.
     count(gateway.url, email)
     l2_hit = count(gateway.url, email)

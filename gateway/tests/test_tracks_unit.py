@@ -97,7 +97,7 @@ def test_a_bomb_is_refused():
 @pytest.mark.parametrize("value", [b"", b"[1,2]", b"abc", b"nul", b"\xff"])
 def test_other_values_are_not_track_values(value):
     assert not cache_keys.is_track_value(value)
-    assert not cache_keys.value_is_valid("aside:v1:track:1:raw", value)
+    assert not cache_keys.value_is_valid("aside:v1:{track:1}:raw", value)
 
 
 @pytest.mark.parametrize("vector", TRACKS["tolerance"]["valid"], ids=lambda v: v["raw"])

@@ -14,7 +14,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from aside_gateway import cache_keys, compute, validation
+import redis
+import redis.sentinel
+from aside_gateway import cache_keys, compute, redis_clients, validation
 from aside_gateway.admission import Admission
 from aside_gateway.auth import bearer_token
 from aside_gateway.breaker import CircuitBreaker
@@ -22,6 +24,10 @@ from aside_gateway.config import ConfigError, Settings, load_settings, split_hos
 from aside_gateway.db import Database
 from aside_gateway.errors import STATUS_BY_CODE, ApiError
 from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from redis.crc import key_slot
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 REPO = CONTRACTS.parent
@@ -88,6 +94,38 @@ def test_key_names(vector):
         key = cache_keys.user_key(vector["id"])
     assert key == vector["key"]
     assert cache_keys.lease_key(key) == vector["key"] + CACHE["lease"]["suffix"]
+
+
+def _slot(name: str) -> int:
+    return key_slot(name.encode())
+
+
+@pytest.mark.parametrize("vector", CACHE["keys"], ids=lambda v: v["key"])
+def test_a_key_and_its_lease_share_a_cluster_slot(vector):
+    key = vector["key"]
+    assert _slot(cache_keys.lease_key(key)) == _slot(key)
+
+
+@pytest.mark.parametrize("vector", CACHE["track_keys"], ids=lambda v: v["key"])
+def test_a_track_key_and_its_lease_share_a_cluster_slot(vector):
+    key = vector["key"]
+    assert _slot(cache_keys.lease_key(key)) == _slot(key)
+    assert _slot(key) == _slot(cache_keys.track_key(vector["id"], None, "raw"))
+
+
+@hypothesis_settings(max_examples=300, deadline=None, database=None)
+@given(st.text(alphabet="{}ab@.", min_size=1, max_size=12) | st.text(min_size=1, max_size=40))
+def test_any_email_and_its_lease_share_a_cluster_slot(email):
+    """Only the first {...} counts: braces inside the email never split a key from its lease."""
+    key = cache_keys.count_key(email)
+    assert _slot(cache_keys.lease_key(key)) == _slot(key)
+
+
+def test_without_the_hash_tag_a_key_and_its_lease_would_part():
+    """What the braces buy: untagged, most keys and their leases land in different slots."""
+    emails = [f"user{i}@example.com" for i in range(50)]
+    parted = sum(_slot(f"aside:v1:count:{e}") != _slot(f"aside:v1:count:{e}:lease") for e in emails)
+    assert parted > 40
 
 
 @pytest.mark.parametrize("vector", CACHE["user_json"], ids=lambda v: v["row"]["username"])
@@ -464,6 +502,10 @@ def test_defaults():
         ({"DB_TCP_USER_TIMEOUT_MS": "-5"}, "DB_TCP_USER_TIMEOUT_MS"),
         ({"CACHE_L1_SUBSCRIBER": "process"}, "CACHE_L1_SUBSCRIBER"),
         ({"GATEWAY_SWITCH_INTERVAL_US": "0"}, "GATEWAY_SWITCH_INTERVAL_US"),
+        ({"REDIS_MODE": "sharded"}, "REDIS_MODE"),
+        ({"REDIS_MODE": "sentinel"}, "REDIS_SENTINEL_MASTER"),
+        ({"REDIS_MODE": "cluster", "REDIS_URL": "redis://127.0.0.1:7000/2"}, "REDIS_URL"),
+        ({"REDIS_MODE": "cluster", "REDIS_URL": "unix:///tmp/redis.sock"}, "REDIS_URL"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -473,6 +515,56 @@ def test_config_errors_are_one_line_naming_the_variable(overrides, variable):
     message = str(err.value)
     assert variable in message
     assert "\n" not in message
+
+
+def test_redis_modes():
+    assert load_settings(BASE_ENV).redis_mode == "standalone"
+    cluster = load_settings({**BASE_ENV, "REDIS_MODE": "cluster"})
+    assert (cluster.redis_mode, cluster.redis_sentinel_master) == ("cluster", None)
+    sentinel = load_settings(
+        {**BASE_ENV, "REDIS_MODE": "sentinel", "REDIS_SENTINEL_MASTER": " aside "}
+    )
+    assert (sentinel.redis_mode, sentinel.redis_sentinel_master) == ("sentinel", "aside")
+
+
+def test_the_standalone_client_keeps_its_pool_bound_and_timeouts():
+    settings = load_settings({**BASE_ENV, "REDIS_URL": "redis://:pw@127.0.0.1:6399/3"})
+    client = redis_clients.sync_client(
+        settings, socket_timeout=0.2, connect_timeout=0.1, max_connections=7, pool_timeout=0.2
+    )
+    pool = redis_clients.single_pool(client)
+    assert isinstance(pool, redis.BlockingConnectionPool)
+    assert (pool.max_connections, pool.timeout) == (7, 0.2)
+    kwargs = pool.connection_kwargs
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.2, 0.1)
+    assert (kwargs["db"], kwargs["password"], kwargs["retry"].get_retries()) == (3, "pw", 0)
+
+
+def test_the_sentinel_client_asks_the_sentinel_for_the_master():
+    """Built without connecting: the Sentinel is asked on the first command."""
+    settings = load_settings(
+        {
+            **BASE_ENV,
+            "REDIS_URL": "redis://:pw@10.1.2.3:26380/2",
+            "REDIS_MODE": "sentinel",
+            "REDIS_SENTINEL_MASTER": "aside",
+        }
+    )
+    client = redis_clients.sync_client(
+        settings, socket_timeout=0.2, connect_timeout=0.1, max_connections=5, pool_timeout=0.2
+    )
+    pool = redis_clients.single_pool(client)
+    assert isinstance(pool, redis.sentinel.SentinelConnectionPool)
+    assert pool.service_name == "aside" and pool.max_connections == 5
+    assert [
+        c.connection_pool.connection_kwargs["host"] for c in pool.sentinel_manager.sentinels
+    ] == ["10.1.2.3"]
+    kwargs = pool.connection_kwargs
+    assert (kwargs["db"], kwargs["password"], kwargs["socket_timeout"]) == (2, "pw", 0.2)
+    sentinel_kwargs = pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs
+    assert sentinel_kwargs["port"] == 26380 and sentinel_kwargs.get("password") is None
+    asynchronous = redis_clients.async_client(settings, connect_timeout=0.1, max_connections=5)
+    assert asynchronous.connection_pool.service_name == "aside"
 
 
 def test_production_has_no_reads_without_the_pool():

@@ -25,6 +25,9 @@ def mini_stack(tmp_path: Path) -> Iterator[MiniStack]:
         ASIDE_REDIS_PORT=str(free_port()),
         ASIDE_INFLUX_PORT=str(free_port()),
         ASIDE_INFLUX_RPC_PORT=str(free_port()),
+        # Never the test stack's cluster (infra/test.sh exports its switch and ports).
+        ASIDE_REDIS_CLUSTER="0",
+        ASIDE_REDIS_CLUSTER_PORTS=f"{free_port()} {free_port()} {free_port()}",
     )
     for var in ("CORE_LISTEN_ADDR", "GATEWAY_BIND"):
         env.pop(var, None)

@@ -91,6 +91,7 @@ def test_existing_run_folder_is_not_overwritten(tmp_path: Path, bench: Bench) ->
         ("REDIS_URL", "http://redis"),
         ("CORE_URL", "core:8080"),
         ("ASIDE_K6_DASHBOARD_PORT", "40000"),
+        ("REDIS_MODE", "sentinel"),
     ],
 )
 def test_a_bad_setting_is_named(name: str, value: str, bench: Bench) -> None:

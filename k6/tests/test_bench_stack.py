@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from aside_bench.plan import gateway_env
 from aside_bench.prepare import StackError, expires_within, flush_cache
 from aside_bench.seeddata import check_seed
 from aside_bench.services import ServiceControl
+from redis.cluster import RedisCluster
 
 BENCH_REDIS_DB = 3
 
@@ -82,10 +84,33 @@ def test_users_left_by_an_interrupted_mixed_step_are_removed(
 
 def test_flush_empties_the_redis_database_it_is_given(seeded: config.Settings) -> None:
     client = redis.Redis.from_url(seeded.redis_url, socket_timeout=5)
-    client.set("aside:v1:count:someone@example.com", "3")
+    client.set("aside:v1:{count:someone@example.com}", "3")
     flush_cache(seeded)
     assert client.dbsize() == 0
     client.close()
+
+
+@pytest.mark.skipif(
+    not os.environ.get("ASIDE_REDIS_CLUSTER_URL"),
+    reason="ASIDE_REDIS_CLUSTER_URL is not set (infra/test.sh starts a cluster)",
+)
+def test_flush_and_expiry_scan_visit_every_primary_of_a_cluster() -> None:
+    url = os.environ["ASIDE_REDIS_CLUSTER_URL"]
+    settings = config.load({"REDIS_URL": url, "REDIS_MODE": "cluster"})
+    client = RedisCluster.from_url(url, socket_timeout=5)
+    try:
+        client.flushdb(target_nodes=RedisCluster.PRIMARIES)  # other suites' keys lapse too
+        keys = [f"aside:v1:{{count:bench{i}@example.com}}" for i in range(30)]
+        for key in keys:
+            client.set(key, "1", ex=600)
+        assert len({client.get_node_from_key(k).name for k in keys}) == 3
+        assert not expires_within(settings, 20)
+        client.set(keys[-1], "1", ex=15)  # on one primary only
+        assert expires_within(settings, 20)
+        flush_cache(settings)
+        assert client.dbsize() == 0  # summed over every primary
+    finally:
+        client.close()
 
 
 def test_expires_within_sees_the_key_that_lapses_first(seeded: config.Settings) -> None:

@@ -86,3 +86,14 @@ def test_config_reads_the_environment_in_one_place(tmp_path: Path) -> None:
     assert load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "1"}).exit_after_swap is True
     with pytest.raises(UsageError, match=r"^ASIDE_SEED_EXIT_AFTER_SWAP must be 0 or 1"):
         load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "yes"})
+
+
+def test_redis_mode_is_read_and_checked() -> None:
+    assert load_config({}).redis_mode == "standalone"
+    assert load_config({"REDIS_MODE": "cluster"}).redis_mode == "cluster"
+    sentinel = load_config({"REDIS_MODE": "sentinel", "REDIS_SENTINEL_MASTER": "aside"})
+    assert (sentinel.redis_mode, sentinel.redis_sentinel_master) == ("sentinel", "aside")
+    with pytest.raises(UsageError, match=r"^REDIS_MODE must be one of"):
+        load_config({"REDIS_MODE": "ring"})
+    with pytest.raises(UsageError, match=r"^REDIS_SENTINEL_MASTER is required"):
+        load_config({"REDIS_MODE": "sentinel"})

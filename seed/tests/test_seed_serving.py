@@ -91,10 +91,10 @@ def test_the_swap_clears_the_idempotency_keys(seed, db: psycopg.Connection, rdb)
 def test_the_cache_is_flushed_and_the_l1_tiers_told(seed, db: psycopg.Connection, rdb) -> None:
     seed.ok(*ARGS)
     for key in (
-        "aside:v1:count:a@example.com",
-        "aside:v1:user:1",
-        "aside:v1:user:2",
-        "aside:v1:user:3:lease",
+        "aside:v1:{count:a@example.com}",
+        "aside:v1:{user:1}",
+        "aside:v1:{user:2}",
+        "aside:v1:{user:3}:lease",
     ):
         rdb.set(key, "old")
     rdb.set("aside:test:other", "kept")
@@ -136,7 +136,7 @@ def test_a_seeder_gone_after_its_swap_leaves_the_flush_owed(
     gate open, the cache untouched, and the flush owed in the core's outbox
     (which the core's relay then runs: gateway/tests/test_seed_serving.py)."""
     seed.ok(*ARGS)
-    rdb.set("aside:v1:count:a@example.com", "old")
+    rdb.set("aside:v1:{count:a@example.com}", "old")
     done = seed("--rows", "6000", "--hot-emails", "10", "--reset", ASIDE_SEED_EXIT_AFTER_SWAP="1")
     assert done.returncode == 3, done.stderr
     assert (
@@ -145,14 +145,14 @@ def test_a_seeder_gone_after_its_swap_leaves_the_flush_owed(
         .startswith("aside-seed: stopped after the swap by ASIDE_SEED_EXIT_AFTER_SWAP")
     )
     assert db.execute("SELECT count(*) FROM users").fetchone() == (6000,)
-    assert rdb.get("aside:v1:count:a@example.com") == b"old"
+    assert rdb.get("aside:v1:{count:a@example.com}") == b"old"
     owed = db.execute("SELECT kind, user_id FROM cache_invalidations").fetchall()
     assert owed == [("flush", None)]
     assert gate_holders(db) == []
     # The next run flushes the cache and clears its own row; the old one
     # stays for a relay (one more flush of an already empty cache).
     seed.ok(*ARGS)
-    assert rdb.get("aside:v1:count:a@example.com") is None
+    assert rdb.get("aside:v1:{count:a@example.com}") is None
     assert db.execute("SELECT count(*) FROM cache_invalidations").fetchone() == (1,)
 
 

@@ -76,7 +76,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 	cache.LogTo(log)
-	rdb, err := cache.NewClient(cfg.RedisURL, cache.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPoolSize})
+	redisOpts := cache.ClientOptions{
+		Mode: cache.Mode(cfg.RedisMode), SentinelMaster: cfg.RedisSentinelMaster,
+		Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPoolSize,
+	}
+	rdb, err := cache.NewClient(cfg.RedisURL, redisOpts)
 	if err != nil {
 		return err
 	}
@@ -85,10 +89,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	users := store.New(pool, cfg.DBTimeout)
 	limiter := compute.NewLimiter(cfg.ComputeMaxConcurrency, cfg.ComputeQueueWait)
 	m := metrics.New(string(cfg.Profile), pool.Stat, limiter.InUse)
-	relay := outbox.New(users, func(readTimeout time.Duration) *redis.Client {
-		client, _ := cache.NewClient(cfg.RedisURL,
-			cache.ClientOptions{Timeout: cfg.RedisTimeout, ReadTimeout: readTimeout, PoolSize: 1})
-		return client // the URL parsed above
+	relay := outbox.New(users, func(readTimeout time.Duration) redis.UniversalClient {
+		o := redisOpts
+		o.ReadTimeout, o.PoolSize = readTimeout, 1
+		client, _ := cache.NewClient(cfg.RedisURL, o)
+		return client // the URL and mode checked above
 	}, outbox.DefaultOptions(cfg.InvalidationDeadline), m.Outbox)
 	router := httpapi.NewRouter(httpapi.Deps{
 		Users:       users,

@@ -10,8 +10,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Mode says what REDIS_URL names: one server, a seed node of a Redis
+// Cluster, or a Sentinel that knows the master (REDIS_MODE).
+type Mode string
+
+const (
+	ModeStandalone Mode = "standalone"
+	ModeCluster    Mode = "cluster"
+	ModeSentinel   Mode = "sentinel"
+)
+
 // ClientOptions are the Redis client settings from the configuration.
 type ClientOptions struct {
+	// Mode is standalone when empty.
+	Mode Mode
+	// SentinelMaster is the master's name (REDIS_SENTINEL_MASTER) in sentinel mode.
+	SentinelMaster string
 	// Timeout bounds dialing, each read and write, and waiting for a pooled connection.
 	Timeout  time.Duration
 	PoolSize int
@@ -20,18 +34,57 @@ type ClientOptions struct {
 	ReadTimeout time.Duration
 }
 
-// NewClient builds a pooled Redis client; it connects lazily. Retries are
-// off: the invalidator retries on its own, within its deadline.
-func NewClient(redisURL string, o ClientOptions) (*redis.Client, error) {
+// NewClient builds the core's Redis client for the mode: the one place a
+// client is made. It connects lazily. Retries are off: the invalidator
+// retries on its own, within its deadline. In cluster mode PoolSize and the
+// timeouts apply to each node's pool; MOVED and ASK redirects are followed.
+// In sentinel mode REDIS_URL names a Sentinel (asked without a password);
+// the URL's credentials and database are the master's.
+func NewClient(redisURL string, o ClientOptions) (redis.UniversalClient, error) {
 	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return nil, errors.New("REDIS_URL: not a valid Redis URL")
 	}
-	opts.DialTimeout = o.Timeout
-	opts.ReadTimeout = o.Timeout
+	read := o.Timeout
 	if o.ReadTimeout > 0 {
-		opts.ReadTimeout = o.ReadTimeout
+		read = o.ReadTimeout
 	}
+	switch o.Mode {
+	case ModeCluster:
+		if opts.DB != 0 {
+			return nil, errors.New("REDIS_URL: a Redis Cluster has only database 0")
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: []string{opts.Addr}, Username: opts.Username, Password: opts.Password,
+			TLSConfig:   opts.TLSConfig,
+			DialTimeout: o.Timeout, ReadTimeout: read, WriteTimeout: o.Timeout, PoolTimeout: o.Timeout,
+			PoolSize:   o.PoolSize,
+			MaxRetries: -1,
+			// One dial per command, as below.
+			DialerRetries:         1,
+			ContextTimeoutEnabled: true,
+			DisableIdentity:       true,
+		}), nil
+	case ModeSentinel:
+		if o.SentinelMaster == "" {
+			return nil, errors.New("REDIS_SENTINEL_MASTER: required when REDIS_MODE=sentinel")
+		}
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: o.SentinelMaster, SentinelAddrs: []string{opts.Addr},
+			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig,
+			DialTimeout: o.Timeout, ReadTimeout: read, WriteTimeout: o.Timeout, PoolTimeout: o.Timeout,
+			PoolSize:              o.PoolSize,
+			MaxRetries:            -1,
+			DialerRetries:         1,
+			ContextTimeoutEnabled: true,
+			DisableIdentity:       true,
+		}), nil
+	case ModeStandalone, "":
+	default:
+		return nil, fmt.Errorf("REDIS_MODE: must be standalone, cluster or sentinel, got %q", o.Mode)
+	}
+	opts.DialTimeout = o.Timeout
+	opts.ReadTimeout = read
 	opts.WriteTimeout = o.Timeout
 	opts.PoolTimeout = o.Timeout
 	opts.PoolSize = o.PoolSize

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,8 +23,10 @@ repeat
     local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
     cursor = reply[1]
     local keys = reply[2]
-    for i = 1, #keys, 500 do
-        deleted = deleted + redis.call('UNLINK', unpack(keys, i, math.min(i + 499, #keys)))
+    -- One key a call: on a Redis Cluster node a command (even in a script)
+    -- may only name keys of one slot, and SCAN's keys span many.
+    for i = 1, #keys do
+        deleted = deleted + redis.call('UNLINK', keys[i])
     end
 until cursor == '0'
 redis.call('PUBLISH', ARGV[2], ARGV[3])
@@ -42,11 +45,24 @@ type FlushMessage struct {
 // FlushAll deletes every cached value and lease and publishes a flush on
 // InvalidationChannel, in one script; it returns how many keys it deleted.
 // Redis serves nothing else while it runs (about a second per million
-// keys), so give it a client whose read timeout allows that.
+// keys), so give it a client whose read timeout allows that. On a Redis
+// Cluster the script runs on every primary (each SCANs only its own keys),
+// and each publishes the flush: an L1 tier emptied more than once loses
+// nothing more.
 func FlushAll(ctx context.Context, rdb redis.Scripter) (int64, error) {
 	msg, err := json.Marshal(FlushMessage{Flush: true, PublishedMs: time.Now().UnixMilli()})
 	if err != nil {
 		return 0, err
 	}
-	return flushAll.Run(ctx, rdb, nil, FlushPattern, InvalidationChannel, msg).Int64()
+	cluster, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return flushAll.Run(ctx, rdb, nil, FlushPattern, InvalidationChannel, msg).Int64()
+	}
+	var deleted atomic.Int64
+	err = cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n, err := flushAll.Run(ctx, node, nil, FlushPattern, InvalidationChannel, msg).Int64()
+		deleted.Add(n)
+		return err
+	})
+	return deleted.Load(), err
 }

@@ -26,9 +26,11 @@
 // InvalidationChannel, so every gateway worker can drop its own in-process
 // copy (its L1 tier) of them; see Publication.
 //
-// Key format: aside:v1:count:<email> and aside:v1:user:<id>. The email is
-// used exactly as given (case kept, UTF-8); the version segment changes when
-// a value format changes.
+// Key format: aside:v1:{count:<email>} and aside:v1:{user:<id>}. The email
+// is used exactly as given (case kept, UTF-8); the version segment changes
+// when a value format changes. The braces are a Redis Cluster hash tag: only
+// the first {...} of a name is hashed, and a lease is its key plus a suffix,
+// so a key and its lease always share a slot (cache.json hash_tag).
 package cache
 
 import (
@@ -56,10 +58,10 @@ const (
 )
 
 // CountKey is the key of the number of users with exactly this email.
-func CountKey(email string) string { return Prefix + ":count:" + email }
+func CountKey(email string) string { return Prefix + ":{count:" + email + "}" }
 
 // UserKey is the key of one user's JSON (or the negative entry "null").
-func UserKey(id int64) string { return Prefix + ":user:" + strconv.FormatInt(id, 10) }
+func UserKey(id int64) string { return Prefix + ":{user:" + strconv.FormatInt(id, 10) + "}" }
 
 // LeaseKey is the key of the lease guarding key.
 func LeaseKey(key string) string { return key + LeaseSuffix }
@@ -137,11 +139,29 @@ type Publication struct {
 // InvalidationChannel in one MULTI/EXEC: a subscriber is never told about a
 // DEL that did not happen, and a DEL is never left unannounced by a failure
 // between the two (the whole transaction is retried instead).
+//
+// On a Redis Cluster a transaction, like a DEL, may only name keys of one
+// slot, and the stale keys of a write span several: each key goes with its
+// lease (one slot, by the hash tag) in a DEL of its own, pipelined, and the
+// keys are published only once every DEL succeeded. The two promises hold:
+// no message before its DELs, and a failure anywhere retries them all.
 func DelAndPublish(ctx context.Context, rdb redis.Cmdable, keys []string) error {
 	now := time.Now()
 	msg, err := json.Marshal(Publication{Keys: keys, PublishedMs: now.UnixMilli(), PublishedUs: now.UnixMicro()})
 	if err != nil {
 		return err
+	}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		if _, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, k := range keys {
+				pipe.Del(ctx, k, LeaseKey(k))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		// PUBLISH reaches every node's subscribers, whichever node takes it.
+		return rdb.Publish(ctx, InvalidationChannel, msg).Err()
 	}
 	_, err = rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.Del(ctx, WithLeases(keys)...)

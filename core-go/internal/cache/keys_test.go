@@ -131,8 +131,8 @@ func TestChangeOwesTheInvalidationVectorsKeys(t *testing.T) {
 }
 
 func TestWithLeasesPairsEachKeyWithItsLease(t *testing.T) {
-	got := cache.WithLeases([]string{"aside:v1:user:1", "aside:v1:count:a@b.c"})
-	want := []string{"aside:v1:user:1", "aside:v1:user:1:lease", "aside:v1:count:a@b.c", "aside:v1:count:a@b.c:lease"}
+	got := cache.WithLeases([]string{"aside:v1:{user:1}", "aside:v1:{count:a@b.c}"})
+	want := []string{"aside:v1:{user:1}", "aside:v1:{user:1}:lease", "aside:v1:{count:a@b.c}", "aside:v1:{count:a@b.c}:lease"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("WithLeases = %q, want %q", got, want)
 	}

@@ -15,7 +15,7 @@ import (
 
 // subscribe listens on the invalidation channel until the test ends; the
 // subscription is confirmed before it returns, so nothing published after is missed.
-func subscribe(t *testing.T, rdb *redis.Client) <-chan *redis.Message {
+func subscribe(t *testing.T, rdb redis.UniversalClient) <-chan *redis.Message {
 	t.Helper()
 	ctx := context.Background()
 	sub := rdb.Subscribe(ctx, cache.InvalidationChannel)

@@ -51,7 +51,7 @@ func existing(t *testing.T, keys ...string) []string {
 	return out
 }
 
-func newClient(t *testing.T, url string) *redis.Client {
+func newClient(t *testing.T, url string) redis.UniversalClient {
 	t.Helper()
 	rdb, err := cache.NewClient(url, cache.ClientOptions{Timeout: 200 * time.Millisecond, PoolSize: 4})
 	if err != nil {

@@ -34,6 +34,13 @@ const (
 	DefaultProductionMetricsAddr = "127.0.0.1:28089"
 )
 
+// The values of REDIS_MODE.
+const (
+	RedisStandalone = "standalone"
+	RedisCluster    = "cluster"
+	RedisSentinel   = "sentinel"
+)
+
 // Config is everything aside-core reads from its environment.
 type Config struct {
 	Profile    Profile
@@ -48,9 +55,14 @@ type Config struct {
 	DBTimeout           time.Duration
 	DBHealthCheckPeriod time.Duration
 
-	RedisURL      string
-	RedisTimeout  time.Duration
-	RedisPoolSize int
+	RedisURL string
+	// RedisMode says what RedisURL names (REDIS_MODE): standalone, a
+	// cluster's seed node, or a Sentinel; RedisSentinelMaster is the
+	// master's name for the last.
+	RedisMode           string
+	RedisSentinelMaster string
+	RedisTimeout        time.Duration
+	RedisPoolSize       int
 
 	// InvalidationDeadline bounds all tries of one cache invalidation.
 	InvalidationDeadline time.Duration
@@ -119,8 +131,24 @@ func Load(getenv func(string) string) (Config, error) {
 		r.fail("DATABASE_URL", "must be a PostgreSQL URL like "+DefaultDatabaseURL)
 	}
 	cfg.RedisURL = r.required("REDIS_URL", DefaultRedisURL, cfg.Profile)
-	if _, err := redis.ParseURL(cfg.RedisURL); err != nil {
+	redisOpts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
 		r.fail("REDIS_URL", "must be a Redis URL like "+DefaultRedisURL+": "+oneLine(err.Error()))
+	}
+	cfg.RedisMode = r.str("REDIS_MODE", RedisStandalone)
+	switch cfg.RedisMode {
+	case RedisStandalone:
+	case RedisCluster:
+		if redisOpts != nil && redisOpts.DB != 0 {
+			r.fail("REDIS_URL", "must name database 0 when REDIS_MODE=cluster (a cluster has no other)")
+		}
+	case RedisSentinel:
+	default:
+		r.fail("REDIS_MODE", fmt.Sprintf("must be standalone, cluster or sentinel, got %q", cfg.RedisMode))
+	}
+	cfg.RedisSentinelMaster = r.str("REDIS_SENTINEL_MASTER", "")
+	if cfg.RedisMode == RedisSentinel && cfg.RedisSentinelMaster == "" {
+		r.fail("REDIS_SENTINEL_MASTER", "is required when REDIS_MODE=sentinel (the master's name)")
 	}
 
 	cfg.DBPoolMax = int32(r.intRange("CORE_DB_POOL_MAX", 16, 1, 1000))

@@ -112,6 +112,7 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CORE_TOKEN", "has a space in it, 0123456789"},
 		{"CORE_TOKEN", strings.Repeat("x", 513)},
 		{"ASIDE_TEST_HOOKS", "yes"},
+		{"REDIS_MODE", "sharded"},
 	}
 	for _, b := range bad {
 		_, err := config.Load(lab(map[string]string{b.name: b.value}))
@@ -122,6 +123,35 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		msg := err.Error()
 		if !strings.HasPrefix(msg, b.name+": ") || strings.ContainsAny(msg, "\n\r") {
 			t.Errorf("%s=%q: error %q does not start with the name or is not one line", b.name, b.value, msg)
+		}
+	}
+}
+
+func TestRedisModes(t *testing.T) {
+	cfg, err := config.Load(lab(nil))
+	if err != nil || cfg.RedisMode != config.RedisStandalone || cfg.RedisSentinelMaster != "" {
+		t.Fatalf("default: %q %q %v", cfg.RedisMode, cfg.RedisSentinelMaster, err)
+	}
+	cfg, err = config.Load(lab(map[string]string{"REDIS_MODE": "cluster", "REDIS_URL": "redis://:pw@10.0.0.1:7000"}))
+	if err != nil || cfg.RedisMode != config.RedisCluster {
+		t.Fatalf("cluster: %q %v", cfg.RedisMode, err)
+	}
+	cfg, err = config.Load(lab(map[string]string{"REDIS_MODE": "sentinel", "REDIS_URL": "redis://10.0.0.1:26379/0",
+		"REDIS_SENTINEL_MASTER": "aside"}))
+	if err != nil || cfg.RedisMode != config.RedisSentinel || cfg.RedisSentinelMaster != "aside" {
+		t.Fatalf("sentinel: %q %q %v", cfg.RedisMode, cfg.RedisSentinelMaster, err)
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		name string
+	}{
+		{map[string]string{"REDIS_MODE": "sentinel"}, "REDIS_SENTINEL_MASTER"},
+		{map[string]string{"REDIS_MODE": "cluster", "REDIS_URL": "redis://127.0.0.1:7000/3"}, "REDIS_URL"},
+		{map[string]string{"REDIS_MODE": "Cluster"}, "REDIS_MODE"},
+	} {
+		_, err := config.Load(lab(c.env))
+		if err == nil || !strings.HasPrefix(err.Error(), c.name+": ") || strings.ContainsAny(err.Error(), "\n\r") {
+			t.Errorf("%v: error %v, want one line naming %s", c.env, err, c.name)
 		}
 	}
 }

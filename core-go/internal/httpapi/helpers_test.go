@@ -69,7 +69,7 @@ type testServer struct {
 	router  *gin.Engine
 	metrics *metrics.Metrics
 	limiter *compute.Limiter
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	logs    *lockedBuffer
 }
 
@@ -106,7 +106,7 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 	limiter := compute.NewLimiter(o.computeMax, o.computeWait)
 	m := metrics.New("lab", pool.Stat, limiter.InUse)
 	logs := &lockedBuffer{}
-	relay := outbox.New(users, func(readTimeout time.Duration) *redis.Client {
+	relay := outbox.New(users, func(readTimeout time.Duration) redis.UniversalClient {
 		client, _ := cache.NewClient(o.redisURL,
 			cache.ClientOptions{Timeout: 200 * time.Millisecond, ReadTimeout: readTimeout, PoolSize: 1})
 		return client

@@ -91,7 +91,7 @@ type Observer interface {
 // Relay settles owed invalidations; build it with New and run Run once.
 type Relay struct {
 	store    Store
-	newRedis func(readTimeout time.Duration) *redis.Client
+	newRedis func(readTimeout time.Duration) redis.UniversalClient
 	opts     Options
 	observe  Observer
 	forget   chan int64
@@ -100,7 +100,7 @@ type Relay struct {
 
 // New returns a relay; newRedis builds the relay's own client (called again
 // after every failed round), with readTimeout as its read timeout when not 0.
-func New(st Store, newRedis func(readTimeout time.Duration) *redis.Client, opts Options, observe Observer) *Relay {
+func New(st Store, newRedis func(readTimeout time.Duration) redis.UniversalClient, opts Options, observe Observer) *Relay {
 	return &Relay{
 		store: st, newRedis: newRedis, opts: opts, observe: observe,
 		forget: make(chan int64, opts.Queue),
@@ -174,7 +174,7 @@ func (r *Relay) forgetQueued(ctx context.Context, ids []int64) []int64 {
 
 // settle runs one batch: the retried rows and the rows past Grace. It
 // returns the retried ids still owed.
-func (r *Relay) settle(ctx context.Context, rdb *redis.Client, retrying []int64) ([]int64, error) {
+func (r *Relay) settle(ctx context.Context, rdb redis.UniversalClient, retrying []int64) ([]int64, error) {
 	for {
 		owed, err := r.store.SettleOwed(ctx, retrying, r.opts.Grace, r.opts.Batch, func(owed []store.Owed) error {
 			return r.del(ctx, rdb, owed)
@@ -216,7 +216,7 @@ func (r *Relay) settleFlushes(ctx context.Context) error {
 	return err
 }
 
-func (r *Relay) del(ctx context.Context, rdb *redis.Client, owed []store.Owed) error {
+func (r *Relay) del(ctx context.Context, rdb redis.UniversalClient, owed []store.Owed) error {
 	var keys []string
 	for _, o := range owed {
 		keys = append(keys, o.Change.StaleKeys()...)

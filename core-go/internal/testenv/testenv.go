@@ -48,7 +48,10 @@ type Env struct {
 	RedisURL    string
 	Pool        *pgxpool.Pool
 	Redis       *redis.Client
-	lock        *pgx.Conn
+	// ClusterURL is a node of the test stack's Redis Cluster
+	// (ASIDE_REDIS_CLUSTER_URL), empty without one: the cluster tests skip.
+	ClusterURL string
+	lock       *pgx.Conn
 }
 
 // Setup creates the database if needed, applies contracts/schema.sql, and
@@ -79,7 +82,7 @@ func Setup(ctx context.Context) (*Env, error) {
 		admin.Close(ctx)
 		return nil, fmt.Errorf("testenv: advisory lock: %w", err)
 	}
-	env := &Env{DatabaseURL: testURL, RedisURL: redisURL, lock: admin}
+	env := &Env{DatabaseURL: testURL, RedisURL: redisURL, ClusterURL: os.Getenv("ASIDE_REDIS_CLUSTER_URL"), lock: admin}
 	if err := env.init(ctx); err != nil {
 		env.Close()
 		return nil, err

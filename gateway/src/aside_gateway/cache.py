@@ -32,15 +32,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import redis
-
-from aside_gateway import cache_keys, metrics
+from aside_gateway import cache_keys, metrics, redis_clients
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.coalesce import Flight, SingleFlight, shared_error
 from aside_gateway.config import Settings
 from aside_gateway.errors import ApiError, ClientGone
 from aside_gateway.hooks import TestHooks
-from aside_gateway.redis_errors import REDIS_ERRORS, no_retry
+from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import EarlyGet
 
 HIT = "HIT"
@@ -111,16 +109,15 @@ class Fill:
 class Cache:
     def __init__(self, settings: Settings, breaker: CircuitBreaker, hooks: TestHooks | None = None):
         timeout_s = settings.redis_timeout_ms / 1000
-        self.pool = redis.BlockingConnectionPool.from_url(
-            settings.redis_url,
-            max_connections=settings.redis_pool_max,
-            timeout=timeout_s,
+        self.client = redis_clients.sync_client(
+            settings,
             socket_timeout=timeout_s,
-            socket_connect_timeout=settings.redis_connect_timeout_ms / 1000,
-            retry=no_retry(),
-            health_check_interval=0,
+            connect_timeout=settings.redis_connect_timeout_ms / 1000,
+            max_connections=settings.redis_pool_max,
+            pool_timeout=timeout_s,
         )
-        self.client = redis.Redis(connection_pool=self.pool)
+        # The hit path's own GET needs one server's pool; a cluster routes by key.
+        self.pool = redis_clients.single_pool(self.client)
         # Script objects call EVALSHA with a SHA computed once, loading on NOSCRIPT.
         self._get_or_lease = self.client.register_script(GET_OR_LEASE)
         self._store_if_lease_held = self.client.register_script(STORE_IF_LEASE_HELD)
@@ -180,7 +177,10 @@ class Cache:
 
     def _get(self, key: str) -> bytes | None:
         """GET on a pooled connection, skipping redis-py's per-command machinery
-        (retry wrapper, event and observability hooks): this is the hit path."""
+        (retry wrapper, event and observability hooks): this is the hit path.
+        On a cluster, the client's GET, which finds the key's node."""
+        if self.pool is None:
+            return self.client.get(key)
         conn = self.pool.get_connection()
         try:
             conn.send_command("GET", key)
@@ -324,16 +324,18 @@ class Cache:
         self.client.ping()
 
     def sample_gauges(self) -> None:
-        created = len(getattr(self.pool, "_connections", ()))
-        queue = getattr(getattr(self.pool, "pool", None), "queue", ())
-        idle = sum(1 for conn in list(queue) if conn is not None)
+        created = idle = 0
+        for pool in redis_clients.pools(self.client):  # one per node on a cluster
+            created += len(getattr(pool, "_connections", ()))
+            queue = getattr(getattr(pool, "pool", None), "queue", ())
+            idle += sum(1 for conn in list(queue) if conn is not None)
         metrics.REDIS_POOL_CREATED.set(created)
         metrics.REDIS_POOL_IN_USE.set(max(created - idle, 0))
         metrics.REDIS_POOL_MAX.set(self._max_connections)
         metrics.REDIS_BREAKER_OPEN.set(1 if self.breaker.is_open else 0)
 
     def close(self) -> None:
-        self.pool.disconnect()
+        redis_clients.close(self.client)
         if self.hooks:
             self.hooks.close()
 

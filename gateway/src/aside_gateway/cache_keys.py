@@ -51,20 +51,25 @@ TOO_LARGE = b"!too-large"  # the value was not stored: read the database
 DECODED_MAX_BYTES = 64 * 1024 * 1024
 
 
+# Keys put their identity in braces, a Redis Cluster hash tag (cache.json
+# `hash_tag`): only the first {...} is hashed, and a lease is its key plus a
+# suffix, so a key and its lease always share a slot, as the lease scripts need.
+
+
 def count_key(email: str) -> str:
     """Key of the count of users with exactly this email (case kept)."""
-    return f"{PREFIX}:count:{email}"
+    return f"{PREFIX}:{{count:{email}}}"
 
 
 def user_key(user_id: int) -> str:
-    return f"{PREFIX}:user:{user_id}"
+    return f"{PREFIX}:{{user:{user_id}}}"
 
 
 def track_key(track_id: int, tolerance: str | None, tag: str) -> str:
     """Key of a track's answer: whole (tolerance None) or simplified at the
     canonical tolerance, stored under the large-value policy named by `tag`."""
     simplified = f":dp:{tolerance}" if tolerance is not None else ""
-    return f"{PREFIX}:track:{track_id}{simplified}:{tag}"
+    return f"{PREFIX}:{{track:{track_id}}}{simplified}:{tag}"
 
 
 def track_json(track_id: int, name: str, distance_m: int, path: str) -> bytes:
@@ -104,9 +109,9 @@ def stale_after_delete(user_id: int, email: str) -> list[str]:
     return [count_key(email), user_key(user_id)]
 
 
-_COUNT_PREFIX = f"{PREFIX}:count:"
-_USER_PREFIX = f"{PREFIX}:user:"
-_TRACK_PREFIX = f"{PREFIX}:track:"
+_COUNT_PREFIX = f"{PREFIX}:{{count:"
+_USER_PREFIX = f"{PREFIX}:{{user:"
+_TRACK_PREFIX = f"{PREFIX}:{{track:"
 
 
 COUNT_MAX_DIGITS = 19  # a bigint count; longer is garbage (and int() refuses 4300+)

@@ -33,6 +33,12 @@ from aside_gateway.validation import parse_tolerance
 PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
 L1_SUBSCRIBERS = ("loop", "thread")
+# What REDIS_URL names (REDIS_MODE): the server, a Redis Cluster's seed node,
+# or a Sentinel that knows the master (redis_clients.py makes the clients).
+REDIS_STANDALONE = "standalone"
+REDIS_CLUSTER = "cluster"
+REDIS_SENTINEL = "sentinel"
+REDIS_MODES = (REDIS_STANDALONE, REDIS_CLUSTER, REDIS_SENTINEL)
 
 _INT_RE = re.compile(r"^-?[0-9]{1,12}$")
 _BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
@@ -52,6 +58,8 @@ class Settings:
     redis_url: str
     core_url: str
     profile: str = "production"
+    redis_mode: str = REDIS_STANDALONE
+    redis_sentinel_master: str | None = None
     cache_ttl_seconds: int = TTL_SECONDS_DEFAULT
     bind: str = "127.0.0.1:28000"
     workers: int = 2
@@ -194,6 +202,20 @@ def _redis_url(env: Mapping[str, str]) -> str:
     return value
 
 
+def _redis_mode(env: Mapping[str, str], url: str) -> tuple[str, str | None]:
+    """REDIS_MODE and, for sentinel, REDIS_SENTINEL_MASTER; checked against REDIS_URL."""
+    mode = _choice(env, "REDIS_MODE", REDIS_STANDALONE, REDIS_MODES)
+    parts = urlsplit(url)
+    if mode != REDIS_STANDALONE and parts.scheme == "unix":
+        raise ConfigError(f"REDIS_URL must be a redis:// or rediss:// URL when REDIS_MODE={mode}")
+    if mode == REDIS_CLUSTER and parts.path.strip("/") not in ("", "0"):
+        raise ConfigError("REDIS_URL must name database 0 when REDIS_MODE=cluster")
+    master = (env.get("REDIS_SENTINEL_MASTER") or "").strip() or None
+    if mode == REDIS_SENTINEL and master is None:
+        raise ConfigError("REDIS_SENTINEL_MASTER is required when REDIS_MODE=sentinel")
+    return mode, master
+
+
 def _bind(env: Mapping[str, str]) -> str:
     value = (env.get("GATEWAY_BIND") or "127.0.0.1:28000").strip()
     if value.startswith("unix:") and len(value) > 5:
@@ -261,11 +283,16 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     l1_invalidation = _choice(env, "CACHE_L1_INVALIDATION", "on", ("on", "off")) == "on"
     if not l1_invalidation and profile != "lab":
         raise ConfigError("CACHE_L1_INVALIDATION=off is refused unless ASIDE_PROFILE=lab")
+    database_url = _url(env, "DATABASE_URL", ("postgresql", "postgres"))
+    redis_url = _redis_url(env)
+    redis_mode, sentinel_master = _redis_mode(env, redis_url)
     return Settings(
-        database_url=_url(env, "DATABASE_URL", ("postgresql", "postgres")),
-        redis_url=_redis_url(env),
+        database_url=database_url,
+        redis_url=redis_url,
         core_url=_url(env, "CORE_URL", ("http", "https")).rstrip("/"),
         profile=profile,
+        redis_mode=redis_mode,
+        redis_sentinel_master=sentinel_master,
         cache_ttl_seconds=_int(env, "CACHE_TTL_SECONDS", TTL_SECONDS_DEFAULT, 1, 86400),
         bind=_bind(env),
         workers=_int(env, "GATEWAY_WORKERS", 2, 1, 64),

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 
-import redis
-
+from aside_gateway import redis_clients
 from aside_gateway.config import Settings
-from aside_gateway.redis_errors import REDIS_ERRORS, no_retry
+from aside_gateway.redis_errors import REDIS_ERRORS
 
 log = logging.getLogger("aside_gateway")
 
@@ -25,11 +24,8 @@ class TestHooks:
 
     def __init__(self, settings: Settings):
         # Its own client: BLPOP blocks far longer than the cache's socket timeout.
-        self.client = redis.Redis.from_url(
-            settings.redis_url,
-            socket_timeout=HOLD_TIMEOUT_S + 2,
-            socket_connect_timeout=1,
-            retry=no_retry(),
+        self.client = redis_clients.sync_client(
+            settings, socket_timeout=HOLD_TIMEOUT_S + 2, connect_timeout=1
         )
 
     def joined(self, name: str) -> None:

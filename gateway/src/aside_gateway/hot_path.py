@@ -30,12 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-import redis.asyncio
 import werkzeug.urls  # noqa: F401 - registers the "werkzeug.url_quote" codec error handler
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
-from aside_gateway import cache_keys, metrics
+from aside_gateway import cache_keys, metrics, redis_clients
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.cache import FOLLOW_TIMEOUT_S, HIT
 from aside_gateway.coalesce import LoopFlights
@@ -192,22 +189,18 @@ class EarlyGetClient:
         self._settings = settings
         self._timeout_s = settings.redis_timeout_ms / 1000
         self._breaker = breaker
-        self._client: redis.asyncio.Redis | None = None
+        self._client: redis_clients.AsyncClient | None = None
 
-    def _redis(self) -> redis.asyncio.Redis:
+    def _redis(self) -> redis_clients.AsyncClient:
         # Built on first use, inside the worker's event loop that it belongs to.
         # No socket timeout and no pool timeout: the one deadline in get()
         # bounds connection wait, send and reply together.
         if self._client is None:
-            pool = redis.asyncio.BlockingConnectionPool.from_url(
-                self._settings.redis_url,
+            self._client = redis_clients.async_client(
+                self._settings,
+                connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
                 max_connections=self._settings.redis_pool_max,
-                timeout=None,
-                socket_connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
-                retry=Retry(NoBackoff(), 0),
-                health_check_interval=0,
             )
-            self._client = redis.asyncio.Redis(connection_pool=pool)
         return self._client
 
     async def get(self, key: str, l1_token: tuple[int, int] | None = None) -> EarlyGet | None:

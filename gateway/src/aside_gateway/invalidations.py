@@ -29,13 +29,10 @@ import threading
 import time
 from typing import Any
 
-import redis
-import redis.asyncio
-
-from aside_gateway import cache_keys, metrics
+from aside_gateway import cache_keys, metrics, redis_clients
 from aside_gateway.config import Settings
 from aside_gateway.l1 import L1Cache
-from aside_gateway.redis_errors import REDIS_ERRORS, no_retry
+from aside_gateway.redis_errors import REDIS_ERRORS
 
 log = logging.getLogger("aside_gateway")
 
@@ -141,12 +138,14 @@ class InvalidationSubscriber:
 
     def __init__(self, settings: Settings, l1: L1Cache):
         self._follower = Follower(l1)
-        self._client = redis.Redis.from_url(
-            settings.redis_url,
-            socket_connect_timeout=settings.redis_connect_timeout_ms / 1000,
+        # health_check_interval 0 (the factory's): our own PINGs, with a
+        # verdict when unanswered. On a Redis Cluster the subscription goes
+        # through the cluster client to one node (PUBLISH reaches every node's
+        # subscribers); losing that node is a lost subscription like any other.
+        self._client = redis_clients.sync_client(
+            settings,
             socket_timeout=max(settings.redis_timeout_ms / 1000, 1.0),
-            retry=no_retry(),
-            health_check_interval=0,  # our own PINGs, with a verdict when unanswered
+            connect_timeout=settings.redis_connect_timeout_ms / 1000,
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -220,13 +219,14 @@ class LoopInvalidationSubscriber:
             await self._task
         self._task = None
 
-    def _client(self) -> redis.asyncio.Redis:
-        return redis.asyncio.Redis.from_url(
-            self._settings.redis_url,
-            socket_connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
+    def _client(self) -> redis_clients.AsyncClient:
+        # No retries and no health checks (the factory's): our own PINGs,
+        # with a verdict when unanswered, as on the thread.
+        return redis_clients.async_client(
+            self._settings,
+            connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
             socket_timeout=max(self._settings.redis_timeout_ms / 1000, 1.0),
-            retry=no_retry(),
-            health_check_interval=0,  # our own PINGs, with a verdict when unanswered
+            max_connections=2,
         )
 
     async def _run(self) -> None:

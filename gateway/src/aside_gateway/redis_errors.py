@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 
-# A refused or broken connection surfaces as OSError, a timeout as either.
-REDIS_ERRORS = (RedisError, OSError)
+# A refused or broken connection surfaces as OSError, a timeout as either. A
+# cluster client's own failures (no node reachable, a command it cannot
+# route) are not RedisErrors but fail a read the same way: PostgreSQL answers.
+REDIS_ERRORS = (RedisError, OSError, RedisClusterException)
 
 
 def no_retry() -> Retry:

@@ -43,6 +43,8 @@ class Settings:
     # The calibration measures the core's /healthz as well as the gateway's.
     core_url: str = DEFAULTS["CORE_URL"]
     dashboard_port: int = int(DEFAULTS["ASIDE_K6_DASHBOARD_PORT"])
+    # What REDIS_URL names, as for the gateway and the core (redisclient.py).
+    redis_mode: str = "standalone"
 
     @property
     def scripts_dir(self) -> Path:
@@ -116,4 +118,17 @@ def load(env: dict[str, str] | None = None) -> Settings:
         default_data_dir=Path(env.get("ASIDE_K6_DATA_DIR") or root / "k6" / "data"),
         core_url=_http_url("CORE_URL", env),
         dashboard_port=_port("ASIDE_K6_DASHBOARD_PORT", env),
+        redis_mode=_redis_mode(env),
     )
+
+
+REDIS_MODES = ("standalone", "cluster")
+
+
+def _redis_mode(env: dict[str, str]) -> str:
+    """standalone, or cluster (REDIS_URL one node of it); the bench does not
+    follow a Sentinel."""
+    value = (env.get("REDIS_MODE") or "").strip() or "standalone"
+    if value not in REDIS_MODES:
+        raise ConfigError(f"REDIS_MODE must be one of {'|'.join(REDIS_MODES)}, got {value!r}")
+    return value

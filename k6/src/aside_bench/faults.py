@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 import psycopg
-import redis
 import requests
 
+from . import redisclient
 from .config import Settings
 from .prepare import StackError
 from .services import ServiceControl, wait_for
@@ -24,9 +24,7 @@ class Faults:
 
     def _ready(self, service: str) -> bool:
         if service == "redis":
-            client = redis.Redis.from_url(
-                self.settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5
-            )
+            client = redisclient.connect(self.settings, socket_timeout=0.5, connect_timeout=0.5)
             try:
                 return bool(client.ping())
             finally:

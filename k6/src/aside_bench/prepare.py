@@ -13,6 +13,7 @@ import psycopg
 import redis
 import requests
 
+from . import redisclient
 from .config import Settings
 from .sources import Influx, Prometheus, SourceError
 
@@ -59,9 +60,9 @@ def connect(settings: Settings) -> psycopg.Connection:
 
 def flush_cache(settings: Settings) -> None:
     """Empty the gateway's Redis database (the one REDIS_URL names), nothing else."""
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    client = redisclient.connect(settings)
     try:
-        client.flushdb()
+        redisclient.flush(client)
     except redis.RedisError as error:
         raise StackError(f"cannot flush the cache at REDIS_URL: {error}") from error
     finally:
@@ -71,9 +72,9 @@ def flush_cache(settings: Settings) -> None:
 def expires_within(settings: Settings, seconds: float) -> bool:
     """True if some key of the gateway's Redis database expires within `seconds`
     (or the database is empty): a step that long would see its keys lapse."""
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    client = redisclient.connect(settings)
     try:
-        keys = list(client.scan_iter(count=1000))
+        keys = redisclient.keys(client)
         if not keys:
             return True
         with client.pipeline(transaction=False) as pipe:

@@ -20,6 +20,7 @@ from urllib.parse import quote
 import redis
 import requests
 
+from . import redisclient
 from .config import Settings
 from .gateway_metrics import scrape, tier_read_counts, unlabelled_value
 from .prepare import StackError, flush_cache
@@ -42,7 +43,7 @@ def flush_message(now_s: float) -> bytes:
 
 def announce_l1_flush(settings: Settings) -> int:
     """Publish the flush message; the number of workers that heard it."""
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    client = redisclient.connect(settings)
     try:
         return int(client.publish(INVALIDATION_CHANNEL, flush_message(time.time())))
     except redis.RedisError as error:

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import time
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
+import redis.sentinel
+from redis.cluster import RedisCluster
 
 from aside_seed.errors import SeedError
 
@@ -39,14 +41,35 @@ def describe_redis(url: str) -> str:
     return f"{host}:{parts.port or 6379}{parts.path or '/0'}"
 
 
-def connect(url: str) -> redis.Redis:
+Client = redis.Redis | RedisCluster
+
+
+def make_client(url: str, mode: str = "standalone", sentinel_master: str | None = None) -> Client:
+    """The seeder's one Redis client, for REDIS_MODE (config.py)."""
+    timeouts = {"socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_timeout": SCRIPT_TIMEOUT_S}
+    if mode == "cluster":
+        return RedisCluster.from_url(url, **timeouts)
+    if mode == "sentinel":
+        parts = urlsplit(url)
+        sentinel = redis.sentinel.Sentinel(
+            [(parts.hostname or "127.0.0.1", parts.port or 26379)], sentinel_kwargs=timeouts
+        )
+        return sentinel.master_for(
+            sentinel_master or "",
+            db=int(parts.path.strip("/") or 0),
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            **timeouts,
+        )
+    return redis.Redis.from_url(url, **timeouts)
+
+
+def connect(url: str, mode: str = "standalone", sentinel_master: str | None = None) -> Client:
     """A client whose connection is checked now, before the load: a seed that
     could not flush the cache after its swap would leave the old table served."""
     where = describe_redis(url)
     try:
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SCRIPT_TIMEOUT_S
-        )
+        client = make_client(url, mode, sentinel_master)
         client.ping()
     except (redis.RedisError, ValueError) as exc:
         raise SeedError(
@@ -66,15 +89,27 @@ def flush_message() -> bytes:
     return json.dumps({"flush": True, "published_ms": int(time.time() * 1000)}).encode()
 
 
-def flush(client: redis.Redis, url: str, script: str) -> int:
+def _run_flush(client: Client, script: str) -> int:
+    """The script on the server, or on every primary of a cluster (each SCANs
+    only its own keys; each publishes the flush, which an L1 tier may hear
+    more than once at no cost)."""
+    args = (CACHE_PATTERN, INVALIDATION_CHANNEL, flush_message())
+    if isinstance(client, RedisCluster):
+        replies = client.execute_command(
+            "EVAL", script, 0, *args, target_nodes=RedisCluster.PRIMARIES
+        )
+        return sum(int(n) for n in replies.values())
+    return int(client.eval(script, 0, *args))
+
+
+def flush(client: Client, url: str, script: str) -> int:
     """Deletes every cached value and lease and tells the L1 tiers with `script`
     (contracts/flush_cache.lua: ARGV[1] pattern, ARGV[2] channel, ARGV[3]
     message); returns the keys deleted. Retried: the swap has committed, and
     until this succeeds the cache may serve the old table."""
     for attempt in range(1, FLUSH_TRIES + 1):
         try:
-            deleted = client.eval(script, 0, CACHE_PATTERN, INVALIDATION_CHANNEL, flush_message())
-            return int(deleted)
+            return _run_flush(client, script)
         except redis.RedisError as exc:
             if attempt == FLUSH_TRIES:
                 raise SeedError(

@@ -11,6 +11,8 @@ from aside_seed.errors import UsageError
 
 DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:25432/aside"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:26379/0"
+# What REDIS_URL names (the gateway's and the core's REDIS_MODE alike).
+REDIS_MODES = ("standalone", "cluster", "sentinel")
 # seed/src/aside_seed/config.py -> the repository root is three folders up.
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,6 +32,10 @@ class Config:
     # Test-only: exit right after the swap, before the cache flush, as a seeder
     # killed there would (ASIDE_SEED_EXIT_AFTER_SWAP=1).
     exit_after_swap: bool = False
+    # standalone, cluster (REDIS_URL one node: the flush runs on every
+    # primary) or sentinel (REDIS_URL a Sentinel, asked for this master).
+    redis_mode: str = "standalone"
+    redis_sentinel_master: str | None = None
 
 
 def load_config(env: Mapping[str, str] | None = None) -> Config:
@@ -44,7 +50,23 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         flush_script_path=root / "contracts" / "flush_cache.lua",
         fail_after_rows=_optional_count(env, "ASIDE_SEED_FAIL_AFTER_ROWS"),
         exit_after_swap=_flag(env, "ASIDE_SEED_EXIT_AFTER_SWAP"),
+        redis_mode=_redis_mode(env),
+        redis_sentinel_master=_sentinel_master(env),
     )
+
+
+def _redis_mode(env: Mapping[str, str]) -> str:
+    raw = env.get("REDIS_MODE", "").strip() or "standalone"
+    if raw not in REDIS_MODES:
+        raise UsageError(f"REDIS_MODE must be one of {'|'.join(REDIS_MODES)}, got {raw!r}")
+    return raw
+
+
+def _sentinel_master(env: Mapping[str, str]) -> str | None:
+    master = env.get("REDIS_SENTINEL_MASTER", "").strip() or None
+    if _redis_mode(env) == "sentinel" and master is None:
+        raise UsageError("REDIS_SENTINEL_MASTER is required when REDIS_MODE=sentinel")
+    return master
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

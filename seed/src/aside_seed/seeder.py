@@ -96,7 +96,9 @@ def _load(
     with _phase(phases, "faker pools"):
         parts = build_parts(shape.seed)
         hot = make_hot_emails(parts, shape.seed, shape.hot_emails)
-    with cache.connect(config.redis_url) as redis_client:
+    with cache.connect(
+        config.redis_url, config.redis_mode, config.redis_sentinel_master
+    ) as redis_client:
         gate_closed = time.perf_counter()
         with _phase(phases, "write gate"):
             loader.close_write_gate(conn)

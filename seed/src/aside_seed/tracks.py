@@ -10,7 +10,7 @@ number is nine characters and a path is fixed-width text.
 The table is loaded as `tracks_new` under the seeder's write gate, in one
 transaction with COPY FREEZE, and swapped in by the same transaction as the
 users (`swap_in`), so readers see old users with old tracks or new with new;
-the cache flush that follows covers the `aside:v1:track:` keys like any other.
+the cache flush that follows covers the `aside:v1:{track:` keys like any other.
 """
 
 from __future__ import annotations
