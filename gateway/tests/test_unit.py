@@ -503,6 +503,7 @@ def test_defaults():
         ({"CACHE_L1_SUBSCRIBER": "process"}, "CACHE_L1_SUBSCRIBER"),
         ({"GATEWAY_SWITCH_INTERVAL_US": "0"}, "GATEWAY_SWITCH_INTERVAL_US"),
         ({"REDIS_MODE": "sharded"}, "REDIS_MODE"),
+        ({"REDIS_MODE": "cluster", "CACHE_L1_SUBSCRIBER": "loop"}, "CACHE_L1_SUBSCRIBER"),
         ({"REDIS_MODE": "sentinel"}, "REDIS_SENTINEL_MASTER"),
         ({"REDIS_MODE": "cluster", "REDIS_URL": "redis://127.0.0.1:7000/2"}, "REDIS_URL"),
         ({"REDIS_MODE": "cluster", "REDIS_URL": "unix:///tmp/redis.sock"}, "REDIS_URL"),

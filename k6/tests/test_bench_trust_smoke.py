@@ -194,7 +194,7 @@ def test_compare_flags_against_the_runs_spread(
     assert markdown in stdout
     assert f"| read | cache (warm) | {RATE} |" in markdown
     assert "nocache" not in markdown.split("|---")[1]  # B ran no nocache step
-    assert "exceeds the spread (max - min)" in markdown
+    assert "exceeds the widest spread (max - min)" in markdown
     (step,) = json.loads((folder / "compare.json").read_text())["steps"]
     assert step["changes"]["p95"]["basis"] == "spread"
 

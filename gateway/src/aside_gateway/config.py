@@ -202,6 +202,19 @@ def _redis_url(env: Mapping[str, str]) -> str:
     return value
 
 
+def _l1_subscriber(env: Mapping[str, str], redis_mode: str) -> str:
+    """CACHE_L1_SUBSCRIBER: `loop` by default, `thread` on a Redis Cluster, where
+    only the threaded subscriber is tested (redis-py's asyncio cluster PubSub
+    never confirmed the subscription on the test cluster)."""
+    cluster = redis_mode == REDIS_CLUSTER
+    subscriber = _choice(
+        env, "CACHE_L1_SUBSCRIBER", "thread" if cluster else "loop", L1_SUBSCRIBERS
+    )
+    if cluster and subscriber == "loop":
+        raise ConfigError("CACHE_L1_SUBSCRIBER must be thread when REDIS_MODE=cluster")
+    return subscriber
+
+
 def _redis_mode(env: Mapping[str, str], url: str) -> tuple[str, str | None]:
     """REDIS_MODE and, for sentinel, REDIS_SENTINEL_MASTER; checked against REDIS_URL."""
     mode = _choice(env, "REDIS_MODE", REDIS_STANDALONE, REDIS_MODES)
@@ -330,7 +343,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         cache_l1_max_entries=_int(env, "CACHE_L1_MAX_ENTRIES", 10000, 1, 10_000_000),
         cache_l1_max_bytes=_int(env, "CACHE_L1_MAX_BYTES", 16 * 1024 * 1024, 4096, 2**36),
         cache_l1_invalidation=l1_invalidation,
-        cache_l1_subscriber=_choice(env, "CACHE_L1_SUBSCRIBER", "loop", L1_SUBSCRIBERS),
+        cache_l1_subscriber=_l1_subscriber(env, redis_mode),
         switch_interval_us=_int(env, "GATEWAY_SWITCH_INTERVAL_US", 5000, 100, 100_000),
         head_timeout_s=_int(env, "GATEWAY_HEAD_TIMEOUT_S", 5, 1, 300),
         body_timeout_s=_int(env, "GATEWAY_BODY_TIMEOUT_S", 15, 1, 3600),
