@@ -36,6 +36,8 @@ CALIBRATE ?= 1
 REPEAT ?= 1
 LIVE ?= 0
 KEEP_HTML ?= 0
+# Where k6's samples go: summary (nothing per request; figures from k6's summary) or influx
+SAMPLES ?= summary
 A ?=
 B ?=
 NORMALISE ?= 0
@@ -76,18 +78,19 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 	@$(ENV) $(VENV)/aside-seed --rows "$(ROWS)" --seed "$(SEED)" --hot-emails "$(HOT_EMAILS)" \
 		--hot-ratio "$(HOT_RATIO)" --tracks "$(TRACKS)" --reset $(if $(filter 1 yes true,$(INDEX)),--index,)
 
-# The calibration, live view and HTML reports of both load commands.
+# The calibration, live view, HTML reports and samples of both load commands.
 TRUST_FLAGS = $(if $(filter 0 no false,$(CALIBRATE)),--no-calibrate,) \
-	$(if $(filter 1 yes true,$(LIVE)),--live,) $(if $(filter 1 yes true,$(KEEP_HTML)),--keep-html,)
+	$(if $(filter 1 yes true,$(LIVE)),--live,) $(if $(filter 1 yes true,$(KEEP_HTML)),--keep-html,) \
+	--samples "$(SAMPLES)"
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, CALIBRATE=0, LIVE=1)
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, CALIBRATE=0, LIVE=1, SAMPLES=influx)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
 		--repeat "$(REPEAT)" $(TRUST_FLAGS) \
 		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)") \
 		$(if $(READ_RATE),--read-rate "$(READ_RATE)")
 
-bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route and the bare script (ARMS, REFERENCE=0, CALIBRATE=0, LIVE=1)
+bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route and the bare script (ARMS, REFERENCE=0, CALIBRATE=0, LIVE=1, SAMPLES=influx)
 	@$(ENV) $(VENV)/aside-bench ceiling $(TRUST_FLAGS) \
 		$(if $(filter 0 no false,$(REFERENCE)),--no-reference,) \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")

@@ -1,10 +1,10 @@
 // Is k6 itself the limit of a ceiling? The read script's requests (the same
 // URLs, the same choice of keys) with none of its telemetry: no check, no
-// custom metric, no tag k6 can leave off, run with no output. handleSummary
-// keeps only what the ceiling decides on (whole-run p95, dropped iterations,
-// failed requests, VUs) in SUMMARY_PATH. CHECKS, TAGS and METRICS (1: on) add
-// a k6 check of each answer, the step's tags and the failed_iterations counter
-// (the read script's telemetry), so aside-bench k6cost prices each.
+// custom metric, no tag k6 can leave off, run with no output; its figures come
+// from its end-of-test summary (lib/common.js stepSummary). CHECKS, TAGS and
+// METRICS (1: on) add a k6 check of each answer, the step's tags and the
+// failed_iterations counter (the read script's telemetry), so aside-bench
+// k6cost prices each.
 import { check } from 'k6';
 import {
   CACHE_PARAM,
@@ -20,14 +20,12 @@ import {
   loadList,
   pick,
   stepOptions,
+  stepSummary,
 } from './lib/common.js';
 
 const CHECKS = flagEnv('CHECKS');
 const TAGS = flagEnv('TAGS');
 const METRICS = flagEnv('METRICS');
-const SUMMARY_PATH = env('SUMMARY_PATH', '');
-// What the bench reads back from the summary (k6run.K6Summary.step_figures).
-const KEPT = ['http_req_duration', 'http_reqs', 'http_req_failed', 'iterations', 'dropped_iterations', 'vus', 'vus_max'];
 
 const scenarios = { [env('SCENARIO', 'ceiling')]: arrivalScenario(RATE, intEnv('PRE_VUS'), intEnv('MAX_VUS')) };
 export const options = TAGS
@@ -48,8 +46,5 @@ export default function () {
 }
 
 export function handleSummary(data) {
-  if (SUMMARY_PATH === '') return {};
-  const metrics = {};
-  for (const name of KEPT) if (name in data.metrics) metrics[name] = data.metrics[name];
-  return { [SUMMARY_PATH]: JSON.stringify({ metrics }) };
+  return stepSummary(data);
 }

@@ -150,7 +150,10 @@ def smoke_run(settings: config.Settings, tmp_path_factory: pytest.TempPathFactor
     rates = " ".join(map(str, SMOKE_RATES))
     common = ["--data-dir", str(data_dir), "--reports-dir", str(reports_dir)]
     common += ["--duration", f"{SMOKE_STEP_S}s", "--cold-sample", "50", "--no-calibrate"]
-    sweep = ["--run-id", run_id, "--rates", rates, "--arms", "nocache cache", "--warm", "warm"]
+    # Every sample into InfluxDB (the default keeps them in k6): what the
+    # tag, dashboard and report-from-InfluxDB tests read.
+    sweep = ["--run-id", run_id, "--rates", rates, "--arms", "nocache cache", "--warm", "warm",
+             "--samples", "influx"]  # fmt: skip
     mixed = ["--run-id", mixed_run_id, "--scenario", "mixed", "--rates", "10", "--arms", "cache"]
     # Enough writes that a 3 s step surely has some (0.7^30: one run in 40,000 has none).
     mixed += ["--warm", "cold", "--write-share", "0.3"]

@@ -1,8 +1,8 @@
 """`aside-bench k6cost` and the ceiling's bare-script reference, end to end
 against the real stack on the small seed, a few seconds at 20 req/s: a row
-per variant with k6's CPU, the bare steps' figures from k6's summary and none
-of their samples in InfluxDB, the reference's ratio and verdict, and the
-report rebuilt from run.json and InfluxDB."""
+per variant with k6's CPU, the figures of the steps without an output from
+k6's summary and none of their samples in InfluxDB, the reference's ratio and
+verdict, and the report rebuilt from run.json and InfluxDB."""
 
 from __future__ import annotations
 
@@ -82,17 +82,18 @@ def test_every_variant_has_its_k6_cost(runs: Runs) -> None:
         assert f"| {variant.name} | {variant.adds} | " in markdown
 
 
-def test_bare_steps_send_nothing_and_keep_their_summary(
+def test_steps_without_an_output_send_nothing_and_keep_their_summary(
     runs: Runs, settings: config.Settings
 ) -> None:
     steps = runs.run_json(runs.cost_id)["steps"]
+    streamed = {f"k6cost-{v.name}" for v in k6cost.VARIANTS if v.influx}
     for step in steps:
-        bare = step["script"] == "bare.js"
-        assert ("summary" in step) is bare, step["scenario"]
-        if bare:
+        quiet = step["scenario"] not in streamed
+        assert ("summary" in step) is quiet, step["scenario"]
+        if quiet:
             assert step["summary"]["p95"] is not None and step["summary"]["iterations"] > 0
-    sent = _scenarios_in_influx(settings, runs.cost_id)
-    assert set(sent) == {"k6cost-influxdb", "k6cost-read"}
+    assert set(_scenarios_in_influx(settings, runs.cost_id)) == streamed
+    assert streamed == {"k6cost-influxdb", "k6cost-read-influx"}
 
 
 def test_the_ceiling_states_its_reference_and_the_verdict(
@@ -104,8 +105,9 @@ def test_the_ceiling_states_its_reference_and_the_verdict(
     assert arms == ["cache", "cache", BARE_ARM, BARE_ARM]
     for step in run["steps"]:
         assert step["k6"]["cpu_s"] > 0 and step["completed"]
-        assert ("summary" in step) is (step["arm"] == BARE_ARM)
-    assert _scenarios_in_influx(settings, runs.ceiling_id) == {"ceiling": {"cache"}}
+        # By default no step streams its samples: every step's figures are its summary's.
+        assert step["summary"]["p95"] is not None and step["summary"]["requests"] > 0
+    assert _scenarios_in_influx(settings, runs.ceiling_id) == {}
     markdown = (runs.reports_dir / runs.ceiling_id / "ceiling.md").read_text()
     assert f"| cache / {BARE_ARM} (reference) | 1.00 (agrees within 10 %) |" in markdown
     assert f"| {BARE_ARM} (warm) | >= 10 |" in markdown

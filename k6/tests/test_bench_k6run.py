@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from aside_bench.k6run import K6Process, K6Summary
+from aside_bench.k6run import ANSWERED, K6Process, K6Summary
 from aside_bench.prepare import StackError
 
 
@@ -74,3 +74,45 @@ def test_the_summary_gives_counters_trends_and_drops(tmp_path: Path) -> None:
     assert K6Summary.read(tmp_path / "none.json").metrics == {}
     (tmp_path / "bad.json").write_text("{")
     assert K6Summary.read(tmp_path / "bad.json").counts("chaos_") == {}
+
+
+def _trend(p95: float) -> dict:
+    return {"type": "trend", "values": {"med": p95 / 2, "p(95)": p95, "p(99)": p95 * 2}}
+
+
+def _counter(count: int) -> dict:
+    return {"type": "counter", "values": {"count": count}}
+
+
+def test_a_read_steps_summary_gives_the_answered_latency_and_failed_iterations(
+    tmp_path: Path,
+) -> None:
+    # As from InfluxDB: a timed-out request is a failure, not a slow answer.
+    metrics = {
+        ANSWERED: _trend(2.0),
+        "http_req_duration": _trend(900.0),
+        "http_reqs": _counter(100),
+        "http_req_failed": {"type": "rate", "values": {"passes": 1, "fails": 99}},
+        "iterations": _counter(100),
+        "failed_iterations": _counter(3),  # a wrong body fails an answered request too
+    }
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"metrics": metrics}))
+    found = K6Summary.read(path).step_figures()
+    assert found is not None
+    assert (found["p50"], found["p95"], found["p99"]) == (1.0, 2.0, 4.0)
+    assert (found["requests"], found["failed"], found["dropped"]) == (100, 3, 0)
+
+
+def test_a_read_step_with_no_answer_has_no_latency_but_its_failures(tmp_path: Path) -> None:
+    metrics = {
+        "http_req_duration": _trend(10_000.0),
+        "http_reqs": _counter(5),
+        "iterations": _counter(5),
+        "failed_iterations": _counter(5),
+    }
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"metrics": metrics}))
+    found = K6Summary.read(path).step_figures()
+    assert found is not None
+    assert found["p95"] is None and found["failed"] == 5

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from aside_bench import config
-from aside_bench.k6run import LoadShape, k6_command, step_run
+from aside_bench.k6run import SUMMARY_SCRIPTS, LoadShape, k6_command, step_run
 from aside_bench.plan import Step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -74,8 +74,16 @@ def test_every_script_is_an_open_model_step_with_the_step_tags(
     # email) and per-VU tags stay out of InfluxDB's index.
     assert "scenario" in options["systemTags"]
     assert not {"url", "vu", "iter"} & set(options["systemTags"])
-    assert "--out" in command and f"influxdb={settings.influx_url}" in command
-    assert "--summary-mode=disabled" in command
+    # The read and ceiling scripts keep their samples in k6 unless asked
+    # (their figures: the summary); the others' figures need them in InfluxDB.
+    streamed = step_run(
+        settings, step, "unit-run", LoadShape(), (7, 90), data_dir, samples="influx"
+    )
+    for one, sends in ((run, run.script not in SUMMARY_SCRIPTS), (streamed, True)):
+        line = k6_command(settings, one)
+        assert ("--out" in line and f"influxdb={settings.influx_url}" in line) is sends
+        assert ("--summary-mode=disabled" in line) is sends
+        assert one.from_summary is not sends
 
 
 def test_a_missing_variable_stops_k6_with_its_name(k6_bin: Path) -> None:

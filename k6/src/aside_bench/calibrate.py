@@ -106,6 +106,7 @@ def _probe_line(target: str, rate: int, result: StepResult | None, held: bool) -
 def _probe(runner: Runner, target: str, url: str, rate: int, params: CalibrationParams) -> dict:
     """One k6 run of healthz.js against `url`; its record, as a step's."""
     vus = vus_for(rate, "healthz", runner.options.max_vus)
+    streamed = runner.options.samples == "influx"
     record: dict[str, Any] = {
         "scenario": "calibrate",
         "arm": target,
@@ -128,8 +129,9 @@ def _probe(runner: Runner, target: str, url: str, rate: int, params: Calibration
         timeout_s=runner.options.shape.timeout_s,
         data_dir=runner.options.data_dir,
         extra={"BASE_URL": url},
-        out=f"influxdb={runner.settings.influx_url}",
-        console_summary=False,
+        # Read back as the steps are: from its summary, or from InfluxDB.
+        out=f"influxdb={runner.settings.influx_url}" if streamed else None,
+        console_summary=not streamed,
         env=K6_ENV,
     )
     code = runner.run_k6(run, record)

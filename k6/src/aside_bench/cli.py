@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import commands, config, interference, k6cost
 from .compare import DEFAULT_TOLERANCE
+from .k6run import SAMPLES
 from .plan import SCENARIOS, WARM_CHOICES, PlanError
 from .prepare import StackError
 from .runner import EXIT_INTERRUPTED
@@ -136,6 +137,14 @@ def _trust(parser: argparse.ArgumentParser) -> None:
         help="k6's web dashboard on 127.0.0.1:ASIDE_K6_DASHBOARD_PORT while each step runs",
     )
     parser.add_argument(
+        "--samples",
+        choices=SAMPLES,
+        default="summary",
+        help="summary: no sample per request leaves k6, the read and ceiling steps' figures "
+        "come from its end-of-test summary (default); influx: every sample into InfluxDB, "
+        "for Grafana's panels",
+    )
+    parser.add_argument(
         "--keep-html",
         action="store_true",
         help="write each step's k6 HTML report into the run folder (on with --live)",
@@ -255,7 +264,9 @@ def _add_k6cost(sub: argparse._SubParsersAction) -> None:
         help=f"some of: {' '.join(k6cost.NAMES)} (default: all, in that order)",
     )
     _steps(cost)
-    cost.set_defaults(k6_cpu_share=K6_CPU_SHARE_LIMIT, live=False, keep_html=False)
+    cost.set_defaults(
+        k6_cpu_share=K6_CPU_SHARE_LIMIT, live=False, keep_html=False, samples="summary"
+    )
 
 
 def _add_chaos(sub: argparse._SubParsersAction) -> None:

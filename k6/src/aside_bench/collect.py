@@ -1,5 +1,7 @@
-"""Turn a run's recorded steps into StepResults, from InfluxDB and Prometheus
-only; a bare script's step (no output) from the summary run.json keeps of it."""
+"""Turn a run's recorded steps into StepResults: a step that ran without an
+output (the read and ceiling scripts' default) from the summary run.json keeps
+of it, one that sent its samples from InfluxDB; the cache counters from
+Prometheus."""
 
 from __future__ import annotations
 
@@ -205,8 +207,8 @@ def compute_beside(step: Step, figures: dict[str, Any]) -> StepResult | None:
 
 
 def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepResult:
-    """A step of the bare script, from its summary: latency over every request
-    (a failed one makes the step miss all the same), failed requests, drops."""
+    """A step that ran without an output, from its summary (K6Summary.step_figures):
+    latency, failures, drops and VUs over the whole step."""
     summary = record.get("summary") or {}
     latency = None
     if summary.get("p95") is not None:

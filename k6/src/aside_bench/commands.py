@@ -219,6 +219,7 @@ def _new_runner(
     limit = cpu_limit_cores(run["machine"]["nproc"] or 1, args.k6_cpu_share)
     params["k6_cpu_limit_cores"] = limit
     params["k6_cpu_share"] = args.k6_cpu_share
+    params["samples"] = args.samples
     out_dir.mkdir(parents=True)
     options = Options(
         run_id,
@@ -230,6 +231,7 @@ def _new_runner(
         k6_cpu_limit=limit,
         live_port=settings.dashboard_port if args.live else None,
         keep_html=args.keep_html or args.live,
+        samples=args.samples,
     )
     return Runner(settings, options, seed, run)
 

@@ -26,9 +26,18 @@ SCRIPTS = {
     "tracks": "tracks.js",
     interference.SCENARIO: interference.SCRIPT,
 }
-# The read script without its telemetry: its figures come from its summary
-# (SUMMARY_PATH), as it sends nothing to InfluxDB.
+# The read script without its telemetry (the ceiling's reference).
 BARE_SCRIPT = "bare.js"
+# Scripts whose step figures may come from their end-of-test summary
+# (SUMMARY_PATH, lib/common.js stepSummary), so that they can run without an
+# output: no sample per request leaves k6. The others' figures need their
+# samples by tag (the mixed scenario's checker, the tracks' sizes, the
+# interference's compute), so they always send them to InfluxDB.
+SUMMARY_SCRIPTS = frozenset({"read.js", "healthz.js", BARE_SCRIPT})
+# Where a step's samples go (aside-bench --samples): "summary", nothing per
+# request, figures from the summary (the default); "influx", every sample to
+# InfluxDB (for Grafana's panels), figures from InfluxDB.
+SAMPLES = ("summary", "influx")
 # k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
 # a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
 K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
@@ -81,6 +90,12 @@ class K6Run:
     out: str | None = None  # k6's --out, e.g. influxdb=URL or json=PATH
     console_summary: bool = True
     env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def from_summary(self) -> bool:
+        """True when the run's figures come from its summary: a script that
+        writes one, run without an output."""
+        return self.out is None and self.script in SUMMARY_SCRIPTS
 
     def variables(self, gateway_url: str) -> dict[str, str]:
         return {
@@ -165,10 +180,14 @@ def step_run(
     data_dir: Path,
     max_vus: int = 1000,
     env: dict[str, str] | None = None,
+    samples: str = "summary",
 ) -> K6Run:
     """k6 for one step; `vus` are the step's own, `max_vus` caps any other
-    scenario's (the interference reads'). The bare script has no output."""
+    scenario's (the interference reads'). `samples` (SAMPLES): a script that
+    can give its figures from its summary runs without an output unless
+    "influx" asks for every sample; the bare script never has one."""
     script = script_for(step)
+    quiet = script == BARE_SCRIPT or (script in SUMMARY_SCRIPTS and samples == "summary")
     return K6Run(
         script=script,
         run_id=run_id,
@@ -191,10 +210,10 @@ def step_run(
             **track_variables(step),
             **_scenario_variables(step, shape, max_vus),
         },
-        out=None if script == BARE_SCRIPT else f"influxdb={settings.influx_url}",
-        # The report is built from InfluxDB and Prometheus, never from k6's
-        # console; the bare script's handleSummary needs the summary on.
-        console_summary=script == BARE_SCRIPT,
+        out=None if quiet else f"influxdb={settings.influx_url}",
+        # A run with an output is read back from InfluxDB, never from k6's
+        # console; handleSummary needs the summary on.
+        console_summary=quiet,
         env={**K6_ENV, **(env or {})},
     )
 
@@ -358,6 +377,10 @@ def start_k6(settings: Settings, run: K6Run, log_path: Path) -> K6Process:
 
 
 # ---- the summary ----------------------------------------------------------------------
+# k6's sub-metric of the answered requests' latency (expected_response tag).
+ANSWERED = "http_req_duration{expected_response:true}"
+
+
 @dataclass(frozen=True)
 class K6Summary:
     """The metrics of the JSON a script's handleSummary wrote (SUMMARY_PATH);
@@ -405,19 +428,29 @@ class K6Summary:
         return None if value is None else float(value)
 
     def step_figures(self) -> dict[str, Any] | None:
-        """What a step's result needs, from the bare script's summary (run.json
-        keeps it as the step's "summary"); None without a latency."""
-        p95 = self._value("http_req_duration", "p(95)")
-        if p95 is None:
+        """What a step's result needs, from a step script's summary (run.json
+        keeps it as the step's "summary"); None when it holds no request at all.
+
+        As from InfluxDB: the latency of the answered requests and the failed
+        iterations where the script tags and counts them; the bare script does
+        neither, so there every request's latency and the failed requests."""
+        counted = "failed_iterations" in self.metrics
+        # Nothing answered: a counting script has no ANSWERED metric at all.
+        duration = ANSWERED if counted else "http_req_duration"
+        p95 = self._value(duration, "p(95)")
+        if p95 is None and "http_reqs" not in self.metrics:
             return None
+        if counted:
+            failed = self._value("failed_iterations", "count")
+        else:  # a failed request (bad status, timeout): the bare script checks no body
+            failed = self._value("http_req_failed", "passes")
         return {
-            "p50": self._value("http_req_duration", "med"),
+            "p50": self._value(duration, "med"),
             "p95": p95,
-            "p99": self._value("http_req_duration", "p(99)"),
+            "p99": self._value(duration, "p(99)"),
             "requests": int(self._value("http_reqs", "count") or 0),
             "iterations": int(self._value("iterations", "count") or 0),
-            # A failed request (bad status, timeout): the bare script checks no body.
-            "failed": int(self._value("http_req_failed", "passes") or 0),
+            "failed": int(failed or 0),
             "dropped": self.dropped_iterations,
             "vus_peak": self._value("vus", "max"),
             "vus_allocated": self._value("vus_max", "max"),

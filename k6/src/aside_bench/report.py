@@ -1,6 +1,7 @@
 """Write a run's report: report.md, a self-contained report.html, PNG charts,
 and for a ceiling run ceiling.md. Everything comes from StepResults, which come
-from InfluxDB and Prometheus; run.json holds what is needed to rebuild them."""
+from k6's summaries kept in run.json or from InfluxDB, and from Prometheus;
+run.json holds what is needed to rebuild them."""
 
 from __future__ import annotations
 
@@ -213,8 +214,9 @@ def context(doc: Doc, run: dict[str, Any]) -> None:
 
 
 DEFINITIONS = [
-    "latency p50/p95/p99: http_req_duration of the step's answered requests (2xx; k6 samples in "
-    "InfluxDB); failed ones (a shed request's fast 503, a timeout) are in the drop rate instead; "
+    "latency p50/p95/p99: http_req_duration of the step's answered requests (2xx) over the "
+    "whole step (k6's end-of-test summary, or its samples in InfluxDB with SAMPLES=influx); "
+    "failed ones (a shed request's fast 503, a timeout) are in the drop rate instead; "
     "for the mixed scenario reads and writes together (see the table by request kind)",
     "achieved: successful iterations (requests) per second of the step's duration",
     "drop rate: (dropped_iterations + failed iterations) / (target rate x duration); an iteration "

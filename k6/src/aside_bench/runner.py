@@ -17,7 +17,6 @@ from . import report, trackplan
 from .collect import GATEWAY_JOB, collect
 from .config import Settings
 from .k6run import (
-    BARE_SCRIPT,
     K6Process,
     K6Run,
     K6Summary,
@@ -73,6 +72,7 @@ class Options:
     k6_cpu_limit: float | None = None  # cores; above it a step is load generator saturated
     live_port: int | None = None  # k6's web dashboard on 127.0.0.1 while a step runs
     keep_html: bool = False  # each step's k6 HTML report into the run folder
+    samples: str = "summary"  # where the steps' samples go (k6run.SAMPLES)
 
 
 def _clock(seconds: float) -> str:
@@ -125,6 +125,7 @@ class Runner:
         self.interrupted = False
         self.started = time.monotonic()
         self.step_seconds: list[float] = []
+        self.summaries = 0  # summary files written so far (each its own name)
         self.gateway_settings: dict[str, str] = {}  # what the gateway was restarted with
         self.probe = GatewayProbe(settings)
         if self.probe.problem:
@@ -230,7 +231,21 @@ class Runner:
 
     def run_k6(self, run: K6Run, record: dict[str, Any], export: Path | None = None) -> int:
         """k6 for one step or probe: its start and end instants, exit code and
-        CPU time go into `record`; Ctrl-C reaches it through `self.current`."""
+        CPU time go into `record`, and the figures of its summary when it runs
+        without an output; Ctrl-C reaches it through `self.current`."""
+        summary_path = None
+        if run.from_summary:
+            self.summaries += 1
+            summary_path = self.options.out_dir / f"summary-{self.summaries:03d}.json"
+            run = replace(run, extra={**run.extra, "SUMMARY_PATH": str(summary_path)})
+        try:
+            return self._run_k6(run, record, export)
+        finally:
+            if summary_path is not None:
+                record["summary"] = K6Summary.read(summary_path).step_figures()
+                summary_path.unlink(missing_ok=True)
+
+    def _run_k6(self, run: K6Run, record: dict[str, Any], export: Path | None) -> int:
         log_path = self.options.out_dir / "k6.log"
         self.current = K6Process(k6_command(self.settings, run), log_path, run.env)
         record["start"] = time.time()
@@ -258,15 +273,8 @@ class Runner:
             self.options.data_dir,
             self.options.max_vus,
             dashboard,
+            self.options.samples,
         )
-
-    def _with_summary(self, run: K6Run) -> tuple[K6Run, Path | None]:
-        """The bare script sends nothing to InfluxDB: its step's figures come
-        from the summary its handleSummary writes to this path."""
-        if run.script != BARE_SCRIPT:
-            return run, None
-        path = self.options.out_dir / f"summary-{len(self.run['steps']):03d}.json"
-        return replace(run, extra={**run.extra, "SUMMARY_PATH": str(path)}), path
 
     def run_step(self, step: Step, build: RunBuilder | None = None) -> StepResult | None:
         vus = vus_for(step.rate, step.arm, self.options.max_vus, step.phase)
@@ -288,9 +296,7 @@ class Runner:
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
         record["prom_start"] = time.time()
-        run, summary_path = self._with_summary(
-            (build or self._step_run)(step, vus, dashboard_env(self.options.live_port, export))
-        )
+        run = (build or self._step_run)(step, vus, dashboard_env(self.options.live_port, export))
         record["script"] = run.script
         if self.options.live_port is not None:
             print(f"  live: http://127.0.0.1:{self.options.live_port} (reload for each step)")
@@ -313,9 +319,6 @@ class Runner:
         record["prom_end"] = self.prom.wait_for_scrape_after(
             GATEWAY_JOB, record["end"], SCRAPE_WAIT_S
         )
-        if summary_path is not None:
-            record["summary"] = K6Summary.read(summary_path).step_figures()
-            summary_path.unlink(missing_ok=True)
         record["completed"] = True
         results = collect(self.influx, self.prom, self.options.run_id, [record])
         return results[0] if results else None
