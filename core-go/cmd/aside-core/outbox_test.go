@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/cachetest"
 	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
 
@@ -39,7 +40,7 @@ func TestFailedInvalidationIsSettledSoonAfterRedisAnswers(t *testing.T) {
 		t.Fatalf("first create: %d", status)
 	}
 	key := cache.CountKey(email)
-	token, took, err := cache.TakeLease(ctx, env.Redis, key, cache.LeaseTTLMillis*time.Millisecond)
+	token, took, err := cachetest.TakeLease(ctx, env.Redis, key, cache.LeaseTTLMillis*time.Millisecond)
 	if err != nil || !took {
 		t.Fatalf("reader could not take the lease: %v", err)
 	}
@@ -50,7 +51,7 @@ func TestFailedInvalidationIsSettledSoonAfterRedisAnswers(t *testing.T) {
 	if status != http.StatusCreated || header.Get("X-Cache-Invalidation") != "failed" {
 		t.Fatalf("create with Redis cut off: %d, X-Cache-Invalidation %q", status, header.Get("X-Cache-Invalidation"))
 	}
-	stored, err := cache.FillIfLeaseHeld(ctx, env.Redis, key, token, oldCount, time.Minute)
+	stored, err := cachetest.FillIfLeaseHeld(ctx, env.Redis, key, token, oldCount, time.Minute)
 	if err != nil || !stored {
 		t.Fatalf("the reader's store should land (its lease survived the failed DEL): %v %v", stored, err)
 	}

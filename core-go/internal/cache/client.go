@@ -41,60 +41,49 @@ type ClientOptions struct {
 // In sentinel mode REDIS_URL names a Sentinel (asked without a password);
 // the URL's credentials and database are the master's.
 func NewClient(redisURL string, o ClientOptions) (redis.UniversalClient, error) {
-	opts, err := redis.ParseURL(redisURL)
+	parsed, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return nil, errors.New("REDIS_URL: not a valid Redis URL")
 	}
-	read := o.Timeout
-	if o.ReadTimeout > 0 {
-		read = o.ReadTimeout
-	}
+	opts := universalOptions(parsed, o)
 	switch o.Mode {
 	case ModeCluster:
-		if opts.DB != 0 {
+		if parsed.DB != 0 {
 			return nil, errors.New("REDIS_URL: a Redis Cluster has only database 0")
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: []string{opts.Addr}, Username: opts.Username, Password: opts.Password,
-			TLSConfig:   opts.TLSConfig,
-			DialTimeout: o.Timeout, ReadTimeout: read, WriteTimeout: o.Timeout, PoolTimeout: o.Timeout,
-			PoolSize:   o.PoolSize,
-			MaxRetries: -1,
-			// One dial per command, as below.
-			DialerRetries:         1,
-			ContextTimeoutEnabled: true,
-			DisableIdentity:       true,
-		}), nil
+		return redis.NewClusterClient(opts.Cluster()), nil
 	case ModeSentinel:
 		if o.SentinelMaster == "" {
 			return nil, errors.New("REDIS_SENTINEL_MASTER: required when REDIS_MODE=sentinel")
 		}
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: o.SentinelMaster, SentinelAddrs: []string{opts.Addr},
-			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig,
-			DialTimeout: o.Timeout, ReadTimeout: read, WriteTimeout: o.Timeout, PoolTimeout: o.Timeout,
-			PoolSize:              o.PoolSize,
-			MaxRetries:            -1,
-			DialerRetries:         1,
-			ContextTimeoutEnabled: true,
-			DisableIdentity:       true,
-		}), nil
+		opts.MasterName = o.SentinelMaster
+		return redis.NewFailoverClient(opts.Failover()), nil
 	case ModeStandalone, "":
+		return redis.NewClient(opts.Simple()), nil
 	default:
 		return nil, fmt.Errorf("REDIS_MODE: must be standalone, cluster or sentinel, got %q", o.Mode)
 	}
-	opts.DialTimeout = o.Timeout
-	opts.ReadTimeout = read
-	opts.WriteTimeout = o.Timeout
-	opts.PoolTimeout = o.Timeout
-	opts.PoolSize = o.PoolSize
-	opts.MaxRetries = -1
-	// One dial per command: go-redis would otherwise redial five times with
-	// backoff, which alone outlasts the invalidation deadline.
-	opts.DialerRetries = 1
-	opts.ContextTimeoutEnabled = true
-	opts.DisableIdentity = true
-	return redis.NewClient(opts), nil
+}
+
+// universalOptions are the settings every mode shares: the URL's address,
+// credentials and database, and the core's bounds, each set here once.
+func universalOptions(url *redis.Options, o ClientOptions) *redis.UniversalOptions {
+	read := o.Timeout
+	if o.ReadTimeout > 0 {
+		read = o.ReadTimeout
+	}
+	return &redis.UniversalOptions{
+		Addrs: []string{url.Addr}, ClientName: url.ClientName, Protocol: url.Protocol,
+		Username: url.Username, Password: url.Password, DB: url.DB, TLSConfig: url.TLSConfig,
+		DialTimeout: o.Timeout, ReadTimeout: read, WriteTimeout: o.Timeout, PoolTimeout: o.Timeout,
+		PoolSize:   o.PoolSize,
+		MaxRetries: -1,
+		// One dial per command: go-redis would otherwise redial five times with
+		// backoff, which alone outlasts the invalidation deadline.
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+	}
 }
 
 // slogPrinter sends go-redis's own log lines (dial failures and the like)

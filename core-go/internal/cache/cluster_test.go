@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/cachetest"
 )
 
 // The same operations against the test stack's Redis Cluster
@@ -80,11 +81,11 @@ func TestClusterLeaseScriptStoresUnderTheHashTag(t *testing.T) {
 	rdb := clusterClient(t)
 	ctx := context.Background()
 	key := cache.CountKey("lease@example.com")
-	token, took, err := cache.TakeLease(ctx, rdb, key, 5*time.Second)
+	token, took, err := cachetest.TakeLease(ctx, rdb, key, 5*time.Second)
 	if err != nil || !took {
 		t.Fatalf("lease: %v %v", took, err)
 	}
-	stored, err := cache.FillIfLeaseHeld(ctx, rdb, key, token, "3", time.Minute)
+	stored, err := cachetest.FillIfLeaseHeld(ctx, rdb, key, token, "3", time.Minute)
 	if err != nil || !stored {
 		t.Fatalf("store under the lease: %v %v", stored, err)
 	}
@@ -109,7 +110,7 @@ func TestClusterLeaseScriptFailsCrossSlotWithoutTheHashTag(t *testing.T) {
 	if untagged == "" {
 		t.Fatal("no untagged key found whose lease lands in another slot")
 	}
-	_, err := cache.FillIfLeaseHeld(ctx, rdb, untagged, "token", "3", time.Minute)
+	_, err := cachetest.FillIfLeaseHeld(ctx, rdb, untagged, "token", "3", time.Minute)
 	if err == nil || !strings.HasPrefix(err.Error(), "CROSSSLOT") {
 		t.Fatalf("want CROSSSLOT, got %v", err)
 	}

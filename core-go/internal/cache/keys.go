@@ -13,7 +13,7 @@
 // one DEL, after the transaction committed and before answering 2xx. Deleting
 // the lease is what closes the stale-set race: a reader that read the old row
 // before the commit finds its lease gone and its compare-and-set store does
-// nothing (see lease.go for the reader's side, used by the tests).
+// nothing (internal/cachetest has the reader's side, for the tests).
 //
 // The DEL is retried (InvalidationTries within the invalidator's deadline).
 // If Redis stays unreachable the write still stands: the handler answers 2xx

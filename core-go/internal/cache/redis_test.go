@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/cachetest"
 	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
 
@@ -108,17 +109,17 @@ func TestLeaseProtocol(t *testing.T) {
 	rdb := newClient(t, env.RedisURL)
 	key := cache.CountKey("lease@example.com")
 
-	token, ok, err := cache.TakeLease(ctx, rdb, key, 5*time.Second)
+	token, ok, err := cachetest.TakeLease(ctx, rdb, key, 5*time.Second)
 	if err != nil || !ok || token == "" {
 		t.Fatalf("first TakeLease: %q %v %v", token, ok, err)
 	}
-	if _, ok2, err := cache.TakeLease(ctx, rdb, key, 5*time.Second); err != nil || ok2 {
+	if _, ok2, err := cachetest.TakeLease(ctx, rdb, key, 5*time.Second); err != nil || ok2 {
 		t.Fatalf("second TakeLease while held: ok=%v err=%v", ok2, err)
 	}
-	if stored, err := cache.FillIfLeaseHeld(ctx, rdb, key, "not-my-token", "1", time.Minute); err != nil || stored {
+	if stored, err := cachetest.FillIfLeaseHeld(ctx, rdb, key, "not-my-token", "1", time.Minute); err != nil || stored {
 		t.Fatalf("fill with a wrong token: stored=%v err=%v", stored, err)
 	}
-	if stored, err := cache.FillIfLeaseHeld(ctx, rdb, key, token, "7", time.Minute); err != nil || !stored {
+	if stored, err := cachetest.FillIfLeaseHeld(ctx, rdb, key, token, "7", time.Minute); err != nil || !stored {
 		t.Fatalf("fill with the lease: stored=%v err=%v", stored, err)
 	}
 	if v, _ := rdb.Get(ctx, key).Result(); v != "7" {
@@ -140,7 +141,7 @@ func TestInvalidationBeatsAStaleFill(t *testing.T) {
 	rdb := newClient(t, env.RedisURL)
 	key := cache.CountKey("race@example.com")
 
-	token, ok, err := cache.TakeLease(ctx, rdb, key, 5*time.Second)
+	token, ok, err := cachetest.TakeLease(ctx, rdb, key, 5*time.Second)
 	if err != nil || !ok {
 		t.Fatalf("TakeLease: %v %v", ok, err)
 	}
@@ -148,7 +149,7 @@ func TestInvalidationBeatsAStaleFill(t *testing.T) {
 	if err := inv.Invalidate(ctx, []string{key}); err != nil {
 		t.Fatal(err)
 	}
-	stored, err := cache.FillIfLeaseHeld(ctx, rdb, key, token, "stale", time.Minute)
+	stored, err := cachetest.FillIfLeaseHeld(ctx, rdb, key, token, "stale", time.Minute)
 	if err != nil || stored {
 		t.Fatalf("stale fill after invalidation: stored=%v err=%v", stored, err)
 	}

@@ -23,9 +23,9 @@ var Kinds = []string{KindChecksum, KindPBKDF2, KindBcrypt}
 
 // Password-hashing bounds (contracts/compute.json "pbkdf2", "bcrypt").
 // PBKDF2's default is OWASP's figure for PBKDF2-HMAC-SHA256; bcrypt's is
-// x/crypto's DefaultCost. The upper bounds keep one request under about half
-// a second of a core on the lab machine: neither hash can stop half-way, so
-// a client that hangs up does not shorten the work.
+// x/crypto's DefaultCost. The upper bounds keep one request short, since
+// neither hash can stop half-way when its client hangs up (the timings: see
+// docs/decisions.md, "Password hashing as compute, with bounds").
 const (
 	PBKDF2KeyBytes          = 32
 	PBKDF2MinIterations     = 1

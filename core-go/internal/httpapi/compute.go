@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -211,12 +212,9 @@ func computeWork(d computeDeps) handlerFunc {
 		if err != nil {
 			return err
 		}
-		release, err := d.limiter.Acquire(c.Request.Context())
+		release, err := acquireSlot(c.Request.Context(), d.limiter, d.rejected)
 		if err != nil {
-			if errors.Is(err, compute.ErrBusy) {
-				d.rejected.Inc()
-			}
-			return unavailable(codeUnavailable, "compute is at its concurrency limit; retry later")
+			return err
 		}
 		defer release()
 		start := time.Now()
@@ -228,6 +226,19 @@ func computeWork(d computeDeps) handlerFunc {
 		c.JSON(http.StatusOK, result)
 		return nil
 	}
+}
+
+// acquireSlot takes a compute slot for a CPU-heavy handler; a full queue
+// is counted in rejected and answered 503, so the client retries later.
+func acquireSlot(ctx context.Context, limiter *compute.Limiter, rejected prometheus.Counter) (func(), error) {
+	release, err := limiter.Acquire(ctx)
+	if err != nil {
+		if errors.Is(err, compute.ErrBusy) {
+			rejected.Inc()
+		}
+		return nil, unavailable(codeUnavailable, "compute is at its concurrency limit; retry later")
+	}
+	return release, nil
 }
 
 // doCompute does the work of req; elapsed_ms is measured from start.

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/cachetest"
 )
 
 // The contract's lease timings (cache.json).
@@ -45,7 +46,7 @@ func readThrough(ctx context.Context, rdb *redis.Client, email string, stats *re
 	if !errors.Is(err, redis.Nil) {
 		return 0, err
 	}
-	token, ok, err := cache.TakeLease(ctx, rdb, key, leaseTTL)
+	token, ok, err := cachetest.TakeLease(ctx, rdb, key, leaseTTL)
 	if err != nil {
 		return 0, err
 	}
@@ -62,7 +63,7 @@ func readThrough(ctx context.Context, rdb *redis.Client, email string, stats *re
 	// window in which a writer commits, so the race the lease closes really
 	// happens many times per run.
 	time.Sleep(stats.fillDelay)
-	stored, err := cache.FillIfLeaseHeld(ctx, rdb, key, token, strconv.FormatInt(n, 10), valueTTL)
+	stored, err := cachetest.FillIfLeaseHeld(ctx, rdb, key, token, strconv.FormatInt(n, 10), valueTTL)
 	if err != nil {
 		return 0, err
 	}

@@ -35,8 +35,8 @@ const (
 	codeSeeding              = "seeding"
 )
 
-// seedingRetryAfter is the Retry-After of a write refused during a seed: a
-// seed of 100,000 rows takes a second or two, a million five to ten.
+// seedingRetryAfter is the Retry-After of a write refused during a seed
+// (why 2: see docs/decisions.md, "Retry-After: 2 for a write refused during a seed").
 const seedingRetryAfter = "2"
 
 // apiError is an error answer: {"error": {"code": ..., "message": ...}},

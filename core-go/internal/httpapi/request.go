@@ -6,6 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/aside-lab/aside/core-go/internal/store"
+	"github.com/aside-lab/aside/core-go/internal/tracks"
 	"github.com/aside-lab/aside/core-go/internal/validate"
 )
 
@@ -81,6 +82,31 @@ func parseUpdate(c *gin.Context) (updateRequest, error) {
 			return req, err
 		}
 		req.upd.Email = &s
+	}
+	return req, nil
+}
+
+// simplifyRequest is a validated GET /internal/v1/tracks/:id/simplified.
+type simplifyRequest struct {
+	id        int64
+	canonical string // the tolerance as the cache key spells it
+	tolerance float64
+}
+
+// parseSimplify checks, in this order, the id and the tolerance, and
+// returns the first error.
+func parseSimplify(c *gin.Context) (simplifyRequest, error) {
+	var req simplifyRequest
+	var err error
+	if req.id, err = parsePathID(c); err != nil {
+		return req, err
+	}
+	values := c.Request.URL.Query()["tolerance"]
+	if len(values) != 1 {
+		return req, badRequest(codeInvalidTolerance, "give one tolerance parameter: "+tracks.ErrTolerance.Error())
+	}
+	if req.canonical, req.tolerance, err = tracks.ParseTolerance(values[0]); err != nil {
+		return req, badRequest(codeInvalidTolerance, err.Error())
 	}
 	return req, nil
 }

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -29,47 +28,27 @@ type trackDeps struct {
 	points   *prometheus.HistogramVec
 }
 
-// parseTolerance reads ?tolerance=, given exactly once.
-func parseTolerance(c *gin.Context) (string, float64, error) {
-	values := c.Request.URL.Query()["tolerance"]
-	if len(values) != 1 {
-		return "", 0, badRequest(codeInvalidTolerance, "give one tolerance parameter: "+tracks.ErrTolerance.Error())
-	}
-	canonical, value, err := tracks.ParseTolerance(values[0])
-	if err != nil {
-		return "", 0, badRequest(codeInvalidTolerance, err.Error())
-	}
-	return canonical, value, nil
-}
-
 // simplifyTrack answers GET /internal/v1/tracks/:id/simplified?tolerance=T,
 // the gateway's call on a miss of GET /api/v1/tracks/<id>?simplify=T: the
 // track with its path simplified by Douglas-Peucker, as the API shows it.
 func simplifyTrack(d trackDeps) handlerFunc {
 	return func(c *gin.Context) error {
-		id, err := parsePathID(c)
-		if err != nil {
-			return err
-		}
-		canonical, tolerance, err := parseTolerance(c)
+		req, err := parseSimplify(c)
 		if err != nil {
 			return err
 		}
 		// Read before taking a CPU slot: a slot is not held through a database wait.
-		track, err := d.tracks.Track(c.Request.Context(), id)
+		track, err := d.tracks.Track(c.Request.Context(), req.id)
 		if err != nil {
 			return err
 		}
-		release, err := d.limiter.Acquire(c.Request.Context())
+		release, err := acquireSlot(c.Request.Context(), d.limiter, d.rejected)
 		if err != nil {
-			if errors.Is(err, compute.ErrBusy) {
-				d.rejected.Inc()
-			}
-			return unavailable(codeUnavailable, "compute is at its concurrency limit; retry later")
+			return err
 		}
 		defer release()
 		start := time.Now()
-		body, before, after, err := tracks.Simplified(track, canonical, tolerance)
+		body, before, after, err := tracks.Simplified(track, req.canonical, req.tolerance)
 		if err != nil {
 			return err // a stored path the seeder did not write: 500, logged
 		}

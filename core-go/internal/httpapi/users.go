@@ -17,8 +17,7 @@ import (
 // UserWriter is what the user handlers need from the database.
 type UserWriter interface {
 	CreateUser(ctx context.Context, username, email string) (store.Written, error)
-	CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string,
-		answer store.AnswerFunc) (store.Once, error)
+	CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string) (store.Once, error)
 	UpdateUser(ctx context.Context, id int64, upd store.Update) (store.Written, error)
 	DeleteUser(ctx context.Context, id int64) (store.Written, error)
 }
@@ -60,45 +59,37 @@ func createUser(d writeDeps) handlerFunc {
 			return d.failed(c, err, cache.CountKey(req.email))
 		}
 		d.invalidate(c, u.Outbox, cache.StaleAfterCreate(cache.UserRef{ID: u.ID, Email: u.Email}))
-		sendCreated(c, u.ID, userjson.Created(u.User))
+		sendCreated(c, u.User)
 		return nil
 	}
 }
 
 // createOnce is a create under an Idempotency-Key: the first request with a
-// key inserts and stores its answer; a retry with the same body gets that
-// answer again, byte for byte (Idempotent-Replayed: true), and writes nothing.
+// key inserts and keeps the created row under it; a retry with the same body
+// gets that row rendered again, the same bytes (Idempotent-Replayed: true),
+// and writes nothing.
 func (d writeDeps) createOnce(c *gin.Context, req createRequest) error {
 	once, err := d.users.CreateUserOnce(writeContext(c), req.key, createRequestHash(req.username, req.email),
-		req.username, req.email, userjson.Created)
+		req.username, req.email)
 	if err != nil {
 		return d.failed(c, err, cache.CountKey(req.email))
 	}
-	if !once.Replayed {
-		d.invalidate(c, once.Created.Outbox,
-			cache.StaleAfterCreate(cache.UserRef{ID: once.Created.ID, Email: once.Created.Email}))
-		sendCreated(c, once.Created.ID, once.Answer)
-		return nil
+	if once.Replayed {
+		c.Header("Idempotent-Replayed", "true")
 	}
-	c.Header("Idempotent-Replayed", "true")
-	id := userjson.CreatedID(once.Answer)
-	// The first request dropped these keys, unless it died between its
-	// commit and its DEL (a killed core): a client retries exactly then, so
-	// the replay drops them again. A DEL is always safe: one more miss.
-	if id > 0 {
-		d.invalidate(c, 0, cache.StaleAfterCreate(cache.UserRef{ID: id, Email: req.email}))
-	}
-	sendCreated(c, id, once.Answer)
+	// A replay drops the first request's keys again (its Outbox is 0): that
+	// request dropped them, unless it died between its commit and its DEL (a
+	// killed core), and a client retries exactly then. A DEL is always safe:
+	// one more miss.
+	d.invalidate(c, once.Outbox, cache.StaleAfterCreate(cache.UserRef{ID: once.ID, Email: once.Email}))
+	sendCreated(c, once.User)
 	return nil
 }
 
-// sendCreated sends a create's answer with the Location of user id (none
-// when id is 0).
-func sendCreated(c *gin.Context, id int64, a store.Answer) {
-	if id > 0 {
-		c.Header("Location", "/api/v1/users/"+strconv.FormatInt(id, 10))
-	}
-	c.Data(a.Status, "application/json; charset=utf-8", a.Body)
+// sendCreated answers a create: 201, the user, and its Location.
+func sendCreated(c *gin.Context, u store.User) {
+	c.Header("Location", "/api/v1/users/"+strconv.FormatInt(u.ID, 10))
+	c.JSON(http.StatusCreated, userjson.From(u))
 }
 
 func updateUser(d writeDeps) handlerFunc {

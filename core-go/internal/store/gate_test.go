@@ -64,7 +64,6 @@ func TestWritesAreRefusedWhileTheGateIsHeld(t *testing.T) {
 	if err := s.ForgetOwed(ctx, []int64{u.Outbox}); err != nil {
 		t.Fatal(err)
 	}
-	answer := func(u store.User) store.Answer { return store.Answer{Status: 201, Body: []byte("{}")} }
 
 	release := holdGate(t)
 	start := time.Now()
@@ -80,7 +79,7 @@ func TestWritesAreRefusedWhileTheGateIsHeld(t *testing.T) {
 	if _, err := s.DeleteUser(ctx, u.ID); !errors.Is(err, store.ErrSeeding) {
 		t.Errorf("delete: %v, want ErrSeeding", err)
 	}
-	if _, err := s.CreateUserOnce(ctx, "k1", []byte("h"), "cy", "cy@example.com", answer); !errors.Is(err, store.ErrSeeding) {
+	if _, err := s.CreateUserOnce(ctx, "k1", []byte("h"), "cy", "cy@example.com"); !errors.Is(err, store.ErrSeeding) {
 		t.Errorf("idempotent create: %v, want ErrSeeding", err)
 	}
 	// A try lock: refused at once, not after waiting for the seed.
@@ -106,7 +105,7 @@ func TestWritesAreRefusedWhileTheGateIsHeld(t *testing.T) {
 	if _, err := s.UpdateUser(ctx, 999, store.Update{Email: ptr("new@example.com")}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("update of a missing user after the seed: %v, want ErrNotFound", err)
 	}
-	if _, err := s.CreateUserOnce(ctx, "k1", []byte("h"), "cy", "cy@example.com", answer); err != nil {
+	if _, err := s.CreateUserOnce(ctx, "k1", []byte("h"), "cy", "cy@example.com"); err != nil {
 		t.Errorf("idempotent create after the seed: %v", err)
 	}
 	if _, err := s.DeleteUser(ctx, u.ID); err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -22,18 +23,13 @@ var ErrKeyReused = errors.New("idempotency key already used with a different req
 // is a bug, answered 500, not a database outage.
 var errInconsistentKey = errors.New("inconsistent idempotency key")
 
-// Answer is a response kept under an idempotency key.
-type Answer struct {
-	Status int
-	Body   []byte
-}
-
 // Once is the outcome of CreateUserOnce.
 type Once struct {
-	// Created is the user this call inserted (zero when Replayed).
-	Created Written
-	// Answer is what to send: this call's own, or the first call's when Replayed.
-	Answer   Answer
+	// Written is the user a create's 201 shows. Fresh: the row this call
+	// inserted, and the outbox row its invalidation owes. Replayed: the row
+	// as the first call inserted it (it may have changed or gone since), and
+	// Outbox 0, as the first call's row was settled by that call.
+	Written
 	Replayed bool
 }
 
@@ -49,28 +45,21 @@ SET request_hash = EXCLUDED.request_hash, status = NULL, response = NULL, create
 WHERE k.created_at < now() - make_interval(secs => $3)
 RETURNING true`
 
-const storedAnswerSQL = `SELECT request_hash, status, response FROM idempotency_keys WHERE key = $1`
+const storedRowSQL = `SELECT request_hash, status, response FROM idempotency_keys WHERE key = $1`
 
-const saveAnswerSQL = `UPDATE idempotency_keys SET status = $2, response = $3 WHERE key = $1`
+const saveRowSQL = `UPDATE idempotency_keys SET status = $2, response = $3 WHERE key = $1`
 
 // claimTries bounds the claim/read loop: the only way round it is a row
 // purged between the claim and the read, which the next claim then wins.
 const claimTries = 3
 
-// AnswerFunc computes, from the inserted row, the answer kept under an
-// idempotency key. It must be pure (no I/O, no request state): the answer
-// holds the row's id and created_at, which exist only once the INSERT ran,
-// and it must commit in the same transaction as the user, so CreateUserOnce
-// calls it between the two. The store keeps the result as opaque bytes.
-type AnswerFunc func(User) Answer
-
 // CreateUserOnce inserts a user at most once per idempotency key. The key
 // row and the user are written in one transaction, so a key is either absent
-// or holds the complete answer, which answer computes from the new row. A
-// key already stored with the same requestHash replays its answer, byte for
-// byte; with another hash it is ErrKeyReused. Errors are those of CreateUser.
-func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string,
-	answer AnswerFunc) (Once, error) {
+// or holds the created row. A key already stored with the same requestHash
+// replays that row, as it was created: the HTTP layer renders it as it
+// rendered the first answer, so the replay is the same bytes. With another
+// hash it is ErrKeyReused. Errors are those of CreateUser.
+func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []byte, username, email string) (Once, error) {
 	var out Once
 	err := s.withTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		// First, so that neither the claim nor a replay of a key the seed
@@ -84,11 +73,11 @@ func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []by
 				return err
 			}
 			if claimed {
-				return createAndSave(ctx, tx, key, username, email, answer, &out)
+				return createAndSave(ctx, tx, key, username, email, &out)
 			}
 			var storedHash, body []byte
 			var status *int16
-			err = tx.QueryRow(ctx, storedAnswerSQL, key).Scan(&storedHash, &status, &body)
+			err = tx.QueryRow(ctx, storedRowSQL, key).Scan(&storedHash, &status, &body)
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // purged since the claim looked; claim again
 			}
@@ -101,7 +90,11 @@ func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []by
 			if status == nil {
 				return fmt.Errorf("%w: key %q has no answer", errInconsistentKey, key)
 			}
-			out = Once{Answer: Answer{Status: int(*status), Body: body}, Replayed: true}
+			var row createdRow
+			if err := json.Unmarshal(body, &row); err != nil {
+				return fmt.Errorf("%w: key %q holds no created row: %v", errInconsistentKey, key, err)
+			}
+			out = Once{Written: Written{User: User(row)}, Replayed: true}
 			return nil
 		}
 		return fmt.Errorf("%w: key %q vanished %d times", errInconsistentKey, key, claimTries)
@@ -118,16 +111,36 @@ func claimKey(ctx context.Context, tx pgx.Tx, key string, requestHash []byte) (b
 	return claimed, err
 }
 
-func createAndSave(ctx context.Context, tx pgx.Tx, key, username, email string, answerFor AnswerFunc, out *Once) error {
+// createdStatus is the status column of a key's row: the created row it
+// holds is answered 201 Created.
+const createdStatus = 201
+
+// createdRow is the user as a key's row keeps it, in the response column:
+// JSON of the same fields as the API's user, created_at to the microsecond
+// PostgreSQL keeps, so a replay shows exactly the row the first call made
+// (and a key that kept the API's own body reads back the same).
+type createdRow struct {
+	ID        int64     `json:"id"`
+	Username  string    `json:"username"`
+	Email     string    `json:"email"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func createAndSave(ctx context.Context, tx pgx.Tx, key, username, email string, out *Once) error {
 	var w Written
 	if err := scanWritten(tx.QueryRow(ctx, createSQL, username, email, WriteGateLock), &w); err != nil {
 		return err
 	}
-	answer := answerFor(w.User)
-	if _, err := tx.Exec(ctx, saveAnswerSQL, key, answer.Status, answer.Body); err != nil {
+	row := createdRow(w.User)
+	row.CreatedAt = row.CreatedAt.UTC()
+	body, err := json.Marshal(row)
+	if err != nil {
 		return err
 	}
-	*out = Once{Created: w, Answer: answer}
+	if _, err := tx.Exec(ctx, saveRowSQL, key, createdStatus, body); err != nil {
+		return err
+	}
+	*out = Once{Written: w}
 	return nil
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,11 +12,6 @@ import (
 	"github.com/aside-lab/aside/core-go/internal/store"
 	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
-
-// render stores the new id as the body, so tests can tell answers apart.
-func render(u store.User) store.Answer {
-	return store.Answer{Status: 201, Body: []byte(strconv.FormatInt(u.ID, 10))}
-}
 
 func keyCount(t *testing.T) int {
 	t.Helper()
@@ -33,26 +28,28 @@ func TestCreateUserOnceStoresThenReplays(t *testing.T) {
 	ctx := context.Background()
 	hash := []byte("hash-a")
 
-	first, err := s.CreateUserOnce(ctx, "k1", hash, "ada", "ada@example.com", render)
-	if err != nil || first.Replayed || first.Created.ID != 1 || string(first.Answer.Body) != "1" || first.Answer.Status != 201 {
+	first, err := s.CreateUserOnce(ctx, "k1", hash, "ada", "ada@example.com")
+	if err != nil || first.Replayed || first.ID != 1 || first.Outbox == 0 {
 		t.Fatalf("first: %+v %v", first, err)
 	}
 	var status int
 	var body []byte
 	if err := env.Pool.QueryRow(ctx, "SELECT status, response FROM idempotency_keys WHERE key = 'k1'").Scan(&status, &body); err != nil ||
-		status != 201 || string(body) != "1" {
+		status != 201 || !strings.HasPrefix(string(body), `{"id":1,"username":"ada","email":"ada@example.com","created_at":`) {
 		t.Fatalf("stored %d %q %v", status, body, err)
 	}
-	again, err := s.CreateUserOnce(ctx, "k1", hash, "ada", "ada@example.com", render)
-	if err != nil || !again.Replayed || string(again.Answer.Body) != "1" || again.Answer.Status != 201 || again.Created.ID != 0 {
-		t.Fatalf("replay: %+v %v", again, err)
+	// The replay is the row as created, to the microsecond, and owes no invalidation of its own.
+	again, err := s.CreateUserOnce(ctx, "k1", hash, "ada", "ada@example.com")
+	if err != nil || !again.Replayed || again.User != (store.User{ID: 1, Username: "ada", Email: "ada@example.com", CreatedAt: again.CreatedAt}) ||
+		!again.CreatedAt.Equal(first.CreatedAt) || again.Outbox != 0 {
+		t.Fatalf("replay: %+v %v, first %+v", again, err, first)
 	}
 	if n := env.UserCount(t); n != 1 {
 		t.Fatalf("%d users after a replay, want 1", n)
 	}
 	// Another key is another request.
-	other, err := s.CreateUserOnce(ctx, "k2", hash, "bob", "bob@example.com", render)
-	if err != nil || other.Replayed || other.Created.ID != 2 {
+	other, err := s.CreateUserOnce(ctx, "k2", hash, "bob", "bob@example.com")
+	if err != nil || other.Replayed || other.ID != 2 {
 		t.Fatalf("second key: %+v %v", other, err)
 	}
 }
@@ -61,10 +58,10 @@ func TestCreateUserOnceRefusesAKeyReusedForAnotherRequest(t *testing.T) {
 	env.Reset(t)
 	s := newStore(t, env.DatabaseURL, 2*time.Second)
 	ctx := context.Background()
-	if _, err := s.CreateUserOnce(ctx, "k", []byte("one"), "ada", "ada@example.com", render); err != nil {
+	if _, err := s.CreateUserOnce(ctx, "k", []byte("one"), "ada", "ada@example.com"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.CreateUserOnce(ctx, "k", []byte("two"), "bob", "bob@example.com", render)
+	_, err := s.CreateUserOnce(ctx, "k", []byte("two"), "bob", "bob@example.com")
 	if !errors.Is(err, store.ErrKeyReused) {
 		t.Fatalf("err = %v, want ErrKeyReused", err)
 	}
@@ -82,7 +79,7 @@ func TestAFailedCreateDoesNotConsumeTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateUserOnce(ctx, "k", []byte("h"), "ada", "x@example.com", render); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.CreateUserOnce(ctx, "k", []byte("h"), "ada", "x@example.com"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("err = %v, want ErrConflict", err)
 	}
 	if n := keyCount(t); n != 0 {
@@ -91,7 +88,7 @@ func TestAFailedCreateDoesNotConsumeTheKey(t *testing.T) {
 	if _, err := s.DeleteUser(ctx, taken.ID); err != nil {
 		t.Fatal(err)
 	}
-	once, err := s.CreateUserOnce(ctx, "k", []byte("h"), "ada", "x@example.com", render)
+	once, err := s.CreateUserOnce(ctx, "k", []byte("h"), "ada", "x@example.com")
 	if err != nil || once.Replayed {
 		t.Fatalf("retry after the name was freed: %+v %v", once, err)
 	}
@@ -112,7 +109,7 @@ func TestConcurrentDuplicatesCreateExactlyOneRow(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i], errs[i] = s.CreateUserOnce(context.Background(), "same", []byte("h"), "ada", "ada@example.com", render)
+			results[i], errs[i] = s.CreateUserOnce(context.Background(), "same", []byte("h"), "ada", "ada@example.com")
 		}()
 	}
 	close(start)
@@ -125,8 +122,8 @@ func TestConcurrentDuplicatesCreateExactlyOneRow(t *testing.T) {
 		if !results[i].Replayed {
 			fresh++
 		}
-		if string(results[i].Answer.Body) != "1" {
-			t.Fatalf("request %d answered %q, want the first id", i, results[i].Answer.Body)
+		if results[i].ID != 1 || !results[i].CreatedAt.Equal(results[0].CreatedAt) {
+			t.Fatalf("request %d answered %+v, want the first row", i, results[i].User)
 		}
 	}
 	if fresh != 1 || env.UserCount(t) != 1 || keyCount(t) != 1 {
@@ -142,8 +139,8 @@ func TestAnExpiredKeyIsUsedAfresh(t *testing.T) {
 		VALUES ('old', 'other', 201, '99', now() - interval '24 hours 1 minute')`); err != nil {
 		t.Fatal(err)
 	}
-	once, err := s.CreateUserOnce(ctx, "old", []byte("h"), "ada", "ada@example.com", render)
-	if err != nil || once.Replayed || once.Created.ID != 1 {
+	once, err := s.CreateUserOnce(ctx, "old", []byte("h"), "ada", "ada@example.com")
+	if err != nil || once.Replayed || once.ID != 1 {
 		t.Fatalf("expired key: %+v %v", once, err)
 	}
 	var hash string
@@ -154,11 +151,13 @@ func TestAnExpiredKeyIsUsedAfresh(t *testing.T) {
 	}
 	// A key just inside the TTL still replays.
 	if _, err := env.Pool.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, status, response, created_at)
-		VALUES ('recent', 'h', 201, '7', now() - interval '23 hours 59 minutes')`); err != nil {
+		VALUES ('recent', 'h', 201, '{"id":7,"username":"bob","email":"bob@example.com","created_at":"2026-01-02T03:04:05.000006Z"}',
+			now() - interval '23 hours 59 minutes')`); err != nil {
 		t.Fatal(err)
 	}
-	recent, err := s.CreateUserOnce(ctx, "recent", []byte("h"), "bob", "bob@example.com", render)
-	if err != nil || !recent.Replayed || string(recent.Answer.Body) != "7" {
+	recent, err := s.CreateUserOnce(ctx, "recent", []byte("h"), "bob", "bob@example.com")
+	if err != nil || !recent.Replayed || recent.ID != 7 || recent.Username != "bob" ||
+		!recent.CreatedAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)) {
 		t.Fatalf("key inside the TTL: %+v %v", recent, err)
 	}
 }
@@ -266,7 +265,7 @@ func TestPurgeLoopRunsUntilCancelled(t *testing.T) {
 
 func TestCreateUserOnceUnavailableAppliesNothing(t *testing.T) {
 	s := newStore(t, "postgresql://aside@"+testenv.ClosedAddr(t)+"/aside", 2*time.Second)
-	_, err := s.CreateUserOnce(context.Background(), "k", []byte("h"), "ada", "ada@example.com", render)
+	_, err := s.CreateUserOnce(context.Background(), "k", []byte("h"), "ada", "ada@example.com")
 	var u *store.UnavailableError
 	if !errors.As(err, &u) || u.MaybeApplied {
 		t.Fatalf("err = %v, want an UnavailableError that applied nothing", err)

@@ -1,4 +1,8 @@
-package cache
+// Package cachetest is the reader's side of the lease protocol
+// (contracts/README.md, "Coherence"), for tests only: the gateway has the
+// production copy in Python; this one lets the core's tests play a reader
+// against the real invalidation.
+package cachetest
 
 import (
 	"context"
@@ -8,11 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// The reader's side of the lease protocol (contracts/README.md, "Coherence").
-// The gateway has its own copy in Python; the core keeps this one so its
-// tests can play a reader against the real invalidation.
+	"github.com/aside-lab/aside/core-go/internal/cache"
+)
 
 // fillIfLeaseHeld stores the value only while the caller's lease is still in
 // place, then drops the lease, atomically. KEYS: key, lease. ARGV: token,
@@ -36,7 +38,7 @@ func TakeLease(ctx context.Context, rdb redis.Cmdable, key string, ttl time.Dura
 	if err != nil {
 		return "", false, err
 	}
-	err = rdb.SetArgs(ctx, LeaseKey(key), token, redis.SetArgs{Mode: "NX", TTL: ttl}).Err()
+	err = rdb.SetArgs(ctx, cache.LeaseKey(key), token, redis.SetArgs{Mode: "NX", TTL: ttl}).Err()
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
@@ -50,7 +52,7 @@ func TakeLease(ctx context.Context, rdb redis.Cmdable, key string, ttl time.Dura
 // lease; it reports whether it stored. A writer that deleted the lease
 // meanwhile makes this a no-op, so a value read before a commit never lands.
 func FillIfLeaseHeld(ctx context.Context, rdb redis.Scripter, key, token, value string, ttl time.Duration) (bool, error) {
-	stored, err := fillIfLeaseHeld.Run(ctx, rdb, []string{key, LeaseKey(key)},
+	stored, err := fillIfLeaseHeld.Run(ctx, rdb, []string{key, cache.LeaseKey(key)},
 		token, value, int64(ttl/time.Second)).Int()
 	if err != nil {
 		return false, err
