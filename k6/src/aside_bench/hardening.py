@@ -28,9 +28,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -43,11 +42,11 @@ from .attacks import cold_flood, slow_heads
 from .config import Settings
 from .hardening_report import one_line, write_report
 from .k6run import K6_ENV, K6Process, K6Run, start_k6
-from .machine import describe
 from .prepare import StackError, connect, wait_until_quiet, warm_cache
 from .seeddata import SeedData
 from .services import ServiceControl
 from .sources import Influx, SourceError, quote_literal
+from .suite import SuiteResult, parse_names, run_header, sleep_until
 
 EXPERIMENTS = ("slow-heads", "cold-flood")
 DESCRIPTIONS = {
@@ -120,31 +119,14 @@ class HardeningParams:
 
 
 @dataclass
-class ExperimentResult:
-    name: str
-    events: dict[str, float] = field(default_factory=dict)
-    notes: dict[str, Any] = field(default_factory=dict)
+class ExperimentResult(SuiteResult):
     figures: dict[str, Any] = field(default_factory=dict)
     windows: dict[str, Any] = field(default_factory=dict)
-    checks: list[hc.Check] = field(default_factory=list)
-    error: str | None = None
 
-    @property
-    def passed(self) -> bool:
-        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+    descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": DESCRIPTIONS[self.name],
-            "passed": self.passed,
-            "error": self.error,
-            "events": self.events,
-            "notes": self.notes,
-            "figures": self.figures,
-            "windows": self.windows,
-            "checks": [c.as_dict() for c in self.checks],
-        }
+    def fields(self) -> dict[str, Any]:
+        return {"figures": self.figures, "windows": self.windows}
 
 
 @dataclass
@@ -161,15 +143,7 @@ class Bench:
 
 
 def parse_experiments(text: str | None) -> tuple[str, ...]:
-    if not text or text.strip() == "all":
-        return EXPERIMENTS
-    names = text.replace(",", " ").split()
-    unknown = [n for n in names if n not in EXPERIMENTS]
-    if unknown or not names:
-        raise ValueError(
-            f"unknown experiment(s) {' '.join(unknown)}; choose from {' '.join(EXPERIMENTS)}"
-        )
-    return tuple(dict.fromkeys(names))
+    return parse_names(text, EXPERIMENTS, "experiment")
 
 
 def gateway_settings(pid: int) -> dict[str, Any]:
@@ -272,12 +246,6 @@ def _first_value(series: list[Any]) -> int:
     return int(series[0].values[0][1] or 0)
 
 
-def _sleep_until(instant: float) -> None:
-    remaining = instant - time.time()
-    if remaining > 0:
-        time.sleep(remaining)
-
-
 def _start_load(bench: Bench, result: ExperimentResult, duration_s: int) -> K6Process:
     """The cache warmed afresh (each hot key then outlives the experiment), the
     stack quiet, then k6 started; notes its first request as `load_start`."""
@@ -360,7 +328,7 @@ def run_slow_heads(bench: Bench) -> ExperimentResult:
     with RssSampler(workers) as sampler:
         load = _start_load(bench, result, duration)
         try:
-            _sleep_until(events["load_start"] + params.pre_s)
+            sleep_until(events["load_start"] + params.pre_s)
             events["attack_start"] = time.time()
             wait_s = limits.close_limit_s + SOCKET_WAIT_EXTRA_S
             records = slow_heads(gateway_address(bench.settings), params.sockets, wait_s)
@@ -492,7 +460,7 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
         result.notes["flood_emails_in_table"] = emails_in_table(conn, params.run_id)
         load = _start_load(bench, result, duration)
         try:
-            _sleep_until(events["load_start"] + params.pre_s)
+            sleep_until(events["load_start"] + params.pre_s)
             calls_before = count_query_calls(conn)
             counters_before = gateway_counters(settings)
             events["flood_start"] = time.time()
@@ -550,11 +518,7 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
     bench = Bench(settings, params, seed, control, influx, limits, gateway)
     params.out_dir.mkdir(parents=True)
     run: dict[str, Any] = {
-        "run_id": params.run_id,
-        "kind": "hardening",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": describe(),
-        "seed": seed.meta,
+        **run_header(params.run_id, "hardening", seed.meta),
         "params": _params_record(params, settings, control, gateway, len(seed.hot)),
         "limits": {
             "head_deadline_s": limits.head_deadline_s,
