@@ -20,6 +20,7 @@ NOT_DRAWING = [
     "aside_bench.hardening_report",
     "aside_bench.runner",
     "aside_bench.report",
+    "aside_bench.doc",
     "aside_bench.calibrate",
     "aside_bench.compare",
 ]
