@@ -204,9 +204,9 @@ def run_case(
     redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
     result.notes["k6_summary"] = K6Summary.read(summary_path).counts("chaos_")
     if case == "worker":
-        delta = cc.loaded_route_increase(counters_before, request_counters(settings))
-        checks, figures = cc.worker_checks(samples, events, delta)
-        figures["counter_delta"] = {" ".join(k): v for k, v in sorted(delta.items())}
+        increase = cc.loaded_route_increase(counters_before, request_counters(settings))
+        checks, figures = cc.worker_checks(samples, events, increase)
+        figures["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(increase.items())}
     elif case == "postgres":
         checks, figures = cc.postgres_checks(samples, events, redis_errors)
     else:
