@@ -363,13 +363,6 @@ class K6Process:
             f"k6 wrote no {metric} sample within {deadline_s:.0f} s; see {self.log_path}"
         )
 
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
-
 
 def start_k6(settings: Settings, run: K6Run, log_path: Path) -> K6Process:
     """k6 started for `run`, its output appended to `log_path`."""
