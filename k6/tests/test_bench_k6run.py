@@ -58,6 +58,23 @@ def test_no_point_before_k6_exits_is_an_error(tmp_path: Path) -> None:
         process.first_point(tmp_path / "out.json", "chaos_req", 10)
 
 
+def test_the_first_sample_is_what_the_probe_finds_once_it_finds_it(tmp_path: Path) -> None:
+    answers = iter([None, None, 1.5])
+    process = K6Process(["sleep", "30"], tmp_path / "k6.log").start()
+    try:
+        assert process.first_sample(lambda: next(answers), "InfluxDB", 10, 0.01) == 1.5
+        assert process.running
+    finally:
+        process.stop()
+
+
+def test_no_sample_within_the_deadline_stops_k6(tmp_path: Path) -> None:
+    process = K6Process(["sleep", "30"], tmp_path / "k6.log").start()
+    with pytest.raises(StackError, match="wrote no sample to InfluxDB within 0 s"):
+        process.first_sample(lambda: None, "InfluxDB", 0.3, 0.01)
+    assert not process.running
+
+
 def test_a_run_past_its_time_is_killed(tmp_path: Path) -> None:
     process = K6Process(["sleep", "30"], tmp_path / "k6.log").start()
     with pytest.raises(StackError, match="did not finish within 0 s"):

@@ -62,6 +62,8 @@ GATEWAY_DEFAULTS = {
 }
 READ_TIMEOUT_S = 10
 FIRST_SAMPLE_DEADLINE_S = 60.0
+# How often the wait for the load's first sample asks InfluxDB.
+INFLUX_POLL_S = 0.2
 QUIET_DEADLINE_S = 120.0
 # The first second of reads opens k6's connections: left out of `before`.
 WARMUP_S = 1.0
@@ -189,17 +191,13 @@ def _where(run_id: str, phase: str) -> str:
 
 def first_sample_at(influx: Influx, where: str, load: K6Process, deadline_s: float) -> float:
     """Epoch time of the load's first request, once InfluxDB has it."""
-    deadline = time.monotonic() + deadline_s
     query = f'SELECT first("value") FROM "http_req_duration" WHERE {where}'
-    while time.monotonic() < deadline:
+
+    def probe() -> float | None:
         series = influx.query(query)[0]
-        if series and series[0].values:
-            return series[0].values[0][0] / 1000
-        if not load.running:
-            raise StackError(f"k6 exited with {load.returncode}; see {load.log_path}")
-        time.sleep(0.2)
-    load.stop()
-    raise StackError(f"k6 wrote no sample to InfluxDB within {deadline_s:.0f} s")
+        return series[0].values[0][0] / 1000 if series and series[0].values else None
+
+    return load.first_sample(probe, "InfluxDB", deadline_s, INFLUX_POLL_S)
 
 
 def read_windows(

@@ -10,9 +10,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import interference, procs, trackplan
 from .config import Settings
@@ -49,6 +50,10 @@ LINGER_S = 3.0
 # A step's k6 may start up and flush for this long beyond its load and its
 # graceful stop before it counts as hung.
 START_AND_FLUSH_S = 60
+# How often the wait for k6's first sample reads its JSON output.
+JSON_POLL_S = 0.05
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -339,29 +344,47 @@ class K6Process:
             self.process.kill()
         self.process.wait()
 
+    def first_sample(
+        self, probe: Callable[[], T | None], where: str, deadline_s: float, interval_s: float
+    ) -> T:
+        """What `probe` finds once k6's first sample has reached its output
+        (`where`, for the error), polled every `interval_s`; k6 exiting first is
+        StackError, and so is nothing within `deadline_s` (k6 is stopped then).
+        One wait for every output: only how the output is read differs."""
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            found = probe()
+            if found is not None:
+                return found
+            if not self.running:
+                raise StackError(f"k6 exited with {self.returncode}; see {self.log_path}")
+            time.sleep(interval_s)  # the polling pace
+        self.stop()
+        raise StackError(
+            f"k6 wrote no sample to {where} within {deadline_s:.0f} s; see {self.log_path}"
+        )
+
     def first_point(self, out: Path, metric: str, deadline_s: float) -> dict[str, Any]:
         """The `data` of the first `metric` point k6 writes to its JSON output `out`;
         k6 is stopped and StackError raised if none comes within `deadline_s`."""
-        deadline = time.monotonic() + deadline_s
         offset = 0
-        while time.monotonic() < deadline:
-            if out.exists():
-                with out.open("rb") as handle:
-                    handle.seek(offset)
-                    chunk = handle.read()
-                # Whole lines only: k6 may be half-way through writing the last one.
-                complete = chunk[: chunk.rfind(b"\n") + 1]
-                offset += len(complete)
-                for line in complete.decode().splitlines():
-                    if f'"metric":"{metric}"' in line and '"type":"Point"' in line:
-                        return json.loads(line)["data"]
-            if not self.running:
-                raise StackError(f"k6 exited with {self.returncode}; see {self.log_path}")
-            time.sleep(0.05)
-        self.stop()
-        raise StackError(
-            f"k6 wrote no {metric} sample within {deadline_s:.0f} s; see {self.log_path}"
-        )
+
+        def probe() -> dict[str, Any] | None:
+            nonlocal offset
+            if not out.exists():
+                return None
+            with out.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            # Whole lines only: k6 may be half-way through writing the last one.
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            offset += len(complete)
+            for line in complete.decode().splitlines():
+                if f'"metric":"{metric}"' in line and '"type":"Point"' in line:
+                    return json.loads(line)["data"]
+            return None
+
+        return self.first_sample(probe, f"{out.name} ({metric})", deadline_s, JSON_POLL_S)
 
 
 def start_k6(settings: Settings, run: K6Run, log_path: Path) -> K6Process:
