@@ -12,6 +12,7 @@ import pytest
 NOT_DRAWING = [
     "aside_bench.cli",
     "aside_bench.commands",
+    "aside_bench.suite_commands",
     "aside_bench.chaos",
     "aside_bench.chaos_report",
     "aside_bench.soak",

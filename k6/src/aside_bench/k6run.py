@@ -1,4 +1,6 @@
-"""k6 for every kind of run (sweep, ceiling, chaos, soak): the command line (the
+"""One file of about 470 lines: the one k6 layer (nothing else starts k6 or reads its files).
+
+k6 for every kind of run (sweep, ceiling, chaos, soak): the command line (the
 flags and variables all scripts share plus a scenario's own), the process (a
 header in the log, Ctrl-C, the wait for its first sample) and its end-of-test
 summary (handleSummary's JSON)."""

@@ -1,4 +1,6 @@
-"""Drive a bench: prepare each step's state, run k6, read back the step's figures,
+"""One file of about 420 lines: the step loop, each step's preparation to its figures.
+
+Drive a bench: prepare each step's state, run k6, read back the step's figures,
 show progress, stop cleanly on Ctrl-C, and write the report."""
 
 from __future__ import annotations
