@@ -41,8 +41,8 @@ SUMMARY_SCRIPTS = frozenset({"read.js", "healthz.js", BARE_SCRIPT})
 # request, figures from the summary (the default); "influx", every sample to
 # InfluxDB (for Grafana's panels), figures from InfluxDB.
 SAMPLES = ("summary", "influx")
-# k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
-# a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
+# k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400)
+# costs it less CPU per request (docs/decisions.md, k6's own cost).
 K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
 # How often the wait for k6's end reads its CPU time; a k6 that has exported
 # its dashboard report is given this long to exit before it is stopped (a

@@ -191,8 +191,8 @@ class Runner:
         elif step.phase == "warm":
             # A sweep's warm steps all start from a fresh fill. The ceiling's
             # steps only top up what expired (a full refill costs a scan per
-            # key), unless a key would lapse during the step: measured, a few
-            # keys expiring mid-step sent their reads to full scans (p95 275 ms).
+            # key), unless a key would lapse during the step, which sends its
+            # reads to full scans (docs/decisions.md, a ceiling step refills).
             refill = step.scenario != "ceiling" or expires_within(
                 self.settings, step.duration_s + TTL_MARGIN_S
             )
