@@ -34,7 +34,6 @@ from typing import Any, ClassVar
 
 import psycopg
 import redis
-import requests
 
 from . import chaos_checks as cc
 from .chaos_report import one_line, write_report
@@ -47,7 +46,7 @@ from .k6run import K6Run, K6Summary, start_k6
 from .prepare import StackError, wait_until_quiet
 from .seeddata import SeedData, load_seed_list, remove_run_users, user_prefix
 from .services import ServiceControl
-from .suite import SuiteResult, parse_names, run_header, sleep_until
+from .suite import ITEM_ERRORS, SuiteResult, parse_names, run_header, sleep_until
 
 CASES = ("redis", "core", "postgres", "worker")
 DESCRIPTIONS = {
@@ -270,12 +269,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[s
             print(f"[{case}] {DESCRIPTIONS[case]} ...", flush=True)
             try:
                 result = run_case(settings, params, seed, control, case)
-            except (
-                StackError,
-                psycopg.Error,
-                requests.RequestException,
-                redis.RedisError,
-            ) as error:
+            except ITEM_ERRORS as error:
                 result = CaseResult(case, error=str(error))
             run["cases"].append(result.as_dict())
             print(f"[{case}] {one_line(run['cases'][-1])}", flush=True)

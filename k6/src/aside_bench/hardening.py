@@ -32,10 +32,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-import psycopg
-import redis
-import requests
-
 from . import flood_probes as fp
 from . import hardening_checks as hc
 from . import procs
@@ -56,7 +52,7 @@ from .rss_sampler import RssSampler
 from .seeddata import SeedData
 from .services import ServiceControl
 from .sources import Influx, SourceError
-from .suite import SuiteResult, parse_names, run_header, sleep_until
+from .suite import ITEM_ERRORS, SuiteResult, parse_names, run_header, sleep_until
 
 EXPERIMENTS = ("slow-heads", "cold-flood")
 DESCRIPTIONS = {
@@ -296,13 +292,7 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
         print(f"[{name}] {DESCRIPTIONS[name]} ...", flush=True)
         try:
             result = RUNNERS[name](bench)
-        except (
-            StackError,
-            SourceError,
-            psycopg.Error,
-            redis.RedisError,
-            requests.RequestException,
-        ) as error:
+        except (*ITEM_ERRORS, SourceError) as error:
             result = ExperimentResult(name, error=str(error))
         run["experiments"].append(result.as_dict())
     run["passed"] = all(e["passed"] for e in run["experiments"])

@@ -9,8 +9,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+import psycopg
+import redis
+import requests
+
 from .chaos_samples import Check
 from .machine import describe
+from .prepare import StackError
+
+# What ends one case or experiment (recorded as its error) but not the run.
+ITEM_ERRORS: tuple[type[Exception], ...] = (
+    StackError,
+    psycopg.Error,
+    requests.RequestException,
+    redis.RedisError,
+)
 
 
 @dataclass
