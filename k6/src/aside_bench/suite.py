@@ -1,6 +1,7 @@
 """What the fault suite (chaos.py) and the hardening experiments (hardening.py)
-share: a named item's result and its record, the parsing of the names given,
-the wait for an instant of the plan, and the run record's header."""
+share: a named item's result and its record, the errors that end one item but
+not the run, the parsing of the names given, the wait for an instant of the
+plan, and the run record's header."""
 
 from __future__ import annotations
 
