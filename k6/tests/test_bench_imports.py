@@ -12,6 +12,7 @@ import pytest
 NOT_DRAWING = [
     "aside_bench.cli",
     "aside_bench.commands",
+    "aside_bench.suite_commands",
     "aside_bench.chaos",
     "aside_bench.chaos_report",
     "aside_bench.soak",
@@ -20,6 +21,7 @@ NOT_DRAWING = [
     "aside_bench.hardening_report",
     "aside_bench.runner",
     "aside_bench.report",
+    "aside_bench.doc",
     "aside_bench.calibrate",
     "aside_bench.compare",
 ]

@@ -11,13 +11,22 @@ from aside_bench.k6run import ANSWERED, K6Process, K6Summary
 from aside_bench.prepare import StackError
 
 
+def log_tail(process: K6Process, lines: int = 5) -> str:
+    """The last `lines` lines of the process's log."""
+    try:
+        text = process.log_path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
 def test_the_log_starts_with_the_command_and_the_exit_code_is_kept(tmp_path: Path) -> None:
     log = tmp_path / "k6.log"
     process = K6Process(["sh", "-c", "echo said; exit 3"], log)
     assert process.run() == 3
     assert process.returncode == 3 and not process.running
     assert log.read_text().splitlines() == ["$ sh -c echo said; exit 3", "said"]
-    assert process.log_tail(1) == "said"
+    assert log_tail(process, 1) == "said"
 
 
 def test_the_environment_is_added_to_ours(tmp_path: Path) -> None:
@@ -47,6 +56,23 @@ def test_no_point_before_k6_exits_is_an_error(tmp_path: Path) -> None:
     process = K6Process(["sh", "-c", "exit 2"], tmp_path / "k6.log").start()
     with pytest.raises(StackError, match="k6 exited with 2"):
         process.first_point(tmp_path / "out.json", "chaos_req", 10)
+
+
+def test_the_first_sample_is_what_the_probe_finds_once_it_finds_it(tmp_path: Path) -> None:
+    answers = iter([None, None, 1.5])
+    process = K6Process(["sleep", "30"], tmp_path / "k6.log").start()
+    try:
+        assert process.first_sample(lambda: next(answers), "InfluxDB", 10, 0.01) == 1.5
+        assert process.running
+    finally:
+        process.stop()
+
+
+def test_no_sample_within_the_deadline_stops_k6(tmp_path: Path) -> None:
+    process = K6Process(["sleep", "30"], tmp_path / "k6.log").start()
+    with pytest.raises(StackError, match="wrote no sample to InfluxDB within 0 s"):
+        process.first_sample(lambda: None, "InfluxDB", 0.3, 0.01)
+    assert not process.running
 
 
 def test_a_run_past_its_time_is_killed(tmp_path: Path) -> None:

@@ -26,11 +26,17 @@ BENCH_TIMEOUT_S = 300
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def request_name(size: int) -> str:
+    """k6's `name` tag of a read (scripts/tracks.js): its size class, so latency
+    is read back per size."""
+    return f"track {trackplan.size_class(size)}"
+
+
 def test_size_classes_and_names():
     assert [trackplan.size_class(n) for n in (0, 16_383, 16_384, 65_536, 1_048_575, 10**7)] == [
         0, 0, 1, 2, 3, 4,
     ]  # fmt: skip
-    assert trackplan.request_name(70_000) == "track 2"
+    assert request_name(70_000) == "track 2"
     assert trackplan.class_of_name("track 2") == 2
     assert trackplan.class_of_name("count") is None
     assert len(trackplan.SIZE_LABELS) == len(trackplan.SIZE_BOUNDS) + 1

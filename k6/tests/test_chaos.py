@@ -412,7 +412,7 @@ def test_killed_worker_is_replaced_and_counters_are_exact(chaos_run: dict[str, A
     assert figures["worker_replaced_after_s"] <= cc.REPLACE_S
     assert figures["requests_compared"] > 100
     assert worker["notes"]["killed_pid"] not in worker["notes"]["workers_after"]
-    assert sum(figures["counter_delta"].values()) >= figures["requests_compared"]
+    assert sum(figures["loaded_route_increase"].values()) >= figures["requests_compared"]
 
 
 def test_every_write_is_accounted_for_and_reads_match(

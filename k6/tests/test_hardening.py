@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from aside_bench import attacks, hardening
+from aside_bench import flood_probes as fp
 from aside_bench import hardening_checks as hc
 from aside_bench.attacks import SlowSocket
 
@@ -162,7 +163,7 @@ def test_polling_stops_once_the_counter_is_still() -> None:
     def counter() -> float:
         return next(values, 3)
 
-    found = hardening.poll_until_still(counter, quiet_s=0.2, deadline_s=5, interval_s=0.01)
+    found = fp.poll_until_still(counter, quiet_s=0.2, deadline_s=5, interval_s=0.01)
     assert [v for _, v in found[:3]] == [1, 2, 3]
     assert found[-1][0] - found[2][0] >= 0.2
     assert found[-1][0] - found[0][0] < 2
@@ -170,7 +171,7 @@ def test_polling_stops_once_the_counter_is_still() -> None:
 
 def test_polling_gives_up_at_its_deadline() -> None:
     values = iter(range(1000))
-    found = hardening.poll_until_still(lambda: next(values), 1.0, deadline_s=0.2, interval_s=0.01)
+    found = fp.poll_until_still(lambda: next(values), 1.0, deadline_s=0.2, interval_s=0.01)
     assert not hc.still_for(found, 1.0)
 
 
@@ -180,7 +181,7 @@ def test_the_flood_reads_a_thread_ran_are_the_count_answers_but_the_hits() -> No
     after = {"db_queries": {"count_batch": 9.0, "count_by_email": 2.0},
              "shed": {"client_gone": 70.0}, "batched_emails": 40.0,
              "count_answers": {"200": 1520.0, "503": 25.0}, "count_hits": 1500.0}  # fmt: skip
-    found = hardening.counter_increase(before, after)
+    found = fp.counter_increase(before, after)
     assert found["db_queries"] == {"count_batch": 5.0, "count_by_email": 2.0}
     assert found["shed"] == {"client_gone": 70.0} and found["batched_emails"] == 30.0
     # 520 answered counts, 510 of them hits: 10 flood reads answered 200, 25 gave up.
@@ -197,7 +198,7 @@ def test_experiments_and_the_flood_deadline() -> None:
     # 20,000 emails x 50 ms / 200 in flight = 5 s if every client waited its timeout, x 6.
     assert params.flood_deadline_s == 30.0 and params.vus == 100
     assert hardening.HardeningParams("r", Path("x"), (), rate=20).vus == 10
-    emails = hardening.flood_emails("run_1", 3)
+    emails = fp.flood_emails("run_1", 3)
     assert emails == [f"flood-run_1-{i}@hardening.invalid" for i in range(3)]
 
 

@@ -29,13 +29,11 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 import redis
-import requests
 
 from . import chaos_checks as cc
 from .chaos_report import one_line, write_report
@@ -45,10 +43,10 @@ from .config import Settings
 from .faults import Faults
 from .gateway_metrics import cache_errors, request_counters
 from .k6run import K6Run, K6Summary, start_k6
-from .machine import describe
 from .prepare import StackError, wait_until_quiet
 from .seeddata import SeedData, load_seed_list, remove_run_users, user_prefix
 from .services import ServiceControl
+from .suite import ITEM_ERRORS, SuiteResult, parse_names, run_header, sleep_until
 
 CASES = ("redis", "core", "postgres", "worker")
 DESCRIPTIONS = {
@@ -94,45 +92,25 @@ class ChaosParams:
 
 
 @dataclass
-class CaseResult:
-    name: str
-    events: dict[str, float] = field(default_factory=dict)
-    notes: dict[str, Any] = field(default_factory=dict)
+class CaseResult(SuiteResult):
     kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
     writes: dict[str, Any] = field(default_factory=dict)
     reads: dict[str, Any] = field(default_factory=dict)
-    checks: list[cc.Check] = field(default_factory=list)
-    error: str | None = None
 
-    @property
-    def passed(self) -> bool:
-        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+    descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
 
-    def as_dict(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "description": DESCRIPTIONS[self.name],
-            "passed": self.passed,
-            "error": self.error,
-            "events": self.events,
-            "notes": self.notes,
             "requests": self.kinds,
             "figures": self.figures,
             "writes": self.writes,
             "reads": self.reads,
-            "checks": [c.as_dict() for c in self.checks],
         }
 
 
 def parse_cases(text: str | None) -> tuple[str, ...]:
-    if not text or text.strip() == "all":
-        return CASES
-    names = text.replace(",", " ").split()
-    unknown = [n for n in names if n not in CASES]
-    if unknown or not names:
-        raise ValueError(f"unknown case(s) {' '.join(unknown)}; choose from {' '.join(CASES)}")
-    return tuple(dict.fromkeys(names))
+    return parse_names(text, CASES, "case")
 
 
 def load_ids(data_dir: Path) -> list[int]:
@@ -171,12 +149,6 @@ def load_run(
     )
 
 
-def _sleep_until(instant: float) -> None:
-    remaining = instant - time.time()
-    if remaining > 0:
-        time.sleep(remaining)
-
-
 # ---- one case ---------------------------------------------------------------------------------
 def run_case(
     settings: Settings,
@@ -205,9 +177,9 @@ def run_case(
     events = result.events
     events["load_start"] = int(first["tags"]["start"]) / 1000
     try:
-        _sleep_until(events["load_start"] + params.timing.pre_s)
+        sleep_until(events["load_start"] + params.timing.pre_s)
         faults.inject(case, events, result.notes)
-        _sleep_until(events["fault"] + params.timing.down_s)
+        sleep_until(events["fault"] + params.timing.down_s)
         faults.restore(case, events, result.notes)
     finally:
         # The load runs its course whatever happened; a broken restore is reported below.
@@ -231,9 +203,9 @@ def run_case(
     redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
     result.notes["k6_summary"] = K6Summary.read(summary_path).counts("chaos_")
     if case == "worker":
-        delta = cc.loaded_route_increase(counters_before, request_counters(settings))
-        checks, figures = cc.worker_checks(samples, events, delta)
-        figures["counter_delta"] = {" ".join(k): v for k, v in sorted(delta.items())}
+        increase = cc.loaded_route_increase(counters_before, request_counters(settings))
+        checks, figures = cc.worker_checks(samples, events, increase)
+        figures["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(increase.items())}
     elif case == "postgres":
         checks, figures = cc.postgres_checks(samples, events, redis_errors)
     else:
@@ -262,11 +234,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[s
     control.verify()
     params.out_dir.mkdir(parents=True)
     run: dict[str, Any] = {
-        "run_id": params.run_id,
-        "kind": "chaos",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": describe(),
-        "seed": seed.meta,
+        **run_header(params.run_id, "chaos", seed.meta),
         "params": {
             "cases": list(params.cases),
             "rate": params.rate,
@@ -301,12 +269,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[s
             print(f"[{case}] {DESCRIPTIONS[case]} ...", flush=True)
             try:
                 result = run_case(settings, params, seed, control, case)
-            except (
-                StackError,
-                psycopg.Error,
-                requests.RequestException,
-                redis.RedisError,
-            ) as error:
+            except ITEM_ERRORS as error:
                 result = CaseResult(case, error=str(error))
             run["cases"].append(result.as_dict())
             print(f"[{case}] {one_line(run['cases'][-1])}", flush=True)

@@ -52,9 +52,9 @@ def rereads(samples: list[Sample], instant: float) -> list[Sample]:
 
     After a flushed cache every key's first read is a miss whatever the cache
     does, so how soon the plain hit share recovers measures how fast the load
-    touches every key of its mix (about 5 s for the chaos mix at 60 req/s),
-    not the cache. The share among re-reads compares with the share before the
-    fault, when every key had been read (the prewarm)."""
+    touches every key of its mix (docs/decisions.md, Redis down), not the
+    cache. The share among re-reads compares with the share before the fault,
+    when every key had been read (the prewarm)."""
     answered = sorted(
         (s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant),
         key=lambda s: s.start,

@@ -3,14 +3,13 @@ and the tables printed at the end."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .chaos_checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S, REPLACE_S
 from .chaos_samples import READS
+from .doc import Doc, save_report
 from .machine import summary
-from .report import Doc
 from .tables import Table
 
 
@@ -159,13 +158,7 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
         )
     doc.h(2, "What each case asserts")
     doc.ul(ASSERTIONS)
-    (out_dir / "report.md").write_text(doc.markdown())
-    (out_dir / "report.json").write_text(json.dumps(run, indent=2, default=str) + "\n")
-    print()
-    for table in tables:
-        print(table.markdown())
-    print(f"report: {out_dir}/report.md")
-    return tables
+    return save_report(doc, run, out_dir, tables)
 
 
 ASSERTIONS = [

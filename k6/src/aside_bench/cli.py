@@ -1,3 +1,5 @@
+# One file of about 420 lines: the argument parser of every command, read side by side
+# (a comment, as the docstring below is `--help`'s description).
 """aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `k6cost`
 (k6's own CPU per request under each telemetry variant), `report`
 (rebuild a run's report from InfluxDB and Prometheus), `compare` (two runs'
@@ -13,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from . import commands, config, interference, k6cost
+from . import commands, config, interference, k6cost, suite_commands
 from .compare import DEFAULT_TOLERANCE
 from .k6run import SAMPLES
 from .plan import SCENARIOS, WARM_CHOICES, PlanError
@@ -403,10 +405,10 @@ def main(argv: list[str] | None = None) -> int:
             "ceiling": commands.cmd_ceiling,
             "k6cost": commands.cmd_k6cost,
             "report": commands.cmd_report,
-            "chaos": commands.cmd_chaos,
-            "soak": commands.cmd_soak,
+            "chaos": suite_commands.cmd_chaos,
+            "soak": suite_commands.cmd_soak,
             "screenshot": commands.cmd_screenshot,
-            "hardening": commands.cmd_hardening,
+            "hardening": suite_commands.cmd_hardening,
             "compare": commands.cmd_compare,
         }[args.command]
         return command(args, settings)

@@ -1,6 +1,11 @@
 """What each aside-bench command does once its arguments are parsed: check them,
-check the stack and the seed, then run the sweep, the ceiling search, the fault
-suite or the soak, or rebuild a report or take its screenshot."""
+check the stack and the seed, then run the sweep, the ceiling search or k6's
+cost, or rebuild a report, compare two runs or take a report's screenshot. The
+suites (chaos, soak, hardening) are in suite_commands.py.
+
+One module of about 440 lines: the commands that run steps through the runner
+and those that read their runs back share its argument checks, the runner's
+set-up and the choice of a run's report writer."""
 
 from __future__ import annotations
 
@@ -14,15 +19,12 @@ from typing import Any
 
 from . import (
     calibrate,
-    chaos,
     compare,
     config,
-    hardening,
     interference,
     interference_report,
     k6cost,
     report,
-    soak,
     trackplan,
     tracks,
 )
@@ -48,7 +50,7 @@ from .plan import (
 from .prepare import StackError, check_stack
 from .runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
 from .saturation import cpu_limit_cores
-from .seeddata import SeedData, check_seed, user_prefix
+from .seeddata import SeedData, check_seed
 from .sources import Influx, Prometheus, SourceError
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
@@ -58,14 +60,14 @@ class UsageError(Exception):
     """Bad command-line input: reported on one line, exit status 2."""
 
 
-def _run_id(args: argparse.Namespace, label: str) -> str:
+def new_run_id(args: argparse.Namespace, label: str) -> str:
     run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S") + (f"-{label}" if label else "")
     if not RUN_ID.match(run_id):
         raise UsageError(f"--run-id must be 1-40 letters, digits, '-' or '_', got {run_id!r}")
     return run_id
 
 
-def _out_dir(settings: config.Settings, args: argparse.Namespace, folder: str) -> Path:
+def new_out_dir(settings: config.Settings, args: argparse.Namespace, folder: str) -> Path:
     """reports/<folder>, which must not exist yet."""
     out_dir = (args.reports_dir or settings.default_reports_dir) / folder
     if out_dir.exists():
@@ -73,7 +75,7 @@ def _out_dir(settings: config.Settings, args: argparse.Namespace, folder: str) -
     return out_dir
 
 
-def _checked_seed(settings: config.Settings, args: argparse.Namespace) -> SeedData:
+def checked_seed(settings: config.Settings, args: argparse.Namespace) -> SeedData:
     """The stack is up and its table is the seeded one, or StackError says why."""
     check_stack(settings)
     return check_seed(settings, args.data_dir or settings.default_data_dir)
@@ -138,12 +140,12 @@ def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any)
 
 
 def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = _run_id(args, args.scenario)
-    out_dir = _out_dir(settings, args, run_id)
+    run_id = new_run_id(args, args.scenario)
+    out_dir = new_out_dir(settings, args, run_id)
     # Parameters first: a typo is reported before anything is touched.
     plan_sweep(args, seed_indexed=None)
     _calibration_params(args)
-    seed = _checked_seed(settings, args)
+    seed = checked_seed(settings, args)
     steps = plan_sweep(args, seed.indexed)
     shape = _shape(args)
     params = _params(
@@ -256,13 +258,13 @@ def _drive(runner: Runner, body: Any, writer: Any) -> int:
 
 
 def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = _run_id(args, "ceiling")
-    out_dir = _out_dir(settings, args, run_id)
+    run_id = new_run_id(args, "ceiling")
+    out_dir = new_out_dir(settings, args, run_id)
     arms = parse_arms(args.arms, CEILING_ARMS)
     duration = parse_duration(args.step_duration)
     _calibration_params(args)  # a malformed --calibration-probe before anything runs
     search = SearchParams(start=args.start, ladder_step=args.ladder_step, max_rate=args.max_rate)
-    seed = _checked_seed(settings, args)
+    seed = checked_seed(settings, args)
     shape = _shape(args)
     params = _params(
         args,
@@ -293,14 +295,14 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
 
 
 def cmd_k6cost(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = _run_id(args, k6cost.KIND)
-    out_dir = _out_dir(settings, args, run_id)
+    run_id = new_run_id(args, k6cost.KIND)
+    out_dir = new_out_dir(settings, args, run_id)
     duration = parse_duration(args.duration)
     try:
         variants = k6cost.parse_variants(args.variants)
     except k6cost.VariantError as error:
         raise UsageError(str(error)) from None
-    seed = _checked_seed(settings, args)
+    seed = checked_seed(settings, args)
     shape = _shape(args)
     params = _params(
         args,
@@ -347,89 +349,6 @@ def _search_arm(
             "limit": "not held, load generator saturated: a measurement limit",
         }[verdict]
         print(f"  -> {note} (p95 <= {p95_ms:g} ms, no drops)")
-
-
-def _seconds(text: str | None, default: float) -> float:
-    return default if text is None else float(parse_duration(text))
-
-
-def cmd_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = _run_id(args, "")
-    try:
-        cases = chaos.parse_cases(args.cases)
-        user_prefix(run_id, "postgres")
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    base = chaos.SHORT if args.short else chaos.FULL
-    timing = chaos.Timing(
-        pre_s=_seconds(args.pre, base.pre_s),
-        down_s=_seconds(args.down, base.down_s),
-        post_s=_seconds(args.post, base.post_s),
-    )
-    out_dir = _out_dir(settings, args, f"chaos-{run_id}")
-    seed = _checked_seed(settings, args)
-    params = chaos.ChaosParams(
-        run_id=run_id,
-        out_dir=out_dir,
-        cases=cases,
-        rate=args.rate,
-        timing=timing,
-        write_share=args.write_share,
-        id_sample=args.id_sample,
-    )
-    run = chaos.run_chaos(settings, params, seed)
-    return 0 if run["passed"] else 1
-
-
-def cmd_soak(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = _run_id(args, "")
-    duration = parse_duration(args.duration)
-    warmup = _seconds(args.warmup, round(duration * 0.2, 1))
-    if not 0 <= warmup < duration:
-        raise UsageError(f"--warmup must be shorter than --duration ({duration} s)")
-    if not 0.2 <= args.interval <= duration / 4:
-        raise UsageError("--interval must be from 0.2 s to a quarter of the duration")
-    out_dir = _out_dir(settings, args, f"soak-{run_id}")
-    seed = _checked_seed(settings, args)
-    params = soak.SoakParams(
-        run_id=run_id,
-        out_dir=out_dir,
-        rate=args.rate,
-        duration_s=duration,
-        warmup_s=warmup,
-        interval_s=args.interval,
-        write_share=args.write_share,
-    )
-    soak.run_soak(settings, params, seed)
-    return 0
-
-
-def cmd_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = _run_id(args, "")
-    try:
-        experiments = hardening.parse_experiments(args.experiments)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    if args.p95_ms <= 0 or args.rss_growth_mib <= 0:
-        raise UsageError("--p95-ms and --rss-growth-mib must be above 0")
-    out_dir = _out_dir(settings, args, f"hardening-{run_id}")
-    params = hardening.HardeningParams(
-        run_id=run_id,
-        out_dir=out_dir,
-        experiments=experiments,
-        rate=args.rate,
-        pre_s=parse_duration(args.pre),
-        post_s=parse_duration(args.post),
-        sockets=args.sockets,
-        emails=args.emails,
-        concurrency=args.concurrency,
-        client_timeout_ms=args.client_timeout_ms,
-        read_p95_ms=args.p95_ms,
-        rss_growth_mib=args.rss_growth_mib,
-    )
-    seed = _checked_seed(settings, args)
-    run = hardening.run_hardening(settings, params, seed)
-    return 0 if run["passed"] else 1
 
 
 def _known_run(reports_dir: Path, run_id: str, make_target: str) -> Path:

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .doc import Doc, save_report
 from .machine import summary
-from .report import Doc
 from .tables import Table
 
 HELD_CLOSES = ("held_close_min_s", "held_close_p50_s", "held_close_p99_s", "held_close_max_s")
@@ -219,10 +219,4 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
             [f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
              for c in experiment["checks"]]
         )  # fmt: skip
-    (out_dir / "report.md").write_text(doc.markdown())
-    (out_dir / "report.json").write_text(json.dumps(run, indent=2, default=str) + "\n")
-    print()
-    for table in tables:
-        print(table.markdown())
-    print(f"report: {out_dir}/report.md")
-    return tables
+    return save_report(doc, run, out_dir, tables)

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from . import interference
+from .doc import Doc, write_pages
 from .k6run import LoadShape
 from .machine import summary
-from .report import Doc, caption
+from .report import caption
 from .results import StepResult
 from .tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
 
@@ -158,8 +159,7 @@ def write_interference(
         path = interference_chart(results, out_dir / "interference.png", caption(run))
         doc.h(2, "Chart")
         doc.image(path, "reads latency and drops, compute throughput, by compute rate")
-    (out_dir / "report.md").write_text(doc.markdown())
-    (out_dir / "report.html").write_text(doc.html(title))
+    write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)
     return tables
 
 

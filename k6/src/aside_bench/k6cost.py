@@ -18,9 +18,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .doc import Doc, write_pages
 from .k6run import BARE_SCRIPT, K6Run, step_run
 from .plan import Step
-from .report import Doc, context, save_figures, save_run
+from .report import context, save_figures, save_run
 from .results import StepResult
 from .tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
 
@@ -249,6 +250,5 @@ def write_k6cost(run: dict[str, Any], results: list[StepResult], out_dir: Path) 
     doc.table(table)
     doc.h(2, "How the figures are computed")
     doc.ul(DEFINITIONS)
-    (out_dir / "report.md").write_text(doc.markdown())
-    (out_dir / "report.html").write_text(doc.html(title))
+    write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)
     return [table]

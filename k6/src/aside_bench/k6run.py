@@ -1,4 +1,6 @@
-"""k6 for every kind of run (sweep, ceiling, chaos, soak): the command line (the
+"""One file of about 470 lines: the one k6 layer (nothing else starts k6 or reads its files).
+
+k6 for every kind of run (sweep, ceiling, chaos, soak): the command line (the
 flags and variables all scripts share plus a scenario's own), the process (a
 header in the log, Ctrl-C, the wait for its first sample) and its end-of-test
 summary (handleSummary's JSON)."""
@@ -10,9 +12,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import interference, procs, trackplan
 from .config import Settings
@@ -38,8 +41,8 @@ SUMMARY_SCRIPTS = frozenset({"read.js", "healthz.js", BARE_SCRIPT})
 # request, figures from the summary (the default); "influx", every sample to
 # InfluxDB (for Grafana's panels), figures from InfluxDB.
 SAMPLES = ("summary", "influx")
-# k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400,
-# a few hundred MB more of 24 GiB) took ~5% off its CPU per request.
+# k6 shares the two cores with the stack: a rarer garbage collection (GOGC 400)
+# costs it less CPU per request (docs/decisions.md, k6's own cost).
 K6_ENV = {"K6_INFLUXDB_PUSH_INTERVAL": "1s", "GOGC": "400"}
 # How often the wait for k6's end reads its CPU time; a k6 that has exported
 # its dashboard report is given this long to exit before it is stopped (a
@@ -49,6 +52,10 @@ LINGER_S = 3.0
 # A step's k6 may start up and flush for this long beyond its load and its
 # graceful stop before it counts as hung.
 START_AND_FLUSH_S = 60
+# How often the wait for k6's first sample reads its JSON output.
+JSON_POLL_S = 0.05
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -339,36 +346,47 @@ class K6Process:
             self.process.kill()
         self.process.wait()
 
+    def first_sample(
+        self, probe: Callable[[], T | None], where: str, deadline_s: float, interval_s: float
+    ) -> T:
+        """What `probe` finds once k6's first sample has reached its output
+        (`where`, for the error), polled every `interval_s`; k6 exiting first is
+        StackError, and so is nothing within `deadline_s` (k6 is stopped then).
+        One wait for every output: only how the output is read differs."""
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            found = probe()
+            if found is not None:
+                return found
+            if not self.running:
+                raise StackError(f"k6 exited with {self.returncode}; see {self.log_path}")
+            time.sleep(interval_s)  # the polling pace
+        self.stop()
+        raise StackError(
+            f"k6 wrote no sample to {where} within {deadline_s:.0f} s; see {self.log_path}"
+        )
+
     def first_point(self, out: Path, metric: str, deadline_s: float) -> dict[str, Any]:
         """The `data` of the first `metric` point k6 writes to its JSON output `out`;
         k6 is stopped and StackError raised if none comes within `deadline_s`."""
-        deadline = time.monotonic() + deadline_s
         offset = 0
-        while time.monotonic() < deadline:
-            if out.exists():
-                with out.open("rb") as handle:
-                    handle.seek(offset)
-                    chunk = handle.read()
-                # Whole lines only: k6 may be half-way through writing the last one.
-                complete = chunk[: chunk.rfind(b"\n") + 1]
-                offset += len(complete)
-                for line in complete.decode().splitlines():
-                    if f'"metric":"{metric}"' in line and '"type":"Point"' in line:
-                        return json.loads(line)["data"]
-            if not self.running:
-                raise StackError(f"k6 exited with {self.returncode}; see {self.log_path}")
-            time.sleep(0.05)
-        self.stop()
-        raise StackError(
-            f"k6 wrote no {metric} sample within {deadline_s:.0f} s; see {self.log_path}"
-        )
 
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
+        def probe() -> dict[str, Any] | None:
+            nonlocal offset
+            if not out.exists():
+                return None
+            with out.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            # Whole lines only: k6 may be half-way through writing the last one.
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            offset += len(complete)
+            for line in complete.decode().splitlines():
+                if f'"metric":"{metric}"' in line and '"type":"Point"' in line:
+                    return json.loads(line)["data"]
+            return None
+
+        return self.first_sample(probe, f"{out.name} ({metric})", deadline_s, JSON_POLL_S)
 
 
 def start_k6(settings: Settings, run: K6Run, log_path: Path) -> K6Process:

@@ -5,15 +5,13 @@ run.json holds what is needed to rebuild them."""
 
 from __future__ import annotations
 
-import base64
-import html
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import calibrate
 from .ceiling import Reference, ceiling_of, limit_of
+from .doc import Doc, write_pages
 from .machine import summary
 from .plan import BARE_ARM, TIERED_ARMS, series_label
 from .repeats import merge_repeats
@@ -36,80 +34,6 @@ from .tables import (
 # The p95 limit a sweep's step is judged "held" by, as the ceiling's default.
 HELD_P95_MS = 10.0
 FIGURES_FILE = "results.json"
-
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}
-h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}
-h3{font-size:1.05em;margin-bottom:.3em}
-table{border-collapse:collapse;margin:.4em 0 1.2em;font-size:.9em}
-th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
-th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4em .8em}
-code{background:#f4f4f4;padding:0 .2em}
-"""
-
-
-@dataclass
-class Doc:
-    """A report as blocks, rendered both to Markdown and to HTML."""
-
-    blocks: list[tuple[str, Any]] = field(default_factory=list)
-
-    def h(self, level: int, text: str) -> None:
-        self.blocks.append(("h", (level, text)))
-
-    def p(self, text: str, note: bool = False) -> None:
-        self.blocks.append(("note" if note else "p", text))
-
-    def ul(self, items: list[str]) -> None:
-        self.blocks.append(("ul", items))
-
-    def table(self, table: Table) -> None:
-        self.blocks.append(("table", table))
-
-    def image(self, path: Path, alt: str) -> None:
-        self.blocks.append(("img", (path, alt)))
-
-    def markdown(self) -> str:
-        out: list[str] = []
-        for kind, value in self.blocks:
-            if kind == "h":
-                out.append("#" * value[0] + " " + value[1] + "\n")
-            elif kind in ("p", "note"):
-                out.append(("> " if kind == "note" else "") + value + "\n")
-            elif kind == "ul":
-                out.append("\n".join(f"- {item}" for item in value) + "\n")
-            elif kind == "table":
-                out.append(value.markdown())
-            elif kind == "img":
-                out.append(f"![{value[1]}]({value[0].name})\n")
-        return "\n".join(out)
-
-    def html(self, title: str) -> str:
-        out = [
-            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body>"
-        ]
-        for kind, value in self.blocks:
-            if kind == "h":
-                out.append(f"<h{value[0]}>{html.escape(value[1])}</h{value[0]}>")
-            elif kind == "p":
-                out.append(f"<p>{html.escape(value)}</p>")
-            elif kind == "note":
-                out.append(f"<p class='note'>{html.escape(value)}</p>")
-            elif kind == "ul":
-                out.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in value) + "</ul>")
-            elif kind == "table":
-                out.append(value.html())
-            elif kind == "img":
-                data = base64.b64encode(value[0].read_bytes()).decode()
-                out.append(
-                    f"<img alt='{html.escape(value[1])}' src='data:image/png;base64,{data}'>"
-                )
-        out.append("</body></html>")
-        return "\n".join(out)
 
 
 def calibration_rates(run: dict[str, Any]) -> dict[str, int | None]:
@@ -279,7 +203,7 @@ def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -
         doc.h(2, "Charts")
         for path in charts.sweep_charts(merged, out_dir, caption(run)):
             doc.image(path, path.stem.replace("_", " "))
-    _write(doc, out_dir / "report.md", out_dir / "report.html", title)
+    write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)
     return tables
 
 
@@ -431,13 +355,8 @@ def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path)
             caption(run),
         )
         doc.image(chart, "ceiling")
-    _write(doc, out_dir / "ceiling.md", out_dir / "report.html", title)
+    write_pages(doc, out_dir / "ceiling.md", out_dir / "report.html", title)
     return tables
-
-
-def _write(doc: Doc, md_path: Path, html_path: Path, title: str) -> None:
-    md_path.write_text(doc.markdown())
-    html_path.write_text(doc.html(title))
 
 
 def step_figures(result: StepResult) -> dict[str, Any]:

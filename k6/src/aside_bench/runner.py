@@ -1,4 +1,6 @@
-"""Drive a bench: prepare each step's state, run k6, read back the step's figures,
+"""One file of about 420 lines: the step loop, each step's preparation to its figures.
+
+Drive a bench: prepare each step's state, run k6, read back the step's figures,
 show progress, stop cleanly on Ctrl-C, and write the report."""
 
 from __future__ import annotations
@@ -189,8 +191,8 @@ class Runner:
         elif step.phase == "warm":
             # A sweep's warm steps all start from a fresh fill. The ceiling's
             # steps only top up what expired (a full refill costs a scan per
-            # key), unless a key would lapse during the step: measured, a few
-            # keys expiring mid-step sent their reads to full scans (p95 275 ms).
+            # key), unless a key would lapse during the step, which sends its
+            # reads to full scans (docs/decisions.md, a ceiling step refills).
             refill = step.scenario != "ceiling" or expires_within(
                 self.settings, step.duration_s + TTL_MARGIN_S
             )

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from .doc import Doc, save_report
 from .machine import summary
-from .report import Doc
 from .soak_growth import MEMORY_GROWTH_FLAG, growth_table, load_table
 from .tables import Table
 
@@ -91,16 +90,7 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
     for table in tables:
         doc.table(table)
     flagged = run["flagged"]
-    doc.p(
-        "Flagged: " + ", ".join(flagged) if flagged else "Nothing flagged.",
-        note=bool(flagged),
-    )
+    verdict = "Flagged: " + ", ".join(flagged) if flagged else "Nothing flagged."
+    doc.p(verdict, note=bool(flagged))
     doc.image(chart_path, "RSS and open fds of every process over the run")
-    (out_dir / "report.md").write_text(doc.markdown())
-    (out_dir / "report.json").write_text(json.dumps(run, indent=2) + "\n")
-    print()
-    for table in tables:
-        print(table.markdown())
-    print(doc.blocks[-2][1])
-    print(f"report: {out_dir}/report.md")
-    return tables
+    return save_report(doc, run, out_dir, tables, also=[verdict])

@@ -32,11 +32,6 @@ def size_class(size: int) -> int:
     return next((i for i, bound in enumerate(SIZE_BOUNDS) if size < bound), len(SIZE_BOUNDS))
 
 
-def request_name(size: int) -> str:
-    """k6's `name` tag of a read: its size class, so latency is read back per size."""
-    return f"track {size_class(size)}"
-
-
 def class_of_name(name: str) -> int | None:
     prefix = "track "
     if not name.startswith(prefix) or not name[len(prefix) :].isdigit():
