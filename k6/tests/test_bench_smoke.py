@@ -157,7 +157,7 @@ def test_ctrl_c_stops_k6_keeps_what_it_measured_and_exits_130(
     run_id = f"{smoke_run.run_id}-int"
     process = subprocess.Popen(
         [sys.executable, "-m", "aside_bench", "run", "--run-id", run_id, "--rates", "5",
-         "--arms", "nocache", "--duration", "60s", "--no-calibrate",
+         "--arms", "nocache", "--duration", "60s", "--no-calibrate", "--samples", "influx",
          "--data-dir", str(smoke_run.data_dir), "--reports-dir", str(smoke_run.reports_dir)],
         env=bench_environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
