@@ -1,7 +1,8 @@
 """Write a run's report: report.md, a self-contained report.html, PNG charts,
 and for a ceiling run ceiling.md. Everything comes from StepResults, which come
 from k6's summaries kept in run.json or from InfluxDB, and from Prometheus;
-run.json holds what is needed to rebuild them."""
+run.json holds what is needed to rebuild them. About 400 lines: the sweep's
+and the ceiling's pages share their context, definitions and figures here."""
 
 from __future__ import annotations
 
