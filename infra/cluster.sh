@@ -27,6 +27,13 @@ cluster_running() {
     done
 }
 
+# cluster_bus_port PORT: the node's cluster bus port. Redis's default, PORT +
+# 10000, falls in the kernel's ephemeral range (32768-60999), where a client
+# socket can hold it and the node cannot start; PORT + 1000 stays below it.
+cluster_bus_port() {
+    echo $(($1 + 1000))
+}
+
 start_cluster_node() {
     local name=$1 port=$2 dir=$ASIDE_RUN_DIR/redis-cluster/$2
     own_state "$dir"
@@ -38,6 +45,7 @@ start_cluster_node() {
         {
             cat "$ASIDE_ROOT/infra/conf/redis.conf"
             printf 'cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout 5000\n'
+            printf 'cluster-port %s\n' "$(cluster_bus_port "$port")"
             [ -z "$ASIDE_REDIS_PASSWORD" ] ||
                 printf 'requirepass %s\nmasterauth %s\n' "$ASIDE_REDIS_PASSWORD" "$ASIDE_REDIS_PASSWORD"
         } >"$dir/redis.conf"
@@ -58,7 +66,7 @@ cluster_wait() {
 }
 
 cluster_up() {
-    local node name port addrs=()
+    local node name port bus addrs=()
     [ "$(wc -w <<<"$ASIDE_REDIS_CLUSTER_PORTS")" -eq 3 ] ||
         die "ASIDE_REDIS_CLUSTER_PORTS must list three ports, got '$ASIDE_REDIS_CLUSTER_PORTS'"
     if cluster_running; then return 0; fi
@@ -66,6 +74,9 @@ cluster_up() {
     for node in $(cluster_node_names); do
         name=${node%%:*} port=${node##*:}
         port_in_use "$port" && die "port $port (Redis Cluster, ASIDE_REDIS_CLUSTER_PORTS) is already in use; nothing was started"
+        bus=$(cluster_bus_port "$port")
+        [ "$bus" -lt 32768 ] || die "ASIDE_REDIS_CLUSTER_PORTS: $port's cluster bus port $bus is in the ephemeral range; use ports below 31768"
+        port_in_use "$bus" && die "port $bus (Redis Cluster bus of $port, ASIDE_REDIS_CLUSTER_PORTS + 1000) is already in use; nothing was started"
     done
     info "starting redis-cluster ($ASIDE_REDIS_CLUSTER_PORTS)"
     for node in $(cluster_node_names); do

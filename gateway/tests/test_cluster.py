@@ -201,6 +201,16 @@ def test_the_cluster_client_keeps_the_bounds_on_every_node(rdb):
         redis_clients.close(client)
 
 
+def test_every_nodes_cluster_bus_listens_below_the_ephemeral_range(rdb):
+    # Redis's default bus port (+10000) lies where the kernel hands out client
+    # ports: one held by any client socket keeps a node from starting.
+    nodes = rdb.get_nodes()
+    assert len(nodes) == 3
+    for node in nodes:
+        bus = int(rdb.config_get("cluster-port", target_nodes=node)["cluster-port"])
+        assert bus == node.port + 1000 and bus < 32768, (node.name, bus)
+
+
 def _untagged_pair(rdb: RedisCluster) -> tuple[str, str]:
     """A key named the old way (no hash tag) whose lease lands in another slot."""
     for i in range(100):
