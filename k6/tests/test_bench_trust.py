@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from aside_bench import calibrate, compare, config, report
-from aside_bench.ceiling import SearchParams, ceiling_of, limit_of, next_trial
+from aside_bench.ceiling import SearchParams, ceiling_of, limit_of, next_trial, verdicts
 from aside_bench.k6run import LINGER_S, K6Process, dashboard_env
 from aside_bench.plan import PlanError, Step, build_steps, repeat_steps
 from aside_bench.prepare import StackError
@@ -330,3 +330,23 @@ def test_a_bad_dashboard_port_is_named(value: str) -> None:
     with pytest.raises(config.ConfigError, match="ASIDE_K6_DASHBOARD_PORT"):
         config.load({"ASIDE_K6_DASHBOARD_PORT": value})
     assert config.load({}).dashboard_port == 25665
+
+
+def test_a_split_confirmation_is_decided_by_a_third_try() -> None:
+    params = SearchParams(start=200, ladder_step=400, max_rate=8000)
+
+    # 1200 holds, but its second try is one slow step: the third decides.
+    def noisy(rate: int, history: list[tuple[int, bool]]) -> bool:
+        return rate <= 1200 and not (
+            rate == 1200 and len([r for r, _ in history if r == rate]) == 1
+        )
+
+    history = _search(noisy, params)
+    assert [held for rate, held in history if rate == 1200] == [True, False, True]
+    assert ceiling_of(history) == (1200, False)
+
+
+def test_a_rate_that_misses_twice_of_three_does_not_hold() -> None:
+    history = [(800, True), (800, False), (800, False), (400, True), (400, True)]
+    assert verdicts(history) == {800: False, 400: True}
+    assert ceiling_of(history) == (400, False)
