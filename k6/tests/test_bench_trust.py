@@ -272,6 +272,13 @@ def test_an_uncalibrated_run_is_refused_unless_told() -> None:
         compare.machine_scale(_run("a", 1000), _run("b", None), True, ignore=True)
 
 
+def test_a_calibration_that_moved_is_compared_as_measured_when_told() -> None:
+    with pytest.raises(compare.CompareError, match="--ignore-calibration"):
+        compare.machine_scale(_run("a", 4400), _run("b", 3200), normalise=False)
+    scale = compare.machine_scale(_run("a", 4400), _run("b", 3200), False, ignore=True)
+    assert scale.apply("p95", 5.0) == 5.0 and scale.apply("achieved", 100.0) == 100.0
+
+
 def test_compare_writes_its_table(tmp_path: Path) -> None:
     rows = compare.compare(_figures([4.0, 4.5]), _figures([9.0, 10.0]), SAME)
     text = compare.write(_run("a", 1000), _run("b", 1000), rows, SAME, 0.2, tmp_path)

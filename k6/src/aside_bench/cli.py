@@ -371,7 +371,8 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare.add_argument(
         "--ignore-calibration",
         action="store_true",
-        help="compare even when a run has no machine calibration (CALIBRATE=0)",
+        help="compare as measured even when a run has no machine calibration "
+        "(CALIBRATE=0) or the two differ (one machine whose calibration moved)",
     )
     compare.add_argument(
         "--tolerance",

@@ -85,8 +85,9 @@ def machine_scale(
     run_a: dict[str, Any], run_b: dict[str, Any], normalise: bool, ignore: bool = False
 ) -> Scale:
     """A's and B's calibrations, checked: CompareError when either is missing
-    (unless `ignore`) or they differ by more than MACHINE_RATIO_LIMIT (unless
-    `normalise`)."""
+    or they differ by more than MACHINE_RATIO_LIMIT, unless `ignore` (the
+    reader knows both ran on one machine: the calibration's own noise) or,
+    for the difference, `normalise`."""
     scale = Scale(rate_of(run_a["machine"]), rate_of(run_b["machine"]), normalise)
     for run, rate in ((run_a, scale.rate_a), (run_b, scale.rate_b)):
         if rate is None and not ignore:
@@ -100,11 +101,12 @@ def machine_scale(
         if normalise:
             raise CompareError("--normalise needs both runs calibrated")
         return scale
-    if max(ratio, 1 / ratio) > MACHINE_RATIO_LIMIT and not normalise:
+    if max(ratio, 1 / ratio) > MACHINE_RATIO_LIMIT and not (normalise or ignore):
         raise CompareError(
             f"the machines differ: calibrated at {scale.rate_a} and {scale.rate_b} req/s "
             f"({max(ratio, 1 / ratio):.2f}x, more than {MACHINE_RATIO_LIMIT:g}x); "
-            "pass --normalise to divide by their ratio"
+            "pass --normalise to divide by their ratio, or --ignore-calibration to compare "
+            "as measured (one machine, a noisy calibration)"
         )
     return scale
 
@@ -289,7 +291,11 @@ def header_lines(
             + (
                 ": B's rates are divided and its latencies multiplied by that ratio"
                 if scale.normalised
-                else " (within the 1.25x allowed; figures as measured)"
+                else (
+                    " (within the 1.25x allowed; figures as measured)"
+                    if max(ratio, 1 / ratio) <= MACHINE_RATIO_LIMIT
+                    else " (beyond the 1.25x allowed, compared as measured: --ignore-calibration)"
+                )
             )
         )
     if "spread" in bases:
