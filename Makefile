@@ -112,9 +112,10 @@ chaos: ## faults under load: redis, core, postgres, a worker (CASES, RATE=60, SH
 	@$(ENV) $(VENV)/aside-bench chaos --cases "$(CASES)" \
 		$(if $(filter 1 yes true,$(SHORT)),--short,) $(if $(RATE),--rate "$(RATE)",)
 
-soak: ## steady load, memory and fds of every process (DURATION=10m, RATE=100)
+soak: ## steady load, memory and fds of every process, rows of idempotency_keys (DURATION=10m, RATE=100, WRITE_SHARE=0.2, WARMUP)
 	@$(ENV) $(VENV)/aside-bench soak $(if $(RATE),--rate "$(RATE)",) \
-		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",)
+		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",) \
+		$(if $(WRITE_SHARE),--write-share "$(WRITE_SHARE)",) $(if $(WARMUP),--warmup "$(WARMUP)",)
 
 hardening: ## slow request heads and a cold flood under cached reads (RATE=500, SOCKETS, EMAILS)
 	@$(ENV) $(VENV)/aside-bench hardening --experiments "$(EXPERIMENTS)" $(if $(RATE),--rate "$(RATE)",) \

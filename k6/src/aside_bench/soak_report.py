@@ -9,7 +9,13 @@ from typing import Any
 
 from .machine import summary
 from .report import Doc
-from .soak_growth import MEMORY_GROWTH_FLAG, growth_table, load_table
+from .soak_growth import (
+    MEMORY_GROWTH_FLAG,
+    growth_table,
+    key_counts_over_time,
+    key_table,
+    load_table,
+)
 from .tables import Table
 
 
@@ -60,6 +66,9 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
     machine = summary(run["machine"])
     services = [row["service"] for row in run["processes"]]
     tables = [growth_table(run["processes"]), load_table(run["k6"])]
+    keys = run.get("idempotency_keys")
+    if keys is not None:
+        tables.insert(1, key_table(keys))
     chart_path = chart(
         run["samples"],
         services,
@@ -86,10 +95,21 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
             f"flagged: growth of VmRSS or of RssAnon above "
             f"{params['memory_growth_flag']:.0%}, any fd growth; "
             f"table: {run['seed'].get('rows')} rows",
+            "idempotency_keys: its rows counted with each sample; flagged when the median at "
+            f"the end exceeds the median after the warm-up by more than "
+            f"{params.get('key_growth_flag', 0.1):.0%}, judged only when the warm-up is at "
+            "least a key's lifetime (the core's CORE_IDEMPOTENCY_TTL plus "
+            "CORE_IDEMPOTENCY_PURGE_INTERVAL, read from its environment): before that the "
+            "table fills by design; flat, it holds about creates/s x that lifetime",
         ]
     )
     for table in tables:
         doc.table(table)
+    if keys is not None:
+        over_time = ", ".join(
+            f"{t} s: {'n/a' if n is None else n}" for t, n in key_counts_over_time(run["samples"])
+        )
+        doc.p(f"Rows of idempotency_keys over the run: {over_time}.")
     flagged = run["flagged"]
     doc.p(
         "Flagged: " + ", ".join(flagged) if flagged else "Nothing flagged.",
