@@ -50,7 +50,7 @@ SOCKETS ?=
 EMAILS ?=
 EXPERIMENTS ?= all
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling k6-cost report compare screenshot chaos soak hardening test test-unit lint fmt images
+.PHONY: help up down status logs clean install seed bench bench-ceiling k6-cost report compare screenshot chaos soak create-rate hardening test test-unit lint fmt images
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -116,6 +116,10 @@ soak: ## steady load, memory and fds of every process, rows of idempotency_keys 
 	@$(ENV) $(VENV)/aside-bench soak $(if $(RATE),--rate "$(RATE)",) \
 		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",) \
 		$(if $(WRITE_SHARE),--write-share "$(WRITE_SHARE)",) $(if $(WARMUP),--warmup "$(WARMUP)",)
+
+create-rate: ## the highest rate of keyed creates the core holds (RATES="200 400 800 1600", DURATION=15s, VIA=core|gateway)
+	@$(ENV) $(VENV)/python -m aside_bench.create_rate $(if $(filter-out file,$(origin RATES)),--rates "$(RATES)",) \
+		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",) $(if $(VIA),--via "$(VIA)",)
 
 hardening: ## slow request heads and a cold flood under cached reads (RATE=500, SOCKETS, EMAILS)
 	@$(ENV) $(VENV)/aside-bench hardening --experiments "$(EXPERIMENTS)" $(if $(RATE),--rate "$(RATE)",) \
