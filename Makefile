@@ -112,10 +112,11 @@ chaos: ## faults under load: redis, core, postgres, a worker (CASES, RATE=60, SH
 	@$(ENV) $(VENV)/aside-bench chaos --cases "$(CASES)" \
 		$(if $(filter 1 yes true,$(SHORT)),--short,) $(if $(RATE),--rate "$(RATE)",)
 
-soak: ## steady load, memory and fds of every process, rows of idempotency_keys (DURATION=10m, RATE=100, WRITE_SHARE=0.2, WARMUP)
+soak: ## steady load, memory and fds of every process, rows of idempotency_keys (DURATION=10m, RATE=100, WRITE_SHARE=0.2, WARMUP, VIA=gateway|core)
 	@$(ENV) $(VENV)/aside-bench soak $(if $(RATE),--rate "$(RATE)",) \
 		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",) \
-		$(if $(WRITE_SHARE),--write-share "$(WRITE_SHARE)",) $(if $(WARMUP),--warmup "$(WARMUP)",)
+		$(if $(WRITE_SHARE),--write-share "$(WRITE_SHARE)",) $(if $(WARMUP),--warmup "$(WARMUP)",) \
+		$(if $(VIA),--via "$(VIA)",)
 
 create-rate: ## the highest rate of keyed creates the core holds (RATES="200 400 800 1600", DURATION=15s, VIA=core|gateway)
 	@$(ENV) $(VENV)/python -m aside_bench.create_rate $(if $(filter-out file,$(origin RATES)),--rates "$(RATES)",) \

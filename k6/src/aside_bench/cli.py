@@ -297,6 +297,9 @@ def _add_soak(sub: argparse._SubParsersAction) -> None:
         "--interval", type=float, default=5.0, help="seconds between samples (default 5)"
     )
     _write_share(soaking, 0.2, "share of creates")
+    soaking.add_argument(
+        "--via", choices=("gateway", "core"), default="gateway", help="where the load goes"
+    )
     _paths(soaking, "the time")
 
 

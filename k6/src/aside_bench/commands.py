@@ -399,6 +399,7 @@ def cmd_soak(args: argparse.Namespace, settings: config.Settings) -> int:
         warmup_s=warmup,
         interval_s=args.interval,
         write_share=args.write_share,
+        via=args.via,
     )
     soak.run_soak(settings, params, seed)
     return 0

@@ -60,6 +60,8 @@ class SoakParams:
     interval_s: float
     write_share: float = 0.2
     timeout_s: int = 10
+    # "gateway", or "core": the core's API directly (lab profile, no CORE_TOKEN)
+    via: str = "gateway"
 
 
 def load_run(settings: Settings, params: SoakParams, seed: SeedData, summary_path: Path) -> K6Run:
@@ -80,8 +82,13 @@ def load_run(settings: Settings, params: SoakParams, seed: SeedData, summary_pat
             "USER_PREFIX": user_prefix(params.run_id, "soak"),
             "NO_REUSE": "0",
             "SUMMARY_PATH": str(summary_path),
+            "BASE_URL": target_url(settings, params),
         },
     )
+
+
+def target_url(settings: Settings, params: SoakParams) -> str:
+    return settings.core_url if params.via == "core" else settings.gateway_url
 
 
 # The core's defaults (contracts/idempotency.json) when its environment sets none.
@@ -91,38 +98,55 @@ KEY_SETTINGS = {"CORE_IDEMPOTENCY_TTL": "24h", "CORE_IDEMPOTENCY_PURGE_INTERVAL"
 COUNT_TIMEOUT_MS = 2000
 
 
+def key_settings_s(core_pid: int) -> tuple[int, int] | None:
+    """The core's key TTL and purge interval in seconds, from its own
+    environment (its defaults when unset); None when a value is not a
+    duration the bench reads."""
+    try:
+        ttl, interval = (
+            parse_duration(procs.environ_value(core_pid, name) or default)
+            for name, default in KEY_SETTINGS.items()
+        )
+    except PlanError:
+        return None
+    return ttl, interval
+
+
 def key_lifetime_s(core_pid: int) -> float | None:
-    """The longest a key stays in the table: the core's TTL plus one purge
-    interval, from the core's own environment (its defaults when unset);
-    None when a value is not a duration the bench reads."""
-    total = 0
-    for name, default in KEY_SETTINGS.items():
-        try:
-            total += parse_duration(procs.environ_value(core_pid, name) or default)
-        except PlanError:
-            return None
-    return total
+    """The longest a key should stay in the table: TTL plus one purge interval."""
+    settings = key_settings_s(core_pid)
+    return None if settings is None else sum(settings)
 
 
 class KeyCounter:
-    """Counts idempotency_keys over one connection, reconnecting after a failure."""
+    """Counts idempotency_keys over one connection, reconnecting after a
+    failure: all rows, and the overdue ones, older than `overdue_after_s`
+    (None: not counted)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, overdue_after_s: float | None) -> None:
         self.settings = settings
+        self.overdue_after_s = overdue_after_s
         self.conn: psycopg.Connection | None = None
 
-    def count(self) -> int | None:
+    def count(self) -> dict[str, int | None]:
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = connect(self.settings)
                 self.conn.execute(
                     "SELECT set_config('statement_timeout', %s, false)", (str(COUNT_TIMEOUT_MS),)
                 )
-            row = self.conn.execute("SELECT count(*) FROM idempotency_keys").fetchone()
-            return None if row is None else int(row[0])
+            row = self.conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE created_at < now() - "
+                "make_interval(secs => %s)) FROM idempotency_keys",
+                (self.overdue_after_s or 0,),
+            ).fetchone()
         except (StackError, psycopg.Error):
             self.close()
-            return None
+            row = None
+        if row is None:
+            return {"idempotency_keys": None, "idempotency_keys_overdue": None}
+        overdue = None if self.overdue_after_s is None else int(row[1])
+        return {"idempotency_keys": int(row[0]), "idempotency_keys_overdue": overdue}
 
     def close(self) -> None:
         if self.conn is not None:
@@ -164,8 +188,12 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
         f"{params.interval_s:g} s, warm-up {params.warmup_s:g} s -> {params.out_dir}/",
         flush=True,
     )
-    lifetime_s = key_lifetime_s(pids["core"])
-    keys = KeyCounter(settings)
+    key_settings = key_settings_s(pids["core"])
+    lifetime_s = None if key_settings is None else sum(key_settings)
+    # A working purge deletes a key within TTL + one interval (+ its cycle's
+    # own time): older than TTL + two intervals, it is overdue.
+    overdue_after_s = None if key_settings is None else key_settings[0] + 2 * key_settings[1]
+    keys = KeyCounter(settings, overdue_after_s)
     samples: list[dict[str, Any]] = []
     started = time.time()
     load = start_k6(settings, run, log_path)
@@ -173,9 +201,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
         next_at = time.monotonic()
         last_print = 0.0
         while load.running:
-            samples.append(
-                {"t": time.time(), "procs": take_sample(pids), "idempotency_keys": keys.count()}
-            )
+            samples.append({"t": time.time(), "procs": take_sample(pids), **keys.count()})
             elapsed = time.time() - started
             if elapsed - last_print >= 60:
                 last_print = elapsed
@@ -196,6 +222,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
     key_row = key_table_row(
         samples, params.warmup_s, params.duration_s, lifetime_s, params.rate * params.write_share
     )
+    key_row["overdue_after_s"] = overdue_after_s
     run = {
         "run_id": params.run_id,
         "kind": "soak",
@@ -212,6 +239,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
             "key_growth_flag": KEY_GROWTH_FLAG,
             "window_share": WINDOW_SHARE,
             "gateway_url": settings.gateway_url,
+            "target_url": target_url(settings, params),
             "pids": pids,
         },
         "k6_exit": load.returncode,

@@ -91,13 +91,16 @@ def growth_table_rows(
 
 
 def _windows(
-    samples: list[dict[str, Any]], warmup_s: float, duration_s: float
+    samples: list[dict[str, Any]], warmup_s: float, duration_s: float, at_least_s: float = 0
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The samples right after the warm-up, at the end, and all after the warm-up."""
+    """The samples right after the warm-up, at the end, and all after the
+    warm-up. The first two span WINDOW_SHARE of the run, at least three
+    samples and at_least_s, but never more than half of what follows the warm-up."""
     t0 = samples[0]["t"]
     t_end = samples[-1]["t"]
     step = (t_end - t0) / max(len(samples) - 1, 1)
     window = max(3 * step, WINDOW_SHARE * duration_s)
+    window = max(window, min(at_least_s, (t_end - t0 - warmup_s) / 2))
     warm = [s for s in samples if warmup_s <= s["t"] - t0 <= warmup_s + window]
     end = [s for s in samples if s["t"] >= t_end - window]
     after = [s for s in samples if s["t"] - t0 >= warmup_s]
@@ -116,7 +119,12 @@ def key_table_row(
     (create rate x key lifetime) and the flag. A key lives its TTL plus up to
     one purge interval (lifetime_s; None when unknown). While the warm-up is
     shorter than that, the table still fills by design: the growth is then
-    reported but not judged (a 10-minute soak against 24 h keys)."""
+    reported but not judged (a 10-minute soak against 24 h keys). The two
+    medians span a key's lifetime each, so the purge's sawtooth (the table
+    fills for an interval, then drops by an interval's creates) averages out.
+    Overdue keys (older than TTL + two purge intervals, counted in each
+    sample) are flagged whenever one is seen after the warm-up: a purge that
+    keeps up leaves none, whatever the rate did."""
     counts = [s.get("idempotency_keys") for s in samples]
     row: dict[str, Any] = {
         "lifetime_s": lifetime_s,
@@ -129,11 +137,12 @@ def key_table_row(
         "growth": None,
         "min": None,
         "max": None,
+        "overdue_max": None,
         "flags": [],
     }
     if not samples:
         return row
-    warm, end, after = _windows(samples, warmup_s, duration_s)
+    warm, end, after = _windows(samples, warmup_s, duration_s, lifetime_s or 0)
 
     def known(chosen: list[dict[str, Any]]) -> list[float]:
         return [s["idempotency_keys"] for s in chosen if s.get("idempotency_keys") is not None]
@@ -143,9 +152,17 @@ def key_table_row(
     if row["warm"] is not None and row["end"] is not None:
         # One row more than none is not growth worth a ratio.
         row["growth"] = (row["end"] - row["warm"]) / max(row["warm"], 1)
+    overdue = [
+        s["idempotency_keys_overdue"]
+        for s in after
+        if s.get("idempotency_keys_overdue") is not None
+    ]
+    row["overdue_max"] = max(overdue, default=None)
     growing = row["growth"] is not None and row["growth"] > KEY_GROWTH_FLAG
     if growing and row["judged"]:
         row["flags"].append(f"idempotency_keys +{row['growth']:.0%}")
+    if row["overdue_max"]:
+        row["flags"].append(f"{row['overdue_max']} keys overdue")
     if row["missed_samples"]:
         row["flags"].append(f"count failed in {row['missed_samples']} samples")
     return row
@@ -159,12 +176,16 @@ def key_table(row: dict[str, Any]) -> Table:
         "min .. max after warm-up",
         "key lifetime s (TTL + purge interval)",
         "expected rows (creates/s x lifetime)",
+        "overdue keys, max",
         "flag",
     ]
     lifetime = row["lifetime_s"]
     flag = ", ".join(row["flags"]) or "-"
     if not row["judged"]:
-        flag = f"not judged: the warm-up is shorter than the key lifetime ({lifetime:g} s)"
+        flag = (
+            f"growth not judged: the warm-up is shorter than the key lifetime ({lifetime:g} s)"
+            + (f"; {flag}" if row["flags"] else "")
+        )
     cells = [
         _num(row["warm"]),
         _num(row["end"]),
@@ -172,6 +193,7 @@ def key_table(row: dict[str, Any]) -> Table:
         f"{_num(row['min'])} .. {_num(row['max'])}",
         "unknown" if lifetime is None else f"{lifetime:g}",
         "n/a" if row["expected_rows"] is None else f"{row['expected_rows']:.0f}",
+        _num(row.get("overdue_max")),
         flag,
     ]
     return Table("Rows of idempotency_keys (the core's stored keys)", headers, [cells])

@@ -82,7 +82,8 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
     doc.ul(
         [
             f"load: k6 constant arrival rate {params['rate']} req/s for {params['duration_s']} s "
-            f"through {params['gateway_url']}: {params['write_share']:.0%} creates with an "
+            f"to {params.get('target_url', params['gateway_url'])}: "
+            f"{params['write_share']:.0%} creates with an "
             "Idempotency-Key, the rest cached reads by id and by hot email; connections reused",
             f"sampled every {params['interval_s']:g} s: VmRSS, RssAnon and the number of "
             "open fds of every process of each service's tree (/proc), summed over the tree; "
@@ -97,10 +98,12 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
             f"table: {run['seed'].get('rows')} rows",
             "idempotency_keys: its rows counted with each sample; flagged when the median at "
             f"the end exceeds the median after the warm-up by more than "
-            f"{params.get('key_growth_flag', 0.1):.0%}, judged only when the warm-up is at "
-            "least a key's lifetime (the core's CORE_IDEMPOTENCY_TTL plus "
-            "CORE_IDEMPOTENCY_PURGE_INTERVAL, read from its environment): before that the "
-            "table fills by design; flat, it holds about creates/s x that lifetime",
+            f"{params.get('key_growth_flag', 0.1):.0%} (each median over at least a key's "
+            "lifetime: the core's CORE_IDEMPOTENCY_TTL plus CORE_IDEMPOTENCY_PURGE_INTERVAL, "
+            "read from its environment), judged only when the warm-up is at least that "
+            "lifetime (before, the table fills by design; flat, it holds about creates/s x "
+            "lifetime); and whenever a sample after the warm-up finds a key overdue, older "
+            "than the TTL plus two purge intervals",
         ]
     )
     for table in tables:
