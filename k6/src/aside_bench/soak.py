@@ -112,12 +112,6 @@ def key_settings_s(core_pid: int) -> tuple[int, int] | None:
     return ttl, interval
 
 
-def key_lifetime_s(core_pid: int) -> float | None:
-    """The longest a key should stay in the table: TTL plus one purge interval."""
-    settings = key_settings_s(core_pid)
-    return None if settings is None else sum(settings)
-
-
 class KeyCounter:
     """Counts idempotency_keys over one connection, reconnecting after a
     failure: all rows, and the overdue ones, older than `overdue_after_s`
