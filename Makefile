@@ -51,7 +51,7 @@ SOCKETS ?=
 EMAILS ?=
 EXPERIMENTS ?= all
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling k6-cost report compare screenshot chaos soak hardening test test-unit lint fmt images
+.PHONY: help up down status logs clean install seed bench bench-ceiling k6-cost report compare screenshot chaos soak create-rate hardening test test-unit lint fmt images
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -114,9 +114,15 @@ chaos: ## faults under load: redis, core, postgres, a worker (CASES, RATE=60, SH
 	@$(ENV) $(VENV)/aside-bench chaos --cases "$(CASES)" \
 		$(if $(filter 1 yes true,$(SHORT)),--short,) $(if $(RATE),--rate "$(RATE)",)
 
-soak: ## steady load, memory and fds of every process (DURATION=10m, RATE=100)
+soak: ## steady load, memory and fds of every process, rows of idempotency_keys (DURATION=10m, RATE=100, WRITE_SHARE=0.2, WARMUP, VIA=gateway|core)
 	@$(ENV) $(VENV)/aside-bench soak $(if $(RATE),--rate "$(RATE)",) \
-		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",)
+		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",) \
+		$(if $(WRITE_SHARE),--write-share "$(WRITE_SHARE)",) $(if $(WARMUP),--warmup "$(WARMUP)",) \
+		$(if $(VIA),--via "$(VIA)",)
+
+create-rate: ## the highest rate of keyed creates the core holds (RATES="200 400 800 1600", DURATION=15s, VIA=core|gateway)
+	@$(ENV) $(VENV)/aside-bench create-rate $(if $(filter-out file,$(origin RATES)),--rates "$(RATES)",) \
+		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",) $(if $(VIA),--via "$(VIA)",)
 
 hardening: ## slow request heads and a cold flood under cached reads (RATE=500, SOCKETS, EMAILS)
 	@$(ENV) $(VENV)/aside-bench hardening --experiments "$(EXPERIMENTS)" $(if $(RATE),--rate "$(RATE)",) \

@@ -1,6 +1,6 @@
 """A seed under traffic: writes and cached reads through real gateways and a
 real core while aside-seed replaces the users table (contracts/README.md,
-"Seeding under traffic").
+"Coherence when a seed replaces the table").
 
 This module has a database of its own (aside_test_seed_serving) and Redis DB 4,
 so the seeds it runs neither replace the suite's users nor flush its cache;

@@ -23,6 +23,7 @@ from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.config import ConfigError, Settings, load_settings, split_host_port
 from aside_gateway.db import Database
 from aside_gateway.errors import STATUS_BY_CODE, ApiError
+from aside_gateway.openapi import IDEMPOTENCY_KEY_PARAMETER
 from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
@@ -831,3 +832,10 @@ def test_admission_sheds_work_that_waited_too_long_or_lost_its_client():
     _, body, ran = _admit({ARRIVED_KEY: now, CLIENT_GONE_KEY: lambda: False})
     assert ran and body == b"ran"
     assert _admit({})[2]  # no scope keys (another server): run
+
+
+def test_the_api_description_promises_the_cores_key_lifetime():
+    idempotency = json.loads((CONTRACTS / "idempotency.json").read_text())
+    hours = idempotency["ttl"]["default_seconds"] / 3600
+    assert IDEMPOTENCY_KEY_PARAMETER["name"] == idempotency["header"]
+    assert f"within {hours:g} h" in IDEMPOTENCY_KEY_PARAMETER["description"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aside_bench import procs, soak_growth
+from aside_bench import procs, soak, soak_growth
 
 
 def reading(rss_kib: int, fds: int, processes: int = 1) -> dict[str, int]:
@@ -55,6 +55,98 @@ def test_a_process_that_vanishes_is_flagged() -> None:
     samples[6]["procs"]["svc"] = None
     rows = soak_growth.growth_table_rows(samples, ["svc"], 2, 10)
     assert rows[0]["flags"] == ["gone in 1 samples"]
+
+
+def key_samples(counts: list[int | None]) -> list[dict[str, Any]]:
+    return [{"t": 1000.0 + i, "procs": {}, "idempotency_keys": n} for i, n in enumerate(counts)]
+
+
+def test_a_flat_key_table_after_its_lifetime_is_not_flagged() -> None:
+    # 20 samples a second apart: filling for 8 s, then flat with noise; lifetime 5 s.
+    counts = [0, 100, 200, 300, 400, 500, 600, 700] + [800, 790, 810, 805, 795] * 2 + [800, 808]
+    row = soak_growth.key_table_row(key_samples(counts), 8, 20, 5, 100)
+    assert row["judged"] and row["flags"] == []
+    # Medians over a lifetime each: t = 8..13 s and 14..19 s.
+    assert (row["warm"], row["end"]) == (800, 802.5)
+    assert (row["min"], row["max"], row["expected_rows"]) == (790, 810, 500)
+    assert row["growth"] == pytest.approx(2.5 / 800)
+
+
+def test_the_purges_sawtooth_is_not_growth() -> None:
+    # Lifetime 10 s (TTL 5 + interval 5): the table climbs 1000 -> 1400 between
+    # purges and drops back; the run ends on a peak, which a short window would
+    # take for +30 % of growth.
+    counts = [100 * i for i in range(10)] + [1000 + 100 * (i % 5) for i in range(51)] + [1400] * 2
+    samples = key_samples(counts)
+    row = soak_growth.key_table_row(samples, 10, 62, 10, 100)
+    assert row["judged"] and row["flags"] == [] and abs(row["growth"]) < 0.1
+    assert (row["min"], row["max"]) == (1000, 1400)
+
+
+def test_a_key_table_that_keeps_growing_after_its_lifetime_is_flagged() -> None:
+    # A purge that does not keep up: the table grows all along.
+    counts = [100 * i for i in range(20)]
+    row = soak_growth.key_table_row(key_samples(counts), 8, 20, 5, 100)
+    assert row["judged"] and row["flags"] == ["idempotency_keys +57%"]  # 1050 -> 1650
+    table = soak_growth.key_table(row)
+    assert table.rows[0][0] == "1050" and table.rows[0][-1] == "idempotency_keys +57%"
+
+
+def test_an_overdue_key_after_the_warm_up_is_flagged() -> None:
+    samples = key_samples([800] * 20)
+    for sample in samples:
+        sample["idempotency_keys_overdue"] = 0
+    samples[3]["idempotency_keys_overdue"] = 50  # during the warm-up: not judged
+    assert soak_growth.key_table_row(samples, 8, 20, 5, 100)["flags"] == []
+    samples[15]["idempotency_keys_overdue"] = 7
+    row = soak_growth.key_table_row(samples, 8, 20, 5, 100)
+    assert row["overdue_max"] == 7 and row["flags"] == ["7 keys overdue"]
+    # Also while the growth itself cannot be judged yet.
+    row = soak_growth.key_table_row(samples, 8, 20, 86_460, 100)
+    assert row["flags"] == ["7 keys overdue"]
+    assert soak_growth.key_table(row).rows[0][-1].endswith("; 7 keys overdue")
+
+
+def test_growth_within_the_key_lifetime_is_reported_not_judged() -> None:
+    # 24 h keys over a 20 s run: the table fills by design.
+    counts = [100 * i for i in range(20)]
+    row = soak_growth.key_table_row(key_samples(counts), 8, 20, 86_460, 100)
+    assert not row["judged"] and row["flags"] == [] and row["growth"] > 0.5
+    assert "not judged" in soak_growth.key_table(row).rows[0][-1]
+    # An unknown lifetime is judged: the rule errs on the side of a flag.
+    assert soak_growth.key_table_row(key_samples(counts), 8, 20, None, 100)["flags"]
+
+
+def test_failed_counts_are_flagged_and_left_out() -> None:
+    counts: list[int | None] = [500] * 20
+    counts[12] = None
+    row = soak_growth.key_table_row(key_samples(counts), 8, 20, 5, 100)
+    assert row["warm"] == row["end"] == 500 and row["flags"] == ["count failed in 1 samples"]
+    over_time = soak_growth.key_counts_over_time(key_samples(counts), points=4)
+    assert over_time[0] == (0, 500) and over_time[-1] == (19, 500) and (12, None) not in over_time
+    assert len(over_time) in (4, 5)
+
+
+def settings_of_a_process_with(env: dict[str, str]) -> tuple[int, int] | None:
+    child = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ["PATH"], **env})
+    try:
+        # Until its exec, the child shows this process's environment.
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child.pid}/cmdline").read_bytes() != b"sleep\x0030\x00":
+            assert time.monotonic() < deadline, "the child never ran sleep"
+            time.sleep(0.01)
+        return soak.key_settings_s(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_key_lifetime_is_read_from_the_cores_environment() -> None:
+    assert settings_of_a_process_with({}) == (24 * 3600, 60)  # the core's defaults
+    assert settings_of_a_process_with({"CORE_IDEMPOTENCY_TTL": "30s"}) == (30, 60)
+    both = {"CORE_IDEMPOTENCY_TTL": "2h30m", "CORE_IDEMPOTENCY_PURGE_INTERVAL": "10s"}
+    assert settings_of_a_process_with(both) == (9000, 10)
+    assert settings_of_a_process_with({"CORE_IDEMPOTENCY_TTL": "1.5s"}) is None  # unread
 
 
 def test_proc_readings_of_this_process_tree() -> None:
@@ -121,8 +213,17 @@ def test_a_short_soak_reports_every_process(
     assert total >= 20 * 20 * 0.9
     assert k6["create_2xx"] > 0 and k6.get("count_5xx", 0) == 0 and k6.get("user_error", 0) == 0
     assert run["removed_users"] == k6["create_2xx"]
+    # Every sample counted the stored keys; 20 s is far inside a key's lifetime.
+    counts = [s["idempotency_keys"] for s in run["samples"]]
+    assert all(isinstance(n, int) for n in counts), counts
+    assert all(s["idempotency_keys_overdue"] == 0 for s in run["samples"])
+    assert counts[-1] >= counts[0] + k6["create_2xx"] * 0.5
+    keys = run["idempotency_keys"]
+    assert keys["lifetime_s"] >= 2 and keys["create_rate"] == pytest.approx(20 * 0.2)
+    assert keys["judged"] == (keys["lifetime_s"] <= 5) and keys["missed_samples"] == 0
     report = (out_dir / "report.md").read_text()
     assert "| process | procs | RSS warm-up MiB |" in report
+    assert "| rows after warm-up | rows at the end |" in report
     for service in procs.SERVICES:
         assert f"| {service} |" in report
     png = (out_dir / "soak.png").read_bytes()

@@ -35,11 +35,13 @@ const (
 	idleTimeout       = 120 * time.Second
 )
 
-// Expired idempotency keys are deleted every minute, in rounds of at most
-// 1000 (a small statement that never holds many locks), 50 ms apart, until
-// a round finds less than a full batch: the purge keeps up with any create
-// rate the database itself can sustain.
-var keyPurge = store.PurgeOptions{Interval: time.Minute, Batch: 1000, Pause: 50 * time.Millisecond}
+// Expired idempotency keys are deleted every CORE_IDEMPOTENCY_PURGE_INTERVAL,
+// in rounds of at most 1000 (a small statement that never holds many locks),
+// 50 ms apart, until a round finds less than a full batch: the purge keeps up
+// with any create rate the database itself can sustain.
+func keyPurge(cfg config.Config) store.PurgeOptions {
+	return store.PurgeOptions{Interval: cfg.IdempotencyPurgeInterval, Batch: 1000, Pause: 50 * time.Millisecond}
+}
 
 // run is the whole program, callable from tests: args as os.Args, getenv
 // as os.Getenv, logs to stdout. It returns when ctx ends and the server has
@@ -86,7 +88,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer rdb.Close()
 
-	users := store.New(pool, cfg.DBTimeout)
+	users := store.New(pool, cfg.DBTimeout, store.WithIdempotencyTTL(cfg.IdempotencyTTL))
 	limiter := compute.NewLimiter(cfg.ComputeMaxConcurrency, cfg.ComputeQueueWait)
 	m := metrics.New(string(cfg.Profile), pool.Stat, limiter.InUse)
 	relay := outbox.New(users, func(readTimeout time.Duration) redis.UniversalClient {
@@ -126,7 +128,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Expired idempotency keys are ignored anyway; purging keeps the table small.
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer stopPurge()
-	go users.PurgeExpiredKeysEvery(purgeCtx, keyPurge, func(err error) {
+	go users.PurgeExpiredKeysEvery(purgeCtx, keyPurge(cfg), func(err error) {
 		log.Warn("purging expired idempotency keys failed", "err", err)
 	})
 	// The relay outlives the drain (it stops when serve returns): writes
@@ -145,6 +147,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	log.Info("aside-core listening", "addr", ln.Addr().String(), "profile", cfg.Profile,
 		"db_pool_max", cfg.DBPoolMax, "compute_max_concurrency", cfg.ComputeMaxConcurrency,
 		"core_token", cfg.CoreToken != "", "test_hooks", cfg.TestHooks,
+		"idempotency_ttl", cfg.IdempotencyTTL.String(), "idempotency_purge_interval", cfg.IdempotencyPurgeInterval.String(),
 		"write_worst_case", writeWorstCase(cfg).String())
 
 	served := make(chan error, 1)

@@ -32,6 +32,11 @@ const (
 	// DefaultProductionMetricsAddr keeps /metrics off the public listener
 	// in production: loopback only, for a local Prometheus or agent.
 	DefaultProductionMetricsAddr = "127.0.0.1:28089"
+	// DefaultIdempotencyTTL is what a client may count on for a retry
+	// (contracts/idempotency.json); the purge runs every
+	// DefaultIdempotencyPurgeInterval.
+	DefaultIdempotencyTTL           = 24 * time.Hour
+	DefaultIdempotencyPurgeInterval = time.Minute
 )
 
 // The values of REDIS_MODE.
@@ -71,6 +76,12 @@ type Config struct {
 	ComputeQueueWait      time.Duration
 
 	ShutdownTimeout time.Duration
+
+	// IdempotencyTTL is how long an Idempotency-Key is remembered: an older
+	// key counts as absent and the purge deletes it.
+	IdempotencyTTL time.Duration
+	// IdempotencyPurgeInterval is the time between two purge cycles.
+	IdempotencyPurgeInterval time.Duration
 
 	// CoreToken, when set, is the credential every write and compute
 	// request must carry (Authorization: Bearer). Required in production.
@@ -161,6 +172,9 @@ func Load(getenv func(string) string) (Config, error) {
 	cfg.ComputeMaxConcurrency = r.intRange("CORE_COMPUTE_MAX_CONCURRENCY", runtime.GOMAXPROCS(0), 1, 10_000)
 	cfg.ComputeQueueWait = r.millis("CORE_COMPUTE_QUEUE_WAIT_MS", 1000, 0, 60_000)
 	cfg.ShutdownTimeout = r.duration("CORE_SHUTDOWN_TIMEOUT", 10*time.Second, 0, time.Hour)
+	cfg.IdempotencyTTL = r.duration("CORE_IDEMPOTENCY_TTL", DefaultIdempotencyTTL, time.Second, 30*24*time.Hour)
+	cfg.IdempotencyPurgeInterval = r.duration("CORE_IDEMPOTENCY_PURGE_INTERVAL", DefaultIdempotencyPurgeInterval,
+		time.Second, 24*time.Hour)
 	cfg.CoreToken = r.token("CORE_TOKEN", cfg.Profile)
 	cfg.TestHooks = r.flag("ASIDE_TEST_HOOKS")
 	if cfg.TestHooks && cfg.Profile != ProfileLab {

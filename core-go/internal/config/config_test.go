@@ -45,6 +45,8 @@ func TestLabDefaults(t *testing.T) {
 		{"invalidation", cfg.InvalidationDeadline, 300 * time.Millisecond},
 		{"metrics on the public listener", cfg.MetricsAddr, ""},
 		{"no core token", cfg.CoreToken, ""},
+		{"idempotency ttl", cfg.IdempotencyTTL, 24 * time.Hour},
+		{"idempotency purge interval", cfg.IdempotencyPurgeInterval, time.Minute},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -113,6 +115,15 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CORE_TOKEN", strings.Repeat("x", 513)},
 		{"ASIDE_TEST_HOOKS", "yes"},
 		{"REDIS_MODE", "sharded"},
+		{"CORE_IDEMPOTENCY_TTL", "a day"},
+		{"CORE_IDEMPOTENCY_TTL", "0"},
+		{"CORE_IDEMPOTENCY_TTL", "0s"},
+		{"CORE_IDEMPOTENCY_TTL", "-1h"},
+		{"CORE_IDEMPOTENCY_TTL", "1000h"},
+		{"CORE_IDEMPOTENCY_PURGE_INTERVAL", "often"},
+		{"CORE_IDEMPOTENCY_PURGE_INTERVAL", "0"},
+		{"CORE_IDEMPOTENCY_PURGE_INTERVAL", "-10s"},
+		{"CORE_IDEMPOTENCY_PURGE_INTERVAL", "500ms"},
 	}
 	for _, b := range bad {
 		_, err := config.Load(lab(map[string]string{b.name: b.value}))
@@ -285,5 +296,51 @@ func TestTestHooksAreLabOnly(t *testing.T) {
 	}))
 	if err == nil || !strings.HasPrefix(err.Error(), "ASIDE_TEST_HOOKS: ") {
 		t.Fatalf("production with ASIDE_TEST_HOOKS=1: err = %v, want it refused", err)
+	}
+}
+
+func TestIdempotencyLifetimeAndPurgeInterval(t *testing.T) {
+	cfg, err := config.Load(lab(map[string]string{
+		"CORE_IDEMPOTENCY_TTL": "30s", "CORE_IDEMPOTENCY_PURGE_INTERVAL": "10s",
+	}))
+	if err != nil || cfg.IdempotencyTTL != 30*time.Second || cfg.IdempotencyPurgeInterval != 10*time.Second {
+		t.Fatalf("got ttl %v interval %v, err %v", cfg.IdempotencyTTL, cfg.IdempotencyPurgeInterval, err)
+	}
+	cfg, err = config.Load(lab(map[string]string{"CORE_IDEMPOTENCY_TTL": "2h30m", "CORE_IDEMPOTENCY_PURGE_INTERVAL": "90"}))
+	if err != nil || cfg.IdempotencyTTL != 150*time.Minute || cfg.IdempotencyPurgeInterval != 90*time.Second {
+		t.Fatalf("got ttl %v interval %v, err %v", cfg.IdempotencyTTL, cfg.IdempotencyPurgeInterval, err)
+	}
+}
+
+// The defaults are contracts/idempotency.json's, and the store's own default
+// lifetime is the same: a store built without the option behaves as the core.
+func TestIdempotencyDefaultsMatchTheContract(t *testing.T) {
+	type setting struct {
+		Variable       string `json:"variable"`
+		DefaultSeconds int64  `json:"default_seconds"`
+	}
+	var contract struct {
+		TTL           setting `json:"ttl"`
+		PurgeInterval setting `json:"purge_interval"`
+	}
+	testenv.LoadContract(t, "idempotency.json", &contract)
+	cfg, err := config.Load(lab(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		s   setting
+		got time.Duration
+	}{
+		{contract.TTL, cfg.IdempotencyTTL},
+		{contract.TTL, store.DefaultIdempotencyTTL},
+		{contract.PurgeInterval, cfg.IdempotencyPurgeInterval},
+	} {
+		if want := time.Duration(c.s.DefaultSeconds) * time.Second; c.got != want {
+			t.Errorf("%s: the core's default is %v, idempotency.json says %v", c.s.Variable, c.got, want)
+		}
+	}
+	if contract.TTL.Variable != "CORE_IDEMPOTENCY_TTL" || contract.PurgeInterval.Variable != "CORE_IDEMPOTENCY_PURGE_INTERVAL" {
+		t.Errorf("idempotency.json names %q and %q", contract.TTL.Variable, contract.PurgeInterval.Variable)
 	}
 }

@@ -12,9 +12,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// IdempotencyTTL is how long an idempotency key is remembered. An older row
-// counts as absent (its key can be used afresh) until the purge removes it.
-const IdempotencyTTL = 24 * time.Hour
+// DefaultIdempotencyTTL is how long an idempotency key is remembered unless
+// WithIdempotencyTTL says otherwise. An older row counts as absent (its key
+// can be used afresh) until the purge removes it.
+const DefaultIdempotencyTTL = 24 * time.Hour
+
+// WithIdempotencyTTL sets how long a key is remembered, both for the claim
+// and for the purge, which must agree: a purge with a shorter lifetime
+// would delete keys a retry may still replay.
+func WithIdempotencyTTL(ttl time.Duration) Option {
+	return func(s *Store) { s.keyTTL = ttl }
+}
 
 // ErrKeyReused: the idempotency key was first used with another request (422).
 var ErrKeyReused = errors.New("idempotency key already used with a different request")
@@ -68,7 +76,7 @@ func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []by
 			return err
 		}
 		for range claimTries {
-			claimed, err := claimKey(ctx, tx, key, requestHash)
+			claimed, err := s.claimKey(ctx, tx, key, requestHash)
 			if err != nil {
 				return err
 			}
@@ -102,9 +110,9 @@ func (s *Store) CreateUserOnce(ctx context.Context, key string, requestHash []by
 	return out, err
 }
 
-func claimKey(ctx context.Context, tx pgx.Tx, key string, requestHash []byte) (bool, error) {
+func (s *Store) claimKey(ctx context.Context, tx pgx.Tx, key string, requestHash []byte) (bool, error) {
 	var claimed bool
-	err := tx.QueryRow(ctx, claimKeySQL, key, requestHash, IdempotencyTTL.Seconds()).Scan(&claimed)
+	err := tx.QueryRow(ctx, claimKeySQL, key, requestHash, s.keyTTL.Seconds()).Scan(&claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -153,12 +161,12 @@ DELETE FROM idempotency_keys WHERE key IN (
     ORDER BY created_at LIMIT $2
     FOR UPDATE SKIP LOCKED)`
 
-// PurgeExpiredKeys deletes at most limit keys older than IdempotencyTTL and
+// PurgeExpiredKeys deletes at most limit keys older than the store's TTL and
 // returns how many it deleted.
 func (s *Store) PurgeExpiredKeys(ctx context.Context, limit int) (int64, error) {
 	var n int64
 	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		tag, err := conn.Exec(ctx, purgeSQL, IdempotencyTTL.Seconds(), limit)
+		tag, err := conn.Exec(ctx, purgeSQL, s.keyTTL.Seconds(), limit)
 		n = tag.RowsAffected()
 		return err
 	})

@@ -263,6 +263,62 @@ func TestPurgeLoopRunsUntilCancelled(t *testing.T) {
 	}
 }
 
+// With a lifetime of seconds, a key is replayed while it lives, then taken
+// over by a new request and, once expired again, purged: claim and purge
+// both follow the store's TTL, not a fixed 24 h.
+func TestAShortTTLLetsAKeyBeReclaimedAndPurged(t *testing.T) {
+	env.Reset(t)
+	const ttl = time.Second
+	s := newStore(t, env.DatabaseURL, 2*time.Second, store.WithIdempotencyTTL(ttl))
+	ctx := context.Background()
+	first, err := s.CreateUserOnce(ctx, "k", []byte("one"), "ada", "ada@example.com", render)
+	if err != nil || first.Replayed {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	if again, err := s.CreateUserOnce(ctx, "k", []byte("one"), "ada", "ada@example.com", render); err != nil || !again.Replayed {
+		t.Fatalf("within the TTL: %+v %v, want a replay", again, err)
+	}
+	if n, err := s.PurgeExpiredKeys(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("purge within the TTL deleted %d (%v), want 0", n, err)
+	}
+	// Another request under the same key: refused while the key lives,
+	// created once it has expired (polled: the database's clock decides).
+	deadline := time.Now().Add(10 * ttl)
+	var taken store.Once
+	for {
+		taken, err = s.CreateUserOnce(ctx, "k", []byte("two"), "bob", "bob@example.com", render)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrKeyReused) || time.Now().After(deadline) {
+			t.Fatalf("reuse after the TTL: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if taken.Replayed || taken.Created.Username != "bob" {
+		t.Fatalf("expired key not taken over: %+v", taken)
+	}
+	for keyCount(t) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the purge left %d keys past the TTL", keyCount(t))
+		}
+		if _, err := s.PurgeExpiredKeys(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A store of the default lifetime keeps a key of a few seconds.
+	if _, err := s.CreateUserOnce(ctx, "k2", []byte("h"), "cy", "cy@example.com", render); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, "UPDATE idempotency_keys SET created_at = now() - interval '5 seconds'"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := newStore(t, env.DatabaseURL, 2*time.Second).PurgeExpiredKeys(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("a store of the default TTL purged %d keys of 5 s (%v)", n, err)
+	}
+}
+
 func TestCreateUserOnceUnavailableAppliesNothing(t *testing.T) {
 	s := newStore(t, "postgresql://aside@"+testenv.ClosedAddr(t)+"/aside", 2*time.Second)
 	_, err := s.CreateUserOnce(context.Background(), "k", []byte("h"), "ada", "ada@example.com")

@@ -90,13 +90,21 @@ func WriteBound(timeout time.Duration) time.Duration {
 type Store struct {
 	pool    *pgxpool.Pool
 	timeout time.Duration
+	keyTTL  time.Duration
 }
+
+// Option changes a Store's defaults.
+type Option func(*Store)
 
 // New returns a store that waits at most timeout for a pooled connection
 // and then timeout+ClientGrace for the statement's answer. Build the pool
 // with the same timeout as PoolOptions.StatementTimeout.
-func New(pool *pgxpool.Pool, timeout time.Duration) *Store {
-	return &Store{pool: pool, timeout: timeout}
+func New(pool *pgxpool.Pool, timeout time.Duration, opts ...Option) *Store {
+	s := &Store{pool: pool, timeout: timeout, keyTTL: DefaultIdempotencyTTL}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // PoolOptions are the pool settings from the configuration.

@@ -18,7 +18,7 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-func newStore(t *testing.T, url string, timeout time.Duration) *store.Store {
+func newStore(t *testing.T, url string, timeout time.Duration, opts ...store.Option) *store.Store {
 	t.Helper()
 	pool, err := store.NewPool(context.Background(), url, store.PoolOptions{
 		MaxConns: 8, ConnectTimeout: time.Second, HealthCheckPeriod: time.Minute, StatementTimeout: timeout})
@@ -26,7 +26,7 @@ func newStore(t *testing.T, url string, timeout time.Duration) *store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return store.New(pool, timeout)
+	return store.New(pool, timeout, opts...)
 }
 
 func ptr(s string) *string { return &s }

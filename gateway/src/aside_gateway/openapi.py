@@ -189,7 +189,8 @@ IDEMPOTENCY_KEY_PARAMETER = {
     "in": "header",
     "required": False,
     "description": "Makes the create safe to retry: the first request with a key creates "
-    "the user; a retry with the same key and body within 24 h gets the same 201 again "
+    "the user; a retry with the same key and body within 24 h (the core's key lifetime) "
+    "gets the same 201 again "
     "(`Idempotent-Replayed: true`) and creates nothing; the same key with another body "
     "is 422 `idempotency_key_reused`. 1 to 255 printable ASCII characters, else 400.",
     "schema": {

@@ -288,6 +288,19 @@ def _add_chaos(sub: argparse._SubParsersAction) -> None:
     _paths(faults, "the time")
 
 
+def _add_create_rate(sub: argparse._SubParsersAction) -> None:
+    rates = sub.add_parser(
+        "create-rate", help="the highest rate of keyed creates held: fixed rates, then midpoints"
+    )
+    rates.add_argument("--rates", default="200 400 800 1600", help="creates/s, ascending")
+    rates.add_argument("--duration", default="15s", help="per rate (default 15s)")
+    rates.add_argument("--via", choices=("core", "gateway"), default="core")
+    rates.add_argument("--p95-ms", type=float, default=100.0, help="p95 limit (default 100)")
+    rates.add_argument("--refine", type=int, default=2, help="midpoints after a failed rate")
+    rates.add_argument("--resolution", type=int, default=50, help="creates/s (default 50)")
+    _paths(rates, "the time")
+
+
 def _add_soak(sub: argparse._SubParsersAction) -> None:
     soaking = sub.add_parser("soak", help="steady mixed load; memory and fds of every process")
     soaking.add_argument("--rate", type=_positive, default=100, help="requests/s (default 100)")
@@ -299,6 +312,9 @@ def _add_soak(sub: argparse._SubParsersAction) -> None:
         "--interval", type=float, default=5.0, help="seconds between samples (default 5)"
     )
     _write_share(soaking, 0.2, "share of creates")
+    soaking.add_argument(
+        "--via", choices=("gateway", "core"), default="gateway", help="where the load goes"
+    )
     _paths(soaking, "the time")
 
 
@@ -387,8 +403,8 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    adders = (_add_run, _add_ceiling, _add_k6cost, _add_chaos, _add_soak, _add_hardening)
-    adders += (_add_report,)
+    adders = (_add_run, _add_ceiling, _add_k6cost, _add_chaos, _add_soak, _add_create_rate)
+    adders += (_add_hardening, _add_report)
     for add in (*adders, _add_compare, _add_screenshot):
         add(sub)
     return parser
@@ -408,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": commands.cmd_report,
             "chaos": suite_commands.cmd_chaos,
             "soak": suite_commands.cmd_soak,
+            "create-rate": suite_commands.cmd_create_rate,
             "screenshot": commands.cmd_screenshot,
             "hardening": suite_commands.cmd_hardening,
             "compare": commands.cmd_compare,

@@ -12,6 +12,12 @@ by id and by hot email, idempotent creates), reusing connections like a client
 would; k6 keeps only its summary (handleSummary), so no output grows during
 the run. The users it creates are removed afterwards.
 
+With each sample it also counts the rows of the core's idempotency_keys (one
+`count(*)` under a statement timeout; a failed count is recorded as missing),
+and reads the core's key lifetime from the core's environment, so the report
+can tell a table that fills by design (keys outlive the warm-up) from one the
+purge does not keep flat. `--write-share 1` makes every request a keyed create.
+
 The figures are soak_growth.py's, the report soak_report.py's.
 """
 
@@ -30,10 +36,17 @@ from . import procs
 from .config import Settings
 from .k6run import K6Run, K6Summary, start_k6
 from .machine import describe
-from .prepare import StackError
+from .plan import PlanError, parse_duration
+from .prepare import StackError, connect
 from .seeddata import SeedData, remove_run_users, user_prefix
 from .services import ServiceControl
-from .soak_growth import MEMORY_GROWTH_FLAG, WINDOW_SHARE, growth_table_rows
+from .soak_growth import (
+    KEY_GROWTH_FLAG,
+    MEMORY_GROWTH_FLAG,
+    WINDOW_SHARE,
+    growth_table_rows,
+    key_table_row,
+)
 from .soak_report import write_report
 
 
@@ -47,6 +60,8 @@ class SoakParams:
     interval_s: float
     write_share: float = 0.2
     timeout_s: int = 10
+    # "gateway", or "core": the core's API directly (lab profile, no CORE_TOKEN)
+    via: str = "gateway"
 
 
 def load_run(settings: Settings, params: SoakParams, seed: SeedData, summary_path: Path) -> K6Run:
@@ -67,8 +82,70 @@ def load_run(settings: Settings, params: SoakParams, seed: SeedData, summary_pat
             "USER_PREFIX": user_prefix(params.run_id, "soak"),
             "NO_REUSE": "0",
             "SUMMARY_PATH": str(summary_path),
+            "BASE_URL": target_url(settings, params),
         },
     )
+
+
+def target_url(settings: Settings, params: SoakParams) -> str:
+    return settings.core_url if params.via == "core" else settings.gateway_url
+
+
+# The core's defaults (contracts/idempotency.json) when its environment sets none.
+KEY_SETTINGS = {"CORE_IDEMPOTENCY_TTL": "24h", "CORE_IDEMPOTENCY_PURGE_INTERVAL": "1m"}
+# A count(*) of a table the purge keeps small takes milliseconds; one stuck
+# behind a lock must not stall the sampling.
+COUNT_TIMEOUT_MS = 2000
+
+
+def key_settings_s(core_pid: int) -> tuple[int, int] | None:
+    """The core's key TTL and purge interval in seconds, from its own
+    environment (its defaults when unset); None when a value is not a
+    duration the bench reads."""
+    try:
+        ttl, interval = (
+            parse_duration(procs.environ_value(core_pid, name) or default)
+            for name, default in KEY_SETTINGS.items()
+        )
+    except PlanError:
+        return None
+    return ttl, interval
+
+
+class KeyCounter:
+    """Counts idempotency_keys over one connection, reconnecting after a
+    failure: all rows, and the overdue ones, older than `overdue_after_s`
+    (None: not counted)."""
+
+    def __init__(self, settings: Settings, overdue_after_s: float | None) -> None:
+        self.settings = settings
+        self.overdue_after_s = overdue_after_s
+        self.conn: psycopg.Connection | None = None
+
+    def count(self) -> dict[str, int | None]:
+        try:
+            if self.conn is None or self.conn.closed:
+                self.conn = connect(self.settings)
+                self.conn.execute(
+                    "SELECT set_config('statement_timeout', %s, false)", (str(COUNT_TIMEOUT_MS),)
+                )
+            row = self.conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE created_at < now() - "
+                "make_interval(secs => %s)) FROM idempotency_keys",
+                (self.overdue_after_s or 0,),
+            ).fetchone()
+        except (StackError, psycopg.Error):
+            self.close()
+            row = None
+        if row is None:
+            return {"idempotency_keys": None, "idempotency_keys_overdue": None}
+        overdue = None if self.overdue_after_s is None else int(row[1])
+        return {"idempotency_keys": int(row[0]), "idempotency_keys_overdue": overdue}
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def take_sample(pids: dict[str, int]) -> dict[str, dict[str, int] | None]:
@@ -105,6 +182,12 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
         f"{params.interval_s:g} s, warm-up {params.warmup_s:g} s -> {params.out_dir}/",
         flush=True,
     )
+    key_settings = key_settings_s(pids["core"])
+    lifetime_s = None if key_settings is None else sum(key_settings)
+    # A working purge deletes a key within TTL + one interval (+ its cycle's
+    # own time): older than TTL + two intervals, it is overdue.
+    overdue_after_s = None if key_settings is None else key_settings[0] + 2 * key_settings[1]
+    keys = KeyCounter(settings, overdue_after_s)
     samples: list[dict[str, Any]] = []
     started = time.time()
     load = start_k6(settings, run, log_path)
@@ -112,7 +195,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
         next_at = time.monotonic()
         last_print = 0.0
         while load.running:
-            samples.append({"t": time.time(), "procs": take_sample(pids)})
+            samples.append({"t": time.time(), "procs": take_sample(pids), **keys.count()})
             elapsed = time.time() - started
             if elapsed - last_print >= 60:
                 last_print = elapsed
@@ -122,6 +205,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
                 time.sleep(min(0.1, max(next_at - time.monotonic(), 0)))
     finally:
         load.stop()
+        keys.close()
     try:
         removed = remove_run_users(settings, params.run_id)
     except (StackError, psycopg.Error, redis.RedisError) as error:
@@ -129,6 +213,10 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
         print(f"warning: could not remove the soak's users: {error}")
     services = list(pids)
     rows = growth_table_rows(samples, services, params.warmup_s, params.duration_s)
+    key_row = key_table_row(
+        samples, params.warmup_s, params.duration_s, lifetime_s, params.rate * params.write_share
+    )
+    key_row["overdue_after_s"] = overdue_after_s
     run = {
         "run_id": params.run_id,
         "kind": "soak",
@@ -142,15 +230,19 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
             "interval_s": params.interval_s,
             "write_share": params.write_share,
             "memory_growth_flag": MEMORY_GROWTH_FLAG,
+            "key_growth_flag": KEY_GROWTH_FLAG,
             "window_share": WINDOW_SHARE,
             "gateway_url": settings.gateway_url,
+            "target_url": target_url(settings, params),
             "pids": pids,
         },
         "k6_exit": load.returncode,
         "k6": k6_tallies(K6Summary.read(summary_path)),
         "removed_users": removed,
         "processes": rows,
-        "flagged": [r["service"] for r in rows if r["flags"]],
+        "idempotency_keys": key_row,
+        "flagged": [r["service"] for r in rows if r["flags"]]
+        + (["idempotency_keys"] if key_row["flags"] else []),
         "samples": samples,
     }
     write_report(run, params.out_dir)
@@ -165,4 +257,5 @@ def _progress(sample: dict[str, Any]) -> str:
         reading = sample["procs"].get(service)
         if reading:
             parts.append(f"{service} {reading['rss_kib'] / 1024:.0f} MiB/{reading['fds']} fds")
+    parts.append(f"idempotency_keys {sample.get('idempotency_keys')}")
     return ", ".join(parts)

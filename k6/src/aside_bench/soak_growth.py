@@ -1,6 +1,7 @@
 """The soak's figures: per service, memory and descriptors after the warm-up
-against the end of the run, growth and flags, and the tables that show them
-(pure, unit-tested)."""
+against the end of the run, growth and flags; the size of the core's
+idempotency_keys table likewise; and the tables that show them (pure,
+unit-tested)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from typing import Any
 from .tables import Table
 
 MEMORY_GROWTH_FLAG = 0.10
+# idempotency_keys may grow by this much between the warm-up and the end, once
+# the warm-up covers a key's whole life (TTL + purge interval): from then on
+# every create is matched by a purged key and the table is flat.
+KEY_GROWTH_FLAG = 0.10
 # The warm-up and end values are medians over this share of the run (at least
 # three samples).
 WINDOW_SHARE = 0.05
@@ -25,13 +30,7 @@ def growth_table_rows(
     """Per service: warm-up, end and max of RSS and fds, growth and flags (pure)."""
     if not samples:
         return []
-    t0 = samples[0]["t"]
-    t_end = samples[-1]["t"]
-    step = (t_end - t0) / max(len(samples) - 1, 1)
-    window = max(3 * step, WINDOW_SHARE * duration_s)
-    warm = [s for s in samples if warmup_s <= s["t"] - t0 <= warmup_s + window]
-    end = [s for s in samples if s["t"] >= t_end - window]
-    after = [s for s in samples if s["t"] - t0 >= warmup_s]
+    warm, end, after = _windows(samples, warmup_s, duration_s)
     rows = []
     for service in services:
 
@@ -89,6 +88,129 @@ def growth_table_rows(
             }
         )
     return rows
+
+
+def _windows(
+    samples: list[dict[str, Any]], warmup_s: float, duration_s: float, at_least_s: float = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The samples right after the warm-up, at the end, and all after the
+    warm-up. The first two span WINDOW_SHARE of the run, at least three
+    samples and at_least_s, but never more than half of what follows the warm-up."""
+    t0 = samples[0]["t"]
+    t_end = samples[-1]["t"]
+    step = (t_end - t0) / max(len(samples) - 1, 1)
+    window = max(3 * step, WINDOW_SHARE * duration_s)
+    window = max(window, min(at_least_s, (t_end - t0 - warmup_s) / 2))
+    warm = [s for s in samples if warmup_s <= s["t"] - t0 <= warmup_s + window]
+    end = [s for s in samples if s["t"] >= t_end - window]
+    after = [s for s in samples if s["t"] - t0 >= warmup_s]
+    return warm, end, after
+
+
+def key_table_row(
+    samples: list[dict[str, Any]],
+    warmup_s: float,
+    duration_s: float,
+    lifetime_s: float | None,
+    create_rate: float,
+) -> dict[str, Any]:
+    """The rows of idempotency_keys after the warm-up against the end (medians,
+    like memory), the range after the warm-up, the steady size to expect
+    (create rate x key lifetime) and the flag. A key lives its TTL plus up to
+    one purge interval (lifetime_s; None when unknown). While the warm-up is
+    shorter than that, the table still fills by design: the growth is then
+    reported but not judged (a 10-minute soak against 24 h keys). The two
+    medians span a key's lifetime each, so the purge's sawtooth (the table
+    fills for an interval, then drops by an interval's creates) averages out.
+    Overdue keys (older than TTL + two purge intervals, counted in each
+    sample) are flagged whenever one is seen after the warm-up: a purge that
+    keeps up leaves none, whatever the rate did."""
+    counts = [s.get("idempotency_keys") for s in samples]
+    row: dict[str, Any] = {
+        "lifetime_s": lifetime_s,
+        "create_rate": create_rate,
+        "expected_rows": None if lifetime_s is None else create_rate * lifetime_s,
+        "missed_samples": sum(1 for c in counts if c is None),
+        "judged": lifetime_s is None or warmup_s >= lifetime_s,
+        "warm": None,
+        "end": None,
+        "growth": None,
+        "min": None,
+        "max": None,
+        "overdue_max": None,
+        "flags": [],
+    }
+    if not samples:
+        return row
+    warm, end, after = _windows(samples, warmup_s, duration_s, lifetime_s or 0)
+
+    def known(chosen: list[dict[str, Any]]) -> list[float]:
+        return [s["idempotency_keys"] for s in chosen if s.get("idempotency_keys") is not None]
+
+    row["warm"], row["end"] = _median(known(warm)), _median(known(end))
+    row["min"], row["max"] = min(known(after), default=None), max(known(after), default=None)
+    if row["warm"] is not None and row["end"] is not None:
+        # One row more than none is not growth worth a ratio.
+        row["growth"] = (row["end"] - row["warm"]) / max(row["warm"], 1)
+    overdue = [
+        s["idempotency_keys_overdue"]
+        for s in after
+        if s.get("idempotency_keys_overdue") is not None
+    ]
+    row["overdue_max"] = max(overdue, default=None)
+    growing = row["growth"] is not None and row["growth"] > KEY_GROWTH_FLAG
+    if growing and row["judged"]:
+        row["flags"].append(f"idempotency_keys +{row['growth']:.0%}")
+    if row["overdue_max"]:
+        row["flags"].append(f"{row['overdue_max']} keys overdue")
+    if row["missed_samples"]:
+        row["flags"].append(f"count failed in {row['missed_samples']} samples")
+    return row
+
+
+def key_table(row: dict[str, Any]) -> Table:
+    headers = [
+        "rows after warm-up",
+        "rows at the end",
+        "growth",
+        "min .. max after warm-up",
+        "key lifetime s (TTL + purge interval)",
+        "expected rows (creates/s x lifetime)",
+        "overdue keys, max",
+        "flag",
+    ]
+    lifetime = row["lifetime_s"]
+    flag = ", ".join(row["flags"]) or "-"
+    if not row["judged"]:
+        flag = (
+            f"growth not judged: the warm-up is shorter than the key lifetime ({lifetime:g} s)"
+            + (f"; {flag}" if row["flags"] else "")
+        )
+    cells = [
+        _num(row["warm"]),
+        _num(row["end"]),
+        _pct(row["growth"]),
+        f"{_num(row['min'])} .. {_num(row['max'])}",
+        "unknown" if lifetime is None else f"{lifetime:g}",
+        "n/a" if row["expected_rows"] is None else f"{row['expected_rows']:.0f}",
+        _num(row.get("overdue_max")),
+        flag,
+    ]
+    return Table("Rows of idempotency_keys (the core's stored keys)", headers, [cells])
+
+
+def key_counts_over_time(
+    samples: list[dict[str, Any]], points: int = 12
+) -> list[tuple[int, int | None]]:
+    """About `points` (seconds since the start, rows) pairs spread over the run."""
+    if not samples:
+        return []
+    t0 = samples[0]["t"]
+    stride = max(len(samples) // points, 1)
+    chosen = samples[::stride]
+    if chosen[-1] is not samples[-1]:
+        chosen.append(samples[-1])
+    return [(round(s["t"] - t0), s.get("idempotency_keys")) for s in chosen]
 
 
 def _per_process(chosen: list[dict[str, Any]], service: str) -> list[float]:

@@ -8,7 +8,13 @@ from typing import Any
 
 from .doc import Doc, save_report
 from .machine import summary
-from .soak_growth import MEMORY_GROWTH_FLAG, growth_table, load_table
+from .soak_growth import (
+    MEMORY_GROWTH_FLAG,
+    growth_table,
+    key_counts_over_time,
+    key_table,
+    load_table,
+)
 from .tables import Table
 
 
@@ -59,6 +65,9 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
     machine = summary(run["machine"])
     services = [row["service"] for row in run["processes"]]
     tables = [growth_table(run["processes"]), load_table(run["k6"])]
+    keys = run.get("idempotency_keys")
+    if keys is not None:
+        tables.insert(1, key_table(keys))
     chart_path = chart(
         run["samples"],
         services,
@@ -72,7 +81,8 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
     doc.ul(
         [
             f"load: k6 constant arrival rate {params['rate']} req/s for {params['duration_s']} s "
-            f"through {params['gateway_url']}: {params['write_share']:.0%} creates with an "
+            f"to {params.get('target_url', params['gateway_url'])}: "
+            f"{params['write_share']:.0%} creates with an "
             "Idempotency-Key, the rest cached reads by id and by hot email; connections reused",
             f"sampled every {params['interval_s']:g} s: VmRSS, RssAnon and the number of "
             "open fds of every process of each service's tree (/proc), summed over the tree; "
@@ -85,10 +95,23 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
             f"flagged: growth of VmRSS or of RssAnon above "
             f"{params['memory_growth_flag']:.0%}, any fd growth; "
             f"table: {run['seed'].get('rows')} rows",
+            "idempotency_keys: its rows counted with each sample; flagged when the median at "
+            f"the end exceeds the median after the warm-up by more than "
+            f"{params.get('key_growth_flag', 0.1):.0%} (each median over at least a key's "
+            "lifetime: the core's CORE_IDEMPOTENCY_TTL plus CORE_IDEMPOTENCY_PURGE_INTERVAL, "
+            "read from its environment), judged only when the warm-up is at least that "
+            "lifetime (before, the table fills by design; flat, it holds about creates/s x "
+            "lifetime); and whenever a sample after the warm-up finds a key overdue, older "
+            "than the TTL plus two purge intervals",
         ]
     )
     for table in tables:
         doc.table(table)
+    if keys is not None:
+        over_time = ", ".join(
+            f"{t} s: {'n/a' if n is None else n}" for t, n in key_counts_over_time(run["samples"])
+        )
+        doc.p(f"Rows of idempotency_keys over the run: {over_time}.")
     flagged = run["flagged"]
     verdict = "Flagged: " + ", ".join(flagged) if flagged else "Nothing flagged."
     doc.p(verdict, note=bool(flagged))

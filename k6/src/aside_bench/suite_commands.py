@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-from . import chaos, config, hardening, soak
+from . import chaos, config, create_rate, hardening, soak
 from .commands import UsageError, checked_seed, new_out_dir, new_run_id
 from .plan import parse_duration
+from .prepare import check_stack
 from .seeddata import user_prefix
 
 
@@ -62,6 +63,7 @@ def cmd_soak(args: argparse.Namespace, settings: config.Settings) -> int:
         warmup_s=warmup,
         interval_s=args.interval,
         write_share=args.write_share,
+        via=args.via,
     )
     soak.run_soak(settings, params, seed)
     return 0
@@ -93,3 +95,11 @@ def cmd_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
     seed = checked_seed(settings, args)
     run = hardening.run_hardening(settings, params, seed)
     return 0 if run["passed"] else 1
+
+
+def cmd_create_rate(args: argparse.Namespace, settings: config.Settings) -> int:
+    params = create_rate.params_of(args, settings)
+    check_stack(settings)
+    seed = checked_seed(settings, args)
+    run = create_rate.run_create_rate(settings, params, seed)
+    return 0 if run["highest_held"] is not None else 1

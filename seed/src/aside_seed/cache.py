@@ -1,5 +1,5 @@
 """Redis side of the seeder: after the swap, nothing cached from the old table
-may be served (contracts/README.md, "Seeding under traffic").
+may be served (contracts/README.md, "Coherence when a seed replaces the table").
 
 One Lua script (contracts/flush_cache.lua) deletes every key and lease under
 the cache prefix and publishes a flush on the invalidation channel, so the

@@ -129,7 +129,7 @@ def _load_gated(
 ) -> None:
     """The load proper, run with the write gate closed: writes are refused from
     before the COPY until the cache holds nothing of the old table
-    (contracts/README.md, "Seeding under traffic")."""
+    (contracts/README.md, "Coherence when a seed replaces the table")."""
     loader.drop_new_table(conn)
     try:
         with _phase(phases, "generate+copy"):
