@@ -217,8 +217,12 @@ def test_compare_refuses_a_machine_calibrated_twice_as_fast(
     assert code == 2
     assert stderr.strip().splitlines() == [
         "aside-bench: the machines differ: calibrated at 20 and 40 req/s (2.00x, more than "
-        "1.25x); pass --normalise to divide by their ratio"
+        "1.25x); pass --normalise to divide by their ratio, or --ignore-calibration to compare "
+        "as measured (one machine, a noisy calibration)"
     ]
     code, stdout, stderr = _compare(capsys, trust_runs.a, fast, "--normalise", *where)
     assert code == 0, stderr
     assert "its latencies multiplied by that ratio" in stdout
+    code, stdout, stderr = _compare(capsys, trust_runs.a, fast, "--ignore-calibration", *where)
+    assert code == 0, stderr
+    assert "beyond the 1.25x allowed, compared as measured" in stdout
