@@ -158,6 +158,19 @@ def test_calibration_doubles_then_bisects_to_ten_percent() -> None:
     assert 2500 * 0.9 <= found["rate"] <= 2500 and found["missed_at"] > 2500
 
 
+def test_a_calibration_confirms_its_final_rates_and_a_slow_probe_is_outvoted() -> None:
+    params = calibrate.CalibrationParams(start=400, max_rate=12800)
+    tries: dict[int, int] = {}
+
+    def noisy(rate: int) -> bool:  # 3000/s holds, but its second probe is slow
+        tries[rate] = tries.get(rate, 0) + 1
+        return rate <= 3000 and not (rate == 3000 and tries[rate] == 2)
+
+    found = calibrate.search(noisy, params, 600)
+    assert found["rate"] == 3000 and tries[3000] == 3
+    assert all(count >= 2 for rate, count in tries.items() if rate == found["missed_at"])
+
+
 def test_calibration_stops_within_its_time() -> None:
     params = calibrate.CalibrationParams(start=100, max_rate=12800, probe_s=0)
 

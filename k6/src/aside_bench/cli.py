@@ -114,8 +114,8 @@ def _trust(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--calibration-budget",
         type=_positive,
-        default=60,
-        help="calibration: seconds for both servers together (default 60)",
+        default=90,
+        help="calibration: seconds for both servers together (default 90)",
     )
     parser.add_argument(
         "--calibration-start", type=_positive, default=400, help="calibration: first rate (400)"
