@@ -12,8 +12,9 @@ CREATE TABLE IF NOT EXISTS users (
 -- A row is written in the same transaction as the user it created, so a key
 -- is either absent or holds the complete answer. No foreign key to users: the
 -- seeder swaps the users table, and a replay returns the stored answer even if
--- the user was deleted since. Rows older than 24 h count as absent and are
--- purged in small batches by the core; the created_at index keeps that cheap.
+-- the user was deleted since. Rows older than the core's CORE_IDEMPOTENCY_TTL
+-- (24 h by default) count as absent and are purged in small batches by the
+-- core; the created_at index keeps that cheap.
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     key          text        PRIMARY KEY,
     request_hash bytea       NOT NULL,

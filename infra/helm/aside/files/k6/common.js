@@ -90,6 +90,33 @@ export function stepOptions(scenarios) {
   };
 }
 
+// What aside-bench reads back from a step's end-of-test summary
+// (k6run.K6Summary.step_figures): a step run without an output (the default
+// for the read and ceiling scripts) ships no sample per request, and its
+// figures are these, over the whole step. The answered requests' latency
+// exists only when some request was answered.
+const SUMMARY_KEPT = [
+  'http_req_duration{expected_response:true}',
+  'http_req_duration',
+  'http_reqs',
+  'http_req_failed',
+  'iterations',
+  'dropped_iterations',
+  'failed_iterations',
+  'vus',
+  'vus_max',
+];
+
+// handleSummary of a step's script: the kept metrics into SUMMARY_PATH, nothing
+// on the console (aside-bench prints its own line per step).
+export function stepSummary(data) {
+  const path = env('SUMMARY_PATH', '');
+  if (path === '') return {};
+  const metrics = {};
+  for (const name of SUMMARY_KEPT) if (name in data.metrics) metrics[name] = data.metrics[name];
+  return { [path]: JSON.stringify({ metrics }) };
+}
+
 // A JSON list of strings written by the seeder; `limit` > 0 keeps the first `limit`.
 export function loadList(file, limit) {
   if (DATA_DIR === '') throw new Error('environment variable DATA_DIR is required');

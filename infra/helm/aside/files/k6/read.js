@@ -5,7 +5,7 @@
 // The arm picks where the answer may come from (lib/common.js CACHE_PARAMS):
 // cache=off (nocache, index), l2 (cache: Redis), l1 (the worker's memory) or
 // hybrid (memory, then Redis).
-import { arrivalOptions, countIteration, env, floatEnv, intEnv, loadList, pick, readCount } from './lib/common.js';
+import { arrivalOptions, countIteration, env, floatEnv, intEnv, loadList, pick, readCount, stepSummary } from './lib/common.js';
 
 export const options = arrivalOptions(env('SCENARIO', 'read'));
 
@@ -16,4 +16,9 @@ const cold = loadList('cold_emails.json', intEnv('COLD_SAMPLE', 200));
 export default function () {
   const email = Math.random() < HOT_SHARE ? pick(hot) : pick(cold);
   countIteration(readCount(email));
+}
+
+// Without an output the step's figures come from its summary (lib/common.js).
+export function handleSummary(data) {
+  return stepSummary(data);
 }
