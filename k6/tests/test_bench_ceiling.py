@@ -51,3 +51,11 @@ def test_never_missing_is_reported_as_capped() -> None:
 
 def test_bounds_ignore_a_lucky_pass_above_a_miss() -> None:
     assert bounds([(400, True), (800, False), (1200, True)]) == (400, 800)
+
+
+def test_the_cache_arm_and_its_reference_are_searched_together() -> None:
+    from aside_bench.commands import _search_order
+
+    order = _search_order(["cache", "hybrid", "healthz", "cache-bare"])
+    assert order == [["cache", "cache-bare"], ["hybrid"], ["healthz"]]
+    assert _search_order(["hybrid", "healthz"]) == [["hybrid"], ["healthz"]]

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 from aside_bench import calibrate, compare, config, report
-from aside_bench.ceiling import SearchParams, ceiling_of, limit_of, next_trial, verdicts
+from aside_bench.ceiling import (
+    SearchParams,
+    ceiling_of,
+    interleave,
+    limit_of,
+    next_trial,
+    verdicts,
+)
 from aside_bench.k6run import LINGER_S, K6Process, dashboard_env
 from aside_bench.plan import PlanError, Step, build_steps, repeat_steps
 from aside_bench.prepare import StackError
@@ -249,6 +256,21 @@ def test_runs_without_repeats_use_the_stated_tolerance() -> None:
     assert row.changes["hit"].flag == ""  # unchanged
 
 
+def test_latencies_of_a_step_past_capacity_in_both_runs_are_not_judged() -> None:
+    # A cold step that dropped in both runs: its p95 measures the fill, not the service.
+    (row,) = compare.compare(_figures([980.0, 990.0], drops=0.005),
+                             _figures([400.0, 405.0], drops=0.0001), SAME)  # fmt: skip
+    assert row.changes["p95"].basis == compare.OVER_CAPACITY and row.flags == []
+    assert "not judged" in compare.cell("p95", row.changes["p95"])
+    # Its drops are still judged: 3 points more is flagged.
+    (row,) = compare.compare(_figures([980.0, 990.0], drops=0.001),
+                             _figures([400.0, 405.0], drops=0.04), SAME)  # fmt: skip
+    assert row.flags == ["drops worse"]
+    # Past capacity in one run only: the latency is judged as any other.
+    (row,) = compare.compare(_figures([4.0, 4.5]), _figures([9.0, 10.0], drops=0.001), SAME)
+    assert row.changes["p95"].flag == "worse"
+
+
 def test_only_common_steps_are_compared() -> None:
     other = [dict(one, rate=300) for one in _figures([4.0])]
     assert compare.compare(_figures([4.0]), other, SAME) == []
@@ -370,3 +392,32 @@ def test_a_rate_that_misses_twice_of_three_does_not_hold() -> None:
     history = [(800, True), (800, False), (800, False), (400, True), (400, True)]
     assert verdicts(history) == {800: False, 400: True}
     assert ceiling_of(history) == (400, False)
+
+
+def test_searches_run_side_by_side_take_turns() -> None:
+    params = SearchParams(start=200, ladder_step=400, max_rate=2000)
+    ran: list[tuple[str, int]] = []
+
+    def run(name: str, rate: int, tries: int) -> bool:
+        ran.append((name, rate))
+        return rate <= (1000 if name == "a" else 700)
+
+    found = interleave(["a", "b"], params, run)
+    # Turn by turn while both search: a's first step, then b's, then a's second...
+    assert [name for name, _ in ran[:6]] == ["a", "b", "a", "b", "a", "b"]
+    assert ceiling_of(found["a"]) == (1000, False) and ceiling_of(found["b"]) == (700, False)
+    # Each search is the one it would be alone.
+    alone = interleave(["b"], params, run)
+    assert alone["b"] == found["b"]
+
+
+def test_an_interrupted_step_stops_every_search() -> None:
+    params = SearchParams(start=200, ladder_step=400, max_rate=2000)
+    calls = []
+
+    def run(name: str, rate: int, tries: int) -> bool | None:
+        calls.append(name)
+        return None if len(calls) == 3 else True
+
+    found = interleave(["a", "b"], params, run)
+    assert calls == ["a", "b", "a"] and len(found["a"]) == 1 and len(found["b"]) == 1

@@ -8,10 +8,16 @@ the first try, a third decides: one slow step on a shared machine (a p95 of
 is ignored. A tie counts as a miss until it is broken. A step whose miss was the
 load generator's (saturation.py) bounds the search like a miss, but the
 report names it a measurement limit, not the server's ceiling.
+
+Searches run side by side take turns (`interleave`), a step of one, then a step
+of the other, so that a drift of the machine during the searches lands in both
+rather than in the difference between them: the cache arm and its bare-script
+reference, whose agreement is the point, are searched so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 Trial = tuple[int, bool]  # (rate, held)
@@ -92,6 +98,30 @@ def next_trial(history: list[Trial], params: SearchParams, confirm: bool = True)
     if rate is None and confirm:
         rate = to_confirm(history)
     return rate
+
+
+def interleave(
+    names: Iterable[str], params: SearchParams, run: Callable[[str, int, int], bool | None]
+) -> dict[str, list[Trial]]:
+    """Search every name's ceiling, taking turns: each round runs the next trial
+    of every search not yet done, in order. `run(name, rate, tries_before) ->
+    held` runs one step; None from it (interrupted) stops every search.
+    Returns each name's history."""
+    histories: dict[str, list[Trial]] = {name: [] for name in names}
+    pending = list(histories)
+    while pending:
+        for name in list(pending):
+            history = histories[name]
+            rate = next_trial(history, params)
+            if rate is None:
+                pending.remove(name)
+                continue
+            tries = sum(1 for tried, _ in history if tried == rate)
+            held = run(name, rate, tries)
+            if held is None:
+                return histories
+            history.append((rate, held))
+    return histories
 
 
 def ceiling_of(history: list[Trial]) -> tuple[int, bool]:

@@ -28,7 +28,7 @@ from . import (
     trackplan,
     tracks,
 )
-from .ceiling import SearchParams, next_trial
+from .ceiling import SearchParams, interleave
 from .collect import collect
 from .k6run import LoadShape
 from .plan import (
@@ -286,10 +286,10 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
 
     def search_all() -> None:
         _calibrate(runner, args)
-        for arm in searched:
+        for together in _search_order(searched):
             if runner.interrupted:
                 return
-            _search_arm(runner, arm, duration, search, args.p95_ms)
+            _search_arms(runner, together, duration, search, args.p95_ms)
 
     return _drive(runner, search_all, report.write_ceiling)
 
@@ -327,28 +327,39 @@ def cmd_k6cost(args: argparse.Namespace, settings: config.Settings) -> int:
     )
 
 
-def _search_arm(
-    runner: Runner, arm: str, duration: int, search: SearchParams, p95_ms: float
+def _search_order(searched: list[str]) -> list[list[str]]:
+    """The searches in order, the cache arm and its reference taking turns."""
+    if BARE_ARM not in searched:
+        return [[arm] for arm in searched]
+    return [[arm, BARE_ARM] if arm == "cache" else [arm] for arm in searched if arm != BARE_ARM]
+
+
+def _search_arms(
+    runner: Runner, arms: list[str], duration: int, search: SearchParams, p95_ms: float
 ) -> None:
-    """One arm's ceiling search; its final held and missed rates run twice."""
-    phase = "warm" if arm in (*TIERED_ARMS, BARE_ARM) else "none"
-    history: list[tuple[int, bool]] = []
-    while (rate := next_trial(history, search)) is not None:
-        tries = sum(1 for tried, _ in history if tried == rate)
+    """These arms' ceiling searches, taking turns step by step (one arm: alone);
+    each one's final held and missed rates run twice or more."""
+    steps = {arm: 0 for arm in arms}
+
+    def run(arm: str, rate: int, tries: int) -> bool | None:
+        phase = "warm" if arm in (*TIERED_ARMS, BARE_ARM) else "none"
         step = Step("ceiling", arm, phase, rate, duration, repeat=tries + 1)
+        steps[arm] += 1
         what = "confirm" if tries else "try"
-        head = f"[{step.label} {what} {len(history) + 1}] @ {rate:>5}/s"
+        head = f"[{step.label} {what} {steps[arm]}] @ {rate:>5}/s"
         result = runner.step_with_progress(step, head, None)
         if runner.interrupted:
-            return
+            return None
         verdict = "missed" if result is None else result.verdict(p95_ms)
-        history.append((rate, verdict == "held"))
         note = {
             "held": "held",
             "missed": "missed",
             "limit": "not held, load generator saturated: a measurement limit",
         }[verdict]
         print(f"  -> {note} (p95 <= {p95_ms:g} ms, no drops)")
+        return verdict == "held"
+
+    interleave(arms, search, run)
 
 
 def _known_run(reports_dir: Path, run_id: str, make_target: str) -> Path:

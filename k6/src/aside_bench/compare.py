@@ -10,6 +10,13 @@ estimate: with REPEAT=2, identical runs would flag about one figure in five;
 pooled over three rates, about one in eighteen, and one in a hundred with
 REPEAT=3 (docs/decisions.md, "Comparing two runs").
 
+A step that dropped iterations in both runs was past its capacity in both: k6
+could not send all it was asked to, so its latencies describe how long the
+overload lasted (a cold step's fill, say) rather than the service, and they
+move with it. Its latencies are shown but not judged; its drops and achieved
+rate are (the repeats' goal: p95 alike for every step under capacity, drops
+zero or non-zero alike).
+
 Runs are compared only on machines of about the same speed, judged by their
 calibration (calibrate.py): more than MACHINE_RATIO_LIMIT apart is refused
 unless --normalise, which puts B's figures on A's machine by the ratio.
@@ -46,6 +53,8 @@ FIGURES = {
     "drops": ("share", False),
     "hit": ("share", True),
 }
+LATENCIES = frozenset(name for name, (unit, _) in FIGURES.items() if unit == "ms")
+OVER_CAPACITY = "over capacity"
 StepKey = tuple[str, str, str, int]
 SeriesKey = tuple[str, str, str]
 
@@ -118,7 +127,7 @@ class Change:
     a: Spread | None
     b: Spread | None
     noise: float  # the change a figure must exceed to be flagged
-    basis: str  # "spread" (the runs' repeats) or "tolerance"
+    basis: str  # "spread" (the runs' repeats), "tolerance" or OVER_CAPACITY (not judged)
     flag: str  # "" | "better" | "worse"
 
     @property
@@ -155,15 +164,24 @@ def noise_of(
     return max(noise, FLOOR[unit]), basis
 
 
+def dropped(figures: dict[str, Spread | None]) -> bool:
+    """Whether any repeat of the step dropped iterations: it ran past capacity."""
+    drops = figures.get("drops")
+    return drops is not None and drops.high > 0
+
+
 def change(
     name: str,
     a: Spread | None,
     b: Spread | None,
     tolerance: float,
     series_width: float | None = None,
+    over_capacity: bool = False,
 ) -> Change:
     if a is None or b is None:
         return Change(a, b, 0.0, "", "")
+    if over_capacity and name in LATENCIES:
+        return Change(a, b, 0.0, OVER_CAPACITY, "")
     noise, basis = noise_of(name, a, b, tolerance, series_width)
     delta = b.median - a.median
     flag = ""
@@ -208,8 +226,10 @@ def compare(
         if b is None:
             continue
         series = widths.get(key[:3], {})
+        over = dropped(a) and dropped(b)
         changes = {
-            name: change(name, a[name], b[name], tolerance, series.get(name)) for name in FIGURES
+            name: change(name, a[name], b[name], tolerance, series.get(name), over)
+            for name in FIGURES
         }
         rows.append(Row(key, changes))
     return rows
@@ -251,6 +271,8 @@ def cell(name: str, found: Change) -> str:
     delta = found.delta
     shown = f"{delta * 100:+.1f} pt" if FIGURES[name][0] == "share" else f"{delta:+.3g}"
     text = f"{fmt(found.a.median)} -> {fmt(found.b.median)} ({shown})"
+    if found.basis == OVER_CAPACITY:
+        return f"{text} not judged"
     return f"{text} **{found.flag}**" if found.flag else text
 
 
@@ -303,6 +325,11 @@ def header_lines(
             "flagged where the change of the median exceeds the widest spread (max - min) "
             "of the repeats at any rate of the same series in either run, relative to the "
             "median for latencies and rates"
+        )
+    if OVER_CAPACITY in bases:
+        lines.append(
+            "not judged: the latencies of a step that dropped iterations in both runs "
+            "(past capacity in both, they measure the overload); its drops and rate are"
         )
     if "tolerance" in bases:
         lines.append(
