@@ -240,7 +240,7 @@ def _add_ceiling(sub: argparse._SubParsersAction) -> None:
         dest="reference",
         action="store_false",
         help="skip the reference: the cache arm's search again under the bare script "
-        "(k6/scripts/bare.js), run after the arms when cache is one of them",
+        "(k6/scripts/bare.js), taking turns with it when cache is one of the arms",
     )
     _steps(ceiling)
     _trust(ceiling)

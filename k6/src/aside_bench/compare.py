@@ -13,9 +13,13 @@ REPEAT=3 (docs/decisions.md, "Comparing two runs").
 A step that dropped iterations in both runs was past its capacity in both: k6
 could not send all it was asked to, so its latencies describe how long the
 overload lasted (a cold step's fill, say) rather than the service, and they
-move with it. Its latencies are shown but not judged; its drops and achieved
-rate are (the repeats' goal: p95 alike for every step under capacity, drops
-zero or non-zero alike).
+move with it. Its latencies and drop rate are shown but not judged (drops
+non-zero in both: alike); its achieved rate, the capacity it found, is (the
+repeats' goal: p95 alike for every step under capacity, drops zero or non-zero
+alike). The drop rate is left to the achieved rate because at a rate far past
+capacity it is 1 - capacity / rate: its noise in points shrinks as the rate
+grows, so a series' spread pooled in points (below) under-states it at the
+series' lowest rate.
 
 Runs are compared only on machines of about the same speed, judged by their
 calibration (calibrate.py): more than MACHINE_RATIO_LIMIT apart is refused
@@ -53,7 +57,10 @@ FIGURES = {
     "drops": ("share", False),
     "hit": ("share", True),
 }
-LATENCIES = frozenset(name for name, (unit, _) in FIGURES.items() if unit == "ms")
+# What a step past capacity in both runs is not judged on.
+UNJUDGED_PAST_CAPACITY = frozenset(
+    name for name, (unit, _) in FIGURES.items() if unit == "ms" or name == "drops"
+)
 OVER_CAPACITY = "over capacity"
 StepKey = tuple[str, str, str, int]
 SeriesKey = tuple[str, str, str]
@@ -180,7 +187,7 @@ def change(
 ) -> Change:
     if a is None or b is None:
         return Change(a, b, 0.0, "", "")
-    if over_capacity and name in LATENCIES:
+    if over_capacity and name in UNJUDGED_PAST_CAPACITY:
         return Change(a, b, 0.0, OVER_CAPACITY, "")
     noise, basis = noise_of(name, a, b, tolerance, series_width)
     delta = b.median - a.median
@@ -328,8 +335,9 @@ def header_lines(
         )
     if OVER_CAPACITY in bases:
         lines.append(
-            "not judged: the latencies of a step that dropped iterations in both runs "
-            "(past capacity in both, they measure the overload); its drops and rate are"
+            "not judged: the latencies and drop rate of a step that dropped iterations in "
+            "both runs (past capacity in both: they measure the overload); its achieved "
+            "rate is"
         )
     if "tolerance" in bases:
         lines.append(
