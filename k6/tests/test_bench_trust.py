@@ -425,3 +425,30 @@ def test_an_interrupted_step_stops_every_search() -> None:
 
     found = interleave(["a", "b"], params, run)
     assert calls == ["a", "b", "a"] and len(found["a"]) == 1 and len(found["b"]) == 1
+
+
+def _probed(run_id: str, probes: list[tuple[int, float | None, bool]]) -> dict:
+    run = _run(run_id, 3200)
+    run["machine"]["calibration"]["targets"]["core"]["probes"] = [
+        {"rate": rate, "p95_ms": p95, "held": held} for rate, p95, held in probes
+    ]
+    return run
+
+
+def test_the_base_latency_is_the_lowest_probe_that_held() -> None:
+    run = _probed("a", [(800, 0.48, True), (400, 0.55, True), (6400, 40.0, False)])
+    assert calibrate.base_latency(run["machine"]) == (400, 0.55)
+    assert calibrate.base_latency(_probed("b", [(400, 12.0, False)])["machine"]) is None
+    assert calibrate.base_latency(_run("c", None)["machine"]) is None
+
+
+def test_compare_warns_when_the_machines_base_latency_moved() -> None:
+    a = _probed("a", [(400, 0.55, True)])
+    b = _probed("b", [(400, 0.41, True)])
+    line = compare.base_latency_line(a, b)
+    assert line is not None and "0.75x" in line and "25% faster" in line
+    steady = compare.base_latency_line(a, _probed("c", [(400, 0.57, True)]))
+    assert steady is not None and "1.04x" in steady and "faster" not in steady
+    assert compare.base_latency_line(a, _run("d", 3200)) is None
+    rows = compare.compare(_figures([4.0]), _figures([4.0]), SAME)
+    assert any("25% faster" in line for line in compare.header_lines(a, b, SAME, 0.2, rows))

@@ -184,6 +184,18 @@ def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
     return None if not found or not found.get("rate") else int(found["rate"])
 
 
+def base_latency(machine: dict[str, Any], target: str = "core") -> tuple[int, float] | None:
+    """(rate, p95 ms) of the calibration's lowest-rate probe of `target` that
+    held: the machine's latency for a trivial request at low load, which moves
+    between runs where the rate found at the knee does not; None without one."""
+    found = (machine.get("calibration") or {}).get("targets", {}).get(target) or {}
+    held = [p for p in found.get("probes", []) if p.get("held") and p.get("p95_ms") is not None]
+    if not held:
+        return None
+    lowest = min(held, key=lambda probe: probe["rate"])
+    return int(lowest["rate"]), float(lowest["p95_ms"])
+
+
 def capped(machine: dict[str, Any], target: str = "core") -> bool:
     """The calibration held at every rate it tried: its rate is a lower bound."""
     found = (machine.get("calibration") or {}).get("targets", {}).get(target) or {}

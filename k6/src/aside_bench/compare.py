@@ -35,13 +35,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .calibrate import capped, rate_of
+from .calibrate import base_latency, capped, rate_of
 from .plan import series_label
 from .repeats import Spread, spread
 from .tables import Table, fmt_ms, fmt_pct, fmt_rps
 
 # Runs whose machine calibrations differ by more than this are not compared as they are.
 MACHINE_RATIO_LIMIT = 1.25
+# Base latencies (calibrate.base_latency) further apart than this get a warning line.
+BASE_LATENCY_WARNING = 0.15
 # Without repeats: a latency or a rate must change by this share of A's value,
 DEFAULT_TOLERANCE = 0.2
 # a drop or hit rate by this many points (absolute).
@@ -307,12 +309,37 @@ def _run_line(name: str, run: dict[str, Any], rate: int | None) -> str:
     )
 
 
+def base_latency_line(run_a: dict[str, Any], run_b: dict[str, Any]) -> str | None:
+    """The machines' latency for a trivial request at low load, A's and B's,
+    with a warning when they differ by more than BASE_LATENCY_WARNING: a drift
+    of the machine between the runs that their repeats cannot see."""
+    a, b = base_latency(run_a["machine"]), base_latency(run_b["machine"])
+    if a is None or b is None:
+        return None
+    ratio = b[1] / a[1] if a[1] > 0 else 1.0
+    line = (
+        f"base latency (p95 of the core's /healthz in the calibration's lowest probe): "
+        f"A {a[1]:.2f} ms at {a[0]}/s, B {b[1]:.2f} ms at {b[0]}/s ({ratio:.2f}x)"
+    )
+    if abs(ratio - 1) > BASE_LATENCY_WARNING:
+        faster = "faster" if ratio < 1 else "slower"
+        line += (
+            f": B's machine answered a trivial request {abs(1 - ratio):.0%} {faster} at low "
+            "load, a drift between the runs that their repeats cannot see; read a latency "
+            "change of about that share as the machine's, and confirm flags with a third run"
+        )
+    return line
+
+
 def header_lines(
     run_a: dict[str, Any], run_b: dict[str, Any], scale: Scale, tolerance: float, rows: list[Row]
 ) -> list[str]:
     bases = {c.basis for row in rows for c in row.changes.values() if c.basis}
     lines = [_run_line(name, run, rate) for name, run, rate in
              (("A", run_a, scale.rate_a), ("B", run_b, scale.rate_b))]  # fmt: skip
+    base = base_latency_line(run_a, run_b)
+    if base is not None:
+        lines.append(base)
     ratio = scale.ratio
     if ratio is not None:
         lines.append(
