@@ -260,7 +260,7 @@ def test_latencies_of_a_step_past_capacity_in_both_runs_are_not_judged() -> None
     # A cold step that dropped in both runs: its p95 measures the fill, not the service.
     (row,) = compare.compare(_figures([980.0, 990.0], drops=0.005),
                              _figures([400.0, 405.0], drops=0.0001), SAME)  # fmt: skip
-    assert row.changes["p95"].basis == compare.OVER_CAPACITY and row.flags == []
+    assert row.changes["p95"].basis == compare.PAST_CAPACITY and row.flags == []
     assert "not judged" in compare.cell("p95", row.changes["p95"])
     # Its drops are non-zero in both: alike; its achieved rate is judged.
     past_a = _figures([980.0, 990.0], drops=0.70)
@@ -268,7 +268,7 @@ def test_latencies_of_a_step_past_capacity_in_both_runs_are_not_judged() -> None
     for one in past_a:
         one["achieved"] = 30.0
     (row,) = compare.compare(past_a, past_b, SAME)
-    assert row.changes["drops"].basis == compare.OVER_CAPACITY
+    assert row.changes["drops"].basis == compare.PAST_CAPACITY
     assert row.flags == ["achieved better"]
     # Past capacity in one run only: the latency is judged as any other.
     (row,) = compare.compare(_figures([4.0, 4.5]), _figures([9.0, 10.0], drops=0.001), SAME)

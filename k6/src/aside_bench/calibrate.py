@@ -178,18 +178,23 @@ def calibrate(runner: Runner, params: CalibrationParams) -> dict[str, Any]:
     }
 
 
+def _found(machine: dict[str, Any], target: str) -> dict[str, Any]:
+    """What a run's calibration found for `target` ({} when not calibrated)."""
+    return (machine.get("calibration") or {}).get("targets", {}).get(target) or {}
+
+
 def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
     """A run's calibrated rate for `target`; None when it was not calibrated."""
-    found = (machine.get("calibration") or {}).get("targets", {}).get(target)
-    return None if not found or not found.get("rate") else int(found["rate"])
+    found = _found(machine, target)
+    return int(found["rate"]) if found.get("rate") else None
 
 
 def base_latency(machine: dict[str, Any], target: str = "core") -> tuple[int, float] | None:
     """(rate, p95 ms) of the calibration's lowest-rate probe of `target` that
     held: the machine's latency for a trivial request at low load, which moves
     between runs where the rate found at the knee does not; None without one."""
-    found = (machine.get("calibration") or {}).get("targets", {}).get(target) or {}
-    held = [p for p in found.get("probes", []) if p.get("held") and p.get("p95_ms") is not None]
+    probes = _found(machine, target).get("probes", [])
+    held = [p for p in probes if p.get("held") and p.get("p95_ms") is not None]
     if not held:
         return None
     lowest = min(held, key=lambda probe: probe["rate"])
@@ -198,8 +203,7 @@ def base_latency(machine: dict[str, Any], target: str = "core") -> tuple[int, fl
 
 def capped(machine: dict[str, Any], target: str = "core") -> bool:
     """The calibration held at every rate it tried: its rate is a lower bound."""
-    found = (machine.get("calibration") or {}).get("targets", {}).get(target) or {}
-    return bool(found.get("capped"))
+    return bool(_found(machine, target).get("capped"))
 
 
 def describe(machine: dict[str, Any]) -> list[str]:

@@ -63,7 +63,7 @@ FIGURES = {
 UNJUDGED_PAST_CAPACITY = frozenset(
     name for name, (unit, _) in FIGURES.items() if unit == "ms" or name == "drops"
 )
-OVER_CAPACITY = "over capacity"
+PAST_CAPACITY = "past capacity"
 StepKey = tuple[str, str, str, int]
 SeriesKey = tuple[str, str, str]
 
@@ -136,7 +136,7 @@ class Change:
     a: Spread | None
     b: Spread | None
     noise: float  # the change a figure must exceed to be flagged
-    basis: str  # "spread" (the runs' repeats), "tolerance" or OVER_CAPACITY (not judged)
+    basis: str  # "spread" (the runs' repeats), "tolerance" or PAST_CAPACITY (not judged)
     flag: str  # "" | "better" | "worse"
 
     @property
@@ -185,12 +185,12 @@ def change(
     b: Spread | None,
     tolerance: float,
     series_width: float | None = None,
-    over_capacity: bool = False,
+    past_capacity: bool = False,
 ) -> Change:
     if a is None or b is None:
         return Change(a, b, 0.0, "", "")
-    if over_capacity and name in UNJUDGED_PAST_CAPACITY:
-        return Change(a, b, 0.0, OVER_CAPACITY, "")
+    if past_capacity and name in UNJUDGED_PAST_CAPACITY:
+        return Change(a, b, 0.0, PAST_CAPACITY, "")
     noise, basis = noise_of(name, a, b, tolerance, series_width)
     delta = b.median - a.median
     flag = ""
@@ -235,9 +235,9 @@ def compare(
         if b is None:
             continue
         series = widths.get(key[:3], {})
-        over = dropped(a) and dropped(b)
+        past = dropped(a) and dropped(b)
         changes = {
-            name: change(name, a[name], b[name], tolerance, series.get(name), over)
+            name: change(name, a[name], b[name], tolerance, series.get(name), past)
             for name in FIGURES
         }
         rows.append(Row(key, changes))
@@ -280,7 +280,7 @@ def cell(name: str, found: Change) -> str:
     delta = found.delta
     shown = f"{delta * 100:+.1f} pt" if FIGURES[name][0] == "share" else f"{delta:+.3g}"
     text = f"{fmt(found.a.median)} -> {fmt(found.b.median)} ({shown})"
-    if found.basis == OVER_CAPACITY:
+    if found.basis == PAST_CAPACITY:
         return f"{text} not judged"
     return f"{text} **{found.flag}**" if found.flag else text
 
@@ -360,7 +360,7 @@ def header_lines(
             "of the repeats at any rate of the same series in either run, relative to the "
             "median for latencies and rates"
         )
-    if OVER_CAPACITY in bases:
+    if PAST_CAPACITY in bases:
         lines.append(
             "not judged: the latencies and drop rate of a step that dropped iterations in "
             "both runs (past capacity in both: they measure the overload); its achieved "
