@@ -435,9 +435,12 @@ def _probed(run_id: str, probes: list[tuple[int, float | None, bool]]) -> dict:
     return run
 
 
-def test_the_base_latency_is_the_lowest_probe_that_held() -> None:
-    run = _probed("a", [(800, 0.48, True), (400, 0.55, True), (6400, 40.0, False)])
-    assert calibrate.base_latency(run["machine"]) == (400, 0.55)
+def test_the_base_latency_is_the_median_of_the_lowest_probes_that_held() -> None:
+    probes = [(800, 0.48, True), (400, 1.13, True), (3200, 5.0, True), (1600, 0.52, True)]
+    run = _probed("a", [*probes, (6400, 40.0, False)])
+    # 400, 800 and 1600/s: one slow probe (1.13 ms) does not move it.
+    assert calibrate.base_latency(run["machine"]) == (1600, 0.52)
+    assert calibrate.base_latency(_probed("b", [(400, 0.55, True)])["machine"]) == (400, 0.55)
     assert calibrate.base_latency(_probed("b", [(400, 12.0, False)])["machine"]) is None
     assert calibrate.base_latency(_run("c", None)["machine"]) is None
 

@@ -10,6 +10,7 @@ The search is pure and unit-tested; `calibrate` drives it with real k6 runs.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -189,16 +190,22 @@ def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
     return int(found["rate"]) if found.get("rate") else None
 
 
+# How many of the lowest-rate probes the base latency is the median of: one 3 s
+# probe's p95 alone moved 2.5x between runs where the runs' own figures agreed.
+BASE_PROBES = 3
+
+
 def base_latency(machine: dict[str, Any], target: str = "core") -> tuple[int, float] | None:
-    """(rate, p95 ms) of the calibration's lowest-rate probe of `target` that
-    held: the machine's latency for a trivial request at low load, which moves
-    between runs where the rate found at the knee does not; None without one."""
+    """(the highest rate used, median p95 ms) of the calibration's BASE_PROBES
+    lowest-rate probes of `target` that held: the machine's latency for a
+    trivial request at low load, which moves between runs where the rate found
+    at the knee does not; None without one."""
     probes = _found(machine, target).get("probes", [])
     held = [p for p in probes if p.get("held") and p.get("p95_ms") is not None]
-    if not held:
+    lowest = sorted(held, key=lambda probe: probe["rate"])[:BASE_PROBES]
+    if not lowest:
         return None
-    lowest = min(held, key=lambda probe: probe["rate"])
-    return int(lowest["rate"]), float(lowest["p95_ms"])
+    return int(lowest[-1]["rate"]), statistics.median(float(p["p95_ms"]) for p in lowest)
 
 
 def capped(machine: dict[str, Any], target: str = "core") -> bool:

@@ -318,8 +318,9 @@ def base_latency_line(run_a: dict[str, Any], run_b: dict[str, Any]) -> str | Non
         return None
     ratio = b[1] / a[1] if a[1] > 0 else 1.0
     line = (
-        f"base latency (p95 of the core's /healthz in the calibration's lowest probe): "
-        f"A {a[1]:.2f} ms at {a[0]}/s, B {b[1]:.2f} ms at {b[0]}/s ({ratio:.2f}x)"
+        "base latency (median p95 of the core's /healthz over the calibration's lowest "
+        f"probes): A {a[1]:.2f} ms up to {a[0]}/s, B {b[1]:.2f} ms up to {b[0]}/s "
+        f"({ratio:.2f}x)"
     )
     if abs(ratio - 1) > BASE_LATENCY_WARNING:
         faster = "faster" if ratio < 1 else "slower"
