@@ -721,6 +721,45 @@ def test_hot_path_declines_a_query_that_is_not_utf8():
     assert _query("email=\xff@x.co") is None
 
 
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/v1/users/count", b"email=a%40b.co"),
+        ("/api/v1/users/count", b"email=a%40b.co&cache=hybrid"),
+        ("/api/v1/users/count", b"email=a%40b.co&cache=off"),
+        ("/api/v1/users/count", b"email=not-an-email"),
+        ("/api/v1/users/42", b""),
+        ("/api/v1/users/0042", b"cache=l1"),
+        ("/api/v1/users/x", b""),
+    ],
+)
+def test_a_remembered_lookup_is_the_lookup_itself(path, query):
+    from aside_gateway.hot_path import lookup, remembered_lookup
+
+    for default, lab in (("l2", True), ("hybrid", False)):
+        expected = lookup("GET", path, query.decode("latin-1"), default, lab)
+        assert remembered_lookup(path, query, default, lab) == expected
+        assert remembered_lookup(path, query, default, lab) == expected  # from the memo
+
+
+def test_the_remembered_lookups_are_bounded():
+    from aside_gateway.hot_path import MEMO_SIZE, remembered_lookup
+
+    for n in range(MEMO_SIZE + 10):
+        remembered_lookup("/api/v1/users/count", b"email=u%d@x.co" % n, "l2", True)
+    assert remembered_lookup.cache_info().currsize == MEMO_SIZE
+
+
+def test_a_count_body_is_rendered_once_per_email_and_value():
+    from aside_gateway.hot_path import lookup
+
+    found = lookup("GET", "/api/v1/users/count", "email=a%40b.co")
+    assert found.body(b"7") == b'{"email":"a@b.co","count":7}'
+    assert found.body(b"7") is found.body(b"7")
+    assert found.body(b"8") == b'{"email":"a@b.co","count":8}'
+    assert found.body(b"-1") is None
+
+
 # ---- production profile: write token, metrics bind -------------------------------
 
 

@@ -23,6 +23,7 @@ wait here: "Followers wait on the event loop".
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,10 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 TEST_HOLD_HEADER = b"x-test-hold"
+# Requests whose parsing and rendering are remembered (per worker, least
+# recently used dropped first): parsing a URL costs more than an L1 hit, and
+# the hot keys' URLs repeat (docs/decisions.md, "An L1 hit's own cost").
+MEMO_SIZE = 4096
 
 
 # ---- which requests the hot path may answer (pure: parsing exactly as Flask does)
@@ -125,7 +130,7 @@ class Lookup:
         if self.email is not None:
             if not cache_keys.is_count_value(value):
                 return None
-            return cache_keys.encode_json({"email": self.email, "count": int(value)})
+            return _count_body(self.email, value)
         if value == cache_keys.NEGATIVE or not cache_keys.is_user_value(value):
             return None
         return value
@@ -157,6 +162,17 @@ def lookup(
     if user_id is None or strategy is None:
         return None
     return Lookup(USER_ROUTE, cache_keys.user_key(user_id), strategy)
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _count_body(email: str, value: bytes) -> bytes:
+    return cache_keys.encode_json({"email": email, "count": int(value)})
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def remembered_lookup(path: str, query: bytes, default: str, lab: bool) -> Lookup | None:
+    """lookup() of a GET, remembered: it is pure, and its Lookup immutable."""
+    return lookup("GET", path, query.decode("latin-1"), default, lab)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +350,7 @@ class AsyncHotPath:
         path, query = scope["path"], scope["query_string"]
         if path == HEALTHZ_PATH and not query:
             return HEALTHZ_PATH, HEALTHZ_BODY, None
-        found = lookup("GET", path, query.decode("latin-1"), self.default_strategy, self.lab)
+        found = remembered_lookup(path, query, self.default_strategy, self.lab)
         if found is None:
             return None
         if self.test_hooks and any(name == TEST_HOLD_HEADER for name, _ in scope["headers"]):
