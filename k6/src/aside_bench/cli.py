@@ -170,7 +170,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         default="both",
         help="cache arm's starting state: cold, warm or both (default both)",
     )
-    _write_share(run, 0.1, "mixed: share of iterations that write")
+    _write_share(run, 0.1, "mixed: share of requests that write (a create and its delete)")
     run.add_argument(
         "--stale-per-min",
         type=_whole,
