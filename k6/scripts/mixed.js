@@ -42,6 +42,8 @@ import {
   loadList,
   pick,
   readCount,
+  stepSummary,
+  summaryThresholds,
 } from './lib/common.js';
 
 const STALE_PER_MIN = intEnv('STALE_PER_MIN', 0);
@@ -63,7 +65,34 @@ function withChecker(options) {
   return options;
 }
 
-export const options = withChecker(arrivalOptions('mixed'));
+// Without an output (SAMPLES=summary, the default) the step's figures come
+// from its summary: the load's own (scenario mixed), apart from the checker's,
+// by request kind, and the checker's counts (stale_checked: reads it judged).
+const LOAD = 'scenario:mixed';
+const ANSWERED = `http_req_duration{${LOAD},expected_response:true}`;
+const KINDS = ['count', 'create', 'delete'];
+const FROM_SUMMARY = {
+  'http_req_duration{expected_response:true}': ANSWERED,
+  http_req_duration: `http_req_duration{${LOAD}}`,
+  http_reqs: `http_reqs{${LOAD}}`,
+  iterations: `iterations{${LOAD}}`,
+  dropped_iterations: `dropped_iterations{${LOAD}}`,
+  ...Object.fromEntries(
+    KINDS.map((kind) => [`http_req_duration{name:${kind}}`, `http_req_duration{${LOAD},expected_response:true,name:${kind}}`]),
+  ),
+  stale_checked: 'stale_checked',
+  stale_reads: 'stale_reads',
+  stale_check_errors: 'stale_check_errors',
+};
+
+function withSummary(options) {
+  const tagged = Object.values(FROM_SUMMARY).filter((name) => name.includes('{'));
+  options.thresholds = summaryThresholds(tagged);
+  options.summaryTrendStats = [...options.summaryTrendStats, 'count'];
+  return options;
+}
+
+export const options = withSummary(withChecker(arrivalOptions('mixed')));
 
 const HOT_SHARE = floatEnv('HOT_SHARE', 0.9);
 const WRITE_SHARE = floatEnv('WRITE_SHARE', 0.1);
@@ -101,6 +130,7 @@ export default function () {
 // ---- the staleness checker ------------------------------------------------------
 const staleReads = new Counter('stale_reads');
 const staleErrors = new Counter('stale_check_errors');
+const staleChecked = new Counter('stale_checked');
 // Bumped when an iteration could not finish its writes: the next one takes
 // fresh emails, so a user left behind cannot pass for a stale read.
 let generation = 0;
@@ -111,7 +141,10 @@ function freshGet(url, name) {
 
 function verdict(matches) {
   if (matches === null) staleErrors.add(1);
-  else staleReads.add(matches ? 0 : 1);
+  else {
+    staleReads.add(matches ? 0 : 1);
+    staleChecked.add(1);
+  }
 }
 
 // The count of `email` must be `expected`.
@@ -176,4 +209,8 @@ export function staleCheck() {
   if (!acknowledged(deleted.status === 200 || deleted.status === 204) || !patchedOk) return;
   checkCount(second, 0);
   checkUser(id, null);
+}
+
+export function handleSummary(data) {
+  return stepSummary(data, FROM_SUMMARY);
 }

@@ -142,3 +142,49 @@ def test_a_read_step_with_no_answer_has_no_latency_but_its_failures(tmp_path: Pa
     found = K6Summary.read(path).step_figures()
     assert found is not None
     assert found["p95"] is None and found["failed"] == 5
+
+
+def test_a_mixed_steps_summary_gives_each_kind_and_the_checkers_reads(tmp_path: Path) -> None:
+    # mixed.js keeps its load's sub-metrics under the read script's names, its
+    # kinds as http_req_duration{name:KIND} and the checker's counters.
+    from aside_bench.collect import summary_result
+    from aside_bench.results import Latency, StaleCounts
+
+    count, create = _trend(2.0), _trend(8.0)
+    count["values"]["count"], create["values"]["count"] = 900, 50
+    metrics = {
+        ANSWERED: _trend(3.0),
+        "http_req_duration": _trend(3.0),
+        "http_reqs": _counter(1000),
+        "iterations": _counter(950),
+        "failed_iterations": _counter(0),
+        "http_req_duration{name:count}": count,
+        "http_req_duration{name:create}": create,
+        "stale_checked": _counter(36),
+        "stale_reads": _counter(2),
+        "stale_check_errors": _counter(1),
+    }
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"metrics": metrics}))
+    found = K6Summary.read(path).step_figures()
+    assert found is not None
+    assert found["by_name"] == {
+        "count": {"p50": 1.0, "p95": 2.0, "p99": 4.0, "requests": 900},
+        "create": {"p50": 4.0, "p95": 8.0, "p99": 16.0, "requests": 50},
+    }
+    assert found["stale"] == {"reads": 36, "stale": 2, "errors": 1}
+    record = {
+        "scenario": "mixed", "arm": "hybrid", "phase": "warm", "rate": 950,
+        "duration_s": 10, "vus": [30, 1000], "summary": json.loads(json.dumps(found)),
+    }  # fmt: skip
+    result = summary_result(record, None)
+    assert result.by_name["create"] == Latency(4.0, 8.0, 16.0, 50)
+    assert result.stale == StaleCounts(reads=36, stale=2, errors=1)
+
+
+def test_a_read_steps_summary_has_no_kinds_and_no_checker(tmp_path: Path) -> None:
+    metrics = {ANSWERED: _trend(2.0), "http_reqs": _counter(10), "iterations": _counter(10)}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"metrics": metrics}))
+    found = K6Summary.read(path).step_figures()
+    assert found is not None and "by_name" not in found and "stale" not in found

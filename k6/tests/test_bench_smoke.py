@@ -130,6 +130,31 @@ def test_the_mixed_step_leaves_the_table_as_seeded(smoke_run, settings: config.S
     assert "create p95 ms" in markdown and "delete p95 ms" in markdown
 
 
+def test_a_mixed_step_without_samples_takes_its_figures_from_its_summary(
+    smoke_run, bench: Callable[..., CompletedProcess[str]]
+) -> None:
+    # The default: no sample leaves k6; the load's figures (not the checker's),
+    # each kind's and the checker's counts come from mixed.js's handleSummary.
+    run_id = f"{smoke_run.mixed_run_id}-summary"
+    done = bench(
+        "run", "--run-id", run_id, "--scenario", "mixed", "--rates", "10", "--arms", "hybrid",
+        "--warm", "warm", "--write-share", "0.5", "--stale-per-min", "60",
+        "--data-dir", str(smoke_run.data_dir), "--reports-dir", str(smoke_run.reports_dir),
+        "--duration", "3s", "--cold-sample", "50", "--no-calibrate",
+    )  # fmt: skip
+    assert done.returncode == 0, f"{done.stderr[-3000:]}\n{done.stdout[-3000:]}"
+    (step,) = smoke_run.run_json(run_id)["steps"]
+    summary = step["summary"]
+    assert summary["iterations"] >= 25 and summary["dropped"] == 0
+    assert summary["requests"] > summary["iterations"]  # a writing iteration sends two
+    assert set(summary["by_name"]) == {"count", "create", "delete"}
+    kinds = sum(kind["requests"] for kind in summary["by_name"].values())
+    assert kinds == summary["requests"]  # the checker's own requests are not the load's
+    assert summary["stale"]["reads"] > 0 and summary["stale"]["stale"] == 0
+    markdown = (smoke_run.reports_dir / run_id / "report.md").read_text()
+    assert "create p95 ms" in markdown and "checked reads" in markdown
+
+
 def test_the_report_rebuilds_from_influxdb_and_prometheus(
     smoke_run, bench: Callable[..., CompletedProcess[str]]
 ) -> None:

@@ -218,6 +218,7 @@ def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepRes
             float(summary.get("p99") or 0.0),
             int(summary.get("requests") or 0),
         )
+    stale = summary.get("stale")
     return StepResult(
         step=step_from_record(record),
         latency=latency,
@@ -225,7 +226,17 @@ def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepRes
         failed=int(summary.get("failed") or 0),
         dropped=int(summary.get("dropped") or 0),
         cache=cache,
+        by_name={
+            name: Latency(
+                float(one["p50"] or 0.0),
+                float(one["p95"]),
+                float(one["p99"] or 0.0),
+                int(one["requests"] or 0),
+            )
+            for name, one in (summary.get("by_name") or {}).items()
+        },
         cost=step_cost(record.get("probe")),
+        stale=None if stale is None else StaleCounts(**stale),
         loadgen=loadgen_of(record, summary.get("vus_peak"), summary.get("vus_allocated")),
     )
 

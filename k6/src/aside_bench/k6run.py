@@ -36,7 +36,7 @@ BARE_SCRIPT = "bare.js"
 # output: no sample per request leaves k6. The others' figures need their
 # samples by tag (the mixed scenario's checker, the tracks' sizes, the
 # interference's compute), so they always send them to InfluxDB.
-SUMMARY_SCRIPTS = frozenset({"read.js", "healthz.js", BARE_SCRIPT})
+SUMMARY_SCRIPTS = frozenset({"read.js", "healthz.js", "mixed.js", BARE_SCRIPT})
 # Where a step's samples go (aside-bench --samples): "summary", nothing per
 # request, figures from the summary (the default); "influx", every sample to
 # InfluxDB (for Grafana's panels), figures from InfluxDB.
@@ -397,6 +397,8 @@ def start_k6(settings: Settings, run: K6Run, log_path: Path) -> K6Process:
 # ---- the summary ----------------------------------------------------------------------
 # k6's sub-metric of the answered requests' latency (expected_response tag).
 ANSWERED = "http_req_duration{expected_response:true}"
+# The answered requests of one kind (the mixed script: count, create, delete).
+BY_NAME = "http_req_duration{name:"
 
 
 @dataclass(frozen=True)
@@ -472,4 +474,29 @@ class K6Summary:
             "dropped": self.dropped_iterations,
             "vus_peak": self._value("vus", "max"),
             "vus_allocated": self._value("vus_max", "max"),
+            **self._mixed_figures(),
         }
+
+    def _mixed_figures(self) -> dict[str, Any]:
+        """The mixed script's: the answered requests' latency by kind (`name`), and
+        its checker's reads (judged, stale, without a usable answer)."""
+        found: dict[str, Any] = {}
+        by_name = {
+            name.removesuffix("}"): {
+                "p50": values.get("med"),
+                "p95": values.get("p(95)"),
+                "p99": values.get("p(99)"),
+                "requests": int(values.get("count") or 0),
+            }
+            for name, values in self.values(BY_NAME).items()
+            if values.get("p(95)") is not None
+        }
+        if by_name:
+            found["by_name"] = by_name
+        if "stale_checked" in self.metrics or "stale_check_errors" in self.metrics:
+            found["stale"] = {
+                "reads": int(self._value("stale_checked", "count") or 0),
+                "stale": int(self._value("stale_reads", "count") or 0),
+                "errors": int(self._value("stale_check_errors", "count") or 0),
+            }
+        return found
