@@ -110,6 +110,12 @@ def _counter(count: int) -> dict:
     return {"type": "counter", "values": {"count": count}}
 
 
+def _step_figures(tmp_path: Path, metrics: dict) -> dict | None:
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"metrics": metrics}))
+    return K6Summary.read(path).step_figures()
+
+
 def test_a_read_steps_summary_gives_the_answered_latency_and_failed_iterations(
     tmp_path: Path,
 ) -> None:
@@ -122,9 +128,7 @@ def test_a_read_steps_summary_gives_the_answered_latency_and_failed_iterations(
         "iterations": _counter(100),
         "failed_iterations": _counter(3),  # a wrong body fails an answered request too
     }
-    path = tmp_path / "summary.json"
-    path.write_text(json.dumps({"metrics": metrics}))
-    found = K6Summary.read(path).step_figures()
+    found = _step_figures(tmp_path, metrics)
     assert found is not None
     assert (found["p50"], found["p95"], found["p99"]) == (1.0, 2.0, 4.0)
     assert (found["requests"], found["failed"], found["dropped"]) == (100, 3, 0)
@@ -137,9 +141,7 @@ def test_a_read_step_with_no_answer_has_no_latency_but_its_failures(tmp_path: Pa
         "iterations": _counter(5),
         "failed_iterations": _counter(5),
     }
-    path = tmp_path / "summary.json"
-    path.write_text(json.dumps({"metrics": metrics}))
-    found = K6Summary.read(path).step_figures()
+    found = _step_figures(tmp_path, metrics)
     assert found is not None
     assert found["p95"] is None and found["failed"] == 5
 
@@ -164,9 +166,7 @@ def test_a_mixed_steps_summary_gives_each_kind_and_the_checkers_reads(tmp_path: 
         "stale_reads": _counter(2),
         "stale_check_errors": _counter(1),
     }
-    path = tmp_path / "summary.json"
-    path.write_text(json.dumps({"metrics": metrics}))
-    found = K6Summary.read(path).step_figures()
+    found = _step_figures(tmp_path, metrics)
     assert found is not None
     assert found["by_name"] == {
         "count": {"p50": 1.0, "p95": 2.0, "p99": 4.0, "requests": 900},
@@ -184,7 +184,5 @@ def test_a_mixed_steps_summary_gives_each_kind_and_the_checkers_reads(tmp_path: 
 
 def test_a_read_steps_summary_has_no_kinds_and_no_checker(tmp_path: Path) -> None:
     metrics = {ANSWERED: _trend(2.0), "http_reqs": _counter(10), "iterations": _counter(10)}
-    path = tmp_path / "summary.json"
-    path.write_text(json.dumps({"metrics": metrics}))
-    found = K6Summary.read(path).step_figures()
+    found = _step_figures(tmp_path, metrics)
     assert found is not None and "by_name" not in found and "stale" not in found
