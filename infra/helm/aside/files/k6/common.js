@@ -108,13 +108,26 @@ const SUMMARY_KEPT = [
 ];
 
 // handleSummary of a step's script: the kept metrics into SUMMARY_PATH, nothing
-// on the console (aside-bench prints its own line per step).
-export function stepSummary(data) {
+// on the console (aside-bench prints its own line per step). `renamed`: the
+// summary's tagged sub-metrics to keep under the names of SUMMARY_KEPT (the
+// mixed script's load apart from its checker), or as others aside-bench reads.
+export function stepSummary(data, renamed = {}) {
   const path = env('SUMMARY_PATH', '');
   if (path === '') return {};
   const metrics = {};
   for (const name of SUMMARY_KEPT) if (name in data.metrics) metrics[name] = data.metrics[name];
+  for (const [name, source] of Object.entries(renamed)) {
+    if (source in data.metrics) metrics[name] = data.metrics[source];
+    else delete metrics[name];
+  }
   return { [path]: JSON.stringify({ metrics }) };
+}
+
+// Thresholds that always pass, on each metric of `names`: k6 keeps a tagged
+// sub-metric in its summary only when a threshold names it.
+export function summaryThresholds(names) {
+  const always = (name) => (name.startsWith('http_req_duration') ? ['max>=0'] : ['count>=0']);
+  return Object.fromEntries(names.map((name) => [name, always(name)]));
 }
 
 // A JSON list of strings written by the seeder; `limit` > 0 keeps the first `limit`.
