@@ -402,7 +402,7 @@ def test_searches_run_side_by_side_take_turns() -> None:
     params = SearchParams(start=200, ladder_step=400, max_rate=2000)
     ran: list[tuple[str, int]] = []
 
-    def run(name: str, rate: int, tries: int) -> bool:
+    def run(name: str, rate: int, history: list) -> bool:
         ran.append((name, rate))
         return rate <= (1000 if name == "a" else 700)
 
@@ -419,7 +419,7 @@ def test_an_interrupted_step_stops_every_search() -> None:
     params = SearchParams(start=200, ladder_step=400, max_rate=2000)
     calls = []
 
-    def run(name: str, rate: int, tries: int) -> bool | None:
+    def run(name: str, rate: int, history: list) -> bool | None:
         calls.append(name)
         return None if len(calls) == 3 else True
 

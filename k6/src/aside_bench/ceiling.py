@@ -100,13 +100,20 @@ def next_trial(history: list[Trial], params: SearchParams, confirm: bool = True)
     return rate
 
 
+def tries_at(history: list[Trial], rate: int) -> int:
+    """How many steps of `history` ran at `rate`."""
+    return sum(1 for tried, _ in history if tried == rate)
+
+
 def interleave(
-    names: Iterable[str], params: SearchParams, run: Callable[[str, int, int], bool | None]
+    names: Iterable[str],
+    params: SearchParams,
+    run: Callable[[str, int, list[Trial]], bool | None],
 ) -> dict[str, list[Trial]]:
     """Search every name's ceiling, taking turns: each round runs the next trial
-    of every search not yet done, in order. `run(name, rate, tries_before) ->
-    held` runs one step; None from it (interrupted) stops every search.
-    Returns each name's history."""
+    of every search not yet done, in order. `run(name, rate, history) -> held`
+    runs one step, given the name's trials so far; None from it (interrupted)
+    stops every search. Returns each name's history."""
     histories: dict[str, list[Trial]] = {name: [] for name in names}
     pending = list(histories)
     while pending:
@@ -116,8 +123,7 @@ def interleave(
             if rate is None:
                 pending.remove(name)
                 continue
-            tries = sum(1 for tried, _ in history if tried == rate)
-            held = run(name, rate, tries)
+            held = run(name, rate, history)
             if held is None:
                 return histories
             history.append((rate, held))

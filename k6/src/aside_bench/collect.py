@@ -206,35 +206,33 @@ def compute_beside(step: Step, figures: dict[str, Any]) -> StepResult | None:
     )
 
 
+def _summary_latency(figures: dict[str, Any]) -> Latency | None:
+    """The latency of a summary's figures (the step's, or one kind's); None
+    when no request was answered."""
+    if figures.get("p95") is None:
+        return None
+    return Latency(
+        float(figures.get("p50") or 0.0),
+        float(figures["p95"]),
+        float(figures.get("p99") or 0.0),
+        int(figures.get("requests") or 0),
+    )
+
+
 def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepResult:
     """A step that ran without an output, from its summary (K6Summary.step_figures):
     latency, failures, drops and VUs over the whole step."""
     summary = record.get("summary") or {}
-    latency = None
-    if summary.get("p95") is not None:
-        latency = Latency(
-            float(summary.get("p50") or 0.0),
-            float(summary["p95"]),
-            float(summary.get("p99") or 0.0),
-            int(summary.get("requests") or 0),
-        )
     stale = summary.get("stale")
+    by_name = {name: _summary_latency(one) for name, one in (summary.get("by_name") or {}).items()}
     return StepResult(
         step=step_from_record(record),
-        latency=latency,
+        latency=_summary_latency(summary),
         iterations=int(summary.get("iterations") or 0),
         failed=int(summary.get("failed") or 0),
         dropped=int(summary.get("dropped") or 0),
         cache=cache,
-        by_name={
-            name: Latency(
-                float(one["p50"] or 0.0),
-                float(one["p95"]),
-                float(one["p99"] or 0.0),
-                int(one["requests"] or 0),
-            )
-            for name, one in (summary.get("by_name") or {}).items()
-        },
+        by_name={name: latency for name, latency in by_name.items() if latency is not None},
         cost=step_cost(record.get("probe")),
         stale=None if stale is None else StaleCounts(**stale),
         loadgen=loadgen_of(record, summary.get("vus_peak"), summary.get("vus_allocated")),

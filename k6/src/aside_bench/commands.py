@@ -28,7 +28,7 @@ from . import (
     trackplan,
     tracks,
 )
-from .ceiling import SearchParams, interleave
+from .ceiling import SearchParams, Trial, interleave, tries_at
 from .collect import collect
 from .k6run import LoadShape
 from .plan import (
@@ -339,14 +339,13 @@ def _search_arms(
 ) -> None:
     """These arms' ceiling searches, taking turns step by step (one arm: alone);
     each one's final held and missed rates run twice or more."""
-    steps = {arm: 0 for arm in arms}
 
-    def run(arm: str, rate: int, tries: int) -> bool | None:
+    def run(arm: str, rate: int, history: list[Trial]) -> bool | None:
         phase = "warm" if arm in (*TIERED_ARMS, BARE_ARM) else "none"
+        tries = tries_at(history, rate)
         step = Step("ceiling", arm, phase, rate, duration, repeat=tries + 1)
-        steps[arm] += 1
         what = "confirm" if tries else "try"
-        head = f"[{step.label} {what} {steps[arm]}] @ {rate:>5}/s"
+        head = f"[{step.label} {what} {len(history) + 1}] @ {rate:>5}/s"
         result = runner.step_with_progress(step, head, None)
         if runner.interrupted:
             return None

@@ -33,9 +33,10 @@ SCRIPTS = {
 BARE_SCRIPT = "bare.js"
 # Scripts whose step figures may come from their end-of-test summary
 # (SUMMARY_PATH, lib/common.js stepSummary), so that they can run without an
-# output: no sample per request leaves k6. The others' figures need their
-# samples by tag (the mixed scenario's checker, the tracks' sizes, the
-# interference's compute), so they always send them to InfluxDB.
+# output: no sample per request leaves k6 (mixed.js keeps its load apart from
+# its checker in tagged sub-metrics). The others' figures need their samples by
+# tag (the tracks' sizes, the interference's compute), so they always send
+# them to InfluxDB.
 SUMMARY_SCRIPTS = frozenset({"read.js", "healthz.js", "mixed.js", BARE_SCRIPT})
 # Where a step's samples go (aside-bench --samples): "summary", nothing per
 # request, figures from the summary (the default); "influx", every sample to
