@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -221,3 +222,44 @@ def _close(conn: socket.socket) -> None:
     with contextlib.suppress(OSError):
         conn.shutdown(socket.SHUT_RDWR)
     conn.close()
+
+
+# ---- a read held at its fill (the lab test hooks) -----------------------------------
+
+HOLD_DEADLINE_S = 15
+
+
+class Read:
+    """A GET in a thread of its own; `response` once it answered."""
+
+    def __init__(self, url: str, email: str, headers: dict[str, str] | None = None):
+        self.response: requests.Response | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(url, email, headers or {}))
+        self.thread.start()
+
+    def _run(self, url: str, email: str, headers: dict[str, str]) -> None:
+        try:
+            self.response = requests.get(
+                url + "/api/v1/users/count", params={"email": email}, headers=headers, timeout=30
+            )
+        except BaseException as exc:  # the test inspects it
+            self.error = exc
+
+    def result(self) -> requests.Response:
+        self.thread.join(HOLD_DEADLINE_S + 5)
+        assert not self.thread.is_alive(), "no answer"
+        assert self.error is None, self.error
+        assert self.response is not None
+        return self.response
+
+
+def start_held(url: str, email: str, hold: str, rdb: redis.Redis) -> Read:
+    """A read of `email` that pauses after its database read, before its store."""
+    read = Read(url, email, {"X-Test-Hold": hold})
+    assert rdb.blpop([f"aside:test:{hold}:reached"], timeout=HOLD_DEADLINE_S), "never held"
+    return read
+
+
+def release(rdb: redis.Redis, hold: str) -> None:
+    rdb.rpush(f"aside:test:{hold}:release", "go")

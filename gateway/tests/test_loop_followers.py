@@ -10,7 +10,6 @@ paused with the lab's X-Test-Hold header.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -28,8 +27,11 @@ from aside_gateway.routes import ARRIVED_KEY
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     Proc,
+    Read,
+    release,
     sample,
     scrape,
+    start_held,
     unique_email,
     unique_username,
     wait_until,
@@ -39,7 +41,6 @@ from prometheus_client import REGISTRY
 COUNT = "/api/v1/users/count"
 COUNT_ROUTE = "/api/v1/users/count"
 BATCH_SQL_TEXT = "SELECT email, count(*) FROM users WHERE email = ANY($1) GROUP BY email"
-HOLD_DEADLINE_S = 15
 FOLLOWERS = 20
 FOLLOWED = "aside_gateway_loop_followers_total"
 WAITING = "aside_gateway_loop_followers_waiting"
@@ -352,42 +353,6 @@ def narrow_worker(start_gateway) -> Proc:
     """One worker with two Flask threads: a held fill takes one, so a reader
     that waited in a thread would take the last."""
     return start_gateway(GATEWAY_WORKERS="1", GATEWAY_THREADS="2")
-
-
-class Read:
-    """A GET in a thread of its own; `response` once it answered."""
-
-    def __init__(self, url: str, email: str, headers: dict[str, str] | None = None):
-        self.response: requests.Response | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(url, email, headers or {}))
-        self.thread.start()
-
-    def _run(self, url: str, email: str, headers: dict[str, str]) -> None:
-        try:
-            self.response = requests.get(
-                url + COUNT, params={"email": email}, headers=headers, timeout=30
-            )
-        except BaseException as exc:  # the test inspects it
-            self.error = exc
-
-    def result(self) -> requests.Response:
-        self.thread.join(HOLD_DEADLINE_S + 5)
-        assert not self.thread.is_alive(), "no answer"
-        assert self.error is None, self.error
-        assert self.response is not None
-        return self.response
-
-
-def start_held(url: str, email: str, hold: str, rdb: redis.Redis) -> Read:
-    """A read of `email` that pauses after its database read, before its store."""
-    read = Read(url, email, {"X-Test-Hold": hold})
-    assert rdb.blpop([f"aside:test:{hold}:reached"], timeout=HOLD_DEADLINE_S), "never held"
-    return read
-
-
-def release(rdb: redis.Redis, hold: str) -> None:
-    rdb.rpush(f"aside:test:{hold}:release", "go")
 
 
 def get_calls(rdb: redis.Redis) -> int:

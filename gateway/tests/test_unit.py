@@ -502,6 +502,7 @@ def test_defaults():
         ({"DB_KEEPALIVES_COUNT": "101"}, "DB_KEEPALIVES_COUNT"),
         ({"DB_TCP_USER_TIMEOUT_MS": "-5"}, "DB_TCP_USER_TIMEOUT_MS"),
         ({"CACHE_L1_SUBSCRIBER": "process"}, "CACHE_L1_SUBSCRIBER"),
+        ({"GATEWAY_WRITES": "thread"}, "GATEWAY_WRITES"),
         ({"GATEWAY_SWITCH_INTERVAL_US": "0"}, "GATEWAY_SWITCH_INTERVAL_US"),
         ({"REDIS_MODE": "sharded"}, "REDIS_MODE"),
         ({"REDIS_MODE": "cluster", "CACHE_L1_SUBSCRIBER": "loop"}, "CACHE_L1_SUBSCRIBER"),

@@ -11,9 +11,15 @@ from flask import Blueprint, Response, current_app, request
 from aside_gateway import cache_keys, compute, metrics, openapi
 from aside_gateway.cache import BYPASS, CacheRead
 from aside_gateway.errors import ApiError
-from aside_gateway.routes import CLIENT_GONE_KEY, COUNT_ROUTE, EARLY_GET_KEY, USER_ROUTE
+from aside_gateway.routes import (
+    CLIENT_GONE_KEY,
+    CORE_DELAY_HEADER,
+    COUNT_ROUTE,
+    EARLY_GET_KEY,
+    IDEMPOTENCY_KEY,
+    USER_ROUTE,
+)
 from aside_gateway.services import Services
-from aside_gateway.tiers import written_keys
 from aside_gateway.validation import (
     idempotency_key,
     parse_id,
@@ -22,10 +28,7 @@ from aside_gateway.validation import (
 )
 
 HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-# The core's test hook (ASIDE_TEST_HOOKS on both): hold the core's answer.
-CORE_DELAY_HEADER = "X-Test-Delay-Ms"
 JSON = "application/json"
-IDEMPOTENCY_KEY = "Idempotency-Key"
 READ_CHUNK = 64 * 1024
 BYPASS_MODE = "off"
 # Uncached too, over a new PostgreSQL connection per read: what the pool saves.
@@ -142,13 +145,12 @@ def create_api(services: Services) -> Blueprint:
             body = read_body() or None
         if settings.test_hooks and CORE_DELAY_HEADER in request.headers:
             headers = {**(headers or {}), CORE_DELAY_HEADER: request.headers[CORE_DELAY_HEADER]}
-        # Read before forwarding: the old email of an update or delete.
-        previous = tiers.l1.peek(cache_keys.user_key(user_id)) if user_id is not None else None
+        previous = tiers.before_write(user_id)
         answer = core.forward(
             method, path, body, request.headers.get("Content-Type"), headers, user_write
         )
-        if user_write and 200 <= answer.status < 300:
-            tiers.forget_written(written_keys(method, user_id, answer.body, previous))
+        if user_write:
+            tiers.after_write(method, user_id, answer.status, answer.body, previous)
         response = Response(answer.body, status=answer.status, headers=answer.headers)
         if "Content-Type" not in answer.headers:
             del response.headers["Content-Type"]  # no default text/html on the core's 204

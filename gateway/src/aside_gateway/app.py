@@ -20,12 +20,10 @@ from aside_gateway.config import Settings
 from aside_gateway.error_handlers import register_error_handlers
 from aside_gateway.errors import ApiError
 from aside_gateway.redis_errors import REDIS_ERRORS
-from aside_gateway.routes import HEALTHZ_BODY, HEALTHZ_PATH, START_KEY
+from aside_gateway.routes import HEALTHZ_BODY, HEALTHZ_PATH, MAX_BODY_BYTES, START_KEY
 from aside_gateway.services import Services
 from aside_gateway.tracks import create_tracks_api
 
-# Write and compute bodies are a few hundred bytes; refuse more early (413).
-MAX_BODY_BYTES = 16 * 1024
 READY_DB_TIMEOUT_S = 0.5
 
 

@@ -4,7 +4,8 @@ Each worker builds its services once (`services.build_services`) and hands
 them to both layers:
 
 * the async hot path (hot_path.py) answers `/healthz` and valid cache hits on
-  the event loop;
+  the event loop, and with GATEWAY_WRITES=loop (the default) forwards the
+  user writes to the core there too (loop_writes.py);
 * everything else goes to the Flask app (app.py), run in a thread pool of
   GATEWAY_THREADS per worker by a2wsgi, with what the hot path learnt (the
   request's start, its GET's outcome) carried over from the ASGI scope;
@@ -29,8 +30,10 @@ from a2wsgi import WSGIMiddleware
 from aside_gateway.admission import Admission
 from aside_gateway.app import create_app
 from aside_gateway.config import ConfigError, Settings, load_settings
+from aside_gateway.core_client import AsyncCoreClient
 from aside_gateway.hot_path import AsgiApp, AsyncHotPath, EarlyGetClient
 from aside_gateway.invalidations import LoopInvalidationSubscriber
+from aside_gateway.loop_writes import LoopWrites
 from aside_gateway.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY
 from aside_gateway.services import build_services
 
@@ -68,7 +71,10 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
     redis_get = EarlyGetClient(settings, services.breaker)
     on_loop = settings.l1_subscribes and settings.cache_l1_subscriber == "loop"
     subscriber = LoopInvalidationSubscriber(settings, services.tiers.l1) if on_loop else None
-    return AsyncHotPath(bridge, redis_get, services.tiers.l1, settings, subscriber)
+    writes = None
+    if settings.writes == "loop":
+        writes = LoopWrites(settings, services.tiers, AsyncCoreClient(settings))
+    return AsyncHotPath(bridge, redis_get, services.tiers.l1, settings, subscriber, writes)
 
 
 def _load() -> AsgiApp:

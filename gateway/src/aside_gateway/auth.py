@@ -32,6 +32,25 @@ def bearer_token(header: str | None) -> bytes | None:
     return token.encode("latin-1", "replace")
 
 
+def refusal(header: str | None, expected: bytes) -> ApiError | None:
+    """The 401 for a write with this Authorization header, None if its token is `expected`."""
+    given = bearer_token(header)
+    if given is None:
+        return ApiError(
+            "unauthorized",
+            "writes need the header Authorization: Bearer <token>",
+            {"WWW-Authenticate": CHALLENGE},
+        )
+    # Constant time: how much of the token matched must not show in the timing.
+    if not hmac.compare_digest(given, expected):
+        return ApiError(
+            "unauthorized",
+            "the bearer token is not valid",
+            {"WWW-Authenticate": INVALID_TOKEN_CHALLENGE},
+        )
+    return None
+
+
 def write_token_check(expected: str) -> Callable[[], None]:
     """A before_request hook refusing writes without the expected token (401)."""
     expected_bytes = expected.encode("ascii")
@@ -39,19 +58,8 @@ def write_token_check(expected: str) -> Callable[[], None]:
     def check() -> None:
         if request.method in SAFE_METHODS or request.url_rule is None:
             return
-        given = bearer_token(request.headers.get("Authorization"))
-        if given is None:
-            raise ApiError(
-                "unauthorized",
-                "writes need the header Authorization: Bearer <token>",
-                {"WWW-Authenticate": CHALLENGE},
-            )
-        # Constant time: how much of the token matched must not show in the timing.
-        if not hmac.compare_digest(given, expected_bytes):
-            raise ApiError(
-                "unauthorized",
-                "the bearer token is not valid",
-                {"WWW-Authenticate": INVALID_TOKEN_CHALLENGE},
-            )
+        error = refusal(request.headers.get("Authorization"), expected_bytes)
+        if error is not None:
+            raise error
 
     return check

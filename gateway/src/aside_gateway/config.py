@@ -33,6 +33,7 @@ from aside_gateway.validation import parse_tolerance
 PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
 L1_SUBSCRIBERS = ("loop", "thread")
+WRITE_PATHS = ("loop", "flask")
 # What REDIS_URL names (REDIS_MODE): the server, a Redis Cluster's seed node,
 # or a Sentinel that knows the master (redis_clients.py makes the clients).
 REDIS_STANDALONE = "standalone"
@@ -101,6 +102,8 @@ class Settings:
     cache_l1_invalidation: bool = True
     # Where each worker follows the invalidation channel (invalidations.py).
     cache_l1_subscriber: str = "loop"
+    # Who forwards user writes to the core: the event loop or a Flask thread (loop_writes.py).
+    writes: str = "loop"
     # CPython's GIL switch interval in each worker (sys.setswitchinterval).
     switch_interval_us: int = 5000
     # Slow and idle clients (worker.py), per connection and per worker.
@@ -344,6 +347,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         cache_l1_max_bytes=_int(env, "CACHE_L1_MAX_BYTES", 16 * 1024 * 1024, 4096, 2**36),
         cache_l1_invalidation=l1_invalidation,
         cache_l1_subscriber=_l1_subscriber(env, redis_mode),
+        writes=_choice(env, "GATEWAY_WRITES", "loop", WRITE_PATHS),
         switch_interval_us=_int(env, "GATEWAY_SWITCH_INTERVAL_US", 5000, 100, 100_000),
         head_timeout_s=_int(env, "GATEWAY_HEAD_TIMEOUT_S", 5, 1, 300),
         body_timeout_s=_int(env, "GATEWAY_BODY_TIMEOUT_S", 15, 1, 3600),

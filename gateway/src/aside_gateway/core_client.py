@@ -1,8 +1,14 @@
 """Forwards writes and Go compute to the core over pooled keep-alive connections.
 
-One urllib3 connection pool per worker, sized to the worker's threads, with a
-connect and a read timeout and no retries: a POST is not safe to resend, and
-a core that is down must answer 503 core_unavailable at once, not after retries.
+Two clients with one behaviour: `CoreClient` (urllib3) for the Flask threads,
+one pool per worker sized to its threads, and `AsyncCoreClient` (aiohttp) for
+the user writes answered on the event loop (loop_writes.py), one connector
+per worker of the same size. Both have a connect and a read timeout and send
+a request once: a POST is not safe to resend, and a core that is down must
+answer 503 core_unavailable at once, not after retries. (aiohttp resends an
+idempotent request, a DELETE, once when a reused keep-alive connection turns
+out closed before any answer: HTTP allows it, and the core keeps its idle
+connections 120 s, far past aiohttp's 15 s.)
 
 A write the core never got (no connection) is 503 core_unavailable: nothing
 happened. A write the core got but did not answer (the read timeout ran out,
@@ -20,9 +26,11 @@ here and never forwarded.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import aiohttp
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ProtocolError, ReadTimeoutError
@@ -49,12 +57,35 @@ class CoreResponse:
     headers: dict[str, str]
 
 
-class CoreClient:
+class RequestHeaders:
+    """The headers of every forwarded request, and the core's path prefix."""
+
     def __init__(self, settings: Settings):
-        parts = urlsplit(settings.core_url)
         token = settings.core_token
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
-        self._prefix = parts.path.rstrip("/")
+        self.prefix = urlsplit(settings.core_url).path.rstrip("/")
+
+    def of(self, content_type: str | None, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", **(extra or {}), **self._auth}
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+
+def answered(status: int, body: bytes, headers: Mapping[str, str]) -> CoreResponse:
+    """The core's answer as the gateway passes it on."""
+    if status == 401:
+        # The core refused our CORE_TOKEN: a misconfiguration of this
+        # deployment, not the client's fault, so not the client's 401.
+        log.error("the core refused the gateway's credential: check CORE_TOKEN on both")
+        raise ApiError("internal", "internal error")
+    passed = {name: headers[name] for name in PASSED_HEADERS if name in headers}
+    return CoreResponse(status, body, passed)
+
+
+class CoreClient:
+    def __init__(self, settings: Settings):
+        self._headers = RequestHeaders(settings)
         self._pool = urllib3.connection_from_url(
             settings.core_url,
             maxsize=settings.threads,
@@ -77,30 +108,19 @@ class CoreClient:
     ) -> CoreResponse:
         """The core's answer; `write` marks a request that changes data, whose
         outcome is unknown if the core does not answer it."""
-        headers = {"Accept": "application/json", **(extra_headers or {}), **self._auth}
-        if content_type:
-            headers["Content-Type"] = content_type
         try:
             response = self._pool.urlopen(
                 method,
-                self._prefix + path,
+                self._headers.prefix + path,
                 body=body,
-                headers=headers,
+                headers=self._headers.of(content_type, extra_headers),
                 retries=False,
                 redirect=False,
                 preload_content=True,
             )
         except Urllib3Error as exc:
             raise unanswered(exc, write, method, path) from None
-        if response.status == 401:
-            # The core refused our CORE_TOKEN: a misconfiguration of this
-            # deployment, not the client's fault, so not the client's 401.
-            log.error("the core refused the gateway's credential: check CORE_TOKEN on both")
-            raise ApiError("internal", "internal error")
-        passed = {
-            name: response.headers[name] for name in PASSED_HEADERS if name in response.headers
-        }
-        return CoreResponse(response.status, response.data, passed)
+        return answered(response.status, response.data, response.headers)
 
     def simplified(self, track_id: int, tolerance: str) -> bytes | None:
         """The core's answer to a track simplified at the canonical `tolerance`,
@@ -123,11 +143,18 @@ class CoreClient:
 
 
 def unanswered(exc: Urllib3Error, write: bool, method: str, path: str) -> ApiError:
-    """The answer to a request the core did not answer (see the module's doc)."""
-    if write and isinstance(exc, ReadTimeoutError | ProtocolError):
+    """The answer to a request urllib3 got no answer to (see the module's doc)."""
+    sent = isinstance(exc, ReadTimeoutError | ProtocolError)
+    return unanswered_error(sent, write, method, path, type(exc).__name__)
+
+
+def unanswered_error(sent: bool, write: bool, method: str, path: str, reason: str) -> ApiError:
+    """The answer to a request the core did not answer: `sent`, whether it may
+    have reached the core (a read timeout, a connection broken after it went out)."""
+    if write and sent:
         log.warning(
             "the core did not answer %s %s (%s): the write may have been applied",
-            method, path, type(exc).__name__,
+            method, path, reason,
         )  # fmt: skip
         return ApiError(
             "write_outcome_unknown",
@@ -135,4 +162,69 @@ def unanswered(exc: Urllib3Error, write: bool, method: str, path: str) -> ApiErr
             "retry with the same Idempotency-Key (a create) or the same request",
             {"Retry-After": "1"},
         )
-    return ApiError("core_unavailable", f"the core did not answer: {type(exc).__name__}")
+    return ApiError("core_unavailable", f"the core did not answer: {reason}")
+
+
+class AsyncCoreClient:
+    """The event loop's client to the core, for the writes answered there:
+    built on first use, inside the worker's loop that it belongs to.
+
+    At most GATEWAY_THREADS connections per worker, like the Flask side's pool;
+    a request waits for one at most GATEWAY_QUEUE_TIMEOUT_MS (as long as a
+    request may wait for a Flask thread), then is 503 core_unavailable: it was
+    never sent.
+    """
+
+    def __init__(self, settings: Settings):
+        self._settings = settings
+        self._headers = RequestHeaders(settings)
+        self._root = settings.core_url.rstrip("/")  # its path is the prefix
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            settings = self._settings
+            connect_s = settings.core_connect_timeout_ms / 1000
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=settings.threads),
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    connect=settings.queue_timeout_ms / 1000 + connect_s,
+                    sock_connect=connect_s,
+                    sock_read=settings.core_timeout_ms / 1000,
+                ),
+                auto_decompress=False,
+                # Only what the client sent: no guessed Content-Type for a body without one.
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+            )
+        return self._session
+
+    async def forward(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        content_type: str | None,
+        extra_headers: dict[str, str] | None = None,
+        write: bool = False,
+    ) -> CoreResponse:
+        """As CoreClient.forward, on the event loop."""
+        try:
+            async with self._client().request(
+                method,
+                self._root + path,
+                data=body,
+                headers=self._headers.of(content_type, extra_headers),
+                allow_redirects=False,
+            ) as response:
+                data = await response.read()
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            raise unanswered_error(False, write, method, path, type(exc).__name__) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise unanswered_error(True, write, method, path, type(exc).__name__) from None
+        return answered(response.status, data, response.headers)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

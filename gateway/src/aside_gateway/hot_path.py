@@ -1,13 +1,14 @@
-"""The async hot path: cache hits and /healthz answered on the event loop.
+"""The async hot path: cache hits, /healthz and user writes answered on the event loop.
 
 `AsyncHotPath` is the ASGI app in front of Flask. It recognises the one shape
 the benchmark hammers, `GET /api/v1/users/count?email=E` or
 `GET /api/v1/users/<id>` with valid input and the cache on, looks in the
 worker's L1 tier (strategies l1 and hybrid: no Redis call on an L1 hit) and
 then, unless the strategy is l1, does the Redis GET, and answers a hit itself
-with the same body, headers and metrics as the Flask route. Everything else
-goes to Flask (`fallback`): misses, negative entries, Redis errors,
-cache=off, bad input, every other route. A GET that fell through travels
+with the same body, headers and metrics as the Flask route; the user writes
+that loop_writes.py takes are forwarded on the loop too. Everything else goes
+to Flask (`fallback`): misses, negative entries, Redis errors, cache=off, bad
+input, every other route. A GET that fell through travels
 with the request as an `EarlyGet`, so Flask neither repeats it nor counts it
 twice.
 
@@ -40,6 +41,7 @@ from aside_gateway.coalesce import LoopFlights
 from aside_gateway.config import Settings
 from aside_gateway.invalidations import LoopInvalidationSubscriber
 from aside_gateway.l1 import L1Cache
+from aside_gateway.loop_writes import LoopWrites
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import (
     ARRIVED_KEY,
@@ -53,7 +55,7 @@ from aside_gateway.routes import (
     USERS_PREFIX,
     EarlyGet,
 )
-from aside_gateway.validation import ID_MAX, ID_MAX_DIGITS, email_problem
+from aside_gateway.validation import email_problem, id_or_none
 
 log = logging.getLogger("aside_gateway")
 
@@ -99,15 +101,6 @@ def _strategy(
     if mode == "on":
         return default
     return mode if lab and mode in cache_keys.STRATEGIES else None
-
-
-def _user_id(segment: str) -> int | None:
-    if not (segment.isascii() and segment.isdigit()):
-        return None
-    digits = segment.lstrip("0")
-    if not digits or len(digits) > ID_MAX_DIGITS or int(digits) > ID_MAX:
-        return None
-    return int(digits)
 
 
 _COUNT_PARAMS = frozenset({"email", "cache"})
@@ -157,7 +150,7 @@ def lookup(
         if email is None or strategy is None or email_problem(email):
             return None
         return Lookup(COUNT_ROUTE, cache_keys.count_key(email), strategy, email)
-    user_id = _user_id(path[len(USERS_PREFIX) :])
+    user_id = id_or_none(path[len(USERS_PREFIX) :])
     strategy = _strategy(params, _USER_PARAMS, default, lab)
     if user_id is None or strategy is None:
         return None
@@ -259,7 +252,8 @@ def _headers(body: bytes, tier: str | None) -> list[tuple[bytes, bytes]]:
 
 
 class AsyncHotPath:
-    """ASGI app: hits and /healthz on the event loop, the rest to `fallback`."""
+    """ASGI app: hits, /healthz and (given `writes`) user writes on the event
+    loop, the rest to `fallback`."""
 
     def __init__(
         self,
@@ -268,9 +262,11 @@ class AsyncHotPath:
         l1: L1Cache,
         settings: Settings,
         subscriber: LoopInvalidationSubscriber | None = None,
+        writes: LoopWrites | None = None,
     ):
         self.fallback = fallback
         self.subscriber = subscriber
+        self.writes = writes
         self.redis_get = redis_get
         self.l1 = l1
         self.test_hooks = settings.test_hooks
@@ -281,10 +277,15 @@ class AsyncHotPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
-        if scope["type"] != "http" or scope["method"] != "GET":
+        if scope["type"] != "http":
             return await self.fallback(scope, receive, send)
         started = time.perf_counter()
         scope[START_KEY] = started
+        if scope["method"] != "GET":
+            write = self.writes.take(scope) if self.writes is not None else None
+            if write is None:
+                return await self.fallback(scope, receive, send)
+            return await self.writes.answer(write, scope, receive, send)
         answer = await self._look(scope)
         if isinstance(answer, Miss):
             if not self.flights.busy(answer.flight):
@@ -309,6 +310,8 @@ class AsyncHotPath:
             elif event["type"] == "lifespan.shutdown":
                 if self.subscriber is not None:
                     await self.subscriber.stop()
+                if self.writes is not None:
+                    await self.writes.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -1,7 +1,8 @@
 """What the async hot path and the Flask app share: route names, paths, and
 the hand-off of a request the hot path began but did not answer.
 
-Both layers import this module and neither imports the other, so the read
+Both layers import this module (and loop_writes.py, the writes the event
+loop forwards) and neither imports the other, so the read
 path runs one way: asgi -> hot_path -> (a2wsgi) -> api -> cache.
 """
 
@@ -13,10 +14,21 @@ from dataclasses import dataclass
 COUNT_ROUTE = "/api/v1/users/count"
 USER_ROUTE = "/api/v1/users/<id>"
 
+# Flask's rules for the user writes, the same labels.
+USERS_ROUTE = "/api/v1/users"
+
 COUNT_PATH = "/api/v1/users/count"
+USERS_PATH = "/api/v1/users"
 USERS_PREFIX = "/api/v1/users/"
 HEALTHZ_PATH = "/healthz"
 HEALTHZ_BODY = b'{"status":"ok"}'
+
+# Write and compute bodies are a few hundred bytes; refuse more early (413).
+MAX_BODY_BYTES = 16 * 1024
+
+# Request headers the core reads: a create's key, and (lab test hooks) a hold on its answer.
+IDEMPOTENCY_KEY = "Idempotency-Key"
+CORE_DELAY_HEADER = "X-Test-Delay-Ms"
 
 # Keys of the ASGI scope, copied to the WSGI environ by asgi.py.
 START_KEY = "aside.start"  # perf_counter() when the request arrived

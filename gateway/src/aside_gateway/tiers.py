@@ -87,10 +87,18 @@ class TieredCache:
         self.l1.put(key, value, token)
         return CacheRead(value, MISS)
 
-    def forget_written(self, keys: list[str]) -> None:
-        """Evict a forwarded write's keys before answering it, so a client reading
-        through this worker sees its own write without waiting for the message."""
-        self.l1.evict(keys)
+    def before_write(self, user_id: int | None) -> bytes | None:
+        """What a user write needs to know before it is forwarded: this worker's
+        L1 copy of the user (the old email of an update or delete)."""
+        return None if user_id is None else self.l1.peek(cache_keys.user_key(user_id))
+
+    def after_write(
+        self, method: str, user_id: int | None, status: int, body: bytes, previous: bytes | None
+    ) -> None:
+        """Evict a successful forwarded write's keys before answering it, so a client
+        reading through this worker sees its own write without waiting for the message."""
+        if 200 <= status < 300:
+            self.l1.evict(written_keys(method, user_id, body, previous))
 
 
 def written_keys(

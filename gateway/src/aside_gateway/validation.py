@@ -112,6 +112,14 @@ def parse_id(value: str) -> int:
     return int(digits)
 
 
+def id_or_none(value: str) -> int | None:
+    """parse_id's user id, or None where it would refuse the segment."""
+    try:
+        return parse_id(value)
+    except ApiError:
+        return None
+
+
 def idempotency_key(values: list[str]) -> str | None:
     """The Idempotency-Key header's value (None when absent): one header of
     1 to 255 printable ASCII characters (space to '~'), as the core requires."""
