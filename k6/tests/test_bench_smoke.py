@@ -151,8 +151,13 @@ def test_a_mixed_step_without_samples_takes_its_figures_from_its_summary(
     kinds = sum(kind["requests"] for kind in summary["by_name"].values())
     assert kinds == summary["requests"]  # the checker's own requests are not the load's
     assert summary["stale"]["reads"] > 0 and summary["stale"]["stale"] == 0
+    # The writes' invalidations, timed at a subscriber of the bench's own beside the workers.
+    floor = step["probe"]["floor"]
+    assert floor["count"] > 0, floor
+    assert 0 <= floor["p50_ms"] <= floor["p99_ms"] <= floor["max_ms"] < 5000
     markdown = (smoke_run.reports_dir / run_id / "report.md").read_text()
     assert "create p95 ms" in markdown and "checked reads" in markdown
+    assert "floor p99 ms" in markdown
 
 
 def test_the_report_rebuilds_from_influxdb_and_prometheus(

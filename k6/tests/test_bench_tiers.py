@@ -15,6 +15,7 @@ import pytest
 from aside_bench import config, procs, warmtiers
 from aside_bench.gateway_metrics import step_counters
 from aside_bench.k6run import LoadShape, k6_command, step_run
+from aside_bench.lagfloor import figures, published_ms
 from aside_bench.plan import (
     CACHE_ARMS,
     CACHE_PARAMS,
@@ -216,13 +217,14 @@ def _result(
     probed: bool,
     stale: StaleCounts | None = None,
     lag: tuple[float, ...] = (0.004,),
+    floor: dict | None = None,
 ) -> StepResult:
     probe = None
     if probed:
         start = {"cpu_ticks": 0, "clk_tck": 100} | step_counters(_exposition(0, 0, [], 0))
         end = {"cpu_ticks": 30, "clk_tck": 100, "gateway_rss_kib": 102400, "redis_rss_kib": None}
         end |= step_counters(_exposition(rate * 30, rate * 27, list(lag), 50))
-        probe = {"start": start, "end": end}
+        probe = {"start": start, "end": end, "floor": floor}
     return StepResult(
         step=Step("mixed", arm, phase, rate, 30),
         latency=Latency(1.0, 2.0, 3.0, rate * 30),
@@ -258,15 +260,35 @@ def test_the_staleness_table_shows_stale_reads_and_the_lag_per_series() -> None:
     assert table.headers[:5] == ["series", "target /s", "checked reads", "stale reads",
                                  "no answer"]  # fmt: skip
     assert table.rows[1][:5] == ["l1 (warm)", "50", "108", "3", "1"]
-    # One lag sample of 4 ms in (1 ms, 10 ms]: p50 is half-way, max the bucket's top.
-    assert table.rows[1][5:] == ["5.50", "9.91", "10.0", "1"]
+    # One lag sample of 4 ms in (1 ms, 10 ms]: p50 is half-way, max the bucket's top;
+    # no floor was measured (a run from before the floor subscriber).
+    assert table.rows[1][5:] == ["5.50", "9.91", "10.0", "1", MISSING, MISSING]
     assert table in [t for t in sweep_tables(results) if t.title == table.title]
     assert staleness_table([_result("l1", "warm", 50, True)]) is None
     quiet = _result("cache", "warm", 50, False, StaleCounts(reads=10, stale=0))
-    assert staleness_table([quiet]).rows[0][5:] == [MISSING] * 4
+    assert staleness_table([quiet]).rows[0][5:] == [MISSING] * 6
     # Probed, but no invalidation message arrived: no lag, not an unknown one.
-    silent = _result("cache", "warm", 50, True, StaleCounts(reads=10, stale=0), lag=())
-    assert staleness_table([silent]).rows[0][5:] == ["none", "none", "none", "0"]
+    silent = _result(
+        "cache", "warm", 50, True, StaleCounts(reads=10, stale=0), lag=(), floor=figures([])
+    )
+    assert staleness_table([silent]).rows[0][5:] == ["none"] * 3 + ["0", "none", "none"]
+    floored = _result(
+        "l1", "warm", 50, True, StaleCounts(reads=10, stale=0), floor=figures([0.4, 0.6, 3.1])
+    )
+    assert staleness_table([floored]).rows[0][-2:] == ["0.60", "3.10"]
+
+
+def test_the_floor_figures_are_nearest_rank_quantiles() -> None:
+    lags = [float(ms) for ms in range(1, 201)]  # 1..200 ms
+    assert figures(lags) == {"count": 200, "p50_ms": 100.0, "p99_ms": 198.0, "max_ms": 200.0}
+    assert figures([7.0]) == {"count": 1, "p50_ms": 7.0, "p99_ms": 7.0, "max_ms": 7.0}
+    assert figures([])["p99_ms"] is None
+    # The core's µs publish time; a message without it is not timed.
+    assert published_ms({"keys": [], "published_us": 1_700_000_000_123_456}) == pytest.approx(
+        1_700_000_000_123.456
+    )
+    assert published_ms({"keys": [], "published_ms": 5}) is None
+    assert published_ms({"keys": [], "published_us": True}) is None
 
 
 def test_the_ceiling_gives_a_ratio_per_tier_arm() -> None:

@@ -31,10 +31,10 @@ from aside_gateway.admission import Admission
 from aside_gateway.app import create_app
 from aside_gateway.config import ConfigError, Settings, load_settings
 from aside_gateway.core_client import AsyncCoreClient
-from aside_gateway.hot_path import AsgiApp, AsyncHotPath, EarlyGetClient
+from aside_gateway.hot_path import AsyncHotPath, EarlyGetClient
 from aside_gateway.invalidations import LoopInvalidationSubscriber
 from aside_gateway.loop_writes import LoopWrites
-from aside_gateway.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY
+from aside_gateway.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY, AsgiApp
 from aside_gateway.services import build_services
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

@@ -27,9 +27,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qsl
 
 import werkzeug.urls  # noqa: F401 - registers the "werkzeug.url_quote" codec error handler
@@ -53,16 +51,16 @@ from aside_gateway.routes import (
     START_KEY,
     USER_ROUTE,
     USERS_PREFIX,
+    AsgiApp,
     EarlyGet,
+    Receive,
+    Scope,
+    Send,
 )
 from aside_gateway.validation import email_problem, id_or_none
 
 log = logging.getLogger("aside_gateway")
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 TEST_HOLD_HEADER = b"x-test-hold"
 # Requests whose parsing and rendering are remembered (per worker, least

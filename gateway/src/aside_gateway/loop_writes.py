@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from aside_gateway import metrics
 from aside_gateway.auth import refusal
@@ -42,15 +40,15 @@ from aside_gateway.routes import (
     USERS_PATH,
     USERS_PREFIX,
     USERS_ROUTE,
+    Receive,
+    Scope,
+    Send,
 )
 from aside_gateway.tiers import TieredCache
 from aside_gateway.validation import id_or_none, idempotency_key
 
 log = logging.getLogger("aside_gateway")
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 Head = dict[str, list[str]]
 
 JSON_TYPE = "application/json"

@@ -8,7 +8,15 @@ path runs one way: asgi -> hot_path -> (a2wsgi) -> api -> cache.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
+
+# ASGI's three arguments, as both event-loop modules take them.
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Flask's rules for the cached reads; also the `route` label of their metrics.
 COUNT_ROUTE = "/api/v1/users/count"

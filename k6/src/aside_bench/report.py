@@ -175,6 +175,10 @@ DEFINITIONS = [
     "message, per worker (aside_gateway_l1_invalidation_lag_seconds); p50/p99 interpolated "
     "in the buckets' increase over the step as histogram_quantile does, max is the top of the "
     "highest bucket that gained a sample",
+    "invalidation lag floor (mixed): the same messages' lag at a subscriber that does nothing "
+    "else (a process of its own beside the step, aside_bench.lagfloor), exact quantiles: the "
+    "part of the lag that is the machine's (the core's PUBLISH, Redis, waking a process on "
+    "shared cores); the workers' lag beyond it is the gateway's",
 ]
 
 

@@ -28,6 +28,7 @@ from .k6run import (
     k6_command,
     step_run,
 )
+from .lagfloor import FloorProbe
 from .machine import describe
 from .plan import CACHE_PARAMS, L1_ARMS, Step, cache_param, gateway_env, vus_for
 from .prepare import (
@@ -278,6 +279,14 @@ class Runner:
             self.options.samples,
         )
 
+    def _floor(self, step: Step) -> FloorProbe | None:
+        """A mixed step's writes publish invalidations: time them beside the workers."""
+        if step.scenario != "mixed":
+            return None
+        floor = FloorProbe(self.options.out_dir / "lag-floor.json")
+        floor.start()
+        return floor
+
     def run_step(self, step: Step, build: RunBuilder | None = None) -> StepResult | None:
         vus = vus_for(step.rate, step.arm, self.options.max_vus, step.phase)
         record: dict[str, Any] = {
@@ -302,12 +311,17 @@ class Runner:
         record["script"] = run.script
         if self.options.live_port is not None:
             print(f"  live: http://127.0.0.1:{self.options.live_port} (reload for each step)")
+        floor = self._floor(step)
         record["probe"] = {"start": self.probe.reading()}
         try:
             code = self.run_k6(run, record, export)
         finally:
             # Right after k6's last request: the memory the step left and its CPU.
             record["probe"]["end"] = self.probe.reading(memory=True)
+            if floor is not None:
+                record["probe"]["floor"] = floor.stop()
+                if floor.problem:
+                    print(f"  invalidation lag floor: {floor.problem}")
         if export is not None and export.exists():
             record["k6_html"] = export.name
         if self.interrupted:

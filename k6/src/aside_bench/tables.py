@@ -270,13 +270,21 @@ def _lag_ms(result: StepResult, field: str) -> str:
     return "> 5000" if value == float("inf") else fmt_ms(value)
 
 
+def _floor_ms(result: StepResult, value: float | None) -> str:
+    cost = result.cost
+    if cost is None or cost.floor_count is None:
+        return MISSING  # not measured (an older run, or the subscriber failed)
+    return "none" if cost.floor_count == 0 else fmt_ms(value)
+
+
 def staleness_table(results: list[StepResult]) -> Table | None:
     """The mixed scenario's read-after-write checks and the invalidation lag the
     workers measured, per series and rate; None when no checker ran."""
     if not any(r.stale is not None for r in results):
         return None
     headers = ["series", "target /s", "checked reads", "stale reads", "no answer",
-               "lag p50 ms", "lag p99 ms", "lag max ms <=", "lag samples"]  # fmt: skip
+               "lag p50 ms", "lag p99 ms", "lag max ms <=", "lag samples",
+               "floor p50 ms", "floor p99 ms"]  # fmt: skip
     rows = []
     for label, rate, result in _series_steps(results):
         stale, cost = result.stale, result.cost
@@ -291,6 +299,8 @@ def staleness_table(results: list[StepResult]) -> Table | None:
                 _lag_ms(result, "lag_p99_ms"),
                 _lag_ms(result, "lag_max_ms"),
                 MISSING if cost is None else f"{cost.lag_count:.0f}",
+                _floor_ms(result, None if cost is None else cost.floor_p50_ms),
+                _floor_ms(result, None if cost is None else cost.floor_p99_ms),
             ]
         )
     return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)

@@ -120,6 +120,10 @@ class StepCost:
     lag_p50_ms: float | None
     lag_p99_ms: float | None
     lag_max_ms: float | None  # an upper bound: the top of the highest bucket used
+    # The same messages' lag at a subscriber doing nothing else (lagfloor.py).
+    floor_count: int | None = None
+    floor_p50_ms: float | None = None
+    floor_p99_ms: float | None = None
 
 
 def _mib(kib: float | None) -> float | None:
@@ -140,6 +144,7 @@ def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
     rates = tier_hit_rates(start.get("tier_reads", {}), end.get("tier_reads", {}))
     lag = bucket_increase(start.get("lag_buckets", {}), end.get("lag_buckets", {}))
     l1_bytes = end.get("l1_bytes")
+    floor = probe.get("floor") or {}
     return StepCost(
         requests=requests,
         cpu_ms_per_request=cpu_ms_per_request(
@@ -155,4 +160,7 @@ def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
         lag_p50_ms=_ms(histogram_quantile(0.5, lag)),
         lag_p99_ms=_ms(histogram_quantile(0.99, lag)),
         lag_max_ms=_ms(histogram_max(lag)),
+        floor_count=floor.get("count"),
+        floor_p50_ms=floor.get("p50_ms"),
+        floor_p99_ms=floor.get("p99_ms"),
     )
