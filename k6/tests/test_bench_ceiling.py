@@ -53,9 +53,10 @@ def test_bounds_ignore_a_lucky_pass_above_a_miss() -> None:
     assert bounds([(400, True), (800, False), (1200, True)]) == (400, 800)
 
 
-def test_the_cache_arm_and_its_reference_are_searched_together() -> None:
+def test_every_arm_is_searched_turn_by_turn_the_reference_beside_the_cache_arm() -> None:
     from aside_bench.commands import _search_order
 
     order = _search_order(["cache", "hybrid", "healthz", "cache-bare"])
-    assert order == [["cache", "cache-bare"], ["hybrid"], ["healthz"]]
-    assert _search_order(["hybrid", "healthz"]) == [["hybrid"], ["healthz"]]
+    assert order == [["cache", "cache-bare", "hybrid", "healthz"]]
+    assert _search_order(["hybrid", "healthz"]) == [["hybrid", "healthz"]]
+    assert _search_order(["hybrid", "cache-bare"]) == [["hybrid", "cache-bare"]]

@@ -11,8 +11,9 @@ report names it a measurement limit, not the server's ceiling.
 
 Searches run side by side take turns (`interleave`), a step of one, then a step
 of the other, so that a drift of the machine during the searches lands in both
-rather than in the difference between them: the cache arm and its bare-script
-reference, whose agreement is the point, are searched so.
+rather than in the difference between them: every arm of a run is searched
+so (the cache arm's bare-script reference right after it), as the report's
+point is their ratios (hybrid / healthz, cache / its reference).
 """
 
 from __future__ import annotations

@@ -328,10 +328,14 @@ def cmd_k6cost(args: argparse.Namespace, settings: config.Settings) -> int:
 
 
 def _search_order(searched: list[str]) -> list[list[str]]:
-    """The searches in order, the cache arm and its reference taking turns."""
-    if BARE_ARM not in searched:
-        return [[arm] for arm in searched]
-    return [[arm, BARE_ARM] if arm == "cache" else [arm] for arm in searched if arm != BARE_ARM]
+    """The searches, all taking turns step by step, the cache arm's bare-script
+    reference right after it: a drift of the machine during the run then lands
+    in every arm alike rather than in the ratios between them."""
+    order = [arm for arm in searched if arm != BARE_ARM]
+    if BARE_ARM in searched:
+        at = order.index("cache") + 1 if "cache" in order else len(order)
+        order.insert(at, BARE_ARM)
+    return [order]
 
 
 def _search_arms(
