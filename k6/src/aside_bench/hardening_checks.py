@@ -6,7 +6,6 @@ database's query counter stopped rising after the cold flood."""
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from typing import Any
 
 from .attacks import SlowSocket
 from .chaos_samples import Check
+from .tierstats import nearest_rank
 
 # One RSS reading: (epoch s, {worker pid: VmRSS KiB}).
 RssSample = tuple[float, dict[int, int]]
@@ -35,14 +35,6 @@ class Limits:
     @property
     def close_limit_s(self) -> float:
         return self.head_deadline_s + self.close_slack_s
-
-
-def nearest_rank(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0 < q <= 100) by nearest rank; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(math.ceil(q / 100 * len(ordered)) - 1, 0)]
 
 
 def _rounded(value: float | None, digits: int = 3) -> float | None:

@@ -20,7 +20,6 @@ OUT as JSON. `FloorProbe` runs it around a step.
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -31,6 +30,7 @@ from typing import Any
 
 import redis
 
+from .tierstats import nearest_rank
 from .warmtiers import INVALIDATION_CHANNEL
 
 READY_LINE = "subscribed"
@@ -45,21 +45,13 @@ def published_ms(message: dict[str, Any]) -> float | None:
     return micros / 1000 if isinstance(micros, int) and not isinstance(micros, bool) else None
 
 
-def quantile(ordered: list[float], q: float) -> float:
-    """The nearest-rank quantile of sorted values (non-empty)."""
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
 def figures(lags_ms: list[float]) -> dict[str, float | int | None]:
     """count, p50, p99 and max of the lags (ms); quantiles None without samples."""
-    ordered = sorted(lags_ms)
-    if not ordered:
-        return {"count": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
     return {
-        "count": len(ordered),
-        "p50_ms": quantile(ordered, 0.5),
-        "p99_ms": quantile(ordered, 0.99),
-        "max_ms": ordered[-1],
+        "count": len(lags_ms),
+        "p50_ms": nearest_rank(lags_ms, 50),
+        "p99_ms": nearest_rank(lags_ms, 99),
+        "max_ms": max(lags_ms, default=None),
     }
 
 

@@ -270,11 +270,11 @@ def _lag_ms(result: StepResult, field: str) -> str:
     return "> 5000" if value == float("inf") else fmt_ms(value)
 
 
-def _floor_ms(result: StepResult, value: float | None) -> str:
+def _floor_ms(result: StepResult, field: str) -> str:
     cost = result.cost
     if cost is None or cost.floor_count is None:
         return MISSING  # not measured (an older run, or the subscriber failed)
-    return "none" if cost.floor_count == 0 else fmt_ms(value)
+    return "none" if cost.floor_count == 0 else fmt_ms(getattr(cost, field))
 
 
 def staleness_table(results: list[StepResult]) -> Table | None:
@@ -299,8 +299,8 @@ def staleness_table(results: list[StepResult]) -> Table | None:
                 _lag_ms(result, "lag_p99_ms"),
                 _lag_ms(result, "lag_max_ms"),
                 MISSING if cost is None else f"{cost.lag_count:.0f}",
-                _floor_ms(result, None if cost is None else cost.floor_p50_ms),
-                _floor_ms(result, None if cost is None else cost.floor_p99_ms),
+                _floor_ms(result, "floor_p50_ms"),
+                _floor_ms(result, "floor_p99_ms"),
             ]
         )
     return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)

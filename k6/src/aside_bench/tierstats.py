@@ -8,6 +8,7 @@ Pure functions only, so every rule here has a unit test.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,14 @@ def bucket_increase(start: dict[str, float], end: dict[str, float]) -> list[Buck
         running = max(running, count)
         buckets.append((le, running))
     return buckets
+
+
+def nearest_rank(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0 < q <= 100) by nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q / 100 * len(ordered)) - 1, 0)]
 
 
 def histogram_quantile(q: float, buckets: list[Bucket]) -> float | None:
