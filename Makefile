@@ -42,6 +42,7 @@ A ?=
 B ?=
 NORMALISE ?= 0
 IGNORE_CALIBRATION ?= 0
+AS_MEASURED ?= 0
 # Fault suite and soak (make chaos CASES="redis core" RATE=60 SHORT=1; make soak DURATION=2m)
 CASES ?= all
 SHORT ?= 0
@@ -103,10 +104,11 @@ k6-cost: ## k6's own CPU per request under each telemetry variant, warm cache ar
 report: ## rebuild reports/RUN/ from InfluxDB and Prometheus (make report RUN=<id>)
 	@$(ENV) $(VENV)/aside-bench report --run "$(RUN)"
 
-compare: ## every step two runs share, changes beyond their spread flagged (A=<run> B=<run>, NORMALISE=1, IGNORE_CALIBRATION=1)
+compare: ## every step two runs share, changes beyond their spread flagged (A=<run> B=<run>, NORMALISE=1, IGNORE_CALIBRATION=1, AS_MEASURED=1)
 	@test -n "$(A)" -a -n "$(B)" || { echo "make compare: give both runs: make compare A=<run id> B=<run id>" >&2; exit 2; }
 	@$(ENV) $(VENV)/aside-bench compare "$(A)" "$(B)" $(if $(filter 1 yes true,$(NORMALISE)),--normalise,) \
-		$(if $(filter 1 yes true,$(IGNORE_CALIBRATION)),--ignore-calibration,)
+		$(if $(filter 1 yes true,$(IGNORE_CALIBRATION)),--ignore-calibration,) \
+		$(if $(filter 1 yes true,$(AS_MEASURED)),--as-measured,)
 screenshot: ## check reports/RUN/report.html in headless Chromium, save docs/report-screenshot.png
 	@$(ENV) $(VENV)/aside-bench screenshot --run "$(RUN)"
 

@@ -4,6 +4,7 @@ confirmations, the calibration search, and `compare`'s flags and refusals."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -197,13 +198,21 @@ def test_a_capped_calibration_is_stated_as_a_lower_bound() -> None:
 
 # ---- compare --------------------------------------------------------------------------
 def _figures(
-    p95s: list[float], drops: float = 0.0, rate: int = 100, arm: str = "cache"
+    p95s: list[float],
+    drops: float = 0.0,
+    rate: int = 100,
+    arm: str = "cache",
+    k6_cores: float | None = None,
 ) -> list[dict]:
     return [
         {"scenario": "read", "arm": arm, "phase": "warm", "rate": rate, "repeat": i + 1,
-         "p50": 1.0, "p95": p95, "p99": p95 * 2, "achieved": 100.0, "drops": drops, "hit": 0.99}
+         "p50": 1.0, "p95": p95, "p99": p95 * 2, "achieved": 100.0, "drops": drops, "hit": 0.99,
+         "k6_cpu_cores": k6_cores}
         for i, p95 in enumerate(p95s)
     ]  # fmt: skip
+
+
+KEY = ("read", "cache", "warm", 100)
 
 
 SAME = compare.Scale(1000, 1000, normalised=False)
@@ -292,18 +301,19 @@ def test_machines_calibrated_too_far_apart_are_refused() -> None:
     with pytest.raises(compare.CompareError, match=r"1\.30x"):
         compare.machine_scale(_run("a", 1300), _run("b", 1000), normalise=False)
     scale = compare.machine_scale(_run("a", 1000), _run("b", 1200), normalise=False)
-    assert scale.ratio == 1.2 and scale.apply("p95", 5.0) == 5.0  # as measured
+    assert scale.ratio == 1.2 and scale.apply("p95", 5.0, KEY) == 5.0  # as measured
 
 
 def test_normalising_puts_b_on_as_machine() -> None:
+    # Runs without k6's CPU per step: by their calibrations, latencies only.
     scale = compare.machine_scale(_run("a", 1000), _run("b", 2000), normalise=True)
-    assert scale.apply("achieved", 100.0) == 50.0
-    assert scale.apply("p95", 3.0) == 6.0
-    assert scale.apply("drops", 0.1) == 0.1
+    assert scale.apply("p95", 3.0, KEY) == 6.0
+    assert scale.apply("achieved", 100.0, KEY) == 100.0
+    assert scale.apply("drops", 0.1, KEY) == 0.1
 
 
 def test_an_uncalibrated_run_is_refused_unless_told() -> None:
-    with pytest.raises(compare.CompareError, match="run b has no machine calibration"):
+    with pytest.raises(compare.CompareError, match="run b has neither k6's CPU per step"):
         compare.machine_scale(_run("a", 1000), _run("b", None), normalise=False)
     scale = compare.machine_scale(_run("a", 1000), _run("b", None), False, ignore=True)
     assert scale.ratio is None
@@ -315,7 +325,90 @@ def test_a_calibration_that_moved_is_compared_as_measured_when_told() -> None:
     with pytest.raises(compare.CompareError, match="--ignore-calibration"):
         compare.machine_scale(_run("a", 4400), _run("b", 3200), normalise=False)
     scale = compare.machine_scale(_run("a", 4400), _run("b", 3200), False, ignore=True)
-    assert scale.apply("p95", 5.0) == 5.0 and scale.apply("achieved", 100.0) == 100.0
+    assert scale.apply("p95", 5.0, KEY) == 5.0 and scale.apply("achieved", 100.0, KEY) == 100.0
+
+
+def test_k6s_cpu_per_request_is_each_steps_machine_meter() -> None:
+    # 0.2 cores for 100 req/s in A, 0.25 in B: B's machine ran 0.8x as fast.
+    a = _figures([4.0, 4.0], k6_cores=0.2) + _figures([4.0], rate=500, k6_cores=1.0)
+    b = _figures([4.0, 4.0], k6_cores=0.25) + _figures([4.0], rate=500, k6_cores=0.5)
+    speeds = compare.step_speeds(a, b)
+    assert speeds[KEY] == pytest.approx(0.8)
+    assert speeds[("read", "cache", "warm", 500)] == pytest.approx(2.0)
+    # A step that dropped iterations spent k6's CPU on requests it never made:
+    # no meter there; nor where k6's CPU was not read.
+    dropping = _figures([4.0], drops=0.05, k6_cores=0.2)
+    assert compare.step_speeds(a, dropping) == {}
+    assert compare.step_speeds(a, _figures([4.0, 4.0])) == {}
+
+
+def test_the_steps_meter_judges_the_machines_before_the_calibration() -> None:
+    # The k6 knees read 1.56x apart, the steps themselves 1.1x: compared.
+    scale = compare.machine_scale(_run("a", 3600), _run("b", 5600), False, steps={KEY: 1.1})
+    assert scale.judged_by == "steps" and scale.ratio == pytest.approx(1.1)
+    assert scale.calibration_ratio == pytest.approx(5600 / 3600)
+    # The steps 1.4x apart: refused, whatever the calibrations say.
+    with pytest.raises(compare.CompareError, match=r"k6's CPU per request.*1\.40x, more"):
+        compare.machine_scale(_run("a", 1000), _run("b", 1000), False, steps={KEY: 1.4})
+    told = compare.machine_scale(_run("a", 1000), _run("b", 1000), True, steps={KEY: 1.4})
+    assert told.apply("p95", 2.0, KEY) == pytest.approx(2.8)
+    # Uncalibrated runs with the meter need no --ignore-calibration.
+    assert compare.machine_scale(_run("a", None), _run("b", None), False, steps={KEY: 1.0})
+
+
+def _p50s(values: list[float], k6_cores: float) -> list[dict]:
+    """Repeats whose latencies are all proportional to their p50 `values`."""
+    return [dict(one, p50=p50, p95=4 * p50, p99=8 * p50) for one, p50 in zip(
+            _figures([4.0] * len(values), k6_cores=k6_cores), values, strict=True)]  # fmt: skip
+
+
+def test_a_slower_machine_is_not_flagged_and_a_slower_service_is() -> None:
+    a = _p50s([1.0, 1.02], k6_cores=0.2)
+    slower_machine = _p50s([1.25, 1.27], k6_cores=0.25)  # k6 paid 1.25x per request too
+    slower_service = _p50s([1.25, 1.27], k6_cores=0.2)  # the same machine, the service slower
+    worse = ["p50 worse", "p95 worse", "p99 worse"]
+    for b, flagged in ((slower_machine, []), (slower_service, worse)):
+        scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
+                                      steps=compare.step_speeds(a, b))  # fmt: skip
+        (row,) = compare.compare(a, b, scale)
+        assert row.flags == flagged
+    # Judged as measured, the slower machine reads as a slower service.
+    scale = compare.machine_scale(
+        _run("a", 1000), _run("b", 1000), False,
+        steps=compare.step_speeds(a, slower_machine), as_measured=True,
+    )  # fmt: skip
+    (row,) = compare.compare(a, slower_machine, scale)
+    assert row.flags == worse and row.speed is None
+
+
+def test_a_flag_on_a_step_whose_machine_moved_says_so(tmp_path: Path) -> None:
+    a = _p50s([1.0, 1.02], k6_cores=0.2)
+    b = _p50s([2.0, 2.02], k6_cores=0.25)  # 1.6x A's once on A's machine, which ran 0.8x
+    scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
+                                  steps=compare.step_speeds(a, b))  # fmt: skip
+    (row,) = compare.compare(a, b, scale)
+    assert row.machine_moved
+    assert row.verdict() == "p50 worse, p95 worse, p99 worse (B's machine 0.80x here)"
+    text = compare.write(_run("a", 1000), _run("b", 1000), [row], scale, 0.2, tmp_path)
+    assert "1 of the 1 flagged steps ran on a machine more than 10% off A's" in text
+    # Within 10 %: the flags alone.
+    near = compare.Row(row.key, row.changes, speed=0.95)
+    assert not near.machine_moved and near.verdict() == "p50 worse, p95 worse, p99 worse"
+
+
+def test_the_table_shows_each_steps_speed(tmp_path: Path) -> None:
+    a = _p50s([1.0, 1.02], k6_cores=0.2) + _figures([4.0], rate=500, drops=0.5, k6_cores=0.2)
+    b = _p50s([1.25, 1.27], k6_cores=0.25) + _figures([4.0], rate=500, drops=0.5, k6_cores=0.2)
+    scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
+                                  steps=compare.step_speeds(a, b))  # fmt: skip
+    text = compare.write(_run("a", 1000), _run("b", 1000), compare.compare(a, b, scale),
+                         scale, 0.2, tmp_path)  # fmt: skip
+    assert "B's speed" in text and "on A's machine" in text
+    assert "| read | cache (warm) | 100 | 0.80x |" in text
+    assert "| read | cache (warm) | 500 | n/a |" in text
+    assert "ran 0.80x as fast as A's, within the 1.25x allowed" in text
+    saved = json.loads((tmp_path / "compare.json").read_text())
+    assert saved["judged_by"] == "steps" and saved["steps"][0]["speed"] == pytest.approx(0.8)
 
 
 def test_compare_writes_its_table(tmp_path: Path) -> None:

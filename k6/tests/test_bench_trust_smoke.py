@@ -1,8 +1,8 @@
 """Trustworthy figures, end to end against the real stack: a calibration with
 tiny bounds, a two-step sweep run twice over (REPEAT=2) with k6's HTML
 reports kept, a one-step uncalibrated run with the live dashboard, and
-`compare` between the two: refusing the uncalibrated run unless told, and a
-machine calibrated twice as fast unless normalised."""
+`compare` between the two: refusing a run nothing measured the machine of
+unless told, and a machine measured twice as fast unless normalised."""
 
 from __future__ import annotations
 
@@ -179,13 +179,26 @@ def _compare(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
     return code, captured.out, captured.err
 
 
+def _copy_run(trust_runs: TrustRuns, source: str, copy: str, k6_cost_factor: float | None) -> None:
+    """A copy of run `source` named `copy`, k6's CPU of every step multiplied
+    by `k6_cost_factor` (None: left out, as in runs from before it was kept)."""
+    shutil.copytree(trust_runs.reports_dir / source, trust_runs.reports_dir / copy)
+    run_path = trust_runs.reports_dir / copy / "run.json"
+    run_path.write_text(json.dumps({**json.loads(run_path.read_text()), "run_id": copy}))
+    figures_path = trust_runs.reports_dir / copy / "results.json"
+    figures = json.loads(figures_path.read_text())
+    for one in figures:
+        cores = one.get("k6_cpu_cores")
+        one["k6_cpu_cores"] = (
+            None if k6_cost_factor is None or cores is None else (cores * k6_cost_factor)
+        )
+    figures_path.write_text(json.dumps(figures))
+
+
 def test_compare_flags_against_the_runs_spread(
     trust_runs: TrustRuns, capsys: pytest.CaptureFixture[str]
 ) -> None:
     where = ["--reports-dir", str(trust_runs.reports_dir)]
-    code, _, stderr = _compare(capsys, trust_runs.a, trust_runs.b, *where)
-    assert code == 2
-    assert f"run {trust_runs.b} has no machine calibration" in stderr
     code, stdout, stderr = _compare(
         capsys, trust_runs.a, trust_runs.b, "--ignore-calibration", *where
     )
@@ -193,36 +206,44 @@ def test_compare_flags_against_the_runs_spread(
     folder = trust_runs.reports_dir / f"compare-{trust_runs.a}-{trust_runs.b}"
     markdown = (folder / "compare.md").read_text()
     assert markdown in stdout
+    assert "B's speed" in markdown and "k6's CPU per request" in markdown
     assert f"| read | cache (warm) | {RATE} |" in markdown
     assert "nocache" not in markdown.split("|---")[1]  # B ran no nocache step
     assert "exceeds the widest spread (max - min)" in markdown
     (step,) = json.loads((folder / "compare.json").read_text())["steps"]
-    assert step["changes"]["p95"]["basis"] == "spread"
+    assert step["changes"]["p95"]["basis"] == "spread" and step["speed"] > 0
+    # Nothing measured the machine of a run without k6's CPU per step and
+    # without a calibration: refused unless told.
+    bare = f"{trust_runs.b}-bare"
+    _copy_run(trust_runs, trust_runs.b, bare, None)
+    code, _, stderr = _compare(capsys, trust_runs.a, bare, *where)
+    assert code == 2
+    assert f"run {bare} has neither k6's CPU per step nor a machine calibration" in stderr
+    code, _, stderr = _compare(capsys, trust_runs.a, bare, "--ignore-calibration", *where)
+    assert code == 0, stderr
 
 
-def test_compare_refuses_a_machine_calibrated_twice_as_fast(
+def test_compare_refuses_a_machine_measured_twice_as_fast(
     trust_runs: TrustRuns, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fast = f"{trust_runs.b}-fast"
-    shutil.copytree(trust_runs.reports_dir / trust_runs.b, trust_runs.reports_dir / fast)
-    path = trust_runs.reports_dir / fast / "run.json"
-    run = json.loads(path.read_text())
-    run["run_id"] = fast
-    calibration = trust_runs.run_json(trust_runs.a)["machine"]["calibration"]
-    calibration["targets"]["core"]["rate"] *= 2
-    run["machine"]["calibration"] = calibration
-    path.write_text(json.dumps(run))
+    # A itself, but its k6 spent half the CPU per request: twice as fast a machine.
+    fast = f"{trust_runs.a}-fast"
+    _copy_run(trust_runs, trust_runs.a, fast, 0.5)
     where = ["--reports-dir", str(trust_runs.reports_dir)]
     code, _, stderr = _compare(capsys, trust_runs.a, fast, *where)
     assert code == 2
     assert stderr.strip().splitlines() == [
-        "aside-bench: the machines differ: calibrated at 20 and 40 req/s (2.00x, more than "
-        "1.25x); pass --normalise to divide by their ratio, or --ignore-calibration to compare "
-        "as measured (one machine, a noisy calibration)"
+        "aside-bench: the machines differ: by k6's CPU per request in the steps both ran, "
+        "B ran 2.00x as fast as A (2.00x, more than 1.25x); pass --normalise to compare them "
+        "with B put on A's machine, or --ignore-calibration to compare anyway"
     ]
     code, stdout, stderr = _compare(capsys, trust_runs.a, fast, "--normalise", *where)
     assert code == 0, stderr
-    assert "its latencies multiplied by that ratio" in stdout
-    code, stdout, stderr = _compare(capsys, trust_runs.a, fast, "--ignore-calibration", *where)
-    assert code == 0, stderr
-    assert "beyond the 1.25x allowed, compared as measured" in stdout
+    assert "B's machine ran 2.00x as fast as A's, beyond the 1.25x allowed (--normalise)" in stdout
+    # Its latencies put on A's machine are twice A's own.
+    folder = trust_runs.reports_dir / f"compare-{trust_runs.a}-{fast}"
+    warm = next(step for step in json.loads((folder / "compare.json").read_text())["steps"]
+                if step["key"][1] == "cache")  # fmt: skip
+    p50 = warm["changes"]["p50"]
+    assert warm["speed"] == pytest.approx(2.0)
+    assert p50["b"]["median"] == pytest.approx(2 * p50["a"]["median"])

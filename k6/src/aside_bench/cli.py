@@ -381,14 +381,19 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare.add_argument(
         "--normalise",
         action="store_true",
-        help="compare runs of differently fast machines: B's rates divided and its "
-        "latencies multiplied by the ratio of their calibrations",
+        help="compare runs of machines more than 1.25x apart, B put on A's machine "
+        "(runs without k6's CPU per step: by the ratio of their calibrations)",
     )
     compare.add_argument(
         "--ignore-calibration",
         action="store_true",
-        help="compare as measured even when a run has no machine calibration "
-        "(CALIBRATE=0) or the two differ (one machine whose calibration moved)",
+        help="compare even when nothing measured a run's machine (no k6 CPU per step "
+        "and CALIBRATE=0) or the two differ",
+    )
+    compare.add_argument(
+        "--as-measured",
+        action="store_true",
+        help="judge B's figures as measured, not put on A's machine step by step",
     )
     compare.add_argument(
         "--tolerance",

@@ -445,13 +445,19 @@ def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     reports_dir = args.reports_dir or settings.default_reports_dir
     run_a, dir_a = _load_run(reports_dir, args.run_a)
     run_b, dir_b = _load_run(reports_dir, args.run_b)
+    figures_a, figures_b = _figures(settings, run_a, dir_a), _figures(settings, run_b, dir_b)
     try:
-        scale = compare.machine_scale(run_a, run_b, args.normalise, args.ignore_calibration)
+        scale = compare.machine_scale(
+            run_a,
+            run_b,
+            args.normalise,
+            args.ignore_calibration,
+            compare.step_speeds(figures_a, figures_b),
+            args.as_measured,
+        )
     except compare.CompareError as error:
         raise UsageError(str(error)) from None
-    rows = compare.compare(
-        _figures(settings, run_a, dir_a), _figures(settings, run_b, dir_b), scale, args.tolerance
-    )
+    rows = compare.compare(figures_a, figures_b, scale, args.tolerance)
     if not rows:
         raise UsageError(f"{args.run_a} and {args.run_b} share no step (arm, rate, phase)")
     out_dir = reports_dir / f"compare-{args.run_a}-{args.run_b}"

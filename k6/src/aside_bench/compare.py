@@ -31,7 +31,10 @@ Pure functions only (but `write`), so every rule here has a unit test.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,12 @@ BASE_LATENCY_WARNING = 0.15
 DEFAULT_TOLERANCE = 0.2
 # a drop or hit rate by this many points (absolute).
 SHARE_TOLERANCE = 0.02
+# A step whose speed moved further than this is named beside its flags: a tail
+# near capacity grows faster than the machine slows, beyond what the step's
+# speed puts right.
+STEP_SPEED_WARNING = 0.1
+# A step that dropped more than this share of its iterations does not read the machine's speed.
+METER_MAX_DROPS = 0.01
 # Below these a change is never flagged, whatever the spread (0 wide when runs agree).
 FLOOR = {"ms": 0.05, "rate": 0.5, "share": 0.005}
 # figure -> (unit, True when higher is better)
@@ -72,59 +81,141 @@ class CompareError(ValueError):
     """Two runs cannot be compared as asked; the message says why."""
 
 
+def step_key(one: dict[str, Any]) -> StepKey:
+    return (one["scenario"], one["arm"], one["phase"], int(one["rate"]))
+
+
+def k6_cost(one: dict[str, Any]) -> float | None:
+    """k6's CPU seconds per request it completed in one step: the machine's own
+    meter. The script, rate and request count are the same in both runs, so
+    what moves it is the speed of the cores at that minute (the services' code
+    barely touches it: k6 spent the same per request where the service's p95
+    moved fourfold)."""
+    cores, achieved = one.get("k6_cpu_cores"), one.get("achieved")
+    if not cores or not achieved or cores <= 0 or achieved <= 0:
+        return None
+    return float(cores) / float(achieved)
+
+
+def k6_costs(figures: list[dict[str, Any]]) -> dict[StepKey, float]:
+    """Each step's k6 cost per request, the median over its repeats, for the
+    steps that held their rate in every repeat: where k6 dropped iterations it
+    spent CPU on requests it never completed (a step past capacity reads its
+    meter 1.3-1.8x off)."""
+    found: dict[StepKey, list[float]] = {}
+    held: dict[StepKey, bool] = {}
+    for one in figures:
+        key, cost = step_key(one), k6_cost(one)
+        held[key] = (
+            held.get(key, True)
+            and cost is not None
+            and ((one.get("drops") or 0.0) <= METER_MAX_DROPS)
+        )
+        if cost is not None:
+            found.setdefault(key, []).append(cost)
+    return {key: statistics.median(costs) for key, costs in found.items() if held[key]}
+
+
+def step_speeds(
+    figures_a: list[dict[str, Any]], figures_b: list[dict[str, Any]]
+) -> dict[StepKey, float]:
+    """How much faster B's machine ran than A's during each step both held:
+    A's k6 cost per request over B's (above 1: B faster)."""
+    costs_a, costs_b = k6_costs(figures_a), k6_costs(figures_b)
+    return {key: costs_a[key] / costs_b[key] for key in costs_a.keys() & costs_b.keys()}
+
+
 @dataclass(frozen=True)
 class Scale:
-    """How B's figures are put next to A's."""
+    """How fast B's machine measured against A's, and how B's figures are put
+    next to A's."""
 
     rate_a: int | None  # the machines' calibrations (k6 + the core's /healthz)
     rate_b: int | None
-    normalised: bool
+    normalised: bool  # machines further apart than MACHINE_RATIO_LIMIT compared anyway
+    steps: dict[StepKey, float] = field(default_factory=dict)  # step_speeds
+    as_measured: bool = False  # B's figures judged as they are
 
     @property
-    def ratio(self) -> float | None:
-        """How much faster B's machine measured than A's."""
+    def calibration_ratio(self) -> float | None:
+        """How much faster B's machine calibrated than A's (the k6 knee)."""
         if not self.rate_a or not self.rate_b:
             return None
         return self.rate_b / self.rate_a
 
-    def apply(self, name: str, value: float | None) -> float | None:
-        """B's figure on A's machine: a rate divided by the ratio, a latency
-        multiplied by it, a share as it is."""
-        ratio = self.ratio
-        if value is None or not self.normalised or ratio is None:
+    @property
+    def ratio(self) -> float | None:
+        """How much faster B's machine measured than A's: the median of the
+        steps' own meter, else (runs without it) the calibrations'."""
+        if self.steps:
+            return statistics.median(self.steps.values())
+        return self.calibration_ratio
+
+    @property
+    def judged_by(self) -> str:
+        return "steps" if self.steps else "calibration"
+
+    def speed(self, key: StepKey) -> float | None:
+        """The speed B's figures of this step are divided by: the step's own
+        meter; the calibrations' ratio for runs without one, when told to
+        normalise; None when judged as measured."""
+        if self.as_measured:
+            return None
+        if self.steps:
+            return self.steps.get(key)
+        return self.calibration_ratio if self.normalised else None
+
+    def apply(self, name: str, value: float | None, key: StepKey) -> float | None:
+        """B's figure on A's machine: a latency multiplied by the step's speed;
+        rates and shares as they are (under capacity both runs achieve what was
+        asked; past it, the capacity found is bound by parts the meter does not
+        time, PostgreSQL's scan for one)."""
+        speed = self.speed(key)
+        if value is None or speed is None or FIGURES[name][0] != "ms":
             return value
-        unit = FIGURES[name][0]
-        if unit == "rate":
-            return value / ratio
-        return value * ratio if unit == "ms" else value
+        return value * speed
 
 
 def machine_scale(
-    run_a: dict[str, Any], run_b: dict[str, Any], normalise: bool, ignore: bool = False
+    run_a: dict[str, Any],
+    run_b: dict[str, Any],
+    normalise: bool,
+    ignore: bool = False,
+    steps: dict[StepKey, float] | None = None,
+    as_measured: bool = False,
 ) -> Scale:
-    """A's and B's calibrations, checked: CompareError when either is missing
-    or they differ by more than MACHINE_RATIO_LIMIT, unless `ignore` (the
-    reader knows both ran on one machine: the calibration's own noise) or,
-    for the difference, `normalise`."""
-    scale = Scale(rate_of(run_a["machine"]), rate_of(run_b["machine"]), normalise)
-    for run, rate in ((run_a, scale.rate_a), (run_b, scale.rate_b)):
-        if rate is None and not ignore:
-            raise CompareError(
-                f"run {run['run_id']} has no machine calibration (it ran with CALIBRATE=0), "
-                "so nothing says its machine measures like the other's; "
-                "pass --ignore-calibration to compare anyway"
-            )
+    """How fast B's machine measured against A's (`steps`: step_speeds, else
+    the calibrations), checked: CompareError when nothing measured either
+    machine or they differ by more than MACHINE_RATIO_LIMIT, unless `ignore`
+    (the reader knows both ran on one machine) or, for the difference,
+    `normalise`."""
+    scale = Scale(
+        rate_of(run_a["machine"]), rate_of(run_b["machine"]), normalise, steps or {}, as_measured
+    )
+    if not scale.steps:
+        for run, rate in ((run_a, scale.rate_a), (run_b, scale.rate_b)):
+            if rate is None and not ignore:
+                raise CompareError(
+                    f"run {run['run_id']} has neither k6's CPU per step nor a machine "
+                    "calibration (it ran with CALIBRATE=0), so nothing says its machine "
+                    "measures like the other's; pass --ignore-calibration to compare anyway"
+                )
     ratio = scale.ratio
     if ratio is None:
         if normalise:
             raise CompareError("--normalise needs both runs calibrated")
         return scale
     if max(ratio, 1 / ratio) > MACHINE_RATIO_LIMIT and not (normalise or ignore):
+        measured = (
+            "k6's CPU per request in the steps both ran"
+            if scale.steps
+            else f"their calibrations, {scale.rate_a} and {scale.rate_b} req/s"
+        )
         raise CompareError(
-            f"the machines differ: calibrated at {scale.rate_a} and {scale.rate_b} req/s "
+            f"the machines differ: by {measured}, B ran {ratio:.2f}x as fast as A "
             f"({max(ratio, 1 / ratio):.2f}x, more than {MACHINE_RATIO_LIMIT:g}x); "
-            "pass --normalise to divide by their ratio, or --ignore-calibration to compare "
-            "as measured (one machine, a noisy calibration)"
+            "pass --normalise to compare them with B put on A's machine, or "
+            "--ignore-calibration to compare anyway"
         )
     return scale
 
@@ -203,8 +294,7 @@ def change(
 def _by_step(figures: list[dict[str, Any]]) -> dict[StepKey, list[dict[str, Any]]]:
     grouped: dict[StepKey, list[dict[str, Any]]] = {}
     for one in figures:
-        key = (one["scenario"], one["arm"], one["phase"], int(one["rate"]))
-        grouped.setdefault(key, []).append(one)
+        grouped.setdefault(step_key(one), []).append(one)
     return grouped
 
 
@@ -212,10 +302,23 @@ def _by_step(figures: list[dict[str, Any]]) -> dict[StepKey, list[dict[str, Any]
 class Row:
     key: StepKey
     changes: dict[str, Change]
+    speed: float | None = None  # how much faster B's machine ran this step (None: as measured)
 
     @property
     def flags(self) -> list[str]:
         return [f"{name} {c.flag}" for name, c in self.changes.items() if c.flag]
+
+    @property
+    def machine_moved(self) -> bool:
+        """B's machine ran this step more than STEP_SPEED_WARNING off A's."""
+        return self.speed is not None and abs(self.speed - 1) > STEP_SPEED_WARNING
+
+    def verdict(self) -> str:
+        """The flagged column: its flags, and the machine's move beside them."""
+        if not self.flags:
+            return "none"
+        moved = f" (B's machine {self.speed:.2f}x here)" if self.machine_moved else ""
+        return ", ".join(self.flags) + moved
 
 
 def compare(
@@ -224,10 +327,11 @@ def compare(
     scale: Scale,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> list[Row]:
-    """One row per step both runs ran, in A's order."""
+    """One row per step both runs ran, in A's order, B's figures put on A's
+    machine step by step (Scale.apply)."""
     runs_a, runs_b = _by_step(figures_a), _by_step(figures_b)
-    spreads_a = {key: _spreads(runs, None) for key, runs in runs_a.items()}
-    spreads_b = {key: _spreads(runs, scale) for key, runs in runs_b.items()}
+    spreads_a = {key: _spreads(runs) for key, runs in runs_a.items()}
+    spreads_b = {key: _spreads(runs, partial(scale.apply, key=key)) for key, runs in runs_b.items()}
     widths = series_widths([spreads_a, spreads_b])
     rows = []
     for key, a in spreads_a.items():
@@ -240,17 +344,20 @@ def compare(
             name: change(name, a[name], b[name], tolerance, series.get(name), past)
             for name in FIGURES
         }
-        rows.append(Row(key, changes))
+        rows.append(Row(key, changes, scale.speed(key)))
     return rows
 
 
-def _spreads(runs: list[dict[str, Any]], scale: Scale | None) -> dict[str, Spread | None]:
-    """Each figure of a step over its repeats, B's put on A's machine."""
-    return {
-        name: spread([one.get(name) if scale is None else scale.apply(name, one.get(name))
-                      for one in runs])
-        for name in FIGURES
-    }  # fmt: skip
+def _as_is(name: str, value: float | None) -> float | None:
+    return value
+
+
+def _spreads(
+    runs: list[dict[str, Any]],
+    put: Callable[[str, float | None], float | None] = _as_is,
+) -> dict[str, Spread | None]:
+    """Each figure of a step over its repeats, each repeat's figure `put` on A's machine."""
+    return {name: spread([put(name, one.get(name)) for one in runs]) for name in FIGURES}
 
 
 def series_widths(
@@ -286,18 +393,22 @@ def cell(name: str, found: Change) -> str:
 
 
 def table(rows: list[Row]) -> Table:
-    headers = ["scenario", "series", "target /s", *FIGURES, "flagged"]
+    speeds = any(row.speed is not None for row in rows)
+    headers = ["scenario", "series", "target /s", *(["B's speed"] if speeds else []),
+               *FIGURES, "flagged"]  # fmt: skip
     body = [
         [
             row.key[0],
             series_label(row.key[1], row.key[2]),
             str(row.key[3]),
+            *([f"{row.speed:.2f}x" if row.speed is not None else "n/a"] if speeds else []),
             *(cell(name, row.changes[name]) for name in FIGURES),
-            ", ".join(row.flags) or "none",
+            row.verdict(),
         ]
         for row in rows
     ]
-    return Table("every step both runs ran: A -> B (change)", headers, body)
+    title = "every step both runs ran: A -> B" + (" on A's machine" if speeds else "")
+    return Table(f"{title} (change)", headers, body)
 
 
 def _run_line(name: str, run: dict[str, Any], rate: int | None) -> str:
@@ -332,6 +443,51 @@ def base_latency_line(run_a: dict[str, Any], run_b: dict[str, Any]) -> str | Non
     return line
 
 
+def _within(ratio: float) -> bool:
+    return max(ratio, 1 / ratio) <= MACHINE_RATIO_LIMIT
+
+
+def machine_lines(scale: Scale) -> list[str]:
+    """What measured the two machines, how far apart, and what was done with it."""
+    knee, allowed = scale.calibration_ratio, f"{MACHINE_RATIO_LIMIT:g}x allowed"
+    if not scale.steps:
+        if knee is None:
+            return []
+        if scale.normalised and not scale.as_measured:
+            how = ": B's latencies are multiplied by that ratio"
+        elif _within(knee):
+            how = f" (within the {allowed}; figures as measured)"
+        else:
+            how = f" (beyond the {allowed}, compared as measured: --ignore-calibration)"
+        return [f"B's machine calibrated {knee:.2f}x A's{how}"]
+    ratio, speeds = scale.ratio or 1.0, sorted(scale.steps.values())
+    if _within(ratio):
+        against = f"within the {allowed}"
+    else:
+        told = "--normalise" if scale.normalised else "--ignore-calibration"
+        against = f"beyond the {allowed} ({told})"
+    lines = [
+        f"B's machine ran {ratio:.2f}x as fast as A's, {against}: k6's CPU per request, "
+        f"the median over the {len(speeds)} steps both held ({speeds[0]:.2f}-{speeds[-1]:.2f}x "
+        "step by step)"
+    ]
+    if knee is not None:
+        lines.append(
+            f"their calibrations (k6's knee against the core's /healthz) read {knee:.2f}x: "
+            "a 3 s probe's knee moves more than the machine does, so the steps' own meter "
+            "judges"
+        )
+    if scale.as_measured:
+        lines.append("figures judged as measured (--as-measured)")
+    else:
+        lines.append(
+            "B's latencies are put on A's machine step by step, multiplied by the step's "
+            "speed (column B's speed; n/a: a step that dropped iterations, judged as "
+            "measured); rates and shares as measured; --as-measured judges them raw"
+        )
+    return lines
+
+
 def header_lines(
     run_a: dict[str, Any], run_b: dict[str, Any], scale: Scale, tolerance: float, rows: list[Row]
 ) -> list[str]:
@@ -341,19 +497,14 @@ def header_lines(
     base = base_latency_line(run_a, run_b)
     if base is not None:
         lines.append(base)
-    ratio = scale.ratio
-    if ratio is not None:
+    lines.extend(machine_lines(scale))
+    moved = [row for row in rows if row.flags and row.machine_moved]
+    if moved:
         lines.append(
-            f"B's machine measured {ratio:.2f}x A's"
-            + (
-                ": B's rates are divided and its latencies multiplied by that ratio"
-                if scale.normalised
-                else (
-                    " (within the 1.25x allowed; figures as measured)"
-                    if max(ratio, 1 / ratio) <= MACHINE_RATIO_LIMIT
-                    else " (beyond the 1.25x allowed, compared as measured: --ignore-calibration)"
-                )
-            )
+            f"{len(moved)} of the {sum(1 for row in rows if row.flags)} flagged steps ran on a "
+            f"machine more than {STEP_SPEED_WARNING:.0%} off A's (named in the flagged column): "
+            "a p95 or p99 near capacity grows faster than the machine slows, which the speed "
+            "does not put right; run both again before believing them"
         )
     if "spread" in bases:
         lines.append(
@@ -398,10 +549,17 @@ def write(
         "a": run_a["run_id"],
         "b": run_b["run_id"],
         "ratio": scale.ratio,
+        "judged_by": scale.judged_by,
+        "calibration_ratio": scale.calibration_ratio,
         "normalised": scale.normalised,
+        "as_measured": scale.as_measured,
         "tolerance": tolerance,
         "steps": [
-            {"key": list(row.key), "changes": {n: asdict(c) for n, c in row.changes.items()}}
+            {
+                "key": list(row.key),
+                "speed": row.speed,
+                "changes": {n: asdict(c) for n, c in row.changes.items()},
+            }
             for row in rows
         ],
     }
