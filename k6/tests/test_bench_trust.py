@@ -396,6 +396,23 @@ def test_a_flag_on_a_step_whose_machine_moved_says_so(tmp_path: Path) -> None:
     assert not near.machine_moved and near.verdict() == "p50 worse, p95 worse, p99 worse"
 
 
+def test_a_baseline_of_several_runs_pools_their_repeats(tmp_path: Path) -> None:
+    runs = [_run("r1", 1000), _run("r2", 3000), _run("r3", 2000)]
+    side = compare.baseline(runs)
+    assert side["run_id"] == "r1+r2+r3" and side["runs"] == ["r1", "r2", "r3"]
+    assert calibrate.rate_of(side["machine"]) == 2000  # the median run's machine
+    assert compare.baseline(runs[:1]) is runs[0]
+    # Each run alone agreed within 2 %, the two 25 % apart: pooled, that is the noise.
+    first, second = _figures([4.0, 4.1]), _figures([5.0, 5.1])
+    b = _figures([5.0, 5.05])
+    (alone,) = compare.compare(first, b, SAME)
+    (pooled,) = compare.compare(first + second, b, SAME)
+    assert alone.flags == ["p95 worse", "p99 worse"] and pooled.flags == []
+    text = compare.write(side, _run("b", 2000), [pooled], SAME, 0.2, tmp_path)
+    assert "A: a baseline of 3 runs, r1, r2, r3, their repeats pooled" in text
+    assert json.loads((tmp_path / "compare.json").read_text())["a"] == ["r1", "r2", "r3"]
+
+
 def test_the_table_shows_each_steps_speed(tmp_path: Path) -> None:
     a = _p50s([1.0, 1.02], k6_cores=0.2) + _figures([4.0], rate=500, drops=0.5, k6_cores=0.2)
     b = _p50s([1.25, 1.27], k6_cores=0.25) + _figures([4.0], rate=500, drops=0.5, k6_cores=0.2)

@@ -376,8 +376,12 @@ def _add_screenshot(sub: argparse._SubParsersAction) -> None:
 
 def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser("compare", help="every step two runs share, side by side")
-    compare.add_argument("run_a", help="the baseline run id (a folder of reports/)")
-    compare.add_argument("run_b", help="the run compared with it")
+    compare.add_argument(
+        "run_a",
+        help="the baseline: a run id (a folder of reports/), or several ('r1,r2' or "
+        "'r1 r2') whose repeats pool, so the drift between them counts as noise",
+    )
+    compare.add_argument("run_b", help="the run compared with it (or several, as for run_a)")
     compare.add_argument(
         "--normalise",
         action="store_true",

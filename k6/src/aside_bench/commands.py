@@ -441,11 +441,30 @@ def _figures(settings: config.Settings, run: dict[str, Any], out_dir: Path) -> l
     return [report.step_figures(r) for r in collect(influx, prom, run["run_id"], run["steps"])]
 
 
+def _run_ids(given: str) -> list[str]:
+    """'r1', or a baseline of several runs: 'r1,r2' or 'r1 r2'."""
+    ids = [one for one in re.split(r"[\s,]+", given) if one]
+    if not ids:
+        raise UsageError("compare: a side names no run")
+    return ids
+
+
+def _side(
+    settings: config.Settings, reports_dir: Path, given: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One side of a compare: its run (several: compare.baseline) and all their figures."""
+    runs, figures = [], []
+    for run_id in _run_ids(given):
+        run, out_dir = _load_run(reports_dir, run_id)
+        runs.append(run)
+        figures.extend(_figures(settings, run, out_dir))
+    return compare.baseline(runs), figures
+
+
 def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     reports_dir = args.reports_dir or settings.default_reports_dir
-    run_a, dir_a = _load_run(reports_dir, args.run_a)
-    run_b, dir_b = _load_run(reports_dir, args.run_b)
-    figures_a, figures_b = _figures(settings, run_a, dir_a), _figures(settings, run_b, dir_b)
+    run_a, figures_a = _side(settings, reports_dir, args.run_a)
+    run_b, figures_b = _side(settings, reports_dir, args.run_b)
     try:
         scale = compare.machine_scale(
             run_a,
@@ -460,7 +479,7 @@ def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     rows = compare.compare(figures_a, figures_b, scale, args.tolerance)
     if not rows:
         raise UsageError(f"{args.run_a} and {args.run_b} share no step (arm, rate, phase)")
-    out_dir = reports_dir / f"compare-{args.run_a}-{args.run_b}"
+    out_dir = reports_dir / f"compare-{run_a['run_id']}-{run_b['run_id']}"
     table = compare.write(run_a, run_b, rows, scale, args.tolerance, out_dir)
     print(table)
     print(f"compare: {out_dir}/")

@@ -81,6 +81,23 @@ class CompareError(ValueError):
     """Two runs cannot be compared as asked; the message says why."""
 
 
+def baseline(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs of one side as one run: their ids joined by '+', and the
+    machine of the run whose calibration is the median (the first one's when
+    none was calibrated). Their figures are concatenated by the caller, so a
+    step's repeats pool over the runs and the drift between them counts as
+    noise, which no single run can measure."""
+    if len(runs) == 1:
+        return runs[0]
+    ordered = sorted(runs, key=lambda run: rate_of(run["machine"]) or 0)
+    middle = ordered[(len(ordered) - 1) // 2] if rate_of(ordered[-1]["machine"]) else runs[0]
+    return {
+        **middle,
+        "run_id": "+".join(run["run_id"] for run in runs),
+        "runs": [run["run_id"] for run in runs],
+    }
+
+
 def step_key(one: dict[str, Any]) -> StepKey:
     return (one["scenario"], one["arm"], one["phase"], int(one["rate"]))
 
@@ -414,8 +431,15 @@ def table(rows: list[Row]) -> Table:
 def _run_line(name: str, run: dict[str, Any], rate: int | None) -> str:
     machine = run["machine"]
     bound = " (held at every rate tried: a lower bound)" if capped(machine) else ""
+    runs = run.get("runs", [])
+    which = (
+        f"a baseline of {len(runs)} runs, {', '.join(runs)}, their repeats pooled (the "
+        "drift between them counts as noise; the median calibration shown)"
+        if len(runs) > 1
+        else run["run_id"]
+    )
     return (
-        f"{name}: {run['run_id']} ({machine.get('cpu')}, {machine.get('nproc')} cores), "
+        f"{name}: {which} ({machine.get('cpu')}, {machine.get('nproc')} cores), "
         f"machine calibration {rate or 'none'} req/s{bound}"
     )
 
@@ -546,8 +570,8 @@ def write(
     )
     (out_dir / "compare.md").write_text(markdown)
     found = {
-        "a": run_a["run_id"],
-        "b": run_b["run_id"],
+        "a": run_a.get("runs", [run_a["run_id"]]),
+        "b": run_b.get("runs", [run_b["run_id"]]),
         "ratio": scale.ratio,
         "judged_by": scale.judged_by,
         "calibration_ratio": scale.calibration_ratio,
