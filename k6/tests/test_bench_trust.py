@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from aside_bench import calibrate, compare, config, report
+from aside_bench import calibrate, compare, config, meter, report
 from aside_bench.ceiling import (
     SearchParams,
     ceiling_of,
@@ -332,14 +332,30 @@ def test_k6s_cpu_per_request_is_each_steps_machine_meter() -> None:
     # 0.2 cores for 100 req/s in A, 0.25 in B: B's machine ran 0.8x as fast.
     a = _figures([4.0, 4.0], k6_cores=0.2) + _figures([4.0], rate=500, k6_cores=1.0)
     b = _figures([4.0, 4.0], k6_cores=0.25) + _figures([4.0], rate=500, k6_cores=0.5)
-    speeds = compare.step_speeds(a, b)
+    speeds = meter.step_speeds(a, b)
     assert speeds[KEY] == pytest.approx(0.8)
     assert speeds[("read", "cache", "warm", 500)] == pytest.approx(2.0)
     # A step that dropped iterations spent k6's CPU on requests it never made:
     # no meter there; nor where k6's CPU was not read.
     dropping = _figures([4.0], drops=0.05, k6_cores=0.2)
-    assert compare.step_speeds(a, dropping) == {}
-    assert compare.step_speeds(a, _figures([4.0, 4.0])) == {}
+    assert meter.step_speeds(a, dropping) == {}
+    assert meter.step_speeds(a, _figures([4.0, 4.0])) == {}
+
+
+def test_the_widest_drift_between_repeats_is_named_in_the_report() -> None:
+    # cache (warm) at 100/s: k6 spent 0.92 and then 1.27 ms per request.
+    steady = _figures([4.0, 4.0], rate=500, k6_cores=0.3 * 5)
+    drifting = [dict(one, k6_cpu_cores=cores) for one, cores in
+                zip(_figures([4.0, 4.0]), (0.092, 0.127), strict=True)]  # fmt: skip
+    drift = meter.widest_drift(steady + drifting)
+    assert drift is not None and drift.key == KEY
+    assert drift.ratio == pytest.approx(0.127 / 0.092)
+    line = report.machine_drift_line(steady + drifting)
+    assert line is not None
+    assert "moved by 38% between the repeats of cache (warm) at 100/s (0.92 and 1.27 ms)" in line
+    # Nothing repeated, or no step that held its rate: nothing to say.
+    assert report.machine_drift_line(drifting[:1]) is None
+    assert meter.widest_drift(_figures([4.0, 4.0], drops=0.5, k6_cores=0.1)) is None
 
 
 def test_the_steps_meter_judges_the_machines_before_the_calibration() -> None:
@@ -369,13 +385,13 @@ def test_a_slower_machine_is_not_flagged_and_a_slower_service_is() -> None:
     worse = ["p50 worse", "p95 worse", "p99 worse"]
     for b, flagged in ((slower_machine, []), (slower_service, worse)):
         scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
-                                      steps=compare.step_speeds(a, b))  # fmt: skip
+                                      steps=meter.step_speeds(a, b))  # fmt: skip
         (row,) = compare.compare(a, b, scale)
         assert row.flags == flagged
     # Judged as measured, the slower machine reads as a slower service.
     scale = compare.machine_scale(
         _run("a", 1000), _run("b", 1000), False,
-        steps=compare.step_speeds(a, slower_machine), as_measured=True,
+        steps=meter.step_speeds(a, slower_machine), as_measured=True,
     )  # fmt: skip
     (row,) = compare.compare(a, slower_machine, scale)
     assert row.flags == worse and row.speed is None
@@ -385,7 +401,7 @@ def test_a_flag_on_a_step_whose_machine_moved_says_so(tmp_path: Path) -> None:
     a = _p50s([1.0, 1.02], k6_cores=0.2)
     b = _p50s([2.0, 2.02], k6_cores=0.25)  # 1.6x A's once on A's machine, which ran 0.8x
     scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
-                                  steps=compare.step_speeds(a, b))  # fmt: skip
+                                  steps=meter.step_speeds(a, b))  # fmt: skip
     (row,) = compare.compare(a, b, scale)
     assert row.machine_moved
     assert row.verdict() == "p50 worse, p95 worse, p99 worse (B's machine 0.80x here)"
@@ -417,7 +433,7 @@ def test_the_table_shows_each_steps_speed(tmp_path: Path) -> None:
     a = _p50s([1.0, 1.02], k6_cores=0.2) + _figures([4.0], rate=500, drops=0.5, k6_cores=0.2)
     b = _p50s([1.25, 1.27], k6_cores=0.25) + _figures([4.0], rate=500, drops=0.5, k6_cores=0.2)
     scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
-                                  steps=compare.step_speeds(a, b))  # fmt: skip
+                                  steps=meter.step_speeds(a, b))  # fmt: skip
     text = compare.write(_run("a", 1000), _run("b", 1000), compare.compare(a, b, scale),
                          scale, 0.2, tmp_path)  # fmt: skip
     assert "B's speed" in text and "on A's machine" in text

@@ -24,6 +24,7 @@ from . import (
     interference,
     interference_report,
     k6cost,
+    meter,
     report,
     trackplan,
     tracks,
@@ -471,7 +472,7 @@ def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
             run_b,
             args.normalise,
             args.ignore_calibration,
-            compare.step_speeds(figures_a, figures_b),
+            meter.step_speeds(figures_a, figures_b),
             args.as_measured,
         )
     except compare.CompareError as error:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .calibrate import base_latency, capped, rate_of
+from .meter import StepKey, step_key
 from .plan import series_label
 from .repeats import Spread, spread
 from .tables import Table, fmt_ms, fmt_pct, fmt_rps
@@ -55,8 +56,6 @@ SHARE_TOLERANCE = 0.02
 # near capacity grows faster than the machine slows, beyond what the step's
 # speed puts right.
 STEP_SPEED_WARNING = 0.1
-# A step that dropped more than this share of its iterations does not read the machine's speed.
-METER_MAX_DROPS = 0.01
 # Below these a change is never flagged, whatever the spread (0 wide when runs agree).
 FLOOR = {"ms": 0.05, "rate": 0.5, "share": 0.005}
 # figure -> (unit, True when higher is better)
@@ -73,7 +72,6 @@ UNJUDGED_PAST_CAPACITY = frozenset(
     name for name, (unit, _) in FIGURES.items() if unit == "ms" or name == "drops"
 )
 PAST_CAPACITY = "past capacity"
-StepKey = tuple[str, str, str, int]
 SeriesKey = tuple[str, str, str]
 
 
@@ -98,50 +96,6 @@ def baseline(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def step_key(one: dict[str, Any]) -> StepKey:
-    return (one["scenario"], one["arm"], one["phase"], int(one["rate"]))
-
-
-def k6_cost(one: dict[str, Any]) -> float | None:
-    """k6's CPU seconds per request it completed in one step: the machine's own
-    meter. The script, rate and request count are the same in both runs, so
-    what moves it is the speed of the cores at that minute (the services' code
-    barely touches it: k6 spent the same per request where the service's p95
-    moved fourfold)."""
-    cores, achieved = one.get("k6_cpu_cores"), one.get("achieved")
-    if not cores or not achieved or cores <= 0 or achieved <= 0:
-        return None
-    return float(cores) / float(achieved)
-
-
-def k6_costs(figures: list[dict[str, Any]]) -> dict[StepKey, float]:
-    """Each step's k6 cost per request, the median over its repeats, for the
-    steps that held their rate in every repeat: where k6 dropped iterations it
-    spent CPU on requests it never completed (a step past capacity reads its
-    meter 1.3-1.8x off)."""
-    found: dict[StepKey, list[float]] = {}
-    held: dict[StepKey, bool] = {}
-    for one in figures:
-        key, cost = step_key(one), k6_cost(one)
-        held[key] = (
-            held.get(key, True)
-            and cost is not None
-            and ((one.get("drops") or 0.0) <= METER_MAX_DROPS)
-        )
-        if cost is not None:
-            found.setdefault(key, []).append(cost)
-    return {key: statistics.median(costs) for key, costs in found.items() if held[key]}
-
-
-def step_speeds(
-    figures_a: list[dict[str, Any]], figures_b: list[dict[str, Any]]
-) -> dict[StepKey, float]:
-    """How much faster B's machine ran than A's during each step both held:
-    A's k6 cost per request over B's (above 1: B faster)."""
-    costs_a, costs_b = k6_costs(figures_a), k6_costs(figures_b)
-    return {key: costs_a[key] / costs_b[key] for key in costs_a.keys() & costs_b.keys()}
-
-
 @dataclass(frozen=True)
 class Scale:
     """How fast B's machine measured against A's, and how B's figures are put
@@ -150,7 +104,7 @@ class Scale:
     rate_a: int | None  # the machines' calibrations (k6 + the core's /healthz)
     rate_b: int | None
     normalised: bool  # machines further apart than MACHINE_RATIO_LIMIT compared anyway
-    steps: dict[StepKey, float] = field(default_factory=dict)  # step_speeds
+    steps: dict[StepKey, float] = field(default_factory=dict)  # meter.step_speeds
     as_measured: bool = False  # B's figures judged as they are
 
     @property
@@ -201,7 +155,7 @@ def machine_scale(
     steps: dict[StepKey, float] | None = None,
     as_measured: bool = False,
 ) -> Scale:
-    """How fast B's machine measured against A's (`steps`: step_speeds, else
+    """How fast B's machine measured against A's (`steps`: meter.step_speeds, else
     the calibrations), checked: CompareError when nothing measured either
     machine or they differ by more than MACHINE_RATIO_LIMIT, unless `ignore`
     (the reader knows both ran on one machine) or, for the difference,

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import calibrate
+from . import calibrate, meter
 from .ceiling import Reference, ceiling_of, limit_of
 from .doc import Doc, write_pages
 from .machine import summary
@@ -200,6 +200,9 @@ def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -
         tables.append(held)
         doc.table(held)
     _saturation(doc, results)
+    drift = machine_drift_line([step_figures(result) for result in results])
+    if drift is not None:
+        doc.p(drift, note=True)
     doc.h(2, "How the figures are computed")
     doc.ul(DEFINITIONS)
     if results:
@@ -210,6 +213,24 @@ def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -
             doc.image(path, path.stem.replace("_", " "))
     write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)
     return tables
+
+
+def machine_drift_line(figures: list[dict[str, Any]]) -> str | None:
+    """How far the machine's speed moved between the repeats of one step, the
+    widest of the run; None without a repeated step that held its rate."""
+    drift = meter.widest_drift(figures)
+    if drift is None:
+        return None
+    _, arm, phase, rate = drift.key
+    return (
+        f"The machine during the run: k6's own CPU per request (the same script at the same "
+        f"rate) moved by {drift.ratio - 1:.0%} between the repeats of "
+        f"{series_label(arm, phase)} at {rate}/s ({drift.low * 1e3:.2f} and "
+        f"{drift.high * 1e3:.2f} ms), the widest of any step: the cores ran that much slower "
+        "in one round than in another, so a latency that moved about as much between "
+        "repeats moved with the machine. `make compare` puts another run on this one's "
+        "machine step by step by the same meter."
+    )
 
 
 def _saturation(doc: Doc, results: list[StepResult]) -> None:
