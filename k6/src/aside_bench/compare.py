@@ -21,9 +21,12 @@ capacity it is 1 - capacity / rate: its noise in points shrinks as the rate
 grows, so a series' spread pooled in points (below) under-states it at the
 series' lowest rate.
 
-Runs are compared only on machines of about the same speed, judged by their
-calibration (calibrate.py): more than MACHINE_RATIO_LIMIT apart is refused
-unless --normalise, which puts B's figures on A's machine by the ratio.
+B's latencies are put on A's machine step by step by the machine's meter
+(meter.py: k6's CPU per request in the same step of both runs), and runs are
+compared only on machines of about the same speed, judged by the median of
+those steps (by their calibrations, calibrate.py, for runs without the
+meter): more than MACHINE_RATIO_LIMIT apart is refused unless --normalise.
+Either side may be a baseline of several runs whose repeats pool.
 
 Pure functions only (but `write`), so every rule here has a unit test.
 """
@@ -127,8 +130,8 @@ class Scale:
         return "steps" if self.steps else "calibration"
 
     def speed(self, key: StepKey) -> float | None:
-        """The speed B's figures of this step are divided by: the step's own
-        meter; the calibrations' ratio for runs without one, when told to
+        """The speed B's latencies of this step are multiplied by: the step's
+        own meter; the calibrations' ratio for runs without one, when told to
         normalise; None when judged as measured."""
         if self.as_measured:
             return None
