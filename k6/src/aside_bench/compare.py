@@ -150,6 +150,10 @@ class Scale:
         return value * speed
 
 
+def _within(ratio: float) -> bool:
+    return max(ratio, 1 / ratio) <= MACHINE_RATIO_LIMIT
+
+
 def machine_scale(
     run_a: dict[str, Any],
     run_b: dict[str, Any],
@@ -179,7 +183,7 @@ def machine_scale(
         if normalise:
             raise CompareError("--normalise needs both runs calibrated")
         return scale
-    if max(ratio, 1 / ratio) > MACHINE_RATIO_LIMIT and not (normalise or ignore):
+    if not _within(ratio) and not (normalise or ignore):
         measured = (
             "k6's CPU per request in the steps both ran"
             if scale.steps
@@ -422,10 +426,6 @@ def base_latency_line(run_a: dict[str, Any], run_b: dict[str, Any]) -> str | Non
             "change of about that share as the machine's, and confirm flags with a third run"
         )
     return line
-
-
-def _within(ratio: float) -> bool:
-    return max(ratio, 1 / ratio) <= MACHINE_RATIO_LIMIT
 
 
 def machine_lines(scale: Scale) -> list[str]:

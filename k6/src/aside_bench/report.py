@@ -187,7 +187,7 @@ def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -
     doc = Doc()
     doc.h(1, title)
     context(doc, run)
-    save_figures(results, out_dir)
+    figures = save_figures(results, out_dir)
     merged = merge_repeats(results)
     tables = sweep_tables(merged) if results else []
     if not results:
@@ -200,7 +200,7 @@ def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -
         tables.append(held)
         doc.table(held)
     _saturation(doc, results)
-    drift = machine_drift_line([step_figures(result) for result in results])
+    drift = machine_drift_line(figures)
     if drift is not None:
         doc.p(drift, note=True)
     doc.h(2, "How the figures are computed")
@@ -406,10 +406,11 @@ def step_figures(result: StepResult) -> dict[str, Any]:
     }
 
 
-def save_figures(results: list[StepResult], out_dir: Path) -> None:
-    (out_dir / FIGURES_FILE).write_text(
-        json.dumps([step_figures(result) for result in results], indent=1) + "\n"
-    )
+def save_figures(results: list[StepResult], out_dir: Path) -> list[dict[str, Any]]:
+    """Every step's figures into results.json; the figures."""
+    figures = [step_figures(result) for result in results]
+    (out_dir / FIGURES_FILE).write_text(json.dumps(figures, indent=1) + "\n")
+    return figures
 
 
 def load_figures(out_dir: Path) -> list[dict[str, Any]] | None:
