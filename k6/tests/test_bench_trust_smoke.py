@@ -232,6 +232,15 @@ def test_compare_flags_against_the_runs_spread(
     assert step["changes"]["p95"]["a"]["runs"] == 3
 
 
+def test_compare_refuses_a_side_that_names_no_run(
+    trust_runs: TrustRuns, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = ["--reports-dir", str(trust_runs.reports_dir)]
+    code, stdout, stderr = _compare(capsys, " , ", trust_runs.b, *where)
+    assert (code, stdout) == (2, "")
+    assert stderr.strip().splitlines() == ["aside-bench: compare: a side names no run"]
+
+
 def test_compare_refuses_a_machine_measured_twice_as_fast(
     trust_runs: TrustRuns, capsys: pytest.CaptureFixture[str]
 ) -> None:
