@@ -26,7 +26,7 @@ SCENARIO ?= read
 # SCENARIO=interference: cached reads/s beside the compute (default 500)
 READ_RATE ?=
 RUN ?=
-# make bench-ceiling REFERENCE=0: no search of the bare script's ceiling after the arms
+# make bench-ceiling REFERENCE=0: no search of the bare scenario's ceiling after the arms
 REFERENCE ?= 1
 # Images (make images IMAGE_TAG=0.2.0); the tag defaults to the chart's appVersion.
 DOCKER ?= docker
@@ -34,10 +34,12 @@ IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' i
 # Trustworthy figures (make bench REPEAT=2 LIVE=1; make compare A=<run> B=<run> NORMALISE=1)
 CALIBRATE ?= 1
 REPEAT ?= 1
+# LIVE=1: a line per second from the driver, on the terminal
 LIVE ?= 0
-KEEP_HTML ?= 0
-# Where k6's samples go: summary (nothing per request; figures from k6's summary) or influx
-SAMPLES ?= summary
+# SAMPLES_FILE=1: the raw per-request samples of every step to a file too
+# (aside-bench run --samples-file). The figures come from the driver's summary
+# either way, and InfluxDB always gets its per-second points.
+SAMPLES_FILE ?= 0
 A ?=
 B ?=
 NORMALISE ?= 0
@@ -52,12 +54,12 @@ SOCKETS ?=
 EMAILS ?=
 EXPERIMENTS ?= all
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling k6-cost report compare screenshot chaos soak create-rate hardening test test-unit lint fmt images
+.PHONY: help up down status logs clean install seed bench bench-ceiling bench-cost report compare screenshot chaos soak create-rate hardening test test-unit lint fmt images
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-install: ## install packages, the Python env, the core and k6 (idempotent)
+install: ## install packages, the Python env, the core and the load driver (idempotent)
 	@$(ENV) infra/install.sh
 
 up: ## start the native stack and wait until every service is healthy
@@ -80,28 +82,27 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 	@$(ENV) $(VENV)/aside-seed --rows "$(ROWS)" --seed "$(SEED)" --hot-emails "$(HOT_EMAILS)" \
 		--hot-ratio "$(HOT_RATIO)" --tracks "$(TRACKS)" --reset $(if $(filter 1 yes true,$(INDEX)),--index,)
 
-# The calibration, live view, HTML reports and samples of both load commands.
+# The calibration and the live line of both load commands.
 TRUST_FLAGS = $(if $(filter 0 no false,$(CALIBRATE)),--no-calibrate,) \
-	$(if $(filter 1 yes true,$(LIVE)),--live,) $(if $(filter 1 yes true,$(KEEP_HTML)),--keep-html,) \
-	--samples "$(SAMPLES)"
+	$(if $(filter 1 yes true,$(LIVE)),--live,)
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, CALIBRATE=0, LIVE=1, SAMPLES=influx)
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
-		--repeat "$(REPEAT)" $(TRUST_FLAGS) \
+		--repeat "$(REPEAT)" $(TRUST_FLAGS) $(if $(filter 1 yes true,$(SAMPLES_FILE)),--samples-file,) \
 		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)") \
 		$(if $(READ_RATE),--read-rate "$(READ_RATE)")
 
-bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route and the bare script (ARMS, REFERENCE=0, CALIBRATE=0, LIVE=1, SAMPLES=influx)
+bench-ceiling: ## highest rate held at p95 <= 10 ms, cache on against a trivial route and the bare scenario (ARMS, REFERENCE=0, CALIBRATE=0, LIVE=1)
 	@$(ENV) $(VENV)/aside-bench ceiling $(TRUST_FLAGS) \
 		$(if $(filter 0 no false,$(REFERENCE)),--no-reference,) \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)")
 
-k6-cost: ## k6's own CPU per request under each telemetry variant, warm cache arm (RATE=1000, DURATION=10s)
-	@$(ENV) $(VENV)/aside-bench k6cost $(if $(RATE),--rate "$(RATE)",) \
+bench-cost: ## the driver's own CPU per request against a plain net/http loop, /healthz of the core (RATE=2000, DURATION=20s)
+	@$(ENV) $(VENV)/aside-bench cost $(if $(RATE),--rate "$(RATE)",) \
 		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",)
 
-report: ## rebuild reports/RUN/ from InfluxDB and Prometheus (make report RUN=<id>)
+report: ## rebuild reports/RUN/ from its run.json and Prometheus (make report RUN=<id>)
 	@$(ENV) $(VENV)/aside-bench report --run "$(RUN)"
 
 compare: ## every step two runs share, changes beyond their spread flagged (A=<run> B=<run>, NORMALISE=1, IGNORE_CALIBRATION=1, AS_MEASURED=1)
@@ -133,18 +134,20 @@ hardening: ## slow request heads and a cold flood under cached reads (RATE=500, 
 test: ## every suite against real services, started here and stopped afterwards
 	@$(ENV) infra/test.sh
 
-images: ## docker build of aside-gateway, aside-seed and aside-core (IMAGE_TAG; needs docker)
+images: ## docker build of aside-gateway, aside-seed, aside-core and aside-load (IMAGE_TAG; needs docker)
 	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "aside: make images needs docker ($(DOCKER) not found); the native stack (make up) needs none" >&2; exit 1; }
 	@$(DOCKER) info >/dev/null 2>&1 || { echo "aside: make images needs a running Docker engine ('$(DOCKER) info' failed); the native stack (make up) needs none" >&2; exit 1; }
 	$(DOCKER) build -f gateway/Dockerfile --target gateway -t aside-gateway:$(IMAGE_TAG) .
 	$(DOCKER) build -f gateway/Dockerfile --target seed -t aside-seed:$(IMAGE_TAG) .
 	$(DOCKER) build -f core-go/Dockerfile -t aside-core:$(IMAGE_TAG) core-go
+	$(DOCKER) build -f bench/driver/Dockerfile -t aside-load:$(IMAGE_TAG) bench/driver
 
 lint: ## ruff, gofmt, go vet
 	@$(ENV) $(VENV)/ruff check . && $(VENV)/ruff format --check . && \
 		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...) && \
+		test -z "$$(cd bench/driver && gofmt -l .)" && (cd bench/driver && go vet ./...) && \
 		test -z "$$(cd infra/helm/validate && gofmt -l .)" && (cd infra/helm/validate && go vet ./...)
 
 fmt: ## format Python and Go
 	@$(VENV)/ruff format . && $(VENV)/ruff check --fix . && (cd core-go && gofmt -w .) && \
-		(cd infra/helm/validate && gofmt -w .)
+		(cd bench/driver && gofmt -w .) && (cd infra/helm/validate && gofmt -w .)

@@ -1,21 +1,21 @@
 """gunicorn settings for the gateway; every value comes from aside_gateway.config.
 
-Sizing (2 cores shared with PostgreSQL, Redis, the core and k6):
+Sizing (2 cores shared with PostgreSQL, Redis, the core and the load driver):
 * workers = GATEWAY_WORKERS (2): one process per core. The GIL lets one thread
   of a process run Python at a time, so more processes than cores only adds
   context switches, and each process holds its own pools.
 * worker class: uvicorn (uvloop + httptools) serving aside_gateway.asgi, whose
   async hot path answers cache hits and /healthz on the event loop and hands
-  everything else to the Flask app in a thread pool (see docs/decisions.md,
-  "ASGI hot path").
+  everything else to the Flask app in a thread pool (see
+  docs/decisions/001-asgi-hot-path.md).
 * threads = GATEWAY_THREADS (64): that Flask pool. A miss spends most of its
   time waiting on Redis or PostgreSQL with the GIL released, and on a cold
-  cache many wait for their key's batched fill (see docs/decisions.md,
-  "64 Flask threads and a duty cycle for scans"). Uncached reads stay bounded
+  cache many wait for their key's batched fill (see
+  docs/decisions/004-64-flask-threads-and-a-duty-cycle-for-scans.md). Uncached reads stay bounded
   by LAB_MAX_CONCURRENT_BYPASS.
-* keepalive = GATEWAY_KEEPALIVE_S (30 s): k6 reuses connections; a short
-  keep-alive would close them between iterations at low request rates and
-  add a TCP handshake. The worker class passes the same value to uvicorn,
+* keepalive = GATEWAY_KEEPALIVE_S (30 s): the load driver reuses connections;
+  a short keep-alive would close them between iterations at low request rates
+  and add a TCP handshake. The worker class passes the same value to uvicorn,
   with the head and body deadlines and the connection bound (worker.py).
 
 Metrics: prometheus-client's multiprocess mode needs PROMETHEUS_MULTIPROC_DIR

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs whatever the native stack lacks, idempotently: Debian packages, the
-# Python environment (uv, from uv.lock), the core's Go build and k6 (built from
-# its Go module into bin/). A second run finds everything and returns quickly.
-# helm, built the same way, is for the chart's tests only (infra/test.sh asks
-# for it); the native stack does not need it.
+# Python environment (uv, from uv.lock), the core's Go build and the bench's
+# load driver (bench/driver, built into bin/aside-load). A second run finds
+# everything and returns quickly. helm, built from its Go module, is for the
+# chart's tests only (infra/test.sh asks for it); the native stack does not
+# need it.
 #
-# usage: infra/install.sh [packages|user|python|core|k6|browser|helm ...]
+# usage: infra/install.sh [packages|user|python|core|driver|browser|helm ...]
 #        (default: all but browser and helm, which only the tests need: infra/test.sh asks for them)
 set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
@@ -13,7 +14,6 @@ source "$ASIDE_ROOT/infra/lib.sh"
 # An unexpected failure still says where, in one line, instead of exiting silently.
 trap 'printf "aside: %s failed at line %s: %s\n" "${BASH_SOURCE[0]##*/}" "$LINENO" "$BASH_COMMAND" >&2' ERR
 
-K6_VERSION=${K6_VERSION:-v1.8.1}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 UV_VERSION=${UV_VERSION:-0.13.9}
 APT_PACKAGES=(postgresql postgresql-contrib redis-server influxdb prometheus
@@ -113,14 +113,15 @@ install_core() {
     chmod a+rx "$ASIDE_BIN_DIR/aside-core" # run as the service user
 }
 
-install_k6() {
-    local k6=$ASIDE_BIN_DIR/k6
-    if [ -x "$k6" ] && "$k6" version 2>/dev/null | grep -q "k6 $K6_VERSION "; then return 0; fi
-    command -v go >/dev/null || die "go is not installed; k6 is built from its Go module"
-    info "building k6 $K6_VERSION from its Go module (about two minutes, once)"
+# The bench's load driver, with the core's toolchain: the same go, the same
+# incremental build (bench/driver/README.md).
+install_driver() {
+    command -v go >/dev/null || die "go is not installed; install Go 1.26 or newer"
+    [ -f "$ASIDE_ROOT/bench/driver/go.mod" ] || return 0
     mkdir -p "$ASIDE_BIN_DIR"
-    GOBIN=$ASIDE_BIN_DIR go install "go.k6.io/k6@$K6_VERSION" >"$ASIDE_RUN_DIR/logs/k6-build.log" 2>&1 ||
-        die "building k6 failed (see .run/logs/k6-build.log)"
+    (cd "$ASIDE_ROOT/bench/driver" && go build -trimpath -o "$ASIDE_BIN_DIR/aside-load" ./cmd/aside-load) ||
+        die "the load driver did not build; run 'cd bench/driver && go build ./...' to see why"
+    chmod a+rx "$ASIDE_BIN_DIR/aside-load"
 }
 
 install_helm() {
@@ -149,7 +150,7 @@ install_helm() {
 main() {
     mkdir -p "$ASIDE_RUN_DIR/logs"
     local steps=("$@")
-    [ ${#steps[@]} -gt 0 ] || steps=(packages user python core k6)
+    [ ${#steps[@]} -gt 0 ] || steps=(packages user python core driver)
     local s
     for s in "${steps[@]}"; do
         case $s in
@@ -158,9 +159,9 @@ main() {
             user) install_user ;;
             python) install_python ;;
             core) install_core ;;
-            k6) install_k6 ;;
+            driver) install_driver ;;
             helm) install_helm ;;
-            *) die "unknown install step '$s' (packages, user, python, core, k6, browser, helm)" ;;
+            *) die "unknown install step '$s' (packages, user, python, core, driver, browser, helm)" ;;
         esac
     done
 }

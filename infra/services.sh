@@ -191,7 +191,7 @@ start_influxdb() {
 
 setup_influxdb() {
     curl -fsS --max-time 5 -XPOST "http://127.0.0.1:$ASIDE_INFLUX_PORT/query" \
-        --data-urlencode "q=CREATE DATABASE k6" >/dev/null || die "could not create InfluxDB database k6"
+        --data-urlencode "q=CREATE DATABASE aside" >/dev/null || die "could not create InfluxDB database aside"
 }
 
 start_node-exporter() {

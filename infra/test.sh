@@ -40,11 +40,13 @@ run_suite() {
 
 cd "$ROOT"
 # helm, for the chart's tests (infra/tests/test_helm.py and infra/helm/validate):
-# built once from its Go module, like k6.
+# built once from its Go module.
 "$ROOT/infra/install.sh" helm || failed+=("helm-install")
 run_suite python .venv/bin/pytest --import-mode=importlib -q -p no:cacheprovider \
-    infra/tests seed/tests gateway/tests k6/tests
+    infra/tests seed/tests gateway/tests bench/tests
 run_suite go bash -c 'cd core-go && go test -count=1 ./...'
+# The bench's load driver: its own Go module (bench/driver).
+run_suite driver bash -c 'cd bench/driver && go test -count=1 ./...'
 # Its own Go module, so the core does not depend on client-go.
 run_suite helm bash -c 'cd infra/helm/validate && go test -count=1 ./...'
 

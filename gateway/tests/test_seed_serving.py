@@ -62,14 +62,14 @@ def services(start_core, start_gateway, tmp_path_factory) -> Iterator[Services]:
     common = {"DATABASE_URL": db_url, "REDIS_URL": redis_url, "CORE_URL": core.url}
     gateway = start_gateway(**common)
     hybrid = start_gateway(**common, CACHE_STRATEGY="hybrid", CACHE_L1_TTL_SECONDS="60")
-    yield Services(db_url, redis_url, core, gateway, hybrid, tmp_path_factory.mktemp("k6data"))
+    yield Services(db_url, redis_url, core, gateway, hybrid, tmp_path_factory.mktemp("keydata"))
     with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
 
 
 def seed_command(s: Services, rows: int, seed: int) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASIDE_SEED_")}
-    env.update(DATABASE_URL=s.db_url, REDIS_URL=s.redis_url, ASIDE_K6_DATA_DIR=str(s.data_dir))
+    env.update(DATABASE_URL=s.db_url, REDIS_URL=s.redis_url, ASIDE_DATA_DIR=str(s.data_dir))
     env.update(ASIDE_ROOT=str(REPO), PYTHONUNBUFFERED="1")
     args = ["--rows", str(rows), "--seed", str(seed), "--hot-emails", "50", "--reset"]
     return [sys.executable, "-m", "aside_seed", *args], env

@@ -19,7 +19,7 @@ PARTS = {
     ),
     "core": (sorted((ROOT / "core-go/internal/config").glob("*.go")), ROOT / "core-go/README.md"),
     "seed": ([ROOT / "seed/src/aside_seed/config.py"], ROOT / "seed/README.md"),
-    "bench": ([ROOT / "k6/src/aside_bench/config.py"], ROOT / "k6/README.md"),
+    "bench": ([ROOT / "bench/src/aside_bench/config.py"], ROOT / "bench/README.md"),
 }
 # Names that look like variables but are not read from the environment.
 NOT_ENV = {"ASIDE_ROOT"}
@@ -33,7 +33,7 @@ def names_read(sources: list[Path]) -> set[str]:
             names |= set(re.findall(r"^([A-Z][A-Z0-9_]+)=\$\{", text, re.M))
         else:
             names |= set(re.findall(r'"((?:ASIDE|CORE|GATEWAY|DB|REDIS|CACHE|LAB|PYTHON|'
-                                    r'DATABASE|INFLUXDB|PROMETHEUS|WRITE|METRICS|K6)[A-Z0-9_]*)"',
+                                    r'DATABASE|INFLUXDB|PROMETHEUS|WRITE|METRICS)[A-Z0-9_]*)"',
                                     text))  # fmt: skip
     return names - NOT_ENV
 

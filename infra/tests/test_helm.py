@@ -3,8 +3,9 @@ here. It is rendered with the real helm (infra/install.sh helm) for its
 defaults, the production-like file and the lab with every part on, and each
 rendering is held against the code it deploys: every variable a service reads
 is set (and read by the gateway's own config loader), every probe path is a
-route, Prometheus and Grafana are the native stack's, the TestRun carries the
-bench's variables, every image is pinned. Strict decoding of each document is
+route, Prometheus and Grafana are the native stack's, the load Job carries the
+variables the bench gives the load driver and splits the step among its
+shards, every image is pinned. Strict decoding of each document is
 infra/helm/validate's (Go)."""
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Any
 
 import pytest
 import yaml
-from aside_bench.k6run import K6_ENV, LoadShape, step_run
-from aside_bench.plan import CACHE_ARMS, EXPECTED_LATENCY_S, GATEWAY_ENV, Step, vus_for
+from aside_bench.loadrun import LoadShape, step_run
+from aside_bench.plan import CACHE_PARAMS, Step, pool_for
 from aside_gateway.config import load_settings
 from aside_seed.config import load_config
 from stack_helpers import ROOT
@@ -34,7 +35,7 @@ CHART = ROOT / "infra/helm/aside"
 RELEASE = "aside"
 NAMESPACE = "aside-lab"
 LAB_ALL = (
-    "--set", "profile=lab", "--set", "k6.enabled=true", "--set", "k6.runId=check-1",
+    "--set", "profile=lab", "--set", "load.enabled=true", "--set", "load.runId=check-1",
     "--set", "nodeExporter.enabled=true",
 )  # fmt: skip
 RENDERS = {
@@ -52,10 +53,12 @@ TEST_SWITCHES = {
 COPIES = {
     "files/schema.sql": "contracts/schema.sql",
     "files/rules.yml": "prometheus/rules.yml",
-    "files/grafana/aside.json": "infra/grafana/dashboards/aside.json",
-    "files/k6/read.js": "k6/scripts/read.js",
-    "files/k6/common.js": "k6/scripts/lib/common.js",
 }
+# The chart's links to files outside it: helm reads the file linked to (and
+# `helm package` packs its contents), so there is one dashboard, not two.
+LINKS = {"files/grafana/aside.json": "infra/grafana/dashboards/aside.json"}
+# The former load generator's name, spelled so that a grep of infra/ finds none.
+RETIRED = "k" + "6"
 # Token-shaped stand-ins for the values of a Secret the chart does not render.
 EXTERNAL_SECRET = {
     "database-url": "postgresql://aside:pw@db.example:5432/aside",
@@ -346,116 +349,194 @@ def test_chart_copies_equal_their_sources(copy: str, source: str) -> None:
     )
 
 
-# ---- the k6 TestRun ------------------------------------------------------------------
-def script_variables() -> set[str]:
-    text = "".join(
-        (ROOT / path).read_text() for path in ("k6/scripts/read.js", "k6/scripts/lib/common.js")
+@pytest.mark.parametrize(("link", "source"), sorted(LINKS.items()))
+def test_chart_links_resolve_to_their_sources(link: str, source: str) -> None:
+    path = CHART / link
+    assert path.is_symlink(), (
+        f"{link} is not a link: ln -sf {os.path.relpath(ROOT / source, path.parent)} {path}"
     )
-    # SUMMARY_PATH: the file the bench's runner names for a step whose figures
-    # come from k6's summary; the chart's runs send their samples to InfluxDB.
-    return set(re.findall(r"\b(?:env|intEnv|floatEnv)\('([A-Z_]+)'", text)) - {"SUMMARY_PATH"}
+    assert path.resolve() == (ROOT / source).resolve()
 
 
-def test_runs_carry_the_bench_variables_and_tags() -> None:
+# ---- the load Job --------------------------------------------------------------------
+def driver_env_names() -> set[str]:
+    """Every variable the load driver reads: the names its config reader is asked for."""
+    text = (ROOT / "bench/driver/internal/config/config.go").read_text()
+    names = set(re.findall(r'\b(?:r\.\w+|getenv)\("([A-Z][A-Z0-9_]+)"', text))
+    assert {"BASE_URL", "RATE", "SHARDS", "JOB_COMPLETION_INDEX"} <= names, names
+    return names
+
+
+def load_job(*args: str) -> dict[str, Any]:
+    result = helm_template(*LAB_ALL, *args, "--show-only", "templates/load.yaml")
+    assert result.returncode == 0, result.stderr
+    (job,) = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert job["kind"] == "Job"
+    return job
+
+
+def job_env(job: dict[str, Any]) -> dict[str, str]:
+    (load,) = pod_spec(job)["containers"]
+    return {item["name"]: item["value"] for item in load["env"]}
+
+
+def test_load_job_carries_the_bench_variables_and_tags() -> None:
     docs = rendered("lab-all")
-    (run,) = of_kind(docs, "TestRun")
-    runner = run["spec"]["runner"]
-    env = {item["name"]: item["value"] for item in runner["env"]}
-    # What aside-bench gives k6 for a step of the read sweep.
+    (job,) = [
+        d
+        for d in of_kind(docs, "Job")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "load"
+    ]
+    env = job_env(job)
+    assert set(env) <= driver_env_names(), set(env) - driver_env_names()
+    # What aside-bench gives the driver for a step of the read sweep, with the
+    # chart's addresses; LIVE is the terminal's, SHARDS the Job's own.
+    settings = SimpleNamespace(
+        gateway_url="http://aside-gateway:8000", influx_url="http://aside-influxdb:8086/aside"
+    )
     step = Step("read", "cache", "warm", 100, 30)
-    bench = step_run(
-        SimpleNamespace(influx_url="http://x/k6"), step, "r", LoadShape(), (1, 1), Path(".")
-    )  # type: ignore[arg-type]
-    read = script_variables()
-    assert {"BASE_URL", "RUN_ID", "ARM", "RATE", "PHASE", "DATA_DIR"} <= read
-    assert set(env) == read | set(K6_ENV), (read | set(K6_ENV)) ^ set(env)
-    assert read <= set(bench.variables("http://x")), read - set(bench.variables("http://x"))
-    assert {k: env[k] for k in K6_ENV} == K6_ENV
-    # The tags every sample carries (common.js arrivalOptions) and the defaults of the shape.
-    assert (env["RUN_ID"], env["ARM"], env["PHASE"], env["RATE"]) == (
-        "check-1",
-        "cache",
-        "warm",
-        "100",
-    )
-    assert float(env["HOT_SHARE"]) == LoadShape.hot_share
-    assert int(env["COLD_SAMPLE"]) == LoadShape.cold_sample
-    assert int(env["TIMEOUT_S"]) == LoadShape.timeout_s
-    assert env["BASE_URL"] == "http://aside-gateway:8000"
-    # Samples go to the chart's InfluxDB, database k6, as --out influxdb= does for the bench.
-    assert "--out influxdb=http://aside-influxdb:8086/k6" in run["spec"]["arguments"]
-    find(docs, "Service", "aside-influxdb")
+    bench = step_run(step, "check-1", LoadShape(), pool_for(100, 1000), Path("/data"))
+    given = bench.variables(settings)  # type: ignore[arg-type]
+    assert set(env) == set(given) - {"LIVE"} | {"SHARDS"}, (set(given) - {"LIVE"}) ^ set(env)
+    assert {k: env[k] for k in set(env) - {"SHARDS"}} == {
+        k: given[k] for k in set(env) - {"SHARDS"}
+    }
+    # The tags of every point.
+    assert (env["RUN_ID"], env["ARM"], env["PHASE"], env["RATE"], env["REPEAT"]) == (
+        "check-1", "cache", "warm", "100", "1",
+    )  # fmt: skip
+    # Its points go to the chart's InfluxDB, database aside.
+    assert env["INFLUX_URL"] == "http://aside-influxdb:8086/aside"
+    influx = find(docs, "StatefulSet", "aside-influxdb")
+    assert {"name": "INFLUXDB_DB", "value": "aside"} in container(influx, "influxdb")["env"]
 
 
-def test_runs_mount_the_script_its_lib_and_the_seeders_files() -> None:
+def test_load_job_mounts_the_seeders_files() -> None:
     docs = rendered("lab-all")
-    (run,) = of_kind(docs, "TestRun")
-    runner = run["spec"]["runner"]
-    volumes = {v["name"]: v for v in runner["volumes"]}
-    mounts = {m["name"]: m["mountPath"] for m in runner["volumeMounts"]}
-    script = run["spec"]["script"]["localFile"]
-    items = {i["key"]: i["path"] for i in volumes["scripts"]["configMap"]["items"]}
-    assert script == f"{mounts['scripts']}/{items['read.js']}"
-    assert items["common.js"] == "lib/common.js"  # read.js imports ./lib/common.js
-    scripts = find(docs, "ConfigMap", volumes["scripts"]["configMap"]["name"])["data"]
-    assert scripts["read.js"] == (ROOT / "k6/scripts/read.js").read_text()
-    assert scripts["common.js"] == (ROOT / "k6/scripts/lib/common.js").read_text()
-    runner_env = {item["name"]: item["value"] for item in runner["env"]}
-    assert mounts["data"] == runner_env["DATA_DIR"]
+    job = load_job()
+    spec = pod_spec(job)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (load,) = spec["containers"]
+    mounts = {m["name"]: m for m in load["volumeMounts"]}
+    assert mounts["data"]["mountPath"] == job_env(job)["DATA_DIR"] and mounts["data"]["readOnly"]
     # The data ConfigMap is the one the seed Job publishes to.
     data_name = volumes["data"]["configMap"]["name"]
-    job = find(docs, "Job", f"{RELEASE}-seed")
-    assert container(job, "manifest", init=True)["args"][3] == data_name
+    assert data_name == f"{RELEASE}-load-data"
+    seed = find(docs, "Job", f"{RELEASE}-seed")
+    assert container(seed, "manifest", init=True)["args"][3] == data_name
     role = find(docs, "Role", f"{RELEASE}-seed")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [data_name],
          "verbs": ["get", "patch"]},
     ]  # fmt: skip
-    # The script reads these files, which the seeder writes.
-    for file in re.findall(r"loadList\('([\w.]+)'", scripts["read.js"]):
-        assert (ROOT / "seed/src/aside_seed/keyfiles.py").read_text().count(f'"{file}"') == 1
+    # The files the driver reads are the ones the seeder writes.
+    keys = (ROOT / "bench/driver/internal/scenario/keys.go").read_text()
+    keyfiles = (ROOT / "seed/src/aside_seed/keyfiles.py").read_text()
+    for file in ("hot_emails.json", "cold_emails.json"):
+        assert f'"{file}"' in keys and keyfiles.count(f'"{file}"') == 1, file
 
 
-@pytest.mark.parametrize(
-    ("rate", "arm", "phase"),
-    [(30, "nocache", "none"), (100, "cache", "warm"), (1000, "cache", "cold"), (500, "l1", "warm"),
-     (75, "hybrid", "cold"), (3000, "cache", "warm")],
-)  # fmt: skip
-def test_runs_size_vus_as_the_bench_does(rate: int, arm: str, phase: str) -> None:
-    result = helm_template(
-        *LAB_ALL, "--set", f"k6.rate={rate}", "--set", f"k6.arm={arm}",
-        "--set", f"k6.phase={phase}", "--show-only", "templates/k6.yaml",
-    )  # fmt: skip
+@pytest.mark.parametrize("shards", [1, 3, 8])
+def test_load_job_splits_the_step_among_its_shards(shards: int) -> None:
+    job = load_job("--set", f"load.shards={shards}", "--set", "load.rate=1000")
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == shards
+    env = job_env(job)
+    # The whole step's rate and pool, and how many shards: each pod takes its
+    # share, its shard being its completion index (JOB_COMPLETION_INDEX).
+    assert (env["RATE"], env["POOL"], env["SHARDS"]) == (
+        "1000",
+        str(pool_for(1000, 1000)),
+        str(shards),
+    )
+    assert "SHARD" not in env and "JOB_COMPLETION_INDEX" not in env
+    # Its pods' host names, <job>-<index>, fit in 63 characters.
+    assert len(job["metadata"]["name"]) <= 56
+
+
+def test_load_job_is_bounded_and_runs_once() -> None:
+    job = load_job("--set", "load.duration=2m", "--set", "load.timeoutS=5")
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0 and pod_spec(job)["restartPolicy"] == "Never"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["load"]
+    assert spec["activeDeadlineSeconds"] == 120 + 5 + values["startupAllowanceS"]
+    assert load_job("--set", "load.duration=1500ms")["spec"]["activeDeadlineSeconds"] == (
+        2 + 10 + values["startupAllowanceS"]
+    )
+    (load,) = pod_spec(job)["containers"]
+    assert load["resources"]["requests"]["cpu"] and load["resources"]["limits"]["memory"]
+    # Like the other pods: not root, no token, a read-only root filesystem.
+    assert pod_spec(job)["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec(job)["automountServiceAccountToken"] is False
+    assert load["securityContext"]["readOnlyRootFilesystem"] is True
+    assert load["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+@pytest.mark.parametrize("rate", [5, 100, 1000, 3000])
+def test_load_job_sizes_its_pool_as_the_bench_does(rate: int) -> None:
+    env = job_env(load_job("--set", f"load.rate={rate}"))
+    maximum = yaml.safe_load((CHART / "values.yaml").read_text())["load"]["maxPool"]
+    assert int(env["POOL"]) == pool_for(rate, maximum)
+    assert job_env(load_job("--set", f"load.rate={rate}", "--set", "load.pool=7"))["POOL"] == "7"
+
+
+def test_chart_load_values_are_the_plans() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["load"]
+    # The read arms that need nothing but their ?cache= value, as the bench sends it.
+    assert values["cacheParams"] == {arm: CACHE_PARAMS[arm] for arm in values["cacheParams"]}
+    assert {"nocache", "cache", "l1", "hybrid"} <= set(values["cacheParams"])
+    config = (ROOT / "bench/driver/internal/config/config.go").read_text()
+    (modes,) = re.findall(r"CacheModes = \[\]string\{([^}]*)\}", config)
+    assert set(values["cacheParams"].values()) <= set(re.findall(r'"(\w+)"', modes))
+    shape = LoadShape()
+    assert math.isclose(values["hotShare"], shape.hot_share)
+    assert (values["coldSample"], values["timeoutS"]) == (shape.cold_sample, shape.timeout_s)
+    for arm in ("nocache", "l1"):
+        assert job_env(load_job("--set", f"load.arm={arm}"))["CACHE"] == CACHE_PARAMS[arm]
+
+
+def test_load_image_is_the_driver_make_images_builds() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["images"]["load"] == {"repository": "aside-load", "tag": ""}
+    (load,) = pod_spec(load_job())["containers"]
+    assert (
+        load["image"]
+        == f"aside-load:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+    )
+    makefile = (ROOT / "Makefile").read_text()
+    assert "build -f bench/driver/Dockerfile -t aside-load:$(IMAGE_TAG) bench/driver" in makefile
+
+
+def test_nothing_of_the_retired_load_generator_is_left_in_the_chart() -> None:
+    for path in sorted(CHART.rglob("*")):
+        assert RETIRED not in path.name.lower(), path
+        if path.is_file():
+            assert RETIRED not in path.read_text().lower(), path
+    result = helm_template(*LAB_ALL)
     assert result.returncode == 0, result.stderr
-    (run,) = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "TestRun"]
-    env = {item["name"]: item["value"] for item in run["spec"]["runner"]["env"]}
-    assert (int(env["PRE_VUS"]), int(env["MAX_VUS"])) == vus_for(rate, arm, 1000, phase)
-
-
-def test_chart_latencies_are_the_plans() -> None:
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    # The read sweep's arms, but those that restart the gateway with other settings.
-    arms = [arm for arm in CACHE_ARMS if arm not in GATEWAY_ENV]
-    assert values["k6"]["expectedLatencyS"] == {arm: EXPECTED_LATENCY_S[arm] for arm in arms}
-    assert math.isclose(values["k6"]["hotShare"], LoadShape.hot_share)
-
-
-def test_k6_image_is_the_bench_k6() -> None:
-    version = re.search(r"K6_VERSION:-v([\d.]+)", (ROOT / "infra/install.sh").read_text())
-    assert version is not None
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["images"]["k6"]["tag"] == version.group(1)
+    assert RETIRED not in result.stdout.lower()
+    assert not (ROOT / "infra/helm/validate/testdata").exists()
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--set", "k6.enabled=true", "--set", "k6.runId=r1"), "k6.enabled needs profile=lab"),
-        (("--set", "profile=lab", "--set", "k6.enabled=true"), "k6.runId is required"),
-        (("--set", "profile=lab", "--set", "k6.enabled=true", "--set", "k6.runId=Run_1"),
-         "k6.runId must be lowercase"),
-        (("--set", "profile=lab", "--set", "k6.enabled=true", "--set", "k6.runId=r1",
-          "--set", "k6.arm=l2"), "k6.arm must be one of"),
+        (("--set", "load.enabled=true", "--set", "load.runId=r1"),
+         "load.enabled needs profile=lab"),
+        (("--set", "profile=lab", "--set", "load.enabled=true"), "load.runId is required"),
+        (("--set", "profile=lab", "--set", "load.enabled=true", "--set", "load.runId=Run_1"),
+         "load.runId must be lowercase"),
+        ((*LAB_ALL, "--set", "load.arm=l2"),
+         "load.arm must be one of cache hybrid index l1 nocache nopool, got"),
+        ((*LAB_ALL, "--set", "load.scenario=mixed"), "load.scenario must be read or bare"),
+        ((*LAB_ALL, "--set", "load.phase=hot"), "load.phase must be cold, warm or none"),
+        ((*LAB_ALL, "--set", "load.shards=0"), "load.shards must be 1 or more"),
+        ((*LAB_ALL, "--set", "load.shards=4", "--set", "load.rate=3"),
+         "load.rate 3 is below load.shards 4"),
+        ((*LAB_ALL, "--set", "load.duration=30"), "load.duration must be a whole number"),
+        ((*LAB_ALL, "--set", "influxdb.enabled=false"), "load.enabled needs influxdb.enabled"),
+        ((*LAB_ALL, "--set", "seed.enabled=false"), "load.enabled needs seed.enabled"),
         (("--set", "profile=staging"), "profile must be lab or production"),
         (("--set", "postgres.enabled=false"), "needs secrets.existingSecret"),
     ],
@@ -526,6 +607,23 @@ def test_data_stores_admit_only_the_services() -> None:
         assert admitted == expected, (store, admitted)
 
 
+def test_influxdb_admits_the_load_pods_and_grafana() -> None:
+    docs = rendered("lab-all")
+    policy = find(docs, "NetworkPolicy", f"{RELEASE}-influxdb")
+    assert selects(
+        policy["spec"]["podSelector"], pod_labels(docs, "StatefulSet", f"{RELEASE}-influxdb")
+    )
+    (rule,) = policy["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [8086]
+    peers = [p["podSelector"] for p in rule["from"]]
+    admitted = {
+        (d["kind"], d["metadata"]["labels"]["app.kubernetes.io/component"]) for d in docs
+        if d["kind"] in {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+        and any(selects(p, d["spec"]["template"]["metadata"]["labels"]) for p in peers)
+    }  # fmt: skip
+    assert admitted == {("Job", "load"), ("Deployment", "grafana")}, admitted
+
+
 # ---- images --------------------------------------------------------------------------
 # A release: major.minor.patch somewhere in the tag (v1.8.2, 7.4.2-bookworm,
 # starter-v1.6.0); PostgreSQL numbers its releases major.minor (16.10).
@@ -558,7 +656,8 @@ def test_compose_and_dockerfiles_pin_their_images() -> None:
     for service, spec in compose["services"].items():
         if "image" in spec:
             assert_pinned(spec["image"], f"docker-compose.yml {service}")
-    for dockerfile in (ROOT / "gateway/Dockerfile", ROOT / "core-go/Dockerfile"):
+    dockerfiles = ("gateway/Dockerfile", "core-go/Dockerfile", "bench/driver/Dockerfile")
+    for dockerfile in (ROOT / path for path in dockerfiles):
         stages: set[str] = set()
         for line in dockerfile.read_text().splitlines():
             match = re.match(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
@@ -577,7 +676,7 @@ def test_pin_check_refuses_floating_tags() -> None:
     floating = (
         "postgres:16",
         "redis",
-        "grafana/k6:latest",
+        "grafana/grafana:latest",
         "x/y:main",
         "python:3.11-slim",
         "redis:7.4",
@@ -606,9 +705,7 @@ def test_make_images_without_docker_says_so_in_one_line() -> None:
 
 # ---- the seed Job's publishing ----------------------------------------------------------
 def _manifest_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "k6_data_manifest", CHART / "files/k6-data-manifest.py"
-    )
+    spec = importlib.util.spec_from_file_location("data_manifest", CHART / "files/data-manifest.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -624,9 +721,9 @@ def test_manifest_carries_every_key_file(tmp_path: Path) -> None:
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     out = tmp_path / "out.json"
-    _manifest_module().main([str(tmp_path), "aside-k6-data", str(out)])
+    _manifest_module().main([str(tmp_path), "aside-load-data", str(out)])
     manifest = json.loads(out.read_text())
-    assert manifest["metadata"] == {"name": "aside-k6-data"} and manifest["kind"] == "ConfigMap"
+    assert manifest["metadata"] == {"name": "aside-load-data"} and manifest["kind"] == "ConfigMap"
     assert manifest["data"] == files
 
 

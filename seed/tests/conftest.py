@@ -42,7 +42,7 @@ class SeedRun:
         env.update(
             DATABASE_URL=self.url,
             REDIS_URL=self.redis_url,
-            ASIDE_K6_DATA_DIR=str(self.data_dir),
+            ASIDE_DATA_DIR=str(self.data_dir),
             ASIDE_ROOT=str(REPO_ROOT),
             PYTHONUNBUFFERED="1",
         )
@@ -103,7 +103,7 @@ def db(test_db_url: str) -> Iterator[psycopg.Connection]:
 
 @pytest.fixture
 def seed(test_db_url: str, tmp_path: Path) -> SeedRun:
-    return SeedRun(test_db_url, tmp_path / "k6data")
+    return SeedRun(test_db_url, tmp_path / "keydata")
 
 
 @pytest.fixture(scope="session")

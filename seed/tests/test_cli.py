@@ -74,10 +74,10 @@ def test_hot_ratio_zero_ignores_hot_emails() -> None:
 def test_config_reads_the_environment_in_one_place(tmp_path: Path) -> None:
     config = load_config({"ASIDE_ROOT": str(tmp_path), "DATABASE_URL": "postgresql://x@h/db"})
     assert config.database_url == "postgresql://x@h/db"
-    assert config.data_dir == tmp_path / "k6" / "data"
+    assert config.data_dir == tmp_path / "bench" / "data"
     assert config.schema_path == tmp_path / "contracts" / "schema.sql"
     assert config.fail_after_rows is None
-    config = load_config({"ASIDE_K6_DATA_DIR": str(tmp_path), "ASIDE_SEED_FAIL_AFTER_ROWS": "5"})
+    config = load_config({"ASIDE_DATA_DIR": str(tmp_path), "ASIDE_SEED_FAIL_AFTER_ROWS": "5"})
     assert config.data_dir == tmp_path and config.fail_after_rows == 5
     assert config.database_url == "postgresql://aside@127.0.0.1:25432/aside"
     with pytest.raises(UsageError, match="ASIDE_SEED_FAIL_AFTER_ROWS"):

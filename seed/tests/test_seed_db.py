@@ -45,9 +45,9 @@ def seeded(
     test_db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
     """One default-shaped load (seed 7) shared by the read-only checks below."""
-    data_dir = tmp_path_factory.mktemp("k6data")
+    data_dir = tmp_path_factory.mktemp("keydata")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASIDE_SEED_")}
-    env.update(DATABASE_URL=test_db_url, REDIS_URL=redis_url, ASIDE_K6_DATA_DIR=str(data_dir))
+    env.update(DATABASE_URL=test_db_url, REDIS_URL=redis_url, ASIDE_DATA_DIR=str(data_dir))
     done = subprocess.run(
         [sys.executable, "-m", "aside_seed", *BASE_ARGS, "--seed", "7", "--reset"],
         env=env,

@@ -25,7 +25,7 @@ var Kinds = []string{KindChecksum, KindPBKDF2, KindBcrypt}
 // PBKDF2's default is OWASP's figure for PBKDF2-HMAC-SHA256; bcrypt's is
 // x/crypto's DefaultCost. The upper bounds keep one request short, since
 // neither hash can stop half-way when its client hangs up (the timings: see
-// docs/decisions.md, "Password hashing as compute, with bounds").
+// docs/decisions/026-password-hashing-as-compute-with-bounds.md).
 const (
 	PBKDF2KeyBytes          = 32
 	PBKDF2MinIterations     = 1

@@ -36,7 +36,7 @@ const (
 )
 
 // seedingRetryAfter is the Retry-After of a write refused during a seed
-// (why 2: see docs/decisions.md, "Retry-After: 2 for a write refused during a seed").
+// (why 2: see docs/decisions/017-retry-after-2-for-a-write-refused-during-a-seed.md).
 const seedingRetryAfter = "2"
 
 // apiError is an error answer: {"error": {"code": ..., "message": ...}},

@@ -45,7 +45,7 @@ func (o OutboxMetrics) Settled(ages []time.Duration) {
 // Failed counts a relay round that could not reach Redis or PostgreSQL.
 func (o OutboxMetrics) Failed() { o.failures.Inc() }
 
-// Latency buckets from 0.5 ms (see docs/decisions.md, "The core's latency buckets start at 0.5 ms").
+// Latency buckets from 0.5 ms (see docs/decisions/034-the-cores-latency-buckets-start-at-0-5-ms.md).
 var httpBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 // New registers every collector. poolStat reads the PostgreSQL pool's

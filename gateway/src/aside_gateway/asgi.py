@@ -15,7 +15,7 @@ them to both layers:
   subscription runs on the same event loop, started and stopped by the ASGI
   lifespan (invalidations.py).
 
-Why this split: see docs/decisions.md, "ASGI hot path".
+Why this split: see docs/decisions/001-asgi-hot-path.md.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _with_scope_state(app: WsgiApp) -> WsgiApp:
 def create_asgi_app(settings: Settings) -> AsgiApp:
     """The gateway as gunicorn's uvicorn workers serve it; call once per worker."""
     # How long a thread runs before one waiting for the GIL may take it
-    # (docs/decisions.md, "Invalidation lag").
+    # (docs/decisions/033-invalidation-lag-the-subscription-on-the-event-loop.md).
     sys.setswitchinterval(settings.switch_interval_us / 1_000_000)
     services = build_services(settings)
     flask_app = create_app(settings, services)

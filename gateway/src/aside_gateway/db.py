@@ -37,7 +37,7 @@ COUNT_BY_EMAIL_SQL = "SELECT count(*) FROM users WHERE email = %s"
 # Sent unprepared (prepare=False) so PostgreSQL plans it with the array's value:
 # PG 14+ then hashes `= ANY` over a constant array of 9+ elements (one probe per
 # row); a generic plan of a prepared statement keeps a parameter and compares
-# each row with every element. See docs/decisions.md, "Batched count misses".
+# each row with every element. See docs/decisions/003-batched-count-misses-sent-unprepared.md.
 COUNT_MANY_SQL = "SELECT email, count(*) FROM users WHERE email = ANY(%s) GROUP BY email"
 # A worker using this much of a core is serving hits worth protecting: only then
 # does the count batcher hold its scans to MISS_BATCH_DUTY_PERCENT of the time.

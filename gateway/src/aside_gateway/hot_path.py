@@ -17,8 +17,8 @@ go to Flask at once: it waits for that fill on the event loop, holding no
 Flask thread (coalesce.LoopFlights), then looks in the cache once more and
 answers a hit itself; only if there is still no value does Flask answer it.
 
-Why hits skip Flask: see docs/decisions.md, "ASGI hot path"; why followers
-wait here: "Followers wait on the event loop".
+Why hits skip Flask: see docs/decisions/001-asgi-hot-path.md; why followers wait
+here: docs/decisions/011-followers-wait-on-the-event-loop.md.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ log = logging.getLogger("aside_gateway")
 TEST_HOLD_HEADER = b"x-test-hold"
 # Requests whose parsing and rendering are remembered (per worker, least
 # recently used dropped first): parsing a URL costs more than an L1 hit, and
-# the hot keys' URLs repeat (docs/decisions.md, "An L1 hit's own cost").
+# the hot keys' URLs repeat (docs/decisions/036-an-l1-hits-own-cost.md).
 MEMO_SIZE = 4096
 
 
@@ -217,9 +217,9 @@ class EarlyGetClient:
         A deadline passing on the event loop says little about Redis (the loop
         itself runs late under a burst), so it does not open the breaker:
         Flask's threaded client asks again with a real socket timeout, and only
-        its failure does. See docs/decisions.md, "An event-loop deadline is not
-        a Redis failure". A refused or broken connection is a verdict, handed
-        over as a failed GET.
+        its failure does. See
+        docs/decisions/002-an-event-loop-deadline-is-not-a-redis-failure.md. A
+        refused or broken connection is a verdict, handed over as a failed GET.
         """
         if not self._breaker.allow():
             return None

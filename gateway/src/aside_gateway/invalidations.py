@@ -9,7 +9,7 @@ gunicorn's fork, either as a task on the worker's event loop
 (`InvalidationSubscriber`): CACHE_L1_SUBSCRIBER. On the loop a message is one
 more ready callback among the hits'; a thread must first win the GIL from the
 loop and the Flask threads, which CPython hands over only every switch
-interval (docs/decisions.md, "Invalidation lag").
+interval (docs/decisions/033-invalidation-lag-the-subscription-on-the-event-loop.md).
 
 Neither retries silently: redis-py's PubSub would reconnect and resubscribe
 under the hood, and messages published in between would be lost unnoticed.

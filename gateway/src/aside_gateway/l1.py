@@ -18,7 +18,7 @@ rules keep a stale entry from outliving that message:
   when either changed. A message that arrives before the store blocks it, one
   that arrives after evicts it: the old value never stays. Stripes, not one
   sequence per worker: under a steady stream of writes a single sequence
-  refused nearly every fill (docs/decisions.md); a stripe refuses only the
+  refused nearly every fill (docs/decisions/029-cache-tiers-measured.md); a stripe refuses only the
   fills of keys that share it, and costs a fixed array, however many keys.
 """
 

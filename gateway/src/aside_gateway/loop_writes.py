@@ -6,7 +6,7 @@ costs the worker 1.5-1.8 ms of CPU and about 25 thread switches (a2wsgi hands
 the request and each part of its answer between the loop and the thread);
 every switch is a turn the event loop, and with it the L1 tier's invalidation
 subscription, waits for the GIL. On the loop the same write is one more task
-awaiting the core (docs/decisions.md, "Writes on the event loop").
+awaiting the core (docs/decisions/038-writes-on-the-event-loop.md).
 
 The loop takes a write in its plain shape only, judged from the request head
 alone, since once the loop reads the body the request can no longer go to

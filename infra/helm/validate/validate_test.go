@@ -1,29 +1,25 @@
 // Package validate renders the Helm chart (infra/helm/aside) with the real
 // helm and decodes every document strictly, as the API server would refuse
 // it: Kubernetes' own kinds with client-go's scheme in strict mode (an unknown
-// or duplicate field, or a wrong type, is an error), the k6 operator's TestRun
-// against its CRD's OpenAPI schema (unknown fields found by the API server's
-// own pruning, types and enums by its schema validator). No cluster is needed.
+// or duplicate field, or a wrong type, is an error). The load Job, an Indexed
+// Job of the bench's driver, is held to what its shards need besides. No
+// cluster is needed.
 package validate
 
 import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
-	apiext "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-	"k8s.io/apimachinery/pkg/runtime"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -31,19 +27,17 @@ import (
 )
 
 const (
-	chartDir   = "../aside"
-	crdFile    = "testdata/k6.io_testruns.yaml"
-	release    = "aside"
-	namespace  = "aside-lab"
-	testRunAPI = "k6.io/v1alpha1"
+	chartDir  = "../aside"
+	release   = "aside"
+	namespace = "aside-lab"
 )
 
 // The value sets the chart is rendered with: its defaults, the production-like
-// file, and the lab with every optional part on (the k6 TestRun included).
+// file, and the lab with every optional part on (the load Job included).
 var renders = map[string][]string{
 	"default":    nil,
 	"production": {"-f", chartDir + "/values-production.yaml"},
-	"lab-all": {"--set", "profile=lab", "--set", "k6.enabled=true", "--set", "k6.runId=check-1",
+	"lab-all": {"--set", "profile=lab", "--set", "load.enabled=true", "--set", "load.runId=check-1",
 		"--set", "nodeExporter.enabled=true"},
 }
 
@@ -106,64 +100,6 @@ func documents(t *testing.T, stream []byte) [][]byte {
 // strictDecoder is client-go's scheme with strict decoding.
 var strictDecoder = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 
-// testRunSchema is the TestRun CRD's v1alpha1 schema, structural (for
-// pruning) and as the API server's validator.
-type testRunSchema struct {
-	structural *structuralschema.Structural
-	validator  validation.SchemaValidator
-}
-
-func loadTestRunSchema(t *testing.T) testRunSchema {
-	t.Helper()
-	raw, err := os.ReadFile(crdFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(raw, crd); err != nil {
-		t.Fatalf("%s: %v", crdFile, err)
-	}
-	for _, version := range crd.Spec.Versions {
-		if crd.Spec.Group+"/"+version.Name != testRunAPI || version.Schema == nil {
-			continue
-		}
-		internal := &apiext.CustomResourceValidation{}
-		if err := apiextv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(version.Schema, internal, nil); err != nil {
-			t.Fatal(err)
-		}
-		structural, err := structuralschema.NewStructural(internal.OpenAPIV3Schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		validator, _, err := validation.NewSchemaValidator(internal.OpenAPIV3Schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return testRunSchema{structural: structural, validator: validator}
-	}
-	t.Fatalf("%s has no %s schema", crdFile, testRunAPI)
-	return testRunSchema{}
-}
-
-// check returns why the TestRun document would be refused or changed by the
-// API server: fields its schema does not know (which it would drop), then
-// values of a wrong type or outside an enum.
-func (s testRunSchema) check(doc []byte) error {
-	var obj map[string]any
-	if err := yaml.Unmarshal(doc, &obj); err != nil {
-		return err
-	}
-	pruned := pruning.PruneWithOptions(runtime.DeepCopyJSON(obj), s.structural, true,
-		structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
-	if len(pruned) > 0 {
-		return fmt.Errorf("unknown fields: %s", strings.Join(pruned, ", "))
-	}
-	if errs := validation.ValidateCustomResource(nil, obj, s.validator); len(errs) > 0 {
-		return errs.ToAggregate()
-	}
-	return nil
-}
-
 type typeMeta struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -172,22 +108,35 @@ type typeMeta struct {
 	} `json:"metadata"`
 }
 
-// checkDocument decodes one rendered document strictly; its kind and name for messages.
-func checkDocument(doc []byte, testRuns testRunSchema) (string, error) {
+// checkDocument decodes one rendered document strictly; its kind and name for
+// messages, and the decoded object.
+func checkDocument(doc []byte) (string, any, error) {
 	var meta typeMeta
 	if err := yaml.Unmarshal(doc, &meta); err != nil {
-		return "?", err
+		return "?", nil, err
 	}
 	what := meta.Kind + "/" + meta.Metadata.Name
-	if meta.APIVersion == testRunAPI && meta.Kind == "TestRun" {
-		return what, testRuns.check(doc)
+	obj, _, err := strictDecoder.Decode(doc, nil, nil)
+	return what, obj, err
+}
+
+// loadJobs are the rendered Jobs of the load driver (component load).
+func loadJobs(t *testing.T, args []string) []*batchv1.Job {
+	t.Helper()
+	var jobs []*batchv1.Job
+	for _, doc := range documents(t, render(t, args)) {
+		what, obj, err := checkDocument(doc)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if job, ok := obj.(*batchv1.Job); ok && job.Labels["app.kubernetes.io/component"] == "load" {
+			jobs = append(jobs, job)
+		}
 	}
-	_, _, err := strictDecoder.Decode(doc, nil, nil)
-	return what, err
+	return jobs
 }
 
 func TestEveryRenderedDocumentDecodesStrictly(t *testing.T) {
-	testRuns := loadTestRunSchema(t)
 	for name, args := range renders {
 		t.Run(name, func(t *testing.T) {
 			docs := documents(t, render(t, args))
@@ -196,7 +145,7 @@ func TestEveryRenderedDocumentDecodesStrictly(t *testing.T) {
 			}
 			kinds := map[string]int{}
 			for _, doc := range docs {
-				what, err := checkDocument(doc, testRuns)
+				what, _, err := checkDocument(doc)
 				if err != nil {
 					t.Errorf("%s: %v", what, err)
 				}
@@ -207,18 +156,85 @@ func TestEveryRenderedDocumentDecodesStrictly(t *testing.T) {
 					t.Errorf("no %s rendered (%v)", kind, kinds)
 				}
 			}
-			if name == "lab-all" && kinds["TestRun"] != 1 {
-				t.Errorf("lab-all rendered %d TestRuns, want 1", kinds["TestRun"])
+			want := 0
+			if name == "lab-all" {
+				want = 1
+			}
+			if jobs := loadJobs(t, args); len(jobs) != want {
+				t.Errorf("%s rendered %d load Jobs, want %d", name, len(jobs), want)
+			}
+		})
+	}
+}
+
+func envOf(c corev1.Container) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	return env
+}
+
+// The load Job runs every shard at once, each pod one completion index, and
+// nothing twice: the API server would take a Job that differs, so these are
+// checked here.
+func TestLoadJobRunsEachShardOnceAndAtOnce(t *testing.T) {
+	for _, shards := range []string{"1", "2", "5"} {
+		t.Run("shards="+shards, func(t *testing.T) {
+			args := append(append([]string{}, renders["lab-all"]...), "--set", "load.shards="+shards)
+			jobs := loadJobs(t, args)
+			if len(jobs) != 1 {
+				t.Fatalf("%d load Jobs rendered, want 1", len(jobs))
+			}
+			spec := jobs[0].Spec
+			if spec.CompletionMode == nil || *spec.CompletionMode != batchv1.IndexedCompletion {
+				t.Errorf("completionMode %v, want Indexed", spec.CompletionMode)
+			}
+			if spec.Completions == nil || spec.Parallelism == nil ||
+				*spec.Completions != *spec.Parallelism || strconv.Itoa(int(*spec.Completions)) != shards {
+				t.Errorf("completions %v, parallelism %v, want both %s", spec.Completions, spec.Parallelism, shards)
+			}
+			if spec.BackoffLimit == nil || *spec.BackoffLimit != 0 {
+				t.Errorf("backoffLimit %v, want 0", spec.BackoffLimit)
+			}
+			if spec.ActiveDeadlineSeconds == nil || *spec.ActiveDeadlineSeconds <= 30 || *spec.ActiveDeadlineSeconds > 3600 {
+				t.Errorf("activeDeadlineSeconds %v: want a bound beyond the 30 s step", spec.ActiveDeadlineSeconds)
+			}
+			pod := spec.Template.Spec
+			if pod.RestartPolicy != corev1.RestartPolicyNever {
+				t.Errorf("restartPolicy %q, want Never", pod.RestartPolicy)
+			}
+			if len(pod.Containers) != 1 {
+				t.Fatalf("%d containers, want 1", len(pod.Containers))
+			}
+			c := pod.Containers[0]
+			env := envOf(c)
+			if env["SHARDS"] != shards {
+				t.Errorf("SHARDS %q, want %s", env["SHARDS"], shards)
+			}
+			if _, set := env["SHARD"]; set {
+				t.Errorf("SHARD is set: every pod would send the same shard (the driver reads JOB_COMPLETION_INDEX)")
+			}
+			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("resources %v: want a CPU request and a memory limit", c.Resources)
+			}
+			if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+				t.Errorf("the pods may run as root")
+			}
+			if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+				t.Errorf("the container's root filesystem is writable")
+			}
+			if len(jobs[0].Name) > 56 {
+				t.Errorf("Job name %q: longer than 56, its pods' host names (<job>-<index>) would pass 63", jobs[0].Name)
 			}
 		})
 	}
 }
 
 // The checks above catch what they claim: each broken document below is
-// refused, while a lenient decoder (client-go without strict mode; a plain
-// JSON decoding of the TestRun) takes it silently.
+// refused, while a lenient decoder (client-go without strict mode) takes it
+// silently.
 func TestStrictDecodingRefusesUnknownFieldsAndWrongTypes(t *testing.T) {
-	testRuns := loadTestRunSchema(t)
 	lenient := serializer.NewCodecFactory(scheme.Scheme).UniversalDeserializer()
 	broken := map[string]string{
 		"unknown field": `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"x"},
@@ -228,33 +244,17 @@ func TestStrictDecodingRefusesUnknownFieldsAndWrongTypes(t *testing.T) {
 		"wrong type": `{"apiVersion":"autoscaling/v2","kind":"HorizontalPodAutoscaler","metadata":{"name":"x"},
 			"spec":{"scaleTargetRef":{"kind":"Deployment","name":"x"},"minReplicas":"two","maxReplicas":3}}`,
 		"duplicate field": `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":{"A":"1"},"data":{"B":"2"}}`,
+		"unknown Job field": `{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"x"},
+			"spec":{"completionMode":"Indexed","completion":2,"template":{"spec":{"containers":[{"name":"c","image":"i:1"}]}}}}`,
 	}
 	for name, doc := range broken {
-		if _, err := checkDocument([]byte(doc), testRuns); err == nil {
+		if _, _, err := checkDocument([]byte(doc)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 		if name != "wrong type" {
 			if _, _, err := lenient.Decode([]byte(doc), nil, nil); err != nil {
 				t.Errorf("%s: the lenient decoder refused it too (%v): the document is not the one meant", name, err)
 			}
-		}
-	}
-
-	testRun := func(spec string) []byte {
-		return []byte(`{"apiVersion":"k6.io/v1alpha1","kind":"TestRun","metadata":{"name":"x"},"spec":` + spec + `}`)
-	}
-	good := testRun(`{"parallelism":2,"script":{"localFile":"/scripts/read.js"},"runner":{"env":[{"name":"A","value":"1"}]}}`)
-	if _, err := checkDocument(good, testRuns); err != nil {
-		t.Fatalf("a valid TestRun refused: %v", err)
-	}
-	for name, spec := range map[string]string{
-		"unknown field":        `{"parallelism":2,"script":{"localFile":"/s.js"},"paralellism":3}`,
-		"unknown nested field": `{"parallelism":2,"script":{"localFile":"/s.js"},"runner":{"env":[{"name":"A","valu":"1"}]}}`,
-		"wrong type":           `{"parallelism":"two","script":{"localFile":"/s.js"}}`,
-		"missing required":     `{"parallelism":2}`,
-	} {
-		if _, err := checkDocument(testRun(spec), testRuns); err == nil {
-			t.Errorf("TestRun with %s: accepted", name)
 		}
 	}
 }

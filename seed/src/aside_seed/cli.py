@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="aside-seed",
         description="Load Faker-made users into PostgreSQL (DATABASE_URL) with COPY "
-        "and write the key files k6 reads.",
+        "and write the key files the load driver reads.",
     )
     add = parser.add_argument
     add(
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir",
         type=Path,
         default=None,
-        help="where to write the key files (default $ASIDE_K6_DATA_DIR or $ASIDE_ROOT/k6/data)",
+        help="where to write the key files (default $ASIDE_DATA_DIR or $ASIDE_ROOT/bench/data)",
     )
     add(
         "--sample-size",

@@ -41,7 +41,7 @@ class Config:
 def load_config(env: Mapping[str, str] | None = None) -> Config:
     env = os.environ if env is None else env
     root = Path(env.get("ASIDE_ROOT") or REPO_ROOT)
-    data_dir = env.get("ASIDE_K6_DATA_DIR") or str(root / "k6" / "data")
+    data_dir = env.get("ASIDE_DATA_DIR") or str(root / "bench" / "data")
     return Config(
         database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
         redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,

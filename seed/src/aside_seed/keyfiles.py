@@ -1,4 +1,4 @@
-"""The files k6 reads (k6/data/): which keys to ask for, and what was seeded.
+"""The files the load driver reads (bench/data/): which keys to ask for, and what was seeded.
 
 hot_emails.json, cold_emails.json and user_ids.json are plain JSON arrays;
 seed_meta.json describes the load and is written last, so its presence means
@@ -36,7 +36,7 @@ def write_json(path: Path, value: Any) -> None:
             json.dump(value, tmp, indent=1 if isinstance(value, dict) else None)
             tmp.write("\n")
             tmp.flush()
-            os.fchmod(tmp.fileno(), 0o644)  # mkstemp makes 0600; k6 may run as another user
+            os.fchmod(tmp.fileno(), 0o644)  # mkstemp makes 0600; the driver may run as another user
             os.fsync(tmp.fileno())
         os.replace(tmp.name, path)
     except OSError as exc:

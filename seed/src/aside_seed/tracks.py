@@ -213,5 +213,5 @@ def drop_new_table(conn: psycopg.Connection) -> None:
 
 
 def write_key_file(data_dir: Path, seed: int, index: list[dict[str, int]]) -> None:
-    """k6/data/tracks.json: every track's id, points and size in bytes."""
+    """bench/data/tracks.json: every track's id, points and size in bytes."""
     write_json(data_dir / TRACKS_FILE, {"seed": seed, "count": len(index), "tracks": index})

@@ -1,0 +1,26 @@
+// Command aside-load is the bench's load driver: one step of load at a
+// constant rate, configured from the environment (see README.md). SIGINT
+// or SIGTERM ends the schedule early and still writes the summary.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one kills at once.
+		<-ctx.Done()
+		stop()
+	}()
+	if err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "aside-load: "+strings.Join(strings.Fields(err.Error()), " "))
+		os.Exit(exitCode(err))
+	}
+}

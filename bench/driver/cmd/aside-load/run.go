@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"aside/bench/driver/internal/config"
+	"aside/bench/driver/internal/output"
+	"aside/bench/driver/internal/record"
+	"aside/bench/driver/internal/scenario"
+	"aside/bench/driver/internal/schedule"
+)
+
+const usage = `usage: aside-load
+  Sends one step of load; every setting comes from the environment
+  (BASE_URL, SCENARIO, RUN_ID, RATE, DURATION, ...): see bench/driver/README.md.
+`
+
+// usageError is a bad command line (exit 2, as a bad variable).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// exitCode is 2 for a bad variable or argument, else 1.
+func exitCode(err error) int {
+	var cfgErr *config.Error
+	var useErr *usageError
+	if errors.As(err, &cfgErr) || errors.As(err, &useErr) {
+		return 2
+	}
+	return 1
+}
+
+// drainSlack is how long past the request timeout iterations may go on
+// sending after the schedule ends.
+const drainSlack = 2 * time.Second
+
+// staleBurst is the stale checker's pool: at most this many iterations at once.
+const staleBurst = 10
+
+// run is the whole program, callable from tests: args as os.Args, getenv
+// as os.Getenv. It returns when the step is over and its summary written,
+// or at once on a configuration error.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 1 {
+		switch args[1] {
+		case "-h", "-help", "--help", "help":
+			_, err := io.WriteString(stdout, usage)
+			return err
+		default:
+			return &usageError{fmt.Sprintf("unknown argument %q (try --help)", args[1])}
+		}
+	}
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		return err
+	}
+	if cfg.GCPercent > 0 {
+		debug.SetGCPercent(cfg.GCPercent)
+	}
+
+	clock := record.NewClock(time.Now())
+	var samples *output.Samples
+	var sink record.Sink // stays a nil interface without a samples file
+	if cfg.SamplesPath != "" {
+		if samples, err = output.OpenSamples(cfg.SamplesPath); err != nil {
+			return err
+		}
+		sink = samples
+	}
+	loads, client, err := plan(cfg, clock, sink)
+	if err != nil {
+		if samples != nil {
+			samples.Close()
+		}
+		return err
+	}
+
+	periodic := &output.Periodic{Clock: clock, Samples: samples, Arm: cfg.Arm, Phase: cfg.Phase}
+	for _, l := range loads {
+		periodic.Recorders = append(periodic.Recorders, l.Env.Rec)
+	}
+	var influx *output.Influx
+	if cfg.InfluxWriteURL != "" {
+		influx = output.NewInflux(cfg.InfluxWriteURL, stepTags(cfg))
+		periodic.Influx = influx
+	}
+	if cfg.Live {
+		periodic.Live = stderr
+	}
+	periodic.Start()
+
+	var wg sync.WaitGroup
+	for _, l := range loads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cfg.Engine == config.EngineReference {
+				l.RunReference(ctx, cfg.BaseURL+"/healthz")
+			} else {
+				l.Run(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	interrupted := ctx.Err() != nil
+	client.CloseIdle()
+
+	periodic.Stop()
+	var influxErrors int64
+	if influx != nil {
+		influx.Close()
+		influxErrors = influx.Errors()
+	}
+	var samplesErr error
+	if samples != nil {
+		samplesErr = samples.Close()
+	}
+
+	var totals []record.Totals
+	for _, l := range loads {
+		totals = append(totals, l.Env.Rec.Totals())
+	}
+	summary := output.NewSummary(cfg, clock.Epoch(0), clock.Epoch(clock.Now()), interrupted, influxErrors, totals)
+	for _, t := range totals {
+		fmt.Fprintln(stdout, resultLine(t))
+	}
+	if cfg.SummaryPath != "" {
+		if err := output.WriteSummary(cfg.SummaryPath, summary); err != nil {
+			return err
+		}
+	}
+	return samplesErr
+}
+
+// stepTags are the tags of every point (lexical order is the encoder's business).
+func stepTags(cfg config.Config) []record.Tag {
+	tags := []record.Tag{
+		{Key: "run_id", Value: cfg.RunID}, {Key: "arm", Value: cfg.Arm}, {Key: "phase", Value: cfg.Phase},
+		{Key: "rate", Value: strconv.Itoa(cfg.Rate)}, {Key: "repeat", Value: strconv.Itoa(cfg.Repeat)},
+	}
+	if cfg.Shards > 1 {
+		tags = append(tags, record.Tag{Key: "shard", Value: strconv.Itoa(cfg.Shard)})
+	}
+	return tags
+}
+
+// resultLine is a scenario's outcome in a line (stdout, the bench's log).
+func resultLine(t record.Totals) string {
+	p95 := "-"
+	if t.Latency != nil {
+		p95 = strconv.FormatFloat(t.Latency.P95, 'f', 2, 64) + " ms"
+	}
+	return fmt.Sprintf("%s: %d due, %d started, %d dropped, %d late, %d failed, %d requests, p95 %s",
+		t.Scenario, t.Due, t.Started, t.Dropped, t.Late, t.Failed, t.Requests, p95)
+}
+
+// part is one scenario of the step before its environment exists.
+type part struct {
+	scn  scenario.Scenario
+	freq int
+	per  time.Duration
+	pool int
+}
+
+// plan builds the step's scenarios, each with its schedule, pool and
+// recorder, all over one client.
+func plan(cfg config.Config, clock *record.Clock, sink record.Sink) ([]*schedule.Load, *scenario.Client, error) {
+	parts, client, err := parts(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var loads []*schedule.Load
+	for i, p := range parts {
+		rate := float64(p.freq) / p.per.Seconds()
+		pool := p.pool
+		if cfg.Engine == config.EngineReference {
+			pool = 0 // a goroutine per request
+		}
+		rec := record.NewRecorder(p.scn.Name(), rate, pool, p.scn.Names(), cfg.Timeout)
+		if c, ok := p.scn.(scenario.Counting); ok {
+			c.Register(rec)
+		}
+		env := &scenario.Env{
+			Client: client, Rec: rec, Sink: sink, Clock: clock, Timeout: cfg.Timeout,
+			Seed: cfg.Seed, Stream: scenario.StreamOf(p.scn.Name(), cfg.Shard),
+		}
+		loads = append(loads, &schedule.Load{
+			Scenario: p.scn, Env: env, Freq: p.freq, Per: p.per, Pool: p.pool,
+			Late: time.Duration(cfg.LateMs) * time.Millisecond, Duration: cfg.Duration,
+			Shard: cfg.Shard, Shards: cfg.Shards, Drain: cfg.Timeout + drainSlack,
+			// The step's main load (the first) may keep a P through its ticks.
+			HoldP: i == 0 && runtime.GOMAXPROCS(0) >= 2,
+		})
+	}
+	return loads, client, nil
+}
+
+// parts are the scenarios a config asks for, at this shard's rates.
+func parts(cfg config.Config) ([]part, *scenario.Client, error) {
+	mainPool := cfg.PoolShare(cfg.Pool, cfg.Rate)
+	conns := mainPool
+	switch cfg.Scenario {
+	case config.Interference:
+		conns += cfg.PoolShare(cfg.ReadPool, cfg.ReadRate)
+	case config.Mixed:
+		conns += staleBurst
+	}
+	client, err := scenario.NewClient(cfg.BaseURL, conns, cfg.Timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	perSecond := func(s scenario.Scenario, rate, pool int) part {
+		return part{scn: s, freq: cfg.Share(rate), per: time.Second, pool: cfg.PoolShare(pool, rate)}
+	}
+	readMix := func() (hot, cold []string, err error) {
+		if hot, err = scenario.LoadEmails(cfg.DataDir, scenario.HotEmailsFile, 0); err != nil {
+			return nil, nil, err
+		}
+		cold, err = scenario.LoadEmails(cfg.DataDir, scenario.ColdEmailsFile, cfg.ColdSample)
+		return hot, cold, err
+	}
+
+	switch cfg.Scenario {
+	case config.Healthz:
+		return []part{perSecond(scenario.NewHealthz(client), cfg.Rate, cfg.Pool)}, client, nil
+	case config.Read, config.Bare:
+		hot, cold, err := readMix()
+		if err != nil {
+			return nil, nil, err
+		}
+		s := scenario.NewRead(cfg.Scenario, client, cfg.Cache, cfg.HotShare, hot, cold, cfg.Scenario == config.Bare)
+		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
+	case config.Compute:
+		s := scenario.NewCompute("compute", client, cfg.ComputeBody, cfg.ComputeExpect, cfg.ComputeHash)
+		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
+	case config.Interference:
+		hot, cold, err := readMix()
+		if err != nil {
+			return nil, nil, err
+		}
+		reads := scenario.NewRead("interference", client, cfg.ReadCache, cfg.HotShare, hot, cold, false)
+		out := []part{perSecond(reads, cfg.ReadRate, cfg.ReadPool)}
+		if cfg.Rate > 0 {
+			s := scenario.NewCompute("interference_compute", client, cfg.ComputeBody, cfg.ComputeExpect, cfg.ComputeHash)
+			out = append(out, perSecond(s, cfg.Rate, cfg.Pool))
+		}
+		return out, client, nil
+	case config.Mixed:
+		hot, cold, err := readMix()
+		if err != nil {
+			return nil, nil, err
+		}
+		m := scenario.NewMixed(client, cfg.RunID, cfg.Cache, cfg.HotShare, cfg.WriteShare, hot, cold)
+		out := []part{perSecond(m, cfg.Rate, cfg.Pool)}
+		if cfg.StalePerMin > 0 {
+			s := scenario.NewStale(client, cfg.RunID, cfg.Arm, cfg.Phase+".r"+strconv.Itoa(cfg.Repeat), cfg.Rate, cfg.Cache, cfg.StaleReadsAfter)
+			out = append(out, part{scn: s, freq: cfg.Share(cfg.StalePerMin), per: time.Minute, pool: staleBurst})
+		}
+		return out, client, nil
+	case config.Tracks:
+		tracks, err := scenario.LoadTracks(cfg.DataDir)
+		if err != nil {
+			return nil, nil, err
+		}
+		s := scenario.NewTracks(client, tracks, cfg.ArmQuery, cfg.SizeBounds)
+		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
+	case config.Chaos:
+		hot, err := scenario.LoadEmails(cfg.DataDir, scenario.HotEmailsFile, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		ids, err := scenario.LoadIDs(cfg.DataDir, cfg.IDSample)
+		if err != nil {
+			return nil, nil, err
+		}
+		s := scenario.NewChaos(client, cfg.UserPrefix, cfg.WriteShare, cfg.UserShare, cfg.NoReuse, hot, ids)
+		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
+	}
+	return nil, nil, fmt.Errorf("scenario %q has no plan", cfg.Scenario)
+}

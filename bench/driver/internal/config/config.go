@@ -1,0 +1,413 @@
+// Package config is the one place where aside-load reads its environment
+// (README.md, "Configuration"). A malformed or missing value is a one-line
+// error that names the variable.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The scenarios (SCENARIO).
+const (
+	Read         = "read"
+	Bare         = "bare"
+	Healthz      = "healthz"
+	Compute      = "compute"
+	Interference = "interference"
+	Mixed        = "mixed"
+	Tracks       = "tracks"
+	Chaos        = "chaos"
+)
+
+// Scenarios lists the values of SCENARIO.
+var Scenarios = []string{Read, Bare, Healthz, Compute, Interference, Mixed, Tracks, Chaos}
+
+// The values of ENGINE.
+const (
+	EngineFast      = "fast"
+	EngineReference = "reference"
+)
+
+// CacheModes lists the values of CACHE and READ_CACHE (the gateway's ?cache=).
+var CacheModes = []string{"off", "nopool", "l1", "l2", "hybrid"}
+
+// DefaultGCPercent is the collector's pace unless GOGC is set: the driver's
+// heap is small, and fewer collections leave more CPU to the requests.
+const DefaultGCPercent = 400
+
+// Config is everything aside-load reads from its environment. Rates and
+// pools are the whole load's (what the variables say); Share and PoolShare
+// give this process's part when SHARDS > 1.
+type Config struct {
+	BaseURL  string // without a trailing slash
+	Scenario string
+	RunID    string
+	Arm      string
+	Phase    string
+	Repeat   int
+
+	Rate     int
+	Duration time.Duration
+	// Pool is POOL, 0 when unset (then it follows the rate).
+	Pool    int
+	LateMs  int
+	Timeout time.Duration
+	Seed    uint64
+	DataDir string
+
+	SummaryPath string
+	SamplesPath string
+	// InfluxWriteURL is INFLUX_URL turned into its /write endpoint; empty: no points.
+	InfluxWriteURL string
+	Live           bool
+
+	Engine string
+	Shards int
+	Shard  int
+	// GCPercent is what the collector is set to; 0 leaves it alone (GOGC is set).
+	GCPercent int
+
+	// read, bare, mixed
+	Cache      string
+	HotShare   float64
+	ColdSample int
+	// compute, interference
+	ComputeBody   []byte
+	ComputeExpect map[string]any
+	ComputeHash   *regexp.Regexp
+	// interference
+	ReadRate  int
+	ReadCache string
+	ReadPool  int
+	// mixed, chaos
+	WriteShare float64
+	// mixed
+	StalePerMin     int
+	StaleReadsAfter int
+	// tracks
+	ArmQuery   string
+	SizeBounds []int64
+	// chaos
+	UserPrefix string
+	UserShare  float64
+	IDSample   int
+	NoReuse    bool
+}
+
+// Error is a configuration error: one line naming the variable.
+type Error struct {
+	Name   string
+	Reason string
+}
+
+func (e *Error) Error() string { return e.Name + " " + e.Reason }
+
+// Load reads and validates the configuration. getenv is os.Getenv in
+// production; tests pass a map lookup. An empty value counts as unset.
+func Load(getenv func(string) string) (Config, error) {
+	r := reader{getenv: getenv}
+	c := Config{}
+
+	c.BaseURL = strings.TrimRight(r.required("BASE_URL"), "/")
+	if c.BaseURL != "" {
+		if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.Path != "" || u.RawQuery != "" || u.User != nil {
+			r.fail("BASE_URL", fmt.Sprintf("must be http(s)://host:port, got %q", c.BaseURL))
+		}
+	}
+	c.Scenario = r.required("SCENARIO")
+	if c.Scenario != "" && !contains(Scenarios, c.Scenario) {
+		r.fail("SCENARIO", fmt.Sprintf("must be one of %s, got %q", strings.Join(Scenarios, ", "), c.Scenario))
+	}
+	c.RunID = r.required("RUN_ID")
+	c.Arm = r.str("ARM", "none")
+	c.Phase = r.str("PHASE", "none")
+	c.Repeat = r.whole("REPEAT", 1, 1)
+
+	c.Rate = r.wholeRequired("RATE", 0)
+	c.Duration = r.duration("DURATION")
+	c.Pool = r.whole("POOL", 0, 1)
+	c.LateMs = r.whole("LATE_MS", 100, 1)
+	c.Timeout = time.Duration(r.whole("TIMEOUT_S", 10, 1)) * time.Second
+	c.Seed = uint64(r.whole("SEED", 1, 0))
+	c.DataDir = r.str("DATA_DIR", "")
+
+	c.SummaryPath = r.str("SUMMARY_PATH", "")
+	c.SamplesPath = r.str("SAMPLES_PATH", "")
+	if raw := r.str("INFLUX_URL", ""); raw != "" {
+		c.InfluxWriteURL = r.influx(raw)
+	}
+	c.Live = r.flag("LIVE")
+
+	c.Engine = r.str("ENGINE", EngineFast)
+	if c.Engine != EngineFast && c.Engine != EngineReference {
+		r.fail("ENGINE", fmt.Sprintf("must be %s or %s, got %q", EngineFast, EngineReference, c.Engine))
+	} else if c.Engine == EngineReference && c.Scenario != "" && c.Scenario != Healthz {
+		r.fail("ENGINE", fmt.Sprintf("reference sends only the healthz scenario, got SCENARIO=%s", c.Scenario))
+	}
+	c.Shards = r.whole("SHARDS", 1, 1)
+	// An Indexed Job gives each pod its index in JOB_COMPLETION_INDEX.
+	if getenv("SHARD") != "" {
+		c.Shard = r.whole("SHARD", 0, 0)
+	} else {
+		c.Shard = r.whole("JOB_COMPLETION_INDEX", 0, 0)
+	}
+	if c.Shard >= c.Shards && r.err == nil {
+		r.fail("SHARD", fmt.Sprintf("must be below SHARDS (%d), got %d", c.Shards, c.Shard))
+	}
+	if getenv("GOGC") == "" {
+		c.GCPercent = DefaultGCPercent
+	}
+
+	switch c.Scenario {
+	case Read, Bare, Mixed:
+		c.Cache = r.oneOf("CACHE", "", CacheModes)
+		c.readMix(&r)
+		if c.Scenario == Mixed {
+			c.WriteShare = r.share("WRITE_SHARE", 0.1)
+			c.StalePerMin = r.whole("STALE_PER_MIN", 0, 0)
+			c.StaleReadsAfter = r.whole("STALE_READS_AFTER", 2, 1)
+		}
+	case Compute:
+		c.computeVars(&r)
+	case Interference:
+		c.ReadRate = r.wholeRequired("READ_RATE", 0)
+		c.ReadCache = r.oneOf("READ_CACHE", "l2", CacheModes)
+		c.ReadPool = r.whole("READ_POOL", 0, 1)
+		c.readMix(&r)
+		if c.Rate > 0 {
+			c.computeVars(&r)
+		}
+	case Tracks:
+		c.ArmQuery = r.required("ARM_QUERY")
+		c.SizeBounds = r.bounds("SIZE_BOUNDS")
+	case Chaos:
+		c.UserPrefix = r.required("USER_PREFIX")
+		c.WriteShare = r.share("WRITE_SHARE", 0.2)
+		c.UserShare = r.share("USER_SHARE", 0.5)
+		c.IDSample = r.whole("ID_SAMPLE", 50, 0)
+		c.NoReuse = r.flag("NO_REUSE")
+	}
+	if needsData(c.Scenario) && c.DataDir == "" {
+		r.fail("DATA_DIR", fmt.Sprintf("is required by the %s scenario", c.Scenario))
+	}
+
+	if r.err != nil {
+		return Config{}, r.err
+	}
+	return c, nil
+}
+
+func needsData(scenario string) bool {
+	switch scenario {
+	case Read, Bare, Interference, Mixed, Tracks, Chaos:
+		return true
+	}
+	return false
+}
+
+func (c *Config) readMix(r *reader) {
+	c.HotShare = r.share("HOT_SHARE", 0.9)
+	c.ColdSample = r.whole("COLD_SAMPLE", 200, 0)
+}
+
+func (c *Config) computeVars(r *reader) {
+	body := r.required("COMPUTE_BODY")
+	if body != "" && !json.Valid([]byte(body)) {
+		r.fail("COMPUTE_BODY", "must be JSON")
+	}
+	c.ComputeBody = []byte(body)
+	if raw := r.required("COMPUTE_EXPECT"); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &c.ComputeExpect); err != nil || c.ComputeExpect == nil {
+			r.fail("COMPUTE_EXPECT", fmt.Sprintf("must be a JSON object, got %q", raw))
+		}
+	}
+	pattern := r.str("COMPUTE_HASH_PATTERN", "")
+	if pattern == "" {
+		if c.ComputeExpect["kind"] == "bcrypt" {
+			r.fail("COMPUTE_HASH_PATTERN", "is required when COMPUTE_EXPECT's kind is bcrypt")
+		}
+		return
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		r.fail("COMPUTE_HASH_PATTERN", fmt.Sprintf("must be a regular expression, got %q", pattern))
+	}
+	c.ComputeHash = re
+}
+
+// Share is this shard's part of a rate (or of any count split across
+// shards): total / SHARDS, the first total % SHARDS shards one more.
+func (c Config) Share(total int) int {
+	share := total / c.Shards
+	if c.Shard < total%c.Shards {
+		share++
+	}
+	return share
+}
+
+// PoolShare is this shard's pool: the given pool (POOL, READ_POOL) split
+// across shards, rounded up; unset, the shard's rate x 1 s and at least 10.
+func (c Config) PoolShare(pool, rate int) int {
+	if pool > 0 {
+		return (pool + c.Shards - 1) / c.Shards
+	}
+	return max(c.Share(rate), 10)
+}
+
+// reader keeps the first error so Load reads like a list of variables.
+type reader struct {
+	getenv func(string) string
+	err    error
+}
+
+func (r *reader) fail(name, reason string) {
+	if r.err == nil {
+		r.err = &Error{Name: name, Reason: reason}
+	}
+}
+
+func (r *reader) str(name, def string) string {
+	if v := r.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *reader) required(name string) string {
+	v := r.getenv(name)
+	if v == "" {
+		r.fail(name, "is required")
+	}
+	return v
+}
+
+// whole reads a whole number >= lo, def when unset.
+func (r *reader) whole(name string, def, lo int) int {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	return r.parseWhole(name, v, lo)
+}
+
+func (r *reader) wholeRequired(name string, lo int) int {
+	v := r.required(name)
+	if v == "" {
+		return 0
+	}
+	return r.parseWhole(name, v, lo)
+}
+
+func (r *reader) parseWhole(name, v string, lo int) int {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > math.MaxInt32 {
+		r.fail(name, fmt.Sprintf("must be a whole number >= %d, got %q", lo, v))
+		return 0
+	}
+	return n
+}
+
+func (r *reader) flag(name string) bool {
+	switch v := r.getenv(name); v {
+	case "", "0":
+		return false
+	case "1":
+		return true
+	default:
+		r.fail(name, fmt.Sprintf("must be 0 or 1, got %q", v))
+		return false
+	}
+}
+
+func (r *reader) share(name string, def float64) float64 {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > 1 {
+		r.fail(name, fmt.Sprintf("must be a number in [0, 1], got %q", v))
+		return 0
+	}
+	return f
+}
+
+func (r *reader) oneOf(name, def string, values []string) string {
+	v := r.str(name, def)
+	if v == "" {
+		r.fail(name, fmt.Sprintf("is required: one of %s", strings.Join(values, ", ")))
+		return ""
+	}
+	if !contains(values, v) {
+		r.fail(name, fmt.Sprintf("must be one of %s, got %q", strings.Join(values, ", "), v))
+	}
+	return v
+}
+
+func (r *reader) duration(name string) time.Duration {
+	v := r.required(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		r.fail(name, fmt.Sprintf("must be a duration like 30s, 2m or 500ms, got %q", v))
+		return 0
+	}
+	return d
+}
+
+// bounds reads increasing byte sizes separated by commas.
+func (r *reader) bounds(name string) []int64 {
+	v := r.required(name)
+	if v == "" {
+		return nil
+	}
+	var out []int64
+	for _, part := range strings.Split(v, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(part), 10, 64)
+		if err != nil || n <= 0 || (len(out) > 0 && n <= out[len(out)-1]) {
+			r.fail(name, fmt.Sprintf("must be increasing byte sizes separated by commas, got %q", v))
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// influx turns http://host:port/db into http://host:port/write?db=db&precision=ms.
+func (r *reader) influx(raw string) string {
+	u, err := url.Parse(raw)
+	bad := err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""
+	var db string
+	if !bad {
+		path := strings.TrimRight(u.Path, "/")
+		cut := strings.LastIndexByte(path, '/')
+		db = path[cut+1:]
+		u.Path = path[:max(cut, 0)] + "/write"
+		bad = db == ""
+	}
+	if bad {
+		r.fail("INFLUX_URL", fmt.Sprintf("must be http://host:port/db, got %q", raw))
+		return ""
+	}
+	u.RawQuery = url.Values{"db": {db}, "precision": {"ms"}}.Encode()
+	return u.String()
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

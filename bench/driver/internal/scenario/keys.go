@@ -1,0 +1,106 @@
+package scenario
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"aside/bench/driver/internal/config"
+)
+
+// The seeder's files in DATA_DIR.
+const (
+	HotEmailsFile  = "hot_emails.json"
+	ColdEmailsFile = "cold_emails.json"
+	UserIDsFile    = "user_ids.json"
+	TracksFile     = "tracks.json"
+)
+
+func dataError(format string, args ...any) error {
+	return &config.Error{Name: "DATA_DIR", Reason: fmt.Sprintf(format, args...)}
+}
+
+func readData(dir, file string) ([]byte, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return nil, dataError("has no readable %s: %v", file, err)
+	}
+	return raw, nil
+}
+
+// LoadEmails reads a list of emails: a JSON list or {"emails": [...]};
+// limit > 0 keeps the first limit.
+func LoadEmails(dir, file string, limit int) ([]string, error) {
+	raw, err := readData(dir, file)
+	if err != nil {
+		return nil, err
+	}
+	var list []string
+	if json.Unmarshal(raw, &list) != nil {
+		var wrapped struct {
+			Emails []string `json:"emails"`
+		}
+		if err := json.Unmarshal(raw, &wrapped); err != nil {
+			return nil, dataError("%s is not a list of emails", file)
+		}
+		list = wrapped.Emails
+	}
+	if len(list) == 0 {
+		return nil, dataError("%s holds no list", file)
+	}
+	if limit > 0 && len(list) > limit {
+		list = list[:limit]
+	}
+	return list, nil
+}
+
+// LoadIDs reads user_ids.json: a JSON list or {"ids": [...]}; limit > 0
+// keeps the first limit.
+func LoadIDs(dir string, limit int) ([]int64, error) {
+	raw, err := readData(dir, UserIDsFile)
+	if err != nil {
+		return nil, err
+	}
+	var list []int64
+	if json.Unmarshal(raw, &list) != nil {
+		var wrapped struct {
+			IDs []int64 `json:"ids"`
+		}
+		if err := json.Unmarshal(raw, &wrapped); err != nil {
+			return nil, dataError("%s is not a list of ids", UserIDsFile)
+		}
+		list = wrapped.IDs
+	}
+	if len(list) == 0 {
+		return nil, dataError("%s holds no list", UserIDsFile)
+	}
+	if limit > 0 && len(list) > limit {
+		list = list[:limit]
+	}
+	return list, nil
+}
+
+// Track is one seeded track: its id and the size of its path.
+type Track struct {
+	ID    int64 `json:"id"`
+	Bytes int64 `json:"bytes"`
+}
+
+// LoadTracks reads tracks.json: {"tracks": [{"id": ..., "bytes": ...}]}.
+func LoadTracks(dir string) ([]Track, error) {
+	raw, err := readData(dir, TracksFile)
+	if err != nil {
+		return nil, err
+	}
+	var file struct {
+		Tracks []Track `json:"tracks"`
+	}
+	if err := json.Unmarshal(raw, &file); err != nil {
+		return nil, dataError("%s is not {\"tracks\": [...]}: %v", TracksFile, err)
+	}
+	if len(file.Tracks) == 0 {
+		return nil, dataError("%s holds no track", TracksFile)
+	}
+	return file.Tracks, nil
+}

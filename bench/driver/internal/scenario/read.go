@@ -1,0 +1,154 @@
+package scenario
+
+import (
+	"net/url"
+
+	"github.com/valyala/fastjson"
+)
+
+// countKey is one email of the read mix and its count URL, built once.
+type countKey struct {
+	email string
+	url   []byte
+}
+
+// countKeys is the read mix: a hot email with hotShare, else a cold one.
+type countKeys struct {
+	hotShare  float64
+	hot, cold []countKey
+}
+
+// CountPath is the count URL's path and query; mode "" leaves ?cache= out.
+func CountPath(email, mode string) string {
+	path := "/api/v1/users/count?email=" + url.QueryEscape(email)
+	if mode != "" {
+		path += "&cache=" + mode
+	}
+	return path
+}
+
+func newCountKeys(c *Client, mode string, hotShare float64, hot, cold []string) countKeys {
+	keys := func(emails []string) []countKey {
+		out := make([]countKey, len(emails))
+		for i, e := range emails {
+			out[i] = countKey{email: e, url: c.URL(CountPath(e, mode))}
+		}
+		return out
+	}
+	return countKeys{hotShare: hotShare, hot: keys(hot), cold: keys(cold)}
+}
+
+func (k *countKeys) pick(r *Rand) *countKey {
+	if r.Float64() < k.hotShare {
+		return &k.hot[r.Intn(len(k.hot))]
+	}
+	return &k.cold[r.Intn(len(k.cold))]
+}
+
+// hitTiers are the X-Cache-Tier values a hit of each cached mode may carry.
+var hitTiers = map[string][]string{"l2": {"l2"}, "l1": {"l1"}, "hybrid": {"l1", "l2"}}
+
+// CacheHeadersFit is true when an answer's X-Cache (and X-Cache-Tier on a
+// hit) fits the mode: off and nopool must bypass; a cached mode may hit (in
+// one of its tiers), miss or bypass (a cache failure still answers right).
+func CacheHeadersFit(w *Worker, mode string) bool {
+	xcache := w.Resp.Header.Peek("X-Cache")
+	if mode == "off" || mode == "nopool" {
+		return string(xcache) == "BYPASS"
+	}
+	if string(xcache) == "HIT" {
+		tier := w.Resp.Header.Peek("X-Cache-Tier")
+		for _, t := range hitTiers[mode] {
+			if string(tier) == t {
+				return true
+			}
+		}
+		return false
+	}
+	return string(xcache) == "MISS" || string(xcache) == "BYPASS"
+}
+
+// countOf parses a count answer: the count, -1 when the body is not
+// {"email": email, "count": n} with a whole n >= 0.
+func countOf(w *Worker, email string) int64 {
+	v, err := w.JSON.ParseBytes(w.Resp.Body())
+	if err != nil || string(v.GetStringBytes("email")) != email {
+		return -1
+	}
+	return wholeOf(v.Get("count"))
+}
+
+// wholeOf is a JSON whole number >= 0, or -1.
+func wholeOf(v *fastjson.Value) int64 {
+	if v == nil || v.Type() != fastjson.TypeNumber {
+		return -1
+	}
+	n, err := v.Int64()
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// CountFits is true when a count answer is right: 200, a body for this
+// email with a whole count, and X-Cache headers that fit the mode.
+func CountFits(w *Worker, status int, email, mode string) bool {
+	return status == 200 && countOf(w, email) >= 0 && CacheHeadersFit(w, mode)
+}
+
+// Read is the read scenario (and bare's, and interference's reads): GET the
+// count of an email of the mix with ?cache=mode.
+type Read struct {
+	name string
+	mode string
+	bare bool
+	keys countKeys
+}
+
+// NewRead is a read scenario named name; bare checks the status only.
+func NewRead(name string, c *Client, mode string, hotShare float64, hot, cold []string, bare bool) *Read {
+	return &Read{name: name, mode: mode, bare: bare, keys: newCountKeys(c, mode, hotShare, hot, cold)}
+}
+
+// Name implements Scenario.
+func (s *Read) Name() string { return s.name }
+
+// Names implements Scenario.
+func (s *Read) Names() []string { return []string{"count"} }
+
+// Iterate implements Scenario.
+func (s *Read) Iterate(w *Worker) bool {
+	k := s.keys.pick(&w.Rand)
+	return readCount(w, 0, k, s.mode, s.bare)
+}
+
+// readCount sends one count read as request name and checks it.
+func readCount(w *Worker, name int, k *countKey, mode string, bare bool) bool {
+	w.Get(k.url)
+	x := w.Do()
+	answered := x.Status == 200
+	ok := answered && (bare || CountFits(w, x.Status, k.email, mode))
+	w.Record(name, &x, answered, ok)
+	return ok
+}
+
+// Healthz is GET /healthz, expecting 200.
+type Healthz struct{ url []byte }
+
+// NewHealthz is the healthz scenario.
+func NewHealthz(c *Client) *Healthz { return &Healthz{url: c.URL("/healthz")} }
+
+// Name implements Scenario.
+func (s *Healthz) Name() string { return "healthz" }
+
+// Names implements Scenario.
+func (s *Healthz) Names() []string { return []string{"healthz"} }
+
+// Iterate implements Scenario.
+func (s *Healthz) Iterate(w *Worker) bool {
+	w.Get(s.url)
+	x := w.Do()
+	ok := x.Status == 200
+	w.Record(0, &x, ok, ok)
+	return ok
+}

@@ -1,0 +1,139 @@
+package scenario_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"aside/bench/driver/internal/scenario"
+)
+
+const email = "hot.user+1@example.com"
+
+// answer is what the fake count endpoint says.
+type answer struct {
+	status       int
+	body, xcache string
+	tier         string
+}
+
+func countServer(t *testing.T, a *answer, seen *string) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		*seen = r.URL.RawQuery
+		if a.xcache != "" {
+			w.Header().Set("X-Cache", a.xcache)
+		}
+		if a.tier != "" {
+			w.Header().Set("X-Cache-Tier", a.tier)
+		}
+		w.WriteHeader(a.status)
+		fmt.Fprint(w, a.body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestReadCheck(t *testing.T) {
+	right := fmt.Sprintf(`{"email":%q,"count":3}`, email)
+	cases := []struct {
+		name string
+		mode string
+		a    answer
+		ok   bool
+	}{
+		{"hit in its tier", "l2", answer{200, right, "HIT", "l2"}, true},
+		{"miss", "l2", answer{200, right, "MISS", ""}, true},
+		{"bypass on off", "off", answer{200, right, "BYPASS", ""}, true},
+		{"hybrid hit in l1", "hybrid", answer{200, right, "HIT", "l1"}, true},
+		{"count zero", "l1", answer{200, fmt.Sprintf(`{"email":%q,"count":0}`, email), "MISS", ""}, true},
+		{"wrong email", "l2", answer{200, `{"email":"other@example.com","count":3}`, "MISS", ""}, false},
+		{"negative count", "l2", answer{200, fmt.Sprintf(`{"email":%q,"count":-1}`, email), "MISS", ""}, false},
+		{"fractional count", "l2", answer{200, fmt.Sprintf(`{"email":%q,"count":1.5}`, email), "MISS", ""}, false},
+		{"count as text", "l2", answer{200, fmt.Sprintf(`{"email":%q,"count":"3"}`, email), "MISS", ""}, false},
+		{"no count", "l2", answer{200, fmt.Sprintf(`{"email":%q}`, email), "MISS", ""}, false},
+		{"not json", "l2", answer{200, `<html>`, "MISS", ""}, false},
+		{"hit in the wrong tier", "l2", answer{200, right, "HIT", "l1"}, false},
+		{"hit without a tier", "l1", answer{200, right, "HIT", ""}, false},
+		{"off must bypass", "off", answer{200, right, "MISS", ""}, false},
+		{"nopool must bypass", "nopool", answer{200, right, "HIT", "l2"}, false},
+		{"no X-Cache", "l2", answer{200, right, "", ""}, false},
+		{"status 500", "l2", answer{500, right, "MISS", ""}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var query string
+			srv := countServer(t, &c.a, &query)
+			client := newClient(t, srv.URL, 2*time.Second)
+			h := newHarness(t, client, scenario.NewRead("read", client, c.mode, 1, []string{email}, []string{"cold@example.com"}, false), 2*time.Second)
+			if got := h.iterate(); got != c.ok {
+				t.Fatalf("read check = %v, want %v", got, c.ok)
+			}
+			if want := "email=hot.user%2B1%40example.com&cache=" + c.mode; query != want {
+				t.Errorf("query %q, want %q", query, want)
+			}
+			tot := h.env.Rec.Totals()
+			if tot.Requests != 1 || tot.ByName[0].Name != "count" {
+				t.Errorf("recorded %+v", tot)
+			}
+			s := h.sink.all()
+			if len(s) != 1 || s[0].OK != c.ok || s[0].Status != c.a.status {
+				t.Errorf("sample %+v", s)
+			}
+		})
+	}
+}
+
+func TestBareChecksOnlyTheStatus(t *testing.T) {
+	var query string
+	a := answer{200, "whatever", "", ""}
+	srv := countServer(t, &a, &query)
+	client := newClient(t, srv.URL, 2*time.Second)
+	h := newHarness(t, client, scenario.NewRead("bare", client, "l2", 1, []string{email}, []string{"c@x"}, true), 2*time.Second)
+	if !h.iterate() {
+		t.Fatal("bare failed on a 200")
+	}
+	a.status = 503
+	if h.iterate() {
+		t.Fatal("bare passed a 503")
+	}
+}
+
+func TestHotShareAndSeed(t *testing.T) {
+	var query string
+	a := answer{200, "{}", "MISS", ""}
+	srv := countServer(t, &a, &query)
+	client := newClient(t, srv.URL, 2*time.Second)
+	hot := []string{"h1@x", "h2@x"}
+	cold := []string{"c1@x", "c2@x", "c3@x"}
+	picks := func(seed uint64) []string {
+		h := newHarness(t, client, scenario.NewRead("bare", client, "l2", 0.9, hot, cold, true), 2*time.Second)
+		h.env.Seed = seed
+		var got []string
+		for range 400 {
+			h.iterate()
+			got = append(got, query)
+		}
+		return got
+	}
+	first, again, other := picks(7), picks(7), picks(8)
+	coldCount, differ := 0, 0
+	for i := range first {
+		if first[i] != again[i] {
+			t.Fatalf("seed 7 chose %q then %q at %d", first[i], again[i], i)
+		}
+		if first[i] != other[i] {
+			differ++
+		}
+		if first[i][6] == 'c' {
+			coldCount++
+		}
+	}
+	if coldCount < 20 || coldCount > 60 {
+		t.Errorf("%d cold reads of 400 at HOT_SHARE 0.9", coldCount)
+	}
+	if differ == 0 {
+		t.Error("seeds 7 and 8 chose the same keys")
+	}
+}

@@ -1,0 +1,177 @@
+"""The ceiling search: raise the rate along a ladder until a step misses, then
+bisect between the highest rate held and the lowest missed, then run the final
+held and missed rates once more each (pure, unit-tested).
+
+A rate holds when most of its tries held. When a confirmation disagrees with
+the first try, a third decides: one slow step on a shared machine (a p95 of
+35 ms between two of 6 ms at the same rate) neither sets the ceiling alone nor
+is ignored. A tie counts as a miss until it is broken. A step whose miss was the
+load generator's (saturation.py) bounds the search like a miss, but the
+report names it a measurement limit, not the server's ceiling.
+
+Searches run side by side take turns (`interleave`), a step of one, then a step
+of the other, so that a drift of the machine during the searches lands in both
+rather than in the difference between them: every arm of a run is searched
+so (the cache arm's bare-script reference right after it), as the report's
+point is their ratios (hybrid / healthz, cache / its reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+Trial = tuple[int, bool]  # (rate, held)
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    start: int = 200
+    ladder_step: int = 400
+    max_rate: int = 8000
+    resolution_abs: int = 25
+    resolution_rel: float = 0.05
+
+
+def ladder(params: SearchParams) -> list[int]:
+    """200, 400, 800, then +400 each: 1200, 1600, ... up to max_rate."""
+    rates = [params.start, params.start * 2, params.start * 4]
+    while rates[-1] + params.ladder_step <= params.max_rate:
+        rates.append(rates[-1] + params.ladder_step)
+    return sorted({r for r in rates if r <= params.max_rate})
+
+
+def _tally(history: list[Trial]) -> dict[int, tuple[int, int]]:
+    """rate -> (tries held, tries missed)."""
+    found: dict[int, tuple[int, int]] = {}
+    for rate, held in history:
+        ok, missed = found.get(rate, (0, 0))
+        found[rate] = (ok + 1, missed) if held else (ok, missed + 1)
+    return found
+
+
+def verdicts(history: list[Trial]) -> dict[int, bool]:
+    """rate -> held, a rate held when more of its tries held than missed."""
+    return {rate: ok > missed for rate, (ok, missed) in _tally(history).items()}
+
+
+def bounds(history: list[Trial]) -> tuple[int, int | None]:
+    """(highest rate held below the lowest miss, lowest miss or None)."""
+    by_rate = verdicts(history)
+    missed = [rate for rate, held in by_rate.items() if not held]
+    lowest_miss = min(missed) if missed else None
+    held = [
+        rate for rate, ok in by_rate.items() if ok and (lowest_miss is None or rate < lowest_miss)
+    ]
+    return (max(held) if held else 0), lowest_miss
+
+
+def next_rate(history: list[Trial], params: SearchParams) -> int | None:
+    """The next new rate to try, or None when the search has narrowed enough."""
+    low, high = bounds(history)
+    tried = {rate for rate, _ in history}
+    if high is None:
+        return next((r for r in ladder(params) if r > low and r not in tried), None)
+    gap = max(params.resolution_abs, int(low * params.resolution_rel))
+    if high - low <= gap:
+        return None
+    middle = (low + high) // 2
+    return None if middle in tried or middle <= 0 else middle
+
+
+def to_confirm(history: list[Trial]) -> int | None:
+    """The final held rate, then the final missed one, if tried only once or
+    if its tries are split evenly (a third decides)."""
+    low, high = bounds(history)
+    tally = _tally(history)
+    for rate in (low, high):
+        if rate:
+            ok, missed = tally.get(rate, (0, 0))
+            if ok + missed == 1 or ok == missed:
+                return rate
+    return None
+
+
+def next_trial(history: list[Trial], params: SearchParams, confirm: bool = True) -> int | None:
+    """The next rate to run: a new one while the search narrows, then the
+    confirmations; None when both bounds have a majority of two tries or more."""
+    rate = next_rate(history, params)
+    if rate is None and confirm:
+        rate = to_confirm(history)
+    return rate
+
+
+def tries_at(history: list[Trial], rate: int) -> int:
+    """How many steps of `history` ran at `rate`."""
+    return sum(1 for tried, _ in history if tried == rate)
+
+
+def interleave(
+    names: Iterable[str],
+    params: SearchParams,
+    run: Callable[[str, int, list[Trial]], bool | None],
+) -> dict[str, list[Trial]]:
+    """Search every name's ceiling, taking turns: each round runs the next trial
+    of every search not yet done, in order. `run(name, rate, history) -> held`
+    runs one step, given the name's trials so far; None from it (interrupted)
+    stops every search. Returns each name's history."""
+    histories: dict[str, list[Trial]] = {name: [] for name in names}
+    pending = list(histories)
+    while pending:
+        for name in list(pending):
+            history = histories[name]
+            rate = next_trial(history, params)
+            if rate is None:
+                pending.remove(name)
+                continue
+            held = run(name, rate, history)
+            if held is None:
+                return histories
+            history.append((rate, held))
+    return histories
+
+
+def ceiling_of(history: list[Trial]) -> tuple[int, bool]:
+    """(ceiling, capped): capped means no step missed, so the true ceiling is higher."""
+    low, high = bounds(history)
+    return low, high is None
+
+
+def limit_of(outcomes: list[tuple[int, str]]) -> int | None:
+    """The lowest rate that did not hold, when every try of it that did not hold
+    was a load generator limit ("limit"), not a server miss ("missed"): the
+    ceiling found is then a lower bound set by the measurement."""
+    _, high = bounds([(rate, outcome == "held") for rate, outcome in outcomes])
+    if high is None:
+        return None
+    failed = [outcome for rate, outcome in outcomes if rate == high and outcome != "held"]
+    return high if failed and all(outcome == "limit" for outcome in failed) else None
+
+
+# The cache arm's ceiling and the bare script's reference agree when they differ
+# by at most this share of the reference: the driver's checks did not set the ceiling.
+REFERENCE_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The cache arm's ceiling against the same search under the bare script."""
+
+    ceiling: int
+    reference: int
+    tolerance: float = REFERENCE_TOLERANCE
+
+    @property
+    def ratio(self) -> float | None:
+        """ceiling / reference; None when the reference held no rate."""
+        return self.ceiling / self.reference if self.reference > 0 else None
+
+    @property
+    def agrees(self) -> bool:
+        ratio = self.ratio
+        return ratio is not None and abs(ratio - 1) <= self.tolerance + 1e-9
+
+    @property
+    def verdict(self) -> str:
+        within = f"within {self.tolerance:.0%}".replace("%", " %")
+        return f"agrees {within}" if self.agrees else f"does not agree {within}"

@@ -1,0 +1,50 @@
+"""What the figures were measured on; stated next to every table and chart."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def _meminfo_bytes(field: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def describe() -> dict[str, Any]:
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    memory = _meminfo_bytes("MemTotal")
+    return {
+        "nproc": nproc,
+        "memory_bytes": memory,
+        "memory_gib": round(memory / 2**30, 1) if memory else None,
+        "kernel": platform.release(),
+        "cpu": _cpu_model(),
+        "hostname": platform.node(),
+        "note": f"the load driver shares the {nproc} cores with the services",
+    }
+
+
+def summary(machine: dict[str, Any]) -> str:
+    """One line for captions: '2 cores, 23.4 GiB, Linux 6.1 — the load driver shares ...'."""
+    return (
+        f"{machine['nproc']} cores ({machine['cpu']}), {machine['memory_gib']} GiB, "
+        f"Linux {machine['kernel']}; {machine['note']}"
+    )

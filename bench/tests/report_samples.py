@@ -1,0 +1,48 @@
+"""Made-up step results and a run's metadata: reports are built from them
+without running any load (the report and browser tests share them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aside_bench.plan import Step
+from aside_bench.results import CacheCounts, Latency, StepResult
+
+
+def sample_result(
+    arm: str, phase: str, rate: int, p95: float, hits: float, by_name: bool = False
+) -> StepResult:
+    names = {"count": Latency(1, p95, p95, 10), "create": Latency(2, 9, 9, 2)} if by_name else {}
+    return StepResult(
+        step=Step("read", arm, phase, rate, 30),
+        latency=Latency(p50=p95 / 3, p95=p95, p99=p95 * 1.5, count=rate * 30),
+        iterations=rate * 30,
+        failed=rate,  # 1 s worth of failures
+        dropped=0,
+        cache=CacheCounts(hits=hits, misses=rate * 30 - hits, bypass=0)
+        if arm == "cache"
+        else CacheCounts(0, 0, rate * 30),
+        by_name=names,
+    )
+
+
+RESULTS = [
+    sample_result("nocache", "none", 30, 80.0, 0),
+    sample_result("cache", "warm", 30, 4.0, 880),
+    sample_result("nocache", "none", 100, 900.0, 0),
+    sample_result("cache", "warm", 100, 5.0, 2950),
+]
+
+
+def sample_run() -> dict[str, Any]:
+    return {
+        "run_id": "unit-1",
+        "created": "2026-01-01T00:00:00+00:00",
+        "params": {"scenario": "read", "duration_s": 30, "hot_share": 0.9, "hot_count": 100,
+                   "cold_sample_used": 200, "write_share": 0.1},
+        "machine": {"nproc": 2, "cpu": "Test CPU", "memory_gib": 24.0, "kernel": "6.1",
+                    "note": "the load driver shares the 2 cores with the services"},
+        "seed": {"rows": 1000000, "index": False, "seed": 42},
+        "settings": {"gateway_url": "http://gateway"},
+        "steps": [],
+    }  # fmt: skip

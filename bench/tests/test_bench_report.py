@@ -1,0 +1,99 @@
+"""Unit tests of the tables, charts and report files, from made-up results."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from aside_bench import report
+from aside_bench.plan import Step
+from aside_bench.results import Latency, StepResult
+from aside_bench.tables import MISSING, comparison_table, series_table, sweep_tables
+from report_samples import RESULTS, sample_result, sample_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _cells(markdown: str) -> list[str]:
+    rows = [line for line in markdown.splitlines() if line.startswith("| ")]
+    return [cell.strip() for row in rows[1:] for cell in row.strip("|").split("|")]
+
+
+def test_series_table_has_every_figure_per_rate() -> None:
+    table = series_table(RESULTS, "cache", "warm")
+    assert table.headers[-1] == "cache hit rate"
+    assert table.rows == [
+        ["30", "1.33", "4.00", "6.00", "29.0", "3.3%", "97.8%"],
+        ["100", "1.67", "5.00", "7.50", "96.7", "3.3%", "98.3%"],
+    ]
+
+
+def test_uncached_arm_shows_a_zero_hit_rate_not_a_gap() -> None:
+    assert [row[-1] for row in series_table(RESULTS, "nocache", "none").rows] == ["0.0%", "0.0%"]
+
+
+def test_comparison_puts_arms_side_by_side_with_the_speedup() -> None:
+    table = comparison_table(RESULTS)
+    assert table.headers[0] == "target /s"
+    assert table.headers[-1] == "nocache / cache (warm) p95"
+    assert table.rows[0][-1] == "20.0x"
+    assert table.rows[1][-1] == "180.0x"
+
+
+def test_a_missing_step_shows_as_na_not_as_an_error() -> None:
+    table = comparison_table(RESULTS[:3])
+    assert table.rows[1][3] == MISSING  # no cache (warm) step at 100/s
+
+
+def test_tables_are_fully_filled(tmp_path: Path) -> None:
+    for table in sweep_tables(RESULTS):
+        for cell in _cells(table.markdown()):
+            assert cell and cell != MISSING and "nan" not in cell.lower()
+
+
+def test_per_request_kind_table_appears_for_mixed_runs() -> None:
+    mixed = [sample_result("cache", "warm", 30, 4.0, 880, by_name=True)]
+    titles = [t.title for t in sweep_tables(mixed)]
+    assert "p95 latency by request kind" in titles
+
+
+def test_sweep_report_writes_markdown_html_and_png_charts(tmp_path: Path) -> None:
+    report.write_sweep(sample_run(), RESULTS, tmp_path)
+    names = {"latency.png", "throughput.png", "drop_rate.png", "hit_rate.png"}
+    for name in names:
+        assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC), name
+    markdown = (tmp_path / "report.md").read_text()
+    assert "the load driver shares the 2 cores with the services" in markdown
+    assert all(f"]({name})" in markdown for name in names)
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == len(names)
+    # Self-contained: nothing is fetched from elsewhere.
+    assert not re.search(r"""(src|href)=['"](?!data:)""", html)
+    assert "<style>" in html
+
+
+def test_ceiling_report_names_each_ceiling_and_the_ratio(tmp_path: Path) -> None:
+    base = sample_run()
+    run = base | {"params": base["params"] | {"p95_limit_ms": 10, "scenario": "ceiling"}}
+
+    def step(arm: str, phase: str, rate: int, p95: float) -> StepResult:
+        return StepResult(Step("ceiling", arm, phase, rate, 10), Latency(1, p95, p95, rate * 10),
+                          rate * 10, 0, 0, None)  # fmt: skip
+
+    results = [
+        step("cache", "warm", 200, 3),
+        step("cache", "warm", 400, 14),
+        step("cache", "warm", 300, 8),
+        step("healthz", "none", 200, 2),
+        step("healthz", "none", 400, 4),
+        step("healthz", "none", 800, 30),
+        step("healthz", "none", 600, 12),
+    ]
+    tables = report.write_ceiling(run, results, tmp_path)
+    assert tables[0].rows == [
+        ["cache (warm)", "300"],
+        ["healthz", "400"],
+        ["cache / healthz", "0.75"],
+    ]
+    assert (tmp_path / "ceiling.png").read_bytes().startswith(PNG_MAGIC)
+    assert "0.75" in (tmp_path / "ceiling.md").read_text()

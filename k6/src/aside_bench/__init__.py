@@ -1,1 +1,0 @@
-"""aside-bench: Aside's load driver (k6), result reader (InfluxDB, Prometheus), report writer."""
