@@ -63,9 +63,8 @@ def runs(
 
 
 def _results(runs: Runs, run_id: str, settings: config.Settings):
-    influx = Influx(settings.influx_base, settings.influx_db)
     prom = Prometheus(settings.prometheus_url)
-    return collect(influx, prom, run_id, runs.run_json(run_id)["steps"])
+    return collect(prom, runs.run_json(run_id)["steps"])
 
 
 def test_reads_ran_at_their_rate_beside_compute_answered_right(runs, settings) -> None:
@@ -90,11 +89,12 @@ def test_reads_ran_at_their_rate_beside_compute_answered_right(runs, settings) -
         assert beside.latency is not None and beside.latency.count == beside.iterations
 
 
-def test_compute_samples_carry_the_step_tags_and_none_at_rate_zero(runs, settings) -> None:
+def test_compute_points_carry_the_step_tags_and_none_at_rate_zero(runs, settings) -> None:
+    # The driver's points a second, per scenario and request name.
     influx = Influx(settings.influx_base, settings.influx_db)
     run = quote_literal(runs.interference_id)
     (series,) = influx.query(
-        f'SELECT count("value") FROM "http_reqs" WHERE "run_id" = {run} '
+        f'SELECT sum("count") FROM "load_second" WHERE "run_id" = {run} AND "name" != \'all\' '
         'GROUP BY "scenario", "arm", "phase", "rate", "name"'
     )
     found = {(s.tags["scenario"], s.tags["arm"], s.tags["rate"], s.tags["name"])
