@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import pytest
 from aside_bench import report
 from aside_bench.plan import Step
 from aside_bench.results import Latency, StepResult
@@ -97,3 +99,18 @@ def test_ceiling_report_names_each_ceiling_and_the_ratio(tmp_path: Path) -> None
     ]
     assert (tmp_path / "ceiling.png").read_bytes().startswith(PNG_MAGIC)
     assert "0.75" in (tmp_path / "ceiling.md").read_text()
+
+
+def test_a_run_of_another_shape_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    from aside_bench import cli
+
+    run = {"schema_version": report.RUN_SCHEMA, "run_id": "now", "steps": []}
+    (tmp_path / "now").mkdir()
+    report.save_run(run, tmp_path / "now")
+    assert report.load_run(tmp_path / "now") == run
+    # A run from before the field (the load generator's old figures): shape 1.
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "run.json").write_text(json.dumps({"run_id": "old", "steps": []}))
+    with pytest.raises(report.RunSchemaError, match="schema version 1, this bench reads version 2"):
+        report.load_run(tmp_path / "old")
+    assert cli.main(["report", "--run", "old", "--reports-dir", str(tmp_path)]) == 2

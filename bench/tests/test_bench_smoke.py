@@ -227,3 +227,21 @@ def test_ctrl_c_stops_the_driver_keeps_what_it_measured_and_exits_130(
     assert step["interrupted"] is True and step["completed"] is False
     assert step["end"] - step["start"] < 40
     assert (smoke_run.reports_dir / run_id / "report.md").exists()
+
+
+def test_the_steps_histograms_in_influxdb_give_the_summarys_percentiles(
+    smoke_run, settings: config.Settings, bench: Callable[..., CompletedProcess[str]]
+) -> None:
+    # One driver a step here; with the chart's Indexed Job several, merged the same way.
+    from aside_bench import shards
+
+    merged = shards.merge(shards.read_points(_influx(settings), smoke_run.run_id))
+    steps = {(s["arm"], s["phase"], str(s["rate"])): s for s in smoke_run.run_json(
+        smoke_run.run_id)["steps"]}  # fmt: skip
+    assert {m.key[1:4] for m in merged} == set(steps)
+    for one in merged:
+        summary = steps[one.key[1:4]]["summary"]
+        assert one.shards == 1 and one.counts["requests"] == summary["requests"]
+        assert one.p95 == pytest.approx(summary["p95"], rel=0.01), one
+    done = bench("shards", "--run", smoke_run.run_id)
+    assert done.returncode == 0 and "its shards merged" in done.stdout, done.stderr

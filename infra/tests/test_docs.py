@@ -54,3 +54,25 @@ def test_shared_contract_variables_are_in_root_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     for name in ("DATABASE_URL", "REDIS_URL", "CORE_URL", "INFLUXDB_URL", "PROMETHEUS_URL"):
         assert f"`{name}`" in readme
+
+
+DRIVER_CONFIG = ROOT / "bench/driver/internal/config/config.go"
+# Read by the driver but set by the runtime, not by the bench.
+DRIVER_RUNTIME = {"GOGC", "JOB_COMPLETION_INDEX"}
+
+
+def test_every_driver_variable_is_documented_and_known_to_the_bench() -> None:
+    from aside_bench.loadrun import DRIVER_VARIABLES
+
+    read = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', DRIVER_CONFIG.read_text()))
+    docs = (ROOT / "bench/driver/README.md").read_text()
+    assert sorted(n for n in read if f"`{n}`" not in docs) == []
+    # The bench keeps none of them from its own shell (loadrun.driver_env).
+    assert read - DRIVER_RUNTIME == set(DRIVER_VARIABLES)
+
+
+def test_readme_names_no_run() -> None:
+    # Run ids (20261123-083159-read) belong to the dated pages under docs/results/.
+    readme = (ROOT / "README.md").read_text()
+    assert re.findall(r"\b20\d{6}-\d{6}(?:-[a-z]+)?\b", readme) == []
+    assert len(readme.splitlines()) <= 300

@@ -12,7 +12,7 @@ report names it a measurement limit, not the server's ceiling.
 Searches run side by side take turns (`interleave`), a step of one, then a step
 of the other, so that a drift of the machine during the searches lands in both
 rather than in the difference between them: every arm of a run is searched
-so (the cache arm's bare-script reference right after it), as the report's
+so (the cache arm's bare reference right after it), as the report's
 point is their ratios (hybrid / healthz, cache / its reference).
 """
 
@@ -148,14 +148,14 @@ def limit_of(outcomes: list[tuple[int, str]]) -> int | None:
     return high if failed and all(outcome == "limit" for outcome in failed) else None
 
 
-# The cache arm's ceiling and the bare script's reference agree when they differ
+# The cache arm's ceiling and the bare scenario's reference agree when they differ
 # by at most this share of the reference: the driver's checks did not set the ceiling.
 REFERENCE_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
 class Reference:
-    """The cache arm's ceiling against the same search under the bare script."""
+    """The cache arm's ceiling against the same search under the bare scenario."""
 
     ceiling: int
     reference: int

@@ -5,8 +5,9 @@
 (rebuild a run's report from its run.json and Prometheus), `compare` (two runs'
 common steps), `chaos` (faults under load), `soak` (memory and descriptors of
 every process under a steady load), `hardening` (slow clients and a cold flood
-under cached reads) and `screenshot` (a run's report.html as headless Chromium
-renders it, as a PNG)."""
+under cached reads), `shards` (a run several drivers sent, merged from
+InfluxDB) and `screenshot` (a run's report.html as headless Chromium renders
+it, as a PNG)."""
 
 from __future__ import annotations
 
@@ -234,8 +235,8 @@ def _add_ceiling(sub: argparse._SubParsersAction) -> None:
         "--no-reference",
         dest="reference",
         action="store_false",
-        help="skip the reference: the cache arm's search again under the bare script "
-        "(bench/scripts/bare.js), taking turns with it when cache is one of the arms",
+        help="skip the reference: the cache arm's search again under the driver's bare "
+        "scenario (no check but the status), taking turns with it when cache is one of the arms",
     )
     _steps(ceiling)
     _trust(ceiling)
@@ -351,9 +352,17 @@ def _add_hardening(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
-    rebuild = sub.add_parser("report", help="rebuild reports/<run>/ from InfluxDB and Prometheus")
+    rebuild = sub.add_parser("report", help="rebuild reports/<run>/ from run.json and Prometheus")
     rebuild.add_argument("--run", default="", help="the run id (a folder of reports/)")
     rebuild.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
+
+
+def _add_shards(sub: argparse._SubParsersAction) -> None:
+    merged = sub.add_parser(
+        "shards",
+        help="a run sent by several drivers (the chart's Indexed Job), merged from InfluxDB",
+    )
+    merged.add_argument("--run", required=True, help="the run id the drivers were given")
 
 
 def _add_screenshot(sub: argparse._SubParsersAction) -> None:
@@ -412,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     adders = (_add_run, _add_ceiling, _add_cost, _add_chaos, _add_soak, _add_create_rate)
-    adders += (_add_hardening, _add_report)
+    adders += (_add_hardening, _add_report, _add_shards)
     for add in (*adders, _add_compare, _add_screenshot):
         add(sub)
     return parser
@@ -430,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             "ceiling": commands.cmd_ceiling,
             "cost": commands.cmd_cost,
             "report": commands.cmd_report,
+            "shards": commands.cmd_shards,
             "chaos": suite_commands.cmd_chaos,
             "soak": suite_commands.cmd_soak,
             "create-rate": suite_commands.cmd_create_rate,

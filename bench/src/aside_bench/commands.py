@@ -26,6 +26,7 @@ from . import (
     interference_report,
     meter,
     report,
+    shards,
     trackplan,
     tracks,
 )
@@ -52,7 +53,7 @@ from .prepare import StackError, check_stack
 from .runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
 from .saturation import cpu_limit_cores
 from .seeddata import SeedData, check_seed
-from .sources import Prometheus, SourceError
+from .sources import Influx, Prometheus, SourceError
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 
@@ -276,7 +277,7 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
         p95_limit_ms=args.p95_ms,
         search=search.__dict__,
     )
-    # The reference: the cache arm's search again under the bare script.
+    # The reference: the cache arm's search again under the bare scenario.
     searched = [*arms, BARE_ARM] if args.reference and "cache" in arms else arms
     params["reference"] = BARE_ARM in searched
     runner = _new_runner("ceiling", run_id, out_dir, args, settings, seed, shape, params)
@@ -325,7 +326,7 @@ def cmd_cost(args: argparse.Namespace, settings: config.Settings) -> int:
 
 
 def _search_order(searched: list[str]) -> list[list[str]]:
-    """The searches, all taking turns step by step, the cache arm's bare-script
+    """The searches, all taking turns step by step, the cache arm's bare
     reference right after it: a drift of the machine during the run then lands
     in every arm alike rather than in the ratios between them."""
     order = [arm for arm in searched if arm != BARE_ARM]
@@ -374,10 +375,7 @@ def _known_run(reports_dir: Path, run_id: str, make_target: str) -> Path:
 
 def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     out_dir = _known_run(args.reports_dir or settings.default_reports_dir, args.run, "report")
-    try:
-        run = json.loads((out_dir / "run.json").read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise UsageError(f"no readable run.json in {out_dir} ({error})") from error
+    run = _read_run(out_dir)
     prom = Prometheus(settings.prometheus_url)
     results = collect(prom, run["steps"])
     if run.get("kind") == "ceiling":
@@ -389,6 +387,19 @@ def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     for table in writer(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")
+    return 0
+
+
+def cmd_shards(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Every step of a run sent by several drivers, their shards merged."""
+    influx = Influx(settings.influx_base, settings.influx_db)
+    try:
+        merged = shards.merge(shards.read_points(influx, args.run))
+    except shards.ShardsError as error:
+        raise UsageError(f"run {args.run}: {error}") from None
+    if not merged:
+        raise UsageError(f"run {args.run}: no step point in InfluxDB ({shards.MEASUREMENT})")
+    print(shards.shards_table(args.run, merged).markdown())
     return 0
 
 
@@ -418,12 +429,18 @@ def cmd_screenshot(args: argparse.Namespace, settings: config.Settings) -> int:
     )
 
 
-def _load_run(reports_dir: Path, run_id: str) -> tuple[dict[str, Any], Path]:
-    out_dir = reports_dir / run_id
+def _read_run(out_dir: Path) -> dict[str, Any]:
     try:
-        return json.loads((out_dir / "run.json").read_text()), out_dir
+        return report.load_run(out_dir)
+    except report.RunSchemaError as error:
+        raise UsageError(str(error)) from None
     except (OSError, json.JSONDecodeError) as error:
         raise UsageError(f"no readable run.json in {out_dir} ({error})") from error
+
+
+def _load_run(reports_dir: Path, run_id: str) -> tuple[dict[str, Any], Path]:
+    out_dir = reports_dir / run_id
+    return _read_run(out_dir), out_dir
 
 
 def _figures(settings: config.Settings, run: dict[str, Any], out_dir: Path) -> list[dict]:

@@ -73,7 +73,7 @@ def compute_request(
 ) -> tuple[dict[str, object], dict[str, object]]:
     """The body an arm's compute requests send, and the fields every answer
     must carry exactly (a bcrypt hash, salted at random, is checked for its
-    format by the script)."""
+    format by the driver)."""
     engine, kind = split_arm(arm)
     expect: dict[str, object] = {"kind": kind, "engine": engine}
     if kind == "pbkdf2":

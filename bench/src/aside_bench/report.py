@@ -323,7 +323,7 @@ def ceiling_tables(
 
 
 def reference_of(found: dict[str, Any]) -> Reference | None:
-    """The cache arm's ceiling against the bare script's, when both were searched."""
+    """The cache arm's ceiling against the bare scenario's, when both were searched."""
     if "cache" not in found or BARE_ARM not in found:
         return None
     return Reference(found["cache"]["ceiling"], found[BARE_ARM]["ceiling"])
@@ -348,7 +348,7 @@ def _reference(doc: Doc, found: dict[str, Any]) -> None:
     reference = reference_of(found)
     if reference is None:
         return
-    doc.h(2, "Reference: the bare script")
+    doc.h(2, "Reference: the bare scenario")
     doc.p(REFERENCE_TEXT)
     doc.p(
         f"cache {_ceiling_cell(**found['cache'])} req/s, {BARE_ARM} "
@@ -428,6 +428,28 @@ def load_figures(out_dir: Path) -> list[dict[str, Any]] | None:
     except (OSError, json.JSONDecodeError):
         return None
     return found if isinstance(found, list) else None
+
+
+# run.json's shape: 2 since the load driver's figures (the driver's CPU and
+# pool, a summary per step); a run without the field is of shape 1.
+RUN_SCHEMA = 2
+
+
+class RunSchemaError(ValueError):
+    """A run.json of a shape this bench does not read; the message names both."""
+
+
+def load_run(out_dir: Path) -> dict[str, Any]:
+    """A run's run.json; RunSchemaError when its shape is not this bench's,
+    OSError or ValueError when it cannot be read."""
+    path = out_dir / "run.json"
+    run = json.loads(path.read_text())
+    found = run.get("schema_version", 1) if isinstance(run, dict) else None
+    if found != RUN_SCHEMA:
+        raise RunSchemaError(
+            f"{path}: run.json schema version {found}, this bench reads version {RUN_SCHEMA}"
+        )
+    return run
 
 
 def save_run(run: dict[str, Any], out_dir: Path) -> None:

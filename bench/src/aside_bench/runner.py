@@ -400,6 +400,7 @@ def new_run(
     kind: str, run_id: str, params: dict[str, Any], seed: SeedData, settings: Settings
 ) -> dict[str, Any]:
     return {
+        "schema_version": report.RUN_SCHEMA,
         "run_id": run_id,
         "kind": kind,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),

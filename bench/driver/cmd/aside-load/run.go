@@ -116,6 +116,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	periodic.Stop()
 	var influxErrors int64
 	if influx != nil {
+		recs := make([]*record.Recorder, 0, len(loads))
+		for _, l := range loads {
+			recs = append(recs, l.Env.Rec)
+		}
+		influx.WriteSteps(clock.Wall(clock.Now()), recs)
 		influx.Close()
 		influxErrors = influx.Errors()
 	}

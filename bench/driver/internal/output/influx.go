@@ -88,6 +88,60 @@ func Encode(at time.Time, seconds []record.Second, stepTags []record.Tag) ([]byt
 	return enc.Bytes(), points, nil
 }
 
+// StepMeasurement holds one point per scenario at the step's end: its
+// counts and its latency histograms, so the shards of one step merge exactly.
+const StepMeasurement = "load_step"
+
+// EncodeSteps is the line protocol of each scenario's totals and histograms.
+func EncodeSteps(at time.Time, recs []*record.Recorder, stepTags []record.Tag) ([]byte, int64, error) {
+	var enc lineprotocol.Encoder
+	enc.SetPrecision(lineprotocol.Millisecond)
+	tags := make([]record.Tag, 0, len(stepTags)+1)
+	for _, rec := range recs {
+		t := rec.Totals()
+		latency, fromDue, err := rec.Encoded()
+		if err != nil {
+			return nil, 0, err
+		}
+		tags = append(tags[:0], stepTags...)
+		tags = append(tags, record.Tag{Key: "scenario", Value: t.Scenario})
+		sort.Slice(tags, func(i, j int) bool { return tags[i].Key < tags[j].Key })
+		enc.StartLine(StepMeasurement)
+		for _, tag := range tags {
+			enc.AddTag(tag.Key, tag.Value)
+		}
+		for _, f := range []struct {
+			name  string
+			value int64
+		}{{"due", t.Due}, {"started", t.Started}, {"dropped", t.Dropped}, {"late", t.Late},
+			{"iterations", t.Iterations}, {"failed", t.Failed}, {"requests", t.Requests}} {
+			enc.AddField(f.name, lineprotocol.IntValue(f.value))
+		}
+		enc.AddField("target", lineprotocol.MustNewValue(t.Rate))
+		enc.AddField("hdr", lineprotocol.MustNewValue(latency))
+		enc.AddField("hdr_from_due", lineprotocol.MustNewValue(fromDue))
+		enc.EndLine(at)
+	}
+	if err := enc.Err(); err != nil {
+		return nil, 0, err
+	}
+	return enc.Bytes(), int64(len(recs)), nil
+}
+
+// WriteSteps queues each scenario's step point (EncodeSteps).
+func (x *Influx) WriteSteps(at time.Time, recs []*record.Recorder) {
+	body, points, err := EncodeSteps(at, recs, x.tags)
+	if err != nil {
+		x.errors.Add(int64(len(recs)))
+		return
+	}
+	select {
+	case x.queue <- batch{body: body, points: points}:
+	default:
+		x.errors.Add(points)
+	}
+}
+
 // Write queues the points of seconds; when the queue is full they count as errors.
 func (x *Influx) Write(at time.Time, seconds []record.Second) {
 	body, points, err := Encode(at, seconds, x.tags)

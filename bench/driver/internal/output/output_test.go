@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 
 	"aside/bench/driver/internal/output"
@@ -99,7 +100,7 @@ func decode(t *testing.T, body []byte) []point {
 	var out []point
 	for dec.Next() {
 		m, err := dec.Measurement()
-		if err != nil || string(m) != output.Measurement {
+		if err != nil || (string(m) != output.Measurement && string(m) != output.StepMeasurement) {
 			t.Fatalf("measurement %q: %v", m, err)
 		}
 		p := point{tags: map[string]string{}, fields: map[string]any{}}
@@ -214,5 +215,44 @@ func TestWriteSummary(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Dir(path))
 	if len(entries) != 1 {
 		t.Errorf("temp files left: %v", entries)
+	}
+}
+
+func TestEncodeStepsCarriesHistogramsThatMerge(t *testing.T) {
+	var recs []*record.Recorder
+	for shard := range 2 {
+		rec := record.NewRecorder("read", 250, 10, []string{"count"}, 10*time.Second)
+		for i := range 100 {
+			rec.Due()
+			rec.Start(false)
+			ms := int64(shard*100+i+1) * int64(time.Millisecond) / 10 // 0.1 .. 20 ms
+			rec.Request(0, 200, true, 0, ms, 0)
+			rec.Finish(true)
+		}
+		recs = append(recs, rec)
+	}
+	var merged *hdrhistogram.Histogram
+	for _, rec := range recs {
+		body, n, err := output.EncodeSteps(time.UnixMilli(1764080000000), []*record.Recorder{rec}, stepTags)
+		if err != nil || n != 1 {
+			t.Fatalf("%d points: %v", n, err)
+		}
+		point := decode(t, body)[0]
+		if point.tags["scenario"] != "read" || point.fields["due"] != int64(100) || point.fields["target"] != float64(250) {
+			t.Errorf("step point %+v", point)
+		}
+		h, err := hdrhistogram.Decode([]byte(point.fields["hdr"].(string)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if merged == nil {
+			merged = h
+		} else {
+			merged.Merge(h)
+		}
+	}
+	// 200 answers from 0.1 to 20 ms in two shards: the merged median is 10 ms.
+	if merged.TotalCount() != 200 || merged.ValueAtQuantile(50) < 9900 || merged.ValueAtQuantile(50) > 10100 {
+		t.Errorf("merged %d answers, p50 %d µs", merged.TotalCount(), merged.ValueAtQuantile(50))
 	}
 }

@@ -177,6 +177,23 @@ func (r *Recorder) Finish(ok bool) {
 // Inflight is the number of iterations running now.
 func (r *Recorder) Inflight() int64 { return r.inflight.Load() }
 
+// Encoded are the answered requests' latencies, from the instant sent and
+// from the due time, as HdrHistogram's compressed V2 encoding (base64): the
+// form every HdrHistogram library reads, so shards merge exactly.
+func (r *Recorder) Encoded() (latency, fromDue string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, err := r.latency.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+	if err != nil {
+		return "", "", err
+	}
+	d, err := r.fromDue.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+	if err != nil {
+		return "", "", err
+	}
+	return string(a), string(d), nil
+}
+
 // Received counts n bytes of an answer's body.
 func (r *Recorder) Received(n int) { r.bodyBytes.Add(int64(n)) }
 
