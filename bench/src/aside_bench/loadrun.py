@@ -120,7 +120,7 @@ def driver_env(settings: Settings, run: LoadRun) -> dict[str, str]:
 DRIVER_VARIABLES = frozenset(
     {
         "BASE_URL", "SCENARIO", "RUN_ID", "ARM", "PHASE", "REPEAT", "RATE", "DURATION",
-        "POOL", "LATE_MS", "TIMEOUT_S", "SEED", "DATA_DIR", "SUMMARY_PATH", "SAMPLES_PATH",
+        "POOL", "CONNS", "LATE_MS", "TIMEOUT_S", "SEED", "DATA_DIR", "SUMMARY_PATH", "SAMPLES_PATH",
         "INFLUX_URL", "LIVE", "CACHE", "HOT_SHARE", "COLD_SAMPLE", "COMPUTE_BODY",
         "COMPUTE_EXPECT", "COMPUTE_HASH_PATTERN", "READ_RATE", "READ_CACHE", "READ_POOL",
         "WRITE_SHARE", "STALE_PER_MIN", "STALE_READS_AFTER", "ARM_QUERY", "SIZE_BOUNDS",

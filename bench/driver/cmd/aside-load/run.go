@@ -83,6 +83,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	if cfg.Conns > 0 {
+		// Before the schedule's clock starts: the first request falls due after this.
+		client.Open(cfg.Conns, "/healthz", time.Now().Add(cfg.Timeout))
+		clock.Restart(time.Now())
+	}
+
 	periodic := &output.Periodic{Clock: clock, Samples: samples, Arm: cfg.Arm, Phase: cfg.Phase}
 	for _, l := range loads {
 		periodic.Recorders = append(periodic.Recorders, l.Env.Rec)

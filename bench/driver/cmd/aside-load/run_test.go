@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -474,5 +476,43 @@ func TestTracksAndInterference(t *testing.T) {
 	}
 	if _, has := obj(r.summary, "scenarios")["interference_compute"]; has {
 		t.Error("a compute scenario at RATE 0")
+	}
+}
+
+// CONNS opens the connections before the schedule: the load then opens none
+// of its own (each request's new_conn is false), and nothing falls late for it.
+func TestConnsAreOpenBeforeTheFirstRequest(t *testing.T) {
+	var opened atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	for _, conns := range []string{"0", "8"} {
+		before := opened.Load()
+		r, err := step(t, context.Background(), map[string]string{
+			"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": "200", "DURATION": "300ms", "POOL": "8", "CONNS": conns,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := 0
+		for _, s := range r.samples {
+			if s["new_conn"] == true {
+				fresh++
+			}
+		}
+		read := obj(r.summary, "scenarios", "healthz")
+		if conns == "8" && (fresh != 0 || opened.Load()-before < 8 || read["dropped"] != float64(0)) {
+			t.Errorf("CONNS=8: %d requests opened a connection, %d opened in all, %v dropped", fresh, opened.Load()-before, read["dropped"])
+		}
+		if conns == "0" && fresh == 0 {
+			t.Errorf("CONNS=0: no request opened a connection")
+		}
 	}
 }

@@ -56,7 +56,9 @@ type Config struct {
 	Rate     int
 	Duration time.Duration
 	// Pool is POOL, 0 when unset (then it follows the rate).
-	Pool    int
+	Pool int
+	// Conns is CONNS: connections opened before the first request falls due.
+	Conns   int
 	LateMs  int
 	Timeout time.Duration
 	Seed    uint64
@@ -134,6 +136,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.Rate = r.wholeRequired("RATE", 0)
 	c.Duration = r.duration("DURATION")
 	c.Pool = r.whole("POOL", 0, 1)
+	c.Conns = r.whole("CONNS", 0, 0)
 	c.LateMs = r.whole("LATE_MS", 100, 1)
 	c.Timeout = time.Duration(r.whole("TIMEOUT_S", 10, 1)) * time.Second
 	c.Seed = uint64(r.whole("SEED", 1, 0))

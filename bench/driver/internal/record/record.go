@@ -54,6 +54,9 @@ type Clock struct {
 // NewClock starts a clock at t.
 func NewClock(t time.Time) *Clock { return &Clock{base: t, unixNs: t.UnixNano()} }
 
+// Restart moves the clock's start to t; only before anything reads it.
+func (c *Clock) Restart(t time.Time) { c.base, c.unixNs = t, t.UnixNano() }
+
 // Now is the time since the clock's start (monotonic).
 func (c *Clock) Now() int64 { return int64(time.Since(c.base)) }
 

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -81,6 +82,32 @@ func (c *Client) URL(path string) []byte { return []byte(c.base + path) }
 
 // Dials is the number of connections opened so far.
 func (c *Client) Dials() int64 { return c.dials.Load() }
+
+// Open opens n connections before the load: rounds of concurrent GETs of
+// path until n are open or the deadline passes (a request that ends before
+// another starts hands its connection on). Idle connections are reused
+// oldest first (fasthttp's FIFO pool), so at a steady rate they all stay
+// open; none is opened later unless more requests are in flight than n.
+func (c *Client) Open(n int, path string, deadline time.Time) int64 {
+	url := c.URL(path)
+	for c.Dials() < int64(n) && time.Now().Before(deadline) {
+		var wg sync.WaitGroup
+		for range int64(n) - c.Dials() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				req.SetRequestURIBytes(url)
+				// Opened here, not by the load: its first request is not a new connection.
+				_, _ = c.do(req, resp, time.Until(deadline))
+			}()
+		}
+		wg.Wait()
+	}
+	return c.Dials()
+}
 
 // CloseIdle closes the idle connections.
 func (c *Client) CloseIdle() { c.hc.CloseIdleConnections() }
