@@ -64,7 +64,12 @@ type point struct {
 	fields map[string]any
 }
 
-func (s *influxSink) points(t *testing.T) []point {
+// points are the sink's points of measurement load_second; steps those of load_step.
+func (s *influxSink) points(t *testing.T) []point { return s.measured(t, "load_second") }
+
+func (s *influxSink) steps(t *testing.T) []point { return s.measured(t, "load_step") }
+
+func (s *influxSink) measured(t *testing.T, measurement string) []point {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []point
@@ -72,7 +77,8 @@ func (s *influxSink) points(t *testing.T) []point {
 		dec := lineprotocol.NewDecoderWithBytes(b)
 		for dec.Next() {
 			p := point{tags: map[string]string{}, fields: map[string]any{}}
-			if m, _ := dec.Measurement(); string(m) != "load_second" {
+			m, _ := dec.Measurement()
+			if string(m) != "load_second" && string(m) != "load_step" {
 				t.Fatalf("measurement %q", m)
 			}
 			for {
@@ -92,7 +98,9 @@ func (s *influxSink) points(t *testing.T) []point {
 			if _, err := dec.Time(lineprotocol.Millisecond, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, p)
+			if string(m) == measurement {
+				out = append(out, p)
+			}
 		}
 	}
 	return out
@@ -242,6 +250,10 @@ func TestSummarySamplesAndPoints(t *testing.T) {
 		}
 	}
 
+	// At its end, one point of the step's counts and histograms per scenario.
+	if steps := influx.steps(t); len(steps) != 1 || steps[0].fields["due"] != int64(240) || steps[0].fields["hdr"] == "" {
+		t.Errorf("step points %v", steps)
+	}
 	points := influx.points(t)
 	var total float64
 	for _, p := range points {
