@@ -142,3 +142,24 @@ def test_the_nopool_arm_reads_uncached_like_nocache(runs, settings) -> None:
         assert result.failed == 0 and result.drop_rate < 0.2, result
     markdown = (runs.reports_dir / runs.nopool_id / "report.md").read_text()
     assert "nopool p95 ms" in markdown
+
+
+def test_the_compute_scenario_checks_every_answer_on_both_engines(
+    small_seed: Path, bench: Callable[..., CompletedProcess[str]], tmp_path: Path
+) -> None:
+    # The driver's `compute` scenario: the checksum of each engine checked against
+    # the closed form of contracts/compute.json (a wrong answer fails the iteration).
+    run_id = f"smoke-compute-{time.strftime('%H%M%S')}"
+    done = bench(
+        "run", "--run-id", run_id, "--scenario", "compute", "--rates", "2", "--arms", "go python",
+        "--complexity", "1", "--duration", f"{STEP_S}s", "--no-calibrate",
+        "--data-dir", str(small_seed), "--reports-dir", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, f"{done.stderr[-3000:]}\n{done.stdout[-3000:]}"
+    steps = json.loads((tmp_path / run_id / "run.json").read_text())["steps"]
+    assert [s["arm"] for s in steps] == ["go", "python"]
+    for step in steps:
+        summary = step["summary"]
+        assert step["driver_scenario"] == "compute"
+        assert summary["iterations"] >= 2 * STEP_S - 1 and summary["failed"] == 0, summary
+        assert summary["p95"] is not None and summary["dropped"] == 0, summary
