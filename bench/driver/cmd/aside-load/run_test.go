@@ -491,11 +491,14 @@ func TestTracksAndInterference(t *testing.T) {
 	}
 }
 
-// CONNS opens the connections before the schedule: the load then opens none
-// of its own (each request's new_conn is false), and nothing falls late for it.
+// CONNS opens the connections before the schedule (the client holds at most
+// POOL): the load then opens none of its own, each request's new_conn false.
 func TestConnsAreOpenBeforeTheFirstRequest(t *testing.T) {
 	var opened atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Answers that take a while, as under load: the opening requests overlap
+		// however busy the machine is.
+		time.Sleep(20 * time.Millisecond)
 		io.WriteString(w, "ok")
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -505,10 +508,10 @@ func TestConnsAreOpenBeforeTheFirstRequest(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	for _, conns := range []string{"0", "8"} {
+	for _, conns := range []string{"0", "20"} {
 		before := opened.Load()
 		r, err := step(t, context.Background(), map[string]string{
-			"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": "200", "DURATION": "300ms", "POOL": "8", "CONNS": conns,
+			"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": "100", "DURATION": "300ms", "POOL": "20", "CONNS": conns,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -519,9 +522,8 @@ func TestConnsAreOpenBeforeTheFirstRequest(t *testing.T) {
 				fresh++
 			}
 		}
-		read := obj(r.summary, "scenarios", "healthz")
-		if conns == "8" && (fresh != 0 || opened.Load()-before < 8 || read["dropped"] != float64(0)) {
-			t.Errorf("CONNS=8: %d requests opened a connection, %d opened in all, %v dropped", fresh, opened.Load()-before, read["dropped"])
+		if conns == "20" && (fresh != 0 || opened.Load()-before < 20) {
+			t.Errorf("CONNS=20: %d requests opened a connection, %d opened in all", fresh, opened.Load()-before)
 		}
 		if conns == "0" && fresh == 0 {
 			t.Errorf("CONNS=0: no request opened a connection")

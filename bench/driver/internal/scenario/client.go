@@ -91,11 +91,17 @@ func (c *Client) Dials() int64 { return c.dials.Load() }
 func (c *Client) Open(n int, path string, deadline time.Time) int64 {
 	url := c.URL(path)
 	for c.Dials() < int64(n) && time.Now().Before(deadline) {
-		var wg sync.WaitGroup
+		// Every request of a round waits for the others to be ready, so they
+		// are in flight together and each needs a connection of its own.
+		var ready, wg sync.WaitGroup
+		start := make(chan struct{})
 		for range int64(n) - c.Dials() {
+			ready.Add(1)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				ready.Done()
+				<-start
 				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 				defer fasthttp.ReleaseRequest(req)
 				defer fasthttp.ReleaseResponse(resp)
@@ -104,6 +110,8 @@ func (c *Client) Open(n int, path string, deadline time.Time) int64 {
 				_, _ = c.do(req, resp, time.Until(deadline))
 			}()
 		}
+		ready.Wait()
+		close(start)
 		wg.Wait()
 	}
 	return c.Dials()
