@@ -21,6 +21,7 @@ from aside_bench import chaos_samples as cs
 from aside_bench.config import Settings
 from aside_bench.gateway_metrics import cache_error_counts, labelled_samples, request_counts
 from aside_bench.loadrun import DRIVER_VARIABLES
+from aside_bench.samples import SamplesError, compress
 from aside_bench.seeddata import SeedData, user_prefix
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,7 @@ def test_samples_lines_become_samples_and_drops() -> None:
 )
 def test_a_malformed_samples_line_names_the_file_and_line(bad: str, why: str) -> None:
     good = line(t=T0, ms=1.0, status=200, tags={"kind": "count"})
-    with pytest.raises(cs.SamplesError, match=r"load-redis\.jsonl, line 3: ") as raised:
+    with pytest.raises(SamplesError, match=r"load-redis\.jsonl, line 3: ") as raised:
         cs.parse_samples([good, good, bad], "load-redis.jsonl")
     assert why in str(raised.value)
 
@@ -79,7 +80,7 @@ def test_a_samples_file_is_read_then_gzipped(tmp_path: Path) -> None:
     path.write_text(line(t=T0, ms=1.0, status=200, tags={"kind": "user"}) + "\n")
     samples, dropped = cs.read_samples(path)
     assert [s.kind for s in samples] == ["user"] and dropped == 0
-    assert cs.compress(path) == tmp_path / "load-core.jsonl.gz"
+    assert compress(path) == tmp_path / "load-core.jsonl.gz"
     assert not path.exists() and (tmp_path / "load-core.jsonl.gz").stat().st_size > 0
 
 

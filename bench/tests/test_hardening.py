@@ -20,9 +20,9 @@ from aside_bench import flood_probes as fp
 from aside_bench import hardening_checks as hc
 from aside_bench import hardening_load as hl
 from aside_bench.attacks import SlowSocket
-from aside_bench.chaos_samples import SamplesError
 from aside_bench.config import Settings
 from aside_bench.prepare import StackError
+from aside_bench.samples import SamplesError
 
 T0 = 1_800_000_000.0
 LIMITS = hc.Limits(head_deadline_s=5.0)

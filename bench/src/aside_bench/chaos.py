@@ -36,13 +36,14 @@ import redis
 
 from . import chaos_checks as cc
 from .chaos_report import one_line, write_report
-from .chaos_samples import SamplesError, by_kind, compress, read_samples
+from .chaos_samples import by_kind, read_samples
 from .chaos_verify import check_reads, check_writes, prewarm
 from .config import Settings
 from .faults import Faults
 from .gateway_metrics import cache_errors, request_counters
 from .loadrun import LoadRun, Summary, SummaryError, deadline_s, start_driver
 from .prepare import StackError, wait_until_quiet
+from .samples import SamplesError, compress
 from .seeddata import SeedData, load_seed_list, remove_run_users, user_prefix
 from .services import ServiceControl
 from .suite import ITEM_ERRORS, SuiteResult, parse_names, run_header, sleep_until

@@ -2,20 +2,19 @@
 recorded it in its samples file (SAMPLES_PATH, bench/driver/README.md): kind,
 status, the instant it was sent and how long the client waited, and the tags the
 checks need. Read from that JSON-lines file, then counted per kind and searched
-in time (pure, unit-tested). The file's reader is shared with the hardening
-experiments, which cut the same kind of file into windows."""
+in time (pure, unit-tested). The file's lines are read by samples.py, as
+the hardening experiments read theirs."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import shutil
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .samples import SamplesError, number, sample_lines
 
 KINDS = ("count", "user", "create")
 READS = ("count", "user")
@@ -61,34 +60,6 @@ class Check:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
 
 
-class SamplesError(ValueError):
-    """A samples file this bench cannot read; the message names the file and line."""
-
-
-def sample_lines(lines: Iterable[str], source: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each line of a driver's samples file as a JSON object, with where it is
-    (`source`, line N) for an error; blank lines are skipped."""
-    for number, text in enumerate(lines, 1):
-        if not text.strip():
-            continue
-        where = f"{source}, line {number}"
-        try:
-            line = json.loads(text)
-        except ValueError as error:
-            raise SamplesError(f"{where}: not JSON ({error})") from None
-        if not isinstance(line, dict):
-            raise SamplesError(f"{where}: not a JSON object")
-        yield where, line
-
-
-def number(line: dict[str, Any], key: str, where: str) -> float:
-    """A line's numeric field; SamplesError when it is missing or no number."""
-    value = line.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SamplesError(f"{where}: {key!r} is {value!r}, not a number")
-    return float(value)
-
-
 def _tag_text(value: Any) -> str:
     """A tag as the checks compare it: text, a JSON boolean as "1" or "0"."""
     if isinstance(value, bool):
@@ -127,16 +98,6 @@ def read_samples(path: Path) -> tuple[list[Sample], int]:
     """parse_samples of the file at `path`."""
     with path.open() as handle:
         return parse_samples(handle, path.name)
-
-
-def compress(path: Path) -> Path:
-    """Gzip a samples file once it has been read (they compress about tenfold);
-    the .gz beside it, the original removed."""
-    target = path.with_name(path.name + ".gz")
-    with path.open("rb") as source, gzip.open(target, "wb") as out:
-        shutil.copyfileobj(source, out)
-    path.unlink()
-    return target
 
 
 # ---- figures -----------------------------------------------------------------------

@@ -56,7 +56,7 @@ def summary_latency(figures: dict[str, Any] | None) -> Latency | None:
         float(figures.get("p50") or 0.0),
         float(figures["p95"]),
         float(figures.get("p99") or 0.0),
-        int(figures.get("answered") or figures.get("requests") or 0),
+        int(figures.get("answered") or 0),
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,9 +102,9 @@ def variant_run(runner: Runner, variant: Variant, step: Step, pool: int) -> Load
     """The driver run of one variant's step."""
     options = runner.options
     if variant.target == "gateway":
-        read = Step("read", "cache", "warm", step.rate, step.duration_s, repeat=step.repeat)
-        base = step_run(read, options.run_id, options.shape, pool, options.data_dir)
-        return replace(base, phase=step.phase)
+        read = Step("read", variant.arm, variant.phase, step.rate, step.duration_s,
+                    repeat=step.repeat)  # fmt: skip
+        return step_run(read, options.run_id, options.shape, pool, options.data_dir)
     return LoadRun(
         scenario="healthz",
         run_id=options.run_id,

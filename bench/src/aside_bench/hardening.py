@@ -36,7 +36,6 @@ from . import flood_probes as fp
 from . import hardening_checks as hc
 from . import procs
 from .attacks import cold_flood, slow_heads
-from .chaos_samples import SamplesError, compress
 from .config import Settings
 from .hardening_load import (
     READ_TIMEOUT_S,
@@ -52,6 +51,7 @@ from .hardening_report import one_line, write_report
 from .loadrun import DriverProcess, LoadRun
 from .prepare import StackError, connect
 from .rss_sampler import RssSampler
+from .samples import SamplesError, compress
 from .seeddata import SeedData
 from .services import ServiceControl
 from .suite import ITEM_ERRORS, SuiteResult, parse_names, run_header, sleep_until

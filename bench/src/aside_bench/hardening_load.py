@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .chaos_samples import SamplesError, number, sample_lines
 from .config import Settings
 from .loadrun import DriverProcess, LoadRun, deadline_s, start_driver
 from .prepare import StackError, wait_until_quiet, warm_cache
+from .samples import SamplesError, number, sample_lines
 from .services import ServiceControl
 from .suite import SuiteResult
 from .tierstats import nearest_rank

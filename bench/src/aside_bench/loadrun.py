@@ -21,6 +21,7 @@ from . import interference, procs, trackplan
 from .config import Settings
 from .plan import BARE_ARM, Step, cache_param, pool_for
 from .prepare import StackError
+from .samples import SamplesError, sample_lines
 
 # The summary schema this bench reads (bench/driver/README.md).
 SUMMARY_SCHEMA = 1
@@ -323,10 +324,10 @@ class DriverProcess:
 
     def first_request(self, samples: Path, deadline_s: float) -> dict[str, Any]:
         """The first request line of the driver's samples file (not a drop)."""
-        offset = 0
+        offset, read = 0, 0
 
         def probe() -> dict[str, Any] | None:
-            nonlocal offset
+            nonlocal offset, read
             if not samples.exists():
                 return None
             with samples.open("rb") as handle:
@@ -335,28 +336,27 @@ class DriverProcess:
             # Whole lines only: the driver may be half-way through the last one.
             complete = chunk[: chunk.rfind(b"\n") + 1]
             offset += len(complete)
-            for number, line in enumerate(complete.decode().splitlines(), start=1):
-                try:
-                    one = json.loads(line)
-                except ValueError as error:
-                    raise StackError(f"{samples}: line {number} is not JSON ({error})") from None
-                if not one.get("dropped"):
-                    return one
+            lines = complete.decode().splitlines()
+            try:
+                for _, one in sample_lines(lines, str(samples), first=read + 1):
+                    if not one.get("dropped"):
+                        return one
+            except SamplesError as error:
+                raise StackError(str(error)) from None
+            read += len(lines)
             return None
 
         return self.first_sample(probe, samples.name, deadline_s, SAMPLES_POLL_S)
 
 
-def start_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
-    """The driver started for `run`, its output appended to `log_path`."""
-    return DriverProcess(
-        [str(settings.driver_bin)], log_path, driver_env(settings, run), run.live
-    ).start()
-
-
 def new_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
-    """The driver for `run`, not started yet."""
+    """The driver for `run`, not started yet; its output goes to `log_path`."""
     return DriverProcess([str(settings.driver_bin)], log_path, driver_env(settings, run), run.live)
+
+
+def start_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
+    """The driver started for `run`."""
+    return new_driver(settings, run, log_path).start()
 
 
 # ---- the summary ----------------------------------------------------------------------

@@ -131,22 +131,20 @@ func EncodeSteps(at time.Time, recs []*record.Recorder, stepTags []record.Tag) (
 // WriteSteps queues each scenario's step point (EncodeSteps).
 func (x *Influx) WriteSteps(at time.Time, recs []*record.Recorder) {
 	body, points, err := EncodeSteps(at, recs, x.tags)
-	if err != nil {
-		x.errors.Add(int64(len(recs)))
-		return
-	}
-	select {
-	case x.queue <- batch{body: body, points: points}:
-	default:
-		x.errors.Add(points)
-	}
+	x.enqueue(body, points, err, int64(len(recs)))
 }
 
-// Write queues the points of seconds; when the queue is full they count as errors.
+// Write queues the points of seconds.
 func (x *Influx) Write(at time.Time, seconds []record.Second) {
 	body, points, err := Encode(at, seconds, x.tags)
+	x.enqueue(body, points, err, int64(len(seconds)))
+}
+
+// enqueue queues an encoded batch; a batch that did not encode (counted as
+// `failed` points) or finds the queue full counts as errors.
+func (x *Influx) enqueue(body []byte, points int64, err error, failed int64) {
 	if err != nil {
-		x.errors.Add(int64(len(seconds)))
+		x.errors.Add(failed)
 		return
 	}
 	select {
