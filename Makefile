@@ -142,8 +142,9 @@ images: ## docker build of aside-gateway, aside-seed, aside-core and aside-load 
 	$(DOCKER) build -f core-go/Dockerfile -t aside-core:$(IMAGE_TAG) core-go
 	$(DOCKER) build -f bench/driver/Dockerfile -t aside-load:$(IMAGE_TAG) bench/driver
 
-lint: ## ruff, gofmt, go vet
+lint: ## ruff, the bench's import layers (import-linter), gofmt, go vet
 	@$(ENV) $(VENV)/ruff check . && $(VENV)/ruff format --check . && \
+		(cd bench && ../$(VENV)/lint-imports --no-cache --no-logo) && \
 		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...) && \
 		test -z "$$(cd bench/driver && gofmt -l .)" && (cd bench/driver && go vet ./...) && \
 		test -z "$$(cd infra/helm/validate && gofmt -l .)" && (cd infra/helm/validate && go vet ./...)

@@ -42,6 +42,8 @@ cd "$ROOT"
 # helm, for the chart's tests (infra/tests/test_helm.py and infra/helm/validate):
 # built once from its Go module.
 "$ROOT/infra/install.sh" helm || failed+=("helm-install")
+# ruff, the bench's import layers, gofmt and go vet, as `make lint` runs them.
+run_suite lint make -s lint
 run_suite python .venv/bin/pytest --import-mode=importlib -q -p no:cacheprovider \
     infra/tests seed/tests gateway/tests bench/tests
 run_suite go bash -c 'cd core-go && go test -count=1 ./...'

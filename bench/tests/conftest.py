@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from aside_bench import config
+from aside_bench.stack import config
 from psycopg.conninfo import make_conninfo
 
 # --import-mode=importlib does not put test folders on sys.path (report_samples).

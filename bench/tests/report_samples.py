@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aside_bench.plan import Step
-from aside_bench.results import CacheCounts, Latency, StepResult
+from aside_bench.plan.steps import Step
+from aside_bench.records.results import CacheCounts, Latency, StepResult
 
 
 def sample_result(

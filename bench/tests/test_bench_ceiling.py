@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aside_bench.ceiling import SearchParams, bounds, ceiling_of, ladder, next_rate
+from aside_bench.ceiling.search import SearchParams, bounds, ceiling_of, ladder, next_rate
 
 
 def test_ladder_doubles_then_climbs_by_steps() -> None:
@@ -54,7 +54,7 @@ def test_bounds_ignore_a_lucky_pass_above_a_miss() -> None:
 
 
 def test_every_arm_is_searched_turn_by_turn_the_reference_beside_the_cache_arm() -> None:
-    from aside_bench.commands import _search_order
+    from aside_bench.cli.commands import _search_order
 
     order = _search_order(["cache", "hybrid", "healthz", "cache-bare"])
     assert order == [["cache", "cache-bare", "hybrid", "healthz"]]

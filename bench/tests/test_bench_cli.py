@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from aside_bench import config
+from aside_bench.stack import config
 
 Bench = Callable[..., subprocess.CompletedProcess[str]]
 DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there

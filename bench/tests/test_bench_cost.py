@@ -7,14 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aside_bench import cli, config, cost
-from aside_bench.ceiling import Reference
-from aside_bench.collect import summary_result
-from aside_bench.loadrun import LoadShape, step_run
-from aside_bench.plan import BARE_ARM, Step
-from aside_bench.report import ceiling_tables, reference_of
-from aside_bench.results import Latency, StepResult
-from aside_bench.saturation import LoadGen
+from aside_bench.ceiling.report import ceiling_tables, reference_of
+from aside_bench.ceiling.search import Reference
+from aside_bench.cli import parser as cli
+from aside_bench.load.run import LoadShape, step_run
+from aside_bench.plan.steps import BARE_ARM, Step
+from aside_bench.records.results import Latency, StepResult
+from aside_bench.records.saturation import LoadGen
+from aside_bench.stack import config
+from aside_bench.sweep.collect import summary_result
+from aside_bench.trust import cost
 
 SETTINGS = config.load({})
 

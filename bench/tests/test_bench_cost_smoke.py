@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aside_bench import cost
-from aside_bench.plan import BARE_ARM
+from aside_bench.plan.steps import BARE_ARM
+from aside_bench.trust import cost
 
 Bench = Callable[..., subprocess.CompletedProcess[str]]
 RATE = 20

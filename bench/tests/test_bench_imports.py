@@ -11,19 +11,20 @@ import pytest
 
 NOT_DRAWING = [
     "aside_bench.cli",
-    "aside_bench.commands",
-    "aside_bench.suite_commands",
-    "aside_bench.chaos",
-    "aside_bench.chaos_report",
-    "aside_bench.soak",
-    "aside_bench.soak_report",
-    "aside_bench.hardening",
-    "aside_bench.hardening_report",
-    "aside_bench.runner",
-    "aside_bench.report",
-    "aside_bench.doc",
-    "aside_bench.calibrate",
-    "aside_bench.compare",
+    "aside_bench.cli.commands",
+    "aside_bench.cli.suites",
+    "aside_bench.suites.chaos.run",
+    "aside_bench.suites.chaos.report",
+    "aside_bench.suites.soak.run",
+    "aside_bench.suites.soak.report",
+    "aside_bench.suites.hardening.run",
+    "aside_bench.suites.hardening.report",
+    "aside_bench.sweep.runner",
+    "aside_bench.report.sweep",
+    "aside_bench.report.doc",
+    "aside_bench.ceiling.report",
+    "aside_bench.trust.calibrate",
+    "aside_bench.trust.compare",
 ]
 
 
@@ -65,5 +66,5 @@ def test_modules_import_without_matplotlib(module: str) -> None:
 
 def test_the_charts_do_import_it() -> None:
     # The check above would pass vacuously if matplotlib never showed in sys.modules.
-    done = _loads_matplotlib("import aside_bench.charts")
+    done = _loads_matplotlib("import aside_bench.report.charts")
     assert done.stdout.strip() == "True", done.stderr

@@ -10,10 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
-from aside_bench import interference, interference_report
-from aside_bench.collect import compute_beside
-from aside_bench.loadrun import LoadShape, step_run
-from aside_bench.plan import (
+from aside_bench.load.run import LoadShape, step_run
+from aside_bench.plan import interference
+from aside_bench.plan.steps import (
     CACHE_ARMS,
     DEFAULT_ARMS,
     DEFAULT_RATES,
@@ -25,8 +24,10 @@ from aside_bench.plan import (
     pool_for,
     scenario_arms,
 )
-from aside_bench.results import CacheCounts, Latency, StepResult
-from aside_bench.runner import quick_line
+from aside_bench.records.results import CacheCounts, Latency, StepResult
+from aside_bench.report import interference as interference_report
+from aside_bench.sweep.collect import compute_beside
+from aside_bench.sweep.runner import quick_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPUTE = json.loads((REPO_ROOT / "contracts" / "compute.json").read_text())

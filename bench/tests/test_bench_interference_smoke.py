@@ -15,10 +15,10 @@ from subprocess import CompletedProcess
 from typing import Any
 
 import pytest
-from aside_bench import config
-from aside_bench.collect import collect
-from aside_bench.interference import COMPUTE_SCENARIO, SCENARIO
-from aside_bench.sources import Influx, Prometheus, quote_literal
+from aside_bench.plan.interference import COMPUTE_SCENARIO, SCENARIO
+from aside_bench.stack import config
+from aside_bench.stack.sources import Influx, Prometheus, quote_literal
+from aside_bench.sweep.collect import collect
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ARMS = ("go-pbkdf2", "python-bcrypt")

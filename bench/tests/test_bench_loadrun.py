@@ -8,9 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from aside_bench import config
-from aside_bench.collect import summary_result
-from aside_bench.loadrun import (
+from aside_bench.load.run import (
     SUMMARY_SCHEMA,
     DriverProcess,
     LoadRun,
@@ -20,9 +18,11 @@ from aside_bench.loadrun import (
     driver_env,
     step_run,
 )
-from aside_bench.plan import BARE_ARM, Step
-from aside_bench.prepare import StackError
-from aside_bench.results import Latency, StaleCounts
+from aside_bench.plan.steps import BARE_ARM, Step
+from aside_bench.records.results import Latency, StaleCounts
+from aside_bench.stack import config
+from aside_bench.stack.prepare import StackError
+from aside_bench.sweep.collect import summary_result
 
 SETTINGS = config.load({})
 

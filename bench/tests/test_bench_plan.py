@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from aside_bench.plan import (
+from aside_bench.plan.steps import (
     MIN_POOL,
     PlanError,
     Step,

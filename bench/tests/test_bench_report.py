@@ -7,10 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
-from aside_bench import report
-from aside_bench.plan import Step
-from aside_bench.results import Latency, StepResult
-from aside_bench.tables import MISSING, comparison_table, series_table, sweep_tables
+from aside_bench.ceiling import report as ceiling_report
+from aside_bench.plan.steps import Step
+from aside_bench.records import runfile
+from aside_bench.records.results import Latency, StepResult
+from aside_bench.report import sweep as report
+from aside_bench.report.tables import MISSING, comparison_table, series_table, sweep_tables
 from report_samples import RESULTS, sample_result, sample_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -91,7 +93,7 @@ def test_ceiling_report_names_each_ceiling_and_the_ratio(tmp_path: Path) -> None
         step("healthz", "none", 800, 30),
         step("healthz", "none", 600, 12),
     ]
-    tables = report.write_ceiling(run, results, tmp_path)
+    tables = ceiling_report.write_ceiling(run, results, tmp_path)
     assert tables[0].rows == [
         ["cache (warm)", "300"],
         ["healthz", "400"],
@@ -102,15 +104,17 @@ def test_ceiling_report_names_each_ceiling_and_the_ratio(tmp_path: Path) -> None
 
 
 def test_a_run_of_another_shape_is_refused_naming_both_versions(tmp_path: Path) -> None:
-    from aside_bench import cli
+    from aside_bench.cli import parser as cli
 
-    run = {"schema_version": report.RUN_SCHEMA, "run_id": "now", "steps": []}
+    run = {"schema_version": runfile.RUN_SCHEMA, "run_id": "now", "steps": []}
     (tmp_path / "now").mkdir()
-    report.save_run(run, tmp_path / "now")
-    assert report.load_run(tmp_path / "now") == run
+    runfile.save_run(run, tmp_path / "now")
+    assert runfile.load_run(tmp_path / "now") == run
     # A run from before the field (the load generator's old figures): shape 1.
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "run.json").write_text(json.dumps({"run_id": "old", "steps": []}))
-    with pytest.raises(report.RunSchemaError, match="schema version 1, this bench reads version 2"):
-        report.load_run(tmp_path / "old")
+    with pytest.raises(
+        runfile.RunSchemaError, match="schema version 1, this bench reads version 2"
+    ):
+        runfile.load_run(tmp_path / "old")
     assert cli.main(["report", "--run", "old", "--reports-dir", str(tmp_path)]) == 2

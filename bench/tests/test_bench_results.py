@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from aside_bench.plan import Step
-from aside_bench.results import (
+from aside_bench.plan.steps import Step
+from aside_bench.records.results import (
     CacheCounts,
     Latency,
     StepResult,
     achieved_rps,
     drop_rate,
     hit_rate,
-    increase_across_reset,
 )
+from aside_bench.records.tierstats import increase_across_reset
 
 
 def test_drop_rate_counts_dropped_and_failed_against_scheduled() -> None:

@@ -5,7 +5,7 @@ not an average of the shards'."""
 from __future__ import annotations
 
 import pytest
-from aside_bench import shards
+from aside_bench.report import shards
 from hdrh.histogram import HdrHistogram
 
 

@@ -16,9 +16,9 @@ from subprocess import CompletedProcess
 
 import psycopg
 import pytest
-from aside_bench import config
-from aside_bench.collect import collect
-from aside_bench.sources import Influx, Prometheus, quote_literal
+from aside_bench.stack import config
+from aside_bench.stack.sources import Influx, Prometheus, quote_literal
+from aside_bench.sweep.collect import collect
 
 SMOKE_ROWS = 20_000
 STEP_TAGS = ("run_id", "arm", "rate", "phase", "scenario", "repeat")
@@ -233,7 +233,7 @@ def test_the_steps_histograms_in_influxdb_give_the_summarys_percentiles(
     smoke_run, settings: config.Settings, bench: Callable[..., CompletedProcess[str]]
 ) -> None:
     # One driver a step here; with the chart's Indexed Job several, merged the same way.
-    from aside_bench import shards
+    from aside_bench.report import shards
 
     merged = shards.merge(shards.read_points(_influx(settings), smoke_run.run_id))
     steps = {(s["arm"], s["phase"], str(s["rate"])): s for s in smoke_run.run_json(

@@ -13,11 +13,11 @@ import psycopg
 import pytest
 import redis
 import requests
-from aside_bench import config
-from aside_bench.plan import gateway_env
-from aside_bench.prepare import StackError, expires_within, flush_cache
-from aside_bench.seeddata import check_seed
-from aside_bench.services import ServiceControl
+from aside_bench.plan.steps import gateway_env
+from aside_bench.stack import config
+from aside_bench.stack.prepare import StackError, expires_within, flush_cache
+from aside_bench.stack.seeddata import check_seed
+from aside_bench.stack.services import ServiceControl
 from redis.cluster import RedisCluster
 
 BENCH_REDIS_DB = 3

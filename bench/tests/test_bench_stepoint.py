@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from aside_bench import stepoint
-from aside_bench.plan import Step
-from aside_bench.results import CacheCounts, Latency, StepResult
-from aside_bench.saturation import LoadGen
-from aside_bench.sources import Influx, SourceError
+from aside_bench.plan.steps import Step
+from aside_bench.records.results import CacheCounts, Latency, StepResult
+from aside_bench.records.saturation import LoadGen
+from aside_bench.stack.sources import Influx, SourceError
+from aside_bench.sweep import stepoint
 
 
 def _result() -> StepResult:

@@ -10,11 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from aside_bench import config, procs, warmtiers
-from aside_bench.gateway_metrics import step_counters
-from aside_bench.lagfloor import figures, published_ms
-from aside_bench.loadrun import LoadShape, step_run
-from aside_bench.plan import (
+from aside_bench.ceiling.report import ceiling_tables
+from aside_bench.load.run import LoadShape, step_run
+from aside_bench.plan.steps import (
     CACHE_ARMS,
     CACHE_PARAMS,
     CEILING_ARMS,
@@ -27,10 +25,8 @@ from aside_bench.plan import (
     parse_arms,
     phases_for,
 )
-from aside_bench.report import ceiling_tables
-from aside_bench.results import Latency, StaleCounts, StepResult
-from aside_bench.tables import COST_HEADERS, MISSING, series_table, staleness_table, sweep_tables
-from aside_bench.tierstats import (
+from aside_bench.records.results import Latency, StaleCounts, StepResult
+from aside_bench.records.tierstats import (
     bucket_increase,
     cpu_ms_per_request,
     histogram_max,
@@ -38,6 +34,17 @@ from aside_bench.tierstats import (
     step_cost,
     tier_hit_rates,
 )
+from aside_bench.report.tables import (
+    COST_HEADERS,
+    MISSING,
+    series_table,
+    staleness_table,
+    sweep_tables,
+)
+from aside_bench.stack import config, procs
+from aside_bench.stack.gateway_metrics import step_counters
+from aside_bench.sweep import warmtiers
+from aside_bench.sweep.lagfloor import figures, published_ms
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

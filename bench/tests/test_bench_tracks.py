@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from aside_bench import config, trackplan
-from aside_bench.loadrun import LoadShape, step_run
-from aside_bench.plan import Step, build_steps, scenario_arms
+from aside_bench.load.run import LoadShape, step_run
+from aside_bench.plan import tracks as trackplan
+from aside_bench.plan.steps import Step, build_steps, scenario_arms
+from aside_bench.stack import config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))

@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from aside_bench import calibrate, compare, meter, report
-from aside_bench.ceiling import (
+from aside_bench.ceiling.search import (
     SearchParams,
     ceiling_of,
     interleave,
@@ -18,13 +17,17 @@ from aside_bench.ceiling import (
     next_trial,
     verdicts,
 )
-from aside_bench.loadrun import DriverProcess
-from aside_bench.plan import PlanError, Step, build_steps, repeat_steps
-from aside_bench.prepare import StackError
-from aside_bench.repeats import RepeatedResult, merge, merge_repeats, spread
-from aside_bench.results import CacheCounts, Latency, StepResult
-from aside_bench.saturation import LoadGen, cpu_limit_cores
-from aside_bench.tables import series_table
+from aside_bench.load import meter
+from aside_bench.load.run import DriverProcess
+from aside_bench.plan.steps import PlanError, Step, build_steps, repeat_steps
+from aside_bench.records import calibration, runfile
+from aside_bench.records.repeats import RepeatedResult, merge, merge_repeats, spread
+from aside_bench.records.results import CacheCounts, Latency, StepResult
+from aside_bench.records.saturation import LoadGen, cpu_limit_cores
+from aside_bench.report import sweep as report
+from aside_bench.report.tables import series_table
+from aside_bench.stack.prepare import StackError
+from aside_bench.trust import calibrate, compare, machines
 
 
 # ---- repeats: order -------------------------------------------------------------------
@@ -192,8 +195,8 @@ def test_calibration_stops_within_its_time() -> None:
 
 def test_a_capped_calibration_is_stated_as_a_lower_bound() -> None:
     machine = {"calibration": {"targets": {"core": {"rate": 20, "capped": True}}}}
-    assert calibrate.rate_of(machine) == 20 and calibrate.rate_of({}) is None
-    assert ">= 20 req/s" in calibrate.describe(machine)[0]
+    assert calibration.rate_of(machine) == 20 and calibration.rate_of({}) is None
+    assert ">= 20 req/s" in calibration.describe(machine)[0]
 
 
 # ---- compare --------------------------------------------------------------------------
@@ -215,7 +218,7 @@ def _figures(
 KEY = ("read", "cache", "warm", 100)
 
 
-SAME = compare.Scale(1000, 1000, normalised=False)
+SAME = machines.Scale(1000, 1000, normalised=False)
 
 
 def test_a_change_within_the_measured_spread_is_not_flagged() -> None:
@@ -296,35 +299,35 @@ def _run(run_id: str, rate: int | None) -> dict:
 
 
 def test_machines_calibrated_too_far_apart_are_refused() -> None:
-    with pytest.raises(compare.CompareError, match=r"1\.30x, more than 1\.25x"):
-        compare.machine_scale(_run("a", 1000), _run("b", 1300), normalise=False)
-    with pytest.raises(compare.CompareError, match=r"1\.30x"):
-        compare.machine_scale(_run("a", 1300), _run("b", 1000), normalise=False)
-    scale = compare.machine_scale(_run("a", 1000), _run("b", 1200), normalise=False)
+    with pytest.raises(machines.CompareError, match=r"1\.30x, more than 1\.25x"):
+        machines.machine_scale(_run("a", 1000), _run("b", 1300), normalise=False)
+    with pytest.raises(machines.CompareError, match=r"1\.30x"):
+        machines.machine_scale(_run("a", 1300), _run("b", 1000), normalise=False)
+    scale = machines.machine_scale(_run("a", 1000), _run("b", 1200), normalise=False)
     assert scale.ratio == 1.2 and scale.apply("p95", 5.0, KEY) == 5.0  # as measured
 
 
 def test_normalising_puts_b_on_as_machine() -> None:
     # Runs without the driver's CPU per step: by their calibrations, latencies only.
-    scale = compare.machine_scale(_run("a", 1000), _run("b", 2000), normalise=True)
+    scale = machines.machine_scale(_run("a", 1000), _run("b", 2000), normalise=True)
     assert scale.apply("p95", 3.0, KEY) == 6.0
     assert scale.apply("achieved", 100.0, KEY) == 100.0
     assert scale.apply("drops", 0.1, KEY) == 0.1
 
 
 def test_an_uncalibrated_run_is_refused_unless_told() -> None:
-    with pytest.raises(compare.CompareError, match="run b has neither the driver's CPU per step"):
-        compare.machine_scale(_run("a", 1000), _run("b", None), normalise=False)
-    scale = compare.machine_scale(_run("a", 1000), _run("b", None), False, ignore=True)
+    with pytest.raises(machines.CompareError, match="run b has neither the driver's CPU per step"):
+        machines.machine_scale(_run("a", 1000), _run("b", None), normalise=False)
+    scale = machines.machine_scale(_run("a", 1000), _run("b", None), False, ignore=True)
     assert scale.ratio is None
-    with pytest.raises(compare.CompareError, match="--normalise needs"):
-        compare.machine_scale(_run("a", 1000), _run("b", None), True, ignore=True)
+    with pytest.raises(machines.CompareError, match="--normalise needs"):
+        machines.machine_scale(_run("a", 1000), _run("b", None), True, ignore=True)
 
 
 def test_a_calibration_that_moved_is_compared_as_measured_when_told() -> None:
-    with pytest.raises(compare.CompareError, match="--ignore-calibration"):
-        compare.machine_scale(_run("a", 4400), _run("b", 3200), normalise=False)
-    scale = compare.machine_scale(_run("a", 4400), _run("b", 3200), False, ignore=True)
+    with pytest.raises(machines.CompareError, match="--ignore-calibration"):
+        machines.machine_scale(_run("a", 4400), _run("b", 3200), normalise=False)
+    scale = machines.machine_scale(_run("a", 4400), _run("b", 3200), False, ignore=True)
     assert scale.apply("p95", 5.0, KEY) == 5.0 and scale.apply("achieved", 100.0, KEY) == 100.0
 
 
@@ -360,16 +363,16 @@ def test_the_widest_drift_between_repeats_is_named_in_the_report() -> None:
 
 def test_the_steps_meter_judges_the_machines_before_the_calibration() -> None:
     # The knees read 1.56x apart, the steps themselves 1.1x: compared.
-    scale = compare.machine_scale(_run("a", 3600), _run("b", 5600), False, steps={KEY: 1.1})
+    scale = machines.machine_scale(_run("a", 3600), _run("b", 5600), False, steps={KEY: 1.1})
     assert scale.judged_by == "steps" and scale.ratio == pytest.approx(1.1)
     assert scale.calibration_ratio == pytest.approx(5600 / 3600)
     # The steps 1.4x apart: refused, whatever the calibrations say.
-    with pytest.raises(compare.CompareError, match=r"the driver's CPU per request.*1\.40x, more"):
-        compare.machine_scale(_run("a", 1000), _run("b", 1000), False, steps={KEY: 1.4})
-    told = compare.machine_scale(_run("a", 1000), _run("b", 1000), True, steps={KEY: 1.4})
+    with pytest.raises(machines.CompareError, match=r"the driver's CPU per request.*1\.40x, more"):
+        machines.machine_scale(_run("a", 1000), _run("b", 1000), False, steps={KEY: 1.4})
+    told = machines.machine_scale(_run("a", 1000), _run("b", 1000), True, steps={KEY: 1.4})
     assert told.apply("p95", 2.0, KEY) == pytest.approx(2.8)
     # Uncalibrated runs with the meter need no --ignore-calibration.
-    assert compare.machine_scale(_run("a", None), _run("b", None), False, steps={KEY: 1.0})
+    assert machines.machine_scale(_run("a", None), _run("b", None), False, steps={KEY: 1.0})
 
 
 def _p50s(values: list[float], cores: float) -> list[dict]:
@@ -384,12 +387,12 @@ def test_a_slower_machine_is_not_flagged_and_a_slower_service_is() -> None:
     slower_service = _p50s([1.25, 1.27], cores=0.2)  # the same machine, the service slower
     worse = ["p50 worse", "p95 worse", "p99 worse"]
     for b, flagged in ((slower_machine, []), (slower_service, worse)):
-        scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
+        scale = machines.machine_scale(_run("a", 1000), _run("b", 1000), False,
                                       steps=meter.step_speeds(a, b))  # fmt: skip
         (row,) = compare.compare(a, b, scale)
         assert row.flags == flagged
     # Judged as measured, the slower machine reads as a slower service.
-    scale = compare.machine_scale(
+    scale = machines.machine_scale(
         _run("a", 1000), _run("b", 1000), False,
         steps=meter.step_speeds(a, slower_machine), as_measured=True,
     )  # fmt: skip
@@ -400,7 +403,7 @@ def test_a_slower_machine_is_not_flagged_and_a_slower_service_is() -> None:
 def test_a_flag_on_a_step_whose_machine_moved_says_so(tmp_path: Path) -> None:
     a = _p50s([1.0, 1.02], cores=0.2)
     b = _p50s([2.0, 2.02], cores=0.25)  # 1.6x A's once on A's machine, which ran 0.8x
-    scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
+    scale = machines.machine_scale(_run("a", 1000), _run("b", 1000), False,
                                   steps=meter.step_speeds(a, b))  # fmt: skip
     (row,) = compare.compare(a, b, scale)
     assert row.machine_moved
@@ -416,7 +419,7 @@ def test_a_baseline_of_several_runs_pools_their_repeats(tmp_path: Path) -> None:
     runs = [_run("r1", 1000), _run("r2", 3000), _run("r3", 2000)]
     side = compare.baseline(runs)
     assert side["run_id"] == "r1+r2+r3" and side["runs"] == ["r1", "r2", "r3"]
-    assert calibrate.rate_of(side["machine"]) == 2000  # the median run's machine
+    assert calibration.rate_of(side["machine"]) == 2000  # the median run's machine
     assert compare.baseline(runs[:1]) is runs[0]
     # Each run alone agreed within 2 %, the two 25 % apart: pooled, that is the noise.
     first, second = _figures([4.0, 4.1]), _figures([5.0, 5.1])
@@ -432,7 +435,7 @@ def test_a_baseline_of_several_runs_pools_their_repeats(tmp_path: Path) -> None:
 def test_the_table_shows_each_steps_speed(tmp_path: Path) -> None:
     a = _p50s([1.0, 1.02], cores=0.2) + _figures([4.0], rate=500, drops=0.5, cores=0.2)
     b = _p50s([1.25, 1.27], cores=0.25) + _figures([4.0], rate=500, drops=0.5, cores=0.2)
-    scale = compare.machine_scale(_run("a", 1000), _run("b", 1000), False,
+    scale = machines.machine_scale(_run("a", 1000), _run("b", 1000), False,
                                   steps=meter.step_speeds(a, b))  # fmt: skip
     text = compare.write(_run("a", 1000), _run("b", 1000), compare.compare(a, b, scale),
                          scale, 0.2, tmp_path)  # fmt: skip
@@ -453,10 +456,10 @@ def test_compare_writes_its_table(tmp_path: Path) -> None:
 
 
 def test_results_json_round_trips_the_figures(tmp_path: Path) -> None:
-    report.save_figures([_result(4.0, 2)], tmp_path)
-    (one,) = report.load_figures(tmp_path)
+    runfile.save_figures([_result(4.0, 2)], tmp_path)
+    (one,) = runfile.load_figures(tmp_path)
     assert (one["repeat"], one["p95"], one["saturated"]) == (2, 4.0, False)
-    assert report.load_figures(tmp_path / "none") is None
+    assert runfile.load_figures(tmp_path / "none") is None
 
 
 # ---- the driver: its CPU and its end -----------------------------------------------------
@@ -538,19 +541,19 @@ def test_the_base_latency_is_the_median_of_the_lowest_probes_that_held() -> None
     probes = [(800, 0.48, True), (400, 1.13, True), (3200, 5.0, True), (1600, 0.52, True)]
     run = _probed("a", [*probes, (6400, 40.0, False)])
     # 400, 800 and 1600/s: one slow probe (1.13 ms) does not move it.
-    assert calibrate.base_latency(run["machine"]) == (1600, 0.52)
-    assert calibrate.base_latency(_probed("b", [(400, 0.55, True)])["machine"]) == (400, 0.55)
-    assert calibrate.base_latency(_probed("b", [(400, 12.0, False)])["machine"]) is None
-    assert calibrate.base_latency(_run("c", None)["machine"]) is None
+    assert calibration.base_latency(run["machine"]) == (1600, 0.52)
+    assert calibration.base_latency(_probed("b", [(400, 0.55, True)])["machine"]) == (400, 0.55)
+    assert calibration.base_latency(_probed("b", [(400, 12.0, False)])["machine"]) is None
+    assert calibration.base_latency(_run("c", None)["machine"]) is None
 
 
 def test_compare_warns_when_the_machines_base_latency_moved() -> None:
     a = _probed("a", [(400, 0.55, True)])
     b = _probed("b", [(400, 0.41, True)])
-    line = compare.base_latency_line(a, b)
+    line = machines.base_latency_line(a, b)
     assert line is not None and "0.75x" in line and "25% faster" in line
-    steady = compare.base_latency_line(a, _probed("c", [(400, 0.57, True)]))
+    steady = machines.base_latency_line(a, _probed("c", [(400, 0.57, True)]))
     assert steady is not None and "1.04x" in steady and "faster" not in steady
-    assert compare.base_latency_line(a, _run("d", 3200)) is None
+    assert machines.base_latency_line(a, _run("d", 3200)) is None
     rows = compare.compare(_figures([4.0]), _figures([4.0]), SAME)
     assert any("25% faster" in line for line in compare.header_lines(a, b, SAME, 0.2, rows))

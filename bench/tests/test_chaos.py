@@ -15,14 +15,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from aside_bench import chaos
-from aside_bench import chaos_checks as cc
-from aside_bench import chaos_samples as cs
-from aside_bench.config import Settings
-from aside_bench.gateway_metrics import cache_error_counts, labelled_samples, request_counts
-from aside_bench.loadrun import DRIVER_VARIABLES
-from aside_bench.samples import SamplesError, compress
-from aside_bench.seeddata import SeedData, user_prefix
+from aside_bench.load.run import DRIVER_VARIABLES
+from aside_bench.load.samples import SamplesError, compress
+from aside_bench.stack.config import Settings
+from aside_bench.stack.gateway_metrics import cache_error_counts, labelled_samples, request_counts
+from aside_bench.stack.seeddata import SeedData, user_prefix
+from aside_bench.suites import samples as cs
+from aside_bench.suites.chaos import checks as cc
+from aside_bench.suites.chaos import run as chaos
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000.0

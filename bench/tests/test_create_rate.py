@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aside_bench.config import Settings
-from aside_bench.create_rate import (
+from aside_bench.load.run import Summary
+from aside_bench.stack.config import Settings
+from aside_bench.stack.seeddata import SeedData
+from aside_bench.suites.create_rate import (
     Params,
     StepResult,
     highest_held,
@@ -14,9 +16,7 @@ from aside_bench.create_rate import (
     next_midpoint,
     step_result,
 )
-from aside_bench.loadrun import Summary
-from aside_bench.seeddata import SeedData
-from aside_bench.soak import load_tallies
+from aside_bench.suites.soak.run import load_tallies
 
 
 def step(rate: int, p95: float = 20.0, dropped: int = 0, failed: int = 0) -> StepResult:

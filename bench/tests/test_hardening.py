@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aside_bench import attacks, hardening
-from aside_bench import flood_probes as fp
-from aside_bench import hardening_checks as hc
-from aside_bench import hardening_load as hl
-from aside_bench.attacks import SlowSocket
-from aside_bench.config import Settings
-from aside_bench.prepare import StackError
-from aside_bench.samples import SamplesError
+from aside_bench.load.samples import SamplesError
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import StackError
+from aside_bench.suites.hardening import attacks
+from aside_bench.suites.hardening import checks as hc
+from aside_bench.suites.hardening import load as hl
+from aside_bench.suites.hardening import probes as fp
+from aside_bench.suites.hardening import run as hardening
+from aside_bench.suites.hardening.attacks import SlowSocket
 
 T0 = 1_800_000_000.0
 LIMITS = hc.Limits(head_deadline_s=5.0)

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from aside_bench import browser, charts, report
-from aside_bench.tables import Table
+from aside_bench.report import browser, charts
+from aside_bench.report import sweep as report
+from aside_bench.report.tables import Table
 from report_samples import RESULTS, sample_run
 from selenium.webdriver.remote.webdriver import WebDriver
 

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aside_bench import procs, soak, soak_growth
-from aside_bench.loadrun import Summary
+from aside_bench.load.run import Summary
+from aside_bench.stack import procs
+from aside_bench.suites.soak import growth as soak_growth
+from aside_bench.suites.soak import run as soak
 
 
 def reading(rss_kib: int, fds: int, processes: int = 1) -> dict[str, int]:

@@ -1,17 +1,22 @@
-"""The lease holder's store script is the contract's (contracts/store_if_lease_held.lua)."""
+"""The lease holder's store script is one file: the gateway's, which the
+contract (contracts/store_if_lease_held.lua) links to and the core's test
+reader runs."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from aside_gateway import cache
 from gateway_helpers import CONTRACTS
 
-
-def script_lines(source: str) -> list[str]:
-    """Statements in order, without comments, blank lines or indentation."""
-    lines = (line.strip() for line in source.splitlines())
-    return [line for line in lines if line and not line.startswith("--")]
+SCRIPT = Path(cache.__file__).parent / "scripts" / "store_if_lease_held.lua"
 
 
-def test_store_script_is_the_contracts() -> None:
-    contract = (CONTRACTS / "store_if_lease_held.lua").read_text()
-    assert script_lines(cache.STORE_IF_LEASE_HELD) == script_lines(contract)
+def test_the_contract_is_the_gateways_script() -> None:
+    contract = CONTRACTS / "store_if_lease_held.lua"
+    assert contract.resolve() == SCRIPT.resolve(), f"{contract} must link to {SCRIPT}"
+
+
+def test_the_gateway_runs_that_script() -> None:
+    assert SCRIPT.read_text() == cache.STORE_IF_LEASE_HELD
+    assert "redis.call('DEL', KEYS[2])" in cache.STORE_IF_LEASE_HELD

@@ -19,7 +19,7 @@ PARTS = {
     ),
     "core": (sorted((ROOT / "core-go/internal/config").glob("*.go")), ROOT / "core-go/README.md"),
     "seed": ([ROOT / "seed/src/aside_seed/config.py"], ROOT / "seed/README.md"),
-    "bench": ([ROOT / "bench/src/aside_bench/config.py"], ROOT / "bench/README.md"),
+    "bench": ([ROOT / "bench/src/aside_bench/stack/config.py"], ROOT / "bench/README.md"),
 }
 # Names that look like variables but are not read from the environment.
 NOT_ENV = {"ASIDE_ROOT"}
@@ -62,7 +62,7 @@ DRIVER_RUNTIME = {"GOGC", "JOB_COMPLETION_INDEX"}
 
 
 def test_every_driver_variable_is_documented_and_known_to_the_bench() -> None:
-    from aside_bench.loadrun import DRIVER_VARIABLES
+    from aside_bench.load.run import DRIVER_VARIABLES
 
     read = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', DRIVER_CONFIG.read_text()))
     docs = (ROOT / "bench/driver/README.md").read_text()

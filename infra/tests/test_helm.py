@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 import yaml
-from aside_bench.loadrun import LoadShape, step_run
-from aside_bench.plan import CACHE_PARAMS, Step, pool_for
+from aside_bench.load.run import LoadShape, step_run
+from aside_bench.plan.steps import CACHE_PARAMS, Step, pool_for
 from aside_gateway.config import load_settings
 from aside_seed.config import load_config
 from stack_helpers import ROOT
@@ -49,14 +49,14 @@ TEST_SWITCHES = {
     "ASIDE_TEST_HOOKS", "ASIDE_CACHE_COHERENCE", "CACHE_L1_INVALIDATION",
     "ASIDE_SEED_FAIL_AFTER_ROWS", "ASIDE_SEED_EXIT_AFTER_SWAP",
 }  # fmt: skip
-# The chart's copies of files outside it (a chart can read only its own folder).
-COPIES = {
+# The chart's links to files outside it (a chart reads only its own folder):
+# helm reads the file linked to (and `helm package` packs its contents), so
+# there is one schema, one rules file and one dashboard, not two of each.
+LINKS = {
+    "files/grafana/aside.json": "infra/grafana/dashboards/aside.json",
     "files/schema.sql": "contracts/schema.sql",
     "files/rules.yml": "prometheus/rules.yml",
 }
-# The chart's links to files outside it: helm reads the file linked to (and
-# `helm package` packs its contents), so there is one dashboard, not two.
-LINKS = {"files/grafana/aside.json": "infra/grafana/dashboards/aside.json"}
 # The former load generator's name, spelled so that a grep of infra/ finds none.
 RETIRED = "k" + "6"
 # Token-shaped stand-ins for the values of a Secret the chart does not render.
@@ -340,13 +340,6 @@ def test_grafana_is_the_native_provisioning_but_for_addresses() -> None:
     )
     dashboard = find(docs, "ConfigMap", f"{RELEASE}-grafana-dashboard")["data"]["aside.json"]
     assert dashboard == (ROOT / "infra/grafana/dashboards/aside.json").read_text()
-
-
-@pytest.mark.parametrize(("copy", "source"), sorted(COPIES.items()))
-def test_chart_copies_equal_their_sources(copy: str, source: str) -> None:
-    assert (CHART / copy).read_bytes() == (ROOT / source).read_bytes(), (
-        f"{copy} differs from {source}: cp {source} infra/helm/aside/{copy}"
-    )
 
 
 @pytest.mark.parametrize(("link", "source"), sorted(LINKS.items()))

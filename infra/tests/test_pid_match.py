@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aside_bench.procs import recorded_pid
+from aside_bench.stack.procs import recorded_pid
 from stack_helpers import ROOT, MiniStack
 
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 
 import pytest
-from aside_bench import procs, stacktable
+from aside_bench.stack import procs, stacktable
 from stack_helpers import ROOT
 
 # Print, for each service of ALL_SERVICES: name, ports, URL and probe.

@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli import main as _main
+from aside_bench.cli import main as _main
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 // Package cachetest is the reader's side of the lease protocol
 // (contracts/README.md, "Coherence"), for tests only: the gateway has the
-// production copy in Python; this one lets the core's tests play a reader
+// production side in Python; this one lets the core's tests play a reader
 // against the real invalidation.
 package cachetest
 
@@ -9,27 +9,28 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
+	"github.com/aside-lab/aside/core-go/internal/testenv"
 )
 
 // fillIfLeaseHeld stores the value only while the caller's lease is still in
 // place, then drops the lease, atomically. KEYS: key, lease. ARGV: token,
-// value, ttl seconds.
-// The same script as contracts/store_if_lease_held.lua (checked by a test).
-const fillIfLeaseHeldSrc = `
-if redis.call('GET', KEYS[2]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-  redis.call('DEL', KEYS[2])
-  return 1
-end
-return 0
-`
-
-var fillIfLeaseHeld = redis.NewScript(fillIfLeaseHeldSrc)
+// value, ttl seconds. The script is the contract's file itself, the one the
+// gateway runs, read once.
+var fillIfLeaseHeld = sync.OnceValue(func() *redis.Script {
+	src, err := os.ReadFile(testenv.ContractPath("store_if_lease_held.lua"))
+	if err != nil {
+		panic(fmt.Sprintf("cachetest: the lease holder's store script: %v", err))
+	}
+	return redis.NewScript(string(src))
+})
 
 // TakeLease tries to become the one reader allowed to fill key. It returns
 // the lease token and whether the lease was taken.
@@ -52,7 +53,7 @@ func TakeLease(ctx context.Context, rdb redis.Cmdable, key string, ttl time.Dura
 // lease; it reports whether it stored. A writer that deleted the lease
 // meanwhile makes this a no-op, so a value read before a commit never lands.
 func FillIfLeaseHeld(ctx context.Context, rdb redis.Scripter, key, token, value string, ttl time.Duration) (bool, error) {
-	stored, err := fillIfLeaseHeld.Run(ctx, rdb, []string{key, cache.LeaseKey(key)},
+	stored, err := fillIfLeaseHeld().Run(ctx, rdb, []string{key, cache.LeaseKey(key)},
 		token, value, int64(ttl/time.Second)).Int()
 	if err != nil {
 		return false, err

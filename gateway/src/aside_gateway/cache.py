@@ -31,6 +31,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.resources import files
 
 from aside_gateway import cache_keys, metrics, redis_clients
 from aside_gateway.breaker import CircuitBreaker
@@ -46,14 +47,8 @@ MISS = "MISS"
 BYPASS = "BYPASS"
 
 # KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] value, ARGV[3] ttl seconds.
-STORE_IF_LEASE_HELD = """
-if redis.call('GET', KEYS[2]) == ARGV[1] then
-    redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-    redis.call('DEL', KEYS[2])
-    return 1
-end
-return 0
-"""
+# The contract's script (contracts/store_if_lease_held.lua links to this file).
+STORE_IF_LEASE_HELD = (files("aside_gateway") / "scripts" / "store_if_lease_held.lua").read_text()
 
 # KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms.
 # Returns {1, value} on a value, {2} when the lease was taken, {0} when someone else holds it.

@@ -1,0 +1,463 @@
+# The argument parser of every command, read side by side (a comment, as the
+# docstring below is `--help`'s description).
+"""aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `cost`
+(the load driver's own CPU per request against a plain net/http loop), `report`
+(rebuild a run's report from its run.json and Prometheus), `compare` (two runs'
+common steps), `chaos` (faults under load), `soak` (memory and descriptors of
+every process under a steady load), `hardening` (slow clients and a cold flood
+under cached reads), `shards` (a run several drivers sent, merged from
+InfluxDB) and `screenshot` (a run's report.html as headless Chromium renders
+it, as a PNG)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from aside_bench.cli import commands
+from aside_bench.cli import suites as suite_commands
+from aside_bench.plan import interference
+from aside_bench.plan.steps import SCENARIOS, WARM_CHOICES, PlanError
+from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
+from aside_bench.stack import config
+from aside_bench.stack.prepare import StackError
+from aside_bench.stack.sources import SourceError
+from aside_bench.sweep.runner import EXIT_INTERRUPTED
+from aside_bench.trust import cost
+from aside_bench.trust.compare import DEFAULT_TOLERANCE
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def _whole(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+# ---- options several commands share ----------------------------------------------------
+def _paths(parser: argparse.ArgumentParser, run_id_default: str) -> None:
+    """Where a run's inputs and report are, and its name."""
+    parser.add_argument("--run-id", help=f"name of the run (default: {run_id_default})")
+    parser.add_argument("--data-dir", type=Path, help="the seeder's files (default bench/data)")
+    parser.add_argument("--reports-dir", type=Path, help="where reports go (default reports/)")
+
+
+def _write_share(parser: argparse.ArgumentParser, default: float, what: str) -> None:
+    parser.add_argument(
+        "--write-share", type=_fraction, default=default, help=f"{what} (default {default:g})"
+    )
+
+
+def _steps(parser: argparse.ArgumentParser) -> None:
+    """The read mix and the limits of every step of a sweep or a ceiling search."""
+    _paths(parser, "time and scenario")
+    parser.add_argument(
+        "--hot-share",
+        type=_fraction,
+        default=0.9,
+        help="share of reads asking for a hot email (default 0.9)",
+    )
+    parser.add_argument(
+        "--cold-sample",
+        type=_positive,
+        default=200,
+        help="cold emails used: the first N of cold_emails.json (default 200)",
+    )
+    parser.add_argument(
+        "--timeout", type=_positive, default=10, help="request timeout, s (default 10)"
+    )
+    parser.add_argument(
+        "--max-pool",
+        type=_positive,
+        default=1000,
+        help="the driver's workers per step at most (default 1000)",
+    )
+    parser.add_argument(
+        "--recover-timeout",
+        type=_positive,
+        default=180,
+        help="seconds to wait for the stack to go quiet between steps (default 180)",
+    )
+
+
+def _trust(parser: argparse.ArgumentParser) -> None:
+    """The machine's calibration before the steps, the driver's own limits, the live line."""
+    parser.add_argument(
+        "--no-calibrate",
+        dest="calibrate",
+        action="store_false",
+        help="skip the machine's calibration (quick runs and tests)",
+    )
+    parser.add_argument(
+        "--calibration-probe", default="3s", help="calibration: per probe (default 3s)"
+    )
+    parser.add_argument(
+        "--calibration-budget",
+        type=_positive,
+        default=90,
+        help="calibration: seconds for both servers together (default 90)",
+    )
+    parser.add_argument(
+        "--calibration-start", type=_positive, default=400, help="calibration: first rate (400)"
+    )
+    parser.add_argument(
+        "--calibration-max-rate",
+        type=_positive,
+        default=12800,
+        help="calibration: highest rate (default 12800)",
+    )
+    parser.add_argument(
+        "--driver-cpu-share",
+        type=_share,
+        default=DRIVER_CPU_SHARE_LIMIT,
+        help="share of the machine's cores the driver may use before a step counts as load "
+        f"generator saturated (default {DRIVER_CPU_SHARE_LIMIT:g})",
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="the driver's line a second (rate, p95, drops, errors) while each step runs",
+    )
+    parser.add_argument(
+        "--samples-file",
+        action="store_true",
+        help="every request of every step as a JSON line into the run folder "
+        "(samples-NNN-*.jsonl; large: off by default)",
+    )
+
+
+# ---- one sub-parser per command -----------------------------------------------------------
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="the cache off/on sweep over rising rates")
+    run.add_argument("--scenario", choices=SCENARIOS, default="read")
+    run.add_argument("--rates", help="requests/s, e.g. '30 50 100' (default by scenario)")
+    run.add_argument("--duration", default="30s", help="per step, e.g. 30s (default 30s)")
+    run.add_argument(
+        "--arms",
+        help="read/mixed: nocache index cache (alias l2) l1 hybrid l1-ttl nopool; "
+        "compute: go python; interference: <go|python>-<checksum|pbkdf2|bcrypt>",
+    )
+    run.add_argument(
+        "--warm",
+        choices=WARM_CHOICES,
+        default="both",
+        help="cache arm's starting state: cold, warm or both (default both)",
+    )
+    _write_share(run, 0.1, "mixed: share of requests that write (a create and its delete)")
+    run.add_argument(
+        "--stale-per-min",
+        type=_whole,
+        default=12,
+        help="mixed: read-after-write checks a minute beside the load, 0: none (default 12)",
+    )
+    run.add_argument(
+        "--stale-reads-after",
+        type=_positive,
+        default=2,
+        help="mixed: reads of each key after each checked write (default 2)",
+    )
+    run.add_argument(
+        "--complexity", type=_positive, default=10, help="compute: complexity (default 10)"
+    )
+    run.add_argument(
+        "--repeat",
+        type=_positive,
+        default=1,
+        help="runs of each step, interleaved within each rate; medians and spreads (default 1)",
+    )
+    _add_interference_options(run)
+    _steps(run)
+    _trust(run)
+
+
+def _add_interference_options(run: argparse.ArgumentParser) -> None:
+    group = run.add_argument_group("interference (--scenario interference, rates 0 allowed)")
+    group.add_argument(
+        "--read-rate",
+        type=_positive,
+        default=interference.DEFAULT_READ_RATE,
+        help=f"cached reads/s beside the compute (default {interference.DEFAULT_READ_RATE})",
+    )
+    group.add_argument(
+        "--pbkdf2-iterations",
+        type=_positive,
+        default=interference.DEFAULT_PBKDF2_ITERATIONS,
+        help=f"pbkdf2 arms' iterations (default {interference.DEFAULT_PBKDF2_ITERATIONS})",
+    )
+    group.add_argument(
+        "--bcrypt-cost",
+        type=_positive,
+        default=interference.DEFAULT_BCRYPT_COST,
+        help=f"bcrypt arms' cost (default {interference.DEFAULT_BCRYPT_COST})",
+    )
+
+
+def _add_ceiling(sub: argparse._SubParsersAction) -> None:
+    ceiling = sub.add_parser("ceiling", help="highest rate held at p95 <= limit with no drops")
+    ceiling.add_argument(
+        "--arms",
+        default="cache healthz",
+        help="some of: cache (alias l2) l1 hybrid healthz (default: cache healthz)",
+    )
+    ceiling.add_argument("--step-duration", default="12s", help="per step (default 12s)")
+    ceiling.add_argument("--p95-ms", type=float, default=10.0, help="p95 limit in ms (default 10)")
+    ceiling.add_argument("--start", type=_positive, default=200, help="first rate (default 200)")
+    ceiling.add_argument(
+        "--ladder-step", type=_positive, default=400, help="rate increase after 800 (default 400)"
+    )
+    ceiling.add_argument(
+        "--max-rate", type=_positive, default=8000, help="highest rate (default 8000)"
+    )
+    ceiling.add_argument(
+        "--no-reference",
+        dest="reference",
+        action="store_false",
+        help="skip the reference: the cache arm's search again under the driver's bare "
+        "scenario (no check but the status), taking turns with it when cache is one of the arms",
+    )
+    _steps(ceiling)
+    _trust(ceiling)
+
+
+def _add_cost(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "cost", help="the driver's own CPU per request against a plain net/http loop"
+    )
+    parser.add_argument(
+        "--rate",
+        type=_positive,
+        default=cost.DEFAULT_RATE,
+        help=f"requests/s (default {cost.DEFAULT_RATE})",
+    )
+    parser.add_argument(
+        "--duration",
+        default=cost.DEFAULT_DURATION,
+        help=f"per variant and round (default {cost.DEFAULT_DURATION})",
+    )
+    parser.add_argument(
+        "--variants",
+        help=f"some of: {' '.join(cost.NAMES)} (default: {' '.join(cost.DEFAULT_NAMES)})",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=_positive,
+        default=cost.DEFAULT_REPEAT,
+        help=f"rounds, the variants taking turns (default {cost.DEFAULT_REPEAT})",
+    )
+    _steps(parser)
+    parser.set_defaults(driver_cpu_share=DRIVER_CPU_SHARE_LIMIT, live=False, samples_file=False)
+
+
+def _add_chaos(sub: argparse._SubParsersAction) -> None:
+    faults = sub.add_parser("chaos", help="faults under load: redis, core, postgres, worker")
+    faults.add_argument("--cases", default="all", help="some of: redis core postgres worker")
+    faults.add_argument("--rate", type=_positive, default=60, help="requests/s (default 60)")
+    faults.add_argument(
+        "--short", action="store_true", help="a few seconds per case (make test's form)"
+    )
+    faults.add_argument("--pre", help="load before the fault, e.g. 8s (default 8s; short 3s)")
+    faults.add_argument("--down", help="fault to restart, e.g. 6s (default 6s; short 2s)")
+    faults.add_argument("--post", help="load after the restart (default 12s; short 5s)")
+    _write_share(faults, 0.2, "share of creates")
+    faults.add_argument(
+        "--id-sample", type=_positive, default=50, help="seeded ids read by id (default 50)"
+    )
+    _paths(faults, "the time")
+
+
+def _add_create_rate(sub: argparse._SubParsersAction) -> None:
+    rates = sub.add_parser(
+        "create-rate", help="the highest rate of keyed creates held: fixed rates, then midpoints"
+    )
+    rates.add_argument("--rates", default="200 400 800 1600", help="creates/s, ascending")
+    rates.add_argument("--duration", default="15s", help="per rate (default 15s)")
+    rates.add_argument("--via", choices=("core", "gateway"), default="core")
+    rates.add_argument("--p95-ms", type=float, default=100.0, help="p95 limit (default 100)")
+    rates.add_argument("--refine", type=int, default=2, help="midpoints after a failed rate")
+    rates.add_argument("--resolution", type=int, default=50, help="creates/s (default 50)")
+    _paths(rates, "the time")
+
+
+def _add_soak(sub: argparse._SubParsersAction) -> None:
+    soaking = sub.add_parser("soak", help="steady mixed load; memory and fds of every process")
+    soaking.add_argument("--rate", type=_positive, default=100, help="requests/s (default 100)")
+    soaking.add_argument("--duration", default="10m", help="e.g. 10m, 20s (default 10m)")
+    soaking.add_argument(
+        "--warmup", help="left out of the growth figures (default 20%% of the duration)"
+    )
+    soaking.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between samples (default 5)"
+    )
+    _write_share(soaking, 0.2, "share of creates")
+    soaking.add_argument(
+        "--via", choices=("gateway", "core"), default="gateway", help="where the load goes"
+    )
+    _paths(soaking, "the time")
+
+
+def _add_hardening(sub: argparse._SubParsersAction) -> None:
+    hard = sub.add_parser("hardening", help="slow request heads and a cold flood under reads")
+    hard.add_argument(
+        "--experiments", default="all", help="some of: slow-heads cold-flood (default all)"
+    )
+    hard.add_argument("--rate", type=_positive, default=500, help="cached reads/s (default 500)")
+    hard.add_argument("--pre", default="5s", help="reads before each attack (default 5s)")
+    hard.add_argument("--post", default="5s", help="reads after it (default 5s)")
+    hard.add_argument("--sockets", type=_positive, default=2000, help="slow sockets (default 2000)")
+    hard.add_argument(
+        "--emails", type=_positive, default=20000, help="cold emails flooded (default 20000)"
+    )
+    hard.add_argument(
+        "--concurrency", type=_positive, default=200, help="flood requests in flight (default 200)"
+    )
+    hard.add_argument(
+        "--client-timeout-ms",
+        type=_positive,
+        default=50,
+        help="a flood client gives up after this (default 50)",
+    )
+    hard.add_argument(
+        "--p95-ms", type=float, default=10.0, help="reads' p95 limit during slow heads (default 10)"
+    )
+    hard.add_argument(
+        "--rss-growth-mib",
+        type=float,
+        default=64.0,
+        help="limit on the workers' summed RSS growth (default 64)",
+    )
+    _paths(hard, "the time")
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    rebuild = sub.add_parser("report", help="rebuild reports/<run>/ from run.json and Prometheus")
+    rebuild.add_argument("--run", default="", help="the run id (a folder of reports/)")
+    rebuild.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
+
+
+def _add_shards(sub: argparse._SubParsersAction) -> None:
+    merged = sub.add_parser(
+        "shards",
+        help="a run sent by several drivers (the chart's Indexed Job), merged from InfluxDB",
+    )
+    merged.add_argument("--run", required=True, help="the run id the drivers were given")
+
+
+def _add_screenshot(sub: argparse._SubParsersAction) -> None:
+    shot = sub.add_parser(
+        "screenshot", help="check reports/<run>/report.html in headless Chromium, save a PNG"
+    )
+    shot.add_argument("--run", default="", help="the run id (a folder of reports/)")
+    shot.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
+    shot.add_argument(
+        "--out", type=Path, help="the PNG to write (default docs/report-screenshot.png)"
+    )
+    shot.add_argument(
+        "--full", action="store_true", help="the whole page (default: down to the first chart)"
+    )
+    shot.add_argument(
+        "--width", type=_positive, default=1280, help="window width, CSS px (default 1280)"
+    )
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    compare = sub.add_parser("compare", help="every step two runs share, side by side")
+    compare.add_argument(
+        "run_a",
+        help="the baseline: a run id (a folder of reports/), or several ('r1,r2' or "
+        "'r1 r2') whose repeats pool, so the drift between them counts as noise",
+    )
+    compare.add_argument("run_b", help="the run compared with it (or several, as for run_a)")
+    compare.add_argument(
+        "--normalise",
+        action="store_true",
+        help="compare runs of machines more than 1.25x apart, B put on A's machine "
+        "(runs without the driver's CPU per step: by the ratio of their calibrations)",
+    )
+    compare.add_argument(
+        "--ignore-calibration",
+        action="store_true",
+        help="compare even when nothing measured a run's machine (no driver CPU per step "
+        "and CALIBRATE=0) or the two differ",
+    )
+    compare.add_argument(
+        "--as-measured",
+        action="store_true",
+        help="judge B's figures as measured, not put on A's machine step by step",
+    )
+    compare.add_argument(
+        "--tolerance",
+        type=_share,
+        default=DEFAULT_TOLERANCE,
+        help="relative change flagged between runs without repeats "
+        f"(default {DEFAULT_TOLERANCE:g})",
+    )
+    compare.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    adders = (_add_run, _add_ceiling, _add_cost, _add_chaos, _add_soak, _add_create_rate)
+    adders += (_add_hardening, _add_report, _add_shards)
+    for add in (*adders, _add_compare, _add_screenshot):
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # Ctrl-C before the first step stops at once (also when started in the
+    # background, where SIGINT arrives ignored); the runner takes over later.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        settings = config.load()
+        command = {
+            "run": commands.cmd_run,
+            "ceiling": commands.cmd_ceiling,
+            "cost": commands.cmd_cost,
+            "report": commands.cmd_report,
+            "shards": commands.cmd_shards,
+            "chaos": suite_commands.cmd_chaos,
+            "soak": suite_commands.cmd_soak,
+            "create-rate": suite_commands.cmd_create_rate,
+            "screenshot": commands.cmd_screenshot,
+            "hardening": suite_commands.cmd_hardening,
+            "compare": commands.cmd_compare,
+        }[args.command]
+        return command(args, settings)
+    except (commands.UsageError, PlanError) as error:
+        print(f"aside-bench: {error}", file=sys.stderr)
+        return 2
+    except (config.ConfigError, StackError, SourceError) as error:
+        print(f"aside-bench: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("aside-bench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,87 @@
+"""The machine's meter: the load driver's CPU time per request, step by step.
+
+The driver runs the same scenario at the same rate in two runs of a step, so
+the CPU time it spends per request it completes moves with the speed of the
+cores in that minute and hardly with the service under test (it moved 6 %
+where the service's p95 moved fourfold). `compare` puts one run's latencies on another's
+machine by it; a report states how far it moved between the repeats of one
+step (docs/decisions/040-the-machines-meter.md).
+
+Pure functions over a run's figures (records.runfile.step_figures), so every rule here
+has a unit test.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+StepKey = tuple[str, str, str, int]
+
+# A step that dropped more than this share of its iterations does not read the
+# machine's speed: the driver spent CPU on requests it never sent.
+MAX_DROPS = 0.01
+
+
+def step_key(one: dict[str, Any]) -> StepKey:
+    return (one["scenario"], one["arm"], one["phase"], int(one["rate"]))
+
+
+def driver_cost(one: dict[str, Any]) -> float | None:
+    """The driver's CPU seconds per request of one repeat of a step that held
+    its rate; None where it dropped iterations or the driver's CPU was not read."""
+    cores, achieved = one.get("driver_cpu_cores"), one.get("achieved")
+    if not cores or not achieved or cores <= 0 or achieved <= 0:
+        return None
+    if (one.get("drops") or 0.0) > MAX_DROPS:
+        return None
+    return float(cores) / float(achieved)
+
+
+def _costs_by_step(figures: list[dict[str, Any]]) -> dict[StepKey, list[float]]:
+    """Every step's costs, for the steps whose every repeat has one."""
+    found: dict[StepKey, list[float | None]] = {}
+    for one in figures:
+        found.setdefault(step_key(one), []).append(driver_cost(one))
+    return {
+        key: [cost for cost in costs if cost is not None]
+        for key, costs in found.items()
+        if all(cost is not None for cost in costs)
+    }
+
+
+def driver_costs(figures: list[dict[str, Any]]) -> dict[StepKey, float]:
+    """Each step's driver cost per request, the median over its repeats, for the
+    steps that held their rate in every repeat."""
+    return {key: statistics.median(costs) for key, costs in _costs_by_step(figures).items()}
+
+
+def step_speeds(
+    figures_a: list[dict[str, Any]], figures_b: list[dict[str, Any]]
+) -> dict[StepKey, float]:
+    """How much faster B's machine ran than A's during each step both held:
+    A's driver cost per request over B's (above 1: B faster)."""
+    costs_a, costs_b = driver_costs(figures_a), driver_costs(figures_b)
+    return {key: costs_a[key] / costs_b[key] for key in costs_a.keys() & costs_b.keys()}
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How far the machine's speed moved between the repeats of one step."""
+
+    key: StepKey
+    ratio: float  # the slowest repeat's cost over the fastest's
+    low: float  # seconds of driver CPU per request, fastest and slowest repeat
+    high: float
+
+
+def widest_drift(figures: list[dict[str, Any]]) -> Drift | None:
+    """The step whose repeats' driver costs lay furthest apart; None without a
+    repeated step that held its rate."""
+    drifts = [
+        Drift(key, max(costs) / min(costs), min(costs), max(costs))
+        for key, costs in _costs_by_step(figures).items()
+        if len(costs) > 1
+    ]
+    return max(drifts, key=lambda drift: drift.ratio, default=None)

@@ -1,0 +1,463 @@
+"""The one layer that starts the load driver (bench/driver, `aside-load`) and
+reads what it wrote: a run's variables, the process (its log, Ctrl-C, its CPU
+time, the wait for its first request) and its JSON summary.
+
+Every kind of run goes through here: the sweep's and the ceiling's steps, the
+calibration's probes, the fault suite, the soak, create-rate and hardening."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aside_bench.load.samples import SamplesError, sample_lines
+from aside_bench.plan import interference
+from aside_bench.plan import tracks as trackplan
+from aside_bench.plan.steps import BARE_ARM, Step, cache_param, pool_for
+from aside_bench.stack import procs
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import StackError
+
+# The summary schema this bench reads (bench/driver/README.md).
+SUMMARY_SCHEMA = 1
+# How often the wait for the driver's end reads its CPU time.
+POLL_S = 0.1
+# A step's driver may start up and write its summary for this long beyond its
+# load and the request timeout before it counts as hung.
+START_AND_FLUSH_S = 30
+# How often the wait for the first request reads the samples file.
+SAMPLES_POLL_S = 0.05
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    """Knobs of the sweep's request mix, the same for every step of a run."""
+
+    hot_share: float = 0.9
+    cold_sample: int = 200
+    write_share: float = 0.1
+    complexity: int = 10
+    timeout_s: int = 10
+    # mixed: read-after-write checks a minute (0: none), and the reads of each
+    # key after each write (each over a fresh connection, so on any worker).
+    stale_per_min: int = 12
+    stale_reads_after: int = 2
+    # interference: the reads' fixed rate, and the work of the hashing kinds.
+    read_rate: int = interference.DEFAULT_READ_RATE
+    pbkdf2_iterations: int = interference.DEFAULT_PBKDF2_ITERATIONS
+    bcrypt_cost: int = interference.DEFAULT_BCRYPT_COST
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """One driver process: its scenario (what an iteration does), the tags its
+    points carry, its rate, pool and duration, and where its outputs go."""
+
+    scenario: str  # the driver's: read, bare, healthz, compute, interference, mixed, tracks, chaos
+    run_id: str
+    arm: str
+    phase: str
+    rate: int
+    duration_s: int
+    pool: int
+    timeout_s: int
+    data_dir: Path
+    repeat: int = 1
+    extra: dict[str, str] = field(default_factory=dict)
+    base_url: str | None = None  # the gateway unless given
+    summary_path: Path | None = None
+    samples_path: Path | None = None
+    influx: bool = True  # per-second points into InfluxDB
+    live: bool = False  # a line per second on the terminal
+
+    def variables(self, settings: Settings) -> dict[str, str]:
+        found = {
+            "BASE_URL": self.base_url or settings.gateway_url,
+            "SCENARIO": self.scenario,
+            "RUN_ID": self.run_id,
+            "ARM": self.arm,
+            "PHASE": self.phase,
+            "REPEAT": str(self.repeat),
+            "RATE": str(self.rate),
+            "DURATION": f"{self.duration_s}s",
+            "POOL": str(self.pool),
+            "TIMEOUT_S": str(self.timeout_s),
+            "DATA_DIR": str(self.data_dir.resolve()),
+            "LIVE": "1" if self.live else "0",
+            **self.extra,
+        }
+        if self.influx:
+            found["INFLUX_URL"] = settings.influx_url
+        if self.summary_path is not None:
+            found["SUMMARY_PATH"] = str(self.summary_path)
+        if self.samples_path is not None:
+            found["SAMPLES_PATH"] = str(self.samples_path)
+        return found
+
+
+def deadline_s(run: LoadRun) -> float:
+    """How long a driver may run: its load, the last requests' timeout and
+    START_AND_FLUSH_S."""
+    return run.duration_s + run.timeout_s + START_AND_FLUSH_S
+
+
+def driver_env(settings: Settings, run: LoadRun) -> dict[str, str]:
+    """The driver's whole environment: this process's, without any variable
+    of the driver's own a shell may carry, then the run's."""
+    mine = run.variables(settings)
+    inherited = {k: v for k, v in os.environ.items() if k not in DRIVER_VARIABLES}
+    return {**inherited, **mine}
+
+
+# Every variable the driver reads (bench/driver/README.md): none may leak in
+# from the shell that started the bench.
+DRIVER_VARIABLES = frozenset(
+    {
+        "BASE_URL", "SCENARIO", "RUN_ID", "ARM", "PHASE", "REPEAT", "RATE", "DURATION",
+        "POOL", "CONNS", "LATE_MS", "TIMEOUT_S", "SEED", "DATA_DIR", "SUMMARY_PATH", "SAMPLES_PATH",
+        "INFLUX_URL", "LIVE", "CACHE", "HOT_SHARE", "COLD_SAMPLE", "COMPUTE_BODY",
+        "COMPUTE_EXPECT", "COMPUTE_HASH_PATTERN", "READ_RATE", "READ_CACHE", "READ_POOL",
+        "WRITE_SHARE", "STALE_PER_MIN", "STALE_READS_AFTER", "ARM_QUERY", "SIZE_BOUNDS",
+        "USER_PREFIX", "USER_SHARE", "ID_SAMPLE", "NO_REUSE", "ENGINE", "SHARDS", "SHARD",
+    }
+)  # fmt: skip
+
+
+# ---- the sweep's and the ceiling's steps ----------------------------------------------
+def driver_scenario(step: Step) -> str:
+    """What the driver sends for a step: the ceiling reads as `read` (its
+    reference, BARE_ARM, as `bare`), the calibration and /healthz arm as `healthz`."""
+    if step.scenario == "ceiling":
+        return {"healthz": "healthz", BARE_ARM: "bare"}.get(step.arm, "read")
+    return step.scenario
+
+
+def _scenario_variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str, str]:
+    """The variables only one scenario reads."""
+    scenario = driver_scenario(step)
+    if scenario in ("read", "bare", "mixed"):
+        found = {
+            "CACHE": cache_param(step.arm) or "off",
+            "HOT_SHARE": str(shape.hot_share),
+            "COLD_SAMPLE": str(shape.cold_sample),
+        }
+        if scenario == "mixed":
+            found.update(
+                WRITE_SHARE=str(shape.write_share),
+                STALE_PER_MIN=str(shape.stale_per_min),
+                STALE_READS_AFTER=str(shape.stale_reads_after),
+            )
+        return found
+    if scenario == trackplan.SCENARIO:
+        return {
+            "ARM_QUERY": trackplan.query(step.arm),
+            "SIZE_BOUNDS": ",".join(map(str, trackplan.SIZE_BOUNDS)),
+        }
+    work = (shape.complexity, shape.pbkdf2_iterations, shape.bcrypt_cost)
+    if scenario == interference.SCENARIO:
+        read_pool = pool_for(step.read_rate, max_pool)
+        return interference.driver_variables(step.arm, step.read_rate, read_pool, work)
+    if scenario == "compute":
+        return interference.compute_variables(f"{step.arm}-checksum", work)
+    return {}
+
+
+def step_run(
+    step: Step,
+    run_id: str,
+    shape: LoadShape,
+    pool: int,
+    data_dir: Path,
+    max_pool: int = 1000,
+    live: bool = False,
+    samples_path: Path | None = None,
+) -> LoadRun:
+    """The driver for one step; `pool` is the step's own, `max_pool` caps any
+    other scenario's (the interference reads')."""
+    return LoadRun(
+        scenario=driver_scenario(step),
+        run_id=run_id,
+        arm=step.arm,
+        phase=step.phase,
+        rate=step.rate,
+        duration_s=step.duration_s,
+        pool=pool,
+        timeout_s=shape.timeout_s,
+        data_dir=data_dir,
+        repeat=step.repeat,
+        extra=_scenario_variables(step, shape, max_pool),
+        samples_path=samples_path,
+        live=live,
+    )
+
+
+# ---- the process ----------------------------------------------------------------------
+class DriverProcess:
+    """The driver in its own process group, so a terminal's Ctrl-C reaches it
+    only through us: one SIGINT, which it answers by ending its schedule and
+    writing its summary. Its output goes to `log_path` after a line with the
+    command; with `live` its stderr (the line a second) stays on the terminal."""
+
+    def __init__(
+        self, command: list[str], log_path: Path, env: dict[str, str], live: bool = False
+    ) -> None:
+        self.command = command
+        self.log_path = log_path
+        self.env = env
+        self.live = live
+        self.process: subprocess.Popen[bytes] | None = None
+        # utime + stime of the driver at its exit (read from /proc before it is reaped)
+        self.cpu_ticks: int | None = None
+
+    def start(self) -> DriverProcess:
+        with self.log_path.open("ab") as log:
+            shown = {k: v for k, v in self.env.items() if k in DRIVER_VARIABLES}
+            line = " ".join(f"{k}={v}" for k, v in sorted(shown.items()))
+            log.write(f"$ {line} {' '.join(self.command)}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=None if self.live else subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=self.env,
+            )
+        return self
+
+    def run_measured(self, deadline_s: float) -> int:
+        """Start the driver, wait for it to end and keep its CPU time
+        (`cpu_seconds`). Past `deadline_s` it is stopped and StackError raised."""
+        self.start()
+        assert self.process is not None
+        pid, began = self.process.pid, time.monotonic()
+        while not self._exited(pid):
+            if time.monotonic() - began > deadline_s:
+                self.stop()
+                raise StackError(
+                    f"the load driver did not finish within {deadline_s:.0f} s; see {self.log_path}"
+                )
+            time.sleep(POLL_S)  # the polling pace
+        return self.process.wait()
+
+    def _exited(self, pid: int) -> bool:
+        """True once the driver has exited; its CPU time is read first, and once
+        more while it is a zombie (exited, not yet reaped), when it is final."""
+        ticks = procs.cpu_ticks(pid)
+        if ticks is not None:
+            self.cpu_ticks = ticks
+        try:
+            exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped (Ctrl-C's poll): keep the last reading
+            return True
+        if exited is None:
+            return False
+        ticks = procs.cpu_ticks(pid)
+        if ticks is not None:
+            self.cpu_ticks = ticks
+        return True
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        return None if self.cpu_ticks is None else self.cpu_ticks / procs.clock_ticks_per_s()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.returncode
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        """The driver's exit code; past `timeout_s` it is killed and StackError raised."""
+        assert self.process is not None, "the load driver was not started"
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise StackError(
+                f"the load driver did not finish within {timeout_s:.0f} s; see {self.log_path}"
+            ) from None
+
+    def interrupt(self) -> None:
+        if self.running:
+            assert self.process is not None
+            self.process.send_signal(signal.SIGINT)
+
+    def stop(self) -> None:
+        """Kill the driver (its summary is not wanted any more)."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def first_sample(
+        self, probe: Callable[[], T | None], where: str, deadline_s: float, interval_s: float
+    ) -> T:
+        """What `probe` finds once the driver's first request has reached its
+        output (`where`, for the error), polled every `interval_s`; the driver
+        exiting first is StackError, and so is nothing within `deadline_s`."""
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            found = probe()
+            if found is not None:
+                return found
+            if not self.running:
+                raise StackError(
+                    f"the load driver exited with {self.returncode}; see {self.log_path}"
+                )
+            time.sleep(interval_s)  # the polling pace
+        self.stop()
+        raise StackError(
+            f"the load driver wrote no request to {where} within {deadline_s:.0f} s; "
+            f"see {self.log_path}"
+        )
+
+    def first_request(self, samples: Path, deadline_s: float) -> dict[str, Any]:
+        """The first request line of the driver's samples file (not a drop)."""
+        offset, read = 0, 0
+
+        def probe() -> dict[str, Any] | None:
+            nonlocal offset, read
+            if not samples.exists():
+                return None
+            with samples.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            # Whole lines only: the driver may be half-way through the last one.
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            offset += len(complete)
+            lines = complete.decode().splitlines()
+            try:
+                for _, one in sample_lines(lines, str(samples), first=read + 1):
+                    if not one.get("dropped"):
+                        return one
+            except SamplesError as error:
+                raise StackError(str(error)) from None
+            read += len(lines)
+            return None
+
+        return self.first_sample(probe, samples.name, deadline_s, SAMPLES_POLL_S)
+
+
+def new_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
+    """The driver for `run`, not started yet; its output goes to `log_path`."""
+    return DriverProcess([str(settings.driver_bin)], log_path, driver_env(settings, run), run.live)
+
+
+def start_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
+    """The driver started for `run`."""
+    return new_driver(settings, run, log_path).start()
+
+
+# ---- the summary ----------------------------------------------------------------------
+class SummaryError(ValueError):
+    """A summary this bench cannot read; the message says why."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The JSON summary the driver wrote (SUMMARY_PATH); empty when it wrote
+    none (a driver killed before its end)."""
+
+    data: dict[str, Any]
+
+    @classmethod
+    def read(cls, path: Path) -> Summary:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return cls({})
+        if not isinstance(data, dict):
+            return cls({})
+        version = data.get("schema_version")
+        if version != SUMMARY_SCHEMA:
+            raise SummaryError(
+                f"{path.name}: summary schema version {version}, this bench reads "
+                f"version {SUMMARY_SCHEMA}; rebuild the driver (make install)"
+            )
+        return cls(data)
+
+    @property
+    def scenarios(self) -> dict[str, dict[str, Any]]:
+        return self.data.get("scenarios") or {}
+
+    @property
+    def cpu_s(self) -> float | None:
+        cpu = self.data.get("cpu")
+        if not cpu:
+            return None
+        return float(cpu.get("user_s", 0.0)) + float(cpu.get("system_s", 0.0))
+
+    def scenario(self, name: str) -> dict[str, Any]:
+        return self.scenarios.get(name) or {}
+
+    def counters(self, name: str) -> dict[str, int]:
+        return {k: int(v) for k, v in (self.scenario(name).get("counters") or {}).items()}
+
+    def step_figures(self, name: str) -> dict[str, Any] | None:
+        """What a step's result needs from scenario `name` of the summary (run.json
+        keeps it as the step's "summary"); None when it holds no such scenario."""
+        one = self.scenarios.get(name)
+        if one is None:
+            return None
+        figures = scenario_figures(one)
+        stale = self.scenarios.get("stale")
+        if stale is not None:
+            counters = stale.get("counters") or {}
+            figures["stale"] = {
+                "reads": int(counters.get("stale_checked", 0)),
+                "stale": int(counters.get("stale_reads", 0)),
+                "errors": int(counters.get("stale_check_errors", 0)),
+            }
+        beside = self.scenarios.get(interference.COMPUTE_SCENARIO)
+        if name == interference.SCENARIO and beside is not None:
+            figures["compute"] = scenario_figures(beside)
+        return figures
+
+
+def _latency(values: dict[str, Any] | None) -> dict[str, Any]:
+    """Quantiles in ms, and how many answered requests they are of."""
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "max": None, "answered": 0}
+    found = {key: values.get(key) for key in ("p50", "p95", "p99", "max")}
+    return {**found, "answered": int(values.get("count") or 0)}
+
+
+def scenario_figures(one: dict[str, Any]) -> dict[str, Any]:
+    """One scenario of a summary as a step's figures: the answered requests'
+    latency, from the instant sent and from the due time, the counts, the pool."""
+    latency = one.get("latency") or {}
+    due = one.get("latency_from_due") or {}
+    by_name = {
+        name: {**_latency(figures.get("latency")), "requests": int(figures.get("requests") or 0)}
+        for name, figures in (one.get("by_name") or {}).items()
+        if (figures.get("latency") or {}).get("p95") is not None
+    }
+    found: dict[str, Any] = {
+        **_latency(latency),
+        "requests": int(one.get("requests") or 0),
+        "iterations": int(one.get("iterations") or 0),
+        "failed": int(one.get("failed") or 0),
+        "dropped": int(one.get("dropped") or 0),
+        "late": int(one.get("late") or 0),
+        "status": one.get("status") or {},
+        "from_due": _latency(due),
+        "pool": one.get("pool"),
+        "inflight_peak": one.get("inflight_peak"),
+        "bytes_received": one.get("bytes_received"),
+    }
+    if by_name:
+        found["by_name"] = by_name
+    return found

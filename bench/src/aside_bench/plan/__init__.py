@@ -1,0 +1,2 @@
+"""What a run will do: scenarios, arms, rates and the steps they make; the
+tracks' and the interference scenario's definitions."""

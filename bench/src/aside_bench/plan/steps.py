@@ -1,0 +1,274 @@
+"""What a bench run will do: parsed parameters, the ordered steps, VU sizing.
+
+Pure functions only, so every rule here has a unit test.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+from aside_bench.plan import interference
+from aside_bench.plan import tracks as trackplan
+
+SCENARIOS = ("read", "mixed", "compute", interference.SCENARIO)
+WARM_CHOICES = ("both", "cold", "warm")
+CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "l1-ttl", "nopool")
+COMPUTE_ARMS = ("go", "python")
+CEILING_ARMS = ("cache", "l1", "hybrid", "healthz")
+# The ceiling's reference: the warm cache arm's reads sent by the driver's `bare`
+# scenario (no check but the status), so the checks' own cost is left out of it.
+BARE_ARM = "cache-bare"
+# Arms that read through a cache tier: each has a cold and a warm phase.
+TIERED_ARMS = ("cache", "l1", "hybrid", "l1-ttl")
+# Arms that read through the worker's L1 tier.
+L1_ARMS = ("l1", "hybrid", "l1-ttl")
+# Other names accepted for an arm; `cache` stays the L2 arm's name in reports.
+ARM_ALIASES = {"l2": "cache"}
+# The ?cache= value each read arm sends (the driver's CACHE variable).
+CACHE_PARAMS = {
+    "nocache": "off",
+    "index": "off",
+    "cache": "l2",
+    "l1": "l1",
+    "hybrid": "hybrid",
+    "l1-ttl": "l1",
+    "nopool": "nopool",
+    BARE_ARM: "l2",
+}
+# Arms that need the gateway started with other settings: `l1-ttl` is the l1
+# strategy with the invalidation channel switched off (a lab-only switch), so
+# only the L1 TTL bounds staleness. The bench restarts the gateway for it.
+GATEWAY_ENV = {"l1-ttl": {"CACHE_L1_INVALIDATION": "off"}}
+
+DEFAULT_RATES = {
+    "read": (30, 50, 75, 100, 150, 300, 500, 1000),
+    "mixed": (30, 50, 75, 100, 150, 300, 500, 1000),
+    "compute": (1, 2, 5, 10, 20),
+    interference.SCENARIO: interference.DEFAULT_RATES,
+}
+DEFAULT_ARMS = {
+    "read": ("nocache", "cache"),
+    "mixed": ("nocache", "cache"),
+    "compute": ("go", "python"),
+    interference.SCENARIO: interference.DEFAULT_ARMS,
+}
+# Scenarios whose step rate may be 0: the interference baseline, reads alone.
+ZERO_RATE_SCENARIOS = (interference.SCENARIO,)
+
+# ---- scenario `tracks` (big cached values): trackplan.py, tracks.py ----
+SCENARIOS += (trackplan.SCENARIO,)
+DEFAULT_RATES[trackplan.SCENARIO] = trackplan.DEFAULT_RATES
+DEFAULT_ARMS[trackplan.SCENARIO] = trackplan.DEFAULT_ARMS
+
+MIN_POOL = 10
+# The driver's pool holds rate x this budget of requests in flight: past it the
+# stack is far behind, and the driver counts the iterations it cannot start as
+# dropped, which the drop rate shows.
+LATENCY_BUDGET_S = 1.0
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+class PlanError(ValueError):
+    """A bench parameter is invalid; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Step:
+    scenario: str
+    arm: str
+    phase: str  # cold | warm | none
+    rate: int  # target iterations (requests) per second
+    duration_s: int
+    # Keyword-only, both: two optional counts must never be told apart by position.
+    repeat: int = field(default=1, kw_only=True)  # which run (1..REPEAT); a tag of its samples
+    # interference: the fixed rate of the reads run beside the step's own
+    # (compute) rate; the step's latency and drops are the reads'. 0: none.
+    read_rate: int = field(default=0, kw_only=True)
+
+    @property
+    def label(self) -> str:
+        return series_label(self.arm, self.phase)
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        """The step whatever its repeat: what repeats are merged and runs compared by."""
+        return (self.scenario, self.arm, self.phase, self.rate)
+
+    @property
+    def run_key(self) -> tuple[str, str, str, int, int]:
+        """One run of the step: the tags its samples carry."""
+        return (*self.key, self.repeat)
+
+    @property
+    def scheduled(self) -> int:
+        """Requests the step's figures count: its reads' when it has a read rate."""
+        return (self.read_rate or self.rate) * self.duration_s
+
+
+def series_label(arm: str, phase: str) -> str:
+    return arm if phase == "none" else f"{arm} ({phase})"
+
+
+def parse_duration(text: str) -> int:
+    """'30s', '2m', '1m30s' or a bare number of seconds -> seconds (>= 1)."""
+    text = text.strip()
+    if text.isdigit():
+        seconds = int(text)
+    else:
+        match = _DURATION.match(text)
+        if not text or match is None:
+            raise PlanError(f"duration must look like 30s, 2m or 1m30s, got {text!r}")
+        hours, minutes, secs = (int(group or 0) for group in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if seconds < 1:
+        raise PlanError(f"duration must be at least 1s, got {text!r}")
+    return seconds
+
+
+def parse_rates(text: str, lowest: int = 1) -> list[int]:
+    """'30 50,75' -> [30, 50, 75]: whole numbers >= lowest, deduplicated, ascending."""
+    words = [word for word in re.split(r"[\s,]+", text.strip()) if word]
+    if not words:
+        raise PlanError("rates must list at least one rate, e.g. --rates '30 100'")
+    rates: set[int] = set()
+    for word in words:
+        if not word.isdigit() or int(word) < lowest:
+            raise PlanError(
+                f"rates must be whole numbers of requests per second >= {lowest}, got {word!r}"
+            )
+        rates.add(int(word))
+    return sorted(rates)
+
+
+def parse_arms(text: str, allowed: tuple[str, ...]) -> list[str]:
+    """'nocache cache' -> ['nocache', 'cache']: known arms, given order, no repeats;
+    an alias ('l2') becomes the arm it names ('cache')."""
+    arms: list[str] = []
+    for word in re.split(r"[\s,]+", text.strip()):
+        if not word:
+            continue
+        arm = ARM_ALIASES.get(word, word)
+        if arm not in allowed:
+            raise PlanError(f"unknown arm {word!r}; choose from {', '.join(allowed)}")
+        if arm not in arms:
+            arms.append(arm)
+    if not arms:
+        raise PlanError(f"arms must list at least one of {', '.join(allowed)}")
+    return arms
+
+
+def resolve_arms(arms: list[str], seed_indexed: bool) -> list[str]:
+    """Match the uncached arm to the table: 'index' needs the email index, 'nocache' its absence.
+
+    An indexed seed turns 'nocache' into 'index' (the same cache=off requests, but
+    against an indexed table), so a label never claims a table it did not run on.
+    """
+    resolved: list[str] = []
+    for arm in arms:
+        if arm == "index" and not seed_indexed:
+            raise PlanError(
+                "arm 'index' needs a table seeded with an email index (make seed INDEX=1)"
+            )
+        if arm == "nocache" and seed_indexed:
+            arm = "index"
+        if arm not in resolved:
+            resolved.append(arm)
+    return resolved
+
+
+def phases_for(arm: str, warm: str) -> list[str]:
+    """Cache states to run an arm in: only the arms reading through a tier (cache,
+    l1, hybrid) have a cold and a warm phase."""
+    if warm not in WARM_CHOICES:
+        raise PlanError(f"warm must be one of {', '.join(WARM_CHOICES)}, got {warm!r}")
+    if arm not in TIERED_ARMS + trackplan.CACHE_ARMS:
+        return ["none"]
+    return ["cold", "warm"] if warm == "both" else [warm]
+
+
+def gateway_env(arm: str) -> dict[str, str]:
+    """Settings the gateway must run with for `arm` (empty: its own)."""
+    return GATEWAY_ENV.get(arm, {})
+
+
+def _phases(scenario: str, arm: str, warm: str) -> list[str]:
+    if scenario == "compute":
+        return ["none"]
+    if scenario == interference.SCENARIO:
+        return [interference.PHASE]  # its reads always run warm
+    return phases_for(arm, warm)
+
+
+def cache_param(arm: str) -> str | None:
+    """The ?cache= value of a read arm; None for arms that read no count."""
+    return CACHE_PARAMS.get(arm)
+
+
+def scenario_arms(scenario: str) -> tuple[str, ...]:
+    """The arms a scenario accepts."""
+    if scenario == trackplan.SCENARIO:
+        return trackplan.ARMS
+    if scenario == interference.SCENARIO:
+        return interference.ARMS
+    return COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
+
+
+def build_steps(
+    scenario: str,
+    rates: list[int],
+    arms: list[str],
+    warm: str,
+    duration_s: int,
+    read_rate: int = 0,
+) -> list[Step]:
+    """Steps in run order: rising rate, then the arms as given, cold before warm.
+    `read_rate`: the interference scenario's reads beside every step."""
+    if scenario not in SCENARIOS:
+        raise PlanError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
+    allowed = scenario_arms(scenario)
+    for arm in arms:
+        if arm not in allowed:
+            raise PlanError(
+                f"arm {arm!r} does not belong to scenario {scenario}; "
+                f"choose from {', '.join(allowed)}"
+            )
+    if scenario != interference.SCENARIO:
+        read_rate = 0
+    elif read_rate < 1:
+        raise PlanError("the interference scenario needs a read rate >= 1 (--read-rate)")
+    return [
+        Step(scenario, arm, phase, rate, duration_s, read_rate=read_rate)
+        for rate in rates
+        for arm in arms
+        for phase in _phases(scenario, arm, warm)
+    ]
+
+
+def pool_for(rate: int, max_pool: int) -> int:
+    """The driver's workers for a step: rate x the latency budget, at least
+    MIN_POOL, at most `max_pool`. Every worker exists before the first request
+    falls due, so a cold step's slow first second costs no start-up."""
+    return min(max(math.ceil(rate * LATENCY_BUDGET_S), MIN_POOL), max_pool)
+
+
+def repeat_steps(steps: list[Step], times: int) -> list[Step]:
+    """Each rate's steps `times` over, round by round (A B A B, not A A B B), so
+    a drift of the machine during a rate's steps lands in every arm's spread
+    instead of in the difference between arms; rates keep their rising order."""
+    if times < 1:
+        raise PlanError(f"repeat must be at least 1, got {times}")
+    groups: list[list[Step]] = []
+    for step in steps:
+        if groups and groups[-1][0].rate == step.rate:
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    return [
+        replace(step, repeat=round_)
+        for group in groups
+        for round_ in range(1, times + 1)
+        for step in group
+    ]

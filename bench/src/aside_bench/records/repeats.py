@@ -1,0 +1,151 @@
+"""A step run several times (REPEAT=N): the median of its runs with their
+spread (min-max), figure by figure.
+
+Pure functions only, so every rule here has a unit test.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+
+from aside_bench.records.results import Latency, StaleCounts, StepResult
+from aside_bench.records.saturation import worst
+from aside_bench.records.tierstats import StepCost
+
+
+def _p(name: str) -> Callable[[StepResult], float | None]:
+    return lambda result: None if result.latency is None else getattr(result.latency, name)
+
+
+# The figures a repeat has a median and a spread of, by name.
+FIGURES: dict[str, Callable[[StepResult], float | None]] = {
+    "p50": _p("p50"),
+    "p95": _p("p95"),
+    "p99": _p("p99"),
+    "achieved": lambda result: result.achieved_rps,
+    "drops": lambda result: result.drop_rate,
+    "hit": lambda result: result.hit_rate,
+}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A figure over a step's runs."""
+
+    median: float
+    low: float
+    high: float
+    runs: int
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+
+def spread(values: list[float | None]) -> Spread | None:
+    """Median, min and max of the values measured; None when none was."""
+    known = [value for value in values if value is not None]
+    if not known:
+        return None
+    return Spread(statistics.median(known), min(known), max(known), len(known))
+
+
+def _median(values: list[float | None]) -> float | None:
+    found = spread(values)
+    return None if found is None else found.median
+
+
+@dataclass
+class RepeatedResult(StepResult):
+    """A step's runs merged: each figure is the median of the runs' figures,
+    `runs` keeps the runs themselves for the spread."""
+
+    runs: list[StepResult] = field(default_factory=list)
+
+    def figure(self, name: str) -> Spread | None:
+        return spread([FIGURES[name](run) for run in self.runs])
+
+    @property
+    def drop_rate(self) -> float:
+        return _median([run.drop_rate for run in self.runs]) or 0.0
+
+    @property
+    def achieved_rps(self) -> float:
+        return _median([run.achieved_rps for run in self.runs]) or 0.0
+
+    @property
+    def hit_rate(self) -> float | None:
+        return _median([run.hit_rate for run in self.runs])
+
+
+def figure_spread(result: StepResult, name: str) -> Spread | None:
+    """The spread of a figure over a step's runs; None for a step run once."""
+    if isinstance(result, RepeatedResult) and len(result.runs) > 1:
+        return result.figure(name)
+    return None
+
+
+def _median_latency(latencies: list[Latency | None]) -> Latency | None:
+    known = [latency for latency in latencies if latency is not None]
+    if not known:
+        return None
+    return Latency(
+        p50=statistics.median(one.p50 for one in known),
+        p95=statistics.median(one.p95 for one in known),
+        p99=statistics.median(one.p99 for one in known),
+        count=sum(one.count for one in known),
+    )
+
+
+def _median_cost(costs: list[StepCost | None]) -> StepCost | None:
+    known = [cost for cost in costs if cost is not None]
+    if not known:
+        return None
+    values = {f.name: _median([getattr(cost, f.name) for cost in known]) for f in fields(StepCost)}
+    return replace(known[0], **values)
+
+
+def _stale(results: list[StepResult]) -> StaleCounts | None:
+    known = [result.stale for result in results if result.stale is not None]
+    if not known:
+        return None
+    return StaleCounts(
+        reads=sum(one.reads for one in known),
+        stale=sum(one.stale for one in known),
+        errors=sum(one.errors for one in known),
+    )
+
+
+def merge(runs: list[StepResult]) -> StepResult:
+    """One result for a step's runs: a run alone as it is, several as the
+    median of each figure (counts of stale reads summed)."""
+    if len(runs) == 1:
+        return runs[0]
+    names = set.intersection(*(set(run.by_name) for run in runs))
+    return RepeatedResult(
+        step=replace(runs[0].step, repeat=1),
+        latency=_median_latency([run.latency for run in runs]),
+        iterations=sum(run.iterations for run in runs),
+        failed=sum(run.failed for run in runs),
+        dropped=sum(run.dropped for run in runs),
+        cache=None,
+        by_name={
+            name: latency
+            for name in sorted(names)
+            if (latency := _median_latency([run.by_name[name] for run in runs])) is not None
+        },
+        cost=_median_cost([run.cost for run in runs]),
+        stale=_stale(runs),
+        loadgen=worst([run.loadgen for run in runs]),
+        runs=list(runs),
+    )
+
+
+def merge_repeats(results: list[StepResult]) -> list[StepResult]:
+    """The results of a run with every step's repeats merged, in first-run order."""
+    groups: dict[tuple[str, str, str, int], list[StepResult]] = {}
+    for result in results:
+        groups.setdefault(result.step.key, []).append(result)
+    return [merge(runs) for runs in groups.values()]

@@ -1,0 +1,113 @@
+"""A step's figures and the arithmetic that makes them (pure, unit-tested)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aside_bench.plan.steps import Step
+from aside_bench.records.saturation import LoadGen
+from aside_bench.records.tierstats import StepCost
+
+
+def drop_rate(dropped: float, failed: float, scheduled: float) -> float:
+    """Share of scheduled requests that did not succeed: never started (dropped by the
+    driver: no free worker, or too late) or started and failed (bad status, bad body,
+    timeout)."""
+    if scheduled <= 0:
+        raise ValueError("scheduled must be positive")
+    return (dropped + failed) / scheduled
+
+
+def achieved_rps(iterations: float, failed: float, duration_s: float) -> float:
+    """Successful requests per second over the step."""
+    if duration_s <= 0:
+        raise ValueError("duration must be positive")
+    return max(iterations - failed, 0) / duration_s
+
+
+def hit_rate(hits: float, misses: float, bypass: float) -> float:
+    """Share of count reads answered from Redis. Reads that bypass the cache count
+    as not answered from it, so the uncached arms show 0, not a gap."""
+    total = hits + misses + bypass
+    return hits / total if total > 0 else 0.0
+
+
+@dataclass
+class Latency:
+    p50: float
+    p95: float
+    p99: float
+    count: int
+
+
+@dataclass
+class CacheCounts:
+    hits: float
+    misses: float
+    bypass: float
+
+    @property
+    def hit_rate(self) -> float:
+        return hit_rate(self.hits, self.misses, self.bypass)
+
+
+@dataclass
+class StaleCounts:
+    """The mixed scenario's read-after-write checks: reads checked, and those
+    that did not reflect the write acknowledged before them."""
+
+    reads: int
+    stale: int
+    errors: int = 0  # reads that got no usable answer (not counted as stale)
+
+
+@dataclass
+class StepResult:
+    step: Step
+    latency: Latency | None
+    iterations: int
+    failed: int
+    dropped: int
+    cache: CacheCounts | None  # None: Prometheus had no gateway data for the step
+    by_name: dict[str, Latency] = field(default_factory=dict)
+    cost: StepCost | None = None  # None: no probe around the step (older runs)
+    stale: StaleCounts | None = None  # None: no staleness checker ran
+    loadgen: LoadGen | None = None  # None: the driver's CPU was not recorded
+    # interference: the compute requests beside the step's reads (None: none ran)
+    compute: StepResult | None = None
+    # The answered requests' latency from their due time (coordinated omission
+    # included); None where the driver did not give it.
+    from_due: Latency | None = None
+
+    @property
+    def drop_rate(self) -> float:
+        return drop_rate(self.dropped, self.failed, self.step.scheduled)
+
+    @property
+    def achieved_rps(self) -> float:
+        return achieved_rps(self.iterations, self.failed, self.step.duration_s)
+
+    @property
+    def hit_rate(self) -> float | None:
+        return None if self.cache is None else self.cache.hit_rate
+
+    def holds(self, p95_limit_ms: float) -> bool:
+        """The ceiling's test: every request started and succeeded, p95 within the limit."""
+        return (
+            self.latency is not None
+            and self.dropped == 0
+            and self.failed == 0
+            and self.latency.p95 <= p95_limit_ms
+        )
+
+    @property
+    def saturated(self) -> bool:
+        """The load driver was the limit of this step (saturation.py)."""
+        return self.loadgen is not None and self.loadgen.saturated
+
+    def verdict(self, p95_limit_ms: float) -> str:
+        """held, missed, or limit: a step that did not hold while the driver was
+        saturated says nothing about the server, only about the measurement."""
+        if self.holds(p95_limit_ms):
+            return "held"
+        return "limit" if self.saturated else "missed"

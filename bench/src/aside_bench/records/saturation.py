@@ -1,0 +1,117 @@
+"""Was the load generator the limit of a step? The driver's own CPU over the
+step, and the requests it had in flight against the pool it was allowed.
+
+A step is "load generator saturated" when the driver used more CPU than its
+limit (the share of the machine's cores it may take before its own timing is
+in doubt), or when every worker of its pool was busy while --max-pool held the
+pool below the rate x 1 s latency budget the bench promises every step
+(plan.LATENCY_BUDGET_S). A full pool at the budget itself means the stack was
+more than a second behind: that is the server's miss, which the drop rate
+shows, not the load generator's.
+
+Pure functions only, so every rule here has a unit test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from aside_bench.plan.steps import LATENCY_BUDGET_S
+
+# The driver may use up to this share of the machine's cores before its own
+# timing is in doubt (docs/decisions/019-when-the-load-generator-is-the-limit.md).
+DRIVER_CPU_SHARE_LIMIT = 0.4
+
+
+def cpu_limit_cores(nproc: int, share: float = DRIVER_CPU_SHARE_LIMIT) -> float:
+    """The driver's CPU limit on a machine, in cores."""
+    return round(share * max(nproc, 1), 3)
+
+
+@dataclass(frozen=True)
+class LoadGen:
+    """A step's load generator figures; a field is None when it was not read."""
+
+    cpu_s: float | None  # the driver's utime + stime from its start to its exit
+    duration_s: float  # the step's load
+    cpu_limit_cores: float | None
+    pool: int  # the workers the step allowed
+    pool_budget: int  # rate x the latency budget: what the step should have been allowed
+    inflight_peak: int | None  # the most requests in flight at once
+
+    @property
+    def cpu_cores(self) -> float | None:
+        if self.cpu_s is None or self.duration_s <= 0:
+            return None
+        return self.cpu_s / self.duration_s
+
+    def cpu_ms_per_request(self, requests: float) -> float | None:
+        if self.cpu_s is None or requests <= 0:
+            return None
+        return self.cpu_s * 1000 / requests
+
+    @property
+    def out_of_pool(self) -> bool:
+        """Every worker was busy, and the pool was below the budget."""
+        return (
+            self.inflight_peak is not None
+            and self.inflight_peak >= self.pool
+            and self.pool < self.pool_budget
+        )
+
+    @property
+    def cpu_bound(self) -> bool:
+        cores = self.cpu_cores
+        return (
+            cores is not None
+            and self.cpu_limit_cores is not None
+            and (cores > self.cpu_limit_cores)
+        )
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the step was load generator saturated; empty when it was not."""
+        found = []
+        if self.cpu_bound:
+            found.append(f"driver used {self.cpu_cores:.2f} cores > {self.cpu_limit_cores:g}")
+        if self.out_of_pool:
+            found.append(
+                f"driver's pool ran out: all {self.pool} workers busy, "
+                f"fewer than the {self.pool_budget} a 1 s latency budget needs"
+            )
+        return found
+
+    @property
+    def saturated(self) -> bool:
+        return bool(self.reasons)
+
+
+def pool_budget(rate: int) -> int:
+    return math.ceil(rate * LATENCY_BUDGET_S)
+
+
+def loadgen_of(record: dict[str, Any], inflight_peak: float | None) -> LoadGen | None:
+    """A run.json step's load generator figures; None for a step recorded
+    without the driver's CPU."""
+    driver = record.get("driver")
+    if not driver or "pool" not in record:
+        return None
+    return LoadGen(
+        cpu_s=driver.get("cpu_s"),
+        duration_s=float(record["duration_s"]),
+        cpu_limit_cores=driver.get("cpu_limit_cores"),
+        pool=int(record["pool"]),
+        pool_budget=pool_budget(int(record["rate"])),
+        inflight_peak=None if inflight_peak is None else int(inflight_peak),
+    )
+
+
+def worst(gens: list[LoadGen | None]) -> LoadGen | None:
+    """The run of a repeated step that came closest to saturating the driver:
+    the most CPU, then the most requests in flight."""
+    known = [gen for gen in gens if gen is not None]
+    if not known:
+        return None
+    return max(known, key=lambda gen: (gen.saturated, gen.cpu_cores or 0.0, gen.inflight_peak or 0))

@@ -1,0 +1,217 @@
+"""PNG charts of a run (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from aside_bench.plan.steps import series_label
+from aside_bench.records.results import StepResult
+from aside_bench.report.tables import has_cache, series_order
+
+PERCENTILES = ("p50", "p95", "p99")
+
+
+def _series(results: list[StepResult], arm: str, phase: str) -> list[StepResult]:
+    return sorted(
+        (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
+        key=lambda r: r.step.rate,
+    )
+
+
+def finish(fig: Figure, path: Path, caption: str) -> Path:
+    fig.text(0.5, 0.01, caption, ha="center", va="bottom", fontsize=7, color="#444444", wrap=True)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def log_y(ax: plt.Axes) -> None:
+    """Log scale with plain numbers at 1, 2, 5 x 10^n: readable without a slide rule."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda _value, _pos: ""))
+
+
+def _rate_axis(ax: plt.Axes, rates: list[int]) -> None:
+    if len(rates) > 1 and max(rates) / max(min(rates), 1) >= 10:
+        ax.set_xscale("log")
+    ax.set_xticks(rates)
+    ax.set_xticklabels([str(r) for r in rates], rotation=45, fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("target rate (requests/s)")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def latency_chart(results: list[StepResult], path: Path, title: str, caption: str) -> Path:
+    rates = sorted({r.step.rate for r in results})
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), sharey=True)
+    for ax, name in zip(axes, PERCENTILES, strict=True):
+        for arm, phase in series_order(results):
+            points = [
+                (r.step.rate, getattr(r.latency, name))
+                for r in _series(results, arm, phase)
+                if r.latency
+            ]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
+        log_y(ax)
+        ax.set_title(f"{name} latency")
+        _rate_axis(ax, rates)
+    axes[0].set_ylabel("ms (log scale)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    return finish(fig, path, caption)
+
+
+def throughput_chart(results: list[StepResult], path: Path, title: str, caption: str) -> Path:
+    rates = sorted({r.step.rate for r in results})
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    ax.plot(rates, rates, linestyle="--", color="grey", label="target")
+    for arm, phase in series_order(results):
+        series = _series(results, arm, phase)
+        ax.plot(
+            [r.step.rate for r in series],
+            [r.achieved_rps for r in series],
+            marker="o",
+            label=series_label(arm, phase),
+        )
+    _rate_axis(ax, rates)
+    if ax.get_xscale() == "log":
+        log_y(ax)
+    ax.set_ylabel("achieved successful requests/s")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return finish(fig, path, caption)
+
+
+def _share_chart(
+    results: list[StepResult], path: Path, title: str, caption: str, what: str
+) -> Path:
+    rates = sorted({r.step.rate for r in results})
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    for arm, phase in series_order(results):
+        points = []
+        for result in _series(results, arm, phase):
+            value = result.drop_rate if what == "drop" else result.hit_rate
+            if value is not None:
+                points.append((result.step.rate, value * 100))
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
+    _rate_axis(ax, rates)
+    ax.set_ylim(-3, 103)
+    ax.set_ylabel("drop rate (%)" if what == "drop" else "cache hit rate (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return finish(fig, path, caption)
+
+
+def sweep_charts(results: list[StepResult], out_dir: Path, caption: str) -> list[Path]:
+    scenario = results[0].step.scenario
+    paths = [
+        latency_chart(
+            results, out_dir / "latency.png", f"{scenario}: latency by target rate", caption
+        ),
+        throughput_chart(
+            results, out_dir / "throughput.png", f"{scenario}: achieved vs target", caption
+        ),
+        _share_chart(
+            results,
+            out_dir / "drop_rate.png",
+            f"{scenario}: drop rate (dropped + failed) / scheduled",
+            caption,
+            "drop",
+        ),
+    ]
+    if has_cache(results):
+        paths.append(
+            _share_chart(
+                results,
+                out_dir / "hit_rate.png",
+                f"{scenario}: cache hit rate (gateway counters)",
+                caption,
+                "hit",
+            )
+        )
+    return paths
+
+
+def ceiling_chart(
+    results: list[StepResult], path: Path, p95_limit_ms: float, title: str, caption: str
+) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for arm, phase in series_order(results):
+        series = _series(results, arm, phase)
+        held = [r for r in series if r.holds(p95_limit_ms)]
+        lost = [r for r in series if not r.holds(p95_limit_ms)]
+        line = ax.plot(
+            [r.step.rate for r in series if r.latency],
+            [r.latency.p95 for r in series if r.latency],
+            marker="",
+            alpha=0.5,
+        )[0]
+        color = line.get_color()
+        ax.scatter(
+            [r.step.rate for r in held],
+            [r.latency.p95 for r in held],
+            color=color,
+            marker="o",
+            label=f"{series_label(arm, phase)}: held",
+        )
+        ax.scatter(
+            [r.step.rate for r in lost if r.latency],
+            [r.latency.p95 for r in lost if r.latency],
+            color=color,
+            marker="x",
+            label=f"{series_label(arm, phase)}: missed",
+        )
+    ax.axhline(p95_limit_ms, color="red", linestyle="--", label=f"p95 = {p95_limit_ms:g} ms")
+    log_y(ax)
+    ax.set_xlabel("target rate (requests/s)")
+    ax.set_ylabel("p95 ms (log scale)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return finish(fig, path, caption)
+
+
+def p95_by_size_chart(results: list[StepResult], path: Path, caption: str) -> Path:
+    """Tracks: p95 against the size class of the value read, one line per arm,
+    one panel per target rate."""
+    from aside_bench.plan.tracks import SIZE_LABELS, class_of_name
+
+    rates = sorted({r.step.rate for r in results})
+    fig, axes = plt.subplots(1, len(rates), figsize=(4.2 * len(rates), 4.4), sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax, rate in zip(axes[0], rates, strict=True):
+        for arm, phase in series_order(results):
+            step = next((r for r in _series(results, arm, phase) if r.step.rate == rate), None)
+            if step is None:
+                continue
+            points = sorted(
+                (cls, lat.p95)
+                for name, lat in step.by_name.items()
+                if (cls := class_of_name(name)) is not None
+            )
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
+        log_y(ax)
+        ax.set_xticks(range(len(SIZE_LABELS)))
+        ax.set_xticklabels(SIZE_LABELS, rotation=30, fontsize=7)
+        ax.set_title(f"{rate}/s")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("p95 ms (log scale)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("tracks: p95 by value size (the whole track's JSON)")
+    return finish(fig, path, caption)

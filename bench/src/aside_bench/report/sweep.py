@@ -1,0 +1,239 @@
+"""A sweep's report: report.md, a self-contained report.html and PNG charts.
+Everything comes from StepResults, which come from the driver's summaries kept
+in run.json and from Prometheus; run.json holds what is needed to rebuild
+them. The context, the calibration and the saturation sections are shared
+with the ceiling's and the tracks' pages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aside_bench.load import meter
+from aside_bench.plan.steps import series_label
+from aside_bench.records import calibration
+from aside_bench.records.repeats import merge_repeats
+from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import save_figures
+from aside_bench.report.doc import Doc, write_pages
+from aside_bench.report.tables import (
+    Table,
+    held_table,
+    saturated_steps,
+    sweep_tables,
+)
+from aside_bench.stack.machine import summary
+
+# The p95 limit a sweep's step is judged "held" by, as the ceiling's default.
+HELD_P95_MS = 10.0
+
+
+def calibration_rates(run: dict[str, Any]) -> dict[str, int | None]:
+    """The calibrated ceilings of the run's machine, by the name a table shows."""
+    machine = run.get("machine", {})
+    return {
+        "machine": calibration.rate_of(machine, "core"),
+        "gateway /healthz": calibration.rate_of(machine, "gateway"),
+    }
+
+
+def _calibration(doc: Doc, run: dict[str, Any]) -> None:
+    """The machine's calibration, stated in every report (or that it was skipped)."""
+    lines = calibration.describe(run.get("machine", {}))
+    doc.h(2, "Calibration")
+    if not lines:
+        doc.p(
+            "Not calibrated (CALIBRATE=0): nothing states how fast this machine measures, "
+            "so its figures compare with no other machine's.",
+            note=True,
+        )
+        return
+    found = run["machine"]["calibration"]
+    doc.p(
+        "Before its steps the run measured the machine: the highest rate the driver held "
+        f"(p95 <= {found['params']['p95_ms']:g} ms, no drops) against two trivial routes, "
+        f"{found['params']['probe_s']} s per probe. The first is the ceiling of any "
+        "measurement on this machine with the driver on it; rates are compared with them below."
+    )
+    doc.ul(lines)
+
+
+def caption(run: dict[str, Any]) -> str:
+    return f"Run {run['run_id']} on {summary(run['machine'])}."
+
+
+def context(doc: Doc, run: dict[str, Any]) -> None:
+    params, seed = run["params"], run.get("seed", {})
+    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    items = [
+        f"started {run['created']}, scenario {params.get('scenario')}, "
+        f"{params.get('duration_s')} s per step",
+        f"table: {seed.get('rows')} rows, email index: {'yes' if seed.get('index') else 'no'}, "
+        f"seed {seed.get('seed')}",
+        f"gateway: {run['settings']['gateway_url']}",
+    ]
+    if params.get("scenario") in ("read", "mixed", "ceiling"):
+        items.append(
+            f"request mix: {params['hot_share'] * 100:.0f}% of reads ask for one of the "
+            f"{params.get('hot_count')} hot emails, the rest for one of the first "
+            f"{params.get('cold_sample_used')} cold emails "
+            "(a finite sample, so a warm cache holds it)"
+        )
+    if params.get("scenario") == "mixed":
+        items.append(
+            f"writes: {params['write_share'] * 100:.0f}% of iterations create a user with a "
+            "hot email and delete it again (two requests, one iteration)"
+        )
+        if params.get("stale_per_min"):
+            items.append(
+                f"staleness checker: {params['stale_per_min']} checks a minute beside the "
+                "load (create, change the email, delete a user of its own, each followed "
+                f"by {params.get('stale_reads_after')} reads per key over fresh connections)"
+            )
+    if params.get("scenario") == "compute":
+        items.append(f"compute: complexity {params.get('complexity')}, engine = arm (go | python)")
+    if params.get("repeat", 1) > 1:
+        items.append(
+            f"repeats: each step ran {params['repeat']} times, interleaved within each rate "
+            "(A B A B); a figure is the median of the runs, (min-max) after it"
+        )
+    limit = params.get("driver_cpu_limit_cores")
+    if limit is not None:
+        share = params.get("driver_cpu_share", 0)
+        items.append(
+            f"load generator saturated above {limit:g} cores of the driver's CPU "
+            f"({share * 100:.0f}% of the machine's cores) or when its pool "
+            "ran out below the 1 s latency budget; the driver shares the cores with the stack"
+        )
+    doc.ul(items)
+    if params.get("scenario") != "cost":  # it measures the driver itself at one rate
+        _calibration(doc, run)
+    if run.get("interrupted"):
+        doc.p(
+            "This run was interrupted: the tables show only the steps that ran to their end.",
+            note=True,
+        )
+    warnings = [
+        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s['warning']}"
+        for s in run["steps"]
+        if s.get("warning")
+    ]
+    warnings += [
+        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s['summary_error']}"
+        for s in run["steps"]
+        if s.get("summary_error")
+    ]
+    if run.get("probe_warning"):
+        warnings.append(run["probe_warning"])
+    if warnings:
+        doc.p("Warnings:", note=True)
+        doc.ul(warnings)
+
+
+DEFINITIONS = [
+    "latency p50/p95/p99: from the instant each request was sent to its answer, over the "
+    "step's answered requests (the expected status) for the whole step (the driver's "
+    "summary, HdrHistogram); from due: the same from each request's scheduled instant, "
+    "so a request the driver or a full pool held back counts its wait (coordinated omission "
+    "shown, not hidden); "
+    "failed ones (a shed request's fast 503, a timeout) are in the drop rate instead; "
+    "for the mixed scenario reads and writes together (see the table by request kind)",
+    "achieved: successful iterations (requests) per second of the step's duration",
+    "drop rate: (dropped + failed iterations) / (target rate x duration); an iteration is "
+    "dropped when every worker of the driver's pool is busy when it falls due (pool = rate x "
+    "1 s: the stack is more than about a second behind) or when it could not start within "
+    "100 ms of its due time; it fails on a bad status, a bad body or the timeout",
+    "cache hit rate: increase of the gateway's aside_gateway_cache_hits_total over the step "
+    "divided by the increase of hits + misses + bypass (Prometheus, read at the step's start "
+    "and after the first scrape past its end); the uncached arms bypass the cache and so show 0",
+    "arms: nocache and index send cache=off, nopool cache=nopool (uncached too, over a new "
+    "PostgreSQL connection per read), cache sends cache=l2 (Redis), l1 cache=l1 (each "
+    "worker's memory only), hybrid cache=hybrid (memory, then Redis)",
+    "gateway CPU ms/req: utime + stime (and that of reaped workers) of the gunicorn master and "
+    "its workers from /proc/<pid>/stat, read right before the driver starts and right after it "
+    "ends, "
+    "divided by the increase of aside_gateway_http_requests_total (every route but /metrics) "
+    "from the gateway's own /metrics over the same interval",
+    "gateway / Redis RSS MiB: VmRSS summed over the process tree right after the step (shared "
+    "pages count once per process that touched them)",
+    "L1 / L2 hit rate: increase of aside_gateway_cache_tier_reads_total over the step, hits / "
+    "(hits + misses) per tier; hybrid's L2 lookups are the L1 misses; n/a: the tier was not "
+    "used. L1 MiB: aside_gateway_l1_bytes (live workers) at the step's end",
+    "stale reads (mixed): reads by the staleness checker, over a fresh connection (so any "
+    "worker), right after a write's 2xx, that did not show that write; no answer: such reads "
+    "without a usable answer, not counted as stale",
+    "driver CPU cores: utime + stime of the driver's process from its start to its exit "
+    "(/proc/<pid>/stat, read as it exits), divided by the step's duration; it shares the "
+    "machine's cores with the stack; in flight/pool: the most requests in flight at once "
+    "against the step's pool of workers",
+    "load generator saturated: the driver used more CPU than the limit stated above, or "
+    "every worker was busy while --max-pool held the pool below rate x 1 s; such a step "
+    "measures the driver as much as the stack, and the ceiling search calls its miss a "
+    "measurement limit",
+    "invalidation lag: receive time minus the core's publish time of each invalidation "
+    "message, per worker (aside_gateway_l1_invalidation_lag_seconds); p50/p99 interpolated "
+    "in the buckets' increase over the step as histogram_quantile does, max is the top of the "
+    "highest bucket that gained a sample",
+    "invalidation lag floor (mixed): the same messages' lag at a subscriber that does nothing "
+    "else (a process of its own beside the step, aside_bench.sweep.lagfloor), exact quantiles: the "
+    "part of the lag that is the machine's (the core's PUBLISH, Redis, waking a process on "
+    "shared cores); the workers' lag beyond it is the gateway's",
+]
+
+
+def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
+    title = f"Aside bench {run['run_id']}"
+    doc = Doc()
+    doc.h(1, title)
+    context(doc, run)
+    figures = save_figures(results, out_dir)
+    merged = merge_repeats(results)
+    tables = sweep_tables(merged) if results else []
+    if not results:
+        doc.p("No step ran to its end, so there is nothing to tabulate.", note=True)
+    doc.h(2, "Results")
+    for table in tables:
+        doc.table(table)
+    held = held_table(merged, HELD_P95_MS, calibration_rates(run)) if results else None
+    if held is not None:
+        tables.append(held)
+        doc.table(held)
+    saturation_section(doc, results)
+    drift = machine_drift_line(figures)
+    if drift is not None:
+        doc.p(drift, note=True)
+    doc.h(2, "How the figures are computed")
+    doc.ul(DEFINITIONS)
+    if results:
+        from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
+
+        doc.h(2, "Charts")
+        for path in charts.sweep_charts(merged, out_dir, caption(run)):
+            doc.image(path, path.stem.replace("_", " "))
+    write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)
+    return tables
+
+
+def machine_drift_line(figures: list[dict[str, Any]]) -> str | None:
+    """How far the machine's speed moved between the repeats of one step, the
+    widest of the run; None without a repeated step that held its rate."""
+    drift = meter.widest_drift(figures)
+    if drift is None:
+        return None
+    _, arm, phase, rate = drift.key
+    return (
+        "The machine during the run: the driver's own CPU per request (the same scenario at "
+        f"the same rate) moved by {drift.ratio - 1:.0%} between the repeats of "
+        f"{series_label(arm, phase)} at {rate}/s ({drift.low * 1e3:.2f} and "
+        f"{drift.high * 1e3:.2f} ms), the widest of any step: the cores ran that much slower "
+        "in one round than in another, so a latency that moved about as much between "
+        "repeats moved with the machine. `make compare` puts another run on this one's "
+        "machine step by step by the same meter."
+    )
+
+
+def saturation_section(doc: Doc, results: list[StepResult]) -> None:
+    lines = saturated_steps(results)
+    if lines:
+        doc.p("Load generator saturated (the driver was a limit of these steps):", note=True)
+        doc.ul(lines)

@@ -1,0 +1,364 @@
+"""The report's tables, built from StepResults (pure, unit-tested)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from aside_bench.plan.steps import series_label
+from aside_bench.records.repeats import figure_spread
+from aside_bench.records.results import StepResult
+
+MISSING = "n/a"
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", "", "| " + " | ".join(self.headers) + " |"]
+        lines.append("|" + "|".join("---:" if i else "---" for i in range(len(self.headers))) + "|")
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def html(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+            for row in self.rows
+        )
+        return (
+            f"<h3>{html.escape(self.title)}</h3>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    if value < 10:
+        return f"{value:.2f}"
+    if value < 100:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def fmt_pct(value: float | None) -> str:
+    return MISSING if value is None else f"{value * 100:.1f}%"
+
+
+def fmt_rps(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def series_order(results: list[StepResult]) -> list[tuple[str, str]]:
+    """(arm, phase) pairs in the order they first ran."""
+    seen: list[tuple[str, str]] = []
+    for result in results:
+        pair = (result.step.arm, result.step.phase)
+        if pair not in seen:
+            seen.append(pair)
+    return seen
+
+
+def rates_of(results: list[StepResult]) -> list[int]:
+    return sorted({r.step.rate for r in results})
+
+
+def has_cache(results: list[StepResult]) -> bool:
+    return any(r.step.scenario != "compute" for r in results)
+
+
+def fmt_num(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"
+
+
+@dataclass(frozen=True)
+class CostColumn:
+    header: str
+    field: str  # of tierstats.StepCost
+    kind: str  # "num2", "num1" or "pct"
+
+    def value(self, result: StepResult) -> float | None:
+        return None if result.cost is None else getattr(result.cost, self.field)
+
+    def cell(self, result: StepResult) -> str:
+        value = self.value(result)
+        if self.kind == "pct":
+            return fmt_pct(value)
+        return fmt_num(value, 2 if self.kind == "num2" else 1)
+
+
+# Columns a probed step adds (tierstats.StepCost).
+COST_COLUMNS = (
+    CostColumn("gateway CPU ms/req", "cpu_ms_per_request", "num2"),
+    CostColumn("gateway RSS MiB", "gateway_rss_mib", "num1"),
+    CostColumn("Redis RSS MiB", "redis_rss_mib", "num1"),
+    CostColumn("L1 hit rate", "l1_hit_rate", "pct"),
+    CostColumn("L2 hit rate", "l2_hit_rate", "pct"),
+    CostColumn("L1 MiB", "l1_mib", "num2"),
+)
+COST_HEADERS = [column.header for column in COST_COLUMNS]
+
+
+def cost_columns(results: list[StepResult]) -> list[CostColumn]:
+    """The cost columns some of `results` has a value for: a tier the arms of a
+    table do not read, or CPU and memory the run could not read, is left out
+    rather than shown as a column of n/a. L1 MiB goes with the L1 hit rate."""
+    kept = [c for c in COST_COLUMNS if any(c.value(r) is not None for r in results)]
+    if not any(c.field == "l1_hit_rate" for c in kept):
+        kept = [c for c in kept if c.field != "l1_mib"]
+    return kept
+
+
+def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float], str]) -> str:
+    """`text`, plus the min-max of the step's runs when it ran more than once
+    and they differ as shown."""
+    found = figure_spread(result, name)
+    if found is None or fmt(found.low) == fmt(found.high):
+        return text
+    return f"{text} ({fmt(found.low)}-{fmt(found.high)})"
+
+
+def fmt_cores(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.2f}"
+
+
+def loadgen_cells(result: StepResult) -> list[str]:
+    """The answered requests' p95 from their due time, the driver's CPU (cores
+    over the step), requests in flight at most / pool, and the verdict."""
+    due = MISSING if result.from_due is None else fmt_ms(result.from_due.p95)
+    gen = result.loadgen
+    if gen is None:
+        return [due, MISSING, MISSING, MISSING]
+    busy = MISSING if gen.inflight_peak is None else str(gen.inflight_peak)
+    return [
+        due,
+        fmt_cores(gen.cpu_cores),
+        f"{busy}/{gen.pool}",
+        "saturated" if gen.saturated else "ok",
+    ]
+
+
+LOADGEN_HEADERS = ["p95 from due ms", "driver CPU cores", "in flight/pool", "load generator"]
+
+
+def has_loadgen(results: list[StepResult]) -> bool:
+    return any(r.loadgen is not None for r in results)
+
+
+def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
+    """Every figure of one arm (and phase) at each rate; a step run more than
+    once shows the median of its runs and their min-max."""
+    with_hits = has_cache(results)
+    series = sorted(
+        (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
+        key=lambda r: r.step.rate,
+    )
+    costs = cost_columns(series)
+    headers = ["target /s", "p50 ms", "p95 ms", "p99 ms", "achieved /s", "drop rate"]
+    if with_hits:
+        headers.append("cache hit rate")
+    headers += [column.header for column in costs]
+    loadgen = has_loadgen(series)
+    if loadgen:
+        headers += LOADGEN_HEADERS
+    rows = []
+    for result in series:
+        latency = result.latency
+        row = [
+            str(result.step.rate),
+            spread_cell(result, "p50", fmt_ms(latency.p50 if latency else None), fmt_ms),
+            spread_cell(result, "p95", fmt_ms(latency.p95 if latency else None), fmt_ms),
+            spread_cell(result, "p99", fmt_ms(latency.p99 if latency else None), fmt_ms),
+            spread_cell(result, "achieved", fmt_rps(result.achieved_rps), fmt_rps),
+            spread_cell(result, "drops", fmt_pct(result.drop_rate), fmt_pct),
+        ]
+        if with_hits:
+            row.append(spread_cell(result, "hit", fmt_pct(result.hit_rate), fmt_pct))
+        row += [column.cell(result) for column in costs]
+        if loadgen:
+            row += loadgen_cells(result)
+        rows.append(row)
+    return Table(f"{series_label(arm, phase)}", headers, rows)
+
+
+def _find(results: list[StepResult], arm: str, phase: str, rate: int) -> StepResult | None:
+    for result in results:
+        if (result.step.arm, result.step.phase, result.step.rate) == (arm, phase, rate):
+            return result
+    return None
+
+
+def _series_steps(results: list[StepResult]) -> Iterator[tuple[str, int, StepResult]]:
+    """(series label, rate, result) of every step, series by series, rates in order."""
+    for arm, phase in series_order(results):
+        for rate in rates_of(results):
+            result = _find(results, arm, phase, rate)
+            if result is not None:
+                yield series_label(arm, phase), rate, result
+
+
+def _baseline_and_best(
+    pairs: list[tuple[str, str]],
+) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """The uncached arm and the cache arm's best phase, when both ran."""
+    uncached = next((p for p in pairs if p[0] in ("nocache", "index")), None)
+    cached = [p for p in pairs if p[0] == "cache"]
+    if uncached is None or not cached:
+        return None
+    best = next((p for p in cached if p[1] == "warm"), cached[0])
+    return uncached, best
+
+
+def comparison_table(results: list[StepResult], percentile: str = "p95") -> Table:
+    """One row per rate: a percentile and the drop rate of every series side by side,
+    plus how many times faster the cache is than the uncached arm at that rate."""
+    pairs = series_order(results)
+    headers = ["target /s"]
+    for arm, phase in pairs:
+        headers += [
+            f"{series_label(arm, phase)} {percentile} ms",
+            f"{series_label(arm, phase)} drops",
+        ]
+    versus = _baseline_and_best(pairs)
+    if versus:
+        headers.append(f"{series_label(*versus[0])} / {series_label(*versus[1])} {percentile}")
+    rows = []
+    for rate in rates_of(results):
+        row = [str(rate)]
+        for arm, phase in pairs:
+            result = _find(results, arm, phase, rate)
+            value = getattr(result.latency, percentile) if result and result.latency else None
+            row += [fmt_ms(value), fmt_pct(result.drop_rate) if result else MISSING]
+        if versus:
+            slow = _find(results, *versus[0], rate)
+            fast = _find(results, *versus[1], rate)
+            ratio = None
+            if slow and fast and slow.latency and fast.latency:
+                fast_value = getattr(fast.latency, percentile)
+                if fast_value > 0:
+                    ratio = getattr(slow.latency, percentile) / fast_value
+            row.append(MISSING if ratio is None else f"{ratio:.1f}x")
+        rows.append(row)
+    return Table(f"{percentile} latency and drop rate by target rate", headers, rows)
+
+
+def per_request_table(results: list[StepResult]) -> Table | None:
+    """p95 of each request kind (count, create, delete), for runs that mix them."""
+    names = sorted({name for r in results for name in r.by_name})
+    if len(names) < 2:
+        return None
+    headers = ["series", "target /s"] + [f"{name} p95 ms" for name in names]
+    rows = []
+    for label, rate, result in _series_steps(results):
+        cells = [fmt_ms(result.by_name[n].p95) if n in result.by_name else MISSING for n in names]
+        rows.append([label, str(rate), *cells])
+    return Table("p95 latency by request kind", headers, rows)
+
+
+def _lag_ms(result: StepResult, field: str) -> str:
+    cost = result.cost
+    if cost is None:
+        return MISSING
+    if cost.lag_count == 0:
+        return "none"  # no invalidation message reached a worker during the step
+    value = getattr(cost, field)
+    if value is None:
+        return MISSING
+    return "> 5000" if value == float("inf") else fmt_ms(value)
+
+
+def _floor_ms(result: StepResult, field: str) -> str:
+    cost = result.cost
+    if cost is None or cost.floor_count is None:
+        return MISSING  # not measured (an older run, or the subscriber failed)
+    return "none" if cost.floor_count == 0 else fmt_ms(getattr(cost, field))
+
+
+def staleness_table(results: list[StepResult]) -> Table | None:
+    """The mixed scenario's read-after-write checks and the invalidation lag the
+    workers measured, per series and rate; None when no checker ran."""
+    if not any(r.stale is not None for r in results):
+        return None
+    headers = ["series", "target /s", "checked reads", "stale reads", "no answer",
+               "lag p50 ms", "lag p99 ms", "lag max ms <=", "lag samples",
+               "floor p50 ms", "floor p99 ms"]  # fmt: skip
+    rows = []
+    for label, rate, result in _series_steps(results):
+        stale, cost = result.stale, result.cost
+        rows.append(
+            [
+                label,
+                str(rate),
+                MISSING if stale is None else str(stale.reads),
+                MISSING if stale is None else str(stale.stale),
+                MISSING if stale is None else str(stale.errors),
+                _lag_ms(result, "lag_p50_ms"),
+                _lag_ms(result, "lag_p99_ms"),
+                _lag_ms(result, "lag_max_ms"),
+                MISSING if cost is None else f"{cost.lag_count:.0f}",
+                _floor_ms(result, "floor_p50_ms"),
+                _floor_ms(result, "floor_p99_ms"),
+            ]
+        )
+    return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)
+
+
+def saturated_steps(results: list[StepResult]) -> list[str]:
+    """One line per step (or run of a step) where the driver was the limit, with why."""
+    lines = []
+    for result in results:
+        gen = result.loadgen
+        if gen is not None and gen.saturated:
+            step = result.step
+            which = f" run {step.repeat}" if step.repeat > 1 else ""
+            lines.append(
+                f"{series_label(step.arm, step.phase)} @ {step.rate}/s{which}: "
+                + "; ".join(gen.reasons)
+            )
+    return lines
+
+
+def held_table(
+    results: list[StepResult], p95_limit_ms: float, calibration: dict[str, int | None]
+) -> Table | None:
+    """Per series, the highest target rate held (p95 within the limit, nothing
+    dropped or failed, the driver not saturated) and that rate as a fraction of each
+    calibrated ceiling; None without a calibration."""
+    known = {name: rate for name, rate in calibration.items() if rate}
+    if not known:
+        return None
+    headers = ["series", "highest rate held /s"] + [f"/ {name} calibration" for name in known]
+    rows = []
+    for arm, phase in series_order(results):
+        held = [
+            r.step.rate
+            for r in results
+            if (r.step.arm, r.step.phase) == (arm, phase)
+            and r.holds(p95_limit_ms)
+            and not r.saturated
+        ]
+        best = max(held) if held else None
+        row = [series_label(arm, phase), MISSING if best is None else str(best)]
+        row += [MISSING if best is None else f"{best / rate:.2f}" for rate in known.values()]
+        rows.append(row)
+    return Table(
+        f"highest rate held in this run (p95 <= {p95_limit_ms:g} ms, no drops), "
+        "against the machine's calibration",
+        headers,
+        rows,
+    )
+
+
+def sweep_tables(results: list[StepResult]) -> list[Table]:
+    tables = [comparison_table(results)]
+    tables += [series_table(results, arm, phase) for arm, phase in series_order(results)]
+    for extra in (per_request_table(results), staleness_table(results)):
+        if extra is not None:
+            tables.append(extra)
+    return tables

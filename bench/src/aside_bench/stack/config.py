@@ -1,0 +1,118 @@
+"""Every setting aside-bench reads from the environment, in one place.
+
+Defaults are the native stack's (infra/env.sh); a value that does not parse
+stops the program with one line naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULTS = {
+    "GATEWAY_URL": "http://127.0.0.1:28000",
+    "CORE_URL": "http://127.0.0.1:28080",
+    "INFLUXDB_URL": "http://127.0.0.1:28086/aside",
+    "PROMETHEUS_URL": "http://127.0.0.1:29090",
+    "DATABASE_URL": "postgresql://aside@127.0.0.1:25432/aside",
+    "REDIS_URL": "redis://127.0.0.1:26379/0",
+}
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    gateway_url: str
+    influx_base: str  # scheme://host:port
+    influx_db: str
+    prometheus_url: str
+    database_url: str
+    redis_url: str
+    driver_bin: Path  # the load driver, aside-load (bench/driver)
+    root: Path
+    # The seeder's files; ASIDE_DATA_DIR moves them (the seeder reads it too).
+    default_data_dir: Path
+    # The calibration measures the core's /healthz as well as the gateway's.
+    core_url: str = DEFAULTS["CORE_URL"]
+    # What REDIS_URL names, as for the gateway and the core (redisclient.py).
+    redis_mode: str = "standalone"
+
+    @property
+    def default_reports_dir(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def influx_url(self) -> str:
+        return f"{self.influx_base}/{self.influx_db}"
+
+
+def _http_url(name: str, env: dict[str, str]) -> str:
+    value = env.get(name) or DEFAULTS[name]
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{name} must be an http(s) URL, got {value!r}")
+    return value.rstrip("/")
+
+
+def _scheme_url(name: str, env: dict[str, str], schemes: tuple[str, ...]) -> str:
+    value = env.get(name) or DEFAULTS[name]
+    parts = urlsplit(value)
+    if parts.scheme not in schemes or not parts.netloc:
+        raise ConfigError(f"{name} must be a {'/'.join(schemes)} URL, got {value!r}")
+    return value
+
+
+def _influx(env: dict[str, str]) -> tuple[str, str]:
+    value = _http_url("INFLUXDB_URL", env)
+    parts = urlsplit(value)
+    db = parts.path.strip("/")
+    if not db or "/" in db:
+        raise ConfigError(f"INFLUXDB_URL must end with the database name (…/aside), got {value!r}")
+    return f"{parts.scheme}://{parts.netloc}", db
+
+
+def _root(env: dict[str, str]) -> Path:
+    if env.get("ASIDE_ROOT"):
+        root = Path(env["ASIDE_ROOT"])
+        if not (root / "bench" / "driver").is_dir():
+            raise ConfigError(f"ASIDE_ROOT must be the Aside repository, got {root}")
+        return root
+    # bench/src/aside_bench/stack/config.py -> repository root
+    return Path(__file__).resolve().parents[4]
+
+
+def load(env: dict[str, str] | None = None) -> Settings:
+    env = dict(os.environ) if env is None else env
+    root = _root(env)
+    bin_dir = Path(env.get("ASIDE_BIN_DIR") or root / "bin")
+    influx_base, influx_db = _influx(env)
+    return Settings(
+        gateway_url=_http_url("GATEWAY_URL", env),
+        influx_base=influx_base,
+        influx_db=influx_db,
+        prometheus_url=_http_url("PROMETHEUS_URL", env),
+        database_url=_scheme_url("DATABASE_URL", env, ("postgresql", "postgres")),
+        redis_url=_scheme_url("REDIS_URL", env, ("redis",)),
+        driver_bin=bin_dir / "aside-load",
+        root=root,
+        default_data_dir=Path(env.get("ASIDE_DATA_DIR") or root / "bench" / "data"),
+        core_url=_http_url("CORE_URL", env),
+        redis_mode=_redis_mode(env),
+    )
+
+
+REDIS_MODES = ("standalone", "cluster")
+
+
+def _redis_mode(env: dict[str, str]) -> str:
+    """standalone, or cluster (REDIS_URL one node of it); the bench does not
+    follow a Sentinel."""
+    value = (env.get("REDIS_MODE") or "").strip() or "standalone"
+    if value not in REDIS_MODES:
+        raise ConfigError(f"REDIS_MODE must be one of {'|'.join(REDIS_MODES)}, got {value!r}")
+    return value

@@ -1,0 +1,122 @@
+"""The gateway's own counters, read from its /metrics (lab profile) with
+prometheus_client's parser: summed over its workers, dead ones included, so
+they are exact where Prometheus's scrapes are not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import StackError
+
+HTTP_TIMEOUT_S = 10.0
+REQUESTS_TOTAL = "aside_gateway_http_requests_total"
+CACHE_ERRORS_TOTAL = "aside_gateway_cache_errors_total"
+TIER_READS_TOTAL = "aside_gateway_cache_tier_reads_total"
+L1_ENTRIES = "aside_gateway_l1_entries"
+L1_BYTES = "aside_gateway_l1_bytes"
+INVALIDATION_LAG_BUCKET = "aside_gateway_l1_invalidation_lag_seconds_bucket"
+# Scrapes of /metrics (Prometheus', the bench's own) are not load: left out of
+# the requests a step's CPU time is divided by.
+METRICS_ROUTE = "/metrics"
+
+RequestKey = tuple[str, str, str]  # (route, method, status)
+K = TypeVar("K")
+
+
+def labelled_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every labelled sample named `name` in a Prometheus text
+    exposition."""
+    return [
+        (dict(sample.labels), float(sample.value))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and sample.labels
+    ]
+
+
+def unlabelled_value(text: str, name: str) -> float | None:
+    """The value of the one unlabelled sample named `name` (a gauge summed over
+    live workers), or None when the exposition has none."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return None
+
+
+def scrape(settings: Settings) -> str:
+    response = requests.get(f"{settings.gateway_url}/metrics", timeout=HTTP_TIMEOUT_S)
+    if response.status_code != 200:
+        raise StackError(
+            f"{settings.gateway_url}/metrics answered {response.status_code}: the suite "
+            "reads the gateway's counters there (lab profile)"
+        )
+    return response.text
+
+
+def summed_by(text: str, name: str, key: Callable[[dict[str, str]], K]) -> dict[K, float]:
+    """The samples named `name`, summed by `key(labels)` (worker and other labels folded)."""
+    sums: dict[K, float] = {}
+    for labels, value in labelled_samples(text, name):
+        k = key(labels)
+        sums[k] = sums.get(k, 0.0) + value
+    return sums
+
+
+def request_counts(text: str) -> dict[RequestKey, float]:
+    """aside_gateway_http_requests_total by (route, method, status)."""
+
+    def key(labels: dict[str, str]) -> RequestKey:
+        return labels.get("route", ""), labels.get("method", ""), labels.get("status", "")
+
+    return summed_by(text, REQUESTS_TOTAL, key)
+
+
+def cache_error_counts(text: str) -> dict[str, float]:
+    """aside_gateway_cache_errors_total by op (get, lease, store, breaker_open)."""
+    return summed_by(text, CACHE_ERRORS_TOTAL, lambda labels: labels.get("op", ""))
+
+
+def tier_read_counts(text: str) -> dict[str, float]:
+    """aside_gateway_cache_tier_reads_total by "<tier> <outcome>" ("l1 hit"), all routes."""
+    return summed_by(
+        text,
+        TIER_READS_TOTAL,
+        lambda labels: f"{labels.get('tier', '')} {labels.get('outcome', '')}",
+    )
+
+
+def lag_bucket_counts(text: str) -> dict[str, float]:
+    """The invalidation lag histogram's cumulative buckets by their `le` text."""
+    return summed_by(text, INVALIDATION_LAG_BUCKET, lambda labels: labels.get("le", ""))
+
+
+def served_requests(text: str) -> float:
+    """Requests the gateway answered, every route but /metrics."""
+    return sum(
+        value for (route, _, _), value in request_counts(text).items() if route != METRICS_ROUTE
+    )
+
+
+def step_counters(text: str) -> dict[str, object]:
+    """What a step's probe keeps of one /metrics reading (tierstats.py reads it)."""
+    return {
+        "requests": served_requests(text),
+        "tier_reads": tier_read_counts(text),
+        "lag_buckets": lag_bucket_counts(text),
+        "l1_entries": unlabelled_value(text, L1_ENTRIES),
+        "l1_bytes": unlabelled_value(text, L1_BYTES),
+    }
+
+
+def request_counters(settings: Settings) -> dict[RequestKey, float]:
+    return request_counts(scrape(settings))
+
+
+def cache_errors(settings: Settings) -> dict[str, float]:
+    return cache_error_counts(scrape(settings))

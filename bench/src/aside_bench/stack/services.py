@@ -1,0 +1,200 @@
+"""Control of the native stack for the fault suite and the soak: which stack,
+its processes, and infra/stack.sh to stop and restart services.
+
+The stack is the one infra/env.sh describes in this environment (ASIDE_RUN_DIR,
+ASIDE_*_PORT): exactly what infra/stack.sh itself would act on. Before anything
+is killed, `ServiceControl.verify` checks that the URLs the bench loads point at
+that stack's ports and that every recorded pid listens where it should, so a
+mismatched environment cannot make the suite kill another stack's processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aside_bench.stack import procs, stacktable
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import StackError
+
+STACK_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class StackEnv:
+    run_dir: Path
+    ports: dict[str, int]  # service -> its main port
+    core_url: str
+
+
+def _url_port(url: str) -> int | None:
+    parts = urlsplit(url)
+    try:
+        return parts.port
+    except ValueError:
+        return None
+
+
+class ServiceControl:
+    def __init__(self, settings: Settings, env: dict[str, str] | None = None):
+        self.settings = settings
+        # ASIDE_SKIP_INSTALL: a restart must not run the installer in the middle of a fault.
+        self.env = {**(os.environ if env is None else env), "ASIDE_SKIP_INSTALL": "1"}
+        self.script = settings.root / "infra" / "stack.sh"
+        self.stack = self._read_env()
+
+    def _read_env(self) -> StackEnv:
+        """ASIDE_RUN_DIR, CORE_URL and each service's main port as infra/env.sh
+        computes them, read back through bash so the values are exactly the ones
+        infra/stack.sh will use."""
+        port_var = {s.name: s.port_var for s in stacktable.read(self.settings.root)}
+        names = ("ASIDE_RUN_DIR", "CORE_URL", *dict.fromkeys(port_var.values()))
+        printer = 'printf "%s\\n" ' + " ".join(f'"${name}"' for name in names)
+        done = subprocess.run(
+            ["bash", "-c", f'source "{self.settings.root}/infra/env.sh" && {printer}'],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        values = done.stdout.splitlines()
+        if done.returncode != 0 or len(values) != len(names):
+            raise StackError(f"cannot read infra/env.sh: {done.stderr.strip()}")
+        found = dict(zip(names, values, strict=True))
+        try:
+            ports = {service: int(found[var]) for service, var in port_var.items()}
+        except ValueError as error:
+            raise StackError(f"infra/env.sh gives a port that is not a number: {error}") from error
+        return StackEnv(Path(found["ASIDE_RUN_DIR"]), ports, found["CORE_URL"].rstrip("/"))
+
+    # ---- which stack --------------------------------------------------------
+    def verify(self, services: tuple[str, ...] | None = None) -> None:
+        """Refuse unless the bench's URLs and the recorded pids (of `services`, by
+        default those whose URLs the bench loads) are this stack's."""
+        urls = {
+            "gateway": ("GATEWAY_URL", self.settings.gateway_url),
+            "postgres": ("DATABASE_URL", self.settings.database_url),
+            "redis": ("REDIS_URL", self.settings.redis_url),
+            "core": ("CORE_URL (of infra/env.sh)", self.stack.core_url),
+        }
+        for service, (name, url) in urls.items():
+            port = self.stack.ports[service]
+            if _url_port(url) != port:
+                raise StackError(
+                    f"{name} points at port {_url_port(url)} but the stack of ASIDE_RUN_DIR="
+                    f"{self.stack.run_dir} has {service} on {port}: refusing to inject faults "
+                    "into a stack the bench does not load (export the stack's environment)"
+                )
+        for service in tuple(urls) if services is None else services:
+            pid = self.pid(service)
+            port = self.stack.ports[service]
+            if port not in procs.listening_ports(pid):
+                raise StackError(
+                    f"{service} pid {pid} recorded under {self.stack.run_dir} does not listen "
+                    f"on port {port}: refusing to touch it"
+                )
+
+    def pid(self, service: str) -> int:
+        pid = procs.recorded_pid(self.stack.run_dir, service)
+        if pid is None:
+            raise StackError(f"{service} is not running under {self.stack.run_dir}")
+        return pid
+
+    def running(self, service: str) -> bool:
+        return procs.recorded_pid(self.stack.run_dir, service) is not None
+
+    def gateway_workers(self) -> list[int]:
+        return procs.children(self.pid("gateway"))
+
+    # ---- faults ---------------------------------------------------------------
+    def kill(self, service: str) -> int:
+        """SIGKILL the recorded process of `service` (no clean shutdown: the point
+        of a fault); returns its pid."""
+        pid = self.pid(service)
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def kill_worker(self) -> int:
+        """SIGKILL one gunicorn worker (a child of the recorded master)."""
+        workers = self.gateway_workers()
+        if not workers:
+            raise StackError("the gateway has no worker to kill")
+        os.kill(workers[0], signal.SIGKILL)
+        return workers[0]
+
+    # ---- infra/stack.sh -------------------------------------------------------
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(self.script), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=STACK_TIMEOUT_S,
+            check=False,
+        )
+
+    def stop(self, service: str) -> None:
+        done = self._run("stop", service)
+        if done.returncode != 0:
+            raise StackError(f"infra/stack.sh stop {service} failed: {done.stderr.strip()}")
+
+    def start(self, service: str) -> subprocess.Popen[str]:
+        """`infra/stack.sh up SERVICE` in the background (the caller polls readiness)."""
+        return subprocess.Popen(
+            ["bash", str(self.script), "up", service],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def restart(self, service: str, settings: dict[str, str]) -> None:
+        """Stop `service` and start it again with `settings` added to the
+        environment; returns when infra/stack.sh says it is healthy."""
+        for args in (("stop", service), ("up", service)):
+            done = subprocess.run(
+                ["bash", str(self.script), *args],
+                env={**self.env, **settings},
+                capture_output=True,
+                text=True,
+                timeout=STACK_TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                output = (done.stderr or done.stdout).strip()
+                raise StackError(f"infra/stack.sh {' '.join(args)} failed: {output}")
+
+    def healthy(self) -> bool:
+        return self._run("status").returncode == 0
+
+    def ensure_up(self) -> None:
+        """Start whatever is down (infra/stack.sh up starts only what is not running)."""
+        if self.healthy():
+            return
+        done = self._run("up")
+        if done.returncode != 0:
+            raise StackError(f"infra/stack.sh up failed: {(done.stderr or done.stdout).strip()}")
+
+
+def wait_for(
+    check: Callable[[], object], deadline_s: float, interval_s: float = 0.05
+) -> float | None:
+    """Poll `check()` until it returns true; the epoch time it first did, or None
+    at the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            if check():
+                return time.time()
+        except Exception:  # a probe that fails is simply not ready yet
+            pass
+        if time.monotonic() >= end:
+            return None
+        time.sleep(interval_s)

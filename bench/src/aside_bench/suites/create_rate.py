@@ -1,0 +1,266 @@
+"""`aside-bench create-rate` (`make create-rate`): the highest rate of
+keyed creates the core sustains, the rate the purge of idempotency keys must
+keep up with (core-go/README.md, "Idempotent creates").
+
+Each step is the load driver's `chaos` scenario with every iteration a create
+carrying an Idempotency-Key (WRITE_SHARE=1), at a constant arrival rate for a
+short while, sent straight to the core (lab profile, no CORE_TOKEN) or through
+the gateway. A rate is held when the driver dropped no iteration, every create
+answered 201 and the answered creates' p95 is at most the limit (100 ms). The
+given rates run in ascending order until one is not held; then a few midpoints
+between the highest held and the lowest failed narrow the figure. Every step's
+users and keys are removed after it.
+Report: reports/create-rate-<id>/report.md and report.json.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+
+from aside_bench.load.run import LoadRun, Summary, SummaryError, deadline_s, new_driver
+from aside_bench.plan.steps import parse_duration, parse_rates
+from aside_bench.report.doc import Doc, save_report
+from aside_bench.report.tables import Table
+from aside_bench.stack import config
+from aside_bench.stack.machine import describe, summary
+from aside_bench.stack.prepare import StackError
+from aside_bench.stack.seeddata import SeedData, remove_run_users, user_prefix
+from aside_bench.suites.soak.run import SCENARIO, load_tallies
+
+P95_LIMIT_MS = 100.0
+TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class StepResult:
+    rate: int
+    requests: int
+    created: int
+    failed: int
+    dropped: int
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    load_exit: int
+
+    def held(self, p95_limit_ms: float) -> bool:
+        return (
+            self.load_exit == 0
+            and self.requests > 0
+            and self.dropped == 0
+            and self.failed == 0
+            and self.p95_ms is not None
+            and self.p95_ms <= p95_limit_ms
+        )
+
+
+def step_result(rate: int, tallies: dict[str, Any], load_exit: int) -> StepResult:
+    """A step's figures from the driver's summary, as soak.load_tallies reads it (pure)."""
+    counts = {cls: int(tallies.get(f"create_{cls}", 0)) for cls in ("2xx", "4xx", "5xx", "error")}
+    latency = tallies.get("create_ms") or {}
+    return StepResult(
+        rate=rate,
+        requests=sum(counts.values()),
+        created=counts["2xx"],
+        failed=counts["4xx"] + counts["5xx"] + counts["error"],
+        dropped=int(tallies.get("dropped", 0)),
+        p95_ms=latency.get("p95"),
+        p99_ms=latency.get("p99"),
+        max_ms=latency.get("max"),
+        load_exit=load_exit,
+    )
+
+
+def highest_held(results: list[StepResult], p95_limit_ms: float) -> int | None:
+    """The highest rate held with every lower rate tried held too (pure)."""
+    best = None
+    for result in sorted(results, key=lambda r: r.rate):
+        if not result.held(p95_limit_ms):
+            break
+        best = result.rate
+    return best
+
+
+def next_midpoint(results: list[StepResult], p95_limit_ms: float, resolution: int) -> int | None:
+    """The rate halfway between the highest held and the lowest rate above it
+    that failed; None when there is no such pair or they are `resolution` apart."""
+    held = highest_held(results, p95_limit_ms)
+    failed = [
+        r.rate for r in results if not r.held(p95_limit_ms) and (held is None or r.rate > held)
+    ]
+    if not failed:
+        return None
+    low, high = held or 0, min(failed)
+    if high - low <= resolution:
+        return None
+    return (low + high) // 2
+
+
+@dataclass(frozen=True)
+class Params:
+    run_id: str
+    out_dir: Path
+    rates: list[int]
+    duration_s: int
+    via: str
+    p95_limit_ms: float
+    refine: int
+    resolution: int
+
+
+def load_run(params: Params, seed: SeedData, rate: int, base_url: str, summary: Path) -> LoadRun:
+    """The driver's `chaos` scenario with every iteration a keyed create, to `base_url`."""
+    return LoadRun(
+        scenario=SCENARIO,
+        run_id=params.run_id,
+        arm=params.via,
+        phase="create",
+        rate=rate,
+        duration_s=params.duration_s,
+        # Room for 1 s of latency at the rate, and some.
+        pool=rate + 50,
+        timeout_s=TIMEOUT_S,
+        data_dir=seed.data_dir,
+        extra={
+            "WRITE_SHARE": "1",
+            "USER_PREFIX": user_prefix(params.run_id, f"r{rate}"),
+            "NO_REUSE": "0",
+        },
+        base_url=base_url,
+        summary_path=summary,
+    )
+
+
+def run_step(settings: config.Settings, params: Params, seed: SeedData, rate: int) -> StepResult:
+    base_url = settings.core_url if params.via == "core" else settings.gateway_url
+    summary_path = params.out_dir / f"load-summary-{rate}.json"
+    run = load_run(params, seed, rate, base_url, summary_path)
+    load = new_driver(settings, run, params.out_dir / "load.log")
+    code = load.run_measured(deadline_s(run))
+    try:
+        tallies = load_tallies(Summary.read(summary_path))
+    except SummaryError as error:
+        raise StackError(str(error)) from None
+    result = step_result(rate, tallies, code)
+    try:
+        remove_run_users(settings, params.run_id)
+    except (StackError, psycopg.Error, redis.RedisError) as error:
+        print(f"warning: could not remove the step's users: {error}", flush=True)
+    return result
+
+
+def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -> dict[str, Any]:
+    params.out_dir.mkdir(parents=True)
+    print(
+        f"create-rate {params.run_id}: keyed creates via the {params.via}, "
+        f"{params.duration_s} s per rate -> {params.out_dir}/",
+        flush=True,
+    )
+    results: list[StepResult] = []
+    queue = sorted(params.rates)
+    while queue:
+        result = run_step(settings, params, seed, queue.pop(0))
+        results.append(result)
+        _print_step(result, params.p95_limit_ms)
+        if not result.held(params.p95_limit_ms):
+            break
+    for _ in range(params.refine):
+        middle = next_midpoint(results, params.p95_limit_ms, params.resolution)
+        if middle is None:
+            break
+        result = run_step(settings, params, seed, middle)
+        results.append(result)
+        _print_step(result, params.p95_limit_ms)
+    run = {
+        "run_id": params.run_id,
+        "kind": "create-rate",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": describe(),
+        "params": {**asdict(params), "out_dir": str(params.out_dir)},
+        "steps": [asdict(r) | {"held": r.held(params.p95_limit_ms)} for r in results],
+        "highest_held": highest_held(results, params.p95_limit_ms),
+    }
+    write_report(run, params.out_dir)
+    return run
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def steps_table(run: dict[str, Any]) -> Table:
+    headers = [
+        "creates/s",
+        "requests",
+        "201",
+        "failed",
+        "dropped",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "held",
+    ]
+    rows = [
+        [
+            str(s["rate"]),
+            str(s["requests"]),
+            str(s["created"]),
+            str(s["failed"]),
+            str(s["dropped"]),
+            _ms(s["p95_ms"]),
+            _ms(s["p99_ms"]),
+            _ms(s["max_ms"]),
+            "yes" if s["held"] else "no",
+        ]
+        for s in sorted(run["steps"], key=lambda s: s["rate"])
+    ]
+    return Table("Keyed creates by target rate", headers, rows)
+
+
+def write_report(run: dict[str, Any], out_dir: Path) -> None:
+    params = run["params"]
+    table = steps_table(run)
+    doc = Doc()
+    doc.h(1, f"Aside create rate {run['run_id']}")
+    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    doc.p(
+        f"POST /api/v1/users with an Idempotency-Key, straight to the {params['via']}, "
+        f"{params['duration_s']} s per rate (the load driver at a constant arrival rate, "
+        "connections reused). "
+        f"Held: no dropped iteration, every create 201, p95 <= {params['p95_limit_ms']:g} ms."
+    )
+    doc.table(table)
+    best = run["highest_held"]
+    doc.p(f"Highest rate held: {best if best is not None else 'none'} creates/s.")
+    save_report(doc, run, out_dir, [table], also=[f"highest rate held: {best} creates/s"])
+
+
+def _print_step(result: StepResult, p95_limit_ms: float) -> None:
+    verdict = "held" if result.held(p95_limit_ms) else "not held"
+    print(
+        f"  {result.rate}/s: {result.created}/{result.requests} created, {result.failed} failed, "
+        f"{result.dropped} dropped, p95 {_ms(result.p95_ms)} ms: {verdict}",
+        flush=True,
+    )
+
+
+def params_of(args: Any, settings: config.Settings) -> Params:
+    """The run's parameters from `aside-bench create-rate`'s arguments."""
+    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S")
+    return Params(
+        run_id=run_id,
+        out_dir=(args.reports_dir or settings.default_reports_dir) / f"create-rate-{run_id}",
+        rates=parse_rates(args.rates),
+        duration_s=parse_duration(args.duration),
+        via=args.via,
+        p95_limit_ms=args.p95_ms,
+        refine=max(args.refine, 0),
+        resolution=max(args.resolution, 1),
+    )

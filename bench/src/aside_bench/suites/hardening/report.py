@@ -1,0 +1,222 @@
+"""The hardening experiments' report: report.md and report.json in
+reports/hardening-<run id>/, and a verdict line per experiment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aside_bench.report.doc import Doc, save_report
+from aside_bench.report.tables import Table
+from aside_bench.stack.machine import summary
+
+HELD_CLOSES = ("held_close_min_s", "held_close_p50_s", "held_close_p99_s", "held_close_max_s")
+WINDOW_NAMES = {
+    "slow-heads": {"before": "before", "during": "during the attack", "after": "after"},
+    "cold-flood": {"before": "before", "during": "during the flood", "after": "after"},
+}
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def _s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"
+
+
+def _mib(kib: float | None) -> str:
+    return "n/a" if kib is None else f"{kib / 1024:.1f}"
+
+
+def _during(experiment: dict[str, Any]) -> str:
+    window = experiment["windows"].get("during")
+    if not window:
+        return "no reads"
+    return (
+        f"reads {WINDOW_NAMES[experiment['name']]['during']} p95 {_ms(window['p95_ms'])} ms, "
+        f"{window['dropped']} dropped, {window['failed']} failed"
+    )
+
+
+def figures_line(experiment: dict[str, Any]) -> str:
+    """An experiment's main figures in a line."""
+    f = experiment["figures"]
+    if experiment["name"] == "slow-heads":
+        sockets, rss = f["sockets"], f["rss"]
+        growth = (rss["peak_kib"] - rss["before_kib"]) / 1024 if rss else None
+        return (
+            f"{sockets['opened']} sockets: max close {_s(sockets['close_max_s'])}, "
+            f"{sockets['refused_503']} answered 503 at connect; workers' RSS "
+            + ("n/a" if growth is None else f"{growth:+.1f} MiB")
+            + f"; {_during(experiment)}"
+        )
+    flood, settle = f["flood"], f["settle"]
+    return (
+        f"{flood['sent']} cold emails in {flood['duration_s']:.1f} s: "
+        f"{f['queries_before_flood_end']:.0f} database queries during the flood, "
+        f"{settle['queries_after'] or 0:.0f} after it, last rise "
+        f"{_s(settle['last_rise_after_s'])} after its end; {_during(experiment)}"
+    )
+
+
+def one_line(experiment: dict[str, Any]) -> str:
+    """The verdict line printed for each experiment."""
+    if experiment["error"]:
+        return f"ERROR: {experiment['error']}"
+    failed = [c["name"] for c in experiment["checks"] if not c["ok"]]
+    verdict = "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
+    return f"{verdict}  {figures_line(experiment)}"
+
+
+def windows_table(experiment: dict[str, Any]) -> Table:
+    names = WINDOW_NAMES[experiment["name"]]
+    rows = []
+    for key, w in experiment["windows"].items():
+        rows.append(
+            [
+                names[key],
+                f"{w['seconds']:.1f}",
+                str(w["reads"]),
+                _ms(w["p50_ms"]),
+                _ms(w["p95_ms"]),
+                _ms(w["p99_ms"]),
+                _ms(w["max_ms"]),
+                str(w["dropped"]),
+                str(w["failed"]),
+                str(w["new_connections"]),
+            ]
+        )
+    headers = ["window", "s", "reads", "p50 ms", "p95 ms", "p99 ms", "max ms", "dropped",
+               "failed", "new connections"]  # fmt: skip
+    return Table(f"{experiment['name']}: the driver's cached reads", headers, rows)
+
+
+def sockets_table(experiment: dict[str, Any]) -> Table:
+    s = experiment["figures"]["sockets"]
+    rows = [
+        ["sockets opened", f"{s['opened']} of {s['sockets']}"],
+        ["answered 503 at connect (worker full)", str(s["refused_503"])],
+        ["held until the server closed them", str(s["held"])],
+        ["still open at the end of the wait", str(s["still_open"])],
+        ["closed with a reset", str(s["resets"])],
+        ["close time, all: p99 / max", f"{_s(s['close_p99_s'])} / {_s(s['close_max_s'])}"],
+        ["close time, held: min / p50 / p99 / max", " / ".join(_s(s[k]) for k in HELD_CLOSES)],
+        ["could not connect", json.dumps(s["connect_errors"]) if s["connect_errors"] else "0"],
+    ]
+    return Table("slow-heads: the slow sockets", ["", "value"], rows)
+
+
+def rss_table(experiment: dict[str, Any]) -> Table:
+    f = experiment["figures"]
+    rss = f["rss"]
+    rows = [
+        [
+            f"worker {pid}",
+            _mib(w["before_kib"]),
+            _mib(w["peak_kib"]),
+            _mib(w["after_kib"]),
+            str(f["peak_fds"].get(pid, "n/a")),
+        ]
+        for pid, w in rss.get("per_worker", {}).items()
+    ]
+    if rss:
+        rows.append(
+            ["all workers", _mib(rss["before_kib"]), _mib(rss["peak_kib"]), _mib(rss["after_kib"]),
+             str(sum(f["peak_fds"].values()))]
+        )  # fmt: skip
+    return Table(
+        "slow-heads: gateway workers' memory (VmRSS)",
+        ["process", "before MiB", "peak MiB", "after MiB", "peak open fds"],
+        rows,
+    )
+
+
+def flood_table(experiment: dict[str, Any]) -> Table:
+    f = experiment["figures"]
+    flood, settle, counters = f["flood"], f["settle"], f["gateway_counters"]
+    outcomes = ", ".join(f"{k} {v}" for k, v in flood["outcomes"].items())
+    rows = [
+        ["emails sent", f"{flood['sent']} in {flood['duration_s']:.2f} s"
+         + (" (cut at the deadline)" if flood["cut"] else "")],
+        ["what the clients got", outcomes or "-"],
+        ["flood reads a Flask thread took: shed without running, by reason",
+         ", ".join(f"{k} {v:.0f}" for k, v in counters["shed"].items()) or "-"],
+        ["flood reads a Flask thread ran, by answer",
+         ", ".join(f"{k} {v:.0f}" for k, v in counters["flood_ran"].items()) or "-"],
+        ["count queries during the flood (pg_stat_statements)",
+         f"{f['queries_before_flood_end']:.0f}"],
+        ["count queries after its end", f"{settle['queries_after'] or 0:.0f}"],
+        ["last rise of the query counter after the end", _s(settle["last_rise_after_s"])],
+        ["the gateway's own query counter, by query",
+         ", ".join(f"{k} {v:.0f}" for k, v in counters["db_queries"].items()) or "-"],
+        ["emails read by those queries (batch sizes summed)",
+         f"{counters['batched_emails']:.0f}"],
+    ]  # fmt: skip
+    return Table("cold-flood: the flood and the database", ["", "value"], rows)
+
+
+def summary_table(run: dict[str, Any]) -> Table:
+    rows = [
+        [
+            e["name"],
+            figures_line(e) if not e["error"] else f"error: {e['error']}",
+            "pass" if e["passed"] else "FAIL",
+        ]
+        for e in run["experiments"]
+    ]
+    return Table("Hardening: every experiment", ["experiment", "figures", "verdict"], rows)
+
+
+def _context(run: dict[str, Any]) -> list[str]:
+    p, limits = run["params"], run["limits"]
+    gateway = p["gateway"]
+    return [
+        f"load: the load driver at a constant arrival rate of {p['rate']} req/s of cached "
+        f"reads (counts of the {p['hot_emails']} hot emails, cache warmed just before) through "
+        f"{p['gateway_url']}, a fixed pool of {p['pool']} workers reusing their connections, "
+        f"request timeout {p['read_timeout_s']} s; {p['pre_s']:g} s of reads before the attack",
+        f"gateway: head deadline {gateway['GATEWAY_HEAD_TIMEOUT_S']} s, at most "
+        f"{gateway['GATEWAY_MAX_CONNECTIONS']} connections per worker "
+        f"({p['workers']} workers)",
+        f"slow-heads: {p['sockets']} sockets, each sends a partial request head and never "
+        f"finishes it; limits: closed within {limits['close_limit_s']:g} s of its connect, "
+        f"workers' summed RSS +{limits['rss_growth_mib']:g} MiB at most, reads during the "
+        f"attack p95 <= {limits['read_p95_ms']:g} ms with none dropped or failed",
+        f"cold-flood: {p['emails']} distinct emails in no row, {p['concurrency']} clients "
+        f"in flight, each giving up after {p['client_timeout_ms']} ms; limits: the count "
+        f"query counter stops rising within {limits['settle_s']:g} s of the flood's end, reads "
+        "during the flood none dropped or failed",
+        f"table: {run['seed'].get('rows')} rows, email index: "
+        f"{'yes' if run['seed'].get('index') else 'no'}; stack under {p['run_dir']}",
+    ]
+
+
+def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
+    doc = Doc()
+    doc.h(1, f"Aside hardening {run['run_id']}")
+    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    doc.ul(_context(run))
+    tables = [summary_table(run)]
+    doc.table(tables[0])
+    for experiment in run["experiments"]:
+        doc.h(2, f"{experiment['name']}: {experiment['description']}")
+        if experiment["error"]:
+            doc.p(f"The experiment could not run to its end: {experiment['error']}", note=True)
+            continue
+        own = [windows_table(experiment)]
+        if experiment["name"] == "slow-heads":
+            own += [sockets_table(experiment), rss_table(experiment)]
+        else:
+            own.append(flood_table(experiment))
+        for table in own:
+            doc.table(table)
+        tables += own
+        doc.p(f"Load average (1 min) when the experiment started: "
+              f"{experiment['notes'].get('load_average_1m')}.")  # fmt: skip
+        doc.ul(
+            [f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
+             for c in experiment["checks"]]
+        )  # fmt: skip
+    return save_report(doc, run, out_dir, tables)

@@ -1,0 +1,161 @@
+"""The fault suite's raw material: a `Sample` is one request as the load driver
+recorded it in its samples file (SAMPLES_PATH, bench/driver/README.md): kind,
+status, the instant it was sent and how long the client waited, and the tags the
+checks need. Read from that JSON-lines file, then counted per kind and searched
+in time (pure, unit-tested). The file's lines are read by samples.py, as
+the hardening experiments read theirs."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aside_bench.load.samples import SamplesError, number, sample_lines
+
+KINDS = ("count", "user", "create")
+READS = ("count", "user")
+# Requests of each kind as the gateway counts them (route rule, method).
+ROUTES = {
+    "count": ("/api/v1/users/count", "GET"),
+    "user": ("/api/v1/users/<id>", "GET"),
+    "create": ("/api/v1/users", "POST"),
+}
+
+# An instant noted by the bench and one noted by the load driver (each process
+# reads the clock on its own, at its own moment) may differ by this much.
+CLOCK_SLACK_S = 0.05
+
+
+@dataclass(frozen=True)
+class Sample:
+    kind: str
+    status: int
+    start: float  # epoch seconds
+    ms: float  # how long the client waited
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.ms / 1000
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def tag(self, name: str) -> str:
+        return self.tags.get(name, "")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def _tag_text(value: Any) -> str:
+    """A tag as the checks compare it: text, a JSON boolean as "1" or "0"."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def parse_samples(lines: Iterable[str], source: str) -> tuple[list[Sample], int]:
+    """The requests of a samples file of the `chaos` scenario, by the instant
+    sent, and how many iterations the driver dropped (no free worker when one
+    fell due, or it fell behind). `source` names the file in an error."""
+    samples: list[Sample] = []
+    dropped = 0
+    for where, line in sample_lines(lines, source):
+        if line.get("dropped"):
+            dropped += 1
+            continue
+        tags = line.get("tags")
+        if not isinstance(tags, dict) or not tags.get("kind"):
+            raise SamplesError(f"{where}: a request without its tags' kind")
+        status = number(line, "status", where)
+        samples.append(
+            Sample(
+                kind=str(tags["kind"]),
+                status=int(status),
+                start=number(line, "t", where),
+                ms=number(line, "ms", where),
+                tags={k: _tag_text(v) for k, v in tags.items() if v is not None},
+            )
+        )
+    samples.sort(key=lambda s: s.start)
+    return samples, dropped
+
+
+def read_samples(path: Path) -> tuple[list[Sample], int]:
+    """parse_samples of the file at `path`."""
+    with path.open() as handle:
+        return parse_samples(handle, path.name)
+
+
+# ---- figures -----------------------------------------------------------------------
+def status_label(sample: Sample) -> str:
+    return "no answer" if sample.status == 0 else str(sample.status)
+
+
+def by_kind(samples: list[Sample]) -> dict[str, dict[str, Any]]:
+    """Per kind: requests, count by status, max and p99 ms, error codes."""
+    table: dict[str, dict[str, Any]] = {}
+    for kind in KINDS:
+        mine = [s for s in samples if s.kind == kind]
+        if not mine:
+            continue
+        statuses = Counter(status_label(s) for s in mine)
+        codes = Counter(
+            s.tag("code") or s.tag("error") for s in mine if not s.ok and s.status != 404
+        )
+        times = sorted(s.ms for s in mine)
+        table[kind] = {
+            "requests": len(mine),
+            "statuses": dict(sorted(statuses.items())),
+            "codes": dict(sorted(codes.items())),
+            "max_ms": times[-1],
+            "p99_ms": times[min(len(times) - 1, math.ceil(0.99 * len(times)) - 1)],
+        }
+    return table
+
+
+def hit_share(samples: list[Sample]) -> float | None:
+    reads = [s for s in samples if s.kind in READS and s.status == 200]
+    if not reads:
+        return None
+    return sum(1 for s in reads if s.tag("xcache") == "HIT") / len(reads)
+
+
+def first_after(samples: list[Sample], instant: float, predicate: Any) -> float | None:
+    """Seconds from `instant` to the start of the first sample started at or after
+    it that satisfies `predicate`."""
+    for sample in samples:
+        if sample.start >= instant - CLOCK_SLACK_S and predicate(sample):
+            return max(sample.start - instant, 0.0)
+    return None
+
+
+def started_between(samples: list[Sample], lo: float, hi: float) -> list[Sample]:
+    return [s for s in samples if lo <= s.start < hi]
+
+
+def fmt_seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.2f} s"
+
+
+def summarize(samples: list[Sample], limit: int = 3) -> str:
+    """The first few samples in a line, for a failed check's detail."""
+    shown = ", ".join(
+        f"{s.kind} {status_label(s)} {s.tag('code') or s.tag('error')} {s.ms:.0f} ms".strip()
+        for s in samples[:limit]
+    )
+    more = f" (+{len(samples) - limit} more)" if len(samples) > limit else ""
+    return shown + more

@@ -1,0 +1,306 @@
+"""The soak's figures: per service, memory and descriptors after the warm-up
+against the end of the run, growth and flags; the size of the core's
+idempotency_keys table likewise; and the tables that show them (pure,
+unit-tested)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from aside_bench.report.tables import Table
+
+MEMORY_GROWTH_FLAG = 0.10
+# idempotency_keys may grow by this much between the warm-up and the end, once
+# the warm-up covers a key's whole life (TTL + purge interval): from then on
+# every create is matched by a purged key and the table is flat.
+KEY_GROWTH_FLAG = 0.10
+# The warm-up and end values are medians over this share of the run (at least
+# three samples).
+WINDOW_SHARE = 0.05
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def growth_table_rows(
+    samples: list[dict[str, Any]], services: list[str], warmup_s: float, duration_s: float
+) -> list[dict[str, Any]]:
+    """Per service: warm-up, end and max of RSS and fds, growth and flags (pure)."""
+    if not samples:
+        return []
+    warm, end, after = _windows(samples, warmup_s, duration_s)
+    rows = []
+    for service in services:
+
+        def values(chosen: list[dict[str, Any]], field: str, name: str = service) -> list[float]:
+            readings = [s["procs"][name] for s in chosen if s["procs"].get(name)]
+            return [r[field] for r in readings if field in r]
+
+        rss_warm = _median(values(warm, "rss_kib"))
+        rss_end = _median(values(end, "rss_kib"))
+        anon_warm = _median(values(warm, "anon_kib"))
+        anon_end = _median(values(end, "anon_kib"))
+        anon_growth = (
+            (anon_end - anon_warm) / anon_warm if anon_warm and anon_end is not None else None
+        )
+        fds_warm = _median(values(warm, "fds"))
+        fds_end = _median(values(end, "fds"))
+        sockets_warm = _median(values(warm, "sockets"))
+        sockets_end = _median(values(end, "sockets"))
+        # Private memory per process: PostgreSQL's tree gains a backend when a pool grows.
+        per_warm = _median(_per_process(warm, service))
+        per_end = _median(_per_process(end, service))
+        per_growth = (per_end - per_warm) / per_warm if per_warm and per_end is not None else None
+        growth = (rss_end - rss_warm) / rss_warm if rss_warm and rss_end is not None else None
+        fd_growth = fds_end - fds_warm if fds_warm is not None and fds_end is not None else None
+        flags = []
+        if growth is not None and growth > MEMORY_GROWTH_FLAG:
+            flags.append(f"memory +{growth:.0%}")
+        if anon_growth is not None and anon_growth > MEMORY_GROWTH_FLAG:
+            flags.append(f"private memory +{anon_growth:.0%}")
+        if fd_growth is not None and fd_growth > 0:
+            flags.append(f"fds +{fd_growth:g}")
+        gone = sum(1 for s in samples if s["procs"].get(service) is None)
+        if gone:
+            flags.append(f"gone in {gone} samples")
+        rows.append(
+            {
+                "service": service,
+                "processes_warm": _median(values(warm, "processes")),
+                "processes_end": _median(values(end, "processes")),
+                "rss_warm_kib": rss_warm,
+                "rss_end_kib": rss_end,
+                "rss_growth": growth,
+                "rss_max_kib": max(values(after, "rss_kib"), default=None),
+                "anon_warm_kib": anon_warm,
+                "anon_end_kib": anon_end,
+                "anon_growth": anon_growth,
+                "anon_per_process_growth": per_growth,
+                "sockets_warm": sockets_warm,
+                "sockets_end": sockets_end,
+                "fds_warm": fds_warm,
+                "fds_end": fds_end,
+                "fds_growth": fd_growth,
+                "fds_max": max(values(after, "fds"), default=None),
+                "flags": flags,
+            }
+        )
+    return rows
+
+
+def _windows(
+    samples: list[dict[str, Any]], warmup_s: float, duration_s: float, at_least_s: float = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The samples right after the warm-up, at the end, and all after the
+    warm-up. The first two span WINDOW_SHARE of the run, at least three
+    samples and at_least_s, but never more than half of what follows the warm-up."""
+    t0 = samples[0]["t"]
+    t_end = samples[-1]["t"]
+    step = (t_end - t0) / max(len(samples) - 1, 1)
+    window = max(3 * step, WINDOW_SHARE * duration_s)
+    window = max(window, min(at_least_s, (t_end - t0 - warmup_s) / 2))
+    warm = [s for s in samples if warmup_s <= s["t"] - t0 <= warmup_s + window]
+    end = [s for s in samples if s["t"] >= t_end - window]
+    after = [s for s in samples if s["t"] - t0 >= warmup_s]
+    return warm, end, after
+
+
+def key_table_row(
+    samples: list[dict[str, Any]],
+    warmup_s: float,
+    duration_s: float,
+    lifetime_s: float | None,
+    create_rate: float,
+) -> dict[str, Any]:
+    """The rows of idempotency_keys after the warm-up against the end (medians,
+    like memory), the range after the warm-up, the steady size to expect
+    (create rate x key lifetime) and the flag. A key lives its TTL plus up to
+    one purge interval (lifetime_s; None when unknown). While the warm-up is
+    shorter than that, the table still fills by design: the growth is then
+    reported but not judged (a 10-minute soak against 24 h keys). The two
+    medians span a key's lifetime each, so the purge's sawtooth (the table
+    fills for an interval, then drops by an interval's creates) averages out.
+    Overdue keys (older than TTL + two purge intervals, counted in each
+    sample) are flagged whenever one is seen after the warm-up: a purge that
+    keeps up leaves none, whatever the rate did."""
+    counts = [s.get("idempotency_keys") for s in samples]
+    row: dict[str, Any] = {
+        "lifetime_s": lifetime_s,
+        "create_rate": create_rate,
+        "expected_rows": None if lifetime_s is None else create_rate * lifetime_s,
+        "missed_samples": sum(1 for c in counts if c is None),
+        "judged": lifetime_s is None or warmup_s >= lifetime_s,
+        "warm": None,
+        "end": None,
+        "growth": None,
+        "min": None,
+        "max": None,
+        "overdue_max": None,
+        "flags": [],
+    }
+    if not samples:
+        return row
+    warm, end, after = _windows(samples, warmup_s, duration_s, lifetime_s or 0)
+
+    def known(chosen: list[dict[str, Any]]) -> list[float]:
+        return [s["idempotency_keys"] for s in chosen if s.get("idempotency_keys") is not None]
+
+    row["warm"], row["end"] = _median(known(warm)), _median(known(end))
+    row["min"], row["max"] = min(known(after), default=None), max(known(after), default=None)
+    if row["warm"] is not None and row["end"] is not None:
+        # One row more than none is not growth worth a ratio.
+        row["growth"] = (row["end"] - row["warm"]) / max(row["warm"], 1)
+    overdue = [
+        s["idempotency_keys_overdue"]
+        for s in after
+        if s.get("idempotency_keys_overdue") is not None
+    ]
+    row["overdue_max"] = max(overdue, default=None)
+    growing = row["growth"] is not None and row["growth"] > KEY_GROWTH_FLAG
+    if growing and row["judged"]:
+        row["flags"].append(f"idempotency_keys +{row['growth']:.0%}")
+    if row["overdue_max"]:
+        row["flags"].append(f"{row['overdue_max']} keys overdue")
+    if row["missed_samples"]:
+        row["flags"].append(f"count failed in {row['missed_samples']} samples")
+    return row
+
+
+def key_table(row: dict[str, Any]) -> Table:
+    headers = [
+        "rows after warm-up",
+        "rows at the end",
+        "growth",
+        "min .. max after warm-up",
+        "key lifetime s (TTL + purge interval)",
+        "expected rows (creates/s x lifetime)",
+        "overdue keys, max",
+        "flag",
+    ]
+    lifetime = row["lifetime_s"]
+    flag = ", ".join(row["flags"]) or "-"
+    if not row["judged"]:
+        flag = (
+            f"growth not judged: the warm-up is shorter than the key lifetime ({lifetime:g} s)"
+            + (f"; {flag}" if row["flags"] else "")
+        )
+    cells = [
+        _num(row["warm"]),
+        _num(row["end"]),
+        _pct(row["growth"]),
+        f"{_num(row['min'])} .. {_num(row['max'])}",
+        "unknown" if lifetime is None else f"{lifetime:g}",
+        "n/a" if row["expected_rows"] is None else f"{row['expected_rows']:.0f}",
+        _num(row.get("overdue_max")),
+        flag,
+    ]
+    return Table("Rows of idempotency_keys (the core's stored keys)", headers, [cells])
+
+
+def key_counts_over_time(
+    samples: list[dict[str, Any]], points: int = 12
+) -> list[tuple[int, int | None]]:
+    """About `points` (seconds since the start, rows) pairs spread over the run."""
+    if not samples:
+        return []
+    t0 = samples[0]["t"]
+    stride = max(len(samples) // points, 1)
+    chosen = samples[::stride]
+    if chosen[-1] is not samples[-1]:
+        chosen.append(samples[-1])
+    return [(round(s["t"] - t0), s.get("idempotency_keys")) for s in chosen]
+
+
+def _per_process(chosen: list[dict[str, Any]], service: str) -> list[float]:
+    readings = [s["procs"][service] for s in chosen if s["procs"].get(service)]
+    return [r["anon_kib"] / r["processes"] for r in readings if "anon_kib" in r]
+
+
+def _mib(kib: float | None) -> str:
+    return "n/a" if kib is None else f"{kib / 1024:.1f}"
+
+
+def _fd_growth(row: dict[str, Any]) -> str:
+    if row["fds_growth"] is None:
+        return "n/a"
+    text = f"{row['fds_growth']:+g}"
+    warm, end = row.get("sockets_warm"), row.get("sockets_end")
+    if row["fds_growth"] and warm is not None and end is not None:
+        text += f" ({end - warm:+g} sockets)"
+    return text
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:+.1f}%"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:g}"
+
+
+def growth_table(rows: list[dict[str, Any]]) -> Table:
+    headers = [
+        "process",
+        "procs",
+        "RSS warm-up MiB",
+        "RSS end MiB",
+        "RSS growth",
+        "RSS max MiB",
+        "private (RssAnon) growth",
+        "private per process",
+        "fds warm-up",
+        "fds end",
+        "fd growth",
+        "fds max",
+        "flag",
+    ]
+    table_rows = []
+    for row in rows:
+        growth = row["rss_growth"]
+        table_rows.append(
+            [
+                row["service"],
+                f"{_num(row['processes_warm'])} -> {_num(row['processes_end'])}",
+                _mib(row["rss_warm_kib"]),
+                _mib(row["rss_end_kib"]),
+                _pct(growth),
+                _mib(row["rss_max_kib"]),
+                _pct(row.get("anon_growth")),
+                _pct(row.get("anon_per_process_growth")),
+                _num(row["fds_warm"]),
+                _num(row["fds_end"]),
+                _fd_growth(row),
+                _num(row["fds_max"]),
+                ", ".join(row["flags"]) or "-",
+            ]
+        )
+    return Table("Memory and file descriptors per process", headers, table_rows)
+
+
+def load_table(tallies: dict[str, Any]) -> Table:
+    """The load as soak.load_tallies gives it: requests per kind and status
+    class, and the answered requests' p95 and max."""
+    headers = ["kind", "requests", "2xx", "4xx", "5xx", "no answer", "p95 ms", "max ms"]
+    rows = []
+    for kind in ("count", "user", "create"):
+        counts = {cls: tallies.get(f"{kind}_{cls}", 0) for cls in ("2xx", "4xx", "5xx", "error")}
+        latency = tallies.get(f"{kind}_ms") or {}
+        rows.append(
+            [
+                kind,
+                str(sum(counts.values())),
+                str(counts["2xx"]),
+                str(counts["4xx"]),
+                str(counts["5xx"]),
+                str(counts["error"]),
+                _latency(latency.get("p95"), ".1f"),
+                _latency(latency.get("max"), ".0f"),
+            ]
+        )
+    return Table("The load (the driver's summary)", headers, rows)
+
+
+def _latency(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)

@@ -1,0 +1,127 @@
+"""Turn a run's recorded steps into StepResults: the load's figures from the
+driver's summary run.json keeps of each step, the cache counters from
+Prometheus, the gateway's own figures from the probe around the step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aside_bench.plan import interference
+from aside_bench.plan.steps import Step
+from aside_bench.records.results import (
+    CacheCounts,
+    Latency,
+    StaleCounts,
+    StepResult,
+)
+from aside_bench.records.saturation import loadgen_of
+from aside_bench.records.tierstats import increase_across_reset, step_cost
+from aside_bench.stack.sources import Prometheus
+
+GATEWAY_JOB = "gateway"
+CACHE_COUNTERS = {
+    "hits": "aside_gateway_cache_hits_total",
+    "misses": "aside_gateway_cache_misses_total",
+    "bypass": "aside_gateway_cache_bypass_total",
+}
+
+
+def step_from_record(record: dict[str, Any]) -> Step:
+    return Step(
+        record["scenario"],
+        record["arm"],
+        record["phase"],
+        int(record["rate"]),
+        record["duration_s"],
+        repeat=int(record.get("repeat", 1)),
+        read_rate=int(record.get("read_rate", 0)),
+    )
+
+
+def cache_counts(prom: Prometheus, start: float, end: float) -> CacheCounts | None:
+    """The gateway's cache counters' increase between two instants; None when
+    Prometheus was not scraping the gateway then (no figure rather than a false 0)."""
+    if prom.scalar(f'max(up{{job="{GATEWAY_JOB}"}})', end) != 1.0:
+        return None
+    deltas = {
+        kind: increase_across_reset(
+            prom.scalar(f"sum({name})", start), prom.scalar(f"sum({name})", end)
+        )
+        for kind, name in CACHE_COUNTERS.items()
+    }
+    return CacheCounts(**deltas)
+
+
+def summary_latency(figures: dict[str, Any] | None) -> Latency | None:
+    """The latency of a summary's figures (the step's, one kind's or from the
+    due time); None when no request was answered."""
+    if not figures or figures.get("p95") is None:
+        return None
+    return Latency(
+        float(figures.get("p50") or 0.0),
+        float(figures["p95"]),
+        float(figures.get("p99") or 0.0),
+        int(figures.get("answered") or 0),
+    )
+
+
+def compute_beside(step: Step, summary: dict[str, Any]) -> StepResult | None:
+    """interference: the compute requests that ran beside a step's reads, from
+    their own scenario of the summary; None at compute rate 0 (reads alone)."""
+    figures = summary.get("compute")
+    if step.scenario != interference.SCENARIO or step.rate == 0 or not figures:
+        return None
+    beside = Step(
+        interference.COMPUTE_SCENARIO,
+        step.arm,
+        step.phase,
+        step.rate,
+        step.duration_s,
+        repeat=step.repeat,
+    )
+    return StepResult(
+        step=beside,
+        latency=summary_latency(figures),
+        iterations=int(figures.get("iterations") or 0),
+        failed=int(figures.get("failed") or 0),
+        dropped=int(figures.get("dropped") or 0),
+        cache=None,
+    )
+
+
+def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepResult:
+    """A step from its summary (loadrun.Summary.step_figures): latency, failures,
+    drops and the driver's pool over the whole step."""
+    summary = record.get("summary") or {}
+    step = step_from_record(record)
+    stale = summary.get("stale")
+    by_name = {name: summary_latency(one) for name, one in (summary.get("by_name") or {}).items()}
+    return StepResult(
+        step=step,
+        latency=summary_latency(summary),
+        iterations=int(summary.get("iterations") or 0),
+        failed=int(summary.get("failed") or 0),
+        dropped=int(summary.get("dropped") or 0),
+        cache=cache,
+        by_name={name: latency for name, latency in by_name.items() if latency is not None},
+        cost=step_cost(record.get("probe")),
+        stale=None if stale is None else StaleCounts(**stale),
+        loadgen=loadgen_of(record, summary.get("inflight_peak")),
+        compute=compute_beside(step, summary),
+        from_due=summary_latency(summary.get("from_due")),
+    )
+
+
+def _step_cache(prom: Prometheus, record: dict[str, Any]) -> CacheCounts | None:
+    if record.get("prom_start") is None or record.get("prom_end") is None:
+        return None
+    return cache_counts(prom, record["prom_start"], record["prom_end"])
+
+
+def collect(prom: Prometheus, records: list[dict[str, Any]]) -> list[StepResult]:
+    """Results of the steps that ran to their end (interrupted ones are left out)."""
+    return [
+        summary_result(record, _step_cache(prom, record))
+        for record in records
+        if record.get("completed")
+    ]

@@ -1,0 +1,163 @@
+"""The invalidation lag's floor: what the same messages take to reach a
+subscriber that does nothing else, measured during the same step.
+
+The gateway's workers measure each invalidation message's lag (receive time
+minus the core's publish time, aside_gateway_l1_invalidation_lag_seconds).
+On a machine whose cores the load driver, PostgreSQL, the core and the gateway
+share, part
+of that lag is the machine's: the core's own wait before its PUBLISH is sent,
+Redis', and the wake-up of any process that was not running. A separate
+process subscribed to the same channel, doing nothing but timing the messages,
+measures that part alone; what the workers add is the difference. Machines
+differ from run to run by more than the lag goal (5 ms), so a step's lag is
+read beside the floor of the same step, as every other figure beside its
+reference of the same run.
+
+`python -m aside_bench.lagfloor OUT` subscribes (REDIS_URL), prints a line
+once Redis confirmed the subscription, and on SIGTERM writes its figures to
+OUT as JSON. `FloorProbe` runs it around a step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from aside_bench.records.tierstats import nearest_rank
+from aside_bench.sweep.warmtiers import INVALIDATION_CHANNEL
+
+READY_LINE = "subscribed"
+START_DEADLINE_S = 10.0
+STOP_DEADLINE_S = 10.0
+POLL_S = 0.2
+
+
+def published_ms(message: dict[str, Any]) -> float | None:
+    """The core's publish time in unix ms, from its µs field."""
+    micros = message.get("published_us")
+    return micros / 1000 if isinstance(micros, int) and not isinstance(micros, bool) else None
+
+
+def figures(lags_ms: list[float]) -> dict[str, float | int | None]:
+    """count, p50, p99 and max of the lags (ms); quantiles None without samples."""
+    return {
+        "count": len(lags_ms),
+        "p50_ms": nearest_rank(lags_ms, 50),
+        "p99_ms": nearest_rank(lags_ms, 99),
+        "max_ms": max(lags_ms, default=None),
+    }
+
+
+def listen(client: redis.Redis, out: Path) -> None:
+    """Time every message until SIGTERM, then write the figures to `out`."""
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    pubsub = client.pubsub()
+    pubsub.subscribe(INVALIDATION_CHANNEL)
+    lags: list[float] = []
+    ready = False
+    while not stopping:
+        message = pubsub.get_message(timeout=POLL_S)
+        received = time.time() * 1000
+        if message is None:
+            continue
+        if message["type"] == "subscribe" and not ready:
+            print(READY_LINE, flush=True)
+            ready = True
+        elif message["type"] == "message":
+            try:
+                sent = published_ms(json.loads(message["data"]))
+            except (ValueError, TypeError):
+                sent = None
+            if sent is not None:
+                lags.append(max(received - sent, 0.0))
+    out.write_text(json.dumps(figures(lags)))
+
+
+class FloorProbe:
+    """The floor subscriber as a child process for one step: start() before
+    the load, stop() after it. Neither raises: a floor that could not be
+    measured is None, with `problem` saying why."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.problem: str | None = None
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.out.unlink(missing_ok=True)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "aside_bench.sweep.lagfloor", str(self.out)],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=os.environ.copy(),
+            )
+        except OSError as error:
+            self.problem = f"the floor subscriber did not start: {error}"
+            return
+        if not self._ready():
+            self.problem = "the floor subscriber was not subscribed within its deadline"
+            self._kill()
+
+    def _ready(self) -> bool:
+        assert self._proc is not None and self._proc.stdout is not None
+        deadline = time.monotonic() + START_DEADLINE_S
+        os.set_blocking(self._proc.stdout.fileno(), False)
+        while time.monotonic() < deadline and self._proc.poll() is None:
+            line = self._proc.stdout.readline()
+            if line.strip() == READY_LINE:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def stop(self) -> dict[str, Any] | None:
+        """The step's floor figures, or None (see `problem`)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            self.problem = "the floor subscriber did not stop within its deadline"
+            self._kill()
+            return None
+        self._proc = None
+        try:
+            return json.loads(self.out.read_text())
+        except (OSError, ValueError) as error:
+            self.problem = f"the floor subscriber left no figures: {error}"
+            return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m aside_bench.lagfloor OUT (REDIS_URL from the environment)")
+        return 2
+    client = redis.Redis.from_url(os.environ["REDIS_URL"], socket_connect_timeout=5)
+    listen(client, Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

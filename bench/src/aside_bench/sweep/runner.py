@@ -1,0 +1,438 @@
+"""The step loop: each step's preparation, its load, its figures.
+
+Drive a bench: prepare each step's state, run the load driver, read back the
+step's figures, put its point into InfluxDB, show progress, stop cleanly on
+Ctrl-C, and write the report."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from aside_bench.load.run import (
+    DriverProcess,
+    LoadRun,
+    LoadShape,
+    Summary,
+    SummaryError,
+    deadline_s,
+    new_driver,
+    step_run,
+)
+from aside_bench.plan import tracks as trackplan
+from aside_bench.plan.steps import CACHE_PARAMS, L1_ARMS, Step, cache_param, gateway_env, pool_for
+from aside_bench.records import runfile
+from aside_bench.records.results import StepResult
+from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
+from aside_bench.stack.config import Settings
+from aside_bench.stack.machine import describe
+from aside_bench.stack.prepare import (
+    StackError,
+    connect,
+    expires_within,
+    flush_cache,
+    wait_until_quiet,
+    warm_cache,
+)
+from aside_bench.stack.seeddata import SeedData, remove_bench_users
+from aside_bench.stack.services import ServiceControl
+from aside_bench.stack.sources import Influx, Prometheus, SourceError
+from aside_bench.sweep.collect import GATEWAY_JOB, collect
+from aside_bench.sweep.lagfloor import FloorProbe
+from aside_bench.sweep.stepoint import write_step_point
+from aside_bench.sweep.stepprobe import GatewayProbe
+from aside_bench.sweep.tracks import warm_tracks
+from aside_bench.sweep.warmtiers import wait_l1_empty, warm_l1
+
+EXIT_INTERRUPTED = 130
+# Prometheus scrapes every 2 s; a scrape may be late under load.
+SCRAPE_WAIT_S = 15.0
+# A ceiling step refills the cache unless every key outlives the step by this much.
+TTL_MARGIN_S = 10
+
+
+# A step's driver run from its step and pool: the sweep's and the ceiling's
+# (step_run), or another (the cost table's variants).
+RunBuilder = Callable[[Step, int], LoadRun]
+
+
+class StepFailed(RuntimeError):
+    """The load driver exited with an error that is not ours to retry."""
+
+
+@dataclass
+class Options:
+    run_id: str
+    out_dir: Path
+    data_dir: Path
+    shape: LoadShape
+    max_pool: int
+    recover_timeout_s: float
+    driver_cpu_limit: float | None = None  # cores; above it a step is load generator saturated
+    live: bool = False  # the driver's line a second on the terminal while a step runs
+    samples_file: bool = False  # every request of every step into the run folder
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def quick_line(result: StepResult) -> str:
+    latency = result.latency
+    parts = [
+        f"p95 {fmt_ms(latency.p95 if latency else None)} ms",
+        f"achieved {fmt_rps(result.achieved_rps)}/s",
+        f"drops {fmt_pct(result.drop_rate)}",
+    ]
+    if result.step.arm in CACHE_PARAMS:
+        parts.append(f"hits {fmt_pct(result.hit_rate)}")
+    if result.compute is not None:  # interference: the compute beside the reads
+        beside = result.compute.latency
+        parts.append(
+            f"compute {fmt_rps(result.compute.achieved_rps)}/s "
+            f"p95 {fmt_ms(beside.p95 if beside else None)} ms"
+        )
+    cost = result.cost
+    gen = result.loadgen
+    if gen is not None and gen.cpu_cores is not None:
+        parts.append(f"driver {gen.cpu_cores:.2f} cores")
+    if gen is not None and gen.saturated:
+        parts.append("LOAD GENERATOR SATURATED")
+    if cost is not None:
+        if cost.l1_hit_rate is not None:
+            parts.append(f"L1 {fmt_pct(cost.l1_hit_rate)}")
+        if cost.cpu_ms_per_request is not None:
+            parts.append(f"CPU {cost.cpu_ms_per_request:.2f} ms/req")
+    if result.stale is not None and result.stale.reads:
+        parts.append(f"stale {result.stale.stale}/{result.stale.reads}")
+    return "  ".join(parts)
+
+
+class Runner:
+    def __init__(self, settings: Settings, options: Options, seed: SeedData, run: dict[str, Any]):
+        self.settings = settings
+        self.options = options
+        self.seed = seed
+        self.run = run
+        self.influx = Influx(settings.influx_base, settings.influx_db)
+        self.prom = Prometheus(settings.prometheus_url)
+        self.current: DriverProcess | None = None
+        self.interrupted = False
+        self.started = time.monotonic()
+        self.step_seconds: list[float] = []
+        self.summaries = 0  # summary files written so far (each its own name)
+        self.gateway_settings: dict[str, str] = {}  # what the gateway was restarted with
+        self.probe = GatewayProbe(settings)
+        if self.probe.problem:
+            run["probe_warning"] = self.probe.problem
+            print(f"warning: {self.probe.problem}", flush=True)
+
+    # ---- Ctrl-C ----------------------------------------------------------------
+    def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
+        self.interrupted = True
+        if self.current is not None and self.current.process is not None:
+            print("\ninterrupted: stopping the load driver (it writes what it measured)...")
+            self.current.interrupt()
+        else:
+            raise KeyboardInterrupt
+
+    def install_signal_handler(self) -> None:
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    # ---- one step --------------------------------------------------------------
+    def read_emails(self) -> list[str]:
+        """Every email the read mix asks for; hot last, so they are filled last and
+        expire last (the cache TTL runs from the fill)."""
+        return self.seed.cold[: self.options.shape.cold_sample] + self.seed.hot
+
+    def _gateway_for(self, arm: str, record: dict[str, Any]) -> None:
+        """Restart the gateway when `arm` needs other settings than the last step's."""
+        wanted = gateway_env(arm)
+        if wanted == self.gateway_settings:
+            return
+        control = ServiceControl(self.settings)
+        control.verify(("gateway",))
+        control.restart("gateway", wanted)
+        self.gateway_settings = wanted
+        record["gateway_restarted_with"] = wanted
+
+    def _prepare(self, step: Step, record: dict[str, Any]) -> None:
+        self._gateway_for(step.arm, record)
+        try:
+            waited = wait_until_quiet(self.settings, self.options.recover_timeout_s)
+            record["quiet_wait_s"] = round(waited, 2)
+        except StackError as error:
+            record["warning"] = str(error)
+            print(f"  warning: {error}; running the step anyway", flush=True)
+        in_process = step.arm in L1_ARMS
+        if step.scenario == trackplan.SCENARIO and step.phase == "warm":
+            record["warm"] = warm_tracks(self.settings, self.options.data_dir, step.arm)
+            share = record["warm"]["hit_share_after"]
+            record["prep"] = f"tracks warmed: {share:.0%} hits on a re-read"
+        elif step.phase == "cold":
+            flush_cache(self.settings)
+            record["prep"] = "cache flushed"
+            if in_process:
+                try:
+                    waited = wait_l1_empty(self.settings)
+                    record["prep"] += f", L1 empty after {waited:.1f} s"
+                except StackError as error:
+                    record["warning"] = str(error)
+                    print(f"  warning: {error}; running the step anyway", flush=True)
+        elif step.phase == "warm" and in_process:
+            self._warm_l1(step, record)
+        elif step.phase == "warm":
+            # A sweep's warm steps all start from a fresh fill. The ceiling's
+            # steps only top up what expired (a full refill costs a scan per
+            # key), unless a key would lapse during the step, which sends its
+            # reads to full scans
+            # (docs/decisions/020-a-ceiling-step-refills-a-cache-that-would-lapse.md).
+            refill = step.scenario != "ceiling" or expires_within(
+                self.settings, step.duration_s + TTL_MARGIN_S
+            )
+            warmed = warm_cache(self.settings, self.read_emails(), flush=refill, mode="l2")
+            record["prep"] = (
+                f"cache warmed: {warmed['keys']} keys in {warmed['fill_s']} s, "
+                f"{warmed['hit_share_after']:.0%} hits on a re-read"
+            )
+            record["warm"] = warmed
+
+    def _warm_l1(self, step: Step, record: dict[str, Any]) -> None:
+        """L1 entries outlive no step (CACHE_L1_TTL_SECONDS, 30 s by default), so
+        every warm step fills L1 again; hybrid's Redis is refilled as the cache
+        arm's is (the ceiling only when a key would lapse during the step)."""
+        mode = cache_param(step.arm) or "l1"
+        refill = step.scenario != "ceiling" or expires_within(
+            self.settings, step.duration_s + TTL_MARGIN_S
+        )
+        warmed = warm_l1(self.settings, self.read_emails(), mode, flush=refill)
+        record["prep"] = (
+            f"L1 warmed: {warmed['keys']} keys, {warmed['passes']} passes in "
+            f"{warmed['fill_s']} s, {warmed['hit_share_after']:.0%} L1 hits in the last"
+        )
+        record["warm"] = warmed
+        if not warmed["reached"]:
+            record["warning"] = (
+                f"L1 hit share stayed at {warmed['hit_share_after']:.0%} after "
+                f"{warmed['passes']} passes"
+            )
+
+    def run_load(self, run: LoadRun, record: dict[str, Any]) -> int:
+        """The driver for one step or probe: its start and end instants, exit
+        code and CPU time go into `record`, and the figures of its summary;
+        Ctrl-C reaches it through `self.current`."""
+        self.summaries += 1
+        summary_path = self.options.out_dir / f"summary-{self.summaries:03d}.json"
+        run = replace(run, summary_path=summary_path)
+        try:
+            return self._run_driver(run, record)
+        finally:
+            try:
+                summary = Summary.read(summary_path)
+            except SummaryError as error:
+                record["summary_error"] = str(error)
+                summary = Summary({})
+            record["summary"] = summary.step_figures(run.scenario)
+            summary_path.unlink(missing_ok=True)
+
+    def _run_driver(self, run: LoadRun, record: dict[str, Any]) -> int:
+        log_path = self.options.out_dir / "load.log"
+        self.current = new_driver(self.settings, run, log_path)
+        record["start"] = time.time()
+        try:
+            code = self.current.run_measured(deadline_s(run))
+        finally:
+            record["end"] = time.time()
+            record["driver_exit"] = self.current.returncode
+            record["driver"] = {
+                "cpu_s": self.current.cpu_seconds,
+                "cpu_limit_cores": self.options.driver_cpu_limit,
+            }
+            self.current = None
+        return code
+
+    def _step_run(self, step: Step, pool: int) -> LoadRun:
+        samples = None
+        if self.options.samples_file:
+            index = len(self.run["steps"])
+            samples = self.options.out_dir / f"samples-{index:03d}-{step.arm}-{step.rate}.jsonl"
+        return step_run(
+            step,
+            self.options.run_id,
+            self.options.shape,
+            pool,
+            self.options.data_dir,
+            self.options.max_pool,
+            live=self.options.live,
+            samples_path=samples,
+        )
+
+    def _floor(self, step: Step) -> FloorProbe | None:
+        """A mixed step's writes publish invalidations: time them beside the workers."""
+        if step.scenario != "mixed":
+            return None
+        floor = FloorProbe(self.options.out_dir / "lag-floor.json")
+        floor.start()
+        return floor
+
+    def run_step(self, step: Step, build: RunBuilder | None = None) -> StepResult | None:
+        pool = pool_for(step.rate, self.options.max_pool)
+        record: dict[str, Any] = {
+            "scenario": step.scenario,
+            "arm": step.arm,
+            "phase": step.phase,
+            "rate": step.rate,
+            "duration_s": step.duration_s,
+            "repeat": step.repeat,
+            "pool": pool,
+            "completed": False,
+        }
+        if step.read_rate:
+            record["read_rate"] = step.read_rate
+        self.run["steps"].append(record)
+        self._prepare(step, record)
+        # The cache counters at the start must include everything the preparation did.
+        self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
+        record["prom_start"] = time.time()
+        run = (build or self._step_run)(step, pool)
+        record["driver_scenario"] = run.scenario
+        if run.samples_path is not None:
+            record["samples"] = run.samples_path.name
+        floor = self._floor(step)
+        record["probe"] = {"start": self.probe.reading()}
+        try:
+            code = self.run_load(run, record)
+        finally:
+            # Right after the driver's last request: the memory the step left and its CPU.
+            record["probe"]["end"] = self.probe.reading(memory=True)
+            if floor is not None:
+                record["probe"]["floor"] = floor.stop()
+                if floor.problem:
+                    print(f"  invalidation lag floor: {floor.problem}")
+        if self.interrupted:
+            record["interrupted"] = True
+            return None
+        if code != 0:
+            raise StepFailed(
+                f"the load driver exited with {code} on {step.label} @ {step.rate}/s; "
+                f"see {self.options.out_dir / 'load.log'}"
+            )
+        record["prom_end"] = self.prom.wait_for_scrape_after(
+            GATEWAY_JOB, record["end"], SCRAPE_WAIT_S
+        )
+        record["completed"] = True
+        results = collect(self.prom, [record])
+        if not results:
+            return None
+        problem = write_step_point(self.influx, self.options.run_id, results[0], record)
+        if problem is not None:
+            print(f"  warning: {problem}", flush=True)
+        return results[0]
+
+    # ---- the loop --------------------------------------------------------------
+    def _eta(self, remaining: int) -> str:
+        mean = sum(self.step_seconds) / len(self.step_seconds)
+        return _clock(mean * remaining)
+
+    def step_with_progress(
+        self, step: Step, head: str, remaining: int | None, build: RunBuilder | None = None
+    ) -> StepResult | None:
+        """Run a step between two progress lines: the announcement, then its quick result."""
+        print(f"{head} ...", flush=True)
+        began = time.monotonic()
+        result = self.run_step(step, build)
+        runfile.save_run(self.run, self.options.out_dir)
+        if self.interrupted:
+            return None
+        self.step_seconds.append(time.monotonic() - began)
+        prep = self.run["steps"][-1].get("prep")
+        line = quick_line(result) if result else "no samples"
+        tail = f"elapsed {_clock(time.monotonic() - self.started)}"
+        if remaining is not None:
+            tail += f", ETA {self._eta(remaining)}"
+        print(f"{head}  {line}" + (f"  ({prep})" if prep else "") + f"  | {tail}", flush=True)
+        return result
+
+    def run_steps(self, steps: list[Step]) -> None:
+        total = len(steps)
+        width = len(str(total))
+        repeats = max(step.repeat for step in steps)
+        for index, step in enumerate(steps, start=1):
+            head = f"[{index:>{width}}/{total}] {step.scenario} {step.label:<14} @ {step.rate:>5}/s"
+            if repeats > 1:
+                head += f" run {step.repeat}/{repeats}"
+            self.step_with_progress(step, head, total - index)
+            if self.interrupted:
+                return
+
+    def cleanup(self) -> None:
+        """Give the gateway its own settings back after an arm that changed them, and
+        remove users an interrupted mixed step left, so the table keeps its row count."""
+        if self.gateway_settings:
+            try:
+                ServiceControl(self.settings).restart("gateway", {})
+                self.gateway_settings = {}
+            except StackError as error:
+                print(f"warning: could not restart the gateway: {error}", file=sys.stderr)
+        if not any(s["scenario"] == "mixed" for s in self.run["steps"]):
+            return
+        try:
+            with connect(self.settings) as conn:
+                if remove_bench_users(conn):
+                    flush_cache(self.settings)
+        except StackError as error:
+            print(f"warning: could not remove the mixed step's users: {error}", file=sys.stderr)
+
+    def results(self) -> list[StepResult]:
+        return collect(self.prom, self.run["steps"])
+
+
+def new_run(
+    kind: str, run_id: str, params: dict[str, Any], seed: SeedData, settings: Settings
+) -> dict[str, Any]:
+    return {
+        "schema_version": runfile.RUN_SCHEMA,
+        "run_id": run_id,
+        "kind": kind,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "params": params,
+        "machine": describe(),
+        "seed": seed.meta,
+        "settings": {
+            "gateway_url": settings.gateway_url,
+            "influxdb_url": settings.influx_url,
+            "prometheus_url": settings.prometheus_url,
+        },
+        "steps": [],
+        "interrupted": False,
+    }
+
+
+def finish(
+    runner: Runner, writer: Callable[[dict[str, Any], list[StepResult], Path], Any]
+) -> list[StepResult]:
+    runner.run["interrupted"] = runner.interrupted
+    runner.run["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+    runner.cleanup()
+    runfile.save_run(runner.run, runner.options.out_dir)
+    try:
+        results = runner.results()
+    except SourceError as error:
+        print(f"aside-bench: could not read the results back: {error}", file=sys.stderr)
+        return []
+    tables = writer(runner.run, results, runner.options.out_dir)
+    print()
+    for table in tables:
+        print(table.markdown())
+    print(f"report: {runner.options.out_dir}/")
+    return results

@@ -1,0 +1,64 @@
+"""Readings taken right before and right after a step's load, kept in run.json
+(a step's "probe") because /proc cannot be read again afterwards: the CPU ticks
+of the gateway's process tree, the gateway's own counters (requests, tier
+lookups, the invalidation lag histogram, the L1 gauges) and, at the end, the
+resident memory of the gateway and of Redis. tierstats.py turns two readings
+into the step's figures."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import requests
+
+from aside_bench.stack import procs
+from aside_bench.stack.config import Settings
+from aside_bench.stack.gateway_metrics import scrape, step_counters
+from aside_bench.stack.prepare import StackError
+from aside_bench.stack.services import ServiceControl
+
+
+class GatewayProbe:
+    """The gateway's and Redis' recorded pids, checked to be the stack the bench
+    loads; without them (another stack's environment, no pid files) the probe
+    still reads the gateway's counters and leaves the process figures out."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.control: ServiceControl | None = None
+        self.problem: str | None = None
+        try:
+            control = ServiceControl(settings)
+            control.verify(("gateway", "redis"))
+            self.control = control
+        except StackError as error:
+            self.problem = f"no CPU or memory figures: {error}"
+
+    def _pid(self, service: str) -> int | None:
+        if self.control is None:
+            return None
+        try:
+            return self.control.pid(service)
+        except StackError:
+            return None
+
+    def reading(self, memory: bool = False) -> dict[str, Any]:
+        """One reading; `memory` adds the resident memory (taken at a step's end)."""
+        ppids = procs.parents()
+        gateway = self._pid("gateway")
+        found: dict[str, Any] = {
+            "t": time.time(),
+            "clk_tck": procs.clock_ticks_per_s(),
+            "cpu_ticks": None if gateway is None else procs.tree_cpu_ticks(gateway, ppids),
+        }
+        try:
+            found |= step_counters(scrape(self.settings))
+        except (StackError, requests.RequestException, ValueError) as error:
+            found["error"] = f"gateway /metrics: {error}"
+        if memory:
+            for service in ("gateway", "redis"):
+                pid = self._pid(service)
+                sample = None if pid is None else procs.sample_tree(pid, ppids)
+                found[f"{service}_rss_kib"] = None if sample is None else sample.rss_kib
+        return found

@@ -1,0 +1,116 @@
+"""Cold and warm states of the in-process tier (L1), for the l1 and hybrid arms.
+
+L1 lives in each gateway worker, so it is warmed through each worker: every
+request opens a fresh connection (`Connection: close`), which gunicorn hands
+to whichever worker accepts it, and passes over all the keys repeat until the
+share of L1 lookups that hit, read from the gateway's per-tier counter over
+the last pass, reaches L1_TARGET_SHARE. A cold step empties every worker's L1
+the way the seeder does, with a flush message on the invalidation channel,
+and waits until the L1 gauge reads 0; a gateway that does not listen (its
+invalidation switched off) empties only as its entries expire.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import quote
+
+import redis
+import requests
+
+from aside_bench.records.tierstats import tier_hit_rates
+from aside_bench.stack import redisclient
+from aside_bench.stack.config import Settings
+from aside_bench.stack.gateway_metrics import scrape, tier_read_counts, unlabelled_value
+from aside_bench.stack.prepare import StackError, flush_cache
+
+L1_TARGET_SHARE = 0.95
+L1_MAX_PASSES = 12
+# Many requests in flight: the misses of a worker queue into large batched
+# scans instead of one scan each, so a pass fits well within the L1 TTL.
+WARM_THREADS = 32
+L1_EMPTY_DEADLINE_S = 120.0
+# contracts/cache.json `tiers.invalidation_channel` (a unit test keeps them equal).
+INVALIDATION_CHANNEL = "aside:v1:invalidations"
+
+
+def flush_message(now_s: float) -> bytes:
+    """contracts/cache.json `tiers.flush_message`: every listening worker empties its L1."""
+    return json.dumps({"flush": True, "published_ms": int(now_s * 1000)}).encode()
+
+
+def announce_l1_flush(settings: Settings) -> int:
+    """Publish the flush message; the number of workers that heard it."""
+    client = redisclient.connect(settings)
+    try:
+        return int(client.publish(INVALIDATION_CHANNEL, flush_message(time.time())))
+    except redis.RedisError as error:
+        raise StackError(f"cannot publish the L1 flush at REDIS_URL: {error}") from error
+    finally:
+        client.close()
+
+
+def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
+    response = requests.get(
+        f"{gateway_url}/api/v1/users/count?email={quote(email, safe='')}&cache={mode}",
+        headers={"Connection": "close"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return response.headers.get("X-Cache-Tier", "")
+
+
+def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True) -> dict:
+    """Fill L1 (mode l1 from PostgreSQL, hybrid through Redis, which is flushed
+    first with every worker's L1 unless told not to) until a pass's L1 hit share reaches the target.
+    The returned dict's hit_share_after is that share of the last pass."""
+    if flush and mode == "hybrid":
+        # Redis and every worker's L1 together: with L1 left full, the passes
+        # would hit L1 and never put a value back in Redis, and the step would
+        # find Redis empty once those L1 entries expired (a wave of scans).
+        flush_cache(settings)
+        wait_l1_empty(settings)
+    started = time.monotonic()
+    shares: list[float | None] = []
+    try:
+        with ThreadPoolExecutor(WARM_THREADS) as pool:
+            for _ in range(L1_MAX_PASSES):
+                before = tier_read_counts(scrape(settings))
+                list(pool.map(lambda e: _read_fresh(settings.gateway_url, e, mode), emails))
+                after = tier_read_counts(scrape(settings))
+                shares.append(tier_hit_rates(before, after)["l1"])
+                if (shares[-1] or 0.0) >= L1_TARGET_SHARE:
+                    break
+    except requests.RequestException as error:
+        raise StackError(f"warming L1 through the gateway failed: {error}") from error
+    last = shares[-1] or 0.0
+    return {
+        "keys": len(emails),
+        "fill_s": round(time.monotonic() - started, 2),
+        "passes": len(shares),
+        "l1_hit_share_by_pass": [None if s is None else round(s, 4) for s in shares],
+        "hit_share_after": round(last, 4),
+        "reached": last >= L1_TARGET_SHARE,
+    }
+
+
+def wait_l1_empty(settings: Settings, deadline_s: float = L1_EMPTY_DEADLINE_S) -> float:
+    """Announce an L1 flush, then wait until no worker holds an L1 entry
+    (aside_gateway_l1_entries = 0); the seconds waited. StackError past the deadline."""
+    started = time.monotonic()
+    announce_l1_flush(settings)
+    while True:
+        try:
+            entries = unlabelled_value(scrape(settings), "aside_gateway_l1_entries")
+        except requests.RequestException as error:
+            raise StackError(f"cannot read the L1 gauge at /metrics: {error}") from error
+        if not entries:
+            return time.monotonic() - started
+        if time.monotonic() - started > deadline_s:
+            raise StackError(
+                f"L1 still holds {entries:.0f} entries {deadline_s:.0f} s after the flush "
+                "(CACHE_L1_TTL_SECONDS longer than the wait?)"
+            )
+        time.sleep(0.5)

@@ -1,0 +1,170 @@
+"""The machine's calibration, run before a sweep's or a ceiling's steps: the
+highest rate the driver holds (p95 <= 10 ms, nothing dropped or failed) against
+the core's /healthz, a trivial route of a Go server (the measurement ceiling of
+this machine with the driver on it), and against the gateway's /healthz (the ceiling
+of the gateway's server without any work). A short bisection, a few seconds a
+probe, within a bounded total; kept in run.json's "machine".
+
+The search is pure and unit-tested; `calibrate` drives it with real driver runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aside_bench.ceiling.search import Trial, bounds, to_confirm
+from aside_bench.load.run import LoadRun
+from aside_bench.plan.steps import pool_for
+from aside_bench.records.results import StepResult
+from aside_bench.stack.prepare import StackError, wait_until_quiet
+from aside_bench.sweep.collect import collect
+from aside_bench.sweep.runner import Runner
+
+# The two servers measured: name -> the Settings attribute of its base URL.
+TARGETS = {"core": "core_url", "gateway": "gateway_url"}
+WHAT = {
+    "core": "the driver + the core's /healthz (the machine's measurement ceiling)",
+    "gateway": "the gateway's /healthz (its server, no work)",
+}
+
+
+@dataclass(frozen=True)
+class CalibrationParams:
+    probe_s: int = 3
+    budget_s: float = 90.0  # both targets together
+    start: int = 400
+    max_rate: int = 12800
+    p95_ms: float = 10.0
+    resolution_rel: float = 0.1
+
+
+def ladder(params: CalibrationParams) -> list[int]:
+    """start, 2 x start, 4 x start, ... up to max_rate (max_rate itself last)."""
+    rates = []
+    rate = params.start
+    while rate < params.max_rate:
+        rates.append(rate)
+        rate *= 2
+    return [*rates, params.max_rate]
+
+
+def next_probe(history: list[Trial], params: CalibrationParams) -> int | None:
+    """Double until a probe misses, then bisect to `resolution_rel`, then
+    confirm the final held and missed rates as the ceiling search does (a
+    split confirmation gets a third probe); None when done. One slow 3 s probe
+    moved a calibration 1.4x between two runs minutes apart."""
+    low, high = bounds(history)
+    tried = {rate for rate, _ in history}
+    if high is None:  # nothing missed yet; at the ladder's end the figure is a lower bound
+        return next((r for r in ladder(params) if r > low and r not in tried), None)
+    if high - low > max(1, int(low * params.resolution_rel)):
+        middle = (low + high) // 2
+        if middle not in tried and middle > 0:
+            return middle
+    return to_confirm(history)
+
+
+def search(
+    probe: Callable[[int], bool], params: CalibrationParams, budget_s: float
+) -> dict[str, Any]:
+    """Run `probe(rate) -> held` along the search until it ends or the next
+    probe would overrun `budget_s` (judged by the slowest probe so far)."""
+    history: list[Trial] = []
+    began = time.monotonic()
+    slowest = float(params.probe_s)
+    out_of_time = False
+    while (rate := next_probe(history, params)) is not None:
+        spent = time.monotonic() - began
+        if history and spent + slowest > budget_s:
+            out_of_time = True
+            break
+        started = time.monotonic()
+        history.append((rate, probe(rate)))
+        slowest = max(slowest, time.monotonic() - started)
+    low, high = bounds(history)
+    return {
+        "rate": low,
+        "capped": high is None,  # nothing missed: the true ceiling is higher
+        "out_of_time": out_of_time,
+        "missed_at": high,
+        "seconds": round(time.monotonic() - began, 1),
+    }
+
+
+def _probe_line(target: str, rate: int, result: StepResult | None, held: bool) -> str:
+    if result is None or result.latency is None:
+        return f"  calibration {target:<7} @ {rate:>5}/s: no answer -> missed"
+    gen = result.loadgen
+    cpu = "" if gen is None or gen.cpu_cores is None else f", driver {gen.cpu_cores:.2f} cores"
+    return (
+        f"  calibration {target:<7} @ {rate:>5}/s: p95 {result.latency.p95:.2f} ms, "
+        f"drops {result.drop_rate:.1%}{cpu} -> {'held' if held else 'missed'}"
+    )
+
+
+def _probe(runner: Runner, target: str, url: str, rate: int, params: CalibrationParams) -> dict:
+    """One driver run of /healthz against `url`; its record, as a step's."""
+    pool = pool_for(rate, runner.options.max_pool)
+    record: dict[str, Any] = {
+        "scenario": "calibrate",
+        "arm": target,
+        "phase": "none",
+        "rate": rate,
+        "duration_s": params.probe_s,
+        "repeat": 1,
+        "pool": pool,
+        "completed": False,
+    }
+    run = LoadRun(
+        scenario="healthz",
+        run_id=runner.options.run_id,
+        arm=target,
+        phase="none",
+        rate=rate,
+        duration_s=params.probe_s,
+        pool=pool,
+        timeout_s=runner.options.shape.timeout_s,
+        data_dir=runner.options.data_dir,
+        base_url=url,
+    )
+    code = runner.run_load(run, record)
+    record["completed"] = code == 0 and not runner.interrupted
+    return record
+
+
+def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str, Any]:
+    """One target's search, its probes kept as steps are."""
+    url = getattr(runner.settings, TARGETS[target])
+    probes: list[dict[str, Any]] = []
+
+    def probe(rate: int) -> bool:
+        if runner.interrupted:
+            raise KeyboardInterrupt
+        record = _probe(runner, target, url, rate, params)
+        probes.append(record)
+        results = collect(runner.prom, [record])
+        result = results[0] if results else None
+        held = result is not None and result.holds(params.p95_ms)
+        print(_probe_line(target, rate, result, held), flush=True)
+        record["held"] = held
+        if result is not None and result.latency is not None:
+            record["p95_ms"] = round(result.latency.p95, 3)
+        return held
+
+    outcome = search(probe, params, params.budget_s / len(TARGETS))
+    return {"url": url, "what": WHAT[target], **outcome, "probes": probes}
+
+
+def calibrate(runner: Runner, params: CalibrationParams) -> dict[str, Any]:
+    """Both targets, one after the other, each within half the budget."""
+    try:
+        wait_until_quiet(runner.settings, runner.options.recover_timeout_s)
+    except StackError as error:
+        print(f"  warning: {error}; calibrating anyway", flush=True)
+    return {
+        "params": asdict(params),
+        "targets": {target: _target(runner, target, params) for target in TARGETS},
+    }

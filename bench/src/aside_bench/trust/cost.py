@@ -1,0 +1,253 @@
+"""What the load driver itself costs: its own CPU per completed request at one
+fixed rate, side by side in one run with a plain Go net/http open-model loop
+(the driver's `ENGINE=reference`: a sleep and a goroutine per request, the
+default client), both against the core's /healthz, and the driver's read
+scenario against the warm cache arm for what a bench step costs it. The
+variants take turns (A B A B), so a drift of the machine lands in both.
+
+Per variant: the driver's CPU seconds per 1,000 completed requests (its
+utime + stime, /proc/<pid>/stat, as every step records it), its share of the
+machine's cores, the achieved rate, p95 and drops.
+
+The variants and their runs are pure and unit-tested; `run_variants` drives
+them with the bench's runner, one step each.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aside_bench.load.run import LoadRun, step_run
+from aside_bench.plan.steps import Step
+from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import save_figures, save_run
+from aside_bench.report.doc import Doc, write_pages
+from aside_bench.report.sweep import context
+from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
+from aside_bench.sweep.runner import RunBuilder, Runner
+
+KIND = "cost"
+DEFAULT_RATE = 2000
+DEFAULT_DURATION = "20s"
+DEFAULT_REPEAT = 2
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    what: str
+    target: str  # "core": the core's /healthz; "gateway": the read scenario on the gateway
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def scenario(self) -> str:
+        return f"{KIND}-{self.name}"
+
+    @property
+    def arm(self) -> str:
+        return "healthz" if self.target == "core" else "cache"
+
+    @property
+    def phase(self) -> str:
+        return "none" if self.target == "core" else "warm"
+
+
+VARIANTS = (
+    Variant("driver", "aside-load: batched schedule, worker pool, fasthttp", "core"),
+    Variant(
+        "reference",
+        "a plain net/http loop: a sleep and a goroutine per request",
+        "core",
+        {"ENGINE": "reference"},
+    ),
+    Variant("driver-read", "aside-load's read scenario, warm cache arm, checks on", "gateway"),
+)
+NAMES = tuple(variant.name for variant in VARIANTS)
+DEFAULT_NAMES = ("driver", "reference")
+
+
+class VariantError(ValueError):
+    """An unknown variant name."""
+
+
+def parse_variants(text: str | None) -> list[Variant]:
+    """'driver reference' -> those variants in the table's order; None or '': the default two."""
+    words = [word for word in re.split(r"[\s,]+", (text or "").strip()) if word]
+    unknown = [word for word in words if word not in NAMES]
+    if unknown:
+        raise VariantError(f"unknown variant {unknown[0]!r}; choose from {', '.join(NAMES)}")
+    chosen = words or DEFAULT_NAMES
+    return [v for v in VARIANTS if v.name in chosen]
+
+
+def variant_of(scenario: str) -> Variant | None:
+    return next((v for v in VARIANTS if v.scenario == scenario), None)
+
+
+def plan(variants: list[Variant], rate: int, duration_s: int, repeat: int) -> list[Step]:
+    """Every variant once a round, `repeat` rounds."""
+    return [
+        Step(v.scenario, v.arm, v.phase, rate, duration_s, repeat=round_)
+        for round_ in range(1, repeat + 1)
+        for v in variants
+    ]
+
+
+def variant_run(runner: Runner, variant: Variant, step: Step, pool: int) -> LoadRun:
+    """The driver run of one variant's step."""
+    options = runner.options
+    if variant.target == "gateway":
+        read = Step("read", variant.arm, variant.phase, step.rate, step.duration_s,
+                    repeat=step.repeat)  # fmt: skip
+        return step_run(read, options.run_id, options.shape, pool, options.data_dir)
+    return LoadRun(
+        scenario="healthz",
+        run_id=options.run_id,
+        arm=variant.name,
+        phase=step.phase,
+        rate=step.rate,
+        duration_s=step.duration_s,
+        pool=pool,
+        timeout_s=options.shape.timeout_s,
+        data_dir=options.data_dir,
+        repeat=step.repeat,
+        extra=dict(variant.extra),
+        base_url=runner.settings.core_url,
+    )
+
+
+def _builder(runner: Runner, variant: Variant) -> RunBuilder:
+    def build(step: Step, pool: int) -> LoadRun:
+        return variant_run(runner, variant, step, pool)
+
+    return build
+
+
+def run_variants(runner: Runner, steps: list[Step]) -> None:
+    for index, step in enumerate(steps, start=1):
+        if runner.interrupted:
+            return
+        variant = variant_of(step.scenario)
+        assert variant is not None
+        head = f"[{index}/{len(steps)}] {KIND} {variant.name:<11} @ {step.rate:>5}/s"
+        runner.step_with_progress(step, head, len(steps) - index, _builder(runner, variant))
+
+
+# ---- the report -----------------------------------------------------------------------
+def cpu_per_1000(result: StepResult) -> float | None:
+    """The driver's CPU seconds per 1,000 completed requests (= ms per request)."""
+    gen = result.loadgen
+    return None if gen is None else gen.cpu_ms_per_request(result.iterations)
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def figures(results: list[StepResult]) -> list[dict[str, Any]]:
+    """One dict per variant that ran, in the table's order (run.json's "cost"):
+    the median over its rounds, each round's figure kept."""
+    by_name: dict[str, list[StepResult]] = {}
+    for result in results:
+        variant = variant_of(result.step.scenario)
+        if variant is not None:
+            by_name.setdefault(variant.name, []).append(result)
+    reference = _median([cpu_per_1000(r) for r in by_name.get("reference", [])])
+    found = []
+    for variant in VARIANTS:
+        rounds = by_name.get(variant.name)
+        if not rounds:
+            continue
+        costs = [cpu_per_1000(r) for r in rounds]
+        cpu = _median(costs)
+        found.append(
+            {
+                "variant": variant.name,
+                "what": variant.what,
+                "cpu_ms_per_request": cpu,
+                "rounds": costs,
+                "vs_reference": cpu / reference if cpu is not None and reference else None,
+                "cores": _median([r.loadgen.cpu_cores if r.loadgen else None for r in rounds]),
+                "achieved_rps": _median([r.achieved_rps for r in rounds]),
+                "p95_ms": _median([r.latency.p95 if r.latency else None for r in rounds]),
+                "drop_rate": _median([r.drop_rate for r in rounds]),
+            }
+        )
+    return found
+
+
+HEADERS = [
+    "variant",
+    "what",
+    "CPU ms / request",
+    "each round",
+    "vs reference",
+    "driver cores",
+    "achieved /s",
+    "p95 ms",
+    "drops",
+]
+
+
+def cost_table(rows: list[dict[str, Any]], rate: int) -> Table:
+    return Table(
+        f"The load driver's own CPU per completed request at {rate}/s",
+        HEADERS,
+        [
+            [
+                row["variant"],
+                row["what"],
+                _num(row["cpu_ms_per_request"]),
+                " / ".join(_num(cost) for cost in row["rounds"]),
+                MISSING if row["vs_reference"] is None else f"{row['vs_reference']:.2f}x",
+                _num(row["cores"], 2),
+                fmt_rps(row["achieved_rps"]),
+                fmt_ms(row["p95_ms"]),
+                fmt_pct(row["drop_rate"]),
+            ]
+            for row in rows
+        ],
+    )
+
+
+DEFINITIONS = [
+    "CPU ms / request: utime + stime of the driver's process from its start to its exit "
+    "(/proc/<pid>/stat, read as it exits) over the requests it completed, the median of "
+    "the rounds; start-up and the summary's writing are included, the same for every variant",
+    "vs reference: that figure over the plain net/http loop's in the same run",
+    "driver cores: its CPU over the step's duration; the driver shares the machine's cores "
+    "with every service, so what it spends is CPU the services do not get",
+    "achieved /s, p95, drops: from the driver's summary, as every step's",
+]
+
+
+def write_cost(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
+    title = f"Aside driver cost {run['run_id']}"
+    rows = figures(results)
+    run[KIND] = rows
+    save_run(run, out_dir)
+    save_figures(results, out_dir)
+    doc = Doc()
+    doc.h(1, title)
+    context(doc, run)
+    doc.p(
+        "The load driver's own CPU per completed request at one rate, against a plain Go "
+        "net/http open-model loop in the same run, both sending GET /healthz to the core "
+        "(a trivial route of a Go server), the variants taking turns. The driver shares the "
+        "machine's cores with the stack."
+    )
+    table = cost_table(rows, int(run["params"]["rate"]))
+    doc.table(table)
+    doc.h(2, "How the figures are computed")
+    doc.ul(DEFINITIONS)
+    write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)
+    return [table]
