@@ -12,7 +12,7 @@ from aside_bench.plan.steps import BARE_ARM, TIERED_ARMS, series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import save_figures
 from aside_bench.report.doc import Doc, write_pages
-from aside_bench.report.sweep import calibration_rates, caption, context, saturation_section
+from aside_bench.report.sweep import calibration_rates, caption, run_page, saturation_section
 from aside_bench.report.tables import (
     LOADGEN_HEADERS,
     Table,
@@ -138,9 +138,7 @@ def _reference(doc: Doc, found: dict[str, Any]) -> None:
 def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
     limit = float(run["params"]["p95_limit_ms"])
     title = f"Aside ceiling {run['run_id']}"
-    doc = Doc()
-    doc.h(1, title)
-    context(doc, run)
+    doc = run_page(title, run)
     doc.p(
         "The cache arms read counts with a warm cache (the read mix): cache through Redis, l1 "
         "from each worker's memory, hybrid memory then Redis; the healthz arm asks a trivial "

@@ -13,7 +13,7 @@ from aside_bench.plan import interference
 from aside_bench.records.results import StepResult
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.sweep import caption
-from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
+from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps, step_cells
 from aside_bench.stack.machine import summary
 
 LONG_HEADERS = [
@@ -77,17 +77,11 @@ def long_table(results: list[StepResult]) -> Table:
             result = _find(results, arm, rate)
             if result is None:
                 continue
-            latency = result.latency
             rows.append(
                 [
                     arm,
                     str(rate),
-                    fmt_ms(latency.p50 if latency else None),
-                    fmt_ms(latency.p95 if latency else None),
-                    fmt_ms(latency.p99 if latency else None),
-                    fmt_rps(result.achieved_rps),
-                    fmt_pct(result.drop_rate),
-                    fmt_pct(result.hit_rate),
+                    *step_cells(result),
                     *_compute_cells(result),
                 ]
             )

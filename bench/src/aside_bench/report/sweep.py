@@ -58,6 +58,14 @@ def _calibration(doc: Doc, run: dict[str, Any]) -> None:
     doc.ul(lines)
 
 
+def run_page(title: str, run: dict[str, Any]) -> Doc:
+    """A run's page begun: its title and the run's context."""
+    doc = Doc()
+    doc.h(1, title)
+    context(doc, run)
+    return doc
+
+
 def caption(run: dict[str, Any]) -> str:
     return f"Run {run['run_id']} on {summary(run['machine'])}."
 
@@ -183,9 +191,7 @@ DEFINITIONS = [
 
 def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
     title = f"Aside bench {run['run_id']}"
-    doc = Doc()
-    doc.h(1, title)
-    context(doc, run)
+    doc = run_page(title, run)
     figures = save_figures(results, out_dir)
     merged = merge_repeats(results)
     tables = sweep_tables(merged) if results else []

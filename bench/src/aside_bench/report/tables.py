@@ -362,3 +362,17 @@ def sweep_tables(results: list[StepResult]) -> list[Table]:
         if extra is not None:
             tables.append(extra)
     return tables
+
+
+def step_cells(result: StepResult) -> list[str]:
+    """A step's p50, p95 and p99, achieved rate, drop rate and hit rate, as
+    the scenarios' own tables show them."""
+    latency = result.latency
+    return [
+        fmt_ms(latency.p50 if latency else None),
+        fmt_ms(latency.p95 if latency else None),
+        fmt_ms(latency.p99 if latency else None),
+        fmt_rps(result.achieved_rps),
+        fmt_pct(result.drop_rate),
+        fmt_pct(result.hit_rate),
+    ]

@@ -1,7 +1,7 @@
-"""What the fault suite (chaos.py) and the hardening experiments (hardening.py)
-share: a named item's result and its record, the errors that end one item but
-not the run, the parsing of the names given, the wait for an instant of the
-plan, and the run record's header."""
+"""What the suites share: a named item's result and its record (chaos' cases,
+hardening's experiments), the errors that end one item but not the run, the
+parsing of the names given, the wait for an instant of the plan, the run
+record's header and the first lines of every suite's page."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import psycopg
 import redis
 import requests
 
-from aside_bench.stack.machine import describe
+from aside_bench.report.doc import Doc
+from aside_bench.stack.machine import describe, summary
 from aside_bench.stack.prepare import StackError
 from aside_bench.suites.samples import Check
 
@@ -90,3 +91,12 @@ def run_header(run_id: str, kind: str, seed_meta: dict[str, Any]) -> dict[str, A
         "machine": describe(),
         "seed": seed_meta,
     }
+
+
+def suite_page(title: str, run: dict[str, Any]) -> Doc:
+    """A suite's page begun: its title ("Aside <title> <run id>") and the
+    machine it ran on."""
+    doc = Doc()
+    doc.h(1, f"Aside {title} {run['run_id']}")
+    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    return doc

@@ -26,12 +26,13 @@ import redis
 
 from aside_bench.load.run import LoadRun, Summary, SummaryError, deadline_s, new_driver
 from aside_bench.plan.steps import parse_duration, parse_rates
-from aside_bench.report.doc import Doc, save_report
+from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
 from aside_bench.stack import config
-from aside_bench.stack.machine import describe, summary
+from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData, remove_run_users, user_prefix
+from aside_bench.suites.base import suite_page
 from aside_bench.suites.soak.run import SCENARIO, load_tallies
 
 P95_LIMIT_MS = 100.0
@@ -227,9 +228,7 @@ def steps_table(run: dict[str, Any]) -> Table:
 def write_report(run: dict[str, Any], out_dir: Path) -> None:
     params = run["params"]
     table = steps_table(run)
-    doc = Doc()
-    doc.h(1, f"Aside create rate {run['run_id']}")
-    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    doc = suite_page("create rate", run)
     doc.p(
         f"POST /api/v1/users with an Idempotency-Key, straight to the {params['via']}, "
         f"{params['duration_s']} s per rate (the load driver at a constant arrival rate, "

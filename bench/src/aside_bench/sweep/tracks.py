@@ -22,9 +22,8 @@ from aside_bench.report.tables import (
     Table,
     fmt_ms,
     fmt_num,
-    fmt_pct,
-    fmt_rps,
     series_order,
+    step_cells,
 )
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect, flush_cache
@@ -128,19 +127,14 @@ def tracks_table(
             key=lambda r: r.step.rate,
         ):
             key = (arm, phase, result.step.rate)
-            latency, cost = result.latency, result.cost
+            cost = result.cost
             received = wire.get(key)
             used = memory.get(key)
             rows.append(
                 [
                     result.step.label,
                     str(result.step.rate),
-                    fmt_ms(latency.p50 if latency else None),
-                    fmt_ms(latency.p95 if latency else None),
-                    fmt_ms(latency.p99 if latency else None),
-                    fmt_rps(result.achieved_rps),
-                    fmt_pct(result.drop_rate),
-                    fmt_pct(result.hit_rate),
+                    *step_cells(result),
                     fmt_num(
                         None if received is None else received / result.step.duration_s / 1e6, 2
                     ),

@@ -25,8 +25,8 @@ from aside_bench.load.run import LoadRun, step_run
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import save_figures, save_run
-from aside_bench.report.doc import Doc, write_pages
-from aside_bench.report.sweep import context
+from aside_bench.report.doc import write_pages
+from aside_bench.report.sweep import run_page
 from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
 from aside_bench.sweep.runner import RunBuilder, Runner
 
@@ -236,9 +236,7 @@ def write_cost(run: dict[str, Any], results: list[StepResult], out_dir: Path) ->
     run[KIND] = rows
     save_run(run, out_dir)
     save_figures(results, out_dir)
-    doc = Doc()
-    doc.h(1, title)
-    context(doc, run)
+    doc = run_page(title, run)
     doc.p(
         "The load driver's own CPU per completed request at one rate, against a plain Go "
         "net/http open-model loop in the same run, both sending GET /healthz to the core "

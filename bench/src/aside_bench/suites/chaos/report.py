@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aside_bench.report.doc import Doc, save_report
+from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
-from aside_bench.stack.machine import summary
+from aside_bench.suites.base import suite_page
 from aside_bench.suites.chaos.checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S, REPLACE_S
 from aside_bench.suites.samples import READS
 
@@ -125,9 +125,7 @@ def summary_table(run: dict[str, Any]) -> Table:
 
 def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
     params = run["params"]
-    doc = Doc()
-    doc.h(1, f"Aside chaos {run['run_id']}")
-    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    doc = suite_page("chaos", run)
     doc.ul(
         [
             f"load: the load driver at a constant arrival rate of {params['rate']} req/s "

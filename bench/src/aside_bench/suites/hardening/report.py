@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aside_bench.report.doc import Doc, save_report
+from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
-from aside_bench.stack.machine import summary
+from aside_bench.suites.base import suite_page
 
 HELD_CLOSES = ("held_close_min_s", "held_close_p50_s", "held_close_p99_s", "held_close_max_s")
 WINDOW_NAMES = {
@@ -194,9 +194,7 @@ def _context(run: dict[str, Any]) -> list[str]:
 
 
 def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
-    doc = Doc()
-    doc.h(1, f"Aside hardening {run['run_id']}")
-    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    doc = suite_page("hardening", run)
     doc.ul(_context(run))
     tables = [summary_table(run)]
     doc.table(tables[0])

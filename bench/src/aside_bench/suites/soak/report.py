@@ -6,9 +6,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from aside_bench.report.doc import Doc, save_report
+from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
+from aside_bench.suites.base import suite_page
 from aside_bench.suites.soak.growth import (
     MEMORY_GROWTH_FLAG,
     growth_table,
@@ -75,9 +76,7 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
         out_dir / "soak.png",
         f"Soak {run['run_id']} on {machine}.",
     )
-    doc = Doc()
-    doc.h(1, f"Aside soak {run['run_id']}")
-    doc.p(f"Machine: {machine}.", note=True)
+    doc = suite_page("soak", run)
     doc.ul(
         [
             f"load: the load driver at a constant arrival rate of {params['rate']} req/s for "
