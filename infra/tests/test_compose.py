@@ -180,3 +180,20 @@ def test_prometheus_targets_cover_every_job() -> None:
                 assert target.is_file(), f"no compose target file for job {job['job_name']}"
                 host = json.loads(target.read_text())[0]["targets"][0].split(":")[0]
                 assert host in SERVICES, f"{name} points at unknown service {host}"
+
+
+def test_the_seed_image_resolves_every_link_of_contracts() -> None:
+    # `COPY contracts /app/contracts` copies a link as a link: the seeder reads
+    # flush_cache.lua through one, so the image must hold the file it points to.
+    dockerfile = (ROOT / "gateway/Dockerfile").read_text()
+    seed_stage = dockerfile.split("AS seed", 1)[1].split("\nFROM ", 1)[0]
+    assert "COPY contracts /app/contracts" in seed_stage
+    links = [path for path in sorted((ROOT / "contracts").iterdir()) if path.is_symlink()]
+    assert any(path.name == "flush_cache.lua" for path in links)
+    for path in links:
+        if path.name == "store_if_lease_held.lua":
+            continue  # the gateway's own script: the seeder never reads it
+        target = path.resolve().relative_to(ROOT)
+        assert f"COPY {target} /app/{target}" in seed_stage, (
+            f"contracts/{path.name} links to {target}, which the seed image does not copy"
+        )

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"sync/atomic"
 	"time"
@@ -15,23 +16,10 @@ const FlushPattern = Prefix + ":*"
 
 // flushAllSrc is the seeder's flush, which the outbox relay runs for a seed
 // that died between its swap and its flush. ARGV: pattern, channel, message.
-// The same script as contracts/flush_cache.lua (checked by a test).
-const flushAllSrc = `
-local cursor = '0'
-local deleted = 0
-repeat
-    local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
-    cursor = reply[1]
-    local keys = reply[2]
-    -- One key a call: on a Redis Cluster node a command (even in a script)
-    -- may only name keys of one slot, and SCAN's keys span many.
-    for i = 1, #keys do
-        deleted = deleted + redis.call('UNLINK', keys[i])
-    end
-until cursor == '0'
-redis.call('PUBLISH', ARGV[2], ARGV[3])
-return deleted
-`
+// One file: contracts/flush_cache.lua links to it, and the seeder runs it too.
+//
+//go:embed flush_cache.lua
+var flushAllSrc string
 
 var flushAll = redis.NewScript(flushAllSrc)
 

@@ -187,20 +187,6 @@ func ClosedAddr(t testing.TB) string {
 	return addr
 }
 
-// ScriptLines drops a Lua script's comments, blank lines and indentation:
-// what is left must be the same statements in the same order as its
-// contracts/ copy.
-func ScriptLines(src string) []string {
-	var out []string
-	for _, line := range strings.Split(src, "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "--") {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // ContractPath locates a file of contracts/ by walking up from the working
 // directory (go test runs in the package's folder).
 func ContractPath(name string) string {
