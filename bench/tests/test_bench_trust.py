@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from aside_bench.plan.steps import PlanError, Step, build_steps, repeat_steps
 from aside_bench.records import calibration, runfile
 from aside_bench.records.repeats import RepeatedResult, merge, merge_repeats, spread
 from aside_bench.records.results import CacheCounts, Latency, StepResult
+from aside_bench.records.runfile import StepFigures
 from aside_bench.records.saturation import LoadGen, cpu_limit_cores
 from aside_bench.report import sweep as report
 from aside_bench.report.tables import series_table
@@ -193,6 +195,23 @@ def test_calibration_stops_within_its_time() -> None:
     assert found["out_of_time"] and found["capped"] and found["rate"] in (100, 200)
 
 
+def test_a_calibration_reads_as_typed_records() -> None:
+    machine = {"calibration": {
+        "params": {"probe_s": 3, "p95_ms": 10.0},
+        "targets": {"core": {"what": "the core", "rate": 1600, "out_of_time": True,
+                             "missed_at": 3200, "probes": [
+                                 {"rate": 400, "held": True, "p95_ms": 0.5},
+                                 {"rate": 800, "held": True, "p95_ms": 0.7},
+                                 {"rate": 3200, "held": False, "p95_ms": 40.0}]}}}}  # fmt: skip
+    found = calibration.Calibration.of(machine)
+    assert found is not None and (found.probe_s, found.p95_ms) == (3.0, 10.0)
+    core = found.targets["core"]
+    assert (core.rate, core.capped, core.missed_at) == (1600, False, 3200)
+    assert core.base_latency() == (800, 0.6)  # the probes that held, lowest rates first
+    assert core.line() == "the core: 1600 req/s (the time allowed ran out below 3200 req/s)"
+    assert calibration.Calibration.of({}) is None
+
+
 def test_a_capped_calibration_is_stated_as_a_lower_bound() -> None:
     machine = {"calibration": {"targets": {"core": {"rate": 20, "capped": True}}}}
     assert calibration.rate_of(machine) == 20 and calibration.rate_of({}) is None
@@ -206,11 +225,10 @@ def _figures(
     rate: int = 100,
     arm: str = "cache",
     cores: float | None = None,
-) -> list[dict]:
+) -> list[StepFigures]:
     return [
-        {"scenario": "read", "arm": arm, "phase": "warm", "rate": rate, "repeat": i + 1,
-         "p50": 1.0, "p95": p95, "p99": p95 * 2, "achieved": 100.0, "drops": drops, "hit": 0.99,
-         "driver_cpu_cores": cores}
+        StepFigures("read", arm, "warm", rate, repeat=i + 1, p50=1.0, p95=p95, p99=p95 * 2,
+                    achieved=100.0, drops=drops, hit=0.99, driver_cpu_cores=cores)
         for i, p95 in enumerate(p95s)
     ]  # fmt: skip
 
@@ -275,10 +293,8 @@ def test_latencies_of_a_step_past_capacity_in_both_runs_are_not_judged() -> None
     assert row.changes["p95"].basis == compare.PAST_CAPACITY and row.flags == []
     assert "not judged" in compare.cell("p95", row.changes["p95"])
     # Its drops are non-zero in both: alike; its achieved rate is judged.
-    past_a = _figures([980.0, 990.0], drops=0.70)
-    past_b = [{**one, "drops": 0.62, "achieved": 38.0} for one in _figures([400.0, 405.0])]
-    for one in past_a:
-        one["achieved"] = 30.0
+    past_a = [replace(one, achieved=30.0) for one in _figures([980.0, 990.0], drops=0.70)]
+    past_b = [replace(one, drops=0.62, achieved=38.0) for one in _figures([400.0, 405.0])]
     (row,) = compare.compare(past_a, past_b, SAME)
     assert row.changes["drops"].basis == compare.PAST_CAPACITY
     assert row.flags == ["achieved better"]
@@ -288,7 +304,7 @@ def test_latencies_of_a_step_past_capacity_in_both_runs_are_not_judged() -> None
 
 
 def test_only_common_steps_are_compared() -> None:
-    other = [dict(one, rate=300) for one in _figures([4.0])]
+    other = [replace(one, rate=300) for one in _figures([4.0])]
     assert compare.compare(_figures([4.0]), other, SAME) == []
 
 
@@ -348,7 +364,7 @@ def test_the_drivers_cpu_per_request_is_each_steps_machine_meter() -> None:
 def test_the_widest_drift_between_repeats_is_named_in_the_report() -> None:
     # cache (warm) at 100/s: the driver spent 0.92 and then 1.27 ms per request.
     steady = _figures([4.0, 4.0], rate=500, cores=0.3 * 5)
-    drifting = [dict(one, driver_cpu_cores=cores) for one, cores in
+    drifting = [replace(one, driver_cpu_cores=cores) for one, cores in
                 zip(_figures([4.0, 4.0]), (0.092, 0.127), strict=True)]  # fmt: skip
     drift = meter.widest_drift(steady + drifting)
     assert drift is not None and drift.key == KEY
@@ -377,7 +393,7 @@ def test_the_steps_meter_judges_the_machines_before_the_calibration() -> None:
 
 def _p50s(values: list[float], cores: float) -> list[dict]:
     """Repeats whose latencies are all proportional to their p50 `values`."""
-    return [dict(one, p50=p50, p95=4 * p50, p99=8 * p50) for one, p50 in zip(
+    return [replace(one, p50=p50, p95=4 * p50, p99=8 * p50) for one, p50 in zip(
             _figures([4.0] * len(values), cores=cores), values, strict=True)]  # fmt: skip
 
 
@@ -458,7 +474,7 @@ def test_compare_writes_its_table(tmp_path: Path) -> None:
 def test_results_json_round_trips_the_figures(tmp_path: Path) -> None:
     runfile.save_figures([_result(4.0, 2)], tmp_path)
     (one,) = runfile.load_figures(tmp_path)
-    assert (one["repeat"], one["p95"], one["saturated"]) == (2, 4.0, False)
+    assert (one.repeat, one.p95, one.saturated) == (2, 4.0, False)
     assert runfile.load_figures(tmp_path / "none") is None
 
 

@@ -441,7 +441,9 @@ def _load_run(reports_dir: Path, run_id: str) -> tuple[dict[str, Any], Path]:
     return _read_run(out_dir), out_dir
 
 
-def _figures(settings: config.Settings, run: dict[str, Any], out_dir: Path) -> list[dict]:
+def _figures(
+    settings: config.Settings, run: dict[str, Any], out_dir: Path
+) -> list[runfile.StepFigures]:
     """A run's per-step figures: its results.json (written with its report, so a
     run from another machine compares without its Prometheus), else its run.json
     and Prometheus."""
@@ -449,7 +451,7 @@ def _figures(settings: config.Settings, run: dict[str, Any], out_dir: Path) -> l
     if saved is not None:
         return saved
     prom = Prometheus(settings.prometheus_url)
-    return [runfile.step_figures(r) for r in collect(prom, run["steps"])]
+    return [runfile.StepFigures.of(r) for r in collect(prom, run["steps"])]
 
 
 def _run_ids(given: str) -> list[str]:
@@ -462,9 +464,10 @@ def _run_ids(given: str) -> list[str]:
 
 def _side(
     settings: config.Settings, reports_dir: Path, given: str
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[dict[str, Any], list[runfile.StepFigures]]:
     """One side of a compare: its run (several: compare.baseline) and all their figures."""
-    runs, figures = [], []
+    runs: list[dict[str, Any]] = []
+    figures: list[runfile.StepFigures] = []
     for run_id in _run_ids(given):
         run, out_dir = _load_run(reports_dir, run_id)
         runs.append(run)

@@ -7,7 +7,7 @@ where the service's p95 moved fourfold). `compare` puts one run's latencies on a
 machine by it; a report states how far it moved between the repeats of one
 step (docs/decisions/040-the-machines-meter.md).
 
-Pure functions over a run's figures (records.runfile.step_figures), so every rule here
+Pure functions over a run's figures (records.runfile.StepFigures), so every rule here
 has a unit test.
 """
 
@@ -15,35 +15,30 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
-StepKey = tuple[str, str, str, int]
+from aside_bench.records.runfile import StepFigures, StepKey
 
 # A step that dropped more than this share of its iterations does not read the
 # machine's speed: the driver spent CPU on requests it never sent.
 MAX_DROPS = 0.01
 
 
-def step_key(one: dict[str, Any]) -> StepKey:
-    return (one["scenario"], one["arm"], one["phase"], int(one["rate"]))
-
-
-def driver_cost(one: dict[str, Any]) -> float | None:
+def driver_cost(one: StepFigures) -> float | None:
     """The driver's CPU seconds per request of one repeat of a step that held
     its rate; None where it dropped iterations or the driver's CPU was not read."""
-    cores, achieved = one.get("driver_cpu_cores"), one.get("achieved")
+    cores, achieved = one.driver_cpu_cores, one.achieved
     if not cores or not achieved or cores <= 0 or achieved <= 0:
         return None
-    if (one.get("drops") or 0.0) > MAX_DROPS:
+    if (one.drops or 0.0) > MAX_DROPS:
         return None
     return float(cores) / float(achieved)
 
 
-def _costs_by_step(figures: list[dict[str, Any]]) -> dict[StepKey, list[float]]:
+def _costs_by_step(figures: list[StepFigures]) -> dict[StepKey, list[float]]:
     """Every step's costs, for the steps whose every repeat has one."""
     found: dict[StepKey, list[float | None]] = {}
     for one in figures:
-        found.setdefault(step_key(one), []).append(driver_cost(one))
+        found.setdefault(one.key, []).append(driver_cost(one))
     return {
         key: [cost for cost in costs if cost is not None]
         for key, costs in found.items()
@@ -51,15 +46,13 @@ def _costs_by_step(figures: list[dict[str, Any]]) -> dict[StepKey, list[float]]:
     }
 
 
-def driver_costs(figures: list[dict[str, Any]]) -> dict[StepKey, float]:
+def driver_costs(figures: list[StepFigures]) -> dict[StepKey, float]:
     """Each step's driver cost per request, the median over its repeats, for the
     steps that held their rate in every repeat."""
     return {key: statistics.median(costs) for key, costs in _costs_by_step(figures).items()}
 
 
-def step_speeds(
-    figures_a: list[dict[str, Any]], figures_b: list[dict[str, Any]]
-) -> dict[StepKey, float]:
+def step_speeds(figures_a: list[StepFigures], figures_b: list[StepFigures]) -> dict[StepKey, float]:
     """How much faster B's machine ran than A's during each step both held:
     A's driver cost per request over B's (above 1: B faster)."""
     costs_a, costs_b = driver_costs(figures_a), driver_costs(figures_b)
@@ -76,7 +69,7 @@ class Drift:
     high: float
 
 
-def widest_drift(figures: list[dict[str, Any]]) -> Drift | None:
+def widest_drift(figures: list[StepFigures]) -> Drift | None:
     """The step whose repeats' driver costs lay furthest apart; None without a
     repeated step that held its rate."""
     drifts = [

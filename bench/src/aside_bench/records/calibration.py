@@ -1,61 +1,129 @@
-"""What a run's calibration found (run.json's "machine" -> "calibration"): the
-rate each target held, the machine's base latency, and a line per target for
-the reports. Pure readers of the record trust/calibrate.py writes."""
+"""What a run's calibration found (run.json's "machine" -> "calibration",
+written by trust/calibrate.py), read as typed records: the rate each target
+held, its probes, the machine's base latency, and a line per target for the
+reports. Pure: nothing here runs a probe."""
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
-
-
-def _found(machine: dict[str, Any], target: str) -> dict[str, Any]:
-    """What a run's calibration found for `target` ({} when not calibrated)."""
-    return (machine.get("calibration") or {}).get("targets", {}).get(target) or {}
-
-
-def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
-    """A run's calibrated rate for `target`; None when it was not calibrated."""
-    found = _found(machine, target)
-    return int(found["rate"]) if found.get("rate") else None
-
 
 # How many of the lowest-rate probes the base latency is the median of: one 3 s
 # probe's p95 alone moved 2.5x between runs where the runs' own figures agreed.
 BASE_PROBES = 3
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One driver run of a target's /healthz at one rate."""
+
+    rate: int
+    held: bool
+    p95_ms: float | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Probe:
+        p95 = data.get("p95_ms")
+        return cls(int(data["rate"]), bool(data.get("held")), None if p95 is None else float(p95))
+
+
+@dataclass(frozen=True)
+class TargetFound:
+    """What the search found for one target (the core's or the gateway's /healthz)."""
+
+    what: str
+    rate: int | None  # the highest rate held; None: none held
+    capped: bool  # held at every rate tried: the rate is a lower bound
+    out_of_time: bool
+    missed_at: int | None
+    probes: tuple[Probe, ...]
+
+    @classmethod
+    def from_json(cls, target: str, data: dict[str, Any]) -> TargetFound:
+        missed = data.get("missed_at")
+        return cls(
+            what=str(data.get("what", target)),
+            rate=int(data["rate"]) if data.get("rate") else None,
+            capped=bool(data.get("capped")),
+            out_of_time=bool(data.get("out_of_time")),
+            missed_at=None if missed is None else int(missed),
+            probes=tuple(Probe.from_json(one) for one in data.get("probes", [])),
+        )
+
+    def base_latency(self) -> tuple[int, float] | None:
+        """(the highest rate used, median p95 ms) of the BASE_PROBES lowest-rate
+        probes that held: the machine's latency for a trivial request at low
+        load, which moves between runs where the rate found at the knee does
+        not; None without one."""
+        held = [p for p in self.probes if p.held and p.p95_ms is not None]
+        lowest = sorted(held, key=lambda probe: probe.rate)[:BASE_PROBES]
+        if not lowest:
+            return None
+        return lowest[-1].rate, statistics.median(p.p95_ms for p in lowest if p.p95_ms is not None)
+
+    def line(self) -> str:
+        """One line for reports and the console."""
+        rate = f"{'>= ' if self.capped else ''}{self.rate} req/s"
+        notes = []
+        if self.capped:
+            notes.append("nothing missed up to the highest rate tried")
+        if self.out_of_time:
+            below = f" below {self.missed_at} req/s" if self.missed_at else ""
+            notes.append("the time allowed ran out" + below)
+        tail = f" ({'; '.join(notes)})" if notes else ""
+        return f"{self.what}: {rate}{tail}"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A run's calibration: the probes' length and p95 limit, and each target's finding."""
+
+    probe_s: float
+    p95_ms: float
+    targets: dict[str, TargetFound]
+
+    @classmethod
+    def of(cls, machine: dict[str, Any]) -> Calibration | None:
+        """The calibration of a run's machine record; None when it was not calibrated."""
+        data = machine.get("calibration")
+        if not data:
+            return None
+        params = data.get("params", {})
+        return cls(
+            probe_s=float(params.get("probe_s", 0)),
+            p95_ms=float(params.get("p95_ms", 0)),
+            targets={
+                target: TargetFound.from_json(target, found or {})
+                for target, found in data.get("targets", {}).items()
+            },
+        )
+
+
+def _found(machine: dict[str, Any], target: str) -> TargetFound | None:
+    calibration = Calibration.of(machine)
+    return None if calibration is None else calibration.targets.get(target)
+
+
+def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
+    """A run's calibrated rate for `target`; None when it was not calibrated."""
+    found = _found(machine, target)
+    return None if found is None else found.rate
+
+
 def base_latency(machine: dict[str, Any], target: str = "core") -> tuple[int, float] | None:
-    """(the highest rate used, median p95 ms) of the calibration's BASE_PROBES
-    lowest-rate probes of `target` that held: the machine's latency for a
-    trivial request at low load, which moves between runs where the rate found
-    at the knee does not; None without one."""
-    probes = _found(machine, target).get("probes", [])
-    held = [p for p in probes if p.get("held") and p.get("p95_ms") is not None]
-    lowest = sorted(held, key=lambda probe: probe["rate"])[:BASE_PROBES]
-    if not lowest:
-        return None
-    return int(lowest[-1]["rate"]), statistics.median(float(p["p95_ms"]) for p in lowest)
+    """`target`'s base latency (TargetFound.base_latency); None without one."""
+    found = _found(machine, target)
+    return None if found is None else found.base_latency()
 
 
 def capped(machine: dict[str, Any], target: str = "core") -> bool:
     """The calibration held at every rate it tried: its rate is a lower bound."""
-    return bool(_found(machine, target).get("capped"))
+    found = _found(machine, target)
+    return found is not None and found.capped
 
 
 def describe(machine: dict[str, Any]) -> list[str]:
     """One line per target for reports and the console."""
-    calibration = machine.get("calibration")
-    if not calibration:
-        return []
-    lines = []
-    for target, found in calibration.get("targets", {}).items():
-        rate = f"{'>= ' if found.get('capped') else ''}{found.get('rate')} req/s"
-        notes = []
-        if found.get("capped"):
-            notes.append("nothing missed up to the highest rate tried")
-        if found.get("out_of_time"):
-            missed = found.get("missed_at")
-            notes.append("the time allowed ran out" + (f" below {missed} req/s" if missed else ""))
-        tail = f" ({'; '.join(notes)})" if notes else ""
-        lines.append(f"{found.get('what', target)}: {rate}{tail}")
-    return lines
+    calibration = Calibration.of(machine)
+    return [] if calibration is None else [found.line() for found in calibration.targets.values()]

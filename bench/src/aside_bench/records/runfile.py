@@ -1,10 +1,12 @@
 """A run's own record, run.json (its parameters, machine, seed, settings and
-steps), and the figures of its steps, results.json (what `compare` reads):
-one load and one save each, and the schema version run.json carries."""
+steps), and the figures of its steps, results.json (StepFigures, what
+`compare` and the machine's meter read): one load and one save each, and the
+schema version run.json carries."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -13,42 +15,85 @@ from aside_bench.records.results import StepResult
 FIGURES_FILE = "results.json"
 
 
-def step_figures(result: StepResult) -> dict[str, Any]:
-    """One run of a step as results.json keeps it (what `compare` reads)."""
-    step, latency, gen = result.step, result.latency, result.loadgen
-    return {
-        "scenario": step.scenario,
-        "arm": step.arm,
-        "phase": step.phase,
-        "rate": step.rate,
-        "repeat": step.repeat,
-        "duration_s": step.duration_s,
-        "p50": None if latency is None else latency.p50,
-        "p95": None if latency is None else latency.p95,
-        "p99": None if latency is None else latency.p99,
-        "achieved": result.achieved_rps,
-        "drops": result.drop_rate,
-        "hit": result.hit_rate,
-        "driver_cpu_cores": None if gen is None else gen.cpu_cores,
-        "p95_from_due": None if result.from_due is None else result.from_due.p95,
-        "saturated": result.saturated,
-    }
+# A step of a run: (scenario, arm, phase, rate); its repeats share it.
+StepKey = tuple[str, str, str, int]
 
 
-def save_figures(results: list[StepResult], out_dir: Path) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class StepFigures:
+    """One run of a step as results.json keeps it: what `compare` and the
+    machine's meter read. A figure not measured is None."""
+
+    scenario: str
+    arm: str
+    phase: str
+    rate: int
+    repeat: int = 1
+    duration_s: float | None = None
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    achieved: float | None = None
+    drops: float | None = None
+    hit: float | None = None
+    driver_cpu_cores: float | None = None
+    p95_from_due: float | None = None
+    saturated: bool = False
+
+    @property
+    def key(self) -> StepKey:
+        return (self.scenario, self.arm, self.phase, self.rate)
+
+    def figure(self, name: str) -> float | None:
+        """A figure by its name in results.json ("p95", "achieved", ...)."""
+        value = getattr(self, name)
+        return None if value is None else float(value)
+
+    @classmethod
+    def of(cls, result: StepResult) -> StepFigures:
+        step, latency, gen = result.step, result.latency, result.loadgen
+        return cls(
+            scenario=step.scenario,
+            arm=step.arm,
+            phase=step.phase,
+            rate=step.rate,
+            repeat=step.repeat,
+            duration_s=step.duration_s,
+            p50=None if latency is None else latency.p50,
+            p95=None if latency is None else latency.p95,
+            p99=None if latency is None else latency.p99,
+            achieved=result.achieved_rps,
+            drops=result.drop_rate,
+            hit=result.hit_rate,
+            driver_cpu_cores=None if gen is None else gen.cpu_cores,
+            p95_from_due=None if result.from_due is None else result.from_due.p95,
+            saturated=result.saturated,
+        )
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepFigures:
+        """A row of results.json; a field it lacks (an older bench's) is None."""
+        known = {f.name for f in fields(cls)}
+        values = {name: value for name, value in data.items() if name in known}
+        return cls(**{**values, "rate": int(values["rate"])})
+
+
+def save_figures(results: list[StepResult], out_dir: Path) -> list[StepFigures]:
     """Every step's figures into results.json; the figures."""
-    figures = [step_figures(result) for result in results]
-    (out_dir / FIGURES_FILE).write_text(json.dumps(figures, indent=1) + "\n")
+    figures = [StepFigures.of(result) for result in results]
+    rows = [asdict(one) for one in figures]
+    (out_dir / FIGURES_FILE).write_text(json.dumps(rows, indent=1) + "\n")
     return figures
 
 
-def load_figures(out_dir: Path) -> list[dict[str, Any]] | None:
-    """The figures a report wrote; None when it wrote none (older runs)."""
+def load_figures(out_dir: Path) -> list[StepFigures] | None:
+    """The figures a report wrote; None when it wrote none or they cannot be
+    read (older runs: `compare` then rebuilds them)."""
     try:
         found = json.loads((out_dir / FIGURES_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+        return [StepFigures.from_json(row) for row in found]
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    return found if isinstance(found, list) else None
 
 
 # run.json's shape: 2 since the load driver's figures (the driver's CPU and

@@ -14,7 +14,7 @@ from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
 from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
-from aside_bench.records.runfile import save_figures
+from aside_bench.records.runfile import StepFigures, save_figures
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.tables import (
     Table,
@@ -39,23 +39,22 @@ def calibration_rates(run: dict[str, Any]) -> dict[str, int | None]:
 
 def _calibration(doc: Doc, run: dict[str, Any]) -> None:
     """The machine's calibration, stated in every report (or that it was skipped)."""
-    lines = calibration.describe(run.get("machine", {}))
+    found = calibration.Calibration.of(run.get("machine", {}))
     doc.h(2, "Calibration")
-    if not lines:
+    if found is None:
         doc.p(
             "Not calibrated (CALIBRATE=0): nothing states how fast this machine measures, "
             "so its figures compare with no other machine's.",
             note=True,
         )
         return
-    found = run["machine"]["calibration"]
     doc.p(
         "Before its steps the run measured the machine: the highest rate the driver held "
-        f"(p95 <= {found['params']['p95_ms']:g} ms, no drops) against two trivial routes, "
-        f"{found['params']['probe_s']} s per probe. The first is the ceiling of any "
+        f"(p95 <= {found.p95_ms:g} ms, no drops) against two trivial routes, "
+        f"{found.probe_s:g} s per probe. The first is the ceiling of any "
         "measurement on this machine with the driver on it; rates are compared with them below."
     )
-    doc.ul(lines)
+    doc.ul([target.line() for target in found.targets.values()])
 
 
 def run_page(title: str, run: dict[str, Any]) -> Doc:
@@ -220,7 +219,7 @@ def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -
     return tables
 
 
-def machine_drift_line(figures: list[dict[str, Any]]) -> str | None:
+def machine_drift_line(figures: list[StepFigures]) -> str | None:
     """How far the machine's speed moved between the repeats of one step, the
     widest of the run; None without a repeated step that held its rate."""
     drift = meter.widest_drift(figures)

@@ -40,10 +40,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from aside_bench.load.meter import StepKey, step_key
 from aside_bench.plan.steps import series_label
 from aside_bench.records.calibration import rate_of
 from aside_bench.records.repeats import Spread, spread
+from aside_bench.records.runfile import StepFigures, StepKey
 from aside_bench.report.tables import Table, fmt_ms, fmt_pct, fmt_rps
 from aside_bench.trust.machines import (
     Scale,
@@ -167,10 +167,10 @@ def change(
     return Change(a, b, noise, basis, flag)
 
 
-def _by_step(figures: list[dict[str, Any]]) -> dict[StepKey, list[dict[str, Any]]]:
-    grouped: dict[StepKey, list[dict[str, Any]]] = {}
+def _by_step(figures: list[StepFigures]) -> dict[StepKey, list[StepFigures]]:
+    grouped: dict[StepKey, list[StepFigures]] = {}
     for one in figures:
-        grouped.setdefault(step_key(one), []).append(one)
+        grouped.setdefault(one.key, []).append(one)
     return grouped
 
 
@@ -198,8 +198,8 @@ class Row:
 
 
 def compare(
-    figures_a: list[dict[str, Any]],
-    figures_b: list[dict[str, Any]],
+    figures_a: list[StepFigures],
+    figures_b: list[StepFigures],
     scale: Scale,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> list[Row]:
@@ -229,11 +229,11 @@ def _as_is(name: str, value: float | None) -> float | None:
 
 
 def _spreads(
-    runs: list[dict[str, Any]],
+    runs: list[StepFigures],
     put: Callable[[str, float | None], float | None] = _as_is,
 ) -> dict[str, Spread | None]:
     """Each figure of a step over its repeats, each repeat's figure `put` on A's machine."""
-    return {name: spread([put(name, one.get(name)) for one in runs]) for name in FIGURES}
+    return {name: spread([put(name, one.figure(name)) for one in runs]) for name in FIGURES}
 
 
 def series_widths(

@@ -10,8 +10,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from aside_bench.load.meter import StepKey
 from aside_bench.records.calibration import base_latency, capped, rate_of
+from aside_bench.records.runfile import StepKey
 
 # Runs whose machine calibrations differ by more than this are not compared as they are.
 MACHINE_RATIO_LIMIT = 1.25
