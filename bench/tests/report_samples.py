@@ -3,10 +3,9 @@ without running any load (the report and browser tests share them)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, StepResult
+from aside_bench.records.runfile import RunRecord
 
 
 def sample_result(
@@ -34,9 +33,10 @@ RESULTS = [
 ]
 
 
-def sample_run() -> dict[str, Any]:
-    return {
+def sample_run() -> RunRecord:
+    return RunRecord.from_json({
         "run_id": "unit-1",
+        "kind": "run",
         "created": "2026-01-01T00:00:00+00:00",
         "params": {"scenario": "read", "duration_s": 30, "hot_share": 0.9, "hot_count": 100,
                    "cold_sample_used": 200, "write_share": 0.1},
@@ -45,4 +45,4 @@ def sample_run() -> dict[str, Any]:
         "seed": {"rows": 1000000, "index": False, "seed": 42},
         "settings": {"gateway_url": "http://gateway"},
         "steps": [],
-    }  # fmt: skip
+    })  # fmt: skip

@@ -25,6 +25,7 @@ from aside_bench.plan.steps import (
     scenario_arms,
 )
 from aside_bench.records.results import CacheCounts, Latency, StepResult
+from aside_bench.records.runfile import RunRecord
 from aside_bench.report import interference as interference_report
 from aside_bench.sweep.collect import compute_beside
 from aside_bench.sweep.runner import quick_line
@@ -239,8 +240,9 @@ def test_the_progress_line_shows_the_compute_beside_the_reads() -> None:
 
 
 def test_the_report_has_its_tables_and_its_chart(tmp_path: Path) -> None:
-    run = {
+    run = RunRecord.from_json({
         "run_id": "unit-interference",
+        "kind": "run",
         "created": "2026-01-01T00:00:00+00:00",
         "params": {"scenario": SCENARIO, "duration_s": 10, "hot_share": 0.9,
                    "cold_sample_used": 200, "complexity": 10,
@@ -250,7 +252,7 @@ def test_the_report_has_its_tables_and_its_chart(tmp_path: Path) -> None:
         "seed": {"rows": 1000, "index": False},
         "settings": {"gateway_url": "http://gateway"},
         "steps": [{"arm": "go-bcrypt", "rate": 5, "warning": "slow to settle"}],
-    }  # fmt: skip
+    })  # fmt: skip
     tables = interference_report.write_interference(run, RESULTS, tmp_path)
     assert [t.title for t in tables] == [
         "reads p99 latency by compute rate",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,7 @@ def test_sweep_report_writes_markdown_html_and_png_charts(tmp_path: Path) -> Non
 
 def test_ceiling_report_names_each_ceiling_and_the_ratio(tmp_path: Path) -> None:
     base = sample_run()
-    run = base | {"params": base["params"] | {"p95_limit_ms": 10, "scenario": "ceiling"}}
+    run = replace(base, params=base.params | {"p95_limit_ms": 10, "scenario": "ceiling"})
 
     def step(arm: str, phase: str, rate: int, p95: float) -> StepResult:
         return StepResult(Step("ceiling", arm, phase, rate, 10), Latency(1, p95, p95, rate * 10),
@@ -106,10 +107,14 @@ def test_ceiling_report_names_each_ceiling_and_the_ratio(tmp_path: Path) -> None
 def test_a_run_of_another_shape_is_refused_naming_both_versions(tmp_path: Path) -> None:
     from aside_bench.cli import parser as cli
 
-    run = {"schema_version": runfile.RUN_SCHEMA, "run_id": "now", "steps": []}
+    run = replace(sample_run(), run_id="now", extra={"cost": [{"variant": "driver"}]})
     (tmp_path / "now").mkdir()
     runfile.save_run(run, tmp_path / "now")
-    assert runfile.load_run(tmp_path / "now") == run
+    assert runfile.load_run(tmp_path / "now") == run  # a kind's own findings too
+    saved = json.loads((tmp_path / "now" / "run.json").read_text())
+    assert saved["schema_version"] == runfile.RUN_SCHEMA and saved["cost"] == [
+        {"variant": "driver"}
+    ]
     # A run from before the field (the load generator's old figures): shape 1.
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "run.json").write_text(json.dumps({"run_id": "old", "steps": []}))

@@ -24,7 +24,7 @@ from aside_bench.plan.steps import PlanError, Step, build_steps, repeat_steps
 from aside_bench.records import calibration, runfile
 from aside_bench.records.repeats import RepeatedResult, merge, merge_repeats, spread
 from aside_bench.records.results import CacheCounts, Latency, StepResult
-from aside_bench.records.runfile import StepFigures
+from aside_bench.records.runfile import RunRecord, StepFigures
 from aside_bench.records.saturation import LoadGen, cpu_limit_cores
 from aside_bench.report import sweep as report
 from aside_bench.report.tables import series_table
@@ -308,10 +308,11 @@ def test_only_common_steps_are_compared() -> None:
     assert compare.compare(_figures([4.0]), other, SAME) == []
 
 
-def _run(run_id: str, rate: int | None) -> dict:
+def _run(run_id: str, rate: int | None) -> RunRecord:
     targets = {} if rate is None else {"core": {"rate": rate}, "gateway": {"rate": rate // 2}}
     calibration = {"targets": targets} if rate is not None else None
-    return {"run_id": run_id, "machine": {"nproc": 2, "cpu": "x", "calibration": calibration}}
+    machine = {"nproc": 2, "cpu": "x", "calibration": calibration}
+    return RunRecord(run_id, "run", "2026-01-01T00:00:00+00:00", {}, machine, {}, {})
 
 
 def test_machines_calibrated_too_far_apart_are_refused() -> None:
@@ -434,8 +435,8 @@ def test_a_flag_on_a_step_whose_machine_moved_says_so(tmp_path: Path) -> None:
 def test_a_baseline_of_several_runs_pools_their_repeats(tmp_path: Path) -> None:
     runs = [_run("r1", 1000), _run("r2", 3000), _run("r3", 2000)]
     side = compare.baseline(runs)
-    assert side["run_id"] == "r1+r2+r3" and side["runs"] == ["r1", "r2", "r3"]
-    assert calibration.rate_of(side["machine"]) == 2000  # the median run's machine
+    assert side.run_id == "r1+r2+r3" and side.runs == ["r1", "r2", "r3"]
+    assert calibration.rate_of(side.machine) == 2000  # the median run's machine
     assert compare.baseline(runs[:1]) is runs[0]
     # Each run alone agreed within 2 %, the two 25 % apart: pooled, that is the noise.
     first, second = _figures([4.0, 4.1]), _figures([5.0, 5.1])
@@ -545,9 +546,9 @@ def test_an_interrupted_step_stops_every_search() -> None:
     assert calls == ["a", "b", "a"] and len(found["a"]) == 1 and len(found["b"]) == 1
 
 
-def _probed(run_id: str, probes: list[tuple[int, float | None, bool]]) -> dict:
+def _probed(run_id: str, probes: list[tuple[int, float | None, bool]]) -> RunRecord:
     run = _run(run_id, 3200)
-    run["machine"]["calibration"]["targets"]["core"]["probes"] = [
+    run.machine["calibration"]["targets"]["core"]["probes"] = [
         {"rate": rate, "p95_ms": p95, "held": held} for rate, p95, held in probes
     ]
     return run
@@ -557,10 +558,10 @@ def test_the_base_latency_is_the_median_of_the_lowest_probes_that_held() -> None
     probes = [(800, 0.48, True), (400, 1.13, True), (3200, 5.0, True), (1600, 0.52, True)]
     run = _probed("a", [*probes, (6400, 40.0, False)])
     # 400, 800 and 1600/s: one slow probe (1.13 ms) does not move it.
-    assert calibration.base_latency(run["machine"]) == (1600, 0.52)
-    assert calibration.base_latency(_probed("b", [(400, 0.55, True)])["machine"]) == (400, 0.55)
-    assert calibration.base_latency(_probed("b", [(400, 12.0, False)])["machine"]) is None
-    assert calibration.base_latency(_run("c", None)["machine"]) is None
+    assert calibration.base_latency(run.machine) == (1600, 0.52)
+    assert calibration.base_latency(_probed("b", [(400, 0.55, True)]).machine) == (400, 0.55)
+    assert calibration.base_latency(_probed("b", [(400, 12.0, False)]).machine) is None
+    assert calibration.base_latency(_run("c", None).machine) is None
 
 
 def test_compare_warns_when_the_machines_base_latency_moved() -> None:

@@ -74,7 +74,7 @@ def test_every_table_and_chart_renders(
     page, tables, drawn = sample_report
     assert len(tables) >= 3 and len(drawn) == 4
     shown = browser.render(driver, page)
-    assert shown.title == f"Aside bench {sample_run()['run_id']}"
+    assert shown.title == f"Aside bench {sample_run().run_id}"
     _assert_shows(shown, tables, drawn)
     assert all(image.width > 400 for image in shown.images)
 
@@ -147,7 +147,7 @@ Bench = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def _sample_run_dir(reports_dir: Path, sample_report: SampleReport) -> str:
-    run_id = sample_run()["run_id"]
+    run_id = sample_run().run_id
     shutil.copytree(sample_report[0].parent, reports_dir / run_id)
     return run_id
 

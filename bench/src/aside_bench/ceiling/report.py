@@ -10,7 +10,7 @@ from typing import Any
 from aside_bench.ceiling.search import Reference, ceiling_of, limit_of
 from aside_bench.plan.steps import BARE_ARM, TIERED_ARMS, series_label
 from aside_bench.records.results import StepResult
-from aside_bench.records.runfile import save_figures
+from aside_bench.records.runfile import RunRecord, save_figures
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.sweep import calibration_rates, caption, run_page, saturation_section
 from aside_bench.report.tables import (
@@ -135,9 +135,9 @@ def _reference(doc: Doc, found: dict[str, Any]) -> None:
     )
 
 
-def write_ceiling(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
-    limit = float(run["params"]["p95_limit_ms"])
-    title = f"Aside ceiling {run['run_id']}"
+def write_ceiling(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
+    limit = float(run.params["p95_limit_ms"])
+    title = f"Aside ceiling {run.run_id}"
     doc = run_page(title, run)
     doc.p(
         "The cache arms read counts with a warm cache (the read mix): cache through Redis, l1 "

@@ -40,6 +40,7 @@ from aside_bench.plan.steps import (
     scenario_arms,
 )
 from aside_bench.records import calibration, runfile
+from aside_bench.records.runfile import RunRecord
 from aside_bench.records.saturation import cpu_limit_cores
 from aside_bench.report import interference as interference_report
 from aside_bench.report import shards
@@ -51,7 +52,7 @@ from aside_bench.stack.sources import Influx, Prometheus, SourceError
 from aside_bench.sweep import tracks
 from aside_bench.sweep.collect import collect
 from aside_bench.sweep.runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
-from aside_bench.trust import calibrate, compare, cost
+from aside_bench.trust import calibrate, compare, cost, machines
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 
@@ -191,9 +192,9 @@ def _calibrate(runner: Runner, args: argparse.Namespace) -> None:
         return
     params = _calibration_params(args)
     print(f"calibration: {params.probe_s}s probes, at most {params.budget_s:.0f}s", flush=True)
-    runner.run["machine"]["calibration"] = calibrate.calibrate(runner, params)
+    runner.run.machine["calibration"] = calibrate.calibrate(runner, params)
     runfile.save_run(runner.run, runner.options.out_dir)
-    for line in calibration.describe(runner.run["machine"]):
+    for line in calibration.describe(runner.run.machine):
         print(f"calibration: {line}", flush=True)
 
 
@@ -218,7 +219,7 @@ def _new_runner(
 ) -> Runner:
     """Create the run's folder and the runner that fills it (sweep or ceiling)."""
     run = new_run(kind, run_id, params, seed, settings)
-    limit = cpu_limit_cores(run["machine"]["nproc"] or 1, args.driver_cpu_share)
+    limit = cpu_limit_cores(run.machine["nproc"] or 1, args.driver_cpu_share)
     params["driver_cpu_limit_cores"] = limit
     params["driver_cpu_share"] = args.driver_cpu_share
     params["samples_file"] = args.samples_file
@@ -375,13 +376,13 @@ def cmd_report(args: argparse.Namespace, settings: config.Settings) -> int:
     out_dir = _known_run(args.reports_dir or settings.default_reports_dir, args.run, "report")
     run = _read_run(out_dir)
     prom = Prometheus(settings.prometheus_url)
-    results = collect(prom, run["steps"])
-    if run.get("kind") == "ceiling":
+    results = collect(prom, run.steps)
+    if run.kind == "ceiling":
         writer = ceiling_report.write_ceiling
-    elif run.get("kind") == cost.KIND:
+    elif run.kind == cost.KIND:
         writer = cost.write_cost
     else:
-        writer = _sweep_writer(run.get("params", {}).get("scenario"), settings)
+        writer = _sweep_writer(run.params.get("scenario"), settings)
     for table in writer(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")
@@ -427,7 +428,7 @@ def cmd_screenshot(args: argparse.Namespace, settings: config.Settings) -> int:
     )
 
 
-def _read_run(out_dir: Path) -> dict[str, Any]:
+def _read_run(out_dir: Path) -> RunRecord:
     try:
         return runfile.load_run(out_dir)
     except runfile.RunSchemaError as error:
@@ -436,14 +437,12 @@ def _read_run(out_dir: Path) -> dict[str, Any]:
         raise UsageError(f"no readable run.json in {out_dir} ({error})") from error
 
 
-def _load_run(reports_dir: Path, run_id: str) -> tuple[dict[str, Any], Path]:
+def _load_run(reports_dir: Path, run_id: str) -> tuple[RunRecord, Path]:
     out_dir = reports_dir / run_id
     return _read_run(out_dir), out_dir
 
 
-def _figures(
-    settings: config.Settings, run: dict[str, Any], out_dir: Path
-) -> list[runfile.StepFigures]:
+def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[runfile.StepFigures]:
     """A run's per-step figures: its results.json (written with its report, so a
     run from another machine compares without its Prometheus), else its run.json
     and Prometheus."""
@@ -451,7 +450,7 @@ def _figures(
     if saved is not None:
         return saved
     prom = Prometheus(settings.prometheus_url)
-    return [runfile.StepFigures.of(r) for r in collect(prom, run["steps"])]
+    return [runfile.StepFigures.of(r) for r in collect(prom, run.steps)]
 
 
 def _run_ids(given: str) -> list[str]:
@@ -464,9 +463,9 @@ def _run_ids(given: str) -> list[str]:
 
 def _side(
     settings: config.Settings, reports_dir: Path, given: str
-) -> tuple[dict[str, Any], list[runfile.StepFigures]]:
+) -> tuple[RunRecord, list[runfile.StepFigures]]:
     """One side of a compare: its run (several: compare.baseline) and all their figures."""
-    runs: list[dict[str, Any]] = []
+    runs: list[RunRecord] = []
     figures: list[runfile.StepFigures] = []
     for run_id in _run_ids(given):
         run, out_dir = _load_run(reports_dir, run_id)
@@ -480,7 +479,7 @@ def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     run_a, figures_a = _side(settings, reports_dir, args.run_a)
     run_b, figures_b = _side(settings, reports_dir, args.run_b)
     try:
-        scale = compare.machine_scale(
+        scale = machines.machine_scale(
             run_a,
             run_b,
             args.normalise,
@@ -488,12 +487,12 @@ def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
             meter.step_speeds(figures_a, figures_b),
             args.as_measured,
         )
-    except compare.CompareError as error:
+    except machines.CompareError as error:
         raise UsageError(str(error)) from None
     rows = compare.compare(figures_a, figures_b, scale, args.tolerance)
     if not rows:
         raise UsageError(f"{args.run_a} and {args.run_b} share no step (arm, rate, phase)")
-    out_dir = reports_dir / f"compare-{run_a['run_id']}-{run_b['run_id']}"
+    out_dir = reports_dir / f"compare-{run_a.run_id}-{run_b.run_id}"
     table = compare.write(run_a, run_b, rows, scale, args.tolerance, out_dir)
     print(table)
     print(f"compare: {out_dir}/")

@@ -6,7 +6,7 @@ schema version run.json carries."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -105,21 +105,67 @@ class RunSchemaError(ValueError):
     """A run.json of a shape this bench does not read; the message names both."""
 
 
-def load_run(out_dir: Path) -> dict[str, Any]:
+@dataclass
+class RunRecord:
+    """A run of the sweep's kinds (run, ceiling, cost) as run.json keeps it:
+    what was asked, the machine and the seed it ran on, and a record per step
+    (the driver's summary, the probes around it) from which its report is
+    rebuilt. A kind's own findings (the cost's rows) are in `extra`, saved
+    beside the rest."""
+
+    run_id: str
+    kind: str
+    created: str
+    params: dict[str, Any]
+    machine: dict[str, Any]
+    seed: dict[str, Any]
+    settings: dict[str, str]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+    finished: str | None = None
+    probe_warning: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    # A baseline's runs (compare pools several runs as one side); never saved.
+    runs: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_SAVED}
+        if self.probe_warning is None:
+            del data["probe_warning"]
+        if self.finished is None:
+            del data["finished"]
+        return {"schema_version": RUN_SCHEMA, **data, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        known = {f.name for f in fields(cls)} - _NOT_SAVED
+        return cls(
+            **{name: value for name, value in data.items() if name in known},
+            extra={k: v for k, v in data.items() if k not in known and k != "schema_version"},
+        )
+
+
+_NOT_SAVED = {"extra", "runs"}
+
+
+def load_run(out_dir: Path) -> RunRecord:
     """A run's run.json; RunSchemaError when its shape is not this bench's,
     OSError or ValueError when it cannot be read."""
     path = out_dir / "run.json"
-    run = json.loads(path.read_text())
-    found = run.get("schema_version", 1) if isinstance(run, dict) else None
+    data = json.loads(path.read_text())
+    found = data.get("schema_version", 1) if isinstance(data, dict) else None
     if found != RUN_SCHEMA:
         raise RunSchemaError(
             f"{path}: run.json schema version {found}, this bench reads version {RUN_SCHEMA}"
         )
-    return run
+    try:
+        return RunRecord.from_json(data)
+    except TypeError as error:  # a field missing or unknown
+        raise RunSchemaError(f"{path}: not a run of version {RUN_SCHEMA}: {error}") from None
 
 
-def save_run(run: dict[str, Any], out_dir: Path) -> None:
+def save_run(run: RunRecord, out_dir: Path) -> None:
     path = out_dir / "run.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(run, indent=2) + "\n")
+    tmp.write_text(json.dumps(run.to_json(), indent=2) + "\n")
     tmp.replace(path)

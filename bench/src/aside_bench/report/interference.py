@@ -11,6 +11,7 @@ from typing import Any
 from aside_bench.load.run import LoadShape
 from aside_bench.plan import interference
 from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import RunRecord
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.sweep import caption
 from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps, step_cells
@@ -107,12 +108,12 @@ def interference_tables(results: list[StepResult]) -> list[Table]:
     return [pivot_table(results), long_table(results)]
 
 
-def _context(doc: Doc, run: dict[str, Any]) -> None:
-    params, seed = run["params"], run.get("seed", {})
-    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+def _context(doc: Doc, run: RunRecord) -> None:
+    params, seed = run.params, run.seed
+    doc.p(f"Machine: {summary(run.machine)}.", note=True)
     doc.ul(
         [
-            f"started {run['created']}, scenario {interference.SCENARIO}, "
+            f"started {run.created}, scenario {interference.SCENARIO}, "
             f"{params.get('duration_s')} s per step",
             f"reads: {params.get('read_rate')}/s of the read mix ({params['hot_share'] * 100:.0f}% "
             f"hot emails, the rest from the first {params.get('cold_sample_used')} cold ones) "
@@ -121,23 +122,21 @@ def _context(doc: Doc, run: dict[str, Any]) -> None:
             f"{params.get('pbkdf2_iterations')} iterations, bcrypt cost "
             f"{params.get('bcrypt_cost')}; engine and kind = the arm",
             f"table: {seed.get('rows')} rows, email index: {'yes' if seed.get('index') else 'no'}",
-            f"gateway: {run['settings']['gateway_url']}",
+            f"gateway: {run.settings['gateway_url']}",
         ]
     )
-    if run.get("interrupted"):
+    if run.interrupted:
         doc.p("This run was interrupted: the tables show only the steps that ran to their end.")
     warnings = [
-        f"{s['arm']} @ {s['rate']}/s: {s['warning']}" for s in run["steps"] if s.get("warning")
+        f"{s['arm']} @ {s['rate']}/s: {s['warning']}" for s in run.steps if s.get("warning")
     ]
     if warnings:
         doc.p("Warnings:", note=True)
         doc.ul(warnings)
 
 
-def write_interference(
-    run: dict[str, Any], results: list[StepResult], out_dir: Path
-) -> list[Table]:
-    title = f"Aside interference {run['run_id']}"
+def write_interference(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
+    title = f"Aside interference {run.run_id}"
     doc = Doc()
     doc.h(1, title)
     _context(doc, run)

@@ -7,14 +7,13 @@ with the ceiling's and the tracks' pages."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
 from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
-from aside_bench.records.runfile import StepFigures, save_figures
+from aside_bench.records.runfile import RunRecord, StepFigures, save_figures
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.tables import (
     Table,
@@ -28,18 +27,18 @@ from aside_bench.stack.machine import summary
 HELD_P95_MS = 10.0
 
 
-def calibration_rates(run: dict[str, Any]) -> dict[str, int | None]:
+def calibration_rates(run: RunRecord) -> dict[str, int | None]:
     """The calibrated ceilings of the run's machine, by the name a table shows."""
-    machine = run.get("machine", {})
+    machine = run.machine
     return {
         "machine": calibration.rate_of(machine, "core"),
         "gateway /healthz": calibration.rate_of(machine, "gateway"),
     }
 
 
-def _calibration(doc: Doc, run: dict[str, Any]) -> None:
+def _calibration(doc: Doc, run: RunRecord) -> None:
     """The machine's calibration, stated in every report (or that it was skipped)."""
-    found = calibration.Calibration.of(run.get("machine", {}))
+    found = calibration.Calibration.of(run.machine)
     doc.h(2, "Calibration")
     if found is None:
         doc.p(
@@ -57,7 +56,7 @@ def _calibration(doc: Doc, run: dict[str, Any]) -> None:
     doc.ul([target.line() for target in found.targets.values()])
 
 
-def run_page(title: str, run: dict[str, Any]) -> Doc:
+def run_page(title: str, run: RunRecord) -> Doc:
     """A run's page begun: its title and the run's context."""
     doc = Doc()
     doc.h(1, title)
@@ -65,19 +64,19 @@ def run_page(title: str, run: dict[str, Any]) -> Doc:
     return doc
 
 
-def caption(run: dict[str, Any]) -> str:
-    return f"Run {run['run_id']} on {summary(run['machine'])}."
+def caption(run: RunRecord) -> str:
+    return f"Run {run.run_id} on {summary(run.machine)}."
 
 
-def context(doc: Doc, run: dict[str, Any]) -> None:
-    params, seed = run["params"], run.get("seed", {})
-    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+def context(doc: Doc, run: RunRecord) -> None:
+    params, seed = run.params, run.seed
+    doc.p(f"Machine: {summary(run.machine)}.", note=True)
     items = [
-        f"started {run['created']}, scenario {params.get('scenario')}, "
+        f"started {run.created}, scenario {params.get('scenario')}, "
         f"{params.get('duration_s')} s per step",
         f"table: {seed.get('rows')} rows, email index: {'yes' if seed.get('index') else 'no'}, "
         f"seed {seed.get('seed')}",
-        f"gateway: {run['settings']['gateway_url']}",
+        f"gateway: {run.settings['gateway_url']}",
     ]
     if params.get("scenario") in ("read", "mixed", "ceiling"):
         items.append(
@@ -115,23 +114,23 @@ def context(doc: Doc, run: dict[str, Any]) -> None:
     doc.ul(items)
     if params.get("scenario") != "cost":  # it measures the driver itself at one rate
         _calibration(doc, run)
-    if run.get("interrupted"):
+    if run.interrupted:
         doc.p(
             "This run was interrupted: the tables show only the steps that ran to their end.",
             note=True,
         )
     warnings = [
         f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s['warning']}"
-        for s in run["steps"]
+        for s in run.steps
         if s.get("warning")
     ]
     warnings += [
         f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s['summary_error']}"
-        for s in run["steps"]
+        for s in run.steps
         if s.get("summary_error")
     ]
-    if run.get("probe_warning"):
-        warnings.append(run["probe_warning"])
+    if run.probe_warning:
+        warnings.append(run.probe_warning)
     if warnings:
         doc.p("Warnings:", note=True)
         doc.ul(warnings)
@@ -188,8 +187,8 @@ DEFINITIONS = [
 ]
 
 
-def write_sweep(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
-    title = f"Aside bench {run['run_id']}"
+def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
+    title = f"Aside bench {run.run_id}"
     doc = run_page(title, run)
     figures = save_figures(results, out_dir)
     merged = merge_repeats(results)

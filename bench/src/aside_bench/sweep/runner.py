@@ -30,6 +30,7 @@ from aside_bench.plan import tracks as trackplan
 from aside_bench.plan.steps import CACHE_PARAMS, L1_ARMS, Step, cache_param, gateway_env, pool_for
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import RunRecord
 from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
 from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe
@@ -119,7 +120,7 @@ def quick_line(result: StepResult) -> str:
 
 
 class Runner:
-    def __init__(self, settings: Settings, options: Options, seed: SeedData, run: dict[str, Any]):
+    def __init__(self, settings: Settings, options: Options, seed: SeedData, run: RunRecord):
         self.settings = settings
         self.options = options
         self.seed = seed
@@ -134,7 +135,7 @@ class Runner:
         self.gateway_settings: dict[str, str] = {}  # what the gateway was restarted with
         self.probe = GatewayProbe(settings)
         if self.probe.problem:
-            run["probe_warning"] = self.probe.problem
+            run.probe_warning = self.probe.problem
             print(f"warning: {self.probe.problem}", flush=True)
 
     # ---- Ctrl-C ----------------------------------------------------------------
@@ -264,7 +265,7 @@ class Runner:
     def _step_run(self, step: Step, pool: int) -> LoadRun:
         samples = None
         if self.options.samples_file:
-            index = len(self.run["steps"])
+            index = len(self.run.steps)
             samples = self.options.out_dir / f"samples-{index:03d}-{step.arm}-{step.rate}.jsonl"
         return step_run(
             step,
@@ -299,7 +300,7 @@ class Runner:
         }
         if step.read_rate:
             record["read_rate"] = step.read_rate
-        self.run["steps"].append(record)
+        self.run.steps.append(record)
         self._prepare(step, record)
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
@@ -355,7 +356,7 @@ class Runner:
         if self.interrupted:
             return None
         self.step_seconds.append(time.monotonic() - began)
-        prep = self.run["steps"][-1].get("prep")
+        prep = self.run.steps[-1].get("prep")
         line = quick_line(result) if result else "no samples"
         tail = f"elapsed {_clock(time.monotonic() - self.started)}"
         if remaining is not None:
@@ -384,7 +385,7 @@ class Runner:
                 self.gateway_settings = {}
             except StackError as error:
                 print(f"warning: could not restart the gateway: {error}", file=sys.stderr)
-        if not any(s["scenario"] == "mixed" for s in self.run["steps"]):
+        if not any(s["scenario"] == "mixed" for s in self.run.steps):
             return
         try:
             with connect(self.settings) as conn:
@@ -394,35 +395,32 @@ class Runner:
             print(f"warning: could not remove the mixed step's users: {error}", file=sys.stderr)
 
     def results(self) -> list[StepResult]:
-        return collect(self.prom, self.run["steps"])
+        return collect(self.prom, self.run.steps)
 
 
 def new_run(
     kind: str, run_id: str, params: dict[str, Any], seed: SeedData, settings: Settings
-) -> dict[str, Any]:
-    return {
-        "schema_version": runfile.RUN_SCHEMA,
-        "run_id": run_id,
-        "kind": kind,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "params": params,
-        "machine": describe(),
-        "seed": seed.meta,
-        "settings": {
+) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        kind=kind,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        params=params,
+        machine=describe(),
+        seed=seed.meta,
+        settings={
             "gateway_url": settings.gateway_url,
             "influxdb_url": settings.influx_url,
             "prometheus_url": settings.prometheus_url,
         },
-        "steps": [],
-        "interrupted": False,
-    }
+    )
 
 
 def finish(
-    runner: Runner, writer: Callable[[dict[str, Any], list[StepResult], Path], Any]
+    runner: Runner, writer: Callable[[RunRecord, list[StepResult], Path], Any]
 ) -> list[StepResult]:
-    runner.run["interrupted"] = runner.interrupted
-    runner.run["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+    runner.run.interrupted = runner.interrupted
+    runner.run.finished = datetime.now(UTC).isoformat(timespec="seconds")
     runner.cleanup()
     runfile.save_run(runner.run, runner.options.out_dir)
     try:

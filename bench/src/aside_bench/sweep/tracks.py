@@ -16,6 +16,7 @@ import requests
 
 from aside_bench.plan import tracks as trackplan
 from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import RunRecord
 from aside_bench.report import sweep as report
 from aside_bench.report.tables import (
     MISSING,
@@ -171,16 +172,16 @@ DEFINITIONS = [
 ]
 
 
-def writer(settings: Settings) -> Callable[[dict[str, Any], list[StepResult], Path], list[Table]]:
+def writer(settings: Settings) -> Callable[[RunRecord, list[StepResult], Path], list[Table]]:
     """The report of a tracks run: the sweep's, then the tracks' figures and chart."""
 
-    def write(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
+    def write(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
         tables = report.write_sweep(run, results, out_dir)
         if not results:
             return tables
         try:
-            wire = wire_bytes(run["steps"])
-            memory = redis_memory(Prometheus(settings.prometheus_url), run["steps"])
+            wire = wire_bytes(run.steps)
+            memory = redis_memory(Prometheus(settings.prometheus_url), run.steps)
         except SourceError as error:
             print(f"aside-bench: tracks figures unavailable: {error}")
             wire, memory = {}, {}

@@ -35,15 +35,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from aside_bench.plan.steps import series_label
 from aside_bench.records.calibration import rate_of
 from aside_bench.records.repeats import Spread, spread
-from aside_bench.records.runfile import StepFigures, StepKey
+from aside_bench.records.runfile import RunRecord, StepFigures, StepKey
 from aside_bench.report.tables import Table, fmt_ms, fmt_pct, fmt_rps
 from aside_bench.trust.machines import (
     Scale,
@@ -79,7 +78,7 @@ PAST_CAPACITY = "past capacity"
 SeriesKey = tuple[str, str, str]
 
 
-def baseline(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def baseline(runs: list[RunRecord]) -> RunRecord:
     """Several runs of one side as one run: their ids joined by '+', and the
     machine of the run whose calibration is the median (the first one's when
     none was calibrated). Their figures are concatenated by the caller, so a
@@ -87,13 +86,13 @@ def baseline(runs: list[dict[str, Any]]) -> dict[str, Any]:
     noise, which no single run can measure."""
     if len(runs) == 1:
         return runs[0]
-    ordered = sorted(runs, key=lambda run: rate_of(run["machine"]) or 0)
-    middle = ordered[(len(ordered) - 1) // 2] if rate_of(ordered[-1]["machine"]) else runs[0]
-    return {
-        **middle,
-        "run_id": "+".join(run["run_id"] for run in runs),
-        "runs": [run["run_id"] for run in runs],
-    }
+    ordered = sorted(runs, key=lambda run: rate_of(run.machine) or 0)
+    middle = ordered[(len(ordered) - 1) // 2] if rate_of(ordered[-1].machine) else runs[0]
+    return replace(
+        middle,
+        run_id="+".join(run.run_id for run in runs),
+        runs=[run.run_id for run in runs],
+    )
 
 
 @dataclass(frozen=True)
@@ -288,7 +287,7 @@ def table(rows: list[Row]) -> Table:
 
 
 def header_lines(
-    run_a: dict[str, Any], run_b: dict[str, Any], scale: Scale, tolerance: float, rows: list[Row]
+    run_a: RunRecord, run_b: RunRecord, scale: Scale, tolerance: float, rows: list[Row]
 ) -> list[str]:
     bases = {c.basis for row in rows for c in row.changes.values() if c.basis}
     lines = [run_line(name, run, rate) for name, run, rate in
@@ -327,8 +326,8 @@ def header_lines(
 
 
 def write(
-    run_a: dict[str, Any],
-    run_b: dict[str, Any],
+    run_a: RunRecord,
+    run_b: RunRecord,
     rows: list[Row],
     scale: Scale,
     tolerance: float,
@@ -338,15 +337,15 @@ def write(
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = header_lines(run_a, run_b, scale, tolerance, rows)
     markdown = (
-        f"# Compare {run_a['run_id']} -> {run_b['run_id']}\n\n"
+        f"# Compare {run_a.run_id} -> {run_b.run_id}\n\n"
         + "\n".join(f"- {line}" for line in lines)
         + "\n\n"
         + table(rows).markdown()
     )
     (out_dir / "compare.md").write_text(markdown)
     found = {
-        "a": run_a.get("runs", [run_a["run_id"]]),
-        "b": run_b.get("runs", [run_b["run_id"]]),
+        "a": run_a.runs or [run_a.run_id],
+        "b": run_b.runs or [run_b.run_id],
         "ratio": scale.ratio,
         "judged_by": scale.judged_by,
         "calibration_ratio": scale.calibration_ratio,

@@ -24,7 +24,7 @@ from typing import Any
 from aside_bench.load.run import LoadRun, step_run
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import StepResult
-from aside_bench.records.runfile import save_figures, save_run
+from aside_bench.records.runfile import RunRecord, save_figures, save_run
 from aside_bench.report.doc import write_pages
 from aside_bench.report.sweep import run_page
 from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
@@ -230,10 +230,10 @@ DEFINITIONS = [
 ]
 
 
-def write_cost(run: dict[str, Any], results: list[StepResult], out_dir: Path) -> list[Table]:
-    title = f"Aside driver cost {run['run_id']}"
+def write_cost(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
+    title = f"Aside driver cost {run.run_id}"
     rows = figures(results)
-    run[KIND] = rows
+    run.extra[KIND] = rows
     save_run(run, out_dir)
     save_figures(results, out_dir)
     doc = run_page(title, run)
@@ -243,7 +243,7 @@ def write_cost(run: dict[str, Any], results: list[StepResult], out_dir: Path) ->
         "(a trivial route of a Go server), the variants taking turns. The driver shares the "
         "machine's cores with the stack."
     )
-    table = cost_table(rows, int(run["params"]["rate"]))
+    table = cost_table(rows, int(run.params["rate"]))
     doc.table(table)
     doc.h(2, "How the figures are computed")
     doc.ul(DEFINITIONS)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from aside_bench.records.calibration import base_latency, capped, rate_of
-from aside_bench.records.runfile import StepKey
+from aside_bench.records.runfile import RunRecord, StepKey
 
 # Runs whose machine calibrations differ by more than this are not compared as they are.
 MACHINE_RATIO_LIMIT = 1.25
@@ -81,8 +80,8 @@ def _within(ratio: float) -> bool:
 
 
 def machine_scale(
-    run_a: dict[str, Any],
-    run_b: dict[str, Any],
+    run_a: RunRecord,
+    run_b: RunRecord,
     normalise: bool,
     ignore: bool = False,
     steps: dict[StepKey, float] | None = None,
@@ -94,13 +93,13 @@ def machine_scale(
     (the reader knows both ran on one machine) or, for the difference,
     `normalise`."""
     scale = Scale(
-        rate_of(run_a["machine"]), rate_of(run_b["machine"]), normalise, steps or {}, as_measured
+        rate_of(run_a.machine), rate_of(run_b.machine), normalise, steps or {}, as_measured
     )
     if not scale.steps:
         for run, rate in ((run_a, scale.rate_a), (run_b, scale.rate_b)):
             if rate is None and not ignore:
                 raise CompareError(
-                    f"run {run['run_id']} has neither the driver's CPU per step nor a machine "
+                    f"run {run.run_id} has neither the driver's CPU per step nor a machine "
                     "calibration (it ran with CALIBRATE=0), so nothing says its machine "
                     "measures like the other's; pass --ignore-calibration to compare anyway"
                 )
@@ -124,15 +123,15 @@ def machine_scale(
     return scale
 
 
-def run_line(name: str, run: dict[str, Any], rate: int | None) -> str:
-    machine = run["machine"]
+def run_line(name: str, run: RunRecord, rate: int | None) -> str:
+    machine = run.machine
     bound = " (held at every rate tried: a lower bound)" if capped(machine) else ""
-    runs = run.get("runs", [])
+    runs = run.runs
     which = (
         f"a baseline of {len(runs)} runs, {', '.join(runs)}, their repeats pooled (the "
         "drift between them counts as noise; the median calibration shown)"
         if len(runs) > 1
-        else run["run_id"]
+        else run.run_id
     )
     return (
         f"{name}: {which} ({machine.get('cpu')}, {machine.get('nproc')} cores), "
@@ -140,11 +139,11 @@ def run_line(name: str, run: dict[str, Any], rate: int | None) -> str:
     )
 
 
-def base_latency_line(run_a: dict[str, Any], run_b: dict[str, Any]) -> str | None:
+def base_latency_line(run_a: RunRecord, run_b: RunRecord) -> str | None:
     """The machines' latency for a trivial request at low load, A's and B's,
     with a warning when they differ by more than BASE_LATENCY_WARNING: a drift
     of the machine between the runs that their repeats cannot see."""
-    a, b = base_latency(run_a["machine"]), base_latency(run_b["machine"])
+    a, b = base_latency(run_a.machine), base_latency(run_b.machine)
     if a is None or b is None:
         return None
     ratio = b[1] / a[1] if a[1] > 0 else 1.0
