@@ -110,11 +110,14 @@ def test_one_short_wait_in_an_interval_ends_the_standing_queue():
 
 def test_the_door_refuses_past_its_limit_and_admits_again_when_one_leaves():
     door = LoopAdmission("aimd", 2, 2, LATE_S)
-    assert door.enter(read()) is None
+    first = read()
+    assert door.enter(first) is None
     assert door.enter(read()) is None
     assert door.enter(read()) == "admission_limit"
     assert door.in_flight == 2
-    door.leave()
+    door.leave(first)
+    door.leave(first)  # once only: handed to Flask, then answered
+    assert door.in_flight == 1
     assert door.enter(read()) is None
 
 

@@ -299,7 +299,13 @@ class AsyncHotPath:
         try:
             await self._serve(scope, receive, send, started)
         finally:
-            self.admission.leave()
+            self.admission.leave(scope)
+
+    async def _to_flask(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Flask's work has bounds of its own (admission.py, fallback.py): the
+        # door counts the loop's.
+        self.admission.leave(scope)
+        await self.fallback(scope, receive, send)
 
     async def _refuse(self, reason: str, scope: Scope, send: Send, started: float) -> None:
         metrics.shed(reason)
@@ -316,16 +322,16 @@ class AsyncHotPath:
         if scope["method"] != "GET":
             write = self.writes.take(scope) if self.writes is not None else None
             if write is None:
-                return await self.fallback(scope, receive, send)
+                return await self._to_flask(scope, receive, send)
             return await self.writes.answer(write, scope, receive, send)
         answer = await self._look(scope)
         if isinstance(answer, Miss):
             if not self.flights.busy(answer.flight):
                 # This request fills the key, in Flask; readers missing it meanwhile wait here.
-                return await self.flights.lead(answer.flight, self.fallback(scope, receive, send))
+                return await self.flights.lead(answer.flight, self._to_flask(scope, receive, send))
             answer = None if answer.held else await self._follow(answer, scope)
         if answer is None:
-            return await self.fallback(scope, receive, send)
+            return await self._to_flask(scope, receive, send)
         route, body, tier = answer
         await send({"type": "http.response.start", "status": 200, "headers": _headers(body, tier)})
         await send({"type": "http.response.body", "body": body})

@@ -4,10 +4,11 @@
 Hits are answered on the event loop (hot_path.py), so an overloaded worker
 does not queue them in a pool that admission.py could bound: it runs every
 callback later, Redis replies included, until clients time out. Every request
-but the health and metrics routes passes `LoopAdmission.enter` first; a
-refused one gets `503 unavailable` with `Retry-After: 1` and the error shape
-of contracts/errors.json, written on the loop without touching Redis,
-PostgreSQL or Flask. GATEWAY_ADMISSION picks the rule:
+passes `LoopAdmission.enter` first and counts in flight until it is answered
+on the loop or handed to Flask (whose queue admission.py bounds). Past the
+limit a request but the health and metrics routes gets `503 unavailable`
+with `Retry-After: 1` and the error shape of contracts/errors.json, written
+on the loop without touching Redis, PostgreSQL or Flask. GATEWAY_ADMISSION picks the rule:
 
 * `aimd` (the default): a concurrency limit on the requests a worker has in
   flight, adapted every tick of the loop's lag monitor (lateness.LoopLag). A
@@ -43,6 +44,8 @@ BACKOFF = 0.9
 # late tick is as likely a spike (a cold fill's scan beside it) as overload.
 LATE_TICKS = 2
 CODEL_INTERVAL_S = 0.1
+# Marks a request the door counted in flight, until it leaves.
+COUNTED_KEY = "aside.admitted"
 # Ops routes are never shed: an overloaded worker must still say so.
 EXEMPT_PATHS = frozenset({HEALTHZ_PATH, "/readyz", "/metrics"})
 SHED_BODY = error_body("unavailable", "the gateway is at capacity; retry later")
@@ -139,17 +142,21 @@ class LoopAdmission:
 
     def enter(self, scope: Scope) -> str | None:
         """Count the request in (None), or say why it is refused: a shed reason.
-        Every request counted in must `leave`."""
+        Every request counted in must `leave`: when it is answered on the loop,
+        or when it is handed to Flask, whose work is bounded by admission.py."""
         if self.mode != "off" and scope["path"] not in EXEMPT_PATHS:
             refused = self._refusal(scope)
             if refused is not None:
                 return refused
+        scope[COUNTED_KEY] = True
         self.in_flight += 1
         self._peak = max(self._peak, self.in_flight)
         return None
 
-    def leave(self) -> None:
-        self.in_flight -= 1
+    def leave(self, scope: Scope) -> None:
+        """The request is answered, or handed to Flask; once per request."""
+        if scope.pop(COUNTED_KEY, False):
+            self.in_flight -= 1
 
     def _refusal(self, scope: Scope) -> str | None:
         if self.in_flight >= self.cap:
