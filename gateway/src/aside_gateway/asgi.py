@@ -3,6 +3,8 @@
 Each worker builds its services once (`services.build_services`) and hands
 them to both layers:
 
+* every request passes the event loop's door first (loop_admission.py), which
+  answers 503 at once past the worker's capacity;
 * the async hot path (hot_path.py) answers `/healthz` and valid cache hits on
   the event loop, and with GATEWAY_WRITES=loop (the default) forwards the
   user writes to the core there too (loop_writes.py);
@@ -33,6 +35,7 @@ from aside_gateway.config import ConfigError, Settings, load_settings
 from aside_gateway.core_client import AsyncCoreClient
 from aside_gateway.hot_path import AsyncHotPath, EarlyGetClient
 from aside_gateway.invalidations import LoopInvalidationSubscriber
+from aside_gateway.loop_admission import LoopAdmission
 from aside_gateway.loop_writes import LoopWrites
 from aside_gateway.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY, AsgiApp
 from aside_gateway.services import build_services
@@ -74,7 +77,18 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
     writes = None
     if settings.writes == "loop":
         writes = LoopWrites(settings, services.tiers, AsyncCoreClient(settings))
-    return AsyncHotPath(bridge, redis_get, services.tiers.l1, settings, subscriber, writes)
+    admission = LoopAdmission.from_settings(settings)
+    services.loop_lag.on_tick = admission.on_tick
+    return AsyncHotPath(
+        bridge,
+        redis_get,
+        services.tiers.l1,
+        settings,
+        subscriber,
+        writes,
+        admission,
+        services.loop_lag,
+    )
 
 
 def _load() -> AsgiApp:

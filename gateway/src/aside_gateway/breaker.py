@@ -4,19 +4,35 @@ After a Redis failure the cache skips Redis for `open_s`, so a dead or slow
 Redis does not add its timeout to every request; then one caller probes, and
 its success closes the breaker. The threaded cache (cache.py) and the async
 hot path (hot_path.py) of a worker share one breaker.
+
+A timeout while the worker itself ran late is no verdict on Redis
+(lateness.py): an overloaded gateway reads its replies late, and opening the
+breaker then would turn its hits into PostgreSQL reads, the costliest answer
+it has, just when it has no time to spare.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+
+from aside_gateway import metrics
+from aside_gateway.lateness import is_verdict_on_redis
+
+
+def _never_late() -> bool:
+    return False
 
 
 class CircuitBreaker:
     """Skip Redis for `open_s` after a failure; then let one probe through."""
 
-    def __init__(self, open_s: float):
+    def __init__(self, open_s: float, worker_late: Callable[[], bool] = _never_late):
+        """`worker_late`: whether the worker ran late during the last Redis
+        timeout's span (lateness.LoopLag.late_within)."""
         self._open_s = open_s
+        self._worker_late = worker_late
         self._retry_at = 0.0  # 0.0 means closed
         self._lock = threading.Lock()
 
@@ -47,6 +63,14 @@ class CircuitBreaker:
         if self._retry_at != 0.0:
             self._retry_at = time.monotonic()
 
-    def record_failure(self) -> None:
+    def record_failure(self, exc: BaseException | None = None) -> bool:
+        """Open the breaker if `exc` shows Redis failing; True if it did. A
+        timeout while the worker ran late opens nothing and gives back a probe."""
+        if not is_verdict_on_redis(exc, self._worker_late()):
+            metrics.redis_error_judged("gateway_late")
+            self.return_probe()
+            return False
+        metrics.redis_error_judged("redis")
         if self._open_s > 0:
             self._retry_at = time.monotonic() + self._open_s
+        return True

@@ -22,7 +22,9 @@ otherwise fills the key under a lease:
 
 Redis trouble never fails a read: the value comes from PostgreSQL (outcome
 BYPASS, error flagged) and the worker's circuit breaker (breaker.py) then
-skips Redis for REDIS_BREAKER_MS.
+skips Redis for REDIS_BREAKER_MS. Those reads from PostgreSQL are bounded
+(fallback.py): past CACHE_FALLBACK_MAX_CONCURRENCY at once, 503, so that a
+storm of hits never becomes a storm of scans.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.coalesce import Flight, SingleFlight, shared_error
 from aside_gateway.config import Settings
 from aside_gateway.errors import ApiError, ClientGone
+from aside_gateway.fallback import FallbackSlots
 from aside_gateway.hooks import TestHooks
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import EarlyGet
@@ -102,7 +105,13 @@ class Fill:
 
 
 class Cache:
-    def __init__(self, settings: Settings, breaker: CircuitBreaker, hooks: TestHooks | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        breaker: CircuitBreaker,
+        hooks: TestHooks | None = None,
+        fallback: FallbackSlots | None = None,
+    ):
         timeout_s = settings.redis_timeout_ms / 1000
         self.client = redis_clients.sync_client(
             settings,
@@ -119,6 +128,7 @@ class Cache:
         self._release_lease = self.client.register_script(RELEASE_LEASE)
         self._delete_if_equal = self.client.register_script(DELETE_IF_EQUAL)
         self.breaker = breaker
+        self.fallback = fallback or FallbackSlots(settings.cache_fallback_max_concurrency)
         self.ttl_seconds = settings.cache_ttl_seconds
         self.naive = settings.cache_coherence == "naive"
         self.hooks = hooks
@@ -144,11 +154,11 @@ class Cache:
         else:
             if not self.breaker.allow():
                 metrics.cache_error(route, "breaker_open")
-                return CacheRead(load(), BYPASS, True)
+                return CacheRead(self.fallback.load(load), BYPASS, True)
             try:
                 value = self._get(key)
-            except REDIS_ERRORS:
-                return self._bypass_after_error(route, "get", load)
+            except REDIS_ERRORS as exc:
+                return self._bypass_after_error(route, "get", load, exc)
             self.breaker.record_success()
         if value is not None and not cache_keys.value_is_valid(key, value):
             self._discard(route, key, value)
@@ -167,8 +177,8 @@ class Cache:
         metrics.cache_error(route, "malformed")
         try:
             self._delete_if_equal(keys=[key], args=[value])
-        except REDIS_ERRORS:
-            self.breaker.record_failure()
+        except REDIS_ERRORS as exc:
+            self.breaker.record_failure(exc)
 
     def _get(self, key: str) -> bytes | None:
         """GET on a pooled connection, skipping redis-py's per-command machinery
@@ -251,10 +261,10 @@ class Cache:
             asked = time.monotonic()
             try:
                 reply = self._get_or_lease(keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS])
-            except REDIS_ERRORS:
-                self.breaker.record_failure()
+            except REDIS_ERRORS as exc:
+                self.breaker.record_failure(exc)
                 metrics.cache_error(route, "lease")
-                return _timed_load(load, BYPASS, error=True)
+                return _timed_load(lambda: self.fallback.load(load), BYPASS, error=True)
             if reply[0] == 1:
                 if cache_keys.value_is_valid(key, reply[1]):
                     return Fill(CacheRead(reply[1], HIT), asked)
@@ -295,24 +305,30 @@ class Cache:
             stored = self._store_if_lease_held(
                 keys=[key, lease], args=[token, value, self.ttl_seconds]
             )
-        except REDIS_ERRORS:
-            self.breaker.record_failure()
+        except REDIS_ERRORS as exc:
+            self.breaker.record_failure(exc)
             metrics.cache_error(route, "store")
             return Fill(CacheRead(value, MISS, True), read_at)
         # A store under a still-held lease proves no write invalidated the key
         # between our read and the store: the value was current then.
         return Fill(CacheRead(value, MISS), stored_at if stored == 1 else read_at)
 
-    def _bypass_after_error(self, route: str, op: str, load: Callable[[], bytes]) -> CacheRead:
-        self.breaker.record_failure()
+    def _bypass_after_error(
+        self,
+        route: str,
+        op: str,
+        load: Callable[[], bytes],
+        exc: BaseException | None = None,
+    ) -> CacheRead:
+        self.breaker.record_failure(exc)
         metrics.cache_error(route, op)
-        return CacheRead(load(), BYPASS, True)
+        return CacheRead(self.fallback.load(load), BYPASS, True)
 
     def _release_quietly(self, lease: str, token: str) -> None:
         try:
             self._release_lease(keys=[lease], args=[token])
-        except REDIS_ERRORS:
-            self.breaker.record_failure()
+        except REDIS_ERRORS as exc:
+            self.breaker.record_failure(exc)
 
     def ping(self) -> None:
         """Raise a Redis error unless Redis answers within the socket timeout."""

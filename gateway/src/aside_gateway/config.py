@@ -34,6 +34,8 @@ PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
 L1_SUBSCRIBERS = ("loop", "thread")
 WRITE_PATHS = ("loop", "flask")
+# The event loop's door (loop_admission.py).
+ADMISSION_MODES = ("aimd", "codel", "off")
 # What REDIS_URL names (REDIS_MODE): the server, a Redis Cluster's seed node,
 # or a Sentinel that knows the master (redis_clients.py makes the clients).
 REDIS_STANDALONE = "standalone"
@@ -114,6 +116,13 @@ class Settings:
     # Work behind the event loop (admission.py, coalesce.py).
     queue_timeout_ms: int = 2000
     miss_batch_max_pending: int = 5000
+    # The event loop's door (loop_admission.py) and its lateness (lateness.py).
+    admission: str = "aimd"
+    admission_min_in_flight: int = 16
+    admission_max_in_flight: int = 512
+    loop_late_ms: int = 20
+    # Reads from PostgreSQL while Redis is skipped or failing, at once (fallback.py).
+    cache_fallback_max_concurrency: int = 8
     # TCP keepalive and user timeout on PostgreSQL connections (db.py).
     db_keepalives_idle_s: int = 5
     db_keepalives_interval_s: int = 2
@@ -299,6 +308,13 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     l1_invalidation = _choice(env, "CACHE_L1_INVALIDATION", "on", ("on", "off")) == "on"
     if not l1_invalidation and profile != "lab":
         raise ConfigError("CACHE_L1_INVALIDATION=off is refused unless ASIDE_PROFILE=lab")
+    admission_min = _int(env, "GATEWAY_ADMISSION_MIN_INFLIGHT", 16, 1, 1_000_000)
+    admission_max = _int(env, "GATEWAY_ADMISSION_MAX_INFLIGHT", 512, 1, 1_000_000)
+    if admission_min > admission_max:
+        raise ConfigError(
+            f"GATEWAY_ADMISSION_MIN_INFLIGHT ({admission_min}) must not exceed "
+            f"GATEWAY_ADMISSION_MAX_INFLIGHT ({admission_max})"
+        )
     database_url = _url(env, "DATABASE_URL", ("postgresql", "postgres"))
     redis_url = _redis_url(env)
     redis_mode, sentinel_master = _redis_mode(env, redis_url)
@@ -355,6 +371,11 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         max_connections=_int(env, "GATEWAY_MAX_CONNECTIONS", 1000, 1, 1_000_000),
         queue_timeout_ms=_int(env, "GATEWAY_QUEUE_TIMEOUT_MS", 2000, 10, 600000),
         miss_batch_max_pending=_int(env, "MISS_BATCH_MAX_PENDING", 5000, 1, 1_000_000),
+        admission=_choice(env, "GATEWAY_ADMISSION", "aimd", ADMISSION_MODES),
+        admission_min_in_flight=admission_min,
+        admission_max_in_flight=admission_max,
+        loop_late_ms=_int(env, "GATEWAY_LOOP_LATE_MS", 20, 1, 10000),
+        cache_fallback_max_concurrency=_int(env, "CACHE_FALLBACK_MAX_CONCURRENCY", 8, 1, 1024),
         db_keepalives_idle_s=_int(env, "DB_KEEPALIVES_IDLE_S", 5, 1, 3600),
         db_keepalives_interval_s=_int(env, "DB_KEEPALIVES_INTERVAL_S", 2, 1, 3600),
         db_keepalives_count=_int(env, "DB_KEEPALIVES_COUNT", 3, 1, 100),

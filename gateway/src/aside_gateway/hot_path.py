@@ -17,6 +17,9 @@ go to Flask at once: it waits for that fill on the event loop, holding no
 Flask thread (coalesce.LoopFlights), then looks in the cache once more and
 answers a hit itself; only if there is still no value does Flask answer it.
 
+Every request passes the event loop's door first (loop_admission.py): past
+the worker's capacity it is answered 503 at once, before any of the above.
+
 Why hits skip Flask: see docs/decisions/001-asgi-hot-path.md; why followers wait
 here: docs/decisions/011-followers-wait-on-the-event-loop.md.
 """
@@ -39,6 +42,8 @@ from aside_gateway.coalesce import LoopFlights
 from aside_gateway.config import Settings
 from aside_gateway.invalidations import LoopInvalidationSubscriber
 from aside_gateway.l1 import L1Cache
+from aside_gateway.lateness import LoopLag, is_timeout
+from aside_gateway.loop_admission import LoopAdmission, refuse
 from aside_gateway.loop_writes import LoopWrites
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import (
@@ -67,6 +72,8 @@ TEST_HOLD_HEADER = b"x-test-hold"
 # recently used dropped first): parsing a URL costs more than an L1 hit, and
 # the hot keys' URLs repeat (docs/decisions/036-an-l1-hits-own-cost.md).
 MEMO_SIZE = 4096
+# The `route` label of a refused request that is not a cached read.
+SHED_ROUTE = "shed"
 
 
 # ---- which requests the hot path may answer (pure: parsing exactly as Flask does)
@@ -229,7 +236,10 @@ class EarlyGetClient:
         except TimeoutError:
             self._breaker.return_probe()  # if this was the probe, Flask's GET makes it
             return None
-        except REDIS_ERRORS:
+        except REDIS_ERRORS as exc:
+            if is_timeout(exc):  # a connect that ran out of time: no verdict either
+                self._breaker.return_probe()
+                return None
             return EarlyGet(key, None, True, l1_token)
         self._breaker.record_success()
         return EarlyGet(key, value, False, l1_token)
@@ -261,8 +271,12 @@ class AsyncHotPath:
         settings: Settings,
         subscriber: LoopInvalidationSubscriber | None = None,
         writes: LoopWrites | None = None,
+        admission: LoopAdmission | None = None,
+        loop_lag: LoopLag | None = None,
     ):
         self.fallback = fallback
+        self.admission = admission or LoopAdmission.from_settings(settings)
+        self.loop_lag = loop_lag
         self.subscriber = subscriber
         self.writes = writes
         self.redis_get = redis_get
@@ -279,19 +293,45 @@ class AsyncHotPath:
             return await self.fallback(scope, receive, send)
         started = time.perf_counter()
         scope[START_KEY] = started
+        refused = self.admission.enter(scope)
+        if refused is not None:
+            return await self._refuse(refused, scope, send, started)
+        try:
+            await self._serve(scope, receive, send, started)
+        finally:
+            self.admission.leave(scope)
+
+    async def _to_flask(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Flask's work has bounds of its own (admission.py, fallback.py): the
+        # door counts the loop's.
+        self.admission.leave(scope)
+        await self.fallback(scope, receive, send)
+
+    async def _refuse(self, reason: str, scope: Scope, send: Send, started: float) -> None:
+        metrics.shed(reason)
+        await refuse(send)
+        found = (
+            remembered_lookup(scope["path"], scope["query_string"], self.default_strategy, self.lab)
+            if scope["method"] == "GET"
+            else None
+        )
+        route = found.route if found is not None else SHED_ROUTE
+        metrics.observe_request(route, scope["method"], 503, time.perf_counter() - started)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
         if scope["method"] != "GET":
             write = self.writes.take(scope) if self.writes is not None else None
             if write is None:
-                return await self.fallback(scope, receive, send)
+                return await self._to_flask(scope, receive, send)
             return await self.writes.answer(write, scope, receive, send)
         answer = await self._look(scope)
         if isinstance(answer, Miss):
             if not self.flights.busy(answer.flight):
                 # This request fills the key, in Flask; readers missing it meanwhile wait here.
-                return await self.flights.lead(answer.flight, self.fallback(scope, receive, send))
+                return await self.flights.lead(answer.flight, self._to_flask(scope, receive, send))
             answer = None if answer.held else await self._follow(answer, scope)
         if answer is None:
-            return await self.fallback(scope, receive, send)
+            return await self._to_flask(scope, receive, send)
         route, body, tier = answer
         await send({"type": "http.response.start", "status": 200, "headers": _headers(body, tier)})
         await send({"type": "http.response.body", "body": body})
@@ -302,10 +342,14 @@ class AsyncHotPath:
         while True:
             event = await receive()
             if event["type"] == "lifespan.startup":
+                if self.loop_lag is not None:
+                    self.loop_lag.start(asyncio.get_running_loop())
                 if self.subscriber is not None:
                     self.subscriber.start()
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
+                if self.loop_lag is not None:
+                    self.loop_lag.stop()
                 if self.subscriber is not None:
                     await self.subscriber.stop()
                 if self.writes is not None:

@@ -78,7 +78,9 @@ SHED = Counter(
     "Requests answered 503 without their work: waited too long for a thread "
     "(queue_timeout), client gone before a thread took them (client_gone), "
     "too many count misses waiting for a batch (batch_queue_full), every python "
-    "compute slot stayed busy (python_compute_busy)",
+    "compute slot stayed busy (python_compute_busy), the event loop's door was at its "
+    "limit (admission_limit) or the request waited too long for the loop (queue_delay), "
+    "too many reads falling back to PostgreSQL (fallback_busy)",
     ["reason"],
 )
 MISS_BATCH_SIZE = Histogram(
@@ -129,6 +131,32 @@ REDIS_POOL_IN_USE = Gauge(
 )
 REDIS_POOL_MAX = Gauge(
     "aside_gateway_redis_pool_max", "Redis pool size limit.", multiprocess_mode="livesum"
+)
+ADMISSION_LIMIT = Gauge(
+    "aside_gateway_admission_limit",
+    "Requests each worker's event loop admits at once (GATEWAY_ADMISSION), summed over workers.",
+    multiprocess_mode="livesum",
+)
+ADMISSION_IN_FLIGHT = Gauge(
+    "aside_gateway_admission_in_flight",
+    "Requests in flight in the workers (admitted, not yet answered).",
+    multiprocess_mode="livesum",
+)
+LOOP_LAG = Gauge(
+    "aside_gateway_loop_lag_seconds",
+    "How late the event loop ran its last lag tick, the largest over live workers.",
+    multiprocess_mode="livemax",
+)
+FALLBACK_IN_FLIGHT = Gauge(
+    "aside_gateway_fallback_in_flight",
+    "Reads answered from PostgreSQL because Redis was skipped or failed, in flight now.",
+    multiprocess_mode="livesum",
+)
+REDIS_ERRORS_JUDGED = Counter(
+    "aside_gateway_redis_errors_judged_total",
+    "Redis errors as the circuit breaker judged them: redis (it opens) or gateway_late "
+    "(a timeout while the worker's event loop ran late: it stays as it was).",
+    ["verdict"],
 )
 REDIS_BREAKER_OPEN = Gauge(
     "aside_gateway_redis_breaker_open",
@@ -258,6 +286,10 @@ def cache_error(route: str, op: str) -> None:
 
 def shed(reason: str) -> None:
     SHED.labels(reason).inc()
+
+
+def redis_error_judged(verdict: str) -> None:
+    REDIS_ERRORS_JUDGED.labels(verdict).inc()
 
 
 def singleflight_shared(route: str) -> None:

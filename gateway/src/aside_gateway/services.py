@@ -18,9 +18,11 @@ from aside_gateway.compute import Slots
 from aside_gateway.config import Settings
 from aside_gateway.core_client import CoreClient
 from aside_gateway.db import Database
+from aside_gateway.fallback import FallbackSlots
 from aside_gateway.hooks import TestHooks
 from aside_gateway.invalidations import InvalidationSubscriber
 from aside_gateway.l1 import L1Cache
+from aside_gateway.lateness import LoopLag
 from aside_gateway.tiers import TieredCache
 
 
@@ -38,6 +40,8 @@ class Services:
     bypass_slots: threading.BoundedSemaphore
     python_compute: Slots
     sampler_stop: threading.Event
+    # The event loop's lag, sampled once the loop runs (hot_path.py's lifespan).
+    loop_lag: LoopLag
 
     def close(self) -> None:
         """Stop the sampler and close the pools (tests; gunicorn just exits)."""
@@ -50,10 +54,16 @@ class Services:
 
 
 def build_services(settings: Settings) -> Services:
-    breaker = CircuitBreaker(settings.redis_breaker_ms / 1000)
+    loop_lag = LoopLag(settings.loop_late_ms / 1000)
+    # A timeout spans at most REDIS_TIMEOUT_MS: lateness within it (and one
+    # tick of the monitor) excuses it.
+    late_window_s = settings.redis_timeout_ms / 1000 + loop_lag.tick_s
+    breaker = CircuitBreaker(
+        settings.redis_breaker_ms / 1000, lambda: loop_lag.late_within(late_window_s)
+    )
     hooks = TestHooks(settings) if settings.test_hooks else None
     db = Database(settings)
-    cache = Cache(settings, breaker, hooks)
+    cache = Cache(settings, breaker, hooks, FallbackSlots(settings.cache_fallback_max_concurrency))
     l1 = L1Cache(
         settings.cache_l1_max_entries,
         settings.cache_l1_max_bytes,
@@ -85,4 +95,5 @@ def build_services(settings: Settings) -> Services:
             settings.python_compute_max_concurrency, settings.python_compute_queue_wait_ms / 1000
         ),
         sampler_stop=metrics.start_sampler(sample),
+        loop_lag=loop_lag,
     )

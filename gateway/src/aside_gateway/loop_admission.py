@@ -1,0 +1,175 @@
+"""Admission at the door of the event loop: past its capacity a worker answers
+503 at once instead of queueing work for seconds.
+
+Hits are answered on the event loop (hot_path.py), so an overloaded worker
+does not queue them in a pool that admission.py could bound: it runs every
+callback later, Redis replies included, until clients time out. Every request
+passes `LoopAdmission.enter` first and counts in flight until it is answered
+on the loop or handed to Flask (whose queue admission.py bounds). Past the
+limit a request but the health and metrics routes gets `503 unavailable`
+with `Retry-After: 1` and the error shape of contracts/errors.json, written
+on the loop without touching Redis, PostgreSQL or Flask. GATEWAY_ADMISSION picks the rule:
+
+* `aimd` (the default): a concurrency limit on the requests a worker has in
+  flight, adapted every tick of the loop's lag monitor (lateness.LoopLag). A
+  tick that finds the loop late (GATEWAY_LOOP_LATE_MS) for the second time
+  in a row (a standing lateness, not the spike of one long callback or a
+  cold fill's scan) cuts the limit to 0.9 of what was in flight in that
+  tick; any other tick with the limit at least half used raises it by one.
+  It stays within GATEWAY_ADMISSION_MIN_INFLIGHT and
+  GATEWAY_ADMISSION_MAX_INFLIGHT and starts at the latter.
+* `codel`: a deadline on the time a request waited for the loop after its
+  head arrived, in the CoDel spirit: `CODEL_INTERVAL_S` while that wait drops
+  below GATEWAY_LOOP_LATE_MS now and then, GATEWAY_LOOP_LATE_MS once it stood
+  above for a whole interval; GATEWAY_ADMISSION_MAX_INFLIGHT still caps the
+  requests in flight.
+* `off`: every request is admitted.
+
+Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-event-loop.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from aside_gateway import metrics
+from aside_gateway.config import Settings
+from aside_gateway.errors import error_body
+from aside_gateway.routes import ARRIVED_KEY, HEALTHZ_PATH, Scope, Send
+
+BACKOFF = 0.9
+# Ticks in a row that must find the loop late before the limit is cut: one
+# late tick is as likely a spike (a cold fill's scan beside it) as overload.
+LATE_TICKS = 2
+CODEL_INTERVAL_S = 0.1
+# Marks a request the door counted in flight, until it leaves.
+COUNTED_KEY = "aside.admitted"
+# Ops routes are never shed: an overloaded worker must still say so.
+EXEMPT_PATHS = frozenset({HEALTHZ_PATH, "/readyz", "/metrics"})
+SHED_BODY = error_body("unavailable", "the gateway is at capacity; retry later")
+SHED_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"content-length", b"%d" % len(SHED_BODY)),
+    (b"retry-after", b"1"),
+]
+
+
+class AimdLimit:
+    """A concurrency limit: additive increase while the loop is on time and the
+    limit is used, multiplicative decrease to what was in flight when it is late."""
+
+    def __init__(self, minimum: int, maximum: int, backoff: float = BACKOFF):
+        self.minimum = minimum
+        self.maximum = maximum
+        self.backoff = backoff
+        self.limit = maximum
+
+    def update(self, late: bool, peak_in_flight: int) -> int:
+        """One tick: `late` whether the loop ran late, `peak_in_flight` the most
+        requests in flight since the last tick."""
+        if late:
+            carried = min(self.limit, peak_in_flight)
+            self.limit = max(self.minimum, math.floor(carried * self.backoff))
+        elif 2 * peak_in_flight >= self.limit:
+            self.limit = min(self.maximum, self.limit + 1)
+        return self.limit
+
+
+class CodelDeadline:
+    """The longest a request may have waited for the loop: `interval_s`
+    normally, `target_s` once the wait stood above `target_s` for a whole
+    interval (a standing queue, not a burst)."""
+
+    def __init__(self, target_s: float, interval_s: float = CODEL_INTERVAL_S):
+        self.target_s = target_s
+        self.interval_s = interval_s
+        self._interval_end = 0.0
+        self._min_wait = math.inf
+        self.standing = False
+
+    def admit(self, waited_s: float, now: float) -> bool:
+        if now >= self._interval_end:
+            # An interval without one wait below target: the queue stands.
+            self.standing = self._min_wait > self.target_s and self._interval_end > 0.0
+            self._min_wait = math.inf
+            self._interval_end = now + self.interval_s
+        self._min_wait = min(self._min_wait, waited_s)
+        return waited_s <= (self.target_s if self.standing else self.interval_s)
+
+
+class LoopAdmission:
+    """The door of one worker's event loop; touched only by that loop."""
+
+    def __init__(
+        self,
+        mode: str,
+        min_in_flight: int,
+        max_in_flight: int,
+        late_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.mode = mode
+        self.limit = AimdLimit(min_in_flight, max_in_flight)
+        self.deadline = CodelDeadline(late_s)
+        self.cap = max_in_flight
+        self.late_s = late_s
+        self.in_flight = 0
+        self._peak = 0
+        self._late_ticks = 0
+        self._clock = clock
+        metrics.ADMISSION_LIMIT.set(self.cap)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LoopAdmission:
+        return cls(
+            settings.admission,
+            settings.admission_min_in_flight,
+            settings.admission_max_in_flight,
+            settings.loop_late_ms / 1000,
+        )
+
+    def on_tick(self, lag_s: float) -> None:
+        """Called by the loop's lag monitor every tick (lateness.LoopLag)."""
+        self._late_ticks = self._late_ticks + 1 if lag_s >= self.late_s else 0
+        if self.mode == "aimd":
+            self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
+        self._peak = self.in_flight
+        metrics.ADMISSION_LIMIT.set(self.cap)
+        metrics.ADMISSION_IN_FLIGHT.set(self.in_flight)
+        metrics.LOOP_LAG.set(lag_s)
+
+    def enter(self, scope: Scope) -> str | None:
+        """Count the request in (None), or say why it is refused: a shed reason.
+        Every request counted in must `leave`: when it is answered on the loop,
+        or when it is handed to Flask, whose work is bounded by admission.py."""
+        if self.mode != "off" and scope["path"] not in EXEMPT_PATHS:
+            refused = self._refusal(scope)
+            if refused is not None:
+                return refused
+        scope[COUNTED_KEY] = True
+        self.in_flight += 1
+        self._peak = max(self._peak, self.in_flight)
+        return None
+
+    def leave(self, scope: Scope) -> None:
+        """The request is answered, or handed to Flask; once per request."""
+        if scope.pop(COUNTED_KEY, False):
+            self.in_flight -= 1
+
+    def _refusal(self, scope: Scope) -> str | None:
+        if self.in_flight >= self.cap:
+            return "admission_limit"
+        if self.mode == "codel":
+            arrived = scope.get(ARRIVED_KEY)
+            now = self._clock()
+            if arrived is not None and not self.deadline.admit(now - arrived, now):
+                return "queue_delay"
+        return None
+
+
+async def refuse(send: Send) -> None:
+    """The 503 of a refused request, written without reading its body."""
+    await send({"type": "http.response.start", "status": 503, "headers": SHED_HEADERS})
+    await send({"type": "http.response.body", "body": SHED_BODY})

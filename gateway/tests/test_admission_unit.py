@@ -1,0 +1,344 @@
+"""Pure logic of the event loop's door (loop_admission.py), the loop's lateness
+and the breaker's verdict on Redis errors (lateness.py, breaker.py), and the
+bound on reads that fall back to PostgreSQL (fallback.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from aside_gateway.breaker import CircuitBreaker
+from aside_gateway.config import ConfigError, load_settings
+from aside_gateway.errors import ApiError
+from aside_gateway.fallback import FallbackSlots
+from aside_gateway.lateness import LoopLag, is_timeout, is_verdict_on_redis
+from aside_gateway.loop_admission import LATE_TICKS, AimdLimit, CodelDeadline, LoopAdmission
+from aside_gateway.routes import ARRIVED_KEY
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+ENV = {
+    "DATABASE_URL": "postgresql://aside@127.0.0.1:25432/aside",
+    "REDIS_URL": "redis://127.0.0.1:26379/0",
+    "CORE_URL": "http://127.0.0.1:28080",
+    "ASIDE_PROFILE": "lab",
+}
+LATE_S = 0.02
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def read(path: str = "/api/v1/users/count", arrived: float | None = None) -> dict:
+    scope: dict = {"type": "http", "path": path, "method": "GET"}
+    if arrived is not None:
+        scope[ARRIVED_KEY] = arrived
+    return scope
+
+
+# ---- the AIMD limit -------------------------------------------------------------
+
+
+def test_the_limit_starts_at_its_maximum():
+    assert AimdLimit(4, 100).limit == 100
+
+
+def test_a_late_tick_cuts_the_limit_to_nine_tenths_of_what_was_in_flight():
+    limit = AimdLimit(4, 100)
+    assert limit.update(late=True, peak_in_flight=50) == 45
+    assert limit.update(late=True, peak_in_flight=45) == 40
+
+
+def test_the_cut_never_goes_below_the_minimum():
+    limit = AimdLimit(8, 100)
+    assert limit.update(late=True, peak_in_flight=3) == 8
+
+
+def test_a_late_tick_never_raises_the_limit_to_what_was_in_flight():
+    limit = AimdLimit(4, 100)
+    limit.update(late=True, peak_in_flight=20)  # 18
+    assert limit.update(late=True, peak_in_flight=40) == 16  # 0.9 x min(18, 40)
+
+
+def test_an_on_time_tick_raises_a_used_limit_by_one_up_to_the_maximum():
+    limit = AimdLimit(4, 20)
+    limit.update(late=True, peak_in_flight=10)  # 9
+    assert limit.update(late=False, peak_in_flight=5) == 10
+    assert limit.update(late=False, peak_in_flight=2) == 10  # under half used: unchanged
+    for _ in range(50):
+        limit.update(late=False, peak_in_flight=20)
+    assert limit.limit == 20
+
+
+# ---- the CoDel deadline -----------------------------------------------------------
+
+
+def test_a_burst_waits_up_to_the_interval():
+    codel = CodelDeadline(target_s=0.005, interval_s=0.1)
+    assert codel.admit(0.05, now=0.0)
+    assert codel.admit(0.09, now=0.05)
+    assert not codel.admit(0.2, now=0.06)
+
+
+def test_a_standing_queue_gets_the_target_as_its_deadline():
+    codel = CodelDeadline(target_s=0.005, interval_s=0.1)
+    for step in range(10):  # every wait above target for a whole interval
+        codel.admit(0.03, now=step * 0.01)
+    assert not codel.admit(0.03, now=0.11)
+    assert codel.standing
+    assert codel.admit(0.004, now=0.12)
+
+
+def test_one_short_wait_in_an_interval_ends_the_standing_queue():
+    codel = CodelDeadline(target_s=0.005, interval_s=0.1)
+    for step in range(10):
+        codel.admit(0.03, now=step * 0.01)
+    codel.admit(0.03, now=0.11)  # standing from here
+    codel.admit(0.001, now=0.15)  # the queue emptied once
+    assert codel.admit(0.05, now=0.22)
+    assert not codel.standing
+
+
+# ---- the door ---------------------------------------------------------------------
+
+
+def test_the_door_refuses_past_its_limit_and_admits_again_when_one_leaves():
+    door = LoopAdmission("aimd", 2, 2, LATE_S)
+    first = read()
+    assert door.enter(first) is None
+    assert door.enter(read()) is None
+    assert door.enter(read()) == "admission_limit"
+    assert door.in_flight == 2
+    door.leave(first)
+    door.leave(first)  # once only: handed to Flask, then answered
+    assert door.in_flight == 1
+    assert door.enter(read()) is None
+
+
+def test_health_and_metrics_are_never_refused():
+    door = LoopAdmission("aimd", 1, 1, LATE_S)
+    assert door.enter(read()) is None
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert door.enter(read(path)) is None
+
+
+def test_off_admits_everything_and_still_counts():
+    door = LoopAdmission("off", 1, 1, LATE_S)
+    for _ in range(10):
+        assert door.enter(read()) is None
+    assert door.in_flight == 10
+
+
+def test_the_limit_is_cut_only_after_ticks_late_in_a_row():
+    door = LoopAdmission("aimd", 4, 100, LATE_S)
+    for _ in range(50):
+        door.enter(read())
+    for _ in range(LATE_TICKS - 1):
+        door.on_tick(0.5)
+        door.on_tick(0.0)  # a spike, then on time again: no cut
+    assert door.cap == 100
+    for _ in range(LATE_TICKS):
+        door.on_tick(0.5)
+    assert door.cap == 45
+
+
+def test_codel_refuses_a_request_that_waited_for_a_standing_queue():
+    clock = Clock()
+    door = LoopAdmission("codel", 1, 1000, LATE_S, clock=clock)
+    for _ in range(12):  # a request every 10 ms, each having waited 50 ms
+        clock.now += 0.01
+        door.enter(read(arrived=clock.now - 0.05))
+    clock.now += 0.01
+    assert door.enter(read(arrived=clock.now - 0.05)) == "queue_delay"
+    assert door.enter(read(arrived=clock.now - 0.001)) is None
+
+
+# ---- the loop's lateness ----------------------------------------------------------
+
+
+def test_a_tick_on_time_is_no_lateness():
+    clock = Clock()
+    lag = LoopLag(LATE_S, tick_s=0.025, clock=clock)
+    lag.start(FakeLoop())
+    clock.now += 0.026
+    assert lag.observe(clock.now) == pytest.approx(0.001)
+    assert not lag.late_within(0.2)
+
+
+def test_a_late_tick_makes_the_loop_late_for_the_window_after_it():
+    clock = Clock()
+    lag = LoopLag(LATE_S, tick_s=0.025, clock=clock)
+    lag.start(FakeLoop())
+    clock.now += 0.025 + 0.1
+    lag.observe(clock.now)
+    clock.now += 0.01
+    lag.observe(clock.now)  # on time again
+    assert lag.late_within(0.2)
+    for _ in range(12):  # 0.3 s of ticks on time
+        clock.now += 0.025
+        lag.observe(clock.now)
+    assert not lag.late_within(0.2)
+
+
+def test_a_tick_overdue_now_is_lateness_before_it_runs():
+    clock = Clock()
+    lag = LoopLag(LATE_S, tick_s=0.025, clock=clock)
+    lag.start(FakeLoop())
+    clock.now += 0.025 + LATE_S + 0.001  # the loop is stuck: its tick has not run
+    assert lag.late_within(0.2)
+    assert lag.current_lag() >= LATE_S
+
+
+def test_a_monitor_not_started_never_says_late():
+    assert not LoopLag(LATE_S).late_within(10.0)
+
+
+def test_every_tick_is_told_its_lag():
+    clock, seen = Clock(), []
+    lag = LoopLag(LATE_S, tick_s=0.025, clock=clock, on_tick=seen.append)
+    lag.start(FakeLoop())
+    clock.now += 0.075
+    lag.observe(clock.now)
+    assert seen == [pytest.approx(0.05)]
+
+
+class FakeLoop:
+    """Enough of an event loop for LoopLag.start: the tests call observe themselves."""
+
+    def call_later(self, delay: float, callback, *args):
+        return Handle()
+
+
+class Handle:
+    def cancel(self) -> None:
+        pass
+
+
+# ---- what a Redis error says ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RedisTimeoutError("Timeout reading from socket"),
+        TimeoutError(),
+        RedisConnectionError("No connection available."),
+        MaxConnectionsError("Too many connections"),
+    ],
+)
+def test_timeouts_and_a_pool_without_a_connection_are_timeouts(exc):
+    assert is_timeout(exc)
+    assert is_verdict_on_redis(exc, worker_late=False)
+    assert not is_verdict_on_redis(exc, worker_late=True)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+        ConnectionResetError(),
+        None,
+    ],
+)
+def test_a_refused_or_broken_connection_is_a_verdict_even_when_late(exc):
+    assert is_verdict_on_redis(exc, worker_late=True)
+
+
+def test_the_breaker_stays_closed_on_a_timeout_while_the_worker_is_late():
+    breaker = CircuitBreaker(1.0, worker_late=lambda: True)
+    assert not breaker.record_failure(RedisTimeoutError("Timeout reading from socket"))
+    assert not breaker.is_open
+    assert breaker.record_failure(RedisConnectionError("Connection refused."))
+    assert breaker.is_open
+
+
+def test_the_breaker_opens_on_a_timeout_while_the_worker_is_on_time():
+    breaker = CircuitBreaker(1.0, worker_late=lambda: False)
+    assert breaker.record_failure(RedisTimeoutError("Timeout reading from socket"))
+    assert breaker.is_open
+
+
+def test_a_late_timeout_gives_the_probe_back():
+    late = [False]
+    breaker = CircuitBreaker(60.0, worker_late=lambda: late[0])
+    breaker.record_failure()
+    late[0] = True
+    breaker.record_failure(RedisTimeoutError("Timeout reading from socket"))
+    assert breaker.allow()  # the next caller probes at once
+
+
+# ---- the fallback bound ------------------------------------------------------------
+
+
+def test_a_fallback_past_the_bound_is_a_503_at_once():
+    slots = FallbackSlots(1)
+    running, release = threading.Event(), threading.Event()
+
+    def slow() -> bytes:
+        running.set()
+        release.wait(10)
+        return b"1"
+
+    first = threading.Thread(target=slots.load, args=(slow,))
+    first.start()
+    try:
+        assert running.wait(10)
+        with pytest.raises(ApiError) as err:
+            slots.load(lambda: b"2")
+        assert err.value.status == 503
+        assert err.value.code == "unavailable"
+        assert err.value.headers == {"Retry-After": "1"}
+    finally:
+        release.set()
+        first.join(10)
+    assert slots.load(lambda: b"3") == b"3"  # the slot came back
+
+
+def test_a_failed_fallback_gives_its_slot_back():
+    slots = FallbackSlots(1)
+
+    def failing() -> bytes:
+        raise RuntimeError("database down")
+
+    with pytest.raises(RuntimeError):
+        slots.load(failing)
+    assert slots.load(lambda: b"1") == b"1"
+
+
+# ---- configuration -----------------------------------------------------------------
+
+
+def test_the_defaults():
+    settings = load_settings(ENV)
+    assert settings.admission == "aimd"
+    assert (settings.admission_min_in_flight, settings.admission_max_in_flight) == (16, 512)
+    assert settings.loop_late_ms == 20
+    assert settings.cache_fallback_max_concurrency == 8
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"GATEWAY_ADMISSION": "fifo"}, "GATEWAY_ADMISSION"),
+        ({"GATEWAY_ADMISSION_MAX_INFLIGHT": "0"}, "GATEWAY_ADMISSION_MAX_INFLIGHT"),
+        ({"GATEWAY_ADMISSION_MIN_INFLIGHT": "x"}, "GATEWAY_ADMISSION_MIN_INFLIGHT"),
+        (
+            {"GATEWAY_ADMISSION_MIN_INFLIGHT": "9", "GATEWAY_ADMISSION_MAX_INFLIGHT": "8"},
+            "GATEWAY_ADMISSION_MIN_INFLIGHT",
+        ),
+        ({"GATEWAY_LOOP_LATE_MS": "0"}, "GATEWAY_LOOP_LATE_MS"),
+        ({"CACHE_FALLBACK_MAX_CONCURRENCY": "-1"}, "CACHE_FALLBACK_MAX_CONCURRENCY"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_variable(overrides, named):
+    with pytest.raises(ConfigError) as err:
+        load_settings({**ENV, **overrides})
+    message = str(err.value)
+    assert named in message
+    assert "\n" not in message

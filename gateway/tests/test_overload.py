@@ -1,0 +1,202 @@
+"""A worker past its capacity (loop_admission.py): the excess is answered 503
+at once, in the error shape with Retry-After, the Redis breaker stays closed,
+and once the load is gone the worker answers hits again within 2 s.
+
+The worker is filled deterministically: one read held at its fill by the
+lab's test hooks (in Flask, which the door does not count), and readers of
+the same key that wait for that fill on the event loop, in flight on the loop
+as long as the test wants. With GATEWAY_ADMISSION=off the same excess is
+served (the control test)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pytest
+import requests
+from gateway_helpers import (
+    Read,
+    release,
+    sample,
+    scrape,
+    start_held,
+    unique_email,
+    wait_until,
+)
+
+COUNT = "/api/v1/users/count"
+LIMIT = 4  # requests in flight the worker's event loop admits
+# An answer refused at the door takes a few ms; this bound holds on a busy
+# 2-core machine and stays far below the wait the bound saves (seconds).
+FAST_S = 0.5
+RECOVERY_S = 2.0
+NORMAL_S = 0.25  # a hit's answer time taken as normal on a busy machine
+BURST_CLIENTS = 48
+BURST_REQUESTS = 15
+
+
+@dataclass
+class Answer:
+    status: int
+    seconds: float
+    headers: requests.structures.CaseInsensitiveDict
+    body: dict
+
+
+def ask(session: requests.Session, base: str, email: str) -> Answer:
+    started = time.monotonic()
+    response = session.get(base + COUNT, params={"email": email}, timeout=30)
+    seconds = time.monotonic() - started
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    return Answer(response.status_code, seconds, response.headers, body)
+
+
+def door_gateway(start_gateway, mode: str):
+    return start_gateway(
+        GATEWAY_WORKERS="1",
+        GATEWAY_ADMISSION=mode,
+        GATEWAY_ADMISSION_MIN_INFLIGHT=str(LIMIT),
+        GATEWAY_ADMISSION_MAX_INFLIGHT=str(LIMIT),
+    )
+
+
+@pytest.fixture(scope="module")
+def small_door(start_gateway):
+    return door_gateway(start_gateway, "aimd")
+
+
+def warm(base: str, email: str) -> None:
+    session = requests.Session()
+    wait_until(
+        lambda: ask(session, base, email).headers.get("X-Cache") == "HIT", 10, "a cached hit"
+    )
+
+
+def followers_waiting(base: str) -> float:
+    return sample(scrape(base), "aside_gateway_loop_followers_waiting")
+
+
+def excess_while_full(base: str, rdb, hot: str, tag: str) -> list[Answer]:
+    """Fill the worker's loop with LIMIT readers waiting for a held fill, then
+    ask for a hit and a miss several times; release the fill and return the
+    excess answers."""
+    cold, hold = unique_email(tag), f"{tag}-fill"
+    held = start_held(base, cold, hold, rdb)
+    followers: list[Read] = []
+    try:
+        for _ in range(LIMIT):
+            followers.append(Read(base, cold))
+        wait_until(lambda: followers_waiting(base) == LIMIT, 5, "readers waiting on the loop")
+        session = requests.Session()
+        answers = []
+        for _ in range(3):
+            answers.append(ask(session, base, hot))
+            answers.append(ask(session, base, unique_email(tag)))
+        return answers
+    finally:
+        release(rdb, hold)
+        for read in [held, *followers]:
+            assert read.result().status_code == 200
+
+
+def assert_refused_at_the_door(answer: Answer) -> None:
+    assert answer.status == 503, answer
+    assert answer.headers["Retry-After"] == "1"
+    assert answer.headers["Content-Type"] == "application/json"
+    assert answer.body["error"]["code"] == "unavailable"
+    assert isinstance(answer.body["error"]["message"], str)
+    assert answer.seconds < FAST_S, f"refused after {answer.seconds:.3f} s"
+
+
+def recovered(base: str, email: str) -> bool:
+    """Hits are answered again, at a normal pace."""
+    session = requests.Session()
+    for _ in range(5):
+        answer = ask(session, base, email)
+        if answer.status != 200 or answer.headers.get("X-Cache") != "HIT":
+            return False
+        if answer.seconds > NORMAL_S:
+            return False
+    return True
+
+
+def breaker_closed(samples: dict, before: dict) -> None:
+    opened = sample(samples, "aside_gateway_redis_errors_judged_total", verdict="redis")
+    assert opened == sample(before, "aside_gateway_redis_errors_judged_total", verdict="redis")
+    skipped = sample(
+        samples, "aside_gateway_cache_errors_total", route=COUNT, op="breaker_open"
+    ) - sample(before, "aside_gateway_cache_errors_total", route=COUNT, op="breaker_open")
+    assert skipped == 0
+    assert sample(samples, "aside_gateway_redis_breaker_open") == 0
+
+
+def test_past_its_limit_a_worker_answers_503_at_once_and_recovers(small_door, rdb, insert_user):
+    hot = unique_email("door")
+    insert_user(hot)
+    warm(small_door.url, hot)
+    before = scrape(small_door.url)
+
+    answers = excess_while_full(small_door.url, rdb, hot, "door")
+    ended = time.monotonic()
+    for answer in answers:
+        assert_refused_at_the_door(answer)
+
+    wait_until(lambda: recovered(small_door.url, hot), RECOVERY_S, "hits at a normal pace")
+    print(f"recovered {time.monotonic() - ended:.3f} s after the load ended")
+    after = scrape(small_door.url)
+    breaker_closed(after, before)
+    refused = sample(after, "aside_gateway_shed_total", reason="admission_limit") - sample(
+        before, "aside_gateway_shed_total", reason="admission_limit"
+    )
+    assert refused == len(answers)
+    assert sample(after, "aside_gateway_admission_limit") == LIMIT
+
+
+def test_a_burst_of_hits_gets_200s_or_fast_503s_and_the_breaker_stays_closed(
+    small_door, insert_user
+):
+    hot = unique_email("burst")
+    insert_user(hot)
+    warm(small_door.url, hot)
+    before = scrape(small_door.url)
+    start = threading.Barrier(BURST_CLIENTS)
+
+    def client() -> list[Answer]:
+        session = requests.Session()
+        start.wait(30)
+        return [ask(session, small_door.url, hot) for _ in range(BURST_REQUESTS)]
+
+    with ThreadPoolExecutor(BURST_CLIENTS) as pool:
+        answers = [a for batch in pool.map(lambda _: client(), range(BURST_CLIENTS)) for a in batch]
+    ended = time.monotonic()
+    refused = [a for a in answers if a.status != 200]
+    for answer in refused:
+        assert_refused_at_the_door(answer)
+    assert all(a.headers.get("X-Cache") == "HIT" for a in answers if a.status == 200)
+
+    wait_until(lambda: recovered(small_door.url, hot), RECOVERY_S, "hits at a normal pace")
+    print(
+        f"{len(refused)} of {len(answers)} refused; recovered "
+        f"{time.monotonic() - ended:.3f} s after the burst"
+    )
+    breaker_closed(scrape(small_door.url), before)
+
+
+def test_without_the_bound_the_excess_waits_or_is_served(start_gateway, rdb, insert_user):
+    """The control: with GATEWAY_ADMISSION=off the same excess is not refused at
+    the door: the hits and the misses are served."""
+    gateway = door_gateway(start_gateway, "off")
+    hot = unique_email("nodoor")
+    insert_user(hot)
+    warm(gateway.url, hot)
+    answers = excess_while_full(gateway.url, rdb, hot, "nodoor")
+    with pytest.raises(AssertionError):
+        for answer in answers:
+            assert_refused_at_the_door(answer)
+    assert all(a.status == 200 for a in answers)
