@@ -129,6 +129,19 @@ class Liveness:
         return True
 
 
+def _after_poll(
+    follower: Follower, alive: Liveness, message: dict[str, Any] | None, subscribed: bool
+) -> tuple[bool, bool]:
+    """What one poll of the subscription leaves, in either worker's loop:
+    whether the subscription is confirmed, and whether a ping is due."""
+    now = time.monotonic()
+    if message is not None:
+        alive.replied(now)
+        subscribed = follower.handle(message) or subscribed
+    alive.check(now)
+    return subscribed, subscribed and alive.ping_due(now)
+
+
 def next_backoff(backoff: float, subscribed: bool) -> float:
     return BACKOFF_MIN_S if subscribed else min(backoff * 2, BACKOFF_MAX_S)
 
@@ -184,12 +197,8 @@ class InvalidationSubscriber:
             alive = Liveness(time.monotonic())
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=POLL_S)
-                now = time.monotonic()
-                if message is not None:
-                    alive.replied(now)
-                    subscribed = self._follower.handle(message) or subscribed
-                alive.check(now)
-                if subscribed and alive.ping_due(now):
+                subscribed, ping = _after_poll(self._follower, alive, message, subscribed)
+                if ping:
                     pubsub.ping()
         finally:
             pubsub.close()
@@ -254,12 +263,8 @@ class LoopInvalidationSubscriber:
             alive = Liveness(time.monotonic())
             while True:
                 message = await pubsub.get_message(timeout=POLL_S)
-                now = time.monotonic()
-                if message is not None:
-                    alive.replied(now)
-                    subscribed = self._follower.handle(message) or subscribed
-                alive.check(now)
-                if subscribed and alive.ping_due(now):
+                subscribed, ping = _after_poll(self._follower, alive, message, subscribed)
+                if ping:
                     await pubsub.ping()
         finally:
             await pubsub.aclose()

@@ -6,7 +6,7 @@ A rate holds when most of its tries held. When a confirmation disagrees with
 the first try, a third decides: one slow step on a shared machine (a p95 of
 35 ms between two of 6 ms at the same rate) neither sets the ceiling alone nor
 is ignored. A tie counts as a miss until it is broken. A step whose miss was the
-load generator's (saturation.py) bounds the search like a miss, but the
+load generator's (records/saturation.py) bounds the search like a miss, but the
 report names it a measurement limit, not the server's ceiling.
 
 Searches run side by side take turns (`interleave`), a step of one, then a step

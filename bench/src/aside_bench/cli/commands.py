@@ -1,7 +1,7 @@
 """What each aside-bench command does once its arguments are parsed: check them,
 check the stack and the seed, then run the sweep, the ceiling search or the
 driver's cost, or rebuild a report, compare two runs or take a report's
-screenshot. The suites (chaos, soak, hardening) are in suite_commands.py.
+screenshot. The suites (chaos, soak, hardening) are in cli/suites.py.
 
 The commands that run steps through the runner and those that read their runs
 back share its argument checks, the runner's set-up and the choice of a run's

@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from aside_bench.cli import commands
 from aside_bench.cli import suites as suite_commands
@@ -61,6 +63,24 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    checked: Callable[[str], Any],
+    default: Any,
+    what: str,
+) -> None:
+    """A checked option whose help ends with its default."""
+    parser.add_argument(
+        flag,
+        type=checked,
+        default=default,
+        help=f"{what} (default {default:g})"
+        if isinstance(default, float)
+        else f"{what} (default {default})",
+    )
+
+
 # ---- options several commands share ----------------------------------------------------
 def _paths(parser: argparse.ArgumentParser, run_id_default: str) -> None:
     """Where a run's inputs and report are, and its name."""
@@ -78,32 +98,18 @@ def _write_share(parser: argparse.ArgumentParser, default: float, what: str) -> 
 def _steps(parser: argparse.ArgumentParser) -> None:
     """The read mix and the limits of every step of a sweep or a ceiling search."""
     _paths(parser, "time and scenario")
-    parser.add_argument(
-        "--hot-share",
-        type=_fraction,
-        default=0.9,
-        help="share of reads asking for a hot email (default 0.9)",
+    _option(parser, "--hot-share", _fraction, 0.9, "share of reads asking for a hot email")
+    _option(
+        parser, "--cold-sample", _positive, 200, "cold emails used: the first N of cold_emails.json"
     )
-    parser.add_argument(
-        "--cold-sample",
-        type=_positive,
-        default=200,
-        help="cold emails used: the first N of cold_emails.json (default 200)",
-    )
-    parser.add_argument(
-        "--timeout", type=_positive, default=10, help="request timeout, s (default 10)"
-    )
-    parser.add_argument(
-        "--max-pool",
-        type=_positive,
-        default=1000,
-        help="the driver's workers per step at most (default 1000)",
-    )
-    parser.add_argument(
+    _option(parser, "--timeout", _positive, 10, "request timeout, s")
+    _option(parser, "--max-pool", _positive, 1000, "the driver's workers per step at most")
+    _option(
+        parser,
         "--recover-timeout",
-        type=_positive,
-        default=180,
-        help="seconds to wait for the stack to go quiet between steps (default 180)",
+        _positive,
+        180,
+        "seconds to wait for the stack to go quiet between steps",
     )
 
 
@@ -118,21 +124,15 @@ def _trust(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--calibration-probe", default="3s", help="calibration: per probe (default 3s)"
     )
-    parser.add_argument(
+    _option(
+        parser,
         "--calibration-budget",
-        type=_positive,
-        default=90,
-        help="calibration: seconds for both servers together (default 90)",
+        _positive,
+        90,
+        "calibration: seconds for both servers together",
     )
-    parser.add_argument(
-        "--calibration-start", type=_positive, default=400, help="calibration: first rate (400)"
-    )
-    parser.add_argument(
-        "--calibration-max-rate",
-        type=_positive,
-        default=12800,
-        help="calibration: highest rate (default 12800)",
-    )
+    _option(parser, "--calibration-start", _positive, 400, "calibration: first rate")
+    _option(parser, "--calibration-max-rate", _positive, 12800, "calibration: highest rate")
     parser.add_argument(
         "--driver-cpu-share",
         type=_share,
@@ -171,26 +171,27 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="cache arm's starting state: cold, warm or both (default both)",
     )
     _write_share(run, 0.1, "mixed: share of requests that write (a create and its delete)")
-    run.add_argument(
+    _option(
+        run,
         "--stale-per-min",
-        type=_whole,
-        default=12,
-        help="mixed: read-after-write checks a minute beside the load, 0: none (default 12)",
+        _whole,
+        12,
+        "mixed: read-after-write checks a minute beside the load, 0: none",
     )
-    run.add_argument(
+    _option(
+        run,
         "--stale-reads-after",
-        type=_positive,
-        default=2,
-        help="mixed: reads of each key after each checked write (default 2)",
+        _positive,
+        2,
+        "mixed: reads of each key after each checked write",
     )
-    run.add_argument(
-        "--complexity", type=_positive, default=10, help="compute: complexity (default 10)"
-    )
-    run.add_argument(
+    _option(run, "--complexity", _positive, 10, "compute: complexity")
+    _option(
+        run,
         "--repeat",
-        type=_positive,
-        default=1,
-        help="runs of each step, interleaved within each rate; medians and spreads (default 1)",
+        _positive,
+        1,
+        "runs of each step, interleaved within each rate; medians and spreads",
     )
     _add_interference_options(run)
     _steps(run)
@@ -199,23 +200,22 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 def _add_interference_options(run: argparse.ArgumentParser) -> None:
     group = run.add_argument_group("interference (--scenario interference, rates 0 allowed)")
-    group.add_argument(
+    _option(
+        group,
         "--read-rate",
-        type=_positive,
-        default=interference.DEFAULT_READ_RATE,
-        help=f"cached reads/s beside the compute (default {interference.DEFAULT_READ_RATE})",
+        _positive,
+        interference.DEFAULT_READ_RATE,
+        "cached reads/s beside the compute",
     )
-    group.add_argument(
+    _option(
+        group,
         "--pbkdf2-iterations",
-        type=_positive,
-        default=interference.DEFAULT_PBKDF2_ITERATIONS,
-        help=f"pbkdf2 arms' iterations (default {interference.DEFAULT_PBKDF2_ITERATIONS})",
+        _positive,
+        interference.DEFAULT_PBKDF2_ITERATIONS,
+        "pbkdf2 arms' iterations",
     )
-    group.add_argument(
-        "--bcrypt-cost",
-        type=_positive,
-        default=interference.DEFAULT_BCRYPT_COST,
-        help=f"bcrypt arms' cost (default {interference.DEFAULT_BCRYPT_COST})",
+    _option(
+        group, "--bcrypt-cost", _positive, interference.DEFAULT_BCRYPT_COST, "bcrypt arms' cost"
     )
 
 
@@ -228,13 +228,9 @@ def _add_ceiling(sub: argparse._SubParsersAction) -> None:
     )
     ceiling.add_argument("--step-duration", default="12s", help="per step (default 12s)")
     ceiling.add_argument("--p95-ms", type=float, default=10.0, help="p95 limit in ms (default 10)")
-    ceiling.add_argument("--start", type=_positive, default=200, help="first rate (default 200)")
-    ceiling.add_argument(
-        "--ladder-step", type=_positive, default=400, help="rate increase after 800 (default 400)"
-    )
-    ceiling.add_argument(
-        "--max-rate", type=_positive, default=8000, help="highest rate (default 8000)"
-    )
+    _option(ceiling, "--start", _positive, 200, "first rate")
+    _option(ceiling, "--ladder-step", _positive, 400, "rate increase after 800")
+    _option(ceiling, "--max-rate", _positive, 8000, "highest rate")
     ceiling.add_argument(
         "--no-reference",
         dest="reference",
@@ -250,12 +246,7 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "cost", help="the driver's own CPU per request against a plain net/http loop"
     )
-    parser.add_argument(
-        "--rate",
-        type=_positive,
-        default=cost.DEFAULT_RATE,
-        help=f"requests/s (default {cost.DEFAULT_RATE})",
-    )
+    _option(parser, "--rate", _positive, cost.DEFAULT_RATE, "requests/s")
     parser.add_argument(
         "--duration",
         default=cost.DEFAULT_DURATION,
@@ -265,12 +256,7 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
         "--variants",
         help=f"some of: {' '.join(cost.NAMES)} (default: {' '.join(cost.DEFAULT_NAMES)})",
     )
-    parser.add_argument(
-        "--repeat",
-        type=_positive,
-        default=cost.DEFAULT_REPEAT,
-        help=f"rounds, the variants taking turns (default {cost.DEFAULT_REPEAT})",
-    )
+    _option(parser, "--repeat", _positive, cost.DEFAULT_REPEAT, "rounds, the variants taking turns")
     _steps(parser)
     parser.set_defaults(driver_cpu_share=DRIVER_CPU_SHARE_LIMIT, live=False, samples_file=False)
 
@@ -278,7 +264,7 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
 def _add_chaos(sub: argparse._SubParsersAction) -> None:
     faults = sub.add_parser("chaos", help="faults under load: redis, core, postgres, worker")
     faults.add_argument("--cases", default="all", help="some of: redis core postgres worker")
-    faults.add_argument("--rate", type=_positive, default=60, help="requests/s (default 60)")
+    _option(faults, "--rate", _positive, 60, "requests/s")
     faults.add_argument(
         "--short", action="store_true", help="a few seconds per case (make test's form)"
     )
@@ -286,9 +272,7 @@ def _add_chaos(sub: argparse._SubParsersAction) -> None:
     faults.add_argument("--down", help="fault to restart, e.g. 6s (default 6s; short 2s)")
     faults.add_argument("--post", help="load after the restart (default 12s; short 5s)")
     _write_share(faults, 0.2, "share of creates")
-    faults.add_argument(
-        "--id-sample", type=_positive, default=50, help="seeded ids read by id (default 50)"
-    )
+    _option(faults, "--id-sample", _positive, 50, "seeded ids read by id")
     _paths(faults, "the time")
 
 
@@ -307,7 +291,7 @@ def _add_create_rate(sub: argparse._SubParsersAction) -> None:
 
 def _add_soak(sub: argparse._SubParsersAction) -> None:
     soaking = sub.add_parser("soak", help="steady mixed load; memory and fds of every process")
-    soaking.add_argument("--rate", type=_positive, default=100, help="requests/s (default 100)")
+    _option(soaking, "--rate", _positive, 100, "requests/s")
     soaking.add_argument("--duration", default="10m", help="e.g. 10m, 20s (default 10m)")
     soaking.add_argument(
         "--warmup", help="left out of the growth figures (default 20%% of the duration)"
@@ -327,22 +311,13 @@ def _add_hardening(sub: argparse._SubParsersAction) -> None:
     hard.add_argument(
         "--experiments", default="all", help="some of: slow-heads cold-flood (default all)"
     )
-    hard.add_argument("--rate", type=_positive, default=500, help="cached reads/s (default 500)")
+    _option(hard, "--rate", _positive, 500, "cached reads/s")
     hard.add_argument("--pre", default="5s", help="reads before each attack (default 5s)")
     hard.add_argument("--post", default="5s", help="reads after it (default 5s)")
-    hard.add_argument("--sockets", type=_positive, default=2000, help="slow sockets (default 2000)")
-    hard.add_argument(
-        "--emails", type=_positive, default=20000, help="cold emails flooded (default 20000)"
-    )
-    hard.add_argument(
-        "--concurrency", type=_positive, default=200, help="flood requests in flight (default 200)"
-    )
-    hard.add_argument(
-        "--client-timeout-ms",
-        type=_positive,
-        default=50,
-        help="a flood client gives up after this (default 50)",
-    )
+    _option(hard, "--sockets", _positive, 2000, "slow sockets")
+    _option(hard, "--emails", _positive, 20000, "cold emails flooded")
+    _option(hard, "--concurrency", _positive, 200, "flood requests in flight")
+    _option(hard, "--client-timeout-ms", _positive, 50, "a flood client gives up after this")
     hard.add_argument(
         "--p95-ms", type=float, default=10.0, help="reads' p95 limit during slow heads (default 10)"
     )
@@ -381,9 +356,7 @@ def _add_screenshot(sub: argparse._SubParsersAction) -> None:
     shot.add_argument(
         "--full", action="store_true", help="the whole page (default: down to the first chart)"
     )
-    shot.add_argument(
-        "--width", type=_positive, default=1280, help="window width, CSS px (default 1280)"
-    )
+    _option(shot, "--width", _positive, 1280, "window width, CSS px")
 
 
 def _add_compare(sub: argparse._SubParsersAction) -> None:

@@ -1,8 +1,8 @@
 """The driver's samples file (SAMPLES_PATH, bench/driver/README.md): every
 request a JSON line, read line by line with where each stands for an error,
 and gzipped once read. Its format's reader, shared by the first-request wait
-(loadrun.py), the fault suite (chaos_samples.py) and the hardening windows
-(hardening_load.py)."""
+(load/run.py), the fault suite (suites/samples.py) and the hardening windows
+(suites/hardening/load.py)."""
 
 from __future__ import annotations
 

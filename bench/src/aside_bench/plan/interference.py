@@ -1,6 +1,6 @@
 """The interference scenario, registered here and only here: its name, arms,
-rates and what its driver run needs (pure; plan.py, loadrun.py, commands.py
-and collect.py read it, interference_report.py writes its report).
+rates and what its driver run needs (pure; plan/steps.py, load/run.py, cli/commands.py
+and sweep/collect.py read it, report/interference.py writes its report).
 
 The question: does CPU work next to the cached reads slow them down, and does
 it matter where it runs (the Go core, or the gateway's own Python beside its

@@ -57,7 +57,7 @@ DEFAULT_ARMS = {
 # Scenarios whose step rate may be 0: the interference baseline, reads alone.
 ZERO_RATE_SCENARIOS = (interference.SCENARIO,)
 
-# ---- scenario `tracks` (big cached values): trackplan.py, tracks.py ----
+# ---- scenario `tracks` (big cached values): plan/tracks.py, sweep/tracks.py ----
 SCENARIOS += (trackplan.SCENARIO,)
 DEFAULT_RATES[trackplan.SCENARIO] = trackplan.DEFAULT_RATES
 DEFAULT_ARMS[trackplan.SCENARIO] = trackplan.DEFAULT_ARMS

@@ -1,9 +1,9 @@
 """The `tracks` scenario's plan (pure): big cached values. GET /api/v1/tracks/<id>
 over the seeded mix of track sizes, one arm per way of caching them; the rest
-of the scenario (warming, figures, report) is in tracks.py.
+of the scenario (warming, figures, report) is in sweep/tracks.py.
 
-Registered in plan.py (scenario, rates, arms), loadrun.py (the driver's variables) and
-commands.py (report): each a line naming this module.
+Registered in plan/steps.py (scenario, rates, arms), load/run.py (the driver's variables) and
+cli/commands.py (report): each a line naming this module.
 """
 
 from __future__ import annotations

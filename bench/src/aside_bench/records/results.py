@@ -102,7 +102,7 @@ class StepResult:
 
     @property
     def saturated(self) -> bool:
-        """The load driver was the limit of this step (saturation.py)."""
+        """The load driver was the limit of this step (records/saturation.py)."""
         return self.loadgen is not None and self.loadgen.saturated
 
     def verdict(self, p95_limit_ms: float) -> str:

@@ -1,5 +1,5 @@
 """A step's gateway cost and cache-tier figures, from the two probes the runner
-takes around it (stepprobe.py) and keeps in run.json: CPU time per request,
+takes around it (sweep/stepprobe.py) and keeps in run.json: CPU time per request,
 resident memory, hit rate per tier, and the invalidation lag quantiles.
 
 Pure functions only, so every rule here has a unit test.
@@ -134,7 +134,7 @@ class StepCost:
     lag_p50_ms: float | None
     lag_p99_ms: float | None
     lag_max_ms: float | None  # an upper bound: the top of the highest bucket used
-    # The same messages' lag at a subscriber doing nothing else (lagfloor.py).
+    # The same messages' lag at a subscriber doing nothing else (sweep/lagfloor.py).
     floor_count: int | None = None
     floor_p50_ms: float | None = None
     floor_p99_ms: float | None = None

@@ -39,7 +39,7 @@ class Settings:
     default_data_dir: Path
     # The calibration measures the core's /healthz as well as the gateway's.
     core_url: str = DEFAULTS["CORE_URL"]
-    # What REDIS_URL names, as for the gateway and the core (redisclient.py).
+    # What REDIS_URL names, as for the gateway and the core (stack/redisclient.py).
     redis_mode: str = "standalone"
 
     @property

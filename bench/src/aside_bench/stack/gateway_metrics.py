@@ -104,7 +104,7 @@ def served_requests(text: str) -> float:
 
 
 def step_counters(text: str) -> dict[str, object]:
-    """What a step's probe keeps of one /metrics reading (tierstats.py reads it)."""
+    """What a step's probe keeps of one /metrics reading (records/tierstats.py reads it)."""
     return {
         "requests": served_requests(text),
         "tier_reads": tier_read_counts(text),

@@ -1,7 +1,7 @@
 """The services a bench loads, made ready for a step: are they up, a connection
 to PostgreSQL, the cache flushed, warmed or checked for keys about to expire, and
 a wait until the last step's backlog has drained. The seeded table is checked in
-seeddata.py; stopping and restarting services is services.py's."""
+stack/seeddata.py; stopping and restarting services is stack/services.py's."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def warm_cache(
 ) -> dict[str, float]:
     """Flush (unless told not to), then request every email once through the
     gateway so each key is cached, then once more to measure how much of it is
-    now served from Redis. The L1 tier is warmed by warmtiers.py."""
+    now served from Redis. The L1 tier is warmed by sweep/warmtiers.py."""
     if flush:
         flush_cache(settings)
     started = time.monotonic()

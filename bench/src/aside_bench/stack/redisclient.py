@@ -1,4 +1,4 @@
-"""The bench's Redis clients, made here for REDIS_MODE (config.py): one server,
+"""The bench's Redis clients, made here for REDIS_MODE (stack/config.py): one server,
 or a Redis Cluster reached through one of its nodes, whose every primary a
 whole-keyspace command (FLUSHDB, SCAN) must visit."""
 

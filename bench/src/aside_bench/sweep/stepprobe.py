@@ -2,7 +2,7 @@
 (a step's "probe") because /proc cannot be read again afterwards: the CPU ticks
 of the gateway's process tree, the gateway's own counters (requests, tier
 lookups, the invalidation lag histogram, the L1 gauges) and, at the end, the
-resident memory of the gateway and of Redis. tierstats.py turns two readings
+resident memory of the gateway and of Redis. records/tierstats.py turns two readings
 into the step's figures."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `tracks` scenario's work beside the sweep (its plan is trackplan.py):
+"""The `tracks` scenario's work beside the sweep (its plan is plan/tracks.py):
 the seeded tracks checked, a warm step's fill, and the report's extra figures,
 table and chart: bytes per second on the wire (the driver's bytes received), Redis'
 memory (redis-exporter), gateway CPU per request (the step's probe), and p95

@@ -22,9 +22,9 @@ grows, so a series' spread pooled in points (below) under-states it at the
 series' lowest rate.
 
 B's latencies are put on A's machine step by step by the machine's meter
-(meter.py: the driver's CPU per request in the same step of both runs), and runs are
+(load/meter.py: the driver's CPU per request in the same step of both runs), and runs are
 compared only on machines of about the same speed, judged by the median of
-those steps (by their calibrations, calibrate.py, for runs without the
+those steps (by their calibrations, trust/calibrate.py, for runs without the
 meter): more than MACHINE_RATIO_LIMIT apart is refused unless --normalise.
 Either side may be a baseline of several runs whose repeats pool.
 

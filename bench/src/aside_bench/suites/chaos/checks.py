@@ -1,4 +1,4 @@
-"""The fault suite's verdicts, computed from the load driver's samples (chaos_samples.py)
+"""The fault suite's verdicts, computed from the load driver's samples (suites/samples.py)
 and the gateway's counters (pure, unit-tested). A case's `events` are epoch
 instants the driver noted: `fault` (kill or stop sent), `ready` (the service
 answers again), `replaced` (a new gunicorn worker), `load_start`, `load_end`.

@@ -1,5 +1,5 @@
 """The fault suite's faults: kill or stop one service of the stack (through
-services.py), then bring it back and note when it answers again."""
+stack/services.py), then bring it back and note when it answers again."""
 
 from __future__ import annotations
 

@@ -17,10 +17,10 @@ Idempotency-Key (a replay if it had committed, a create if not), after which
 every write exists exactly once; and reads through the gateway of every hot
 email and every id involved equal PostgreSQL.
 
-This module runs the suite; the driver is started through loadrun.py, the faults are in
-faults.py, the checks that need the stack in chaos_verify.py, the gateway's
-counters in gateway_metrics.py, the verdicts in chaos_checks.py (on the samples
-of chaos_samples.py) and the report, in reports/chaos-<run id>/, in chaos_report.py.
+This module runs the suite; the driver is started through load/run.py, the faults are in
+suites/chaos/faults.py, the checks that need the stack in suites/chaos/verify.py, the gateway's
+counters in stack/gateway_metrics.py, the verdicts in suites/chaos/checks.py (on the samples
+of suites/samples.py) and the report, in reports/chaos-<run id>/, in suites/chaos/report.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ start on a warm and quiet stack, its first request, and its figures in the
 windows before, during and after the attack, computed from that file.
 
 It takes the parts of the experiment it needs (the settings, the stack's
-control, the hot emails), not the experiment itself, so hardening.py alone
+control, the hot emails), not the experiment itself, so suites/hardening/run.py alone
 puts them together."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the cold flood (hardening.py) is made of and measured by: its emails,
+"""What the cold flood (suites/hardening/run.py) is made of and measured by: its emails,
 the gateway's count queries as PostgreSQL counted them (pg_stat_statements),
 polled until they stop rising, and the gateway's own counters the flood moves."""
 

@@ -1,5 +1,5 @@
 """VmRSS and open descriptors of the gateway's workers, sampled beside the slow
-heads (hardening.py) in a thread of their own."""
+heads (suites/hardening/run.py) in a thread of their own."""
 
 from __future__ import annotations
 

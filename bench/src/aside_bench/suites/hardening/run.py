@@ -17,9 +17,9 @@ opened before the attack: a fixed pool of workers, connections reused).
 
 The reads' figures come from the driver's samples file (a line per request),
 cut into windows by the instant each was sent (the load and its windows:
-hardening_load.py). The figures and verdicts are hardening_checks.py's, the
-report hardening_report.py's, the attacks attacks.py's, the workers' memory
-readings rss_sampler.py's and the flood's emails and counters flood_probes.py's.
+suites/hardening/load.py). The figures and verdicts are suites/hardening/checks.py's, the
+report suites/hardening/report.py's, the attacks suites/hardening/attacks.py's, the workers' memory
+readings suites/hardening/rss.py's and the flood's emails and counters suites/hardening/probes.py's.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ and reads the core's key lifetime from the core's environment, so the report
 can tell a table that fills by design (keys outlive the warm-up) from one the
 purge does not keep flat. `--write-share 1` makes every request a keyed create.
 
-The figures are soak_growth.py's, the report soak_report.py's.
+The figures are suites/soak/growth.py's, the report suites/soak/report.py's.
 """
 
 from __future__ import annotations
