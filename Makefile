@@ -40,6 +40,10 @@ LIVE ?= 0
 # (aside-bench run --samples-file). The figures come from the driver's summary
 # either way, and InfluxDB always gets its per-second points.
 SAMPLES_FILE ?= 0
+# The reads' key popularity: DIST=hotset (the default), uniform or zipf (ALPHA,
+# default 0.99) over the table's distinct emails (KEYS=N: the first N only).
+DIST ?= hotset
+POPULARITY_FLAGS = --dist "$(DIST)" $(if $(ALPHA),--alpha "$(ALPHA)") $(if $(KEYS),--keys "$(KEYS)")
 A ?=
 B ?=
 NORMALISE ?= 0
@@ -86,9 +90,10 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 TRUST_FLAGS = $(if $(filter 0 no false,$(CALIBRATE)),--no-calibrate,) \
 	$(if $(filter 1 yes true,$(LIVE)),--live,)
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, DIST, ALPHA, KEYS, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
 		--repeat "$(REPEAT)" $(TRUST_FLAGS) $(if $(filter 1 yes true,$(SAMPLES_FILE)),--samples-file,) \
+		$(POPULARITY_FLAGS) \
 		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)") \
 		$(if $(READ_RATE),--read-rate "$(READ_RATE)")

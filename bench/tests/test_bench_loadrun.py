@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aside_bench.load.run import (
@@ -81,7 +82,7 @@ def test_a_driver_past_its_time_is_killed(tmp_path: Path) -> None:
 
 
 # ---- the variables of each step ---------------------------------------------------------
-def _vars(step: Step, **shape: float) -> dict[str, str]:
+def _vars(step: Step, **shape: Any) -> dict[str, str]:
     run = step_run(step, "r1", LoadShape(**shape), 50, Path("data"), max_pool=300)
     return run.variables(SETTINGS)
 
@@ -93,6 +94,13 @@ def test_a_read_step_sends_its_arms_cache_mode_and_mix() -> None:
     assert (found["HOT_SHARE"], found["REPEAT"], found["PHASE"]) == ("0.8", "2", "warm")
     assert found["BASE_URL"] == SETTINGS.gateway_url
     assert _vars(Step("read", "nocache", "none", 10, 3))["CACHE"] == "off"
+
+
+def test_a_read_step_sends_its_keys_popularity_only_when_asked() -> None:
+    assert "DIST" not in _vars(Step("read", "cache", "warm", 100, 5))  # the hot set
+    found = _vars(Step("read", "cache", "warm", 100, 5), dist="zipf", alpha=1.3, keys=5000)
+    assert (found["DIST"], found["ALPHA"], found["KEYS"]) == ("zipf", "1.3", "5000")
+    assert "DIST" not in _vars(Step("mixed", "cache", "warm", 100, 5), dist="zipf")
 
 
 def test_the_ceiling_reads_and_its_references() -> None:

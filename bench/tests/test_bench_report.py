@@ -123,3 +123,12 @@ def test_a_run_of_another_shape_is_refused_naming_both_versions(tmp_path: Path) 
     ):
         runfile.load_run(tmp_path / "old")
     assert cli.main(["report", "--run", "old", "--reports-dir", str(tmp_path)]) == 2
+
+
+def test_the_request_mix_says_which_keys_the_reads_asked_for() -> None:
+    hotset = report.request_mix(sample_run().params)
+    assert "90% of reads ask for one of the 100 hot emails" in hotset
+    zipf = report.request_mix({"dist": "zipf", "alpha": 0.99, "keys": 0})
+    assert zipf.startswith("request mix: Zipf popularity, exponent 0.99 over every distinct")
+    uniform = report.request_mix({"dist": "uniform", "alpha": 0.99, "keys": 5000})
+    assert "uniform over the first 5000 distinct emails of the table" in uniform

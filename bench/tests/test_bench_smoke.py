@@ -5,6 +5,7 @@ report says and what it is made from."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -245,3 +246,25 @@ def test_the_steps_histograms_in_influxdb_give_the_summarys_percentiles(
         assert one.p95 == pytest.approx(summary["p95"], rel=0.01), one
     done = bench("shards", "--run", smoke_run.run_id)
     assert done.returncode == 0 and "its shards merged" in done.stdout, done.stderr
+
+
+def test_zipf_reads_over_the_key_space_miss_a_flushed_cache_then_hit(
+    smoke_run, bench: Callable[..., CompletedProcess[str]]
+) -> None:
+    keys = (smoke_run.data_dir / "emails.txt").read_text().splitlines()
+    assert len(keys) > 1000  # the seeder wrote every distinct email of the table
+    run_id = f"{smoke_run.run_id}-zipf"
+    done = bench(
+        "run", "--run-id", run_id, "--rates", "20", "--arms", "cache", "--warm", "cold",
+        "--duration", "3s", "--dist", "zipf", "--alpha", "1.1", "--no-calibrate",
+        "--data-dir", str(smoke_run.data_dir), "--reports-dir", str(smoke_run.reports_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = smoke_run.run_json(run_id)
+    assert (run["params"]["dist"], run["params"]["alpha"]) == ("zipf", 1.1)
+    assert "DIST=zipf" in (smoke_run.reports_dir / run_id / "load.log").read_text()
+    (figures,) = json.loads((smoke_run.reports_dir / run_id / "results.json").read_text())
+    # A flushed cache: each key's first read misses, a popular key's next reads hit.
+    assert 0 < figures["hit"] < 1, figures
+    report = (smoke_run.reports_dir / run_id / "report.md").read_text()
+    assert "Zipf popularity, exponent 1.1 over every distinct email" in report

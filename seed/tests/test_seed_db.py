@@ -93,6 +93,10 @@ class TestOneLoad:
         assert len(cold) == len(set(cold)) == 1000
         assert all(seeded["counts"].get(e) == 1 for e in cold)
 
+    def test_the_key_space_is_every_distinct_email_sorted(self, seeded: dict[str, Any]) -> None:
+        emails = (seeded["dir"] / "emails.txt").read_text().splitlines()
+        assert emails == sorted(seeded["counts"])  # each once, in order
+
     def test_user_ids_exist(self, seeded: dict[str, Any], db: psycopg.Connection) -> None:
         ids = read_json(seeded["dir"], "user_ids.json")
         assert len(ids) == len(set(ids)) == 1000

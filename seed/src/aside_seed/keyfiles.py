@@ -1,8 +1,10 @@
 """The files the load driver reads (bench/data/): which keys to ask for, and what was seeded.
 
 hot_emails.json, cold_emails.json and user_ids.json are plain JSON arrays;
+emails.txt is the key space, every distinct email of the table, one a line,
+sorted (the driver maps popularity ranks to it by a seeded shuffle);
 seed_meta.json describes the load and is written last, so its presence means
-the other three match the table. Every file is replaced atomically.
+the others match the table. Every file is replaced atomically.
 """
 
 from __future__ import annotations
@@ -23,18 +25,28 @@ from aside_seed.errors import SeedError
 HOT_EMAILS_FILE = "hot_emails.json"
 COLD_EMAILS_FILE = "cold_emails.json"
 USER_IDS_FILE = "user_ids.json"
+KEY_SPACE_FILE = "emails.txt"
 META_FILE = "seed_meta.json"
 
 
 def write_json(path: Path, value: Any) -> None:
     """temp file + fsync + rename: a reader sees the old file or the new, whole."""
+    indent = 1 if isinstance(value, dict) else None
+    _write_atomically(path, json.dumps(value, indent=indent) + "\n")
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    """One line each, replaced atomically as write_json does."""
+    _write_atomically(path, "".join(line + "\n" for line in lines))
+
+
+def _write_atomically(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(
             "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
         ) as tmp:
-            json.dump(value, tmp, indent=1 if isinstance(value, dict) else None)
-            tmp.write("\n")
+            tmp.write(text)
             tmp.flush()
             os.fchmod(tmp.fileno(), 0o644)  # mkstemp makes 0600; the driver may run as another user
             os.fsync(tmp.fileno())
@@ -94,14 +106,24 @@ def sample_cold_emails(
         draw = min(shape.rows, draw * 2)
 
 
+def distinct_emails(conn: psycopg.Connection) -> list[str]:
+    """Every distinct email of the table, sorted: the key space of a read workload."""
+    rows = conn.execute(
+        'SELECT email FROM users GROUP BY email ORDER BY email COLLATE "C"'
+    ).fetchall()
+    return [email for (email,) in rows]
+
+
 def write_key_files(
     data_dir: Path,
     hot_emails: list[str],
     cold_emails: list[str],
     user_ids: list[int],
+    emails: list[str],
     meta: dict[str, Any],
 ) -> None:
     write_json(data_dir / HOT_EMAILS_FILE, hot_emails)
     write_json(data_dir / COLD_EMAILS_FILE, cold_emails)
     write_json(data_dir / USER_IDS_FILE, user_ids)
+    write_lines(data_dir / KEY_SPACE_FILE, emails)
     write_json(data_dir / META_FILE, meta)

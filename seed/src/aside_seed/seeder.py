@@ -42,6 +42,7 @@ class KeyData:
     hot: list[str]
     cold: list[str]
     ids: list[int]
+    emails: list[str]  # every distinct email of the table: the key space
     meta: dict[str, Any]
 
 
@@ -68,7 +69,7 @@ def run(options: Options, config: Config) -> Summary:
             raise SeedError(f"PostgreSQL error: {loader.first_line(exc)}") from None
     seconds = time.perf_counter() - started
     keys.meta["seconds"] = round(seconds, 3)
-    keyfiles.write_key_files(data_dir, keys.hot, keys.cold, keys.ids, keys.meta)
+    keyfiles.write_key_files(data_dir, keys.hot, keys.cold, keys.ids, keys.emails, keys.meta)
     return Summary(keys.meta["table_rows"], seconds, phases)
 
 
@@ -113,7 +114,8 @@ def _load(
     with _phase(phases, "samples"):
         cold = keyfiles.sample_cold_emails(conn, shape, set(hot), options.sample_size)
         ids = keyfiles.sample_user_ids(conn, shape, options.sample_size)
-    return KeyData(hot, cold, ids, _meta(options, shape, hot, table_rows, max_id))
+        emails = keyfiles.distinct_emails(conn)
+    return KeyData(hot, cold, ids, emails, _meta(options, shape, hot, table_rows, max_id))
 
 
 def _load_gated(

@@ -13,6 +13,7 @@ import (
 
 	"aside/bench/driver/internal/config"
 	"aside/bench/driver/internal/output"
+	"aside/bench/driver/internal/popularity"
 	"aside/bench/driver/internal/record"
 	"aside/bench/driver/internal/scenario"
 	"aside/bench/driver/internal/schedule"
@@ -239,25 +240,43 @@ func parts(cfg config.Config) ([]part, *scenario.Client, error) {
 		return hot, cold, err
 	}
 
+	// A read scenario: the hot set's mix, or the key space by its popularity.
+	newRead := func(name, mode string, bare bool) (*scenario.Read, error) {
+		if cfg.Dist == config.Hotset {
+			hot, cold, err := readMix()
+			if err != nil {
+				return nil, err
+			}
+			return scenario.NewRead(name, client, mode, cfg.HotShare, hot, cold, bare), nil
+		}
+		keys, err := scenario.LoadKeySpace(cfg.DataDir, cfg.Keys)
+		if err != nil {
+			return nil, err
+		}
+		rank, err := ranker(cfg.Dist, len(keys), cfg.Alpha)
+		if err != nil {
+			return nil, err
+		}
+		return scenario.NewRanked(name, client, mode, popularity.Shuffled(keys, cfg.Seed), rank, bare), nil
+	}
+
 	switch cfg.Scenario {
 	case config.Healthz:
 		return []part{perSecond(scenario.NewHealthz(client), cfg.Rate, cfg.Pool)}, client, nil
 	case config.Read, config.Bare:
-		hot, cold, err := readMix()
+		s, err := newRead(cfg.Scenario, cfg.Cache, cfg.Scenario == config.Bare)
 		if err != nil {
 			return nil, nil, err
 		}
-		s := scenario.NewRead(cfg.Scenario, client, cfg.Cache, cfg.HotShare, hot, cold, cfg.Scenario == config.Bare)
 		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
 	case config.Compute:
 		s := scenario.NewCompute("compute", client, cfg.ComputeBody, cfg.ComputeExpect, cfg.ComputeHash)
 		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
 	case config.Interference:
-		hot, cold, err := readMix()
+		reads, err := newRead("interference", cfg.ReadCache, false)
 		if err != nil {
 			return nil, nil, err
 		}
-		reads := scenario.NewRead("interference", client, cfg.ReadCache, cfg.HotShare, hot, cold, false)
 		out := []part{perSecond(reads, cfg.ReadRate, cfg.ReadPool)}
 		if cfg.Rate > 0 {
 			s := scenario.NewCompute("interference_compute", client, cfg.ComputeBody, cfg.ComputeExpect, cfg.ComputeHash)
@@ -296,4 +315,20 @@ func parts(cfg config.Config) ([]part, *scenario.Client, error) {
 		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
 	}
 	return nil, nil, fmt.Errorf("scenario %q has no plan", cfg.Scenario)
+}
+
+// ranker is DIST's popularity over n keys.
+func ranker(dist string, n int, alpha float64) (popularity.Ranker, error) {
+	if dist == config.Zipf {
+		z, err := popularity.NewZipf(n, alpha)
+		if err != nil {
+			return nil, &config.Error{Name: "ALPHA", Reason: err.Error()}
+		}
+		return z, nil
+	}
+	u, err := popularity.NewUniform(n)
+	if err != nil {
+		return nil, &config.Error{Name: "KEYS", Reason: err.Error()}
+	}
+	return u, nil
 }

@@ -35,6 +35,17 @@ const (
 	EngineReference = "reference"
 )
 
+// The keys' popularity (DIST): the seeder's hot and cold samples mixed by
+// HOT_SHARE; every key of the key space alike; or Zipf with exponent ALPHA.
+const (
+	Hotset  = "hotset"
+	Uniform = "uniform"
+	Zipf    = "zipf"
+)
+
+// Dists lists the values of DIST.
+var Dists = []string{Hotset, Uniform, Zipf}
+
 // CacheModes lists the values of CACHE and READ_CACHE (the gateway's ?cache=).
 var CacheModes = []string{"off", "nopool", "l1", "l2", "hybrid"}
 
@@ -80,6 +91,11 @@ type Config struct {
 	Cache      string
 	HotShare   float64
 	ColdSample int
+	// read, bare, interference: the keys' popularity (DIST), zipf's exponent
+	// (ALPHA) and the key space's size (KEYS, 0: all of emails.txt)
+	Dist  string
+	Alpha float64
+	Keys  int
 	// compute, interference
 	ComputeBody   []byte
 	ComputeExpect map[string]any
@@ -219,6 +235,12 @@ func needsData(scenario string) bool {
 func (c *Config) readMix(r *reader) {
 	c.HotShare = r.share("HOT_SHARE", 0.9)
 	c.ColdSample = r.whole("COLD_SAMPLE", 200, 0)
+	c.Dist = r.oneOf("DIST", Hotset, Dists)
+	c.Alpha = r.positive("ALPHA", 0.99)
+	c.Keys = r.whole("KEYS", 0, 0)
+	if c.Scenario == Mixed && c.Dist != Hotset {
+		r.fail("DIST", fmt.Sprintf("must be %s for the mixed scenario, got %q", Hotset, c.Dist))
+	}
 }
 
 func (c *Config) computeVars(r *reader) {
@@ -293,6 +315,19 @@ func (r *reader) required(name string) string {
 }
 
 // whole reads a whole number >= lo, def when unset.
+func (r *reader) positive(name string, def float64) float64 {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		r.fail(name, fmt.Sprintf("must be a number above 0, got %q", v))
+		return 0
+	}
+	return f
+}
+
 func (r *reader) whole(name string, def, lo int) int {
 	v := r.getenv(name)
 	if v == "" {

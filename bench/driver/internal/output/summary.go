@@ -44,6 +44,10 @@ type SummaryConfig struct {
 	Engine    string  `json:"engine"`
 	Shards    int     `json:"shards"`
 	Shard     int     `json:"shard"`
+	// The keys' popularity of a read scenario (empty for the others).
+	Dist  string  `json:"dist,omitempty"`
+	Alpha float64 `json:"alpha,omitempty"`
+	Keys  int     `json:"keys,omitempty"`
 }
 
 // CPU is the driver's own CPU time.
@@ -96,9 +100,13 @@ func NewSummary(cfg config.Config, startedAt, endedAt float64, interrupted bool,
 			Scenario: cfg.Scenario, Arm: cfg.Arm, Phase: cfg.Phase, Rate: cfg.Rate,
 			DurationS: cfg.Duration.Seconds(), Repeat: cfg.Repeat, RunID: cfg.RunID, Seed: cfg.Seed,
 			LateMs: cfg.LateMs, TimeoutS: cfg.Timeout.Seconds(), Engine: cfg.Engine, Shards: cfg.Shards, Shard: cfg.Shard,
+			Dist: cfg.Dist, Keys: cfg.Keys,
 		},
 		StartedAt: startedAt, EndedAt: endedAt, Interrupted: interrupted, CPU: OwnCPU(),
 		InfluxErrors: influxErrors, Scenarios: map[string]ScenarioSummary{},
+	}
+	if cfg.Dist == config.Zipf {
+		s.Config.Alpha = cfg.Alpha
 	}
 	for _, t := range totals {
 		one := ScenarioSummary{

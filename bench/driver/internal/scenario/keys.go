@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"aside/bench/driver/internal/config"
 )
@@ -15,6 +16,8 @@ const (
 	ColdEmailsFile = "cold_emails.json"
 	UserIDsFile    = "user_ids.json"
 	TracksFile     = "tracks.json"
+	// KeySpaceFile is every distinct email of the table, one a line, sorted.
+	KeySpaceFile = "emails.txt"
 )
 
 func dataError(format string, args ...any) error {
@@ -53,6 +56,28 @@ func LoadEmails(dir, file string, limit int) ([]string, error) {
 		list = list[:limit]
 	}
 	return list, nil
+}
+
+// LoadKeySpace reads emails.txt: one key a line (blank lines skipped);
+// limit > 0 keeps the first limit.
+func LoadKeySpace(dir string, limit int) ([]string, error) {
+	raw, err := readData(dir, KeySpaceFile)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			keys = append(keys, line)
+		}
+		if limit > 0 && len(keys) == limit {
+			break
+		}
+	}
+	if len(keys) == 0 {
+		return nil, dataError("%s holds no key", KeySpaceFile)
+	}
+	return keys, nil
 }
 
 // LoadIDs reads user_ids.json: a JSON list or {"ids": [...]}; limit > 0

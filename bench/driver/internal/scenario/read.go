@@ -4,6 +4,8 @@ import (
 	"net/url"
 
 	"github.com/valyala/fastjson"
+
+	"aside/bench/driver/internal/popularity"
 )
 
 // countKey is one email of the read mix and its count URL, built once.
@@ -12,10 +14,13 @@ type countKey struct {
 	url   []byte
 }
 
-// countKeys is the read mix: a hot email with hotShare, else a cold one.
+// countKeys is the read mix: a hot email with hotShare, else a cold one;
+// or, with a popularity (rank), the key of the rank it draws.
 type countKeys struct {
 	hotShare  float64
 	hot, cold []countKey
+	ranked    []countKey
+	rank      popularity.Ranker
 }
 
 // CountPath is the count URL's path and query; mode "" leaves ?cache= out.
@@ -27,18 +32,22 @@ func CountPath(email, mode string) string {
 	return path
 }
 
-func newCountKeys(c *Client, mode string, hotShare float64, hot, cold []string) countKeys {
-	keys := func(emails []string) []countKey {
-		out := make([]countKey, len(emails))
-		for i, e := range emails {
-			out[i] = countKey{email: e, url: c.URL(CountPath(e, mode))}
-		}
-		return out
+func countKeysOf(c *Client, mode string, emails []string) []countKey {
+	out := make([]countKey, len(emails))
+	for i, e := range emails {
+		out[i] = countKey{email: e, url: c.URL(CountPath(e, mode))}
 	}
-	return countKeys{hotShare: hotShare, hot: keys(hot), cold: keys(cold)}
+	return out
+}
+
+func newCountKeys(c *Client, mode string, hotShare float64, hot, cold []string) countKeys {
+	return countKeys{hotShare: hotShare, hot: countKeysOf(c, mode, hot), cold: countKeysOf(c, mode, cold)}
 }
 
 func (k *countKeys) pick(r *Rand) *countKey {
+	if k.rank != nil {
+		return &k.ranked[k.rank.Rank(r.Float64())]
+	}
 	if r.Float64() < k.hotShare {
 		return &k.hot[r.Intn(len(k.hot))]
 	}
@@ -108,6 +117,13 @@ type Read struct {
 // NewRead is a read scenario named name; bare checks the status only.
 func NewRead(name string, c *Client, mode string, hotShare float64, hot, cold []string, bare bool) *Read {
 	return &Read{name: name, mode: mode, bare: bare, keys: newCountKeys(c, mode, hotShare, hot, cold)}
+}
+
+// NewRanked is a read scenario over a key space: each request draws a rank
+// from rank and asks for ranked[rank] (ranked[0] the most popular key).
+func NewRanked(name string, c *Client, mode string, ranked []string, rank popularity.Ranker, bare bool) *Read {
+	keys := countKeys{ranked: countKeysOf(c, mode, ranked), rank: rank}
+	return &Read{name: name, mode: mode, bare: bare, keys: keys}
 }
 
 // Name implements Scenario.

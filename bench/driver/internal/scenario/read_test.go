@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"aside/bench/driver/internal/popularity"
 	"aside/bench/driver/internal/scenario"
 )
 
@@ -135,5 +136,53 @@ func TestHotShareAndSeed(t *testing.T) {
 	}
 	if differ == 0 {
 		t.Error("seeds 7 and 8 chose the same keys")
+	}
+}
+
+// A read over a key space asks for the keys by their popularity: with Zipf
+// the first ranked key most, the stream the same for the same seed and
+// iteration numbers, whichever worker runs them.
+func TestRankedReadsFollowThePopularity(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e := r.URL.Query().Get("email")
+		asked = append(asked, e)
+		w.Header().Set("X-Cache", "MISS")
+		fmt.Fprintf(w, `{"email":%q,"count":1}`, e)
+	}))
+	t.Cleanup(srv.Close)
+	client := newClient(t, srv.URL, 2*time.Second)
+	keys := []string{"k0@x", "k1@x", "k2@x", "k3@x", "k4@x", "k5@x", "k6@x", "k7@x", "k8@x", "k9@x"}
+	zipf, err := popularity.NewZipf(len(keys), 1.3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() []string {
+		asked = nil
+		h := newHarness(t, client, scenario.NewRanked("read", client, "l2", keys, zipf, false), 2*time.Second)
+		for range 2000 {
+			if !h.iterate() {
+				t.Fatal("a ranked read failed its check")
+			}
+		}
+		return asked
+	}
+	first := run()
+	counts := map[string]int{}
+	for _, e := range first {
+		counts[e]++
+	}
+	// Zipf 1.3 over 10 keys: the first rank has about 43 % of the requests, the last about 2 %.
+	if share := float64(counts["k0@x"]) / 2000; share < 0.38 || share > 0.48 {
+		t.Errorf("the first rank's share %.3f, want about 0.43", share)
+	}
+	if counts["k0@x"] <= counts["k9@x"]*10 {
+		t.Errorf("counts %v: the first rank is not far ahead of the last", counts)
+	}
+	again := run()
+	for i := range first {
+		if first[i] != again[i] {
+			t.Fatalf("request %d asked %s, then %s: not the same stream", i+1, first[i], again[i])
+		}
 	}
 }

@@ -86,6 +86,9 @@ def _shape(args: argparse.Namespace) -> LoadShape:
     return LoadShape(
         hot_share=args.hot_share,
         cold_sample=args.cold_sample,
+        dist=getattr(args, "dist", "hotset"),
+        alpha=getattr(args, "alpha", 0.99),
+        keys=getattr(args, "keys", 0),
         write_share=getattr(args, "write_share", 0.1),
         complexity=getattr(args, "complexity", 10),
         timeout_s=args.timeout,
@@ -109,6 +112,8 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
         if args.arms
         else list(DEFAULT_ARMS[scenario])
     )
+    if getattr(args, "dist", "hotset") != "hotset" and scenario not in ("read", "ceiling"):
+        raise UsageError(f"--dist {args.dist} is for the read scenario, not {scenario}")
     if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
     read_rate = 0
@@ -129,6 +134,9 @@ def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any)
         "hot_count": len(seed.hot),
         "cold_sample": shape.cold_sample,
         "cold_sample_used": min(shape.cold_sample, len(seed.cold)),
+        "dist": shape.dist,
+        "alpha": shape.alpha,
+        "keys": shape.keys,
         "write_share": shape.write_share,
         "complexity": shape.complexity,
         "timeout_s": shape.timeout_s,

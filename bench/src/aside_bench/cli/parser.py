@@ -57,6 +57,16 @@ def _share(text: str) -> float:
     return value
 
 
+def _above_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
@@ -102,6 +112,15 @@ def _steps(parser: argparse.ArgumentParser) -> None:
     _option(
         parser, "--cold-sample", _positive, 200, "cold emails used: the first N of cold_emails.json"
     )
+    parser.add_argument(
+        "--dist",
+        choices=("hotset", "uniform", "zipf"),
+        default="hotset",
+        help="the reads' key popularity: hotset (--hot-share over the hot and cold samples), "
+        "uniform or zipf over the table's distinct emails (default hotset)",
+    )
+    _option(parser, "--alpha", _above_zero, 0.99, "zipf's exponent")
+    _option(parser, "--keys", _whole, 0, "the key space: the first N distinct emails, 0: all")
     _option(parser, "--timeout", _positive, 10, "request timeout, s")
     _option(parser, "--max-pool", _positive, 1000, "the driver's workers per step at most")
     _option(

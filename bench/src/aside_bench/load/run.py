@@ -44,6 +44,12 @@ class LoadShape:
 
     hot_share: float = 0.9
     cold_sample: int = 200
+    # The keys' popularity of the read and bare scenarios: hotset (the two
+    # samples above), uniform or zipf (with alpha) over the first `keys` keys
+    # of the key space (0: every distinct email of the table).
+    dist: str = "hotset"
+    alpha: float = 0.99
+    keys: int = 0
     write_share: float = 0.1
     complexity: int = 10
     timeout_s: int = 10
@@ -124,7 +130,8 @@ DRIVER_VARIABLES = frozenset(
     {
         "BASE_URL", "SCENARIO", "RUN_ID", "ARM", "PHASE", "REPEAT", "RATE", "DURATION",
         "POOL", "CONNS", "LATE_MS", "TIMEOUT_S", "SEED", "DATA_DIR", "SUMMARY_PATH", "SAMPLES_PATH",
-        "INFLUX_URL", "LIVE", "CACHE", "HOT_SHARE", "COLD_SAMPLE", "COMPUTE_BODY",
+        "INFLUX_URL", "LIVE", "CACHE", "HOT_SHARE", "COLD_SAMPLE", "DIST", "ALPHA", "KEYS",
+        "COMPUTE_BODY",
         "COMPUTE_EXPECT", "COMPUTE_HASH_PATTERN", "READ_RATE", "READ_CACHE", "READ_POOL",
         "WRITE_SHARE", "STALE_PER_MIN", "STALE_READS_AFTER", "ARM_QUERY", "SIZE_BOUNDS",
         "USER_PREFIX", "USER_SHARE", "ID_SAMPLE", "NO_REUSE", "ENGINE", "SHARDS", "SHARD",
@@ -156,6 +163,8 @@ def _scenario_variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str
                 STALE_PER_MIN=str(shape.stale_per_min),
                 STALE_READS_AFTER=str(shape.stale_reads_after),
             )
+        elif shape.dist != "hotset":
+            found.update(DIST=shape.dist, ALPHA=str(shape.alpha), KEYS=str(shape.keys))
         return found
     if scenario == trackplan.SCENARIO:
         return {

@@ -7,6 +7,7 @@ with the ceiling's and the tracks' pages."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
@@ -64,6 +65,26 @@ def run_page(title: str, run: RunRecord) -> Doc:
     return doc
 
 
+def request_mix(params: dict[str, Any]) -> str:
+    """The reads' keys as the run asked for them."""
+    dist = params.get("dist", "hotset")
+    if dist == "hotset":
+        return (
+            f"request mix: {params['hot_share'] * 100:.0f}% of reads ask for one of the "
+            f"{params.get('hot_count')} hot emails, the rest for one of the first "
+            f"{params.get('cold_sample_used')} cold emails "
+            "(a finite sample, so a warm cache holds it)"
+        )
+    keys = params.get("keys")
+    space = f"the first {keys} distinct emails" if keys else "every distinct email"
+    popularity = f"Zipf popularity, exponent {params['alpha']:g}" if dist == "zipf" else "uniform"
+    return (
+        f"request mix: {popularity} over {space} of the table (emails.txt), "
+        "ranks laid over the keys by a seeded shuffle; the same seed asks the same keys "
+        "in the same order"
+    )
+
+
 def caption(run: RunRecord) -> str:
     return f"Run {run.run_id} on {summary(run.machine)}."
 
@@ -79,12 +100,7 @@ def context(doc: Doc, run: RunRecord) -> None:
         f"gateway: {run.settings['gateway_url']}",
     ]
     if params.get("scenario") in ("read", "mixed", "ceiling"):
-        items.append(
-            f"request mix: {params['hot_share'] * 100:.0f}% of reads ask for one of the "
-            f"{params.get('hot_count')} hot emails, the rest for one of the first "
-            f"{params.get('cold_sample_used')} cold emails "
-            "(a finite sample, so a warm cache holds it)"
-        )
+        items.append(request_mix(params))
     if params.get("scenario") == "mixed":
         items.append(
             f"writes: {params['write_share'] * 100:.0f}% of iterations create a user with a "
