@@ -107,7 +107,9 @@ def summary_table(run: dict[str, Any]) -> Table:
     return Table("Overload: every arm", ["arm", "verdict"], rows)
 
 
-def chart(arms: list[dict[str, Any]], path: Path, caption: str) -> Path:
+def chart(
+    arms: list[dict[str, Any]], run_targets: dict[str, float], path: Path, caption: str
+) -> Path:
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
     fig, axes = charts.plt.subplots(1, len(arms), figsize=(6 * len(arms), 4.8), squeeze=False)
@@ -126,9 +128,14 @@ def chart(arms: list[dict[str, Any]], path: Path, caption: str) -> Path:
                 linestyle="-" if label is None else "none",
                 label="after the overload (0.6x)" if label else "goodput (2xx within 1 s)",
             )
+        share = run_targets["goodput_share"]
+        ax.axhline(share * arm["ceiling"], color="red", linestyle=":", alpha=0.4,
+                   label=f"target: {share:g} x ceiling")  # fmt: skip
         for s in steps:
+            # The two 0.6x steps share a rate: one label above, one below.
+            below = -10 if s["label"] != "0.6x after" else 6
             ax.annotate(s["label"], (s["rate"], s["goodput_rps"]), fontsize=7,
-                        textcoords="offset points", xytext=(4, -10))  # fmt: skip
+                        textcoords="offset points", xytext=(4, below))  # fmt: skip
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
         ax.set_xlabel("offered load (requests/s)")
@@ -169,7 +176,12 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
     doc.table(tables[0])
     measured = [a for a in run["arms"] if not a["error"]]
     if measured:
-        path = chart(measured, out_dir / CHART, "dashed: goodput = offered; dotted: the ceiling")
+        path = chart(
+            measured,
+            run["params"]["targets"],
+            out_dir / CHART,
+            "dashed: goodput = offered; dotted: the ceiling",
+        )
         doc.image(path, "goodput against the offered load, per arm")
     for arm in run["arms"]:
         doc.h(2, arm["arm"])
