@@ -1,10 +1,10 @@
 """`aside-bench overload`: what the gateway does past an arm's ceiling.
 
 For each arm: its ceiling (given, or a short search: the highest rate held at
-p95 <= 10 ms with nothing dropped, ceiling/search.py's ladder and bisection
-without confirmations), then the driver's `read` scenario at 0.6x of it (the
-baseline), 1.25x, 1.5x and 2x, and 0.6x again started as the 2x step's
-schedule ends (the recovery), each a step of its own driver process with every
+p95 <= 10 ms with nothing dropped, ceiling/search.py's ladder, bisection and
+confirmations, in short steps), then the driver's `read` scenario at 0.6x of
+it (the baseline), 1.25x, 1.5x and 2x, and 0.6x again started as the 2x
+step's schedule ends (the recovery), each a step of its own driver process with every
 request in its samples file. Between the steps before the 2x one the stack is
 let go quiet and the cache topped up; the 2x step and the recovery follow each
 other with no gap, as a falling load would.
@@ -194,7 +194,7 @@ def gateway_for(settings: Settings, arm: str) -> None:
 def search_ceiling(bench: Bench, result: ArmResult) -> None:
     params = bench.params
     history: list[Trial] = []
-    while (rate := next_trial(history, params.search, confirm=False)) is not None:
+    while (rate := next_trial(history, params.search)) is not None:
         prepare(bench, result.arm, params.search_duration_s)
         run = bench.load_run(result.arm, "search", rate, params.search_duration_s, False)
         summary = finish_driver(bench.start(run), run)
