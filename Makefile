@@ -57,8 +57,11 @@ RATE ?=
 SOCKETS ?=
 EMAILS ?=
 EXPERIMENTS ?= all
+# Past the ceiling (make overload ARMS="cache hybrid" DURATION=15s CEILING="cache=3000 hybrid=4000");
+# ARMS and DURATION default to the suite's own (cache hybrid, 15s) unless given here
+CEILING ?=
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling bench-cost report compare screenshot chaos soak create-rate hardening test test-unit lint fmt images
+.PHONY: help up down status logs clean install seed bench bench-ceiling bench-cost report compare screenshot chaos soak create-rate hardening overload test test-unit lint fmt images
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -135,6 +138,11 @@ create-rate: ## the highest rate of keyed creates the core holds (RATES="200 400
 hardening: ## slow request heads and a cold flood under cached reads (RATE=500, SOCKETS, EMAILS)
 	@$(ENV) $(VENV)/aside-bench hardening --experiments "$(EXPERIMENTS)" $(if $(RATE),--rate "$(RATE)",) \
 		$(if $(SOCKETS),--sockets "$(SOCKETS)",) $(if $(EMAILS),--emails "$(EMAILS)",)
+
+overload: ## goodput, sheds and recovery at 1.25x, 1.5x, 2x of each arm's ceiling, then 0.6x (ARMS, DURATION, CEILING="cache=RATE")
+	@$(ENV) $(VENV)/aside-bench overload $(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)",) \
+		$(if $(filter-out file,$(origin DURATION)),--duration "$(DURATION)",) \
+		$(foreach c,$(CEILING),--ceiling "$(c)")
 
 test: ## every suite against real services, started here and stopped afterwards
 	@$(ENV) infra/test.sh

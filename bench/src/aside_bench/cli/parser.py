@@ -5,7 +5,8 @@
 (rebuild a run's report from its run.json and Prometheus), `compare` (two runs'
 common steps), `chaos` (faults under load), `soak` (memory and descriptors of
 every process under a steady load), `hardening` (slow clients and a cold flood
-under cached reads), `shards` (a run several drivers sent, merged from
+under cached reads), `overload` (goodput, sheds and recovery past an arm's
+ceiling), `shards` (a run several drivers sent, merged from
 InfluxDB) and `screenshot` (a run's report.html as headless Chromium renders
 it, as a PNG)."""
 
@@ -413,11 +414,52 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
 
 
+def _add_overload(sub: argparse._SubParsersAction) -> None:
+    over = sub.add_parser("overload", help="goodput, sheds and recovery past an arm's ceiling")
+    over.add_argument(
+        "--arms",
+        default="cache hybrid",
+        help="some of: cache hybrid l1 nocache (default: cache hybrid)",
+    )
+    over.add_argument(
+        "--ceiling",
+        action="append",
+        metavar="ARM=RATE",
+        help="an arm's ceiling, given: no search for it (repeatable)",
+    )
+    over.add_argument("--duration", default="15s", help="per step (default 15s)")
+    over.add_argument(
+        "--search-duration", default="5s", help="per step of the ceiling search (default 5s)"
+    )
+    over.add_argument(
+        "--search-start", type=_positive, default=200, help="the search's first rate (default 200)"
+    )
+    over.add_argument(
+        "--search-step",
+        type=_positive,
+        default=400,
+        help="the search's rate increase after 4x its start (default 400)",
+    )
+    over.add_argument(
+        "--search-max",
+        type=_positive,
+        default=8000,
+        help="the search's highest rate (default 8000)",
+    )
+    over.add_argument(
+        "--p95-ms", type=float, default=10.0, help="the search's p95 limit in ms (default 10)"
+    )
+    over.add_argument(
+        "--timeout", type=_positive, default=10, help="request timeout in seconds (default 10)"
+    )
+    _paths(over, "the time")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     adders = (_add_run, _add_ceiling, _add_cost, _add_chaos, _add_soak, _add_create_rate)
-    adders += (_add_hardening, _add_report, _add_shards)
+    adders += (_add_hardening, _add_overload, _add_report, _add_shards)
     for add in (*adders, _add_compare, _add_screenshot):
         add(sub)
     return parser
@@ -441,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             "create-rate": suite_commands.cmd_create_rate,
             "screenshot": commands.cmd_screenshot,
             "hardening": suite_commands.cmd_hardening,
+            "overload": suite_commands.cmd_overload,
             "compare": commands.cmd_compare,
         }[args.command]
         return command(args, settings)

@@ -1,11 +1,13 @@
 """What the suites' commands do once their arguments are parsed: check them,
-check the stack and the seed, then run the fault suite (chaos), the soak or the
-hardening experiments (these two exit 1 when a check failed)."""
+check the stack and the seed, then run the fault suite (chaos), the soak, the
+hardening experiments or the overload steps (all but the soak exit 1 when a
+check failed)."""
 
 from __future__ import annotations
 
 import argparse
 
+from aside_bench.ceiling.search import SearchParams
 from aside_bench.cli.commands import UsageError, checked_seed, new_out_dir, new_run_id
 from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
@@ -14,6 +16,7 @@ from aside_bench.stack.seeddata import user_prefix
 from aside_bench.suites import create_rate
 from aside_bench.suites.chaos import run as chaos
 from aside_bench.suites.hardening import run as hardening
+from aside_bench.suites.overload import run as overload
 from aside_bench.suites.soak import run as soak
 
 
@@ -98,6 +101,34 @@ def cmd_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
     )
     seed = checked_seed(settings, args)
     run = hardening.run_hardening(settings, params, seed)
+    return 0 if run["passed"] else 1
+
+
+def cmd_overload(args: argparse.Namespace, settings: config.Settings) -> int:
+    run_id = new_run_id(args, "")
+    try:
+        arms = overload.parse_arms(args.arms)
+        ceilings = overload.parse_ceilings(args.ceiling)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.p95_ms <= 0:
+        raise UsageError("--p95-ms must be above 0")
+    out_dir = new_out_dir(settings, args, f"overload-{run_id}")
+    params = overload.OverloadParams(
+        run_id=run_id,
+        out_dir=out_dir,
+        arms=arms,
+        ceilings=ceilings,
+        duration_s=parse_duration(args.duration),
+        search=SearchParams(
+            start=args.search_start, ladder_step=args.search_step, max_rate=args.search_max
+        ),
+        search_duration_s=parse_duration(args.search_duration),
+        search_p95_ms=args.p95_ms,
+        timeout_s=args.timeout,
+    )
+    seed = checked_seed(settings, args)
+    run = overload.run_overload(settings, params, seed)
     return 0 if run["passed"] else 1
 
 

@@ -1,0 +1,307 @@
+"""The overload suite's figures and verdicts, from plain records (pure,
+unit-tested): a step's requests as the driver's samples file lists them, its
+goodput (2xx answered within 1 s, per second), the served and the shed
+answers' latency, the p95 of every second of a step, the time a step took to
+recover, and each verdict against the targets."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aside_bench.load.samples import number, sample_lines
+from aside_bench.records.tierstats import nearest_rank
+from aside_bench.suites.samples import Check
+
+# A 2xx counts towards goodput when answered within this.
+GOODPUT_WITHIN_MS = 1000.0
+# The gateway's answer past its door's limit.
+SHED_STATUS = 503
+
+
+@dataclass(frozen=True)
+class Request:
+    """One line of the samples file: when it was due and sent (epoch s), how
+    long the client waited, its status (0: no answer) and, with no answer,
+    why (`timeout`, `connection_reset`, ...). A dropped iteration has no
+    status and is never sent."""
+
+    due: float
+    sent: float
+    ms: float = 0.0
+    status: int = 0
+    error: str = ""
+    dropped: bool = False
+
+    @property
+    def served(self) -> bool:
+        return not self.dropped and 200 <= self.status < 300
+
+    @property
+    def shed(self) -> bool:
+        return not self.dropped and self.status == SHED_STATUS
+
+    @property
+    def timed_out(self) -> bool:
+        return not self.dropped and self.status == 0 and self.error == "timeout"
+
+
+def parse_requests(lines: Iterable[str], source: str) -> list[Request]:
+    """The requests (and dropped iterations) of a samples file, by due time."""
+    found: list[Request] = []
+    for where, line in sample_lines(lines, source):
+        due = number(line, "due", where)
+        sent = number(line, "t", where)
+        if line.get("dropped"):
+            found.append(Request(due=due, sent=sent, dropped=True))
+            continue
+        tags = line.get("tags") or {}
+        found.append(
+            Request(
+                due=due,
+                sent=sent,
+                ms=number(line, "ms", where),
+                status=int(number(line, "status", where)),
+                error=str(tags.get("error") or "") if isinstance(tags, dict) else "",
+            )
+        )
+    found.sort(key=lambda r: r.due)
+    return found
+
+
+# ---- one step ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Latency:
+    count: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Latency:
+        return cls(
+            count=len(values),
+            p50_ms=nearest_rank(values, 50),
+            p95_ms=nearest_rank(values, 95),
+            p99_ms=nearest_rank(values, 99),
+            max_ms=max(values, default=None),
+        )
+
+
+@dataclass(frozen=True)
+class Second:
+    """One second of a step, by the instant its requests were due."""
+
+    at_s: int  # from the step's start
+    served: int
+    served_p95_ms: float | None
+    shed: int
+    unanswered: int  # timeouts and other errors
+    dropped: int
+
+
+@dataclass(frozen=True)
+class RequestFigures:
+    """What the samples say of one step."""
+
+    due: int
+    dropped: int
+    served: Latency
+    shed: Latency
+    good: int  # served within GOODPUT_WITHIN_MS
+    timeouts: int
+    other_errors: int
+    other_statuses: dict[str, int]
+    seconds: list[Second]
+
+
+def request_figures(requests: Sequence[Request], start: float, duration_s: int) -> RequestFigures:
+    """The step's figures; `start` is its first due instant."""
+    served = [r.ms for r in requests if r.served]
+    others: dict[str, int] = {}
+    for r in requests:
+        if not r.dropped and r.status and not r.served and not r.shed:
+            others[str(r.status)] = others.get(str(r.status), 0) + 1
+    return RequestFigures(
+        due=len(requests),
+        dropped=sum(1 for r in requests if r.dropped),
+        served=Latency.of(served),
+        shed=Latency.of([r.ms for r in requests if r.shed]),
+        good=sum(1 for ms in served if ms <= GOODPUT_WITHIN_MS),
+        timeouts=sum(1 for r in requests if r.timed_out),
+        other_errors=sum(
+            1 for r in requests if not r.dropped and r.status == 0 and not r.timed_out
+        ),
+        other_statuses=dict(sorted(others.items())),
+        seconds=per_second(requests, start, duration_s),
+    )
+
+
+def per_second(requests: Sequence[Request], start: float, duration_s: int) -> list[Second]:
+    """Every whole second of the step, by due time (what a user arriving then saw)."""
+    buckets: list[list[Request]] = [[] for _ in range(duration_s)]
+    for r in requests:
+        index = math.floor(r.due - start)
+        if 0 <= index < duration_s:
+            buckets[index].append(r)
+    return [
+        Second(
+            at_s=i,
+            served=sum(1 for r in bucket if r.served),
+            served_p95_ms=nearest_rank([r.ms for r in bucket if r.served], 95),
+            shed=sum(1 for r in bucket if r.shed),
+            unanswered=sum(1 for r in bucket if not r.dropped and r.status == 0),
+            dropped=sum(1 for r in bucket if r.dropped),
+        )
+        for i, bucket in enumerate(buckets)
+    ]
+
+
+def recovered(second: Second, limit_ms: float) -> bool:
+    """A second is back to normal when its requests were served, none shed,
+    unanswered or dropped, at a p95 within `limit_ms`."""
+    return (
+        second.served > 0
+        and second.served_p95_ms is not None
+        and second.served_p95_ms <= limit_ms
+        and second.shed == second.unanswered == second.dropped == 0
+    )
+
+
+def recovery_s(seconds: Sequence[Second], limit_ms: float) -> float | None:
+    """Seconds from the step's start to the first second after which every
+    second is back to normal; None when the last one is not."""
+    found: float | None = None
+    for second in reversed(seconds):
+        if not recovered(second, limit_ms):
+            break
+        found = float(second.at_s)
+    return found
+
+
+# ---- the step's record --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Counters:
+    """Increase of the gateway's own counters over a step (its /metrics)."""
+
+    breaker_skips: float = (
+        0.0  # cache_errors_total{op="breaker_open"}: reads an open breaker skipped
+    )
+    fallback_reads: float = 0.0  # loop_followers_total{outcome="fallback"}
+    shed: dict[str, float] = field(default_factory=dict)  # shed_total by reason
+    redis_judged: dict[str, float] = field(default_factory=dict)  # redis_errors_judged_total
+    admission_limit: float | None = None  # the door's limit at the step's end, summed
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """One step of an arm: what was offered, what came back, what the gateway counted."""
+
+    arm: str
+    label: str  # "0.6x before", "1.25x", "1.5x", "2x", "0.6x after"
+    factor: float
+    rate: int  # offered requests/s
+    duration_s: int
+    start: float  # epoch s: the first due instant
+    requests: RequestFigures
+    counters: Counters
+    driver_cpu_s: float | None
+    cores: int
+    recovery_s: float | None = None  # the step after the overload only
+
+    @property
+    def goodput_rps(self) -> float:
+        return self.requests.good / self.duration_s
+
+    @property
+    def driver_cores(self) -> float | None:
+        """The driver's CPU over the step, in cores."""
+        return None if self.driver_cpu_s is None else self.driver_cpu_s / self.duration_s
+
+    @property
+    def driver_share(self) -> float | None:
+        """The driver's share of the machine's cores over the step."""
+        cores = self.driver_cores
+        return None if cores is None else cores / max(self.cores, 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "goodput_rps": round(self.goodput_rps, 1),
+            "driver_cores": self.driver_cores,
+            "driver_share": self.driver_share,
+        }
+
+
+# ---- verdicts -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Targets:
+    goodput_share: float = 0.9  # of the ceiling, at every overload step
+    served_p99_ms: float = 100.0
+    shed_p99_ms: float = 10.0
+    recovery_factor: float = 1.5  # p95 within this many times the one before the overload
+    recovery_s: float = 2.0
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def overload_checks(step: StepFigures, ceiling: int, targets: Targets) -> list[Check]:
+    """An overload step (above the ceiling): goodput held, served fast, shed
+    fast, nothing timed out, the breaker shut."""
+    req, at = step.requests, step.label
+    floor = targets.goodput_share * ceiling
+    return [
+        Check(
+            f"{at}: goodput >= {targets.goodput_share:g} x ceiling",
+            step.goodput_rps >= floor,
+            f"{step.goodput_rps:.0f}/s of 2xx within 1 s (limit {floor:.0f}/s)",
+        ),
+        Check(
+            f"{at}: served p99 <= {targets.served_p99_ms:g} ms",
+            req.served.p99_ms is not None and req.served.p99_ms <= targets.served_p99_ms,
+            f"p99 {_ms(req.served.p99_ms)} over {req.served.count} served",
+        ),
+        Check(f"{at}: no client timeout", req.timeouts == 0, f"{req.timeouts} timed out"),
+        Check(
+            f"{at}: sheds p99 <= {targets.shed_p99_ms:g} ms",
+            req.shed.count == 0
+            or (req.shed.p99_ms is not None and req.shed.p99_ms <= targets.shed_p99_ms),
+            f"p99 {_ms(req.shed.p99_ms)} over {req.shed.count} shed"
+            if req.shed.count
+            else "nothing shed",
+        ),
+        Check(
+            f"{at}: no breaker opening",
+            step.counters.breaker_skips == 0,
+            f"{step.counters.breaker_skips:.0f} reads skipped Redis behind an open breaker",
+        ),
+    ]
+
+
+def recovery_limit_ms(before: StepFigures, targets: Targets) -> float | None:
+    p95 = before.requests.served.p95_ms
+    return None if p95 is None else targets.recovery_factor * p95
+
+
+def recovery_check(after: StepFigures, before: StepFigures, targets: Targets) -> Check:
+    """The step after the overload: back within the factor of the p95 before it, in time."""
+    limit = recovery_limit_ms(before, targets)
+    name = (
+        f"recovery: p95 per second within {targets.recovery_factor:g} x the one before, "
+        f"within {targets.recovery_s:g} s"
+    )
+    if limit is None:
+        return Check(name, False, "no request was served at 0.6x before the overload")
+    took = after.recovery_s
+    took_text = "never within the step" if took is None else f"after {took:.0f} s"
+    return Check(
+        name,
+        took is not None and took <= targets.recovery_s,
+        f"{took_text} (limit p95 {limit:.1f} ms = {targets.recovery_factor:g} x "
+        f"{before.requests.served.p95_ms:.1f} ms)",
+    )

@@ -1,0 +1,201 @@
+"""The overload suite's page: report.md, report.html and report.json in
+reports/overload-<run id>/, a table and the verdicts per arm, and
+overload.png: goodput against the offered load, per arm, beside the ideal
+(goodput = offered) and the arm's ceiling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aside_bench.report.doc import save_report
+from aside_bench.report.tables import Table
+from aside_bench.suites.base import suite_page
+
+CHART = "overload.png"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _by(mapping: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in mapping.items()) or "-"
+
+
+def one_line(arm: dict[str, Any]) -> str:
+    if arm["error"]:
+        return f"error: {arm['error']}"
+    failed = [c["name"] for c in arm["checks"] if not c["ok"]]
+    verdict = "pass" if not failed else f"FAIL ({len(failed)} of {len(arm['checks'])})"
+    return f"ceiling {arm['ceiling']}/s ({arm['ceiling_from']}): {verdict}"
+
+
+def step_row(step: dict[str, Any], ceiling: int) -> list[str]:
+    req, counters = step["requests"], step["counters"]
+    served, shed = req["served"], req["shed"]
+    recovery = step.get("recovery_s")
+    recovered = "-"
+    if step["label"] == "0.6x after":
+        recovered = "never" if recovery is None else f"{recovery:.0f} s"
+    return [
+        step["label"],
+        str(step["rate"]),
+        f"{step['goodput_rps']:.0f}",
+        f"{step['goodput_rps'] / ceiling:.2f}",
+        _ms(served["p50_ms"]),
+        _ms(served["p99_ms"]),
+        str(shed["count"]),
+        f"{_ms(shed['p50_ms'])} / {_ms(shed['p99_ms'])}",
+        str(req["timeouts"] + req["other_errors"]),
+        str(req["dropped"]),
+        f"{counters['breaker_skips']:.0f}",
+        f"{counters['fallback_reads']:.0f}",
+        _by(counters["shed"]),
+        _pct(step["driver_share"]),
+        recovered,
+    ]
+
+
+HEADERS = [
+    "step", "offered /s", "goodput /s", "goodput / ceiling", "served p50 ms", "served p99 ms",
+    "shed (503)", "shed p50 / p99 ms", "no answer (timeouts)", "driver drops",
+    "breaker-skipped reads", "fallback reads", "gateway sheds by reason", "driver CPU",
+    "recovered after",
+]  # fmt: skip
+
+
+def arm_table(arm: dict[str, Any]) -> Table:
+    ceiling = arm["ceiling"]
+    capped = " (the search never missed: a lower bound)" if arm["capped"] else ""
+    return Table(
+        f"{arm['arm']}: ceiling {ceiling}/s ({arm['ceiling_from']}){capped}",
+        HEADERS,
+        [step_row(s, ceiling) for s in arm["steps"]],
+    )
+
+
+def search_table(arm: dict[str, Any]) -> Table:
+    rows = [
+        [str(t["rate"]), _ms(t["p95_ms"]), str(t["dropped"]), "held" if t["held"] else "missed"]
+        for t in arm["search"]
+    ]
+    return Table(f"{arm['arm']}: the ceiling search", ["rate /s", "p95 ms", "dropped", ""], rows)
+
+
+def timeline_table(arm: dict[str, Any]) -> Table:
+    """The recovery step second by second."""
+    after = arm["steps"][-1]
+    rows = [
+        [str(s["at_s"]), str(s["served"]), _ms(s["served_p95_ms"]), str(s["shed"]),
+         str(s["unanswered"]), str(s["dropped"])]
+        for s in after["requests"]["seconds"]
+    ]  # fmt: skip
+    return Table(
+        f"{arm['arm']}: the 0.6x step after the overload, second by second (by due time)",
+        ["second", "served", "served p95 ms", "shed", "no answer", "dropped"],
+        rows,
+    )
+
+
+def summary_table(run: dict[str, Any]) -> Table:
+    rows = [[a["arm"], one_line(a)] for a in run["arms"]]
+    return Table("Overload: every arm", ["arm", "verdict"], rows)
+
+
+def chart(
+    arms: list[dict[str, Any]], run_targets: dict[str, float], path: Path, caption: str
+) -> Path:
+    from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
+
+    fig, axes = charts.plt.subplots(1, len(arms), figsize=(6 * len(arms), 4.8), squeeze=False)
+    for ax, arm in zip(axes[0], arms, strict=True):
+        steps = sorted(arm["steps"], key=lambda s: s["rate"])
+        offered = [s["rate"] for s in steps]
+        top = max(offered) * 1.05
+        ax.plot([0, top], [0, top], linestyle="--", color="grey", label="ideal (goodput = offered)")
+        ax.axhline(arm["ceiling"], color="red", linestyle=":", label=f"ceiling {arm['ceiling']}/s")
+        for label, marker in (("0.6x after", "s"), (None, "o")):
+            mine = [s for s in steps if (s["label"] == label) == (label is not None)]
+            ax.plot(
+                [s["rate"] for s in mine],
+                [s["goodput_rps"] for s in mine],
+                marker=marker,
+                linestyle="-" if label is None else "none",
+                label="after the overload (0.6x)" if label else "goodput (2xx within 1 s)",
+            )
+        share = run_targets["goodput_share"]
+        ax.axhline(share * arm["ceiling"], color="red", linestyle=":", alpha=0.4,
+                   label=f"target: {share:g} x ceiling")  # fmt: skip
+        for s in steps:
+            # The two 0.6x steps share a rate: one label above, one below.
+            below = -10 if s["label"] != "0.6x after" else 6
+            ax.annotate(s["label"], (s["rate"], s["goodput_rps"]), fontsize=7,
+                        textcoords="offset points", xytext=(4, below))  # fmt: skip
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("offered load (requests/s)")
+        ax.set_ylabel("goodput (requests/s)")
+        ax.set_title(arm["arm"])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("Overload: goodput against the offered load")
+    return charts.finish(fig, path, caption)
+
+
+def _context(run: dict[str, Any]) -> list[str]:
+    p, t = run["params"], run["params"]["targets"]
+    return [
+        f"load: the driver's read scenario through {p['gateway_url']} ({p['hot_share']:.0%} hot "
+        f"emails, {p['cold_sample']} cold, cache warmed before), an open model: each step "
+        f"{p['duration_s']} s at 0.6x, 1.25x, 1.5x, 2x of the arm's ceiling, then 0.6x started "
+        f"as the 2x schedule ends; request timeout {p['timeout_s']} s",
+        f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms with "
+        f"nothing dropped, {p['search_duration_s']} s steps",
+        f"goodput: 2xx answered within {p['goodput_within_ms']:.0f} ms, per second of the step; "
+        "latency and sheds from every request's sample, counters from the gateway's /metrics",
+        f"targets at 1.25x, 1.5x and 2x: goodput >= {t['goodput_share']:g} x ceiling, served "
+        f"p99 <= {t['served_p99_ms']:g} ms, no client timeout, sheds p99 <= "
+        f"{t['shed_p99_ms']:g} ms, no read skipping Redis behind an open breaker; after: "
+        f"every second's served p95 within {t['recovery_factor']:g} x the 0.6x step's before "
+        f"the overload (and nothing shed, unanswered or dropped) within {t['recovery_s']:g} s",
+        "driver CPU: the driver's own CPU time over the step, as a share of the machine's cores",
+        f"table: {run['seed'].get('rows')} rows, email index: "
+        f"{'yes' if run['seed'].get('index') else 'no'}",
+    ]
+
+
+def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
+    doc = suite_page("overload", run)
+    doc.ul(_context(run))
+    tables = [summary_table(run)]
+    doc.table(tables[0])
+    measured = [a for a in run["arms"] if not a["error"]]
+    if measured:
+        path = chart(
+            measured,
+            run["params"]["targets"],
+            out_dir / CHART,
+            "dashed: goodput = offered; dotted: the ceiling",
+        )
+        doc.image(path, "goodput against the offered load, per arm")
+    for arm in run["arms"]:
+        doc.h(2, arm["arm"])
+        if arm["error"]:
+            doc.p(f"The arm could not run to its end: {arm['error']}", note=True)
+            continue
+        own = [arm_table(arm), timeline_table(arm)]
+        if arm["search"]:
+            own.append(search_table(arm))
+        for table in own:
+            doc.table(table)
+        tables += own
+        doc.ul([f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
+                for c in arm["checks"]])  # fmt: skip
+    saved = save_report(doc, run, out_dir, tables[:2])
+    (out_dir / "report.html").write_text(doc.html(f"Aside overload {run['run_id']}"))
+    return saved

@@ -1,0 +1,410 @@
+"""`aside-bench overload`: what the gateway does past an arm's ceiling.
+
+For each arm: its ceiling (given, or a short search: the highest rate held at
+p95 <= 10 ms with nothing dropped, ceiling/search.py's ladder, bisection and
+confirmations, in short steps), then the driver's `read` scenario at 0.6x of
+it (the baseline), 1.25x, 1.5x and 2x, and 0.6x again started as the 2x
+step's schedule ends (the recovery), each a step of its own driver process with every
+request in its samples file. Between the steps before the 2x one the stack is
+let go quiet and the cache topped up; the 2x step and the recovery follow each
+other with no gap, as a falling load would.
+
+The figures come from the samples (goodput within 1 s, served and shed
+latency, the per-second timeline), the driver's summary (its CPU) and the
+gateway's counters read from its /metrics at every step's edges
+(figures.py); the page is report.py's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from aside_bench.ceiling.search import SearchParams, Trial, ceiling_of, next_trial
+from aside_bench.load.run import (
+    DriverProcess,
+    LoadRun,
+    Summary,
+    SummaryError,
+    deadline_s,
+    start_driver,
+)
+from aside_bench.load.samples import SamplesError, compress
+from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_for
+from aside_bench.stack import gateway_metrics as gm
+from aside_bench.stack.config import Settings
+from aside_bench.stack.machine import describe
+from aside_bench.stack.prepare import StackError, expires_within, wait_until_quiet, warm_cache
+from aside_bench.stack.seeddata import SeedData
+from aside_bench.stack.services import ServiceControl
+from aside_bench.suites.base import ITEM_ERRORS, parse_names, run_header, sleep_until
+from aside_bench.suites.overload import figures as fg
+from aside_bench.suites.overload.report import one_line, write_report
+from aside_bench.suites.samples import Check
+from aside_bench.sweep.warmtiers import warm_l1
+
+ARMS = ("cache", "hybrid", "l1", "nocache")
+DEFAULT_ARMS = ("cache", "hybrid")
+BASELINE_FACTOR = 0.6
+OVERLOAD_FACTORS = (1.25, 1.5, 2.0)
+# The cache is refilled before a step unless every key outlives what follows by this.
+TTL_MARGIN_S = 10
+QUIET_DEADLINE_S = 120.0
+# A warm-up refused by the gateway's door is tried again this often, a
+# Retry-After apart.
+WARM_ATTEMPTS = 3
+RETRY_AFTER_S = 1.0
+HOT_SHARE = 0.9
+COLD_SAMPLE = 200
+
+
+@dataclass(frozen=True)
+class OverloadParams:
+    run_id: str
+    out_dir: Path
+    arms: tuple[str, ...]
+    ceilings: dict[str, int] = field(default_factory=dict)  # given: no search for these
+    duration_s: int = 15
+    search: SearchParams = field(default_factory=SearchParams)
+    search_duration_s: int = 5
+    search_p95_ms: float = 10.0
+    timeout_s: int = 10
+    max_pool: int = 1000
+    targets: fg.Targets = field(default_factory=fg.Targets)
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    ceiling: int | None = None
+    ceiling_from: str = ""  # "given" or "search"
+    capped: bool = False  # the search never missed: the true ceiling is higher
+    search: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[fg.StepFigures] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm,
+            "passed": self.passed,
+            "error": self.error,
+            "ceiling": self.ceiling,
+            "ceiling_from": self.ceiling_from,
+            "capped": self.capped,
+            "search": self.search,
+            "steps": [s.as_dict() for s in self.steps],
+            "checks": [c.as_dict() for c in self.checks],
+        }
+
+
+def parse_arms(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return DEFAULT_ARMS
+    return parse_names(text, ARMS, "arm")
+
+
+def parse_ceilings(values: list[str] | None) -> dict[str, int]:
+    """`ARM=RATE` pairs; ValueError names a malformed one."""
+    found: dict[str, int] = {}
+    for value in values or []:
+        arm, _, rate = value.partition("=")
+        if arm not in ARMS or not rate.isdigit() or int(rate) < 1:
+            raise ValueError(f"--ceiling wants ARM=RATE with an arm of {' '.join(ARMS)}: {value!r}")
+        found[arm] = int(rate)
+    return found
+
+
+# ---- one driver ------------------------------------------------------------------------
+@dataclass
+class Bench:
+    settings: Settings
+    params: OverloadParams
+    seed: SeedData
+    cores: int
+    drivers: int = 0  # driver processes started so far (each its own files)
+
+    def emails(self) -> list[str]:
+        """Every email of the read mix, hot last so they expire last."""
+        return self.seed.cold[:COLD_SAMPLE] + self.seed.hot
+
+    def load_run(self, arm: str, phase: str, rate: int, duration_s: int, samples: bool) -> LoadRun:
+        self.drivers += 1
+        stem = self.params.out_dir / f"{self.drivers:03d}-{arm}-{phase}-{rate}"
+        return LoadRun(
+            scenario="read",
+            run_id=self.params.run_id,
+            arm=arm,
+            phase=phase,
+            rate=rate,
+            duration_s=duration_s,
+            pool=pool_for(rate, self.params.max_pool),
+            timeout_s=self.params.timeout_s,
+            data_dir=self.seed.data_dir,
+            extra={
+                "CACHE": cache_param(arm) or "off",
+                "HOT_SHARE": str(HOT_SHARE),
+                "COLD_SAMPLE": str(COLD_SAMPLE),
+            },
+            summary_path=stem.with_suffix(".summary.json"),
+            samples_path=stem.with_suffix(".jsonl") if samples else None,
+        )
+
+    def start(self, run: LoadRun) -> DriverProcess:
+        return start_driver(self.settings, run, self.params.out_dir / "load.log")
+
+
+def finish_driver(driver: DriverProcess, run: LoadRun) -> Summary:
+    """Wait for the driver's end; its summary (StackError when it failed)."""
+    code = driver.wait(deadline_s(run))
+    assert run.summary_path is not None
+    summary = Summary.read(run.summary_path)
+    if code != 0 or not summary.data:
+        raise StackError(f"the load driver exited with {code}; see {driver.log_path}")
+    return summary
+
+
+# ---- the stack between steps ---------------------------------------------------------------
+def prepare(bench: Bench, arm: str, span_s: int) -> None:
+    """A quiet stack, and a cache whose keys outlive the next `span_s` seconds."""
+    wait_until_quiet(bench.settings, QUIET_DEADLINE_S)
+    mode = cache_param(arm)
+    if mode is None or mode == "off":
+        return
+    refill = expires_within(bench.settings, span_s + TTL_MARGIN_S)
+    for attempt in range(1, WARM_ATTEMPTS + 1):
+        try:
+            if arm in L1_ARMS:
+                # L1 entries live 30 s by default: filled again through every worker each time.
+                warm_l1(bench.settings, bench.emails(), mode, flush=refill)
+            elif refill:
+                warm_cache(bench.settings, bench.emails(), flush=True, mode=mode)
+            return
+        except StackError:
+            # The door may refuse a warm-up read (503, Retry-After: 1) while its
+            # limit grows back on a busy machine: again after that second.
+            if attempt == WARM_ATTEMPTS:
+                raise
+            time.sleep(RETRY_AFTER_S)
+
+
+def gateway_for(settings: Settings, arm: str) -> None:
+    """The gateway restarted with an arm's own settings, when it has some."""
+    wanted = gateway_env(arm)
+    if wanted:
+        control = ServiceControl(settings)
+        control.verify(("gateway",))
+        control.restart("gateway", wanted)
+
+
+# ---- the ceiling ------------------------------------------------------------------------------
+def search_ceiling(bench: Bench, result: ArmResult) -> None:
+    params = bench.params
+    history: list[Trial] = []
+    while (rate := next_trial(history, params.search)) is not None:
+        prepare(bench, result.arm, params.search_duration_s)
+        run = bench.load_run(result.arm, "search", rate, params.search_duration_s, False)
+        summary = finish_driver(bench.start(run), run)
+        figures = summary.step_figures("read") or {}
+        p95, dropped = figures.get("p95"), int(figures.get("dropped") or 0)
+        held = (
+            p95 is not None
+            and p95 <= params.search_p95_ms
+            and dropped == 0
+            and not figures.get("failed")
+        )
+        history.append((rate, held))
+        result.search.append({"rate": rate, "held": held, "p95_ms": p95, "dropped": dropped})
+        print(f"  [{result.arm} search] {rate}/s p95 {p95} ms, {dropped} dropped: "
+              f"{'held' if held else 'missed'}", flush=True)  # fmt: skip
+    result.ceiling, result.capped = ceiling_of(history)
+    if not result.ceiling:
+        raise StackError(f"{result.arm}: no rate held p95 <= {params.search_p95_ms:g} ms")
+
+
+# ---- the steps -----------------------------------------------------------------------------
+def counters(settings: Settings) -> dict[str, Any]:
+    """The gateway's counters this suite reports, from one /metrics reading."""
+    text = gm.scrape(settings)
+    return {
+        "cache_errors": gm.cache_error_counts(text),
+        "fallback": gm.summed_by(
+            text, "aside_gateway_loop_followers_total", lambda labels: labels.get("outcome", "")
+        ),
+        "shed": gm.summed_by(
+            text, "aside_gateway_shed_total", lambda labels: labels.get("reason", "")
+        ),
+        "judged": gm.summed_by(
+            text,
+            "aside_gateway_redis_errors_judged_total",
+            lambda labels: labels.get("verdict", ""),
+        ),
+        "admission_limit": gm.unlabelled_value(text, "aside_gateway_admission_limit"),
+    }
+
+
+def _increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in sorted(after.items()) if v - before.get(k, 0.0)}
+
+
+def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> fg.Counters:
+    return fg.Counters(
+        breaker_skips=after["cache_errors"].get("breaker_open", 0.0)
+        - before["cache_errors"].get("breaker_open", 0.0),
+        fallback_reads=after["fallback"].get("fallback", 0.0)
+        - before["fallback"].get("fallback", 0.0),
+        shed=_increase(before["shed"], after["shed"]),
+        redis_judged=_increase(before["judged"], after["judged"]),
+        admission_limit=after["admission_limit"],
+    )
+
+
+@dataclass
+class Running:
+    """A step's driver under way, and the gateway's counters at its start."""
+
+    label: str
+    factor: float
+    run: LoadRun
+    driver: DriverProcess
+    began: float
+    counters_before: dict[str, Any]
+
+
+def begin(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> Running:
+    rate = max(1, round(factor * ceiling))
+    phase = label.replace(" ", "-").replace(".", "_")
+    run = bench.load_run(arm, phase, rate, bench.params.duration_s, True)
+    driver, began = bench.start(run), time.time()
+    # Read while the driver sets up its pool, before its first request: a
+    # recovery step then starts on time however slow the overloaded gateway answers.
+    return Running(label, factor, run, driver, began, counters(bench.settings))
+
+
+def end(bench: Bench, arm: str, running: Running, counters_after: dict[str, Any]) -> fg.StepFigures:
+    summary = finish_driver(running.driver, running.run)
+    assert running.run.samples_path is not None
+    path = running.run.samples_path
+    with path.open() as handle:
+        requests = fg.parse_requests(handle, path.name)
+    compress(path)
+    start = requests[0].due if requests else running.began
+    return fg.StepFigures(
+        arm=arm,
+        label=running.label,
+        factor=running.factor,
+        rate=running.run.rate,
+        duration_s=running.run.duration_s,
+        start=start,
+        requests=fg.request_figures(requests, start, running.run.duration_s),
+        counters=counter_increase(running.counters_before, counters_after),
+        driver_cpu_s=summary.cpu_s,
+        cores=bench.cores,
+    )
+
+
+def step(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> fg.StepFigures:
+    """One step on its own: begun, waited for, its figures."""
+    running = begin(bench, arm, label, factor, ceiling)
+    running.driver.wait(deadline_s(running.run))
+    return end(bench, arm, running, counters(bench.settings))
+
+
+def overload_then_recovery(
+    bench: Bench, arm: str, ceiling: int
+) -> tuple[fg.StepFigures, fg.StepFigures]:
+    """The 2x step, then 0.6x started as its schedule ends, while its last
+    requests may still be in flight."""
+    top = begin(bench, arm, "2x", OVERLOAD_FACTORS[-1], ceiling)
+    sleep_until(top.began + bench.params.duration_s)
+    after = begin(bench, arm, "0.6x after", BASELINE_FACTOR, ceiling)
+    # The 2x step's counters end where the recovery's begin.
+    overloaded = end(bench, arm, top, after.counters_before)
+    recovering = end(bench, arm, after, _counters_after(bench, after))
+    return overloaded, recovering
+
+
+def _counters_after(bench: Bench, running: Running) -> dict[str, Any]:
+    running.driver.wait(deadline_s(running.run))
+    return counters(bench.settings)
+
+
+def run_arm(bench: Bench, arm: str) -> ArmResult:
+    result = ArmResult(arm)
+    params = bench.params
+    gateway_for(bench.settings, arm)
+    if arm in params.ceilings:
+        result.ceiling, result.ceiling_from = params.ceilings[arm], "given"
+    else:
+        result.ceiling_from = "search"
+        search_ceiling(bench, result)
+    ceiling = result.ceiling
+    assert ceiling is not None
+    print(f"  [{arm}] ceiling {ceiling}/s ({result.ceiling_from}); the steps ...", flush=True)
+    duration = params.duration_s
+    prepare(bench, arm, duration)
+    before = step(bench, arm, "0.6x before", BASELINE_FACTOR, ceiling)
+    result.steps.append(before)
+    for factor in OVERLOAD_FACTORS[:-1]:
+        prepare(bench, arm, duration)
+        result.steps.append(step(bench, arm, f"{factor:g}x", factor, ceiling))
+    prepare(bench, arm, 2 * duration)
+    overloaded, recovering = overload_then_recovery(bench, arm, ceiling)
+    limit = fg.recovery_limit_ms(before, params.targets)
+    took = None if limit is None else fg.recovery_s(recovering.requests.seconds, limit)
+    result.steps += [overloaded, replace(recovering, recovery_s=took)]
+    for figures in result.steps[1:-1]:
+        result.checks += fg.overload_checks(figures, ceiling, params.targets)
+    result.checks.append(fg.recovery_check(result.steps[-1], before, params.targets))
+    return result
+
+
+# ---- the run ---------------------------------------------------------------------------------
+def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> dict[str, Any]:
+    machine = describe()
+    bench = Bench(settings, params, seed, int(machine["nproc"] or 1))
+    params.out_dir.mkdir(parents=True)
+    run: dict[str, Any] = {
+        **run_header(params.run_id, "overload", seed.meta),
+        "params": _params_record(params, settings),
+        "arms": [],
+    }
+    print(f"overload {params.run_id}: arms {' '.join(params.arms)}, {params.duration_s} s steps "
+          f"-> {params.out_dir}/", flush=True)  # fmt: skip
+    for arm in params.arms:
+        print(f"[{arm}] ...", flush=True)
+        try:
+            result = run_arm(bench, arm)
+        except (*ITEM_ERRORS, SamplesError, SummaryError) as error:
+            result = ArmResult(arm, error=str(error))
+        run["arms"].append(result.as_dict())
+        print(f"[{arm}] {one_line(run['arms'][-1])}", flush=True)
+    run["passed"] = all(a["passed"] for a in run["arms"])
+    write_report(run, params.out_dir)
+    return run
+
+
+def _params_record(params: OverloadParams, settings: Settings) -> dict[str, Any]:
+    return {
+        "arms": list(params.arms),
+        "ceilings_given": params.ceilings,
+        "duration_s": params.duration_s,
+        "baseline_factor": BASELINE_FACTOR,
+        "overload_factors": list(OVERLOAD_FACTORS),
+        "search": params.search.__dict__,
+        "search_duration_s": params.search_duration_s,
+        "search_p95_ms": params.search_p95_ms,
+        "timeout_s": params.timeout_s,
+        "max_pool": params.max_pool,
+        "hot_share": HOT_SHARE,
+        "cold_sample": COLD_SAMPLE,
+        "goodput_within_ms": fg.GOODPUT_WITHIN_MS,
+        "targets": params.targets.__dict__,
+        "gateway_url": settings.gateway_url,
+    }

@@ -1,0 +1,250 @@
+"""The overload suite: its figures and verdicts on made-up requests (goodput
+within 1 s, the shed answers' latency, the recovery time of a timeline), its
+arguments, then a tiny `aside-bench overload` against the real stack (one arm
+searched up to 40/s, one given 40/s, 3 s steps) whose report must hold every
+figure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aside_bench.suites.overload import figures as fg
+from aside_bench.suites.overload import run as overload
+
+T0 = 1_800_000_000.0
+Bench = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def req(at: float, ms: float = 2.0, status: int = 200, **kw: Any) -> fg.Request:
+    return fg.Request(due=T0 + at, sent=T0 + at, ms=ms, status=status, **kw)
+
+
+def second(at: int, p95: float | None, served: int = 10, **kw: int) -> fg.Second:
+    counts = {"shed": 0, "unanswered": 0, "dropped": 0, **kw}
+    return fg.Second(at_s=at, served=served, served_p95_ms=p95, **counts)
+
+
+def figures(
+    label: str, requests: list[fg.Request], duration_s: int = 2, **kw: Any
+) -> fg.StepFigures:
+    return fg.StepFigures(
+        arm="cache",
+        label=label,
+        factor=1.25,
+        rate=100,
+        duration_s=duration_s,
+        start=T0,
+        requests=fg.request_figures(requests, T0, duration_s),
+        counters=kw.pop("counters", fg.Counters()),
+        driver_cpu_s=0.5,
+        cores=2,
+        **kw,
+    )
+
+
+# ---- the samples file --------------------------------------------------------------------
+def test_parse_requests_reads_answers_timeouts_and_drops() -> None:
+    lines = [
+        json.dumps({"t": T0 + 1, "due": T0 + 1, "ms": 3.5, "status": 503, "tags": {}}),
+        json.dumps({"t": T0, "due": T0, "ms": 0.9, "status": 200}),
+        json.dumps(
+            {"t": T0 + 2, "due": T0 + 2, "ms": 10000, "status": 0, "tags": {"error": "timeout"}}
+        ),
+        json.dumps({"t": T0 + 3, "due": T0 + 2.5, "scenario": "read", "dropped": True}),
+        "",
+    ]
+    found = fg.parse_requests(lines, "s.jsonl")
+    assert [r.status for r in found] == [200, 503, 0, 0]
+    assert found[1].shed and found[2].timed_out and found[3].dropped
+    assert not found[3].timed_out and found[0].served
+
+
+# ---- one step's figures ------------------------------------------------------------------
+def test_goodput_counts_only_2xx_within_one_second() -> None:
+    requests = [req(0.1, 5), req(0.2, 999), req(0.3, 1000), req(0.4, 1001), req(0.5, 3, 503)]
+    requests += [req(1.0, 10000, 0, error="timeout"), req(1.1, dropped=True)]
+    step = figures("1.25x", requests)
+    r = step.requests
+    assert r.good == 3 and step.goodput_rps == 1.5
+    assert (r.served.count, r.shed.count, r.timeouts, r.dropped, r.due) == (4, 1, 1, 1, 7)
+    assert r.served.p50_ms == 999 and r.served.max_ms == 1001
+
+
+def test_shed_latency_and_other_statuses() -> None:
+    sheds = [req(i / 100, ms=float(i + 1), status=503) for i in range(100)]
+    r = fg.request_figures([*sheds, req(1.5, 20, 504), req(1.6, 0, 0, error="connection_reset")],
+                           T0, 2)  # fmt: skip
+    assert (r.shed.count, r.shed.p50_ms, r.shed.p99_ms) == (100, 50.0, 99.0)
+    assert r.other_statuses == {"504": 1} and r.other_errors == 1 and r.timeouts == 0
+    assert r.served.count == 0 and r.served.p99_ms is None
+
+
+def test_per_second_buckets_by_due_time() -> None:
+    requests = [req(0.0, 1), req(0.9, 3), req(1.0, 5, 503), req(1.5, dropped=True), req(2.5, 1)]
+    seconds = fg.per_second(requests, T0, 2)
+    assert seconds[0] == fg.Second(0, 2, 3.0, 0, 0, 0)
+    assert seconds[1] == fg.Second(1, 0, None, 1, 0, 1)
+    assert len(seconds) == 2  # the request due after the step's duration is left out
+
+
+def test_driver_cpu_share_of_the_machine() -> None:
+    step = figures("2x", [req(0.1)], duration_s=2)
+    assert step.driver_cores == 0.25 and step.driver_share == 0.125
+    assert step.as_dict()["goodput_rps"] == 0.5
+
+
+# ---- the recovery ------------------------------------------------------------------------
+def test_recovery_is_the_first_second_after_which_every_second_is_normal() -> None:
+    timeline = [second(0, 50), second(1, 3), second(2, 40), second(3, 4), second(4, 3)]
+    assert fg.recovery_s(timeline, limit_ms=6) == 3.0
+    # Already normal from the first second: 0.
+    assert fg.recovery_s([second(0, 2), second(1, 2)], 6) == 0.0
+
+
+def test_a_second_that_sheds_drops_or_serves_nothing_is_not_recovered() -> None:
+    assert fg.recovery_s([second(0, 2), second(1, 2, shed=1)], 6) is None
+    assert fg.recovery_s([second(0, 2, dropped=2), second(1, 2)], 6) == 1.0
+    assert fg.recovery_s([second(0, 2), second(1, None, served=0)], 6) is None
+    assert fg.recovery_s([second(0, 2, unanswered=1), second(1, 9)], 6) is None
+    assert fg.recovery_s([], 6) is None
+
+
+# ---- verdicts ----------------------------------------------------------------------------
+def _names(checks: list[fg.Check]) -> dict[str, bool]:
+    return {c.name.split(": ", 1)[1]: c.ok for c in checks}
+
+
+def test_overload_checks_pass_when_every_target_is_met() -> None:
+    requests = [req(i / 100, ms=2.0) for i in range(200)] + [req(0.5, 1.0, 503)]
+    checks = fg.overload_checks(figures("1.5x", requests), ceiling=110, targets=fg.Targets())
+    assert all(c.ok for c in checks), checks
+    assert checks[0].name.startswith("1.5x: goodput")
+
+
+def test_overload_checks_name_each_miss() -> None:
+    requests = [req(i / 100, ms=150.0) for i in range(150)]
+    requests += [req(0.5, 30.0, 503), req(0.6, 10000, 0, error="timeout")]
+    step = figures("2x", requests, counters=fg.Counters(breaker_skips=3))
+    verdicts = _names(fg.overload_checks(step, ceiling=100, targets=fg.Targets()))
+    assert verdicts == {
+        "goodput >= 0.9 x ceiling": False,  # 75/s against 90/s
+        "served p99 <= 100 ms": False,
+        "no client timeout": False,
+        "sheds p99 <= 10 ms": False,
+        "no breaker opening": False,
+    }
+
+
+def test_recovery_check_against_the_step_before() -> None:
+    before = figures("0.6x before", [req(i / 50, ms=2.0) for i in range(100)])
+    quick = figures("0.6x after", [req(i / 50, ms=2.5) for i in range(100)], recovery_s=0.0)
+    slow = figures("0.6x after", [req(1.0)], recovery_s=None)
+    assert fg.recovery_limit_ms(before, fg.Targets()) == 3.0
+    assert fg.recovery_check(quick, before, fg.Targets()).ok
+    missed = fg.recovery_check(slow, before, fg.Targets())
+    assert not missed.ok and "never" in missed.detail
+    empty = figures("0.6x before", [])
+    assert not fg.recovery_check(quick, empty, fg.Targets()).ok
+
+
+# ---- arguments ---------------------------------------------------------------------------
+def test_arms_and_ceilings_are_parsed() -> None:
+    assert overload.parse_arms(None) == ("cache", "hybrid")
+    assert overload.parse_arms("hybrid,cache") == ("hybrid", "cache")
+    assert overload.parse_ceilings(["cache=3000", "hybrid=40"]) == {"cache": 3000, "hybrid": 40}
+    for bad in ("cache", "cache=0", "disk=10", "cache=x"):
+        with pytest.raises(ValueError, match="ARM=RATE"):
+            overload.parse_ceilings([bad])
+    with pytest.raises(ValueError, match="unknown arm"):
+        overload.parse_arms("cache disk")
+
+
+def test_a_bad_ceiling_is_a_usage_error(bench: Bench, tmp_path: Path) -> None:
+    done = bench("overload", "--ceiling", "cache=fast", "--reports-dir", str(tmp_path))
+    assert done.returncode == 2 and "ARM=RATE" in done.stderr
+
+
+# ---- a tiny run against the stack --------------------------------------------------------
+@pytest.fixture(scope="module")
+def overload_run(small_seed: Path, bench: Bench, tmp_path_factory: pytest.TempPathFactory):
+    """cache's ceiling searched from 20/s up to 40/s (never missed at these
+    rates: capped at 40, confirmed once), hybrid's given as 40/s; 3 s steps."""
+    reports = tmp_path_factory.mktemp("overload")
+    run_id = "o" + time.strftime("%H%M%S")
+    done = bench(
+        "overload", "--arms", "cache hybrid", "--ceiling", "hybrid=40", "--duration", "3s",
+        "--search-start", "20", "--search-max", "40", "--search-duration", "2s",
+        "--run-id", run_id, "--data-dir", str(small_seed), "--reports-dir", str(reports),
+    )  # fmt: skip
+    out_dir = reports / f"overload-{run_id}"
+    return done, out_dir, json.loads((out_dir / "report.json").read_text())
+
+
+def test_the_run_states_every_verdict_and_its_exit_code_follows(overload_run) -> None:
+    done, _, run = overload_run
+    assert done.returncode == (0 if run["passed"] else 1), done.stderr[-3000:]
+    assert run["kind"] == "overload" and [a["arm"] for a in run["arms"]] == ["cache", "hybrid"]
+    for arm in run["arms"]:
+        assert arm["error"] is None, arm["error"]
+        # Five checks at each of the three overload steps, and the recovery.
+        assert len(arm["checks"]) == 16
+        assert arm["passed"] == all(c["ok"] for c in arm["checks"])
+
+
+def test_the_ceilings_searched_and_given(overload_run) -> None:
+    _, _, run = overload_run
+    cache, hybrid = run["arms"]
+    assert (cache["ceiling"], cache["ceiling_from"], cache["capped"]) == (40, "search", True)
+    # The final held rate tried twice; no rate missed.
+    assert [t["rate"] for t in cache["search"]] == [20, 40, 40]
+    assert all(t["held"] for t in cache["search"])
+    assert (hybrid["ceiling"], hybrid["ceiling_from"], hybrid["search"]) == (40, "given", [])
+
+
+def test_every_step_has_its_figures(overload_run) -> None:
+    _, _, run = overload_run
+    for arm in run["arms"]:
+        steps = arm["steps"]
+        assert [s["label"] for s in steps] == ["0.6x before", "1.25x", "1.5x", "2x", "0.6x after"]
+        assert [s["rate"] for s in steps] == [24, 50, 60, 80, 24]
+        for s in steps:
+            r = s["requests"]
+            # An open model: rate x duration iterations fell due, nearly all served well.
+            assert abs(r["due"] - s["rate"] * 3) <= 2, (s["label"], r["due"])
+            assert r["served"]["count"] >= 0.9 * r["due"] and r["served"]["p50_ms"] > 0
+            assert s["goodput_rps"] >= 0.8 * s["rate"]
+            assert len(r["seconds"]) == 3 and r["timeouts"] == 0
+            assert s["driver_cpu_s"] > 0 and 0 < s["driver_share"] < 1
+            assert s["counters"]["admission_limit"] is not None
+        assert steps[-1]["recovery_s"] is None or 0 <= steps[-1]["recovery_s"] < 3
+        assert steps[0]["start"] < steps[1]["start"] < steps[3]["start"] < steps[4]["start"]
+        # The recovery starts as the 2x schedule ends.
+        assert steps[4]["start"] - steps[3]["start"] == pytest.approx(3, abs=0.5)
+
+
+def test_the_report_files(overload_run) -> None:
+    _, out_dir, run = overload_run
+    assert run["machine"]["nproc"] >= 1
+    report = (out_dir / "report.md").read_text()
+    for title in (
+        "# Aside overload",
+        "### Overload: every arm",
+        "### cache: ceiling 40/s (search)",
+        "### hybrid: ceiling 40/s (given)",
+        "### cache: the ceiling search",
+        "### hybrid: the 0.6x step after the overload, second by second",
+        "![goodput against the offered load, per arm](overload.png)",
+    ):
+        assert title in report, title
+    assert "Machine: " in report and "load driver shares" in report
+    assert report.count("recovery: p95 per second") == 2
+    html = (out_dir / "report.html").read_text()
+    assert "data:image/png;base64," in html and "<table>" in html
+    assert (out_dir / "overload.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(list(out_dir.glob("*.jsonl.gz"))) == 10  # every step's requests, kept
