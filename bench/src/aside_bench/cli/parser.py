@@ -431,27 +431,11 @@ def _add_overload(sub: argparse._SubParsersAction) -> None:
     over.add_argument(
         "--search-duration", default="5s", help="per step of the ceiling search (default 5s)"
     )
-    over.add_argument(
-        "--search-start", type=_positive, default=200, help="the search's first rate (default 200)"
-    )
-    over.add_argument(
-        "--search-step",
-        type=_positive,
-        default=400,
-        help="the search's rate increase after 4x its start (default 400)",
-    )
-    over.add_argument(
-        "--search-max",
-        type=_positive,
-        default=8000,
-        help="the search's highest rate (default 8000)",
-    )
-    over.add_argument(
-        "--p95-ms", type=float, default=10.0, help="the search's p95 limit in ms (default 10)"
-    )
-    over.add_argument(
-        "--timeout", type=_positive, default=10, help="request timeout in seconds (default 10)"
-    )
+    _option(over, "--search-start", _positive, 200, "the search's first rate")
+    _option(over, "--search-step", _positive, 400, "the search's rate increase after 4x its start")
+    _option(over, "--search-max", _positive, 8000, "the search's highest rate")
+    _option(over, "--p95-ms", _above_zero, 10.0, "the search's p95 limit in ms")
+    _option(over, "--timeout", _positive, 10, "request timeout in seconds")
     _paths(over, "the time")
 
 
