@@ -400,8 +400,13 @@ def queries(samples: dict) -> float:
 
 @pytest.fixture(scope="module")
 def wide_gateway(start_gateway) -> Proc:
-    """Two workers with the default 64 threads (the suite's main gateway pins 16)."""
-    return start_gateway(GATEWAY_THREADS="64")
+    """Two workers with the default 64 threads (the suite's main gateway pins 16).
+
+    Admission at the loop's door is off: 200 client threads starting at once
+    on two cores can make a worker's loop late enough for the limit to shed
+    the last arrivals, a right answer from the door that is not what these
+    tests are about (test_overload.py tests the door)."""
+    return start_gateway(GATEWAY_THREADS="64", GATEWAY_ADMISSION="off")
 
 
 def test_many_cold_keys_cost_a_few_queries_and_answer_right(
