@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"aside/bench/driver/internal/config"
+	"aside/bench/driver/internal/keytrace"
 	"aside/bench/driver/internal/output"
 	"aside/bench/driver/internal/popularity"
 	"aside/bench/driver/internal/record"
@@ -29,11 +30,12 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
-// exitCode is 2 for a bad variable or argument, else 1.
+// exitCode is 2 for a bad variable or argument (or TRACE's file), else 1.
 func exitCode(err error) int {
 	var cfgErr *config.Error
 	var useErr *usageError
-	if errors.As(err, &cfgErr) || errors.As(err, &useErr) {
+	var traceErr *keytrace.Error
+	if errors.As(err, &cfgErr) || errors.As(err, &useErr) || errors.As(err, &traceErr) {
 		return 2
 	}
 	return 1
@@ -76,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		sink = samples
 	}
-	loads, client, err := plan(cfg, clock, sink)
+	loads, client, traced, err := plan(cfg, clock, sink)
 	if err != nil {
 		if samples != nil {
 			samples.Close()
@@ -136,11 +138,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		samplesErr = samples.Close()
 	}
 
+	keyTraceErr := traced.write()
+
 	var totals []record.Totals
 	for _, l := range loads {
 		totals = append(totals, l.Env.Rec.Totals())
 	}
 	summary := output.NewSummary(cfg, clock.Epoch(0), clock.Epoch(clock.Now()), interrupted, influxErrors, totals)
+	summary.Trace, summary.KeyTrace = traced.replayed, traced.recorded
 	for _, t := range totals {
 		fmt.Fprintln(stdout, resultLine(t))
 	}
@@ -149,7 +154,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 	}
+	if keyTraceErr != nil {
+		return keyTraceErr
+	}
 	return samplesErr
+}
+
+// traces are a step's key traces: the one its reads replay (TRACE) and
+// the one they record (KEY_TRACE_PATH), as the summary states them.
+type traces struct {
+	replayed *output.TraceSummary
+	recorded *output.KeyTraceSummary
+	rec      *keytrace.Recorder
+	reads    *scenario.Read
+	start    int64 // the schedule's start, a Clock offset
+}
+
+// write writes the recorded key trace, if any, once every worker is done.
+func (t *traces) write() error {
+	if t.rec == nil {
+		return nil
+	}
+	lines, err := t.rec.Write(t.recorded.Path, t.reads.Key, t.start)
+	t.recorded.Lines, t.recorded.Lost = lines, t.rec.Lost()
+	return err
 }
 
 // stepTags are the tags of every point (lexical order is the encoder's business).
@@ -180,18 +208,40 @@ type part struct {
 	freq int
 	per  time.Duration
 	pool int
+	// reads is scn when it reads by key (it may record its keys); replay
+	// the trace it replays (nil: none).
+	reads  *scenario.Read
+	replay *replayed
+}
+
+// replayed is a trace and how this shard replays it.
+type replayed struct {
+	trace *keytrace.Trace
+	order *keytrace.Replay
 }
 
 // plan builds the step's scenarios, each with its schedule, pool and
-// recorder, all over one client.
-func plan(cfg config.Config, clock *record.Clock, sink record.Sink) ([]*schedule.Load, *scenario.Client, error) {
+// recorder, all over one client, and its key traces.
+func plan(cfg config.Config, clock *record.Clock, sink record.Sink) ([]*schedule.Load, *scenario.Client, *traces, error) {
 	parts, client, err := parts(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var loads []*schedule.Load
+	traced := &traces{}
 	for i, p := range parts {
+		l := &schedule.Load{
+			Scenario: p.scn, Freq: p.freq, Per: p.per, Pool: p.pool,
+			Late: time.Duration(cfg.LateMs) * time.Millisecond, Duration: cfg.Duration,
+			Shard: cfg.Shard, Shards: cfg.Shards, Drain: cfg.Timeout + drainSlack,
+			// The step's main load (the first) may keep a P through its ticks.
+			HoldP: i == 0 && runtime.GOMAXPROCS(0) >= 2,
+		}
 		rate := float64(p.freq) / p.per.Seconds()
+		if p.replay != nil && p.replay.trace.Timed() {
+			l.Times = p.replay.order
+			rate = float64(l.Total()) / cfg.Duration.Seconds()
+		}
 		pool := p.pool
 		if cfg.Engine == config.EngineReference {
 			pool = 0 // a goroutine per request
@@ -200,19 +250,26 @@ func plan(cfg config.Config, clock *record.Clock, sink record.Sink) ([]*schedule
 		if c, ok := p.scn.(scenario.Counting); ok {
 			c.Register(rec)
 		}
-		env := &scenario.Env{
+		l.Env = &scenario.Env{
 			Client: client, Rec: rec, Sink: sink, Clock: clock, Timeout: cfg.Timeout,
 			Seed: cfg.Seed, Stream: scenario.StreamOf(p.scn.Name(), cfg.Shard),
 		}
-		loads = append(loads, &schedule.Load{
-			Scenario: p.scn, Env: env, Freq: p.freq, Per: p.per, Pool: p.pool,
-			Late: time.Duration(cfg.LateMs) * time.Millisecond, Duration: cfg.Duration,
-			Shard: cfg.Shard, Shards: cfg.Shards, Drain: cfg.Timeout + drainSlack,
-			// The step's main load (the first) may keep a P through its ticks.
-			HoldP: i == 0 && runtime.GOMAXPROCS(0) >= 2,
-		})
+		loads = append(loads, l)
+		if p.replay != nil {
+			t := p.replay.trace
+			passes := p.replay.order.Passes(l.Total())
+			traced.replayed = &output.TraceSummary{
+				Path: cfg.Trace, Lines: len(t.Lines), Keys: len(t.Keys), Timed: t.Timed(),
+				Speed: cfg.TraceSpeed, Passes: passes, Wrapped: passes > 1,
+			}
+		}
+		if p.reads != nil && cfg.KeyTracePath != "" {
+			traced.rec, traced.reads, traced.start = keytrace.NewRecorder(l.Total()), p.reads, l.Start
+			traced.recorded = &output.KeyTraceSummary{Path: cfg.KeyTracePath}
+			p.reads.RecordKeys(traced.rec)
+		}
 	}
-	return loads, client, nil
+	return loads, client, traced, nil
 }
 
 // parts are the scenarios a config asks for, at this shard's rates.
@@ -240,44 +297,57 @@ func parts(cfg config.Config) ([]part, *scenario.Client, error) {
 		return hot, cold, err
 	}
 
-	// A read scenario: the hot set's mix, or the key space by its popularity.
-	newRead := func(name, mode string, bare bool) (*scenario.Read, error) {
+	// A read scenario: a trace replayed, the hot set's mix, or the key space by its popularity.
+	newRead := func(name, mode string, bare bool, rate, pool int) (part, error) {
+		read := func(s *scenario.Read, r *replayed) part {
+			p := perSecond(s, rate, pool)
+			p.reads, p.replay = s, r
+			return p
+		}
+		if cfg.Trace != "" {
+			t, err := keytrace.Read(cfg.Trace)
+			if err != nil {
+				return part{}, err
+			}
+			order := t.Replay(cfg.Shard, cfg.Shards, cfg.TraceSpeed)
+			return read(scenario.NewReplay(name, client, mode, t.Keys, order, bare), &replayed{trace: t, order: order}), nil
+		}
 		if cfg.Dist == config.Hotset {
 			hot, cold, err := readMix()
 			if err != nil {
-				return nil, err
+				return part{}, err
 			}
-			return scenario.NewRead(name, client, mode, cfg.HotShare, hot, cold, bare), nil
+			return read(scenario.NewRead(name, client, mode, cfg.HotShare, hot, cold, bare), nil), nil
 		}
 		keys, err := scenario.LoadKeySpace(cfg.DataDir, cfg.Keys)
 		if err != nil {
-			return nil, err
+			return part{}, err
 		}
 		rank, err := ranker(cfg.Dist, len(keys), cfg.Alpha)
 		if err != nil {
-			return nil, err
+			return part{}, err
 		}
-		return scenario.NewRanked(name, client, mode, popularity.Shuffled(keys, cfg.Seed), rank, bare), nil
+		return read(scenario.NewRanked(name, client, mode, popularity.Shuffled(keys, cfg.Seed), rank, bare), nil), nil
 	}
 
 	switch cfg.Scenario {
 	case config.Healthz:
 		return []part{perSecond(scenario.NewHealthz(client), cfg.Rate, cfg.Pool)}, client, nil
 	case config.Read, config.Bare:
-		s, err := newRead(cfg.Scenario, cfg.Cache, cfg.Scenario == config.Bare)
+		p, err := newRead(cfg.Scenario, cfg.Cache, cfg.Scenario == config.Bare, cfg.Rate, cfg.Pool)
 		if err != nil {
 			return nil, nil, err
 		}
-		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
+		return []part{p}, client, nil
 	case config.Compute:
 		s := scenario.NewCompute("compute", client, cfg.ComputeBody, cfg.ComputeExpect, cfg.ComputeHash)
 		return []part{perSecond(s, cfg.Rate, cfg.Pool)}, client, nil
 	case config.Interference:
-		reads, err := newRead("interference", cfg.ReadCache, false)
+		reads, err := newRead("interference", cfg.ReadCache, false, cfg.ReadRate, cfg.ReadPool)
 		if err != nil {
 			return nil, nil, err
 		}
-		out := []part{perSecond(reads, cfg.ReadRate, cfg.ReadPool)}
+		out := []part{reads}
 		if cfg.Rate > 0 {
 			s := scenario.NewCompute("interference_compute", client, cfg.ComputeBody, cfg.ComputeExpect, cfg.ComputeHash)
 			out = append(out, perSecond(s, cfg.Rate, cfg.Pool))

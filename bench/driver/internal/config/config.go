@@ -96,6 +96,12 @@ type Config struct {
 	Dist  string
 	Alpha float64
 	Keys  int
+	// read, bare, interference: a trace to replay instead of DIST (TRACE),
+	// its timestamps' speed-up (TRACE_SPEED), and where to record the keys
+	// sent (KEY_TRACE_PATH); empty: none
+	Trace        string
+	TraceSpeed   float64
+	KeyTracePath string
 	// compute, interference
 	ComputeBody   []byte
 	ComputeExpect map[string]any
@@ -240,6 +246,17 @@ func (c *Config) readMix(r *reader) {
 	c.Keys = r.whole("KEYS", 0, 0)
 	if c.Scenario == Mixed && c.Dist != Hotset {
 		r.fail("DIST", fmt.Sprintf("must be %s for the mixed scenario, got %q", Hotset, c.Dist))
+	}
+	c.Trace = r.str("TRACE", "")
+	c.TraceSpeed = r.positive("TRACE_SPEED", 1)
+	c.KeyTracePath = r.str("KEY_TRACE_PATH", "")
+	switch {
+	case c.Scenario == Mixed && c.Trace != "":
+		r.fail("TRACE", "must be unset for the mixed scenario (its writes need the hot set)")
+	case c.Scenario == Mixed && c.KeyTracePath != "":
+		r.fail("KEY_TRACE_PATH", "must be unset for the mixed scenario (it records the read, bare and interference scenarios)")
+	case c.Trace != "" && c.Dist != Hotset:
+		r.fail("TRACE", fmt.Sprintf("and DIST=%s are exclusive: a trace asks for its own keys in its own order", c.Dist))
 	}
 }
 

@@ -99,6 +99,11 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"SCENARIO": "read", "CACHE": "l2", "DATA_DIR": "/d", "KEYS": "-1"}, "KEYS", ""},
 		{map[string]string{"SCENARIO": "mixed", "CACHE": "l2", "DATA_DIR": "/d", "DIST": "zipf"}, "DIST", ""},
 		{map[string]string{"SCENARIO": "read", "CACHE": "l2", "DATA_DIR": "/d", "COLD_SAMPLE": "-5"}, "COLD_SAMPLE", ""},
+		{map[string]string{"SCENARIO": "read", "CACHE": "l2", "DATA_DIR": "/d", "TRACE": "/t", "DIST": "zipf"}, "TRACE",
+			"TRACE and DIST=zipf are exclusive: a trace asks for its own keys in its own order"},
+		{map[string]string{"SCENARIO": "read", "CACHE": "l2", "DATA_DIR": "/d", "TRACE": "/t", "TRACE_SPEED": "0"}, "TRACE_SPEED", ""},
+		{map[string]string{"SCENARIO": "mixed", "CACHE": "l2", "DATA_DIR": "/d", "TRACE": "/t"}, "TRACE", ""},
+		{map[string]string{"SCENARIO": "mixed", "CACHE": "l2", "DATA_DIR": "/d", "KEY_TRACE_PATH": "/k"}, "KEY_TRACE_PATH", ""},
 		{map[string]string{"SCENARIO": "mixed", "CACHE": "l2", "DATA_DIR": "/d", "WRITE_SHARE": "x"}, "WRITE_SHARE", ""},
 		{map[string]string{"SCENARIO": "mixed", "CACHE": "l2", "DATA_DIR": "/d", "STALE_READS_AFTER": "0"}, "STALE_READS_AFTER", ""},
 		{map[string]string{"SCENARIO": "compute"}, "COMPUTE_BODY", ""},
@@ -129,6 +134,23 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		if strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: error of several lines", c.kv)
 		}
+	}
+}
+
+func TestTraceVariables(t *testing.T) {
+	c, err := config.Load(step(map[string]string{
+		"SCENARIO": "interference", "DATA_DIR": "/d", "READ_RATE": "50", "RATE": "0",
+		"TRACE": "/t.gz", "TRACE_SPEED": "2.5", "KEY_TRACE_PATH": "/k.gz", "DIST": "hotset",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Trace != "/t.gz" || c.TraceSpeed != 2.5 || c.KeyTracePath != "/k.gz" {
+		t.Errorf("trace %q speed %g key trace %q", c.Trace, c.TraceSpeed, c.KeyTracePath)
+	}
+	c, err = config.Load(step(map[string]string{"SCENARIO": "read", "CACHE": "l2", "DATA_DIR": "/d"}))
+	if err != nil || c.Trace != "" || c.TraceSpeed != 1 || c.KeyTracePath != "" {
+		t.Errorf("defaults: %v %+v", err, c)
 	}
 }
 

@@ -27,6 +27,31 @@ type Summary struct {
 	CPU           CPU                        `json:"cpu"`
 	InfluxErrors  int64                      `json:"influx_errors"`
 	Scenarios     map[string]ScenarioSummary `json:"scenarios"`
+	// Trace is the trace a read scenario replayed (TRACE), KeyTrace the
+	// keys it recorded (KEY_TRACE_PATH); absent when not asked for.
+	Trace    *TraceSummary    `json:"trace,omitempty"`
+	KeyTrace *KeyTraceSummary `json:"key_trace,omitempty"`
+}
+
+// TraceSummary is a replayed trace: its lines and distinct keys, whether
+// its timestamps set the schedule (and at what speed), and how many times
+// the schedule goes through it (wrapped: more than once).
+type TraceSummary struct {
+	Path    string  `json:"path"`
+	Lines   int     `json:"lines"`
+	Keys    int     `json:"keys"`
+	Timed   bool    `json:"timed"`
+	Speed   float64 `json:"speed"`
+	Passes  uint64  `json:"passes"`
+	Wrapped bool    `json:"wrapped"`
+}
+
+// KeyTraceSummary is a recorded key trace: the lines written and the
+// requests that did not fit (keytrace.MaxLines).
+type KeyTraceSummary struct {
+	Path  string `json:"path"`
+	Lines int64  `json:"lines"`
+	Lost  int64  `json:"lost"`
 }
 
 // SummaryConfig is the step as configured (rate: the whole load's RATE).
@@ -107,6 +132,9 @@ func NewSummary(cfg config.Config, startedAt, endedAt float64, interrupted bool,
 	}
 	if cfg.Dist == config.Zipf {
 		s.Config.Alpha = cfg.Alpha
+	}
+	if cfg.Trace != "" {
+		s.Config.Dist = "trace"
 	}
 	for _, t := range totals {
 		one := ScenarioSummary{

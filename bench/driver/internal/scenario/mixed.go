@@ -80,7 +80,7 @@ func (s *Mixed) Iterate(w *Worker) bool {
 	if w.Rand.Float64() < s.writing {
 		return s.createAndDelete(w)
 	}
-	return readCount(w, mixedCount, s.keys.pick(&w.Rand), s.mode, false)
+	return readCount(w, mixedCount, &s.keys.all[s.keys.pick(w)], s.mode, false)
 }
 
 // Username is a mixed write's user: load.<RUN_ID>.<worker>.<iteration>.
@@ -89,7 +89,7 @@ func (s *Mixed) Username(w *Worker) string {
 }
 
 func (s *Mixed) createAndDelete(w *Worker) bool {
-	email := s.keys.hot[w.Rand.Intn(len(s.keys.hot))].email
+	email := s.keys.all[w.Rand.Intn(s.keys.hot)].email
 	w.Buf = appendUser(w.Buf[:0], s.Username(w), email)
 	w.Send("POST", s.users, w.Buf)
 	x := w.Do()

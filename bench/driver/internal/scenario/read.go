@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fastjson"
 
+	"aside/bench/driver/internal/keytrace"
 	"aside/bench/driver/internal/popularity"
 )
 
@@ -14,13 +15,16 @@ type countKey struct {
 	url   []byte
 }
 
-// countKeys is the read mix: a hot email with hotShare, else a cold one;
-// or, with a popularity (rank), the key of the rank it draws.
+// countKeys is the read mix, every key in one table (all) so that a key is
+// an index: a hot email (all[:hot]) with hotShare, else a cold one
+// (all[hot:]); or, with a popularity, the key of the rank it draws; or,
+// replaying a trace, the key of the iteration's line.
 type countKeys struct {
-	hotShare  float64
-	hot, cold []countKey
-	ranked    []countKey
-	rank      popularity.Ranker
+	all      []countKey
+	hotShare float64
+	hot      int
+	rank     popularity.Ranker
+	replay   *keytrace.Replay
 }
 
 // CountPath is the count URL's path and query; mode "" leaves ?cache= out.
@@ -32,26 +36,31 @@ func CountPath(email, mode string) string {
 	return path
 }
 
-func countKeysOf(c *Client, mode string, emails []string) []countKey {
-	out := make([]countKey, len(emails))
-	for i, e := range emails {
-		out[i] = countKey{email: e, url: c.URL(CountPath(e, mode))}
+func countKeysOf(c *Client, mode string, emails ...[]string) []countKey {
+	var out []countKey
+	for _, list := range emails {
+		for _, e := range list {
+			out = append(out, countKey{email: e, url: c.URL(CountPath(e, mode))})
+		}
 	}
 	return out
 }
 
 func newCountKeys(c *Client, mode string, hotShare float64, hot, cold []string) countKeys {
-	return countKeys{hotShare: hotShare, hot: countKeysOf(c, mode, hot), cold: countKeysOf(c, mode, cold)}
+	return countKeys{all: countKeysOf(c, mode, hot, cold), hotShare: hotShare, hot: len(hot)}
 }
 
-func (k *countKeys) pick(r *Rand) *countKey {
-	if k.rank != nil {
-		return &k.ranked[k.rank.Rank(r.Float64())]
+// pick is the key of the worker's iteration, an index of all.
+func (k *countKeys) pick(w *Worker) int {
+	switch {
+	case k.replay != nil:
+		return k.replay.Key(w.Index)
+	case k.rank != nil:
+		return k.rank.Rank(w.Rand.Float64())
+	case w.Rand.Float64() < k.hotShare:
+		return w.Rand.Intn(k.hot)
 	}
-	if r.Float64() < k.hotShare {
-		return &k.hot[r.Intn(len(k.hot))]
-	}
-	return &k.cold[r.Intn(len(k.cold))]
+	return k.hot + w.Rand.Intn(len(k.all)-k.hot)
 }
 
 // hitTiers are the X-Cache-Tier values a hit of each cached mode may carry.
@@ -112,6 +121,7 @@ type Read struct {
 	mode string
 	bare bool
 	keys countKeys
+	log  *keytrace.Recorder
 }
 
 // NewRead is a read scenario named name; bare checks the status only.
@@ -122,9 +132,21 @@ func NewRead(name string, c *Client, mode string, hotShare float64, hot, cold []
 // NewRanked is a read scenario over a key space: each request draws a rank
 // from rank and asks for ranked[rank] (ranked[0] the most popular key).
 func NewRanked(name string, c *Client, mode string, ranked []string, rank popularity.Ranker, bare bool) *Read {
-	keys := countKeys{ranked: countKeysOf(c, mode, ranked), rank: rank}
+	keys := countKeys{all: countKeysOf(c, mode, ranked), rank: rank}
 	return &Read{name: name, mode: mode, bare: bare, keys: keys}
 }
+
+// NewReplay is a read scenario replaying a trace: iteration i asks for the
+// key of its line (replay.Key), keys being the trace's distinct keys.
+func NewReplay(name string, c *Client, mode string, keys []string, replay *keytrace.Replay, bare bool) *Read {
+	return &Read{name: name, mode: mode, bare: bare, keys: countKeys{all: countKeysOf(c, mode, keys), replay: replay}}
+}
+
+// RecordKeys notes every request's key and due time in log.
+func (s *Read) RecordKeys(log *keytrace.Recorder) { s.log = log }
+
+// Key is the email of key index i (as noted in the recorder).
+func (s *Read) Key(i int) string { return s.keys.all[i].email }
 
 // Name implements Scenario.
 func (s *Read) Name() string { return s.name }
@@ -134,8 +156,11 @@ func (s *Read) Names() []string { return []string{"count"} }
 
 // Iterate implements Scenario.
 func (s *Read) Iterate(w *Worker) bool {
-	k := s.keys.pick(&w.Rand)
-	return readCount(w, 0, k, s.mode, s.bare)
+	i := s.keys.pick(w)
+	if s.log != nil {
+		s.log.Note(w.Index, i, w.Due)
+	}
+	return readCount(w, 0, &s.keys.all[i], s.mode, s.bare)
 }
 
 // readCount sends one count read as request name and checks it.

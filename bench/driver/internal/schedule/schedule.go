@@ -52,11 +52,23 @@ type Load struct {
 	// Drain bounds how long iterations of several requests go on sending
 	// after the schedule ends.
 	Drain time.Duration
+	// Times, when set, replaces the constant rate (Freq per Per): a replayed
+	// timed trace says when each iteration falls due.
+	Times Timetable
 	// HoldP lets the scheduler sleep its short waits (up to MaxHold)
 	// without giving its P back (holdSleep). Give it to one load of a
 	// process at most, and only with GOMAXPROCS >= 2: the workers need
 	// another P while it sleeps.
 	HoldP bool
+}
+
+// Timetable says when each iteration falls due instead of a constant rate.
+type Timetable interface {
+	// At is when iteration index (from 1) falls due, ns after the
+	// schedule's start; it never decreases with index.
+	At(index uint64) int64
+	// Count is how many iterations fall due within d.
+	Count(d time.Duration) uint64
 }
 
 type job struct {
@@ -74,6 +86,9 @@ func (l *Load) interval() int64 {
 
 // Total is the number of iterations the schedule holds: those due within Duration.
 func (l *Load) Total() uint64 {
+	if l.Times != nil {
+		return l.Times.Count(l.Duration)
+	}
 	iv := l.interval()
 	if iv == 0 {
 		return 0
@@ -82,7 +97,21 @@ func (l *Load) Total() uint64 {
 }
 
 // Due is when iteration index (from 1) falls due, as a Clock offset.
-func (l *Load) Due(index uint64) int64 { return l.Start + int64(index)*l.interval() }
+func (l *Load) Due(index uint64) int64 {
+	if l.Times != nil {
+		return l.Start + l.Times.At(index)
+	}
+	return l.Start + int64(index)*l.interval()
+}
+
+// wait is how long until iteration hits+1 falls due at now (<= 0: it is
+// due); stop when the schedule holds no more.
+func (l *Load) wait(pacer vegeta.ConstantPacer, now int64, hits uint64) (time.Duration, bool) {
+	if l.Times != nil {
+		return time.Duration(l.Due(hits+1) - now), false
+	}
+	return pacer.Pace(time.Duration(now-l.Start), hits)
+}
 
 // Run sends the schedule until its end or ctx's, then waits for the
 // iterations in flight.
@@ -106,7 +135,7 @@ func (l *Load) Run(ctx context.Context) {
 	for hits < total && ctx.Err() == nil {
 		now := clock.Now()
 		for hits < total {
-			wait, stop := pacer.Pace(time.Duration(now-l.Start), hits)
+			wait, stop := l.wait(pacer, now, hits)
 			if stop {
 				total = hits
 				break
