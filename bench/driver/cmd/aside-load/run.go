@@ -86,6 +86,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	// The schedule starts once the step is planned: reading a large key space
+	// (emails.txt, a trace) and building its URLs takes a while, and the first
+	// iterations would otherwise fall due before a worker could send them.
+	clock.Restart(time.Now())
 	if cfg.Conns > 0 {
 		// Before the schedule's clock starts: the first request falls due after this.
 		client.Open(cfg.Conns, "/healthz", time.Now().Add(cfg.Timeout))
