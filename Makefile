@@ -41,9 +41,13 @@ LIVE ?= 0
 # either way, and InfluxDB always gets its per-second points.
 SAMPLES_FILE ?= 0
 # The reads' key popularity: DIST=hotset (the default), uniform or zipf (ALPHA,
-# default 0.99) over the table's distinct emails (KEYS=N: the first N only).
+# default 0.99) over the table's distinct emails (KEYS=N: the first N only);
+# or TRACE=FILE, a key trace the reads replay in its order instead
+# (bench/traces/sample.trace; bench/driver/README.md, "Key traces").
 DIST ?= hotset
-POPULARITY_FLAGS = --dist "$(DIST)" $(if $(ALPHA),--alpha "$(ALPHA)") $(if $(KEYS),--keys "$(KEYS)")
+TRACE ?=
+POPULARITY_FLAGS = --dist "$(DIST)" $(if $(ALPHA),--alpha "$(ALPHA)") $(if $(KEYS),--keys "$(KEYS)") \
+	$(if $(TRACE),--trace "$(TRACE)")
 A ?=
 B ?=
 NORMALISE ?= 0
@@ -93,7 +97,7 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 TRUST_FLAGS = $(if $(filter 0 no false,$(CALIBRATE)),--no-calibrate,) \
 	$(if $(filter 1 yes true,$(LIVE)),--live,)
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, DIST, ALPHA, KEYS, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, DIST, ALPHA, KEYS, TRACE, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
 		--repeat "$(REPEAT)" $(TRUST_FLAGS) $(if $(filter 1 yes true,$(SAMPLES_FILE)),--samples-file,) \
 		$(POPULARITY_FLAGS) \

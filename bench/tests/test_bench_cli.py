@@ -12,6 +12,7 @@ from aside_bench.stack import config
 
 Bench = Callable[..., subprocess.CompletedProcess[str]]
 DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there
+SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.trace"
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,8 @@ DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there
         (["run", "--calibration-probe", "soon"], "duration must look like"),
         (["ceiling", "--calibration-probe", "0s"], "duration must be at least 1s"),
         (["compare", "no-such-a", "no-such-b"], "no readable run.json"),
+        (["run", "--trace", str(SAMPLE), "--dist", "zipf"], "--trace and --dist zipf are"),
+        (["run", "--scenario", "mixed", "--trace", str(SAMPLE)], "--trace is for the read"),
     ],
 )
 def test_bad_arguments_fail_with_one_line(
@@ -57,6 +60,7 @@ def test_bad_arguments_fail_with_one_line(
         ["run", "--repeat", "0"],
         ["ceiling", "--driver-cpu-share", "0"],
         ["compare", "only-one"],
+        ["run", "--trace", "no-such.trace"],
     ],
 )
 def test_argparse_rejects_out_of_range_options(args: list[str], bench: Bench) -> None:

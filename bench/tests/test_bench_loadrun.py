@@ -17,6 +17,7 @@ from aside_bench.load.run import (
     Summary,
     SummaryError,
     driver_env,
+    keeps_key_trace,
     step_run,
 )
 from aside_bench.plan.steps import BARE_ARM, Step
@@ -101,6 +102,35 @@ def test_a_read_step_sends_its_keys_popularity_only_when_asked() -> None:
     found = _vars(Step("read", "cache", "warm", 100, 5), dist="zipf", alpha=1.3, keys=5000)
     assert (found["DIST"], found["ALPHA"], found["KEYS"]) == ("zipf", "1.3", "5000")
     assert "DIST" not in _vars(Step("mixed", "cache", "warm", 100, 5), dist="zipf")
+
+
+def test_a_trace_replaces_the_popularity_and_a_timed_one_runs_at_the_steps_rate(
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "k.trace"
+    read = Step("read", "cache", "warm", 100, 5)
+    found = _vars(read, trace=trace)
+    assert found["TRACE"] == str(trace.resolve()) and "DIST" not in found
+    assert "TRACE_SPEED" not in found  # untimed: the keys go at RATE
+    assert _vars(read, trace=trace, trace_rate=200.0)["TRACE_SPEED"] == "0.5"
+    reads = _vars(Step("interference", "go-checksum", "none", 5, 5, read_rate=300),
+                  trace=trace, trace_rate=200.0)  # fmt: skip
+    assert (reads["TRACE"], reads["TRACE_SPEED"]) == (str(trace.resolve()), "1.5")
+    assert "TRACE" not in _vars(Step("mixed", "cache", "warm", 100, 5), trace=trace)
+
+
+def test_only_steps_that_read_by_key_keep_a_key_trace(tmp_path: Path) -> None:
+    zipf, trace, hotset = LoadShape(dist="zipf"), LoadShape(trace=tmp_path / "k"), LoadShape()
+    read = Step("read", "cache", "warm", 100, 5)
+    assert keeps_key_trace(read, zipf) and keeps_key_trace(read, trace)
+    assert not keeps_key_trace(read, hotset)
+    assert keeps_key_trace(Step("ceiling", BARE_ARM, "warm", 100, 5), zipf)
+    assert not keeps_key_trace(Step("ceiling", "healthz", "none", 100, 5), zipf)
+    assert keeps_key_trace(Step("interference", "go-checksum", "none", 5, 5, read_rate=50), trace)
+    assert not keeps_key_trace(Step("mixed", "cache", "warm", 100, 5), zipf)
+    run = step_run(read, "r1", zipf, 50, Path("data"), key_trace_path=tmp_path / "keys.trace.gz")
+    assert run.variables(SETTINGS)["KEY_TRACE_PATH"] == str(tmp_path / "keys.trace.gz")
+    assert "KEY_TRACE_PATH" not in _vars(read, dist="zipf")
 
 
 def test_the_ceiling_reads_and_its_references() -> None:
@@ -231,3 +261,12 @@ def test_no_summary_is_an_empty_one(tmp_path: Path) -> None:
     assert Summary.read(tmp_path / "none.json").step_figures("read") is None
     (tmp_path / "bad.json").write_text("{")
     assert Summary.read(tmp_path / "bad.json").scenarios == {}
+
+
+def test_a_summarys_key_trace_is_read_when_the_step_kept_one(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"read": _scenario(2.0, 100)})
+    assert Summary.read(path).key_trace is None  # schema 1 without the optional field
+    data = json.loads(path.read_text())
+    data["key_trace"] = {"path": "/r/keys.trace.gz", "lines": 100, "lost": 0}
+    path.write_text(json.dumps(data))
+    assert Summary.read(path).key_trace == {"path": "/r/keys.trace.gz", "lines": 100, "lost": 0}

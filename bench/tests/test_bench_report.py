@@ -132,3 +132,7 @@ def test_the_request_mix_says_which_keys_the_reads_asked_for() -> None:
     assert zipf.startswith("request mix: Zipf popularity, exponent 0.99 over every distinct")
     uniform = report.request_mix({"dist": "uniform", "alpha": 0.99, "keys": 5000})
     assert "uniform over the first 5000 distinct emails of the table" in uniform
+    trace = {"file": "sample.trace", "lines": 3000, "keys": 900, "rate": 200.0}
+    replayed = report.request_mix({"dist": "hotset", "trace": trace})
+    assert replayed.startswith("request mix: trace sample.trace (3000 keys, 900 distinct)")
+    assert "scaled to each step's rate" in replayed

@@ -39,7 +39,7 @@ from aside_bench.plan.steps import (
     resolve_arms,
     scenario_arms,
 )
-from aside_bench.records import calibration, runfile
+from aside_bench.records import calibration, keytrace, runfile
 from aside_bench.records.runfile import RunRecord
 from aside_bench.records.saturation import cpu_limit_cores
 from aside_bench.report import interference as interference_report
@@ -82,13 +82,28 @@ def checked_seed(settings: config.Settings, args: argparse.Namespace) -> SeedDat
     return check_seed(settings, args.data_dir or settings.default_data_dir)
 
 
+def _trace(args: argparse.Namespace) -> tuple[Path | None, float | None]:
+    """The key trace to replay (--trace) and, when timed, its requests a second."""
+    path = getattr(args, "trace", None)
+    if path is None:
+        return None, None
+    if getattr(args, "dist", "hotset") != "hotset":
+        raise UsageError(
+            f"--trace and --dist {args.dist} are exclusive: a trace asks for its own keys"
+        )
+    return path, keytrace.timed_rate(keytrace.read_timed_key_trace(path))
+
+
 def _shape(args: argparse.Namespace) -> LoadShape:
+    trace, trace_rate = _trace(args)
     return LoadShape(
         hot_share=args.hot_share,
         cold_sample=args.cold_sample,
         dist=getattr(args, "dist", "hotset"),
         alpha=getattr(args, "alpha", 0.99),
         keys=getattr(args, "keys", 0),
+        trace=trace,
+        trace_rate=trace_rate,
         write_share=getattr(args, "write_share", 0.1),
         complexity=getattr(args, "complexity", 10),
         timeout_s=args.timeout,
@@ -114,6 +129,12 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     )
     if getattr(args, "dist", "hotset") != "hotset" and scenario not in ("read", "ceiling"):
         raise UsageError(f"--dist {args.dist} is for the read scenario, not {scenario}")
+    if getattr(args, "trace", None) is not None and scenario not in (
+        "read",
+        "ceiling",
+        interference.SCENARIO,
+    ):
+        raise UsageError(f"--trace is for the read and interference scenarios, not {scenario}")
     if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
     read_rate = 0
@@ -137,6 +158,7 @@ def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any)
         "dist": shape.dist,
         "alpha": shape.alpha,
         "keys": shape.keys,
+        **_trace_params(shape),
         "write_share": shape.write_share,
         "complexity": shape.complexity,
         "timeout_s": shape.timeout_s,
@@ -148,15 +170,24 @@ def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any)
     }
 
 
+def _trace_params(shape: LoadShape) -> dict[str, Any]:
+    """run.json's account of the replayed trace: its file, lines and distinct keys."""
+    if shape.trace is None:
+        return {}
+    keys = keytrace.read_key_trace(shape.trace)
+    found = {"file": shape.trace.name, "path": str(shape.trace.resolve()), "lines": len(keys)}
+    return {"trace": {**found, "keys": len(set(keys)), "rate": shape.trace_rate}}
+
+
 def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = new_run_id(args, args.scenario)
     out_dir = new_out_dir(settings, args, run_id)
     # Parameters first: a typo is reported before anything is touched.
     plan_sweep(args, seed_indexed=None)
     _calibration_params(args)
+    shape = _shape(args)
     seed = checked_seed(settings, args)
     steps = plan_sweep(args, seed.indexed)
-    shape = _shape(args)
     params = _params(
         args,
         seed,
@@ -272,8 +303,8 @@ def cmd_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     duration = parse_duration(args.step_duration)
     _calibration_params(args)  # a malformed --calibration-probe before anything runs
     search = SearchParams(start=args.start, ladder_step=args.ladder_step, max_rate=args.max_rate)
-    seed = checked_seed(settings, args)
     shape = _shape(args)
+    seed = checked_seed(settings, args)
     params = _params(
         args,
         seed,

@@ -23,6 +23,7 @@ from aside_bench.cli import commands
 from aside_bench.cli import suites as suite_commands
 from aside_bench.plan import interference
 from aside_bench.plan.steps import SCENARIOS, WARM_CHOICES, PlanError
+from aside_bench.records import keytrace
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
@@ -68,6 +69,16 @@ def _above_zero(text: str) -> float:
     return value
 
 
+def _trace_file(text: str) -> Path:
+    """A key trace the driver can replay (records/keytrace.py: its rules are the driver's)."""
+    path = Path(text)
+    try:
+        keytrace.read_timed_key_trace(path)
+    except keytrace.KeyTraceError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return path
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
@@ -82,14 +93,8 @@ def _option(
     what: str,
 ) -> None:
     """A checked option whose help ends with its default."""
-    parser.add_argument(
-        flag,
-        type=checked,
-        default=default,
-        help=f"{what} (default {default:g})"
-        if isinstance(default, float)
-        else f"{what} (default {default})",
-    )
+    shown = "none" if default is None else f"{default:g}" if isinstance(default, float) else default
+    parser.add_argument(flag, type=checked, default=default, help=f"{what} (default {shown})")
 
 
 # ---- options several commands share ----------------------------------------------------
@@ -122,6 +127,14 @@ def _steps(parser: argparse.ArgumentParser) -> None:
     )
     _option(parser, "--alpha", _above_zero, 0.99, "zipf's exponent")
     _option(parser, "--keys", _whole, 0, "the key space: the first N distinct emails, 0: all")
+    _option(
+        parser,
+        "--trace",
+        _trace_file,
+        None,
+        "a key trace the reads replay in its order instead of --dist (read, ceiling, "
+        "interference; timed traces run at each step's rate, their gaps scaled)",
+    )
     _option(parser, "--timeout", _positive, 10, "request timeout, s")
     _option(parser, "--max-pool", _positive, 1000, "the driver's workers per step at most")
     _option(

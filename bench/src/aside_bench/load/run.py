@@ -50,6 +50,12 @@ class LoadShape:
     dist: str = "hotset"
     alpha: float = 0.99
     keys: int = 0
+    # A key trace the read, bare and interference steps replay instead of
+    # drawing keys (exclusive with dist other than hotset), and, when every
+    # line has a timestamp, its requests a second (records/keytrace.timed_rate):
+    # its timestamps are then scaled so that it runs at each step's rate.
+    trace: Path | None = None
+    trace_rate: float | None = None
     write_share: float = 0.1
     complexity: int = 10
     timeout_s: int = 10
@@ -82,6 +88,7 @@ class LoadRun:
     base_url: str | None = None  # the gateway unless given
     summary_path: Path | None = None
     samples_path: Path | None = None
+    key_trace_path: Path | None = None  # every read's key, in order (gzip when .gz)
     influx: bool = True  # per-second points into InfluxDB
     live: bool = False  # a line per second on the terminal
 
@@ -107,6 +114,8 @@ class LoadRun:
             found["SUMMARY_PATH"] = str(self.summary_path)
         if self.samples_path is not None:
             found["SAMPLES_PATH"] = str(self.samples_path)
+        if self.key_trace_path is not None:
+            found["KEY_TRACE_PATH"] = str(self.key_trace_path)
         return found
 
 
@@ -149,6 +158,30 @@ def driver_scenario(step: Step) -> str:
     return step.scenario
 
 
+# The driver's scenarios that read keys by popularity or from a trace, and can record them.
+KEYED_SCENARIOS = ("read", "bare", interference.SCENARIO)
+
+
+def keeps_key_trace(step: Step, shape: LoadShape) -> bool:
+    """A step records its keys (KEY_TRACE_PATH) when it reads by key from the
+    key space or from a trace; the hot set's steps keep none."""
+    replays = shape.trace is not None
+    return driver_scenario(step) in KEYED_SCENARIOS and (shape.dist != "hotset" or replays)
+
+
+def _popularity(shape: LoadShape, rate: int) -> dict[str, str]:
+    """The keys' popularity of a keyed scenario at `rate`: a trace (timed: its
+    timestamps scaled to the rate), or DIST; nothing for the hot set."""
+    if shape.trace is not None:
+        found = {"TRACE": str(shape.trace.resolve())}
+        if shape.trace_rate and rate > 0:
+            found["TRACE_SPEED"] = f"{rate / shape.trace_rate:.6g}"
+        return found
+    if shape.dist != "hotset":
+        return {"DIST": shape.dist, "ALPHA": str(shape.alpha), "KEYS": str(shape.keys)}
+    return {}
+
+
 def _scenario_variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str, str]:
     """The variables only one scenario reads."""
     scenario = driver_scenario(step)
@@ -164,8 +197,8 @@ def _scenario_variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str
                 STALE_PER_MIN=str(shape.stale_per_min),
                 STALE_READS_AFTER=str(shape.stale_reads_after),
             )
-        elif shape.dist != "hotset":
-            found.update(DIST=shape.dist, ALPHA=str(shape.alpha), KEYS=str(shape.keys))
+        else:
+            found.update(_popularity(shape, step.rate))
         return found
     if scenario == trackplan.SCENARIO:
         return {
@@ -175,7 +208,8 @@ def _scenario_variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str
     work = (shape.complexity, shape.pbkdf2_iterations, shape.bcrypt_cost)
     if scenario == interference.SCENARIO:
         read_pool = pool_for(step.read_rate, max_pool)
-        return interference.driver_variables(step.arm, step.read_rate, read_pool, work)
+        found = interference.driver_variables(step.arm, step.read_rate, read_pool, work)
+        return {**found, **_popularity(shape, step.read_rate)}
     if scenario == "compute":
         return interference.compute_variables(f"{step.arm}-checksum", work)
     return {}
@@ -190,6 +224,7 @@ def step_run(
     max_pool: int = 1000,
     live: bool = False,
     samples_path: Path | None = None,
+    key_trace_path: Path | None = None,
 ) -> LoadRun:
     """The driver for one step; `pool` is the step's own, `max_pool` caps any
     other scenario's (the interference reads')."""
@@ -206,6 +241,7 @@ def step_run(
         repeat=step.repeat,
         extra=_scenario_variables(step, shape, max_pool),
         samples_path=samples_path,
+        key_trace_path=key_trace_path,
         live=live,
     )
 
@@ -402,6 +438,13 @@ class Summary:
     @property
     def scenarios(self) -> dict[str, dict[str, Any]]:
         return self.data.get("scenarios") or {}
+
+    @property
+    def key_trace(self) -> dict[str, Any] | None:
+        """The recorded key trace (path, lines written, lines lost); None when
+        the step recorded none."""
+        found = self.data.get("key_trace")
+        return found if isinstance(found, dict) else None
 
     @property
     def cpu_s(self) -> float | None:

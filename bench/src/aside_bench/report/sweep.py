@@ -67,6 +67,18 @@ def run_page(title: str, run: RunRecord) -> Doc:
 
 def request_mix(params: dict[str, Any]) -> str:
     """The reads' keys as the run asked for them."""
+    trace = params.get("trace")
+    if trace:
+        pace = (
+            "at its own gaps, scaled to each step's rate"
+            if trace.get("rate")
+            else "at each step's rate"
+        )
+        return (
+            f"request mix: trace {trace['file']} ({trace['lines']} keys, "
+            f"{trace['keys']} distinct), replayed in its order {pace}, "
+            "from its start again when a step outlasts it"
+        )
     dist = params.get("dist", "hotset")
     if dist == "hotset":
         return (
@@ -99,7 +111,7 @@ def context(doc: Doc, run: RunRecord) -> None:
         f"seed {seed.get('seed')}",
         f"gateway: {run.settings['gateway_url']}",
     ]
-    if params.get("scenario") in ("read", "mixed", "ceiling"):
+    if params.get("scenario") in ("read", "mixed", "ceiling") or params.get("trace"):
         items.append(request_mix(params))
     if params.get("scenario") == "mixed":
         items.append(

@@ -23,6 +23,7 @@ from aside_bench.load.run import (
     Summary,
     SummaryError,
     deadline_s,
+    keeps_key_trace,
     new_driver,
     step_run,
 )
@@ -57,6 +58,8 @@ EXIT_INTERRUPTED = 130
 SCRAPE_WAIT_S = 15.0
 # A ceiling step refills the cache unless every key outlives the step by this much.
 TTL_MARGIN_S = 10
+# Where a step's recorded keys go, in the step's own folder of the run's.
+KEY_TRACE_FILE = "keys.trace.gz"
 
 
 # A step's driver run from its step and pool: the sweep's and the ceiling's
@@ -244,7 +247,18 @@ class Runner:
                 record["summary_error"] = str(error)
                 summary = Summary({})
             record["summary"] = summary.step_figures(run.scenario)
+            self._key_trace(run, summary, record)
             summary_path.unlink(missing_ok=True)
+
+    def _key_trace(self, run: LoadRun, summary: Summary, record: dict[str, Any]) -> None:
+        """The step's recorded keys into its record: the file relative to the run's
+        folder, the lines written and lost (bench/driver/README.md, "Key traces")."""
+        found = summary.key_trace
+        if run.key_trace_path is None or found is None or not run.key_trace_path.exists():
+            return
+        record["key_trace"] = run.key_trace_path.relative_to(self.options.out_dir).as_posix()
+        record["key_trace_lines"] = int(found.get("lines") or 0)
+        record["key_trace_lost"] = int(found.get("lost") or 0)
 
     def _run_driver(self, run: LoadRun, record: dict[str, Any]) -> int:
         log_path = self.options.out_dir / "load.log"
@@ -262,11 +276,23 @@ class Runner:
             self.current = None
         return code
 
+    def _step_dir(self, step: Step) -> Path:
+        """The step's own folder in the run's (the step's number, arm, phase, rate)."""
+        index = len(self.run.steps)
+        folder = self.options.out_dir / f"step-{index:03d}-{step.arm}-{step.phase}-{step.rate}"
+        if step.repeat > 1:
+            folder = folder.with_name(f"{folder.name}-r{step.repeat}")
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
     def _step_run(self, step: Step, pool: int) -> LoadRun:
         samples = None
+        index = len(self.run.steps)
         if self.options.samples_file:
-            index = len(self.run.steps)
             samples = self.options.out_dir / f"samples-{index:03d}-{step.arm}-{step.rate}.jsonl"
+        key_trace = None
+        if keeps_key_trace(step, self.options.shape):
+            key_trace = self._step_dir(step) / KEY_TRACE_FILE
         return step_run(
             step,
             self.options.run_id,
@@ -276,6 +302,7 @@ class Runner:
             self.options.max_pool,
             live=self.options.live,
             samples_path=samples,
+            key_trace_path=key_trace,
         )
 
     def _floor(self, step: Step) -> FloorProbe | None:

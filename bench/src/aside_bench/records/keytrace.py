@@ -1,0 +1,90 @@
+"""Key traces (bench/driver/README.md, "Key traces"): the keys a read step
+asked for, in order, one request a line: the key, optionally a TAB and the
+seconds from the step's start to when the request fell due. Blank lines and
+lines starting with `#` are ignored; a gzip file (the recorder's
+keys.trace.gz) is read through gzip. The rules are the driver's, so a file
+this reads, the driver replays."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class KeyTraceError(ValueError):
+    """A key trace that cannot be read; the message names the file and the line."""
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Every line of the file with its number (from 1), gzip or plain."""
+    try:
+        with path.open("rb") as raw:
+            zipped = raw.read(2) == GZIP_MAGIC
+        with gzip.open(path, "rt") if zipped else path.open() as handle:
+            for number, line in enumerate(handle, start=1):
+                yield number, line.rstrip("\r\n")
+    except (OSError, EOFError, UnicodeDecodeError) as error:
+        raise KeyTraceError(f"{path}: cannot read: {error}") from None
+
+
+def _timestamp(path: Path, number: int, text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and math.isfinite(value)):
+        raise KeyTraceError(
+            f"{path}: line {number}: the timestamp must be seconds >= 0, got {text!r}"
+        )
+    return value
+
+
+def read_timed_key_trace(path: Path) -> list[tuple[str, float | None]]:
+    """Every request of the trace in order: its key and its timestamp (None
+    on a line without one). KeyTraceError on a bad line, a trace with no key
+    or timestamps that go down."""
+    found: list[tuple[str, float | None]] = []
+    last = 0.0
+    for number, line in _lines(Path(path)):
+        if not line.strip() or line.startswith("#"):
+            continue
+        key, tab, stamp = line.partition("\t")
+        key = key.strip()
+        if not key:
+            raise KeyTraceError(f"{path}: line {number}: no key before the TAB")
+        if " " in key or "\t" in key:
+            raise KeyTraceError(f"{path}: line {number}: a key holds no blank, got {key!r}")
+        at = _timestamp(Path(path), number, stamp) if tab else None
+        if at is not None:
+            if at < last:
+                raise KeyTraceError(
+                    f"{path}: line {number}: the timestamp {stamp.strip()} is below the line "
+                    f"before's ({last:g}): a trace is in send order"
+                )
+            last = at
+        found.append((key, at))
+    if not found:
+        raise KeyTraceError(f"{path}: holds no key")
+    if last == 0 and all(at is not None for _, at in found):
+        raise KeyTraceError(f"{path}: every timestamp is 0: a timed trace must span some time")
+    return found
+
+
+def read_key_trace(path: Path) -> list[str]:
+    """The trace's keys in order, one per request (KeyTraceError as
+    read_timed_key_trace)."""
+    return [key for key, _ in read_timed_key_trace(path)]
+
+
+def timed_rate(requests: list[tuple[str, float | None]]) -> float | None:
+    """Requests a second of a timed trace (every line with a timestamp): its
+    lines over its last timestamp, the period the driver replays it with;
+    None when a line has none (the driver then sends at the step's rate)."""
+    stamps = [at for _, at in requests if at is not None]
+    if len(stamps) < len(requests) or not stamps or stamps[-1] <= 0:
+        return None
+    return len(stamps) / stamps[-1]
