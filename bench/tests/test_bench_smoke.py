@@ -17,6 +17,7 @@ from subprocess import CompletedProcess
 
 import psycopg
 import pytest
+from aside_bench.records.keytrace import read_key_trace
 from aside_bench.stack import config
 from aside_bench.stack.sources import Influx, Prometheus, quote_literal
 from aside_bench.sweep.collect import collect
@@ -24,6 +25,7 @@ from aside_bench.sweep.collect import collect
 SMOKE_ROWS = 20_000
 STEP_TAGS = ("run_id", "arm", "rate", "phase", "scenario", "repeat")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "traces" / "sample.trace"
 
 
 def _influx(settings: config.Settings) -> Influx:
@@ -268,3 +270,32 @@ def test_zipf_reads_over_the_key_space_miss_a_flushed_cache_then_hit(
     assert 0 < figures["hit"] < 1, figures
     report = (smoke_run.reports_dir / run_id / "report.md").read_text()
     assert "Zipf popularity, exponent 1.1 over every distinct email" in report
+    # The step kept its keys: one line per request it sent, in its own folder.
+    (step,) = run["steps"]
+    assert step["key_trace"] == "step-001-cache-cold-20/keys.trace.gz", step
+    sent = read_key_trace(smoke_run.reports_dir / run_id / step["key_trace"])
+    assert len(sent) == step["key_trace_lines"] == step["summary"]["requests"] > 0
+    assert step["key_trace_lost"] == 0 and set(sent) <= set(keys)
+
+
+def test_a_trace_step_asks_for_the_traces_first_keys_in_order(
+    smoke_run, bench: Callable[..., CompletedProcess[str]]
+) -> None:
+    run_id = f"{smoke_run.run_id}-trace"
+    done = bench(
+        "run", "--run-id", run_id, "--rates", "20", "--arms", "cache", "--warm", "cold",
+        "--duration", "3s", "--trace", str(SAMPLE_TRACE), "--no-calibrate",
+        "--data-dir", str(smoke_run.data_dir), "--reports-dir", str(smoke_run.reports_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = smoke_run.run_json(run_id)
+    assert run["params"]["trace"]["file"] == "sample.trace"
+    (step,) = run["steps"]
+    summary = step["summary"]
+    # The sample is timed at 200/s: scaled to the step's 20/s, its first 60 lines.
+    assert summary["dropped"] == 0 and summary["iterations"] == 60, summary
+    sent = read_key_trace(smoke_run.reports_dir / run_id / step["key_trace"])
+    assert sent == read_key_trace(SAMPLE_TRACE)[:60]
+    assert "TRACE_SPEED=0.1 " in (smoke_run.reports_dir / run_id / "load.log").read_text()
+    report = (smoke_run.reports_dir / run_id / "report.md").read_text()
+    assert "request mix: trace sample.trace (3000 keys" in report
