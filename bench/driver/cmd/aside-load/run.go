@@ -153,6 +153,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, t := range totals {
 		fmt.Fprintln(stdout, resultLine(t))
 	}
+	if k := summary.KeyTrace; k != nil {
+		fmt.Fprintf(stdout, "key trace: %d lines to %s, %d lost\n", k.Lines, k.Path, k.Lost)
+	}
 	if cfg.SummaryPath != "" {
 		if err := output.WriteSummary(cfg.SummaryPath, summary); err != nil {
 			return err

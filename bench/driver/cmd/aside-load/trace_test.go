@@ -101,6 +101,9 @@ func TestReplayOfARecordingRecordsTheSameTrace(t *testing.T) {
 	if read["dropped"] != float64(0) || kt["lines"] != read["requests"] || kt["lost"] != float64(0) || kt["path"] != recorded {
 		t.Fatalf("a recording of %v: key_trace %v", read, kt)
 	}
+	if !strings.Contains(r.stdout, "key trace: 200 lines to "+recorded+", 0 lost\n") {
+		t.Errorf("stdout %q", r.stdout)
+	}
 	keys, at := readTrace(t, recorded)
 	if len(keys) != 200 || !reflect.DeepEqual(sorted(keys), first.asked()) {
 		t.Fatalf("recorded %d keys; the server was asked %d, the same: %v", len(keys), len(first.asked()),
