@@ -44,6 +44,10 @@ SAMPLES_FILE ?= 0
 # default 0.99) over the table's distinct emails (KEYS=N: the first N only).
 DIST ?= hotset
 POPULARITY_FLAGS = --dist "$(DIST)" $(if $(ALPHA),--alpha "$(ALPHA)") $(if $(KEYS),--keys "$(KEYS)")
+# Redis bounds for the cache arm, one arm each (CACHE_MEMORY="2mb 4mb 8mb"),
+# under CACHE_POLICY (allkeys-lru, allkeys-lfu, ...).
+CACHE_MEMORY ?=
+CACHE_POLICY ?= allkeys-lru
 A ?=
 B ?=
 NORMALISE ?= 0
@@ -93,10 +97,10 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 TRUST_FLAGS = $(if $(filter 0 no false,$(CALIBRATE)),--no-calibrate,) \
 	$(if $(filter 1 yes true,$(LIVE)),--live,)
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, DIST, ALPHA, KEYS, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, DIST, ALPHA, KEYS, CACHE_MEMORY, CACHE_POLICY, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
 		--repeat "$(REPEAT)" $(TRUST_FLAGS) $(if $(filter 1 yes true,$(SAMPLES_FILE)),--samples-file,) \
-		$(POPULARITY_FLAGS) \
+		$(POPULARITY_FLAGS) $(if $(CACHE_MEMORY),--cache-memory "$(CACHE_MEMORY)" --cache-policy "$(CACHE_POLICY)") \
 		$(if $(filter-out file,$(origin RATES)),--rates "$(RATES)") \
 		$(if $(filter-out file,$(origin ARMS)),--arms "$(ARMS)") \
 		$(if $(READ_RATE),--read-rate "$(READ_RATE)")

@@ -202,7 +202,7 @@ func plan(cfg config.Config, clock *record.Clock, sink record.Sink) ([]*schedule
 		}
 		env := &scenario.Env{
 			Client: client, Rec: rec, Sink: sink, Clock: clock, Timeout: cfg.Timeout,
-			Seed: cfg.Seed, Stream: scenario.StreamOf(p.scn.Name(), cfg.Shard),
+			Seed: cfg.Seed, Skip: cfg.Skip, Stream: scenario.StreamOf(p.scn.Name(), cfg.Shard),
 		}
 		loads = append(loads, &schedule.Load{
 			Scenario: p.scn, Env: env, Freq: p.freq, Per: p.per, Pool: p.pool,

@@ -32,6 +32,7 @@ from aside_bench.plan.steps import (
     ZERO_RATE_SCENARIOS,
     Step,
     build_steps,
+    memory_arms,
     parse_arms,
     parse_duration,
     parse_rates,
@@ -114,6 +115,10 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     )
     if getattr(args, "dist", "hotset") != "hotset" and scenario not in ("read", "ceiling"):
         raise UsageError(f"--dist {args.dist} is for the read scenario, not {scenario}")
+    sizes = getattr(args, "cache_memory", "").replace(",", " ").split()
+    if sizes and scenario != "read":
+        raise UsageError(f"--cache-memory is for the read scenario, not {scenario}")
+    arms = memory_arms(arms, sizes)
     if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
     read_rate = 0
@@ -167,6 +172,7 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         rates=sorted({s.rate for s in steps}),
         arms=list(dict.fromkeys(s.arm for s in steps)),
         repeat=args.repeat,
+        cache_policy=args.cache_policy,
         **(interference_report.run_params(shape) if steps[0].read_rate else {}),
     )
     if args.scenario == trackplan.SCENARIO:
@@ -242,6 +248,7 @@ def _new_runner(
         driver_cpu_limit=limit,
         live=args.live,
         samples_file=args.samples_file,
+        cache_policy=getattr(args, "cache_policy", "allkeys-lru"),
     )
     return Runner(settings, options, seed, run)
 

@@ -22,7 +22,7 @@ from typing import Any
 from aside_bench.cli import commands
 from aside_bench.cli import suites as suite_commands
 from aside_bench.plan import interference
-from aside_bench.plan.steps import SCENARIOS, WARM_CHOICES, PlanError
+from aside_bench.plan.steps import EVICTION_POLICIES, SCENARIOS, WARM_CHOICES, PlanError
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
@@ -189,6 +189,18 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         choices=WARM_CHOICES,
         default="both",
         help="cache arm's starting state: cold, warm or both (default both)",
+    )
+    run.add_argument(
+        "--cache-memory",
+        default="",
+        help="read: Redis bounds, e.g. '2mb 4mb 8mb': the cache arm runs once per bound, "
+        "from an empty cache (default: the stack's own maxmemory)",
+    )
+    run.add_argument(
+        "--cache-policy",
+        choices=EVICTION_POLICIES,
+        default="allkeys-lru",
+        help="Redis's eviction policy under --cache-memory (default allkeys-lru)",
     )
     _write_share(run, 0.1, "mixed: share of requests that write (a create and its delete)")
     _option(

@@ -108,6 +108,54 @@ class Step:
         return (self.read_rate or self.rate) * self.duration_s
 
 
+# ---- cache memory as an arm: `cache@4mb` is the cache arm with Redis bounded
+# to 4 MiB (maxmemory) under the run's eviction policy, from an empty cache.
+MEMORY_SEP = "@"
+MEMORY_ARMS = ("cache",)
+EVICTION_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu")
+_MEMORY = re.compile(r"^(\d+)(kb|mb|gb)$")
+_UNITS = {"kb": 1024, "mb": 1024**2, "gb": 1024**3}
+
+
+def base_arm(arm: str) -> str:
+    """The arm without its memory bound: `cache@4mb` -> `cache`."""
+    return arm.split(MEMORY_SEP, 1)[0]
+
+
+def parse_memory(text: str) -> int:
+    """'4mb' -> 4194304: a whole number of kb, mb or gb (Redis's binary units)."""
+    match = _MEMORY.match(text.strip().lower())
+    if match is None or int(match.group(1)) < 1:
+        raise PlanError(f"cache memory must look like 512kb, 4mb or 1gb, got {text!r}")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def arm_memory(arm: str) -> int | None:
+    """The bytes an arm's cache may hold; None: the stack's own bound."""
+    _, sep, size = arm.partition(MEMORY_SEP)
+    return parse_memory(size) if sep else None
+
+
+def memory_arms(arms: list[str], sizes: list[str]) -> list[str]:
+    """Each memory-bounded kind of arm once per size, smallest first, in place
+    of the unbounded arm; other arms as given. No sizes: the arms as given."""
+    if not sizes:
+        return arms
+    ordered = sorted(
+        {size.strip().lower(): parse_memory(size) for size in sizes}.items(),
+        key=lambda item: item[1],
+    )
+    out: list[str] = []
+    for arm in arms:
+        if arm in MEMORY_ARMS:
+            out += [f"{arm}{MEMORY_SEP}{size}" for size, _ in ordered]
+        else:
+            out.append(arm)
+    if out == arms:
+        raise PlanError(f"cache memory bounds the {', '.join(MEMORY_ARMS)} arm; add it to the arms")
+    return out
+
+
 def series_label(arm: str, phase: str) -> str:
     return arm if phase == "none" else f"{arm} ({phase})"
 
@@ -184,14 +232,14 @@ def phases_for(arm: str, warm: str) -> list[str]:
     l1, hybrid) have a cold and a warm phase."""
     if warm not in WARM_CHOICES:
         raise PlanError(f"warm must be one of {', '.join(WARM_CHOICES)}, got {warm!r}")
-    if arm not in TIERED_ARMS + trackplan.CACHE_ARMS:
+    if base_arm(arm) not in TIERED_ARMS + trackplan.CACHE_ARMS:
         return ["none"]
     return ["cold", "warm"] if warm == "both" else [warm]
 
 
 def gateway_env(arm: str) -> dict[str, str]:
     """Settings the gateway must run with for `arm` (empty: its own)."""
-    return GATEWAY_ENV.get(arm, {})
+    return GATEWAY_ENV.get(base_arm(arm), {})
 
 
 def _phases(scenario: str, arm: str, warm: str) -> list[str]:
@@ -204,7 +252,7 @@ def _phases(scenario: str, arm: str, warm: str) -> list[str]:
 
 def cache_param(arm: str) -> str | None:
     """The ?cache= value of a read arm; None for arms that read no count."""
-    return CACHE_PARAMS.get(arm)
+    return CACHE_PARAMS.get(base_arm(arm))
 
 
 def scenario_arms(scenario: str) -> tuple[str, ...]:
@@ -230,7 +278,7 @@ def build_steps(
         raise PlanError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
     allowed = scenario_arms(scenario)
     for arm in arms:
-        if arm not in allowed:
+        if base_arm(arm) not in allowed:
             raise PlanError(
                 f"arm {arm!r} does not belong to scenario {scenario}; "
                 f"choose from {', '.join(allowed)}"

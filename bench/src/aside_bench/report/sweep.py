@@ -9,12 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from aside_bench.curve.points import run_curves
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
 from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures, save_figures
+from aside_bench.report.curves import curve_section
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.tables import (
     Table,
@@ -219,6 +221,9 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
         tables.append(held)
         doc.table(held)
     saturation_section(doc, results)
+    if results:
+        curves = run_curves(run, results, out_dir)
+        tables += curve_section(doc, curves, out_dir, caption(run))
     drift = machine_drift_line(figures)
     if drift is not None:
         doc.p(drift, note=True)
