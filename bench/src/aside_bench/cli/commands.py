@@ -237,6 +237,7 @@ def _new_runner(
     params["driver_cpu_limit_cores"] = limit
     params["driver_cpu_share"] = args.driver_cpu_share
     params["samples_file"] = args.samples_file
+    params["prices"] = {"vcpu_hour": settings.price_vcpu_hour, "gib_hour": settings.price_gib_hour}
     out_dir.mkdir(parents=True)
     options = Options(
         run_id,

@@ -14,6 +14,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 from aside_bench.curve.points import RateCurve
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
+from aside_bench.records.spend import Prices, step_spend
 from aside_bench.report.tables import has_cache, series_order
 
 PERCENTILES = ("p50", "p95", "p99")
@@ -248,6 +249,29 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
     ax.set_title(
         f"hit rate against cache size at {curve.rate}/s: {curve.requests:,} requests "
         f"after {curve.warmup:,} of warm-up; dots: Redis measured"
+    )
+    ax.legend(fontsize=8)
+    return finish(fig, path, caption)
+
+
+def cost_chart(results: list[StepResult], prices: Prices, path: Path, caption: str) -> Path:
+    """Cost per million requests against the target rate, per series."""
+    rates = sorted({r.step.rate for r in results})
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    for arm, phase in series_order(results):
+        points = []
+        for result in _series(results, arm, phase):
+            spend = step_spend(result)
+            if spend is not None:
+                points.append((result.step.rate, spend.per_million(prices)))
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
+    _rate_axis(ax, rates)
+    log_y(ax)
+    ax.set_ylabel("$ per million requests")
+    ax.set_title(
+        f"cost per million requests (${prices.vcpu_hour:g}/vCPU-h, ${prices.gib_hour:g}/GiB-h)"
     )
     ax.legend(fontsize=8)
     return finish(fig, path, caption)
