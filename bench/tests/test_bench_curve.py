@@ -17,11 +17,16 @@ from aside_bench.curve.simulate import (
     object_ids,
 )
 from aside_bench.plan.steps import (
+    Bound,
     PlanError,
+    arm_bound,
     arm_memory,
     base_arm,
+    bounded_arms,
     cache_param,
+    gateway_env,
     memory_arms,
+    parse_bound,
     parse_memory,
     phases_for,
 )
@@ -41,8 +46,28 @@ def test_the_cache_arm_runs_once_per_memory_bound_smallest_first() -> None:
     arms = memory_arms(["nocache", "cache", "hybrid"], ["16mb", "2mb", "4MB", "2mb"])
     assert arms == ["nocache", "cache@2mb", "cache@4mb", "cache@16mb", "hybrid"]
     assert memory_arms(["cache"], []) == ["cache"]
-    with pytest.raises(PlanError, match="bounds the cache arm"):
+    with pytest.raises(PlanError, match="--cache-memory bounds the cache arms"):
         memory_arms(["nocache"], ["2mb"])
+
+
+def test_l1_entries_and_ttls_bound_their_arms_and_restart_the_gateway_with_them() -> None:
+    arms = bounded_arms(["nocache", "l1", "hybrid"], "entries", ["10000keys", "1000keys"])
+    assert arms == ["nocache", "l1@1000keys", "l1@10000keys", "hybrid@1000keys", "hybrid@10000keys"]
+    assert gateway_env("hybrid@1000keys") == {"CACHE_L1_MAX_ENTRIES": "1000"}
+    assert bounded_arms(["cache"], "ttl", ["ttl5s"]) == ["cache@ttl5s"]
+    assert gateway_env("cache@ttl5s") == {"CACHE_TTL_SECONDS": "5"}
+    assert gateway_env("cache@4mb") == {} and arm_memory("cache@ttl5s") is None
+    assert arm_bound("hybrid@1000keys") == Bound("entries", 1000)
+    assert bounded_arms(["cache"], "ttl", ["5", "60s"]) == ["cache@ttl5s", "cache@ttl60s"]
+    assert bounded_arms(["l1"], "entries", ["200"]) == ["l1@200keys"]
+    with pytest.raises(
+        PlanError, match="--l1-entries takes values like 1000 or 1000keys, got '4mb'"
+    ):
+        bounded_arms(["l1"], "entries", ["4mb"])
+    with pytest.raises(PlanError, match="--cache-ttl takes values like 5 or 5s, got '5m'"):
+        bounded_arms(["cache"], "ttl", ["5m"])
+    with pytest.raises(PlanError, match="at least 1"):
+        parse_bound("0keys")
 
 
 def test_a_memory_arm_is_its_base_arm_with_a_bound() -> None:

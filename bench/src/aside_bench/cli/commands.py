@@ -31,8 +31,8 @@ from aside_bench.plan.steps import (
     TIERED_ARMS,
     ZERO_RATE_SCENARIOS,
     Step,
+    bounded_arms,
     build_steps,
-    memory_arms,
     parse_arms,
     parse_duration,
     parse_rates,
@@ -115,10 +115,7 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     )
     if getattr(args, "dist", "hotset") != "hotset" and scenario not in ("read", "ceiling"):
         raise UsageError(f"--dist {args.dist} is for the read scenario, not {scenario}")
-    sizes = getattr(args, "cache_memory", "").replace(",", " ").split()
-    if sizes and scenario != "read":
-        raise UsageError(f"--cache-memory is for the read scenario, not {scenario}")
-    arms = memory_arms(arms, sizes)
+    arms = _bounded(args, scenario, arms)
     if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
     read_rate = 0
@@ -131,6 +128,24 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     duration = parse_duration(args.duration)
     steps = build_steps(scenario, rates, arms, args.warm, duration, read_rate)
     return repeat_steps(steps, args.repeat)
+
+
+def _bounded(args: argparse.Namespace, scenario: str, arms: list[str]) -> list[str]:
+    """The arms with their bounds: --cache-memory, --l1-entries, --cache-ttl."""
+    given = {
+        "memory": ("--cache-memory", getattr(args, "cache_memory", "")),
+        "entries": ("--l1-entries", getattr(args, "l1_entries", "")),
+        "ttl": ("--cache-ttl", getattr(args, "cache_ttl", "")),
+    }
+    asked = {kind: text.replace(",", " ").split() for kind, (_, text) in given.items()}
+    for kind, texts in asked.items():
+        if texts and scenario != "read":
+            raise UsageError(f"{given[kind][0]} is for the read scenario, not {scenario}")
+    if asked["memory"] and asked["ttl"]:
+        raise UsageError("--cache-memory and --cache-ttl both bound the cache arm: give one")
+    for kind, texts in asked.items():
+        arms = bounded_arms(arms, kind, texts)
+    return arms
 
 
 def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any) -> dict[str, Any]:

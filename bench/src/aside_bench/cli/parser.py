@@ -197,6 +197,18 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "from an empty cache (default: the stack's own maxmemory)",
     )
     run.add_argument(
+        "--l1-entries",
+        default="",
+        help="read: L1 bounds in entries per worker, e.g. '1000 10000': the l1 and hybrid "
+        "arms once per bound (CACHE_L1_MAX_ENTRIES; default: the gateway's own)",
+    )
+    run.add_argument(
+        "--cache-ttl",
+        default="",
+        help="read: Redis TTLs in seconds, e.g. '5 60': the cache arm once per TTL "
+        "(CACHE_TTL_SECONDS; default: the gateway's own)",
+    )
+    run.add_argument(
         "--cache-policy",
         choices=EVICTION_POLICIES,
         default="allkeys-lru",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aside_bench.curve.simulate import MIN_CAPACITY, CurvePoint, Stream, capacities, curve
-from aside_bench.plan.steps import base_arm
+from aside_bench.plan.steps import arm_bound, base_arm
 from aside_bench.records.keytrace import KeyTraceError, read_key_trace
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
@@ -83,8 +83,12 @@ def _redis_steps(run: RunRecord, results: list[StepResult]) -> list[tuple[int, S
     by_key = {r.step.run_key: r for r in results}
     found = []
     for index, record in enumerate(run.steps):
-        if record.get("phase") != "warm" or base_arm(record.get("arm", "")) not in REDIS_ARMS:
+        arm = record.get("arm", "")
+        if record.get("phase") != "warm" or base_arm(arm) not in REDIS_ARMS:
             continue
+        bound = arm_bound(arm)
+        if bound is not None and bound.kind != "memory":
+            continue  # a TTL's expiries are not on a curve of sizes
         key = (
             record["scenario"],
             record["arm"],
