@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from aside_bench.records.keytrace import (
     KeyTraceError,
+    check_replayable,
     read_key_trace,
     read_timed_key_trace,
     timed_rate,
@@ -39,8 +40,6 @@ def test_gzip_is_read_by_its_magic_whatever_the_name(tmp_path: Path) -> None:
         ("a@x\n\t0.5\n", "line 2: no key before the TAB"),
         ("a@x\nb x\n", "line 2: a key holds no blank, got 'b x'"),
         ("a@x\t0.2\nb@x\t0.1\n", "line 2: the timestamp 0.1 is below the line before's (0.2)"),
-        ("# nothing\n\n", "holds no key"),
-        ("a@x\t0\nb@x\t0\n", "every timestamp is 0"),
     ],
 )
 def test_errors_name_the_file_and_the_line(tmp_path: Path, text: str, message: str) -> None:
@@ -49,6 +48,18 @@ def test_errors_name_the_file_and_the_line(tmp_path: Path, text: str, message: s
     with pytest.raises(KeyTraceError) as raised:
         read_key_trace(path)
     assert str(raised.value).startswith(f"{path}: ") and message in str(raised.value)
+
+
+def test_a_trace_the_driver_cannot_replay_is_refused_but_still_read(tmp_path: Path) -> None:
+    empty, zeros = tmp_path / "empty.trace.gz", tmp_path / "zeros.trace"
+    empty.write_bytes(gzip.compress(b""))  # a step that sent nothing
+    zeros.write_text("a@x\t0\nb@x\t0\n")
+    assert read_key_trace(empty) == [] and read_key_trace(zeros) == ["a@x", "b@x"]
+    with pytest.raises(KeyTraceError, match=r"empty\.trace\.gz: holds no key"):
+        check_replayable(empty)
+    with pytest.raises(KeyTraceError, match="every timestamp is 0"):
+        check_replayable(zeros)
+    assert len(check_replayable(SAMPLE)) == 3000
 
 
 def test_an_unreadable_file_is_a_key_trace_error(tmp_path: Path) -> None:

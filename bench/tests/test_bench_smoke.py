@@ -17,8 +17,9 @@ from subprocess import CompletedProcess
 
 import psycopg
 import pytest
+from aside_bench.plan.steps import parse_memory
 from aside_bench.records.keytrace import read_key_trace
-from aside_bench.stack import config
+from aside_bench.stack import config, redisclient
 from aside_bench.stack.sources import Influx, Prometheus, quote_literal
 from aside_bench.sweep.collect import collect
 
@@ -299,3 +300,44 @@ def test_a_trace_step_asks_for_the_traces_first_keys_in_order(
     assert "TRACE_SPEED=0.1 " in (smoke_run.reports_dir / run_id / "load.log").read_text()
     report = (smoke_run.reports_dir / run_id / "report.md").read_text()
     assert "request mix: trace sample.trace (3000 keys" in report
+
+
+def test_a_cache_smaller_than_the_keys_asked_for_evicts_and_misses(
+    smoke_run, settings: config.Settings, bench: Callable[..., CompletedProcess[str]]
+) -> None:
+    """A memory arm: Redis bounded a little above what it uses empty (its
+    clients' buffers count too), Zipf reads of more keys than that holds."""
+    client = redisclient.connect(settings)
+    try:
+        redisclient.flush(client)
+        empty = int(client.info("memory")["used_memory"])
+        stack_bound = client.config_get("maxmemory")["maxmemory"]
+    finally:
+        client.close()
+    bound = f"{(empty + 64 * 1024) // 1024}kb"
+    run_id = f"{smoke_run.run_id}-memory"
+    done = bench(
+        "run", "--run-id", run_id, "--rates", "50", "--arms", "cache", "--duration", "6s",
+        "--dist", "zipf", "--alpha", "0.9", "--cache-memory", bound, "--no-calibrate",
+        "--data-dir", str(smoke_run.data_dir), "--reports-dir", str(smoke_run.reports_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = smoke_run.run_json(run_id)
+    cold, warm = run["steps"]
+    assert (cold["arm"], cold["phase"], warm["phase"]) == (f"cache@{bound}", "cold", "warm")
+    assert cold["cache_memory"] == {"maxmemory": parse_memory(bound), "policy": "allkeys-lru"}
+    # The warm step goes on with the cold step's stream over the cache it left.
+    assert (
+        warm["skip"] == 50 * 6
+        and "SKIP=300" in (smoke_run.reports_dir / run_id / "load.log").read_text()
+    )
+    evicted = warm["redis"]["end"]["evicted_keys"] - warm["redis"]["start"]["evicted_keys"]
+    assert evicted > 0, warm["redis"]
+    figures = json.loads((smoke_run.reports_dir / run_id / "results.json").read_text())
+    assert 0 < figures[-1]["hit"] < 1, figures[-1]
+    # The stack's own bound is back after the run.
+    client = redisclient.connect(settings)
+    try:
+        assert client.config_get("maxmemory")["maxmemory"] == stack_bound
+    finally:
+        client.close()

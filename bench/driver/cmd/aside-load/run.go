@@ -259,7 +259,7 @@ func plan(cfg config.Config, clock *record.Clock, sink record.Sink) ([]*schedule
 		}
 		l.Env = &scenario.Env{
 			Client: client, Rec: rec, Sink: sink, Clock: clock, Timeout: cfg.Timeout,
-			Seed: cfg.Seed, Stream: scenario.StreamOf(p.scn.Name(), cfg.Shard),
+			Seed: cfg.Seed, Skip: cfg.Skip, Stream: scenario.StreamOf(p.scn.Name(), cfg.Shard),
 		}
 		loads = append(loads, l)
 		if p.replay != nil {
@@ -316,7 +316,7 @@ func parts(cfg config.Config) ([]part, *scenario.Client, error) {
 			if err != nil {
 				return part{}, err
 			}
-			order := t.Replay(cfg.Shard, cfg.Shards, cfg.TraceSpeed)
+			order := t.Replay(cfg.Shard, cfg.Shards, cfg.Skip, cfg.TraceSpeed)
 			return read(scenario.NewReplay(name, client, mode, t.Keys, order, bare), &replayed{trace: t, order: order}), nil
 		}
 		if cfg.Dist == config.Hotset {

@@ -73,6 +73,7 @@ type Config struct {
 	LateMs  int
 	Timeout time.Duration
 	Seed    uint64
+	Skip    uint64
 	DataDir string
 
 	SummaryPath string
@@ -162,6 +163,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.LateMs = r.whole("LATE_MS", 100, 1)
 	c.Timeout = time.Duration(r.whole("TIMEOUT_S", 10, 1)) * time.Second
 	c.Seed = uint64(r.whole("SEED", 1, 0))
+	c.Skip = uint64(r.whole("SKIP", 0, 0))
 	c.DataDir = r.str("DATA_DIR", "")
 
 	c.SummaryPath = r.str("SUMMARY_PATH", "")

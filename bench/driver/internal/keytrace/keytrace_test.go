@@ -100,7 +100,7 @@ func TestReadsGzipByItsMagic(t *testing.T) {
 func TestReplayOrderWrapsAndShares(t *testing.T) {
 	tr := parse(t, "a\nb\nc\na\nd\n")
 	key := func(r *keytrace.Replay, i uint64) string { return tr.Keys[r.Key(i)] }
-	one := tr.Replay(0, 1, 1)
+	one := tr.Replay(0, 1, 0, 1)
 	var got []string
 	for i := uint64(1); i <= 12; i++ {
 		got = append(got, key(one, i))
@@ -112,7 +112,7 @@ func TestReplayOrderWrapsAndShares(t *testing.T) {
 		t.Errorf("passes %d %d %d", one.Passes(5), one.Passes(6), one.Passes(12))
 	}
 	// Two shards take every other line between them: together, the trace.
-	s0, s1 := tr.Replay(0, 2, 1), tr.Replay(1, 2, 1)
+	s0, s1 := tr.Replay(0, 2, 0, 1), tr.Replay(1, 2, 0, 1)
 	var both []string
 	for i := uint64(1); i <= 5; i++ {
 		both = append(both, key(s0, i), key(s1, i))
@@ -124,7 +124,7 @@ func TestReplayOrderWrapsAndShares(t *testing.T) {
 
 func TestTimedReplayDueTimesAndCount(t *testing.T) {
 	tr := parse(t, "a\t0.1\nb\t0.25\nc\t1.0\n")
-	r := tr.Replay(0, 1, 1)
+	r := tr.Replay(0, 1, 0, 1)
 	// A wrap starts again one period (the last timestamp, 1 s) later.
 	want := []int64{100e6, 250e6, 1000e6, 1100e6, 1250e6, 2000e6, 2100e6}
 	for i, w := range want {
@@ -138,9 +138,26 @@ func TestTimedReplayDueTimesAndCount(t *testing.T) {
 			t.Errorf("within %v: %d due, want %d", d, got, n)
 		}
 	}
-	fast := tr.Replay(0, 1, 2) // TRACE_SPEED 2: every gap halved
+	fast := tr.Replay(0, 1, 0, 2) // TRACE_SPEED 2: every gap halved
 	if fast.At(2) != 125e6 || fast.At(4) != 550e6 || fast.Count(time.Second) != 6 {
 		t.Errorf("speed 2: %d %d, %d within 1 s", fast.At(2), fast.At(4), fast.Count(time.Second))
+	}
+}
+
+// SKIP: a step after a warm-up of SKIP iterations goes on from the line
+// after the warm-up's last, its due times counted from that line's.
+func TestReplayAfterAWarmUp(t *testing.T) {
+	tr := parse(t, "a\t0.1\nb\t0.25\nc\t1.0\n")
+	r := tr.Replay(0, 1, 2, 1) // the warm-up asked a and b (the last at 0.25 s)
+	if tr.Keys[r.Key(1)] != "c" || tr.Keys[r.Key(2)] != "a" || r.At(1) != 750e6 || r.At(2) != 850e6 {
+		t.Errorf("after a warm-up of 2: %s at %d, %s at %d", tr.Keys[r.Key(1)], r.At(1), tr.Keys[r.Key(2)], r.At(2))
+	}
+	if r.Count(time.Second) != 3 || r.Passes(1) != 1 || r.Passes(2) != 2 {
+		t.Errorf("count %d, passes %d %d", r.Count(time.Second), r.Passes(1), r.Passes(2))
+	}
+	untimed := parse(t, "a\nb\nc\n").Replay(1, 2, 1, 1) // shard 1 of 2 skipped line 1
+	if got := untimed.Key(1); got != 0 {
+		t.Errorf("shard 1 after one iteration asks key %d, want a (line 3 = line 0 again)", got)
 	}
 }
 

@@ -7,23 +7,27 @@ import (
 )
 
 // Replay is a trace as one shard of the step asks for it. Iteration i (from
-// 1) of shard s of n asks line (i-1) x n + s (from 0), so the shards share
-// the trace's lines between them; past the last line the trace starts
-// again (a wrap). A timed trace's line falls due at its timestamp divided
-// by the speed, plus one period (its last timestamp) per wrap.
+// 1) of shard s of n asks line (i-1+skip) x n + s (from 0), so the shards
+// share the trace's lines between them and a step after a warm-up of skip
+// iterations (SKIP) goes on where the warm-up stopped; past the last line
+// the trace starts again (a wrap). A timed trace's line falls due at its
+// timestamp divided by the speed, plus one period (its last timestamp) per
+// wrap, less the skipped lines' time.
 type Replay struct {
 	trace         *Trace
 	shard, shards uint64
+	skip          uint64
 	speed         float64
 }
 
-// Replay is the trace as shard of shards asks for it, at speed (timed traces only).
-func (t *Trace) Replay(shard, shards int, speed float64) *Replay {
-	return &Replay{trace: t, shard: uint64(shard), shards: uint64(max(shards, 1)), speed: speed}
+// Replay is the trace as shard of shards asks for it after skip iterations,
+// at speed (timed traces only).
+func (t *Trace) Replay(shard, shards int, skip uint64, speed float64) *Replay {
+	return &Replay{trace: t, shard: uint64(shard), shards: uint64(max(shards, 1)), skip: skip, speed: speed}
 }
 
 // line is iteration index's place in the trace counted across wraps.
-func (r *Replay) line(index uint64) uint64 { return (index-1)*r.shards + r.shard }
+func (r *Replay) line(index uint64) uint64 { return (index-1+r.skip)*r.shards + r.shard }
 
 // Key is the key of iteration index (from 1): an index of the trace's Keys.
 func (r *Replay) Key(index uint64) int {
@@ -34,11 +38,20 @@ func (r *Replay) Key(index uint64) int {
 // At is when iteration index (from 1) of a timed trace falls due, in
 // nanoseconds after the schedule's start.
 func (r *Replay) At(index uint64) int64 {
+	s := r.seconds(index)
+	if r.skip > 0 {
+		s -= r.seconds(0) // line "0" of the replay: the warm-up's last
+	}
+	return int64(math.Round(s / r.speed * 1e9))
+}
+
+// seconds is iteration index's timestamp counted across wraps, before the
+// skip is taken off; index 0 with a skip is the last skipped line.
+func (r *Replay) seconds(index uint64) float64 {
 	at := r.trace.At
 	n := uint64(len(at))
 	l := r.line(index)
-	s := float64(l/n)*at[n-1] + at[l%n]
-	return int64(math.Round(s / r.speed * 1e9))
+	return float64(l/n)*at[n-1] + at[l%n]
 }
 
 // Count is how many iterations of a timed trace fall due within d (at or
@@ -55,11 +68,12 @@ func (r *Replay) Count(d time.Duration) uint64 {
 	return uint64(max(first-1, 0))
 }
 
-// Passes is how many times iterations 1 to total go through the trace: 1
-// when they ask no more lines than it has, more when it wraps.
+// Passes is how many passes through the trace iterations 1 to total touch:
+// 1 when they stay within one, more when they wrap.
 func (r *Replay) Passes(total uint64) uint64 {
 	if total == 0 {
 		return 0
 	}
-	return r.line(total)/uint64(len(r.trace.Lines)) + 1
+	n := uint64(len(r.trace.Lines))
+	return r.line(total)/n - r.line(1)/n + 1
 }

@@ -157,17 +157,18 @@ func TestRankedReadsFollowThePopularity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func() []string {
+	run := func(skip uint64, n int) []string {
 		asked = nil
 		h := newHarness(t, client, scenario.NewRanked("read", client, "l2", keys, zipf, false), 2*time.Second)
-		for range 2000 {
+		h.env.Skip = skip
+		for range n {
 			if !h.iterate() {
 				t.Fatal("a ranked read failed its check")
 			}
 		}
 		return asked
 	}
-	first := run()
+	first := run(0, 2000)
 	counts := map[string]int{}
 	for _, e := range first {
 		counts[e]++
@@ -179,10 +180,17 @@ func TestRankedReadsFollowThePopularity(t *testing.T) {
 	if counts["k0@x"] <= counts["k9@x"]*10 {
 		t.Errorf("counts %v: the first rank is not far ahead of the last", counts)
 	}
-	again := run()
+	again := run(0, 2000)
 	for i := range first {
 		if first[i] != again[i] {
 			t.Fatalf("request %d asked %s, then %s: not the same stream", i+1, first[i], again[i])
+		}
+	}
+	// SKIP: a step after a warm-up of 500 iterations asks what follows them.
+	after := run(500, 1500)
+	for i := range after {
+		if after[i] != first[500+i] {
+			t.Fatalf("with SKIP 500, request %d asked %s, want %s", i+1, after[i], first[500+i])
 		}
 	}
 }

@@ -41,6 +41,10 @@ type Env struct {
 	// the same choices for the same iteration of the same scenario and shard.
 	Seed   uint64
 	Stream uint64
+	// Skip moves every iteration's draws this many places along the stream:
+	// a step measured after a warm-up of Skip iterations asks for what
+	// follows the warm-up's keys instead of the same keys again.
+	Skip uint64
 	// stopAt (a Clock offset, 0: none) is when an iteration of several
 	// requests stops sending: the drain after the schedule's end is bounded.
 	stopAt atomic.Int64
@@ -101,7 +105,7 @@ func (w *Worker) Env() *Env { return w.env }
 // Begin readies the worker for the iteration at index, due at due.
 func (w *Worker) Begin(index uint64, due int64) {
 	w.Index, w.Due = index, due
-	w.Rand.Seed(w.env.Seed, w.env.Stream, index)
+	w.Rand.Seed(w.env.Seed, w.env.Stream, index+w.env.Skip)
 }
 
 // Stopped is true once the drain's deadline has passed: an iteration of

@@ -31,6 +31,7 @@ from aside_bench.plan.steps import (
     TIERED_ARMS,
     ZERO_RATE_SCENARIOS,
     Step,
+    bounded_arms,
     build_steps,
     parse_arms,
     parse_duration,
@@ -91,7 +92,7 @@ def _trace(args: argparse.Namespace) -> tuple[Path | None, float | None]:
         raise UsageError(
             f"--trace and --dist {args.dist} are exclusive: a trace asks for its own keys"
         )
-    return path, keytrace.timed_rate(keytrace.read_timed_key_trace(path))
+    return path, keytrace.timed_rate(keytrace.check_replayable(path))
 
 
 def _shape(args: argparse.Namespace) -> LoadShape:
@@ -135,6 +136,7 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
         interference.SCENARIO,
     ):
         raise UsageError(f"--trace is for the read and interference scenarios, not {scenario}")
+    arms = _bounded(args, scenario, arms)
     if scenario in ("read", "mixed") and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
     read_rate = 0
@@ -147,6 +149,24 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     duration = parse_duration(args.duration)
     steps = build_steps(scenario, rates, arms, args.warm, duration, read_rate)
     return repeat_steps(steps, args.repeat)
+
+
+def _bounded(args: argparse.Namespace, scenario: str, arms: list[str]) -> list[str]:
+    """The arms with their bounds: --cache-memory, --l1-entries, --cache-ttl."""
+    given = {
+        "memory": ("--cache-memory", getattr(args, "cache_memory", "")),
+        "entries": ("--l1-entries", getattr(args, "l1_entries", "")),
+        "ttl": ("--cache-ttl", getattr(args, "cache_ttl", "")),
+    }
+    asked = {kind: text.replace(",", " ").split() for kind, (_, text) in given.items()}
+    for kind, texts in asked.items():
+        if texts and scenario != "read":
+            raise UsageError(f"{given[kind][0]} is for the read scenario, not {scenario}")
+    if asked["memory"] and asked["ttl"]:
+        raise UsageError("--cache-memory and --cache-ttl both bound the cache arm: give one")
+    for kind, texts in asked.items():
+        arms = bounded_arms(arms, kind, texts)
+    return arms
 
 
 def _params(args: argparse.Namespace, seed: Any, shape: LoadShape, **extra: Any) -> dict[str, Any]:
@@ -198,6 +218,7 @@ def cmd_run(args: argparse.Namespace, settings: config.Settings) -> int:
         rates=sorted({s.rate for s in steps}),
         arms=list(dict.fromkeys(s.arm for s in steps)),
         repeat=args.repeat,
+        cache_policy=args.cache_policy,
         **(interference_report.run_params(shape) if steps[0].read_rate else {}),
     )
     if args.scenario == trackplan.SCENARIO:
@@ -262,6 +283,7 @@ def _new_runner(
     params["driver_cpu_limit_cores"] = limit
     params["driver_cpu_share"] = args.driver_cpu_share
     params["samples_file"] = args.samples_file
+    params["prices"] = {"vcpu_hour": settings.price_vcpu_hour, "gib_hour": settings.price_gib_hour}
     out_dir.mkdir(parents=True)
     options = Options(
         run_id,
@@ -273,6 +295,7 @@ def _new_runner(
         driver_cpu_limit=limit,
         live=args.live,
         samples_file=args.samples_file,
+        cache_policy=getattr(args, "cache_policy", "allkeys-lru"),
     )
     return Runner(settings, options, seed, run)
 

@@ -22,7 +22,7 @@ from typing import Any
 from aside_bench.cli import commands
 from aside_bench.cli import suites as suite_commands
 from aside_bench.plan import interference
-from aside_bench.plan.steps import SCENARIOS, WARM_CHOICES, PlanError
+from aside_bench.plan.steps import EVICTION_POLICIES, SCENARIOS, WARM_CHOICES, PlanError
 from aside_bench.records import keytrace
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
 from aside_bench.stack import config
@@ -73,7 +73,7 @@ def _trace_file(text: str) -> Path:
     """A key trace the driver can replay (records/keytrace.py: its rules are the driver's)."""
     path = Path(text)
     try:
-        keytrace.read_timed_key_trace(path)
+        keytrace.check_replayable(path)
     except keytrace.KeyTraceError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     return path
@@ -202,6 +202,30 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         choices=WARM_CHOICES,
         default="both",
         help="cache arm's starting state: cold, warm or both (default both)",
+    )
+    run.add_argument(
+        "--cache-memory",
+        default="",
+        help="read: Redis bounds, e.g. '2mb 4mb 8mb': the cache arm runs once per bound, "
+        "from an empty cache (default: the stack's own maxmemory)",
+    )
+    run.add_argument(
+        "--l1-entries",
+        default="",
+        help="read: L1 bounds in entries per worker, e.g. '1000 10000': the l1 and hybrid "
+        "arms once per bound (CACHE_L1_MAX_ENTRIES; default: the gateway's own)",
+    )
+    run.add_argument(
+        "--cache-ttl",
+        default="",
+        help="read: Redis TTLs in seconds, e.g. '5 60': the cache arm once per TTL "
+        "(CACHE_TTL_SECONDS; default: the gateway's own)",
+    )
+    run.add_argument(
+        "--cache-policy",
+        choices=EVICTION_POLICIES,
+        default="allkeys-lru",
+        help="Redis's eviction policy under --cache-memory (default allkeys-lru)",
     )
     _write_share(run, 0.1, "mixed: share of requests that write (a create and its delete)")
     _option(

@@ -108,6 +108,123 @@ class Step:
         return (self.read_rate or self.rate) * self.duration_s
 
 
+# ---- a bounded cache as an arm: the arm, `@`, and its bound, each arm from an
+# empty cache: `cache@4mb` (Redis's maxmemory, under the run's eviction
+# policy), `hybrid@2000keys` (each worker's L1 at most 2,000 entries,
+# CACHE_L1_MAX_ENTRIES), `cache@ttl10s` (Redis entries live 10 s,
+# CACHE_TTL_SECONDS). The last two restart the gateway with that setting.
+BOUND_SEP = "@"
+EVICTION_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu")
+_MEMORY = re.compile(r"^(\d+)(kb|mb|gb)$")
+_ENTRIES = re.compile(r"^(\d+)keys$")
+_TTL = re.compile(r"^ttl(\d+)s$")
+_UNITS = {"kb": 1024, "mb": 1024**2, "gb": 1024**3}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What bounds an arm's cache: kind `memory` (bytes), `entries` or `ttl` (s)."""
+
+    kind: str
+    value: int
+
+
+# The arms each kind of bound applies to, and the option that asks for it.
+BOUND_ARMS = {"memory": ("cache",), "entries": ("l1", "hybrid"), "ttl": ("cache",)}
+BOUND_OPTIONS = {"memory": "--cache-memory", "entries": "--l1-entries", "ttl": "--cache-ttl"}
+
+
+def base_arm(arm: str) -> str:
+    """The arm without its bound: `cache@4mb` -> `cache`."""
+    return arm.split(BOUND_SEP, 1)[0]
+
+
+def parse_memory(text: str) -> int:
+    """'4mb' -> 4194304: a whole number of kb, mb or gb (Redis's binary units)."""
+    match = _MEMORY.match(text.strip().lower())
+    if match is None or int(match.group(1)) < 1:
+        raise PlanError(f"cache memory must look like 512kb, 4mb or 1gb, got {text!r}")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_bound(text: str) -> Bound:
+    """An arm's bound from its text: 4mb, 2000keys or ttl10s."""
+    text = text.strip().lower()
+    for kind, pattern in (("entries", _ENTRIES), ("ttl", _TTL)):
+        match = pattern.match(text)
+        if match is not None:
+            if int(match.group(1)) < 1:
+                raise PlanError(f"a cache bound must be at least 1, got {text!r}")
+            return Bound(kind, int(match.group(1)))
+    return Bound("memory", parse_memory(text))
+
+
+def arm_bound(arm: str) -> Bound | None:
+    _, sep, text = arm.partition(BOUND_SEP)
+    return parse_bound(text) if sep else None
+
+
+def arm_memory(arm: str) -> int | None:
+    """The bytes a memory arm's Redis may hold; None: the stack's own bound."""
+    bound = arm_bound(arm)
+    return bound.value if bound is not None and bound.kind == "memory" else None
+
+
+def bound_text(bound: Bound) -> str:
+    if bound.kind == "entries":
+        return f"{bound.value}keys"
+    if bound.kind == "ttl":
+        return f"ttl{bound.value}s"
+    for unit in ("gb", "mb", "kb"):
+        if bound.value % _UNITS[unit] == 0:
+            return f"{bound.value // _UNITS[unit]}{unit}"
+    raise PlanError(f"a memory bound must be whole kb, got {bound.value} bytes")
+
+
+def option_bound(kind: str, text: str) -> Bound:
+    """A bound as its option gives it: a memory size (4mb), entries (1000 or
+    1000keys), seconds (5, 5s or ttl5s)."""
+    word = text.strip().lower()
+    if kind == "entries" and word.isdigit():
+        word += "keys"
+    elif kind == "ttl":
+        word = word.removeprefix("ttl").removesuffix("s")
+        word = f"ttl{word}s" if word.isdigit() else text
+    try:
+        bound = parse_bound(word)
+    except PlanError:
+        bound = None
+    if bound is None or bound.kind != kind:
+        shape = {"memory": "512kb, 4mb or 1gb", "entries": "1000 or 1000keys", "ttl": "5 or 5s"}
+        raise PlanError(f"{BOUND_OPTIONS[kind]} takes values like {shape[kind]}, got {text!r}")
+    return bound
+
+
+def bounded_arms(arms: list[str], kind: str, texts: list[str]) -> list[str]:
+    """Each arm a kind of bound applies to once per bound, smallest first, in
+    place of the unbounded arm; other arms as given. No bounds: the arms as given."""
+    if not texts:
+        return arms
+    bounds = sorted({option_bound(kind, text) for text in texts}, key=lambda b: b.value)
+    out: list[str] = []
+    for arm in arms:
+        if arm in BOUND_ARMS[kind]:
+            out += [f"{arm}{BOUND_SEP}{bound_text(bound)}" for bound in bounds]
+        else:
+            out.append(arm)
+    if out == arms:
+        raise PlanError(
+            f"{BOUND_OPTIONS[kind]} bounds the {' and '.join(BOUND_ARMS[kind])} arms; "
+            "add one to the arms"
+        )
+    return out
+
+
+def memory_arms(arms: list[str], sizes: list[str]) -> list[str]:
+    """The cache arm once per Redis bound (bounded_arms for `memory`)."""
+    return bounded_arms(arms, "memory", sizes)
+
+
 def series_label(arm: str, phase: str) -> str:
     return arm if phase == "none" else f"{arm} ({phase})"
 
@@ -184,14 +301,20 @@ def phases_for(arm: str, warm: str) -> list[str]:
     l1, hybrid) have a cold and a warm phase."""
     if warm not in WARM_CHOICES:
         raise PlanError(f"warm must be one of {', '.join(WARM_CHOICES)}, got {warm!r}")
-    if arm not in TIERED_ARMS + trackplan.CACHE_ARMS:
+    if base_arm(arm) not in TIERED_ARMS + trackplan.CACHE_ARMS:
         return ["none"]
     return ["cold", "warm"] if warm == "both" else [warm]
 
 
 def gateway_env(arm: str) -> dict[str, str]:
     """Settings the gateway must run with for `arm` (empty: its own)."""
-    return GATEWAY_ENV.get(arm, {})
+    found = dict(GATEWAY_ENV.get(base_arm(arm), {}))
+    bound = arm_bound(arm)
+    if bound is not None and bound.kind == "entries":
+        found["CACHE_L1_MAX_ENTRIES"] = str(bound.value)
+    elif bound is not None and bound.kind == "ttl":
+        found["CACHE_TTL_SECONDS"] = str(bound.value)
+    return found
 
 
 def _phases(scenario: str, arm: str, warm: str) -> list[str]:
@@ -204,7 +327,7 @@ def _phases(scenario: str, arm: str, warm: str) -> list[str]:
 
 def cache_param(arm: str) -> str | None:
     """The ?cache= value of a read arm; None for arms that read no count."""
-    return CACHE_PARAMS.get(arm)
+    return CACHE_PARAMS.get(base_arm(arm))
 
 
 def scenario_arms(scenario: str) -> tuple[str, ...]:
@@ -230,7 +353,7 @@ def build_steps(
         raise PlanError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
     allowed = scenario_arms(scenario)
     for arm in arms:
-        if arm not in allowed:
+        if base_arm(arm) not in allowed:
             raise PlanError(
                 f"arm {arm!r} does not belong to scenario {scenario}; "
                 f"choose from {', '.join(allowed)}"

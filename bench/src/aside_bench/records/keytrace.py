@@ -45,8 +45,9 @@ def _timestamp(path: Path, number: int, text: str) -> float:
 
 def read_timed_key_trace(path: Path) -> list[tuple[str, float | None]]:
     """Every request of the trace in order: its key and its timestamp (None
-    on a line without one). KeyTraceError on a bad line, a trace with no key
-    or timestamps that go down."""
+    on a line without one); none for a step that sent nothing. KeyTraceError
+    on a bad line or timestamps that go down (check_replayable says whether
+    the driver can replay it)."""
     found: list[tuple[str, float | None]] = []
     last = 0.0
     for number, line in _lines(Path(path)):
@@ -67,9 +68,17 @@ def read_timed_key_trace(path: Path) -> list[tuple[str, float | None]]:
                 )
             last = at
         found.append((key, at))
+    return found
+
+
+def check_replayable(path: Path) -> list[tuple[str, float | None]]:
+    """The trace's requests when the driver can replay it (TRACE): besides
+    read_timed_key_trace's rules, at least one key, and a timed trace's
+    timestamps not all 0. KeyTraceError otherwise."""
+    found = read_timed_key_trace(path)
     if not found:
         raise KeyTraceError(f"{path}: holds no key")
-    if last == 0 and all(at is not None for _, at in found):
+    if all(at == 0 for _, at in found):
         raise KeyTraceError(f"{path}: every timestamp is 0: a timed trace must span some time")
     return found
 

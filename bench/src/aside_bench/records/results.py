@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from aside_bench.plan.steps import Step
 from aside_bench.records.saturation import LoadGen
@@ -61,6 +62,34 @@ class StaleCounts:
     errors: int = 0  # reads that got no usable answer (not counted as stale)
 
 
+@dataclass(frozen=True)
+class RedisCounts:
+    """The Redis tier over a step: keys and memory at its end, keys evicted
+    (under maxmemory) and expired (TTL) during it, and its bound (0: none)."""
+
+    keys: int
+    used_memory: int
+    evicted: int
+    expired: int
+    maxmemory: int | None = None  # None: the stack's own bound
+
+
+def redis_counts(
+    readings: dict[str, dict[str, int]] | None, bound: dict[str, Any] | None
+) -> RedisCounts | None:
+    """A step's Redis figures from its readings at start and end (run.json)."""
+    if not readings or "start" not in readings or "end" not in readings:
+        return None
+    start, end = readings["start"], readings["end"]
+    return RedisCounts(
+        keys=int(end["keys"]),
+        used_memory=int(end["used_memory"]),
+        evicted=max(int(end["evicted_keys"]) - int(start["evicted_keys"]), 0),
+        expired=max(int(end["expired_keys"]) - int(start["expired_keys"]), 0),
+        maxmemory=None if bound is None else int(bound["maxmemory"]),
+    )
+
+
 @dataclass
 class StepResult:
     step: Step
@@ -78,6 +107,8 @@ class StepResult:
     # The answered requests' latency from their due time (coordinated omission
     # included); None where the driver did not give it.
     from_due: Latency | None = None
+    # The Redis tier's keys, memory, evictions and expiries (None: not read).
+    redis: RedisCounts | None = None
 
     @property
     def drop_rate(self) -> float:

@@ -138,6 +138,9 @@ class StepCost:
     floor_count: int | None = None
     floor_p50_ms: float | None = None
     floor_p99_ms: float | None = None
+    # PostgreSQL's and Redis's CPU over the step, per request the gateway answered.
+    postgres_cpu_ms_per_request: float | None = None
+    redis_cpu_ms_per_request: float | None = None
 
 
 def _mib(kib: float | None) -> float | None:
@@ -177,4 +180,14 @@ def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
         floor_count=floor.get("count"),
         floor_p50_ms=floor.get("p50_ms"),
         floor_p99_ms=floor.get("p99_ms"),
+        postgres_cpu_ms_per_request=_service_cpu(start, end, "postgres", requests),
+        redis_cpu_ms_per_request=_service_cpu(start, end, "redis", requests),
     )
+
+
+def _service_cpu(
+    start: dict[str, Any], end: dict[str, Any], service: str, requests: float
+) -> float | None:
+    before = (start.get("service_cpu_ticks") or {}).get(service)
+    after = (end.get("service_cpu_ticks") or {}).get(service)
+    return cpu_ms_per_request(before, after, float(end.get("clk_tck", 100)), requests)

@@ -11,8 +11,10 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from aside_bench.curve.points import RateCurve
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
+from aside_bench.records.spend import Prices, step_spend
 from aside_bench.report.tables import has_cache, series_order
 
 PERCENTILES = ("p50", "p95", "p99")
@@ -214,4 +216,62 @@ def p95_by_size_chart(results: list[StepResult], path: Path, caption: str) -> Pa
     axes[0][0].set_ylabel("p95 ms (log scale)")
     axes[0][0].legend(fontsize=7)
     fig.suptitle("tracks: p95 by value size (the whole track's JSON)")
+    return finish(fig, path, caption)
+
+
+def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
+    """Hit ratio against cache size per simulated policy, the measured arms on it."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for policy in dict.fromkeys(point.policy for point in curve.points):
+        points = curve.policy_points(policy)
+        style = "--" if policy == "Belady" else "-"
+        ax.plot(
+            [p.capacity for p in points],
+            [p.hit_ratio * 100 for p in points],
+            style,
+            marker=".",
+            label=f"{policy} (simulated)",
+        )
+    for point in curve.measured:
+        ax.plot(point.keys, point.hit_rate * 100, "o", markersize=9, markeredgecolor="black")
+        ax.annotate(
+            point.arm,
+            (point.keys, point.hit_rate * 100),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize=8,
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel(f"cache size (keys; {curve.distinct:,} distinct keys asked for)")
+    ax.set_ylabel("hit rate (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(
+        f"hit rate against cache size at {curve.rate}/s: {curve.requests:,} requests "
+        f"after {curve.warmup:,} of warm-up; dots: Redis measured"
+    )
+    ax.legend(fontsize=8)
+    return finish(fig, path, caption)
+
+
+def cost_chart(results: list[StepResult], prices: Prices, path: Path, caption: str) -> Path:
+    """Cost per million requests against the target rate, per series."""
+    rates = sorted({r.step.rate for r in results})
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    for arm, phase in series_order(results):
+        points = []
+        for result in _series(results, arm, phase):
+            spend = step_spend(result)
+            if spend is not None:
+                points.append((result.step.rate, spend.per_million(prices)))
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
+    _rate_axis(ax, rates)
+    log_y(ax)
+    ax.set_ylabel("$ per million requests")
+    ax.set_title(
+        f"cost per million requests (${prices.vcpu_hour:g}/vCPU-h, ${prices.gib_hour:g}/GiB-h)"
+    )
+    ax.legend(fontsize=8)
     return finish(fig, path, caption)

@@ -9,12 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from aside_bench.curve.points import run_curves
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
 from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures, save_figures
+from aside_bench.report.answer import answer
+from aside_bench.report.costs import cost_table, run_prices
+from aside_bench.report.curves import curve_section
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.tables import (
     Table,
@@ -208,6 +212,17 @@ DEFINITIONS = [
     "message, per worker (aside_gateway_l1_invalidation_lag_seconds); p50/p99 interpolated "
     "in the buckets' increase over the step as histogram_quantile does, max is the top of the "
     "highest bucket that gained a sample",
+    "cost: CPU ms per request of the gateway's, PostgreSQL's and Redis's process trees "
+    "(utime + stime from /proc, read right before and after the step) per request the gateway "
+    "answered; memory: the gateway's RSS, plus Redis's used_memory for the arms reading "
+    "through it (an uncached deployment runs no Redis; PostgreSQL's own memory is the same "
+    "in every arm and left out); $ per million requests: the CPU seconds of a million requests "
+    "at the vCPU-hour price, plus the memory held for as long as a million requests take at "
+    "the rate achieved at the GiB-hour price (ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR). "
+    "The CPU is what the requests used, not the machine's idle cores",
+    "the answer: each series against the latency goal (p95 within it, nothing dropped or "
+    "failed), the cached arms warm; the break-even is the lowest rate from which a cached "
+    "arm costs less per million requests than the uncached one at every higher rate tried",
     "invalidation lag floor (mixed): the same messages' lag at a subscriber that does nothing "
     "else (a process of its own beside the step, aside_bench.sweep.lagfloor), exact quantiles: the "
     "part of the lag that is the machine's (the core's PUBLISH, Redis, waking a process on "
@@ -217,9 +232,17 @@ DEFINITIONS = [
 
 def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
     title = f"Aside bench {run.run_id}"
-    doc = run_page(title, run)
-    figures = save_figures(results, out_dir)
     merged = merge_repeats(results)
+    curves = run_curves(run, results, out_dir) if results else []
+    prices = run_prices(run.params)
+    doc = Doc()
+    doc.h(1, title)
+    lines = answer(merged, curves, prices, HELD_P95_MS, bool(run.seed.get("index")))
+    if lines:
+        doc.h(2, "The answer")
+        doc.ul(lines)
+    context(doc, run)
+    figures = save_figures(results, out_dir)
     tables = sweep_tables(merged) if results else []
     if not results:
         doc.p("No step ran to its end, so there is nothing to tabulate.", note=True)
@@ -230,7 +253,12 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
     if held is not None:
         tables.append(held)
         doc.table(held)
+    costs = cost_table(merged, prices)
+    if costs is not None:
+        tables.append(costs)
+        doc.table(costs)
     saturation_section(doc, results)
+    tables += curve_section(doc, curves, out_dir, caption(run))
     drift = machine_drift_line(figures)
     if drift is not None:
         doc.p(drift, note=True)
@@ -240,7 +268,10 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
         from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
         doc.h(2, "Charts")
-        for path in charts.sweep_charts(merged, out_dir, caption(run)):
+        paths = charts.sweep_charts(merged, out_dir, caption(run))
+        if costs is not None:
+            paths.append(charts.cost_chart(merged, prices, out_dir / "cost.png", caption(run)))
+        for path in paths:
             doc.image(path, path.stem.replace("_", " "))
     write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)
     return tables

@@ -41,6 +41,9 @@ class Settings:
     core_url: str = DEFAULTS["CORE_URL"]
     # What REDIS_URL names, as for the gateway and the core (stack/redisclient.py).
     redis_mode: str = "standalone"
+    # The cost model's prices (records/spend.py): a vCPU-hour and a GiB-hour.
+    price_vcpu_hour: float = 0.0332
+    price_gib_hour: float = 0.00445
 
     @property
     def default_reports_dir(self) -> Path:
@@ -103,7 +106,23 @@ def load(env: dict[str, str] | None = None) -> Settings:
         default_data_dir=Path(env.get("ASIDE_DATA_DIR") or root / "bench" / "data"),
         core_url=_http_url("CORE_URL", env),
         redis_mode=_redis_mode(env),
+        price_vcpu_hour=_price("ASIDE_PRICE_VCPU_HOUR", env, Settings.price_vcpu_hour),
+        price_gib_hour=_price("ASIDE_PRICE_GIB_HOUR", env, Settings.price_gib_hour),
     )
+
+
+def _price(name: str, env: dict[str, str], default: float) -> float:
+    """A price per hour: a number >= 0 (0 leaves that resource out of the cost)."""
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"{name} must be a price per hour >= 0, got {text!r}")
+    return value
 
 
 REDIS_MODES = ("standalone", "cluster")

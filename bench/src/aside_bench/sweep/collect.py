@@ -13,6 +13,7 @@ from aside_bench.records.results import (
     Latency,
     StaleCounts,
     StepResult,
+    redis_counts,
 )
 from aside_bench.records.saturation import loadgen_of
 from aside_bench.records.tierstats import increase_across_reset, step_cost
@@ -109,6 +110,7 @@ def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepRes
         loadgen=loadgen_of(record, summary.get("inflight_peak")),
         compute=compute_beside(step, summary),
         from_due=summary_latency(summary.get("from_due")),
+        redis=redis_counts(record.get("redis"), record.get("cache_memory")),
     )
 
 

@@ -28,11 +28,22 @@ from aside_bench.load.run import (
     step_run,
 )
 from aside_bench.plan import tracks as trackplan
-from aside_bench.plan.steps import CACHE_PARAMS, L1_ARMS, Step, cache_param, gateway_env, pool_for
+from aside_bench.plan.steps import (
+    CACHE_PARAMS,
+    L1_ARMS,
+    Step,
+    arm_memory,
+    base_arm,
+    cache_param,
+    gateway_env,
+    pool_for,
+)
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
+from aside_bench.stack import cachememory
+from aside_bench.stack.cachememory import MemoryBound
 from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import (
@@ -82,6 +93,7 @@ class Options:
     driver_cpu_limit: float | None = None  # cores; above it a step is load generator saturated
     live: bool = False  # the driver's line a second on the terminal while a step runs
     samples_file: bool = False  # every request of every step into the run folder
+    cache_policy: str = "allkeys-lru"  # Redis's eviction policy under a memory arm's bound
 
 
 def _clock(seconds: float) -> str:
@@ -98,8 +110,10 @@ def quick_line(result: StepResult) -> str:
         f"achieved {fmt_rps(result.achieved_rps)}/s",
         f"drops {fmt_pct(result.drop_rate)}",
     ]
-    if result.step.arm in CACHE_PARAMS:
+    if base_arm(result.step.arm) in CACHE_PARAMS:
         parts.append(f"hits {fmt_pct(result.hit_rate)}")
+    if result.redis is not None and result.redis.evicted:
+        parts.append(f"evicted {result.redis.evicted}")
     if result.compute is not None:  # interference: the compute beside the reads
         beside = result.compute.latency
         parts.append(
@@ -136,6 +150,11 @@ class Runner:
         self.step_seconds: list[float] = []
         self.summaries = 0  # summary files written so far (each its own name)
         self.gateway_settings: dict[str, str] = {}  # what the gateway was restarted with
+        # Redis's own bound, read before a memory arm first changes it, given back at the end.
+        self.stack_bound: MemoryBound | None = None
+        # The iterations a warm step of a popularity workload passes over: its
+        # cold step's, whose stream it continues (the driver's SKIP).
+        self.skip = 0
         self.probe = GatewayProbe(settings)
         if self.probe.problem:
             run.probe_warning = self.probe.problem
@@ -170,16 +189,56 @@ class Runner:
         self.gateway_settings = wanted
         record["gateway_restarted_with"] = wanted
 
+    def _bound_for(self, step: Step, record: dict[str, Any]) -> None:
+        """Before an arm's cold step: Redis bounded as the arm says (a memory
+        arm) or as the stack had it (any other arm, after a memory arm)."""
+        memory = arm_memory(step.arm)
+        if step.phase != "cold" or (memory is None and self.stack_bound is None):
+            if memory is not None:
+                record["cache_memory"] = {"maxmemory": memory, "policy": self.options.cache_policy}
+            return
+        if self.stack_bound is None:
+            self.stack_bound = cachememory.read_bound(self.settings)
+        bound = (
+            self.stack_bound if memory is None else MemoryBound(memory, self.options.cache_policy)
+        )
+        cachememory.apply_bound(self.settings, bound)
+        record["cache_memory"] = {"maxmemory": bound.maxmemory, "policy": bound.policy}
+
+    def _continues_cold(self, step: Step) -> bool:
+        """A warm step of a popularity workload (or a trace) right after its own
+        cold step goes on with that step's stream over the cache it left (no refill):
+        the steady state after a warm-up of the same workload."""
+        shape = self.options.shape
+        hotset = shape.dist == "hotset" and shape.trace is None
+        if hotset or step.phase != "warm" or len(self.run.steps) < 2:
+            return False
+        before = self.run.steps[-2]
+        return bool(
+            before.get("completed")
+            and before["phase"] == "cold"
+            and before["arm"] == step.arm
+            and before["rate"] == step.rate
+            and before["repeat"] == step.repeat
+        )
+
     def _prepare(self, step: Step, record: dict[str, Any]) -> None:
         self._gateway_for(step.arm, record)
+        self._bound_for(step, record)
+        self.skip = 0
         try:
             waited = wait_until_quiet(self.settings, self.options.recover_timeout_s)
             record["quiet_wait_s"] = round(waited, 2)
         except StackError as error:
             record["warning"] = str(error)
             print(f"  warning: {error}; running the step anyway", flush=True)
-        in_process = step.arm in L1_ARMS
-        if step.scenario == trackplan.SCENARIO and step.phase == "warm":
+        in_process = base_arm(step.arm) in L1_ARMS
+        if self._continues_cold(step):
+            before = self.run.steps[-2]
+            self.skip = int(before["rate"]) * int(before["duration_s"])
+            record["skip"] = self.skip
+            record["prep"] = f"continues the cold step's stream over its cache (skip {self.skip})"
+        elif step.scenario == trackplan.SCENARIO and step.phase == "warm":
             record["warm"] = warm_tracks(self.settings, self.options.data_dir, step.arm)
             share = record["warm"]["hit_share_after"]
             record["prep"] = f"tracks warmed: {share:.0%} hits on a re-read"
@@ -293,7 +352,7 @@ class Runner:
         key_trace = None
         if keeps_key_trace(step, self.options.shape):
             key_trace = self._step_dir(step) / KEY_TRACE_FILE
-        return step_run(
+        run = step_run(
             step,
             self.options.run_id,
             self.options.shape,
@@ -304,6 +363,9 @@ class Runner:
             samples_path=samples,
             key_trace_path=key_trace,
         )
+        if self.skip:
+            run = replace(run, extra={**run.extra, "SKIP": str(self.skip)})
+        return run
 
     def _floor(self, step: Step) -> FloorProbe | None:
         """A mixed step's writes publish invalidations: time them beside the workers."""
@@ -338,11 +400,15 @@ class Runner:
             record["samples"] = run.samples_path.name
         floor = self._floor(step)
         record["probe"] = {"start": self.probe.reading()}
+        redis_start = self._redis_reading(step)
         try:
             code = self.run_load(run, record)
         finally:
             # Right after the driver's last request: the memory the step left and its CPU.
             record["probe"]["end"] = self.probe.reading(memory=True)
+            redis_end = self._redis_reading(step)
+            if redis_start is not None and redis_end is not None:
+                record["redis"] = {"start": redis_start, "end": redis_end}
             if floor is not None:
                 record["probe"]["floor"] = floor.stop()
                 if floor.problem:
@@ -366,6 +432,17 @@ class Runner:
         if problem is not None:
             print(f"  warning: {problem}", flush=True)
         return results[0]
+
+    def _redis_reading(self, step: Step) -> dict[str, int] | None:
+        """The Redis tier's keys, memory and eviction counters, for steps that
+        read through it; None (and a warning) when Redis cannot say."""
+        if cache_param(step.arm) not in ("l2", "hybrid"):
+            return None
+        try:
+            return cachememory.reading(self.settings).as_record()
+        except StackError as error:
+            print(f"  warning: {error}", flush=True)
+            return None
 
     # ---- the loop --------------------------------------------------------------
     def _eta(self, remaining: int) -> str:
@@ -404,8 +481,15 @@ class Runner:
                 return
 
     def cleanup(self) -> None:
-        """Give the gateway its own settings back after an arm that changed them, and
-        remove users an interrupted mixed step left, so the table keeps its row count."""
+        """Give the gateway its own settings and Redis its own bound back after an
+        arm that changed them, and remove users an interrupted mixed step left,
+        so the table keeps its row count."""
+        if self.stack_bound is not None:
+            try:
+                cachememory.apply_bound(self.settings, self.stack_bound)
+                self.stack_bound = None
+            except StackError as error:
+                print(f"warning: could not give Redis its maxmemory back: {error}", file=sys.stderr)
         if self.gateway_settings:
             try:
                 ServiceControl(self.settings).restart("gateway", {})

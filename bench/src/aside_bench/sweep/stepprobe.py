@@ -1,6 +1,6 @@
 """Readings taken right before and right after a step's load, kept in run.json
 (a step's "probe") because /proc cannot be read again afterwards: the CPU ticks
-of the gateway's process tree, the gateway's own counters (requests, tier
+of the gateway's, PostgreSQL's and Redis's process trees, the gateway's own counters (requests, tier
 lookups, the invalidation lag histogram, the L1 gauges) and, at the end, the
 resident memory of the gateway and of Redis. records/tierstats.py turns two readings
 into the step's figures."""
@@ -17,6 +17,9 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import scrape, step_counters
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.services import ServiceControl
+
+# Services whose CPU a step's cost counts beside the gateway's.
+COSTED_SERVICES = ("postgres", "redis")
 
 
 class GatewayProbe:
@@ -51,6 +54,12 @@ class GatewayProbe:
             "t": time.time(),
             "clk_tck": procs.clock_ticks_per_s(),
             "cpu_ticks": None if gateway is None else procs.tree_cpu_ticks(gateway, ppids),
+            # The cost of a step beside the gateway's: the database's and the cache's.
+            "service_cpu_ticks": {
+                service: None if pid is None else procs.tree_cpu_ticks(pid, ppids)
+                for service in COSTED_SERVICES
+                for pid in [self._pid(service)]
+            },
         }
         try:
             found |= step_counters(scrape(self.settings))

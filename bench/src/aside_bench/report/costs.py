@@ -1,0 +1,65 @@
+"""The report's cost table: per series and rate, the CPU each service spent
+per request, the memory held and the priced cost per million requests
+(records/spend.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aside_bench.plan.steps import series_label
+from aside_bench.records.results import StepResult
+from aside_bench.records.spend import Prices, step_spend
+from aside_bench.report.tables import MISSING, Table, series_order
+from aside_bench.stack.config import Settings
+
+
+def run_prices(params: dict[str, Any]) -> Prices:
+    """The prices a run was made with (run.json), or the defaults for a run without."""
+    found = params.get("prices") or {}
+    return Prices(
+        float(found.get("vcpu_hour", Settings.price_vcpu_hour)),
+        float(found.get("gib_hour", Settings.price_gib_hour)),
+    )
+
+
+def cost_table(results: list[StepResult], prices: Prices) -> Table | None:
+    rows = []
+    for arm, phase in series_order(results):
+        for result in sorted(
+            (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
+            key=lambda r: r.step.rate,
+        ):
+            spend = step_spend(result)
+            if spend is None:
+                continue
+            rows.append(
+                [
+                    series_label(arm, phase),
+                    f"{result.step.rate:,}",
+                    f"{spend.gateway_cpu_ms:.2f}",
+                    f"{spend.postgres_cpu_ms:.2f}",
+                    f"{spend.redis_cpu_ms:.2f}" if result.redis is not None else MISSING,
+                    f"{spend.memory_mib:.0f}",
+                    f"{spend.cpu_per_million(prices):.3f}",
+                    f"{spend.memory_per_million(prices):.3f}",
+                    f"{spend.per_million(prices):.3f}",
+                ]
+            )
+    if not rows:
+        return None
+    return Table(
+        f"cost per million requests (${prices.vcpu_hour:g} a vCPU-hour, "
+        f"${prices.gib_hour:g} a GiB-hour)",
+        [
+            "series",
+            "target /s",
+            "gateway CPU ms/req",
+            "PostgreSQL CPU ms/req",
+            "Redis CPU ms/req",
+            "memory MiB",
+            "CPU $/M",
+            "memory $/M",
+            "total $/M",
+        ],
+        rows,
+    )

@@ -1,0 +1,89 @@
+"""The Redis tier's memory: the bound a memory arm gives it (maxmemory and the
+eviction policy, set on every primary) and what it did in a step (keys held,
+memory used, keys evicted and expired), read from INFO."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from redis.cluster import RedisCluster
+
+from aside_bench.stack import redisclient
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import StackError
+
+
+@dataclass(frozen=True)
+class MemoryBound:
+    """Redis's maxmemory (bytes, 0: none) and maxmemory-policy."""
+
+    maxmemory: int
+    policy: str
+
+
+@dataclass(frozen=True)
+class RedisReading:
+    """INFO figures summed over the primaries at one instant."""
+
+    keys: int
+    used_memory: int
+    evicted_keys: int
+    expired_keys: int
+
+    def as_record(self) -> dict[str, int]:
+        return {
+            "keys": self.keys,
+            "used_memory": self.used_memory,
+            "evicted_keys": self.evicted_keys,
+            "expired_keys": self.expired_keys,
+        }
+
+
+def _nodes(client: redisclient.Client) -> list[redis.Redis]:
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
+
+
+def read_bound(settings: Settings) -> MemoryBound:
+    """The bound of the first primary (the stack gives every primary the same)."""
+    client = redisclient.connect(settings)
+    try:
+        found = _nodes(client)[0].config_get("maxmemory*")
+    except redis.RedisError as error:
+        raise StackError(f"cannot read Redis's maxmemory at REDIS_URL: {error}") from error
+    finally:
+        client.close()
+    return MemoryBound(int(found["maxmemory"]), str(found["maxmemory-policy"]))
+
+
+def apply_bound(settings: Settings, bound: MemoryBound) -> None:
+    """Give every primary this maxmemory and policy (CONFIG SET, not persisted)."""
+    client = redisclient.connect(settings)
+    try:
+        for node in _nodes(client):
+            node.config_set("maxmemory-policy", bound.policy)
+            node.config_set("maxmemory", str(bound.maxmemory))
+    except redis.RedisError as error:
+        raise StackError(f"cannot set Redis's maxmemory at REDIS_URL: {error}") from error
+    finally:
+        client.close()
+
+
+def reading(settings: Settings) -> RedisReading:
+    """Keys, used memory and the eviction and expiry counters, over every primary."""
+    client = redisclient.connect(settings)
+    try:
+        totals = [0, 0, 0, 0]
+        for node in _nodes(client):
+            info = node.info()
+            totals[0] += int(node.dbsize())
+            totals[1] += int(info["used_memory"])
+            totals[2] += int(info["evicted_keys"])
+            totals[3] += int(info["expired_keys"])
+    except redis.RedisError as error:
+        raise StackError(f"cannot read Redis's INFO at REDIS_URL: {error}") from error
+    finally:
+        client.close()
+    return RedisReading(*totals)

@@ -1,0 +1,138 @@
+"""The miss-ratio curve's pure parts: memory arms, the stream's annotation, the
+simulated policies on streams whose answer is known, a step's Redis figures."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from aside_bench.curve.simulate import (
+    NEVER,
+    POLICIES,
+    Stream,
+    capacities,
+    curve,
+    hit_ratio,
+    next_accesses,
+    object_ids,
+)
+from aside_bench.plan.steps import (
+    Bound,
+    PlanError,
+    arm_bound,
+    arm_memory,
+    base_arm,
+    bounded_arms,
+    cache_param,
+    gateway_env,
+    memory_arms,
+    parse_bound,
+    parse_memory,
+    phases_for,
+)
+from aside_bench.records.results import redis_counts
+
+
+def test_memory_sizes_are_redis_binary_units() -> None:
+    assert parse_memory("4mb") == 4 * 1024 * 1024
+    assert parse_memory(" 512KB ") == 512 * 1024
+    assert parse_memory("1gb") == 1024**3
+    for bad in ("4m", "0mb", "-1mb", "mb", "4.5mb", ""):
+        with pytest.raises(PlanError, match="cache memory must look like"):
+            parse_memory(bad)
+
+
+def test_the_cache_arm_runs_once_per_memory_bound_smallest_first() -> None:
+    arms = memory_arms(["nocache", "cache", "hybrid"], ["16mb", "2mb", "4MB", "2mb"])
+    assert arms == ["nocache", "cache@2mb", "cache@4mb", "cache@16mb", "hybrid"]
+    assert memory_arms(["cache"], []) == ["cache"]
+    with pytest.raises(PlanError, match="--cache-memory bounds the cache arms"):
+        memory_arms(["nocache"], ["2mb"])
+
+
+def test_l1_entries_and_ttls_bound_their_arms_and_restart_the_gateway_with_them() -> None:
+    arms = bounded_arms(["nocache", "l1", "hybrid"], "entries", ["10000keys", "1000keys"])
+    assert arms == ["nocache", "l1@1000keys", "l1@10000keys", "hybrid@1000keys", "hybrid@10000keys"]
+    assert gateway_env("hybrid@1000keys") == {"CACHE_L1_MAX_ENTRIES": "1000"}
+    assert bounded_arms(["cache"], "ttl", ["ttl5s"]) == ["cache@ttl5s"]
+    assert gateway_env("cache@ttl5s") == {"CACHE_TTL_SECONDS": "5"}
+    assert gateway_env("cache@4mb") == {} and arm_memory("cache@ttl5s") is None
+    assert arm_bound("hybrid@1000keys") == Bound("entries", 1000)
+    assert bounded_arms(["cache"], "ttl", ["5", "60s"]) == ["cache@ttl5s", "cache@ttl60s"]
+    assert bounded_arms(["l1"], "entries", ["200"]) == ["l1@200keys"]
+    with pytest.raises(
+        PlanError, match="--l1-entries takes values like 1000 or 1000keys, got '4mb'"
+    ):
+        bounded_arms(["l1"], "entries", ["4mb"])
+    with pytest.raises(PlanError, match="--cache-ttl takes values like 5 or 5s, got '5m'"):
+        bounded_arms(["cache"], "ttl", ["5m"])
+    with pytest.raises(PlanError, match="at least 1"):
+        parse_bound("0keys")
+
+
+def test_a_memory_arm_is_its_base_arm_with_a_bound() -> None:
+    assert base_arm("cache@4mb") == "cache" and base_arm("hybrid") == "hybrid"
+    assert arm_memory("cache@4mb") == 4 * 1024 * 1024 and arm_memory("cache") is None
+    assert cache_param("cache@4mb") == "l2"
+    assert phases_for("cache@4mb", "both") == ["cold", "warm"]
+
+
+def test_next_accesses_point_at_the_same_keys_next_request() -> None:
+    ids = object_ids(["a", "b", "a", "c", "b", "a"])
+    assert ids == [0, 1, 0, 2, 1, 0]
+    assert next_accesses(ids) == [2, 4, 5, NEVER, NEVER, NEVER]
+
+
+def test_a_cycle_one_key_longer_than_lru_misses_every_time_and_belady_does_not() -> None:
+    # k0 .. k10 over and over: LRU of 10 keys always evicts the next key asked for.
+    cycle = [f"k{i}" for i in range(11)]
+    stream = Stream(cycle * 100, warmup=11)
+    assert hit_ratio(stream, "LRU", 10) == 0
+    # Belady keeps the keys that come back soonest: 9 of every 10 requests hit.
+    assert hit_ratio(stream, "Belady", 10) == pytest.approx(0.9, abs=0.01)
+    # A cache with room for every key twice over hits every measured request
+    # (S3-FIFO keeps a tenth of it for keys seen once).
+    assert all(hit_ratio(stream, policy, 22) == 1 for policy in POLICIES)
+    with pytest.raises(ValueError, match="at least 10 keys"):
+        hit_ratio(stream, "S3-FIFO", 9)
+
+
+def test_the_warm_up_fills_the_cache_without_counting() -> None:
+    keys = [f"k{i}" for i in range(10)] * 2
+    assert hit_ratio(Stream(keys), "LRU", 10) == 0.5
+    assert hit_ratio(Stream(keys, warmup=10), "LRU", 10) == 1.0
+    with pytest.raises(ValueError, match="outside a stream"):
+        Stream(keys, warmup=21)
+
+
+def test_on_a_skewed_stream_belady_bounds_every_policy_and_more_memory_hits_more() -> None:
+    rng = random.Random(3)
+    weights = [1 / (rank + 1) ** 0.99 for rank in range(5000)]
+    keys = [f"k{k}" for k in rng.choices(range(5000), weights=weights, k=20000)]
+    sizes = [50, 500, 2000]
+    points = curve(Stream(keys, warmup=10000), sizes)
+    by = {(p.policy, p.capacity): p.hit_ratio for p in points}
+    for size in sizes:
+        for policy in POLICIES:
+            assert by[(policy, size)] <= by[("Belady", size)] + 1e-9, (policy, size)
+    for policy in POLICIES:
+        assert by[(policy, 50)] < by[(policy, 500)] < by[(policy, 2000)], policy
+
+
+def test_curve_sizes_span_a_hundredth_to_every_key_and_keep_the_measured_ones() -> None:
+    sizes = capacities(10000, also=[1234])
+    assert sizes[0] == 100 and sizes[-1] == 10000 and 1234 in sizes
+    assert sizes == sorted(set(sizes))
+    assert capacities(500)[0] == 10  # never below the smallest cache simulated
+    assert capacities(0) == [] and capacities(7) == [10]
+
+
+def test_a_steps_redis_figures_are_its_counters_increase() -> None:
+    start = {"keys": 0, "used_memory": 900_000, "evicted_keys": 10, "expired_keys": 1}
+    end = {"keys": 1500, "used_memory": 1_900_000, "evicted_keys": 510, "expired_keys": 1}
+    counts = redis_counts({"start": start, "end": end}, {"maxmemory": 2 * 1024 * 1024})
+    assert counts is not None
+    assert (counts.keys, counts.evicted, counts.expired) == (1500, 500, 0)
+    assert counts.maxmemory == 2 * 1024 * 1024
+    assert redis_counts(None, None) is None
+    assert redis_counts({"start": start, "end": end}, None).maxmemory is None
