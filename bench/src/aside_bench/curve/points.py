@@ -4,8 +4,8 @@ every policy over a range of cache sizes, and each arm's measured hit rate set
 at the size its Redis held.
 
 A Redis bound is given in bytes; what the curve needs is the keys it held, read
-from Redis at the step's end (records.results.RedisCounts): a full bounded cache
-holds about maxmemory / bytes-per-key keys."""
+from Redis once a second during the step (the median, records.results.RedisCounts):
+a full bounded cache holds about (maxmemory - what its clients use) / bytes-per-key keys."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ TRACE_FIELD = "key_trace"
 
 @dataclass(frozen=True)
 class MeasuredPoint:
-    """One arm's warm step: the keys Redis held at its end, its memory, the hit
+    """One arm's warm step: the keys Redis held (the median over the step), its memory, the hit
     rate the gateway counted, and the simulated policies at exactly that size."""
 
     arm: str
@@ -137,15 +137,16 @@ def _rate_curve(
         reference = reference or stream
         redis = result.redis
         assert redis is not None and result.hit_rate is not None
+        # What it held over the step (its median), else at its end.
+        held = redis.keys if redis.keys_held is None else redis.keys_held
         at_size = {
-            point.policy: point.hit_ratio
-            for point in curve(stream, [max(redis.keys, MIN_CAPACITY)])
+            point.policy: point.hit_ratio for point in curve(stream, [max(held, MIN_CAPACITY)])
         }
         measured.append(
             MeasuredPoint(
                 arm=result.step.arm,
                 maxmemory=redis.maxmemory,
-                keys=redis.keys,
+                keys=held,
                 used_memory=redis.used_memory,
                 evicted=redis.evicted,
                 hit_rate=result.hit_rate,

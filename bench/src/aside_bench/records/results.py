@@ -72,6 +72,8 @@ class RedisCounts:
     evicted: int
     expired: int
     maxmemory: int | None = None  # None: the stack's own bound
+    # The median of the keys it held, counted once a second during the step.
+    keys_held: int | None = None
 
 
 def redis_counts(
@@ -87,7 +89,15 @@ def redis_counts(
         evicted=max(int(end["evicted_keys"]) - int(start["evicted_keys"]), 0),
         expired=max(int(end["expired_keys"]) - int(start["expired_keys"]), 0),
         maxmemory=None if bound is None else int(bound["maxmemory"]),
+        keys_held=_median(readings.get("keys_each_second")),
     )
+
+
+def _median(values: list[int] | None) -> int | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 @dataclass

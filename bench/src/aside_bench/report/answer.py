@@ -104,6 +104,15 @@ def break_even_sentence(cached: Series, uncached: Series, prices: Prices) -> str
     return f"{cached.label} cost less than {uncached.label} from {pairs[first][0]:,}/s on ({at})."
 
 
+def _size(size: int) -> str:
+    """4 MiB, 1.5 MiB, 1723 KiB: a memory bound as a reader would write it."""
+    if size % MIB == 0 or size >= 10 * MIB:
+        return f"{size / MIB:.0f} MiB"
+    if size >= MIB:
+        return f"{size / MIB:.1f} MiB"
+    return f"{size / 1024:.0f} KiB"
+
+
 def memory_sentences(curves: list[RateCurve]) -> list[str]:
     """What each Redis bound held and hit, against the simulated LRU and Belady."""
     out = []
@@ -112,7 +121,7 @@ def memory_sentences(curves: list[RateCurve]) -> list[str]:
             bound = (
                 "Redis with its own bound"
                 if point.maxmemory is None
-                else f"{point.maxmemory / MIB:g} MiB of Redis"
+                else f"{_size(point.maxmemory)} of Redis"
             )
             lru, belady = point.simulated.get("LRU"), point.simulated.get("Belady")
             sim = (

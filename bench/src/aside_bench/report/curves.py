@@ -14,7 +14,7 @@ MIB = 1024 * 1024
 
 
 def _mib(value: int | None) -> str:
-    return "stack's own" if value is None else f"{value / MIB:.1f}"
+    return "stack's own" if value is None else f"{value / MIB:.2f}"
 
 
 def gap_points(point: MeasuredPoint) -> float | None:
@@ -32,7 +32,7 @@ def measured_table(curve: RateCurve) -> Table:
                 point.arm,
                 _mib(point.maxmemory),
                 f"{point.keys:,}",
-                f"{point.used_memory / max(point.keys, 1):.0f}",
+                f"{point.used_memory / MIB:.2f}",
                 f"{point.evicted:,}",
                 fmt_pct(point.hit_rate),
                 fmt_pct(point.simulated.get("LRU")),
@@ -48,8 +48,8 @@ def measured_table(curve: RateCurve) -> Table:
         [
             "arm",
             "maxmemory MiB",
-            "keys held",
-            "bytes/key",
+            "keys held (median)",
+            "used MiB at the end",
             "evicted",
             "measured hit",
             "LRU",
@@ -66,9 +66,10 @@ def measured_table(curve: RateCurve) -> Table:
 EXPLANATION = (
     "Each warm step's exact key stream (its cold step's requests first, which only fill the "
     "cache, then its own) replayed through libCacheSim's caches of as many keys as Redis "
-    "held at the step's end. Redis's allkeys-lru evicts the least recently used of a few "
-    "sampled keys (maxmemory-samples, 5 by default), not the exact LRU, and counts a hit "
-    "per request while the gateway's single-flight lets concurrent misses of one key share "
+    "held during the step (the median of a count a second; its clients' buffers share "
+    "maxmemory with the keys, so a small bound holds fewer keys under more connections). "
+    "Redis's allkeys-lru evicts the least recently used of a few sampled keys "
+    "(maxmemory-samples, 5 by default), not the exact LRU, and counts a hit per request while the gateway's single-flight lets concurrent misses of one key share "
     "a fill: both move the measured point off the simulated LRU. Belady evicts the key "
     "asked for furthest in the future, the bound no policy reaches."
 )

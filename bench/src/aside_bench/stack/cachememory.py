@@ -4,6 +4,7 @@ memory used, keys evicted and expired), read from INFO."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import redis
@@ -87,3 +88,37 @@ def reading(settings: Settings) -> RedisReading:
     finally:
         client.close()
     return RedisReading(*totals)
+
+
+class KeyCounter:
+    """DBSIZE over the primaries once a `period_s` in a thread of its own while a
+    step runs: a bounded cache's keys move with its clients' buffers, so the
+    median over the step says what it held better than one reading at its end."""
+
+    def __init__(self, settings: Settings, period_s: float = 1.0, timeout_s: float = 2.0):
+        self.settings = settings
+        self.period_s = period_s
+        self.timeout_s = timeout_s
+        self.counts: list[int] = []
+        self.problem: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redis-key-counter", daemon=True)
+
+    def start(self) -> KeyCounter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(timeout=self.timeout_s + self.period_s)
+        return list(self.counts)
+
+    def _run(self) -> None:
+        client = redisclient.connect(self.settings, socket_timeout=self.timeout_s)
+        try:
+            while not self._stop.wait(self.period_s):
+                self.counts.append(sum(int(node.dbsize()) for node in _nodes(client)))
+        except redis.RedisError as error:
+            self.problem = f"cannot count Redis's keys: {error}"
+        finally:
+            client.close()

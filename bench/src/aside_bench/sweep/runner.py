@@ -401,6 +401,7 @@ class Runner:
         floor = self._floor(step)
         record["probe"] = {"start": self.probe.reading()}
         redis_start = self._redis_reading(step)
+        counter = None if redis_start is None else cachememory.KeyCounter(self.settings).start()
         try:
             code = self.run_load(run, record)
         finally:
@@ -409,6 +410,8 @@ class Runner:
             redis_end = self._redis_reading(step)
             if redis_start is not None and redis_end is not None:
                 record["redis"] = {"start": redis_start, "end": redis_end}
+            if counter is not None and "redis" in record:
+                record["redis"]["keys_each_second"] = counter.stop()
             if floor is not None:
                 record["probe"]["floor"] = floor.stop()
                 if floor.problem:
