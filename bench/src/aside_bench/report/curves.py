@@ -64,13 +64,14 @@ def measured_table(curve: RateCurve) -> Table:
 
 
 EXPLANATION = (
-    "Each warm step's exact key stream (its cold step's requests first, which only fill the "
-    "cache, then its own) replayed through libCacheSim's caches of as many keys as Redis "
-    "held during the step (the median of a count a second; its clients' buffers share "
-    "maxmemory with the keys, so a small bound holds fewer keys under more connections). "
-    "Redis's allkeys-lru evicts the least recently used of a few sampled keys "
-    "(maxmemory-samples, 5 by default), not the exact LRU, and counts a hit per request while the gateway's single-flight lets concurrent misses of one key share "
-    "a fill: both move the measured point off the simulated LRU. Belady evicts the key "
+    "Each warm step's exact key stream (its cold step's requests first, which only fill "
+    "the cache, then its own) replayed through libCacheSim's caches of as many keys as "
+    "Redis held during the step (the median of a count a second; its clients' buffers "
+    "share maxmemory with the keys, so a small bound holds fewer keys under more "
+    "connections). Redis's allkeys-lru evicts the least recently used of a few sampled "
+    "keys (maxmemory-samples, 5 by default), not the exact LRU, and counts a hit per "
+    "request while the gateway's single-flight lets concurrent misses of one key share a "
+    "fill: both move the measured point off the simulated LRU. Belady evicts the key "
     "asked for furthest in the future, the bound no policy reaches."
 )
 
