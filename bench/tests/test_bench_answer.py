@@ -15,7 +15,7 @@ PRICES = Prices(vcpu_hour=0.036, gib_hour=0.0036)
 
 def _cost(gateway_ms: float, postgres_ms: float, redis_ms: float, rss_mib: float) -> StepCost:
     return StepCost(
-        requests=1000, cpu_ms_per_request=gateway_ms, gateway_rss_mib=rss_mib,
+        requests=0, cpu_ms_per_request=gateway_ms, gateway_rss_mib=rss_mib,
         redis_rss_mib=None, l1_hit_rate=None, l2_hit_rate=None, l1_entries=None, l1_mib=None,
         lag_count=0, lag_p50_ms=None, lag_p99_ms=None, lag_max_ms=None,
         postgres_cpu_ms_per_request=postgres_ms, redis_cpu_ms_per_request=redis_ms,
@@ -109,9 +109,11 @@ def test_the_answer_speaks_of_the_goal_the_cost_the_memory_and_the_index() -> No
         _step("cache@2mb", "cold", 100, 30, (1, 10, 0.2), redis_mib=2),
         _step("cache@2mb", "warm", 100, 8, (1, 5, 0.2), redis_mib=2),
     ]
-    point = MeasuredPoint("cache@2mb", 2 * 2**20, 15_000, 2 * 2**20, 900, 0.61,
+    point = MeasuredPoint("cache@2mb", 2 * 2**20, 15_000, 2 * 2**20, 900, 0.61, 2**20,
                           {"LRU": 0.63, "Belady": 0.74})  # fmt: skip
-    curve = RateCurve(100, 1000, 1000, 5000, [], [point])
+    starved = MeasuredPoint("cache@1mb", 2**20, 3, 2**20, 900, 0.05, 2**20 * 3 // 4,
+                            {"LRU": 0.01, "Belady": 0.02})  # fmt: skip
+    curve = RateCurve(100, 1000, 1000, 5000, [], [point, starved])
     lines = answer(results, [curve], PRICES, 10, seed_indexed=False)
     assert lines[0].startswith("Latency goal: p95 <= 10 ms")
     assert "nocache missed the goal at every rate tried, from 100/s" in lines[1]
@@ -121,5 +123,20 @@ def test_the_answer_speaks_of_the_goal_the_cost_the_memory_and_the_index() -> No
         "At 100/s, 2 MiB of Redis held 15,000 keys and answered 61% of reads "
         "(a simulated LRU of that size: 63%; Belady, the bound: 74%)."
     )
+    # A bound its clients' buffers took: no comparison with a simulated size.
+    assert lines[6] == (
+        "At 100/s, 1 MiB of Redis held almost no key during the step: its clients' buffers "
+        "took 768 KiB of it; it answered 5% of reads."
+    )
     assert "make seed INDEX=1" in lines[-1]
     assert not any("cold" in line for line in lines)  # a cold cache is the warm-up
+
+
+def test_the_cpu_of_failed_requests_is_charged_to_the_served_ones() -> None:
+    # 100/s for 10 s, the gateway answered 1,000 requests of which 500 failed.
+    result = _step("nocache", "none", 100, 900, (2, 40, 0), failed=500)
+    assert result.cost is not None
+    result.cost.requests = 1000
+    spend = step_spend(result)
+    assert spend is not None and spend.served_per_s == 50
+    assert (spend.gateway_cpu_ms, spend.postgres_cpu_ms) == (4, 80)

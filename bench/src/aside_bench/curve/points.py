@@ -37,6 +37,7 @@ class MeasuredPoint:
     used_memory: int
     evicted: int
     hit_rate: float
+    clients_memory: int | None
     simulated: dict[str, float]
 
 
@@ -150,6 +151,7 @@ def _rate_curve(
                 used_memory=redis.used_memory,
                 evicted=redis.evicted,
                 hit_rate=result.hit_rate,
+                clients_memory=redis.clients_memory,
                 simulated=at_size,
             )
         )

@@ -74,6 +74,8 @@ class RedisCounts:
     maxmemory: int | None = None  # None: the stack's own bound
     # The median of the keys it held, counted once a second during the step.
     keys_held: int | None = None
+    # Its clients' buffers at the step's end (they count in maxmemory too).
+    clients_memory: int | None = None
 
 
 def redis_counts(
@@ -90,6 +92,7 @@ def redis_counts(
         expired=max(int(end["expired_keys"]) - int(start["expired_keys"]), 0),
         maxmemory=None if bound is None else int(bound["maxmemory"]),
         keys_held=_median(readings.get("keys_each_second")),
+        clients_memory=end.get("clients_memory"),
     )
 
 

@@ -1,5 +1,6 @@
 """What a step costs to run, priced: the CPU the gateway, PostgreSQL and Redis
-spent per request, and the memory the arm holds (the gateway's resident memory,
+spent per request served (a failed request's CPU charged to those that
+succeeded), and the memory the arm holds (the gateway's resident memory,
 and Redis's used memory when the arm reads through it), at a price per
 vCPU-hour and per GiB-hour (ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR), as a
 cost per million requests at the rate the step served.
@@ -62,10 +63,14 @@ def step_spend(result: StepResult) -> Spend | None:
         return None
     cached = result.redis is not None
     redis_mib = result.redis.used_memory / 2**20 if result.redis is not None else 0.0
+    # The CPU of every request the gateway answered, failures included, charged
+    # to the requests that succeeded: what a served request really cost.
+    served = result.achieved_rps * result.step.duration_s
+    per_served = cost.requests / served if cost.requests > 0 else 1.0
     return Spend(
-        gateway_cpu_ms=cost.cpu_ms_per_request,
-        postgres_cpu_ms=cost.postgres_cpu_ms_per_request,
-        redis_cpu_ms=(cost.redis_cpu_ms_per_request or 0.0) if cached else 0.0,
+        gateway_cpu_ms=cost.cpu_ms_per_request * per_served,
+        postgres_cpu_ms=cost.postgres_cpu_ms_per_request * per_served,
+        redis_cpu_ms=(cost.redis_cpu_ms_per_request or 0.0) * per_served if cached else 0.0,
         memory_mib=cost.gateway_rss_mib + redis_mib,
         served_per_s=result.achieved_rps,
     )

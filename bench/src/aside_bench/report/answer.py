@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aside_bench.curve.points import RateCurve
+from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_spend
@@ -116,13 +117,25 @@ def _size(size: int) -> str:
 def memory_sentences(curves: list[RateCurve]) -> list[str]:
     """What each Redis bound held and hit, against the simulated LRU and Belady."""
     out = []
-    for curve in curves[:1]:
+    # The highest rate's: the longest stream, so the most a bound can matter.
+    for curve in curves[-1:]:
         for point in curve.measured:
             bound = (
                 "Redis with its own bound"
                 if point.maxmemory is None
                 else f"{_size(point.maxmemory)} of Redis"
             )
+            if point.keys < MIN_CAPACITY:
+                clients = (
+                    ""
+                    if point.clients_memory is None
+                    else f": its clients' buffers took {_size(point.clients_memory)} of it"
+                )
+                out.append(
+                    f"At {curve.rate:,}/s, {bound} held almost no key during the step{clients}; "
+                    f"it answered {point.hit_rate:.0%} of reads."
+                )
+                continue
             lru, belady = point.simulated.get("LRU"), point.simulated.get("Belady")
             sim = (
                 ""

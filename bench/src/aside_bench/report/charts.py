@@ -233,6 +233,8 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
             label=f"{policy} (simulated)",
         )
     for point in curve.measured:
+        if point.keys < 1:
+            continue  # a bound its clients' buffers took: no size to draw it at
         ax.plot(point.keys, point.hit_rate * 100, "o", markersize=9, markeredgecolor="black")
         ax.annotate(
             point.arm,

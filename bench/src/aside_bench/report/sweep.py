@@ -213,8 +213,9 @@ DEFINITIONS = [
     "in the buckets' increase over the step as histogram_quantile does, max is the top of the "
     "highest bucket that gained a sample",
     "cost: CPU ms per request of the gateway's, PostgreSQL's and Redis's process trees "
-    "(utime + stime from /proc, read right before and after the step) per request the gateway "
-    "answered; memory: the gateway's RSS, plus Redis's used_memory for the arms reading "
+    "(utime + stime from /proc, read right before and after the step) per request served "
+    "(the CPU of the requests that failed is charged to those that succeeded); memory: "
+    "the gateway's RSS, plus Redis's used_memory for the arms reading "
     "through it (an uncached deployment runs no Redis; PostgreSQL's own memory is the same "
     "in every arm and left out); $ per million requests: the CPU seconds of a million requests "
     "at the vCPU-hour price, plus the memory held for as long as a million requests take at "

@@ -31,6 +31,8 @@ class RedisReading:
     used_memory: int
     evicted_keys: int
     expired_keys: int
+    # Its clients' buffers (mem_clients_normal): they count in maxmemory too.
+    clients_memory: int = 0
 
     def as_record(self) -> dict[str, int]:
         return {
@@ -38,6 +40,7 @@ class RedisReading:
             "used_memory": self.used_memory,
             "evicted_keys": self.evicted_keys,
             "expired_keys": self.expired_keys,
+            "clients_memory": self.clients_memory,
         }
 
 
@@ -76,13 +79,14 @@ def reading(settings: Settings) -> RedisReading:
     """Keys, used memory and the eviction and expiry counters, over every primary."""
     client = redisclient.connect(settings)
     try:
-        totals = [0, 0, 0, 0]
+        totals = [0, 0, 0, 0, 0]
         for node in _nodes(client):
             info = node.info()
             totals[0] += int(node.dbsize())
             totals[1] += int(info["used_memory"])
             totals[2] += int(info["evicted_keys"])
             totals[3] += int(info["expired_keys"])
+            totals[4] += int(info.get("mem_clients_normal", 0))
     except redis.RedisError as error:
         raise StackError(f"cannot read Redis's INFO at REDIS_URL: {error}") from error
     finally:
