@@ -140,9 +140,13 @@ def _rate_curve(
         assert redis is not None and result.hit_rate is not None
         # What it held over the step (its median), else at its end.
         held = redis.keys if redis.keys_held is None else redis.keys_held
-        at_size = {
-            point.policy: point.hit_ratio for point in curve(stream, [max(held, MIN_CAPACITY)])
-        }
+        # Fewer keys than the smallest cache simulated: its clients' buffers took
+        # the bound, and no simulated size stands for it.
+        at_size = (
+            {point.policy: point.hit_ratio for point in curve(stream, [held])}
+            if held >= MIN_CAPACITY
+            else {}
+        )
         measured.append(
             MeasuredPoint(
                 arm=result.step.arm,

@@ -249,8 +249,9 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
     ax.set_ylim(0, 100)
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(
-        f"hit rate against cache size at {curve.rate}/s: {curve.requests:,} requests "
-        f"after {curve.warmup:,} of warm-up; dots: Redis measured"
+        f"hit rate against cache size at {curve.rate}/s\n{curve.requests:,} requests after "
+        f"{curve.warmup:,} of warm-up; dots: Redis as measured",
+        fontsize=10,
     )
     ax.legend(fontsize=8)
     return finish(fig, path, caption)
