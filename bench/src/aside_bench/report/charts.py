@@ -272,9 +272,10 @@ def cost_chart(results: list[StepResult], prices: Prices, path: Path, caption: s
             ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
     _rate_axis(ax, rates)
     log_y(ax)
-    ax.set_ylabel("$ per million requests")
+    ax.set_ylabel("\\$ per million requests")
     ax.set_title(
-        f"cost per million requests (${prices.vcpu_hour:g}/vCPU-h, ${prices.gib_hour:g}/GiB-h)"
+        # Escaped: matplotlib reads a pair of $ as mathematics.
+        f"cost per million requests (\\${prices.vcpu_hour:g}/vCPU-h, \\${prices.gib_hour:g}/GiB-h)"
     )
     ax.legend(fontsize=8)
     return finish(fig, path, caption)
