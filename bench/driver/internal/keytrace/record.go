@@ -5,11 +5,11 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"aside/bench/driver/internal/atomicfile"
 )
 
 // MaxLines bounds a recording: 12 bytes a slot, about 50 MB at most
@@ -60,22 +60,13 @@ func (r *Recorder) Lost() int64 { return r.lost.Load() }
 // gives a key index's key. It returns the lines written. Call it after
 // every worker has finished.
 func (r *Recorder) Write(path string, name func(int) string, start int64) (int64, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	var lines int64
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		var err error
+		lines, err = r.writeTo(w, strings.HasSuffix(path, ".gz"), name, start)
+		return err
+	})
 	if err != nil {
-		return 0, fmt.Errorf("KEY_TRACE_PATH: cannot write %s: %w", path, err)
-	}
-	lines, err := r.writeTo(tmp, strings.HasSuffix(path, ".gz"), name, start)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
 		return 0, fmt.Errorf("KEY_TRACE_PATH: cannot write %s: %w", path, err)
 	}
 	return lines, nil

@@ -5,10 +5,10 @@ package output
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"syscall"
 
+	"aside/bench/driver/internal/atomicfile"
 	"aside/bench/driver/internal/config"
 	"aside/bench/driver/internal/record"
 )
@@ -172,22 +172,11 @@ func WriteSummary(path string, s Summary) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	err = atomicfile.Write(path, func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("cannot write the summary: %w", err)
-	}
-	_, err = tmp.Write(append(data, '\n'))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
 		return fmt.Errorf("cannot write the summary %s: %w", path, err)
 	}
 	return nil
