@@ -46,7 +46,7 @@ RENDERS = {
 # Switches of the test suites, refused or meaningless in a deployment: the
 # chart must not set them (and the services' defaults are the safe values).
 TEST_SWITCHES = {
-    "ASIDE_TEST_HOOKS", "ASIDE_CACHE_COHERENCE", "CACHE_L1_INVALIDATION",
+    "ASIDE_TEST_HOOKS", "ASIDE_CACHE_COHERENCE", "CACHE_L1_INVALIDATION", "CACHE_L1_TRACKING",
     "ASIDE_SEED_FAIL_AFTER_ROWS", "ASIDE_SEED_EXIT_AFTER_SWAP",
 }  # fmt: skip
 # The chart's links to files outside it (a chart reads only its own folder):
