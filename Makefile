@@ -17,7 +17,7 @@ HOT_RATIO ?= 0.8
 INDEX ?= 0
 # GPS tracks loaded beside the users, whatever ROWS (make seed TRACKS=500)
 TRACKS ?= 2000
-# Benchmark parameters (make bench RATES="30 100" DURATION=10s ARMS="nocache cache l1 hybrid" WARM=both)
+# Benchmark parameters (make bench RATES="30 100" DURATION=10s ARMS="nocache cache l1 hybrid tracking" WARM=both)
 RATES ?= 30 50 75 100 150 300 500 1000
 DURATION ?= 30s
 ARMS ?= nocache cache

@@ -66,18 +66,20 @@ def test_an_alias_outside_its_scenario_is_named_as_typed() -> None:
 def test_the_tier_arms_have_cold_and_warm_phases() -> None:
     assert phases_for("l1", "both") == ["cold", "warm"]
     assert phases_for("hybrid", "warm") == ["warm"]
-    steps = build_steps("mixed", [50], ["nocache", "cache", "l1", "hybrid"], "both", 30)
+    steps = build_steps("mixed", [50], ["nocache", "cache", "l1", "hybrid", "tracking"], "both", 30)
     assert [(s.arm, s.phase) for s in steps] == [
         ("nocache", "none"),
         ("cache", "cold"), ("cache", "warm"),
         ("l1", "cold"), ("l1", "warm"),
         ("hybrid", "cold"), ("hybrid", "warm"),
+        ("tracking", "cold"), ("tracking", "warm"),
     ]  # fmt: skip
 
 
 def test_each_read_arm_sends_its_cache_parameter() -> None:
-    assert [cache_param(arm) for arm in ("nocache", "index", "cache", "l1", "hybrid")] == [
-        "off", "off", "l2", "l1", "hybrid",
+    arms = ("nocache", "index", "cache", "l1", "hybrid", "tracking")
+    assert [cache_param(arm) for arm in arms] == [
+        "off", "off", "l2", "l1", "hybrid", "tracking",
     ]  # fmt: skip
     assert cache_param("healthz") is None
 
@@ -87,7 +89,7 @@ def test_every_read_arm_tells_the_driver_its_cache_mode(arm: str) -> None:
     run = step_run(Step("read", arm, "warm", 100, 30), "r", LoadShape(), 100, Path("data"))
     assert run.variables(config.load({}))["CACHE"] == CACHE_PARAMS[arm]
     # The modes the gateway's ?cache= takes (the driver refuses any other).
-    assert CACHE_PARAMS[arm] in ("off", "nopool", "l1", "l2", "hybrid")
+    assert CACHE_PARAMS[arm] in ("off", "nopool", "l1", "l2", "hybrid", "tracking")
 
 
 # ---- CPU per request, hit rate per tier ------------------------------------------------

@@ -3,12 +3,15 @@ the keys a forwarded write evicts, the settings and the contract."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aside_gateway import cache_keys
+from aside_gateway.cache import BYPASS, HIT, MISS, CacheRead
 from aside_gateway.config import ConfigError, load_settings
 from aside_gateway.invalidations import parse
 from aside_gateway.l1 import ENTRY_OVERHEAD_BYTES, L1Cache, entry_size, stripe_of
-from aside_gateway.tiers import written_keys
+from aside_gateway.tiers import TieredCache, written_keys
 from gateway_helpers import contract
 
 CACHE = contract("cache.json")
@@ -40,6 +43,8 @@ def test_contract_tiers_match_the_constants():
     assert tiers["default_strategy"] == cache_keys.DEFAULT_STRATEGY
     assert tiers["l1_ttl_seconds_default"] == cache_keys.L1_TTL_SECONDS_DEFAULT
     assert tiers["invalidation_channel"] == cache_keys.INVALIDATION_CHANNEL
+    assert tiers["tracking_channel"] == cache_keys.TRACKING_CHANNEL
+    assert tuple(tiers["tracking_prefixes"]) == cache_keys.TRACKING_PREFIXES
     assert parse(str.encode(__import__("json").dumps(tiers["invalidation_message"]))) == (
         tiers["invalidation_message"]["keys"],
         tiers["invalidation_message"]["published_ms"],
@@ -208,3 +213,56 @@ def test_the_publish_time_is_taken_in_microseconds_when_given():
     assert parse(b'{"keys": ["k"], "published_ms": 1000}') == (["k"], 1000)
     assert parse(b'{"keys": ["k"], "published_ms": 5, "published_us": true}') == (["k"], 5)
     assert parse(b'{"keys": ["k"], "published_ms": "x"}') == (["k"], None)
+
+
+# ---- the tracking strategy's own L1 (tiers.TieredCache) ---------------------------------
+
+
+class ScriptedL2:
+    """Stands in for cache.Cache's read_through: answers what the test scripted."""
+
+    def __init__(self, read: CacheRead):
+        self.read = read
+
+    def read_through(self, route, key, load, hold=None, early_get=None) -> CacheRead:
+        return CacheRead(
+            self.read.value, self.read.outcome, self.read.error, in_redis=self.read.in_redis
+        )
+
+
+@pytest.mark.parametrize(
+    ("read", "kept"),
+    [
+        (CacheRead(b"3", HIT, in_redis=True), True),  # a Redis GET
+        (CacheRead(b"3", MISS, in_redis=True), True),  # stored under a held lease
+        (CacheRead(b"3", MISS), False),  # the lease was lost: Redis never held it
+        (CacheRead(b"3", BYPASS, True), False),
+    ],
+)
+def test_the_tracking_l1_keeps_only_what_redis_held(read, kept):
+    channel, tracked = make_l1(), make_l1()
+    tiers = TieredCache(channel, ScriptedL2(read), tracked=tracked)  # type: ignore[arg-type]
+    key = cache_keys.count_key("t@example.com")
+    result = tiers.read_through("count", key, lambda: b"3", cache_keys.STRATEGY_TRACKING)
+    assert result.value == b"3"
+    assert (tracked.peek(key) is not None) == kept
+    assert channel.peek(key) is None  # the channel's L1 is another strategy's
+
+
+def test_hybrid_keeps_a_fill_redis_did_not_store_and_writes_evict_both():
+    channel, tracked = make_l1(), make_l1()
+    tiers = TieredCache(channel, ScriptedL2(CacheRead(b"3", MISS)), tracked=tracked)  # type: ignore[arg-type]
+    key = cache_keys.count_key("t@example.com")
+    tiers.read_through("count", key, lambda: b"3", cache_keys.STRATEGY_HYBRID)
+    assert channel.peek(key) == b"3" and tracked.peek(key) is None
+    assert tracked.put(key, b"3", tracked.token(key))
+    body = json.dumps({"id": 5, "email": "t@example.com"}).encode()
+    tiers.after_write("POST", None, 201, body, None)
+    assert channel.peek(key) is None and tracked.peek(key) is None
+
+
+def test_without_its_l1_the_tracking_strategy_reads_redis_only():
+    tiers = TieredCache(make_l1(), ScriptedL2(CacheRead(b"3", HIT, in_redis=True)))  # type: ignore[arg-type]
+    assert tiers.l1_of(cache_keys.STRATEGY_TRACKING) is None
+    result = tiers.read_through("count", "k", lambda: b"3", cache_keys.STRATEGY_TRACKING)
+    assert result.tier == "l2"

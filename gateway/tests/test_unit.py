@@ -507,6 +507,10 @@ def test_defaults():
         ({"REDIS_MODE": "sharded"}, "REDIS_MODE"),
         ({"REDIS_MODE": "cluster", "CACHE_L1_SUBSCRIBER": "loop"}, "CACHE_L1_SUBSCRIBER"),
         ({"REDIS_MODE": "sentinel"}, "REDIS_SENTINEL_MASTER"),
+        ({"CACHE_STRATEGY": "tracked"}, "CACHE_STRATEGY"),
+        ({"REDIS_MODE": "cluster", "CACHE_STRATEGY": "tracking"}, "CACHE_STRATEGY"),
+        ({"CACHE_L1_TRACKING": "off"}, "CACHE_L1_TRACKING"),  # refused in production
+        ({"ASIDE_PROFILE": "lab", "CACHE_L1_TRACKING": "no"}, "CACHE_L1_TRACKING"),
         ({"REDIS_MODE": "cluster", "REDIS_URL": "redis://127.0.0.1:7000/2"}, "REDIS_URL"),
         ({"REDIS_MODE": "cluster", "REDIS_URL": "unix:///tmp/redis.sock"}, "REDIS_URL"),
     ],
@@ -518,6 +522,19 @@ def test_config_errors_are_one_line_naming_the_variable(overrides, variable):
     message = str(err.value)
     assert variable in message
     assert "\n" not in message
+
+
+def test_who_keeps_a_tracking_connection():
+    lab = {**BASE_ENV, "ASIDE_PROFILE": "lab"}
+    assert load_settings({**BASE_ENV, "CACHE_STRATEGY": "tracking"}).l1_tracks
+    assert not load_settings({**BASE_ENV, "CACHE_STRATEGY": "hybrid"}).l1_tracks
+    assert load_settings(lab).l1_tracks  # the lab may ask ?cache=tracking
+    # On a cluster the lab's ?cache=tracking has no L1 (Redis answers) ...
+    assert not load_settings({**lab, "REDIS_MODE": "cluster"}).l1_tracks
+    # ... and a tracking gateway follows no channel of the core's.
+    assert not load_settings({**BASE_ENV, "CACHE_STRATEGY": "tracking"}).l1_subscribes
+    off = load_settings({**lab, "CACHE_L1_TRACKING": "off"})
+    assert off.l1_tracks and not off.cache_l1_tracking
 
 
 def test_redis_modes():

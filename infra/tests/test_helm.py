@@ -46,7 +46,7 @@ RENDERS = {
 # Switches of the test suites, refused or meaningless in a deployment: the
 # chart must not set them (and the services' defaults are the safe values).
 TEST_SWITCHES = {
-    "ASIDE_TEST_HOOKS", "ASIDE_CACHE_COHERENCE", "CACHE_L1_INVALIDATION",
+    "ASIDE_TEST_HOOKS", "ASIDE_CACHE_COHERENCE", "CACHE_L1_INVALIDATION", "CACHE_L1_TRACKING",
     "ASIDE_SEED_FAIL_AFTER_ROWS", "ASIDE_SEED_EXIT_AFTER_SWAP",
 }  # fmt: skip
 # The chart's links to files outside it (a chart reads only its own folder):
@@ -478,7 +478,7 @@ def test_chart_load_values_are_the_plans() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())["load"]
     # The read arms that need nothing but their ?cache= value, as the bench sends it.
     assert values["cacheParams"] == {arm: CACHE_PARAMS[arm] for arm in values["cacheParams"]}
-    assert {"nocache", "cache", "l1", "hybrid"} <= set(values["cacheParams"])
+    assert {"nocache", "cache", "l1", "hybrid", "tracking"} <= set(values["cacheParams"])
     config = (ROOT / "bench/driver/internal/config/config.go").read_text()
     (modes,) = re.findall(r"CacheModes = \[\]string\{([^}]*)\}", config)
     assert set(values["cacheParams"].values()) <= set(re.findall(r'"(\w+)"', modes))
@@ -521,7 +521,7 @@ def test_nothing_of_the_retired_load_generator_is_left_in_the_chart() -> None:
         (("--set", "profile=lab", "--set", "load.enabled=true", "--set", "load.runId=Run_1"),
          "load.runId must be lowercase"),
         ((*LAB_ALL, "--set", "load.arm=l2"),
-         "load.arm must be one of cache hybrid index l1 nocache nopool, got"),
+         "load.arm must be one of cache hybrid index l1 nocache nopool tracking, got"),
         ((*LAB_ALL, "--set", "load.scenario=mixed"), "load.scenario must be read or bare"),
         ((*LAB_ALL, "--set", "load.phase=hot"), "load.phase must be cold, warm or none"),
         ((*LAB_ALL, "--set", "load.shards=0"), "load.shards must be 1 or more"),

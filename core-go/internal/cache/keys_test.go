@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/aside-lab/aside/core-go/internal/cache"
@@ -21,7 +22,8 @@ type cacheContract struct {
 		TTLMs  int    `json:"ttl_ms"`
 	} `json:"lease"`
 	Tiers struct {
-		InvalidationChannel string `json:"invalidation_channel"`
+		InvalidationChannel string   `json:"invalidation_channel"`
+		TrackingPrefixes    []string `json:"tracking_prefixes"`
 	} `json:"tiers"`
 	Keys []struct {
 		Kind  string `json:"kind"`
@@ -52,6 +54,21 @@ func TestConstantsMatchContract(t *testing.T) {
 	}
 	if c.Tiers.InvalidationChannel != cache.InvalidationChannel {
 		t.Fatalf("cache.json tiers.invalidation_channel %q, package %q", c.Tiers.InvalidationChannel, cache.InvalidationChannel)
+	}
+}
+
+// The gateway's tracking tier hears of the core's DELs from Redis itself, for
+// keys under the contract's tracking prefixes: every key the core invalidates
+// must fall under one of them.
+func TestInvalidatedKeysFallUnderTheTrackingPrefixes(t *testing.T) {
+	c := loadContract(t)
+	if len(c.Tiers.TrackingPrefixes) == 0 {
+		t.Fatal("cache.json has no tiers.tracking_prefixes")
+	}
+	for _, key := range []string{cache.CountKey("a@b.co"), cache.UserKey(7)} {
+		if !slices.ContainsFunc(c.Tiers.TrackingPrefixes, func(p string) bool { return strings.HasPrefix(key, p) }) {
+			t.Errorf("key %q is under no tracking prefix of %q", key, c.Tiers.TrackingPrefixes)
+		}
 	}
 }
 

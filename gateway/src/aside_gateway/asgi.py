@@ -39,6 +39,7 @@ from aside_gateway.loop_admission import LoopAdmission
 from aside_gateway.loop_writes import LoopWrites
 from aside_gateway.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY, AsgiApp
 from aside_gateway.services import build_services
+from aside_gateway.tracking import TrackingSubscriber
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -74,6 +75,8 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
     redis_get = EarlyGetClient(settings, services.breaker)
     on_loop = settings.l1_subscribes and settings.cache_l1_subscriber == "loop"
     subscriber = LoopInvalidationSubscriber(settings, services.tiers.l1) if on_loop else None
+    tracked = services.tiers.tracked
+    tracker = TrackingSubscriber(settings, tracked) if tracked is not None else None
     writes = None
     if settings.writes == "loop":
         writes = LoopWrites(settings, services.tiers, AsyncCoreClient(settings))
@@ -88,6 +91,8 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
         writes,
         admission,
         services.loop_lag,
+        tracked,
+        tracker,
     )
 
 

@@ -94,6 +94,10 @@ class CacheRead:
     outcome: str
     error: bool = False
     tier: str | None = None  # on a HIT: the tier that answered, "l1" or "l2"
+    # Redis held this value when it was read: a GET, or a store under a
+    # still-held lease. Only such a value may enter the tracking tier's L1,
+    # whose invalidations Redis sends for keys it holds (tracking.py).
+    in_redis: bool = False
 
 
 @dataclass(slots=True)
@@ -164,7 +168,7 @@ class Cache:
             self._discard(route, key, value)
             value = None
         if value is not None:
-            return CacheRead(value, HIT)
+            return CacheRead(value, HIT, in_redis=True)
         return self._fill(route, key, load, hold)
 
     def discard(self, route: str, key: str, value: bytes) -> None:
@@ -232,7 +236,7 @@ class Cache:
         if shared is None or flight.valid_at < joined:
             return None
         outcome = BYPASS if shared.outcome == BYPASS else HIT  # no query of our own
-        return CacheRead(shared.value, outcome, shared.error)
+        return CacheRead(shared.value, outcome, shared.error, in_redis=shared.in_redis)
 
     def _lead(
         self,
@@ -267,7 +271,7 @@ class Cache:
                 return _timed_load(lambda: self.fallback.load(load), BYPASS, error=True)
             if reply[0] == 1:
                 if cache_keys.value_is_valid(key, reply[1]):
-                    return Fill(CacheRead(reply[1], HIT), asked)
+                    return Fill(CacheRead(reply[1], HIT, in_redis=True), asked)
                 self._discard(route, key, reply[1])  # then ask again, after the pause
             elif reply[0] == 2:
                 return self._fill_as_holder(route, key, lease, token, load, hold)
@@ -311,7 +315,9 @@ class Cache:
             return Fill(CacheRead(value, MISS, True), read_at)
         # A store under a still-held lease proves no write invalidated the key
         # between our read and the store: the value was current then.
-        return Fill(CacheRead(value, MISS), stored_at if stored == 1 else read_at)
+        if stored == 1:
+            return Fill(CacheRead(value, MISS, in_redis=True), stored_at)
+        return Fill(CacheRead(value, MISS), read_at)
 
     def _bypass_after_error(
         self,

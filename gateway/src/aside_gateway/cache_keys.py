@@ -23,10 +23,14 @@ LEASE_POLL_MS = 5
 STRATEGY_L2 = "l2"  # Redis only
 STRATEGY_L1 = "l1"  # the worker's own memory only; the L1 TTL bounds staleness
 STRATEGY_HYBRID = "hybrid"  # L1, then Redis
-STRATEGIES = (STRATEGY_L2, STRATEGY_L1, STRATEGY_HYBRID)
+# L1, then Redis, the L1 kept by Redis's own invalidations (CLIENT TRACKING, tracking.py)
+STRATEGY_TRACKING = "tracking"
+STRATEGIES = (STRATEGY_L2, STRATEGY_L1, STRATEGY_HYBRID, STRATEGY_TRACKING)
 DEFAULT_STRATEGY = STRATEGY_L2
 L1_TTL_SECONDS_DEFAULT = 30
 INVALIDATION_CHANNEL = f"{PREFIX}:invalidations"  # the core publishes each write's stale keys
+# Where Redis sends a RESP2 client's tracking invalidations (CLIENT TRACKING ... REDIRECT).
+TRACKING_CHANNEL = "__redis__:invalidate"
 
 NEGATIVE = b"null"  # the value of user:<id> (and track:<id>:...) when there is no such row
 
@@ -112,6 +116,9 @@ def stale_after_delete(user_id: int, email: str) -> list[str]:
 _COUNT_PREFIX = f"{PREFIX}:{{count:"
 _USER_PREFIX = f"{PREFIX}:{{user:"
 _TRACK_PREFIX = f"{PREFIX}:{{track:"
+# The key prefixes the tracking tier asks Redis to broadcast (cache.json
+# `tiers.tracking_prefixes`): the kinds an L1 tier holds.
+TRACKING_PREFIXES = (_COUNT_PREFIX, _USER_PREFIX)
 
 
 COUNT_MAX_DIGITS = 19  # a bigint count; longer is garbage (and int() refuses 4300+)

@@ -25,6 +25,7 @@ from aside_gateway.cache_keys import (
     POLICIES,
     SIMPLIFY_TOLERANCE_DEFAULT,
     STRATEGIES,
+    STRATEGY_TRACKING,
     TTL_SECONDS_DEFAULT,
 )
 from aside_gateway.errors import ApiError
@@ -104,6 +105,9 @@ class Settings:
     cache_l1_invalidation: bool = True
     # Where each worker follows the invalidation channel (invalidations.py).
     cache_l1_subscriber: str = "loop"
+    # Lab switch: off keeps the tracking tier's subscription but sends no
+    # CLIENT TRACKING, so Redis reports nothing to it (tracking.py).
+    cache_l1_tracking: bool = True
     # Who forwards user writes to the core: the event loop or a Flask thread (loop_writes.py).
     writes: str = "loop"
     # CPython's GIL switch interval in each worker (sys.setswitchinterval).
@@ -144,8 +148,17 @@ class Settings:
         """Whether workers follow the invalidation channel: whenever the L1 tier may
         serve (a strategy using it, or the lab's per-request choice) and the lab
         switch has not turned invalidation off."""
-        may_use_l1 = self.cache_strategy != "l2" or self.is_lab
+        may_use_l1 = self.cache_strategy in ("l1", "hybrid") or self.is_lab
         return may_use_l1 and self.cache_l1_invalidation
+
+    @property
+    def l1_tracks(self) -> bool:
+        """Whether workers keep a tracking connection (tracking.py): whenever the
+        tracking tier may serve (configured, or the lab's per-request choice),
+        except on a Redis Cluster, where the tier is refused as the configured
+        strategy and serves nothing from L1 when chosen per request."""
+        may_track = self.cache_strategy == STRATEGY_TRACKING or self.is_lab
+        return may_track and self.redis_mode != REDIS_CLUSTER
 
     @property
     def metrics_on_app(self) -> bool:
@@ -225,6 +238,15 @@ def _l1_subscriber(env: Mapping[str, str], redis_mode: str) -> str:
     if cluster and subscriber == "loop":
         raise ConfigError("CACHE_L1_SUBSCRIBER must be thread when REDIS_MODE=cluster")
     return subscriber
+
+
+def _cache_strategy(env: Mapping[str, str], redis_mode: str) -> str:
+    """CACHE_STRATEGY; `tracking` needs one tracking connection per Redis server,
+    which a cluster's changing set of nodes does not give (tracking.py)."""
+    strategy = _choice(env, "CACHE_STRATEGY", DEFAULT_STRATEGY, STRATEGIES)
+    if strategy == STRATEGY_TRACKING and redis_mode == REDIS_CLUSTER:
+        raise ConfigError("CACHE_STRATEGY=tracking is refused when REDIS_MODE=cluster")
+    return strategy
 
 
 def _redis_mode(env: Mapping[str, str], url: str) -> tuple[str, str | None]:
@@ -308,6 +330,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     l1_invalidation = _choice(env, "CACHE_L1_INVALIDATION", "on", ("on", "off")) == "on"
     if not l1_invalidation and profile != "lab":
         raise ConfigError("CACHE_L1_INVALIDATION=off is refused unless ASIDE_PROFILE=lab")
+    l1_tracking = _choice(env, "CACHE_L1_TRACKING", "on", ("on", "off")) == "on"
+    if not l1_tracking and profile != "lab":
+        raise ConfigError("CACHE_L1_TRACKING=off is refused unless ASIDE_PROFILE=lab")
     admission_min = _int(env, "GATEWAY_ADMISSION_MIN_INFLIGHT", 16, 1, 1_000_000)
     admission_max = _int(env, "GATEWAY_ADMISSION_MAX_INFLIGHT", 512, 1, 1_000_000)
     if admission_min > admission_max:
@@ -357,12 +382,13 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         miss_batch_max=_int(env, "MISS_BATCH_MAX", 500, 1, 10000),
         miss_batches_in_flight=_int(env, "MISS_BATCHES_IN_FLIGHT", 1, 1, 16),
         miss_batch_duty_percent=_int(env, "MISS_BATCH_DUTY_PERCENT", 25, 1, 100),
-        cache_strategy=_choice(env, "CACHE_STRATEGY", DEFAULT_STRATEGY, STRATEGIES),
+        cache_strategy=_cache_strategy(env, redis_mode),
         cache_l1_ttl_seconds=_int(env, "CACHE_L1_TTL_SECONDS", L1_TTL_SECONDS_DEFAULT, 1, 86400),
         cache_l1_max_entries=_int(env, "CACHE_L1_MAX_ENTRIES", 10000, 1, 10_000_000),
         cache_l1_max_bytes=_int(env, "CACHE_L1_MAX_BYTES", 16 * 1024 * 1024, 4096, 2**36),
         cache_l1_invalidation=l1_invalidation,
         cache_l1_subscriber=_l1_subscriber(env, redis_mode),
+        cache_l1_tracking=l1_tracking,
         writes=_choice(env, "GATEWAY_WRITES", "loop", WRITE_PATHS),
         switch_interval_us=_int(env, "GATEWAY_SWITCH_INTERVAL_US", 5000, 100, 100_000),
         head_timeout_s=_int(env, "GATEWAY_HEAD_TIMEOUT_S", 5, 1, 300),

@@ -62,6 +62,7 @@ from aside_gateway.routes import (
     Scope,
     Send,
 )
+from aside_gateway.tracking import TrackingSubscriber
 from aside_gateway.validation import email_problem, id_or_none
 
 log = logging.getLogger("aside_gateway")
@@ -273,8 +274,18 @@ class AsyncHotPath:
         writes: LoopWrites | None = None,
         admission: LoopAdmission | None = None,
         loop_lag: LoopLag | None = None,
+        tracked: L1Cache | None = None,
+        tracker: TrackingSubscriber | None = None,
     ):
         self.fallback = fallback
+        # The L1 each strategy reads (tiers.TieredCache.l1_of); l2 reads none.
+        self.l1s: dict[str, L1Cache] = {
+            cache_keys.STRATEGY_L1: l1,
+            cache_keys.STRATEGY_HYBRID: l1,
+        }
+        if tracked is not None:
+            self.l1s[cache_keys.STRATEGY_TRACKING] = tracked
+        self.tracker = tracker
         self.admission = admission or LoopAdmission.from_settings(settings)
         self.loop_lag = loop_lag
         self.subscriber = subscriber
@@ -346,12 +357,16 @@ class AsyncHotPath:
                     self.loop_lag.start(asyncio.get_running_loop())
                 if self.subscriber is not None:
                     self.subscriber.start()
+                if self.tracker is not None:
+                    self.tracker.start()
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
                 if self.loop_lag is not None:
                     self.loop_lag.stop()
                 if self.subscriber is not None:
                     await self.subscriber.stop()
+                if self.tracker is not None:
+                    await self.tracker.stop()
                 if self.writes is not None:
                     await self.writes.close()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -401,15 +416,16 @@ class AsyncHotPath:
         if self.test_hooks and any(name == TEST_HOLD_HEADER for name, _ in scope["headers"]):
             return Miss(found, held=True)
         l1_token = None
-        if found.strategy != cache_keys.STRATEGY_L2:
-            value = self.l1.get(found.key)
+        l1 = self.l1s.get(found.strategy)
+        if l1 is not None:
+            value = l1.get(found.key)
             if value is not None:
                 return self._l1_hit(found, value)
             if found.strategy == cache_keys.STRATEGY_L1:
                 # Filled from PostgreSQL by Flask, which also counts the miss; a
                 # follower can find the fill only while the tier may keep it.
-                return Miss(found) if self.l1.usable else None
-            l1_token = self.l1.token(found.key)  # before the GET: see l1.py
+                return Miss(found) if l1.usable else None
+            l1_token = l1.token(found.key)  # before the GET: see l1.py
         early = await self.redis_get.get(found.key, l1_token)
         if early is None:
             # No verdict. With Redis skipped every read goes to PostgreSQL: no fill
@@ -423,8 +439,8 @@ class AsyncHotPath:
         if body is None:
             scope[EARLY_GET_KEY] = early  # a negative or malformed entry: Flask answers
             return None
-        if l1_token is not None:
-            self.l1.put(found.key, early.value, l1_token)
+        if l1 is not None and l1_token is not None:
+            l1.put(found.key, early.value, l1_token)
             metrics.tier_read(found.route, "l1", "miss")
         metrics.tier_read(found.route, "l2", "hit")
         metrics.cache_outcome(found.route, HIT)

@@ -152,7 +152,12 @@ class L1Cache:
             self._entries.expire()
             return len(self._entries), int(self._entries.currsize)
 
-    def sample_gauges(self) -> None:
+    def sample_gauges(self, other: L1Cache | None = None) -> None:
+        """The entries and bytes of this tier, plus `other`'s (the tracking
+        tier's L1, when the worker has one)."""
         entries, size = self.stats()
+        if other is not None:
+            more, more_size = other.stats()
+            entries, size = entries + more, size + more_size
         metrics.L1_ENTRIES.set(entries)
         metrics.L1_BYTES.set(size)

@@ -198,6 +198,20 @@ L1_SUBSCRIPTIONS = Counter(
     "aside_gateway_l1_subscriptions_total",
     "Subscriptions to the invalidation channel confirmed by Redis (first ones and renewals).",
 )
+L1_TRACKING = Gauge(
+    "aside_gateway_l1_tracking",
+    "1 when every live worker's tracking connection is tracked and subscribed "
+    "(the tracking tier's L1 may serve).",
+    multiprocess_mode="livemin",
+)
+L1_TRACKING_SESSIONS = Counter(
+    "aside_gateway_l1_tracking_sessions_total",
+    "Tracking connections confirmed by Redis (first ones and renewals).",
+)
+L1_TRACKING_INVALIDATIONS = Counter(
+    "aside_gateway_l1_tracking_invalidations_total",
+    "Invalidation messages received from Redis's client tracking.",
+)
 # Fine below 50 ms, where the lag's p99 lives: a quantile is interpolated
 # linearly within its bucket, so a (10, 25] ms bucket could not tell 11 ms from 24.
 LAG_BUCKETS = (

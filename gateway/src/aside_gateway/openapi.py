@@ -181,8 +181,12 @@ CACHE_PARAMETER = {
     "Lab profile only (403 `lab_disabled` in production): `off` reads PostgreSQL "
     "directly, touching no Redis; `nopool` likewise over a new PostgreSQL connection "
     "per read (no pool); `l2` Redis cache-aside with leases; `l1` the "
-    "gateway worker's memory only; `hybrid` the worker's memory, then Redis.",
-    "schema": {"type": "string", "enum": ["on", "off", "nopool", "l2", "l1", "hybrid"]},
+    "gateway worker's memory only; `hybrid` the worker's memory, then Redis; "
+    "`tracking` likewise, the memory kept by Redis's client tracking.",
+    "schema": {
+        "type": "string",
+        "enum": ["on", "off", "nopool", "l2", "l1", "hybrid", "tracking"],
+    },
 }
 IDEMPOTENCY_KEY_PARAMETER = {
     "name": "Idempotency-Key",

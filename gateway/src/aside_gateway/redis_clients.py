@@ -94,11 +94,14 @@ def async_client(
     connect_timeout: float,
     max_connections: int,
     socket_timeout: float | None = None,
+    protocol: int | None = None,
 ) -> AsyncClient:
     """An asyncio client without a pool timeout, and without a socket timeout
     unless given: the hot path bounds each command with one deadline
-    (hot_path.EarlyGetClient), the invalidation subscriber by its socket."""
+    (hot_path.EarlyGetClient), the invalidation subscriber by its socket.
+    `protocol` 2 or 3 pins the RESP version (redis-py's default otherwise)."""
     retry = AsyncRetry(NoBackoff(), 0)
+    resp: dict[str, Any] = {} if protocol is None else {"protocol": protocol}
     if settings.redis_mode == REDIS_CLUSTER:
         return redis.asyncio.cluster.RedisCluster.from_url(
             settings.redis_url,
@@ -107,6 +110,7 @@ def async_client(
             socket_timeout=socket_timeout,
             retry=retry,
             health_check_interval=0,
+            **resp,
         )
     if settings.redis_mode == REDIS_SENTINEL:
         address, master = _sentinel_target(settings)
@@ -119,7 +123,7 @@ def async_client(
             health_check_interval=0,
         )
         return sentinel.master_for(
-            settings.redis_sentinel_master, max_connections=max_connections, **master
+            settings.redis_sentinel_master, max_connections=max_connections, **master, **resp
         )
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         settings.redis_url,
@@ -129,6 +133,7 @@ def async_client(
         socket_timeout=socket_timeout,
         retry=retry,
         health_check_interval=0,
+        **resp,
     )
     return redis.asyncio.Redis(connection_pool=pool)
 

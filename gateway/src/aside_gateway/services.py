@@ -70,7 +70,20 @@ def build_services(settings: Settings) -> Services:
         settings.cache_l1_ttl_seconds,
         needs_subscription=settings.cache_l1_invalidation,
     )
+    # The tracking tier's own L1, fed by Redis's invalidations (tracking.py,
+    # started by the ASGI lifespan); it serves only while tracked.
+    tracked = (
+        L1Cache(
+            settings.cache_l1_max_entries,
+            settings.cache_l1_max_bytes,
+            settings.cache_l1_ttl_seconds,
+            needs_subscription=True,
+        )
+        if settings.l1_tracks
+        else None
+    )
     metrics.L1_SUBSCRIBED.set(0)
+    metrics.L1_TRACKING.set(0)
     # The loop's subscriber is started by the ASGI lifespan (asgi.py), in that loop.
     threaded = settings.l1_subscribes and settings.cache_l1_subscriber == "thread"
     subscriber = InvalidationSubscriber(settings, l1) if threaded else None
@@ -80,13 +93,13 @@ def build_services(settings: Settings) -> Services:
     def sample() -> None:
         db.sample_gauges()
         cache.sample_gauges()
-        l1.sample_gauges()
+        l1.sample_gauges(tracked)
 
     return Services(
         settings=settings,
         db=db,
         cache=cache,
-        tiers=TieredCache(l1, cache, hooks),
+        tiers=TieredCache(l1, cache, hooks, tracked),
         subscriber=subscriber,
         breaker=breaker,
         core=CoreClient(settings),

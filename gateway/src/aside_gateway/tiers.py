@@ -6,7 +6,11 @@
   route at all, so only the L1 TTL and the invalidation messages bound
   staleness (while the subscription is down the reads go to PostgreSQL);
 * `hybrid`: L1, then Redis (and its lease protocol on a miss), storing in L1
-  what Redis or the fill returned.
+  what Redis or the fill returned;
+* `tracking`: as hybrid, but with an L1 of its own (`tracked`) that Redis's
+  client tracking keeps (tracking.py) instead of the core's channel, and that
+  stores only a value Redis held when it was read (`CacheRead.in_redis`):
+  Redis reports changes to the keys it holds, not to absent ones.
 
 Every L1 store goes through the token check of l1.py, so a value read while
 an invalidation arrived is never kept.
@@ -28,10 +32,24 @@ L2 = "l2"
 
 
 class TieredCache:
-    def __init__(self, l1: L1Cache, l2: Cache, hooks: TestHooks | None = None):
+    def __init__(
+        self,
+        l1: L1Cache,
+        l2: Cache,
+        hooks: TestHooks | None = None,
+        tracked: L1Cache | None = None,
+    ):
         self.l1 = l1
         self.l2 = l2
         self.hooks = hooks
+        # The tracking strategy's L1; a worker without one serves that strategy from Redis.
+        self.tracked = tracked
+
+    def l1_of(self, strategy: str) -> L1Cache | None:
+        """The L1 a strategy reads, None for l2 (and for tracking without its L1)."""
+        if strategy == cache_keys.STRATEGY_TRACKING:
+            return self.tracked
+        return None if strategy == cache_keys.STRATEGY_L2 else self.l1
 
     def read_through(
         self,
@@ -42,9 +60,10 @@ class TieredCache:
         hold: str | None = None,
         early_get: EarlyGet | None = None,
     ) -> CacheRead:
-        if strategy == cache_keys.STRATEGY_L2:
+        l1 = self.l1_of(strategy)
+        if l1 is None:
             return self._from_l2(route, key, load, hold, early_get)
-        value = self.l1.get(key)
+        value = l1.get(key)
         if value is not None:
             metrics.tier_read(route, L1, "hit")
             return CacheRead(value, HIT, tier=L1)
@@ -55,10 +74,11 @@ class TieredCache:
         if early_get is not None and early_get.key == key and early_get.l1_token is not None:
             token = early_get.l1_token
         else:
-            token = self.l1.token(key)
+            token = l1.token(key)
         result = self._from_l2(route, key, load, hold, early_get)
-        if result.outcome != BYPASS and not result.error:
-            self.l1.put(key, result.value, token)
+        tracked = strategy == cache_keys.STRATEGY_TRACKING
+        if result.outcome != BYPASS and not result.error and (result.in_redis or not tracked):
+            l1.put(key, result.value, token)
         return result
 
     def _from_l2(
@@ -90,7 +110,13 @@ class TieredCache:
     def before_write(self, user_id: int | None) -> bytes | None:
         """What a user write needs to know before it is forwarded: this worker's
         L1 copy of the user (the old email of an update or delete)."""
-        return None if user_id is None else self.l1.peek(cache_keys.user_key(user_id))
+        if user_id is None:
+            return None
+        key = cache_keys.user_key(user_id)
+        held = self.l1.peek(key)
+        if held is None and self.tracked is not None:
+            held = self.tracked.peek(key)
+        return held
 
     def after_write(
         self, method: str, user_id: int | None, status: int, body: bytes, previous: bytes | None
@@ -98,7 +124,10 @@ class TieredCache:
         """Evict a successful forwarded write's keys before answering it, so a client
         reading through this worker sees its own write without waiting for the message."""
         if 200 <= status < 300:
-            self.l1.evict(written_keys(method, user_id, body, previous))
+            keys = written_keys(method, user_id, body, previous)
+            self.l1.evict(keys)
+            if self.tracked is not None:
+                self.tracked.evict(keys)
 
 
 def written_keys(

@@ -64,7 +64,9 @@ func (k *countKeys) pick(w *Worker) int {
 }
 
 // hitTiers are the X-Cache-Tier values a hit of each cached mode may carry.
-var hitTiers = map[string][]string{"l2": {"l2"}, "l1": {"l1"}, "hybrid": {"l1", "l2"}}
+var hitTiers = map[string][]string{
+	"l2": {"l2"}, "l1": {"l1"}, "hybrid": {"l1", "l2"}, "tracking": {"l1", "l2"},
+}
 
 // CacheHeadersFit is true when an answer's X-Cache (and X-Cache-Tier on a
 // hit) fits the mode: off and nopool must bypass; a cached mode may hit (in

@@ -48,6 +48,8 @@ func TestReadCheck(t *testing.T) {
 		{"miss", "l2", answer{200, right, "MISS", ""}, true},
 		{"bypass on off", "off", answer{200, right, "BYPASS", ""}, true},
 		{"hybrid hit in l1", "hybrid", answer{200, right, "HIT", "l1"}, true},
+		{"tracking hit in l1", "tracking", answer{200, right, "HIT", "l1"}, true},
+		{"tracking hit in l2", "tracking", answer{200, right, "HIT", "l2"}, true},
 		{"count zero", "l1", answer{200, fmt.Sprintf(`{"email":%q,"count":0}`, email), "MISS", ""}, true},
 		{"wrong email", "l2", answer{200, `{"email":"other@example.com","count":3}`, "MISS", ""}, false},
 		{"negative count", "l2", answer{200, fmt.Sprintf(`{"email":%q,"count":-1}`, email), "MISS", ""}, false},

@@ -141,7 +141,8 @@ def write_ceiling(run: RunRecord, results: list[StepResult], out_dir: Path) -> l
     doc = run_page(title, run)
     doc.p(
         "The cache arms read counts with a warm cache (the read mix): cache through Redis, l1 "
-        "from each worker's memory, hybrid memory then Redis; the healthz arm asks a trivial "
+        "from each worker's memory, hybrid memory then Redis, tracking likewise with the "
+        "memory kept by Redis's client tracking; the healthz arm asks a trivial "
         "route of the same gunicorn. A ratio says how much of the server's own ceiling that "
         "cached read path keeps. Each arm's final held and missed rates ran twice: a rate "
         "holds only if both runs held. A step that missed while the driver itself was saturated is "

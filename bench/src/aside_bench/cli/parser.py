@@ -194,7 +194,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--duration", default="30s", help="per step, e.g. 30s (default 30s)")
     run.add_argument(
         "--arms",
-        help="read/mixed: nocache index cache (alias l2) l1 hybrid l1-ttl nopool; "
+        help="read/mixed: nocache index cache (alias l2) l1 hybrid tracking l1-ttl nopool; "
         "compute: go python; interference: <go|python>-<checksum|pbkdf2|bcrypt>",
     )
     run.add_argument(
@@ -212,8 +212,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--l1-entries",
         default="",
-        help="read: L1 bounds in entries per worker, e.g. '1000 10000': the l1 and hybrid "
-        "arms once per bound (CACHE_L1_MAX_ENTRIES; default: the gateway's own)",
+        help="read: L1 bounds in entries per worker, e.g. '1000 10000': the l1, hybrid and "
+        "tracking arms once per bound (CACHE_L1_MAX_ENTRIES; default: the gateway's own)",
     )
     run.add_argument(
         "--cache-ttl",
@@ -281,7 +281,7 @@ def _add_ceiling(sub: argparse._SubParsersAction) -> None:
     ceiling.add_argument(
         "--arms",
         default="cache healthz",
-        help="some of: cache (alias l2) l1 hybrid healthz (default: cache healthz)",
+        help="some of: cache (alias l2) l1 hybrid tracking healthz (default: cache healthz)",
     )
     ceiling.add_argument("--step-duration", default="12s", help="per step (default 12s)")
     ceiling.add_argument("--p95-ms", type=float, default=10.0, help="p95 limit in ms (default 10)")
@@ -456,7 +456,7 @@ def _add_overload(sub: argparse._SubParsersAction) -> None:
     over.add_argument(
         "--arms",
         default="cache hybrid",
-        help="some of: cache hybrid l1 nocache (default: cache hybrid)",
+        help="some of: cache hybrid tracking l1 nocache (default: cache hybrid)",
     )
     over.add_argument(
         "--ceiling",

@@ -14,16 +14,16 @@ from aside_bench.plan import tracks as trackplan
 
 SCENARIOS = ("read", "mixed", "compute", interference.SCENARIO)
 WARM_CHOICES = ("both", "cold", "warm")
-CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "l1-ttl", "nopool")
+CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "tracking", "l1-ttl", "nopool")
 COMPUTE_ARMS = ("go", "python")
-CEILING_ARMS = ("cache", "l1", "hybrid", "healthz")
+CEILING_ARMS = ("cache", "l1", "hybrid", "tracking", "healthz")
 # The ceiling's reference: the warm cache arm's reads sent by the driver's `bare`
 # scenario (no check but the status), so the checks' own cost is left out of it.
 BARE_ARM = "cache-bare"
 # Arms that read through a cache tier: each has a cold and a warm phase.
-TIERED_ARMS = ("cache", "l1", "hybrid", "l1-ttl")
+TIERED_ARMS = ("cache", "l1", "hybrid", "tracking", "l1-ttl")
 # Arms that read through the worker's L1 tier.
-L1_ARMS = ("l1", "hybrid", "l1-ttl")
+L1_ARMS = ("l1", "hybrid", "tracking", "l1-ttl")
 # Other names accepted for an arm; `cache` stays the L2 arm's name in reports.
 ARM_ALIASES = {"l2": "cache"}
 # The ?cache= value each read arm sends (the driver's CACHE variable).
@@ -33,6 +33,7 @@ CACHE_PARAMS = {
     "cache": "l2",
     "l1": "l1",
     "hybrid": "hybrid",
+    "tracking": "tracking",
     "l1-ttl": "l1",
     "nopool": "nopool",
     BARE_ARM: "l2",
@@ -130,7 +131,7 @@ class Bound:
 
 
 # The arms each kind of bound applies to, and the option that asks for it.
-BOUND_ARMS = {"memory": ("cache",), "entries": ("l1", "hybrid"), "ttl": ("cache",)}
+BOUND_ARMS = {"memory": ("cache",), "entries": ("l1", "hybrid", "tracking"), "ttl": ("cache",)}
 BOUND_OPTIONS = {"memory": "--cache-memory", "entries": "--l1-entries", "ttl": "--cache-ttl"}
 
 

@@ -35,7 +35,7 @@ def increases(start: dict[str, float], end: dict[str, float]) -> dict[str, float
 
 def tier_hit_rates(start: dict[str, float], end: dict[str, float]) -> dict[str, float | None]:
     """Per tier, hits / lookups over the interval; None for a tier not looked in.
-    An L2 lookup of the hybrid strategy follows an L1 miss, so its rate is that
+    An L2 lookup of the hybrid (or tracking) strategy follows an L1 miss, so its rate is that
     of the reads L1 could not answer."""
     delta = increases(start, end)
     rates: dict[str, float | None] = {}

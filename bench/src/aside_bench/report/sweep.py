@@ -186,7 +186,8 @@ DEFINITIONS = [
     "and after the first scrape past its end); the uncached arms bypass the cache and so show 0",
     "arms: nocache and index send cache=off, nopool cache=nopool (uncached too, over a new "
     "PostgreSQL connection per read), cache sends cache=l2 (Redis), l1 cache=l1 (each "
-    "worker's memory only), hybrid cache=hybrid (memory, then Redis)",
+    "worker's memory only), hybrid cache=hybrid (memory, then Redis), tracking "
+    "cache=tracking (memory kept by Redis's client tracking, then Redis)",
     "gateway CPU ms/req: utime + stime (and that of reaped workers) of the gunicorn master and "
     "its workers from /proc/<pid>/stat, read right before the driver starts and right after it "
     "ends, "
@@ -195,8 +196,8 @@ DEFINITIONS = [
     "gateway / Redis RSS MiB: VmRSS summed over the process tree right after the step (shared "
     "pages count once per process that touched them)",
     "L1 / L2 hit rate: increase of aside_gateway_cache_tier_reads_total over the step, hits / "
-    "(hits + misses) per tier; hybrid's L2 lookups are the L1 misses; n/a: the tier was not "
-    "used. L1 MiB: aside_gateway_l1_bytes (live workers) at the step's end",
+    "(hits + misses) per tier; hybrid's and tracking's L2 lookups are the L1 misses; n/a: the "
+    "tier was not used. L1 MiB: aside_gateway_l1_bytes (live workers) at the step's end",
     "stale reads (mixed): reads by the staleness checker, over a fresh connection (so any "
     "worker), right after a write's 2xx, that did not show that write; no answer: such reads "
     "without a usable answer, not counted as stale",

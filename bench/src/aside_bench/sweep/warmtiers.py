@@ -63,10 +63,11 @@ def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
 
 
 def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True) -> dict:
-    """Fill L1 (mode l1 from PostgreSQL, hybrid through Redis, which is flushed
-    first with every worker's L1 unless told not to) until a pass's L1 hit share reaches the target.
+    """Fill L1 (mode l1 from PostgreSQL, hybrid and tracking through Redis, which is
+    flushed first with every worker's L1 unless told not to) until a pass's L1 hit share
+    reaches the target.
     The returned dict's hit_share_after is that share of the last pass."""
-    if flush and mode == "hybrid":
+    if flush and mode in ("hybrid", "tracking"):
         # Redis and every worker's L1 together: with L1 left full, the passes
         # would hit L1 and never put a value back in Redis, and the step would
         # find Redis empty once those L1 entries expired (a wave of scans).

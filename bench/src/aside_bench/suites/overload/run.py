@@ -45,7 +45,7 @@ from aside_bench.suites.overload.report import one_line, write_report
 from aside_bench.suites.samples import Check
 from aside_bench.sweep.warmtiers import warm_l1
 
-ARMS = ("cache", "hybrid", "l1", "nocache")
+ARMS = ("cache", "hybrid", "tracking", "l1", "nocache")
 DEFAULT_ARMS = ("cache", "hybrid")
 BASELINE_FACTOR = 0.6
 OVERLOAD_FACTORS = (1.25, 1.5, 2.0)

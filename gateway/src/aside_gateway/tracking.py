@@ -1,0 +1,194 @@
+"""The tracking tier's invalidations: Redis's own server-assisted client-side
+caching (CLIENT TRACKING) feeds a second L1 of the worker, the one the
+`tracking` strategy reads (tiers.py).
+
+One connection per worker, on its event loop, speaking RESP2, does all of it:
+`CLIENT ID`, then `CLIENT TRACKING on REDIRECT <its own id> BCAST PREFIX ...`
+(cache.json `tiers.tracking_prefixes`), then `SUBSCRIBE __redis__:invalidate`.
+In BCAST mode Redis keeps no table of what was read: every change to a key of
+those prefixes, by any client (the core's DEL, an operator's DEL, FLUSHALL,
+an expiry, an eviction under maxmemory), is sent to the connection as a
+message naming the keys, or naming none for a flush of everything. Redirecting
+to itself puts tracking and subscription on one connection, so they are lost
+together: there is no state in which the subscription lives on while Redis
+has forgotten the tracking. (Why this and not a client's own cache:
+docs/decisions/045-the-tracking-tier-redis-invalidations-on-resp2.md.)
+
+The loss rules are the channel's (invalidations.py): any failure flushes the
+tracked L1 and marks it unusable; a new connection serves again only once
+Redis has confirmed the new subscription, and that confirmation empties the
+L1, since Redis dropped the tracking state with the old connection. redis-py's
+PubSub reconnects and resubscribes on its own after some errors, without the
+CLIENT TRACKING: a second confirmation on one connection is treated as a loss.
+
+Lease keys share the prefixes and are reported too; no L1 holds one, so they
+are skipped. A key Redis does not hold is never reported (a DEL of a missing
+key changes nothing), which is why only a value Redis held enters this L1
+(cache.CacheRead.in_redis).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from aside_gateway import cache_keys, metrics, redis_clients
+from aside_gateway.config import Settings
+from aside_gateway.invalidations import (
+    BACKOFF_MIN_S,
+    POLL_S,
+    Liveness,
+    SubscriptionLost,
+    next_backoff,
+)
+from aside_gateway.l1 import L1Cache
+from aside_gateway.redis_errors import REDIS_ERRORS
+
+log = logging.getLogger("aside_gateway")
+
+
+def tracking_command(client_id: int, prefixes: tuple[str, ...]) -> list[str | int]:
+    """CLIENT TRACKING in broadcast mode, redirected to `client_id`."""
+    command: list[str | int] = ["CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST"]
+    for prefix in prefixes:
+        command += ["PREFIX", prefix]
+    return command
+
+
+def invalidated_keys(data: Any) -> list[str] | None:
+    """The value keys one invalidation names: None for a flush of everything
+    (Redis sends a null), without lease keys (no L1 holds one). ValueError if
+    it is neither."""
+    if data is None:
+        return None
+    if not isinstance(data, list) or not all(isinstance(k, bytes) for k in data):
+        raise ValueError("an invalidation is a list of key names or null")
+    keys = (k.decode("utf-8", "surrogateescape") for k in data)
+    return [k for k in keys if not k.endswith(cache_keys.LEASE_SUFFIX)]
+
+
+class TrackingFollower:
+    """What the tracking connection's events do to the tracked L1."""
+
+    def __init__(self, l1: L1Cache):
+        self._l1 = l1
+        self.confirmed = False
+
+    def lost(self) -> None:
+        self._l1.flush(usable=False)
+        self.confirmed = False
+        metrics.L1_TRACKING.set(0)
+
+    def handle(self, message: dict[str, Any]) -> bool:
+        """Apply one PubSub reply; returns whether it confirmed the subscription."""
+        if message["type"] == "subscribe":
+            if self.confirmed:
+                # redis-py resubscribed on a new connection: Redis tracks nothing for it.
+                raise SubscriptionLost("resubscribed without CLIENT TRACKING")
+            self.confirmed = True
+            self._l1.flush(usable=True)  # nothing seen while away can be trusted
+            metrics.L1_TRACKING.set(1)
+            metrics.L1_TRACKING_SESSIONS.inc()
+            return True
+        if message["type"] == "message":
+            self.apply(message["data"])
+        return False
+
+    def apply(self, data: Any) -> None:
+        try:
+            keys = invalidated_keys(data)
+        except ValueError:
+            log.warning("unreadable tracking invalidation; flushing the tracked L1")
+            self._l1.flush(usable=True)
+            return
+        if keys is None:
+            self._l1.flush(usable=True)
+        elif keys:
+            self._l1.evict(keys)
+        metrics.L1_TRACKING_INVALIDATIONS.inc()
+
+
+class TrackingSubscriber:
+    """The tracking connection as a task on the worker's event loop: start()
+    and stop() from that loop (the ASGI lifespan)."""
+
+    def __init__(self, settings: Settings, l1: L1Cache):
+        self._settings = settings
+        self._follower = TrackingFollower(l1)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="aside-l1-tracking")
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    def _client(self) -> redis_clients.AsyncClient:
+        # RESP2: invalidations then arrive as messages on the subscribed
+        # connection; on RESP3 they would be push replies redis-py's PubSub drops.
+        return redis_clients.async_client(
+            self._settings,
+            connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
+            socket_timeout=max(self._settings.redis_timeout_ms / 1000, 1.0),
+            max_connections=2,
+            protocol=2,
+        )
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_MIN_S
+        while True:
+            subscribed = False
+            try:
+                subscribed = await self._listen()
+            except REDIS_ERRORS as exc:
+                log.warning("tracking connection lost: %s", exc)
+            finally:
+                # Also when cancelled: a stopped tracker leaves no L1 to trust.
+                self._follower.lost()
+            backoff = next_backoff(backoff, subscribed)
+            await asyncio.sleep(backoff)
+
+    async def _listen(self) -> bool:
+        """Track, subscribe and apply invalidations until cancelled; raises on a
+        failed connection. Returns whether the subscription was ever confirmed."""
+        client = self._client()
+        pubsub = client.pubsub()
+        subscribed = False
+        try:
+            await pubsub.connect()
+            if self._settings.cache_l1_tracking:
+                await self._track(pubsub.connection)
+            await pubsub.subscribe(cache_keys.TRACKING_CHANNEL)
+            alive = Liveness(time.monotonic())
+            while True:
+                message = await pubsub.get_message(timeout=POLL_S)
+                now = time.monotonic()
+                if message is not None:
+                    alive.replied(now)
+                    subscribed = self._follower.handle(message) or subscribed
+                alive.check(now)
+                if subscribed and alive.ping_due(now):
+                    await pubsub.ping()
+        finally:
+            await pubsub.aclose()
+            await client.aclose()
+        return subscribed
+
+    @staticmethod
+    async def _track(connection: Any) -> None:
+        """CLIENT TRACKING on this very connection, redirected to itself, before
+        it enters subscribed mode (where RESP2 allows no other command)."""
+        await connection.send_command("CLIENT", "ID")
+        client_id = await connection.read_response()
+        await connection.send_command(*tracking_command(client_id, cache_keys.TRACKING_PREFIXES))
+        reply = await connection.read_response()
+        if reply not in (b"OK", "OK"):
+            raise SubscriptionLost(f"CLIENT TRACKING answered {reply!r}")
