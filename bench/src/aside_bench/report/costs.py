@@ -9,8 +9,11 @@ from typing import Any
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_spend
-from aside_bench.report.tables import MISSING, Table, series_order
+from aside_bench.report.tables import Table, series_order
 from aside_bench.stack.config import Settings
+
+# An uncached arm's Redis cell: it reads no cache, so no Redis is costed.
+NO_REDIS = "no Redis"
 
 
 def run_prices(params: dict[str, Any]) -> Prices:
@@ -38,7 +41,7 @@ def cost_table(results: list[StepResult], prices: Prices) -> Table | None:
                     f"{result.step.rate:,}",
                     f"{spend.gateway_cpu_ms:.2f}",
                     f"{spend.postgres_cpu_ms:.2f}",
-                    f"{spend.redis_cpu_ms:.2f}" if result.redis is not None else MISSING,
+                    f"{spend.redis_cpu_ms:.2f}" if result.redis is not None else NO_REDIS,
                     f"{spend.memory_mib:.0f}",
                     f"{spend.cpu_per_million(prices):.3f}",
                     f"{spend.memory_per_million(prices):.3f}",
