@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from aside_gateway import cache_keys, metrics, redis_clients
 from aside_gateway.config import Settings
@@ -129,8 +129,17 @@ class Liveness:
         return True
 
 
+class MessageFollower(Protocol):
+    """What a subscription's events do to an L1: the channel's Follower, or
+    tracking.TrackingFollower."""
+
+    def lost(self) -> None: ...
+
+    def handle(self, message: dict[str, Any]) -> bool: ...
+
+
 def _after_poll(
-    follower: Follower, alive: Liveness, message: dict[str, Any] | None, subscribed: bool
+    follower: MessageFollower, alive: Liveness, message: dict[str, Any] | None, subscribed: bool
 ) -> tuple[bool, bool]:
     """What one poll of the subscription leaves, in either worker's loop:
     whether the subscription is confirmed, and whether a ping is due."""
@@ -208,17 +217,24 @@ class InvalidationSubscriber:
 class LoopInvalidationSubscriber:
     """The subscription as a task on the worker's event loop: start() and stop()
     from that loop (the ASGI lifespan). The L1 is shared with the Flask threads
-    under its own lock, held only for dictionary work, so the loop never waits long."""
+    under its own lock, held only for dictionary work, so the loop never waits long.
+    tracking.TrackingSubscriber is the same loop on Redis's own invalidations."""
+
+    channel = cache_keys.INVALIDATION_CHANNEL
+    task_name = "aside-l1-invalidations"
+    what = "invalidation subscription"
+    protocol: int | None = None  # the client's RESP version; None: the factory's
 
     def __init__(self, settings: Settings, l1: L1Cache):
         self._settings = settings
-        self._follower = Follower(l1)
+        self._follower = self._new_follower(l1)
         self._task: asyncio.Task[None] | None = None
 
+    def _new_follower(self, l1: L1Cache) -> MessageFollower:
+        return Follower(l1)
+
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(), name="aside-l1-invalidations"
-        )
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.task_name)
 
     async def stop(self) -> None:
         if self._task is None:
@@ -231,11 +247,13 @@ class LoopInvalidationSubscriber:
     def _client(self) -> redis_clients.AsyncClient:
         # No retries and no health checks (the factory's): our own PINGs,
         # with a verdict when unanswered, as on the thread.
+        extra = {} if self.protocol is None else {"protocol": self.protocol}
         return redis_clients.async_client(
             self._settings,
             connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
             socket_timeout=max(self._settings.redis_timeout_ms / 1000, 1.0),
             max_connections=2,
+            **extra,
         )
 
     async def _run(self) -> None:
@@ -245,12 +263,15 @@ class LoopInvalidationSubscriber:
             try:
                 subscribed = await self._listen()
             except REDIS_ERRORS as exc:
-                log.warning("invalidation subscription lost: %s", exc)
+                log.warning("%s lost: %s", self.what, exc)
             finally:
                 # Also when cancelled: a stopped subscriber leaves no L1 to trust.
                 self._follower.lost()
             backoff = next_backoff(backoff, subscribed)
             await asyncio.sleep(backoff)
+
+    async def _before_subscribe(self, pubsub: Any) -> None:
+        """What the connection does before it enters subscribed mode: nothing here."""
 
     async def _listen(self) -> bool:
         """Subscribe and apply messages until cancelled; raises on a failed connection.
@@ -259,7 +280,8 @@ class LoopInvalidationSubscriber:
         pubsub = client.pubsub()
         subscribed = False
         try:
-            await pubsub.subscribe(cache_keys.INVALIDATION_CHANNEL)
+            await self._before_subscribe(pubsub)
+            await pubsub.subscribe(self.channel)
             alive = Liveness(time.monotonic())
             while True:
                 message = await pubsub.get_message(timeout=POLL_S)

@@ -29,23 +29,12 @@ key changes nothing), which is why only a value Redis held enters this L1
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
 from typing import Any
 
-from aside_gateway import cache_keys, metrics, redis_clients
-from aside_gateway.config import Settings
-from aside_gateway.invalidations import (
-    BACKOFF_MIN_S,
-    POLL_S,
-    Liveness,
-    SubscriptionLost,
-    next_backoff,
-)
+from aside_gateway import cache_keys, metrics
+from aside_gateway.invalidations import LoopInvalidationSubscriber, SubscriptionLost
 from aside_gateway.l1 import L1Cache
-from aside_gateway.redis_errors import REDIS_ERRORS
 
 log = logging.getLogger("aside_gateway")
 
@@ -111,76 +100,25 @@ class TrackingFollower:
         metrics.L1_TRACKING_INVALIDATIONS.inc()
 
 
-class TrackingSubscriber:
-    """The tracking connection as a task on the worker's event loop: start()
-    and stop() from that loop (the ASGI lifespan)."""
+class TrackingSubscriber(LoopInvalidationSubscriber):
+    """The tracking connection as a task on the worker's event loop: the
+    channel's loop (start, stop, reconnect with backoff, liveness pings), on
+    Redis's own invalidation channel, tracking switched on before it subscribes."""
 
-    def __init__(self, settings: Settings, l1: L1Cache):
-        self._settings = settings
-        self._follower = TrackingFollower(l1)
-        self._task: asyncio.Task[None] | None = None
+    channel = cache_keys.TRACKING_CHANNEL
+    task_name = "aside-l1-tracking"
+    what = "tracking connection"
+    # RESP2: invalidations then arrive as messages on the subscribed
+    # connection; on RESP3 they would be push replies redis-py's PubSub drops.
+    protocol = 2
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="aside-l1-tracking")
+    def _new_follower(self, l1: L1Cache) -> TrackingFollower:
+        return TrackingFollower(l1)
 
-    async def stop(self) -> None:
-        if self._task is None:
-            return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
-
-    def _client(self) -> redis_clients.AsyncClient:
-        # RESP2: invalidations then arrive as messages on the subscribed
-        # connection; on RESP3 they would be push replies redis-py's PubSub drops.
-        return redis_clients.async_client(
-            self._settings,
-            connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
-            socket_timeout=max(self._settings.redis_timeout_ms / 1000, 1.0),
-            max_connections=2,
-            protocol=2,
-        )
-
-    async def _run(self) -> None:
-        backoff = BACKOFF_MIN_S
-        while True:
-            subscribed = False
-            try:
-                subscribed = await self._listen()
-            except REDIS_ERRORS as exc:
-                log.warning("tracking connection lost: %s", exc)
-            finally:
-                # Also when cancelled: a stopped tracker leaves no L1 to trust.
-                self._follower.lost()
-            backoff = next_backoff(backoff, subscribed)
-            await asyncio.sleep(backoff)
-
-    async def _listen(self) -> bool:
-        """Track, subscribe and apply invalidations until cancelled; raises on a
-        failed connection. Returns whether the subscription was ever confirmed."""
-        client = self._client()
-        pubsub = client.pubsub()
-        subscribed = False
-        try:
-            await pubsub.connect()
-            if self._settings.cache_l1_tracking:
-                await self._track(pubsub.connection)
-            await pubsub.subscribe(cache_keys.TRACKING_CHANNEL)
-            alive = Liveness(time.monotonic())
-            while True:
-                message = await pubsub.get_message(timeout=POLL_S)
-                now = time.monotonic()
-                if message is not None:
-                    alive.replied(now)
-                    subscribed = self._follower.handle(message) or subscribed
-                alive.check(now)
-                if subscribed and alive.ping_due(now):
-                    await pubsub.ping()
-        finally:
-            await pubsub.aclose()
-            await client.aclose()
-        return subscribed
+    async def _before_subscribe(self, pubsub: Any) -> None:
+        await pubsub.connect()
+        if self._settings.cache_l1_tracking:
+            await self._track(pubsub.connection)
 
     @staticmethod
     async def _track(connection: Any) -> None:
