@@ -9,6 +9,7 @@ stack's), defaulting to infra/env.sh's dev stack. The suite owns the database
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -89,11 +91,12 @@ def core_binary() -> Path:
 
 
 @pytest.fixture(scope="session")
-def start_core(
+def launch_core(
     core_binary: Path, database_url: str, redis_url: str, tmp_path_factory
 ) -> Iterator[Callable[..., Proc]]:
     """Start an aside-core on a free port against the suite's DB and Redis DB;
-    keyword arguments override its environment."""
+    keyword arguments override its environment. Stopped at the session's end:
+    for the session's own cores; a module starts its own with `start_core`."""
     started: list[Proc] = []
 
     def start(**overrides: str) -> Proc:
@@ -116,9 +119,16 @@ def start_core(
     stop_all(started, signal.SIGTERM)
 
 
+@pytest.fixture(scope="module")
+def start_core(launch_core: Callable[..., Proc]) -> Iterator[Callable[..., Proc]]:
+    """`launch_core` for one module: its cores stop when the module ends."""
+    with stopped_at_end(launch_core, signal.SIGTERM) as start:
+        yield start
+
+
 @pytest.fixture(scope="session")
-def default_core(start_core: Callable[..., Proc]) -> Proc:
-    return start_core()
+def default_core(launch_core: Callable[..., Proc]) -> Proc:
+    return launch_core()
 
 
 @pytest.fixture(scope="session")
@@ -128,10 +138,12 @@ def core(default_core: Proc) -> Proc:
 
 
 @pytest.fixture(scope="session")
-def start_gateway(
+def launch_gateway(
     database_url: str, redis_url: str, default_core: Proc, tmp_path_factory
 ) -> Iterator[Callable[..., Proc]]:
-    """Start a gunicorn gateway; keyword arguments override its environment."""
+    """Start a gunicorn gateway; keyword arguments override its environment.
+    Stopped at the session's end: for the session's own gateways; a module
+    starts its own with `start_gateway`."""
     started: list[Proc] = []
 
     def start(ready_path: str = "/readyz", **overrides: str) -> Proc:
@@ -167,24 +179,49 @@ def start_gateway(
     stop_all(started)
 
 
+@contextlib.contextmanager
+def stopped_at_end(
+    launch: Callable[..., Proc], sig: int = signal.SIGINT
+) -> Iterator[Callable[..., Proc]]:
+    """`launch`, remembering what it started, which is stopped on leaving. An
+    idle gateway worker still runs its timers (a few % of a core): dozens left
+    running until the session's end would slow every later suite."""
+    started: list[Proc] = []
+
+    def start(*args: Any, **overrides: str) -> Proc:
+        proc = launch(*args, **overrides)
+        started.append(proc)
+        return proc
+
+    yield start
+    stop_all(started, sig)
+
+
+@pytest.fixture(scope="module")
+def start_gateway(launch_gateway: Callable[..., Proc]) -> Iterator[Callable[..., Proc]]:
+    """`launch_gateway` for one module: its gateways stop when the module ends."""
+    with stopped_at_end(launch_gateway) as start:
+        yield start
+
+
 @pytest.fixture(scope="session")
-def gateway(start_gateway: Callable[..., Proc]) -> Proc:
+def gateway(launch_gateway: Callable[..., Proc]) -> Proc:
     """The main gateway: lab profile, test hooks on, lease coherence, two workers."""
-    return start_gateway()
+    return launch_gateway()
 
 
 @pytest.fixture(scope="session")
-def naive_gateway(start_gateway: Callable[..., Proc]) -> Proc:
+def naive_gateway(launch_gateway: Callable[..., Proc]) -> Proc:
     """Lab-only naive coherence (plain SET on fill), to show the race test can fail."""
-    return start_gateway(ASIDE_CACHE_COHERENCE="naive", GATEWAY_WORKERS="1")
+    return launch_gateway(ASIDE_CACHE_COHERENCE="naive", GATEWAY_WORKERS="1")
 
 
 @pytest.fixture(scope="session")
-def production_core(start_core: Callable[..., Proc]) -> Proc:
+def production_core(launch_core: Callable[..., Proc]) -> Proc:
     """A production core of its own behind the production gateway, so tests can tell
     what reached it: writes need CORE_TOKEN, /metrics is on its own port."""
     metrics_port = free_port()
-    proc = start_core(
+    proc = launch_core(
         ASIDE_PROFILE="production",
         CORE_TOKEN=CORE_TOKEN,
         CORE_METRICS_ADDR=f"127.0.0.1:{metrics_port}",
@@ -194,10 +231,10 @@ def production_core(start_core: Callable[..., Proc]) -> Proc:
 
 
 @pytest.fixture(scope="session")
-def production_gateway(start_gateway: Callable[..., Proc], production_core: Proc) -> Proc:
+def production_gateway(launch_gateway: Callable[..., Proc], production_core: Proc) -> Proc:
     """ASIDE_PROFILE=production: write token, metrics on METRICS_BIND only, no lab switches."""
     metrics_port = free_port()
-    proc = start_gateway(
+    proc = launch_gateway(
         ASIDE_PROFILE="production",
         ASIDE_TEST_HOOKS="0",
         GATEWAY_WORKERS="2",

@@ -144,7 +144,8 @@ ADMISSION_IN_FLIGHT = Gauge(
 )
 LOOP_LAG = Gauge(
     "aside_gateway_loop_lag_seconds",
-    "How late the event loop ran its last lag tick, the largest over live workers.",
+    "How late the event loop ran its lag ticks: the largest of the last quarter "
+    "second's, the largest over live workers.",
     multiprocess_mode="livemax",
 )
 FALLBACK_IN_FLIGHT = Gauge(
