@@ -12,7 +12,14 @@ from aside_gateway.config import ConfigError, load_settings
 from aside_gateway.errors import ApiError
 from aside_gateway.fallback import FallbackSlots
 from aside_gateway.lateness import LoopLag, is_timeout, is_verdict_on_redis
-from aside_gateway.loop_admission import LATE_TICKS, AimdLimit, CodelDeadline, LoopAdmission
+from aside_gateway.loop_admission import (
+    LATE_TICKS,
+    SHED_BODY,
+    AimdLimit,
+    CodelDeadline,
+    LoopAdmission,
+    shed_response,
+)
 from aside_gateway.routes import ARRIVED_KEY
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
@@ -160,6 +167,23 @@ def test_codel_refuses_a_request_that_waited_for_a_standing_queue():
 
 
 # ---- the loop's lateness ----------------------------------------------------------
+
+
+def test_the_protocols_shed_answer_is_one_whole_503():
+    date = [(b"date", b"Wed, 25 Nov 2026 10:00:00 GMT")]
+    head, _, body = shed_response(date, keep_alive=True).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 503 Service Unavailable"
+    headers = dict(line.split(b": ", 1) for line in lines[1:])
+    assert headers == {
+        b"date": date[0][1],
+        b"content-type": b"application/json",
+        b"content-length": b"%d" % len(SHED_BODY),
+        b"retry-after": b"1",
+    }
+    assert body == SHED_BODY
+    closing = shed_response(date, keep_alive=False).partition(b"\r\n\r\n")[0]
+    assert closing.endswith(b"\r\nconnection: close")
 
 
 def test_a_tick_on_time_is_no_lateness():

@@ -10,10 +10,14 @@ served (the control test)."""
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import BinaryIO
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -24,6 +28,7 @@ from gateway_helpers import (
     scrape,
     start_held,
     unique_email,
+    unique_username,
     wait_until,
 )
 
@@ -186,6 +191,62 @@ def test_a_burst_of_hits_gets_200s_or_fast_503s_and_the_breaker_stays_closed(
         f"{time.monotonic() - ended:.3f} s after the burst"
     )
     breaker_closed(scrape(small_door.url), before)
+
+
+def read_response(stream: BinaryIO) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length from a connection's stream."""
+    status = int(stream.readline().split()[1])
+    headers = {}
+    while (line := stream.readline().rstrip(b"\r\n")) != b"":
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, stream.read(int(headers["content-length"]))
+
+
+def test_a_refused_request_keeps_its_connection_and_writes_nothing(small_door, rdb, insert_user):
+    """The door answers in the HTTP protocol, before any app: a refused write
+    with a body and a read pipelined behind it get their 503s on one
+    connection, the body is discarded (nothing is created), and the same
+    connection is served once the worker has room again."""
+    hot, created = unique_email("keep"), unique_email("keep-new")
+    insert_user(hot)
+    warm(small_door.url, hot)
+    before = scrape(small_door.url)
+    address = urlsplit(small_door.url)
+    body = json.dumps({"email": created, "username": unique_username("keep")}).encode()
+    write = (
+        b"POST /api/v1/users HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    read = b"GET " + COUNT.encode() + b"?email=" + hot.encode() + b" HTTP/1.1\r\nHost: gw\r\n\r\n"
+    with socket.create_connection((address.hostname, address.port), timeout=10) as conn:
+        stream = conn.makefile("rb")
+        cold, hold = unique_email("keep-cold"), "keep-fill"
+        held = start_held(small_door.url, cold, hold, rdb)
+        followers = [Read(small_door.url, cold) for _ in range(LIMIT)]
+        try:
+            wait_until(lambda: followers_waiting(small_door.url) == LIMIT, 5, "a full loop")
+            started = time.monotonic()
+            conn.sendall(write + read)
+            refused = [read_response(stream) for _ in range(2)]
+            seconds = time.monotonic() - started
+        finally:
+            release(rdb, hold)
+            for pending in [held, *followers]:
+                assert pending.result().status_code == 200
+        for status, headers, answer in refused:
+            assert (status, headers["retry-after"]) == (503, "1"), (status, headers)
+            assert json.loads(answer)["error"]["code"] == "unavailable"
+            assert headers.get("connection") != "close"
+        assert seconds < FAST_S
+        shed = sample(scrape(small_door.url), "aside_gateway_shed_total", reason="admission_limit")
+        assert shed - sample(before, "aside_gateway_shed_total", reason="admission_limit") == 2
+        wait_until(lambda: recovered(small_door.url, hot), RECOVERY_S, "hits at a normal pace")
+        conn.sendall(read)
+        status, headers, answer = read_response(stream)
+        assert (status, headers.get("x-cache")) == (200, "HIT"), (status, answer)
+    session = requests.Session()
+    assert ask(session, small_door.url, created).body["count"] == 0
 
 
 def test_without_the_bound_the_excess_waits_or_is_served(start_gateway, rdb, insert_user):

@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl
 
 import werkzeug.urls  # noqa: F401 - registers the "werkzeug.url_quote" codec error handler
 
-from aside_gateway import cache_keys, metrics, redis_clients
+from aside_gateway import cache_keys, loop_admission, metrics, redis_clients
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.cache import FOLLOW_TIMEOUT_S, HIT
 from aside_gateway.coalesce import LoopFlights
@@ -43,7 +43,7 @@ from aside_gateway.config import Settings
 from aside_gateway.invalidations import LoopInvalidationSubscriber
 from aside_gateway.l1 import L1Cache
 from aside_gateway.lateness import LoopLag, is_timeout
-from aside_gateway.loop_admission import LoopAdmission, refuse
+from aside_gateway.loop_admission import COUNTED_KEY, LoopAdmission, refuse
 from aside_gateway.loop_writes import LoopWrites
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import (
@@ -287,6 +287,7 @@ class AsyncHotPath:
             self.l1s[cache_keys.STRATEGY_TRACKING] = tracked
         self.tracker = tracker
         self.admission = admission or LoopAdmission.from_settings(settings)
+        self.admission.on_refused = self._count_refusal
         self.loop_lag = loop_lag
         self.subscriber = subscriber
         self.writes = writes
@@ -304,9 +305,12 @@ class AsyncHotPath:
             return await self.fallback(scope, receive, send)
         started = time.perf_counter()
         scope[START_KEY] = started
-        refused = self.admission.enter(scope)
-        if refused is not None:
-            return await self._refuse(refused, scope, send, started)
+        # Served by the gateway's HTTP protocol, the request passed the door there.
+        if not scope.get(COUNTED_KEY):
+            refused = self.admission.enter(scope)
+            if refused is not None:
+                self.admission.on_refused(scope, refused)
+                return await refuse(send)
         try:
             await self._serve(scope, receive, send, started)
         finally:
@@ -318,16 +322,17 @@ class AsyncHotPath:
         self.admission.leave(scope)
         await self.fallback(scope, receive, send)
 
-    async def _refuse(self, reason: str, scope: Scope, send: Send, started: float) -> None:
+    def _count_refusal(self, scope: Scope, reason: str) -> None:
+        """The door's refusal in the metrics: its reason, and a 503 of the
+        route the request asked for (a read's) or `shed`."""
         metrics.shed(reason)
-        await refuse(send)
         found = (
             remembered_lookup(scope["path"], scope["query_string"], self.default_strategy, self.lab)
             if scope["method"] == "GET"
             else None
         )
         route = found.route if found is not None else SHED_ROUTE
-        metrics.observe_request(route, scope["method"], 503, time.perf_counter() - started)
+        metrics.observe_request(route, scope["method"], 503, 0.0)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
         if scope["method"] != "GET":
@@ -355,12 +360,14 @@ class AsyncHotPath:
             if event["type"] == "lifespan.startup":
                 if self.loop_lag is not None:
                     self.loop_lag.start(asyncio.get_running_loop())
+                loop_admission.install(self.admission)
                 if self.subscriber is not None:
                     self.subscriber.start()
                 if self.tracker is not None:
                     self.tracker.start()
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
+                loop_admission.install(None)
                 if self.loop_lag is not None:
                     self.loop_lag.stop()
                 if self.subscriber is not None:

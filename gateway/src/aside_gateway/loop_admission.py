@@ -8,7 +8,12 @@ passes `LoopAdmission.enter` first and counts in flight until it is answered
 on the loop or handed to Flask (whose queue admission.py bounds). Past the
 limit a request but the health and metrics routes gets `503 unavailable`
 with `Retry-After: 1` and the error shape of contracts/errors.json, written
-on the loop without touching Redis, PostgreSQL or Flask. GATEWAY_ADMISSION picks the rule:
+on the loop without touching Redis, PostgreSQL or Flask. The door stands in
+the HTTP protocol (worker.py), where a request's head is parsed: a refused
+request gets bytes written at once, without an ASGI task, the cheapest answer
+a late loop can give, so shedding costs the loop little of what it lacks. An
+app served without that protocol (the unit tests') passes the same door in
+hot_path.py. GATEWAY_ADMISSION picks the rule:
 
 * `aimd` (the default): a concurrency limit on the requests a worker has in
   flight, adapted every tick of the loop's lag monitor (lateness.LoopLag). A
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from aside_gateway import metrics
 from aside_gateway.config import Settings
@@ -44,6 +49,8 @@ BACKOFF = 0.9
 # late tick is as likely a spike (a cold fill's scan beside it) as overload.
 LATE_TICKS = 2
 CODEL_INTERVAL_S = 0.1
+# The loop's lag is published as its largest over this many ticks (a quarter second).
+PUBLISH_TICKS = 10
 # Marks a request the door counted in flight, until it leaves.
 COUNTED_KEY = "aside.admitted"
 # Ops routes are never shed: an overloaded worker must still say so.
@@ -54,6 +61,8 @@ SHED_HEADERS = [
     (b"content-length", b"%d" % len(SHED_BODY)),
     (b"retry-after", b"1"),
 ]
+SHED_STATUS_LINE = b"HTTP/1.1 503 Service Unavailable\r\n"
+SHED_TAIL = b"".join(name + b": " + value + b"\r\n" for name, value in SHED_HEADERS)
 
 
 class AimdLimit:
@@ -119,6 +128,11 @@ class LoopAdmission:
         self._peak = 0
         self._late_ticks = 0
         self._clock = clock
+        self._published = (self.cap, 0)
+        self._lag_max = 0.0
+        self._ticks = 0
+        # Told of every refusal, wherever the door stands (hot_path.py sets it).
+        self.on_refused: Callable[[Scope, str], None] = _count_refusal
         metrics.ADMISSION_LIMIT.set(self.cap)
 
     @classmethod
@@ -136,9 +150,22 @@ class LoopAdmission:
         if self.mode == "aimd":
             self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
         self._peak = self.in_flight
-        metrics.ADMISSION_LIMIT.set(self.cap)
-        metrics.ADMISSION_IN_FLIGHT.set(self.in_flight)
-        metrics.LOOP_LAG.set(lag_s)
+        self._publish(lag_s)
+
+    def _publish(self, lag_s: float) -> None:
+        # A gauge set is a write to the worker's metrics file: an idle worker
+        # (40 ticks a second) writes only what changed, and the lag's largest
+        # value every PUBLISH_TICKS.
+        if self.cap != self._published[0]:
+            metrics.ADMISSION_LIMIT.set(self.cap)
+        if self.in_flight != self._published[1]:
+            metrics.ADMISSION_IN_FLIGHT.set(self.in_flight)
+        self._published = (self.cap, self.in_flight)
+        self._lag_max = max(self._lag_max, lag_s)
+        self._ticks += 1
+        if self._ticks >= PUBLISH_TICKS:
+            metrics.LOOP_LAG.set(self._lag_max)
+            self._ticks, self._lag_max = 0, 0.0
 
     def enter(self, scope: Scope) -> str | None:
         """Count the request in (None), or say why it is refused: a shed reason.
@@ -167,6 +194,38 @@ class LoopAdmission:
             if arrived is not None and not self.deadline.admit(now - arrived, now):
                 return "queue_delay"
         return None
+
+
+def _count_refusal(scope: Scope, reason: str) -> None:
+    metrics.shed(reason)
+
+
+# The door of this process's event loop, once its app has started: one app
+# and one loop per gateway worker. The HTTP protocol (worker.py) asks here.
+_installed: LoopAdmission | None = None
+
+
+def install(door: LoopAdmission | None) -> None:
+    """Make `door` the one the HTTP protocol applies (None: none)."""
+    global _installed
+    _installed = door
+
+
+def installed() -> LoopAdmission | None:
+    return _installed
+
+
+def shed_response(default_headers: Iterable[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
+    """A refused request's whole answer as bytes, for a protocol to write:
+    the server's default headers (its Date), the shed headers and body."""
+    head = [SHED_STATUS_LINE]
+    head.extend(name + b": " + value + b"\r\n" for name, value in default_headers)
+    head.append(SHED_TAIL)
+    if not keep_alive:
+        head.append(b"connection: close\r\n")
+    head.append(b"\r\n")
+    head.append(SHED_BODY)
+    return b"".join(head)
 
 
 async def refuse(send: Send) -> None:

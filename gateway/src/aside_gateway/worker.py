@@ -9,6 +9,10 @@ connection or the request's first byte) and for the body (from the end of
 the head), and a bound on open connections per worker, beyond which a new
 connection gets a 503 and is closed. uvicorn's keep-alive timeout covers the
 idle time between requests.
+
+It is also where the event loop's door stands (loop_admission.py): a request
+the door refuses is answered 503 from here, as soon as its head is parsed,
+without the ASGI task, scope walk and response events an app's answer costs.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import os
 import time
 from typing import Any, ClassVar
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn_worker import UvicornWorker
 
 from aside_gateway.config import Settings, load_settings
@@ -30,6 +34,15 @@ from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
 MAX_URL_BYTES = 8190
 MAX_HEADER_COUNT = 100
 MAX_HEAD_BYTES = 64 * 1024
+
+
+def _door_module() -> Any:
+    """loop_admission, imported on a worker's first request, not when gunicorn's
+    master loads this class: it counts in metrics, which need the worker's
+    metrics directory (gunicorn.conf.py makes it)."""
+    from aside_gateway import loop_admission
+
+    return loop_admission
 
 
 class RequestHeadTooLarge(Exception):
@@ -53,6 +66,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._awaiting_body = False
         self._head_deadline: asyncio.TimerHandle | None = None
         self._body_deadline: asyncio.TimerHandle | None = None
+        self.doors = _door_module()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -158,6 +172,27 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.scope[ARRIVED_KEY] = time.monotonic()  # type: ignore[literal-required]
         self.scope[CLIENT_GONE_KEY] = self.transport.is_closing  # type: ignore[literal-required]
         super().on_headers_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # uvicorn's own 503 app (limit_concurrency) and apps without a door pass.
+        door = self.doors.installed()
+        if door is not None and app is self.app:
+            refused = door.enter(cycle.scope)
+            if refused is not None:
+                door.on_refused(cycle.scope, refused)
+                return self._shed(cycle)
+        super()._start_asgi_task(cycle, app)
+
+    def _shed(self, cycle: RequestResponseCycle) -> None:
+        """Answer the door's 503 now; a body still on its way is discarded by
+        the parser callbacks, which see the response complete."""
+        cycle.response_complete = True
+        self.transport.write(
+            self.doors.shed_response(self.server_state.default_headers, cycle.keep_alive)
+        )
+        if not cycle.keep_alive:
+            self.transport.close()
+        self.on_response_complete()
 
     def on_message_complete(self) -> None:
         self._awaiting_body = False
