@@ -53,10 +53,12 @@ def test_the_cache_arm_runs_once_per_memory_bound_smallest_first() -> None:
 def test_l1_entries_and_ttls_bound_their_arms_and_restart_the_gateway_with_them() -> None:
     arms = bounded_arms(["nocache", "l1", "hybrid"], "entries", ["10000keys", "1000keys"])
     assert arms == ["nocache", "l1@1000keys", "l1@10000keys", "hybrid@1000keys", "hybrid@10000keys"]
-    assert gateway_env("hybrid@1000keys") == {"CACHE_L1_MAX_ENTRIES": "1000"}
+    untracked = {"CACHE_L1_TRACKING": "off"}
+    assert gateway_env("hybrid@1000keys") == {"CACHE_L1_MAX_ENTRIES": "1000", **untracked}
+    assert gateway_env("tracking@1000keys") == {"CACHE_L1_MAX_ENTRIES": "1000"}
     assert bounded_arms(["cache"], "ttl", ["ttl5s"]) == ["cache@ttl5s"]
-    assert gateway_env("cache@ttl5s") == {"CACHE_TTL_SECONDS": "5"}
-    assert gateway_env("cache@4mb") == {} and arm_memory("cache@ttl5s") is None
+    assert gateway_env("cache@ttl5s") == {"CACHE_TTL_SECONDS": "5", **untracked}
+    assert gateway_env("cache@4mb") == untracked and arm_memory("cache@ttl5s") is None
     assert arm_bound("hybrid@1000keys") == Bound("entries", 1000)
     assert bounded_arms(["cache"], "ttl", ["5", "60s"]) == ["cache@ttl5s", "cache@ttl60s"]
     assert bounded_arms(["l1"], "entries", ["200"]) == ["l1@200keys"]

@@ -317,10 +317,14 @@ def test_a_mixed_step_of_a_tier_arm_runs_the_staleness_checker_beside_the_load()
     assert off["STALE_PER_MIN"] == "0"
 
 
-def test_only_the_ttl_arm_restarts_the_gateway_with_invalidation_off() -> None:
-    assert gateway_env("l1-ttl") == {"CACHE_L1_INVALIDATION": "off"}
+def test_the_ttl_arm_turns_invalidation_off_and_only_tracking_keeps_its_messages() -> None:
+    untracked = {"CACHE_L1_TRACKING": "off"}
+    assert gateway_env("l1-ttl") == {"CACHE_L1_INVALIDATION": "off", **untracked}
     assert cache_param("l1-ttl") == "l1"
-    assert all(gateway_env(arm) == {} for arm in ("nocache", "index", "cache", "l1", "hybrid"))
+    # Only the tracking arm keeps the connection Redis tells of every change.
+    arms = ("nocache", "index", "cache", "l1", "hybrid")
+    assert all(gateway_env(arm) == untracked for arm in arms)
+    assert gateway_env("tracking") == {} and gateway_env("cache", untracked=False) == {}
 
 
 def test_the_bench_flushes_l1_on_the_channel_and_with_the_message_of_the_contract() -> None:

@@ -42,6 +42,11 @@ CACHE_PARAMS = {
 # strategy with the invalidation channel switched off (a lab-only switch), so
 # only the L1 TTL bounds staleness. The bench restarts the gateway for it.
 GATEWAY_ENV = {"l1-ttl": {"CACHE_L1_INVALIDATION": "off"}}
+# Every arm but `tracking` runs with the tracking tier's connection told
+# nothing (CACHE_L1_TRACKING=off, a lab switch): in broadcast mode Redis sends
+# every change of a cached key (a fill, a lease, an eviction) to every worker's
+# connection, work a gateway of any other strategy never does.
+UNTRACKED_ENV = {"CACHE_L1_TRACKING": "off"}
 
 DEFAULT_RATES = {
     "read": (30, 50, 75, 100, 150, 300, 500, 1000),
@@ -307,9 +312,12 @@ def phases_for(arm: str, warm: str) -> list[str]:
     return ["cold", "warm"] if warm == "both" else [warm]
 
 
-def gateway_env(arm: str) -> dict[str, str]:
-    """Settings the gateway must run with for `arm` (empty: its own)."""
+def gateway_env(arm: str, untracked: bool = True) -> dict[str, str]:
+    """Settings the gateway must run with for `arm` (empty: its own);
+    `untracked`: UNTRACKED_ENV for an arm other than tracking."""
     found = dict(GATEWAY_ENV.get(base_arm(arm), {}))
+    if untracked and base_arm(arm) != "tracking":
+        found.update(UNTRACKED_ENV)
     bound = arm_bound(arm)
     if bound is not None and bound.kind == "entries":
         found["CACHE_L1_MAX_ENTRIES"] = str(bound.value)
