@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import psycopg
 import pytest
@@ -15,7 +18,13 @@ import redis
 import requests
 from aside_bench.plan.steps import gateway_env
 from aside_bench.stack import config
-from aside_bench.stack.prepare import StackError, expires_within, flush_cache
+from aside_bench.stack.prepare import (
+    StackError,
+    _read_count,
+    expires_within,
+    flush_cache,
+    gateway_session,
+)
 from aside_bench.stack.seeddata import check_seed
 from aside_bench.stack.services import ServiceControl
 from redis.cluster import RedisCluster
@@ -162,3 +171,42 @@ def test_an_arm_with_its_own_settings_restarts_the_gateway_and_they_go_back(
     while _l1_subscribed(settings) != 1.0:
         assert time.monotonic() < deadline, "the gateway's workers did not subscribe again"
         time.sleep(0.1)
+
+
+class _Door(BaseHTTPRequestHandler):
+    """Answers as the gateway's door does: 503 with Retry-After for the first
+    `refusals` requests, then a hit."""
+
+    refusals: ClassVar[int] = 0
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        _Door.seen.append(self.path)
+        refused = len(_Door.seen) <= _Door.refusals
+        self.send_response(503 if refused else 200)
+        self.send_header("Retry-After", "0")
+        self.send_header("X-Cache", "MISS" if refused else "HIT")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("refusals", "asked", "answered"), [(2, 3, "HIT"), (3, 3, None)])
+def test_a_warm_up_read_the_door_refuses_is_asked_again_twice(refusals, asked, answered) -> None:
+    _Door.refusals, _Door.seen = refusals, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Door)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with gateway_session() as session:
+            if answered is None:
+                with pytest.raises(requests.HTTPError, match="503"):
+                    _read_count(session, url, "a@b.co", "l2")
+            else:
+                assert _read_count(session, url, "a@b.co", "l2") == answered
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(_Door.seen) == asked

@@ -12,6 +12,7 @@ from urllib.parse import quote
 import psycopg
 import redis
 import requests
+from requests.adapters import HTTPAdapter, Retry
 
 from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
@@ -88,10 +89,33 @@ def expires_within(settings: Settings, seconds: float) -> bool:
     return bool(ttls_ms) and min(ttls_ms) < seconds * 1000
 
 
+# A warm-up read the gateway's door refuses (503, Retry-After: 1, while its
+# limit grows back on a busy machine) is asked again after that second, twice
+# at most; a 503 after that fails the warm-up as any other error does.
+DOOR_RETRY = Retry(
+    total=2,
+    connect=0,
+    read=0,
+    status_forcelist=(503,),
+    allowed_methods=frozenset({"GET"}),
+    respect_retry_after_header=True,
+    raise_on_status=False,
+)
+
+
+def gateway_session() -> requests.Session:
+    """A session for the bench's own reads through the gateway (warm-ups)."""
+    session = requests.Session()
+    session.mount("http://", HTTPAdapter(max_retries=DOOR_RETRY))
+    return session
+
+
+def count_url(gateway_url: str, email: str, mode: str) -> str:
+    return f"{gateway_url}/api/v1/users/count?email={quote(email, safe='')}&cache={mode}"
+
+
 def _read_count(session: requests.Session, gateway_url: str, email: str, mode: str) -> str:
-    response = session.get(
-        f"{gateway_url}/api/v1/users/count?email={quote(email, safe='')}&cache={mode}", timeout=30
-    )
+    response = session.get(count_url(gateway_url, email, mode), timeout=30)
     response.raise_for_status()
     return response.headers.get("X-Cache", "")
 
@@ -107,7 +131,7 @@ def warm_cache(
     started = time.monotonic()
 
     def fill(chunk: list[str]) -> list[str]:
-        with requests.Session() as session:
+        with gateway_session() as session:
             return [_read_count(session, settings.gateway_url, email, mode) for email in chunk]
 
     # Contiguous chunks keep the caller's order within each worker.

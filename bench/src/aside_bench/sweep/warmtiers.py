@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import quote
 
 import redis
 import requests
@@ -24,7 +23,7 @@ from aside_bench.records.tierstats import tier_hit_rates
 from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import scrape, tier_read_counts, unlabelled_value
-from aside_bench.stack.prepare import StackError, flush_cache
+from aside_bench.stack.prepare import StackError, count_url, flush_cache, gateway_session
 
 L1_TARGET_SHARE = 0.95
 L1_MAX_PASSES = 12
@@ -53,11 +52,11 @@ def announce_l1_flush(settings: Settings) -> int:
 
 
 def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
-    response = requests.get(
-        f"{gateway_url}/api/v1/users/count?email={quote(email, safe='')}&cache={mode}",
-        headers={"Connection": "close"},
-        timeout=30,
-    )
+    # A connection of its own each: the reads land on every worker's L1.
+    with gateway_session() as session:
+        response = session.get(
+            count_url(gateway_url, email, mode), headers={"Connection": "close"}, timeout=30
+        )
     response.raise_for_status()
     return response.headers.get("X-Cache-Tier", "")
 

@@ -52,10 +52,6 @@ OVERLOAD_FACTORS = (1.25, 1.5, 2.0)
 # The cache is refilled before a step unless every key outlives what follows by this.
 TTL_MARGIN_S = 10
 QUIET_DEADLINE_S = 120.0
-# A warm-up refused by the gateway's door is tried again this often, a
-# Retry-After apart.
-WARM_ATTEMPTS = 3
-RETRY_AFTER_S = 1.0
 HOT_SHARE = 0.9
 COLD_SAMPLE = 200
 
@@ -178,20 +174,13 @@ def prepare(bench: Bench, arm: str, span_s: int) -> None:
     if mode is None or mode == "off":
         return
     refill = expires_within(bench.settings, span_s + TTL_MARGIN_S)
-    for attempt in range(1, WARM_ATTEMPTS + 1):
-        try:
-            if arm in L1_ARMS:
-                # L1 entries live 30 s by default: filled again through every worker each time.
-                warm_l1(bench.settings, bench.emails(), mode, flush=refill)
-            elif refill:
-                warm_cache(bench.settings, bench.emails(), flush=True, mode=mode)
-            return
-        except StackError:
-            # The door may refuse a warm-up read (503, Retry-After: 1) while its
-            # limit grows back on a busy machine: again after that second.
-            if attempt == WARM_ATTEMPTS:
-                raise
-            time.sleep(RETRY_AFTER_S)
+    # A warm-up read the door refuses is asked again after its Retry-After
+    # (stack/prepare.py, DOOR_RETRY).
+    if arm in L1_ARMS:
+        # L1 entries live 30 s by default: filled again through every worker each time.
+        warm_l1(bench.settings, bench.emails(), mode, flush=refill)
+    elif refill:
+        warm_cache(bench.settings, bench.emails(), flush=True, mode=mode)
 
 
 def gateway_for(settings: Settings, arm: str) -> None:
