@@ -45,6 +45,7 @@ from aside_bench.stack import config, procs
 from aside_bench.stack.gateway_metrics import step_counters
 from aside_bench.sweep import warmtiers
 from aside_bench.sweep.lagfloor import figures, published_ms
+from aside_bench.sweep.runner import REDIS_READS
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -332,3 +333,9 @@ def test_the_bench_flushes_l1_on_the_channel_and_with_the_message_of_the_contrac
     assert tiers["invalidation_channel"] == warmtiers.INVALIDATION_CHANNEL
     message = json.loads(warmtiers.flush_message(1700000000.123))
     assert message == tiers["flush_message"] | {"published_ms": 1700000000123}
+
+
+def test_every_arm_reading_through_redis_has_its_redis_counters_read() -> None:
+    through_redis = {cache_param(arm) for arm in ("cache", "hybrid", "tracking")}
+    assert through_redis == set(REDIS_READS)
+    assert not {cache_param(arm) for arm in ("nocache", "index", "l1", "l1-ttl")} & through_redis

@@ -71,6 +71,8 @@ SCRAPE_WAIT_S = 15.0
 TTL_MARGIN_S = 10
 # Where a step's recorded keys go, in the step's own folder of the run's.
 KEY_TRACE_FILE = "keys.trace.gz"
+# The ?cache= values whose reads go through Redis: their steps read Redis's counters.
+REDIS_READS = ("l2", "hybrid", "tracking")
 
 
 # A step's driver run from its step and pool: the sweep's and the ceiling's
@@ -439,7 +441,7 @@ class Runner:
     def _redis_reading(self, step: Step) -> dict[str, int] | None:
         """The Redis tier's keys, memory and eviction counters, for steps that
         read through it; None (and a warning) when Redis cannot say."""
-        if cache_param(step.arm) not in ("l2", "hybrid"):
+        if cache_param(step.arm) not in REDIS_READS:
             return None
         try:
             return cachememory.reading(self.settings).as_record()
