@@ -37,9 +37,9 @@ MAX_HEAD_BYTES = 64 * 1024
 
 
 def _door_module() -> Any:
-    """loop_admission, imported on a worker's first request, not when gunicorn's
-    master loads this class: it counts in metrics, which need the worker's
-    metrics directory (gunicorn.conf.py makes it)."""
+    """loop_admission, imported by a worker's first connection, not when
+    gunicorn's master loads this class: it counts in metrics, which need the
+    worker's metrics directory (gunicorn.conf.py makes it)."""
     from aside_gateway import loop_admission
 
     return loop_admission
@@ -66,7 +66,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._awaiting_body = False
         self._head_deadline: asyncio.TimerHandle | None = None
         self._body_deadline: asyncio.TimerHandle | None = None
-        self.doors = _door_module()
+        self.doors = _door_module()  # where the worker's door is installed
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
