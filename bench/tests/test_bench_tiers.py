@@ -17,6 +17,7 @@ from aside_bench.plan.steps import (
     CACHE_PARAMS,
     CEILING_ARMS,
     COMPUTE_ARMS,
+    REDIS_READS,
     PlanError,
     Step,
     build_steps,
@@ -45,7 +46,6 @@ from aside_bench.stack import config, procs
 from aside_bench.stack.gateway_metrics import step_counters
 from aside_bench.sweep import warmtiers
 from aside_bench.sweep.lagfloor import figures, published_ms
-from aside_bench.sweep.runner import REDIS_READS
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -38,6 +38,9 @@ CACHE_PARAMS = {
     "nopool": "nopool",
     BARE_ARM: "l2",
 }
+# The ?cache= values whose reads go through Redis (the sweep reads Redis's
+# counters around their steps).
+REDIS_READS = ("l2", "hybrid", "tracking")
 # Arms that need the gateway started with other settings: `l1-ttl` is the l1
 # strategy with the invalidation channel switched off (a lab-only switch), so
 # only the L1 TTL bounds staleness. The bench restarts the gateway for it.

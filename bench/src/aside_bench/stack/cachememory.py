@@ -5,7 +5,7 @@ memory used, keys evicted and expired), read from INFO."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import redis
 from redis.cluster import RedisCluster
@@ -35,13 +35,7 @@ class RedisReading:
     clients_memory: int = 0
 
     def as_record(self) -> dict[str, int]:
-        return {
-            "keys": self.keys,
-            "used_memory": self.used_memory,
-            "evicted_keys": self.evicted_keys,
-            "expired_keys": self.expired_keys,
-            "clients_memory": self.clients_memory,
-        }
+        return asdict(self)
 
 
 def _nodes(client: redisclient.Client) -> list[redis.Redis]:

@@ -31,6 +31,7 @@ from aside_bench.plan import tracks as trackplan
 from aside_bench.plan.steps import (
     CACHE_PARAMS,
     L1_ARMS,
+    REDIS_READS,
     Step,
     arm_memory,
     base_arm,
@@ -71,8 +72,6 @@ SCRAPE_WAIT_S = 15.0
 TTL_MARGIN_S = 10
 # Where a step's recorded keys go, in the step's own folder of the run's.
 KEY_TRACE_FILE = "keys.trace.gz"
-# The ?cache= values whose reads go through Redis: their steps read Redis's counters.
-REDIS_READS = ("l2", "hybrid", "tracking")
 
 
 # A step's driver run from its step and pool: the sweep's and the ceiling's
