@@ -65,7 +65,37 @@ def test_parse_requests_reads_answers_timeouts_and_drops() -> None:
     assert not found[3].timed_out and found[0].served
 
 
+def test_parse_requests_reads_which_connection_a_request_went_over() -> None:
+    lines = [
+        json.dumps({"t": T0, "due": T0, "ms": 900.0, "status": 200, "new_conn": True}),
+        json.dumps({"t": T0 + 1, "due": T0 + 1, "ms": 2.0, "status": 200, "new_conn": False}),
+        json.dumps({"t": T0 + 2, "due": T0 + 2, "ms": 3.0, "status": 200}),
+    ]
+    assert [r.new_conn for r in fg.parse_requests(lines, "s.jsonl")] == [True, False, False]
+
+
 # ---- one step's figures ------------------------------------------------------------------
+def test_served_latency_apart_on_open_and_on_new_connections() -> None:
+    requests = [req(0.1, 2), req(0.2, 4), req(0.3, 1500, new_conn=True)]
+    requests += [req(0.4, 5, 503, new_conn=True)]
+    r = fg.request_figures(requests, T0, 2)
+    assert (r.served.count, r.served.max_ms) == (3, 1500)
+    assert (r.served_open.count, r.served_open.max_ms) == (2, 4)
+    assert (r.served_new.count, r.served_new.p50_ms) == (1, 1500)
+
+
+def test_the_machine_share_over_a_step() -> None:
+    before = fg.MachineReading(busy_ticks=1000, total_ticks=4000, gateway_ticks=500,
+                               redis_ticks=None, clk_tck=100)  # fmt: skip
+    after = fg.MachineReading(busy_ticks=1300, total_ticks=4400, gateway_ticks=650,
+                              redis_ticks=7, clk_tck=100)  # fmt: skip
+    share = fg.MachineShare.between(before, after, seconds=2.0)
+    assert share.busy == 0.75 and share.gateway_cores == 0.75 and share.redis_cores is None
+    idle = fg.MachineShare.between(before, before, seconds=0.0)
+    assert idle.busy is None and idle.gateway_cores is None
+
+
+
 def test_goodput_counts_only_2xx_within_one_second() -> None:
     requests = [req(0.1, 5), req(0.2, 999), req(0.3, 1000), req(0.4, 1001), req(0.5, 3, 503)]
     requests += [req(1.0, 10000, 0, error="timeout"), req(1.1, dropped=True)]
@@ -225,6 +255,10 @@ def test_every_step_has_its_figures(overload_run) -> None:
             assert len(r["seconds"]) == 3 and r["timeouts"] == 0
             assert s["driver_cpu_s"] > 0 and 0 < s["driver_share"] < 1
             assert s["counters"]["admission_limit"] is not None
+            assert r["served_open"]["count"] + r["served_new"]["count"] == r["served"]["count"]
+            machine = s["machine"]
+            assert 0 < machine["busy"] <= 1 and machine["gateway_cores"] > 0, machine
+            assert machine["redis_cores"] >= 0
         assert steps[-1]["recovery_s"] is None or 0 <= steps[-1]["recovery_s"] < 3
         assert steps[0]["start"] < steps[1]["start"] < steps[3]["start"] < steps[4]["start"]
         # The recovery starts as the 2x schedule ends.
@@ -241,6 +275,7 @@ def test_the_report_files(overload_run) -> None:
         "### cache: ceiling 40/s (search)",
         "### hybrid: ceiling 40/s (given)",
         "### cache: the ceiling search",
+        "### cache: the machine, and the served by connection",
         "### hybrid: the 0.6x step after the overload, second by second",
         "![goodput against the offered load, per arm](overload.png)",
     ):

@@ -153,6 +153,19 @@ def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
     return sum(r for r in readings if r is not None)
 
 
+def machine_ticks() -> tuple[int, int] | None:
+    """Busy and total clock ticks of every core since boot (/proc/stat's cpu
+    line; idle and iowait are not busy); None when unreadable."""
+    try:
+        first = (PROC / "stat").read_text().splitlines()[0].split()
+        # user nice system idle iowait irq softirq steal (guest time is in user).
+        ticks = [int(value) for value in first[1:9]]
+    except (OSError, ValueError, IndexError):
+        return None
+    total = sum(ticks)
+    return total - ticks[3] - ticks[4], total
+
+
 def clock_ticks_per_s() -> int:
     return os.sysconf("SC_CLK_TCK")
 

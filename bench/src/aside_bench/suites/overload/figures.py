@@ -1,8 +1,10 @@
 """The overload suite's figures and verdicts, from plain records (pure,
 unit-tested): a step's requests as the driver's samples file lists them, its
 goodput (2xx answered within 1 s, per second), the served and the shed
-answers' latency, the p95 of every second of a step, the time a step took to
-recover, and each verdict against the targets."""
+answers' latency (the served also apart on connections open before the
+request and on connections the driver opened for it), the p95 of every
+second of a step, the time a step took to recover, the machine's busy share
+and the services' CPU over the step, and each verdict against the targets."""
 
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ SHED_STATUS = 503
 class Request:
     """One line of the samples file: when it was due and sent (epoch s), how
     long the client waited, its status (0: no answer) and, with no answer,
-    why (`timeout`, `connection_reset`, ...). A dropped iteration has no
-    status and is never sent."""
+    why (`timeout`, `connection_reset`, ...), and whether it went over a
+    connection the driver opened for it. A dropped iteration has no status
+    and is never sent."""
 
     due: float
     sent: float
@@ -34,6 +37,7 @@ class Request:
     status: int = 0
     error: str = ""
     dropped: bool = False
+    new_conn: bool = False
 
     @property
     def served(self) -> bool:
@@ -65,6 +69,7 @@ def parse_requests(lines: Iterable[str], source: str) -> list[Request]:
                 ms=number(line, "ms", where),
                 status=int(number(line, "status", where)),
                 error=str(tags.get("error") or "") if isinstance(tags, dict) else "",
+                new_conn=bool(line.get("new_conn")),
             )
         )
     found.sort(key=lambda r: r.due)
@@ -111,6 +116,11 @@ class RequestFigures:
     dropped: int
     served: Latency
     shed: Latency
+    # The served apart: on a connection open before the request (the gateway's
+    # steady state), and on one the driver opened for it, whose first request
+    # waits until a busy worker's loop accepts the connection.
+    served_open: Latency
+    served_new: Latency
     good: int  # served within GOODPUT_WITHIN_MS
     timeouts: int
     other_errors: int
@@ -121,6 +131,7 @@ class RequestFigures:
 def request_figures(requests: Sequence[Request], start: float, duration_s: int) -> RequestFigures:
     """The step's figures; `start` is its first due instant."""
     served = [r.ms for r in requests if r.served]
+    on_new = [r.ms for r in requests if r.served and r.new_conn]
     others: dict[str, int] = {}
     for r in requests:
         if not r.dropped and r.status and not r.served and not r.shed:
@@ -130,6 +141,8 @@ def request_figures(requests: Sequence[Request], start: float, duration_s: int) 
         dropped=sum(1 for r in requests if r.dropped),
         served=Latency.of(served),
         shed=Latency.of([r.ms for r in requests if r.shed]),
+        served_open=Latency.of([r.ms for r in requests if r.served and not r.new_conn]),
+        served_new=Latency.of(on_new),
         good=sum(1 for ms in served if ms <= GOODPUT_WITHIN_MS),
         timeouts=sum(1 for r in requests if r.timed_out),
         other_errors=sum(
@@ -197,6 +210,44 @@ class Counters:
 
 
 @dataclass(frozen=True)
+class MachineReading:
+    """One reading of the machine and the services the step loads: the busy
+    and total clock ticks of every core (/proc/stat) and the CPU ticks of the
+    gateway's and Redis's process trees (None where not read)."""
+
+    busy_ticks: int
+    total_ticks: int
+    gateway_ticks: int | None
+    redis_ticks: int | None
+    clk_tck: int
+
+
+@dataclass(frozen=True)
+class MachineShare:
+    """The machine over a step: the share of its cores that were busy (every
+    process, the driver's too) and the cores the gateway and Redis used."""
+
+    busy: float | None
+    gateway_cores: float | None
+    redis_cores: float | None
+
+    @classmethod
+    def between(cls, before: MachineReading, after: MachineReading, seconds: float) -> MachineShare:
+        total = after.total_ticks - before.total_ticks
+
+        def cores(a: int | None, b: int | None) -> float | None:
+            if a is None or b is None or seconds <= 0:
+                return None
+            return (b - a) / after.clk_tck / seconds
+
+        return cls(
+            busy=(after.busy_ticks - before.busy_ticks) / total if total > 0 else None,
+            gateway_cores=cores(before.gateway_ticks, after.gateway_ticks),
+            redis_cores=cores(before.redis_ticks, after.redis_ticks),
+        )
+
+
+@dataclass(frozen=True)
 class StepFigures:
     """One step of an arm: what was offered, what came back, what the gateway counted."""
 
@@ -211,6 +262,7 @@ class StepFigures:
     driver_cpu_s: float | None
     cores: int
     recovery_s: float | None = None  # the step after the overload only
+    machine: MachineShare | None = None
 
     @property
     def goodput_rps(self) -> float:

@@ -79,6 +79,36 @@ def arm_table(arm: dict[str, Any]) -> Table:
     )
 
 
+def _cores(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def machine_row(step: dict[str, Any]) -> list[str]:
+    req, machine = step["requests"], step.get("machine") or {}
+    on_open, on_new = req["served_open"], req["served_new"]
+    return [
+        step["label"],
+        _pct(machine.get("busy")),
+        _cores(machine.get("gateway_cores")),
+        _cores(machine.get("redis_cores")),
+        _cores(step["driver_cores"]),
+        f"{on_open['count']}: {_ms(on_open['p50_ms'])} / {_ms(on_open['p99_ms'])}",
+        f"{on_new['count']}: {_ms(on_new['p50_ms'])} / {_ms(on_new['p99_ms'])}",
+    ]
+
+
+def machine_table(arm: dict[str, Any]) -> Table:
+    """Where a served request's time went: how busy the shared machine was,
+    and the served apart by the connection they went over."""
+    return Table(
+        f"{arm['arm']}: the machine, and the served by connection",
+        ["step", "machine busy", "gateway cores", "Redis cores", "driver cores",
+         "served on open connections: n, p50 / p99 ms",
+         "served on new connections: n, p50 / p99 ms"],
+        [machine_row(s) for s in arm["steps"]],
+    )  # fmt: skip
+
+
 def search_table(arm: dict[str, Any]) -> Table:
     rows = [
         [str(t["rate"]), _ms(t["p95_ms"]), str(t["dropped"]), "held" if t["held"] else "missed"]
@@ -164,6 +194,12 @@ def _context(run: dict[str, Any]) -> list[str]:
         f"every second's served p95 within {t['recovery_factor']:g} x the 0.6x step's before "
         f"the overload (and nothing shed, unanswered or dropped) within {t['recovery_s']:g} s",
         "driver CPU: the driver's own CPU time over the step, as a share of the machine's cores",
+        "machine busy: the share of every core's time not idle over the step (/proc/stat: the "
+        "driver, the services and everything else); gateway and Redis cores: their process "
+        "trees' CPU time over the step",
+        "open and new connections: a served request went over a connection the driver had open "
+        "already, or over one it opened for that request (whose first answer waits until a "
+        "worker's loop accepts the connection)",
         f"table: {run['seed'].get('rows')} rows, email index: "
         f"{'yes' if run['seed'].get('index') else 'no'}",
     ]
@@ -188,7 +224,7 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
         if arm["error"]:
             doc.p(f"The arm could not run to its end: {arm['error']}", note=True)
             continue
-        own = [arm_table(arm), timeline_table(arm)]
+        own = [arm_table(arm), machine_table(arm), timeline_table(arm)]
         if arm["search"]:
             own.append(search_table(arm))
         for table in own:

@@ -34,6 +34,7 @@ from aside_bench.load.run import (
 from aside_bench.load.samples import SamplesError, compress
 from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_for
 from aside_bench.stack import gateway_metrics as gm
+from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, expires_within, wait_until_quiet, warm_cache
@@ -125,6 +126,8 @@ class Bench:
     seed: SeedData
     cores: int
     drivers: int = 0  # driver processes started so far (each its own files)
+    # The stack's pids, checked to be the stack loaded; None: no service CPU figures.
+    control: ServiceControl | None = None
 
     def emails(self) -> list[str]:
         """Every email of the read mix, hot last so they expire last."""
@@ -219,6 +222,30 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
 
 
 # ---- the steps -----------------------------------------------------------------------------
+def machine_reading(bench: Bench) -> fg.MachineReading | None:
+    """The machine's ticks and the gateway's and Redis's, now."""
+    ticks = procs.machine_ticks()
+    if ticks is None:
+        return None
+    ppids = procs.parents()
+
+    def service(name: str) -> int | None:
+        if bench.control is None:
+            return None
+        try:
+            return procs.tree_cpu_ticks(bench.control.pid(name), ppids)
+        except StackError:
+            return None
+
+    return fg.MachineReading(
+        busy_ticks=ticks[0],
+        total_ticks=ticks[1],
+        gateway_ticks=service("gateway"),
+        redis_ticks=service("redis"),
+        clk_tck=procs.clock_ticks_per_s(),
+    )
+
+
 def counters(settings: Settings) -> dict[str, Any]:
     """The gateway's counters this suite reports, from one /metrics reading."""
     text = gm.scrape(settings)
@@ -256,15 +283,28 @@ def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> fg.Counte
 
 
 @dataclass
+class Edge:
+    """What is read at a step's edge: the gateway's counters, the machine's ticks."""
+
+    counters: dict[str, Any]
+    machine: fg.MachineReading | None
+    at: float = field(default_factory=time.time)
+
+
+def edge(bench: Bench) -> Edge:
+    return Edge(counters(bench.settings), machine_reading(bench))
+
+
+@dataclass
 class Running:
-    """A step's driver under way, and the gateway's counters at its start."""
+    """A step's driver under way, and what was read at its start."""
 
     label: str
     factor: float
     run: LoadRun
     driver: DriverProcess
     began: float
-    counters_before: dict[str, Any]
+    before: Edge
 
 
 def begin(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> Running:
@@ -274,10 +314,16 @@ def begin(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> Ru
     driver, began = bench.start(run), time.time()
     # Read while the driver sets up its pool, before its first request: a
     # recovery step then starts on time however slow the overloaded gateway answers.
-    return Running(label, factor, run, driver, began, counters(bench.settings))
+    return Running(label, factor, run, driver, began, edge(bench))
 
 
-def end(bench: Bench, arm: str, running: Running, counters_after: dict[str, Any]) -> fg.StepFigures:
+def _machine(before: Edge, after: Edge) -> fg.MachineShare | None:
+    if before.machine is None or after.machine is None:
+        return None
+    return fg.MachineShare.between(before.machine, after.machine, after.at - before.at)
+
+
+def end(bench: Bench, arm: str, running: Running, after: Edge) -> fg.StepFigures:
     summary = finish_driver(running.driver, running.run)
     assert running.run.samples_path is not None
     path = running.run.samples_path
@@ -293,9 +339,10 @@ def end(bench: Bench, arm: str, running: Running, counters_after: dict[str, Any]
         duration_s=running.run.duration_s,
         start=start,
         requests=fg.request_figures(requests, start, running.run.duration_s),
-        counters=counter_increase(running.counters_before, counters_after),
+        counters=counter_increase(running.before.counters, after.counters),
         driver_cpu_s=summary.cpu_s,
         cores=bench.cores,
+        machine=_machine(running.before, after),
     )
 
 
@@ -303,7 +350,7 @@ def step(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> fg.
     """One step on its own: begun, waited for, its figures."""
     running = begin(bench, arm, label, factor, ceiling)
     running.driver.wait(deadline_s(running.run))
-    return end(bench, arm, running, counters(bench.settings))
+    return end(bench, arm, running, edge(bench))
 
 
 def overload_then_recovery(
@@ -314,15 +361,15 @@ def overload_then_recovery(
     top = begin(bench, arm, "2x", OVERLOAD_FACTORS[-1], ceiling)
     sleep_until(top.began + bench.params.duration_s)
     after = begin(bench, arm, "0.6x after", BASELINE_FACTOR, ceiling)
-    # The 2x step's counters end where the recovery's begin.
-    overloaded = end(bench, arm, top, after.counters_before)
-    recovering = end(bench, arm, after, _counters_after(bench, after))
+    # The 2x step's readings end where the recovery's begin.
+    overloaded = end(bench, arm, top, after.before)
+    recovering = end(bench, arm, after, _edge_after(bench, after))
     return overloaded, recovering
 
 
-def _counters_after(bench: Bench, running: Running) -> dict[str, Any]:
+def _edge_after(bench: Bench, running: Running) -> Edge:
     running.driver.wait(deadline_s(running.run))
-    return counters(bench.settings)
+    return edge(bench)
 
 
 def run_arm(bench: Bench, arm: str) -> ArmResult:
@@ -358,7 +405,7 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
 # ---- the run ---------------------------------------------------------------------------------
 def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> dict[str, Any]:
     machine = describe()
-    bench = Bench(settings, params, seed, int(machine["nproc"] or 1))
+    bench = Bench(settings, params, seed, int(machine["nproc"] or 1), control=_control(settings))
     params.out_dir.mkdir(parents=True)
     run: dict[str, Any] = {
         **run_header(params.run_id, "overload", seed.meta),
@@ -378,6 +425,16 @@ def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> 
     run["passed"] = all(a["passed"] for a in run["arms"])
     write_report(run, params.out_dir)
     return run
+
+
+def _control(settings: Settings) -> ServiceControl | None:
+    """The stack's pids when they are the stack loaded (else no service CPU)."""
+    try:
+        control = ServiceControl(settings)
+        control.verify(("gateway", "redis"))
+    except StackError:
+        return None
+    return control
 
 
 def _params_record(params: OverloadParams, settings: Settings) -> dict[str, Any]:
