@@ -95,7 +95,6 @@ def test_the_machine_share_over_a_step() -> None:
     assert idle.busy is None and idle.gateway_cores is None
 
 
-
 def test_goodput_counts_only_2xx_within_one_second() -> None:
     requests = [req(0.1, 5), req(0.2, 999), req(0.3, 1000), req(0.4, 1001), req(0.5, 3, 503)]
     requests += [req(1.0, 10000, 0, error="timeout"), req(1.1, dropped=True)]

@@ -18,6 +18,7 @@ from aside_gateway.loop_admission import (
     AimdLimit,
     CodelDeadline,
     LoopAdmission,
+    PieDrop,
     shed_response,
 )
 from aside_gateway.routes import ARRIVED_KEY
@@ -112,6 +113,42 @@ def test_one_short_wait_in_an_interval_ends_the_standing_queue():
     assert not codel.standing
 
 
+def test_pie_rises_while_the_lag_stands_above_target_and_decays_once_on_time():
+    pie = PieDrop(target_s=0.02)
+    pie.update(0.021)  # one tick just late: a tiny step, scaled down
+    assert 0 < pie.probability < 1e-4
+    for _ in range(80):  # 2 s of a loop 50 ms late
+        pie.update(0.05)
+    high = pie.probability
+    assert 0.1 < high < 1
+    for _ in range(40):  # 1 s on time
+        pie.update(0.001)
+    assert pie.probability < high / 2
+
+
+def test_pie_answers_a_fast_growing_lag_at_once_and_stays_within_0_and_1():
+    pie = PieDrop(target_s=0.02)
+    for _ in range(10):
+        pie.update(0.05)
+    before = pie.probability
+    pie.update(0.5)  # the lag grew by 450 ms within a tick
+    assert pie.probability > before + 0.01
+    for _ in range(200):
+        pie.update(5.0)
+    assert pie.probability == 1.0
+    for _ in range(2000):
+        pie.update(0.0)
+    assert pie.probability < 0.001
+
+
+def test_pie_refuses_with_its_probability():
+    draws = iter([0.05, 0.5])
+    pie = PieDrop(target_s=0.02, rng=lambda: next(draws))
+    assert not pie.drop()  # probability 0: no draw
+    pie.probability = 0.1
+    assert pie.drop() and not pie.drop()
+
+
 # ---- the door ---------------------------------------------------------------------
 
 
@@ -153,6 +190,24 @@ def test_the_limit_is_cut_only_after_ticks_late_in_a_row():
     for _ in range(LATE_TICKS):
         door.on_tick(0.5)
     assert door.cap == 45
+
+
+def test_pie_door_refuses_loop_late_while_the_lag_stands_and_caps_in_flight():
+    door = LoopAdmission("pie", 1, 3, LATE_S)
+    door.pie = PieDrop(LATE_S, rng=lambda: 0.5)
+    assert door.enter(read()) is None
+    for _ in range(200):
+        door.on_tick(0.3)
+    assert door.pie.probability > 0.5
+    assert door.enter(read()) == "loop_late"
+    health = read("/healthz")
+    assert door.enter(health) is None  # ops routes pass
+    door.leave(health)
+    for _ in range(2000):
+        door.on_tick(0.0)
+    assert door.enter(read()) is None and door.enter(read()) is None
+    assert door.enter(read()) == "admission_limit"  # the cap (3) still holds
+    assert door.cap == 3
 
 
 def test_codel_refuses_a_request_that_waited_for_a_standing_queue():

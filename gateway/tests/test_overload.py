@@ -277,6 +277,19 @@ def test_a_refused_request_keeps_its_connection_and_writes_nothing(small_door, r
     assert ask(session, small_door.url, created).body["count"] == 0
 
 
+def test_the_pie_door_keeps_the_same_bound_on_requests_in_flight(start_gateway, rdb, insert_user):
+    """GATEWAY_ADMISSION=pie refuses by the loop's lag, and still caps the
+    requests in flight at GATEWAY_ADMISSION_MAX_INFLIGHT: a full loop refuses
+    the excess at once, and recovers."""
+    gateway = door_gateway(start_gateway, "pie")
+    hot = unique_email("pie")
+    insert_user(hot)
+    warm(gateway.url, hot)
+    for answer in excess_while_full(gateway.url, rdb, hot, "pie"):
+        assert_refused_at_the_door(answer)
+    wait_until(lambda: recovered(gateway.url, hot), RECOVERY_S, "hits at a normal pace")
+
+
 def test_without_the_bound_the_excess_waits_or_is_served(start_gateway, rdb, insert_user):
     """The control: with GATEWAY_ADMISSION=off the same excess is not refused at
     the door: the hits and the misses are served."""

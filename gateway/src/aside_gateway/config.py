@@ -36,7 +36,7 @@ COHERENCE_MODES = ("lease", "naive")
 L1_SUBSCRIBERS = ("loop", "thread")
 WRITE_PATHS = ("loop", "flask")
 # The event loop's door (loop_admission.py).
-ADMISSION_MODES = ("aimd", "codel", "off")
+ADMISSION_MODES = ("aimd", "codel", "pie", "off")
 # What REDIS_URL names (REDIS_MODE): the server, a Redis Cluster's seed node,
 # or a Sentinel that knows the master (redis_clients.py makes the clients).
 REDIS_STANDALONE = "standalone"

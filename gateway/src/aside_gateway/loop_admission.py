@@ -28,6 +28,15 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
   below GATEWAY_LOOP_LATE_MS now and then, GATEWAY_LOOP_LATE_MS once it stood
   above for a whole interval; GATEWAY_ADMISSION_MAX_INFLIGHT still caps the
   requests in flight.
+* `pie`: a drop probability in the manner of PIE (RFC 8033), with the
+  loop's lag as the queue's delay: every tick moves it by how far the lag
+  stands above GATEWAY_LOOP_LATE_MS and how fast it grew since the last
+  tick (scaled down while the probability is small, as the RFC does), and
+  each request is refused with that probability. It acts on the rate of
+  admitted work, where the `aimd` limit acts on the requests in flight, which
+  stay few past the ceiling (hits are answered in a turn or two) while the
+  excess waits unread in the sockets. GATEWAY_ADMISSION_MAX_INFLIGHT still
+  caps the requests in flight.
 * `off`: every request is admitted.
 
 Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-event-loop.md.
@@ -36,6 +45,7 @@ Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-eve
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Iterable
 
@@ -49,6 +59,16 @@ BACKOFF = 0.9
 # late tick is as likely a spike (a cold fill's scan beside it) as overload.
 LATE_TICKS = 2
 CODEL_INTERVAL_S = 0.1
+# PIE's gains (RFC 8033 section 5.2): the probability's step per tick, per
+# second of lag above target (alpha) and of lag growth since the last tick (beta).
+PIE_ALPHA = 0.125
+PIE_BETA = 1.25
+# While the loop is on time the probability decays by this per tick (RFC 8033 4.2).
+PIE_DECAY = 0.98
+# RFC 8033 5.2's auto-tuning: below each bound the step is divided by its
+# divisor, so a small probability moves in small steps (one late tick from a
+# cold scan beside the loop must not refuse requests).
+PIE_SCALES = ((0.000001, 2048), (0.00001, 512), (0.0001, 128), (0.001, 32), (0.01, 8), (0.1, 2))
 # The loop's lag is published as its largest over this many ticks (a quarter second).
 PUBLISH_TICKS = 10
 # Marks a request the door counted in flight, until it leaves.
@@ -108,6 +128,40 @@ class CodelDeadline:
         return waited_s <= (self.target_s if self.standing else self.interval_s)
 
 
+class PieDrop:
+    """The probability that a request is refused, moved every tick of the
+    loop's lag monitor in the manner of PIE (RFC 8033)."""
+
+    def __init__(
+        self,
+        target_s: float,
+        alpha: float = PIE_ALPHA,
+        beta: float = PIE_BETA,
+        rng: Callable[[], float] = random.random,
+    ):
+        self.target_s = target_s
+        self.alpha = alpha
+        self.beta = beta
+        self.probability = 0.0
+        self._last_lag = 0.0
+        self._rng = rng
+
+    def update(self, lag_s: float) -> float:
+        step = self.alpha * (lag_s - self.target_s) + self.beta * (lag_s - self._last_lag)
+        for bound, divisor in PIE_SCALES:
+            if self.probability < bound:
+                step /= divisor
+                break
+        self.probability = min(1.0, max(0.0, self.probability + step))
+        if lag_s < self.target_s / 2 and self._last_lag < self.target_s / 2:
+            self.probability *= PIE_DECAY
+        self._last_lag = lag_s
+        return self.probability
+
+    def drop(self) -> bool:
+        return self.probability > 0.0 and self._rng() < self.probability
+
+
 class LoopAdmission:
     """The door of one worker's event loop; touched only by that loop."""
 
@@ -122,6 +176,7 @@ class LoopAdmission:
         self.mode = mode
         self.limit = AimdLimit(min_in_flight, max_in_flight)
         self.deadline = CodelDeadline(late_s)
+        self.pie = PieDrop(late_s)
         self.cap = max_in_flight
         self.late_s = late_s
         self.in_flight = 0
@@ -149,6 +204,8 @@ class LoopAdmission:
         self._late_ticks = self._late_ticks + 1 if lag_s >= self.late_s else 0
         if self.mode == "aimd":
             self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
+        elif self.mode == "pie":
+            self.pie.update(lag_s)
         self._peak = self.in_flight
         self._publish(lag_s)
 
@@ -188,6 +245,8 @@ class LoopAdmission:
     def _refusal(self, scope: Scope) -> str | None:
         if self.in_flight >= self.cap:
             return "admission_limit"
+        if self.mode == "pie" and self.pie.drop():
+            return "loop_late"
         if self.mode == "codel":
             arrived = scope.get(ARRIVED_KEY)
             now = self._clock()
