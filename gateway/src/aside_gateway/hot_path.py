@@ -360,7 +360,6 @@ class AsyncHotPath:
             if event["type"] == "lifespan.startup":
                 if self.loop_lag is not None:
                     self.loop_lag.start(asyncio.get_running_loop())
-                self.admission.track_turns(asyncio.get_running_loop().call_soon)
                 loop_admission.install(self.admission)
                 if self.subscriber is not None:
                     self.subscriber.start()
@@ -369,7 +368,6 @@ class AsyncHotPath:
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
                 loop_admission.install(None)
-                self.admission.track_turns(None)
                 if self.loop_lag is not None:
                     self.loop_lag.stop()
                 if self.subscriber is not None:

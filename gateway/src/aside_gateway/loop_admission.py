@@ -19,14 +19,9 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
   flight, adapted every tick of the loop's lag monitor (lateness.LoopLag). A
   tick that finds the loop late (GATEWAY_LOOP_LATE_MS) for the second time
   in a row (a standing lateness, not the spike of one long callback or a
-  cold fill's scan) with the limit at least half used cuts it to 0.9 of what
-  was in flight in that tick; a tick on time with the limit half used raises
-  it by one. What was in flight is read once each turn's requests have taken
-  their first step: a turn reads every ready socket before it answers the
-  first, and an L1 hit is answered at its first step while a Redis read
-  waits. A loop late with few requests waiting is late from elsewhere (the
-  shared cores): refusing would buy it nothing and cap the hits a turn
-  serves. It stays within GATEWAY_ADMISSION_MIN_INFLIGHT and
+  cold fill's scan) cuts the limit to 0.9 of what was in flight in that
+  tick; any other tick with the limit at least half used raises it by one.
+  It stays within GATEWAY_ADMISSION_MIN_INFLIGHT and
   GATEWAY_ADMISSION_MAX_INFLIGHT and starts at the latter.
 * `codel`: a deadline on the time a request waited for the loop after its
   head arrived, in the CoDel spirit: `CODEL_INTERVAL_S` while that wait drops
@@ -92,9 +87,7 @@ SHED_TAIL = b"".join(name + b": " + value + b"\r\n" for name, value in SHED_HEAD
 
 class AimdLimit:
     """A concurrency limit: additive increase while the loop is on time and the
-    limit is used, multiplicative decrease to what was in flight when it is
-    late with the limit used. A late loop with the limit not half used is late
-    from elsewhere (the cores, a scan beside it): refusing buys it nothing."""
+    limit is used, multiplicative decrease to what was in flight when it is late."""
 
     def __init__(self, minimum: int, maximum: int, backoff: float = BACKOFF):
         self.minimum = minimum
@@ -105,11 +98,10 @@ class AimdLimit:
     def update(self, late: bool, peak_in_flight: int) -> int:
         """One tick: `late` whether the loop ran late, `peak_in_flight` the most
         requests in flight since the last tick."""
-        used = 2 * peak_in_flight >= self.limit
-        if late and used:
+        if late:
             carried = min(self.limit, peak_in_flight)
             self.limit = max(self.minimum, math.floor(carried * self.backoff))
-        elif not late and used:
+        elif 2 * peak_in_flight >= self.limit:
             self.limit = min(self.maximum, self.limit + 1)
         return self.limit
 
@@ -188,13 +180,6 @@ class LoopAdmission:
         self.cap = max_in_flight
         self.late_s = late_s
         self.in_flight = 0
-        # A turn of the loop reads every ready socket before the first request
-        # it admitted is answered: the peak that the limit follows is read
-        # once the turn's requests have taken their first step (an L1 hit is
-        # answered by then, a Redis read waits), not while they are all in
-        # flight at once. Tracked once `track_turns` has the loop's call_soon.
-        self._call_soon: Callable[[Callable[[], None]], object] | None = None
-        self._turn_open = False
         self._peak = 0
         self._late_ticks = 0
         self._clock = clock
@@ -239,21 +224,6 @@ class LoopAdmission:
             metrics.LOOP_LAG.set(self._lag_max)
             self._ticks, self._lag_max = 0, 0.0
 
-    def track_turns(self, call_soon: Callable[[Callable[[], None]], object] | None) -> None:
-        """Read the peak after each turn's first steps (None: whenever a request enters)."""
-        self._call_soon = call_soon
-        self._turn_open = False
-
-    def _turn_read(self) -> None:
-        # After the turn's reads; the tasks they started are queued behind this,
-        # so the next callback runs once each has taken its first step.
-        assert self._call_soon is not None
-        self._call_soon(self._turn_settled)
-
-    def _turn_settled(self) -> None:
-        self._turn_open = False
-        self._peak = max(self._peak, self.in_flight)
-
     def enter(self, scope: Scope) -> str | None:
         """Count the request in (None), or say why it is refused: a shed reason.
         Every request counted in must `leave`: when it is answered on the loop,
@@ -264,11 +234,7 @@ class LoopAdmission:
                 return refused
         scope[COUNTED_KEY] = True
         self.in_flight += 1
-        if self._call_soon is None:
-            self._peak = max(self._peak, self.in_flight)
-        elif not self._turn_open:
-            self._turn_open = True
-            self._call_soon(self._turn_read)
+        self._peak = max(self._peak, self.in_flight)
         return None
 
     def leave(self, scope: Scope) -> None:
