@@ -46,19 +46,21 @@ class GatewayProbe:
         except StackError:
             return None
 
+    def cpu_ticks(self, service: str, ppids: dict[int, int] | None = None) -> int | None:
+        """The CPU ticks of a service's process tree; None without its pid."""
+        pid = self._pid(service)
+        return None if pid is None else procs.tree_cpu_ticks(pid, ppids)
+
     def reading(self, memory: bool = False) -> dict[str, Any]:
         """One reading; `memory` adds the resident memory (taken at a step's end)."""
         ppids = procs.parents()
-        gateway = self._pid("gateway")
         found: dict[str, Any] = {
             "t": time.time(),
             "clk_tck": procs.clock_ticks_per_s(),
-            "cpu_ticks": None if gateway is None else procs.tree_cpu_ticks(gateway, ppids),
+            "cpu_ticks": self.cpu_ticks("gateway", ppids),
             # The cost of a step beside the gateway's: the database's and the cache's.
             "service_cpu_ticks": {
-                service: None if pid is None else procs.tree_cpu_ticks(pid, ppids)
-                for service in COSTED_SERVICES
-                for pid in [self._pid(service)]
+                service: self.cpu_ticks(service, ppids) for service in COSTED_SERVICES
             },
         }
         try:

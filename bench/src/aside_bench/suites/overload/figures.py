@@ -131,7 +131,6 @@ class RequestFigures:
 def request_figures(requests: Sequence[Request], start: float, duration_s: int) -> RequestFigures:
     """The step's figures; `start` is its first due instant."""
     served = [r.ms for r in requests if r.served]
-    on_new = [r.ms for r in requests if r.served and r.new_conn]
     others: dict[str, int] = {}
     for r in requests:
         if not r.dropped and r.status and not r.served and not r.shed:
@@ -142,7 +141,7 @@ def request_figures(requests: Sequence[Request], start: float, duration_s: int) 
         served=Latency.of(served),
         shed=Latency.of([r.ms for r in requests if r.shed]),
         served_open=Latency.of([r.ms for r in requests if r.served and not r.new_conn]),
-        served_new=Latency.of(on_new),
+        served_new=Latency.of([r.ms for r in requests if r.served and r.new_conn]),
         good=sum(1 for ms in served if ms <= GOODPUT_WITHIN_MS),
         timeouts=sum(1 for r in requests if r.timed_out),
         other_errors=sum(

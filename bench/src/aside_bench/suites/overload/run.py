@@ -44,6 +44,7 @@ from aside_bench.suites.base import ITEM_ERRORS, parse_names, run_header, sleep_
 from aside_bench.suites.overload import figures as fg
 from aside_bench.suites.overload.report import one_line, write_report
 from aside_bench.suites.samples import Check
+from aside_bench.sweep.stepprobe import GatewayProbe
 from aside_bench.sweep.warmtiers import warm_l1
 
 ARMS = ("cache", "hybrid", "tracking", "l1", "nocache")
@@ -125,9 +126,9 @@ class Bench:
     params: OverloadParams
     seed: SeedData
     cores: int
+    # The gateway's and Redis's CPU, when their pids are the stack loaded.
+    probe: GatewayProbe
     drivers: int = 0  # driver processes started so far (each its own files)
-    # The stack's pids, checked to be the stack loaded; None: no service CPU figures.
-    control: ServiceControl | None = None
 
     def emails(self) -> list[str]:
         """Every email of the read mix, hot last so they expire last."""
@@ -228,20 +229,11 @@ def machine_reading(bench: Bench) -> fg.MachineReading | None:
     if ticks is None:
         return None
     ppids = procs.parents()
-
-    def service(name: str) -> int | None:
-        if bench.control is None:
-            return None
-        try:
-            return procs.tree_cpu_ticks(bench.control.pid(name), ppids)
-        except StackError:
-            return None
-
     return fg.MachineReading(
         busy_ticks=ticks[0],
         total_ticks=ticks[1],
-        gateway_ticks=service("gateway"),
-        redis_ticks=service("redis"),
+        gateway_ticks=bench.probe.cpu_ticks("gateway", ppids),
+        redis_ticks=bench.probe.cpu_ticks("redis", ppids),
         clk_tck=procs.clock_ticks_per_s(),
     )
 
@@ -405,7 +397,7 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
 # ---- the run ---------------------------------------------------------------------------------
 def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> dict[str, Any]:
     machine = describe()
-    bench = Bench(settings, params, seed, int(machine["nproc"] or 1), control=_control(settings))
+    bench = Bench(settings, params, seed, int(machine["nproc"] or 1), GatewayProbe(settings))
     params.out_dir.mkdir(parents=True)
     run: dict[str, Any] = {
         **run_header(params.run_id, "overload", seed.meta),
@@ -425,16 +417,6 @@ def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> 
     run["passed"] = all(a["passed"] for a in run["arms"])
     write_report(run, params.out_dir)
     return run
-
-
-def _control(settings: Settings) -> ServiceControl | None:
-    """The stack's pids when they are the stack loaded (else no service CPU)."""
-    try:
-        control = ServiceControl(settings)
-        control.verify(("gateway", "redis"))
-    except StackError:
-        return None
-    return control
 
 
 def _params_record(params: OverloadParams, settings: Settings) -> dict[str, Any]:
