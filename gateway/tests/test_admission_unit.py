@@ -165,6 +165,29 @@ def test_the_door_refuses_past_its_limit_and_admits_again_when_one_leaves():
     assert door.enter(read()) is None
 
 
+def test_a_read_answered_from_memory_passes_a_full_limit_uncounted():
+    door = LoopAdmission("aimd", 1, 1, LATE_S)
+    door.from_memory = lambda scope: scope["path"].endswith("/7")
+    waiting = read()
+    assert door.enter(waiting) is None
+    assert door.enter(read()) == "admission_limit"
+    in_memory = read("/api/v1/users/7")
+    assert door.enter(in_memory) is None
+    assert door.in_flight == 1
+    door.leave(in_memory)
+    assert door.in_flight == 1
+    door.leave(waiting)
+    assert door.in_flight == 0
+
+
+def test_a_read_answered_from_memory_is_still_refused_by_pie():
+    door = LoopAdmission("pie", 1, 10, LATE_S)
+    door.from_memory = lambda scope: True
+    door.pie = PieDrop(LATE_S, rng=lambda: 0.5)
+    door.pie.probability = 0.9
+    assert door.enter(read()) == "loop_late"
+
+
 def test_health_and_metrics_are_never_refused():
     door = LoopAdmission("aimd", 1, 1, LATE_S)
     assert door.enter(read()) is None
@@ -398,6 +421,7 @@ def test_the_defaults():
     assert settings.admission == "aimd"
     assert (settings.admission_min_in_flight, settings.admission_max_in_flight) == (16, 512)
     assert settings.loop_late_ms == 20
+    assert settings.admission_late_ms == 5
     assert settings.cache_fallback_max_concurrency == 8
 
 
@@ -412,6 +436,7 @@ def test_the_defaults():
             "GATEWAY_ADMISSION_MIN_INFLIGHT",
         ),
         ({"GATEWAY_LOOP_LATE_MS": "0"}, "GATEWAY_LOOP_LATE_MS"),
+        ({"GATEWAY_ADMISSION_LATE_MS": "0"}, "GATEWAY_ADMISSION_LATE_MS"),
         ({"CACHE_FALLBACK_MAX_CONCURRENCY": "-1"}, "CACHE_FALLBACK_MAX_CONCURRENCY"),
     ],
 )

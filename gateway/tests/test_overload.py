@@ -14,7 +14,8 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -52,9 +53,10 @@ class Answer:
     body: dict
 
 
-def ask(session: requests.Session, base: str, email: str) -> Answer:
+def ask(session: requests.Session, base: str, email: str, cache: str | None = None) -> Answer:
     started = time.monotonic()
-    response = session.get(base + COUNT, params={"email": email}, timeout=30)
+    params = {"email": email} if cache is None else {"email": email, "cache": cache}
+    response = session.get(base + COUNT, params=params, timeout=30)
     seconds = time.monotonic() - started
     try:
         body = response.json()
@@ -88,10 +90,10 @@ def followers_waiting(base: str) -> float:
     return sample(scrape(base), "aside_gateway_loop_followers_waiting")
 
 
-def excess_while_full(base: str, rdb, hot: str, tag: str) -> list[Answer]:
-    """Fill the worker's loop with LIMIT readers waiting for a held fill, then
-    ask for a hit and a miss several times; release the fill and return the
-    excess answers."""
+@contextmanager
+def full_loop(base: str, rdb, tag: str) -> Iterator[None]:
+    """The worker's loop holding LIMIT readers that wait for a held fill, until
+    the block ends: the fill is released and every reader answered."""
     cold, hold = unique_email(tag), f"{tag}-fill"
     held = start_held(base, cold, hold, rdb)
     followers: list[Read] = []
@@ -99,16 +101,23 @@ def excess_while_full(base: str, rdb, hot: str, tag: str) -> list[Answer]:
         for _ in range(LIMIT):
             followers.append(Read(base, cold))
         wait_until(lambda: followers_waiting(base) == LIMIT, 5, "readers waiting on the loop")
+        yield
+    finally:
+        release(rdb, hold)
+        for read in [held, *followers]:
+            assert read.result().status_code == 200
+
+
+def excess_while_full(base: str, rdb, hot: str, tag: str) -> list[Answer]:
+    """Fill the worker's loop, then ask for a hit and a miss several times;
+    return the excess answers."""
+    with full_loop(base, rdb, tag):
         session = requests.Session()
         answers = []
         for _ in range(3):
             answers.append(ask(session, base, hot))
             answers.append(ask(session, base, unique_email(tag)))
         return answers
-    finally:
-        release(rdb, hold)
-        for read in [held, *followers]:
-            assert read.result().status_code == 200
 
 
 def assert_refused_at_the_door(answer: Answer) -> None:
@@ -162,6 +171,29 @@ def test_past_its_limit_a_worker_answers_503_at_once_and_recovers(small_door, rd
     )
     assert refused == len(answers)
     assert sample(after, "aside_gateway_admission_limit") == LIMIT
+
+
+def test_a_hit_from_the_workers_memory_passes_a_full_door(small_door, rdb, insert_user):
+    """A read the worker answers from its L1 tier waits for nothing but the
+    loop: the door lets it in past a full limit, uncounted, while a hit that
+    waits for Redis and a miss are refused."""
+    hot = unique_email("memory")
+    insert_user(hot)
+    session = requests.Session()
+    wait_until(
+        lambda: ask(session, small_door.url, hot, "hybrid").headers.get("X-Cache-Tier") == "l1",
+        10,
+        "an L1 hit",
+    )
+    warm(small_door.url, hot)
+    with full_loop(small_door.url, rdb, "memory"):
+        from_memory = [ask(session, small_door.url, hot, "hybrid") for _ in range(3)]
+        from_redis = ask(session, small_door.url, hot, "l2")
+        missed = ask(session, small_door.url, unique_email("memory"), "hybrid")
+    for answer in from_memory:
+        assert (answer.status, answer.headers.get("X-Cache-Tier")) == (200, "l1"), answer
+    assert_refused_at_the_door(from_redis)
+    assert_refused_at_the_door(missed)
 
 
 async def burst(base: str, email: str) -> list[Answer]:

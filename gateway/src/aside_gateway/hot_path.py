@@ -43,7 +43,7 @@ from aside_gateway.config import Settings
 from aside_gateway.invalidations import LoopInvalidationSubscriber
 from aside_gateway.l1 import L1Cache
 from aside_gateway.lateness import LoopLag, is_timeout
-from aside_gateway.loop_admission import COUNTED_KEY, LoopAdmission, refuse
+from aside_gateway.loop_admission import PASSED_KEY, LoopAdmission, refuse
 from aside_gateway.loop_writes import LoopWrites
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import (
@@ -251,6 +251,11 @@ class EarlyGetClient:
         return self._breaker.is_open
 
 
+def _held(scope: Scope) -> bool:
+    """The lab's test hook: the request's fill is held until the test lets it go."""
+    return any(name == TEST_HOLD_HEADER for name, _ in scope["headers"])
+
+
 def _headers(body: bytes, tier: str | None) -> list[tuple[bytes, bytes]]:
     """`tier`: the cache tier of a hit, None for an answer that is no cache read."""
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
@@ -288,6 +293,7 @@ class AsyncHotPath:
         self.tracker = tracker
         self.admission = admission or LoopAdmission.from_settings(settings)
         self.admission.on_refused = self._count_refusal
+        self.admission.from_memory = self._from_memory
         self.loop_lag = loop_lag
         self.subscriber = subscriber
         self.writes = writes
@@ -306,7 +312,7 @@ class AsyncHotPath:
         started = time.perf_counter()
         scope[START_KEY] = started
         # Served by the gateway's HTTP protocol, the request passed the door there.
-        if not scope.get(COUNTED_KEY):
+        if not scope.get(PASSED_KEY):
             refused = self.admission.enter(scope)
             if refused is not None:
                 self.admission.on_refused(scope, refused)
@@ -333,6 +339,21 @@ class AsyncHotPath:
         )
         route = found.route if found is not None else SHED_ROUTE
         metrics.observe_request(route, scope["method"], 503, 0.0)
+
+    def _from_memory(self, scope: Scope) -> bool:
+        """Whether `_answer` will find the request's value in an L1 tier: it
+        then waits for nothing but the loop (the door does not count it)."""
+        if scope["method"] != "GET":
+            return False
+        found = remembered_lookup(
+            scope["path"], scope["query_string"], self.default_strategy, self.lab
+        )
+        if found is None:
+            return False
+        l1 = self.l1s.get(found.strategy)
+        if l1 is None or (self.test_hooks and _held(scope)):
+            return False
+        return l1.get(found.key) is not None
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
         if scope["method"] != "GET":
@@ -420,7 +441,7 @@ class AsyncHotPath:
         found = remembered_lookup(path, query, self.default_strategy, self.lab)
         if found is None:
             return None
-        if self.test_hooks and any(name == TEST_HOLD_HEADER for name, _ in scope["headers"]):
+        if self.test_hooks and _held(scope):
             return Miss(found, held=True)
         l1_token = None
         l1 = self.l1s.get(found.strategy)

@@ -5,7 +5,13 @@ Hits are answered on the event loop (hot_path.py), so an overloaded worker
 does not queue them in a pool that admission.py could bound: it runs every
 callback later, Redis replies included, until clients time out. Every request
 passes `LoopAdmission.enter` first and counts in flight until it is answered
-on the loop or handed to Flask (whose queue admission.py bounds). Past the
+on the loop or handed to Flask (whose queue admission.py bounds), unless the
+worker will answer it from its own memory (an L1 hit): such a request waits
+for nothing but the loop and is answered in the turn after the one that read
+it, so counting it would only cap how many of one turn's reads are served,
+whatever they cost (the hybrid tier's collapse in
+docs/results/2026-11-26-where-overload-waits.md); the worker's bound on open
+connections, one request each, bounds them. Past the
 limit a request but the health and metrics routes gets `503 unavailable`
 with `Retry-After: 1` and the error shape of contracts/errors.json, written
 on the loop without touching Redis, PostgreSQL or Flask. The door stands in
@@ -17,7 +23,7 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
 
 * `aimd` (the default): a concurrency limit on the requests a worker has in
   flight, adapted every tick of the loop's lag monitor (lateness.LoopLag). A
-  tick that finds the loop late (GATEWAY_LOOP_LATE_MS) for the second time
+  tick that finds the loop late (GATEWAY_ADMISSION_LATE_MS) for the second time
   in a row (a standing lateness, not the spike of one long callback or a
   cold fill's scan) cuts the limit to 0.9 of what was in flight in that
   tick; any other tick with the limit at least half used raises it by one.
@@ -25,12 +31,12 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
   GATEWAY_ADMISSION_MAX_INFLIGHT and starts at the latter.
 * `codel`: a deadline on the time a request waited for the loop after its
   head arrived, in the CoDel spirit: `CODEL_INTERVAL_S` while that wait drops
-  below GATEWAY_LOOP_LATE_MS now and then, GATEWAY_LOOP_LATE_MS once it stood
+  below GATEWAY_ADMISSION_LATE_MS now and then, GATEWAY_ADMISSION_LATE_MS once it stood
   above for a whole interval; GATEWAY_ADMISSION_MAX_INFLIGHT still caps the
   requests in flight.
 * `pie`: a drop probability in the manner of PIE (RFC 8033), with the
   loop's lag as the queue's delay: every tick moves it by how far the lag
-  stands above GATEWAY_LOOP_LATE_MS and how fast it grew since the last
+  stands above GATEWAY_ADMISSION_LATE_MS and how fast it grew since the last
   tick (scaled down while the probability is small, as the RFC does), and
   each request is refused with that probability. It acts on the rate of
   admitted work, where the `aimd` limit acts on the requests in flight, which
@@ -71,6 +77,8 @@ PIE_DECAY = 0.98
 PIE_SCALES = ((0.000001, 2048), (0.00001, 512), (0.0001, 128), (0.001, 32), (0.01, 8), (0.1, 2))
 # The loop's lag is published as its largest over this many ticks (a quarter second).
 PUBLISH_TICKS = 10
+# Marks a request the door let in, whether it counts in flight or not.
+PASSED_KEY = "aside.passed"
 # Marks a request the door counted in flight, until it leaves.
 COUNTED_KEY = "aside.admitted"
 # Ops routes are never shed: an overloaded worker must still say so.
@@ -188,6 +196,9 @@ class LoopAdmission:
         self._ticks = 0
         # Told of every refusal, wherever the door stands (hot_path.py sets it).
         self.on_refused: Callable[[Scope, str], None] = _count_refusal
+        # Whether the worker will answer a request from its own memory, which
+        # then does not count in flight (hot_path.py sets it).
+        self.from_memory: Callable[[Scope], bool] = _never
         metrics.ADMISSION_LIMIT.set(self.cap)
 
     @classmethod
@@ -196,7 +207,7 @@ class LoopAdmission:
             settings.admission,
             settings.admission_min_in_flight,
             settings.admission_max_in_flight,
-            settings.loop_late_ms / 1000,
+            settings.admission_late_ms / 1000,
         )
 
     def on_tick(self, lag_s: float) -> None:
@@ -225,16 +236,20 @@ class LoopAdmission:
             self._ticks, self._lag_max = 0, 0.0
 
     def enter(self, scope: Scope) -> str | None:
-        """Count the request in (None), or say why it is refused: a shed reason.
-        Every request counted in must `leave`: when it is answered on the loop,
-        or when it is handed to Flask, whose work is bounded by admission.py."""
+        """Let the request in (None), or say why it is refused: a shed reason.
+        Every request let in must `leave`: when it is answered on the loop,
+        or when it is handed to Flask, whose work is bounded by admission.py.
+        One answered from memory is let in past a full limit and not counted."""
+        waits = not self.from_memory(scope)
         if self.mode != "off" and scope["path"] not in EXEMPT_PATHS:
-            refused = self._refusal(scope)
+            refused = self._refusal(scope, waits)
             if refused is not None:
                 return refused
-        scope[COUNTED_KEY] = True
-        self.in_flight += 1
-        self._peak = max(self._peak, self.in_flight)
+        scope[PASSED_KEY] = True
+        if waits:
+            scope[COUNTED_KEY] = True
+            self.in_flight += 1
+            self._peak = max(self._peak, self.in_flight)
         return None
 
     def leave(self, scope: Scope) -> None:
@@ -242,8 +257,8 @@ class LoopAdmission:
         if scope.pop(COUNTED_KEY, False):
             self.in_flight -= 1
 
-    def _refusal(self, scope: Scope) -> str | None:
-        if self.in_flight >= self.cap:
+    def _refusal(self, scope: Scope, waits: bool) -> str | None:
+        if waits and self.in_flight >= self.cap:
             return "admission_limit"
         if self.mode == "pie" and self.pie.drop():
             return "loop_late"
@@ -257,6 +272,10 @@ class LoopAdmission:
 
 def _count_refusal(scope: Scope, reason: str) -> None:
     metrics.shed(reason)
+
+
+def _never(scope: Scope) -> bool:
+    return False
 
 
 # The door of this process's event loop, once its app has started: one app
