@@ -45,7 +45,9 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
   caps the requests in flight.
 * `off`: every request is admitted.
 
-Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-event-loop.md.
+Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-event-loop.md;
+why an L1 hit passes uncounted, and the 5 ms target:
+docs/decisions/048-a-hit-from-memory-is-not-in-flight.md.
 """
 
 from __future__ import annotations
