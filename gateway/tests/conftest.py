@@ -161,10 +161,6 @@ def launch_gateway(
             ASIDE_TEST_HOOKS="1",
             CACHE_TTL_SECONDS="60",
             PROMETHEUS_MULTIPROC_DIR=str(tmp / "prometheus-multiproc"),
-            # The suite's own threads (50 to 200 readers at once in the
-            # coherence tests) make a worker's loop late for reasons no door
-            # can cure; the door's tests set their own limits.
-            GATEWAY_ADMISSION_LATE_MS="20",
         )
         env.update(overrides)
         cmd = [

@@ -421,7 +421,7 @@ def test_the_defaults():
     assert settings.admission == "aimd"
     assert (settings.admission_min_in_flight, settings.admission_max_in_flight) == (16, 512)
     assert settings.loop_late_ms == 20
-    assert settings.admission_late_ms == 5
+    assert settings.admission_late_ms == 20
     assert settings.cache_fallback_max_concurrency == 8
 
 

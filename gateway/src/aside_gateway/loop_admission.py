@@ -46,7 +46,7 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
 * `off`: every request is admitted.
 
 Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-event-loop.md;
-why an L1 hit passes uncounted, and the 5 ms target:
+why an L1 hit passes uncounted, and the door's own target:
 docs/decisions/048-a-hit-from-memory-is-not-in-flight.md.
 """
 
