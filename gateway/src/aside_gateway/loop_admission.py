@@ -23,26 +23,26 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
 
 * `aimd` (the default): a concurrency limit on the requests a worker has in
   flight, adapted every tick of the loop's lag monitor (lateness.LoopLag). A
-  tick that finds the loop late (GATEWAY_ADMISSION_LATE_MS) for the second time
-  in a row (a standing lateness, not the spike of one long callback or a
-  cold fill's scan) cuts the limit to 0.9 of what was in flight in that
+  tick that finds the loop late (GATEWAY_ADMISSION_LATE_MS) for the second
+  time in a row (a standing lateness, not the spike of one long callback or
+  a cold fill's scan) cuts the limit to 0.9 of what was in flight in that
   tick; any other tick with the limit at least half used raises it by one.
   It stays within GATEWAY_ADMISSION_MIN_INFLIGHT and
   GATEWAY_ADMISSION_MAX_INFLIGHT and starts at the latter.
 * `codel`: a deadline on the time a request waited for the loop after its
   head arrived, in the CoDel spirit: `CODEL_INTERVAL_S` while that wait drops
-  below GATEWAY_ADMISSION_LATE_MS now and then, GATEWAY_ADMISSION_LATE_MS once it stood
-  above for a whole interval; GATEWAY_ADMISSION_MAX_INFLIGHT still caps the
-  requests in flight.
+  below GATEWAY_ADMISSION_LATE_MS now and then, GATEWAY_ADMISSION_LATE_MS
+  once it stood above for a whole interval; GATEWAY_ADMISSION_MAX_INFLIGHT
+  still caps the requests in flight.
 * `pie`: a drop probability in the manner of PIE (RFC 8033), with the
   loop's lag as the queue's delay: every tick moves it by how far the lag
-  stands above GATEWAY_ADMISSION_LATE_MS and how fast it grew since the last
-  tick (scaled down while the probability is small, as the RFC does), and
-  each request is refused with that probability. It acts on the rate of
-  admitted work, where the `aimd` limit acts on the requests in flight, which
-  stay few past the ceiling (hits are answered in a turn or two) while the
-  excess waits unread in the sockets. GATEWAY_ADMISSION_MAX_INFLIGHT still
-  caps the requests in flight.
+  stands above GATEWAY_ADMISSION_LATE_MS and how fast it grew since the
+  last tick (scaled down while the probability is small, as the RFC does),
+  and each request is refused with that probability. It acts on the rate of
+  admitted work, where the `aimd` limit acts on the requests in flight,
+  which stay few past the ceiling (hits are answered in a turn or two)
+  while the excess waits unread in the sockets.
+  GATEWAY_ADMISSION_MAX_INFLIGHT still caps the requests in flight.
 * `off`: every request is admitted.
 
 Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-event-loop.md;
