@@ -129,19 +129,43 @@ def test_driver_cpu_share_of_the_machine() -> None:
 
 
 # ---- the recovery ------------------------------------------------------------------------
-def test_recovery_is_the_first_second_after_which_every_second_is_normal() -> None:
-    timeline = [second(0, 50), second(1, 3), second(2, 40), second(3, 4), second(4, 3)]
-    assert fg.recovery_s(timeline, limit_ms=6) == 3.0
-    # Already normal from the first second: 0.
-    assert fg.recovery_s([second(0, 2), second(1, 2)], 6) == 0.0
+def at_rate(start: float, end: float, ms: float, per_s: int = 10, **kw: Any) -> list[fg.Request]:
+    """Requests due from `start` to `end` s after T0, `per_s` a second."""
+    count = round((end - start) * per_s)
+    return [req(start + i / per_s, ms=ms, **kw) for i in range(count)]
 
 
-def test_a_second_that_sheds_drops_or_serves_nothing_is_not_recovered() -> None:
-    assert fg.recovery_s([second(0, 2), second(1, 2, shed=1)], 6) is None
-    assert fg.recovery_s([second(0, 2, dropped=2), second(1, 2)], 6) == 1.0
-    assert fg.recovery_s([second(0, 2), second(1, None, served=0)], 6) is None
-    assert fg.recovery_s([second(0, 2, unanswered=1), second(1, 9)], 6) is None
-    assert fg.recovery_s([], 6) is None
+def test_recovery_is_the_first_second_from_which_the_rest_is_normal() -> None:
+    # Slow for 3 s after the overload's end (T0), then 2 ms to the step's end at 10 s.
+    requests = at_rate(0, 3, 50.0) + at_rate(3, 10, 2.0)
+    assert fg.recovery_s(requests, T0, T0 + 10, limit_ms=6) == 3.0
+    # Already normal at once: 0.
+    assert fg.recovery_s(at_rate(0, 10, 2.0), T0, T0 + 10, 6) == 0.0
+    # A rest shorter than MIN_WINDOW_S is not judged.
+    late = at_rate(0, 6, 50.0) + at_rate(6, 10, 2.0)
+    assert fg.recovery_s(late, T0, T0 + 10, 6) is None
+
+
+def test_the_window_is_judged_whole_not_second_by_second() -> None:
+    # One slow second among many quick ones leaves the window's p95 quick.
+    requests = at_rate(0, 10, 2.0, per_s=100) + at_rate(5, 5.2, 40.0, per_s=100)
+    rest = fg.window(requests, T0, 2.0)
+    assert rest.due == 820 and rest.served.count == 820 and rest.normal(6)
+
+
+def test_a_window_that_drops_leaves_unanswered_or_sheds_is_not_normal() -> None:
+    quick = at_rate(0, 10, 2.0, per_s=100)
+    assert fg.window(quick, T0, 2).normal(6)
+    dropped = [fg.Request(due=T0 + 8, sent=T0 + 8, dropped=True)]
+    assert not fg.window(quick + dropped, T0, 2).normal(6)
+    unanswered = [req(8, ms=10000, status=0, error="timeout")]
+    assert not fg.window(quick + unanswered, T0, 2).normal(6)
+    # At most 1 % shed: 8 of 808 is, 9 of 809 is not.
+    assert fg.window(quick + at_rate(8, 8.8, 3.0, status=503), T0, 2).normal(6)
+    assert not fg.window(quick + at_rate(8, 8.9, 3.0, status=503), T0, 2).normal(6)
+    # Nothing served: not normal. Requests before the window do not count.
+    assert not fg.window(at_rate(0, 10, 3.0, status=503), T0, 2).normal(6)
+    assert fg.window(at_rate(0, 1, 3.0, status=503) + quick, T0, 2).normal(6)
 
 
 # ---- verdicts ----------------------------------------------------------------------------
@@ -172,14 +196,23 @@ def test_overload_checks_name_each_miss() -> None:
 
 def test_recovery_check_against_the_step_before() -> None:
     before = figures("0.6x before", [req(i / 50, ms=2.0) for i in range(100)])
-    quick = figures("0.6x after", [req(i / 50, ms=2.5) for i in range(100)], recovery_s=0.0)
-    slow = figures("0.6x after", [req(1.0)], recovery_s=None)
+    requests = at_rate(0, 10, 2.5)
+    quick = figures(
+        "0.6x after", requests, recovery_s=0.0, recovery_window=fg.window(requests, T0, 2)
+    )
+    slow_requests = at_rate(0, 10, 9.0)
+    slow = figures(
+        "0.6x after", slow_requests, recovery_s=None,
+        recovery_window=fg.window(slow_requests, T0, 2),
+    )  # fmt: skip
     assert fg.recovery_limit_ms(before, fg.Targets()) == 3.0
-    assert fg.recovery_check(quick, before, fg.Targets()).ok
+    passed = fg.recovery_check(quick, before, fg.Targets())
+    assert passed.ok and "normal from 0 s" in passed.detail
     missed = fg.recovery_check(slow, before, fg.Targets())
-    assert not missed.ok and "never" in missed.detail
+    assert not missed.ok and "p95 9.0 ms" in missed.detail and "never" in missed.detail
     empty = figures("0.6x before", [])
     assert not fg.recovery_check(quick, empty, fg.Targets()).ok
+    assert not fg.recovery_check(figures("0.6x after", []), before, fg.Targets()).ok
 
 
 # ---- arguments ---------------------------------------------------------------------------
@@ -255,10 +288,13 @@ def test_every_step_has_its_figures(overload_run) -> None:
             assert s["driver_cpu_s"] > 0 and 0 < s["driver_share"] < 1
             assert s["counters"]["admission_limit"] is not None
             assert r["served_open"]["count"] + r["served_new"]["count"] == r["served"]["count"]
+            # Every step's pool is open before its first request.
+            assert r["served_new"]["count"] == 0, s["label"]
             machine = s["machine"]
             assert 0 < machine["busy"] <= 1 and machine["gateway_cores"] > 0, machine
             assert machine["redis_cores"] >= 0
         assert steps[-1]["recovery_s"] is None or 0 <= steps[-1]["recovery_s"] < 3
+        assert steps[-1]["recovery_window"]["from_s"] == 2
         assert steps[0]["start"] < steps[1]["start"] < steps[3]["start"] < steps[4]["start"]
         # The recovery starts as the 2x schedule ends.
         assert steps[4]["start"] - steps[3]["start"] == pytest.approx(3, abs=0.5)
@@ -280,7 +316,7 @@ def test_the_report_files(overload_run) -> None:
     ):
         assert title in report, title
     assert "Machine: " in report and "load driver shares" in report
-    assert report.count("recovery: p95 per second") == 2
+    assert report.count("recovery: p95 from 2 s after the overload") == 2
     html = (out_dir / "report.html").read_text()
     assert "data:image/png;base64," in html and "<table>" in html
     assert (out_dir / "overload.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -90,9 +90,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// (emails.txt, a trace) and building its URLs takes a while, and the first
 	// iterations would otherwise fall due before a worker could send them.
 	clock.Restart(time.Now())
+	// A START_AT ahead bounds the opening too, so the schedule starts then
+	// whatever the server's pace: a caller that starts steps back to back
+	// knows when each one begins.
+	startAt := cfg.StartAt
+	if !startAt.After(time.Now()) {
+		startAt = time.Time{}
+	}
 	if cfg.Conns > 0 {
 		// Before the schedule's clock starts: the first request falls due after this.
-		client.Open(cfg.Conns, "/healthz", time.Now().Add(cfg.Timeout))
+		deadline := time.Now().Add(cfg.Timeout)
+		if !startAt.IsZero() {
+			deadline = startAt
+		}
+		client.Open(cfg.Conns, "/healthz", deadline)
+		clock.Restart(time.Now())
+	}
+	if wait := time.Until(startAt); !startAt.IsZero() && wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 		clock.Restart(time.Now())
 	}
 

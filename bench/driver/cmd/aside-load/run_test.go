@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -528,5 +530,64 @@ func TestConnsAreOpenBeforeTheFirstRequest(t *testing.T) {
 		if conns == "0" && fresh == 0 {
 			t.Errorf("CONNS=0: no request opened a connection")
 		}
+	}
+}
+
+// START_AT holds the first request until then, after the connections open.
+func TestStartAtHoldsTheFirstRequest(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Slow enough that the opening requests overlap (see TestConnsAreOpenBeforeTheFirstRequest).
+		time.Sleep(20 * time.Millisecond)
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	at := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	r, err := step(t, context.Background(), map[string]string{
+		"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": "100", "DURATION": "200ms", "POOL": "5", "CONNS": "5",
+		"START_AT": strconv.FormatInt(at.UnixMilli(), 10),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.samples) == 0 {
+		t.Fatal("no samples")
+	}
+	first := math.Inf(1)
+	for _, s := range r.samples {
+		if due, ok := s["due"].(float64); ok && due < first {
+			first = due
+		}
+	}
+	if held := first - float64(at.UnixMilli())/1000; held < 0 || held > 0.2 {
+		t.Errorf("first request due %.3f s after START_AT, want within [0, 0.2]", held)
+	}
+}
+
+// A START_AT ahead bounds the opening of CONNS: against a server too slow to
+// open them by then, the first request still falls due at START_AT.
+func TestStartAtBoundsTheOpening(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			time.Sleep(3 * time.Second)
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	at := time.Now().Add(500 * time.Millisecond).Truncate(time.Millisecond)
+	r, err := step(t, context.Background(), map[string]string{
+		"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": "10", "DURATION": "200ms", "POOL": "5", "CONNS": "5",
+		"START_AT": strconv.FormatInt(at.UnixMilli(), 10),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := math.Inf(1)
+	for _, s := range r.samples {
+		if due, ok := s["due"].(float64); ok && due < first {
+			first = due
+		}
+	}
+	if held := first - float64(at.UnixMilli())/1000; held < 0 || held > 0.2 {
+		t.Errorf("first request due %.3f s after START_AT, want within [0, 0.2]", held)
 	}
 }

@@ -69,7 +69,10 @@ type Config struct {
 	// Pool is POOL, 0 when unset (then it follows the rate).
 	Pool int
 	// Conns is CONNS: connections opened before the first request falls due.
-	Conns   int
+	Conns int
+	// StartAt is START_AT (Unix ms): the first request falls due then, or once
+	// the CONNS are open if that is later; zero: as soon as the step is planned.
+	StartAt time.Time
 	LateMs  int
 	Timeout time.Duration
 	Seed    uint64
@@ -160,6 +163,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.Duration = r.duration("DURATION")
 	c.Pool = r.whole("POOL", 0, 1)
 	c.Conns = r.whole("CONNS", 0, 0)
+	c.StartAt = r.unixMs("START_AT")
 	c.LateMs = r.whole("LATE_MS", 100, 1)
 	c.Timeout = time.Duration(r.whole("TIMEOUT_S", 10, 1)) * time.Second
 	c.Seed = uint64(r.whole("SEED", 1, 0))
@@ -407,6 +411,20 @@ func (r *reader) oneOf(name, def string, values []string) string {
 		r.fail(name, fmt.Sprintf("must be one of %s, got %q", strings.Join(values, ", "), v))
 	}
 	return v
+}
+
+// unixMs reads an instant as whole milliseconds since the Unix epoch (zero: unset).
+func (r *reader) unixMs(name string) time.Time {
+	v := r.getenv(name)
+	if v == "" {
+		return time.Time{}
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		r.fail(name, fmt.Sprintf("must be a Unix time in whole milliseconds, got %q", v))
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 func (r *reader) duration(name string) time.Duration {

@@ -50,11 +50,15 @@ func TestDefaults(t *testing.T) {
 		{"gc", c.GCPercent, 400},
 		{"live", c.Live, false},
 		{"no influx", c.InfluxWriteURL, ""},
+		{"no start", c.StartAt.IsZero(), true},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
 			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
 		}
+	}
+	if c, _ := config.Load(step(map[string]string{"START_AT": "1795000000123"})); !c.StartAt.Equal(time.UnixMilli(1795000000123)) {
+		t.Errorf("START_AT: %v", c.StartAt)
 	}
 	if c, _ := config.Load(step(map[string]string{"GOGC": "100"})); c.GCPercent != 0 {
 		t.Errorf("GOGC set: GCPercent %d, want 0 (left alone)", c.GCPercent)
@@ -79,6 +83,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"DURATION": "-1s"}, "DURATION", ""},
 		{map[string]string{"POOL": "0"}, "POOL", ""},
 		{map[string]string{"LATE_MS": "soon"}, "LATE_MS", ""},
+		{map[string]string{"START_AT": "2026-11-26T10:00:00Z"}, "START_AT", `START_AT must be a Unix time in whole milliseconds, got "2026-11-26T10:00:00Z"`},
+		{map[string]string{"START_AT": "-5"}, "START_AT", ""},
 		{map[string]string{"TIMEOUT_S": "0"}, "TIMEOUT_S", ""},
 		{map[string]string{"SEED": "1.5"}, "SEED", ""},
 		{map[string]string{"REPEAT": "0"}, "REPEAT", ""},

@@ -83,19 +83,21 @@ func (c *Client) URL(path string) []byte { return []byte(c.base + path) }
 // Dials is the number of connections opened so far.
 func (c *Client) Dials() int64 { return c.dials.Load() }
 
-// Open opens n connections before the load: rounds of concurrent GETs of
+// Open opens n connections before the load: rounds of n concurrent GETs of
 // path until n are open or the deadline passes (a request that ends before
-// another starts hands its connection on). Idle connections are reused
-// oldest first (fasthttp's FIFO pool), so at a steady rate they all stay
-// open; none is opened later unless more requests are in flight than n.
+// another starts hands its connection on, so a round against a quick server
+// may open fewer). Idle connections are reused oldest first (fasthttp's FIFO
+// pool), so at a steady rate they all stay open; none is opened later
+// unless more requests are in flight than n.
 func (c *Client) Open(n int, path string, deadline time.Time) int64 {
 	url := c.URL(path)
 	for c.Dials() < int64(n) && time.Now().Before(deadline) {
 		// Every request of a round waits for the others to be ready, so they
-		// are in flight together and each needs a connection of its own.
+		// are in flight together and each needs a connection of its own: n of
+		// them, as those a round left open take the first requests of the next.
 		var ready, wg sync.WaitGroup
 		start := make(chan struct{})
-		for range int64(n) - c.Dials() {
+		for range n {
 			ready.Add(1)
 			wg.Add(1)
 			go func() {

@@ -144,3 +144,20 @@ func TestComputeCheck(t *testing.T) {
 		t.Fatal("a wrong checksum passed")
 	}
 }
+
+// Open reaches n against a server that answers at once, where a round's
+// requests may hand connections on to each other instead of each opening one.
+func TestOpenReachesNAgainstAQuickServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	for _, n := range []int{1, 50, 200} {
+		client, err := scenario.NewClient(srv.URL, n, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := client.Open(n, "/healthz", time.Now().Add(10*time.Second)); got < int64(n) {
+			t.Errorf("Open(%d) opened %d", n, got)
+		}
+		client.CloseIdle()
+	}
+}

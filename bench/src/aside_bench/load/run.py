@@ -138,7 +138,8 @@ def driver_env(settings: Settings, run: LoadRun) -> dict[str, str]:
 DRIVER_VARIABLES = frozenset(
     {
         "BASE_URL", "SCENARIO", "RUN_ID", "ARM", "PHASE", "REPEAT", "RATE", "DURATION",
-        "POOL", "CONNS", "LATE_MS", "TIMEOUT_S", "SEED", "SKIP", "DATA_DIR", "SUMMARY_PATH",
+        "POOL", "CONNS", "START_AT", "LATE_MS", "TIMEOUT_S", "SEED", "SKIP", "DATA_DIR",
+        "SUMMARY_PATH",
         "SAMPLES_PATH", "INFLUX_URL", "LIVE", "CACHE", "HOT_SHARE", "COLD_SAMPLE", "DIST", "ALPHA",
         "KEYS", "COMPUTE_BODY",
         "COMPUTE_EXPECT", "COMPUTE_HASH_PATTERN", "READ_RATE", "READ_CACHE", "READ_POOL",

@@ -11,6 +11,7 @@ from typing import Any
 from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
 from aside_bench.suites.base import suite_page
+from aside_bench.suites.overload import figures as fg
 
 CHART = "overload.png"
 
@@ -183,16 +184,21 @@ def _context(run: dict[str, Any]) -> list[str]:
         f"load: the driver's read scenario through {p['gateway_url']} ({p['hot_share']:.0%} hot "
         f"emails, {p['cold_sample']} cold, cache warmed before), an open model: each step "
         f"{p['duration_s']} s at 0.6x, 1.25x, 1.5x, 2x of the arm's ceiling, then 0.6x started "
-        f"as the 2x schedule ends; request timeout {p['timeout_s']} s",
+        f"as the 2x schedule ends; each step's driver opens its pool's connections before its "
+        f"first request (as a client's pool holds them), the recovery's while the gateway still "
+        f"drains the 2x step; request timeout {p['timeout_s']} s",
         f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms with "
         f"nothing dropped, {p['search_duration_s']} s steps",
         f"goodput: 2xx answered within {p['goodput_within_ms']:.0f} ms, per second of the step; "
         "latency and sheds from every request's sample, counters from the gateway's /metrics",
         f"targets at 1.25x, 1.5x and 2x: goodput >= {t['goodput_share']:g} x ceiling, served "
         f"p99 <= {t['served_p99_ms']:g} ms, no client timeout, sheds p99 <= "
-        f"{t['shed_p99_ms']:g} ms, no read skipping Redis behind an open breaker; after: "
-        f"every second's served p95 within {t['recovery_factor']:g} x the 0.6x step's before "
-        f"the overload (and nothing shed, unanswered or dropped) within {t['recovery_s']:g} s",
+        f"{t['shed_p99_ms']:g} ms, no read skipping Redis behind an open breaker; after: from "
+        f"{t['recovery_s']:g} s after the 2x schedule's end, the served p95 within "
+        f"{t['recovery_factor']:g} x the one of the 0.6x step before the overload, nothing "
+        f"unanswered or dropped, at most {fg.MAX_SHED_SHARE:.0%} shed; 'recovered after' is the "
+        f"first whole second after the overload's end from which that holds for the rest of "
+        f"the step (at least {fg.MIN_WINDOW_S} s)",
         "driver CPU: the driver's own CPU time over the step, as a share of the machine's cores",
         "machine busy: the share of every core's time not idle over the step (/proc/stat: the "
         "driver, the services and everything else); gateway and Redis cores: their process "
