@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -225,6 +226,20 @@ def test_arms_and_ceilings_are_parsed() -> None:
             overload.parse_ceilings([bad])
     with pytest.raises(ValueError, match="unknown arm"):
         overload.parse_arms("cache disk")
+
+
+def test_a_step_opens_its_pool_before_its_first_request_unless_told_not_to() -> None:
+    def variables(open_pool: bool, samples: bool) -> dict[str, str]:
+        params = overload.OverloadParams("r", Path("out"), ("cache",), open_pool=open_pool)
+        seed = SimpleNamespace(data_dir=Path("data"))
+        bench = overload.Bench(None, params, seed, 2, None)  # type: ignore[arg-type]
+        return bench.load_run("cache", "2x", 4800, 15, samples, start_at=T0 + 0.25).extra
+
+    opened = variables(open_pool=True, samples=True)
+    assert opened["CONNS"] == "1000" and opened["START_AT"] == str(round((T0 + 0.25) * 1000))
+    assert "CONNS" not in variables(open_pool=False, samples=True)
+    # The search's steps open their connections as they go.
+    assert "CONNS" not in variables(open_pool=True, samples=False)
 
 
 def test_a_bad_ceiling_is_a_usage_error(bench: Bench, tmp_path: Path) -> None:

@@ -473,6 +473,12 @@ def _add_overload(sub: argparse._SubParsersAction) -> None:
     _option(over, "--search-max", _positive, 8000, "the search's highest rate")
     _option(over, "--p95-ms", _above_zero, 10.0, "the search's p95 limit in ms")
     _option(over, "--timeout", _positive, 10, "request timeout in seconds")
+    over.add_argument(
+        "--lazy-connections",
+        action="store_true",
+        help="each step's driver opens connections as its requests need them, not before "
+        "its first (then the steps also measure new connections accepted under overload)",
+    )
     _paths(over, "the time")
 
 

@@ -124,6 +124,7 @@ def cmd_overload(args: argparse.Namespace, settings: config.Settings) -> int:
         search_duration_s=parse_duration(args.search_duration),
         search_p95_ms=args.p95_ms,
         timeout_s=args.timeout,
+        open_pool=not args.lazy_connections,
     )
     seed = checked_seed(settings, args)
     run = overload.run_overload(settings, params, seed)

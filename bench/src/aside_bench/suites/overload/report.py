@@ -178,15 +178,27 @@ def chart(
     return charts.finish(fig, path, caption)
 
 
+def _connections(params: dict[str, Any]) -> str:
+    if not params.get("open_pool", True):
+        return (
+            "connections: each step's driver opened them as its requests needed them "
+            "(--lazy-connections), so a step past the ceiling also waits for new ones accepted"
+        )
+    return (
+        "connections: each step's driver opened its pool before its first request (as a "
+        "client's pool holds them); the recovery's driver opened its while the gateway still "
+        "drained the 2x step, which counts against the recovery"
+    )
+
+
 def _context(run: dict[str, Any]) -> list[str]:
     p, t = run["params"], run["params"]["targets"]
     return [
         f"load: the driver's read scenario through {p['gateway_url']} ({p['hot_share']:.0%} hot "
         f"emails, {p['cold_sample']} cold, cache warmed before), an open model: each step "
         f"{p['duration_s']} s at 0.6x, 1.25x, 1.5x, 2x of the arm's ceiling, then 0.6x started "
-        f"as the 2x schedule ends; each step's driver opens its pool's connections before its "
-        f"first request (as a client's pool holds them), the recovery's while the gateway still "
-        f"drains the 2x step; request timeout {p['timeout_s']} s",
+        f"as the 2x schedule ends; request timeout {p['timeout_s']} s",
+        _connections(p),
         f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms with "
         f"nothing dropped, {p['search_duration_s']} s steps",
         f"goodput: 2xx answered within {p['goodput_within_ms']:.0f} ms, per second of the step; "

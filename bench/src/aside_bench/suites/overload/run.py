@@ -19,6 +19,7 @@ gateway's counters read from its /metrics at every step's edges
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,6 +77,9 @@ class OverloadParams:
     timeout_s: int = 10
     max_pool: int = 1000
     targets: fg.Targets = field(default_factory=fg.Targets)
+    # Each step's driver opens its pool before its first request; False: as
+    # its requests need them, so the steps also measure new connections.
+    open_pool: bool = True
 
 
 @dataclass
@@ -149,9 +153,9 @@ class Bench:
         start_at: float | None = None,
     ) -> LoadRun:
         """A step's driver run; a step with samples (not the search's) opens
-        its pool's connections before its first request, as a client's pool
-        holds them, so none is opened mid-step; `start_at` (epoch s) is when
-        its first request falls due, or once they are open if later."""
+        its pool's connections before its first request (unless told not
+        to), as a client's pool holds them, so none is opened mid-step;
+        `start_at` (epoch s) is when its first request falls due."""
         self.drivers += 1
         stem = self.params.out_dir / f"{self.drivers:03d}-{arm}-{phase}-{rate}"
         pool = pool_for(rate, self.params.max_pool)
@@ -169,7 +173,7 @@ class Bench:
                 "CACHE": cache_param(arm) or "off",
                 "HOT_SHARE": str(HOT_SHARE),
                 "COLD_SAMPLE": str(COLD_SAMPLE),
-                **({"CONNS": str(pool)} if samples else {}),
+                **({"CONNS": str(pool)} if samples and self.params.open_pool else {}),
                 **({"START_AT": str(round(start_at * 1000))} if start_at is not None else {}),
             },
             summary_path=stem.with_suffix(".summary.json"),
@@ -432,7 +436,8 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
     ceiling = result.ceiling
     assert ceiling is not None
     print(f"  [{arm}] ceiling {ceiling}/s ({result.ceiling_from}); the steps ...", flush=True)
-    duration = params.duration_s
+    # A step's span: its driver's lead to open its connections, and its load.
+    duration = params.duration_s + math.ceil(OPEN_LEAD_S)
     prepare(bench, arm, duration)
     before = step(bench, arm, "0.6x before", BASELINE_FACTOR, ceiling)
     result.steps.append(before)
@@ -485,6 +490,8 @@ def _params_record(params: OverloadParams, settings: Settings) -> dict[str, Any]
         "search_p95_ms": params.search_p95_ms,
         "timeout_s": params.timeout_s,
         "max_pool": params.max_pool,
+        "open_pool": params.open_pool,
+        "open_lead_s": OPEN_LEAD_S,
         "hot_share": HOT_SHARE,
         "cold_sample": COLD_SAMPLE,
         "goodput_within_ms": fg.GOODPUT_WITHIN_MS,
