@@ -215,6 +215,50 @@ def test_the_limit_is_cut_only_after_ticks_late_in_a_row():
     assert door.cap == 45
 
 
+def test_while_flasks_threads_are_all_busy_a_late_loop_holds_the_limit():
+    door = LoopAdmission("aimd", 4, 100, LATE_S, threads=8)
+    for _ in range(50):
+        door.enter(read())
+    for _ in range(8):
+        door.hand_over()
+    for _ in range(2 * LATE_TICKS):
+        door.on_tick(0.5)
+    assert door.cap == 100  # the threads' lateness: held, not cut
+    for _ in range(2):
+        door.handed_back()
+    door.on_tick(0.5)  # the peak since the last tick was still 8: held
+    assert door.cap == 100
+    door.on_tick(0.5)  # 6 of 8 threads busy: the loop's own lateness, cut
+    assert door.cap == 45
+
+
+def test_a_thread_busy_for_a_moment_within_a_tick_counts_as_busy():
+    door = LoopAdmission("aimd", 4, 100, LATE_S, threads=2)
+    for _ in range(50):
+        door.enter(read())
+    door.on_tick(0.5)
+    door.hand_over()
+    door.hand_over()
+    door.handed_back()
+    door.handed_back()
+    door.on_tick(0.5)  # both were busy at once since the last tick: held
+    assert door.cap == 100
+    door.on_tick(0.5)
+    assert door.cap == 45
+
+
+def test_without_flasks_thread_count_the_threads_never_hold_the_limit():
+    door = LoopAdmission("aimd", 4, 100, LATE_S)
+    for _ in range(50):
+        door.enter(read())
+    for _ in range(1000):
+        door.hand_over()
+    for _ in range(LATE_TICKS):
+        door.on_tick(0.5)
+    assert door.cap == 45
+    assert LoopAdmission.from_settings(load_settings(ENV)).threads == 64
+
+
 def test_pie_door_refuses_loop_late_while_the_lag_stands_and_caps_in_flight():
     door = LoopAdmission("pie", 1, 3, LATE_S)
     door.pie = PieDrop(LATE_S, rng=lambda: 0.5)

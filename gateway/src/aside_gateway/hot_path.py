@@ -324,9 +324,13 @@ class AsyncHotPath:
 
     async def _to_flask(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Flask's work has bounds of its own (admission.py, fallback.py): the
-        # door counts the loop's.
+        # door counts the loop's, and how busy Flask's threads are.
         self.admission.leave(scope)
-        await self.fallback(scope, receive, send)
+        self.admission.hand_over()
+        try:
+            await self.fallback(scope, receive, send)
+        finally:
+            self.admission.handed_back()
 
     def _count_refusal(self, scope: Scope, reason: str) -> None:
         """The door's refusal in the metrics: its reason, and a 503 of the

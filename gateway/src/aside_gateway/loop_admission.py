@@ -28,7 +28,12 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
   a cold fill's scan) cuts the limit to 0.9 of what was in flight in that
   tick; any other tick with the limit at least half used raises it by one.
   It stays within GATEWAY_ADMISSION_MIN_INFLIGHT and
-  GATEWAY_ADMISSION_MAX_INFLIGHT and starts at the latter.
+  GATEWAY_ADMISSION_MAX_INFLIGHT and starts at the latter. While every
+  Flask thread of the worker (GATEWAY_THREADS) is busy, a late loop is
+  theirs as much as its own: the threads' Python work holds the GIL the
+  loop waits for (a flood of cold reads), cutting the loop's limit would
+  refuse its hits without relieving it, and the threads' queue has its own
+  bound (admission.py). The limit then holds.
 * `codel`: a deadline on the time a request waited for the loop after its
   head arrived, in the CoDel spirit: `CODEL_INTERVAL_S` while that wait drops
   below GATEWAY_ADMISSION_LATE_MS now and then, GATEWAY_ADMISSION_LATE_MS
@@ -47,7 +52,8 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
 
 Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-event-loop.md;
 why an L1 hit passes uncounted, and the door's own target:
-docs/decisions/048-a-hit-from-memory-is-not-in-flight.md.
+docs/decisions/048-a-hit-from-memory-is-not-in-flight.md; why busy threads
+hold the limit: docs/decisions/050-a-late-loop-beside-busy-threads-holds-the-door.md.
 """
 
 from __future__ import annotations
@@ -182,8 +188,14 @@ class LoopAdmission:
         max_in_flight: int,
         late_s: float,
         clock: Callable[[], float] = time.monotonic,
+        threads: int = 0,
     ):
         self.mode = mode
+        # Flask's threads (0: unknown, never judged full) and the requests
+        # handed to them and not answered yet, with their most since the last tick.
+        self.threads = threads
+        self.handed = 0
+        self._handed_peak = 0
         self.limit = AimdLimit(min_in_flight, max_in_flight)
         self.deadline = CodelDeadline(late_s)
         self.pie = PieDrop(late_s)
@@ -210,16 +222,20 @@ class LoopAdmission:
             settings.admission_min_in_flight,
             settings.admission_max_in_flight,
             settings.admission_late_ms / 1000,
+            threads=settings.threads,
         )
 
     def on_tick(self, lag_s: float) -> None:
         """Called by the loop's lag monitor every tick (lateness.LoopLag)."""
         self._late_ticks = self._late_ticks + 1 if lag_s >= self.late_s else 0
+        threads_full = 0 < self.threads <= self._handed_peak
         if self.mode == "aimd":
-            self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
+            if not (threads_full and lag_s >= self.late_s):
+                self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
         elif self.mode == "pie":
             self.pie.update(lag_s)
         self._peak = self.in_flight
+        self._handed_peak = self.handed
         self._publish(lag_s)
 
     def _publish(self, lag_s: float) -> None:
@@ -258,6 +274,15 @@ class LoopAdmission:
         """The request is answered, or handed to Flask; once per request."""
         if scope.pop(COUNTED_KEY, False):
             self.in_flight -= 1
+
+    def hand_over(self) -> None:
+        """A request is handed to Flask's threads (after `leave`)."""
+        self.handed += 1
+        self._handed_peak = max(self._handed_peak, self.handed)
+
+    def handed_back(self) -> None:
+        """Flask has answered a request `hand_over` counted."""
+        self.handed -= 1
 
     def _refusal(self, scope: Scope, waits: bool) -> str | None:
         if waits and self.in_flight >= self.cap:

@@ -533,6 +533,32 @@ func TestConnsAreOpenBeforeTheFirstRequest(t *testing.T) {
 	}
 }
 
+// startsAt runs a healthz step against srv with CONNS=5 and START_AT `after`
+// from now, and checks that its first request falls due within 0.2 s of it.
+func startsAt(t *testing.T, srv *httptest.Server, rate string, after time.Duration) {
+	t.Helper()
+	at := time.Now().Add(after).Truncate(time.Millisecond)
+	r, err := step(t, context.Background(), map[string]string{
+		"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": rate, "DURATION": "200ms", "POOL": "5", "CONNS": "5",
+		"START_AT": strconv.FormatInt(at.UnixMilli(), 10),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := math.Inf(1)
+	for _, s := range r.samples {
+		if due, ok := s["due"].(float64); ok && due < first {
+			first = due
+		}
+	}
+	if math.IsInf(first, 1) {
+		t.Fatal("no request fell due")
+	}
+	if held := first - float64(at.UnixMilli())/1000; held < 0 || held > 0.2 {
+		t.Errorf("first request due %.3f s after START_AT, want within [0, 0.2]", held)
+	}
+}
+
 // START_AT holds the first request until then, after the connections open.
 func TestStartAtHoldsTheFirstRequest(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -541,26 +567,7 @@ func TestStartAtHoldsTheFirstRequest(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	at := time.Now().Add(time.Second).Truncate(time.Millisecond)
-	r, err := step(t, context.Background(), map[string]string{
-		"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": "100", "DURATION": "200ms", "POOL": "5", "CONNS": "5",
-		"START_AT": strconv.FormatInt(at.UnixMilli(), 10),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.samples) == 0 {
-		t.Fatal("no samples")
-	}
-	first := math.Inf(1)
-	for _, s := range r.samples {
-		if due, ok := s["due"].(float64); ok && due < first {
-			first = due
-		}
-	}
-	if held := first - float64(at.UnixMilli())/1000; held < 0 || held > 0.2 {
-		t.Errorf("first request due %.3f s after START_AT, want within [0, 0.2]", held)
-	}
+	startsAt(t, srv, "100", time.Second)
 }
 
 // A START_AT ahead bounds the opening of CONNS: against a server too slow to
@@ -573,21 +580,5 @@ func TestStartAtBoundsTheOpening(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	at := time.Now().Add(500 * time.Millisecond).Truncate(time.Millisecond)
-	r, err := step(t, context.Background(), map[string]string{
-		"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": "10", "DURATION": "200ms", "POOL": "5", "CONNS": "5",
-		"START_AT": strconv.FormatInt(at.UnixMilli(), 10),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := math.Inf(1)
-	for _, s := range r.samples {
-		if due, ok := s["due"].(float64); ok && due < first {
-			first = due
-		}
-	}
-	if held := first - float64(at.UnixMilli())/1000; held < 0 || held > 0.2 {
-		t.Errorf("first request due %.3f s after START_AT, want within [0, 0.2]", held)
-	}
+	startsAt(t, srv, "10", 500*time.Millisecond)
 }
