@@ -29,11 +29,13 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
   tick; any other tick with the limit at least half used raises it by one.
   It stays within GATEWAY_ADMISSION_MIN_INFLIGHT and
   GATEWAY_ADMISSION_MAX_INFLIGHT and starts at the latter. While every
-  Flask thread of the worker (GATEWAY_THREADS) is busy, a late loop is
-  theirs as much as its own: the threads' Python work holds the GIL the
-  loop waits for (a flood of cold reads), cutting the loop's limit would
-  refuse its hits without relieving it, and the threads' queue has its own
-  bound (admission.py). The limit then holds.
+  Flask thread of the worker (GATEWAY_THREADS) is busy and the limit is
+  not half used, a late loop is the threads' doing, not its own admitted
+  work's: their Python work holds the GIL the loop waits for (a flood of
+  cold reads), cutting the loop's limit would refuse its hits without
+  relieving them, and their queue has its own bound (admission.py). The
+  limit then holds. (An overloaded loop fills the threads too, with reads
+  whose Redis lookup it answered too late; its limit is used, and cut.)
 * `codel`: a deadline on the time a request waited for the loop after its
   head arrived, in the CoDel spirit: `CODEL_INTERVAL_S` while that wait drops
   below GATEWAY_ADMISSION_LATE_MS now and then, GATEWAY_ADMISSION_LATE_MS
@@ -228,9 +230,11 @@ class LoopAdmission:
     def on_tick(self, lag_s: float) -> None:
         """Called by the loop's lag monitor every tick (lateness.LoopLag)."""
         self._late_ticks = self._late_ticks + 1 if lag_s >= self.late_s else 0
-        threads_full = 0 < self.threads <= self._handed_peak
+        # Late with Flask's threads full and the limit not half used: the
+        # loop's lateness is not its own admitted work's.
+        theirs = 0 < self.threads <= self._handed_peak and 2 * self._peak < self.limit.limit
         if self.mode == "aimd":
-            if not (threads_full and lag_s >= self.late_s):
+            if not (theirs and lag_s >= self.late_s):
                 self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
         elif self.mode == "pie":
             self.pie.update(lag_s)
