@@ -59,8 +59,9 @@ TTL_MARGIN_S = 10
 QUIET_DEADLINE_S = 120.0
 HOT_SHARE = 0.9
 COLD_SAMPLE = 200
-# A step's driver opens its connections (CONNS) before its first request falls
-# due this long after it starts; more is taken when they need more.
+# A step's driver opens its connections (CONNS) before its first request, which
+# falls due this long after it starts; those not open by then are opened as
+# the requests need them.
 OPEN_LEAD_S = 3.0
 
 
@@ -324,10 +325,13 @@ class Running:
 
 
 def begin(
-    bench: Bench, arm: str, label: str, factor: float, ceiling: int, lead_s: float = OPEN_LEAD_S
+    bench: Bench, arm: str, label: str, factor: float, ceiling: int, lead_s: float | None = None
 ) -> Running:
     """A step's driver started; its first request falls due `lead_s` from now
-    (the time to open its connections), when the gateway's counters are read."""
+    (by default OPEN_LEAD_S to open its connections, none when it opens them
+    as it goes), when the gateway's counters are read."""
+    if lead_s is None:
+        lead_s = OPEN_LEAD_S if bench.params.open_pool else 0.0
     rate = max(1, round(factor * ceiling))
     phase = label.replace(" ", "-").replace(".", "_")
     at = time.time() + lead_s
