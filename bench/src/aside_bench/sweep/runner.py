@@ -307,6 +307,10 @@ class Runner:
                 record["summary_error"] = str(error)
                 summary = Summary({})
             record["summary"] = summary.step_figures(run.scenario)
+            if summary.cpu_s is not None and "driver" in record:
+                # The driver's own account (getrusage, in µs): /proc's clock
+                # ticks round a small step's CPU down to nothing.
+                record["driver"]["cpu_s"] = summary.cpu_s
             self._key_trace(run, summary, record)
             summary_path.unlink(missing_ok=True)
 
