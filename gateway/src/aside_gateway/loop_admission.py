@@ -229,12 +229,10 @@ class LoopAdmission:
 
     def on_tick(self, lag_s: float) -> None:
         """Called by the loop's lag monitor every tick (lateness.LoopLag)."""
-        self._late_ticks = self._late_ticks + 1 if lag_s >= self.late_s else 0
-        # Late with Flask's threads full and the limit not half used: the
-        # loop's lateness is not its own admitted work's.
-        theirs = 0 < self.threads <= self._handed_peak and 2 * self._peak < self.limit.limit
+        late = lag_s >= self.late_s
+        self._late_ticks = self._late_ticks + 1 if late else 0
         if self.mode == "aimd":
-            if not (theirs and lag_s >= self.late_s):
+            if not (late and self._threads_lateness()):
                 self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
         elif self.mode == "pie":
             self.pie.update(lag_s)
@@ -278,6 +276,13 @@ class LoopAdmission:
         """The request is answered, or handed to Flask; once per request."""
         if scope.pop(COUNTED_KEY, False):
             self.in_flight -= 1
+
+    def _threads_lateness(self) -> bool:
+        """Whether a late loop is Flask's threads' doing: all of them were busy
+        since the last tick, and the loop's own requests left the limit under
+        half used."""
+        threads_full = 0 < self.threads <= self._handed_peak
+        return threads_full and 2 * self._peak < self.limit.limit
 
     def hand_over(self) -> None:
         """A request is handed to Flask's threads (after `leave`)."""

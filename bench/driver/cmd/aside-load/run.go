@@ -106,7 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		client.Open(cfg.Conns, "/healthz", deadline)
 		clock.Restart(time.Now())
 	}
-	if wait := time.Until(startAt); !startAt.IsZero() && wait > 0 {
+	if wait := time.Until(startAt); wait > 0 {
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):

@@ -48,8 +48,13 @@ class Request:
         return not self.dropped and self.status == SHED_STATUS
 
     @property
+    def unanswered(self) -> bool:
+        """Sent and got no answer: a timeout or another error."""
+        return not self.dropped and self.status == 0
+
+    @property
     def timed_out(self) -> bool:
-        return not self.dropped and self.status == 0 and self.error == "timeout"
+        return self.unanswered and self.error == "timeout"
 
 
 def parse_requests(lines: Iterable[str], source: str) -> list[Request]:
@@ -144,9 +149,7 @@ def request_figures(requests: Sequence[Request], start: float, duration_s: int) 
         served_new=Latency.of([r.ms for r in requests if r.served and r.new_conn]),
         good=sum(1 for ms in served if ms <= GOODPUT_WITHIN_MS),
         timeouts=sum(1 for r in requests if r.timed_out),
-        other_errors=sum(
-            1 for r in requests if not r.dropped and r.status == 0 and not r.timed_out
-        ),
+        other_errors=sum(1 for r in requests if r.unanswered and not r.timed_out),
         other_statuses=dict(sorted(others.items())),
         seconds=per_second(requests, start, duration_s),
     )
@@ -165,7 +168,7 @@ def per_second(requests: Sequence[Request], start: float, duration_s: int) -> li
             served=sum(1 for r in bucket if r.served),
             served_p95_ms=nearest_rank([r.ms for r in bucket if r.served], 95),
             shed=sum(1 for r in bucket if r.shed),
-            unanswered=sum(1 for r in bucket if not r.dropped and r.status == 0),
+            unanswered=sum(1 for r in bucket if r.unanswered),
             dropped=sum(1 for r in bucket if r.dropped),
         )
         for i, bucket in enumerate(buckets)
@@ -210,7 +213,7 @@ def window(requests: Sequence[Request], overload_end: float, from_s: float) -> W
         due=len(rest),
         served=Latency.of([r.ms for r in rest if r.served]),
         shed=sum(1 for r in rest if r.shed),
-        unanswered=sum(1 for r in rest if not r.dropped and r.status == 0),
+        unanswered=sum(1 for r in rest if r.unanswered),
         dropped=sum(1 for r in rest if r.dropped),
     )
 
