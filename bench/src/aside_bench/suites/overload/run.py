@@ -2,7 +2,7 @@
 
 For each arm: its ceiling (given, or a short search: the highest rate held at
 p95 <= 10 ms with nothing dropped, ceiling/search.py's ladder, bisection and
-confirmations, in short steps), then the driver's `read` scenario at 0.6x of
+confirmations, in short steps over pools opened as the later steps' are), then the driver's `read` scenario at 0.6x of
 it (the baseline), 1.25x, 1.5x and 2x, and 0.6x again started as the 2x
 step's schedule ends (the recovery), each a step of its own driver process with every
 request in its samples file, over connections it opened before its first
@@ -153,10 +153,12 @@ class Bench:
         samples: bool,
         start_at: float | None = None,
     ) -> LoadRun:
-        """A step's driver run; a step with samples (not the search's) opens
-        its pool's connections before its first request (unless told not
-        to), as a client's pool holds them, so none is opened mid-step;
-        `start_at` (epoch s) is when its first request falls due."""
+        """A step's driver run (with every request in its samples file, or,
+        for the search's, its summary only); it opens its pool's connections
+        before its first request (unless told not to), as a client's pool
+        holds them, so none is opened mid-step and the ceiling is measured as
+        the steps past it run; `start_at` (epoch s) is when its first request
+        falls due."""
         self.drivers += 1
         stem = self.params.out_dir / f"{self.drivers:03d}-{arm}-{phase}-{rate}"
         pool = pool_for(rate, self.params.max_pool)
@@ -174,7 +176,7 @@ class Bench:
                 "CACHE": cache_param(arm) or "off",
                 "HOT_SHARE": str(HOT_SHARE),
                 "COLD_SAMPLE": str(COLD_SAMPLE),
-                **({"CONNS": str(pool)} if samples and self.params.open_pool else {}),
+                **({"CONNS": str(pool)} if self.params.open_pool else {}),
                 **({"START_AT": str(round(start_at * 1000))} if start_at is not None else {}),
             },
             summary_path=stem.with_suffix(".summary.json"),
@@ -227,8 +229,10 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
     params = bench.params
     history: list[Trial] = []
     while (rate := next_trial(history, params.search)) is not None:
-        prepare(bench, result.arm, params.search_duration_s)
-        run = bench.load_run(result.arm, "search", rate, params.search_duration_s, False)
+        lead_s = OPEN_LEAD_S if params.open_pool else 0.0
+        prepare(bench, result.arm, params.search_duration_s + math.ceil(lead_s))
+        at = time.time() + lead_s
+        run = bench.load_run(result.arm, "search", rate, params.search_duration_s, False, at)
         summary = finish_driver(bench.start(run), run)
         figures = summary.step_figures("read") or {}
         p95, dropped = figures.get("p95"), int(figures.get("dropped") or 0)
