@@ -217,6 +217,26 @@ def test_recovery_check_against_the_step_before() -> None:
 
 
 # ---- arguments ---------------------------------------------------------------------------
+def test_a_search_step_holds_with_a_few_sheds_but_not_with_the_excess_shed() -> None:
+    def step(**changed: Any) -> fg.SearchStep:
+        found = {"rate": 1000, "requests": 5000, "p95_ms": 6.0, "dropped": 0, "failed": 0}
+        return fg.SearchStep(**{**found, "shed": 0, **changed})
+
+    assert step().holds(10.0)
+    # A door's stray refusals of a noisy second: 1 % of the step at most.
+    assert step(failed=50, shed=50).holds(10.0)
+    assert not step(failed=51, shed=51).holds(10.0)
+    # Any failure but a shed (a timeout, another error), a drop or a slow p95 misses.
+    assert not step(failed=1).holds(10.0)
+    assert not step(failed=3, shed=2).holds(10.0)
+    assert not step(dropped=1).holds(10.0)
+    assert not step(p95_ms=10.5).holds(10.0)
+    assert not step(p95_ms=None).holds(10.0)
+    assert step(failed=3, shed=3).as_dict(True) == {
+        "rate": 1000, "held": True, "p95_ms": 6.0, "dropped": 0, "failed": 3, "shed": 3,
+    }  # fmt: skip
+
+
 def test_arms_and_ceilings_are_parsed() -> None:
     assert overload.parse_arms(None) == ("cache", "hybrid")
     assert overload.parse_arms("hybrid,cache") == ("hybrid", "cache")
@@ -284,6 +304,8 @@ def test_the_ceilings_searched_and_given(overload_run) -> None:
     # The final held rate tried twice; no rate missed.
     assert [t["rate"] for t in cache["search"]] == [20, 40, 40]
     assert all(t["held"] for t in cache["search"])
+    # Each step's sheds counted by the gateway; at these rates, none.
+    assert all(t["shed"] == 0 and t["failed"] == 0 for t in cache["search"])
     assert (hybrid["ceiling"], hybrid["ceiling_from"], hybrid["search"]) == (40, "given", [])
 
 

@@ -285,11 +285,15 @@ def test_bypass_reads_are_bounded_per_worker(start_gateway, insert_user, databas
             return row[0] >= 1
 
         wait_until(first_is_waiting, 10, "the first bypass read to wait on the lock")
+        before = scrape(bounded.url)
         started = time.monotonic()
         second = count(bounded.url, email, cache="off")
         assert time.monotonic() - started < 1
         assert_error(second, 503, "unavailable")
         assert second.headers["Retry-After"] == "1"
+        # Counted with the gateway's other sheds.
+        shed = sample(scrape(bounded.url), "aside_gateway_shed_total", reason="uncached_busy")
+        assert shed - sample(before, "aside_gateway_shed_total", reason="uncached_busy") == 1
         locker.rollback()
     first.join(timeout=10)
     assert result["first"].status_code == 200

@@ -83,6 +83,7 @@ def create_api(services: Services) -> Blueprint:
             # Bounded so an overloaded database sheds load at once instead of
             # queueing, and so nopool's connections stay far below max_connections.
             if not services.bypass_slots.acquire(blocking=False):
+                metrics.shed("uncached_busy")
                 raise ApiError(
                     "unavailable", "too many uncached reads in flight", {"Retry-After": "1"}
                 )

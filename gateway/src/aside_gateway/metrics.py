@@ -81,7 +81,8 @@ SHED = Counter(
     "compute slot stayed busy (python_compute_busy), the event loop's door was at its "
     "limit (admission_limit), the request waited too long for the loop (queue_delay) "
     "or was refused with the late loop's drop probability (loop_late), "
-    "too many reads falling back to PostgreSQL (fallback_busy)",
+    "too many reads falling back to PostgreSQL (fallback_busy) or asking it "
+    "uncached, the lab's bypass (uncached_busy)",
     ["reason"],
 )
 MISS_BATCH_SIZE = Histogram(

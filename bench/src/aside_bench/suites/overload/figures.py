@@ -178,8 +178,44 @@ def per_second(requests: Sequence[Request], start: float, duration_s: int) -> li
 # Judged for recovery, the rest of the step lasts at least this long.
 MIN_WINDOW_S = 5
 # A stray 503 of a noisy second is not a backlog: at most this share of a
-# recovered window is shed.
+# recovered window, or of a step of the ceiling search that held, is shed.
 MAX_SHED_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One step of the ceiling search: the driver's summary figures and the
+    requests the gateway counted as shed (its 503s) over the step."""
+
+    rate: int
+    requests: int
+    p95_ms: float | None
+    dropped: int
+    failed: int
+    shed: int
+
+    def holds(self, p95_limit_ms: float) -> bool:
+        """The served p95 within the limit, nothing dropped, no failure but
+        the gateway's sheds, and those at most MAX_SHED_SHARE of the step: a
+        door that refuses a few reads of a noisy second does not set the
+        ceiling (its sheds are reported), one that sheds the excess does."""
+        return (
+            self.p95_ms is not None
+            and self.p95_ms <= p95_limit_ms
+            and self.dropped == 0
+            and self.failed <= self.shed
+            and self.shed <= MAX_SHED_SHARE * self.requests
+        )
+
+    def as_dict(self, held: bool) -> dict[str, Any]:
+        return {
+            "rate": self.rate,
+            "held": held,
+            "p95_ms": self.p95_ms,
+            "dropped": self.dropped,
+            "failed": self.failed,
+            "shed": self.shed,
+        }
 
 
 @dataclass(frozen=True)

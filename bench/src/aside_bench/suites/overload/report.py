@@ -112,10 +112,19 @@ def machine_table(arm: dict[str, Any]) -> Table:
 
 def search_table(arm: dict[str, Any]) -> Table:
     rows = [
-        [str(t["rate"]), _ms(t["p95_ms"]), str(t["dropped"]), "held" if t["held"] else "missed"]
+        [
+            str(t["rate"]),
+            _ms(t["p95_ms"]),
+            str(t["dropped"]),
+            # Records written before the sheds were counted have neither figure.
+            str(t.get("shed", "-")),
+            str(t["failed"] - t["shed"]) if "shed" in t else "-",
+            "held" if t["held"] else "missed",
+        ]
         for t in arm["search"]
     ]
-    return Table(f"{arm['arm']}: the ceiling search", ["rate /s", "p95 ms", "dropped", ""], rows)
+    head = ["rate /s", "p95 ms", "dropped", "shed (503)", "other failures", ""]
+    return Table(f"{arm['arm']}: the ceiling search", head, rows)
 
 
 def timeline_table(arm: dict[str, Any]) -> Table:
@@ -200,7 +209,9 @@ def _context(run: dict[str, Any]) -> list[str]:
         f"as the 2x schedule ends; request timeout {p['timeout_s']} s",
         _connections(p),
         f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms with "
-        f"nothing dropped, {p['search_duration_s']} s steps",
+        f"nothing dropped, no failure but the gateway's sheds and those at most "
+        f"{fg.MAX_SHED_SHARE:.0%} of the step, {p['search_duration_s']} s steps, "
+        + ("each over a pool opened before it" if p.get("open_pool", True) else "lazy pools"),
         f"goodput: 2xx answered within {p['goodput_within_ms']:.0f} ms, per second of the step; "
         "latency and sheds from every request's sample, counters from the gateway's /metrics",
         f"targets at 1.25x, 1.5x and 2x: goodput >= {t['goodput_share']:g} x ceiling, served "

@@ -1,15 +1,16 @@
 """`aside-bench overload`: what the gateway does past an arm's ceiling.
 
 For each arm: its ceiling (given, or a short search: the highest rate held at
-p95 <= 10 ms with nothing dropped, ceiling/search.py's ladder, bisection and
-confirmations, in short steps over pools opened as the later steps' are), then the driver's `read` scenario at 0.6x of
-it (the baseline), 1.25x, 1.5x and 2x, and 0.6x again started as the 2x
-step's schedule ends (the recovery), each a step of its own driver process with every
-request in its samples file, over connections it opened before its first
-request. Between the steps before the 2x one the stack is let go quiet and
-the cache topped up; the 2x step and the recovery follow each other with no
-gap, as a falling load would, and the recovery is judged from the 2x
-schedule's end.
+p95 <= 10 ms with nothing dropped and at most 1 % shed, ceiling/search.py's
+ladder, bisection and confirmations, in short steps over pools opened as the
+later steps' are), then the driver's `read` scenario at 0.6x of it (the
+baseline), 1.25x, 1.5x and 2x, and 0.6x again started as the 2x step's
+schedule ends (the recovery), each a step of its own driver process with
+every request in its samples file, over connections it opened before its
+first request. Between the steps before the 2x one the stack is let go
+quiet and the cache topped up; the 2x step and the recovery follow each
+other with no gap, as a falling load would, and the recovery is judged from
+the 2x schedule's end.
 
 The figures come from the samples (goodput within 1 s, served and shed
 latency, the per-second timeline), the driver's summary (its CPU) and the
@@ -233,19 +234,23 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
         prepare(bench, result.arm, params.search_duration_s + math.ceil(lead_s))
         at = time.time() + lead_s
         run = bench.load_run(result.arm, "search", rate, params.search_duration_s, False, at)
+        before = counters(bench.settings)["shed"]
         summary = finish_driver(bench.start(run), run)
+        shed = _increase(before, counters(bench.settings)["shed"])
         figures = summary.step_figures("read") or {}
-        p95, dropped = figures.get("p95"), int(figures.get("dropped") or 0)
-        held = (
-            p95 is not None
-            and p95 <= params.search_p95_ms
-            and dropped == 0
-            and not figures.get("failed")
+        found = fg.SearchStep(
+            rate=rate,
+            requests=int(figures.get("requests") or 0),
+            p95_ms=figures.get("p95"),
+            dropped=int(figures.get("dropped") or 0),
+            failed=int(figures.get("failed") or 0),
+            shed=round(sum(shed.values())),
         )
+        held = found.holds(params.search_p95_ms)
         history.append((rate, held))
-        result.search.append({"rate": rate, "held": held, "p95_ms": p95, "dropped": dropped})
-        print(f"  [{result.arm} search] {rate}/s p95 {p95} ms, {dropped} dropped: "
-              f"{'held' if held else 'missed'}", flush=True)  # fmt: skip
+        result.search.append(found.as_dict(held))
+        print(f"  [{result.arm} search] {rate}/s p95 {found.p95_ms} ms, {found.dropped} dropped, "
+              f"{found.shed} shed: {'held' if held else 'missed'}", flush=True)  # fmt: skip
     result.ceiling, result.capped = ceiling_of(history)
     if not result.ceiling:
         raise StackError(f"{result.arm}: no rate held p95 <= {params.search_p95_ms:g} ms")
