@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aside_bench.stack import procs
 from aside_bench.suites.overload import figures as fg
 from aside_bench.suites.overload import run as overload
 
@@ -87,13 +88,21 @@ def test_served_latency_apart_on_open_and_on_new_connections() -> None:
 
 def test_the_machine_share_over_a_step() -> None:
     before = fg.MachineReading(busy_ticks=1000, total_ticks=4000, gateway_ticks=500,
-                               redis_ticks=None, clk_tck=100)  # fmt: skip
+                               redis_ticks=None, clk_tck=100, steal_ticks=30)  # fmt: skip
     after = fg.MachineReading(busy_ticks=1300, total_ticks=4400, gateway_ticks=650,
-                              redis_ticks=7, clk_tck=100)  # fmt: skip
+                              redis_ticks=7, clk_tck=100, steal_ticks=70)  # fmt: skip
     share = fg.MachineShare.between(before, after, seconds=2.0)
     assert share.busy == 0.75 and share.gateway_cores == 0.75 and share.redis_cores is None
+    assert share.steal == 0.1
     idle = fg.MachineShare.between(before, before, seconds=0.0)
-    assert idle.busy is None and idle.gateway_cores is None
+    assert idle.busy is None and idle.gateway_cores is None and idle.steal is None
+
+
+def test_the_machine_ticks_split_out_the_hosts_steal() -> None:
+    ticks = procs.machine_ticks()
+    assert ticks is not None and 0 <= ticks.steal <= ticks.busy <= ticks.total
+    assert overload._steal(procs.MachineTicks(10, 100, 2), procs.MachineTicks(60, 200, 12)) == 0.1
+    assert overload._steal(ticks, ticks) is None and overload._steal(None, ticks) is None
 
 
 def test_goodput_counts_only_2xx_within_one_second() -> None:
@@ -234,6 +243,7 @@ def test_a_search_step_holds_with_a_few_sheds_but_not_with_the_excess_shed() -> 
     assert not step(p95_ms=None).holds(10.0)
     assert step(failed=3, shed=3).as_dict(True) == {
         "rate": 1000, "held": True, "p95_ms": 6.0, "dropped": 0, "failed": 3, "shed": 3,
+        "steal": None,
     }  # fmt: skip
 
 
@@ -329,7 +339,7 @@ def test_every_step_has_its_figures(overload_run) -> None:
             assert r["served_new"]["count"] == 0, s["label"]
             machine = s["machine"]
             assert 0 < machine["busy"] <= 1 and machine["gateway_cores"] > 0, machine
-            assert machine["redis_cores"] >= 0
+            assert machine["redis_cores"] >= 0 and 0 <= machine["steal"] <= machine["busy"]
         assert steps[-1]["recovery_s"] is None or 0 <= steps[-1]["recovery_s"] < 3
         assert steps[-1]["recovery_window"]["from_s"] == 2
         assert steps[0]["start"] < steps[1]["start"] < steps[3]["start"] < steps[4]["start"]

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from aside_bench.stack import stacktable
 
@@ -153,9 +154,18 @@ def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
     return sum(r for r in readings if r is not None)
 
 
-def machine_ticks() -> tuple[int, int] | None:
-    """Busy and total clock ticks of every core since boot (/proc/stat's cpu
-    line; idle and iowait are not busy); None when unreadable."""
+class MachineTicks(NamedTuple):
+    """Clock ticks of every core since boot (/proc/stat's cpu line)."""
+
+    busy: int  # all but idle and iowait
+    total: int
+    # Of busy: the hypervisor ran another guest on this machine's cores. A
+    # virtual machine's noise, which no process here caused or can avoid.
+    steal: int
+
+
+def machine_ticks() -> MachineTicks | None:
+    """The machine's ticks now; None when unreadable."""
     try:
         first = (PROC / "stat").read_text().splitlines()[0].split()
         # user nice system idle iowait irq softirq steal (guest time is in user).
@@ -163,7 +173,7 @@ def machine_ticks() -> tuple[int, int] | None:
     except (OSError, ValueError, IndexError):
         return None
     total = sum(ticks)
-    return total - ticks[3] - ticks[4], total
+    return MachineTicks(total - ticks[3] - ticks[4], total, ticks[7])
 
 
 def clock_ticks_per_s() -> int:

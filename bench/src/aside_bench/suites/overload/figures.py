@@ -193,6 +193,7 @@ class SearchStep:
     dropped: int
     failed: int
     shed: int
+    steal: float | None = None  # the host's share of the machine's cores over the step
 
     def holds(self, p95_limit_ms: float) -> bool:
         """The served p95 within the limit, nothing dropped, no failure but
@@ -215,6 +216,7 @@ class SearchStep:
             "dropped": self.dropped,
             "failed": self.failed,
             "shed": self.shed,
+            "steal": self.steal,
         }
 
 
@@ -293,6 +295,7 @@ class MachineReading:
     gateway_ticks: int | None
     redis_ticks: int | None
     clk_tck: int
+    steal_ticks: int = 0  # of the busy ticks, the hypervisor's for other guests
 
 
 @dataclass(frozen=True)
@@ -303,6 +306,8 @@ class MachineShare:
     busy: float | None
     gateway_cores: float | None
     redis_cores: float | None
+    # Of `busy`: the cores' time the hypervisor gave other guests.
+    steal: float | None = None
 
     @classmethod
     def between(cls, before: MachineReading, after: MachineReading, seconds: float) -> MachineShare:
@@ -317,6 +322,7 @@ class MachineShare:
             busy=(after.busy_ticks - before.busy_ticks) / total if total > 0 else None,
             gateway_cores=cores(before.gateway_ticks, after.gateway_ticks),
             redis_cores=cores(before.redis_ticks, after.redis_ticks),
+            steal=(after.steal_ticks - before.steal_ticks) / total if total > 0 else None,
         )
 
 

@@ -90,6 +90,7 @@ def machine_row(step: dict[str, Any]) -> list[str]:
     return [
         step["label"],
         _pct(machine.get("busy")),
+        _pct(machine.get("steal")),
         _cores(machine.get("gateway_cores")),
         _cores(machine.get("redis_cores")),
         _cores(step["driver_cores"]),
@@ -103,7 +104,8 @@ def machine_table(arm: dict[str, Any]) -> Table:
     and the served apart by the connection they went over."""
     return Table(
         f"{arm['arm']}: the machine, and the served by connection",
-        ["step", "machine busy", "gateway cores", "Redis cores", "driver cores",
+        ["step", "machine busy", "of it, host steal", "gateway cores", "Redis cores",
+         "driver cores",
          "served on open connections: n, p50 / p99 ms",
          "served on new connections: n, p50 / p99 ms"],
         [machine_row(s) for s in arm["steps"]],
@@ -119,11 +121,12 @@ def search_table(arm: dict[str, Any]) -> Table:
             # Records written before the sheds were counted have neither figure.
             str(t.get("shed", "-")),
             str(t["failed"] - t["shed"]) if "shed" in t else "-",
+            _pct(t.get("steal")),
             "held" if t["held"] else "missed",
         ]
         for t in arm["search"]
     ]
-    head = ["rate /s", "p95 ms", "dropped", "shed (503)", "other failures", ""]
+    head = ["rate /s", "p95 ms", "dropped", "shed (503)", "other failures", "host steal", ""]
     return Table(f"{arm['arm']}: the ceiling search", head, rows)
 
 
@@ -224,8 +227,9 @@ def _context(run: dict[str, Any]) -> list[str]:
         f"the step (at least {fg.MIN_WINDOW_S} s)",
         "driver CPU: the driver's own CPU time over the step, as a share of the machine's cores",
         "machine busy: the share of every core's time not idle over the step (/proc/stat: the "
-        "driver, the services and everything else); gateway and Redis cores: their process "
-        "trees' CPU time over the step",
+        "driver, the services and everything else); of it, host steal: the time a virtual "
+        "machine's hypervisor gave other guests (a noise nothing here caused); gateway and "
+        "Redis cores: their process trees' CPU time over the step",
         "open and new connections: a served request went over a connection the driver had open "
         "already, or over one it opened for that request (whose first answer waits until a "
         "worker's loop accepts the connection)",

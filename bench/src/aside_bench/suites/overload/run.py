@@ -235,6 +235,7 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
         at = time.time() + lead_s
         run = bench.load_run(result.arm, "search", rate, params.search_duration_s, False, at)
         before = counters(bench.settings)["shed"]
+        ticks = procs.machine_ticks()
         summary = finish_driver(bench.start(run), run)
         shed = _increase(before, counters(bench.settings)["shed"])
         figures = summary.step_figures("read") or {}
@@ -245,6 +246,7 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
             dropped=int(figures.get("dropped") or 0),
             failed=int(figures.get("failed") or 0),
             shed=round(sum(shed.values())),
+            steal=_steal(ticks, procs.machine_ticks()),
         )
         held = found.holds(params.search_p95_ms)
         history.append((rate, held))
@@ -256,6 +258,12 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
         raise StackError(f"{result.arm}: no rate held p95 <= {params.search_p95_ms:g} ms")
 
 
+def _steal(before: procs.MachineTicks | None, after: procs.MachineTicks | None) -> float | None:
+    if before is None or after is None or after.total <= before.total:
+        return None
+    return (after.steal - before.steal) / (after.total - before.total)
+
+
 # ---- the steps -----------------------------------------------------------------------------
 def machine_reading(bench: Bench) -> fg.MachineReading | None:
     """The machine's ticks and the gateway's and Redis's, now."""
@@ -264,8 +272,9 @@ def machine_reading(bench: Bench) -> fg.MachineReading | None:
         return None
     ppids = procs.parents()
     return fg.MachineReading(
-        busy_ticks=ticks[0],
-        total_ticks=ticks[1],
+        busy_ticks=ticks.busy,
+        total_ticks=ticks.total,
+        steal_ticks=ticks.steal,
         gateway_ticks=bench.probe.cpu_ticks("gateway", ppids),
         redis_ticks=bench.probe.cpu_ticks("redis", ppids),
         clk_tck=procs.clock_ticks_per_s(),
