@@ -242,9 +242,22 @@ def test_a_search_step_holds_with_a_few_sheds_but_not_with_the_excess_shed() -> 
     assert not step(p95_ms=10.5).holds(10.0)
     assert not step(p95_ms=None).holds(10.0)
     assert step(failed=3, shed=3).as_dict(True) == {
-        "rate": 1000, "held": True, "p95_ms": 6.0, "dropped": 0, "failed": 3, "shed": 3,
-        "steal": None,
+        "rate": 1000, "held": True, "counted": True, "p95_ms": 6.0, "dropped": 0, "failed": 3,
+        "shed": 3, "steal": None,
     }  # fmt: skip
+
+
+def test_a_search_step_missed_while_the_host_stole_the_cores_is_run_again_twice_at_most() -> None:
+    def step(steal: float | None) -> fg.SearchStep:
+        return fg.SearchStep(1000, 5000, 15.0, 0, 0, 0, steal)
+
+    assert overload.run_again(step(0.12), held=False, reruns=0)
+    assert overload.run_again(step(0.12), held=False, reruns=1)
+    assert not overload.run_again(step(0.12), held=False, reruns=2)
+    # A quiet host's miss counts; so does a held step, however noisy.
+    assert not overload.run_again(step(0.05), held=False, reruns=0)
+    assert not overload.run_again(step(None), held=False, reruns=0)
+    assert not overload.run_again(step(0.12), held=True, reruns=0)
 
 
 def test_arms_and_ceilings_are_parsed() -> None:

@@ -180,6 +180,10 @@ MIN_WINDOW_S = 5
 # A stray 503 of a noisy second is not a backlog: at most this share of a
 # recovered window, or of a step of the ceiling search that held, is shed.
 MAX_SHED_SHARE = 0.01
+# A search step that missed while the host took more than this share of the
+# machine's cores is run again (at most twice in a row): the stall was the
+# hypervisor's, not a verdict on the server.
+NOISY_STEAL = 0.08
 
 
 @dataclass(frozen=True)
@@ -208,10 +212,16 @@ class SearchStep:
             and self.shed <= MAX_SHED_SHARE * self.requests
         )
 
-    def as_dict(self, held: bool) -> dict[str, Any]:
+    @property
+    def noisy(self) -> bool:
+        """The host took more than NOISY_STEAL of the cores over the step."""
+        return self.steal is not None and self.steal > NOISY_STEAL
+
+    def as_dict(self, held: bool, counted: bool = True) -> dict[str, Any]:
         return {
             "rate": self.rate,
             "held": held,
+            "counted": counted,
             "p95_ms": self.p95_ms,
             "dropped": self.dropped,
             "failed": self.failed,

@@ -112,6 +112,12 @@ def machine_table(arm: dict[str, Any]) -> Table:
     )  # fmt: skip
 
 
+def _verdict(step: dict[str, Any]) -> str:
+    if step["held"]:
+        return "held"
+    return "missed" if step.get("counted", True) else "missed, host noisy: run again"
+
+
 def search_table(arm: dict[str, Any]) -> Table:
     rows = [
         [
@@ -122,7 +128,7 @@ def search_table(arm: dict[str, Any]) -> Table:
             str(t.get("shed", "-")),
             str(t["failed"] - t["shed"]) if "shed" in t else "-",
             _pct(t.get("steal")),
-            "held" if t["held"] else "missed",
+            _verdict(t),
         ]
         for t in arm["search"]
     ]
