@@ -229,30 +229,36 @@ def gateway_for(settings: Settings, arm: str) -> None:
 
 
 # ---- the ceiling ------------------------------------------------------------------------------
-def search_ceiling(bench: Bench, result: ArmResult) -> None:
+def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
+    """One step of the search, over a pool opened before it (unless told
+    not to), with the gateway's sheds and the host's steal over it."""
     params = bench.params
+    lead_s = OPEN_LEAD_S if params.open_pool else 0.0
+    prepare(bench, arm, params.search_duration_s + math.ceil(lead_s))
+    run = bench.load_run(arm, "search", rate, params.search_duration_s, False, time.time() + lead_s)
+    before = counters(bench.settings)["shed"]
+    ticks = procs.machine_ticks()
+    summary = finish_driver(bench.start(run), run)
+    shed = _increase(before, counters(bench.settings)["shed"])
+    figures = summary.step_figures("read") or {}
+    return fg.SearchStep(
+        rate=rate,
+        requests=int(figures.get("requests") or 0),
+        p95_ms=figures.get("p95"),
+        dropped=int(figures.get("dropped") or 0),
+        failed=int(figures.get("failed") or 0),
+        shed=round(sum(shed.values())),
+        steal=_steal(ticks, procs.machine_ticks()),
+    )
+
+
+def search_ceiling(bench: Bench, result: ArmResult) -> None:
+    p95_ms = bench.params.search_p95_ms
     history: list[Trial] = []
     reruns = 0  # noisy misses of the rate now tried, run again
-    while (rate := next_trial(history, params.search)) is not None:
-        lead_s = OPEN_LEAD_S if params.open_pool else 0.0
-        prepare(bench, result.arm, params.search_duration_s + math.ceil(lead_s))
-        at = time.time() + lead_s
-        run = bench.load_run(result.arm, "search", rate, params.search_duration_s, False, at)
-        before = counters(bench.settings)["shed"]
-        ticks = procs.machine_ticks()
-        summary = finish_driver(bench.start(run), run)
-        shed = _increase(before, counters(bench.settings)["shed"])
-        figures = summary.step_figures("read") or {}
-        found = fg.SearchStep(
-            rate=rate,
-            requests=int(figures.get("requests") or 0),
-            p95_ms=figures.get("p95"),
-            dropped=int(figures.get("dropped") or 0),
-            failed=int(figures.get("failed") or 0),
-            shed=round(sum(shed.values())),
-            steal=_steal(ticks, procs.machine_ticks()),
-        )
-        held = found.holds(params.search_p95_ms)
+    while (rate := next_trial(history, bench.params.search)) is not None:
+        found = search_step(bench, result.arm, rate)
+        held = found.holds(p95_ms)
         again = run_again(found, held, reruns)
         reruns = reruns + 1 if again else 0
         if not again:
@@ -265,7 +271,7 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
               f"{found.shed} shed: {verdict}", flush=True)  # fmt: skip
     result.ceiling, result.capped = ceiling_of(history)
     if not result.ceiling:
-        raise StackError(f"{result.arm}: no rate held p95 <= {params.search_p95_ms:g} ms")
+        raise StackError(f"{result.arm}: no rate held p95 <= {p95_ms:g} ms")
 
 
 def run_again(found: fg.SearchStep, held: bool, reruns: int) -> bool:
