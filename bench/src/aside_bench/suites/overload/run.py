@@ -144,6 +144,12 @@ class Bench:
     probe: GatewayProbe
     drivers: int = 0  # driver processes started so far (each its own files)
 
+    @property
+    def lead_s(self) -> float:
+        """How long before its first request a step's driver starts: the time
+        to open its pool, none when it opens connections as it goes."""
+        return OPEN_LEAD_S if self.params.open_pool else 0.0
+
     def emails(self) -> list[str]:
         """Every email of the read mix, hot last so they expire last."""
         return self.seed.cold[:COLD_SAMPLE] + self.seed.hot
@@ -233,9 +239,10 @@ def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
     """One step of the search, over a pool opened before it (unless told
     not to), with the gateway's sheds and the host's steal over it."""
     params = bench.params
-    lead_s = OPEN_LEAD_S if params.open_pool else 0.0
-    prepare(bench, arm, params.search_duration_s + math.ceil(lead_s))
-    run = bench.load_run(arm, "search", rate, params.search_duration_s, False, time.time() + lead_s)
+    prepare(bench, arm, params.search_duration_s + math.ceil(bench.lead_s))
+    run = bench.load_run(
+        arm, "search", rate, params.search_duration_s, False, time.time() + bench.lead_s
+    )
     before = counters(bench.settings)["shed"]
     ticks = procs.machine_ticks()
     summary = finish_driver(bench.start(run), run)
@@ -369,10 +376,9 @@ def begin(
     bench: Bench, arm: str, label: str, factor: float, ceiling: int, lead_s: float | None = None
 ) -> Running:
     """A step's driver started; its first request falls due `lead_s` from now
-    (by default OPEN_LEAD_S to open its connections, none when it opens them
-    as it goes), when the gateway's counters are read."""
+    (by default the bench's lead), when the gateway's counters are read."""
     if lead_s is None:
-        lead_s = OPEN_LEAD_S if bench.params.open_pool else 0.0
+        lead_s = bench.lead_s
     rate = max(1, round(factor * ceiling))
     phase = label.replace(" ", "-").replace(".", "_")
     at = time.time() + lead_s
