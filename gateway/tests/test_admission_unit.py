@@ -195,6 +195,18 @@ def test_health_and_metrics_are_never_refused():
         assert door.enter(read(path)) is None
 
 
+def test_a_scrape_in_flight_never_takes_a_reads_place():
+    door = LoopAdmission("aimd", 1, 1, LATE_S)
+    scrapes = [read(path) for path in ("/healthz", "/readyz", "/metrics")]
+    for scrape in scrapes:
+        assert door.enter(scrape) is None
+    assert door.in_flight == 0
+    assert door.enter(read()) is None
+    for scrape in scrapes:
+        door.leave(scrape)
+    assert door.in_flight == 1
+
+
 def test_off_admits_everything_and_still_counts():
     door = LoopAdmission("off", 1, 1, LATE_S)
     for _ in range(10):

@@ -345,6 +345,43 @@ def test_with_redis_skipped_nobody_waits_for_a_fill():
     run(scenario())
 
 
+def test_a_hit_answered_on_the_loop_is_counted_before_it_is_written():
+    """A worker killed between the count and the write may count an answer it
+    never delivered, which the chaos suite allows; the reverse (an answer
+    delivered and never counted) would make the counters disagree with clients."""
+    requests_total = "aside_gateway_http_requests_total"
+    labels = {"route": COUNT_ROUTE, "method": "GET", "status": "200"}
+
+    async def scenario() -> None:
+        flask = FakeFlask()
+        app = l1_hot_path(flask)
+        assert flask.l1 is not None
+        key = cache_keys.count_key(EMAIL)
+        flask.l1.put(key, b"3", flask.l1.token(key))
+        before = REGISTRY.get_sample_value(requests_total, labels) or 0.0
+        counted_at_write: list[float] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                counted_at_write.append(REGISTRY.get_sample_value(requests_total, labels) or 0.0)
+
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": COUNT,
+            "query_string": f"email={EMAIL}".encode(),
+            "headers": [],
+        }
+        await app(scope, receive, send)
+        assert flask.requests == 0  # answered on the loop, from L1
+        assert counted_at_write == [before + 1]
+
+    run(scenario())
+
+
 # ---- integration: through gunicorn -------------------------------------------------------
 
 

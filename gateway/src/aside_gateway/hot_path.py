@@ -374,9 +374,11 @@ class AsyncHotPath:
         if answer is None:
             return await self._to_flask(scope, receive, send)
         route, body, tier = answer
+        # Counted before it is written, as Flask's answers are: a worker killed
+        # between the two may count an answer never delivered, never the reverse.
+        metrics.observe_request(route, "GET", 200, time.perf_counter() - started)
         await send({"type": "http.response.start", "status": 200, "headers": _headers(body, tier)})
         await send({"type": "http.response.body", "body": body})
-        metrics.observe_request(route, "GET", 200, time.perf_counter() - started)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         """The worker's start and stop: the loop's own tasks (the L1 subscription)."""

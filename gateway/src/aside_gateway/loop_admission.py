@@ -91,7 +91,8 @@ PUBLISH_TICKS = 10
 PASSED_KEY = "aside.passed"
 # Marks a request the door counted in flight, until it leaves.
 COUNTED_KEY = "aside.admitted"
-# Ops routes are never shed: an overloaded worker must still say so.
+# Ops routes are never shed (an overloaded worker must still say so) and never
+# counted in flight (a scrape must not take the place of a read).
 EXEMPT_PATHS = frozenset({HEALTHZ_PATH, "/readyz", "/metrics"})
 SHED_BODY = error_body("unavailable", "the gateway is at capacity; retry later")
 SHED_HEADERS = [
@@ -259,9 +260,11 @@ class LoopAdmission:
         """Let the request in (None), or say why it is refused: a shed reason.
         Every request let in must `leave`: when it is answered on the loop,
         or when it is handed to Flask, whose work is bounded by admission.py.
-        One answered from memory is let in past a full limit and not counted."""
-        waits = not self.from_memory(scope)
-        if self.mode != "off" and scope["path"] not in EXEMPT_PATHS:
+        One answered from memory is let in past a full limit and not counted,
+        and so is an ops route: a scrape must never take a read's place."""
+        exempt = scope["path"] in EXEMPT_PATHS
+        waits = not exempt and not self.from_memory(scope)
+        if self.mode != "off" and not exempt:
             refused = self._refusal(scope, waits)
             if refused is not None:
                 return refused
