@@ -79,7 +79,12 @@ def test_the_ceiling_states_its_reference_and_the_verdict(runs: Runs) -> None:
     for step in run["steps"]:
         assert step["driver"]["cpu_s"] > 0 and step["completed"]
         assert step["summary"]["p95"] is not None and step["summary"]["requests"] > 0
+        # The machine's ticks around the step: its busy share and the host's steal.
+        busy, total, stolen = step["probe"]["start"]["machine_ticks"]
+        assert 0 <= stolen <= busy <= total
+        assert step["probe"]["end"]["machine_ticks"][1] > total
     markdown = (runs.reports_dir / runs.ceiling_id / "ceiling.md").read_text()
+    assert "| machine busy | of it, host steal |" in markdown
     assert f"| cache / {BARE_ARM} (reference) | 1.00 (agrees within 10 %) |" in markdown
     assert f"| {BARE_ARM} (warm) | >= 10 |" in markdown
 

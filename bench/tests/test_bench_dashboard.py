@@ -34,7 +34,7 @@ LOAD_FIELDS = {"count", "errors", "drops", "p50", "p95", "p99", "target"}
 STEP_FIELDS = {
     "target", "achieved", "p50", "p95", "p99", "max", "p95_from_due", "dropped", "drop_rate",
     "failed", "error_rate", "hit_rate", "l1_hit_rate", "gateway_cpu_ms", "gateway_rss_mb",
-    "redis_rss_mb", "driver_cpu_cores", "driver_cpu_ms",
+    "redis_rss_mb", "machine_busy", "host_steal", "driver_cpu_cores", "driver_cpu_ms",
 }  # fmt: skip
 XY_TITLE = "p95 and drop rate against target rate, cache off against on"
 
@@ -208,7 +208,8 @@ def _fixture_lines(run_id: str, steps: tuple[tuple[str, str], ...], start_ms: in
                 "p95_from_due": 1.7 if fast else 11.0, "dropped": 2, "drop_rate": 0.004,
                 "failed": 0 if fast else 4, "error_rate": 0.0 if fast else 0.01,
                 "hit_rate": 0.95 if fast else 0.0, "l1_hit_rate": 0.0, "gateway_cpu_ms": 812.5,
-                "gateway_rss_mb": 96.2, "redis_rss_mb": 3.1, "driver_cpu_cores": 0.05,
+                "gateway_rss_mb": 96.2, "redis_rss_mb": 3.1, "machine_busy": 0.62,
+                "host_steal": 0.03, "driver_cpu_cores": 0.05,
                 "driver_cpu_ms": 190.0,
             }  # fmt: skip
             lines.append(_line("bench_step", tags, step, t + STEP_S * 1000))

@@ -201,6 +201,14 @@ def test_step_cost_from_two_probe_readings() -> None:
     assert cost.lag_max_ms == pytest.approx(100.0)
     assert step_cost(None) is None
     assert step_cost({"start": start}) is None
+    # The machine's own ticks (busy, total, steal): its busy share and the host's steal.
+    assert (cost.machine_busy, cost.host_steal) == (None, None)  # older runs: not read
+    machine = step_cost(
+        {"start": start | {"machine_ticks": [100, 1000, 5]},
+         "end": end | {"machine_ticks": [250, 1200, 25]}}
+    )  # fmt: skip
+    assert machine is not None
+    assert machine.machine_busy == pytest.approx(0.75) and machine.host_steal == pytest.approx(0.1)
 
 
 def test_the_gateway_tree_cpu_ticks_cover_its_children() -> None:

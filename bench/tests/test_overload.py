@@ -15,6 +15,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aside_bench.ceiling.search import run_again
+from aside_bench.records.saturation import steal_share
 from aside_bench.stack import procs
 from aside_bench.suites.overload import figures as fg
 from aside_bench.suites.overload import run as overload
@@ -101,8 +103,8 @@ def test_the_machine_share_over_a_step() -> None:
 def test_the_machine_ticks_split_out_the_hosts_steal() -> None:
     ticks = procs.machine_ticks()
     assert ticks is not None and 0 <= ticks.steal <= ticks.busy <= ticks.total
-    assert overload._steal(procs.MachineTicks(10, 100, 2), procs.MachineTicks(60, 200, 12)) == 0.1
-    assert overload._steal(ticks, ticks) is None and overload._steal(None, ticks) is None
+    assert steal_share(procs.MachineTicks(10, 100, 2), procs.MachineTicks(60, 200, 12)) == 0.1
+    assert steal_share(ticks, ticks) is None and steal_share(None, ticks) is None
 
 
 def test_goodput_counts_only_2xx_within_one_second() -> None:
@@ -251,13 +253,13 @@ def test_a_search_step_missed_while_the_host_stole_the_cores_is_run_again_twice_
     def step(steal: float | None) -> fg.SearchStep:
         return fg.SearchStep(1000, 5000, 15.0, 0, 0, 0, steal)
 
-    assert overload.run_again(step(0.12), held=False, reruns=0)
-    assert overload.run_again(step(0.12), held=False, reruns=1)
-    assert not overload.run_again(step(0.12), held=False, reruns=2)
+    assert run_again(False, step(0.12).noisy, 0)
+    assert run_again(False, step(0.12).noisy, 1)
+    assert not run_again(False, step(0.12).noisy, 2)
     # A quiet host's miss counts; so does a held step, however noisy.
-    assert not overload.run_again(step(0.05), held=False, reruns=0)
-    assert not overload.run_again(step(None), held=False, reruns=0)
-    assert not overload.run_again(step(0.12), held=True, reruns=0)
+    assert not run_again(False, step(0.05).noisy, 0)
+    assert not run_again(False, step(None).noisy, 0)
+    assert not run_again(True, step(0.12).noisy, 0)
 
 
 def test_arms_and_ceilings_are_parsed() -> None:

@@ -5,7 +5,9 @@ held and missed rates once more each (pure, unit-tested).
 A rate holds when most of its tries held. When a confirmation disagrees with
 the first try, a third decides: one slow step on a shared machine (a p95 of
 35 ms between two of 6 ms at the same rate) neither sets the ceiling alone nor
-is ignored. A tie counts as a miss until it is broken. A step whose miss was the
+is ignored. A tie counts as a miss until it is broken. A miss while the host
+(the hypervisor) stole the cores is run again, at most twice in a row, before
+it counts (`run_again`). A step whose miss was the
 load generator's (records/saturation.py) bounds the search like a miss, but the
 report names it a measurement limit, not the server's ceiling.
 
@@ -104,6 +106,32 @@ def next_trial(history: list[Trial], params: SearchParams, confirm: bool = True)
 def tries_at(history: list[Trial], rate: int) -> int:
     """How many steps of `history` ran at `rate`."""
     return sum(1 for tried, _ in history if tried == rate)
+
+
+# A miss on a noisy host (records.saturation.NOISY_STEAL) is run again at
+# most this many times in a row before it counts.
+MAX_NOISY_RERUNS = 2
+
+
+def run_again(held: bool, noisy: bool, reruns: int) -> bool:
+    """Whether a step is run again instead of counted: it missed while the host
+    stole the cores, and its rate has not been run again MAX_NOISY_RERUNS times
+    in a row already (`reruns`)."""
+    return not held and noisy and reruns < MAX_NOISY_RERUNS
+
+
+def reruns_of(steps: Iterable[tuple[int, bool, bool]]) -> list[bool]:
+    """For one search's steps in the order run, (rate, held, noisy) each,
+    whether each was run again rather than counted (`run_again`)."""
+    found, reruns, last_rate = [], 0, None
+    for rate, held, noisy in steps:
+        if rate != last_rate:
+            reruns = 0
+        again = run_again(held, noisy, reruns)
+        reruns = reruns + 1 if again else 0
+        found.append(again)
+        last_rate = rate
+    return found
 
 
 def interleave(

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aside_bench.plan.steps import Step
-from aside_bench.records.saturation import LoadGen
+from aside_bench.records.saturation import LoadGen, noisy
 from aside_bench.records.tierstats import StepCost
 
 
@@ -143,6 +143,16 @@ class StepResult:
             and self.failed == 0
             and self.latency.p95 <= p95_limit_ms
         )
+
+    @property
+    def host_steal(self) -> float | None:
+        """The host's share of the machine's cores over the step (None: not read)."""
+        return None if self.cost is None else self.cost.host_steal
+
+    @property
+    def noisy(self) -> bool:
+        """The host stole more than records.saturation.NOISY_STEAL of the cores."""
+        return noisy(self.host_steal)
 
     @property
     def saturated(self) -> bool:

@@ -15,6 +15,7 @@ Pure functions only, so every rule here has a unit test.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,42 @@ from aside_bench.plan.steps import LATENCY_BUDGET_S
 # The driver may use up to this share of the machine's cores before its own
 # timing is in doubt (docs/decisions/019-when-the-load-generator-is-the-limit.md).
 DRIVER_CPU_SHARE_LIMIT = 0.4
+
+
+# A step that missed while the host (the hypervisor) took more than this share
+# of the machine's cores says more about the host than about the server: the
+# searches run it again (ceiling.search.run_again).
+NOISY_STEAL = 0.08
+
+
+def noisy(steal: float | None) -> bool:
+    """Whether the host took more than NOISY_STEAL of the cores over a step."""
+    return steal is not None and steal > NOISY_STEAL
+
+
+# A reading of the machine's ticks: (busy, total, steal), as
+# stack.procs.MachineTicks or its JSON list in run.json.
+Ticks = Sequence[int]
+
+
+def _shares(before: Ticks | None, after: Ticks | None) -> tuple[float, float] | None:
+    """(busy, steal) between two readings of the machine's ticks."""
+    if not before or not after or after[1] <= before[1]:
+        return None
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total, (after[2] - before[2]) / total
+
+
+def busy_share(before: Ticks | None, after: Ticks | None) -> float | None:
+    """The machine's busy share (the host's steal included) between two readings."""
+    shares = _shares(before, after)
+    return None if shares is None else shares[0]
+
+
+def steal_share(before: Ticks | None, after: Ticks | None) -> float | None:
+    """The host's steal between two readings, as a share of the machine's ticks."""
+    shares = _shares(before, after)
+    return None if shares is None else shares[1]
 
 
 def cpu_limit_cores(nproc: int, share: float = DRIVER_CPU_SHARE_LIMIT) -> float:

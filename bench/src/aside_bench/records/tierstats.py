@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aside_bench.records.saturation import busy_share, steal_share
+
 TIERS = ("l1", "l2")
 # Keys of a probe's "tier_reads": "<tier> <outcome>", as JSON has no tuple keys.
 Bucket = tuple[float, float]  # (upper bound `le`, cumulative count)
@@ -141,6 +143,10 @@ class StepCost:
     # PostgreSQL's and Redis's CPU over the step, per request the gateway answered.
     postgres_cpu_ms_per_request: float | None = None
     redis_cpu_ms_per_request: float | None = None
+    # The machine over the step: the share of its cores busy (every process,
+    # the driver's too) and, of it, the host's steal (a virtual machine's noise).
+    machine_busy: float | None = None
+    host_steal: float | None = None
 
 
 def _mib(kib: float | None) -> float | None:
@@ -182,6 +188,8 @@ def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
         floor_p99_ms=floor.get("p99_ms"),
         postgres_cpu_ms_per_request=_service_cpu(start, end, "postgres", requests),
         redis_cpu_ms_per_request=_service_cpu(start, end, "redis", requests),
+        machine_busy=busy_share(start.get("machine_ticks"), end.get("machine_ticks")),
+        host_steal=steal_share(start.get("machine_ticks"), end.get("machine_ticks")),
     )
 
 

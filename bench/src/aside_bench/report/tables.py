@@ -96,6 +96,8 @@ class CostColumn:
 # Columns a probed step adds (tierstats.StepCost).
 COST_COLUMNS = (
     CostColumn("gateway CPU ms/req", "cpu_ms_per_request", "num2"),
+    CostColumn("machine busy", "machine_busy", "pct"),
+    CostColumn("of it, host steal", "host_steal", "pct"),
     CostColumn("gateway RSS MiB", "gateway_rss_mib", "num1"),
     CostColumn("Redis RSS MiB", "redis_rss_mib", "num1"),
     CostColumn("L1 hit rate", "l1_hit_rate", "pct"),

@@ -132,6 +132,8 @@ def quick_line(result: StepResult) -> str:
             parts.append(f"L1 {fmt_pct(cost.l1_hit_rate)}")
         if cost.cpu_ms_per_request is not None:
             parts.append(f"CPU {cost.cpu_ms_per_request:.2f} ms/req")
+        if result.noisy:
+            parts.append(f"HOST STOLE {fmt_pct(cost.host_steal)}")
     if result.stale is not None and result.stale.reads:
         parts.append(f"stale {result.stale.stale}/{result.stale.reads}")
     return "  ".join(parts)

@@ -54,6 +54,8 @@ def step_fields(result: StepResult, record: dict[str, Any]) -> dict[str, float |
         "gateway_cpu_ms": None if cost is None else cost.cpu_ms_per_request,
         "gateway_rss_mb": None if cost is None else cost.gateway_rss_mib,
         "redis_rss_mb": None if cost is None else cost.redis_rss_mib,
+        "machine_busy": None if cost is None else cost.machine_busy,
+        "host_steal": None if cost is None else cost.host_steal,
         "driver_cpu_cores": None if gen is None else gen.cpu_cores,
         "driver_cpu_ms": None if gen is None else gen.cpu_ms_per_request(requests),
     }

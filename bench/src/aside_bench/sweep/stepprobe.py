@@ -1,5 +1,6 @@
 """Readings taken right before and right after a step's load, kept in run.json
-(a step's "probe") because /proc cannot be read again afterwards: the CPU ticks
+(a step's "probe") because /proc cannot be read again afterwards: the machine's
+ticks (busy, and stolen by the host), the CPU ticks
 of the gateway's, PostgreSQL's and Redis's process trees, the gateway's own counters (requests, tier
 lookups, the invalidation lag histogram, the L1 gauges) and, at the end, the
 resident memory of the gateway and of Redis. records/tierstats.py turns two readings
@@ -57,6 +58,8 @@ class GatewayProbe:
         found: dict[str, Any] = {
             "t": time.time(),
             "clk_tck": procs.clock_ticks_per_s(),
+            # Every core's busy, total and stolen ticks: the machine's share and the host's.
+            "machine_ticks": procs.machine_ticks(),
             "cpu_ticks": self.cpu_ticks("gateway", ppids),
             # The cost of a step beside the gateway's: the database's and the cache's.
             "service_cpu_ticks": {

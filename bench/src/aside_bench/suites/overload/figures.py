@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aside_bench.load.samples import number, sample_lines
+from aside_bench.records.saturation import busy_share, noisy, steal_share
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.suites.samples import Check
 
@@ -180,10 +181,6 @@ MIN_WINDOW_S = 5
 # A stray 503 of a noisy second is not a backlog: at most this share of a
 # recovered window, or of a step of the ceiling search that held, is shed.
 MAX_SHED_SHARE = 0.01
-# A search step that missed while the host took more than this share of the
-# machine's cores is run again (at most twice in a row): the stall was the
-# hypervisor's, not a verdict on the server.
-NOISY_STEAL = 0.08
 
 
 @dataclass(frozen=True)
@@ -215,7 +212,7 @@ class SearchStep:
     @property
     def noisy(self) -> bool:
         """The host took more than NOISY_STEAL of the cores over the step."""
-        return self.steal is not None and self.steal > NOISY_STEAL
+        return noisy(self.steal)
 
     def as_dict(self, held: bool, counted: bool = True) -> dict[str, Any]:
         return {
@@ -307,6 +304,11 @@ class MachineReading:
     clk_tck: int
     steal_ticks: int = 0  # of the busy ticks, the hypervisor's for other guests
 
+    @property
+    def machine_ticks(self) -> tuple[int, int, int]:
+        """(busy, total, steal), as records.saturation's shares take them."""
+        return self.busy_ticks, self.total_ticks, self.steal_ticks
+
 
 @dataclass(frozen=True)
 class MachineShare:
@@ -321,18 +323,16 @@ class MachineShare:
 
     @classmethod
     def between(cls, before: MachineReading, after: MachineReading, seconds: float) -> MachineShare:
-        total = after.total_ticks - before.total_ticks
-
         def cores(a: int | None, b: int | None) -> float | None:
             if a is None or b is None or seconds <= 0:
                 return None
             return (b - a) / after.clk_tck / seconds
 
         return cls(
-            busy=(after.busy_ticks - before.busy_ticks) / total if total > 0 else None,
+            busy=busy_share(before.machine_ticks, after.machine_ticks),
             gateway_cores=cores(before.gateway_ticks, after.gateway_ticks),
             redis_cores=cores(before.redis_ticks, after.redis_ticks),
-            steal=(after.steal_ticks - before.steal_ticks) / total if total > 0 else None,
+            steal=steal_share(before.machine_ticks, after.machine_ticks),
         )
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aside_bench.ceiling.search import SearchParams, Trial, ceiling_of, next_trial
+from aside_bench.ceiling.search import SearchParams, Trial, ceiling_of, next_trial, run_again
 from aside_bench.load.run import (
     DriverProcess,
     LoadRun,
@@ -37,6 +37,7 @@ from aside_bench.load.run import (
 )
 from aside_bench.load.samples import SamplesError, compress
 from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_for
+from aside_bench.records.saturation import steal_share
 from aside_bench.stack import gateway_metrics as gm
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
@@ -60,9 +61,6 @@ TTL_MARGIN_S = 10
 QUIET_DEADLINE_S = 120.0
 HOT_SHARE = 0.9
 COLD_SAMPLE = 200
-# A search step that missed with the host stealing (figures.NOISY_STEAL) is
-# run again at most this many times in a row before its miss counts.
-MAX_NOISY_RERUNS = 2
 # A step's driver opens its connections (CONNS) before its first request, which
 # falls due this long after it starts; those not open by then are opened as
 # the requests need them.
@@ -255,7 +253,7 @@ def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
         dropped=int(figures.get("dropped") or 0),
         failed=int(figures.get("failed") or 0),
         shed=round(sum(shed.values())),
-        steal=_steal(ticks, procs.machine_ticks()),
+        steal=steal_share(ticks, procs.machine_ticks()),
     )
 
 
@@ -266,7 +264,7 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
     while (rate := next_trial(history, bench.params.search)) is not None:
         found = search_step(bench, result.arm, rate)
         held = found.holds(p95_ms)
-        again = run_again(found, held, reruns)
+        again = run_again(held, found.noisy, reruns)
         reruns = reruns + 1 if again else 0
         if not again:
             history.append((rate, held))
@@ -279,19 +277,6 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
     result.ceiling, result.capped = ceiling_of(history)
     if not result.ceiling:
         raise StackError(f"{result.arm}: no rate held p95 <= {p95_ms:g} ms")
-
-
-def run_again(found: fg.SearchStep, held: bool, reruns: int) -> bool:
-    """Whether a search step is run again instead of counted: it missed while
-    the host stole the cores, and its rate has not been run again
-    MAX_NOISY_RERUNS times in a row already."""
-    return not held and found.noisy and reruns < MAX_NOISY_RERUNS
-
-
-def _steal(before: procs.MachineTicks | None, after: procs.MachineTicks | None) -> float | None:
-    if before is None or after is None or after.total <= before.total:
-        return None
-    return (after.steal - before.steal) / (after.total - before.total)
 
 
 # ---- the steps -----------------------------------------------------------------------------
