@@ -143,9 +143,8 @@ def test_a_miss_while_the_host_stole_the_cores_is_run_again_twice_at_most() -> N
     tables, found = ceiling_tables(results, 10.0)
     assert found["cache"]["ceiling"] == 1000
     verdicts = [row[6] for row in tables[1].rows]
-    assert verdicts == ["held", *["missed, host noisy: run again"] * 2, "missed"] + [
-        "missed, host noisy: run again", "held", "missed"
-    ]  # fmt: skip
+    again = "missed, host noisy: run again"
+    assert verdicts == ["held", again, again, "missed", again, "held", "missed"]
     steal = tables[1].headers.index("of it, host steal")
     assert tables[1].rows[1][steal] == "12.0%" and tables[1].rows[0][steal] == "1.0%"
     # Without the reruns the first noisy miss at 1000 would have set the ceiling at 800.
