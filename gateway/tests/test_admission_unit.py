@@ -227,6 +227,28 @@ def test_the_limit_is_cut_only_after_ticks_late_in_a_row():
     assert door.cap == 45
 
 
+def test_a_late_loop_whose_thread_was_mostly_off_its_core_holds_the_limit():
+    door = LoopAdmission("aimd", 4, 100, LATE_S, busy_share=0.5)
+    for _ in range(50):
+        door.enter(read())
+    # Late, the loop's thread on a core for a fifth of the time: it waited for
+    # a core or the GIL, and refusing its reads would not give it one.
+    for _ in range(5):
+        door.on_tick(0.5, busy=0.2)
+    assert door.cap == 100
+    # Late while running its own work: cut.
+    for _ in range(LATE_TICKS):
+        door.on_tick(0.5, busy=0.9)
+    assert door.cap == 45
+    # Without the rule every late tick counts.
+    every = LoopAdmission("aimd", 4, 100, LATE_S)
+    for _ in range(50):
+        every.enter(read())
+    for _ in range(LATE_TICKS):
+        every.on_tick(0.5, busy=0.2)
+    assert every.cap == 45
+
+
 def test_while_flasks_threads_are_all_busy_a_late_loop_holds_the_limit():
     door = LoopAdmission("aimd", 4, 100, LATE_S, threads=8)
     for _ in range(40):  # the limit (100) not half used
@@ -372,11 +394,30 @@ def test_a_monitor_not_started_never_says_late():
 
 def test_every_tick_is_told_its_lag():
     clock, seen = Clock(), []
-    lag = LoopLag(LATE_S, tick_s=0.025, clock=clock, on_tick=seen.append)
+    lag = LoopLag(LATE_S, tick_s=0.025, clock=clock, on_tick=lambda lag_s, busy: seen.append(lag_s))
     lag.start(FakeLoop())
     clock.now += 0.075
     lag.observe(clock.now)
     assert seen == [pytest.approx(0.05)]
+
+
+def test_every_tick_is_told_the_share_of_its_interval_the_loops_thread_ran():
+    clock, cpu, seen = Clock(), Clock(), []
+    cpu.now = 7.0
+    lag = LoopLag(
+        LATE_S, tick_s=0.025, clock=clock, on_tick=lambda lag_s, busy: seen.append(busy),
+        thread_clock=cpu,
+    )  # fmt: skip
+    lag.start(FakeLoop())
+    clock.now += 0.025
+    lag.observe(clock.now)  # the first tick: nothing to compare with, taken as busy
+    clock.now += 0.1
+    cpu.now += 0.02  # 20 ms on a core of 100 ms
+    lag.observe(clock.now)
+    clock.now += 0.05
+    cpu.now += 0.05
+    lag.observe(clock.now)
+    assert seen == [1.0, pytest.approx(0.2), pytest.approx(1.0)]
 
 
 class FakeLoop:
@@ -490,7 +531,7 @@ def test_the_defaults():
     assert settings.admission == "aimd"
     assert (settings.admission_min_in_flight, settings.admission_max_in_flight) == (16, 512)
     assert settings.loop_late_ms == 20
-    assert settings.admission_late_ms == 20
+    assert settings.admission_late_ms == 5 and settings.admission_busy_pct == 50
     assert settings.cache_fallback_max_concurrency == 8
 
 
@@ -506,6 +547,7 @@ def test_the_defaults():
         ),
         ({"GATEWAY_LOOP_LATE_MS": "0"}, "GATEWAY_LOOP_LATE_MS"),
         ({"GATEWAY_ADMISSION_LATE_MS": "0"}, "GATEWAY_ADMISSION_LATE_MS"),
+        ({"GATEWAY_ADMISSION_BUSY_PCT": "101"}, "GATEWAY_ADMISSION_BUSY_PCT"),
         ({"CACHE_FALLBACK_MAX_CONCURRENCY": "-1"}, "CACHE_FALLBACK_MAX_CONCURRENCY"),
     ],
 )

@@ -124,7 +124,8 @@ class Settings:
     admission: str = "aimd"
     admission_min_in_flight: int = 16
     admission_max_in_flight: int = 512
-    admission_late_ms: int = 20
+    admission_late_ms: int = 5
+    admission_busy_pct: int = 50
     loop_late_ms: int = 20
     # Reads from PostgreSQL while Redis is skipped or failing, at once (fallback.py).
     cache_fallback_max_concurrency: int = 8
@@ -401,7 +402,8 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         admission=_choice(env, "GATEWAY_ADMISSION", "aimd", ADMISSION_MODES),
         admission_min_in_flight=admission_min,
         admission_max_in_flight=admission_max,
-        admission_late_ms=_int(env, "GATEWAY_ADMISSION_LATE_MS", 20, 1, 10000),
+        admission_late_ms=_int(env, "GATEWAY_ADMISSION_LATE_MS", 5, 1, 10000),
+        admission_busy_pct=_int(env, "GATEWAY_ADMISSION_BUSY_PCT", 50, 0, 100),
         loop_late_ms=_int(env, "GATEWAY_LOOP_LATE_MS", 20, 1, 10000),
         cache_fallback_max_concurrency=_int(env, "CACHE_FALLBACK_MAX_CONCURRENCY", 8, 1, 1024),
         db_keepalives_idle_s=_int(env, "DB_KEEPALIVES_IDLE_S", 5, 1, 3600),

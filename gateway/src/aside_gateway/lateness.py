@@ -41,13 +41,21 @@ class LoopLag:
         late_s: float,
         tick_s: float = TICK_S,
         clock: Callable[[], float] = time.monotonic,
-        on_tick: Callable[[float], None] | None = None,
+        on_tick: Callable[[float, float], None] | None = None,
+        thread_clock: Callable[[], float] = time.thread_time,
     ):
         self.late_s = late_s
         self.tick_s = tick_s
         self._clock = clock
-        # Told every tick's lag: the door's limit adapts to it (loop_admission.py).
+        # Told every tick's lag and the loop's busy share since the last tick:
+        # the door's limit adapts to them (loop_admission.py).
         self.on_tick = on_tick
+        # The loop's own thread's CPU time: a loop late while its thread ran
+        # for little of the interval waited for a core or the GIL, not for
+        # its own work.
+        self._thread_clock = thread_clock
+        self._ticked_at = 0.0
+        self._thread_at = 0.0
         self._due = 0.0  # when the pending tick should run; 0.0: not started
         self._late_at = -1e18  # the last instant a tick found the loop late
         self.lag_s = 0.0  # the last tick's lag
@@ -75,9 +83,21 @@ class LoopLag:
         if lag >= self.late_s:
             self._late_at = now
         self._due = now + self.tick_s
+        busy = self._busy_share(now)
         if self.on_tick is not None:
-            self.on_tick(lag)
+            self.on_tick(lag, busy)
         return lag
+
+    def _busy_share(self, now: float) -> float:
+        """The share of the time since the last tick the loop's thread ran on a
+        core (1.0 at the first tick: no evidence of idling)."""
+        thread_now = self._thread_clock()
+        elapsed = now - self._ticked_at
+        busy = 1.0
+        if self._ticked_at and elapsed > 0:
+            busy = min(1.0, (thread_now - self._thread_at) / elapsed)
+        self._ticked_at, self._thread_at = now, thread_now
+        return busy
 
     def current_lag(self) -> float:
         """The lag so far: the last tick's, or how overdue the pending tick is."""

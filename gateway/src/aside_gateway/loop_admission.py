@@ -27,6 +27,10 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
   time in a row (a standing lateness, not the spike of one long callback or
   a cold fill's scan) cuts the limit to 0.9 of what was in flight in that
   tick; any other tick with the limit at least half used raises it by one.
+  A tick counts as late only if the loop's thread ran on a core for
+  GATEWAY_ADMISSION_BUSY_PCT of the interval since the last: a loop late
+  with its thread mostly off a core waited for a core (other processes of a
+  busy machine) or for the GIL, not for its own admitted work.
   It stays within GATEWAY_ADMISSION_MIN_INFLIGHT and
   GATEWAY_ADMISSION_MAX_INFLIGHT and starts at the latter. While every
   Flask thread of the worker (GATEWAY_THREADS) is busy and the limit is
@@ -55,7 +59,9 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
 Why `aimd`, and the figures: docs/decisions/042-admission-at-the-door-of-the-event-loop.md;
 why an L1 hit passes uncounted, and the door's own target:
 docs/decisions/048-a-hit-from-memory-is-not-in-flight.md; why busy threads
-hold the limit: docs/decisions/050-a-late-loop-beside-busy-threads-holds-the-door.md.
+hold the limit: docs/decisions/050-a-late-loop-beside-busy-threads-holds-the-door.md;
+why a late loop off its core holds it, and the 5 ms target:
+docs/decisions/052-a-late-loop-off-its-core-holds-the-door.md.
 """
 
 from __future__ import annotations
@@ -192,8 +198,13 @@ class LoopAdmission:
         late_s: float,
         clock: Callable[[], float] = time.monotonic,
         threads: int = 0,
+        busy_share: float = 0.0,
     ):
         self.mode = mode
+        # A late tick counts only if the loop's thread ran at least this share
+        # of the interval: lateness with the thread mostly off a core is the
+        # machine's (other processes, Flask's threads holding the GIL).
+        self.busy_share = busy_share
         # Flask's threads (0: unknown, never judged full) and the requests
         # handed to them and not answered yet, with their most since the last tick.
         self.threads = threads
@@ -226,11 +237,13 @@ class LoopAdmission:
             settings.admission_max_in_flight,
             settings.admission_late_ms / 1000,
             threads=settings.threads,
+            busy_share=settings.admission_busy_pct / 100,
         )
 
-    def on_tick(self, lag_s: float) -> None:
-        """Called by the loop's lag monitor every tick (lateness.LoopLag)."""
-        late = lag_s >= self.late_s
+    def on_tick(self, lag_s: float, busy: float = 1.0) -> None:
+        """Called by the loop's lag monitor every tick (lateness.LoopLag), with
+        the share of the interval the loop's thread ran on a core."""
+        late = lag_s >= self.late_s and busy >= self.busy_share
         self._late_ticks = self._late_ticks + 1 if late else 0
         if self.mode == "aimd":
             if not (late and self._threads_lateness()):
