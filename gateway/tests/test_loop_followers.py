@@ -209,17 +209,13 @@ async def silent_server() -> asyncio.Server:
     return await asyncio.start_server(swallow, "127.0.0.1", 0)
 
 
-async def get_count(app: AsyncHotPath) -> tuple[int, bytes]:
-    """One GET of EMAIL's count through `app`: (status, body)."""
-    sent: list[dict] = []
+async def no_body() -> dict:
+    return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def receive() -> dict:
-        return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    scope = {
+def count_scope() -> dict:
+    """The ASGI scope of a GET of EMAIL's count."""
+    return {
         "type": "http",
         "method": "GET",
         "path": COUNT,
@@ -227,7 +223,16 @@ async def get_count(app: AsyncHotPath) -> tuple[int, bytes]:
         "headers": [],
         ARRIVED_KEY: time.monotonic() - 60,  # long ago, as admission.py reads it
     }
-    await app(scope, receive, send)
+
+
+async def get_count(app: AsyncHotPath) -> tuple[int, bytes]:
+    """One GET of EMAIL's count through `app`: (status, body)."""
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(count_scope(), no_body, send)
     return sent[0]["status"], sent[1]["body"]
 
 
@@ -361,21 +366,11 @@ def test_a_hit_answered_on_the_loop_is_counted_before_it_is_written():
         before = REGISTRY.get_sample_value(requests_total, labels) or 0.0
         counted_at_write: list[float] = []
 
-        async def receive() -> dict:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
         async def send(message: dict) -> None:
             if message["type"] == "http.response.start":
                 counted_at_write.append(REGISTRY.get_sample_value(requests_total, labels) or 0.0)
 
-        scope = {
-            "type": "http",
-            "method": "GET",
-            "path": COUNT,
-            "query_string": f"email={EMAIL}".encode(),
-            "headers": [],
-        }
-        await app(scope, receive, send)
+        await app(count_scope(), no_body, send)
         assert flask.requests == 0  # answered on the loop, from L1
         assert counted_at_write == [before + 1]
 
