@@ -240,6 +240,11 @@ def test_a_late_loop_whose_thread_was_mostly_off_its_core_holds_the_limit():
     for _ in range(LATE_TICKS):
         door.on_tick(0.5, busy=0.9)
     assert door.cap == 45
+    # A used limit is not raised by a late tick either, only by one on time.
+    door.on_tick(0.5, busy=0.2)
+    assert door.cap == 45
+    door.on_tick(0.0, busy=0.2)
+    assert door.cap == 46
     # Without the rule every late tick counts.
     every = LoopAdmission("aimd", 4, 100, LATE_S)
     for _ in range(50):

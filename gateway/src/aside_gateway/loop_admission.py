@@ -243,10 +243,14 @@ class LoopAdmission:
     def on_tick(self, lag_s: float, busy: float = 1.0) -> None:
         """Called by the loop's lag monitor every tick (lateness.LoopLag), with
         the share of the interval the loop's thread ran on a core."""
-        late = lag_s >= self.late_s and busy >= self.busy_share
-        self._late_ticks = self._late_ticks + 1 if late else 0
+        late = lag_s >= self.late_s
+        # Late with the thread mostly off its core: the machine's lateness.
+        off_core = late and busy < self.busy_share
+        own = late and not off_core
+        self._late_ticks = self._late_ticks + 1 if own else 0
         if self.mode == "aimd":
-            if not (late and self._threads_lateness()):
+            # A late tick the door did not cause holds the limit: neither cut nor raised.
+            if not (off_core or (own and self._threads_lateness())):
                 self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
         elif self.mode == "pie":
             self.pie.update(lag_s)
