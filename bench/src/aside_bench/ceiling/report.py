@@ -7,7 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aside_bench.ceiling.search import Reference, ceiling_of, limit_of, reruns_of
+from aside_bench.ceiling.search import (
+    RERUN_VERDICT,
+    Reference,
+    ceiling_of,
+    limit_of,
+    reruns_of,
+)
 from aside_bench.plan.steps import BARE_ARM, TIERED_ARMS, series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, save_figures
@@ -66,7 +72,7 @@ def ceiling_tables(
                     fmt_ms(r.latency.p99 if r.latency else None),
                     fmt_rps(r.achieved_rps),
                     fmt_pct(r.drop_rate),
-                    "missed, host noisy: run again" if rerun else r.verdict(p95_limit_ms),
+                    RERUN_VERDICT if rerun else r.verdict(p95_limit_ms),
                     *(column.cell(r) for column in costs),
                     *(loadgen_cells(r) if loadgen else []),
                 ]

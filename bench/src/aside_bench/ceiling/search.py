@@ -111,6 +111,8 @@ def tries_at(history: list[Trial], rate: int) -> int:
 # A miss on a noisy host (records.saturation.NOISY_STEAL) is run again at
 # most this many times in a row before it counts.
 MAX_NOISY_RERUNS = 2
+# How the reports name a step run again.
+RERUN_VERDICT = "missed, host noisy: run again"
 
 
 def run_again(held: bool, noisy: bool, reruns: int) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from aside_bench.ceiling.search import RERUN_VERDICT
 from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
 from aside_bench.suites.base import suite_page
@@ -115,7 +116,7 @@ def machine_table(arm: dict[str, Any]) -> Table:
 def _verdict(step: dict[str, Any]) -> str:
     if step["held"]:
         return "held"
-    return "missed" if step.get("counted", True) else "missed, host noisy: run again"
+    return "missed" if step.get("counted", True) else RERUN_VERDICT
 
 
 def search_table(arm: dict[str, Any]) -> Table:
