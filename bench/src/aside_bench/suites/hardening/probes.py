@@ -24,6 +24,9 @@ GATEWAY_COUNT_QUERIES = (
 )
 FLOOD_DOMAIN = "hardening.invalid"
 COUNT_ROUTE = "/api/v1/users/count"
+# The shed reasons of the event loop's door (the gateway's loop_admission.py):
+# a read it refuses is also counted as a 503 answer of its route.
+DOOR_REASONS = ("admission_limit", "loop_late", "queue_delay")
 
 
 def flood_emails(run_id: str, count: int) -> list[str]:
@@ -91,7 +94,8 @@ def gateway_counters(settings: Settings) -> dict[str, Any]:
 def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """What the flood added to each of gateway_counters' figures, and the flood's
     reads a Flask thread ran, by answer: every count answered but the hits (the
-    driver's reads are all hits; shed reads are not counted as requests)."""
+    driver's reads are all hits) and the door's refusals (counted as 503 answers
+    too; reads shed by Flask's threads are not counted as requests)."""
     found: dict[str, Any] = {}
     for name in ("db_queries", "shed", "count_answers"):
         keys = set(before[name]) | set(after[name])
@@ -100,5 +104,6 @@ def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
         found[name] = (after[name] or 0) - (before[name] or 0)
     ran = dict(found["count_answers"])
     ran["200"] = ran.get("200", 0) - found["count_hits"]
+    ran["503"] = ran.get("503", 0) - sum(found["shed"].get(r, 0) for r in DOOR_REASONS)
     found["flood_ran"] = {status: n for status, n in ran.items() if n}
     return found
