@@ -192,6 +192,12 @@ def test_fifty_concurrent_reads_of_a_cold_key_query_once(gateway, insert_user, q
     assert query_calls(COUNT_SQL_TEXT) - before == 1
 
 
+def test_every_worker_settled_its_garbage_collector(gateway):
+    # collector.settle's own full collection, observed once in each worker.
+    samples = scrape(gateway.url)
+    assert sample(samples, "aside_gateway_gc_pause_seconds_count", generation="2") >= 2
+
+
 def test_counters_are_exact_across_workers(gateway, insert_user):
     email = unique_email("metrics")
     insert_user(email)

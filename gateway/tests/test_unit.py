@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -16,10 +17,11 @@ import psycopg
 import pytest
 import redis
 import redis.sentinel
-from aside_gateway import cache_keys, compute, redis_clients, validation
+from aside_gateway import cache_keys, compute, metrics, redis_clients, validation
 from aside_gateway.admission import Admission
 from aside_gateway.auth import bearer_token
 from aside_gateway.breaker import CircuitBreaker
+from aside_gateway.collector import PauseMeter, settle
 from aside_gateway.config import ConfigError, Settings, load_settings, split_host_port
 from aside_gateway.db import Database
 from aside_gateway.errors import STATUS_BY_CODE, ApiError
@@ -504,6 +506,8 @@ def test_defaults():
         ({"CACHE_L1_SUBSCRIBER": "process"}, "CACHE_L1_SUBSCRIBER"),
         ({"GATEWAY_WRITES": "thread"}, "GATEWAY_WRITES"),
         ({"GATEWAY_SWITCH_INTERVAL_US": "0"}, "GATEWAY_SWITCH_INTERVAL_US"),
+        ({"GATEWAY_GC_FREEZE": "yes"}, "GATEWAY_GC_FREEZE"),
+        ({"GATEWAY_GC_GEN0": "99"}, "GATEWAY_GC_GEN0"),
         ({"REDIS_MODE": "sharded"}, "REDIS_MODE"),
         ({"REDIS_MODE": "cluster", "CACHE_L1_SUBSCRIBER": "loop"}, "CACHE_L1_SUBSCRIBER"),
         ({"REDIS_MODE": "sentinel"}, "REDIS_SENTINEL_MASTER"),
@@ -896,3 +900,49 @@ def test_the_api_description_promises_the_cores_key_lifetime():
     hours = idempotency["ttl"]["default_seconds"] / 3600
     assert IDEMPOTENCY_KEY_PARAMETER["name"] == idempotency["header"]
     assert f"within {hours:g} h" in IDEMPOTENCY_KEY_PARAMETER["description"]
+
+
+@pytest.fixture
+def collector_restored():
+    """The test process's collector as it was, whatever `settle` changed."""
+    threshold, callbacks = gc.get_threshold(), list(gc.callbacks)
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+    gc.callbacks[:] = callbacks
+
+
+def test_a_settled_worker_walks_none_of_its_startup_objects_and_collects_seldom(
+    collector_restored,
+):
+    gc.unfreeze()
+    settle(load_settings(BASE_ENV))
+    assert gc.get_freeze_count() > 1000  # the modules and everything built before
+    assert gc.get_threshold()[0] == 50000
+    # Settling twice (a second app in one process) adds no second meter.
+    settle(load_settings({**BASE_ENV, "GATEWAY_GC_FREEZE": "0", "GATEWAY_GC_GEN0": "700"}))
+    assert gc.get_threshold()[0] == 700
+    assert sum(isinstance(c, PauseMeter) for c in gc.callbacks) == 1
+
+
+def test_without_the_freeze_nothing_is_frozen(collector_restored):
+    gc.unfreeze()
+    settle(load_settings({**BASE_ENV, "GATEWAY_GC_FREEZE": "0"}))
+    assert gc.get_freeze_count() == 0
+
+
+def _gc_pauses(generation: str) -> float:
+    (family,) = metrics.GC_PAUSE.collect()
+    return sum(
+        s.value
+        for s in family.samples
+        if s.name.endswith("_count") and s.labels["generation"] == generation
+    )
+
+
+def test_every_collection_is_observed_by_generation(collector_restored):
+    before = _gc_pauses("1")
+    settle(load_settings(BASE_ENV))
+    gc.collect(1)
+    gc.collect(1)
+    assert _gc_pauses("1") == before + 2

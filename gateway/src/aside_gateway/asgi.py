@@ -17,6 +17,10 @@ them to both layers:
   subscription runs on the same event loop, started and stopped by the ASGI
   lifespan (invalidations.py).
 
+Once built, the worker's objects are frozen out of the garbage collector's
+walks and its collections made rare (collector.py): a collection stops the
+event loop.
+
 Why this split: see docs/decisions/001-asgi-hot-path.md.
 """
 
@@ -29,6 +33,7 @@ from typing import Any
 
 from a2wsgi import WSGIMiddleware
 
+from aside_gateway import collector
 from aside_gateway.admission import Admission
 from aside_gateway.app import create_app
 from aside_gateway.config import ConfigError, Settings, load_settings
@@ -105,7 +110,9 @@ def _load() -> AsgiApp:
     except ConfigError as exc:
         print(f"aside-gateway: {exc}", file=sys.stderr)
         sys.exit(APP_LOAD_ERROR)
-    return create_asgi_app(settings)
+    app = create_asgi_app(settings)
+    collector.settle(settings)
+    return app
 
 
 app = _load()

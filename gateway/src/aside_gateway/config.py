@@ -112,6 +112,9 @@ class Settings:
     writes: str = "loop"
     # CPython's GIL switch interval in each worker (sys.setswitchinterval).
     switch_interval_us: int = 5000
+    # The cyclic garbage collector in each worker (collector.py).
+    gc_freeze: bool = True
+    gc_gen0: int = 50000
     # Slow and idle clients (worker.py), per connection and per worker.
     head_timeout_s: int = 5
     body_timeout_s: int = 15
@@ -393,6 +396,8 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         cache_l1_tracking=l1_tracking,
         writes=_choice(env, "GATEWAY_WRITES", "loop", WRITE_PATHS),
         switch_interval_us=_int(env, "GATEWAY_SWITCH_INTERVAL_US", 5000, 100, 100_000),
+        gc_freeze=_choice(env, "GATEWAY_GC_FREEZE", "1", ("0", "1")) == "1",
+        gc_gen0=_int(env, "GATEWAY_GC_GEN0", 50000, 100, 10_000_000),
         head_timeout_s=_int(env, "GATEWAY_HEAD_TIMEOUT_S", 5, 1, 300),
         body_timeout_s=_int(env, "GATEWAY_BODY_TIMEOUT_S", 15, 1, 3600),
         keepalive_s=_int(env, "GATEWAY_KEEPALIVE_S", 30, 1, 3600),

@@ -150,6 +150,13 @@ LOOP_LAG = Gauge(
     "second's, the largest over live workers.",
     multiprocess_mode="livemax",
 )
+GC_PAUSE = Histogram(
+    "aside_gateway_gc_pause_seconds",
+    "Collections of the cyclic garbage collector by generation, and how long "
+    "each held the worker (its event loop included).",
+    ["generation"],
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2),
+)
 FALLBACK_IN_FLIGHT = Gauge(
     "aside_gateway_fallback_in_flight",
     "Reads answered from PostgreSQL because Redis was skipped or failed, in flight now.",
