@@ -5,7 +5,7 @@ generations. With CPython's defaults (a first-generation collection every 700
 net allocations of tracked objects) a worker serving thousands of requests a
 second promotes the objects of the requests in flight at each collection, so
 the oldest generation, which also holds every module, the app and its pools,
-was collected twice a second, 40-110 ms each, nothing found: every reader of
+was collected twice a second, 36-110 ms each, nothing found: every reader of
 the worker waited that long, and the door's sheds with them
 (docs/decisions/053-the-collector-kept-off-the-event-loop.md).
 
