@@ -10,6 +10,7 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +20,7 @@ from aside_bench.ceiling.search import run_again
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import procs
 from aside_bench.suites.overload import figures as fg
+from aside_bench.suites.overload import report as overload_report
 from aside_bench.suites.overload import run as overload
 
 T0 = 1_800_000_000.0
@@ -105,6 +107,18 @@ def test_the_machine_ticks_split_out_the_hosts_steal() -> None:
     assert ticks is not None and 0 <= ticks.steal <= ticks.busy <= ticks.total
     assert steal_share(procs.MachineTicks(10, 100, 2), procs.MachineTicks(60, 200, 12)) == 0.1
     assert steal_share(ticks, ticks) is None and steal_share(None, ticks) is None
+
+
+def test_the_gateways_collections_over_a_step() -> None:
+    def reading(count: float, pause_s: float) -> dict[str, Any]:
+        return {"cache_errors": {}, "fallback": {}, "shed": {}, "judged": {},
+                "admission_limit": 32.0, "gc": {"count": count, "sum": pause_s}}  # fmt: skip
+
+    counters = overload.counter_increase(reading(4, 0.010), reading(7, 0.0325))
+    assert counters.gc_collections == 3 and counters.gc_pause_s == pytest.approx(0.0225)
+    assert overload_report._collections(asdict(counters)) == "3: 22 ms"
+    # A step recorded before the collections were read says so.
+    assert overload_report._collections({"breaker_skips": 0.0}) == "-"
 
 
 def test_goodput_counts_only_2xx_within_one_second() -> None:
@@ -349,6 +363,8 @@ def test_every_step_has_its_figures(overload_run) -> None:
             assert len(r["seconds"]) == 3 and r["timeouts"] == 0
             assert s["driver_cpu_s"] > 0 and 0 < s["driver_share"] < 1
             assert s["counters"]["admission_limit"] is not None
+            # Each worker's collections, read from its /metrics (none is an answer too).
+            assert s["counters"]["gc_collections"] >= 0 and s["counters"]["gc_pause_s"] >= 0
             assert r["served_open"]["count"] + r["served_new"]["count"] == r["served"]["count"]
             # Every step's pool is open before its first request.
             assert r["served_new"]["count"] == 0, s["label"]
@@ -378,6 +394,7 @@ def test_the_report_files(overload_run) -> None:
     ):
         assert title in report, title
     assert "Machine: " in report and "load driver shares" in report
+    assert "gateway GC: collections: ms" in report
     assert report.count("recovery: p95 from 2 s after the overload") == 2
     html = (out_dir / "report.html").read_text()
     assert "data:image/png;base64," in html and "<table>" in html

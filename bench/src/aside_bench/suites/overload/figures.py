@@ -289,6 +289,9 @@ class Counters:
     shed: dict[str, float] = field(default_factory=dict)  # shed_total by reason
     redis_judged: dict[str, float] = field(default_factory=dict)  # redis_errors_judged_total
     admission_limit: float | None = None  # the door's limit at the step's end, summed
+    # gc_pause_seconds: the workers' garbage collections and the time they held them
+    gc_collections: float = 0.0
+    gc_pause_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -95,9 +95,17 @@ def machine_row(step: dict[str, Any]) -> list[str]:
         _cores(machine.get("gateway_cores")),
         _cores(machine.get("redis_cores")),
         _cores(step["driver_cores"]),
+        _collections(step["counters"]),
         f"{on_open['count']}: {_ms(on_open['p50_ms'])} / {_ms(on_open['p99_ms'])}",
         f"{on_new['count']}: {_ms(on_new['p50_ms'])} / {_ms(on_new['p99_ms'])}",
     ]
+
+
+def _collections(counters: dict[str, Any]) -> str:
+    # Runs recorded before the gateway measured its collections have neither figure.
+    if "gc_collections" not in counters:
+        return "-"
+    return f"{counters['gc_collections']:.0f}: {counters['gc_pause_s'] * 1000:.0f} ms"
 
 
 def machine_table(arm: dict[str, Any]) -> Table:
@@ -106,7 +114,7 @@ def machine_table(arm: dict[str, Any]) -> Table:
     return Table(
         f"{arm['arm']}: the machine, and the served by connection",
         ["step", "machine busy", "of it, host steal", "gateway cores", "Redis cores",
-         "driver cores",
+         "driver cores", "gateway GC: collections: ms",
          "served on open connections: n, p50 / p99 ms",
          "served on new connections: n, p50 / p99 ms"],
         [machine_row(s) for s in arm["steps"]],
@@ -236,7 +244,8 @@ def _context(run: dict[str, Any]) -> list[str]:
         "machine busy: the share of every core's time not idle over the step (/proc/stat: the "
         "driver, the services and everything else); of it, host steal: the time a virtual "
         "machine's hypervisor gave other guests (a noise nothing here caused); gateway and "
-        "Redis cores: their process trees' CPU time over the step",
+        "Redis cores: their process trees' CPU time over the step; gateway GC: the workers' "
+        "garbage collections over the step, and the time they held them in all",
         "open and new connections: a served request went over a connection the driver had open "
         "already, or over one it opened for that request (whose first answer waits until a "
         "worker's loop accepts the connection)",

@@ -313,7 +313,15 @@ def counters(settings: Settings) -> dict[str, Any]:
             lambda labels: labels.get("verdict", ""),
         ),
         "admission_limit": gm.unlabelled_value(text, "aside_gateway_admission_limit"),
+        "gc": {
+            part: sum(gm.summed_by(text, f"aside_gateway_gc_pause_seconds_{part}", _all).values())
+            for part in ("count", "sum")
+        },
     }
+
+
+def _all(labels: dict[str, str]) -> str:
+    return ""
 
 
 def _increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -329,6 +337,8 @@ def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> fg.Counte
         shed=_increase(before["shed"], after["shed"]),
         redis_judged=_increase(before["judged"], after["judged"]),
         admission_limit=after["admission_limit"],
+        gc_collections=after["gc"]["count"] - before["gc"]["count"],
+        gc_pause_s=after["gc"]["sum"] - before["gc"]["sum"],
     )
 
 
