@@ -314,14 +314,12 @@ def counters(settings: Settings) -> dict[str, Any]:
         ),
         "admission_limit": gm.unlabelled_value(text, "aside_gateway_admission_limit"),
         "gc": {
-            part: sum(gm.summed_by(text, f"aside_gateway_gc_pause_seconds_{part}", _all).values())
+            part: sum(
+                v for _, v in gm.labelled_samples(text, f"aside_gateway_gc_pause_seconds_{part}")
+            )
             for part in ("count", "sum")
         },
     }
-
-
-def _all(labels: dict[str, str]) -> str:
-    return ""
 
 
 def _increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
