@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from aside_gateway import metrics
 from aside_gateway.breaker import CircuitBreaker
 from aside_gateway.config import ConfigError, load_settings
 from aside_gateway.errors import ApiError
@@ -19,6 +20,7 @@ from aside_gateway.loop_admission import (
     CodelDeadline,
     LoopAdmission,
     PieDrop,
+    RefusalTally,
     shed_response,
 )
 from aside_gateway.routes import ARRIVED_KEY
@@ -341,6 +343,49 @@ def test_codel_refuses_a_request_that_waited_for_a_standing_queue():
 
 
 # ---- the loop's lateness ----------------------------------------------------------
+
+
+def counted(metric, **labels: str) -> float:
+    """A counter's value in this process, 0 before its first count."""
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+def refusals_counted(route: str, reason: str) -> tuple[float, float]:
+    """The 503 answers of `route` and the sheds for `reason`."""
+    answers = counted(metrics.HTTP_REQUESTS, route=route, method="GET", status="503")
+    return answers, counted(metrics.SHED, reason=reason)
+
+
+def test_the_doors_refusals_reach_the_metrics_at_its_next_tick():
+    door = LoopAdmission("aimd", 1, 1, LATE_S)
+    door.enter(read())  # the one request the limit holds
+    before = refusals_counted("shed", "admission_limit")
+    for _ in range(3):
+        reason = door.enter(read())
+        assert reason == "admission_limit"
+        door.on_refused(read(), reason)
+    assert refusals_counted("shed", "admission_limit") == before
+    door.on_tick(0.0)
+    assert refusals_counted("shed", "admission_limit") == (before[0] + 3, before[1] + 3)
+    door.on_tick(0.0)  # counted once
+    assert refusals_counted("shed", "admission_limit") == (before[0] + 3, before[1] + 3)
+
+
+def test_a_tally_writes_each_route_and_reason_in_one_go():
+    tally = RefusalTally()
+    before = (refusals_counted("users_count", "loop_late"), refusals_counted("shed", "queue_delay"))
+    for _ in range(5):
+        tally.add("users_count", "GET", "loop_late")
+    tally.add("shed", "GET", "queue_delay")
+    tally.flush()
+    assert not tally.pending
+    (count_before, late_before), (shed_before, delay_before) = before
+    assert refusals_counted("users_count", "loop_late") == (count_before + 5, late_before + 5)
+    assert refusals_counted("shed", "queue_delay") == (shed_before + 1, delay_before + 1)
 
 
 def test_the_protocols_shed_answer_is_one_whole_503():

@@ -43,7 +43,7 @@ from aside_gateway.config import Settings
 from aside_gateway.invalidations import LoopInvalidationSubscriber
 from aside_gateway.l1 import L1Cache
 from aside_gateway.lateness import LoopLag, is_timeout
-from aside_gateway.loop_admission import PASSED_KEY, LoopAdmission, refuse
+from aside_gateway.loop_admission import PASSED_KEY, SHED_ROUTE, LoopAdmission, refuse
 from aside_gateway.loop_writes import LoopWrites
 from aside_gateway.redis_errors import REDIS_ERRORS
 from aside_gateway.routes import (
@@ -73,8 +73,6 @@ TEST_HOLD_HEADER = b"x-test-hold"
 # recently used dropped first): parsing a URL costs more than an L1 hit, and
 # the hot keys' URLs repeat (docs/decisions/036-an-l1-hits-own-cost.md).
 MEMO_SIZE = 4096
-# The `route` label of a refused request that is not a cached read.
-SHED_ROUTE = "shed"
 
 
 # ---- which requests the hot path may answer (pure: parsing exactly as Flask does)
@@ -333,16 +331,15 @@ class AsyncHotPath:
             self.admission.handed_back()
 
     def _count_refusal(self, scope: Scope, reason: str) -> None:
-        """The door's refusal in the metrics: its reason, and a 503 of the
+        """The door's refusal, for the metrics: its reason, and a 503 of the
         route the request asked for (a read's) or `shed`."""
-        metrics.shed(reason)
         found = (
             remembered_lookup(scope["path"], scope["query_string"], self.default_strategy, self.lab)
             if scope["method"] == "GET"
             else None
         )
         route = found.route if found is not None else SHED_ROUTE
-        metrics.observe_request(route, scope["method"], 503, 0.0)
+        self.admission.tally.add(route, scope["method"], reason)
 
     def _from_memory(self, scope: Scope) -> bool:
         """Whether `_answer` will find the request's value in an L1 tier: it
@@ -395,6 +392,7 @@ class AsyncHotPath:
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
                 loop_admission.install(None)
+                self.admission.tally.flush()
                 if self.loop_lag is not None:
                     self.loop_lag.stop()
                 if self.subscriber is not None:

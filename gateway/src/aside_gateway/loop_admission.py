@@ -17,7 +17,8 @@ with `Retry-After: 1` and the error shape of contracts/errors.json, written
 on the loop without touching Redis, PostgreSQL or Flask. The door stands in
 the HTTP protocol (worker.py), where a request's head is parsed: a refused
 request gets bytes written at once, without an ASGI task, the cheapest answer
-a late loop can give, so shedding costs the loop little of what it lacks. An
+a late loop can give, so shedding costs the loop little of what it lacks
+(its count, too, is kept in memory and written once a tick: RefusalTally). An
 app served without that protocol (the unit tests') passes the same door in
 hot_path.py. GATEWAY_ADMISSION picks the rule:
 
@@ -69,6 +70,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from aside_gateway import metrics
@@ -106,6 +108,8 @@ SHED_HEADERS = [
     (b"content-length", b"%d" % len(SHED_BODY)),
     (b"retry-after", b"1"),
 ]
+# The `route` label of a refused request that is not a cached read.
+SHED_ROUTE = "shed"
 SHED_STATUS_LINE = b"HTTP/1.1 503 Service Unavailable\r\n"
 SHED_TAIL = b"".join(name + b": " + value + b"\r\n" for name, value in SHED_HEADERS)
 
@@ -187,6 +191,27 @@ class PieDrop:
         return self.probability > 0.0 and self._rng() < self.probability
 
 
+class RefusalTally:
+    """The door's refusals, counted in memory and written to the metrics once
+    per tick of the loop's lag monitor. Written one by one, a refusal's four
+    samples (a lock, a process check and a page write each) cost as much as
+    the rest of its Python (docs/decisions/054-a-refusal-counted-once-a-tick.md)."""
+
+    def __init__(self) -> None:
+        self.pending: Counter[tuple[str, str, str]] = Counter()
+
+    def add(self, route: str, method: str, reason: str) -> None:
+        self.pending[route, method, reason] += 1
+
+    def flush(self) -> None:
+        """Write what was counted since the last flush."""
+        if not self.pending:
+            return
+        for (route, method, reason), count in self.pending.items():
+            metrics.count_refused(route, method, reason, count)
+        self.pending.clear()
+
+
 class LoopAdmission:
     """The door of one worker's event loop; touched only by that loop."""
 
@@ -222,8 +247,11 @@ class LoopAdmission:
         self._published = (self.cap, 0)
         self._lag_max = 0.0
         self._ticks = 0
-        # Told of every refusal, wherever the door stands (hot_path.py sets it).
-        self.on_refused: Callable[[Scope, str], None] = _count_refusal
+        # Refusals not yet in the metrics: written every tick, and at the stop.
+        self.tally = RefusalTally()
+        # Told of every refusal, wherever the door stands (hot_path.py sets it
+        # to one that labels a read's refusal with its route).
+        self.on_refused: Callable[[Scope, str], None] = self._count_refusal
         # Whether the worker will answer a request from its own memory, which
         # then does not count in flight (hot_path.py sets it).
         self.from_memory: Callable[[Scope], bool] = _never
@@ -257,6 +285,7 @@ class LoopAdmission:
         self._peak = self.in_flight
         self._handed_peak = self.handed
         self._publish(lag_s)
+        self.tally.flush()
 
     def _publish(self, lag_s: float) -> None:
         # A gauge set is a write to the worker's metrics file: an idle worker
@@ -292,6 +321,9 @@ class LoopAdmission:
             self._peak = max(self._peak, self.in_flight)
         return None
 
+    def _count_refusal(self, scope: Scope, reason: str) -> None:
+        self.tally.add(SHED_ROUTE, scope["method"], reason)
+
     def leave(self, scope: Scope) -> None:
         """The request is answered, or handed to Flask; once per request."""
         if scope.pop(COUNTED_KEY, False):
@@ -324,10 +356,6 @@ class LoopAdmission:
             if arrived is not None and not self.deadline.admit(now - arrived, now):
                 return "queue_delay"
         return None
-
-
-def _count_refusal(scope: Scope, reason: str) -> None:
-    metrics.shed(reason)
 
 
 def _never(scope: Scope) -> bool:

@@ -265,6 +265,15 @@ def observe_request(route: str, method: str, status: int, seconds: float) -> Non
     children[1].observe(seconds)
 
 
+def count_refused(route: str, method: str, reason: str, count: int) -> None:
+    """Count `count` requests the event loop's door refused: 503 answers of
+    their route, shed for `reason`. Not timed: the door answers in
+    microseconds, and what such a request waited for was the loop, in its
+    socket, where no server clock sees it."""
+    HTTP_REQUESTS.labels(route, method, "503").inc(count)
+    SHED.labels(reason).inc(count)
+
+
 def render(multiproc_dir: str | None) -> tuple[bytes, str]:
     """The exposition text: merged over all workers in multiprocess mode."""
     if multiproc_dir:

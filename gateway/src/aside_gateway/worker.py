@@ -103,9 +103,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         # Between requests, bytes that start no message (stray CRLFs) end
         # uvicorn's keep-alive timer without starting a head: the head deadline
-        # bounds them as well.
+        # bounds them as well. A request answered within this chunk (the door's
+        # 503) armed the keep-alive timer again, which bounds the idle time.
         between_requests = self.cycle is None or self.cycle.response_complete
-        if self._in_head or (between_requests and not self._awaiting_body):
+        idle_unbounded = between_requests and self.timeout_keep_alive_task is None
+        if self._in_head or (idle_unbounded and not self._awaiting_body):
             self._arm_head_deadline()
         elif self._awaiting_body and self._body_deadline is None:
             self._body_deadline = self.loop.call_later(self.body_timeout_s, self._deadline_passed)
