@@ -16,7 +16,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from aside_bench.ceiling.search import run_again
+from aside_bench.ceiling.search import SearchParams, run_again
+from aside_bench.cli.parser import build_parser
+from aside_bench.cli.suites import overload_searches
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import procs
 from aside_bench.suites.overload import figures as fg
@@ -285,6 +287,31 @@ def test_arms_and_ceilings_are_parsed() -> None:
             overload.parse_ceilings([bad])
     with pytest.raises(ValueError, match="unknown arm"):
         overload.parse_arms("cache disk")
+
+
+def test_the_uncached_read_is_searched_its_own_way_unless_told() -> None:
+    """A full scan holds no rate of the cached tiers' ladder at their p95: its
+    search has its own, and an option given applies to every arm."""
+    cached, own = overload_searches(build_parser().parse_args(["overload"]))
+    assert cached == overload.ArmSearch(SearchParams(200, 400, 8000), 10.0)
+    assert own == {"nocache": overload.UNCACHED_SEARCH}
+    params = overload.OverloadParams("r", Path("out"), ("cache", "nocache"))
+    assert params.search_of("nocache") == overload.UNCACHED_SEARCH
+    assert params.search_of("cache") == overload.ArmSearch(params.search, params.search_p95_ms)
+
+    told = ["overload", "--search-max", "16000", "--p95-ms", "50"]
+    cached, own = overload_searches(build_parser().parse_args(told))
+    assert cached == overload.ArmSearch(SearchParams(200, 400, 16000), 50.0)
+    assert own["nocache"] == overload.ArmSearch(SearchParams(5, 5, 16000), 50.0)
+
+
+def test_the_report_names_an_arm_searched_its_own_way() -> None:
+    search = overload.UNCACHED_SEARCH
+    params = {"arm_searches": {"nocache": {"rates": asdict(search.rates), "p95_ms": 500.0}}}
+    assert overload_report._own_searches(params) == (
+        " (nocache: p95 <= 500 ms, rates from 5/s by 5 up to 100/s)"
+    )
+    assert overload_report._own_searches({}) == ""
 
 
 def test_a_step_opens_its_pool_before_its_first_request_unless_told_not_to() -> None:

@@ -468,10 +468,18 @@ def _add_overload(sub: argparse._SubParsersAction) -> None:
     over.add_argument(
         "--search-duration", default="5s", help="per step of the ceiling search (default 5s)"
     )
-    _option(over, "--search-start", _positive, 200, "the search's first rate")
-    _option(over, "--search-step", _positive, 400, "the search's rate increase after 4x its start")
-    _option(over, "--search-max", _positive, 8000, "the search's highest rate")
-    _option(over, "--p95-ms", _above_zero, 10.0, "the search's p95 limit in ms")
+    # Not given, each arm's own (nocache's scan: from 5/s by 5 to 100, p95 500 ms).
+    for flag, checked, what in (
+        ("--search-start", _positive, "the search's first rate (default 200; nocache 5)"),
+        (
+            "--search-step",
+            _positive,
+            "the search's rate increase after 4x its start (default 400; nocache 5)",
+        ),
+        ("--search-max", _positive, "the search's highest rate (default 8000; nocache 100)"),
+        ("--p95-ms", _above_zero, "the search's p95 limit in ms (default 10; nocache 500)"),
+    ):
+        over.add_argument(flag, type=checked, default=None, help=what)
     _option(over, "--timeout", _positive, 10, "request timeout in seconds")
     over.add_argument(
         "--lazy-connections",

@@ -6,8 +6,8 @@ check failed)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
-from aside_bench.ceiling.search import SearchParams
 from aside_bench.cli.commands import UsageError, checked_seed, new_out_dir, new_run_id
 from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
@@ -104,6 +104,29 @@ def cmd_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
     return 0 if run["passed"] else 1
 
 
+def overload_searches(
+    args: argparse.Namespace,
+) -> tuple[overload.ArmSearch, dict[str, overload.ArmSearch]]:
+    """The ceiling search of the cached tiers, and of the arms searched their
+    own way (overload.ARM_SEARCHES): what the options give, for every arm."""
+    chosen = {
+        name: value
+        for name, value in (
+            ("start", args.search_start),
+            ("ladder_step", args.search_step),
+            ("max_rate", args.search_max),
+        )
+        if value is not None
+    }
+
+    def applied(search: overload.ArmSearch) -> overload.ArmSearch:
+        p95_ms = search.p95_ms if args.p95_ms is None else args.p95_ms
+        return overload.ArmSearch(replace(search.rates, **chosen), p95_ms)
+
+    own = {arm: applied(search) for arm, search in overload.ARM_SEARCHES.items()}
+    return applied(overload.ArmSearch()), own
+
+
 def cmd_overload(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = new_run_id(args, "")
     try:
@@ -111,6 +134,7 @@ def cmd_overload(args: argparse.Namespace, settings: config.Settings) -> int:
         ceilings = overload.parse_ceilings(args.ceiling)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    search, arm_searches = overload_searches(args)
     out_dir = new_out_dir(settings, args, f"overload-{run_id}")
     params = overload.OverloadParams(
         run_id=run_id,
@@ -118,11 +142,10 @@ def cmd_overload(args: argparse.Namespace, settings: config.Settings) -> int:
         arms=arms,
         ceilings=ceilings,
         duration_s=parse_duration(args.duration),
-        search=SearchParams(
-            start=args.search_start, ladder_step=args.search_step, max_rate=args.search_max
-        ),
+        search=search.rates,
         search_duration_s=parse_duration(args.search_duration),
-        search_p95_ms=args.p95_ms,
+        search_p95_ms=search.p95_ms,
+        arm_searches=arm_searches,
         timeout_s=args.timeout,
         open_pool=not args.lazy_connections,
     )

@@ -218,6 +218,16 @@ def _connections(params: dict[str, Any]) -> str:
     )
 
 
+def _own_searches(params: dict[str, Any]) -> str:
+    """The arms this run searched their own way, as a parenthesis."""
+    own = [
+        f"{arm}: p95 <= {search['p95_ms']:g} ms, rates from {search['rates']['start']}/s "
+        f"by {search['rates']['ladder_step']} up to {search['rates']['max_rate']}/s"
+        for arm, search in params.get("arm_searches", {}).items()
+    ]
+    return f" ({'; '.join(own)})" if own else ""
+
+
 def _context(run: dict[str, Any]) -> list[str]:
     p, t = run["params"], run["params"]["targets"]
     return [
@@ -226,7 +236,8 @@ def _context(run: dict[str, Any]) -> list[str]:
         f"{p['duration_s']} s at 0.6x, 1.25x, 1.5x, 2x of the arm's ceiling, then 0.6x started "
         f"as the 2x schedule ends; request timeout {p['timeout_s']} s",
         _connections(p),
-        f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms with "
+        f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms"
+        f"{_own_searches(p)} with "
         f"nothing dropped, no failure but the gateway's sheds and those at most "
         f"{fg.MAX_SHED_SHARE:.0%} of the step, {p['search_duration_s']} s steps, "
         + ("each over a pool opened before it" if p.get("open_pool", True) else "lazy pools"),

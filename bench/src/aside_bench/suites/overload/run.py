@@ -68,6 +68,21 @@ OPEN_LEAD_S = 3.0
 
 
 @dataclass(frozen=True)
+class ArmSearch:
+    """How an arm's ceiling is searched: the rates tried and the p95 to hold."""
+
+    rates: SearchParams = field(default_factory=SearchParams)
+    p95_ms: float = 10.0
+
+
+# The uncached read is a full scan, tens of milliseconds each and a few dozen
+# a second on this table: the cached tiers' ladder (from 200/s) and p95 (10 ms)
+# would find no rate it holds.
+UNCACHED_SEARCH = ArmSearch(SearchParams(start=5, ladder_step=5, max_rate=100), 500.0)
+ARM_SEARCHES = {"nocache": UNCACHED_SEARCH}
+
+
+@dataclass(frozen=True)
 class OverloadParams:
     run_id: str
     out_dir: Path
@@ -77,12 +92,17 @@ class OverloadParams:
     search: SearchParams = field(default_factory=SearchParams)
     search_duration_s: int = 5
     search_p95_ms: float = 10.0
+    # An arm's own search, where the search was not chosen for every arm.
+    arm_searches: dict[str, ArmSearch] = field(default_factory=lambda: dict(ARM_SEARCHES))
     timeout_s: int = 10
     max_pool: int = 1000
     targets: fg.Targets = field(default_factory=fg.Targets)
     # Each step's driver opens its pool before its first request; False: as
     # its requests need them, so the steps also measure new connections.
     open_pool: bool = True
+
+    def search_of(self, arm: str) -> ArmSearch:
+        return self.arm_searches.get(arm, ArmSearch(self.search, self.search_p95_ms))
 
 
 @dataclass
@@ -258,10 +278,11 @@ def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
 
 
 def search_ceiling(bench: Bench, result: ArmResult) -> None:
-    p95_ms = bench.params.search_p95_ms
+    search = bench.params.search_of(result.arm)
+    p95_ms = search.p95_ms
     history: list[Trial] = []
     reruns = 0  # noisy misses of the rate now tried, run again
-    while (rate := next_trial(history, bench.params.search)) is not None:
+    while (rate := next_trial(history, search.rates)) is not None:
         found = search_step(bench, result.arm, rate)
         held = found.holds(p95_ms)
         again = run_again(held, found.noisy, reruns)
@@ -532,6 +553,11 @@ def _params_record(params: OverloadParams, settings: Settings) -> dict[str, Any]
         "search": params.search.__dict__,
         "search_duration_s": params.search_duration_s,
         "search_p95_ms": params.search_p95_ms,
+        "arm_searches": {
+            arm: {"rates": search.rates.__dict__, "p95_ms": search.p95_ms}
+            for arm, search in params.arm_searches.items()
+            if arm in params.arms and arm not in params.ceilings
+        },
         "timeout_s": params.timeout_s,
         "max_pool": params.max_pool,
         "open_pool": params.open_pool,
