@@ -28,6 +28,7 @@ from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.sources import SourceError
+from aside_bench.suites.overload import run as overload
 from aside_bench.sweep.runner import EXIT_INTERRUPTED
 from aside_bench.trust import cost
 from aside_bench.trust.compare import DEFAULT_TOLERANCE
@@ -451,6 +452,26 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("--reports-dir", type=Path, help="where reports are (default reports/)")
 
 
+def _add_search_options(over: argparse.ArgumentParser) -> None:
+    """The ceiling search's options: not given, each arm searches its own way
+    (overload.ARM_SEARCHES: nocache's full scans on a ladder of their own)."""
+    cached, scan = overload.ArmSearch(), overload.UNCACHED_SEARCH
+    for flag, checked, what, default, own in (
+        ("--search-start", _positive, "first rate", cached.rates.start, scan.rates.start),
+        (
+            "--search-step",
+            _positive,
+            "rate increase after 4x its start",
+            cached.rates.ladder_step,
+            scan.rates.ladder_step,
+        ),
+        ("--search-max", _positive, "highest rate", cached.rates.max_rate, scan.rates.max_rate),
+        ("--p95-ms", _above_zero, "p95 limit in ms", f"{cached.p95_ms:g}", f"{scan.p95_ms:g}"),
+    ):
+        help_text = f"the search's {what} (default {default}; nocache {own})"
+        over.add_argument(flag, type=checked, default=None, help=help_text)
+
+
 def _add_overload(sub: argparse._SubParsersAction) -> None:
     over = sub.add_parser("overload", help="goodput, sheds and recovery past an arm's ceiling")
     over.add_argument(
@@ -468,18 +489,7 @@ def _add_overload(sub: argparse._SubParsersAction) -> None:
     over.add_argument(
         "--search-duration", default="5s", help="per step of the ceiling search (default 5s)"
     )
-    # Not given, each arm's own (nocache's scan: from 5/s by 5 to 100, p95 500 ms).
-    for flag, checked, what in (
-        ("--search-start", _positive, "the search's first rate (default 200; nocache 5)"),
-        (
-            "--search-step",
-            _positive,
-            "the search's rate increase after 4x its start (default 400; nocache 5)",
-        ),
-        ("--search-max", _positive, "the search's highest rate (default 8000; nocache 100)"),
-        ("--p95-ms", _above_zero, "the search's p95 limit in ms (default 10; nocache 500)"),
-    ):
-        over.add_argument(flag, type=checked, default=None, help=what)
+    _add_search_options(over)
     _option(over, "--timeout", _positive, 10, "request timeout in seconds")
     over.add_argument(
         "--lazy-connections",
