@@ -23,7 +23,10 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="bench
 
 import uvloop
 from aside_gateway import loop_admission
-from aside_gateway.hot_path import remembered_lookup
+from aside_gateway.breaker import CircuitBreaker
+from aside_gateway.config import load_settings
+from aside_gateway.hot_path import AsyncHotPath, EarlyGetClient
+from aside_gateway.l1 import L1Cache
 from aside_gateway.worker import BoundedHttpToolsProtocol
 from uvicorn.config import Config
 from uvicorn.server import ServerState
@@ -68,16 +71,23 @@ async def never_admitted(scope: Any, receive: Any, send: Any) -> None:
 
 
 def full_door() -> loop_admission.LoopAdmission:
+    """A door at its limit, counting refusals as a worker's does: through the
+    hot path, which labels a read's refusal with its route."""
+    settings = load_settings(
+        {
+            "DATABASE_URL": "postgresql://aside@127.0.0.1:1/aside",
+            "REDIS_URL": "redis://127.0.0.1:1/0",
+            "CORE_URL": "http://127.0.0.1:1",
+            "ASIDE_PROFILE": "lab",
+            "CACHE_STRATEGY": "l2",
+        }
+    )
     door = loop_admission.LoopAdmission("aimd", 1, 1, 0.005)
     door.in_flight = door.cap = 1
-
-    def count(scope: Any, reason: str) -> None:
-        # As the hot path's: the read's route, from the remembered lookup.
-        found = remembered_lookup(scope["path"], scope["query_string"], "l2", True)
-        route = found.route if found is not None else loop_admission.SHED_ROUTE
-        door.tally.add(route, scope["method"], reason)
-
-    door.on_refused = count
+    # Built for its refusal count only: nothing is admitted, so nothing connects.
+    l1 = L1Cache(100, 1 << 20, 60, needs_subscription=False)
+    redis_get = EarlyGetClient(settings, CircuitBreaker(1))
+    AsyncHotPath(never_admitted, redis_get, l1, settings, admission=door)
     return door
 
 
