@@ -142,10 +142,9 @@ def cmd_overload(args: argparse.Namespace, settings: config.Settings) -> int:
         arms=arms,
         ceilings=ceilings,
         duration_s=parse_duration(args.duration),
-        search=search.rates,
-        search_duration_s=parse_duration(args.search_duration),
-        search_p95_ms=search.p95_ms,
+        search=search,
         arm_searches=arm_searches,
+        search_duration_s=parse_duration(args.search_duration),
         timeout_s=args.timeout,
         open_pool=not args.lazy_connections,
     )

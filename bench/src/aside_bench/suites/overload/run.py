@@ -89,11 +89,10 @@ class OverloadParams:
     arms: tuple[str, ...]
     ceilings: dict[str, int] = field(default_factory=dict)  # given: no search for these
     duration_s: int = 15
-    search: SearchParams = field(default_factory=SearchParams)
-    search_duration_s: int = 5
-    search_p95_ms: float = 10.0
-    # An arm's own search, where the search was not chosen for every arm.
+    # The cached tiers' search, and the arms searched their own way.
+    search: ArmSearch = field(default_factory=ArmSearch)
     arm_searches: dict[str, ArmSearch] = field(default_factory=lambda: dict(ARM_SEARCHES))
+    search_duration_s: int = 5
     timeout_s: int = 10
     max_pool: int = 1000
     targets: fg.Targets = field(default_factory=fg.Targets)
@@ -102,7 +101,7 @@ class OverloadParams:
     open_pool: bool = True
 
     def search_of(self, arm: str) -> ArmSearch:
-        return self.arm_searches.get(arm, ArmSearch(self.search, self.search_p95_ms))
+        return self.arm_searches.get(arm, self.search)
 
 
 @dataclass
@@ -550,9 +549,9 @@ def _params_record(params: OverloadParams, settings: Settings) -> dict[str, Any]
         "duration_s": params.duration_s,
         "baseline_factor": BASELINE_FACTOR,
         "overload_factors": list(OVERLOAD_FACTORS),
-        "search": params.search.__dict__,
+        "search": params.search.rates.__dict__,
         "search_duration_s": params.search_duration_s,
-        "search_p95_ms": params.search_p95_ms,
+        "search_p95_ms": params.search.p95_ms,
         "arm_searches": {
             arm: {"rates": search.rates.__dict__, "p95_ms": search.p95_ms}
             for arm, search in params.arm_searches.items()
