@@ -19,6 +19,7 @@ import pytest
 from aside_bench.ceiling.search import SearchParams, run_again
 from aside_bench.cli.parser import build_parser
 from aside_bench.cli.suites import overload_searches
+from aside_bench.plan.steps import MIN_POOL, SCRAPE_ROOM, pool_cap
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import procs
 from aside_bench.suites.overload import figures as fg
@@ -328,6 +329,20 @@ def test_a_step_opens_its_pool_before_its_first_request_unless_told_not_to() -> 
     assert variables(open_pool=True, samples=False)["CONNS"] == "1000"
 
 
+def test_a_pool_stays_below_what_one_gateway_worker_holds() -> None:
+    # A worker answers a connection past its bound 503, the bench's scrape of
+    # /metrics included, however its workers share the pool's connections.
+    assert pool_cap(1000, 1000) == 1000 - SCRAPE_ROOM
+    assert pool_cap(1000, 5000) == 1000 and pool_cap(1000, None) == 1000
+    assert pool_cap(1000, 12) == MIN_POOL
+
+    params = overload.OverloadParams("r", Path("out"), ("cache",))
+    seed = SimpleNamespace(data_dir=Path("data"))
+    bench = overload.Bench(None, params, seed, 2, None, connections_per_worker=100)  # type: ignore[arg-type]
+    assert bench.load_run("cache", "2x", 4800, 15, False).extra["CONNS"] == "92"
+    assert bench.load_run("cache", "0.6x before", 40, 15, False).extra["CONNS"] == "40"
+
+
 def test_a_bad_ceiling_is_a_usage_error(bench: Bench, tmp_path: Path) -> None:
     done = bench("overload", "--ceiling", "cache=fast", "--reports-dir", str(tmp_path))
     assert done.returncode == 2 and "ARM=RATE" in done.stderr
@@ -358,6 +373,8 @@ def test_the_run_states_every_verdict_and_its_exit_code_follows(overload_run) ->
     assert run["kind"] == "overload" and [a["arm"] for a in run["arms"]] == ["cache", "hybrid"]
     for arm in run["arms"]:
         assert arm["error"] is None, arm["error"]
+        # The pools stay below the test gateway's connection bound (1000 a worker).
+        assert arm["max_pool"] == 1000 - SCRAPE_ROOM
         # Five checks at each of the three overload steps, and the recovery.
         assert len(arm["checks"]) == 16
         assert arm["passed"] == all(c["ok"] for c in arm["checks"])

@@ -161,3 +161,6 @@ def test_connections_beyond_the_bound_are_refused_and_the_gateway_recovers(start
         10,
         "the gateway to serve again",
     )
+    # It says its bound, which the bench keeps its pools below.
+    page = requests.get(gateway.url + "/metrics", timeout=5).text
+    assert f"aside_gateway_connections_max {bound:.1f}" in page

@@ -33,7 +33,7 @@ from typing import Any
 
 from a2wsgi import WSGIMiddleware
 
-from aside_gateway import collector
+from aside_gateway import collector, metrics
 from aside_gateway.admission import Admission
 from aside_gateway.app import create_app
 from aside_gateway.config import ConfigError, Settings, load_settings
@@ -74,6 +74,7 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
     # (docs/decisions/033-invalidation-lag-the-subscription-on-the-event-loop.md).
     sys.setswitchinterval(settings.switch_interval_us / 1_000_000)
     services = build_services(settings)
+    metrics.CONNECTIONS_MAX.set(settings.max_connections)
     flask_app = create_app(settings, services)
     admitted = Admission(_with_scope_state(flask_app), settings.queue_timeout_ms)
     bridge = WSGIMiddleware(admitted, workers=settings.threads)

@@ -144,6 +144,12 @@ ADMISSION_IN_FLIGHT = Gauge(
     "Requests in flight in the workers (admitted, not yet answered).",
     multiprocess_mode="livesum",
 )
+CONNECTIONS_MAX = Gauge(
+    "aside_gateway_connections_max",
+    "Connections a worker holds before it answers a new one 503 "
+    "(GATEWAY_MAX_CONNECTIONS), the fewest over live workers.",
+    multiprocess_mode="livemin",
+)
 LOOP_LAG = Gauge(
     "aside_gateway_loop_lag_seconds",
     "How late the event loop ran its lag ticks: the largest of the last quarter "

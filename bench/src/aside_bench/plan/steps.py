@@ -389,6 +389,21 @@ def pool_for(rate: int, max_pool: int) -> int:
     return min(max(math.ceil(rate * LATENCY_BUDGET_S), MIN_POOL), max_pool)
 
 
+# Connections a pool leaves free below the gateway's per-worker bound: the
+# bench's own reading of /metrics and Prometheus's scrapes need one each.
+SCRAPE_ROOM = 8
+
+
+def pool_cap(max_pool: int, per_worker: int | None) -> int:
+    """`max_pool`, kept SCRAPE_ROOM below what one gateway worker holds
+    (None: not known), whichever way its workers share the pool's
+    connections: a pool past that bound is answered 503 at the connection,
+    scrapes included, by the worker that holds the most."""
+    if per_worker is None:
+        return max_pool
+    return max(min(max_pool, per_worker - SCRAPE_ROOM), MIN_POOL)
+
+
 def repeat_steps(steps: list[Step], times: int) -> list[Step]:
     """Each rate's steps `times` over, round by round (A B A B, not A A B B), so
     a drift of the machine during a rate's steps lands in every arm's spread

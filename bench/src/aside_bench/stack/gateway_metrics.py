@@ -19,6 +19,7 @@ CACHE_ERRORS_TOTAL = "aside_gateway_cache_errors_total"
 TIER_READS_TOTAL = "aside_gateway_cache_tier_reads_total"
 L1_ENTRIES = "aside_gateway_l1_entries"
 L1_BYTES = "aside_gateway_l1_bytes"
+CONNECTIONS_MAX = "aside_gateway_connections_max"
 INVALIDATION_LAG_BUCKET = "aside_gateway_l1_invalidation_lag_seconds_bucket"
 # Scrapes of /metrics (Prometheus', the bench's own) are not load: left out of
 # the requests a step's CPU time is divided by.
@@ -57,6 +58,13 @@ def scrape(settings: Settings) -> str:
             "reads the gateway's counters there (lab profile)"
         )
     return response.text
+
+
+def connections_per_worker(text: str) -> int | None:
+    """The connections each worker holds before it answers a new one 503 (the
+    fewest over live workers), or None from a gateway that does not say."""
+    value = unlabelled_value(text, CONNECTIONS_MAX)
+    return None if value is None else int(value)
 
 
 def summed_by(text: str, name: str, key: Callable[[dict[str, str]], K]) -> dict[K, float]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from aside_bench.ceiling.search import RERUN_VERDICT
+from aside_bench.plan.steps import SCRAPE_ROOM
 from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
 from aside_bench.suites.base import suite_page
@@ -205,16 +206,23 @@ def chart(
     return charts.finish(fig, path, caption)
 
 
-def _connections(params: dict[str, Any]) -> str:
+def _connections(run: dict[str, Any]) -> str:
+    params = run["params"]
+    caps = sorted({a["max_pool"] for a in run["arms"] if a.get("max_pool") is not None})
+    cap = "/".join(str(c) for c in caps) if caps else str(params.get("max_pool", "-"))
+    pools = (
+        f"pools of the rate x 1 s, at most {cap} connections ({SCRAPE_ROOM} below what a "
+        "gateway worker holds, GATEWAY_MAX_CONNECTIONS, so the scrapes of /metrics find room)"
+    )
     if not params.get("open_pool", True):
         return (
-            "connections: each step's driver opened them as its requests needed them "
+            f"connections: {pools}; each step's driver opened them as its requests needed them "
             "(--lazy-connections), so a step past the ceiling also waits for new ones accepted"
         )
     return (
-        "connections: each step's driver opened its pool before its first request (as a "
-        "client's pool holds them); the recovery's driver opened its while the gateway still "
-        "drained the 2x step, which counts against the recovery"
+        f"connections: {pools}; each step's driver opened its pool before its first request "
+        "(as a client's pool holds them); the recovery's driver opened its while the gateway "
+        "still drained the 2x step, which counts against the recovery"
     )
 
 
@@ -235,7 +243,7 @@ def _context(run: dict[str, Any]) -> list[str]:
         f"emails, {p['cold_sample']} cold, cache warmed before), an open model: each step "
         f"{p['duration_s']} s at 0.6x, 1.25x, 1.5x, 2x of the arm's ceiling, then 0.6x started "
         f"as the 2x schedule ends; request timeout {p['timeout_s']} s",
-        _connections(p),
+        _connections(run),
         f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms"
         f"{_own_searches(p)} with "
         f"nothing dropped, no failure but the gateway's sheds and those at most "

@@ -36,7 +36,7 @@ from aside_bench.load.run import (
     start_driver,
 )
 from aside_bench.load.samples import SamplesError, compress
-from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_for
+from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_cap, pool_for
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import gateway_metrics as gm
 from aside_bench.stack import procs
@@ -114,6 +114,7 @@ class ArmResult:
     steps: list[fg.StepFigures] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
+    max_pool: int | None = None  # the steps' pool cap, below the gateway's connection bound
 
     @property
     def passed(self) -> bool:
@@ -127,6 +128,7 @@ class ArmResult:
             "ceiling": self.ceiling,
             "ceiling_from": self.ceiling_from,
             "capped": self.capped,
+            "max_pool": self.max_pool,
             "search": self.search,
             "steps": [s.as_dict() for s in self.steps],
             "checks": [c.as_dict() for c in self.checks],
@@ -160,6 +162,13 @@ class Bench:
     # The gateway's and Redis's CPU, when their pids are the stack loaded.
     probe: GatewayProbe
     drivers: int = 0  # driver processes started so far (each its own files)
+    # What each gateway worker holds before it answers a connection 503, read
+    # as an arm starts (None: the gateway does not say).
+    connections_per_worker: int | None = None
+
+    @property
+    def max_pool(self) -> int:
+        return pool_cap(self.params.max_pool, self.connections_per_worker)
 
     @property
     def lead_s(self) -> float:
@@ -188,7 +197,7 @@ class Bench:
         falls due."""
         self.drivers += 1
         stem = self.params.out_dir / f"{self.drivers:03d}-{arm}-{phase}-{rate}"
-        pool = pool_for(rate, self.params.max_pool)
+        pool = pool_for(rate, self.max_pool)
         return LoadRun(
             scenario="read",
             run_id=self.params.run_id,
@@ -492,6 +501,8 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
     result = ArmResult(arm)
     params = bench.params
     gateway_for(bench.settings, arm)
+    bench.connections_per_worker = gm.connections_per_worker(gm.scrape(bench.settings))
+    result.max_pool = bench.max_pool
     if arm in params.ceilings:
         result.ceiling, result.ceiling_from = params.ceilings[arm], "given"
     else:
