@@ -7,10 +7,12 @@ figure."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -103,6 +105,46 @@ def test_the_machine_share_over_a_step() -> None:
     assert share.steal == 0.1
     idle = fg.MachineShare.between(before, before, seconds=0.0)
     assert idle.busy is None and idle.gateway_cores is None and idle.steal is None
+
+
+def test_the_loops_wait_for_a_core_over_a_step() -> None:
+    before = procs.RunQueue(wait_ns=1_000_000_000, turns=100, pids=(11, 12))
+    after = procs.RunQueue(wait_ns=1_600_000_000, turns=400, pids=(11, 12))
+    # 600 ms waited by two workers over 2 s, in 300 turns.
+    assert fg.loop_wait(before, after, 2.0) == {
+        "loop_wait_ms_per_s": 150.0,
+        "loop_wait_ms_per_turn": 2.0,
+    }
+    # A worker restarted between the readings: its counters began again.
+    assert fg.loop_wait(before, after._replace(pids=(11, 13)), 2.0) == {}
+    assert fg.loop_wait(None, after, 2.0) == {} and fg.loop_wait(before, after, 0.0) == {}
+    reading = fg.MachineReading(1, 2, None, None, 100, gateway_loops=before)
+    share = fg.MachineShare.between(reading, replace(reading, gateway_loops=after), 2.0)
+    assert share.loop_wait_ms_per_s == 150.0
+
+
+SPIN = """
+import sys, time
+from aside_bench.stack import procs
+end = time.process_time() + 0.2
+while time.process_time() < end:
+    pass
+print(procs.run_queue([__import__("os").getpid()]).wait_ns)
+"""
+
+
+def test_more_spinning_processes_than_cores_wait_on_the_run_queue() -> None:
+    assert procs.run_queue([2**22 + 1]) is None  # no such process
+    own = procs.run_queue([os.getpid()])
+    assert own is not None and own.turns > 0 and own.pids == (os.getpid(),)
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+        for _ in range((os.cpu_count() or 1) + 1)
+    ]
+    waits = [int(p.communicate(timeout=30)[0]) for p in spinners]
+    # One core too few: each spinner's 200 ms of CPU cost the others about
+    # half as much waiting; a tenth of it is a floor no scheduler misses.
+    assert sum(waits) >= 0.1 * 0.2e9 * len(spinners), waits
 
 
 def test_the_machine_ticks_split_out_the_hosts_steal() -> None:
@@ -415,6 +457,7 @@ def test_every_step_has_its_figures(overload_run) -> None:
             machine = s["machine"]
             assert 0 < machine["busy"] <= 1 and machine["gateway_cores"] > 0, machine
             assert machine["redis_cores"] >= 0 and 0 <= machine["steal"] <= machine["busy"]
+            assert machine["loop_wait_ms_per_s"] >= 0 and machine["loop_wait_ms_per_turn"] >= 0
         assert steps[-1]["recovery_s"] is None or 0 <= steps[-1]["recovery_s"] < 3
         assert steps[-1]["recovery_window"]["from_s"] == 2
         assert steps[0]["start"] < steps[1]["start"] < steps[3]["start"] < steps[4]["start"]

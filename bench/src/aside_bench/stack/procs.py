@@ -154,6 +154,30 @@ def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
     return sum(r for r in readings if r is not None)
 
 
+class RunQueue(NamedTuple):
+    """Main threads' time runnable with no core free, summed over processes
+    (/proc/<pid>/schedstat, in ns), and their turns on a core."""
+
+    wait_ns: int
+    turns: int
+    pids: tuple[int, ...]  # the processes read
+
+
+def run_queue(pids: list[int]) -> RunQueue | None:
+    """The run-queue wait of each process's main thread (a gateway worker's
+    event loop), summed; None when none of them could be read."""
+    wait = turns = 0
+    read: list[int] = []
+    for pid in pids:
+        try:
+            _, waited, ran = (PROC / str(pid) / "schedstat").read_text().split()[:3]
+            wait, turns = wait + int(waited), turns + int(ran)
+        except (OSError, ValueError):
+            continue
+        read.append(pid)
+    return RunQueue(wait, turns, tuple(read)) if read else None
+
+
 class MachineTicks(NamedTuple):
     """Clock ticks of every core since boot (/proc/stat's cpu line)."""
 

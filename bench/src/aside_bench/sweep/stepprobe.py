@@ -52,6 +52,12 @@ class GatewayProbe:
         pid = self._pid(service)
         return None if pid is None else procs.tree_cpu_ticks(pid, ppids)
 
+    def loops_run_queue(self, ppids: dict[int, int] | None = None) -> procs.RunQueue | None:
+        """How long the gateway workers' event loops (their main threads)
+        waited for a core so far; None without the gateway's pid."""
+        pid = self._pid("gateway")
+        return None if pid is None else procs.run_queue(procs.children(pid, ppids))
+
     def reading(self, memory: bool = False) -> dict[str, Any]:
         """One reading; `memory` adds the resident memory (taken at a step's end)."""
         ppids = procs.parents()

@@ -16,6 +16,7 @@ from typing import Any
 from aside_bench.load.samples import number, sample_lines
 from aside_bench.records.saturation import busy_share, noisy, steal_share
 from aside_bench.records.tierstats import nearest_rank
+from aside_bench.stack.procs import RunQueue
 from aside_bench.suites.samples import Check
 
 # A 2xx counts towards goodput when answered within this.
@@ -306,6 +307,8 @@ class MachineReading:
     redis_ticks: int | None
     clk_tck: int
     steal_ticks: int = 0  # of the busy ticks, the hypervisor's for other guests
+    # The gateway workers' event loops' wait for a core so far.
+    gateway_loops: RunQueue | None = None
 
     @property
     def machine_ticks(self) -> tuple[int, int, int]:
@@ -323,6 +326,10 @@ class MachineShare:
     redis_cores: float | None
     # Of `busy`: the cores' time the hypervisor gave other guests.
     steal: float | None = None
+    # How long a gateway worker's event loop was ready to run with no core
+    # free: ms in each second of the step (a worker's mean), and ms a turn.
+    loop_wait_ms_per_s: float | None = None
+    loop_wait_ms_per_turn: float | None = None
 
     @classmethod
     def between(cls, before: MachineReading, after: MachineReading, seconds: float) -> MachineShare:
@@ -336,7 +343,23 @@ class MachineShare:
             gateway_cores=cores(before.gateway_ticks, after.gateway_ticks),
             redis_cores=cores(before.redis_ticks, after.redis_ticks),
             steal=steal_share(before.machine_ticks, after.machine_ticks),
+            **loop_wait(before.gateway_loops, after.gateway_loops, seconds),
         )
+
+
+def loop_wait(
+    before: RunQueue | None, after: RunQueue | None, seconds: float
+) -> dict[str, float | None]:
+    """The event loops' wait for a core between two readings of the same
+    workers: a worker's mean ms per second, and the mean ms per turn."""
+    if before is None or after is None or before.pids != after.pids or seconds <= 0:
+        return {}
+    waited_ms = (after.wait_ns - before.wait_ns) / 1e6
+    turns = after.turns - before.turns
+    return {
+        "loop_wait_ms_per_s": waited_ms / seconds / len(after.pids),
+        "loop_wait_ms_per_turn": waited_ms / turns if turns > 0 else None,
+    }
 
 
 @dataclass(frozen=True)

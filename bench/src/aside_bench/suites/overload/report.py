@@ -95,11 +95,20 @@ def machine_row(step: dict[str, Any]) -> list[str]:
         _pct(machine.get("steal")),
         _cores(machine.get("gateway_cores")),
         _cores(machine.get("redis_cores")),
+        _loop_wait(machine),
         _cores(step["driver_cores"]),
         _collections(step["counters"]),
         f"{on_open['count']}: {_ms(on_open['p50_ms'])} / {_ms(on_open['p99_ms'])}",
         f"{on_new['count']}: {_ms(on_new['p50_ms'])} / {_ms(on_new['p99_ms'])}",
     ]
+
+
+def _loop_wait(machine: dict[str, Any]) -> str:
+    per_s, per_turn = machine.get("loop_wait_ms_per_s"), machine.get("loop_wait_ms_per_turn")
+    if per_s is None:
+        return "-"
+    turn = "-" if per_turn is None else f"{per_turn * 1000:.0f}"
+    return f"{per_s:.0f} / {turn}"
 
 
 def _collections(counters: dict[str, Any]) -> str:
@@ -115,7 +124,8 @@ def machine_table(arm: dict[str, Any]) -> Table:
     return Table(
         f"{arm['arm']}: the machine, and the served by connection",
         ["step", "machine busy", "of it, host steal", "gateway cores", "Redis cores",
-         "driver cores", "gateway GC: collections: ms",
+         "gateway loops waiting for a core: ms per s / µs a turn", "driver cores",
+         "gateway GC: collections: ms",
          "served on open connections: n, p50 / p99 ms",
          "served on new connections: n, p50 / p99 ms"],
         [machine_row(s) for s in arm["steps"]],
@@ -264,7 +274,11 @@ def _context(run: dict[str, Any]) -> list[str]:
         "driver, the services and everything else); of it, host steal: the time a virtual "
         "machine's hypervisor gave other guests (a noise nothing here caused); gateway and "
         "Redis cores: their process trees' CPU time over the step; gateway GC: the workers' "
-        "garbage collections over the step, and the time they held them in all",
+        "garbage collections over the step, and the time they held them in all; gateway "
+        "loops waiting for a core: how long a worker's event loop was ready to run while no "
+        "core was free (its main thread's run-queue wait, /proc/<pid>/schedstat), in each "
+        "second of the step (a worker's mean) and in each of its turns on a core (the mean): "
+        "a wait every request it reads, a shed one too, sits through",
         "open and new connections: a served request went over a connection the driver had open "
         "already, or over one it opened for that request (whose first answer waits until a "
         "worker's loop accepts the connection)",

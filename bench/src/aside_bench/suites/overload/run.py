@@ -322,6 +322,7 @@ def machine_reading(bench: Bench) -> fg.MachineReading | None:
         gateway_ticks=bench.probe.cpu_ticks("gateway", ppids),
         redis_ticks=bench.probe.cpu_ticks("redis", ppids),
         clk_tck=procs.clock_ticks_per_s(),
+        gateway_loops=bench.probe.loops_run_queue(ppids),
     )
 
 
