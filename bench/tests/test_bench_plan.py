@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from aside_bench.plan.steps import (
     MIN_POOL,
+    SCRAPE_ROOM,
     PlanError,
     Step,
     build_steps,
@@ -15,6 +18,7 @@ from aside_bench.plan.steps import (
     pool_for,
     resolve_arms,
 )
+from aside_bench.sweep.runner import Runner
 
 
 @pytest.mark.parametrize(
@@ -109,3 +113,15 @@ def test_the_pool_covers_a_second_of_the_rate_and_stays_bounded(rate: int) -> No
 
 def test_the_pool_cap_wins() -> None:
     assert pool_for(5000, max_pool=50) == 50
+
+
+def test_a_sweeps_pools_stay_below_what_one_gateway_worker_holds() -> None:
+    bounds = iter([100, 40])  # what the gateway says, before and after a restart
+    runner = object.__new__(Runner)  # only what max_pool reads
+    runner.options = SimpleNamespace(max_pool=1000)  # type: ignore[assignment]
+    runner.probe = SimpleNamespace(connections_per_worker=lambda: next(bounds))  # type: ignore[assignment]
+    runner.connection_bound_read = False
+    assert runner.max_pool == 100 - SCRAPE_ROOM
+    assert runner.max_pool == 100 - SCRAPE_ROOM  # read once
+    runner.connection_bound_read = False  # the gateway was restarted
+    assert runner.max_pool == 40 - SCRAPE_ROOM

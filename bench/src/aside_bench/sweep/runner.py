@@ -37,6 +37,7 @@ from aside_bench.plan.steps import (
     base_arm,
     cache_param,
     gateway_env,
+    pool_cap,
     pool_for,
 )
 from aside_bench.records import runfile
@@ -159,9 +160,22 @@ class Runner:
         # cold step's, whose stream it continues (the driver's SKIP).
         self.skip = 0
         self.probe = GatewayProbe(settings)
+        # What each gateway worker holds before it answers a connection 503:
+        # read at the first step and again after each restart of the gateway.
+        self.connections_per_worker: int | None = None
+        self.connection_bound_read = False
         if self.probe.problem:
             run.probe_warning = self.probe.problem
             print(f"warning: {self.probe.problem}", flush=True)
+
+    @property
+    def max_pool(self) -> int:
+        """--max-pool, kept below what one gateway worker holds, so the probes'
+        and Prometheus's readings of /metrics find a connection."""
+        if not self.connection_bound_read:
+            self.connections_per_worker = self.probe.connections_per_worker()
+            self.connection_bound_read = True
+        return pool_cap(self.options.max_pool, self.connections_per_worker)
 
     # ---- Ctrl-C ----------------------------------------------------------------
     def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
@@ -190,6 +204,7 @@ class Runner:
         control.verify(("gateway",))
         control.restart("gateway", wanted)
         self.gateway_settings = wanted
+        self.connection_bound_read = False
         record["gateway_restarted_with"] = wanted
 
     def _bound_for(self, step: Step, record: dict[str, Any]) -> None:
@@ -365,7 +380,7 @@ class Runner:
             self.options.shape,
             pool,
             self.options.data_dir,
-            self.options.max_pool,
+            self.max_pool,
             live=self.options.live,
             samples_path=samples,
             key_trace_path=key_trace,
@@ -383,7 +398,6 @@ class Runner:
         return floor
 
     def run_step(self, step: Step, build: RunBuilder | None = None) -> StepResult | None:
-        pool = pool_for(step.rate, self.options.max_pool)
         record: dict[str, Any] = {
             "scenario": step.scenario,
             "arm": step.arm,
@@ -391,13 +405,14 @@ class Runner:
             "rate": step.rate,
             "duration_s": step.duration_s,
             "repeat": step.repeat,
-            "pool": pool,
             "completed": False,
         }
         if step.read_rate:
             record["read_rate"] = step.read_rate
         self.run.steps.append(record)
         self._prepare(step, record)
+        # After the preparation: it may have restarted the gateway.
+        pool = record["pool"] = pool_for(step.rate, self.max_pool)
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
         record["prom_start"] = time.time()

@@ -15,7 +15,7 @@ import requests
 
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
-from aside_bench.stack.gateway_metrics import scrape, step_counters
+from aside_bench.stack.gateway_metrics import connections_per_worker, scrape, step_counters
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.services import ServiceControl
 
@@ -51,6 +51,14 @@ class GatewayProbe:
         """The CPU ticks of a service's process tree; None without its pid."""
         pid = self._pid(service)
         return None if pid is None else procs.tree_cpu_ticks(pid, ppids)
+
+    def connections_per_worker(self) -> int | None:
+        """What each gateway worker holds before it answers a connection 503;
+        None when the gateway does not say or cannot be read now."""
+        try:
+            return connections_per_worker(scrape(self.settings))
+        except (StackError, requests.RequestException, ValueError):
+            return None
 
     def loops_run_queue(self, ppids: dict[int, int] | None = None) -> procs.RunQueue | None:
         """How long the gateway workers' event loops (their main threads)

@@ -107,7 +107,7 @@ def _probe_line(target: str, rate: int, result: StepResult | None, held: bool) -
 
 def _probe(runner: Runner, target: str, url: str, rate: int, params: CalibrationParams) -> dict:
     """One driver run of /healthz against `url`; its record, as a step's."""
-    pool = pool_for(rate, runner.options.max_pool)
+    pool = pool_for(rate, runner.max_pool)
     record: dict[str, Any] = {
         "scenario": "calibrate",
         "arm": target,
