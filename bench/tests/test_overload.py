@@ -337,15 +337,29 @@ def test_the_uncached_read_is_searched_its_own_way_unless_told() -> None:
     search has its own, and an option given applies to every arm."""
     cached, own = overload_searches(build_parser().parse_args(["overload"]))
     assert cached == overload.ArmSearch(SearchParams(200, 400, 8000), 10.0)
-    assert own == {"nocache": overload.UNCACHED_SEARCH}
-    params = overload.OverloadParams("r", Path("out"), ("cache", "nocache"))
+    assert own["nocache"] == overload.UNCACHED_SEARCH
+    assert own["hybrid"] == own["l1"] == overload.MEMORY_SEARCH
+    assert overload.MEMORY_SEARCH.rates.max_rate > 2 * cached.rates.max_rate
+    params = overload.OverloadParams("r", Path("out"), ("cache", "hybrid", "nocache"))
     assert params.search_of("nocache") == overload.UNCACHED_SEARCH
+    assert params.search_of("hybrid") == overload.MEMORY_SEARCH
     assert params.search_of("cache") == params.search == overload.ArmSearch()
 
     told = ["overload", "--search-max", "16000", "--p95-ms", "50"]
     cached, own = overload_searches(build_parser().parse_args(told))
     assert cached == overload.ArmSearch(SearchParams(200, 400, 16000), 50.0)
     assert own["nocache"] == overload.ArmSearch(SearchParams(5, 5, 16000), 50.0)
+    assert own["hybrid"] == overload.ArmSearch(SearchParams(400, 800, 16000), 50.0)
+
+
+def test_the_search_options_help_names_each_arms_own_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["overload", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "highest rate (default 8000; hybrid tracking l1 24000; nocache 100)" in shown
+    assert "p95 limit in ms (default 10; nocache 500)" in shown
 
 
 def test_the_report_names_an_arm_searched_its_own_way() -> None:

@@ -454,21 +454,22 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
 
 def _add_search_options(over: argparse.ArgumentParser) -> None:
     """The ceiling search's options: not given, each arm searches its own way
-    (overload.ARM_SEARCHES: nocache's full scans on a ladder of their own)."""
-    cached, scan = overload.ArmSearch(), overload.UNCACHED_SEARCH
-    for flag, checked, what, default, own in (
-        ("--search-start", _positive, "first rate", cached.rates.start, scan.rates.start),
-        (
-            "--search-step",
-            _positive,
-            "rate increase after 4x its start",
-            cached.rates.ladder_step,
-            scan.rates.ladder_step,
-        ),
-        ("--search-max", _positive, "highest rate", cached.rates.max_rate, scan.rates.max_rate),
-        ("--p95-ms", _above_zero, "p95 limit in ms", f"{cached.p95_ms:g}", f"{scan.p95_ms:g}"),
-    ):
-        help_text = f"the search's {what} (default {default}; nocache {own})"
+    (overload.ARM_SEARCHES: the memory tiers' higher ladder, nocache's full
+    scans on a ladder of their own)."""
+    cached = overload.ArmSearch()
+    for flag, checked, what, value in (
+        ("--search-start", _positive, "first rate", lambda s: s.rates.start),
+        ("--search-step", _positive, "rate increase after 4x its start",
+         lambda s: s.rates.ladder_step),
+        ("--search-max", _positive, "highest rate", lambda s: s.rates.max_rate),
+        ("--p95-ms", _above_zero, "p95 limit in ms", lambda s: f"{s.p95_ms:g}"),
+    ):  # fmt: skip
+        own: dict[str, list[str]] = {}
+        for arm, search in overload.ARM_SEARCHES.items():
+            if value(search) != value(cached):
+                own.setdefault(str(value(search)), []).append(arm)
+        others = "".join(f"; {' '.join(arms)} {v}" for v, arms in own.items())
+        help_text = f"the search's {what} (default {value(cached)}{others})"
         over.add_argument(flag, type=checked, default=None, help=help_text)
 
 
