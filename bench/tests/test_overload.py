@@ -362,6 +362,16 @@ def test_the_search_options_help_names_each_arms_own_defaults(
     assert "p95 limit in ms (default 10; nocache 500)" in shown
 
 
+def test_the_report_states_the_pools_cap_only_where_the_run_recorded_it() -> None:
+    capped = {"params": {"max_pool": 1000}, "arms": [{"max_pool": 992}, {"max_pool": 992}]}
+    assert "at most 992 connections (8 below what a gateway worker holds" in (
+        overload_report._connections(capped)
+    )
+    older = {"params": {"max_pool": 1000}, "arms": [{}]}
+    line = overload_report._connections(older)
+    assert "at most 1000 connections;" in line and "below what" not in line
+
+
 def test_the_report_names_an_arm_searched_its_own_way() -> None:
     search = overload.UNCACHED_SEARCH
     params = {"arm_searches": {"nocache": {"rates": asdict(search.rates), "p95_ms": 500.0}}}

@@ -219,11 +219,14 @@ def chart(
 def _connections(run: dict[str, Any]) -> str:
     params = run["params"]
     caps = sorted({a["max_pool"] for a in run["arms"] if a.get("max_pool") is not None})
-    cap = "/".join(str(c) for c in caps) if caps else str(params.get("max_pool", "-"))
-    pools = (
-        f"pools of the rate x 1 s, at most {cap} connections ({SCRAPE_ROOM} below what a "
-        "gateway worker holds, GATEWAY_MAX_CONNECTIONS, so the scrapes of /metrics find room)"
-    )
+    if caps:
+        pools = (
+            f"pools of the rate x 1 s, at most {'/'.join(str(c) for c in caps)} connections "
+            f"({SCRAPE_ROOM} below what a gateway worker holds, GATEWAY_MAX_CONNECTIONS, so "
+            "the scrapes of /metrics find room)"
+        )
+    else:  # a run recorded before the pools were kept below the gateway's bound
+        pools = f"pools of the rate x 1 s, at most {params.get('max_pool', '-')} connections"
     if not params.get("open_pool", True):
         return (
             f"connections: {pools}; each step's driver opened them as its requests needed them "
