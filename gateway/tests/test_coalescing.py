@@ -610,3 +610,61 @@ def test_keys_queued_behind_a_batch_that_finds_the_database_down_fail_with_it(ma
     second.join(10)
     assert isinstance(results["w"], RuntimeError) and results["x"] == 1
     assert calls == [["w"], ["x"]]
+
+
+def test_coalesced_uncached_reads_share_scans_and_store_nothing(
+    wide_gateway, insert_user, db_count, query_calls, database_url, rdb
+):
+    """cache=coalesce: 120 concurrent reads of 40 cold emails cost a few batched
+    scans, as the cache's misses do (above), and leave no key or lease in Redis.
+    Read one query each (cache=off), they would cost 120 scans."""
+    url = wide_gateway.url
+    emails = [unique_email(f"coal{i}") for i in range(40)]
+    for i, email in enumerate(emails):
+        for _ in range(i % 3):
+            insert_user(email)
+    readers = emails * 3
+    random.Random(11).shuffle(readers)
+    before = scrape(url)
+    sql_before = query_calls(COUNT_SQL_TEXT) + query_calls(BATCH_SQL_TEXT)
+    answers: list[tuple[str, requests.Response]] = []
+    lock = threading.Lock()
+
+    def reader(email: str) -> None:
+        response = requests.get(
+            url + COUNT, params={"email": email, "cache": "coalesce"}, timeout=30
+        )
+        with lock:
+            answers.append((email, response))
+
+    threads = [threading.Thread(target=reader, args=(email,)) for email in readers]
+    with psycopg.connect(database_url) as locker:
+        locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        for thread in threads:
+            thread.start()
+
+        def a_scan_waits() -> bool:
+            row = locker.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'aside-gateway' "
+                "AND wait_event_type = 'Lock'"
+            ).fetchone()
+            return row[0] >= 1
+
+        wait_until(a_scan_waits, 10, "a batched scan to wait on the lock")
+        locker.rollback()
+    for thread in threads:
+        thread.join(timeout=60)
+    after = scrape(url)
+    sql_calls = query_calls(COUNT_SQL_TEXT) + query_calls(BATCH_SQL_TEXT) - sql_before
+
+    assert len(answers) == len(readers)
+    for email, response in answers:
+        assert response.status_code == 200, response.text
+        assert response.json() == {"email": email, "count": db_count(email)}
+        assert response.headers["X-Cache"] == "BYPASS"
+    assert 1 <= sql_calls <= 12, sql_calls  # batches, not one scan per read
+    assert delta(before, after, "aside_gateway_miss_batch_size_sum") < len(readers)
+    assert delta(before, after, "aside_gateway_cache_bypass_total", route=COUNT_ROUTE) == 120
+    keys = [cache_keys.count_key(e) for e in emails]
+    assert rdb.exists(*keys) == 0
+    assert rdb.exists(*[cache_keys.lease_key(k) for k in keys]) == 0

@@ -258,6 +258,7 @@ def test_cache_off_reads_the_database_and_touches_no_redis(gateway, insert_user,
 
 def test_cache_off_is_refused_in_production(production_gateway):
     assert_error(count(production_gateway.url, "a@b.co", cache="off"), 403, "lab_disabled")
+    assert_error(count(production_gateway.url, "a@b.co", cache="coalesce"), 403, "lab_disabled")
     user = requests.get(f"{production_gateway.url}/api/v1/users/1?cache=off", timeout=10)
     assert_error(user, 403, "lab_disabled")
     assert count(production_gateway.url, unique_email()).status_code == 200

@@ -180,12 +180,14 @@ CACHE_PARAMETER = {
     "description": "`on` (default): the configured cache strategy (CACHE_STRATEGY). "
     "Lab profile only (403 `lab_disabled` in production): `off` reads PostgreSQL "
     "directly, touching no Redis; `nopool` likewise over a new PostgreSQL connection "
-    "per read (no pool); `l2` Redis cache-aside with leases; `l1` the "
+    "per read (no pool); `coalesce` likewise, a count read in the worker's next batched "
+    "scan with every other count pending (the cache's miss path, storing nothing; a user "
+    "by id as `off`); `l2` Redis cache-aside with leases; `l1` the "
     "gateway worker's memory only; `hybrid` the worker's memory, then Redis; "
     "`tracking` likewise, the memory kept by Redis's client tracking.",
     "schema": {
         "type": "string",
-        "enum": ["on", "off", "nopool", "l2", "l1", "hybrid", "tracking"],
+        "enum": ["on", "off", "nopool", "coalesce", "l2", "l1", "hybrid", "tracking"],
     },
 }
 IDEMPOTENCY_KEY_PARAMETER = {
