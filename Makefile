@@ -20,7 +20,7 @@ TRACKS ?= 2000
 # Benchmark parameters (make bench RATES="30 100" DURATION=10s ARMS="nocache cache l1 hybrid tracking" WARM=both)
 RATES ?= 30 50 75 100 150 300 500 1000
 DURATION ?= 30s
-ARMS ?= nocache cache
+ARMS ?= nocache coalesce cache
 WARM ?= both
 SCENARIO ?= read
 # SCENARIO=interference: cached reads/s beside the compute (default 500)

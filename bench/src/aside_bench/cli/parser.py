@@ -195,7 +195,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--duration", default="30s", help="per step, e.g. 30s (default 30s)")
     run.add_argument(
         "--arms",
-        help="read/mixed: nocache index cache (alias l2) l1 hybrid tracking l1-ttl nopool; "
+        help="read/mixed: nocache index coalesce cache (alias l2) l1 hybrid tracking l1-ttl "
+        "nopool; "
         "compute: go python; interference: <go|python>-<checksum|pbkdf2|bcrypt>",
     )
     run.add_argument(

@@ -14,7 +14,21 @@ from aside_bench.plan import tracks as trackplan
 
 SCENARIOS = ("read", "mixed", "compute", interference.SCENARIO)
 WARM_CHOICES = ("both", "cold", "warm")
-CACHE_ARMS = ("nocache", "cache", "index", "l1", "hybrid", "tracking", "l1-ttl", "nopool")
+CACHE_ARMS = (
+    "nocache",
+    "coalesce",
+    "cache",
+    "index",
+    "l1",
+    "hybrid",
+    "tracking",
+    "l1-ttl",
+    "nopool",
+)
+# Arms that read no cache: their steps have no phase, and the answer measures
+# the cached arms against them. `coalesce` sends its count misses through the
+# cache arm's miss batcher and stores nothing: what coalescing alone buys.
+UNCACHED_ARMS = ("nocache", "index", "coalesce", "nopool")
 COMPUTE_ARMS = ("go", "python")
 CEILING_ARMS = ("cache", "l1", "hybrid", "tracking", "healthz")
 # The ceiling's reference: the warm cache arm's reads sent by the driver's `bare`
@@ -30,6 +44,7 @@ ARM_ALIASES = {"l2": "cache"}
 CACHE_PARAMS = {
     "nocache": "off",
     "index": "off",
+    "coalesce": "coalesce",
     "cache": "l2",
     "l1": "l1",
     "hybrid": "hybrid",
@@ -58,7 +73,9 @@ DEFAULT_RATES = {
     interference.SCENARIO: interference.DEFAULT_RATES,
 }
 DEFAULT_ARMS = {
-    "read": ("nocache", "cache"),
+    # The answer splits the cache's saving between the misses' coalescing and
+    # the hits: every default read sweep measures the three.
+    "read": ("nocache", "coalesce", "cache"),
     "mixed": ("nocache", "cache"),
     "compute": ("go", "python"),
     interference.SCENARIO: interference.DEFAULT_ARMS,

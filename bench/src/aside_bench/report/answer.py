@@ -13,8 +13,9 @@ from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_spend
+from aside_bench.report import split
 
-UNCACHED_ARMS = ("nocache", "index")
+UNCACHED_ARMS = split.REFERENCE_ARMS
 MIB = 2**20
 
 
@@ -32,12 +33,12 @@ class Series:
 
 
 def answer_series(results: list[StepResult]) -> list[Series]:
-    """The series the answer speaks of: the uncached arms, and the cached arms
-    warm (a cold cache is the warm-up, not the steady state)."""
+    """The series the answer speaks of: the uncached arms, the coalesce arm, and
+    the cached arms warm (a cold cache is the warm-up, not the steady state)."""
     groups: dict[tuple[str, str], list[StepResult]] = {}
     for result in results:
         step = result.step
-        if step.arm in UNCACHED_ARMS or step.phase == "warm":
+        if step.arm in (*UNCACHED_ARMS, split.COALESCE_ARM) or step.phase == "warm":
             groups.setdefault((step.arm, step.phase), []).append(result)
     return [
         Series(arm, phase, sorted(steps, key=lambda r: r.step.rate))
@@ -169,7 +170,8 @@ def answer(
     seed_indexed: bool,
 ) -> list[str]:
     """The report's first lines: the goal and each series against it, the
-    break-even of each cached series, the hit rate memory bought, the index."""
+    break-even of each cached series, its saving split between coalescing and
+    hits (with a coalesce arm), the hit rate memory bought, the index."""
     series = answer_series(results)
     if not series:
         return []
@@ -185,6 +187,7 @@ def answer(
                 sentence = break_even_sentence(one, uncached, prices)
                 if sentence is not None:
                     lines.append(sentence)
+        lines += split.answer_lines(results, prices)
         lines.append(
             f"Prices: ${prices.vcpu_hour:g} a vCPU-hour, ${prices.gib_hour:g} a GiB-hour "
             "(ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR); CPU of the gateway, PostgreSQL "

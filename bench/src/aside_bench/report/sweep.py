@@ -20,6 +20,7 @@ from aside_bench.report.answer import answer
 from aside_bench.report.costs import cost_table, run_prices
 from aside_bench.report.curves import curve_section
 from aside_bench.report.doc import Doc, write_pages
+from aside_bench.report.split import split_table
 from aside_bench.report.tables import (
     Table,
     held_table,
@@ -185,7 +186,9 @@ DEFINITIONS = [
     "divided by the increase of hits + misses + bypass (Prometheus, read at the step's start "
     "and after the first scrape past its end); the uncached arms bypass the cache and so show 0",
     "arms: nocache and index send cache=off, nopool cache=nopool (uncached too, over a new "
-    "PostgreSQL connection per read), cache sends cache=l2 (Redis), l1 cache=l1 (each "
+    "PostgreSQL connection per read), coalesce cache=coalesce (uncached too, each count read "
+    "in the worker's next batched scan with every count pending, as the cache arm's misses "
+    "are; nothing stored), cache sends cache=l2 (Redis), l1 cache=l1 (each "
     "worker's memory only), hybrid cache=hybrid (memory, then Redis), tracking "
     "cache=tracking (memory kept by Redis's client tracking, then Redis)",
     "gateway CPU ms/req: utime + stime (and that of reaped workers) of the gunicorn master and "
@@ -224,7 +227,10 @@ DEFINITIONS = [
     "The CPU is what the requests used, not the machine's idle cores",
     "the answer: each series against the latency goal (p95 within it, nothing dropped or "
     "failed), the cached arms warm; the break-even is the lowest rate from which a cached "
-    "arm costs less per million requests than the uncached one at every higher rate tried",
+    "arm costs less per million requests than the uncached one at every higher rate tried; "
+    "the split: of a cached arm's saving against the uncached read (cost, p95, drops), the "
+    "part the coalesce arm reaches at the same rate is coalescing's, the rest the hits' "
+    "(coalesce worse than uncached: none is coalescing's; better than the cached arm: all)",
     "invalidation lag floor (mixed): the same messages' lag at a subscriber that does nothing "
     "else (a process of its own beside the step, aside_bench.sweep.lagfloor), exact quantiles: the "
     "part of the lag that is the machine's (the core's PUBLISH, Redis, waking a process on "
@@ -259,6 +265,10 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
     if costs is not None:
         tables.append(costs)
         doc.table(costs)
+    saving = split_table(merged, prices)
+    if saving is not None:
+        tables.append(saving)
+        doc.table(saving)
     saturation_section(doc, results)
     tables += curve_section(doc, curves, out_dir, caption(run))
     drift = machine_drift_line(figures)

@@ -1,0 +1,217 @@
+"""What the cache itself buys: a cached arm's saving against the uncached read,
+split between what coalescing the misses recovers and what the hits add.
+
+Three arms read the same key stream at the same rate: `nocache` (one query per
+read), `coalesce` (every read through the cache arm's miss path, the worker's
+miss batcher, and nothing stored) and a cached arm. Of a figure's saving
+(uncached minus cached: cost per million requests, p95, drop rate), the part
+`coalesce` reaches is the coalescing's; the rest is the hits'. A coalesce arm
+worse than the uncached read gives coalescing nothing; one better than the
+cached arm gives it everything. Pure: every rule has a unit test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aside_bench.plan.steps import series_label
+from aside_bench.records.results import StepResult
+from aside_bench.records.spend import Prices, step_spend
+from aside_bench.report.tables import Table
+
+COALESCE_ARM = "coalesce"
+REFERENCE_ARMS = ("nocache", "index")
+
+
+@dataclass(frozen=True)
+class Split:
+    """One figure of three arms: uncached, coalesced, cached (lower is better)."""
+
+    uncached: float
+    coalesced: float
+    cached: float
+
+    @property
+    def saving(self) -> float:
+        return self.uncached - self.cached
+
+    @property
+    def by_coalescing(self) -> float:
+        """The part of the saving coalescing alone reaches, within [0, saving]."""
+        return min(max(self.uncached - self.coalesced, 0.0), max(self.saving, 0.0))
+
+    @property
+    def by_hits(self) -> float:
+        return max(self.saving, 0.0) - self.by_coalescing
+
+    @property
+    def hits_share(self) -> float | None:
+        """The hits' share of the saving; None when the cached arm saved nothing."""
+        if self.saving <= 0:
+            return None
+        return self.by_hits / self.saving
+
+
+@dataclass(frozen=True)
+class RateSplit:
+    """A cached series against the uncached and coalesce arms at one rate."""
+
+    cached_label: str
+    uncached_label: str
+    rate: int
+    cost: Split | None  # $ per million requests; None: a step was not priced
+    p95: Split | None  # ms; None: a step had no answer
+    drops: Split
+
+
+def _by_rate(results: list[StepResult], arm: str, phase: str) -> dict[int, StepResult]:
+    return {r.step.rate: r for r in results if (r.step.arm, r.step.phase) == (arm, phase)}
+
+
+def _cost(result: StepResult, prices: Prices) -> float | None:
+    spend = step_spend(result)
+    return None if spend is None else spend.per_million(prices)
+
+
+def _p95(result: StepResult) -> float | None:
+    return None if result.latency is None else result.latency.p95
+
+
+def _three(values: list[float | None]) -> Split | None:
+    if any(v is None for v in values):
+        return None
+    uncached, coalesced, cached = values
+    return Split(uncached, coalesced, cached)  # type: ignore[arg-type]
+
+
+def rate_splits(results: list[StepResult], prices: Prices) -> list[RateSplit]:
+    """Every cached series (warm) at every rate the uncached and coalesce arms ran too."""
+    uncached_arm = next(
+        (arm for arm in REFERENCE_ARMS if any(r.step.arm == arm for r in results)), None
+    )
+    if uncached_arm is None:
+        return []
+    uncached = _by_rate(results, uncached_arm, "none")
+    coalesced = _by_rate(results, COALESCE_ARM, "none")
+    cached_series = sorted(
+        {(r.step.arm, r.step.phase) for r in results if r.step.phase == "warm"},
+        key=lambda pair: min(r.step.rate for r in results if (r.step.arm, r.step.phase) == pair),
+    )
+    out = []
+    for arm, phase in cached_series:
+        for rate, mine in sorted(_by_rate(results, arm, phase).items()):
+            base, coal = uncached.get(rate), coalesced.get(rate)
+            if base is None or coal is None:
+                continue
+            out.append(
+                RateSplit(
+                    series_label(arm, phase),
+                    uncached_arm,
+                    rate,
+                    _three([_cost(base, prices), _cost(coal, prices), _cost(mine, prices)]),
+                    _three([_p95(base), _p95(coal), _p95(mine)]),
+                    Split(base.drop_rate, coal.drop_rate, mine.drop_rate),
+                )
+            )
+    return out
+
+
+def _share_words(split: Split) -> str:
+    """How a saving divides, in words."""
+    share = split.hits_share
+    if share is None:
+        return "no saving to split"
+    if split.by_coalescing <= 0:
+        return "coalescing alone recovered none of it: the hits account for all of it"
+    if split.by_hits <= 0:
+        return "coalescing alone recovered all of it: the hits add nothing"
+    return f"coalescing alone recovered {1 - share:.0%} of it, the hits {share:.0%}"
+
+
+def split_sentence(one: RateSplit) -> str:
+    """A cached series' saving at one rate, split, in the answer's words."""
+    coal = series_label(COALESCE_ARM, "none")
+    head = f"At {one.rate:,}/s, what the cache itself bought ({one.cached_label})"
+    parts = []
+    if one.cost is not None:
+        c = one.cost
+        if c.saving <= 0:
+            parts.append(
+                f"it cost no less than {one.uncached_label} (${c.cached:.3f} against "
+                f"${c.uncached:.3f} per million requests; {coal} ${c.coalesced:.3f})"
+            )
+        else:
+            parts.append(
+                f"{one.uncached_label} ${c.uncached:.3f} per million requests, {coal} "
+                f"(misses batched, nothing stored) ${c.coalesced:.3f}, {one.cached_label} "
+                f"${c.cached:.3f}: of the saving, {_share_words(c)}"
+            )
+    if one.p95 is not None:
+        p = one.p95
+        parts.append(
+            f"p95 {p.uncached:,.1f} / {p.coalesced:,.1f} / {p.cached:,.1f} ms"
+            + ("" if p.saving <= 0 else f" ({_share_words(p)})")
+        )
+    d = one.drops
+    parts.append(f"dropped or failed {d.uncached:.1%} / {d.coalesced:.1%} / {d.cached:.1%}")
+    return f"{head}: " + "; ".join(parts) + "."
+
+
+def answer_lines(results: list[StepResult], prices: Prices) -> list[str]:
+    """The split at the highest rate each cached series shares with both references."""
+    splits = rate_splits(results, prices)
+    last: dict[str, RateSplit] = {}
+    for one in splits:
+        last[one.cached_label] = one  # rates rise: the last is the highest
+    return [split_sentence(one) for one in last.values()]
+
+
+def _share_cell(split: Split | None) -> str:
+    if split is None:
+        return "n/a"
+    share = split.hits_share
+    return "no saving" if share is None else f"{share:.0%}"
+
+
+def split_table(results: list[StepResult], prices: Prices) -> Table | None:
+    """Every rate's split: the three arms' cost, p95 and drops, and the hits' share."""
+    rows = []
+    for one in rate_splits(results, prices):
+        cost, p95, d = one.cost, one.p95, one.drops
+        rows.append(
+            [
+                one.cached_label,
+                f"{one.rate:,}",
+                "n/a" if cost is None else f"{cost.uncached:.3f}",
+                "n/a" if cost is None else f"{cost.coalesced:.3f}",
+                "n/a" if cost is None else f"{cost.cached:.3f}",
+                _share_cell(cost),
+                "n/a" if p95 is None else f"{p95.uncached:,.1f}",
+                "n/a" if p95 is None else f"{p95.coalesced:,.1f}",
+                "n/a" if p95 is None else f"{p95.cached:,.1f}",
+                _share_cell(p95),
+                f"{d.uncached:.1%} / {d.coalesced:.1%} / {d.cached:.1%}",
+                _share_cell(d),
+            ]
+        )
+    if not rows:
+        return None
+    return Table(
+        "what the cache itself bought: the saving against the uncached read, split between "
+        "coalescing the misses (coalesce: batched, nothing stored) and the hits",
+        [
+            "cached series",
+            "target /s",
+            "uncached $/M",
+            "coalesce $/M",
+            "cached $/M",
+            "hits' share of the $ saving",
+            "uncached p95 ms",
+            "coalesce p95 ms",
+            "cached p95 ms",
+            "hits' share of the p95 saving",
+            "drops uncached / coalesce / cached",
+            "hits' share of the drops saved",
+        ],
+        rows,
+    )
