@@ -19,7 +19,7 @@ INDEX ?= 0
 TRACKS ?= 2000
 # Benchmark parameters (make bench RATES="30 100" DURATION=10s ARMS="nocache cache l1 hybrid tracking" WARM=both)
 RATES ?= 30 50 75 100 150 300 500 1000
-DURATION ?= 30s
+DURATION ?= 20s
 ARMS ?= nocache coalesce cache
 WARM ?= both
 SCENARIO ?= read

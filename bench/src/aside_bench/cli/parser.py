@@ -192,7 +192,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="the cache off/on sweep over rising rates")
     run.add_argument("--scenario", choices=SCENARIOS, default="read")
     run.add_argument("--rates", help="requests/s, e.g. '30 50 100' (default by scenario)")
-    run.add_argument("--duration", default="30s", help="per step, e.g. 30s (default 30s)")
+    run.add_argument("--duration", default="20s", help="per step, e.g. 30s (default 20s)")
     run.add_argument(
         "--arms",
         help="read/mixed: nocache index coalesce cache (alias l2) l1 hybrid tracking l1-ttl "
