@@ -47,7 +47,7 @@ const (
 var Dists = []string{Hotset, Uniform, Zipf}
 
 // CacheModes lists the values of CACHE and READ_CACHE (the gateway's ?cache=).
-var CacheModes = []string{"off", "nopool", "l1", "l2", "hybrid", "tracking"}
+var CacheModes = []string{"off", "nopool", "coalesce", "l1", "l2", "hybrid", "tracking"}
 
 // DefaultGCPercent is the collector's pace unless GOGC is set: the driver's
 // heap is small, and fewer collections leave more CPU to the requests.

@@ -69,11 +69,12 @@ var hitTiers = map[string][]string{
 }
 
 // CacheHeadersFit is true when an answer's X-Cache (and X-Cache-Tier on a
-// hit) fits the mode: off and nopool must bypass; a cached mode may hit (in
-// one of its tiers), miss or bypass (a cache failure still answers right).
+// hit) fits the mode: the uncached modes (off, nopool, coalesce) must bypass;
+// a cached mode may hit (in one of its tiers), miss or bypass (a cache
+// failure still answers right).
 func CacheHeadersFit(w *Worker, mode string) bool {
 	xcache := w.Resp.Header.Peek("X-Cache")
-	if mode == "off" || mode == "nopool" {
+	if mode == "off" || mode == "nopool" || mode == "coalesce" {
 		return string(xcache) == "BYPASS"
 	}
 	if string(xcache) == "HIT" {

@@ -60,6 +60,8 @@ func TestReadCheck(t *testing.T) {
 		{"hit in the wrong tier", "l2", answer{200, right, "HIT", "l1"}, false},
 		{"hit without a tier", "l1", answer{200, right, "HIT", ""}, false},
 		{"off must bypass", "off", answer{200, right, "MISS", ""}, false},
+		{"coalesce must bypass", "coalesce", answer{200, right, "HIT", "l2"}, false},
+		{"bypass on coalesce", "coalesce", answer{200, right, "BYPASS", ""}, true},
 		{"nopool must bypass", "nopool", answer{200, right, "HIT", "l2"}, false},
 		{"no X-Cache", "l2", answer{200, right, "", ""}, false},
 		{"status 500", "l2", answer{500, right, "MISS", ""}, false},
