@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from aside_bench.curve.points import MeasuredPoint, measured_point, step_stream
 from aside_bench.curve.simulate import (
     NEVER,
     POLICIES,
@@ -19,6 +20,7 @@ from aside_bench.curve.simulate import (
 from aside_bench.plan.steps import (
     Bound,
     PlanError,
+    Step,
     arm_bound,
     arm_memory,
     base_arm,
@@ -30,7 +32,8 @@ from aside_bench.plan.steps import (
     parse_memory,
     phases_for,
 )
-from aside_bench.records.results import redis_counts
+from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult, redis_counts
+from aside_bench.report.curves import gap_cause
 
 
 def test_memory_sizes_are_redis_binary_units() -> None:
@@ -138,3 +141,86 @@ def test_a_steps_redis_figures_are_its_counters_increase() -> None:
     assert counts.maxmemory == 2 * 1024 * 1024
     assert redis_counts(None, None) is None
     assert redis_counts({"start": start, "end": end}, None).maxmemory is None
+
+
+# ---- a measured point against the simulation: the stream, the size, the causes -------
+
+
+def _trace(path, keys: list[str]) -> None:
+    path.write_text("".join(f"{key}\t{i / 100:.2f}\n" for i, key in enumerate(keys)))
+
+
+def test_a_warm_steps_stream_is_its_cold_steps_keys_then_its_own(tmp_path) -> None:
+    cold, warm = ["a", "b", "a", "c"], ["b", "d"]
+    _trace(tmp_path / "cold.trace", cold)
+    _trace(tmp_path / "warm.trace", warm)
+    steps = [
+        {"arm": "cache", "phase": "cold", "key_trace": "cold.trace"},
+        {"arm": "cache", "phase": "warm", "key_trace": "warm.trace", "skip": 4},
+    ]
+    stream = step_stream(steps, 1, tmp_path)
+    assert stream is not None
+    assert list(stream.keys) == cold + warm and stream.warmup == len(cold)
+    assert stream.measured == len(warm)
+    # A warm step that started over (no skip): its own keys alone, none a warm-up.
+    alone = step_stream([steps[0], {**steps[1], "skip": 0}], 1, tmp_path)
+    assert alone is not None and list(alone.keys) == warm and alone.warmup == 0
+    # The cold step's trace missing: no stream rather than a wrong one.
+    (tmp_path / "cold.trace").unlink()
+    assert step_stream(steps, 1, tmp_path) is None
+
+
+def _warm(evicted: int, held: int, hit_rate: float, expired: int = 0,
+          failed: int = 0) -> StepResult:  # fmt: skip
+    redis = RedisCounts(held, 2**20, evicted, expired, 2**20, keys_held=held)
+    hits = round(hit_rate * 1000)
+    return StepResult(Step("read", "cache@1mb", "warm", 100, 10), Latency(1, 2, 3, 1000), 1000,
+                      failed, 0, CacheCounts(hits, 1000 - hits, 0), redis=redis)  # fmt: skip
+
+
+def _cyclic(keys: int, rounds: int) -> Stream:
+    ring = [f"k{i}" for i in range(keys)]
+    return Stream(ring * rounds, warmup=keys)
+
+
+def test_a_cache_that_never_evicted_is_simulated_holding_every_key() -> None:
+    # 50 keys asked in a cycle after a warm-up: a cache that never filled hits them
+    # all, whatever its median key count while it filled.
+    point = measured_point(_cyclic(50, 4), _warm(evicted=0, held=30, hit_rate=1.0), None)
+    assert point.never_full and point.simulated_keys == 50
+    assert point.simulated["LRU"] == 1.0
+    assert gap_cause(point) == "within 3 points"
+    # The same median held by a cache that evicted: simulated at 30 keys, where
+    # LRU misses every request of a cycle of 50.
+    full = measured_point(_cyclic(50, 4), _warm(evicted=200, held=30, hit_rate=0.2), None)
+    assert not full.never_full and full.simulated_keys == 30
+    assert full.simulated["LRU"] == 0.0
+    assert "200 evicted by Redis's sampled LRU" in gap_cause(full)
+
+
+def test_the_cold_steps_evictions_count_for_the_stream() -> None:
+    cold = _warm(evicted=7, held=30, hit_rate=0.0, expired=2, failed=1)
+    point = measured_point(_cyclic(50, 4), _warm(evicted=0, held=30, hit_rate=0.2), cold)
+    assert (point.evicted, point.expired, point.failed) == (7, 2, 1)
+    assert point.simulated_keys == 30  # it filled during the cold step
+
+
+def test_a_point_that_held_few_keys_is_still_simulated_at_its_size() -> None:
+    point = measured_point(_cyclic(4, 10), _warm(evicted=90, held=3, hit_rate=0.0), None)
+    assert point.simulated_keys == 3
+    assert "LRU" in point.simulated and "S3-FIFO" not in point.simulated
+    empty = measured_point(_cyclic(4, 10), _warm(evicted=90, held=0, hit_rate=0.0), None)
+    assert empty.simulated == {} and empty.simulated_keys is None
+    assert gap_cause(empty) == "held no key: nothing to simulate"
+
+
+def test_a_gap_beyond_three_points_names_each_counted_cause() -> None:
+    def point(hit: float, evicted: int = 0, expired: int = 0, failed: int = 0) -> MeasuredPoint:
+        return MeasuredPoint("cache@2mb", 2**21, 500, 2**21, evicted, hit, None, {"LRU": 0.5},
+                             expired=expired, failed=failed, simulated_keys=500)  # fmt: skip
+
+    assert gap_cause(point(0.53)) == "within 3 points"
+    assert gap_cause(point(0.47, evicted=9)) == "within 3 points"
+    assert gap_cause(point(0.6)) == "no counted cause: no eviction, expiry or failure"
+    cause = gap_cause(point(0.4, evicted=12, expired=3, failed=2))
+    assert "12 evicted" in cause and "3 expired by TTL" in cause and "2 requests failed" in cause

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aside_bench.curve.simulate import MIN_CAPACITY, CurvePoint, Stream, capacities, curve
+from aside_bench.curve.simulate import CurvePoint, Stream, capacities, curve, policies_at
 from aside_bench.plan.steps import arm_bound, base_arm
 from aside_bench.records.keytrace import KeyTraceError, read_key_trace
 from aside_bench.records.results import StepResult
@@ -29,7 +29,14 @@ TRACE_FIELD = "key_trace"
 @dataclass(frozen=True)
 class MeasuredPoint:
     """One arm's warm step: the keys Redis held (the median over the step), its memory, the hit
-    rate the gateway counted, and the simulated policies at exactly that size."""
+    rate the gateway counted, and the simulated policies at the size the cache held.
+
+    `evicted`, `expired` and `failed` count over the whole simulated stream (the cold
+    step that warmed the cache and the warm step): what Redis evicted under its bound,
+    what expired by TTL, and the requests that failed (answered or not, they are in the
+    key trace; the driver's dropped requests are not). `simulated_keys` is the size the
+    policies were simulated at: the keys held, or, for a cache that never evicted
+    (never full), every distinct key of the stream."""
 
     arm: str
     maxmemory: int | None
@@ -39,6 +46,14 @@ class MeasuredPoint:
     hit_rate: float
     clients_memory: int | None
     simulated: dict[str, float]
+    expired: int = 0
+    failed: int = 0
+    simulated_keys: int | None = None
+
+    @property
+    def never_full(self) -> bool:
+        """Redis evicted nothing over the stream: it held every key it was asked for."""
+        return self.evicted == 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,34 @@ def step_stream(steps: list[dict[str, Any]], index: int, out_dir: Path) -> Strea
     return Stream(warm + keys, warmup=len(warm)) if keys else None
 
 
+def _record_key(record: dict[str, Any]) -> tuple[str, str, str, int, int]:
+    return (
+        record["scenario"],
+        record["arm"],
+        record["phase"],
+        int(record["rate"]),
+        int(record.get("repeat", 1)),
+    )
+
+
+def _cold_before(
+    run: RunRecord, index: int, by_key: dict[tuple[str, str, str, int, int], StepResult]
+) -> StepResult | None:
+    """The cold step whose stream the warm step at `index` went on with, if it did."""
+    record = run.steps[index]
+    if not record.get("skip") or index == 0:
+        return None
+    return by_key.get(_record_key(run.steps[index - 1]))
+
+
+def _stream_counts(warm: StepResult, cold: StepResult | None) -> tuple[int, int, int]:
+    """Evicted, expired and failed over the warm step and the cold step before it."""
+    steps = [warm] if cold is None else [cold, warm]
+    evicted = sum(s.redis.evicted for s in steps if s.redis is not None)
+    expired = sum(s.redis.expired for s in steps if s.redis is not None)
+    return evicted, expired, sum(s.failed for s in steps)
+
+
 def _redis_steps(run: RunRecord, results: list[StepResult]) -> list[tuple[int, StepResult]]:
     """(index in run.steps, result) of the completed warm steps of Redis arms."""
     by_key = {r.step.run_key: r for r in results}
@@ -90,14 +133,7 @@ def _redis_steps(run: RunRecord, results: list[StepResult]) -> list[tuple[int, S
         bound = arm_bound(arm)
         if bound is not None and bound.kind != "memory":
             continue  # a TTL's expiries are not on a curve of sizes
-        key = (
-            record["scenario"],
-            record["arm"],
-            "warm",
-            int(record["rate"]),
-            int(record.get("repeat", 1)),
-        )
-        result = by_key.get(key)
+        result = by_key.get(_record_key(record))
         if result is not None and result.redis is not None and result.hit_rate is not None:
             found.append((index, result))
     return found
@@ -111,9 +147,11 @@ def run_curves(
     for index, result in _redis_steps(run, results):
         by_rate.setdefault(result.step.rate, []).append((index, result))
     curves = []
+    by_key = {r.step.run_key: r for r in results}
     for rate, steps in sorted(by_rate.items()):
+        colds = [_cold_before(run, index, by_key) for index, _ in steps]
         try:
-            made = _rate_curve(run, rate, steps, out_dir, progress)
+            made = _rate_curve(run, rate, steps, colds, out_dir, progress)
         except KeyTraceError as error:
             progress(f"miss-ratio curve at {rate}/s left out: {error}")
             continue
@@ -126,43 +164,22 @@ def _rate_curve(
     run: RunRecord,
     rate: int,
     steps: list[tuple[int, StepResult]],
+    colds: list[StepResult | None],
     out_dir: Path,
     progress: Progress,
 ) -> RateCurve | None:
     measured = []
     reference: Stream | None = None
-    for index, result in steps:
+    for (index, result), cold in zip(steps, colds, strict=True):
         stream = step_stream(run.steps, index, out_dir)
         if stream is None:
             continue
         reference = reference or stream
-        redis = result.redis
-        assert redis is not None and result.hit_rate is not None
-        # What it held over the step (its median), else at its end.
-        held = redis.keys if redis.keys_held is None else redis.keys_held
-        # Fewer keys than the smallest cache simulated: its clients' buffers took
-        # the bound, and no simulated size stands for it.
-        at_size = (
-            {point.policy: point.hit_ratio for point in curve(stream, [held])}
-            if held >= MIN_CAPACITY
-            else {}
-        )
-        measured.append(
-            MeasuredPoint(
-                arm=result.step.arm,
-                maxmemory=redis.maxmemory,
-                keys=held,
-                used_memory=redis.used_memory,
-                evicted=redis.evicted,
-                hit_rate=result.hit_rate,
-                clients_memory=redis.clients_memory,
-                simulated=at_size,
-            )
-        )
+        measured.append(measured_point(stream, result, cold))
     if reference is None:
         return None
     distinct = len(set(reference.keys))
-    sizes = capacities(distinct, [point.keys for point in measured])
+    sizes = capacities(distinct, [point.simulated_keys or point.keys for point in measured])
     progress(
         f"miss-ratio curve at {rate}/s: {len(reference.keys)} requests, {distinct} keys, "
         f"{len(sizes)} sizes x 5 policies"
@@ -174,4 +191,38 @@ def _rate_curve(
         distinct=distinct,
         points=curve(reference, sizes),
         measured=measured,
+    )
+
+
+def measured_point(stream: Stream, warm: StepResult, cold: StepResult | None) -> MeasuredPoint:
+    """A warm step's point, simulated at the size its cache held: the keys Redis
+    held over the step (the median), or, when it evicted nothing over the stream,
+    as many keys as the stream asked for (an unbounded cache: one still filling
+    held fewer keys at its median than it was about to)."""
+    redis = warm.redis
+    assert redis is not None and warm.hit_rate is not None
+    # What it held over the step (its median), else at its end.
+    held = redis.keys if redis.keys_held is None else redis.keys_held
+    evicted, expired, failed = _stream_counts(warm, cold)
+    size = len(set(stream.keys)) if evicted == 0 else held
+    # A cache that held no key has no size to simulate (its clients' buffers
+    # took the bound); below S3-FIFO's least, the other policies still run.
+    policies = policies_at(size)
+    at_size = (
+        {point.policy: point.hit_ratio for point in curve(stream, [size], policies)}
+        if size >= 1 and policies
+        else {}
+    )
+    return MeasuredPoint(
+        arm=warm.step.arm,
+        maxmemory=redis.maxmemory,
+        keys=held,
+        used_memory=redis.used_memory,
+        evicted=evicted,
+        hit_rate=warm.hit_rate,
+        clients_memory=redis.clients_memory,
+        simulated=at_size,
+        expired=expired,
+        failed=failed,
+        simulated_keys=size if at_size else None,
     )

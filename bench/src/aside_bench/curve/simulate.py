@@ -30,9 +30,17 @@ POLICIES = {
 }
 # libCacheSim reads a next access this far ahead as "never again".
 NEVER = 2**62
-# The smallest cache simulated: S3-FIFO's small queue is a tenth of the cache
-# and must hold a key (libCacheSim aborts below it).
+# The smallest cache a curve draws: S3-FIFO's small queue is a tenth of the
+# cache and must hold a key (libCacheSim aborts below it).
 MIN_CAPACITY = 10
+# The other policies simulate a cache of any size from one key, so a measured
+# arm that held fewer keys is still compared at its own size.
+POLICY_MIN_CAPACITY = {"S3-FIFO": MIN_CAPACITY}
+
+
+def policies_at(size: int) -> list[str]:
+    """The policies libCacheSim can simulate with `size` keys."""
+    return [policy for policy in POLICIES if size >= POLICY_MIN_CAPACITY.get(policy, 1)]
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,22 @@ def _libcachesim() -> ModuleType:
     return libcachesim
 
 
+class CurveUnavailable(RuntimeError):
+    """libcachesim, the bench's optional `curve` extra, is not installed."""
+
+
+def simulator() -> ModuleType:
+    """libcachesim, or CurveUnavailable saying why no curve can be drawn: it is
+    GPL-3.0-or-later, so the bench runs without it (decision 055)."""
+    try:
+        return _libcachesim()
+    except ImportError as error:
+        raise CurveUnavailable(
+            "libcachesim, the bench's optional curve extra (GPL-3.0-or-later), is not "
+            f"installed ({error}); make install puts it back"
+        ) from error
+
+
 def _hits(reader: Any, cache_type: type, capacity: int, requests: int) -> float:
     """Hits of a fresh cache over the first `requests` requests of the trace."""
     reader.reset()
@@ -135,14 +159,18 @@ def curve(
         raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
     if stream.measured == 0:
         raise ValueError("the stream has no measured request")
-    if any(size < MIN_CAPACITY for size in sizes):
-        raise ValueError(f"a simulated cache holds at least {MIN_CAPACITY} keys, got {list(sizes)}")
+    for policy in policies:
+        least = POLICY_MIN_CAPACITY.get(policy, 1)
+        if any(size < least for size in sizes):
+            raise ValueError(
+                f"a simulated {policy} cache holds at least {least} keys, got {list(sizes)}"
+            )
     ids = object_ids(stream.keys)
     with tempfile.TemporaryDirectory(prefix="aside-curve-") as folder:
         path = Path(folder) / "stream.oracleGeneral"
         write_oracle_trace(path, ids, next_accesses(ids))
         # Freed with its object: closing it as well frees it twice.
-        lcs = _libcachesim()
+        lcs = simulator()
         reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
         return [
             CurvePoint(

@@ -138,10 +138,11 @@ def memory_sentences(curves: list[RateCurve]) -> list[str]:
                 )
                 continue
             lru, belady = point.simulated.get("LRU"), point.simulated.get("Belady")
+            size = "that holds every key (it never filled)" if point.never_full else "of that size"
             sim = (
                 ""
                 if lru is None or belady is None
-                else f" (a simulated LRU of that size: {lru:.0%}; Belady, the bound: {belady:.0%})"
+                else f" (a simulated LRU {size}: {lru:.0%}; Belady, the bound: {belady:.0%})"
             )
             out.append(
                 f"At {curve.rate:,}/s, {bound} held {point.keys:,} keys and answered "

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from aside_bench.curve.points import RateCurve
+from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_spend
@@ -233,12 +234,24 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
             label=f"{policy} (simulated)",
         )
     for point in curve.measured:
-        if point.keys < 1:
-            continue  # a bound its clients' buffers took: no size to draw it at
-        ax.plot(point.keys, point.hit_rate * 100, "o", markersize=9, markeredgecolor="black")
+        # At the size it was simulated at (a cache that never filled: every key);
+        # one that held no key at the axis's first key, hollow, so none is lost.
+        size = point.simulated_keys or max(point.keys, 1)
+        hollow = point.keys < MIN_CAPACITY
+        ax.plot(
+            size,
+            point.hit_rate * 100,
+            "s" if hollow else "o",
+            markersize=9,
+            markeredgecolor="black",
+            markerfacecolor="none" if hollow else None,
+        )
+        note = " (never full)" if point.never_full else ""
+        if hollow:
+            note += f" ({point.keys} keys held)"
         ax.annotate(
-            point.arm,
-            (point.keys, point.hit_rate * 100),
+            point.arm + note,
+            (size, point.hit_rate * 100),
             textcoords="offset points",
             xytext=(6, -12),
             fontsize=8,
@@ -250,7 +263,7 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(
         f"hit rate against cache size at {curve.rate}/s\n{curve.requests:,} requests after "
-        f"{curve.warmup:,} of warm-up; dots: Redis as measured",
+        f"{curve.warmup:,} of warm-up; dots: Redis as measured (hollow: few keys held)",
         fontsize=10,
     )
     ax.legend(fontsize=8)

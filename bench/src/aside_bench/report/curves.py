@@ -17,10 +17,45 @@ def _mib(value: int | None) -> str:
     return "stack's own" if value is None else f"{value / MIB:.2f}"
 
 
+# A measured point this close to the simulated LRU at its size needs no cause.
+EXPLAINED_GAP_POINTS = 3.0
+
+
 def gap_points(point: MeasuredPoint) -> float | None:
     """Measured hit rate minus the simulated LRU's at the same keys, in points."""
     lru = point.simulated.get("LRU")
     return None if lru is None else (point.hit_rate - lru) * 100
+
+
+def gap_cause(point: MeasuredPoint) -> str:
+    """Why a measured point lies off the simulated LRU at its size: nothing to say
+    within EXPLAINED_GAP_POINTS; beyond, each measured cause with its count."""
+    gap = gap_points(point)
+    if gap is None:
+        return "held no key: nothing to simulate"
+    if round(abs(gap), 1) <= EXPLAINED_GAP_POINTS:  # as the table shows it
+        return f"within {EXPLAINED_GAP_POINTS:g} points"
+    causes = []
+    if point.evicted:
+        causes.append(
+            f"{point.evicted:,} evicted by Redis's sampled LRU (the oldest of a few keys "
+            "sampled, not the exact LRU)"
+        )
+    if point.expired:
+        causes.append(f"{point.expired:,} expired by TTL (the simulation keeps every key)")
+    if point.failed:
+        causes.append(f"{point.failed:,} requests failed (in the stream, maybe never cached)")
+    if not causes:
+        return "no counted cause: no eviction, expiry or failure"
+    return "; ".join(causes)
+
+
+def _simulated_at(point: MeasuredPoint) -> str:
+    if point.simulated_keys is None:
+        return "n/a"
+    if point.never_full:
+        return f"{point.simulated_keys:,} (never full: every key)"
+    return f"{point.simulated_keys:,}"
 
 
 def measured_table(curve: RateCurve) -> Table:
@@ -35,6 +70,9 @@ def measured_table(curve: RateCurve) -> Table:
                 f"{point.used_memory / MIB:.2f}",
                 "n/a" if point.clients_memory is None else f"{point.clients_memory / MIB:.2f}",
                 f"{point.evicted:,}",
+                f"{point.expired:,}",
+                f"{point.failed:,}",
+                _simulated_at(point),
                 fmt_pct(point.hit_rate),
                 fmt_pct(point.simulated.get("LRU")),
                 "n/a" if gap is None else f"{gap:+.1f}",
@@ -42,6 +80,7 @@ def measured_table(curve: RateCurve) -> Table:
                 fmt_pct(point.simulated.get("S3-FIFO")),
                 fmt_pct(point.simulated.get("SIEVE")),
                 fmt_pct(point.simulated.get("Belady")),
+                gap_cause(point),
             ]
         )
     return Table(
@@ -53,6 +92,9 @@ def measured_table(curve: RateCurve) -> Table:
             "used MiB at the end",
             "clients' MiB",
             "evicted",
+            "expired",
+            "failed",
+            "simulated at keys",
             "measured hit",
             "LRU",
             "gap (points)",
@@ -60,6 +102,7 @@ def measured_table(curve: RateCurve) -> Table:
             "S3-FIFO",
             "SIEVE",
             "Belady",
+            "cause of a gap",
         ],
         rows,
     )
@@ -67,14 +110,20 @@ def measured_table(curve: RateCurve) -> Table:
 
 EXPLANATION = (
     "Each warm step's exact key stream (its cold step's requests first, which only fill "
-    "the cache, then its own) replayed through libCacheSim's caches of as many keys as "
-    "Redis held during the step (the median of a count a second; its clients' buffers "
-    "share maxmemory with the keys, so a small bound holds fewer keys under more "
-    "connections). Redis's allkeys-lru evicts the least recently used of a few sampled "
-    "keys (maxmemory-samples, 5 by default), not the exact LRU, and counts a hit per "
-    "request while the gateway's single-flight lets concurrent misses of one key share a "
-    "fill: both move the measured point off the simulated LRU. Belady evicts the key "
-    "asked for furthest in the future, the bound no policy reaches."
+    "the cache, then its own; the requests the driver dropped never left it and are not "
+    "in it) replayed through libCacheSim's caches of the size the cache held: as many "
+    "keys as Redis held during the step (the median of a count a second; its clients' "
+    "buffers share maxmemory with the keys, so a small bound holds fewer keys under more "
+    "connections), or, when Redis evicted nothing over the two steps, every key the stream "
+    "asked for (a cache that never filled held each key it was sent). Every measured arm "
+    "is a point, one that held few keys too. A point more than "
+    f"{EXPLAINED_GAP_POINTS:g} points off the simulated LRU names its measured causes, "
+    "each counted over the two steps: Redis's allkeys-lru evicts the least recently used "
+    "of a few sampled keys (maxmemory-samples, 5 by default), not the exact LRU; a key "
+    "that expired by TTL (cold and warm steps shorter than the TTL expire none) is a miss "
+    "the simulation does not have; a failed request is in the stream but may never have "
+    "been cached. Belady evicts the key asked for furthest in the future, the bound no "
+    "policy reaches."
 )
 
 
