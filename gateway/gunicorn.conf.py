@@ -1,10 +1,10 @@
-"""gunicorn settings for the gateway; every value comes from aside_gateway.config.
+"""gunicorn settings for the gateway; every value comes from aside_gateway.config.settings.
 
 Sizing (2 cores shared with PostgreSQL, Redis, the core and the load driver):
 * workers = GATEWAY_WORKERS (2): one process per core. The GIL lets one thread
   of a process run Python at a time, so more processes than cores only adds
   context switches, and each process holds its own pools.
-* worker class: uvicorn (uvloop + httptools) serving aside_gateway.asgi, whose
+* worker class: uvicorn (uvloop + httptools) serving aside_gateway.front.asgi, whose
   async hot path answers cache hits and /healthz on the event loop and hands
   everything else to the Flask app in a thread pool (see
   docs/decisions/001-asgi-hot-path.md).
@@ -16,13 +16,13 @@ Sizing (2 cores shared with PostgreSQL, Redis, the core and the load driver):
 * keepalive = GATEWAY_KEEPALIVE_S (30 s): the load driver reuses connections;
   a short keep-alive would close them between iterations at low request rates
   and add a TCP handshake. The worker class passes the same value to uvicorn,
-  with the head and body deadlines and the connection bound (worker.py).
+  with the head and body deadlines and the connection bound (front/worker.py).
 
 Metrics: prometheus-client's multiprocess mode needs PROMETHEUS_MULTIPROC_DIR
 set before it is imported and emptied at every start (stale files from a
 previous run would be summed in). With more than one worker, or in production,
 and no directory given we make one under the temp dir. Emptying never removes
-a folder other than the native stack's own (aside_gateway.multiproc).
+a folder other than the native stack's own (aside_gateway.config.multiproc).
 
 Production keeps /metrics off the public listener: the app answers it 404 and
 this master serves the merged metrics of all workers on METRICS_BIND
@@ -34,8 +34,8 @@ import os
 import sys
 import tempfile
 
-from aside_gateway.config import ConfigError, load_settings, split_host_port
-from aside_gateway.multiproc import reset_multiproc_dir
+from aside_gateway.config.multiproc import reset_multiproc_dir
+from aside_gateway.config.settings import ConfigError, load_settings, split_host_port
 
 try:
     _settings = load_settings(os.environ)
@@ -48,10 +48,10 @@ if _multiproc_dir is None and (_settings.workers > 1 or not _settings.metrics_on
     _multiproc_dir = tempfile.mkdtemp(prefix="aside-gateway-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _multiproc_dir
 
-wsgi_app = "aside_gateway.asgi:app"
+wsgi_app = "aside_gateway.front.asgi:app"
 bind = [_settings.bind]
 workers = _settings.workers
-worker_class = "aside_gateway.worker.GatewayWorker"
+worker_class = "aside_gateway.front.worker.GatewayWorker"
 keepalive = _settings.keepalive_s
 timeout = 30
 graceful_timeout = 10

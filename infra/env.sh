@@ -63,7 +63,7 @@ if [ -r "$ASIDE_PASSWORD_FILE" ]; then
     unset key value
 fi
 
-# What the services read (one place each: gateway/src/aside_gateway/config.py,
+# What the services read (one place each: gateway/src/aside_gateway/config/settings.py,
 # core-go/internal/config).
 DATABASE_URL=${DATABASE_URL:-postgresql://aside${ASIDE_PG_PASSWORD:+:$ASIDE_PG_PASSWORD}@127.0.0.1:$ASIDE_PG_PORT/aside}
 REDIS_URL=${REDIS_URL:-redis://${ASIDE_REDIS_PASSWORD:+:$ASIDE_REDIS_PASSWORD@}127.0.0.1:$ASIDE_REDIS_PORT/0}

@@ -240,7 +240,7 @@ start_gateway() {
     own_state "$ASIDE_RUN_DIR/gateway"
     PROMETHEUS_MULTIPROC_DIR=$ASIDE_RUN_DIR/gateway/prometheus-multiproc \
         launch_service gateway "${AS_SERVICE[@]}" "$ASIDE_ROOT/.venv/bin/gunicorn" \
-        --config "$ASIDE_ROOT/gateway/gunicorn.conf.py" "aside_gateway.asgi:app"
+        --config "$ASIDE_ROOT/gateway/gunicorn.conf.py" "aside_gateway.front.asgi:app"
 }
 
 stop_service() {

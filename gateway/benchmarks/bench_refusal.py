@@ -1,4 +1,4 @@
-"""The Python a refusal costs a gateway worker: the HTTP protocol (worker.py)
+"""The Python a refusal costs a gateway worker: the HTTP protocol (front/worker.py)
 fed one read's head at a time with the event loop's door full, on uvloop, the
 answer written to a transport that keeps nothing. No socket, so the kernel's
 share (a read and a write per request) is not in the figure.
@@ -22,12 +22,12 @@ from typing import Any
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="bench-refusal-"))
 
 import uvloop
-from aside_gateway import loop_admission
-from aside_gateway.breaker import CircuitBreaker
-from aside_gateway.config import load_settings
-from aside_gateway.hot_path import AsyncHotPath, EarlyGetClient
-from aside_gateway.l1 import L1Cache
-from aside_gateway.worker import BoundedHttpToolsProtocol
+from aside_gateway.backends.breaker import CircuitBreaker
+from aside_gateway.config.settings import load_settings
+from aside_gateway.door import loop_admission
+from aside_gateway.front.hot_path import AsyncHotPath, EarlyGetClient
+from aside_gateway.front.worker import BoundedHttpToolsProtocol
+from aside_gateway.tiers.l1 import L1Cache
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 

@@ -167,7 +167,7 @@ def launch_gateway(
             str(VENV_BIN / "gunicorn"),
             "--config",
             str(REPO / "gateway" / "gunicorn.conf.py"),
-            "aside_gateway.asgi:app",
+            "aside_gateway.front.asgi:app",
         ]
         proc = start_process("gateway", cmd, env, tmp / "gunicorn.log", f"http://127.0.0.1:{port}")
         proc.extra["multiproc_dir"] = Path(env["PROMETHEUS_MULTIPROC_DIR"])

@@ -1,19 +1,20 @@
-"""Pure logic of the event loop's door (loop_admission.py), the loop's lateness
-and the breaker's verdict on Redis errors (lateness.py, breaker.py), and the
-bound on reads that fall back to PostgreSQL (fallback.py)."""
+"""Pure logic of the event loop's door (door/loop_admission.py), the loop's lateness
+and the breaker's verdict on Redis errors (door/lateness.py, backends/breaker.py), and the
+bound on reads that fall back to PostgreSQL (door/fallback.py)."""
 
 from __future__ import annotations
 
 import threading
 
 import pytest
-from aside_gateway import metrics
-from aside_gateway.breaker import CircuitBreaker
-from aside_gateway.config import ConfigError, load_settings
-from aside_gateway.errors import ApiError
-from aside_gateway.fallback import FallbackSlots
-from aside_gateway.lateness import LoopLag, is_timeout, is_verdict_on_redis
-from aside_gateway.loop_admission import (
+from aside_gateway.backends.breaker import CircuitBreaker
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import ConfigError, load_settings
+from aside_gateway.contracts.errors import ApiError
+from aside_gateway.contracts.routes import ARRIVED_KEY
+from aside_gateway.door.fallback import FallbackSlots
+from aside_gateway.door.lateness import LoopLag, is_timeout, is_verdict_on_redis
+from aside_gateway.door.loop_admission import (
     LATE_TICKS,
     SHED_BODY,
     AimdLimit,
@@ -23,7 +24,6 @@ from aside_gateway.loop_admission import (
     RefusalTally,
     shed_response,
 )
-from aside_gateway.routes import ARRIVED_KEY
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import redis
 import requests
-from aside_gateway import cache, cache_keys, redis_clients
-from aside_gateway.config import load_settings
+from aside_gateway.backends import redis_clients
+from aside_gateway.config.settings import load_settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.tiers import l2
 from aside_seed import cache as seed_cache
 from gateway_helpers import Proc, sample, scrape, unique_email, unique_username, wait_until
 from redis.cluster import RedisCluster
@@ -225,7 +227,7 @@ def test_the_lease_script_runs_on_a_tagged_pair(rdb):
     key = cache_keys.count_key("tagged@example.com")
     lease = cache_keys.lease_key(key)
     rdb.set(lease, "token", px=5000)
-    assert rdb.eval(cache.STORE_IF_LEASE_HELD, 2, key, lease, "token", "3", 60) == 1
+    assert rdb.eval(l2.STORE_IF_LEASE_HELD, 2, key, lease, "token", "3", 60) == 1
     assert rdb.get(key) == b"3" and rdb.get(lease) is None
 
 
@@ -236,6 +238,6 @@ def test_the_lease_script_fails_cross_slot_without_the_hash_tag(rdb):
     key, lease = _untagged_pair(rdb)
     node = rdb.get_node_from_key(key).redis_connection
     with pytest.raises(redis.exceptions.ClusterCrossSlotError):  # the server's CROSSSLOT
-        node.eval(cache.STORE_IF_LEASE_HELD, 2, key, lease, "token", "3", 60)
+        node.eval(l2.STORE_IF_LEASE_HELD, 2, key, lease, "token", "3", 60)
     with pytest.raises(redis.RedisClusterException, match="same key slot"):
-        rdb.eval(cache.STORE_IF_LEASE_HELD, 2, key, lease, "token", "3", 60)
+        rdb.eval(l2.STORE_IF_LEASE_HELD, 2, key, lease, "token", "3", 60)

@@ -16,17 +16,17 @@ from typing import Any
 import psycopg
 import pytest
 import requests
-from aside_gateway import cache_keys
-from aside_gateway.coalesce import (
+from aside_gateway.config.settings import ConfigError, load_settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.errors import ApiError, ClientGone
+from aside_gateway.misses.coalesce import (
     BatcherFull,
     BatchTimeout,
     CpuShare,
     MissBatcher,
     SingleFlight,
 )
-from aside_gateway.config import ConfigError, load_settings
-from aside_gateway.db import Database
-from aside_gateway.errors import ApiError, ClientGone
+from aside_gateway.misses.db import Database
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     Proc,
@@ -460,7 +460,7 @@ def test_many_cold_keys_cost_a_few_queries_and_answer_right(
     assert delta(before, after, "aside_gateway_cache_misses_total", route=COUNT_ROUTE) == 40
     assert delta(before, after, "aside_gateway_cache_hits_total", route=COUNT_ROUTE) == 160
     # Readers of a key their worker is filling wait for that fill: on the event
-    # loop (hot_path.py), or in a Flask thread (cache.py) for a reader that got there.
+    # loop (front/hot_path.py), or in a Flask thread (tiers/l2.py) for a reader that got there.
     shared = delta(before, after, "aside_gateway_singleflight_shared_total", route=COUNT_ROUTE)
     followed = delta(
         before, after, "aside_gateway_loop_followers_total", route=COUNT_ROUTE, outcome="hit"

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aside_gateway import cache
+import aside_gateway
+from aside_gateway.tiers import l2
 from gateway_helpers import CONTRACTS
 
-SCRIPT = Path(cache.__file__).parent / "scripts" / "store_if_lease_held.lua"
+SCRIPT = Path(aside_gateway.__file__).parent / "scripts" / "store_if_lease_held.lua"
 
 
 def test_the_contract_is_the_gateways_script() -> None:
@@ -18,5 +19,5 @@ def test_the_contract_is_the_gateways_script() -> None:
 
 
 def test_the_gateway_runs_that_script() -> None:
-    assert SCRIPT.read_text() == cache.STORE_IF_LEASE_HELD
-    assert "redis.call('DEL', KEYS[2])" in cache.STORE_IF_LEASE_HELD
+    assert SCRIPT.read_text() == l2.STORE_IF_LEASE_HELD
+    assert "redis.call('DEL', KEYS[2])" in l2.STORE_IF_LEASE_HELD

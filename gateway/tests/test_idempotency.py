@@ -69,7 +69,7 @@ def test_bad_keys_are_400_and_write_nothing(gateway, db, key):
 @pytest.mark.parametrize("key", ["a\x01b", "a\x7fb"], ids=["C0", "DEL"])
 def test_control_characters_never_reach_the_app(gateway, db, key):
     # The HTTP parser refuses such a header value (the JSON 400 of any malformed
-    # request, worker.py); the app and the core would refuse it too.
+    # request, front/worker.py); the app and the core would refuse it too.
     username = unique_username()
     response = create(gateway.url, {"username": username, "email": unique_email()}, key)
     assert response.status_code == 400

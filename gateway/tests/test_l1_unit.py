@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from aside_gateway import cache_keys
-from aside_gateway.cache import BYPASS, HIT, MISS, CacheRead
-from aside_gateway.config import ConfigError, load_settings
-from aside_gateway.invalidations import parse
-from aside_gateway.l1 import ENTRY_OVERHEAD_BYTES, L1Cache, entry_size, stripe_of
-from aside_gateway.tiers import TieredCache, written_keys
+from aside_gateway.config.settings import ConfigError, load_settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.tiers.invalidations import parse
+from aside_gateway.tiers.l1 import ENTRY_OVERHEAD_BYTES, L1Cache, entry_size, stripe_of
+from aside_gateway.tiers.l2 import BYPASS, HIT, MISS, CacheRead
+from aside_gateway.tiers.strategies import TieredCache, written_keys
 from gateway_helpers import contract
 
 CACHE = contract("cache.json")
@@ -110,7 +110,7 @@ def test_a_fill_that_overlaps_an_invalidation_stores_nothing():
     database = {"k": b"old"}
 
     def fill(key: str, during_read=lambda: None) -> bool:
-        token = l1.token(key)  # before the read, as tiers.py does
+        token = l1.token(key)  # before the read, as tiers/strategies.py does
         value = database[key]
         during_read()
         return l1.put(key, value, token)
@@ -215,11 +215,11 @@ def test_the_publish_time_is_taken_in_microseconds_when_given():
     assert parse(b'{"keys": ["k"], "published_ms": "x"}') == (["k"], None)
 
 
-# ---- the tracking strategy's own L1 (tiers.TieredCache) ---------------------------------
+# ---- the tracking strategy's own L1 (strategies.TieredCache) ----------------------------
 
 
 class ScriptedL2:
-    """Stands in for cache.Cache's read_through: answers what the test scripted."""
+    """Stands in for l2.Cache's read_through: answers what the test scripted."""
 
     def __init__(self, read: CacheRead):
         self.read = read

@@ -1,5 +1,5 @@
 """Readers of a key that another request of the same worker is filling wait for
-that fill on the event loop (hot_path.py), not in a Flask thread.
+that fill on the event loop (front/hot_path.py), not in a Flask thread.
 
 Unit tests drive `coalesce.LoopFlights`, and `AsyncHotPath` with strategy l1
 (no Redis) in front of a stand-in for Flask; integration tests go through a
@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import redis
 import requests
-from aside_gateway import cache_keys
-from aside_gateway.breaker import CircuitBreaker
-from aside_gateway.coalesce import LoopFlights
-from aside_gateway.config import load_settings
-from aside_gateway.hot_path import AsyncHotPath, EarlyGetClient
-from aside_gateway.l1 import L1Cache
-from aside_gateway.routes import ARRIVED_KEY
+from aside_gateway.backends.breaker import CircuitBreaker
+from aside_gateway.config.settings import load_settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.routes import ARRIVED_KEY
+from aside_gateway.front.hot_path import AsyncHotPath, EarlyGetClient
+from aside_gateway.misses.coalesce import LoopFlights
+from aside_gateway.tiers.l1 import L1Cache
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     Proc,
@@ -155,7 +155,7 @@ class FakeFlask:
 
     def __init__(self) -> None:
         self.requests = 0
-        self.arrived: list[float] = []  # what admission.py would see, per request
+        self.arrived: list[float] = []  # what door/admission.py would see, per request
         self.release = asyncio.Event()
         self.value: bytes | None = b"3"
         self.error: Exception | None = None
@@ -221,7 +221,7 @@ def count_scope() -> dict:
         "path": COUNT,
         "query_string": f"email={EMAIL}".encode(),
         "headers": [],
-        ARRIVED_KEY: time.monotonic() - 60,  # long ago, as admission.py reads it
+        ARRIVED_KEY: time.monotonic() - 60,  # long ago, as door/admission.py reads it
     }
 
 

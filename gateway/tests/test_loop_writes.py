@@ -1,4 +1,4 @@
-"""User writes forwarded on the event loop (loop_writes.py): which requests the
+"""User writes forwarded on the event loop (front/loop_writes.py): which requests the
 loop takes, that it answers them without a Flask thread, and that its answers
 are the Flask side's, status, headers and body, against the real core."""
 
@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 import redis
 import requests
-from aside_gateway.core_client import unanswered_error
-from aside_gateway.loop_writes import Write, head_of, write_of
-from aside_gateway.routes import MAX_BODY_BYTES
+from aside_gateway.backends.core_client import unanswered_error
+from aside_gateway.contracts.routes import MAX_BODY_BYTES
+from aside_gateway.front.loop_writes import Write, head_of, write_of
 from gateway_helpers import Proc, release, start_held, unique_email, unique_username
 
 USERS = "/api/v1/users"

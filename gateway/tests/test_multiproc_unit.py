@@ -8,7 +8,7 @@ import runpy
 from pathlib import Path
 
 import pytest
-from aside_gateway.multiproc import is_stack_dir, reset_multiproc_dir
+from aside_gateway.config.multiproc import is_stack_dir, reset_multiproc_dir
 
 REPO = Path(__file__).resolve().parents[2]
 STALE = ("counter_123.db", "histogram_123.db", "gauge_livesum_9.db")

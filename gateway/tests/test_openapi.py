@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 import requests
 import schemathesis
-from aside_gateway import openapi
-from aside_gateway.app import create_app
-from aside_gateway.config import Settings, load_settings
+from aside_gateway.config.settings import Settings, load_settings
+from aside_gateway.contracts import openapi
 from aside_gateway.services import build_services
+from aside_gateway.web.app import create_app
 from flask import Flask
 from gateway_helpers import CORE_TOKEN, WRITE_TOKEN, contract
 from hypothesis import HealthCheck, settings

@@ -1,4 +1,4 @@
-"""A worker past its capacity (loop_admission.py): the excess is answered 503
+"""A worker past its capacity (door/loop_admission.py): the excess is answered 503
 at once, in the error shape with Retry-After, the Redis breaker stays closed,
 and once the load is gone the worker answers hits again within 2 s.
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from aside_gateway.app import create_app
-from aside_gateway.config import load_settings
+from aside_gateway.config.settings import load_settings
 from aside_gateway.services import build_services
+from aside_gateway.web.app import create_app
 from gateway_helpers import (
     AUTH,
     CORE_TOKEN,

@@ -10,9 +10,9 @@ from datetime import UTC
 
 import pytest
 import requests
-from aside_gateway.app import create_app
-from aside_gateway.config import load_settings
+from aside_gateway.config.settings import load_settings
 from aside_gateway.services import build_services
+from aside_gateway.web.app import create_app
 from gateway_helpers import (
     CORE_TOKEN,
     COUNT_SQL_TEXT,
@@ -492,7 +492,7 @@ def _raw_exchange(url: str, head: bytes, pieces: int = 1) -> bytes:
     ids=["2-MB-header", "9-KB-url", "150-headers"],
 )
 def test_an_oversized_request_head_is_refused(gateway, head):
-    # Bounded like gunicorn's own parser (worker.py): memory cannot be grown by one request.
+    # Bounded like gunicorn's own parser (front/worker.py): memory cannot be grown by one request.
     answer = _raw_exchange(gateway.url, head, pieces=40)
     assert answer.startswith(b"HTTP/1.1 400")
     assert b"content-type: application/json" in answer
@@ -501,7 +501,7 @@ def test_an_oversized_request_head_is_refused(gateway, head):
 
 
 def test_hits_and_misses_answer_byte_for_byte_alike(gateway, insert_user):
-    """A hit is answered before Flask (hot_path.py); it must not differ from the miss."""
+    """A hit is answered before Flask (front/hot_path.py); it must not differ from the miss."""
     email = unique_email()
     user_id = insert_user(email)
     for path, params in ((COUNT, {"email": email}), (f"/api/v1/users/{user_id}", {})):

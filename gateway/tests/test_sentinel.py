@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 import redis.sentinel
-from aside_gateway import redis_clients
-from aside_gateway.config import load_settings
+from aside_gateway.backends import redis_clients
+from aside_gateway.config.settings import load_settings
 from gateway_helpers import free_port, wait_until
 
 PASSWORD = "sentinel-test-password"

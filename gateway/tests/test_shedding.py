@@ -1,4 +1,4 @@
-"""Bounded work behind the event loop (admission.py, coalesce.py): a flood of
+"""Bounded work behind the event loop (door/admission.py, misses/coalesce.py): a flood of
 cold reads whose clients give up at once leaves no backlog of database work,
 and cached reads are answered meanwhile."""
 

@@ -1,5 +1,5 @@
 """Slow and idle clients cannot hold a worker's memory and descriptors
-(worker.py): deadlines for the request head and body, an idle keep-alive
+(front/worker.py): deadlines for the request head and body, an idle keep-alive
 timeout and a bound on open connections per worker, against real gunicorn."""
 
 from __future__ import annotations

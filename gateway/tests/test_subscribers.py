@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 import redis
-from aside_gateway import cache_keys, invalidations
-from aside_gateway.config import load_settings
-from aside_gateway.invalidations import InvalidationSubscriber, LoopInvalidationSubscriber
-from aside_gateway.l1 import L1Cache
+from aside_gateway.config.settings import load_settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.tiers import invalidations
+from aside_gateway.tiers.invalidations import InvalidationSubscriber, LoopInvalidationSubscriber
+from aside_gateway.tiers.l1 import L1Cache
 from prometheus_client import REGISTRY
 
 KEY = cache_keys.count_key("subscriber-test@example.com")

@@ -1,4 +1,4 @@
-"""The tracking tier's connection (tracking.py) driven in this process on a
+"""The tracking tier's connection (tiers/tracking.py) driven in this process on a
 real Redis of the test's own: every change Redis makes to a tracked key (a
 DEL or SET by another client, an expiry, an eviction under maxmemory, a
 FLUSHALL) evicts it from the L1; losing the connection (CLIENT KILL, the
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import redis
-from aside_gateway import cache_keys
-from aside_gateway.config import load_settings
-from aside_gateway.invalidations import SubscriptionLost
-from aside_gateway.l1 import L1Cache
-from aside_gateway.tracking import (
+from aside_gateway.config.settings import load_settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.tiers.invalidations import SubscriptionLost
+from aside_gateway.tiers.l1 import L1Cache
+from aside_gateway.tiers.tracking import (
     TrackingFollower,
     TrackingSubscriber,
     invalidated_keys,

@@ -8,7 +8,8 @@ import json
 
 import pytest
 import requests
-from aside_gateway import cache_keys, largevalues
+from aside_gateway.contracts import cache_keys
+from aside_gateway.tiers import largevalues
 from gateway_helpers import contract, sample, scrape
 
 TRACKS = contract("tracks.json")

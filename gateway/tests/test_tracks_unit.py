@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from aside_gateway import cache_keys, largevalues, validation
-from aside_gateway.config import ConfigError, load_settings
-from aside_gateway.errors import ApiError
+from aside_gateway.config.settings import ConfigError, load_settings
+from aside_gateway.contracts import cache_keys, validation
+from aside_gateway.contracts.errors import ApiError
+from aside_gateway.tiers import largevalues
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 CACHE = json.loads((CONTRACTS / "cache.json").read_text())
@@ -67,7 +68,7 @@ def test_above_the_threshold_a_value_is_compressed_and_decodes_back(codec):
 def test_each_policy_above_the_threshold():
     assert largevalues.stored_form(BIG, "raw", "zstd", 1000) is BIG
     assert largevalues.stored_form(BIG, "skip", "zstd", 1000) == cache_keys.TOO_LARGE
-    # simplify: tracks.py already simplified the answer; what is still large is compressed.
+    # simplify: web/tracks.py already simplified the answer; what is still large is compressed.
     assert cache_keys.codec_of(largevalues.stored_form(BIG, "simplify", "gzip", 1000)) == "gzip"
     assert largevalues.decode(cache_keys.TOO_LARGE) is None
     assert largevalues.decode(b'{"id":1}') == b'{"id":1}'

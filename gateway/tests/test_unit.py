@@ -17,16 +17,18 @@ import psycopg
 import pytest
 import redis
 import redis.sentinel
-from aside_gateway import cache_keys, compute, metrics, redis_clients, validation
-from aside_gateway.admission import Admission
-from aside_gateway.auth import bearer_token
-from aside_gateway.breaker import CircuitBreaker
-from aside_gateway.collector import PauseMeter, settle
-from aside_gateway.config import ConfigError, Settings, load_settings, split_host_port
-from aside_gateway.db import Database
-from aside_gateway.errors import STATUS_BY_CODE, ApiError
-from aside_gateway.openapi import IDEMPOTENCY_KEY_PARAMETER
-from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
+from aside_gateway.backends import compute, redis_clients
+from aside_gateway.backends.breaker import CircuitBreaker
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import ConfigError, Settings, load_settings, split_host_port
+from aside_gateway.contracts import cache_keys, validation
+from aside_gateway.contracts.errors import STATUS_BY_CODE, ApiError
+from aside_gateway.contracts.openapi import IDEMPOTENCY_KEY_PARAMETER
+from aside_gateway.contracts.routes import ARRIVED_KEY, CLIENT_GONE_KEY
+from aside_gateway.door.admission import Admission
+from aside_gateway.front.collector import PauseMeter, settle
+from aside_gateway.misses.db import Database
+from aside_gateway.web.auth import bearer_token
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -649,7 +651,7 @@ def _bad_env() -> dict[str, str]:
 
 def test_asgi_app_refuses_bad_config_with_one_line_and_no_traceback():
     result = subprocess.run(
-        [sys.executable, "-c", "import aside_gateway.asgi"],
+        [sys.executable, "-c", "import aside_gateway.front.asgi"],
         env=_bad_env(),
         capture_output=True,
         text=True,
@@ -664,7 +666,7 @@ def test_asgi_app_refuses_bad_config_with_one_line_and_no_traceback():
 def test_gunicorn_refuses_bad_config_with_one_line_and_no_traceback():
     gunicorn = Path(sys.executable).parent / "gunicorn"
     result = subprocess.run(
-        [str(gunicorn), "--config", "gateway/gunicorn.conf.py", "aside_gateway.asgi:app"],
+        [str(gunicorn), "--config", "gateway/gunicorn.conf.py", "aside_gateway.front.asgi:app"],
         cwd=REPO,
         env=_bad_env(),
         capture_output=True,
@@ -682,7 +684,7 @@ def test_gunicorn_refuses_bad_config_with_one_line_and_no_traceback():
 
 def test_breaker_skips_then_lets_one_probe_through(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("aside_gateway.breaker.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("aside_gateway.backends.breaker.time.monotonic", lambda: now[0])
     breaker = CircuitBreaker(1.0)
     assert breaker.allow()
     breaker.record_failure()
@@ -698,7 +700,7 @@ def test_breaker_skips_then_lets_one_probe_through(monkeypatch):
 def test_a_probe_given_back_without_a_verdict_goes_to_the_next_caller(monkeypatch):
     # The async hot path's deadline says nothing about Redis: Flask's GET probes instead.
     now = [100.0]
-    monkeypatch.setattr("aside_gateway.breaker.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("aside_gateway.backends.breaker.time.monotonic", lambda: now[0])
     breaker = CircuitBreaker(1.0)
     breaker.record_failure()
     now[0] += 1.01
@@ -729,7 +731,7 @@ def test_a_probe_given_back_without_a_verdict_goes_to_the_next_caller(monkeypatc
     ],
 )
 def test_hot_path_reads_the_query_exactly_like_flask(query):
-    from aside_gateway.hot_path import _query
+    from aside_gateway.front.hot_path import _query
     from werkzeug.wrappers import Request
 
     environ = {"QUERY_STRING": query, "REQUEST_METHOD": "GET", "wsgi.url_scheme": "http"}
@@ -738,7 +740,7 @@ def test_hot_path_reads_the_query_exactly_like_flask(query):
 
 
 def test_hot_path_declines_a_query_that_is_not_utf8():
-    from aside_gateway.hot_path import _query
+    from aside_gateway.front.hot_path import _query
 
     assert _query("email=\xff@x.co") is None
 
@@ -756,7 +758,7 @@ def test_hot_path_declines_a_query_that_is_not_utf8():
     ],
 )
 def test_a_remembered_lookup_is_the_lookup_itself(path, query):
-    from aside_gateway.hot_path import lookup, remembered_lookup
+    from aside_gateway.front.hot_path import lookup, remembered_lookup
 
     for default, lab in (("l2", True), ("hybrid", False)):
         expected = lookup("GET", path, query.decode("latin-1"), default, lab)
@@ -765,7 +767,7 @@ def test_a_remembered_lookup_is_the_lookup_itself(path, query):
 
 
 def test_the_remembered_lookups_are_bounded():
-    from aside_gateway.hot_path import MEMO_SIZE, remembered_lookup
+    from aside_gateway.front.hot_path import MEMO_SIZE, remembered_lookup
 
     for n in range(MEMO_SIZE + 10):
         remembered_lookup("/api/v1/users/count", b"email=u%d@x.co" % n, "l2", True)
@@ -773,7 +775,7 @@ def test_the_remembered_lookups_are_bounded():
 
 
 def test_a_count_body_is_rendered_once_per_email_and_value():
-    from aside_gateway.hot_path import lookup
+    from aside_gateway.front.hot_path import lookup
 
     found = lookup("GET", "/api/v1/users/count", "email=a%40b.co")
     assert found.body(b"7") == b'{"email":"a@b.co","count":7}'

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import psycopg
 import pytest
 import requests
-from aside_gateway.config import load_settings
-from aside_gateway.core_client import unanswered
+from aside_gateway.backends.core_client import unanswered
+from aside_gateway.config.settings import load_settings
 from gateway_helpers import (
     Proc,
     contract,

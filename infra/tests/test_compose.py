@@ -24,7 +24,10 @@ SERVICES = {
 OPTIONAL = {"load": "load", "grafana": "grafana"}
 # Where each of our services reads its environment: the one place per service.
 CONFIG_SOURCES = {
-    "gateway": [ROOT / "gateway/src/aside_gateway/config.py", ROOT / "gateway/gunicorn.conf.py"],
+    "gateway": [
+        ROOT / "gateway/src/aside_gateway/config/settings.py",
+        ROOT / "gateway/gunicorn.conf.py",
+    ],
     "core": sorted((ROOT / "core-go/internal/config").glob("*.go")),
     "load": sorted((ROOT / "bench/driver/internal/config").glob("*.go")),
 }

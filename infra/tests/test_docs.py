@@ -14,7 +14,7 @@ from stack_helpers import ROOT
 PARTS = {
     "stack": ([ROOT / "infra/env.sh"], None),
     "gateway": (
-        [ROOT / "gateway/src/aside_gateway/config.py", ROOT / "gateway/gunicorn.conf.py"],
+        [ROOT / "gateway/src/aside_gateway/config/settings.py", ROOT / "gateway/gunicorn.conf.py"],
         ROOT / "gateway/README.md",
     ),
     "core": (sorted((ROOT / "core-go/internal/config").glob("*.go")), ROOT / "core-go/README.md"),

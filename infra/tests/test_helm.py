@@ -27,7 +27,7 @@ import pytest
 import yaml
 from aside_bench.load.run import LoadShape, step_run
 from aside_bench.plan.steps import CACHE_PARAMS, Step, pool_for
-from aside_gateway.config import load_settings
+from aside_gateway.config.settings import load_settings
 from aside_seed.config import load_config
 from stack_helpers import ROOT
 
@@ -231,9 +231,9 @@ def _walk(node: Any, key: str) -> Iterator[Any]:
 # ---- probes --------------------------------------------------------------------------
 def gateway_routes() -> set[str]:
     source = ROOT / "gateway/src/aside_gateway"
-    routes = set(re.findall(r'@app\.get\("([^"]+)"\)', (source / "app.py").read_text()))
+    routes = set(re.findall(r'@app\.get\("([^"]+)"\)', (source / "web/app.py").read_text()))
     routes |= set(
-        re.findall(r'^HEALTHZ_PATH = "([^"]+)"', (source / "routes.py").read_text(), re.M)
+        re.findall(r'^HEALTHZ_PATH = "([^"]+)"', (source / "contracts/routes.py").read_text(), re.M)
     )
     assert "/healthz" in routes and "/readyz" in routes, routes
     return routes

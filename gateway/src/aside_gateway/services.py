@@ -11,19 +11,19 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from aside_gateway import metrics
-from aside_gateway.breaker import CircuitBreaker
-from aside_gateway.cache import Cache
-from aside_gateway.compute import Slots
-from aside_gateway.config import Settings
-from aside_gateway.core_client import CoreClient
-from aside_gateway.db import Database
-from aside_gateway.fallback import FallbackSlots
-from aside_gateway.hooks import TestHooks
-from aside_gateway.invalidations import InvalidationSubscriber
-from aside_gateway.l1 import L1Cache
-from aside_gateway.lateness import LoopLag
-from aside_gateway.tiers import TieredCache
+from aside_gateway.backends.breaker import CircuitBreaker
+from aside_gateway.backends.compute import Slots
+from aside_gateway.backends.core_client import CoreClient
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.door.fallback import FallbackSlots
+from aside_gateway.door.lateness import LoopLag
+from aside_gateway.misses.db import Database
+from aside_gateway.tiers.hooks import TestHooks
+from aside_gateway.tiers.invalidations import InvalidationSubscriber
+from aside_gateway.tiers.l1 import L1Cache
+from aside_gateway.tiers.l2 import Cache
+from aside_gateway.tiers.strategies import TieredCache
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Services:
     bypass_slots: threading.BoundedSemaphore
     python_compute: Slots
     sampler_stop: threading.Event
-    # The event loop's lag, sampled once the loop runs (hot_path.py's lifespan).
+    # The event loop's lag, sampled once the loop runs (front/hot_path.py's lifespan).
     loop_lag: LoopLag
 
     def close(self) -> None:
@@ -70,7 +70,7 @@ def build_services(settings: Settings) -> Services:
         settings.cache_l1_ttl_seconds,
         needs_subscription=settings.cache_l1_invalidation,
     )
-    # The tracking tier's own L1, fed by Redis's invalidations (tracking.py,
+    # The tracking tier's own L1, fed by Redis's invalidations (tiers/tracking.py,
     # started by the ASGI lifespan); it serves only while tracked.
     tracked = (
         L1Cache(
@@ -84,7 +84,7 @@ def build_services(settings: Settings) -> Services:
     )
     metrics.L1_SUBSCRIBED.set(0)
     metrics.L1_TRACKING.set(0)
-    # The loop's subscriber is started by the ASGI lifespan (asgi.py), in that loop.
+    # The loop's subscriber is started by the ASGI lifespan (front/asgi.py), in that loop.
     threaded = settings.l1_subscribes and settings.cache_l1_subscriber == "thread"
     subscriber = InvalidationSubscriber(settings, l1) if threaded else None
     if subscriber is not None:

@@ -2,11 +2,11 @@
 
 After a Redis failure the cache skips Redis for `open_s`, so a dead or slow
 Redis does not add its timeout to every request; then one caller probes, and
-its success closes the breaker. The threaded cache (cache.py) and the async
-hot path (hot_path.py) of a worker share one breaker.
+its success closes the breaker. The threaded cache (tiers/l2.py) and the async
+hot path (front/hot_path.py) of a worker share one breaker.
 
 A timeout while the worker itself ran late is no verdict on Redis
-(lateness.py): an overloaded gateway reads its replies late, and opening the
+(door/lateness.py): an overloaded gateway reads its replies late, and opening the
 breaker then would turn its hits into PostgreSQL reads, the costliest answer
 it has, just when it has no time to spare.
 """
@@ -17,8 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from aside_gateway import metrics
-from aside_gateway.lateness import is_verdict_on_redis
+from aside_gateway.config import metrics
+from aside_gateway.door.lateness import is_verdict_on_redis
 
 
 def _never_late() -> bool:

@@ -23,10 +23,10 @@ from collections.abc import Callable
 
 import bcrypt
 
-from aside_gateway import metrics
-from aside_gateway.config import Settings
-from aside_gateway.errors import ApiError
-from aside_gateway.validation import KIND_BCRYPT, KIND_CHECKSUM, KIND_PBKDF2, ComputeJob
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts.errors import ApiError
+from aside_gateway.contracts.validation import KIND_BCRYPT, KIND_CHECKSUM, KIND_PBKDF2, ComputeJob
 
 ITERATIONS_PER_COMPLEXITY = 100_000
 PBKDF2_KEY_BYTES = 32

@@ -2,7 +2,7 @@
 
 Two clients with one behaviour: `CoreClient` (urllib3) for the Flask threads,
 one pool per worker sized to its threads, and `AsyncCoreClient` (aiohttp) for
-the user writes answered on the event loop (loop_writes.py), one connector
+the user writes answered on the event loop (front/loop_writes.py), one connector
 per worker of the same size. Both have a connect and a read timeout and send
 a request once: a POST is not safe to resend, and a core that is down must
 answer 503 core_unavailable at once, not after retries. (aiohttp resends an
@@ -35,8 +35,8 @@ import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
-from aside_gateway.config import Settings
-from aside_gateway.errors import ApiError
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts.errors import ApiError
 
 log = logging.getLogger("aside_gateway")
 

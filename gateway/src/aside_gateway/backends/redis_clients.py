@@ -1,4 +1,4 @@
-"""Every Redis client of the gateway is made here (REDIS_MODE, config.py).
+"""Every Redis client of the gateway is made here (REDIS_MODE, config/settings.py).
 
 `standalone`: REDIS_URL is the server. `cluster`: REDIS_URL is one node of a
 Redis Cluster; the client learns the others and follows MOVED/ASK redirects.
@@ -27,8 +27,8 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 
-from aside_gateway.config import REDIS_CLUSTER, REDIS_SENTINEL, Settings
-from aside_gateway.redis_errors import no_retry
+from aside_gateway.backends.redis_errors import no_retry
+from aside_gateway.config.settings import REDIS_CLUSTER, REDIS_SENTINEL, Settings
 
 SyncClient = redis.Redis | RedisCluster
 AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster

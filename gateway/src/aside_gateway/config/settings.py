@@ -3,7 +3,7 @@
 `load_settings(os.environ)` returns a frozen `Settings` or raises `ConfigError`
 whose message is one line naming the variable at fault. gunicorn.conf.py calls
 it in the master, so a bad value stops the server before any worker starts;
-asgi.py calls it again in each worker.
+front/asgi.py calls it again in each worker.
 (prometheus-client also reads PROMETHEUS_MULTIPROC_DIR itself when it is
 imported; we read it here too so it is validated and documented with the rest.)
 """
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from aside_gateway.cache_keys import (
+from aside_gateway.contracts.cache_keys import (
     CODECS,
     DEFAULT_CODEC,
     DEFAULT_POLICY,
@@ -28,17 +28,17 @@ from aside_gateway.cache_keys import (
     STRATEGY_TRACKING,
     TTL_SECONDS_DEFAULT,
 )
-from aside_gateway.errors import ApiError
-from aside_gateway.validation import parse_tolerance
+from aside_gateway.contracts.errors import ApiError
+from aside_gateway.contracts.validation import parse_tolerance
 
 PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
 L1_SUBSCRIBERS = ("loop", "thread")
 WRITE_PATHS = ("loop", "flask")
-# The event loop's door (loop_admission.py).
+# The event loop's door (door/loop_admission.py).
 ADMISSION_MODES = ("aimd", "codel", "pie", "off")
 # What REDIS_URL names (REDIS_MODE): the server, a Redis Cluster's seed node,
-# or a Sentinel that knows the master (redis_clients.py makes the clients).
+# or a Sentinel that knows the master (backends/redis_clients.py makes the clients).
 REDIS_STANDALONE = "standalone"
 REDIS_CLUSTER = "cluster"
 REDIS_SENTINEL = "sentinel"
@@ -103,41 +103,41 @@ class Settings:
     cache_l1_max_bytes: int = 16 * 1024 * 1024
     # Lab switch: off lets the L1 serve without invalidation messages (TTL only).
     cache_l1_invalidation: bool = True
-    # Where each worker follows the invalidation channel (invalidations.py).
+    # Where each worker follows the invalidation channel (tiers/invalidations.py).
     cache_l1_subscriber: str = "loop"
     # Lab switch: off keeps the tracking tier's subscription but sends no
-    # CLIENT TRACKING, so Redis reports nothing to it (tracking.py).
+    # CLIENT TRACKING, so Redis reports nothing to it (tiers/tracking.py).
     cache_l1_tracking: bool = True
-    # Who forwards user writes to the core: the event loop or a Flask thread (loop_writes.py).
+    # Who forwards user writes to the core: the event loop or a Flask thread (front/loop_writes.py).
     writes: str = "loop"
     # CPython's GIL switch interval in each worker (sys.setswitchinterval).
     switch_interval_us: int = 5000
-    # The cyclic garbage collector in each worker (collector.py).
+    # The cyclic garbage collector in each worker (front/collector.py).
     gc_freeze: bool = True
     gc_gen0: int = 50000
-    # Slow and idle clients (worker.py), per connection and per worker.
+    # Slow and idle clients (front/worker.py), per connection and per worker.
     head_timeout_s: int = 5
     body_timeout_s: int = 15
     keepalive_s: int = 30
     max_connections: int = 1000
-    # Work behind the event loop (admission.py, coalesce.py).
+    # Work behind the event loop (door/admission.py, misses/coalesce.py).
     queue_timeout_ms: int = 2000
     miss_batch_max_pending: int = 5000
-    # The event loop's door (loop_admission.py) and its lateness (lateness.py).
+    # The event loop's door (door/loop_admission.py) and its lateness (door/lateness.py).
     admission: str = "aimd"
     admission_min_in_flight: int = 16
     admission_max_in_flight: int = 512
     admission_late_ms: int = 5
     admission_busy_pct: int = 50
     loop_late_ms: int = 20
-    # Reads from PostgreSQL while Redis is skipped or failing, at once (fallback.py).
+    # Reads from PostgreSQL while Redis is skipped or failing, at once (door/fallback.py).
     cache_fallback_max_concurrency: int = 8
-    # TCP keepalive and user timeout on PostgreSQL connections (db.py).
+    # TCP keepalive and user timeout on PostgreSQL connections (misses/db.py).
     db_keepalives_idle_s: int = 5
     db_keepalives_interval_s: int = 2
     db_keepalives_count: int = 3
     db_tcp_user_timeout_ms: int = 10000
-    # Large cached values (tracks; largevalues.py): above the threshold the
+    # Large cached values (tracks; tiers/largevalues.py): above the threshold the
     # policy decides what is stored; the codec is compress's.
     cache_large_value_bytes: int = LARGE_THRESHOLD_BYTES_DEFAULT
     cache_large_values: str = DEFAULT_POLICY
@@ -158,7 +158,7 @@ class Settings:
 
     @property
     def l1_tracks(self) -> bool:
-        """Whether workers keep a tracking connection (tracking.py): whenever the
+        """Whether workers keep a tracking connection (tiers/tracking.py): whenever the
         tracking tier may serve (configured, or the lab's per-request choice),
         except on a Redis Cluster, where the tier is refused as the configured
         strategy and serves nothing from L1 when chosen per request."""
@@ -247,7 +247,7 @@ def _l1_subscriber(env: Mapping[str, str], redis_mode: str) -> str:
 
 def _cache_strategy(env: Mapping[str, str], redis_mode: str) -> str:
     """CACHE_STRATEGY; `tracking` needs one tracking connection per Redis server,
-    which a cluster's changing set of nodes does not give (tracking.py)."""
+    which a cluster's changing set of nodes does not give (tiers/tracking.py)."""
     strategy = _choice(env, "CACHE_STRATEGY", DEFAULT_STRATEGY, STRATEGIES)
     if strategy == STRATEGY_TRACKING and redis_mode == REDIS_CLUSTER:
         raise ConfigError("CACHE_STRATEGY=tracking is refused when REDIS_MODE=cluster")

@@ -23,7 +23,7 @@ LEASE_POLL_MS = 5
 STRATEGY_L2 = "l2"  # Redis only
 STRATEGY_L1 = "l1"  # the worker's own memory only; the L1 TTL bounds staleness
 STRATEGY_HYBRID = "hybrid"  # L1, then Redis
-# L1, then Redis, the L1 kept by Redis's own invalidations (CLIENT TRACKING, tracking.py)
+# L1, then Redis, the L1 kept by Redis's own invalidations (CLIENT TRACKING, tiers/tracking.py)
 STRATEGY_TRACKING = "tracking"
 STRATEGIES = (STRATEGY_L2, STRATEGY_L1, STRATEGY_HYBRID, STRATEGY_TRACKING)
 DEFAULT_STRATEGY = STRATEGY_L2
@@ -35,7 +35,7 @@ TRACKING_CHANNEL = "__redis__:invalidate"
 NEGATIVE = b"null"  # the value of user:<id> (and track:<id>:...) when there is no such row
 
 # Large values (cache.json `large_values`): what a track value above the
-# threshold is stored as; largevalues.py applies it.
+# threshold is stored as; tiers/largevalues.py applies it.
 POLICY_COMPRESS = "compress"
 POLICY_SIMPLIFY = "simplify"
 POLICY_SKIP = "skip"

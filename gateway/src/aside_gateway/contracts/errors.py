@@ -1,7 +1,7 @@
 """The one error shape (contracts/errors.json) for every error the gateway answers.
 
 `ApiError` carries a code of that contract; every layer raises it, and the
-Flask app turns it into an answer (error_handlers.py). Nothing here depends
+Flask app turns it into an answer (web/error_handlers.py). Nothing here depends
 on Flask, so the cache, the database and the hot path do not either.
 """
 

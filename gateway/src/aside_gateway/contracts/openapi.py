@@ -20,9 +20,9 @@ import json
 from functools import cache
 from typing import Any
 
-from aside_gateway.cache_keys import POLICIES
-from aside_gateway.errors import STATUS_BY_CODE
-from aside_gateway.validation import (
+from aside_gateway.contracts.cache_keys import POLICIES
+from aside_gateway.contracts.errors import STATUS_BY_CODE
+from aside_gateway.contracts.validation import (
     BCRYPT_COST_DEFAULT,
     BCRYPT_COST_MAX,
     BCRYPT_COST_MIN,

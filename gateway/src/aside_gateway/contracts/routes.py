@@ -1,9 +1,9 @@
 """What the async hot path and the Flask app share: route names, paths, and
 the hand-off of a request the hot path began but did not answer.
 
-Both layers import this module (and loop_writes.py, the writes the event
-loop forwards) and neither imports the other, so the read
-path runs one way: asgi -> hot_path -> (a2wsgi) -> api -> cache.
+Both layers import this module (and front/loop_writes.py, the writes the event
+loop forwards) and neither imports the other, so the read path runs one way:
+front/asgi -> front/hot_path -> (a2wsgi) -> web/api -> tiers/strategies -> tiers/l2.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ MAX_BODY_BYTES = 16 * 1024
 IDEMPOTENCY_KEY = "Idempotency-Key"
 CORE_DELAY_HEADER = "X-Test-Delay-Ms"
 
-# Keys of the ASGI scope, copied to the WSGI environ by asgi.py.
+# Keys of the ASGI scope, copied to the WSGI environ by front/asgi.py.
 START_KEY = "aside.start"  # perf_counter() when the request arrived
 EARLY_GET_KEY = "aside.early_get"  # the EarlyGet of a hit attempt that fell through
-# Set by the worker's protocol (worker.py) when the request head is complete.
+# Set by the worker's protocol (front/worker.py) when the request head is complete.
 ARRIVED_KEY = "aside.arrived"  # time.monotonic() then
 CLIENT_GONE_KEY = "aside.client_gone"  # a callable: True once the connection is closing
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from aside_gateway.errors import ApiError
+from aside_gateway.contracts.errors import ApiError
 
 EMAIL_MAX = 254
 EMAIL_LOCAL_MAX = 64

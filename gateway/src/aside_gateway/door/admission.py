@@ -11,7 +11,7 @@ the backlog lasts. `Admission` runs first in the thread that takes a request:
   `unavailable` with `Retry-After: 1` at once, as a retry then has a better
   chance than the request had.
 
-Both read what the worker's protocol put in the ASGI scope (worker.py); a
+Both read what the worker's protocol put in the ASGI scope (front/worker.py); a
 request without it (another server) is simply run.
 """
 
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from aside_gateway import metrics
-from aside_gateway.errors import error_body
-from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
+from aside_gateway.config import metrics
+from aside_gateway.contracts.errors import error_body
+from aside_gateway.contracts.routes import ARRIVED_KEY, CLIENT_GONE_KEY
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

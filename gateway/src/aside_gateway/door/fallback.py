@@ -1,5 +1,5 @@
 """A bound on the reads that fall back to PostgreSQL because Redis was skipped
-or failed (cache.py): at most CACHE_FALLBACK_MAX_CONCURRENCY at once per
+or failed (tiers/l2.py): at most CACHE_FALLBACK_MAX_CONCURRENCY at once per
 worker; one more is answered 503 `unavailable` with `Retry-After: 1` at once.
 
 A warm cache hides the database's cost: a hit is a Redis GET, its fallback a
@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from aside_gateway import metrics
-from aside_gateway.errors import ApiError
+from aside_gateway.config import metrics
+from aside_gateway.contracts.errors import ApiError
 
 
 class FallbackSlots:

@@ -9,7 +9,7 @@ answers, from any thread, whether the loop ran late during the last seconds;
 a tick that is overdue right now counts too, so a loop stuck in one long
 callback is late before its tick runs.
 
-`is_verdict_on_redis` is the breaker's rule (breaker.py): a refused or broken
+`is_verdict_on_redis` is the breaker's rule (backends/breaker.py): a refused or broken
 connection always says Redis failed; a timeout, or a pool with no free
 connection, says so only if the worker was not late meanwhile. Why: see
 docs/decisions/042-admission-at-the-door-of-the-event-loop.md.
@@ -48,7 +48,7 @@ class LoopLag:
         self.tick_s = tick_s
         self._clock = clock
         # Told every tick's lag and the loop's busy share since the last tick:
-        # the door's limit adapts to them (loop_admission.py).
+        # the door's limit adapts to them (door/loop_admission.py).
         self.on_tick = on_tick
         # The loop's own thread's CPU time: a loop late while its thread ran
         # for little of the interval waited for a core or the GIL, not for

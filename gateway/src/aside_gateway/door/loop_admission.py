@@ -1,11 +1,11 @@
 """Admission at the door of the event loop: past its capacity a worker answers
 503 at once instead of queueing work for seconds.
 
-Hits are answered on the event loop (hot_path.py), so an overloaded worker
-does not queue them in a pool that admission.py could bound: it runs every
+Hits are answered on the event loop (front/hot_path.py), so an overloaded worker
+does not queue them in a pool that door/admission.py could bound: it runs every
 callback later, Redis replies included, until clients time out. Every request
 passes `LoopAdmission.enter` first and counts in flight until it is answered
-on the loop or handed to Flask (whose queue admission.py bounds), unless the
+on the loop or handed to Flask (whose queue door/admission.py bounds), unless the
 worker will answer it from its own memory (an L1 hit): such a request waits
 for nothing but the loop and is answered in the turn after the one that read
 it, so counting it would only cap how many of one turn's reads are served,
@@ -15,12 +15,12 @@ connections, one request each, bounds them. Past the
 limit a request but the health and metrics routes gets `503 unavailable`
 with `Retry-After: 1` and the error shape of contracts/errors.json, written
 on the loop without touching Redis, PostgreSQL or Flask. The door stands in
-the HTTP protocol (worker.py), where a request's head is parsed: a refused
+the HTTP protocol (front/worker.py), where a request's head is parsed: a refused
 request gets bytes written at once, without an ASGI task, the cheapest answer
 a late loop can give, so shedding costs the loop little of what it lacks
 (its count, too, is kept in memory and written once a tick: RefusalTally). An
 app served without that protocol (the unit tests') passes the same door in
-hot_path.py. GATEWAY_ADMISSION picks the rule:
+front/hot_path.py. GATEWAY_ADMISSION picks the rule:
 
 * `aimd` (the default): a concurrency limit on the requests a worker has in
   flight, adapted every tick of the loop's lag monitor (lateness.LoopLag). A
@@ -38,7 +38,7 @@ hot_path.py. GATEWAY_ADMISSION picks the rule:
   not half used, a late loop is the threads' doing, not its own admitted
   work's: their Python work holds the GIL the loop waits for (a flood of
   cold reads), cutting the loop's limit would refuse its hits without
-  relieving them, and their queue has its own bound (admission.py). The
+  relieving them, and their queue has its own bound (door/admission.py). The
   limit then holds. (An overloaded loop fills the threads too, with reads
   whose Redis lookup it answered too late; its limit is used, and cut.)
 * `codel`: a deadline on the time a request waited for the loop after its
@@ -73,10 +73,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from aside_gateway import metrics
-from aside_gateway.config import Settings
-from aside_gateway.errors import error_body
-from aside_gateway.routes import ARRIVED_KEY, HEALTHZ_PATH, Scope, Send
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts.errors import error_body
+from aside_gateway.contracts.routes import ARRIVED_KEY, HEALTHZ_PATH, Scope, Send
 
 BACKOFF = 0.9
 # Ticks in a row that must find the loop late before the limit is cut: one
@@ -249,11 +249,11 @@ class LoopAdmission:
         self._ticks = 0
         # Refusals not yet in the metrics: written every tick, and at the stop.
         self.tally = RefusalTally()
-        # Told of every refusal, wherever the door stands (hot_path.py sets it
+        # Told of every refusal, wherever the door stands (front/hot_path.py sets it
         # to one that labels a read's refusal with its route).
         self.on_refused: Callable[[Scope, str], None] = self._count_refusal
         # Whether the worker will answer a request from its own memory, which
-        # then does not count in flight (hot_path.py sets it).
+        # then does not count in flight (front/hot_path.py sets it).
         self.from_memory: Callable[[Scope], bool] = _never
         metrics.ADMISSION_LIMIT.set(self.cap)
 
@@ -305,7 +305,7 @@ class LoopAdmission:
     def enter(self, scope: Scope) -> str | None:
         """Let the request in (None), or say why it is refused: a shed reason.
         Every request let in must `leave`: when it is answered on the loop,
-        or when it is handed to Flask, whose work is bounded by admission.py.
+        or when it is handed to Flask, whose work is bounded by door/admission.py.
         One answered from memory is let in past a full limit and not counted,
         and so is an ops route: a scrape must never take a read's place."""
         exempt = scope["path"] in EXEMPT_PATHS
@@ -363,7 +363,7 @@ def _never(scope: Scope) -> bool:
 
 
 # The door of this process's event loop, once its app has started: one app
-# and one loop per gateway worker. The HTTP protocol (worker.py) asks here.
+# and one loop per gateway worker. The HTTP protocol (front/worker.py) asks here.
 _installed: LoopAdmission | None = None
 
 

@@ -1,24 +1,24 @@
-"""ASGI entry point: what gunicorn's uvicorn workers serve (`aside_gateway.asgi:app`).
+"""ASGI entry point: what gunicorn's uvicorn workers serve (`aside_gateway.front.asgi:app`).
 
 Each worker builds its services once (`services.build_services`) and hands
 them to both layers:
 
-* every request passes the event loop's door first (loop_admission.py), which
+* every request passes the event loop's door first (door/loop_admission.py), which
   answers 503 at once past the worker's capacity;
-* the async hot path (hot_path.py) answers `/healthz` and valid cache hits on
+* the async hot path (front/hot_path.py) answers `/healthz` and valid cache hits on
   the event loop, and with GATEWAY_WRITES=loop (the default) forwards the
-  user writes to the core there too (loop_writes.py);
-* everything else goes to the Flask app (app.py), run in a thread pool of
+  user writes to the core there too (front/loop_writes.py);
+* everything else goes to the Flask app (web/app.py), run in a thread pool of
   GATEWAY_THREADS per worker by a2wsgi, with what the hot path learnt (the
   request's start, its GET's outcome) carried over from the ASGI scope;
-  admission.py first drops work whose client left or that waited too long
+  door/admission.py first drops work whose client left or that waited too long
   for a thread;
 * with CACHE_L1_SUBSCRIBER=loop (the default), the L1 tier's invalidation
   subscription runs on the same event loop, started and stopped by the ASGI
-  lifespan (invalidations.py).
+  lifespan (tiers/invalidations.py).
 
 Once built, the worker's objects are frozen out of the garbage collector's
-walks and its collections made rare (collector.py): a collection stops the
+walks and its collections made rare (front/collector.py): a collection stops the
 event loop.
 
 Why this split: see docs/decisions/001-asgi-hot-path.md.
@@ -33,18 +33,19 @@ from typing import Any
 
 from a2wsgi import WSGIMiddleware
 
-from aside_gateway import collector, metrics
-from aside_gateway.admission import Admission
-from aside_gateway.app import create_app
-from aside_gateway.config import ConfigError, Settings, load_settings
-from aside_gateway.core_client import AsyncCoreClient
-from aside_gateway.hot_path import AsyncHotPath, EarlyGetClient
-from aside_gateway.invalidations import LoopInvalidationSubscriber
-from aside_gateway.loop_admission import LoopAdmission
-from aside_gateway.loop_writes import LoopWrites
-from aside_gateway.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY, AsgiApp
+from aside_gateway.backends.core_client import AsyncCoreClient
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import ConfigError, Settings, load_settings
+from aside_gateway.contracts.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY, AsgiApp
+from aside_gateway.door.admission import Admission
+from aside_gateway.door.loop_admission import LoopAdmission
+from aside_gateway.front import collector
+from aside_gateway.front.hot_path import AsyncHotPath, EarlyGetClient
+from aside_gateway.front.loop_writes import LoopWrites
 from aside_gateway.services import build_services
-from aside_gateway.tracking import TrackingSubscriber
+from aside_gateway.tiers.invalidations import LoopInvalidationSubscriber
+from aside_gateway.tiers.tracking import TrackingSubscriber
+from aside_gateway.web.app import create_app
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

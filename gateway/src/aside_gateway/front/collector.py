@@ -24,8 +24,8 @@ import gc
 import time
 from typing import Any
 
-from aside_gateway import metrics
-from aside_gateway.config import Settings
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
 
 
 class PauseMeter:

@@ -6,7 +6,7 @@ the benchmark hammers, `GET /api/v1/users/count?email=E` or
 worker's L1 tier (strategies l1 and hybrid: no Redis call on an L1 hit) and
 then, unless the strategy is l1, does the Redis GET, and answers a hit itself
 with the same body, headers and metrics as the Flask route; the user writes
-that loop_writes.py takes are forwarded on the loop too. Everything else goes
+that front/loop_writes.py takes are forwarded on the loop too. Everything else goes
 to Flask (`fallback`): misses, negative entries, Redis errors, cache=off, bad
 input, every other route. A GET that fell through travels
 with the request as an `EarlyGet`, so Flask neither repeats it nor counts it
@@ -17,7 +17,7 @@ go to Flask at once: it waits for that fill on the event loop, holding no
 Flask thread (coalesce.LoopFlights), then looks in the cache once more and
 answers a hit itself; only if there is still no value does Flask answer it.
 
-Every request passes the event loop's door first (loop_admission.py): past
+Every request passes the event loop's door first (door/loop_admission.py): past
 the worker's capacity it is answered 503 at once, before any of the above.
 
 Why hits skip Flask: see docs/decisions/001-asgi-hot-path.md; why followers wait
@@ -35,18 +35,13 @@ from urllib.parse import parse_qsl
 
 import werkzeug.urls  # noqa: F401 - registers the "werkzeug.url_quote" codec error handler
 
-from aside_gateway import cache_keys, loop_admission, metrics, redis_clients
-from aside_gateway.breaker import CircuitBreaker
-from aside_gateway.cache import FOLLOW_TIMEOUT_S, HIT
-from aside_gateway.coalesce import LoopFlights
-from aside_gateway.config import Settings
-from aside_gateway.invalidations import LoopInvalidationSubscriber
-from aside_gateway.l1 import L1Cache
-from aside_gateway.lateness import LoopLag, is_timeout
-from aside_gateway.loop_admission import PASSED_KEY, SHED_ROUTE, LoopAdmission, refuse
-from aside_gateway.loop_writes import LoopWrites
-from aside_gateway.redis_errors import REDIS_ERRORS
-from aside_gateway.routes import (
+from aside_gateway.backends import redis_clients
+from aside_gateway.backends.breaker import CircuitBreaker
+from aside_gateway.backends.redis_errors import REDIS_ERRORS
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.routes import (
     ARRIVED_KEY,
     COUNT_PATH,
     COUNT_ROUTE,
@@ -62,8 +57,16 @@ from aside_gateway.routes import (
     Scope,
     Send,
 )
-from aside_gateway.tracking import TrackingSubscriber
-from aside_gateway.validation import email_problem, id_or_none
+from aside_gateway.contracts.validation import email_problem, id_or_none
+from aside_gateway.door import loop_admission
+from aside_gateway.door.lateness import LoopLag, is_timeout
+from aside_gateway.door.loop_admission import PASSED_KEY, SHED_ROUTE, LoopAdmission, refuse
+from aside_gateway.front.loop_writes import LoopWrites
+from aside_gateway.misses.coalesce import LoopFlights
+from aside_gateway.tiers.invalidations import LoopInvalidationSubscriber
+from aside_gateway.tiers.l1 import L1Cache
+from aside_gateway.tiers.l2 import FOLLOW_TIMEOUT_S, HIT
+from aside_gateway.tiers.tracking import TrackingSubscriber
 
 log = logging.getLogger("aside_gateway")
 
@@ -196,7 +199,7 @@ Answer = tuple[str, bytes, str | None]
 
 class EarlyGetClient:
     """The hot path's GET on an asyncio Redis client, behind the same circuit
-    breaker as the Flask side's client (cache.Cache)."""
+    breaker as the Flask side's client (l2.Cache)."""
 
     def __init__(self, settings: Settings, breaker: CircuitBreaker):
         self._settings = settings
@@ -281,7 +284,7 @@ class AsyncHotPath:
         tracker: TrackingSubscriber | None = None,
     ):
         self.fallback = fallback
-        # The L1 each strategy reads (tiers.TieredCache.l1_of); l2 reads none.
+        # The L1 each strategy reads (strategies.TieredCache.l1_of); l2 reads none.
         self.l1s: dict[str, L1Cache] = {
             cache_keys.STRATEGY_L1: l1,
             cache_keys.STRATEGY_HYBRID: l1,
@@ -321,7 +324,7 @@ class AsyncHotPath:
             self.admission.leave(scope)
 
     async def _to_flask(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Flask's work has bounds of its own (admission.py, fallback.py): the
+        # Flask's work has bounds of its own (door/admission.py, door/fallback.py): the
         # door counts the loop's, and how busy Flask's threads are.
         self.admission.leave(scope)
         self.admission.hand_over()
@@ -418,7 +421,7 @@ class AsyncHotPath:
         failed or stored nothing, the wait timing out) goes to Flask.
 
         The second look is a read like any hit's, made after this reader arrived,
-        so it is never older than what a Flask follower accepts (cache.py, _fill):
+        so it is never older than what a Flask follower accepts (tiers/l2.py, _fill):
         the leader's answer itself is never handed over.
         """
         metrics.LOOP_FOLLOWERS_WAITING.inc()
@@ -431,7 +434,7 @@ class AsyncHotPath:
         if answer is None or isinstance(answer, Miss):
             metrics.loop_follower(miss.found.route, "fallback")
             if ARRIVED_KEY in scope:
-                # admission.py bounds the wait for a thread; the wait here was none.
+                # door/admission.py bounds the wait for a thread; the wait here was none.
                 scope[ARRIVED_KEY] = time.monotonic()
             return None
         metrics.loop_follower(miss.found.route, "hit")
@@ -457,7 +460,7 @@ class AsyncHotPath:
                 # Filled from PostgreSQL by Flask, which also counts the miss; a
                 # follower can find the fill only while the tier may keep it.
                 return Miss(found) if l1.usable else None
-            l1_token = l1.token(found.key)  # before the GET: see l1.py
+            l1_token = l1.token(found.key)  # before the GET: see tiers/l1.py
         early = await self.redis_get.get(found.key, l1_token)
         if early is None:
             # No verdict. With Redis skipped every read goes to PostgreSQL: no fill

@@ -15,8 +15,8 @@ any) within the body limit and, where they apply, a valid bearer token
 (WRITE_TOKEN) and one valid Idempotency-Key. Anything else goes to Flask,
 whose checks are the same functions, so every error of the request itself is
 Flask's answer; the loop answers with the core's answer, or the error of a
-core that gave none (core_client.py). As on the Flask side, the write's keys
-leave this worker's L1 tier before the answer (tiers.py).
+core that gave none (backends/core_client.py). As on the Flask side, the write's keys
+leave this worker's L1 tier before the answer (tiers/strategies.py).
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from aside_gateway import metrics
-from aside_gateway.auth import refusal
-from aside_gateway.config import Settings
-from aside_gateway.core_client import AsyncCoreClient
-from aside_gateway.errors import ApiError, error_body
-from aside_gateway.routes import (
+from aside_gateway.backends.core_client import AsyncCoreClient
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts.errors import ApiError, error_body
+from aside_gateway.contracts.routes import (
     CLIENT_GONE_KEY,
     CORE_DELAY_HEADER,
     IDEMPOTENCY_KEY,
@@ -44,8 +43,9 @@ from aside_gateway.routes import (
     Scope,
     Send,
 )
-from aside_gateway.tiers import TieredCache
-from aside_gateway.validation import id_or_none, idempotency_key
+from aside_gateway.contracts.validation import id_or_none, idempotency_key
+from aside_gateway.tiers.strategies import TieredCache
+from aside_gateway.web.auth import refusal
 
 log = logging.getLogger("aside_gateway")
 
@@ -174,7 +174,7 @@ class LoopWrites:
             status, payload = 500, error_body("internal", "internal error")
             headers = {"Content-Type": JSON_TYPE}
         raw = _raw(status, headers, payload)
-        # Counted before it is written (see hot_path.py's answers).
+        # Counted before it is written (see front/hot_path.py's answers).
         metrics.observe_request(write.route, write.method, status, time.perf_counter() - started)
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": payload})

@@ -10,7 +10,7 @@ the head), and a bound on open connections per worker, beyond which a new
 connection gets a 503 and is closed. uvicorn's keep-alive timeout covers the
 idle time between requests.
 
-It is also where the event loop's door stands (loop_admission.py): a request
+It is also where the event loop's door stands (door/loop_admission.py): a request
 the door refuses is answered 503 from here, as soon as its head is parsed,
 without the ASGI task, scope walk and response events an app's answer costs.
 """
@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn_worker import UvicornWorker
 
-from aside_gateway.config import Settings, load_settings
-from aside_gateway.errors import error_body
-from aside_gateway.routes import ARRIVED_KEY, CLIENT_GONE_KEY
+from aside_gateway.config.settings import Settings, load_settings
+from aside_gateway.contracts.errors import error_body
+from aside_gateway.contracts.routes import ARRIVED_KEY, CLIENT_GONE_KEY
 
 # gunicorn's own workers bound the request head; uvicorn's httptools protocol
 # does not, so one endless header could grow a worker's memory.
@@ -40,7 +40,7 @@ def _door_module() -> Any:
     """loop_admission, imported by a worker's first connection, not when
     gunicorn's master loads this class: it counts in metrics, which need the
     worker's metrics directory (gunicorn.conf.py makes it)."""
-    from aside_gateway import loop_admission
+    from aside_gateway.door import loop_admission
 
     return loop_admission
 
@@ -170,7 +170,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
-        # What the app needs to shed work nobody waits for (admission.py).
+        # What the app needs to shed work nobody waits for (door/admission.py).
         self.scope[ARRIVED_KEY] = time.monotonic()  # type: ignore[literal-required]
         self.scope[CLIENT_GONE_KEY] = self.transport.is_closing  # type: ignore[literal-required]
         super().on_headers_complete()

@@ -7,7 +7,7 @@ the database work near the number of distinct keys, not of requests:
 * `SingleFlight`: the first thread of this process that misses key K leads;
   threads that miss K while it is in flight wait for its result (an Event
   with a deadline) and touch neither Redis nor PostgreSQL. Only leaders take
-  part in the cross-process lease protocol (cache.py).
+  part in the cross-process lease protocol (tiers/l2.py).
 * `MissBatcher`: leaders holding a lease hand their key to a per-process
   background thread that reads every pending key with ONE query, with at most
   `max_in_flight` queries running and at most `max_batch` keys per query.
@@ -32,7 +32,7 @@ are unit-tested with fake loaders.
 `LoopFlights` is single flight one step earlier, on the worker's event loop:
 a reader that misses a key another request of the worker is already filling
 waits for that fill there, taking no Flask thread, then looks in the cache
-again (hot_path.py).
+again (front/hot_path.py).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from aside_gateway.errors import ApiError, ClientGone
+from aside_gateway.contracts.errors import ApiError, ClientGone
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

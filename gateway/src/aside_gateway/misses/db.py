@@ -7,7 +7,7 @@ answer 503 database_unavailable; a statement cut by statement_timeout answers
 504 timeout. The gateway only reads: writes belong to the core.
 
 Count misses of the cached path go through a per-worker `MissBatcher`
-(coalesce.py): every count pending while the previous batch ran is read by one
+(misses/coalesce.py): every count pending while the previous batch ran is read by one
 `= ANY(array)` query, so a cold cache costs a few full scans instead of one per
 distinct email. The uncached arm (`cache=off`) keeps one query per request: it
 is the baseline the cache is measured against. The lab's `cache=nopool` arm
@@ -28,10 +28,16 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from aside_gateway import metrics
-from aside_gateway.coalesce import MAX_PAUSE_S, BatcherFull, BatchTimeout, CpuShare, MissBatcher
-from aside_gateway.config import Settings
-from aside_gateway.errors import ApiError
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts.errors import ApiError
+from aside_gateway.misses.coalesce import (
+    MAX_PAUSE_S,
+    BatcherFull,
+    BatchTimeout,
+    CpuShare,
+    MissBatcher,
+)
 
 COUNT_BY_EMAIL_SQL = "SELECT count(*) FROM users WHERE email = %s"
 # Sent unprepared (prepare=False) so PostgreSQL plans it with the array's value:

@@ -3,7 +3,7 @@
 -- atomically. A writer that deleted key and lease after its commit makes this a
 -- no-op, so a value read before the commit never lands.
 -- KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] value, ARGV[3] ttl seconds.
--- Returns 1 when stored, 0 otherwise. One file: the gateway (cache.py) loads it
+-- Returns 1 when stored, 0 otherwise. One file: the gateway (tiers/l2.py) loads it
 -- from its package, and contracts/store_if_lease_held.lua, which the core's
 -- test reader (internal/cachetest/lease.go) runs, links to it.
 if redis.call('GET', KEYS[2]) == ARGV[1] then

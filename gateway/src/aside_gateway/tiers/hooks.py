@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from aside_gateway import redis_clients
-from aside_gateway.config import Settings
-from aside_gateway.redis_errors import REDIS_ERRORS
+from aside_gateway.backends import redis_clients
+from aside_gateway.backends.redis_errors import REDIS_ERRORS
+from aside_gateway.config.settings import Settings
 
 log = logging.getLogger("aside_gateway")
 

@@ -29,10 +29,12 @@ import threading
 import time
 from typing import Any, Protocol
 
-from aside_gateway import cache_keys, metrics, redis_clients
-from aside_gateway.config import Settings
-from aside_gateway.l1 import L1Cache
-from aside_gateway.redis_errors import REDIS_ERRORS
+from aside_gateway.backends import redis_clients
+from aside_gateway.backends.redis_errors import REDIS_ERRORS
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.tiers.l1 import L1Cache
 
 log = logging.getLogger("aside_gateway")
 

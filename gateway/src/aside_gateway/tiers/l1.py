@@ -5,7 +5,7 @@ Bounded by entries and by bytes, each entry living at most CACHE_L1_TTL_SECONDS
 Flask's threads and the event loop share it, so every access holds a lock.
 
 Coherence (contracts/README.md, "Cache tiers"): the core publishes every
-invalidation's keys and each worker evicts them here (invalidations.py). Two
+invalidation's keys and each worker evicts them here (tiers/invalidations.py). Two
 rules keep a stale entry from outliving that message:
 
 * no subscription, no L1: until the subscriber has confirmed its subscription,
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 
 from cachetools import TTLCache
 
-from aside_gateway import metrics
+from aside_gateway.config import metrics
 
 # Rough per-entry bookkeeping (dict slot, TTL link, key and bytes objects), so
 # CACHE_L1_MAX_BYTES bounds the memory of many small entries, not just their text.

@@ -21,9 +21,9 @@ otherwise fills the key under a lease:
   scan of a key whose holder is merely slow.
 
 Redis trouble never fails a read: the value comes from PostgreSQL (outcome
-BYPASS, error flagged) and the worker's circuit breaker (breaker.py) then
+BYPASS, error flagged) and the worker's circuit breaker (backends/breaker.py) then
 skips Redis for REDIS_BREAKER_MS. Those reads from PostgreSQL are bounded
-(fallback.py): past CACHE_FALLBACK_MAX_CONCURRENCY at once, 503, so that a
+(door/fallback.py): past CACHE_FALLBACK_MAX_CONCURRENCY at once, 503, so that a
 storm of hits never becomes a storm of scans.
 """
 
@@ -35,15 +35,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 
-from aside_gateway import cache_keys, metrics, redis_clients
-from aside_gateway.breaker import CircuitBreaker
-from aside_gateway.coalesce import Flight, SingleFlight, shared_error
-from aside_gateway.config import Settings
-from aside_gateway.errors import ApiError, ClientGone
-from aside_gateway.fallback import FallbackSlots
-from aside_gateway.hooks import TestHooks
-from aside_gateway.redis_errors import REDIS_ERRORS
-from aside_gateway.routes import EarlyGet
+from aside_gateway.backends import redis_clients
+from aside_gateway.backends.breaker import CircuitBreaker
+from aside_gateway.backends.redis_errors import REDIS_ERRORS
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.errors import ApiError, ClientGone
+from aside_gateway.contracts.routes import EarlyGet
+from aside_gateway.door.fallback import FallbackSlots
+from aside_gateway.misses.coalesce import Flight, SingleFlight, shared_error
+from aside_gateway.tiers.hooks import TestHooks
 
 HIT = "HIT"
 MISS = "MISS"
@@ -96,7 +98,7 @@ class CacheRead:
     tier: str | None = None  # on a HIT: the tier that answered, "l1" or "l2"
     # Redis held this value when it was read: a GET, or a store under a
     # still-held lease. Only such a value may enter the tracking tier's L1,
-    # whose invalidations Redis sends for keys it holds (tracking.py).
+    # whose invalidations Redis sends for keys it holds (tiers/tracking.py).
     in_redis: bool = False
 
 

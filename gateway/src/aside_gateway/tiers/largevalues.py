@@ -7,7 +7,7 @@ policy decides what goes to Redis instead of the plain text:
 * `compress`: a frame of CACHE_CODEC (zstd or gzip), recognised on reading by
   the codec's own magic number, so any reader decodes any stored value;
 * `simplify`: the whole-track route answers, and stores, the track simplified
-  at CACHE_SIMPLIFY_TOLERANCE (tracks.py asks the core); what is still large
+  at CACHE_SIMPLIFY_TOLERANCE (web/tracks.py asks the core); what is still large
   after that is compressed;
 * `skip`: the too-large marker, so readers go to PostgreSQL without queueing
   behind a lease for a value that will never be stored;
@@ -25,8 +25,8 @@ import threading
 
 import zstandard
 
-from aside_gateway import cache_keys
-from aside_gateway.cache_keys import (
+from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.cache_keys import (
     CODEC_GZIP,
     CODEC_ZSTD,
     DECODED_MAX_BYTES,
@@ -97,7 +97,7 @@ def _gunzip(stored: bytes) -> bytes:
 
 def stored_form(answer: bytes, policy: str, codec: str, threshold: int) -> bytes:
     """What to store for `answer` (a track's JSON, or the negative entry).
-    Under `simplify` the answer was already simplified when large (tracks.py);
+    Under `simplify` the answer was already simplified when large (web/tracks.py);
     what is still large is compressed."""
     if len(answer) <= threshold or answer == cache_keys.NEGATIVE or policy == POLICY_RAW:
         return answer

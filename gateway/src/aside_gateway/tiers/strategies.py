@@ -1,18 +1,18 @@
-"""Cache strategies over two tiers: L1 (the worker's memory, l1.py) and L2
-(Redis with leases, cache.py).
+"""Cache strategies over two tiers: L1 (the worker's memory, tiers/l1.py) and L2
+(Redis with leases, tiers/l2.py).
 
-* `l2`: Redis only, as cache.py does it;
+* `l2`: Redis only, as tiers/l2.py does it;
 * `l1`: the worker's memory only, filled from PostgreSQL; no Redis for the
   route at all, so only the L1 TTL and the invalidation messages bound
   staleness (while the subscription is down the reads go to PostgreSQL);
 * `hybrid`: L1, then Redis (and its lease protocol on a miss), storing in L1
   what Redis or the fill returned;
 * `tracking`: as hybrid, but with an L1 of its own (`tracked`) that Redis's
-  client tracking keeps (tracking.py) instead of the core's channel, and that
+  client tracking keeps (tiers/tracking.py) instead of the core's channel, and that
   stores only a value Redis held when it was read (`CacheRead.in_redis`):
   Redis reports changes to the keys it holds, not to absent ones.
 
-Every L1 store goes through the token check of l1.py, so a value read while
+Every L1 store goes through the token check of tiers/l1.py, so a value read while
 an invalidation arrived is never kept.
 """
 
@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from aside_gateway import cache_keys, metrics
-from aside_gateway.cache import BYPASS, HIT, MISS, Cache, CacheRead
-from aside_gateway.hooks import TestHooks
-from aside_gateway.l1 import L1Cache
-from aside_gateway.routes import EarlyGet
+from aside_gateway.config import metrics
+from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.routes import EarlyGet
+from aside_gateway.tiers.hooks import TestHooks
+from aside_gateway.tiers.l1 import L1Cache
+from aside_gateway.tiers.l2 import BYPASS, HIT, MISS, Cache, CacheRead
 
 L1 = "l1"
 L2 = "l2"

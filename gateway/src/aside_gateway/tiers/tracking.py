@@ -1,6 +1,6 @@
 """The tracking tier's invalidations: Redis's own server-assisted client-side
 caching (CLIENT TRACKING) feeds a second L1 of the worker, the one the
-`tracking` strategy reads (tiers.py).
+`tracking` strategy reads (tiers/strategies.py).
 
 One connection per worker, on its event loop, speaking RESP2, does all of it:
 `CLIENT ID`, then `CLIENT TRACKING on REDIRECT <its own id> BCAST PREFIX ...`
@@ -14,7 +14,7 @@ together: there is no state in which the subscription lives on while Redis
 has forgotten the tracking. (Why this and not a client's own cache:
 docs/decisions/045-the-tracking-tier-redis-invalidations-on-resp2.md.)
 
-The loss rules are the channel's (invalidations.py): any failure flushes the
+The loss rules are the channel's (tiers/invalidations.py): any failure flushes the
 tracked L1 and marks it unusable; a new connection serves again only once
 Redis has confirmed the new subscription, and that confirmation empties the
 L1, since Redis dropped the tracking state with the old connection. redis-py's
@@ -24,7 +24,7 @@ CLIENT TRACKING: a second confirmation on one connection is treated as a loss.
 Lease keys share the prefixes and are reported too; no L1 holds one, so they
 are skipped. A key Redis does not hold is never reported (a DEL of a missing
 key changes nothing), which is why only a value Redis held enters this L1
-(cache.CacheRead.in_redis).
+(l2.CacheRead.in_redis).
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aside_gateway import cache_keys, metrics
-from aside_gateway.invalidations import LoopInvalidationSubscriber, SubscriptionLost
-from aside_gateway.l1 import L1Cache
+from aside_gateway.config import metrics
+from aside_gateway.contracts import cache_keys
+from aside_gateway.tiers.invalidations import LoopInvalidationSubscriber, SubscriptionLost
+from aside_gateway.tiers.l1 import L1Cache
 
 log = logging.getLogger("aside_gateway")
 

@@ -8,10 +8,11 @@ from collections.abc import Callable
 
 from flask import Blueprint, Response, current_app, request
 
-from aside_gateway import cache_keys, compute, metrics, openapi
-from aside_gateway.cache import BYPASS, CacheRead
-from aside_gateway.errors import ApiError
-from aside_gateway.routes import (
+from aside_gateway.backends import compute
+from aside_gateway.config import metrics
+from aside_gateway.contracts import cache_keys, openapi
+from aside_gateway.contracts.errors import ApiError
+from aside_gateway.contracts.routes import (
     CLIENT_GONE_KEY,
     CORE_DELAY_HEADER,
     COUNT_ROUTE,
@@ -19,13 +20,14 @@ from aside_gateway.routes import (
     IDEMPOTENCY_KEY,
     USER_ROUTE,
 )
-from aside_gateway.services import Services
-from aside_gateway.validation import (
+from aside_gateway.contracts.validation import (
     idempotency_key,
     parse_id,
     validate_compute_body,
     validate_email,
 )
+from aside_gateway.services import Services
+from aside_gateway.tiers.l2 import BYPASS, CacheRead
 
 HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 JSON = "application/json"

@@ -13,16 +13,16 @@ import time
 
 from flask import Flask, Response, request
 
-from aside_gateway import metrics
-from aside_gateway.api import create_api
-from aside_gateway.auth import write_token_check
-from aside_gateway.config import Settings
-from aside_gateway.error_handlers import register_error_handlers
-from aside_gateway.errors import ApiError
-from aside_gateway.redis_errors import REDIS_ERRORS
-from aside_gateway.routes import HEALTHZ_BODY, HEALTHZ_PATH, MAX_BODY_BYTES, START_KEY
+from aside_gateway.backends.redis_errors import REDIS_ERRORS
+from aside_gateway.config import metrics
+from aside_gateway.config.settings import Settings
+from aside_gateway.contracts.errors import ApiError
+from aside_gateway.contracts.routes import HEALTHZ_BODY, HEALTHZ_PATH, MAX_BODY_BYTES, START_KEY
 from aside_gateway.services import Services
-from aside_gateway.tracks import create_tracks_api
+from aside_gateway.web.api import create_api
+from aside_gateway.web.auth import write_token_check
+from aside_gateway.web.error_handlers import register_error_handlers
+from aside_gateway.web.tracks import create_tracks_api
 
 READY_DB_TIMEOUT_S = 0.5
 

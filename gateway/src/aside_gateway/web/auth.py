@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from flask import request
 
-from aside_gateway.errors import ApiError
+from aside_gateway.contracts.errors import ApiError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CHALLENGE = 'Bearer realm="aside"'

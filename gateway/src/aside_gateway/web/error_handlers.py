@@ -1,4 +1,4 @@
-"""Flask's error handlers: every error answer in the one shape of errors.py.
+"""Flask's error handlers: every error answer in the one shape of contracts/errors.py.
 
 Handlers cover our own `ApiError`, every werkzeug HTTPException (Flask's 404,
 405, 413, ...) and any unexpected exception, which becomes a 500 `internal`
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
-from aside_gateway.errors import STATUS_BY_CODE, ApiError, error_body
+from aside_gateway.contracts.errors import STATUS_BY_CODE, ApiError, error_body
 
 log = logging.getLogger("aside_gateway")
 

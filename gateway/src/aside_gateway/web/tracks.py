@@ -1,9 +1,9 @@
 """GET /api/v1/tracks/<id> and GET /api/v1/tracks/<id>?simplify=T: GPS tracks,
-cached in Redis (no L1 tier) under the large-value policy of largevalues.py.
+cached in Redis (no L1 tier) under the large-value policy of tiers/largevalues.py.
 
 A whole track is read from PostgreSQL and served as stored (the path's text is
 spliced in, never parsed); a simplified one is asked of the core, which runs
-Douglas-Peucker. Either answer is cached with the lease protocol of cache.py,
+Douglas-Peucker. Either answer is cached with the lease protocol of tiers/l2.py,
 under a key that names the id, the tolerance and the policy's tag.
 
 The lab may choose the policy per request (`large=`) and read without the
@@ -18,11 +18,13 @@ from dataclasses import dataclass
 
 from flask import Blueprint, Response, request
 
-from aside_gateway import cache_keys, largevalues, metrics
-from aside_gateway.cache import BYPASS, HIT, MISS, CacheRead
-from aside_gateway.errors import ApiError
+from aside_gateway.config import metrics
+from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.errors import ApiError
+from aside_gateway.contracts.validation import parse_id, parse_tolerance
 from aside_gateway.services import Services
-from aside_gateway.validation import parse_id, parse_tolerance
+from aside_gateway.tiers import largevalues
+from aside_gateway.tiers.l2 import BYPASS, HIT, MISS, CacheRead
 
 TRACK_ROUTE = "/api/v1/tracks/<id>"
 JSON = "application/json"
