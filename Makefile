@@ -169,8 +169,10 @@ images: ## docker build of aside-gateway, aside-seed, aside-core and aside-load 
 	$(DOCKER) build -f core-go/Dockerfile -t aside-core:$(IMAGE_TAG) core-go
 	$(DOCKER) build -f bench/driver/Dockerfile -t aside-load:$(IMAGE_TAG) bench/driver
 
-lint: ## ruff, the bench's import layers (import-linter), gofmt, go vet
+lint: ## ruff, the import layers of the gateway, seed and bench (import-linter), gofmt, go vet
 	@$(ENV) $(VENV)/ruff check . && $(VENV)/ruff format --check . && \
+		(cd gateway && ../$(VENV)/lint-imports --no-cache --no-logo) && \
+		(cd seed && ../$(VENV)/lint-imports --no-cache --no-logo) && \
 		(cd bench && ../$(VENV)/lint-imports --no-cache --no-logo) && \
 		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...) && \
 		test -z "$$(cd bench/driver && gofmt -l .)" && (cd bench/driver && go vet ./...) && \
