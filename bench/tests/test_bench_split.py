@@ -106,16 +106,31 @@ def test_every_rate_the_three_arms_share_is_split_from_the_runs_own_figures() ->
 def test_the_answer_states_the_split_at_the_highest_rate() -> None:
     results = _run()
     lines = answer_lines(results, PRICES)
-    assert len(lines) == 1
+    assert len(lines) == 2
     line = lines[0]
     cost = rate_splits(results, PRICES)[1].cost
     assert cost is not None and cost.hits_share is not None
     assert line.startswith("At 200/s, what the cache itself bought (cache (warm)): nocache $")
-    assert f"coalescing alone recovered {1 - cost.hits_share:.0%} of it, the hits " in line
+    assert f"coalescing alone recovered {1 - cost.hits_share:.0%} of the saving, the hits " in line
     assert "p95 580.0 / 250.0 / 208.0 ms" in line
     assert "dropped or failed 81.5% / 10.0% / 0.0%" in line
     # And the report's answer carries it.
     assert line in answer(results, [], PRICES, 10, False)
+    # The hits' share over both rates: p95 (60 - 3) / (90 - 3) at 100/s and
+    # (250 - 208) / (580 - 208) at 200/s.
+    low, high = (250 - 208) / (580 - 208), (30 - 3) / (90 - 3)
+    assert lines[1].startswith("Over the 2 rates the three arms ran (100-200/s), the hits of ")
+    assert f"{low:.0%}-{high:.0%} of the p95 saving" in lines[1]
+
+
+def test_the_split_is_stated_at_the_highest_rate_all_three_were_priced() -> None:
+    results = _run()
+    # Nothing served at 200/s by the uncached arm: no cost there, so the sentence
+    # speaks of 100/s, where all three were priced.
+    results[1] = _step("nocache", "none", 200, 580.0, 47.0, dropped=2000)
+    line = answer_lines(results, PRICES)[0]
+    assert line.startswith("At 100/s, what the cache itself bought")
+    assert "per million requests" in line
 
 
 def test_without_a_coalesce_arm_nothing_is_split() -> None:

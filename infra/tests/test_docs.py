@@ -76,3 +76,29 @@ def test_readme_names_no_run() -> None:
     readme = (ROOT / "README.md").read_text()
     assert re.findall(r"\b20\d{6}-\d{6}(?:-[a-z]+)?\b", readme) == []
     assert len(readme.splitlines()) <= 300
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def readme_sample_answer() -> list[str]:
+    """The answer README quotes under "A sample of the report": its blockquote's
+    bullets, each joined back into one line."""
+    section = (ROOT / "README.md").read_text().split("## A sample of the report", 1)[1]
+    quoted = [line[1:].strip() for line in section.split("\n## ", 1)[0].splitlines()
+              if line.startswith(">")]  # fmt: skip
+    return [_words(item) for item in " ".join(quoted).split("- ") if item.strip()]
+
+
+def sample_report_answer() -> list[str]:
+    """docs/sample/report.md's answer: the bullets under its "## The answer"."""
+    report = (ROOT / "docs/sample/report.md").read_text()
+    section = report.split("## The answer", 1)[1].split("\n## ", 1)[0]
+    return [_words(item) for item in section.split("\n- ") if item.strip()]
+
+
+def test_readme_quotes_the_sample_reports_answer_verbatim() -> None:
+    quoted, written = readme_sample_answer(), sample_report_answer()
+    assert quoted, "README quotes no answer under 'A sample of the report'"
+    assert quoted == written

@@ -32,6 +32,61 @@ func draw(rk Ranker, n int, seed uint64) []int {
 	return counts
 }
 
+// zipfLaw is rank r's chance (r from 0) under Zipf's law with exponent alpha
+// over n ranks, (r + 1)^-alpha over the sum of k^-alpha for k = 1..n: computed
+// here from the law itself, not read from the sampler under test.
+func zipfLaw(n int, alpha float64) func(r int) float64 {
+	sum := 0.0
+	for k := n; k >= 1; k-- { // smallest terms first: less rounding
+		sum += math.Pow(float64(k), -alpha)
+	}
+	return func(r int) float64 { return math.Pow(float64(r+1), -alpha) / sum }
+}
+
+// fromWeights is a sampler drawing rank r with a chance proportional to
+// weight(r): the shape of a sampler built with a mistake.
+func fromWeights(n int, weight func(r int) float64) *Zipf {
+	cdf := make([]float64, n)
+	total := 0.0
+	for r := range n {
+		total += weight(r)
+		cdf[r] = total
+	}
+	for r := range cdf {
+		cdf[r] /= total
+	}
+	cdf[n-1] = 1
+	return &Zipf{cdf: cdf}
+}
+
+func TestZipfDrawsFitTheLawAndMistakenSamplersDoNot(t *testing.T) {
+	const keys, n = 1000, 1_000_000
+	for _, alpha := range []float64{0.6, 0.99, 1.3} {
+		law := zipfLaw(keys, alpha)
+		z, err := NewZipf(keys, alpha)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stat, limit := chiSquare(draw(z, n, 7), n, law), critical(keys-1); stat > limit {
+			t.Errorf("alpha %g: chi-square %.0f above %.0f: the draws do not fit the law", alpha, stat, limit)
+		}
+		mistaken := map[string]*Zipf{
+			"the exponent off by 0.05": fromWeights(keys, func(r int) float64 {
+				return math.Pow(float64(r+1), -(alpha + 0.05))
+			}),
+			// r^-alpha with r from 0, its division by zero patched: ranks 0 and 1 alike.
+			"ranks counted from 0": fromWeights(keys, func(r int) float64 {
+				return math.Pow(float64(max(r, 1)), -alpha)
+			}),
+		}
+		for name, wrong := range mistaken {
+			if stat, limit := chiSquare(draw(wrong, n, 7), n, law), critical(keys-1); stat <= limit {
+				t.Errorf("alpha %g, a sampler with %s: chi-square %.0f within %.0f", alpha, name, stat, limit)
+			}
+		}
+	}
+}
+
 func TestZipfDrawsFitTheirExponentAndNotAnother(t *testing.T) {
 	const keys, n = 1000, 1_000_000
 	for _, alpha := range []float64{0.6, 0.99, 1.3} {

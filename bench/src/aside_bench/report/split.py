@@ -122,10 +122,10 @@ def _share_words(split: Split) -> str:
     if share is None:
         return "no saving to split"
     if split.by_coalescing <= 0:
-        return "coalescing alone recovered none of it: the hits account for all of it"
+        return "coalescing alone recovered none of the saving: the hits account for all of it"
     if split.by_hits <= 0:
-        return "coalescing alone recovered all of it: the hits add nothing"
-    return f"coalescing alone recovered {1 - share:.0%} of it, the hits {share:.0%}"
+        return "coalescing alone recovered all of the saving: the hits add nothing"
+    return f"coalescing alone recovered {1 - share:.0%} of the saving, the hits {share:.0%}"
 
 
 def split_sentence(one: RateSplit) -> str:
@@ -144,7 +144,7 @@ def split_sentence(one: RateSplit) -> str:
             parts.append(
                 f"{one.uncached_label} ${c.uncached:.3f} per million requests, {coal} "
                 f"(misses batched, nothing stored) ${c.coalesced:.3f}, {one.cached_label} "
-                f"${c.cached:.3f}: of the saving, {_share_words(c)}"
+                f"${c.cached:.3f}: {_share_words(c)}"
             )
     if one.p95 is not None:
         p = one.p95
@@ -157,13 +157,50 @@ def split_sentence(one: RateSplit) -> str:
     return f"{head}: " + "; ".join(parts) + "."
 
 
-def answer_lines(results: list[StepResult], prices: Prices) -> list[str]:
-    """The split at the highest rate each cached series shares with both references."""
-    splits = rate_splits(results, prices)
-    last: dict[str, RateSplit] = {}
+def _shares(splits: list[RateSplit], figure: str) -> list[float]:
+    found = []
     for one in splits:
-        last[one.cached_label] = one  # rates rise: the last is the highest
-    return [split_sentence(one) for one in last.values()]
+        split: Split | None = getattr(one, figure)
+        if split is not None and split.hits_share is not None:
+            found.append(split.hits_share)
+    return found
+
+
+def range_sentence(splits: list[RateSplit]) -> str | None:
+    """The hits' share over every rate of one cached series; None for one rate."""
+    if len(splits) < 2:
+        return None
+    parts = []
+    for figure, words in (("cost", "the $ saving"), ("p95", "the p95 saving"),
+                          ("drops", "the drops saved")):  # fmt: skip
+        shares = _shares(splits, figure)
+        if shares:
+            low, high = min(shares), max(shares)
+            span = f"{low:.0%}" if round(low, 2) == round(high, 2) else f"{low:.0%}-{high:.0%}"
+            parts.append(f"{span} of {words}")
+    if not parts:
+        return None
+    rates = f"{splits[0].rate:,}-{splits[-1].rate:,}/s"
+    return (
+        f"Over the {len(splits)} rates the three arms ran ({rates}), the hits of "
+        f"{splits[0].cached_label} account for " + ", ".join(parts) + " (coalescing the rest)."
+    )
+
+
+def answer_lines(results: list[StepResult], prices: Prices) -> list[str]:
+    """For each cached series: the split at the highest rate the three arms were
+    all priced at (else the highest), then the hits' share over every rate."""
+    by_series: dict[str, list[RateSplit]] = {}
+    for one in rate_splits(results, prices):
+        by_series.setdefault(one.cached_label, []).append(one)  # rates rise
+    lines = []
+    for splits in by_series.values():
+        priced = [one for one in splits if one.cost is not None]
+        lines.append(split_sentence((priced or splits)[-1]))
+        over = range_sentence(splits)
+        if over is not None:
+            lines.append(over)
+    return lines
 
 
 def _share_cell(split: Split | None) -> str:
