@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aside_gateway.contracts.cache_keys import encode_json
+
 # ASGI's three arguments, as both event-loop modules take them.
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -44,6 +46,12 @@ EARLY_GET_KEY = "aside.early_get"  # the EarlyGet of a hit attempt that fell thr
 # Set by the worker's protocol (front/worker.py) when the request head is complete.
 ARRIVED_KEY = "aside.arrived"  # time.monotonic() then
 CLIENT_GONE_KEY = "aside.client_gone"  # a callable: True once the connection is closing
+
+
+def count_body(email: str, value: bytes) -> bytes:
+    """The body of GET /api/v1/users/count for the cached count `value`, as
+    either layer answers it."""
+    return encode_json({"email": email, "count": int(value)})
 
 
 @dataclass(frozen=True, slots=True)

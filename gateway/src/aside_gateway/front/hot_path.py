@@ -56,6 +56,7 @@ from aside_gateway.contracts.routes import (
     Receive,
     Scope,
     Send,
+    count_body,
 )
 from aside_gateway.contracts.validation import email_problem, id_or_none
 from aside_gateway.door import loop_admission
@@ -166,7 +167,7 @@ def lookup(
 
 @functools.lru_cache(maxsize=MEMO_SIZE)
 def _count_body(email: str, value: bytes) -> bytes:
-    return cache_keys.encode_json({"email": email, "count": int(value)})
+    return count_body(email, value)
 
 
 @functools.lru_cache(maxsize=MEMO_SIZE)

@@ -19,6 +19,7 @@ from aside_gateway.contracts.routes import (
     EARLY_GET_KEY,
     IDEMPOTENCY_KEY,
     USER_ROUTE,
+    count_body,
 )
 from aside_gateway.contracts.validation import (
     idempotency_key,
@@ -124,8 +125,7 @@ def create_api(services: Services) -> Blueprint:
             ),
             mode,
         )
-        body = cache_keys.encode_json({"email": email, "count": int(result.value)})
-        return _json_response(body, headers=_cache_headers(result))
+        return _json_response(count_body(email, result.value), headers=_cache_headers(result))
 
     def load_user(user_id: int, pooled: bool = True) -> bytes:
         row = db.user_by_id(user_id, pooled)
