@@ -75,7 +75,7 @@ EXPERIMENTS ?= all
 # ARMS and DURATION default to the suite's own (cache hybrid, 15s) unless given here
 CEILING ?=
 
-.PHONY: help up down status logs clean install seed bench bench-ceiling bench-cost report compare screenshot chaos soak create-rate hardening overload test test-unit lint fmt images
+.PHONY: help up down status logs clean install seed bench bench-ceiling bench-cost report compare screenshot chaos soak create-rate hardening overload test test-unit lint licences fmt images
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -169,14 +169,19 @@ images: ## docker build of aside-gateway, aside-seed, aside-core and aside-load 
 	$(DOCKER) build -f core-go/Dockerfile -t aside-core:$(IMAGE_TAG) core-go
 	$(DOCKER) build -f bench/driver/Dockerfile -t aside-load:$(IMAGE_TAG) bench/driver
 
-lint: ## ruff, the import layers of the gateway, seed and bench (import-linter), gofmt, go vet
+lint: ## ruff, the import layers of the gateway, seed and bench (import-linter), gofmt, go vet, every dependency's licence
 	@$(ENV) $(VENV)/ruff check . && $(VENV)/ruff format --check . && \
 		(cd gateway && ../$(VENV)/lint-imports --no-cache --no-logo) && \
 		(cd seed && ../$(VENV)/lint-imports --no-cache --no-logo) && \
 		(cd bench && ../$(VENV)/lint-imports --no-cache --no-logo) && \
 		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...) && \
 		test -z "$$(cd bench/driver && gofmt -l .)" && (cd bench/driver && go vet ./...) && \
-		test -z "$$(cd infra/helm/validate && gofmt -l .)" && (cd infra/helm/validate && go vet ./...)
+		test -z "$$(cd infra/helm/validate && gofmt -l .)" && (cd infra/helm/validate && go vet ./...) && \
+		infra/install.sh licences && $(VENV)/python infra/licences.py --go-licenses "$$ASIDE_BIN_DIR/go-licenses"
+
+licences: ## check every dependency's licence (infra/licences.toml) and write docs/licences.md
+	@$(ENV) infra/install.sh licences && \
+		$(VENV)/python infra/licences.py --write --go-licenses "$$ASIDE_BIN_DIR/go-licenses"
 
 fmt: ## format Python and Go
 	@$(VENV)/ruff format . && $(VENV)/ruff check --fix . && (cd core-go && gofmt -w .) && \

@@ -3,11 +3,12 @@
 # Python environment (uv, from uv.lock), the core's Go build and the bench's
 # load driver (bench/driver, built into bin/aside-load). A second run finds
 # everything and returns quickly. helm, built from its Go module, is for the
-# chart's tests only (infra/test.sh asks for it); the native stack does not
-# need it.
+# chart's tests only (infra/test.sh asks for it), and go-licenses for the
+# licence check of `make lint` (which asks for it); the native stack needs
+# neither.
 #
-# usage: infra/install.sh [packages|user|python|core|driver|browser|helm ...]
-#        (default: all but browser and helm, which only the tests need: infra/test.sh asks for them)
+# usage: infra/install.sh [packages|user|python|core|driver|browser|helm|licences ...]
+#        (default: all but browser, helm and licences, which only the checks need)
 set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
 source "$ASIDE_ROOT/infra/lib.sh"
@@ -16,6 +17,9 @@ trap 'printf "aside: %s failed at line %s: %s\n" "${BASH_SOURCE[0]##*/}" "$LINEN
 
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 UV_VERSION=${UV_VERSION:-0.13.9}
+# The Go packages' licences (infra/licences.py), from the Go module proxy.
+GO_LICENSES_MODULE=github.com/google/go-licenses
+GO_LICENSES_VERSION=v1.6.0
 APT_PACKAGES=(postgresql postgresql-contrib redis-server influxdb prometheus
     prometheus-node-exporter prometheus-redis-exporter prometheus-postgres-exporter
     curl jq iproute2 util-linux)
@@ -147,6 +151,22 @@ install_helm() {
         die "building helm failed (see .run/logs/helm-build.log)"
 }
 
+# go-licenses, pinned, built into bin/ once: `go version -m` names the version a
+# binary was built from, so a second run only reads it.
+install_licences() {
+    local tool=$ASIDE_BIN_DIR/go-licenses
+    if [ -x "$tool" ] && go version -m "$tool" 2>/dev/null |
+        grep -Eq "^[[:space:]]*mod[[:space:]]+$GO_LICENSES_MODULE[[:space:]]+$GO_LICENSES_VERSION([[:space:]]|$)"; then
+        return 0
+    fi
+    command -v go >/dev/null || die "go is not installed; go-licenses is built from its Go module"
+    info "building go-licenses $GO_LICENSES_VERSION from its Go module (a minute or two, once)"
+    mkdir -p "$ASIDE_BIN_DIR"
+    GOBIN=$ASIDE_BIN_DIR go install "$GO_LICENSES_MODULE@$GO_LICENSES_VERSION" \
+        >>"$ASIDE_RUN_DIR/logs/go-licenses-build.log" 2>&1 ||
+        die "building go-licenses failed (see .run/logs/go-licenses-build.log)"
+}
+
 main() {
     mkdir -p "$ASIDE_RUN_DIR/logs"
     local steps=("$@")
@@ -161,7 +181,8 @@ main() {
             core) install_core ;;
             driver) install_driver ;;
             helm) install_helm ;;
-            *) die "unknown install step '$s' (packages, user, python, core, driver, browser, helm)" ;;
+            licences) install_licences ;;
+            *) die "unknown install step '$s' (packages, user, python, core, driver, browser, helm, licences)" ;;
         esac
     done
 }
