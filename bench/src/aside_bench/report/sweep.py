@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aside_bench.curve.points import run_curves
+from aside_bench.curve.points import RateCurve, run_curves
+from aside_bench.curve.simulate import CurveUnavailable
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
@@ -238,10 +239,23 @@ DEFINITIONS = [
 ]
 
 
+def drawn_curves(
+    run: RunRecord, results: list[StepResult], out_dir: Path
+) -> tuple[list[RateCurve], str | None]:
+    """The run's miss-ratio curves; none, and the sentence saying why, when the
+    simulator is not installed (the bench's optional curve extra)."""
+    if not results:
+        return [], None
+    try:
+        return run_curves(run, results, out_dir), None
+    except CurveUnavailable as error:
+        return [], f"The hit rate against cache size was not drawn: {error}."
+
+
 def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
     title = f"Aside bench {run.run_id}"
     merged = merge_repeats(results)
-    curves = run_curves(run, results, out_dir) if results else []
+    curves, not_drawn = drawn_curves(run, results, out_dir)
     prices = run_prices(run.params)
     doc = Doc()
     doc.h(1, title)
@@ -271,6 +285,8 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
         doc.table(saving)
     saturation_section(doc, results)
     tables += curve_section(doc, curves, out_dir, caption(run))
+    if not_drawn is not None:
+        doc.p(not_drawn, note=True)
     drift = machine_drift_line(figures)
     if drift is not None:
         doc.p(drift, note=True)
