@@ -86,16 +86,28 @@ def readme_sample_answer() -> list[str]:
     """The answer README quotes under "A sample of the report": its blockquote's
     bullets, each joined back into one line."""
     section = (ROOT / "README.md").read_text().split("## A sample of the report", 1)[1]
-    quoted = [line[1:].strip() for line in section.split("\n## ", 1)[0].splitlines()
-              if line.startswith(">")]  # fmt: skip
-    return [_words(item) for item in " ".join(quoted).split("- ") if item.strip()]
+    bullets: list[str] = []
+    for line in section.split("\n## ", 1)[0].splitlines():
+        if not line.startswith(">"):
+            continue
+        text = line[1:].strip()
+        if text.startswith("- "):
+            bullets.append(text[2:])
+        elif bullets:
+            bullets[-1] += " " + text
+    return [_words(item) for item in bullets]
 
 
 def sample_report_answer() -> list[str]:
-    """docs/sample/report.md's answer: the bullets under its "## The answer"."""
+    """docs/sample/report.md's answer: the bullets right under its "## The answer"."""
     report = (ROOT / "docs/sample/report.md").read_text()
-    section = report.split("## The answer", 1)[1].split("\n## ", 1)[0]
-    return [_words(item) for item in section.split("\n- ") if item.strip()]
+    lines = report.split("## The answer", 1)[1].strip().splitlines()
+    bullets = []
+    for line in lines:
+        if not line.startswith("- "):
+            break
+        bullets.append(_words(line[2:]))
+    return bullets
 
 
 def test_readme_quotes_the_sample_reports_answer_verbatim() -> None:
