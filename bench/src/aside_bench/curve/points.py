@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aside_bench.curve.simulate import CurvePoint, Stream, capacities, curve, policies_at
+from aside_bench.curve.simulate import (
+    POLICIES,
+    CurvePoint,
+    Stream,
+    capacities,
+    curve,
+    policies_at,
+)
 from aside_bench.plan.steps import arm_bound, base_arm
 from aside_bench.records.keytrace import KeyTraceError, read_key_trace
 from aside_bench.records.results import StepResult
@@ -205,14 +212,14 @@ def measured_point(stream: Stream, warm: StepResult, cold: StepResult | None) ->
     held = redis.keys if redis.keys_held is None else redis.keys_held
     evicted, expired, failed = _stream_counts(warm, cold)
     size = len(set(stream.keys)) if evicted == 0 else held
-    # A cache that held no key has no size to simulate (its clients' buffers
-    # took the bound); below S3-FIFO's least, the other policies still run.
-    policies = policies_at(size)
-    at_size = (
-        {point.policy: point.hit_ratio for point in curve(stream, [size], policies)}
-        if size >= 1 and policies
-        else {}
-    )
+    if size < 1:
+        # A cache that held no key (its clients' buffers took the bound) hits
+        # nothing, whatever the policy: no simulation needed.
+        at_size = dict.fromkeys(POLICIES, 0.0)
+    else:
+        # Below S3-FIFO's least, the other policies still run.
+        policies = policies_at(size)
+        at_size = {point.policy: point.hit_ratio for point in curve(stream, [size], policies)}
     return MeasuredPoint(
         arm=warm.step.arm,
         maxmemory=redis.maxmemory,
@@ -224,5 +231,5 @@ def measured_point(stream: Stream, warm: StepResult, cold: StepResult | None) ->
         simulated=at_size,
         expired=expired,
         failed=failed,
-        simulated_keys=size if at_size else None,
+        simulated_keys=size,
     )
