@@ -147,3 +147,22 @@ def test_the_table_has_a_row_per_rate_with_the_hits_share() -> None:
     p95_share = table.rows[1][table.headers.index("hits' share of the p95 saving")]
     # (250 - 208) / (580 - 208) of the p95 saving is the hits'.
     assert p95_share == f"{(250 - 208) / (580 - 208):.0%}"
+
+
+def test_an_index_that_coalescing_only_slows_leaves_every_saving_to_the_hits() -> None:
+    # On an indexed table a batched read can be slower than a read of its own.
+    results = [
+        _step("index", "none", 100, 6.0, 1.0),
+        _step("index", "none", 300, 19.0, 0.8),
+        _step("coalesce", "none", 100, 7.0, 1.2),
+        _step("coalesce", "none", 300, 38.0, 1.0),
+        _step("cache", "warm", 100, 5.0, 0.5),
+        _step("cache", "warm", 300, 12.0, 0.3),
+    ]
+    lines = answer_lines(results, PRICES)
+    assert (
+        "coalescing alone recovered none of the saving: the hits account for all of it"
+        in (lines[0])
+    )
+    assert "p95 19.0 / 38.0 / 12.0 ms (the hits' share of that saving 100%)" in lines[0]
+    assert lines[1].endswith("(coalescing none of it).")

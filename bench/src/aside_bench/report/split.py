@@ -148,9 +148,10 @@ def split_sentence(one: RateSplit) -> str:
             )
     if one.p95 is not None:
         p = one.p95
+        share = p.hits_share
         parts.append(
             f"p95 {p.uncached:,.1f} / {p.coalesced:,.1f} / {p.cached:,.1f} ms"
-            + ("" if p.saving <= 0 else f" ({_share_words(p)})")
+            + ("" if share is None else f" (the hits' share of that saving {share:.0%})")
         )
     d = one.drops
     parts.append(f"dropped or failed {d.uncached:.1%} / {d.coalesced:.1%} / {d.cached:.1%}")
@@ -180,10 +181,18 @@ def range_sentence(splits: list[RateSplit]) -> str | None:
             parts.append(f"{span} of {words}")
     if not parts:
         return None
+    every = [share for figure in ("cost", "p95", "drops") for share in _shares(splits, figure)]
+    rest = (
+        "coalescing none of it"
+        if min(every) >= 0.995
+        else "coalescing all of it"
+        if max(every) <= 0.005
+        else "coalescing the rest"
+    )
     rates = f"{splits[0].rate:,}-{splits[-1].rate:,}/s"
     return (
         f"Over the {len(splits)} rates the three arms ran ({rates}), the hits of "
-        f"{splits[0].cached_label} account for " + ", ".join(parts) + " (coalescing the rest)."
+        f"{splits[0].cached_label} account for " + ", ".join(parts) + f" ({rest})."
     )
 
 
