@@ -284,6 +284,7 @@ def go_packages(go_licenses: Path) -> list[Package]:
     package and version, with the modules that build it."""
     if not go_licenses.is_file():
         raise ReadError(f"{go_licenses} not found; build it: infra/install.sh licences")
+    go_licenses = go_licenses.resolve()  # run from each module's folder
     used: dict[tuple[str, str, str], list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="aside-licences-") as folder:
         template = Path(folder) / "report.tpl"

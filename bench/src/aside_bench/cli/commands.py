@@ -42,6 +42,7 @@ from aside_bench.plan.steps import (
     scenario_arms,
 )
 from aside_bench.records import calibration, keytrace, runfile
+from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.records.saturation import cpu_limit_cores
 from aside_bench.report import interference as interference_report
@@ -55,7 +56,7 @@ from aside_bench.stack.sources import Influx, Prometheus, SourceError
 from aside_bench.sweep import tracks
 from aside_bench.sweep.collect import collect
 from aside_bench.sweep.runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
-from aside_bench.trust import calibrate, compare, cost, machines
+from aside_bench.trust import calibrate, compare, comparepage, cost, machines
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 
@@ -536,21 +537,24 @@ def _run_ids(given: str) -> list[str]:
 
 def _side(
     settings: config.Settings, reports_dir: Path, given: str
-) -> tuple[RunRecord, list[runfile.StepFigures]]:
-    """One side of a compare: its run (several: compare.baseline) and all their figures."""
+) -> tuple[RunRecord, list[runfile.StepFigures], list[StepResult]]:
+    """One side of a compare: its run (several: compare.baseline), all their
+    figures, and their steps as run.json has them (for the page's cost)."""
     runs: list[RunRecord] = []
     figures: list[runfile.StepFigures] = []
+    results: list[StepResult] = []
     for run_id in _run_ids(given):
         run, out_dir = _load_run(reports_dir, run_id)
         runs.append(run)
         figures.extend(_figures(settings, run, out_dir))
-    return compare.baseline(runs), figures
+        results.extend(comparepage.run_results(run))
+    return compare.baseline(runs), figures, results
 
 
 def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     reports_dir = args.reports_dir or settings.default_reports_dir
-    run_a, figures_a = _side(settings, reports_dir, args.run_a)
-    run_b, figures_b = _side(settings, reports_dir, args.run_b)
+    run_a, figures_a, results_a = _side(settings, reports_dir, args.run_a)
+    run_b, figures_b, results_b = _side(settings, reports_dir, args.run_b)
     try:
         scale = machines.machine_scale(
             run_a,
@@ -567,6 +571,8 @@ def cmd_compare(args: argparse.Namespace, settings: config.Settings) -> int:
         raise UsageError(f"{args.run_a} and {args.run_b} share no step (arm, rate, phase)")
     out_dir = reports_dir / f"compare-{run_a.run_id}-{run_b.run_id}"
     table = compare.write(run_a, run_b, rows, scale, args.tolerance, out_dir)
+    sides = comparepage.Sides(run_a, run_b, results_a, results_b)
+    page = comparepage.write_page(sides, rows, scale, args.tolerance, out_dir)
     print(table)
-    print(f"compare: {out_dir}/")
+    print(f"compare: {out_dir}/ (the page: {page})")
     return 0

@@ -1,0 +1,188 @@
+"""compare.html: `make compare` as pictures beside its table. The p95 and the
+drop rate of every series against the target rate, A's line solid and B's
+dashed in the series' colour (B put on A's machine as the table puts it), the
+cost per million requests the same way, then the table of every step both runs
+ran with its flags. Drawn with the report's own charts and page (report/charts,
+report/doc), so a browser shows it as it shows report.html."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from aside_bench.plan.steps import series_label
+from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import RunRecord, StepKey
+from aside_bench.records.spend import Prices, step_spend
+from aside_bench.report.costs import run_prices
+from aside_bench.report.doc import Doc
+from aside_bench.report.tables import Table
+from aside_bench.sweep.collect import summary_result
+from aside_bench.trust import compare
+from aside_bench.trust.machines import Scale
+
+PAGE = "compare.html"
+STYLE = {"A": ("-", "o"), "B": ("--", "s")}  # line, marker
+SeriesKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One series of one side on a chart: a value per target rate."""
+
+    series: SeriesKey  # (scenario, arm, phase): one colour
+    side: str  # "A" or "B": one style
+    points: list[tuple[int, float]]
+
+
+def run_results(run: RunRecord) -> list[StepResult]:
+    """A run's completed steps from its run.json alone (no Prometheus: the cost
+    needs only the probes around each step, which run.json keeps)."""
+    return [summary_result(record, None) for record in run.steps if record.get("completed")]
+
+
+def step_costs(results: list[StepResult], prices: Prices) -> dict[StepKey, float]:
+    """Each step's cost per million requests, the median over its repeats."""
+    found: dict[StepKey, list[float]] = {}
+    for result in results:
+        spend = step_spend(result)
+        if spend is not None:
+            found.setdefault(result.step.key, []).append(spend.per_million(prices))
+    return {key: statistics.median(values) for key, values in found.items()}
+
+
+def _lines(
+    keys: list[StepKey], value: Callable[[str, StepKey], float | None], sides: tuple[str, ...]
+) -> list[Line]:
+    """A line per series and side, in the order the steps come, of the values found."""
+    lines = []
+    for series in dict.fromkeys(key[:3] for key in keys):
+        steps = sorted((key for key in keys if key[:3] == series), key=lambda key: key[3])
+        for side in sides:
+            points = [(key[3], found) for key in steps if (found := value(side, key)) is not None]
+            if points:
+                lines.append(Line(series, side, points))
+    return lines
+
+
+def figure_lines(rows: list[compare.Row], name: str, factor: float = 1.0) -> list[Line]:
+    """Each side's median of a figure (B's on A's machine, as compared)."""
+    changes = {row.key: row.changes[name] for row in rows}
+
+    def value(side: str, key: StepKey) -> float | None:
+        spread = changes[key].a if side == "A" else changes[key].b
+        return None if spread is None else spread.median * factor
+
+    return _lines([row.key for row in rows], value, ("A", "B"))
+
+
+def cost_lines(keys: list[StepKey], a: dict[StepKey, float], b: dict[StepKey, float]) -> list[Line]:
+    return _lines(keys, lambda side, key: (a if side == "A" else b).get(key), ("A", "B"))
+
+
+def _label(series: SeriesKey, scenarios: int) -> str:
+    label = series_label(series[1], series[2])
+    return f"{series[0]} {label}" if scenarios > 1 else label
+
+
+def overlay_chart(
+    lines: list[Line], path: Path, title: str, ylabel: str, caption: str, log: bool
+) -> Path:
+    """Every line on one chart: a colour per series, A solid, B dashed."""
+    from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
+
+    fig, ax = charts.plt.subplots(figsize=(8, 5))
+    colours: dict[SeriesKey, Any] = {}
+    scenarios = len({line.series[0] for line in lines})
+    for line in lines:
+        style, marker = STYLE[line.side]
+        xs, ys = zip(*line.points, strict=True)
+        drawn = ax.plot(xs, ys, style, marker=marker, color=colours.get(line.series),
+                        label=f"{_label(line.series, scenarios)}, {line.side}")  # fmt: skip
+        colours.setdefault(line.series, drawn[0].get_color())
+    rates = sorted({rate for line in lines for rate, _ in line.points})
+    if len(rates) > 1 and max(rates) / max(min(rates), 1) >= 10:
+        ax.set_xscale("log")
+    ax.set_xticks(rates, [str(rate) for rate in rates], rotation=45, fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("target rate (requests/s)")
+    ax.grid(True, which="both", alpha=0.3)
+    if log:
+        charts.log_y(ax)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return charts.finish(fig, path, caption)
+
+
+def _plain(table: Table) -> Table:
+    """The table as compare.md has it, its Markdown emphasis left out of the page."""
+    return replace(table, rows=[[cell.replace("**", "") for cell in row] for row in table.rows])
+
+
+@dataclass(frozen=True)
+class Sides:
+    """The two sides of a compare: their runs (a baseline's first run stands
+    for its prices) and every completed step of their runs."""
+
+    run_a: RunRecord
+    run_b: RunRecord
+    results_a: list[StepResult]
+    results_b: list[StepResult]
+
+
+def _charts(sides: Sides, rows: list[compare.Row], out_dir: Path, caption: str) -> list[Path]:
+    p95 = figure_lines(rows, "p95")
+    drops = figure_lines(rows, "drops", factor=100)
+    paths = []
+    if p95:
+        paths.append(overlay_chart(p95, out_dir / "compare_p95.png", "p95 latency by target rate",
+                                   "p95 ms (log scale)", caption, log=True))  # fmt: skip
+    if drops:
+        paths.append(overlay_chart(drops, out_dir / "compare_drop_rate.png",
+                                   "drop rate (dropped + failed) / scheduled", "drop rate (%)",
+                                   caption, log=False))  # fmt: skip
+    prices = run_prices(sides.run_a.params)
+    costs = cost_lines([row.key for row in rows], step_costs(sides.results_a, prices),
+                       step_costs(sides.results_b, prices))  # fmt: skip
+    if costs:
+        paths.append(overlay_chart(
+            costs, out_dir / "compare_cost.png",
+            f"cost per million requests (\\${prices.vcpu_hour:g}/vCPU-h, "
+            f"\\${prices.gib_hour:g}/GiB-h, A's prices)",
+            "\\$ per million requests (log scale)", caption, log=True,
+        ))  # fmt: skip
+    return paths
+
+
+def write_page(
+    sides: Sides, rows: list[compare.Row], scale: Scale, tolerance: float, out_dir: Path
+) -> Path:
+    """compare.html and its PNG charts into `out_dir`; the page's path."""
+    run_a, run_b = sides.run_a, sides.run_b
+    title = f"Compare {run_a.run_id} -> {run_b.run_id}"
+    on_a = any(row.speed is not None for row in rows)
+    caption = (f"A {run_a.run_id} solid, B {run_b.run_id} dashed"
+               + (", B's latencies on A's machine" if on_a else ""))  # fmt: skip
+    doc = Doc()
+    doc.h(1, title)
+    doc.ul(compare.header_lines(run_a, run_b, scale, tolerance, rows))
+    paths = _charts(sides, rows, out_dir, caption)
+    doc.h(2, "The runs side by side")
+    doc.p(
+        "A's line solid, B's dashed, a colour per series. The cost is as each run measured "
+        "it (the CPU and memory of its steps), priced at A's prices; the steps' "
+        "latencies and drop rates are the table's."
+    )
+    for path in paths:
+        doc.image(path, path.stem.replace("_", " "))
+    if not any(path.stem == "compare_cost" for path in paths):
+        doc.p("No step of both runs recorded its CPU and memory: no cost to draw.", note=True)
+    doc.h(2, "Every step both runs ran, flagged beyond its noise")
+    doc.table(_plain(compare.table(rows)))
+    page = out_dir / PAGE
+    page.write_text(doc.html(title))
+    return page
