@@ -214,6 +214,10 @@ def test_a_point_that_held_few_keys_is_still_simulated_at_its_size() -> None:
     empty = measured_point(_cyclic(4, 10), _warm(evicted=90, held=0, hit_rate=0.14), None)
     assert empty.simulated_keys == 0 and set(empty.simulated.values()) == {0.0}
     assert gap_cause(empty).startswith("90 evicted by Redis's sampled LRU")
+    # Its clients' buffers taking the bound is a measured cause too.
+    crowded = MeasuredPoint("cache@1mb", 2**20, 0, 2**20, 90, 0.14, 2**20 * 3 // 4, {"LRU": 0.0},
+                            simulated_keys=0)  # fmt: skip
+    assert gap_cause(crowded).startswith("its clients' buffers took 0.75 of its 1.00 MiB")
 
 
 def test_a_gap_beyond_three_points_names_each_counted_cause() -> None:

@@ -36,6 +36,11 @@ def gap_cause(point: MeasuredPoint) -> str:
     if round(abs(gap), 1) <= EXPLAINED_GAP_POINTS:  # as the table shows it
         return f"within {EXPLAINED_GAP_POINTS:g} points"
     causes = []
+    if point.maxmemory and point.clients_memory and point.clients_memory * 2 > point.maxmemory:
+        causes.append(
+            f"its clients' buffers took {point.clients_memory / MIB:.2f} of its "
+            f"{point.maxmemory / MIB:.2f} MiB, so keys were evicted as they were written"
+        )
     if point.evicted:
         causes.append(
             f"{point.evicted:,} evicted by Redis's sampled LRU (the oldest of a few keys "
