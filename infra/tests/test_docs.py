@@ -10,16 +10,20 @@ import pytest
 from stack_helpers import ROOT
 
 # Where each part reads its environment (the one place per service), and the
-# README that documents its own variables.
+# pages that document its own variables (the bench's manual is its README and
+# the pages under docs/bench/).
 PARTS = {
-    "stack": ([ROOT / "infra/env.sh"], None),
+    "stack": ([ROOT / "infra/env.sh"], []),
     "gateway": (
         [ROOT / "gateway/src/aside_gateway/config/settings.py", ROOT / "gateway/gunicorn.conf.py"],
-        ROOT / "gateway/README.md",
+        [ROOT / "gateway/README.md"],
     ),
-    "core": (sorted((ROOT / "core-go/internal/config").glob("*.go")), ROOT / "core-go/README.md"),
-    "seed": ([ROOT / "seed/src/aside_seed/config.py"], ROOT / "seed/README.md"),
-    "bench": ([ROOT / "bench/src/aside_bench/stack/config.py"], ROOT / "bench/README.md"),
+    "core": (sorted((ROOT / "core-go/internal/config").glob("*.go")), [ROOT / "core-go/README.md"]),
+    "seed": ([ROOT / "seed/src/aside_seed/config.py"], [ROOT / "seed/README.md"]),
+    "bench": (
+        [ROOT / "bench/src/aside_bench/stack/config.py"],
+        [ROOT / "bench/README.md", *sorted((ROOT / "docs/bench").glob("*.md"))],
+    ),
 }
 # Names that look like variables but are not read from the environment.
 NOT_ENV = {"ASIDE_ROOT"}
@@ -40,10 +44,8 @@ def names_read(sources: list[Path]) -> set[str]:
 
 @pytest.mark.parametrize("part", sorted(PARTS))
 def test_every_variable_is_documented(part: str) -> None:
-    sources, own_readme = PARTS[part]
-    docs = (ROOT / "README.md").read_text()
-    if own_readme is not None:
-        docs += own_readme.read_text()
+    sources, own_docs = PARTS[part]
+    docs = "".join(path.read_text() for path in [ROOT / "README.md", *own_docs])
     read = names_read(sources)
     assert read, f"found no variables for {part}: is the config module where this test looks?"
     missing = sorted(n for n in read if f"`{n}`" not in docs)

@@ -5,7 +5,7 @@ answers again), `replaced` (a new gunicorn worker), `load_start`, `load_end`.
 
 One module of about 400 lines on purpose: the four cases' checks share the
 limits below and are read side by side against the bench manual's list of
-assertions (bench/README.md).
+assertions (docs/bench/suites.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from aside_bench.suites.samples import (
     summarize,
 )
 
-# ---- the limits the checks hold the stack to (bench/README.md, "Chaos") --------------------
+# ---- the limits the checks hold the stack to (docs/bench/suites.md, "Chaos") --------------------
 # The load driver's request timeout; a read "hangs" when it takes more than half of it.
 REQUEST_TIMEOUT_S = 3
 READ_MAX_MS = REQUEST_TIMEOUT_S * 1000 / 2
