@@ -73,6 +73,15 @@ def wait_until(predicate: Callable[[], Any], deadline_s: float, what: str, step_
         time.sleep(step_s)
 
 
+def reads_waiting_on_a_lock(conn: Any) -> int:
+    """The gateway's PostgreSQL backends now waiting for a lock (pg_stat_activity)."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'aside-gateway' "
+        "AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return int(row[0])
+
+
 def scrape(base_url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """All samples of /metrics as {(name, labels): value}."""
     text = requests.get(base_url + "/metrics", timeout=5).text

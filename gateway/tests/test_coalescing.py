@@ -30,6 +30,7 @@ from aside_gateway.misses.db import Database
 from gateway_helpers import (
     COUNT_SQL_TEXT,
     Proc,
+    reads_waiting_on_a_lock,
     sample,
     scrape,
     unique_email,
@@ -388,6 +389,26 @@ def read_count(base: str, email: str, **headers: str) -> requests.Response:
     return requests.get(base + COUNT, params={"email": email}, headers=headers, timeout=30)
 
 
+Answers = list[tuple[str, requests.Response]]
+
+
+def count_readers(
+    url: str, emails: list[str], cache: str | None = None
+) -> tuple[list[threading.Thread], Answers]:
+    """A thread (not started) per email that reads its count, and the list of
+    (email, answer) they fill."""
+    answers: Answers = []
+    lock = threading.Lock()
+    params = {} if cache is None else {"cache": cache}
+
+    def reader(email: str) -> None:
+        response = requests.get(url + COUNT, params={"email": email, **params}, timeout=30)
+        with lock:
+            answers.append((email, response))
+
+    return [threading.Thread(target=reader, args=(email,)) for email in emails], answers
+
+
 def delta(before: dict, after: dict, name: str, **labels: str) -> float:
     return sample(after, name, **labels) - sample(before, name, **labels)
 
@@ -424,20 +445,12 @@ def test_many_cold_keys_cost_a_few_queries_and_answer_right(
     random.Random(7).shuffle(followers)
     before = scrape(url)
     sql_before = query_calls(COUNT_SQL_TEXT) + query_calls(BATCH_SQL_TEXT)
-    answers: list[tuple[str, requests.Response]] = []
-    lock = threading.Lock()
-
-    def reader(email: str) -> None:
-        response = read_count(url, email)
-        with lock:
-            answers.append((email, response))
-
-    threads: list[threading.Thread] = []
+    # One reader per key first: all 40 get a leader.
+    threads, answers = count_readers(url, emails + followers)
     with psycopg.connect(database_url) as locker:
         locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
-        for email in emails + followers:  # one reader per key first: all 40 get a leader
-            threads.append(threading.Thread(target=reader, args=(email,)))
-            threads[-1].start()
+        for thread in threads:
+            thread.start()
         # A leader takes its key's lease before it queues the key for its batch.
         leases = [cache_keys.lease_key(cache_keys.count_key(e)) for e in emails]
         wait_until(lambda: rdb.exists(*leases) == len(leases), 4, "a lease on every key")
@@ -627,30 +640,12 @@ def test_coalesced_uncached_reads_share_scans_and_store_nothing(
     random.Random(11).shuffle(readers)
     before = scrape(url)
     sql_before = query_calls(COUNT_SQL_TEXT) + query_calls(BATCH_SQL_TEXT)
-    answers: list[tuple[str, requests.Response]] = []
-    lock = threading.Lock()
-
-    def reader(email: str) -> None:
-        response = requests.get(
-            url + COUNT, params={"email": email, "cache": "coalesce"}, timeout=30
-        )
-        with lock:
-            answers.append((email, response))
-
-    threads = [threading.Thread(target=reader, args=(email,)) for email in readers]
+    threads, answers = count_readers(url, readers, cache="coalesce")
     with psycopg.connect(database_url) as locker:
         locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
         for thread in threads:
             thread.start()
-
-        def a_scan_waits() -> bool:
-            row = locker.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'aside-gateway' "
-                "AND wait_event_type = 'Lock'"
-            ).fetchone()
-            return row[0] >= 1
-
-        wait_until(a_scan_waits, 10, "a batched scan to wait on the lock")
+        wait_until(lambda: reads_waiting_on_a_lock(locker) >= 1, 10, "a scan to wait on the lock")
         locker.rollback()
     for thread in threads:
         thread.join(timeout=60)

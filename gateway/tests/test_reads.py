@@ -19,6 +19,7 @@ from gateway_helpers import (
     USER_SQL_TEXT,
     WRITE_TOKEN,
     contract,
+    reads_waiting_on_a_lock,
     sample,
     scrape,
     unique_email,
@@ -284,14 +285,11 @@ def test_bypass_reads_are_bounded_per_worker(start_gateway, insert_user, databas
         )
         first.start()
 
-        def first_is_waiting() -> bool:
-            row = locker.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'aside-gateway' "
-                "AND wait_event_type = 'Lock'"
-            ).fetchone()
-            return row[0] >= 1
-
-        wait_until(first_is_waiting, 10, "the first bypass read to wait on the lock")
+        wait_until(
+            lambda: reads_waiting_on_a_lock(locker) >= 1,
+            10,
+            "the first bypass read to wait on the lock",
+        )
         before = scrape(bounded.url)
         started = time.monotonic()
         second = count(bounded.url, email, cache="off")
