@@ -3,12 +3,17 @@ is touched; a stack that is not up gives one line and exit 1."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from aside_bench.cli import commands
+from aside_bench.cli.parser import build_parser, default_of
+from aside_bench.load.run import LoadShape
 from aside_bench.stack import config
+from aside_bench.sweep.runner import Options
 
 Bench = Callable[..., subprocess.CompletedProcess[str]]
 DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there
@@ -115,3 +120,35 @@ def test_settings_default_to_the_lab_stack() -> None:
 
 def test_the_seeders_data_dir_variable_is_honoured(tmp_path: Path) -> None:
     assert config.load({"ASIDE_DATA_DIR": str(tmp_path)}).default_data_dir == tmp_path
+
+
+@pytest.mark.parametrize("command", ["run", "ceiling", "cost"])
+def test_the_parsers_alpha_is_the_load_shapes(command: str) -> None:
+    assert build_parser().parse_args([command]).alpha == LoadShape().alpha
+
+
+def test_the_parser_reads_its_defaults_where_they_are_owned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Move LoadShape's and the runner's defaults: the parser and its --help follow."""
+    fields = {field.name: field for field in dataclasses.fields(LoadShape)}
+    monkeypatch.setattr(fields["alpha"], "default", 0.5)
+    monkeypatch.setattr(fields["keys"], "default", 7)
+    policy = {field.name: field for field in dataclasses.fields(Options)}["cache_policy"]
+    monkeypatch.setattr(policy, "default", "allkeys-lfu")
+    parser = build_parser()
+    args = parser.parse_args(["run"])
+    assert (args.alpha, args.keys, args.cache_policy) == (0.5, 7, "allkeys-lfu")
+    assert parser.parse_args(["ceiling"]).alpha == 0.5
+    with pytest.raises(LookupError):
+        default_of(Options, "run_id")
+
+
+def test_every_command_that_steps_gets_a_whole_load_shape() -> None:
+    """Options a command lacks take the shape's defaults; a command that runs no
+    mixed step asks for no read-after-write checks."""
+    assert commands._shape(build_parser().parse_args(["run"])) == LoadShape()
+    for command in ("ceiling", "cost"):
+        args = build_parser().parse_args([command])
+        assert commands._shape(args) == dataclasses.replace(LoadShape(), stale_per_min=0)
+        assert args.cache_policy == default_of(Options, "cache_policy")

@@ -88,10 +88,10 @@ def checked_seed(settings: config.Settings, args: argparse.Namespace) -> SeedDat
 
 def _trace(args: argparse.Namespace) -> tuple[Path | None, float | None]:
     """The key trace to replay (--trace) and, when timed, its requests a second."""
-    path = getattr(args, "trace", None)
+    path = args.trace
     if path is None:
         return None, None
-    if getattr(args, "dist", "hotset") != "hotset":
+    if args.dist != "hotset":
         raise UsageError(
             f"--trace and --dist {args.dist} are exclusive: a trace asks for its own keys"
         )
@@ -103,21 +103,19 @@ def _shape(args: argparse.Namespace) -> LoadShape:
     return LoadShape(
         hot_share=args.hot_share,
         cold_sample=args.cold_sample,
-        dist=getattr(args, "dist", "hotset"),
-        alpha=getattr(args, "alpha", 0.99),
-        keys=getattr(args, "keys", 0),
+        dist=args.dist,
+        alpha=args.alpha,
+        keys=args.keys,
         trace=trace,
         trace_rate=trace_rate,
-        write_share=getattr(args, "write_share", 0.1),
-        complexity=getattr(args, "complexity", 10),
+        write_share=args.write_share,
+        complexity=args.complexity,
         timeout_s=args.timeout,
-        stale_per_min=getattr(args, "stale_per_min", 0),
-        stale_reads_after=getattr(args, "stale_reads_after", 2),
-        read_rate=getattr(args, "read_rate", interference.DEFAULT_READ_RATE),
-        pbkdf2_iterations=getattr(
-            args, "pbkdf2_iterations", interference.DEFAULT_PBKDF2_ITERATIONS
-        ),
-        bcrypt_cost=getattr(args, "bcrypt_cost", interference.DEFAULT_BCRYPT_COST),
+        stale_per_min=args.stale_per_min,
+        stale_reads_after=args.stale_reads_after,
+        read_rate=args.read_rate,
+        pbkdf2_iterations=args.pbkdf2_iterations,
+        bcrypt_cost=args.bcrypt_cost,
     )
 
 
@@ -131,9 +129,9 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
         if args.arms
         else list(DEFAULT_ARMS[scenario])
     )
-    if getattr(args, "dist", "hotset") != "hotset" and scenario not in ("read", "ceiling"):
+    if args.dist != "hotset" and scenario not in ("read", "ceiling"):
         raise UsageError(f"--dist {args.dist} is for the read scenario, not {scenario}")
-    if getattr(args, "trace", None) is not None and scenario not in (
+    if args.trace is not None and scenario not in (
         "read",
         "ceiling",
         interference.SCENARIO,
@@ -157,9 +155,9 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
 def _bounded(args: argparse.Namespace, scenario: str, arms: list[str]) -> list[str]:
     """The arms with their bounds: --cache-memory, --l1-entries, --cache-ttl."""
     given = {
-        "memory": ("--cache-memory", getattr(args, "cache_memory", "")),
-        "entries": ("--l1-entries", getattr(args, "l1_entries", "")),
-        "ttl": ("--cache-ttl", getattr(args, "cache_ttl", "")),
+        "memory": ("--cache-memory", args.cache_memory),
+        "entries": ("--l1-entries", args.l1_entries),
+        "ttl": ("--cache-ttl", args.cache_ttl),
     }
     asked = {kind: text.replace(",", " ").split() for kind, (_, text) in given.items()}
     for kind, texts in asked.items():
@@ -298,7 +296,7 @@ def _new_runner(
         driver_cpu_limit=limit,
         live=args.live,
         samples_file=args.samples_file,
-        cache_policy=getattr(args, "cache_policy", "allkeys-lru"),
+        cache_policy=args.cache_policy,
     )
     return Runner(settings, options, seed, run)
 

@@ -13,6 +13,7 @@ it, as a PNG)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from typing import Any
 
 from aside_bench.cli import commands
 from aside_bench.cli import suites as suite_commands
-from aside_bench.plan import interference
+from aside_bench.load.run import LoadShape
 from aside_bench.plan.steps import EVICTION_POLICIES, SCENARIOS, WARM_CHOICES, PlanError
 from aside_bench.records import keytrace
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
@@ -29,9 +30,24 @@ from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.sources import SourceError
 from aside_bench.suites.overload import run as overload
-from aside_bench.sweep.runner import EXIT_INTERRUPTED
+from aside_bench.sweep.runner import EXIT_INTERRUPTED, Options
 from aside_bench.trust import cost
 from aside_bench.trust.compare import DEFAULT_TOLERANCE
+
+
+def default_of(record: type, name: str) -> Any:
+    """The default a dataclass gives its field `name`: the one place it is written."""
+    for field in dataclasses.fields(record):
+        if field.name == name:
+            if field.default is dataclasses.MISSING:
+                raise LookupError(f"{record.__name__}.{name} has no default")
+            return field.default
+    raise LookupError(f"{record.__name__} has no field {name}")
+
+
+def _shape(name: str) -> Any:
+    """A default of the request mix, owned by load/run.py's LoadShape."""
+    return default_of(LoadShape, name)
 
 
 def _fraction(text: str) -> float:
@@ -115,28 +131,45 @@ def _write_share(parser: argparse.ArgumentParser, default: float, what: str) -> 
 def _steps(parser: argparse.ArgumentParser) -> None:
     """The read mix and the limits of every step of a sweep or a ceiling search."""
     _paths(parser, "time and scenario")
-    _option(parser, "--hot-share", _fraction, 0.9, "share of reads asking for a hot email")
     _option(
-        parser, "--cold-sample", _positive, 200, "cold emails used: the first N of cold_emails.json"
+        parser,
+        "--hot-share",
+        _fraction,
+        _shape("hot_share"),
+        "share of reads asking for a hot email",
     )
+    _option(
+        parser,
+        "--cold-sample",
+        _positive,
+        _shape("cold_sample"),
+        "cold emails used: the first N of cold_emails.json",
+    )
+    dist = _shape("dist")
     parser.add_argument(
         "--dist",
         choices=("hotset", "uniform", "zipf"),
-        default="hotset",
+        default=dist,
         help="the reads' key popularity: hotset (--hot-share over the hot and cold samples), "
-        "uniform or zipf over the table's distinct emails (default hotset)",
+        f"uniform or zipf over the table's distinct emails (default {dist})",
     )
-    _option(parser, "--alpha", _above_zero, 0.99, "zipf's exponent")
-    _option(parser, "--keys", _whole, 0, "the key space: the first N distinct emails, 0: all")
+    _option(parser, "--alpha", _above_zero, _shape("alpha"), "zipf's exponent")
+    _option(
+        parser,
+        "--keys",
+        _whole,
+        _shape("keys"),
+        "the key space: the first N distinct emails, 0: all",
+    )
     _option(
         parser,
         "--trace",
         _trace_file,
-        None,
+        _shape("trace"),
         "a key trace the reads replay in its order instead of --dist (read, ceiling, "
         "interference; timed traces run at each step's rate, their gaps scaled)",
     )
-    _option(parser, "--timeout", _positive, 10, "request timeout, s")
+    _option(parser, "--timeout", _positive, _shape("timeout_s"), "request timeout, s")
     _option(parser, "--max-pool", _positive, 1000, "the driver's workers per step at most")
     _option(
         parser,
@@ -223,28 +256,33 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="read: Redis TTLs in seconds, e.g. '5 60': the cache arm once per TTL "
         "(CACHE_TTL_SECONDS; default: the gateway's own)",
     )
+    policy = default_of(Options, "cache_policy")
     run.add_argument(
         "--cache-policy",
         choices=EVICTION_POLICIES,
-        default="allkeys-lru",
-        help="Redis's eviction policy under --cache-memory (default allkeys-lru)",
+        default=policy,
+        help=f"Redis's eviction policy under --cache-memory (default {policy})",
     )
-    _write_share(run, 0.1, "mixed: share of requests that write (a create and its delete)")
+    _write_share(
+        run,
+        _shape("write_share"),
+        "mixed: share of requests that write (a create and its delete)",
+    )
     _option(
         run,
         "--stale-per-min",
         _whole,
-        12,
+        _shape("stale_per_min"),
         "mixed: read-after-write checks a minute beside the load, 0: none",
     )
     _option(
         run,
         "--stale-reads-after",
         _positive,
-        2,
+        _shape("stale_reads_after"),
         "mixed: reads of each key after each checked write",
     )
-    _option(run, "--complexity", _positive, 10, "compute: complexity")
+    _option(run, "--complexity", _positive, _shape("complexity"), "compute: complexity")
     _option(
         run,
         "--repeat",
@@ -263,18 +301,32 @@ def _add_interference_options(run: argparse.ArgumentParser) -> None:
         group,
         "--read-rate",
         _positive,
-        interference.DEFAULT_READ_RATE,
+        _shape("read_rate"),
         "cached reads/s beside the compute",
     )
     _option(
         group,
         "--pbkdf2-iterations",
         _positive,
-        interference.DEFAULT_PBKDF2_ITERATIONS,
+        _shape("pbkdf2_iterations"),
         "pbkdf2 arms' iterations",
     )
-    _option(
-        group, "--bcrypt-cost", _positive, interference.DEFAULT_BCRYPT_COST, "bcrypt arms' cost"
+    _option(group, "--bcrypt-cost", _positive, _shape("bcrypt_cost"), "bcrypt arms' cost")
+
+
+def _without_run_options(parser: argparse.ArgumentParser) -> None:
+    """A command that steps through the runner without `run`'s options of the
+    mixed, compute and interference scenarios and of the memory arms: their
+    defaults, and no read-after-write checks (it runs no mixed step)."""
+    parser.set_defaults(
+        write_share=_shape("write_share"),
+        complexity=_shape("complexity"),
+        stale_per_min=0,
+        stale_reads_after=_shape("stale_reads_after"),
+        read_rate=_shape("read_rate"),
+        pbkdf2_iterations=_shape("pbkdf2_iterations"),
+        bcrypt_cost=_shape("bcrypt_cost"),
+        cache_policy=default_of(Options, "cache_policy"),
     )
 
 
@@ -299,6 +351,7 @@ def _add_ceiling(sub: argparse._SubParsersAction) -> None:
     )
     _steps(ceiling)
     _trust(ceiling)
+    _without_run_options(ceiling)
 
 
 def _add_cost(sub: argparse._SubParsersAction) -> None:
@@ -317,6 +370,7 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
     )
     _option(parser, "--repeat", _positive, cost.DEFAULT_REPEAT, "rounds, the variants taking turns")
     _steps(parser)
+    _without_run_options(parser)
     parser.set_defaults(driver_cpu_share=DRIVER_CPU_SHARE_LIMIT, live=False, samples_file=False)
 
 
