@@ -90,7 +90,7 @@ def test_every_read_arm_tells_the_driver_its_cache_mode(arm: str) -> None:
     run = step_run(Step("read", arm, "warm", 100, 30), "r", LoadShape(), 100, Path("data"))
     assert run.variables(config.load({}))["CACHE"] == CACHE_PARAMS[arm]
     # The modes the gateway's ?cache= takes (the driver refuses any other).
-    assert CACHE_PARAMS[arm] in ("off", "nopool", "l1", "l2", "hybrid", "tracking")
+    assert CACHE_PARAMS[arm] in ("off", "nopool", "coalesce", "l1", "l2", "hybrid", "tracking")
 
 
 # ---- CPU per request, hit rate per tier ------------------------------------------------

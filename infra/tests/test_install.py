@@ -133,7 +133,7 @@ def test_an_unknown_step_names_the_known_ones(tmp_path: Path) -> None:
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    known = "(packages, user, python, core, driver, browser, helm)"
+    known = "(packages, user, python, core, driver, browser, helm, licences)"
     assert f"unknown install step '{RETIRED}' {known}" in lines[0]
 
 
