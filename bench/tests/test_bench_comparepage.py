@@ -5,12 +5,9 @@ is not installed; make test installs it)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import StepFigures
 from aside_bench.records.tierstats import StepCost
@@ -109,18 +106,6 @@ def test_run_results_are_the_completed_steps_of_run_json() -> None:
 
 
 # ---- in headless Chromium -------------------------------------------------------------
-@pytest.fixture(scope="module")
-def driver() -> Iterator[WebDriver]:
-    try:
-        browser.find_browser()
-    except browser.BrowserError as error:
-        if os.environ.get("ASIDE_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"the browser was installed for this run: {error}")
-        pytest.skip(str(error))
-    with browser.chromium() as opened:
-        yield opened
-
-
 def test_the_page_renders_every_chart_and_the_table(tmp_path: Path, driver: WebDriver) -> None:
     shown = browser.render(driver, _page(tmp_path))
     assert shown.title == "Compare a -> b"

@@ -4,12 +4,11 @@ saved. Skipped only where Chromium is not installed (make test installs it)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import struct
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,18 +21,6 @@ from selenium.webdriver.remote.webdriver import WebDriver
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # report.html, its tables, the alt text of each chart it drew
 SampleReport = tuple[Path, list[Table], list[str]]
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[WebDriver]:
-    try:
-        browser.find_browser()
-    except browser.BrowserError as error:
-        if os.environ.get("ASIDE_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"the browser was installed for this run: {error}")
-        pytest.skip(str(error))
-    with browser.chromium() as opened:
-        yield opened
 
 
 @pytest.fixture(scope="module")
