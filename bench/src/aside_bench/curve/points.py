@@ -101,7 +101,11 @@ def step_stream(steps: list[dict[str, Any]], index: int, out_dir: Path) -> Strea
     return Stream(warm + keys, warmup=len(warm)) if keys else None
 
 
-def _record_key(record: dict[str, Any]) -> tuple[str, str, str, int, int]:
+# A step's run as its results are keyed (Step.run_key).
+RunKey = tuple[str, str, str, int, int]
+
+
+def _record_key(record: dict[str, Any]) -> RunKey:
     return (
         record["scenario"],
         record["arm"],
@@ -111,9 +115,7 @@ def _record_key(record: dict[str, Any]) -> tuple[str, str, str, int, int]:
     )
 
 
-def _cold_before(
-    run: RunRecord, index: int, by_key: dict[tuple[str, str, str, int, int], StepResult]
-) -> StepResult | None:
+def _cold_before(run: RunRecord, index: int, by_key: dict[RunKey, StepResult]) -> StepResult | None:
     """The cold step whose stream the warm step at `index` went on with, if it did."""
     record = run.steps[index]
     if not record.get("skip") or index == 0:
@@ -129,9 +131,8 @@ def _stream_counts(warm: StepResult, cold: StepResult | None) -> tuple[int, int,
     return evicted, expired, sum(s.failed for s in steps)
 
 
-def _redis_steps(run: RunRecord, results: list[StepResult]) -> list[tuple[int, StepResult]]:
+def _redis_steps(run: RunRecord, by_key: dict[RunKey, StepResult]) -> list[tuple[int, StepResult]]:
     """(index in run.steps, result) of the completed warm steps of Redis arms."""
-    by_key = {r.step.run_key: r for r in results}
     found = []
     for index, record in enumerate(run.steps):
         arm = record.get("arm", "")
@@ -150,11 +151,11 @@ def run_curves(
     run: RunRecord, results: list[StepResult], out_dir: Path, progress: Progress = print
 ) -> list[RateCurve]:
     """A curve per rate that has Redis arms with key traces; none otherwise."""
+    by_key = {r.step.run_key: r for r in results}
     by_rate: dict[int, list[tuple[int, StepResult]]] = {}
-    for index, result in _redis_steps(run, results):
+    for index, result in _redis_steps(run, by_key):
         by_rate.setdefault(result.step.rate, []).append((index, result))
     curves = []
-    by_key = {r.step.run_key: r for r in results}
     for rate, steps in sorted(by_rate.items()):
         colds = [_cold_before(run, index, by_key) for index, _ in steps]
         try:
