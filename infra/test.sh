@@ -44,7 +44,7 @@ cd "$ROOT"
 "$ROOT/infra/install.sh" helm || failed+=("helm-install")
 # ruff, the bench's import layers, gofmt and go vet, as `make lint` runs them.
 run_suite lint make -s lint
-run_suite python .venv/bin/pytest --import-mode=importlib -q -p no:cacheprovider \
+run_suite python .venv/bin/pytest --import-mode=importlib -q -p no:cacheprovider --durations=25 \
     infra/tests seed/tests gateway/tests bench/tests
 run_suite go bash -c 'cd core-go && go test -count=1 ./...'
 # The bench's load driver: its own Go module (bench/driver).
