@@ -45,6 +45,7 @@ class SeedRun:
             ASIDE_DATA_DIR=str(self.data_dir),
             ASIDE_ROOT=str(REPO_ROOT),
             PYTHONUNBUFFERED="1",
+            ASIDE_PROFILE="lab",  # the failure hooks the tests use are the lab's only
         )
         env.update(extra)
         return env

@@ -10,6 +10,8 @@ from aside_seed.cli import parse_options
 from aside_seed.config import load_config
 from aside_seed.errors import UsageError
 
+LAB = {"ASIDE_PROFILE": "lab"}
+
 
 def assert_one_line_failure(stderr: str, status: int, expected_status: int, words: str) -> None:
     lines = stderr.strip().splitlines()
@@ -77,15 +79,49 @@ def test_config_reads_the_environment_in_one_place(tmp_path: Path) -> None:
     assert config.data_dir == tmp_path / "bench" / "data"
     assert config.schema_path == tmp_path / "contracts" / "schema.sql"
     assert config.fail_after_rows is None
-    config = load_config({"ASIDE_DATA_DIR": str(tmp_path), "ASIDE_SEED_FAIL_AFTER_ROWS": "5"})
+    config = load_config(
+        {"ASIDE_DATA_DIR": str(tmp_path), "ASIDE_SEED_FAIL_AFTER_ROWS": "5", **LAB}
+    )
     assert config.data_dir == tmp_path and config.fail_after_rows == 5
     assert config.database_url == "postgresql://aside@127.0.0.1:25432/aside"
     with pytest.raises(UsageError, match="ASIDE_SEED_FAIL_AFTER_ROWS"):
-        load_config({"ASIDE_SEED_FAIL_AFTER_ROWS": "-1"})
+        load_config({"ASIDE_SEED_FAIL_AFTER_ROWS": "-1", **LAB})
     assert config.exit_after_swap is False
-    assert load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "1"}).exit_after_swap is True
+    assert load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "1", **LAB}).exit_after_swap is True
     with pytest.raises(UsageError, match=r"^ASIDE_SEED_EXIT_AFTER_SWAP must be 0 or 1"):
-        load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "yes"})
+        load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "yes", **LAB})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ASIDE_SEED_FAIL_AFTER_ROWS", "10"),
+        ("ASIDE_SEED_FAIL_AFTER_ROWS", "0"),
+        ("ASIDE_SEED_EXIT_AFTER_SWAP", "1"),
+    ],
+)
+@pytest.mark.parametrize("profile", [{}, {"ASIDE_PROFILE": "production"}])
+def test_failure_hooks_are_refused_outside_the_lab(
+    name: str, value: str, profile: dict[str, str]
+) -> None:
+    with pytest.raises(
+        UsageError, match=rf"^{name} is a test hook, refused unless ASIDE_PROFILE=lab$"
+    ):
+        load_config({name: value, **profile})
+    # Unset or off, production loads.
+    assert load_config({"ASIDE_SEED_EXIT_AFTER_SWAP": "0", **profile}).exit_after_swap is False
+
+
+def test_a_production_seed_with_a_hook_stops_at_once_in_one_line(seed) -> None:
+    done = seed("--rows", "1000", "--hot-emails", "5", ASIDE_PROFILE="production",
+                ASIDE_SEED_EXIT_AFTER_SWAP="1")  # fmt: skip
+    assert_one_line_failure(done.stderr, done.returncode, 2, "ASIDE_SEED_EXIT_AFTER_SWAP")
+    assert not seed.data_dir.exists()  # nothing written
+
+
+def test_bad_profile_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"^ASIDE_PROFILE must be one of lab\|production"):
+        load_config({"ASIDE_PROFILE": "staging"})
 
 
 def test_redis_mode_is_read_and_checked() -> None:

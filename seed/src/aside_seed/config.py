@@ -13,6 +13,11 @@ DEFAULT_DATABASE_URL = "postgresql://aside@127.0.0.1:25432/aside"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:26379/0"
 # What REDIS_URL names (the gateway's and the core's REDIS_MODE alike).
 REDIS_MODES = ("standalone", "cluster", "sentinel")
+# ASIDE_PROFILE, as the gateway and the core read it; production unless set
+# (infra/env.sh sets lab for the native stack).
+PROFILES = ("lab", "production")
+# Failure hooks the tests use; refused outside the lab profile.
+TEST_HOOKS = ("ASIDE_SEED_FAIL_AFTER_ROWS", "ASIDE_SEED_EXIT_AFTER_SWAP")
 # seed/src/aside_seed/config.py -> the repository root is three folders up.
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -42,6 +47,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     env = os.environ if env is None else env
     root = Path(env.get("ASIDE_ROOT") or REPO_ROOT)
     data_dir = env.get("ASIDE_DATA_DIR") or str(root / "bench" / "data")
+    _refuse_hooks_outside_lab(env)
     return Config(
         database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
         redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
@@ -53,6 +59,24 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         redis_mode=_redis_mode(env),
         redis_sentinel_master=_sentinel_master(env),
     )
+
+
+def _profile(env: Mapping[str, str]) -> str:
+    raw = env.get("ASIDE_PROFILE", "").strip() or "production"
+    if raw not in PROFILES:
+        raise UsageError(f"ASIDE_PROFILE must be one of {'|'.join(PROFILES)}, got {raw!r}")
+    return raw
+
+
+def _refuse_hooks_outside_lab(env: Mapping[str, str]) -> None:
+    """A failure hook that is set outside the lab is an error (EXIT_AFTER_SWAP=0
+    is its documented "off"; FAIL_AFTER_ROWS has no such value)."""
+    if _profile(env) == "lab":
+        return
+    off = {"ASIDE_SEED_FAIL_AFTER_ROWS": ("",), "ASIDE_SEED_EXIT_AFTER_SWAP": ("", "0")}
+    for name in TEST_HOOKS:
+        if env.get(name, "").strip() not in off[name]:
+            raise UsageError(f"{name} is a test hook, refused unless ASIDE_PROFILE=lab")
 
 
 def _redis_mode(env: Mapping[str, str]) -> str:
