@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,17 @@ class Options:
     tracks: int = 2000
 
 
+@dataclass(frozen=True)
+class _Number:
+    """One numeric option: its flag, the Options field it fills, its parser and default."""
+
+    flag: str
+    field: str
+    parse: Callable[[str], float]
+    default: float
+    help: str
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; aside-seed prints only the error."""
 
@@ -36,7 +48,7 @@ class _OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _whole_number(option: str, minimum: int):
+def _whole_number(option: str, minimum: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
         text = raw.strip()
         digits = text[1:] if text.startswith("-") else text
@@ -47,24 +59,58 @@ def _whole_number(option: str, minimum: int):
     return parse
 
 
-def _ratio(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value <= 1.0:  # also rejects nan
-        raise UsageError(f"--hot-ratio must be a number from 0 to 1, got {raw!r}")
-    return value
+def _between(option: str, low: float, high: float, what: str) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:  # also rejects nan
+            raise UsageError(f"{option} must be {what} from {low:g} to {high:g}, got {raw!r}")
+        return value
+
+    return parse
 
 
-def _seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0.001 <= value <= 3600:
-        raise UsageError(f"--lock-timeout must be seconds from 0.001 to 3600, got {raw!r}")
-    return value
+_NUMBERS = (
+    _Number("--rows", "rows", _whole_number("--rows", 1), 1_000_000, "users to load"),
+    _Number("--seed", "seed", _whole_number("--seed", 0), 42, "the same seed gives the same rows"),
+    _Number(
+        "--hot-emails",
+        "hot_emails",
+        _whole_number("--hot-emails", 0),
+        100,
+        "distinct shared addresses",
+    ),
+    _Number(
+        "--hot-ratio",
+        "hot_ratio",
+        _between("--hot-ratio", 0.0, 1.0, "a number"),
+        0.8,
+        "share of rows using a hot address",
+    ),
+    _Number(
+        "--sample-size",
+        "sample_size",
+        _whole_number("--sample-size", 0),
+        1000,
+        "ids and cold addresses written to the key files",
+    ),
+    _Number(
+        "--lock-timeout",
+        "lock_timeout_s",
+        _between("--lock-timeout", 0.001, 3600, "seconds"),
+        5.0,
+        "seconds the final swap waits for readers of users, per try of 3",
+    ),
+    _Number(
+        "--tracks",
+        "tracks",
+        _whole_number("--tracks", 0),
+        2000,
+        "GPS tracks loaded beside the users, whatever --rows",
+    ),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,86 +119,46 @@ def build_parser() -> argparse.ArgumentParser:
         description="Load Faker-made users into PostgreSQL (DATABASE_URL) with COPY "
         "and write the key files the load driver reads.",
     )
-    add = parser.add_argument
-    add(
-        "--rows",
-        type=_whole_number("--rows", 1),
-        default=1_000_000,
-        help="users to load (default 1000000)",
-    )
-    add(
-        "--seed",
-        type=_whole_number("--seed", 0),
-        default=42,
-        help="the same seed gives the same rows (default 42)",
-    )
-    add(
-        "--hot-emails",
-        type=_whole_number("--hot-emails", 0),
-        default=100,
-        help="distinct shared addresses (default 100)",
-    )
-    add(
-        "--hot-ratio",
-        type=_ratio,
-        default=0.8,
-        help="share of rows using a hot address (default 0.8)",
-    )
-    add(
+    for number in _NUMBERS:
+        parser.add_argument(
+            number.flag,
+            dest=number.field,
+            metavar=number.flag.removeprefix("--").upper().replace("-", "_"),
+            type=number.parse,
+            default=number.default,
+            help=f"{number.help} (default {number.default:.15g})",
+        )
+    parser.add_argument(
         "--reset",
         action="store_true",
         help="replace the users already in the table (without it a non-empty table is refused)",
     )
-    add(
+    parser.add_argument(
         "--index",
         action="store_true",
         help="also create users_email_idx (default: none, so a count is a full scan)",
     )
-    add(
+    parser.add_argument(
         "--data-dir",
         type=Path,
         default=None,
         help="where to write the key files (default $ASIDE_DATA_DIR or $ASIDE_ROOT/bench/data)",
     )
-    add(
-        "--sample-size",
-        type=_whole_number("--sample-size", 0),
-        default=1000,
-        help="ids and cold addresses written to the key files (default 1000)",
-    )
-    add(
-        "--lock-timeout",
-        type=_seconds,
-        default=5.0,
-        help="seconds the final swap waits for readers of users, per try (3 tries; default 5)",
-    )
-    add(
-        "--tracks",
-        type=_whole_number("--tracks", 0),
-        default=2000,
-        help="GPS tracks loaded beside the users, whatever --rows (default 2000)",
-    )
-    add("--copy-format", choices=COPY_FORMATS, default="binary",
+    parser.add_argument(
+        "--copy-format",
+        choices=COPY_FORMATS,
+        default="binary",
         help="how rows travel: pre-formatted binary (default), pre-formatted text, "
-        "or psycopg write_row (slowest; kept for comparison)")  # fmt: skip
+        "or psycopg write_row (slowest; kept for comparison)",
+    )
     return parser
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
-    args = build_parser().parse_args(argv)
-    options = Options(
-        rows=args.rows,
-        seed=args.seed,
-        hot_emails=args.hot_emails if args.hot_ratio > 0 else 0,
-        hot_ratio=args.hot_ratio,
-        reset=args.reset,
-        index=args.index,
-        data_dir=args.data_dir,
-        sample_size=args.sample_size,
-        copy_format=args.copy_format,
-        lock_timeout_s=args.lock_timeout,
-        tracks=args.tracks,
-    )
+    """The options, each parser's destination an Options field of the same name."""
+    options = Options(**vars(build_parser().parse_args(argv)))
+    if options.hot_ratio == 0:
+        options = dataclasses.replace(options, hot_emails=0)
     check_hot_set(options)
     return options
 
