@@ -70,8 +70,9 @@ var hitTiers = map[string][]string{
 
 // CacheHeadersFit is true when an answer's X-Cache (and X-Cache-Tier on a
 // hit) fits the mode: the uncached modes (off, nopool, coalesce) must bypass;
-// a cached mode may hit (in one of its tiers), miss or bypass (a cache
-// failure still answers right).
+// a cached mode may hit (in one of its tiers), miss, bypass (a cache
+// failure still answers right) or answer a value past its expiry
+// (STALE, CACHE_EXPIRY=swr).
 func CacheHeadersFit(w *Worker, mode string) bool {
 	xcache := w.Resp.Header.Peek("X-Cache")
 	if mode == "off" || mode == "nopool" || mode == "coalesce" {
@@ -86,7 +87,7 @@ func CacheHeadersFit(w *Worker, mode string) bool {
 		}
 		return false
 	}
-	return string(xcache) == "MISS" || string(xcache) == "BYPASS"
+	return string(xcache) == "MISS" || string(xcache) == "BYPASS" || string(xcache) == "STALE"
 }
 
 // countOf parses a count answer: the count, -1 when the body is not

@@ -46,6 +46,8 @@ func TestReadCheck(t *testing.T) {
 	}{
 		{"hit in its tier", "l2", answer{200, right, "HIT", "l2"}, true},
 		{"miss", "l2", answer{200, right, "MISS", ""}, true},
+		{"stale past its expiry", "l2", answer{200, right, "STALE", "l2"}, true},
+		{"off must not be stale", "off", answer{200, right, "STALE", ""}, false},
 		{"bypass on off", "off", answer{200, right, "BYPASS", ""}, true},
 		{"hybrid hit in l1", "hybrid", answer{200, right, "HIT", "l1"}, true},
 		{"tracking hit in l1", "tracking", answer{200, right, "HIT", "l1"}, true},
