@@ -34,7 +34,7 @@ SyncClient = redis.Redis | RedisCluster
 AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 
 
-def _sentinel_target(settings: Settings) -> tuple[tuple[str, int], dict[str, Any]]:
+def sentinel_target(settings: Settings) -> tuple[tuple[str, int], dict[str, Any]]:
     """The Sentinel's address, and the master's credentials and database."""
     parts = urlsplit(settings.redis_url)
     master: dict[str, Any] = {"db": int(parts.path.strip("/") or 0)}
@@ -70,7 +70,7 @@ def sync_client(
             bounded["connection_pool_class"] = redis.BlockingConnectionPool
         return RedisCluster.from_url(settings.redis_url, **common, **bounded)
     if settings.redis_mode == REDIS_SENTINEL:
-        address, master = _sentinel_target(settings)
+        address, master = sentinel_target(settings)
         sentinel = redis.sentinel.Sentinel(
             [address],
             sentinel_kwargs={
@@ -113,7 +113,7 @@ def async_client(
             **resp,
         )
     if settings.redis_mode == REDIS_SENTINEL:
-        address, master = _sentinel_target(settings)
+        address, master = sentinel_target(settings)
         sentinel = redis.asyncio.sentinel.Sentinel(
             [address],
             sentinel_kwargs={"socket_connect_timeout": connect_timeout},

@@ -43,6 +43,11 @@ REDIS_STANDALONE = "standalone"
 REDIS_CLUSTER = "cluster"
 REDIS_SENTINEL = "sentinel"
 REDIS_MODES = (REDIS_STANDALONE, REDIS_CLUSTER, REDIS_SENTINEL)
+# The event loop's GET (REDIS_READS, backends/redis_reads.py): batched on the
+# worker's own connections, or redis-py's asyncio client (a cluster always).
+REDIS_READS_LEAN = "lean"
+REDIS_READS_CLIENT = "client"
+REDIS_READS = (REDIS_READS_LEAN, REDIS_READS_CLIENT)
 
 _INT_RE = re.compile(r"^-?[0-9]{1,12}$")
 _BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
@@ -77,6 +82,9 @@ class Settings:
     redis_timeout_ms: int = 200
     redis_connect_timeout_ms: int = 200
     redis_breaker_ms: int = 1000
+    # The event loop's GET (backends/redis_reads.py) and its connections per worker.
+    redis_reads: str = REDIS_READS_LEAN
+    redis_read_connections: int = 2
     core_connect_timeout_ms: int = 500
     # Outlasts the core's worst case for a write (contracts/timeouts.json).
     core_timeout_ms: int = 6000
@@ -368,6 +376,8 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         redis_timeout_ms=_int(env, "REDIS_TIMEOUT_MS", 200, 10, 10000),
         redis_connect_timeout_ms=_int(env, "REDIS_CONNECT_TIMEOUT_MS", 200, 10, 10000),
         redis_breaker_ms=_int(env, "REDIS_BREAKER_MS", 1000, 0, 60000),
+        redis_reads=_choice(env, "REDIS_READS", REDIS_READS_LEAN, REDIS_READS),
+        redis_read_connections=_int(env, "REDIS_READ_CONNECTIONS", 2, 1, 64),
         core_connect_timeout_ms=_int(env, "CORE_CONNECT_TIMEOUT_MS", 500, 10, 60000),
         core_timeout_ms=_int(env, "CORE_TIMEOUT_MS", 6000, 10, 600000),
         python_compute_max_complexity=_int(env, "PYTHON_COMPUTE_MAX_COMPLEXITY", 20, 1, 1000),

@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl
 
 import werkzeug.urls  # noqa: F401 - registers the "werkzeug.url_quote" codec error handler
 
-from aside_gateway.backends import redis_clients
+from aside_gateway.backends import redis_reads
 from aside_gateway.backends.breaker import CircuitBreaker
 from aside_gateway.backends.redis_errors import REDIS_ERRORS
 from aside_gateway.config import metrics
@@ -204,20 +204,15 @@ class EarlyGetClient:
 
     def __init__(self, settings: Settings, breaker: CircuitBreaker):
         self._settings = settings
-        self._timeout_s = settings.redis_timeout_ms / 1000
         self._breaker = breaker
-        self._client: redis_clients.AsyncClient | None = None
+        self._client: redis_reads.Reads | None = None
 
-    def _redis(self) -> redis_clients.AsyncClient:
+    def _redis(self) -> redis_reads.Reads:
         # Built on first use, inside the worker's event loop that it belongs to.
-        # No socket timeout and no pool timeout: the one deadline in get()
-        # bounds connection wait, send and reply together.
+        # Its GET keeps one deadline (REDIS_TIMEOUT_MS) for connection wait,
+        # send and reply together: backends/redis_reads.py.
         if self._client is None:
-            self._client = redis_clients.async_client(
-                self._settings,
-                connect_timeout=self._settings.redis_connect_timeout_ms / 1000,
-                max_connections=self._settings.redis_pool_max,
-            )
+            self._client = redis_reads.loop_reads(self._settings)
         return self._client
 
     async def get(self, key: str, l1_token: tuple[int, int] | None = None) -> EarlyGet | None:
@@ -234,8 +229,7 @@ class EarlyGetClient:
         if not self._breaker.allow():
             return None
         try:
-            async with asyncio.timeout(self._timeout_s):
-                value = await self._redis().get(key)
+            value = await self._redis().get(key)
         except TimeoutError:
             self._breaker.return_probe()  # if this was the probe, Flask's GET makes it
             return None
