@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,7 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	var influx *output.Influx
 	if cfg.InfluxWriteURL != "" {
-		influx = output.NewInflux(cfg.InfluxWriteURL, stepTags(cfg))
+		influx = output.NewInflux(cfg.InfluxWriteURL, stepTags(cfg), cfg.Shards, spoolPath(cfg))
 		periodic.Influx = influx
 	}
 	if cfg.Live {
@@ -145,15 +148,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	client.CloseIdle()
 
 	periodic.Stop()
-	var influxErrors int64
+	var points *output.Points
 	if influx != nil {
 		recs := make([]*record.Recorder, 0, len(loads))
 		for _, l := range loads {
 			recs = append(recs, l.Env.Rec)
 		}
-		influx.WriteSteps(clock.Wall(clock.Now()), recs)
-		influx.Close()
-		influxErrors = influx.Errors()
+		p := influx.Finish(clock.Wall(clock.Now()), recs)
+		points = &p
 	}
 	var samplesErr error
 	if samples != nil {
@@ -166,10 +168,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, l := range loads {
 		totals = append(totals, l.Env.Rec.Totals())
 	}
-	summary := output.NewSummary(cfg, clock.Epoch(0), clock.Epoch(clock.Now()), interrupted, influxErrors, totals)
+	summary := output.NewSummary(cfg, clock.Epoch(0), clock.Epoch(clock.Now()), interrupted, points, totals)
 	summary.Trace, summary.KeyTrace = traced.replayed, traced.recorded
 	for _, t := range totals {
 		fmt.Fprintln(stdout, resultLine(t))
+	}
+	if points != nil {
+		fmt.Fprintln(stdout, pointsLine(*points))
 	}
 	if k := summary.KeyTrace; k != nil {
 		fmt.Fprintf(stdout, "key trace: %d lines to %s, %d lost\n", k.Lines, k.Path, k.Lost)
@@ -215,6 +220,30 @@ func stepTags(cfg config.Config) []record.Tag {
 		tags = append(tags, record.Tag{Key: "shard", Value: strconv.Itoa(cfg.Shard)})
 	}
 	return tags
+}
+
+// spoolPath is the step's spool file in INFLUX_SPOOL (empty: none):
+// load-<scenario>-<arm>-<phase>-<rate>-r<repeat>-s<shard>of<shards>.lp.
+func spoolPath(cfg config.Config) string {
+	if cfg.InfluxSpool == "" {
+		return ""
+	}
+	name := fmt.Sprintf("load-%s-%s-%s-%d-r%d-s%dof%d.lp", cfg.Scenario, cfg.Arm, cfg.Phase, cfg.Rate, cfg.Repeat, cfg.Shard, cfg.Shards)
+	return filepath.Join(cfg.InfluxSpool, strings.Map(func(r rune) rune {
+		if r == '/' || r == os.PathSeparator || r < ' ' {
+			return '_'
+		}
+		return r
+	}, name))
+}
+
+// pointsLine says what became of the step's InfluxDB points (stdout, the bench's log).
+func pointsLine(p output.Points) string {
+	line := fmt.Sprintf("influx: %d points written, %d spooled, %d lost", p.Written, p.Spooled, p.Lost)
+	if p.Spooled > 0 {
+		line += "; the spooled wait in " + p.Spool + " (aside-bench influx-resend)"
+	}
+	return line
 }
 
 // resultLine is a scenario's outcome in a line (stdout, the bench's log).

@@ -199,7 +199,10 @@ func TestSummarySamplesAndPoints(t *testing.T) {
 	if s["schema_version"] != float64(1) || s["driver"] != "aside-load" || s["interrupted"] != false {
 		t.Errorf("summary head %v", s)
 	}
-	for _, key := range []string{"started_at", "ended_at", "influx_errors"} {
+	if p := obj(s, "influx"); p["written"] != float64(len(influx.points(t))+1) || p["spooled"] != float64(0) || p["lost"] != float64(0) {
+		t.Errorf("influx %v", p)
+	}
+	for _, key := range []string{"started_at", "ended_at"} {
 		if _, ok := s[key]; !ok {
 			t.Errorf("no %s", key)
 		}
@@ -337,10 +340,13 @@ func TestShardsSplitAndTag(t *testing.T) {
 	if c := obj(r.summary, "config"); c["rate"] != float64(301) || c["shards"] != float64(3) || c["shard"] != float64(2) {
 		t.Errorf("config %v", c)
 	}
-	for _, p := range influx.points(t) {
+	for _, p := range append(influx.points(t), influx.steps(t)...) {
 		if p.tags["shard"] != "2" || p.tags["rate"] != "301" {
 			t.Fatalf("point tags %v", p.tags)
 		}
+	}
+	if steps := influx.steps(t); len(steps) != 1 || steps[0].fields["shards"] != int64(3) {
+		t.Errorf("the step point does not say it is one of 3 shards: %v", steps)
 	}
 }
 

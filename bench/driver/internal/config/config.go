@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -83,7 +84,10 @@ type Config struct {
 	SamplesPath string
 	// InfluxWriteURL is INFLUX_URL turned into its /write endpoint; empty: no points.
 	InfluxWriteURL string
-	Live           bool
+	// InfluxSpool is INFLUX_SPOOL: the folder where points InfluxDB did not
+	// take are kept (default: influx-spool beside SUMMARY_PATH; empty: none).
+	InfluxSpool string
+	Live        bool
 
 	Engine string
 	Shards int
@@ -174,6 +178,10 @@ func Load(getenv func(string) string) (Config, error) {
 	c.SamplesPath = r.str("SAMPLES_PATH", "")
 	if raw := r.str("INFLUX_URL", ""); raw != "" {
 		c.InfluxWriteURL = r.influx(raw)
+	}
+	c.InfluxSpool = r.str("INFLUX_SPOOL", "")
+	if c.InfluxSpool == "" && c.SummaryPath != "" {
+		c.InfluxSpool = filepath.Join(filepath.Dir(c.SummaryPath), "influx-spool")
 	}
 	c.Live = r.flag("LIVE")
 

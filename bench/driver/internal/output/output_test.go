@@ -169,26 +169,28 @@ func TestInfluxWrites(t *testing.T) {
 		mu.Lock()
 		bodies = append(bodies, b)
 		queries = append(queries, r.URL.Path+"?"+r.URL.RawQuery)
+		code := status
 		mu.Unlock()
-		w.WriteHeader(status)
+		w.WriteHeader(code)
 	}))
 	defer srv.Close()
-	x := output.NewInflux(srv.URL+"/write?db=aside&precision=ms", stepTags)
+	x := output.NewInflux(srv.URL+"/write?db=aside&precision=ms", stepTags, 1, "")
 	x.Write(time.Now(), seconds())
-	x.Close()
-	if x.Errors() != 0 || len(bodies) != 1 || !strings.HasPrefix(queries[0], "/write?db=aside&precision=ms") {
-		t.Fatalf("errors %d, bodies %d, queries %v", x.Errors(), len(bodies), queries)
+	p := x.Finish(time.Now(), nil)
+	if p != (output.Points{Written: 3}) || len(bodies) != 1 || !strings.HasPrefix(queries[0], "/write?db=aside&precision=ms") {
+		t.Fatalf("points %+v, bodies %d, queries %v", p, len(bodies), queries)
 	}
 	if got := len(decode(t, bodies[0])); got != 3 {
 		t.Errorf("%d points arrived", got)
 	}
 
+	mu.Lock()
 	status = 500
-	x = output.NewInflux(srv.URL+"/write?db=aside&precision=ms", stepTags)
+	mu.Unlock()
+	x = output.NewInflux(srv.URL+"/write?db=aside&precision=ms", stepTags, 1, "")
 	x.Write(time.Now(), seconds())
-	x.Close()
-	if x.Errors() != 3 {
-		t.Errorf("a refused batch counted %d errors, want 3", x.Errors())
+	if p := x.Finish(time.Now(), nil); p != (output.Points{Lost: 3}) || len(bodies) != 4 {
+		t.Errorf("a refused batch without a spool: %+v after %d posts, want 3 lost after 3 attempts", p, len(bodies)-1)
 	}
 }
 
@@ -233,12 +235,12 @@ func TestEncodeStepsCarriesHistogramsThatMerge(t *testing.T) {
 	}
 	var merged *hdrhistogram.Histogram
 	for _, rec := range recs {
-		body, n, err := output.EncodeSteps(time.UnixMilli(1764080000000), []*record.Recorder{rec}, stepTags)
+		body, n, err := output.EncodeSteps(time.UnixMilli(1764080000000), []*record.Recorder{rec}, stepTags, 2)
 		if err != nil || n != 1 {
 			t.Fatalf("%d points: %v", n, err)
 		}
 		point := decode(t, body)[0]
-		if point.tags["scenario"] != "read" || point.fields["due"] != int64(100) || point.fields["target"] != float64(250) {
+		if point.tags["scenario"] != "read" || point.fields["due"] != int64(100) || point.fields["target"] != float64(250) || point.fields["shards"] != int64(2) {
 			t.Errorf("step point %+v", point)
 		}
 		h, err := hdrhistogram.Decode([]byte(point.fields["hdr"].(string)))

@@ -18,15 +18,16 @@ const SchemaVersion = 1
 
 // Summary is the JSON summary (README.md, "The summary").
 type Summary struct {
-	SchemaVersion int                        `json:"schema_version"`
-	Driver        string                     `json:"driver"`
-	Config        SummaryConfig              `json:"config"`
-	StartedAt     float64                    `json:"started_at"`
-	EndedAt       float64                    `json:"ended_at"`
-	Interrupted   bool                       `json:"interrupted"`
-	CPU           CPU                        `json:"cpu"`
-	InfluxErrors  int64                      `json:"influx_errors"`
-	Scenarios     map[string]ScenarioSummary `json:"scenarios"`
+	SchemaVersion int           `json:"schema_version"`
+	Driver        string        `json:"driver"`
+	Config        SummaryConfig `json:"config"`
+	StartedAt     float64       `json:"started_at"`
+	EndedAt       float64       `json:"ended_at"`
+	Interrupted   bool          `json:"interrupted"`
+	CPU           CPU           `json:"cpu"`
+	// Influx is what became of the InfluxDB points (absent without INFLUX_URL).
+	Influx    *Points                    `json:"influx,omitempty"`
+	Scenarios map[string]ScenarioSummary `json:"scenarios"`
 	// Trace is the trace a read scenario replayed (TRACE), KeyTrace the
 	// keys it recorded (KEY_TRACE_PATH); absent when not asked for.
 	Trace    *TraceSummary    `json:"trace,omitempty"`
@@ -118,7 +119,7 @@ func statusMap(s [record.NClasses]int64) map[string]int64 {
 }
 
 // NewSummary assembles the summary of a step.
-func NewSummary(cfg config.Config, startedAt, endedAt float64, interrupted bool, influxErrors int64, totals []record.Totals) Summary {
+func NewSummary(cfg config.Config, startedAt, endedAt float64, interrupted bool, influx *Points, totals []record.Totals) Summary {
 	s := Summary{
 		SchemaVersion: SchemaVersion, Driver: "aside-load",
 		Config: SummaryConfig{
@@ -128,7 +129,7 @@ func NewSummary(cfg config.Config, startedAt, endedAt float64, interrupted bool,
 			Dist: cfg.Dist, Keys: cfg.Keys,
 		},
 		StartedAt: startedAt, EndedAt: endedAt, Interrupted: interrupted, CPU: OwnCPU(),
-		InfluxErrors: influxErrors, Scenarios: map[string]ScenarioSummary{},
+		Influx: influx, Scenarios: map[string]ScenarioSummary{},
 	}
 	if cfg.Dist == config.Zipf {
 		s.Config.Alpha = cfg.Alpha
