@@ -9,6 +9,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
+from aside_bench.plan import expiry as expiryplan
 from aside_bench.plan import interference
 from aside_bench.plan import tracks as trackplan
 
@@ -87,6 +88,11 @@ ZERO_RATE_SCENARIOS = (interference.SCENARIO,)
 SCENARIOS += (trackplan.SCENARIO,)
 DEFAULT_RATES[trackplan.SCENARIO] = trackplan.DEFAULT_RATES
 DEFAULT_ARMS[trackplan.SCENARIO] = trackplan.DEFAULT_ARMS
+
+# ---- scenario `expiry` (reads across the TTL's end): plan/expiry.py, cli/expiry.py ----
+SCENARIOS += (expiryplan.SCENARIO,)
+DEFAULT_RATES[expiryplan.SCENARIO] = expiryplan.DEFAULT_RATES
+DEFAULT_ARMS[expiryplan.SCENARIO] = expiryplan.DEFAULT_ARMS
 
 MIN_POOL = 10
 # The driver's pool holds rate x this budget of requests in flight: past it the

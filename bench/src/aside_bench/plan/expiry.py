@@ -1,0 +1,114 @@
+"""The `expiry` scenario's plan (pure): the hot set's reads held across the end
+of the cache's TTL, once per way of handling an expiry (the gateway's
+CACHE_EXPIRY) and with the cache off as the reference, on the table as seeded
+and with a temporary email index. The run itself is sweep/expiry.py, its
+report report/expiry.py.
+
+Timeline of a cached arm (seconds from the fill, E = the fill + the TTL): the
+load starts right after the fill and ends `TAIL_S` after the expiry window;
+the steady window [E - lead - width, E - lead) holds no expiry, the expiry
+window [E - lead, E - lead + width) holds every key's end.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+SCENARIO = "expiry"
+# CACHE_EXPIRY's values (gateway/README.md); `nocache` reads with ?cache=off.
+MODES = ("plain", "jitter", "early", "swr")
+NOCACHE = "nocache"
+ARM_NAMES = (NOCACHE, *MODES)
+INDEX_SUFFIX = "+index"
+DEFAULT_RATES = (1000, 2000)
+DEFAULT_ARMS = (*ARM_NAMES, *(f"{name}{INDEX_SUFFIX}" for name in ARM_NAMES))
+DEFAULT_TTL_S = 20
+# The longest the two windows are; a short TTL gets half of it each.
+WINDOW_S = 10
+LEAD_S = 3
+TAIL_S = 1
+# The cache-off reference has no expiry: one steady window's worth of load.
+NOCACHE_S = WINDOW_S
+# The scenario sets its own TTL on the gateway (CACHE_TTL_SECONDS), at least this.
+MIN_TTL_S = 6
+
+
+class ExpiryPlanError(ValueError):
+    """A parameter of the expiry scenario is invalid; the message says which."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    mode: str | None  # a CACHE_EXPIRY value; None: the cache off
+    indexed: bool
+
+    @property
+    def label(self) -> str:
+        return (self.mode or NOCACHE) + (INDEX_SUFFIX if self.indexed else "")
+
+    @property
+    def cache(self) -> str:
+        """The ?cache= value of its reads."""
+        return "off" if self.mode is None else "l2"
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Where the two windows lie, in seconds from the expiry instant E."""
+
+    lead_s: int
+    width_s: int
+
+    @property
+    def steady(self) -> tuple[int, int]:
+        return (-self.lead_s - self.width_s, -self.lead_s)
+
+    @property
+    def expiry(self) -> tuple[int, int]:
+        return (-self.lead_s, self.width_s - self.lead_s)
+
+
+def parse_arms(text: str | None) -> list[Arm]:
+    """'plain swr+index' -> the arms, unindexed ones first (the index is built once)."""
+    words = [w for w in re.split(r"[\s,]+", (text or "").strip()) if w] or list(DEFAULT_ARMS)
+    arms: list[Arm] = []
+    for word in words:
+        name = word.removesuffix(INDEX_SUFFIX)
+        if name not in ARM_NAMES:
+            raise ExpiryPlanError(
+                f"unknown expiry arm {word!r}; choose from {', '.join(ARM_NAMES)}, "
+                f"each optionally with {INDEX_SUFFIX}"
+            )
+        arm = Arm(None if name == NOCACHE else name, word.endswith(INDEX_SUFFIX))
+        if arm not in arms:
+            arms.append(arm)
+    return sorted(arms, key=lambda a: a.indexed)
+
+
+def windows_for(ttl_s: int) -> Windows:
+    """The windows for a TTL: WINDOW_S each when the TTL leaves room for the
+    steady one after the fill and the driver's start (three seconds), narrower
+    for a short TTL."""
+    if ttl_s < MIN_TTL_S:
+        raise ExpiryPlanError(f"the expiry scenario needs a TTL of at least {MIN_TTL_S}s")
+    lead = min(LEAD_S, max(1, ttl_s // 6))
+    width = min(WINDOW_S, ttl_s - lead - 3)
+    return Windows(lead, width)
+
+
+def load_seconds(arm: Arm, ttl_s: int, since_fill_s: float) -> int:
+    """How long the driver runs, started `since_fill_s` after the fill began:
+    to the expiry window's end and TAIL_S beyond; the reference NOCACHE_S."""
+    if arm.mode is None:
+        return NOCACHE_S
+    end = ttl_s + windows_for(ttl_s).expiry[1] + TAIL_S
+    return max(1, math.ceil(end - since_fill_s))
+
+
+def gateway_env(arm: Arm, ttl_s: int) -> dict[str, str]:
+    """The gateway's settings for a cached arm (the reference keeps the last)."""
+    if arm.mode is None:
+        return {}
+    return {"CACHE_EXPIRY": arm.mode, "CACHE_TTL_SECONDS": str(ttl_s), "CACHE_L1_TRACKING": "off"}
