@@ -161,6 +161,14 @@ overload: ## goodput, sheds and recovery at 1.25x, 1.5x, 2x of each arm's ceilin
 test: ## every suite against real services, started here and stopped afterwards
 	@$(ENV) infra/test.sh
 
+# The tests that need no service: pure logic of the gateway, the seeder and the core.
+UNIT_PY := gateway/tests/test_unit.py $(wildcard gateway/tests/test_*_unit.py) seed/tests/test_datagen.py
+UNIT_GO := ./internal/compute/... ./internal/tracks/... ./internal/validate/... ./internal/config/...
+
+test-unit: ## the tests that need no running service (seconds; no stack)
+	@$(VENV)/pytest --import-mode=importlib -q -p no:cacheprovider $(UNIT_PY) && \
+		(cd core-go && go test -count=1 $(UNIT_GO))
+
 images: ## docker build of aside-gateway, aside-seed, aside-core and aside-load (IMAGE_TAG; needs docker)
 	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "aside: make images needs docker ($(DOCKER) not found); the native stack (make up) needs none" >&2; exit 1; }
 	@$(DOCKER) info >/dev/null 2>&1 || { echo "aside: make images needs a running Docker engine ('$(DOCKER) info' failed); the native stack (make up) needs none" >&2; exit 1; }

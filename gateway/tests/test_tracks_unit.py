@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,25 @@ def test_tolerance_bounds_match_the_contract():
     assert f"{validation.TOLERANCE_MIN:f}" == TRACKS["tolerance"]["min"]
     assert f"{validation.TOLERANCE_MAX:f}" == TRACKS["tolerance"]["max"]
     assert TRACKS["tolerance"]["max_length"] == validation.TOLERANCE_MAX_LENGTH
+
+
+def test_tolerance_ladder_matches_the_contract():
+    ladder = TRACKS["tolerance"]["ladder"]
+    assert [f"{level:f}" for level in validation.TOLERANCE_LADDER] == ladder
+    assert ladder[0] == TRACKS["tolerance"]["min"] and ladder[-1] == TRACKS["tolerance"]["max"]
+
+
+def test_every_tolerance_lands_on_a_level_not_above_it():
+    """Every 16-character decimal in a sweep of the range becomes a level of the
+    ladder, the largest not above it: the key space of one track is the ladder."""
+    ladder = set(TRACKS["tolerance"]["ladder"])
+    seen = set()
+    for step in range(1, 10001):
+        raw = f"{Decimal('0.000001') * step:f}"[:16]
+        level = validation.parse_tolerance(raw)
+        assert level in ladder and Decimal(level) <= Decimal(raw)
+        seen.add(level)
+    assert seen == ladder
 
 
 @pytest.mark.parametrize("vector", TRACKS["track_json"], ids=lambda v: str(v["row"]["id"]))

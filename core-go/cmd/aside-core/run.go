@@ -98,12 +98,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return client // the URL and mode checked above
 	}, outbox.DefaultOptions(cfg.InvalidationDeadline), m.Outbox)
 	router := httpapi.NewRouter(httpapi.Deps{
-		Users:       users,
-		Tracks:      users,
-		Invalidator: cache.NewInvalidator(rdb, cfg.InvalidationDeadline, m.ObserveInvalidation),
-		Outbox:      relay,
-		Limiter:     limiter,
-		Metrics:     m,
+		Users:           users,
+		Tracks:          users,
+		Invalidator:     cache.NewInvalidator(rdb, cfg.InvalidationDeadline, m.ObserveInvalidation),
+		Outbox:          relay,
+		Limiter:         limiter,
+		SimplifyLimiter: compute.NewLimiter(cfg.SimplifyMaxConcurrency, cfg.SimplifyQueueWait),
+		Metrics:         m,
 		Ready: []httpapi.Check{
 			{Name: "postgres", Ping: users.Ping},
 			{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},

@@ -74,6 +74,11 @@ type Config struct {
 
 	ComputeMaxConcurrency int
 	ComputeQueueWait      time.Duration
+	// SimplifyMaxConcurrency bounds track simplifications (Douglas-Peucker)
+	// apart from /compute's slots, so neither queues the other; a request
+	// waits at most SimplifyQueueWait for one, then is answered 503.
+	SimplifyMaxConcurrency int
+	SimplifyQueueWait      time.Duration
 
 	ShutdownTimeout time.Duration
 
@@ -171,6 +176,8 @@ func Load(getenv func(string) string) (Config, error) {
 	cfg.InvalidationDeadline = r.millis("CORE_INVALIDATION_DEADLINE_MS", 300, 1, 60_000)
 	cfg.ComputeMaxConcurrency = r.intRange("CORE_COMPUTE_MAX_CONCURRENCY", runtime.GOMAXPROCS(0), 1, 10_000)
 	cfg.ComputeQueueWait = r.millis("CORE_COMPUTE_QUEUE_WAIT_MS", 1000, 0, 60_000)
+	cfg.SimplifyMaxConcurrency = r.intRange("CORE_SIMPLIFY_MAX_CONCURRENCY", 1, 1, 10_000)
+	cfg.SimplifyQueueWait = r.millis("CORE_SIMPLIFY_QUEUE_WAIT_MS", 100, 0, 60_000)
 	cfg.ShutdownTimeout = r.duration("CORE_SHUTDOWN_TIMEOUT", 10*time.Second, 0, time.Hour)
 	cfg.IdempotencyTTL = r.duration("CORE_IDEMPOTENCY_TTL", DefaultIdempotencyTTL, time.Second, 30*24*time.Hour)
 	cfg.IdempotencyPurgeInterval = r.duration("CORE_IDEMPOTENCY_PURGE_INTERVAL", DefaultIdempotencyPurgeInterval,

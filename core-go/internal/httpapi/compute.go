@@ -212,7 +212,7 @@ func computeWork(d computeDeps) handlerFunc {
 		if err != nil {
 			return err
 		}
-		release, err := acquireSlot(c.Request.Context(), d.limiter, d.rejected)
+		release, err := acquireSlot(c.Request.Context(), d.limiter, d.rejected, "compute")
 		if err != nil {
 			return err
 		}
@@ -228,15 +228,16 @@ func computeWork(d computeDeps) handlerFunc {
 	}
 }
 
-// acquireSlot takes a compute slot for a CPU-heavy handler; a full queue
-// is counted in rejected and answered 503, so the client retries later.
-func acquireSlot(ctx context.Context, limiter *compute.Limiter, rejected prometheus.Counter) (func(), error) {
+// acquireSlot takes a slot of limiter for a CPU-heavy handler (what names
+// the work); a full queue is counted in rejected and answered 503 with
+// Retry-After, so the client retries later.
+func acquireSlot(ctx context.Context, limiter *compute.Limiter, rejected prometheus.Counter, what string) (func(), error) {
 	release, err := limiter.Acquire(ctx)
 	if err != nil {
 		if errors.Is(err, compute.ErrBusy) {
 			rejected.Inc()
 		}
-		return nil, unavailable(codeUnavailable, "compute is at its concurrency limit; retry later")
+		return nil, unavailable(codeUnavailable, what+" is at its concurrency limit; retry later")
 	}
 	return release, nil
 }

@@ -69,8 +69,10 @@ type testServer struct {
 	router  *gin.Engine
 	metrics *metrics.Metrics
 	limiter *compute.Limiter
-	rdb     redis.UniversalClient
-	logs    *lockedBuffer
+	// simplify is the simplification's own limiter (one slot, no wait).
+	simplify *compute.Limiter
+	rdb      redis.UniversalClient
+	logs     *lockedBuffer
 }
 
 func newServer(t *testing.T, o serverOpts) *testServer {
@@ -104,6 +106,7 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 	t.Cleanup(func() { _ = rdb.Close() })
 	users := store.New(pool, o.dbTimeout)
 	limiter := compute.NewLimiter(o.computeMax, o.computeWait)
+	simplify := compute.NewLimiter(1, time.Millisecond)
 	m := metrics.New("lab", pool.Stat, limiter.InUse)
 	logs := &lockedBuffer{}
 	relay := outbox.New(users, func(readTimeout time.Duration) redis.UniversalClient {
@@ -115,12 +118,13 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 	t.Cleanup(stopRelay)
 	go relay.Run(relayCtx)
 	router := NewRouter(Deps{
-		Users:       users,
-		Tracks:      users,
-		Invalidator: cache.NewInvalidator(rdb, 300*time.Millisecond, m.ObserveInvalidation),
-		Outbox:      relay,
-		Limiter:     limiter,
-		Metrics:     m,
+		Users:           users,
+		Tracks:          users,
+		Invalidator:     cache.NewInvalidator(rdb, 300*time.Millisecond, m.ObserveInvalidation),
+		Outbox:          relay,
+		Limiter:         limiter,
+		SimplifyLimiter: simplify,
+		Metrics:         m,
 		Ready: []Check{
 			{Name: "postgres", Ping: users.Ping},
 			{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
@@ -130,7 +134,7 @@ func newServer(t *testing.T, o serverOpts) *testServer {
 		CoreToken:       o.coreToken,
 		TestHooks:       o.testHooks,
 	})
-	return &testServer{router: router, metrics: m, limiter: limiter, rdb: rdb, logs: logs}
+	return &testServer{router: router, metrics: m, limiter: limiter, simplify: simplify, rdb: rdb, logs: logs}
 }
 
 // do sends a request; a non-empty body is sent as application/json.

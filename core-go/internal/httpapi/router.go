@@ -20,9 +20,12 @@ type Deps struct {
 	Invalidator Invalidator
 	Outbox      Outbox
 	Limiter     *compute.Limiter
-	Metrics     *metrics.Metrics
-	Ready       []Check
-	Log         *slog.Logger
+	// SimplifyLimiter bounds track simplifications apart from Limiter's
+	// /compute: anonymous track misses never queue token-gated compute.
+	SimplifyLimiter *compute.Limiter
+	Metrics         *metrics.Metrics
+	Ready           []Check
+	Log             *slog.Logger
 	// SeparateMetrics: /metrics is served on a listener of its own
 	// (MetricsHandler), so this router answers it 404 like any unknown path.
 	SeparateMetrics bool
@@ -72,7 +75,7 @@ func NewRouter(d Deps) *gin.Engine {
 	// Called by the gateway only (on a miss of ?simplify=), behind the same token.
 	internal := r.Group("/internal/v1", requireToken(d.CoreToken))
 	internal.GET("/tracks/:id/simplified", handle(d.Log, simplifyTrack(trackDeps{tracks: d.Tracks,
-		limiter: d.Limiter, rejected: d.Metrics.ComputeRejected, duration: d.Metrics.SimplifyDuration,
+		limiter: d.SimplifyLimiter, rejected: d.Metrics.SimplifyRejected, duration: d.Metrics.SimplifyDuration,
 		points: d.Metrics.SimplifyPoints})))
 	return r
 }

@@ -17,9 +17,10 @@ type TrackReader interface {
 	Track(ctx context.Context, id int64) (tracks.Track, error)
 }
 
-// trackDeps are what the simplification handler needs. It shares the
-// compute limiter: both are CPU work, and on two cores more of it at once
-// only makes each slower.
+// trackDeps are what the simplification handler needs. Its limiter is its
+// own (CORE_SIMPLIFY_MAX_CONCURRENCY), not /compute's: a miss of an
+// anonymous ?simplify= never waits behind token-gated compute, nor the
+// reverse, and past its bound it is answered 503 at once.
 type trackDeps struct {
 	tracks   TrackReader
 	limiter  *compute.Limiter
@@ -42,7 +43,7 @@ func simplifyTrack(d trackDeps) handlerFunc {
 		if err != nil {
 			return err
 		}
-		release, err := acquireSlot(c.Request.Context(), d.limiter, d.rejected)
+		release, err := acquireSlot(c.Request.Context(), d.limiter, d.rejected, "simplification")
 		if err != nil {
 			return err
 		}

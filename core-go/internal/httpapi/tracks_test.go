@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -132,21 +133,35 @@ func TestSimplifyNeedsTheCoreToken(t *testing.T) {
 	}
 }
 
-// Simplification takes a compute slot: with every slot taken it answers 503.
-func TestSimplifyShedsLoadAtTheConcurrencyLimit(t *testing.T) {
+// Simplification has slots of its own: with every one taken it answers a
+// fast 503 with Retry-After while /compute still runs; with every compute
+// slot taken it still simplifies.
+func TestSimplifyShedsLoadAtItsOwnConcurrencyLimit(t *testing.T) {
 	s := newServer(t, serverOpts{computeMax: 1, computeWait: 1})
 	id := insertTrack(t, "busy", 1, "[[13.4,52.5],[13.41,52.51]]")
-	release, err := s.limiter.Acquire(context.Background())
+	release, err := s.simplify.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	rec := s.do(http.MethodGet, simplifiedURL(id, "0.001"), "")
 	wantError(t, rec, http.StatusServiceUnavailable, codeUnavailable)
-	if rec.Header().Get("Retry-After") == "" {
-		t.Fatal("no Retry-After")
+	if rec.Header().Get("Retry-After") == "" || time.Since(start) > time.Second {
+		t.Fatalf("Retry-After %q after %v", rec.Header().Get("Retry-After"), time.Since(start))
+	}
+	if rec := s.do(http.MethodPost, "/api/v1/compute", `{"complexity":1}`); rec.Code != http.StatusOK {
+		t.Fatalf("compute while simplification is full: %d %s", rec.Code, rec.Body)
+	}
+	if got := testutil.ToFloat64(s.metrics.SimplifyRejected); got != 1 {
+		t.Fatalf("simplify rejected %v, want 1", got)
 	}
 	release()
+	releaseCompute, err := s.limiter.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseCompute()
 	if rec := s.do(http.MethodGet, simplifiedURL(id, "0.001"), ""); rec.Code != http.StatusOK {
-		t.Fatalf("after release: %d %s", rec.Code, rec.Body)
+		t.Fatalf("simplify while compute is full: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -19,6 +19,7 @@ type Metrics struct {
 	CacheInvalidations   *prometheus.CounterVec
 	InvalidationRetries  prometheus.Counter
 	ComputeRejected      prometheus.Counter
+	SimplifyRejected     prometheus.Counter
 	ComputeDuration      *prometheus.HistogramVec
 	ComputeSlotsInUse    prometheus.GaugeFunc
 	UncertainWritesTotal prometheus.Counter
@@ -75,6 +76,10 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 			Name: "aside_core_compute_rejected_total",
 			Help: "Compute requests answered 503 because every compute slot stayed busy.",
 		}),
+		SimplifyRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aside_core_simplify_rejected_total",
+			Help: "Track simplifications answered 503 because every simplification slot stayed busy.",
+		}),
 		ComputeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "aside_core_compute_duration_seconds",
 			Help:    "Time spent computing, by kind (checksum, pbkdf2, bcrypt).",
@@ -126,7 +131,7 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 	reg.MustRegister(
 		m.HTTPRequests, m.HTTPDuration, m.CacheInvalidations, m.InvalidationRetries,
 		m.ComputeRejected, m.ComputeDuration, m.ComputeSlotsInUse, m.UncertainWritesTotal, info,
-		m.SimplifyDuration, m.SimplifyPoints,
+		m.SimplifyDuration, m.SimplifyPoints, m.SimplifyRejected,
 		m.Outbox.settled, m.Outbox.delay, m.Outbox.failures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -22,15 +23,48 @@ const (
 	ToleranceMaxLength = 16
 )
 
+// Ladder is contracts/tracks.json "ladder": a tolerance is answered at the
+// largest level not above it, so one track has at most len(Ladder)
+// simplifications whatever a client asks. Ascending, canonical text.
+var Ladder = []string{"0.000001", "0.000002", "0.000005", "0.00001", "0.00002", "0.00005",
+	"0.0001", "0.0002", "0.0005", "0.001", "0.002", "0.005", "0.01"}
+
+// ladderValues are Ladder's levels as numbers. A tolerance has at most 14
+// digits after the point, so distinct decimals stay distinct as float64 and
+// comparing with a level is exact.
+var ladderValues = func() []float64 {
+	values := make([]float64, len(Ladder))
+	for i, level := range Ladder {
+		v, err := strconv.ParseFloat(level, 64)
+		if err != nil {
+			panic(err)
+		}
+		values[i] = v
+	}
+	return values
+}()
+
+// Snap is the largest level of the ladder not above value, with its text.
+func Snap(value float64) (string, float64) {
+	i := sort.SearchFloat64s(ladderValues, value) // the first level >= value
+	if i < len(ladderValues) && ladderValues[i] == value {
+		return Ladder[i], value
+	}
+	if i == 0 {
+		return Ladder[0], ladderValues[0]
+	}
+	return Ladder[i-1], ladderValues[i-1]
+}
+
 // ErrTolerance is a tolerance outside the contract's rules.
 var ErrTolerance = errors.New("tolerance must be a plain decimal from 0.000001 to 0.01 (degrees)")
 
 // ErrPath is a stored path that is not a non-empty JSON array of [lon, lat] pairs.
 var ErrPath = errors.New("the stored path is not a JSON array of [longitude, latitude] pairs")
 
-// ParseTolerance checks raw against the contract and returns its canonical
-// text (no leading zeros before the point, no trailing zeros after it) and
-// its value.
+// ParseTolerance checks raw against the contract and returns the ladder
+// level it is answered at: its canonical text (no leading zeros before the
+// point, no trailing zeros after it) and its value.
 func ParseTolerance(raw string) (string, float64, error) {
 	if len(raw) == 0 || len(raw) > ToleranceMaxLength {
 		return "", 0, ErrTolerance
@@ -43,15 +77,8 @@ func ParseTolerance(raw string) (string, float64, error) {
 	if err != nil || value < ToleranceMin || value > ToleranceMax {
 		return "", 0, ErrTolerance
 	}
-	whole = strings.TrimLeft(whole, "0")
-	if whole == "" {
-		whole = "0"
-	}
-	frac = strings.TrimRight(frac, "0")
-	if frac == "" {
-		return whole, value, nil
-	}
-	return whole + "." + frac, value, nil
+	level, snapped := Snap(value)
+	return level, snapped, nil
 }
 
 func digits(s string) bool {

@@ -3,6 +3,8 @@ package tracks_test
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/paulmach/orb"
@@ -13,9 +15,10 @@ import (
 
 type tracksContract struct {
 	Tolerance struct {
-		Min       string `json:"min"`
-		Max       string `json:"max"`
-		MaxLength int    `json:"max_length"`
+		Min       string   `json:"min"`
+		Max       string   `json:"max"`
+		MaxLength int      `json:"max_length"`
+		Ladder    []string `json:"ladder"`
 		Valid     []struct {
 			Raw       string `json:"raw"`
 			Canonical string `json:"canonical"`
@@ -53,6 +56,36 @@ func TestToleranceBoundsMatchTheContract(t *testing.T) {
 	if err1 != nil || err2 != nil || lo != tracks.ToleranceMin || hi != tracks.ToleranceMax ||
 		c.Tolerance.MaxLength != tracks.ToleranceMaxLength {
 		t.Fatalf("bounds %v %v (%v %v), max length %d", lo, hi, err1, err2, c.Tolerance.MaxLength)
+	}
+}
+
+func TestLadderMatchesTheContract(t *testing.T) {
+	c := load(t)
+	if !slices.Equal(c.Tolerance.Ladder, tracks.Ladder) {
+		t.Fatalf("ladder %v, contract %v", tracks.Ladder, c.Tolerance.Ladder)
+	}
+	for _, level := range c.Tolerance.Ladder {
+		if got, _, err := tracks.ParseTolerance(level); err != nil || got != level {
+			t.Errorf("ParseTolerance(%q) = %q, %v; a level is its own answer", level, got, err)
+		}
+	}
+}
+
+// Every tolerance of a sweep of the range lands on a level not above it, and
+// every level is reached: the key space of one track is the ladder.
+func TestEveryToleranceLandsOnALevelNotAboveIt(t *testing.T) {
+	seen := map[string]bool{}
+	for step := 1; step <= 10000; step++ {
+		raw := strconv.FormatFloat(float64(step)*0.000001, 'f', 6, 64)
+		level, value, err := tracks.ParseTolerance(raw)
+		raw64, _ := strconv.ParseFloat(raw, 64)
+		if err != nil || !slices.Contains(tracks.Ladder, level) || value > raw64 {
+			t.Fatalf("ParseTolerance(%q) = %q, %v, %v", raw, level, value, err)
+		}
+		seen[level] = true
+	}
+	if len(seen) != len(tracks.Ladder) {
+		t.Fatalf("levels reached %v", seen)
 	}
 }
 

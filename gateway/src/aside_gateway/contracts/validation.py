@@ -30,6 +30,16 @@ IDEMPOTENCY_KEY_MAX = 255
 TOLERANCE_MIN = Decimal("0.000001")
 TOLERANCE_MAX = Decimal("0.01")
 TOLERANCE_MAX_LENGTH = 16
+# contracts/tracks.json "ladder": every tolerance is answered at the largest
+# level not above it, so a track has at most len(TOLERANCE_LADDER) simplified
+# cache entries whatever a client asks (docs/decisions/064-*.md).
+TOLERANCE_LADDER = tuple(
+    Decimal(level)
+    for level in (
+        "0.000001", "0.000002", "0.000005", "0.00001", "0.00002", "0.00005", "0.0001",
+        "0.0002", "0.0005", "0.001", "0.002", "0.005", "0.01",
+    )
+)  # fmt: skip
 _TOLERANCE_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 COMPLEXITY_MIN = 1
@@ -263,10 +273,16 @@ def tolerance_problem(raw: str) -> str | None:
     return None
 
 
+def snap_tolerance(value: Decimal) -> Decimal:
+    """The largest level of the ladder not above `value` (within the bounds)."""
+    return max(level for level in TOLERANCE_LADDER if level <= value)
+
+
 def parse_tolerance(raw: str) -> str:
-    """The canonical text of a tolerance (no leading zeros before the point,
-    no trailing zeros after it): the cache key's and the answer's."""
+    """The ladder level of a tolerance in canonical text (no leading zeros
+    before the point, no trailing zeros after it): the cache key's and the
+    answer's."""
     problem = tolerance_problem(raw)
     if problem:
         raise ApiError("invalid_tolerance", problem)
-    return format(Decimal(raw).normalize(), "f")
+    return format(snap_tolerance(Decimal(raw)).normalize(), "f")
