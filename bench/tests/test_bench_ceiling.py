@@ -54,9 +54,9 @@ def test_bounds_ignore_a_lucky_pass_above_a_miss() -> None:
 
 
 def test_every_arm_is_searched_turn_by_turn_the_reference_beside_the_cache_arm() -> None:
-    from aside_bench.cli.commands import _search_order
+    from aside_bench.cli.ceiling import search_order
 
-    order = _search_order(["cache", "hybrid", "healthz", "cache-bare"])
+    order = search_order(["cache", "hybrid", "healthz", "cache-bare"])
     assert order == [["cache", "cache-bare", "hybrid", "healthz"]]
-    assert _search_order(["hybrid", "healthz"]) == [["hybrid", "healthz"]]
-    assert _search_order(["hybrid", "cache-bare"]) == [["hybrid", "cache-bare"]]
+    assert search_order(["hybrid", "healthz"]) == [["hybrid", "healthz"]]
+    assert search_order(["hybrid", "cache-bare"]) == [["hybrid", "cache-bare"]]

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from aside_bench.cli import commands
-from aside_bench.cli.parser import build_parser, default_of
+from aside_bench.cli.app import build_parser
+from aside_bench.cli.options import default_of
+from aside_bench.cli.stepping import shape_of
 from aside_bench.load.run import LoadShape
 from aside_bench.stack import config
 from aside_bench.sweep.runner import Options
@@ -147,8 +148,8 @@ def test_the_parser_reads_its_defaults_where_they_are_owned(
 def test_every_command_that_steps_gets_a_whole_load_shape() -> None:
     """Options a command lacks take the shape's defaults; a command that runs no
     mixed step asks for no read-after-write checks."""
-    assert commands._shape(build_parser().parse_args(["run"])) == LoadShape()
+    assert shape_of(build_parser().parse_args(["run"])) == LoadShape()
     for command in ("ceiling", "cost"):
         args = build_parser().parse_args([command])
-        assert commands._shape(args) == dataclasses.replace(LoadShape(), stale_per_min=0)
+        assert shape_of(args) == dataclasses.replace(LoadShape(), stale_per_min=0)
         assert args.cache_policy == default_of(Options, "cache_policy")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aside_bench.ceiling.report import ceiling_tables, reference_of
 from aside_bench.ceiling.search import Reference, ceiling_of, reruns_of
-from aside_bench.cli import parser as cli
+from aside_bench.cli import app as cli
 from aside_bench.load.run import LoadShape, step_run
 from aside_bench.plan.steps import BARE_ARM, Step
 from aside_bench.records.results import Latency, StepResult

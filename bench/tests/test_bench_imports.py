@@ -11,7 +11,9 @@ import pytest
 
 NOT_DRAWING = [
     "aside_bench.cli",
-    "aside_bench.cli.commands",
+    "aside_bench.cli.app",
+    "aside_bench.cli.stepping",
+    "aside_bench.cli.reading",
     "aside_bench.cli.suites",
     "aside_bench.suites.chaos.run",
     "aside_bench.suites.chaos.report",

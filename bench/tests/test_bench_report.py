@@ -105,7 +105,7 @@ def test_ceiling_report_names_each_ceiling_and_the_ratio(tmp_path: Path) -> None
 
 
 def test_a_run_of_another_shape_is_refused_naming_both_versions(tmp_path: Path) -> None:
-    from aside_bench.cli import parser as cli
+    from aside_bench.cli import app as cli
 
     run = replace(sample_run(), run_id="now", extra={"cost": [{"variant": "driver"}]})
     (tmp_path / "now").mkdir()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aside_bench.cli import parser as cli
+from aside_bench.cli import app as cli
 
 Bench = Callable[..., subprocess.CompletedProcess[str]]
 RATE = 5

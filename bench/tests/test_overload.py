@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from aside_bench.ceiling.search import SearchParams, run_again
-from aside_bench.cli.parser import build_parser
-from aside_bench.cli.suites import overload_searches
+from aside_bench.cli.app import build_parser
+from aside_bench.cli.overload import overload_searches
 from aside_bench.plan.steps import MIN_POOL, SCRAPE_ROOM, pool_cap
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import procs

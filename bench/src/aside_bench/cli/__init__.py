@@ -1,7 +1,8 @@
-"""The command line: the parser of every command (parser.py) and what each
-command does once its arguments are parsed (commands.py, suites.py). The top
-layer: it may import every other subpackage, none imports it."""
+"""The command line: one module per command (or family of commands), each
+holding its options and what it does once they are parsed, registered in
+app.py's COMMANDS. The top layer: it may import every other subpackage, none
+imports it."""
 
-from aside_bench.cli.parser import main
+from aside_bench.cli.app import main
 
 __all__ = ["main"]

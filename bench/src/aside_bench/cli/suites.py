@@ -1,14 +1,26 @@
-"""What the suites' commands do once their arguments are parsed: check them,
-check the stack and the seed, then run the fault suite (chaos), the soak, the
-hardening experiments or the overload steps (all but the soak exit 1 when a
-check failed)."""
+"""The suites' commands: `chaos` (faults under load), `soak` (memory and
+descriptors under a steady load), `hardening` (slow clients and a cold flood
+under cached reads) and `create-rate` (the highest rate of keyed creates); their
+options (defaults from each suite's parameters) and what each does once parsed:
+check them, the stack and the seed, then run the suite (all but the soak exit 1
+when a check failed)."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
-from aside_bench.cli.commands import UsageError, checked_seed, new_out_dir, new_run_id
+from aside_bench.cli.options import (
+    Command,
+    UsageError,
+    checked_seed,
+    default_of,
+    new_out_dir,
+    new_run_id,
+    option,
+    paths,
+    positive,
+    write_share,
+)
 from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
 from aside_bench.stack.prepare import check_stack
@@ -16,7 +28,6 @@ from aside_bench.stack.seeddata import user_prefix
 from aside_bench.suites import create_rate
 from aside_bench.suites.chaos import run as chaos
 from aside_bench.suites.hardening import run as hardening
-from aside_bench.suites.overload import run as overload
 from aside_bench.suites.soak import run as soak
 
 
@@ -24,7 +35,32 @@ def _seconds(text: str | None, default: float) -> float:
     return default if text is None else float(parse_duration(text))
 
 
-def cmd_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
+def add_chaos(faults: argparse.ArgumentParser) -> None:
+    faults.add_argument("--cases", default="all", help="some of: redis core postgres worker")
+    option(faults, "--rate", positive, 60, "requests/s")
+    faults.add_argument(
+        "--short", action="store_true", help="a few seconds per case (make test's form)"
+    )
+    full, short = chaos.FULL, chaos.SHORT
+    for flag, what, name in (
+        ("--pre", "load before the fault, e.g. 8s", "pre_s"),
+        ("--down", "fault to restart, e.g. 6s", "down_s"),
+        ("--post", "load after the restart", "post_s"),
+    ):
+        shown = f"default {getattr(full, name):g}s; short {getattr(short, name):g}s"
+        faults.add_argument(flag, help=f"{what} ({shown})")
+    write_share(faults, default_of(chaos.ChaosParams, "write_share"), "share of creates")
+    option(
+        faults,
+        "--id-sample",
+        positive,
+        default_of(chaos.ChaosParams, "id_sample"),
+        "seeded ids read by id",
+    )
+    paths(faults, "the time")
+
+
+def run_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = new_run_id(args, "")
     try:
         cases = chaos.parse_cases(args.cases)
@@ -48,11 +84,29 @@ def cmd_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
         write_share=args.write_share,
         id_sample=args.id_sample,
     )
-    run = chaos.run_chaos(settings, params, seed)
-    return 0 if run["passed"] else 1
+    return 0 if chaos.run_chaos(settings, params, seed)["passed"] else 1
 
 
-def cmd_soak(args: argparse.Namespace, settings: config.Settings) -> int:
+def add_soak(soaking: argparse.ArgumentParser) -> None:
+    option(soaking, "--rate", positive, 100, "requests/s")
+    soaking.add_argument("--duration", default="10m", help="e.g. 10m, 20s (default 10m)")
+    soaking.add_argument(
+        "--warmup", help="left out of the growth figures (default 20%% of the duration)"
+    )
+    soaking.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between samples (default 5)"
+    )
+    write_share(soaking, default_of(soak.SoakParams, "write_share"), "share of creates")
+    soaking.add_argument(
+        "--via",
+        choices=("gateway", "core"),
+        default=default_of(soak.SoakParams, "via"),
+        help="where the load goes",
+    )
+    paths(soaking, "the time")
+
+
+def run_soak(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = new_run_id(args, "")
     duration = parse_duration(args.duration)
     warmup = _seconds(args.warmup, round(duration * 0.2, 1))
@@ -76,7 +130,44 @@ def cmd_soak(args: argparse.Namespace, settings: config.Settings) -> int:
     return 0
 
 
-def cmd_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
+def add_hardening(hard: argparse.ArgumentParser) -> None:
+    hard.add_argument(
+        "--experiments", default="all", help="some of: slow-heads cold-flood (default all)"
+    )
+
+    def default(name: str) -> object:
+        return default_of(hardening.HardeningParams, name)
+
+    option(hard, "--rate", positive, default("rate"), "cached reads/s")
+    for flag, name, what in (
+        ("--pre", "pre_s", "reads before each attack"),
+        ("--post", "post_s", "reads after it"),
+    ):
+        shown = f"{default(name):g}s"
+        hard.add_argument(flag, default=shown, help=f"{what} (default {shown})")
+    for flag, name, what in (
+        ("--sockets", "sockets", "slow sockets"),
+        ("--emails", "emails", "cold emails flooded"),
+        ("--concurrency", "concurrency", "flood requests in flight"),
+        ("--client-timeout-ms", "client_timeout_ms", "a flood client gives up after this"),
+    ):
+        option(hard, flag, positive, default(name), what)
+    hard.add_argument(
+        "--p95-ms",
+        type=float,
+        default=default("read_p95_ms"),
+        help=f"reads' p95 limit during slow heads (default {default('read_p95_ms'):g})",
+    )
+    hard.add_argument(
+        "--rss-growth-mib",
+        type=float,
+        default=default("rss_growth_mib"),
+        help=f"limit on the workers' summed RSS growth (default {default('rss_growth_mib'):g})",
+    )
+    paths(hard, "the time")
+
+
+def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = new_run_id(args, "")
     try:
         experiments = hardening.parse_experiments(args.experiments)
@@ -100,62 +191,36 @@ def cmd_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
         rss_growth_mib=args.rss_growth_mib,
     )
     seed = checked_seed(settings, args)
-    run = hardening.run_hardening(settings, params, seed)
-    return 0 if run["passed"] else 1
+    return 0 if hardening.run_hardening(settings, params, seed)["passed"] else 1
 
 
-def overload_searches(
-    args: argparse.Namespace,
-) -> tuple[overload.ArmSearch, dict[str, overload.ArmSearch]]:
-    """The ceiling search of the cached tiers, and of the arms searched their
-    own way (overload.ARM_SEARCHES): what the options give, for every arm."""
-    chosen = {
-        name: value
-        for name, value in (
-            ("start", args.search_start),
-            ("ladder_step", args.search_step),
-            ("max_rate", args.search_max),
-        )
-        if value is not None
-    }
-
-    def applied(search: overload.ArmSearch) -> overload.ArmSearch:
-        p95_ms = search.p95_ms if args.p95_ms is None else args.p95_ms
-        return overload.ArmSearch(replace(search.rates, **chosen), p95_ms)
-
-    own = {arm: applied(search) for arm, search in overload.ARM_SEARCHES.items()}
-    return applied(overload.ArmSearch()), own
+def add_create_rate(rates: argparse.ArgumentParser) -> None:
+    rates.add_argument("--rates", default="200 400 800 1600", help="creates/s, ascending")
+    rates.add_argument("--duration", default="15s", help="per rate (default 15s)")
+    rates.add_argument("--via", choices=("core", "gateway"), default="core")
+    limit = create_rate.P95_LIMIT_MS
+    rates.add_argument("--p95-ms", type=float, default=limit, help=f"p95 limit (default {limit:g})")
+    rates.add_argument("--refine", type=int, default=2, help="midpoints after a failed rate")
+    rates.add_argument("--resolution", type=int, default=50, help="creates/s (default 50)")
+    paths(rates, "the time")
 
 
-def cmd_overload(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = new_run_id(args, "")
-    try:
-        arms = overload.parse_arms(args.arms)
-        ceilings = overload.parse_ceilings(args.ceiling)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    search, arm_searches = overload_searches(args)
-    out_dir = new_out_dir(settings, args, f"overload-{run_id}")
-    params = overload.OverloadParams(
-        run_id=run_id,
-        out_dir=out_dir,
-        arms=arms,
-        ceilings=ceilings,
-        duration_s=parse_duration(args.duration),
-        search=search,
-        arm_searches=arm_searches,
-        search_duration_s=parse_duration(args.search_duration),
-        timeout_s=args.timeout,
-        open_pool=not args.lazy_connections,
-    )
-    seed = checked_seed(settings, args)
-    run = overload.run_overload(settings, params, seed)
-    return 0 if run["passed"] else 1
-
-
-def cmd_create_rate(args: argparse.Namespace, settings: config.Settings) -> int:
+def run_create_rate(args: argparse.Namespace, settings: config.Settings) -> int:
     params = create_rate.params_of(args, settings)
     check_stack(settings)
     seed = checked_seed(settings, args)
     run = create_rate.run_create_rate(settings, params, seed)
     return 0 if run["highest_held"] is not None else 1
+
+
+CHAOS = Command("chaos", "faults under load: redis, core, postgres, worker", add_chaos, run_chaos)
+SOAK = Command("soak", "steady mixed load; memory and fds of every process", add_soak, run_soak)
+CREATE_RATE = Command(
+    "create-rate",
+    "the highest rate of keyed creates held: fixed rates, then midpoints",
+    add_create_rate,
+    run_create_rate,
+)
+HARDENING = Command(
+    "hardening", "slow request heads and a cold flood under reads", add_hardening, run_hardening
+)

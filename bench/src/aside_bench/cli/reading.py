@@ -1,0 +1,201 @@
+"""The commands that read finished runs back: `report` (rebuild a run's
+report from its run.json and Prometheus), `compare` (every step two runs
+share) and `screenshot` (a run's report.html as headless Chromium renders it)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from aside_bench.ceiling import report as ceiling_report
+from aside_bench.cli.options import (
+    Command,
+    UsageError,
+    known_run,
+    option,
+    positive,
+    read_run,
+    reports_dir,
+    share,
+)
+from aside_bench.cli.stepping import sweep_writer
+from aside_bench.load import meter
+from aside_bench.records import runfile
+from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import RunRecord
+from aside_bench.stack import config
+from aside_bench.stack.sources import Prometheus
+from aside_bench.sweep.collect import collect
+from aside_bench.trust import compare, comparepage, cost, machines
+from aside_bench.trust.compare import DEFAULT_TOLERANCE
+
+
+def _add_run_choice(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", default="", help="the run id (a folder of reports/)")
+    reports_dir(parser)
+
+
+def run_report(args: argparse.Namespace, settings: config.Settings) -> int:
+    out_dir = known_run(args.reports_dir or settings.default_reports_dir, args.run, "report")
+    run = read_run(out_dir)
+    prom = Prometheus(settings.prometheus_url)
+    results = collect(prom, run.steps)
+    if run.kind == "ceiling":
+        writer = ceiling_report.write_ceiling
+    elif run.kind == cost.KIND:
+        writer = cost.write_cost
+    else:
+        writer = sweep_writer(run.params.get("scenario"), settings)
+    for table in writer(run, results, out_dir):
+        print(table.markdown())
+    print(f"report: {out_dir}/")
+    return 0
+
+
+def add_screenshot(shot: argparse.ArgumentParser) -> None:
+    _add_run_choice(shot)
+    shot.add_argument(
+        "--out", type=Path, help="the PNG to write (default docs/report-screenshot.png)"
+    )
+    shot.add_argument(
+        "--full", action="store_true", help="the whole page (default: down to the first chart)"
+    )
+    option(shot, "--width", positive, 1280, "window width, CSS px")
+
+
+def run_screenshot(args: argparse.Namespace, settings: config.Settings) -> int:
+    from aside_bench.report import browser  # Selenium and Pillow: only for this command
+
+    run_dir = known_run(args.reports_dir or settings.default_reports_dir, args.run, "screenshot")
+    page = run_dir / "report.html"
+    if not page.is_file():
+        raise UsageError(f"no report.html in {run_dir}")
+    out = args.out or settings.root / "docs" / "report-screenshot.png"
+    try:
+        with browser.chromium(args.width) as driver:
+            shown = browser.render(driver, page)
+            problems = shown.problems() or ([] if shown.tables else ["it shows no table"])
+            if problems:
+                print(f"aside-bench: {page}: {'; '.join(problems)}", file=sys.stderr)
+                return 1
+            browser.screenshot(driver, out, through=None if args.full else "img")
+    except browser.BrowserError as error:
+        print(f"aside-bench: {error}", file=sys.stderr)
+        return 1
+    browser.shrink(out)
+    print(
+        f"{page}: {len(shown.tables)} tables, {len(shown.images)} charts, all shown; "
+        f"screenshot: {out} ({out.stat().st_size // 1024} KiB)"
+    )
+    return 0
+
+
+def add_compare(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_a",
+        help="the baseline: a run id (a folder of reports/), or several ('r1,r2' or "
+        "'r1 r2') whose repeats pool, so the drift between them counts as noise",
+    )
+    parser.add_argument("run_b", help="the run compared with it (or several, as for run_a)")
+    parser.add_argument(
+        "--normalise",
+        action="store_true",
+        help="compare runs of machines more than 1.25x apart, B put on A's machine "
+        "(runs without the driver's CPU per step: by the ratio of their calibrations)",
+    )
+    parser.add_argument(
+        "--ignore-calibration",
+        action="store_true",
+        help="compare even when nothing measured a run's machine (no driver CPU per step "
+        "and CALIBRATE=0) or the two differ",
+    )
+    parser.add_argument(
+        "--as-measured",
+        action="store_true",
+        help="judge B's figures as measured, not put on A's machine step by step",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=share,
+        default=DEFAULT_TOLERANCE,
+        help="relative change flagged between runs without repeats "
+        f"(default {DEFAULT_TOLERANCE:g})",
+    )
+    reports_dir(parser)
+
+
+def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[runfile.StepFigures]:
+    """A run's per-step figures: its results.json (written with its report, so a
+    run from another machine compares without its Prometheus), else its run.json
+    and Prometheus."""
+    saved = runfile.load_figures(out_dir)
+    if saved is not None:
+        return saved
+    prom = Prometheus(settings.prometheus_url)
+    return [runfile.StepFigures.of(r) for r in collect(prom, run.steps)]
+
+
+def _run_ids(given: str) -> list[str]:
+    """'r1', or a baseline of several runs: 'r1,r2' or 'r1 r2'."""
+    ids = [one for one in re.split(r"[\s,]+", given) if one]
+    if not ids:
+        raise UsageError("compare: a side names no run")
+    return ids
+
+
+def _side(
+    settings: config.Settings, reports_dir: Path, given: str
+) -> tuple[RunRecord, list[runfile.StepFigures], list[StepResult]]:
+    """One side of a compare: its run (several: compare.baseline), all their
+    figures, and their steps as run.json has them (for the page's cost)."""
+    runs: list[RunRecord] = []
+    figures: list[runfile.StepFigures] = []
+    results: list[StepResult] = []
+    for run_id in _run_ids(given):
+        out_dir = reports_dir / run_id
+        run = read_run(out_dir)
+        runs.append(run)
+        figures.extend(_figures(settings, run, out_dir))
+        results.extend(comparepage.run_results(run))
+    return compare.baseline(runs), figures, results
+
+
+def run_compare(args: argparse.Namespace, settings: config.Settings) -> int:
+    reports = args.reports_dir or settings.default_reports_dir
+    run_a, figures_a, results_a = _side(settings, reports, args.run_a)
+    run_b, figures_b, results_b = _side(settings, reports, args.run_b)
+    try:
+        scale = machines.machine_scale(
+            run_a,
+            run_b,
+            args.normalise,
+            args.ignore_calibration,
+            meter.step_speeds(figures_a, figures_b),
+            args.as_measured,
+        )
+    except machines.CompareError as error:
+        raise UsageError(str(error)) from None
+    rows = compare.compare(figures_a, figures_b, scale, args.tolerance)
+    if not rows:
+        raise UsageError(f"{args.run_a} and {args.run_b} share no step (arm, rate, phase)")
+    out_dir = reports / f"compare-{run_a.run_id}-{run_b.run_id}"
+    table = compare.write(run_a, run_b, rows, scale, args.tolerance, out_dir)
+    sides = comparepage.Sides(run_a, run_b, results_a, results_b)
+    page = comparepage.write_page(sides, rows, scale, args.tolerance, out_dir)
+    print(table)
+    print(f"compare: {out_dir}/ (the page: {page})")
+    return 0
+
+
+REPORT = Command(
+    "report", "rebuild reports/<run>/ from run.json and Prometheus", _add_run_choice, run_report
+)
+COMPARE = Command("compare", "every step two runs share, side by side", add_compare, run_compare)
+SCREENSHOT = Command(
+    "screenshot",
+    "check reports/<run>/report.html in headless Chromium, save a PNG",
+    add_screenshot,
+    run_screenshot,
+)

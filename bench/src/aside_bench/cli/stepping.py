@@ -1,0 +1,299 @@
+"""What the commands that run steps through the runner share (`run`, `ceiling`,
+`cost`): the read mix's and the machine's options, the request mix (LoadShape)
+and run.json's parameters from them, the runner's set-up and its drive to the
+report; and the choice of a sweep's report writer (also `report`'s)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aside_bench.cli.options import (
+    UsageError,
+    above_zero,
+    default_of,
+    fraction,
+    option,
+    paths,
+    positive,
+    share,
+    whole,
+)
+from aside_bench.load.run import LoadShape
+from aside_bench.plan import interference
+from aside_bench.plan import tracks as trackplan
+from aside_bench.plan.steps import parse_duration
+from aside_bench.records import calibration, keytrace, runfile
+from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT, cpu_limit_cores
+from aside_bench.report import interference as interference_report
+from aside_bench.report import sweep as report
+from aside_bench.stack import config
+from aside_bench.stack.prepare import StackError
+from aside_bench.stack.seeddata import SeedData
+from aside_bench.stack.sources import SourceError
+from aside_bench.sweep import tracks
+from aside_bench.sweep.runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
+from aside_bench.trust import calibrate
+
+MAX_POOL = 1000  # the driver's workers per step at most
+RECOVER_TIMEOUT_S = 180  # waiting for the stack to go quiet between steps
+Writer = Callable[..., Any]  # a run's report: (run, results, out_dir) -> its tables
+
+
+def shape_default(name: str) -> Any:
+    """A default of the request mix, owned by load/run.py's LoadShape."""
+    return default_of(LoadShape, name)
+
+
+def _trace_file(text: str) -> Path:
+    """A key trace the driver can replay (records/keytrace.py: its rules are the driver's)."""
+    path = Path(text)
+    try:
+        keytrace.check_replayable(path)
+    except keytrace.KeyTraceError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return path
+
+
+def add_steps(parser: argparse.ArgumentParser) -> None:
+    """The read mix and the limits of every step of a sweep or a ceiling search."""
+    paths(parser, "time and scenario")
+    for flag, checked, name, what in (
+        ("--hot-share", fraction, "hot_share", "share of reads asking for a hot email"),
+        ("--cold-sample", positive, "cold_sample",
+         "cold emails used: the first N of cold_emails.json"),
+    ):  # fmt: skip
+        option(parser, flag, checked, shape_default(name), what)
+    dist = shape_default("dist")
+    parser.add_argument(
+        "--dist",
+        choices=("hotset", "uniform", "zipf"),
+        default=dist,
+        help="the reads' key popularity: hotset (--hot-share over the hot and cold samples), "
+        f"uniform or zipf over the table's distinct emails (default {dist})",
+    )
+    for flag, checked, name, what in (
+        ("--alpha", above_zero, "alpha", "zipf's exponent"),
+        ("--keys", whole, "keys", "the key space: the first N distinct emails, 0: all"),
+        ("--trace", _trace_file, "trace",
+         "a key trace the reads replay in its order instead of --dist (read, ceiling, "
+         "interference; timed traces run at each step's rate, their gaps scaled)"),
+        ("--timeout", positive, "timeout_s", "request timeout, s"),
+    ):  # fmt: skip
+        option(parser, flag, checked, shape_default(name), what)
+    option(parser, "--max-pool", positive, MAX_POOL, "the driver's workers per step at most")
+    option(
+        parser,
+        "--recover-timeout",
+        positive,
+        RECOVER_TIMEOUT_S,
+        "seconds to wait for the stack to go quiet between steps",
+    )
+
+
+def add_trust(parser: argparse.ArgumentParser) -> None:
+    """The machine's calibration before the steps, the driver's own limits, the live line."""
+    parser.add_argument(
+        "--no-calibrate",
+        dest="calibrate",
+        action="store_false",
+        help="skip the machine's calibration (quick runs and tests)",
+    )
+    probe = f"{default_of(calibrate.CalibrationParams, 'probe_s')}s"
+    parser.add_argument(
+        "--calibration-probe", default=probe, help=f"calibration: per probe (default {probe})"
+    )
+    for flag, name, what in (
+        ("--calibration-budget", "budget_s", "calibration: seconds for both servers together"),
+        ("--calibration-start", "start", "calibration: first rate"),
+        ("--calibration-max-rate", "max_rate", "calibration: highest rate"),
+    ):
+        default = int(default_of(calibrate.CalibrationParams, name))
+        option(parser, flag, positive, default, what)
+    parser.add_argument(
+        "--driver-cpu-share",
+        type=share,
+        default=DRIVER_CPU_SHARE_LIMIT,
+        help="share of the machine's cores the driver may use before a step counts as load "
+        f"generator saturated (default {DRIVER_CPU_SHARE_LIMIT:g})",
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="the driver's line a second (rate, p95, drops, errors) while each step runs",
+    )
+    parser.add_argument(
+        "--samples-file",
+        action="store_true",
+        help="every request of every step as a JSON line into the run folder "
+        "(samples-NNN-*.jsonl; large: off by default)",
+    )
+
+
+def without_run_options(parser: argparse.ArgumentParser) -> None:
+    """A command that steps through the runner without `run`'s options of the
+    mixed, compute and interference scenarios and of the memory arms: their
+    defaults, and no read-after-write checks (it runs no mixed step)."""
+    names = ("write_share", "complexity", "stale_reads_after", "read_rate")
+    parser.set_defaults(
+        **{name: shape_default(name) for name in names},
+        stale_per_min=0,
+        pbkdf2_iterations=shape_default("pbkdf2_iterations"),
+        bcrypt_cost=shape_default("bcrypt_cost"),
+        cache_policy=default_of(Options, "cache_policy"),
+    )
+
+
+def _trace(args: argparse.Namespace) -> tuple[Path | None, float | None]:
+    """The key trace to replay (--trace) and, when timed, its requests a second."""
+    path = args.trace
+    if path is None:
+        return None, None
+    if args.dist != "hotset":
+        raise UsageError(
+            f"--trace and --dist {args.dist} are exclusive: a trace asks for its own keys"
+        )
+    return path, keytrace.timed_rate(keytrace.check_replayable(path))
+
+
+def shape_of(args: argparse.Namespace) -> LoadShape:
+    """The request mix the options give."""
+    trace, trace_rate = _trace(args)
+    return LoadShape(
+        hot_share=args.hot_share,
+        cold_sample=args.cold_sample,
+        dist=args.dist,
+        alpha=args.alpha,
+        keys=args.keys,
+        trace=trace,
+        trace_rate=trace_rate,
+        write_share=args.write_share,
+        complexity=args.complexity,
+        timeout_s=args.timeout,
+        stale_per_min=args.stale_per_min,
+        stale_reads_after=args.stale_reads_after,
+        read_rate=args.read_rate,
+        pbkdf2_iterations=args.pbkdf2_iterations,
+        bcrypt_cost=args.bcrypt_cost,
+    )
+
+
+def run_params(
+    args: argparse.Namespace, seed: SeedData, shape: LoadShape, **extra: Any
+) -> dict[str, Any]:
+    """run.json's "params": the request mix, the seed it reads and the command's own."""
+    return {
+        "hot_share": shape.hot_share,
+        "hot_count": len(seed.hot),
+        "cold_sample": shape.cold_sample,
+        "cold_sample_used": min(shape.cold_sample, len(seed.cold)),
+        "dist": shape.dist,
+        "alpha": shape.alpha,
+        "keys": shape.keys,
+        **_trace_params(shape),
+        "write_share": shape.write_share,
+        "complexity": shape.complexity,
+        "timeout_s": shape.timeout_s,
+        "stale_per_min": shape.stale_per_min,
+        "stale_reads_after": shape.stale_reads_after,
+        "max_pool": args.max_pool,
+        "data_dir": str(seed.data_dir),
+        **extra,
+    }
+
+
+def _trace_params(shape: LoadShape) -> dict[str, Any]:
+    """run.json's account of the replayed trace: its file, lines and distinct keys."""
+    if shape.trace is None:
+        return {}
+    keys = keytrace.read_key_trace(shape.trace)
+    found = {"file": shape.trace.name, "path": str(shape.trace.resolve()), "lines": len(keys)}
+    return {"trace": {**found, "keys": len(set(keys)), "rate": shape.trace_rate}}
+
+
+def calibration_params(args: argparse.Namespace) -> calibrate.CalibrationParams:
+    return calibrate.CalibrationParams(
+        probe_s=parse_duration(args.calibration_probe),
+        budget_s=float(args.calibration_budget),
+        start=args.calibration_start,
+        max_rate=max(args.calibration_max_rate, args.calibration_start),
+    )
+
+
+def run_calibration(runner: Runner, args: argparse.Namespace) -> None:
+    """The machine's calibration into run.json's "machine", printed; nothing
+    when --no-calibrate (CALIBRATE=0)."""
+    if not args.calibrate:
+        print("calibration: skipped (--no-calibrate)", flush=True)
+        return
+    params = calibration_params(args)
+    print(f"calibration: {params.probe_s}s probes, at most {params.budget_s:.0f}s", flush=True)
+    runner.run.machine["calibration"] = calibrate.calibrate(runner, params)
+    runfile.save_run(runner.run, runner.options.out_dir)
+    for line in calibration.describe(runner.run.machine):
+        print(f"calibration: {line}", flush=True)
+
+
+def sweep_writer(scenario: str | None, settings: config.Settings) -> Writer:
+    """The report of a sweep: the interference and tracks scenarios have their own."""
+    if scenario == interference.SCENARIO:
+        return interference_report.write_interference
+    if scenario == trackplan.SCENARIO:
+        return tracks.writer(settings)
+    return report.write_sweep
+
+
+def new_runner(
+    kind: str,
+    out_dir: Path,
+    args: argparse.Namespace,
+    settings: config.Settings,
+    seed: SeedData,
+    shape: LoadShape,
+    params: dict[str, Any],
+) -> Runner:
+    """Create the run's folder and the runner that fills it (sweep, ceiling or cost)."""
+    run_id = out_dir.name
+    run = new_run(kind, run_id, params, seed, settings)
+    limit = cpu_limit_cores(run.machine["nproc"] or 1, args.driver_cpu_share)
+    params["driver_cpu_limit_cores"] = limit
+    params["driver_cpu_share"] = args.driver_cpu_share
+    params["samples_file"] = args.samples_file
+    params["prices"] = {"vcpu_hour": settings.price_vcpu_hour, "gib_hour": settings.price_gib_hour}
+    out_dir.mkdir(parents=True)
+    options = Options(
+        run_id,
+        out_dir,
+        seed.data_dir,
+        shape,
+        args.max_pool,
+        args.recover_timeout,
+        driver_cpu_limit=limit,
+        live=args.live,
+        samples_file=args.samples_file,
+        cache_policy=args.cache_policy,
+    )
+    return Runner(settings, options, seed, run)
+
+
+def drive(runner: Runner, body: Callable[[], None], writer: Writer) -> int:
+    """Run `body` on the runner, then write the report of what finished."""
+    runner.install_signal_handler()
+    failure: str | None = None
+    try:
+        body()
+    except KeyboardInterrupt:
+        runner.interrupted = True
+    except (StepFailed, StackError, SourceError) as error:
+        failure = str(error)
+    finish(runner, writer)
+    if runner.interrupted:
+        print("aside-bench: interrupted; the report holds the steps that finished", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if failure:
+        print(f"aside-bench: {failure}", file=sys.stderr)
+        return 1
+    return 0
