@@ -50,6 +50,19 @@ PASSED_HEADERS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class CoreRequest:
+    """One request forwarded to the core; `write` marks one that changes data,
+    whose outcome is unknown if the core does not answer it."""
+
+    method: str
+    path: str
+    body: bytes | None = None
+    content_type: str | None = None
+    extra_headers: dict[str, str] | None = None
+    write: bool = False
+
+
 @dataclass(slots=True)
 class CoreResponse:
     status: int
@@ -65,10 +78,10 @@ class RequestHeaders:
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self.prefix = urlsplit(settings.core_url).path.rstrip("/")
 
-    def of(self, content_type: str | None, extra: dict[str, str] | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", **(extra or {}), **self._auth}
-        if content_type:
-            headers["Content-Type"] = content_type
+    def of(self, request: CoreRequest) -> dict[str, str]:
+        headers = {"Accept": "application/json", **(request.extra_headers or {}), **self._auth}
+        if request.content_type:
+            headers["Content-Type"] = request.content_type
         return headers
 
 
@@ -97,29 +110,20 @@ class CoreClient:
             retries=False,
         )
 
-    def forward(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None,
-        content_type: str | None,
-        extra_headers: dict[str, str] | None = None,
-        write: bool = False,
-    ) -> CoreResponse:
-        """The core's answer; `write` marks a request that changes data, whose
-        outcome is unknown if the core does not answer it."""
+    def forward(self, request: CoreRequest) -> CoreResponse:
+        """The core's answer to `request`."""
         try:
             response = self._pool.urlopen(
-                method,
-                self._headers.prefix + path,
-                body=body,
-                headers=self._headers.of(content_type, extra_headers),
+                request.method,
+                self._headers.prefix + request.path,
+                body=request.body,
+                headers=self._headers.of(request),
                 retries=False,
                 redirect=False,
                 preload_content=True,
             )
         except Urllib3Error as exc:
-            raise unanswered(exc, write, method, path) from None
+            raise unanswered(exc, request.write, request.method, request.path) from None
         return answered(response.status, response.data, response.headers)
 
     def simplified(self, track_id: int, tolerance: str) -> bytes | None:
@@ -127,7 +131,7 @@ class CoreClient:
         None when it has no such track. A core that is down, busy or failing
         makes the read a 503 core_unavailable."""
         answer = self.forward(
-            "GET", f"/internal/v1/tracks/{track_id}/simplified?tolerance={tolerance}", None, None
+            CoreRequest("GET", f"/internal/v1/tracks/{track_id}/simplified?tolerance={tolerance}")
         )
         if answer.status == 200:
             return answer.body
@@ -199,32 +203,32 @@ class AsyncCoreClient:
             )
         return self._session
 
-    async def forward(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None,
-        content_type: str | None,
-        extra_headers: dict[str, str] | None = None,
-        write: bool = False,
-    ) -> CoreResponse:
+    async def forward(self, request: CoreRequest) -> CoreResponse:
         """As CoreClient.forward, on the event loop."""
         try:
             async with self._client().request(
-                method,
-                self._root + path,
-                data=body,
-                headers=self._headers.of(content_type, extra_headers),
+                request.method,
+                self._root + request.path,
+                data=request.body,
+                headers=self._headers.of(request),
                 allow_redirects=False,
             ) as response:
                 data = await response.read()
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            raise unanswered_error(False, write, method, path, type(exc).__name__) from None
+            raise _unsent(request, exc) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise unanswered_error(True, write, method, path, type(exc).__name__) from None
+            raise _sent(request, exc) from None
         return answered(response.status, data, response.headers)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _unsent(request: CoreRequest, exc: BaseException) -> ApiError:
+    return unanswered_error(False, request.write, request.method, request.path, type(exc).__name__)
+
+
+def _sent(request: CoreRequest, exc: BaseException) -> ApiError:
+    return unanswered_error(True, request.write, request.method, request.path, type(exc).__name__)

@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from aside_gateway.backends.core_client import AsyncCoreClient
+from aside_gateway.backends.core_client import AsyncCoreClient, CoreRequest
 from aside_gateway.config import metrics
 from aside_gateway.config.settings import Settings
 from aside_gateway.contracts.errors import ApiError, error_body
@@ -149,6 +149,9 @@ class LoopWrites:
         token = settings.write_token
         self._write_token = token.encode("ascii") if token else None
         self._hooks = settings.test_hooks
+        # The lab's worker header (Settings.worker_header), on every answer.
+        worker = settings.worker_header
+        self._extra = [] if worker is None else [(worker[0].lower().encode(), worker[1].encode())]
 
     def take(self, scope: Scope) -> Write | None:
         head = head_of(scope["headers"])
@@ -174,6 +177,7 @@ class LoopWrites:
             status, payload = 500, error_body("internal", "internal error")
             headers = {"Content-Type": JSON_TYPE}
         raw = _raw(status, headers, payload)
+        raw.extend(self._extra)
         # Counted before it is written (see front/hot_path.py's answers).
         metrics.observe_request(write.route, write.method, status, time.perf_counter() - started)
         await send({"type": "http.response.start", "status": status, "headers": raw})
@@ -182,7 +186,9 @@ class LoopWrites:
     async def _forward(self, write: Write, body: bytes) -> Answer:
         previous = self._tiers.before_write(write.user_id)
         answer = await self._core.forward(
-            write.method, write.core_path, body or None, write.content_type, write.headers, True
+            CoreRequest(
+                write.method, write.core_path, body or None, write.content_type, write.headers, True
+            )
         )
         self._tiers.after_write(write.method, write.user_id, answer.status, answer.body, previous)
         return answer.status, answer.body, answer.headers

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from flask import Blueprint, Response, current_app, request
 
 from aside_gateway.backends import compute
+from aside_gateway.backends.core_client import CoreRequest
 from aside_gateway.config import metrics
 from aside_gateway.contracts import cache_keys, openapi
 from aside_gateway.contracts.errors import ApiError
@@ -160,7 +161,9 @@ def create_api(services: Services) -> Blueprint:
             headers = {**(headers or {}), CORE_DELAY_HEADER: request.headers[CORE_DELAY_HEADER]}
         previous = tiers.before_write(user_id)
         answer = core.forward(
-            method, path, body, request.headers.get("Content-Type"), headers, user_write
+            CoreRequest(
+                method, path, body, request.headers.get("Content-Type"), headers, user_write
+            )
         )
         if user_write:
             tiers.after_write(method, user_id, answer.status, answer.body, previous)
