@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 import hiredis
 import pytest
 from aside_gateway.backends import redis_reads
-from aside_gateway.backends.redis_reads import LoopReads, ReadsBusy
+from aside_gateway.backends.redis_reads import Handover, LoopReads, ReadsBusy
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
@@ -71,14 +71,14 @@ class Opener:
         self.gate: asyncio.Event | None = None
         self.error: Exception | None = None
 
-    async def __call__(self) -> asyncio.Transport:
+    async def __call__(self) -> Handover:
         if self.gate is not None:
             await self.gate.wait()
         if self.error is not None:
             raise self.error
         transport = FakeTransport()
         self.transports.append(transport)
-        return transport
+        return Handover(transport)
 
 
 def bulk(value: bytes | None) -> bytes:

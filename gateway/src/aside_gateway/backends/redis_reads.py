@@ -38,6 +38,7 @@ import asyncio
 import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import hiredis
@@ -84,7 +85,17 @@ def packed_get(key: str) -> bytes:
     return hiredis.pack_command((b"GET", key))
 
 
-Opener = Callable[[], Awaitable[asyncio.Transport]]
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """A connection made and set up (AUTH, SELECT), for a `_Pipe` to take over:
+    its transport, and what must live as long as it (redis-py's stream writer,
+    which closes the transport when collected)."""
+
+    transport: asyncio.Transport
+    owner: object = None
+
+
+Opener = Callable[[], Awaitable[Handover]]
 
 
 class _Pipe(asyncio.Protocol):
@@ -92,6 +103,7 @@ class _Pipe(asyncio.Protocol):
 
     def __init__(self, on_close: Callable[[_Pipe], None]):
         self.transport: asyncio.Transport | None = None
+        self._owner: object = None
         self.owed: deque[asyncio.Future[bytes | None]] = deque()
         self.out: list[bytes] = []
         self.closed = False
@@ -104,9 +116,10 @@ class _Pipe(asyncio.Protocol):
     def ready(self) -> bool:
         return self.transport is not None
 
-    def attach(self, transport: asyncio.Transport) -> None:
+    def attach(self, handover: Handover) -> None:
         """Take over a connection redis-py made and set up; write what waited for it."""
-        self.transport = transport
+        transport = self.transport = handover.transport
+        self._owner = handover.owner
         transport.set_protocol(self)
         self.flush()
 
@@ -243,7 +256,7 @@ class LoopReads:
 
     async def _connect(self, pipe: _Pipe) -> None:
         try:
-            transport = await self._opener()
+            handover = await self._opener()
         except asyncio.CancelledError:
             pipe.fail(RedisConnectionError("Redis reads closed while connecting"))
             raise
@@ -251,9 +264,9 @@ class LoopReads:
             pipe.fail(exc)
             return
         if pipe.closed:
-            transport.close()
+            handover.transport.close()
             return
-        pipe.attach(transport)
+        pipe.attach(handover)
 
     def _forget(self, pipe: _Pipe) -> None:
         if pipe in self._pipes:
@@ -322,7 +335,7 @@ def _connection_kwargs(settings: Settings) -> tuple[type[Connection], dict[str, 
     return connection_class, kwargs
 
 
-async def _hand_over(connection: Connection) -> asyncio.Transport:
+async def _hand_over(connection: Connection) -> Handover:
     """Connect, AUTH and SELECT with redis-py, then take the socket's transport
     from it (redis-py forgets it: the connection object is done)."""
     await connection.connect()
@@ -330,7 +343,7 @@ async def _hand_over(connection: Connection) -> asyncio.Transport:
     connection._writer = connection._reader = None
     if writer is None:
         raise RedisConnectionError("redis-py connected without a stream")
-    return writer.transport  # type: ignore[return-value]
+    return Handover(writer.transport, writer)  # type: ignore[arg-type]
 
 
 def opener(settings: Settings) -> Opener:
@@ -339,7 +352,7 @@ def opener(settings: Settings) -> Opener:
     connection_class, kwargs = _connection_kwargs(settings)
     if settings.redis_mode != REDIS_SENTINEL:
 
-        async def direct() -> asyncio.Transport:
+        async def direct() -> Handover:
             return await _hand_over(connection_class(**kwargs))
 
         return direct
@@ -352,7 +365,7 @@ def opener(settings: Settings) -> Opener:
     connect_timeout = settings.redis_connect_timeout_ms / 1000
     sentinels: list[redis.asyncio.sentinel.Sentinel] = []
 
-    async def via_sentinel() -> asyncio.Transport:
+    async def via_sentinel() -> Handover:
         if not sentinels:  # made in the worker's loop, on first use
             sentinels.append(
                 redis.asyncio.sentinel.Sentinel(
