@@ -3,13 +3,16 @@ steps are the default sweep's, with the report the answer was written in."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
 from aside_bench.plan.steps import DEFAULT_ARMS
 from aside_bench.records.runfile import RUN_SCHEMA, load_run
 from aside_bench.sweep.collect import step_from_record
 
 SAMPLE = Path(__file__).resolve().parents[2] / "docs" / "sample"
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_sample_run_is_read_by_todays_bench() -> None:
@@ -23,3 +26,22 @@ def test_the_sample_run_is_read_by_todays_bench() -> None:
     assert f"# Aside bench {run.run_id}" in report
     for name in ("latency.png", "drop_rate.png", "cost.png"):
         assert (SAMPLE / name).stat().st_size > 0, name
+
+
+def test_every_file_of_the_sample_is_read() -> None:
+    """run.json loads (above); each page is a report's and each picture a PNG
+    a page (or README.md: the curve) shows, so no file there is one today's bench could not have written."""
+    pages = sorted(SAMPLE.glob("*.md"))
+    shown = {
+        name for page in pages for name in re.findall(r"\]\(([\w.-]+\.png)\)", page.read_text())
+    }
+    for path in sorted(SAMPLE.iterdir()):
+        if path.name == "run.json":
+            assert load_run(SAMPLE).run_id in path.read_text()
+        elif path.suffix == ".md":
+            assert path.read_text().startswith("# Aside "), path.name
+        elif path.suffix == ".png":
+            assert path.read_bytes()[:8] == PNG, path.name
+            assert path.name in shown or path.name == "hit_rate_curve.png", path.name
+        else:
+            pytest.fail(f"docs/sample/{path.name}: no reader for it")

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     )
     seed = checked_seed(settings, args)
     run = overload.run_overload(settings, params, seed)
-    return 0 if run["passed"] else 1
+    return 0 if run.passed else 1
 
 
 COMMANDS = (Command("overload", "goodput, sheds and recovery past an arm's ceiling", add, run),)

@@ -21,9 +21,8 @@ from aside_bench.cli.options import (
     positive,
     write_share,
 )
-from aside_bench.plan.steps import parse_duration
+from aside_bench.plan.steps import parse_duration, parse_rates
 from aside_bench.stack import config
-from aside_bench.stack.prepare import check_stack
 from aside_bench.stack.seeddata import user_prefix
 from aside_bench.suites import create_rate
 from aside_bench.suites.chaos import run as chaos
@@ -84,7 +83,7 @@ def run_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
         write_share=args.write_share,
         id_sample=args.id_sample,
     )
-    return 0 if chaos.run_chaos(settings, params, seed)["passed"] else 1
+    return 0 if chaos.run_chaos(settings, params, seed).passed else 1
 
 
 def add_soak(soaking: argparse.ArgumentParser) -> None:
@@ -191,7 +190,7 @@ def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
         rss_growth_mib=args.rss_growth_mib,
     )
     seed = checked_seed(settings, args)
-    return 0 if hardening.run_hardening(settings, params, seed)["passed"] else 1
+    return 0 if hardening.run_hardening(settings, params, seed).passed else 1
 
 
 def add_create_rate(rates: argparse.ArgumentParser) -> None:
@@ -206,11 +205,20 @@ def add_create_rate(rates: argparse.ArgumentParser) -> None:
 
 
 def run_create_rate(args: argparse.Namespace, settings: config.Settings) -> int:
-    params = create_rate.params_of(args, settings)
-    check_stack(settings)
+    run_id = new_run_id(args, "")
+    params = create_rate.Params(
+        run_id=run_id,
+        out_dir=new_out_dir(settings, args, f"create-rate-{run_id}"),
+        rates=parse_rates(args.rates),
+        duration_s=parse_duration(args.duration),
+        via=args.via,
+        p95_limit_ms=args.p95_ms,
+        refine=max(args.refine, 0),
+        resolution=max(args.resolution, 1),
+    )
     seed = checked_seed(settings, args)
     run = create_rate.run_create_rate(settings, params, seed)
-    return 0 if run["highest_held"] is not None else 1
+    return 0 if run.extra["highest_held"] is not None else 1
 
 
 CHAOS = Command("chaos", "faults under load: redis, core, postgres, worker", add_chaos, run_chaos)

@@ -1,14 +1,11 @@
 """A report as blocks (`Doc`), rendered to Markdown and to a self-contained
-HTML page, and the ways a report saves itself: report.md beside report.html
-(the sweep's kinds), or report.md beside report.json with its tables printed
-(the suites: chaos, hardening, soak)."""
+HTML page, saved as report.md beside report.html (the suites save theirs
+beside their report.json: suites/base.py)."""
 
 from __future__ import annotations
 
 import base64
 import html
-import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,23 +91,3 @@ def write_pages(doc: Doc, md_path: Path, html_path: Path, title: str) -> None:
     """The report as Markdown at `md_path` and as HTML, images inlined, at `html_path`."""
     md_path.write_text(doc.markdown())
     html_path.write_text(doc.html(title))
-
-
-def save_report(
-    doc: Doc,
-    run: dict[str, Any],
-    out_dir: Path,
-    tables: list[Table],
-    also: Iterable[str] = (),
-) -> list[Table]:
-    """report.md and report.json (the run record) in `out_dir`; then the tables,
-    the lines `also` and where the report is printed. Returns the tables."""
-    (out_dir / "report.md").write_text(doc.markdown())
-    (out_dir / "report.json").write_text(json.dumps(run, indent=2, default=str) + "\n")
-    print()
-    for table in tables:
-        print(table.markdown())
-    for line in also:
-        print(line)
-    print(f"report: {out_dir}/report.md")
-    return tables

@@ -1,13 +1,16 @@
 """What the suites share: a named item's result and its record (chaos' cases,
 hardening's experiments), the errors that end one item but not the run, the
 parsing of the names given, the wait for an instant of the plan, the run
-record's header and the first lines of every suite's page."""
+record (report.json, versioned) and the first lines of every suite's page."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
@@ -15,6 +18,7 @@ import redis
 import requests
 
 from aside_bench.report.doc import Doc
+from aside_bench.report.tables import Table
 from aside_bench.stack.machine import describe, summary
 from aside_bench.stack.prepare import StackError
 from aside_bench.suites.samples import Check
@@ -82,21 +86,108 @@ def sleep_until(instant: float) -> None:
         time.sleep(remaining)
 
 
-def run_header(run_id: str, kind: str, seed_meta: dict[str, Any]) -> dict[str, Any]:
-    """The first entries of a run record: what ran, when, where and on which seed."""
-    return {
-        "run_id": run_id,
-        "kind": kind,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": describe(),
-        "seed": seed_meta,
+SUITE_SCHEMA = 1  # report.json's shape; a change of it raises this
+
+
+class SuiteSchemaError(ValueError):
+    """A report.json this bench cannot read: one line naming the file and why."""
+
+
+@dataclass
+class SuiteRun:
+    """A suite's run record, written as its report.json: what ran, when, where
+    and on which seed, its parameters and limits, one entry per item (the
+    cases, experiments, arms, steps or processes: `ITEMS` names them), the
+    suite's own entries and its verdict. A report.json without `schema` (before
+    it was written) has the same shape and reads as schema 1."""
+
+    run_id: str
+    kind: str
+    seed: dict[str, Any]
+    params: dict[str, Any]
+    limits: dict[str, Any] | None = None
+    items: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    passed: bool | None = None
+    created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    machine: dict[str, Any] = field(default_factory=describe)
+    schema: int = SUITE_SCHEMA
+
+    ITEMS: ClassVar[dict[str, str]] = {
+        "chaos": "cases",
+        "hardening": "experiments",
+        "overload": "arms",
+        "create-rate": "steps",
+        "soak": "processes",
     }
+    HEADER: ClassVar[tuple[str, ...]] = ("run_id", "kind", "created", "machine", "seed", "params")
+
+    def all_passed(self) -> bool:
+        """Every item passed, and there was one."""
+        return bool(self.items) and all(item["passed"] for item in self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        found = {"schema": self.schema, **{name: getattr(self, name) for name in self.HEADER}}
+        if self.limits is not None:
+            found["limits"] = self.limits
+        found[self.ITEMS[self.kind]] = self.items
+        found.update(self.extra)
+        if self.passed is not None:
+            found["passed"] = self.passed
+        return found
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: Path) -> SuiteRun:
+        schema, kind = data.get("schema", SUITE_SCHEMA), data.get("kind")
+        if schema != SUITE_SCHEMA or kind not in cls.ITEMS:
+            raise SuiteSchemaError(
+                f"{where}: a {kind} record of schema {schema}; this bench reads schema "
+                f"{SUITE_SCHEMA} of {', '.join(cls.ITEMS)}"
+            )
+        items = cls.ITEMS[kind]
+        known = {*cls.HEADER, "schema", "limits", "passed", items}
+        return cls(
+            **{name: data.get(name, {}) for name in cls.HEADER},
+            limits=data.get("limits"),
+            items=data.get(items, []),
+            extra={k: v for k, v in data.items() if k not in known},
+            passed=data.get("passed"),
+            schema=schema,
+        )
 
 
-def suite_page(title: str, run: dict[str, Any]) -> Doc:
+def load_suite_run(out_dir: Path) -> SuiteRun:
+    """A suite's report.json in `out_dir`, or SuiteSchemaError in one line."""
+    path = out_dir / "report.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise SuiteSchemaError(f"{path}: not readable ({error})") from None
+    if not isinstance(data, dict):
+        raise SuiteSchemaError(f"{path}: not a JSON object")
+    return SuiteRun.from_json(data, path)
+
+
+def save_report(
+    doc: Doc, run: SuiteRun, out_dir: Path, tables: list[Table], also: Iterable[str] = ()
+) -> list[Table]:
+    """report.md and report.json (the run record) in `out_dir`; then the tables,
+    the lines `also` and where the report is printed. Returns the tables."""
+    (out_dir / "report.md").write_text(doc.markdown())
+    (out_dir / "report.json").write_text(json.dumps(run.to_json(), indent=2, default=str) + "\n")
+    print()
+    for table in tables:
+        print(table.markdown())
+    for line in also:
+        print(line)
+    print(f"report: {out_dir}/report.md")
+    return tables
+
+
+def suite_page(title: str, run: SuiteRun) -> Doc:
     """A suite's page begun: its title ("Aside <title> <run id>") and the
     machine it ran on."""
     doc = Doc()
-    doc.h(1, f"Aside {title} {run['run_id']}")
-    doc.p(f"Machine: {summary(run['machine'])}.", note=True)
+    doc.h(1, f"Aside {title} {run.run_id}")
+    doc.p(f"Machine: {summary(run.machine)}.", note=True)
     return doc

@@ -15,9 +15,7 @@ Report: reports/create-rate-<id>/report.md and report.json.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +23,11 @@ import psycopg
 import redis
 
 from aside_bench.load.run import LoadRun, Summary, SummaryError, deadline_s, new_driver
-from aside_bench.plan.steps import parse_duration, parse_rates
-from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
 from aside_bench.stack import config
-from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData, remove_run_users, user_prefix
-from aside_bench.suites.base import suite_page
+from aside_bench.suites.base import SuiteRun, save_report, suite_page
 from aside_bench.suites.soak.run import SCENARIO, load_tallies
 
 P95_LIMIT_MS = 100.0
@@ -157,7 +152,7 @@ def run_step(settings: config.Settings, params: Params, seed: SeedData, rate: in
     return result
 
 
-def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -> dict[str, Any]:
+def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -> SuiteRun:
     params.out_dir.mkdir(parents=True)
     print(
         f"create-rate {params.run_id}: keyed creates via the {params.via}, "
@@ -179,15 +174,14 @@ def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -
         result = run_step(settings, params, seed, middle)
         results.append(result)
         _print_step(result, params.p95_limit_ms)
-    run = {
-        "run_id": params.run_id,
-        "kind": "create-rate",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": describe(),
-        "params": {**asdict(params), "out_dir": str(params.out_dir)},
-        "steps": [asdict(r) | {"held": r.held(params.p95_limit_ms)} for r in results],
-        "highest_held": highest_held(results, params.p95_limit_ms),
-    }
+    run = SuiteRun(
+        params.run_id,
+        "create-rate",
+        seed.meta,
+        {**asdict(params), "out_dir": str(params.out_dir)},
+        items=[asdict(r) | {"held": r.held(params.p95_limit_ms)} for r in results],
+        extra={"highest_held": highest_held(results, params.p95_limit_ms)},
+    )
     write_report(run, params.out_dir)
     return run
 
@@ -196,7 +190,7 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
-def steps_table(run: dict[str, Any]) -> Table:
+def steps_table(run: SuiteRun) -> Table:
     headers = [
         "creates/s",
         "requests",
@@ -220,13 +214,13 @@ def steps_table(run: dict[str, Any]) -> Table:
             _ms(s["max_ms"]),
             "yes" if s["held"] else "no",
         ]
-        for s in sorted(run["steps"], key=lambda s: s["rate"])
+        for s in sorted(run.items, key=lambda s: s["rate"])
     ]
     return Table("Keyed creates by target rate", headers, rows)
 
 
-def write_report(run: dict[str, Any], out_dir: Path) -> None:
-    params = run["params"]
+def write_report(run: SuiteRun, out_dir: Path) -> None:
+    params = run.params
     table = steps_table(run)
     doc = suite_page("create rate", run)
     doc.p(
@@ -236,7 +230,7 @@ def write_report(run: dict[str, Any], out_dir: Path) -> None:
         f"Held: no dropped iteration, every create 201, p95 <= {params['p95_limit_ms']:g} ms."
     )
     doc.table(table)
-    best = run["highest_held"]
+    best = run.extra["highest_held"]
     doc.p(f"Highest rate held: {best if best is not None else 'none'} creates/s.")
     save_report(doc, run, out_dir, [table], also=[f"highest rate held: {best} creates/s"])
 
@@ -247,19 +241,4 @@ def _print_step(result: StepResult, p95_limit_ms: float) -> None:
         f"  {result.rate}/s: {result.created}/{result.requests} created, {result.failed} failed, "
         f"{result.dropped} dropped, p95 {_ms(result.p95_ms)} ms: {verdict}",
         flush=True,
-    )
-
-
-def params_of(args: Any, settings: config.Settings) -> Params:
-    """The run's parameters from `aside-bench create-rate`'s arguments."""
-    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S")
-    return Params(
-        run_id=run_id,
-        out_dir=(args.reports_dir or settings.default_reports_dir) / f"create-rate-{run_id}",
-        rates=parse_rates(args.rates),
-        duration_s=parse_duration(args.duration),
-        via=args.via,
-        p95_limit_ms=args.p95_ms,
-        refine=max(args.refine, 0),
-        resolution=max(args.resolution, 1),
     )

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
-from aside_bench.suites.base import suite_page
+from aside_bench.suites.base import SuiteRun, save_report, suite_page
 from aside_bench.suites.chaos.checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S, REPLACE_S
 from aside_bench.suites.samples import READS
 
@@ -80,7 +79,7 @@ def _timeline(case: dict[str, Any]) -> str:
     return "timeline from the first request: " + ", ".join(parts)
 
 
-def summary_table(run: dict[str, Any]) -> Table:
+def summary_table(run: SuiteRun) -> Table:
     headers = [
         "case",
         "requests",
@@ -92,7 +91,7 @@ def summary_table(run: dict[str, Any]) -> Table:
         "verdict",
     ]
     rows = []
-    for case in run["cases"]:
+    for case in run.items:
         kinds = case["requests"]
         total = sum(k["requests"] for k in kinds.values())
         failed = sum(
@@ -123,8 +122,8 @@ def summary_table(run: dict[str, Any]) -> Table:
     return Table("Chaos: every case", headers, rows)
 
 
-def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
-    params = run["params"]
+def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
+    params = run.params
     doc = suite_page("chaos", run)
     doc.ul(
         [
@@ -136,12 +135,12 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
             "a new connection per request",
             f"each case: {params['pre_s']:g} s of load, the fault, {params['down_s']:g} s "
             f"down, the restart, then about {params['post_s']:g} s more load",
-            f"table: {run['seed'].get('rows')} rows; stack under {params['run_dir']}",
+            f"table: {run.seed.get('rows')} rows; stack under {params['run_dir']}",
         ]
     )
     tables = [summary_table(run)]
     doc.table(tables[0])
-    for case in run["cases"]:
+    for case in run.items:
         doc.h(2, f"{case['name']}: {case['description']}")
         if case["error"]:
             doc.p(f"The case could not run to its end: {case['error']}", note=True)

@@ -41,7 +41,7 @@ from aside_bench.stack.gateway_metrics import cache_errors, request_counters
 from aside_bench.stack.prepare import StackError, wait_until_quiet
 from aside_bench.stack.seeddata import SeedData, load_seed_list, remove_run_users, user_prefix
 from aside_bench.stack.services import ServiceControl
-from aside_bench.suites.base import ITEM_ERRORS, SuiteResult, parse_names, run_header, sleep_until
+from aside_bench.suites.base import ITEM_ERRORS, SuiteResult, SuiteRun, parse_names, sleep_until
 from aside_bench.suites.chaos import checks as cc
 from aside_bench.suites.chaos.faults import Faults
 from aside_bench.suites.chaos.report import one_line, write_report
@@ -223,13 +223,15 @@ def run_case(
 
 
 # ---- the run -------------------------------------------------------------------------------
-def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[str, Any]:
+def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteRun:
     control = ServiceControl(settings)
     control.verify()
     params.out_dir.mkdir(parents=True)
-    run: dict[str, Any] = {
-        **run_header(params.run_id, "chaos", seed.meta),
-        "params": {
+    run = SuiteRun(
+        params.run_id,
+        "chaos",
+        seed.meta,
+        params={
             "cases": list(params.cases),
             "rate": params.rate,
             "pre_s": params.timing.pre_s,
@@ -243,7 +245,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[s
             "gateway_url": settings.gateway_url,
             "run_dir": str(control.stack.run_dir),
         },
-        "limits": {
+        limits={
             "read_max_ms": cc.READ_MAX_MS,
             "core_down_max_ms": cc.CORE_DOWN_MAX_MS,
             "db_down_max_ms": cc.DB_DOWN_MAX_MS,
@@ -251,8 +253,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[s
             "hit_ratio_back": cc.HIT_RATIO_BACK,
             "replace_s": cc.REPLACE_S,
         },
-        "cases": [],
-    }
+    )
     print(
         f"chaos {params.run_id}: {' '.join(params.cases)} at {params.rate} req/s "
         f"-> {params.out_dir}/",
@@ -266,8 +267,8 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[s
             except (*ITEM_ERRORS, SamplesError, SummaryError) as error:
                 # An output of the driver this bench cannot read ends the case, not the run.
                 result = CaseResult(case, error=str(error))
-            run["cases"].append(result.as_dict())
-            print(f"[{case}] {one_line(run['cases'][-1])}", flush=True)
+            run.items.append(result.as_dict())
+            print(f"[{case}] {one_line(run.items[-1])}", flush=True)
             if result.error is not None and not _restore_all(control):
                 print(
                     "aside-bench: the stack did not come back; stopping the suite", file=sys.stderr
@@ -276,10 +277,10 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> dict[s
     finally:
         _restore_all(control)
         try:
-            run["removed_users"] = remove_run_users(settings, params.run_id)
+            run.extra["removed_users"] = remove_run_users(settings, params.run_id)
         except (StackError, psycopg.Error, redis.RedisError) as error:
             print(f"warning: could not remove the run's users: {error}", file=sys.stderr)
-        run["passed"] = bool(run["cases"]) and all(c["passed"] for c in run["cases"])
+        run.passed = run.all_passed()
         write_report(run, params.out_dir)
     return run
 

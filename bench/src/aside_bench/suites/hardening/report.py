@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
-from aside_bench.suites.base import suite_page
+from aside_bench.suites.base import SuiteRun, save_report, suite_page
 
 HELD_CLOSES = ("held_close_min_s", "held_close_p50_s", "held_close_p99_s", "held_close_max_s")
 WINDOW_NAMES = {
@@ -157,20 +156,20 @@ def flood_table(experiment: dict[str, Any]) -> Table:
     return Table("cold-flood: the flood and the database", ["", "value"], rows)
 
 
-def summary_table(run: dict[str, Any]) -> Table:
+def summary_table(run: SuiteRun) -> Table:
     rows = [
         [
             e["name"],
             figures_line(e) if not e["error"] else f"error: {e['error']}",
             "pass" if e["passed"] else "FAIL",
         ]
-        for e in run["experiments"]
+        for e in run.items
     ]
     return Table("Hardening: every experiment", ["experiment", "figures", "verdict"], rows)
 
 
-def _context(run: dict[str, Any]) -> list[str]:
-    p, limits = run["params"], run["limits"]
+def _context(run: SuiteRun) -> list[str]:
+    p, limits = run.params, run.limits
     gateway = p["gateway"]
     return [
         f"load: the load driver at a constant arrival rate of {p['rate']} req/s of cached "
@@ -188,17 +187,17 @@ def _context(run: dict[str, Any]) -> list[str]:
         f"in flight, each giving up after {p['client_timeout_ms']} ms; limits: the count "
         f"query counter stops rising within {limits['settle_s']:g} s of the flood's end, reads "
         "during the flood none dropped or failed",
-        f"table: {run['seed'].get('rows')} rows, email index: "
-        f"{'yes' if run['seed'].get('index') else 'no'}; stack under {p['run_dir']}",
+        f"table: {run.seed.get('rows')} rows, email index: "
+        f"{'yes' if run.seed.get('index') else 'no'}; stack under {p['run_dir']}",
     ]
 
 
-def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
+def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     doc = suite_page("hardening", run)
     doc.ul(_context(run))
     tables = [summary_table(run)]
     doc.table(tables[0])
-    for experiment in run["experiments"]:
+    for experiment in run.items:
         doc.h(2, f"{experiment['name']}: {experiment['description']}")
         if experiment["error"]:
             doc.p(f"The experiment could not run to its end: {experiment['error']}", note=True)

@@ -39,7 +39,7 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench.suites.base import ITEM_ERRORS, SuiteResult, parse_names, run_header, sleep_until
+from aside_bench.suites.base import ITEM_ERRORS, SuiteResult, SuiteRun, parse_names, sleep_until
 from aside_bench.suites.hardening import checks as hc
 from aside_bench.suites.hardening import probes as fp
 from aside_bench.suites.hardening.attacks import cold_flood, slow_heads
@@ -283,7 +283,7 @@ RUNNERS: dict[str, Callable[[Bench], ExperimentResult]] = {
 
 
 # ---- the run ----------------------------------------------------------------------------
-def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -> dict[str, Any]:
+def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -> SuiteRun:
     control = ServiceControl(settings)
     control.verify()
     gateway = gateway_settings(control.pid("gateway"))
@@ -294,18 +294,19 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
     )
     bench = Bench(settings, params, seed, control, limits, gateway)
     params.out_dir.mkdir(parents=True)
-    run: dict[str, Any] = {
-        **run_header(params.run_id, "hardening", seed.meta),
-        "params": _params_record(params, settings, control, gateway, len(seed.hot)),
-        "limits": {
+    run = SuiteRun(
+        params.run_id,
+        "hardening",
+        seed.meta,
+        params=_params_record(params, settings, control, gateway, len(seed.hot)),
+        limits={
             "head_deadline_s": limits.head_deadline_s,
             "close_limit_s": limits.close_limit_s,
             "rss_growth_mib": limits.rss_growth_mib,
             "read_p95_ms": limits.read_p95_ms,
             "settle_s": limits.settle_s,
         },
-        "experiments": [],
-    }
+    )
     print(
         f"hardening {params.run_id}: {' '.join(params.experiments)} under {params.rate} cached "
         f"reads/s -> {params.out_dir}/",
@@ -317,10 +318,10 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
             result = RUNNERS[name](bench)
         except (*ITEM_ERRORS, SamplesError) as error:
             result = ExperimentResult(name, error=str(error))
-        run["experiments"].append(result.as_dict())
-    run["passed"] = all(e["passed"] for e in run["experiments"])
+        run.items.append(result.as_dict())
+    run.passed = all(e["passed"] for e in run.items)
     write_report(run, params.out_dir)
-    for experiment in run["experiments"]:
+    for experiment in run.items:
         print(f"{experiment['name']}: {one_line(experiment)}", flush=True)
     return run
 

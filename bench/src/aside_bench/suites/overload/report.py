@@ -10,9 +10,8 @@ from typing import Any
 
 from aside_bench.ceiling.search import RERUN_VERDICT
 from aside_bench.plan.steps import SCRAPE_ROOM
-from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
-from aside_bench.suites.base import suite_page
+from aside_bench.suites.base import SuiteRun, save_report, suite_page
 from aside_bench.suites.overload import figures as fg
 
 CHART = "overload.png"
@@ -171,8 +170,8 @@ def timeline_table(arm: dict[str, Any]) -> Table:
     )
 
 
-def summary_table(run: dict[str, Any]) -> Table:
-    rows = [[a["arm"], one_line(a)] for a in run["arms"]]
+def summary_table(run: SuiteRun) -> Table:
+    rows = [[a["arm"], one_line(a)] for a in run.items]
     return Table("Overload: every arm", ["arm", "verdict"], rows)
 
 
@@ -216,9 +215,9 @@ def chart(
     return charts.finish(fig, path, caption)
 
 
-def _connections(run: dict[str, Any]) -> str:
-    params = run["params"]
-    caps = sorted({a["max_pool"] for a in run["arms"] if a.get("max_pool") is not None})
+def _connections(run: SuiteRun) -> str:
+    params = run.params
+    caps = sorted({a["max_pool"] for a in run.items if a.get("max_pool") is not None})
     if caps:
         pools = (
             f"pools of the rate x 1 s, at most {'/'.join(str(c) for c in caps)} connections "
@@ -249,8 +248,8 @@ def _own_searches(params: dict[str, Any]) -> str:
     return f" ({'; '.join(own)})" if own else ""
 
 
-def _context(run: dict[str, Any]) -> list[str]:
-    p, t = run["params"], run["params"]["targets"]
+def _context(run: SuiteRun) -> list[str]:
+    p, t = run.params, run.params["targets"]
     return [
         f"load: the driver's read scenario through {p['gateway_url']} ({p['hot_share']:.0%} hot "
         f"emails, {p['cold_sample']} cold, cache warmed before), an open model: each step "
@@ -285,26 +284,26 @@ def _context(run: dict[str, Any]) -> list[str]:
         "open and new connections: a served request went over a connection the driver had open "
         "already, or over one it opened for that request (whose first answer waits until a "
         "worker's loop accepts the connection)",
-        f"table: {run['seed'].get('rows')} rows, email index: "
-        f"{'yes' if run['seed'].get('index') else 'no'}",
+        f"table: {run.seed.get('rows')} rows, email index: "
+        f"{'yes' if run.seed.get('index') else 'no'}",
     ]
 
 
-def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
+def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     doc = suite_page("overload", run)
     doc.ul(_context(run))
     tables = [summary_table(run)]
     doc.table(tables[0])
-    measured = [a for a in run["arms"] if not a["error"]]
+    measured = [a for a in run.items if not a["error"]]
     if measured:
         path = chart(
             measured,
-            run["params"]["targets"],
+            run.params["targets"],
             out_dir / CHART,
             "dashed: goodput = offered; dotted: the ceiling",
         )
         doc.image(path, "goodput against the offered load, per arm")
-    for arm in run["arms"]:
+    for arm in run.items:
         doc.h(2, arm["arm"])
         if arm["error"]:
             doc.p(f"The arm could not run to its end: {arm['error']}", note=True)
@@ -318,5 +317,5 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
         doc.ul([f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
                 for c in arm["checks"]])  # fmt: skip
     saved = save_report(doc, run, out_dir, tables[:2])
-    (out_dir / "report.html").write_text(doc.html(f"Aside overload {run['run_id']}"))
+    (out_dir / "report.html").write_text(doc.html(f"Aside overload {run.run_id}"))
     return saved

@@ -45,7 +45,7 @@ from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, expires_within, wait_until_quiet, warm_cache
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench.suites.base import ITEM_ERRORS, parse_names, run_header, sleep_until
+from aside_bench.suites.base import ITEM_ERRORS, SuiteRun, parse_names, sleep_until
 from aside_bench.suites.overload import figures as fg
 from aside_bench.suites.overload.report import one_line, write_report
 from aside_bench.suites.samples import Check
@@ -538,15 +538,11 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
 
 
 # ---- the run ---------------------------------------------------------------------------------
-def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> dict[str, Any]:
+def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> SuiteRun:
     machine = describe()
     bench = Bench(settings, params, seed, int(machine["nproc"] or 1), GatewayProbe(settings))
     params.out_dir.mkdir(parents=True)
-    run: dict[str, Any] = {
-        **run_header(params.run_id, "overload", seed.meta),
-        "params": _params_record(params, settings),
-        "arms": [],
-    }
+    run = SuiteRun(params.run_id, "overload", seed.meta, _params_record(params, settings))
     print(f"overload {params.run_id}: arms {' '.join(params.arms)}, {params.duration_s} s steps "
           f"-> {params.out_dir}/", flush=True)  # fmt: skip
     for arm in params.arms:
@@ -555,9 +551,9 @@ def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> 
             result = run_arm(bench, arm)
         except (*ITEM_ERRORS, SamplesError, SummaryError) as error:
             result = ArmResult(arm, error=str(error))
-        run["arms"].append(result.as_dict())
-        print(f"[{arm}] {one_line(run['arms'][-1])}", flush=True)
-    run["passed"] = all(a["passed"] for a in run["arms"])
+        run.items.append(result.as_dict())
+        print(f"[{arm}] {one_line(run.items[-1])}", flush=True)
+    run.passed = all(a["passed"] for a in run.items)
     write_report(run, params.out_dir)
     return run
 

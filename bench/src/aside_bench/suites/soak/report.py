@@ -6,10 +6,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from aside_bench.report.doc import save_report
 from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
-from aside_bench.suites.base import suite_page
+from aside_bench.suites.base import SuiteRun, save_report, suite_page
 from aside_bench.suites.soak.growth import (
     MEMORY_GROWTH_FLAG,
     growth_table,
@@ -61,20 +60,20 @@ def chart(
     return charts.finish(fig, path, caption)
 
 
-def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
-    params = run["params"]
-    machine = summary(run["machine"])
-    services = [row["service"] for row in run["processes"]]
-    tables = [growth_table(run["processes"]), load_table(run["load"])]
-    keys = run.get("idempotency_keys")
+def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
+    params, extra = run.params, run.extra
+    machine = summary(run.machine)
+    services = [row["service"] for row in run.items]
+    tables = [growth_table(run.items), load_table(extra["load"])]
+    keys = extra.get("idempotency_keys")
     if keys is not None:
         tables.insert(1, key_table(keys))
     chart_path = chart(
-        run["samples"],
+        extra["samples"],
         services,
         params["warmup_s"],
         out_dir / "soak.png",
-        f"Soak {run['run_id']} on {machine}.",
+        f"Soak {run.run_id} on {machine}.",
     )
     doc = suite_page("soak", run)
     doc.ul(
@@ -94,7 +93,7 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
             "the warm-up",
             f"flagged: growth of VmRSS or of RssAnon above "
             f"{params['memory_growth_flag']:.0%}, any fd growth; "
-            f"table: {run['seed'].get('rows')} rows",
+            f"table: {run.seed.get('rows')} rows",
             "idempotency_keys: its rows counted with each sample; flagged when the median at "
             f"the end exceeds the median after the warm-up by more than "
             f"{params.get('key_growth_flag', 0.1):.0%} (each median over at least a key's "
@@ -109,10 +108,10 @@ def write_report(run: dict[str, Any], out_dir: Path) -> list[Table]:
         doc.table(table)
     if keys is not None:
         over_time = ", ".join(
-            f"{t} s: {'n/a' if n is None else n}" for t, n in key_counts_over_time(run["samples"])
+            f"{t} s: {'n/a' if n is None else n}" for t, n in key_counts_over_time(extra["samples"])
         )
         doc.p(f"Rows of idempotency_keys over the run: {over_time}.")
-    flagged = run["flagged"]
+    flagged = extra["flagged"]
     verdict = "Flagged: " + ", ".join(flagged) if flagged else "Nothing flagged."
     doc.p(verdict, note=bool(flagged))
     doc.image(chart_path, "RSS and open fds of every process over the run")

@@ -36,10 +36,10 @@ from aside_bench.load.run import LoadRun, Summary, SummaryError, start_driver
 from aside_bench.plan.steps import PlanError, parse_duration
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
-from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, connect
 from aside_bench.stack.seeddata import SeedData, remove_run_users, user_prefix
 from aside_bench.stack.services import ServiceControl
+from aside_bench.suites.base import SuiteRun
 from aside_bench.suites.samples import KINDS
 from aside_bench.suites.soak.growth import (
     KEY_GROWTH_FLAG,
@@ -184,7 +184,7 @@ def load_tallies(summary: Summary) -> dict[str, Any]:
     return {**summary.counters(SCENARIO), **latency, "dropped": int(one.get("dropped") or 0)}
 
 
-def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str, Any]:
+def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun:
     control = ServiceControl(settings)
     control.verify()
     pids = {service: control.pid(service) for service in procs.SERVICES}
@@ -236,13 +236,12 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
         samples, params.warmup_s, params.duration_s, lifetime_s, params.rate * params.write_share
     )
     key_row["overdue_after_s"] = overdue_after_s
-    run = {
-        "run_id": params.run_id,
-        "kind": "soak",
-        "created": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
-        "machine": describe(),
-        "seed": seed.meta,
-        "params": {
+    run = SuiteRun(
+        params.run_id,
+        "soak",
+        seed.meta,
+        created=datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
+        params={
             "rate": params.rate,
             "duration_s": params.duration_s,
             "warmup_s": params.warmup_s,
@@ -255,15 +254,17 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> dict[str
             "target_url": target_url(settings, params),
             "pids": pids,
         },
-        "load_exit": load.returncode,
-        "load": tallies,
-        "removed_users": removed,
-        "processes": rows,
-        "idempotency_keys": key_row,
-        "flagged": [r["service"] for r in rows if r["flags"]]
-        + (["idempotency_keys"] if key_row["flags"] else []),
-        "samples": samples,
-    }
+        items=rows,
+        extra={
+            "load_exit": load.returncode,
+            "load": tallies,
+            "removed_users": removed,
+            "idempotency_keys": key_row,
+            "flagged": [r["service"] for r in rows if r["flags"]]
+            + (["idempotency_keys"] if key_row["flags"] else []),
+            "samples": samples,
+        },
+    )
     write_report(run, params.out_dir)
     if load.returncode != 0:
         raise StackError(f"the load driver exited with {load.returncode}; see {log_path}")
