@@ -25,6 +25,7 @@ from aside_bench.plan.steps import MIN_POOL, SCRAPE_ROOM, pool_cap
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import procs
 from aside_bench.suites.overload import figures as fg
+from aside_bench.suites.overload import plan
 from aside_bench.suites.overload import report as overload_report
 from aside_bench.suites.overload import run as overload
 
@@ -322,34 +323,34 @@ def test_a_search_step_missed_while_the_host_stole_the_cores_is_run_again_twice_
 
 
 def test_arms_and_ceilings_are_parsed() -> None:
-    assert overload.parse_arms(None) == ("cache", "hybrid")
-    assert overload.parse_arms("hybrid,cache") == ("hybrid", "cache")
-    assert overload.parse_ceilings(["cache=3000", "hybrid=40"]) == {"cache": 3000, "hybrid": 40}
+    assert plan.parse_arms(None) == ("cache", "hybrid")
+    assert plan.parse_arms("hybrid,cache") == ("hybrid", "cache")
+    assert plan.parse_ceilings(["cache=3000", "hybrid=40"]) == {"cache": 3000, "hybrid": 40}
     for bad in ("cache", "cache=0", "disk=10", "cache=x"):
         with pytest.raises(ValueError, match="ARM=RATE"):
-            overload.parse_ceilings([bad])
+            plan.parse_ceilings([bad])
     with pytest.raises(ValueError, match="unknown arm"):
-        overload.parse_arms("cache disk")
+        plan.parse_arms("cache disk")
 
 
 def test_the_uncached_read_is_searched_its_own_way_unless_told() -> None:
     """A full scan holds no rate of the cached tiers' ladder at their p95: its
     search has its own, and an option given applies to every arm."""
     cached, own = overload_searches(build_parser().parse_args(["overload"]))
-    assert cached == overload.ArmSearch(SearchParams(200, 400, 8000), 10.0)
-    assert own["nocache"] == overload.UNCACHED_SEARCH
-    assert own["hybrid"] == own["l1"] == overload.MEMORY_SEARCH
-    assert overload.MEMORY_SEARCH.rates.max_rate > 2 * cached.rates.max_rate
-    params = overload.OverloadParams("r", Path("out"), ("cache", "hybrid", "nocache"))
-    assert params.search_of("nocache") == overload.UNCACHED_SEARCH
-    assert params.search_of("hybrid") == overload.MEMORY_SEARCH
-    assert params.search_of("cache") == params.search == overload.ArmSearch()
+    assert cached == plan.ArmSearch(SearchParams(200, 400, 8000), 10.0)
+    assert own["nocache"] == plan.UNCACHED_SEARCH
+    assert own["hybrid"] == own["l1"] == plan.MEMORY_SEARCH
+    assert plan.MEMORY_SEARCH.rates.max_rate > 2 * cached.rates.max_rate
+    params = plan.OverloadParams("r", Path("out"), ("cache", "hybrid", "nocache"))
+    assert params.search_of("nocache") == plan.UNCACHED_SEARCH
+    assert params.search_of("hybrid") == plan.MEMORY_SEARCH
+    assert params.search_of("cache") == params.search == plan.ArmSearch()
 
     told = ["overload", "--search-max", "16000", "--p95-ms", "50"]
     cached, own = overload_searches(build_parser().parse_args(told))
-    assert cached == overload.ArmSearch(SearchParams(200, 400, 16000), 50.0)
-    assert own["nocache"] == overload.ArmSearch(SearchParams(5, 5, 16000), 50.0)
-    assert own["hybrid"] == overload.ArmSearch(SearchParams(400, 800, 16000), 50.0)
+    assert cached == plan.ArmSearch(SearchParams(200, 400, 16000), 50.0)
+    assert own["nocache"] == plan.ArmSearch(SearchParams(5, 5, 16000), 50.0)
+    assert own["hybrid"] == plan.ArmSearch(SearchParams(400, 800, 16000), 50.0)
 
 
 def test_the_search_options_help_names_each_arms_own_defaults(
@@ -373,7 +374,7 @@ def test_the_report_states_the_pools_cap_only_where_the_run_recorded_it() -> Non
 
 
 def test_the_report_names_an_arm_searched_its_own_way() -> None:
-    search = overload.UNCACHED_SEARCH
+    search = plan.UNCACHED_SEARCH
     params = {"arm_searches": {"nocache": {"rates": asdict(search.rates), "p95_ms": 500.0}}}
     assert overload_report._own_searches(params) == (
         " (nocache: p95 <= 500 ms, rates from 5/s by 5 up to 100/s)"
@@ -383,7 +384,7 @@ def test_the_report_names_an_arm_searched_its_own_way() -> None:
 
 def test_a_step_opens_its_pool_before_its_first_request_unless_told_not_to() -> None:
     def variables(open_pool: bool, samples: bool) -> dict[str, str]:
-        params = overload.OverloadParams("r", Path("out"), ("cache",), open_pool=open_pool)
+        params = plan.OverloadParams("r", Path("out"), ("cache",), open_pool=open_pool)
         seed = SimpleNamespace(data_dir=Path("data"))
         bench = overload.Bench(None, params, seed, 2, None)  # type: ignore[arg-type]
         return bench.load_run("cache", "2x", 4800, 15, samples, start_at=T0 + 0.25).extra
@@ -402,7 +403,7 @@ def test_a_pool_stays_below_what_one_gateway_worker_holds() -> None:
     assert pool_cap(1000, 5000) == 1000 and pool_cap(1000, None) == 1000
     assert pool_cap(1000, 12) == MIN_POOL
 
-    params = overload.OverloadParams("r", Path("out"), ("cache",))
+    params = plan.OverloadParams("r", Path("out"), ("cache",))
     seed = SimpleNamespace(data_dir=Path("data"))
     bench = overload.Bench(None, params, seed, 2, None, connections_per_worker=100)  # type: ignore[arg-type]
     assert bench.load_run("cache", "2x", 4800, 15, False).extra["CONNS"] == "92"

@@ -21,7 +21,8 @@ from aside_bench.cli.options import (
 )
 from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
-from aside_bench.suites.overload import run as overload
+from aside_bench.suites.overload import plan as overload
+from aside_bench.suites.overload.run import run_overload
 
 
 def _add_search_options(over: argparse.ArgumentParser) -> None:
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         open_pool=not args.lazy_connections,
     )
     seed = checked_seed(settings, args)
-    run = overload.run_overload(settings, params, seed)
+    run = run_overload(settings, params, seed)
     return 0 if run.passed else 1
 
 
