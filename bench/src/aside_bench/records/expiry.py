@@ -18,6 +18,7 @@ class Reading:
     stale: float
     early: float
     stale_age_max: float | None
+    count_queries: float = 0.0  # the gateway's count queries (a batch of misses once)
 
 
 @dataclass

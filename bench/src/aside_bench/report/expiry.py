@@ -40,6 +40,7 @@ class Figures:
     max: float | None
     scans: int | None
     misses: float | None
+    queries: float | None
     stale: float | None
     early: float | None
 
@@ -92,6 +93,7 @@ def figures(arm: ArmRun, requests: list[Request], lo: float, hi: float) -> Figur
         max=answered[-1] if answered else None,
         scans=None if scans is None else int(scans),
         misses=delta("misses"),
+        queries=delta("count_queries"),
         stale=delta("stale"),
         early=delta("early"),
     )
@@ -148,16 +150,16 @@ def _n(value: float | None) -> str:
 
 def window_table(rate: int, arms: list[ArmFigures]) -> Table:
     headers = ["arm", "window", "requests", "failed", "dropped", "p50 ms", "p95 ms", "p99 ms",
-               "max ms", "full scans", "misses", "stale answers", "early refreshes",
-               "p99 / steady p99", "keys expired"]  # fmt: skip
+               "max ms", "full scans", "count queries", "misses", "stale answers",
+               "early refreshes", "p99 / steady p99", "keys expired"]  # fmt: skip
     rows = []
     for one in arms:
         for name, f in (("steady", one.steady), ("expiry", one.expiry)):
             is_expiry = name == "expiry" and one.arm.mode is not None
             rows.append([one.arm.label, name if one.arm.mode else "whole load",
                          _n(f.requests), _n(f.failed), _n(f.dropped), _ms(f.p50), _ms(f.p95),
-                         _ms(f.p99), _ms(f.max), _n(f.scans), _n(f.misses), _n(f.stale),
-                         _n(f.early),
+                         _ms(f.p99), _ms(f.max), _n(f.scans), _n(f.queries), _n(f.misses),
+                         _n(f.stale), _n(f.early),
                          f"{one.ratio:.1f}x" if is_expiry and one.ratio else "",
                          _n(one.keys) if is_expiry else ""])  # fmt: skip
             if one.arm.mode is None:
@@ -217,7 +219,10 @@ DEFINITIONS = [
     "may); expiry window: [E - lead, E - lead + width), every key's TTL ends in it",
     "latency: every request of the driver (its samples file) by the second it was sent, "
     "nearest-rank percentiles of the answered ones; failed: answered wrong or not at all",
-    "full scans: pg_stat_user_tables.seq_scan of users, misses: the gateway's l2 miss count, "
+    "full scans: pg_stat_user_tables.seq_scan of users (a parallel scan counts once for each "
+    "process that took part: max_parallel_workers_per_gather + 1 at most); count queries: "
+    "the gateway's aside_gateway_db_queries_total of its count queries (a batch of misses "
+    "counts once); misses: the gateway's l2 miss count, "
     "stale answers and early refreshes: its expiry counters, read once a second (a window's "
     "count is the difference of the readings at or before its ends, to a second)",
     f"goal: p99 of the expiry window at most {GOAL_RATIO:g}x the steady one's, no failed or "
@@ -234,6 +239,12 @@ def write_report(out_dir: Path) -> Path:
     lines += [f"TTL {params['ttl_s']} s; windows of {windows.width_s} s, lead {windows.lead_s} s;"
               f" {params['hot_count']} hot and {params['cold_sample']} cold emails, hot share "
               f"{params['hot_share']}.", "", "## Answer", ""]  # fmt: skip
+    shares = [a.driver_cpu_s / a.load_s for a in runs if a.driver_cpu_s and a.load_s]
+    if shares:
+        lines[-4] += (
+            f" The load driver used {min(shares):.2f} to {max(shares):.2f} of a core"
+            " (its CPU time over its load's length, per arm)."
+        )
     tables, by_rate = [], {}
     for rate in params["rates"]:
         arms = [arm_figures(a, out_dir, windows) for a in runs if a.rate == rate]

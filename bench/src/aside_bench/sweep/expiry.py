@@ -21,7 +21,12 @@ from aside_bench.plan import expiry as plan
 from aside_bench.plan.steps import pool_cap, pool_for
 from aside_bench.records.expiry import ArmRun, Reading
 from aside_bench.stack.config import Settings
-from aside_bench.stack.gateway_metrics import connections_per_worker, scrape, tier_read_counts
+from aside_bench.stack.gateway_metrics import (
+    connections_per_worker,
+    scrape,
+    summed_by,
+    tier_read_counts,
+)
 from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, connect, wait_until_quiet, warm_cache
 from aside_bench.stack.seeddata import SeedData
@@ -32,6 +37,7 @@ from aside_bench.stack.services import ServiceControl
 FILL_WORKERS = 64
 SAMPLE_EVERY_S = 1.0
 INDEX = "users_email_expiry_idx"
+DB_QUERIES = "aside_gateway_db_queries_total"
 SEQ_SCANS = "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'users'"
 
 
@@ -58,6 +64,11 @@ def read_counters(settings: Settings, conn: psycopg.Connection) -> Reading:
         stale=sum(_named(text, "stale_served")),
         early=sum(_named(text, "early_refresh")),
         stale_age_max=max(ages) if ages else None,
+        count_queries=sum(
+            v
+            for k, v in summed_by(text, DB_QUERIES, lambda x: x.get("query", "")).items()
+            if k.startswith("count")
+        ),
     )
 
 
