@@ -139,8 +139,10 @@ def test_a_get_past_its_deadline_times_out_and_its_late_reply_is_dropped():
         reads = LoopReads(opener, timeout_s=0.05, connections=1)
         late = reads.get("slow")
         await settle()
+        started = asyncio.get_running_loop().time()
         with pytest.raises(TimeoutError):
-            await late
+            await asyncio.wait_for(late, 2)
+        assert asyncio.get_running_loop().time() - started < 1  # the sweep's, not wait_for's
         nxt = reads.get("next")
         await settle()
         transport = opener.transports[0]
@@ -232,8 +234,10 @@ def test_gets_waiting_for_a_connect_time_out_at_their_deadline():
         opener.gate = asyncio.Event()
         reads = LoopReads(opener, timeout_s=0.05, connections=1)
         waiter = reads.get("k")
+        started = asyncio.get_running_loop().time()
         with pytest.raises(TimeoutError):
-            await waiter
+            await asyncio.wait_for(waiter, 2)
+        assert asyncio.get_running_loop().time() - started < 1  # the sweep's, not wait_for's
         opener.gate.set()
         await settle()
         nxt = reads.get("n")
