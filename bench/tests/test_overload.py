@@ -24,6 +24,7 @@ from aside_bench.cli.overload import overload_searches
 from aside_bench.plan.steps import MIN_POOL, SCRAPE_ROOM, pool_cap
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import procs
+from aside_bench.suites.base import SuiteRun
 from aside_bench.suites.overload import figures as fg
 from aside_bench.suites.overload import plan
 from aside_bench.suites.overload import report as overload_report
@@ -364,11 +365,14 @@ def test_the_search_options_help_names_each_arms_own_defaults(
 
 
 def test_the_report_states_the_pools_cap_only_where_the_run_recorded_it() -> None:
-    capped = {"params": {"max_pool": 1000}, "arms": [{"max_pool": 992}, {"max_pool": 992}]}
+    def run(arms: list[dict[str, Any]]) -> SuiteRun:
+        return SuiteRun("r", "overload", {}, {"max_pool": 1000}, items=arms, machine={})
+
+    capped = run([{"max_pool": 992}, {"max_pool": 992}])
     assert "at most 992 connections (8 below what a gateway worker holds" in (
         overload_report._connections(capped)
     )
-    older = {"params": {"max_pool": 1000}, "arms": [{}]}
+    older = run([{}])
     line = overload_report._connections(older)
     assert "at most 1000 connections;" in line and "below what" not in line
 

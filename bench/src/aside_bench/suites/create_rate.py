@@ -28,6 +28,7 @@ from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData, remove_run_users, user_prefix
 from aside_bench.suites.base import SuiteRun, save_report, suite_page
+from aside_bench.suites.samples import fmt_ms
 from aside_bench.suites.soak.run import SCENARIO, load_tallies
 
 P95_LIMIT_MS = 100.0
@@ -186,10 +187,6 @@ def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -
     return run
 
 
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
-
-
 def steps_table(run: SuiteRun) -> Table:
     headers = [
         "creates/s",
@@ -209,9 +206,9 @@ def steps_table(run: SuiteRun) -> Table:
             str(s["created"]),
             str(s["failed"]),
             str(s["dropped"]),
-            _ms(s["p95_ms"]),
-            _ms(s["p99_ms"]),
-            _ms(s["max_ms"]),
+            fmt_ms(s["p95_ms"]),
+            fmt_ms(s["p99_ms"]),
+            fmt_ms(s["max_ms"]),
             "yes" if s["held"] else "no",
         ]
         for s in sorted(run.items, key=lambda s: s["rate"])
@@ -239,6 +236,6 @@ def _print_step(result: StepResult, p95_limit_ms: float) -> None:
     verdict = "held" if result.held(p95_limit_ms) else "not held"
     print(
         f"  {result.rate}/s: {result.created}/{result.requests} created, {result.failed} failed, "
-        f"{result.dropped} dropped, p95 {_ms(result.p95_ms)} ms: {verdict}",
+        f"{result.dropped} dropped, p95 {fmt_ms(result.p95_ms)} ms: {verdict}",
         flush=True,
     )

@@ -148,7 +148,26 @@ def started_between(samples: list[Sample], lo: float, hi: float) -> list[Sample]
 
 
 def fmt_seconds(value: float | None) -> str:
-    return "never" if value is None else f"{value:.2f} s"
+    return "never" if value is None else fmt_s(value)
+
+
+def fmt_s(value: float | None) -> str:
+    """Seconds to a hundredth; n/a for none."""
+    return "n/a" if value is None else f"{value:.2f} s"
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds to a tenth; n/a for none."""
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def fmt_ms_unit(value: float | None) -> str:
+    """Milliseconds to a tenth, "ms" after them; n/a for none."""
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def fmt_mib(kib: float | None) -> str:
+    return "n/a" if kib is None else f"{kib / 1024:.1f}"
 
 
 def summarize(samples: list[Sample], limit: int = 3) -> str:

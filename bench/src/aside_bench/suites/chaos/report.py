@@ -9,7 +9,7 @@ from typing import Any
 from aside_bench.report.tables import Table
 from aside_bench.suites.base import SuiteRun, save_report, suite_page
 from aside_bench.suites.chaos.checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S, REPLACE_S
-from aside_bench.suites.samples import READS
+from aside_bench.suites.samples import READS, fmt_s
 
 
 def one_line(case: dict[str, Any]) -> str:
@@ -21,26 +21,22 @@ def one_line(case: dict[str, Any]) -> str:
     return f"{_recovery(case)}  {verdict}"
 
 
-def _s(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f} s"
-
-
 def _recovery(case: dict[str, Any]) -> str:
     f = case["figures"]
     name = case["name"]
     if name == "redis":
         return (
-            f"first HIT {_s(f.get('first_hit_after_ready_s'))}, hit ratio back "
-            f"{_s(f.get('hit_ratio_back_after_ready_s'))} after Redis ready"
+            f"first HIT {fmt_s(f.get('first_hit_after_ready_s'))}, hit ratio back "
+            f"{fmt_s(f.get('hit_ratio_back_after_ready_s'))} after Redis ready"
         )
     if name == "core":
-        return f"first 2xx write {_s(f.get('first_2xx_write_after_ready_s'))} after core ready"
+        return f"first 2xx write {fmt_s(f.get('first_2xx_write_after_ready_s'))} after core ready"
     if name == "postgres":
         return (
-            f"first write {_s(f.get('first_2xx_write_after_ready_s'))}, first miss "
-            f"{_s(f.get('first_miss_after_ready_s'))} after PostgreSQL ready"
+            f"first write {fmt_s(f.get('first_2xx_write_after_ready_s'))}, first miss "
+            f"{fmt_s(f.get('first_miss_after_ready_s'))} after PostgreSQL ready"
         )
-    return f"worker replaced in {_s(f.get('worker_replaced_after_s'))}"
+    return f"worker replaced in {fmt_s(f.get('worker_replaced_after_s'))}"
 
 
 def status_table(case: dict[str, Any]) -> Table:

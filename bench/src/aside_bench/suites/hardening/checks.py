@@ -14,7 +14,7 @@ from typing import Any
 
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.suites.hardening.attacks import SlowSocket
-from aside_bench.suites.samples import Check
+from aside_bench.suites.samples import Check, fmt_ms_unit, fmt_s
 
 # One RSS reading: (epoch s, {worker pid: VmRSS KiB}).
 RssSample = tuple[float, dict[int, int]]
@@ -81,7 +81,7 @@ def close_check(figures: dict[str, Any], limits: Limits) -> Check:
     errors = sum(figures["connect_errors"].values())
     detail = (
         f"{figures['closed']} of {opened} opened sockets closed by the server, "
-        f"max {_s(worst)}, p99 {_s(figures['close_p99_s'])} after their connect "
+        f"max {fmt_s(worst)}, p99 {fmt_s(figures['close_p99_s'])} after their connect "
         f"(limit {limit:g} s); {figures['refused_503']} answered 503 at connect (worker full), "
         f"{figures['held']} held until closed"
     )
@@ -175,8 +175,9 @@ def reuse_check(window: dict[str, Any] | None) -> Check:
 
 def window_line(window: dict[str, Any]) -> str:
     return (
-        f"{window['reads']} reads, p50 {_ms(window['p50_ms'])}, p95 {_ms(window['p95_ms'])}, "
-        f"p99 {_ms(window['p99_ms'])}, max {_ms(window['max_ms'])}; "
+        f"{window['reads']} reads, "
+        + ", ".join(f"{k} {fmt_ms_unit(window[f'{k}_ms'])}" for k in ("p50", "p95", "p99", "max"))
+        + "; "
         f"{window['dropped']} dropped, {window['failed']} failed"
     )
 
@@ -225,11 +226,3 @@ def settle_check(settle: dict[str, Any], limits: Limits) -> Check:
         f"last rise {after:.2f} s after the flood's end; {settle['queries_after']:.0f} queries "
         "after it",
     )
-
-
-def _s(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f} s"
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f} ms"

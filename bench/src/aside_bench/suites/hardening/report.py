@@ -9,6 +9,7 @@ from typing import Any
 
 from aside_bench.report.tables import Table
 from aside_bench.suites.base import SuiteRun, save_report, suite_page
+from aside_bench.suites.samples import fmt_mib, fmt_ms, fmt_s
 
 HELD_CLOSES = ("held_close_min_s", "held_close_p50_s", "held_close_p99_s", "held_close_max_s")
 WINDOW_NAMES = {
@@ -17,24 +18,12 @@ WINDOW_NAMES = {
 }
 
 
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
-
-
-def _s(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f} s"
-
-
-def _mib(kib: float | None) -> str:
-    return "n/a" if kib is None else f"{kib / 1024:.1f}"
-
-
 def _during(experiment: dict[str, Any]) -> str:
     window = experiment["windows"].get("during")
     if not window:
         return "no reads"
     return (
-        f"reads {WINDOW_NAMES[experiment['name']]['during']} p95 {_ms(window['p95_ms'])} ms, "
+        f"reads {WINDOW_NAMES[experiment['name']]['during']} p95 {fmt_ms(window['p95_ms'])} ms, "
         f"{window['dropped']} dropped, {window['failed']} failed"
     )
 
@@ -46,7 +35,7 @@ def figures_line(experiment: dict[str, Any]) -> str:
         sockets, rss = f["sockets"], f["rss"]
         growth = (rss["peak_kib"] - rss["before_kib"]) / 1024 if rss else None
         return (
-            f"{sockets['opened']} sockets: max close {_s(sockets['close_max_s'])}, "
+            f"{sockets['opened']} sockets: max close {fmt_s(sockets['close_max_s'])}, "
             f"{sockets['refused_503']} answered 503 at connect; workers' RSS "
             + ("n/a" if growth is None else f"{growth:+.1f} MiB")
             + f"; {_during(experiment)}"
@@ -56,7 +45,7 @@ def figures_line(experiment: dict[str, Any]) -> str:
         f"{flood['sent']} cold emails in {flood['duration_s']:.1f} s: "
         f"{f['queries_before_flood_end']:.0f} database queries during the flood, "
         f"{settle['queries_after'] or 0:.0f} after it, last rise "
-        f"{_s(settle['last_rise_after_s'])} after its end; {_during(experiment)}"
+        f"{fmt_s(settle['last_rise_after_s'])} after its end; {_during(experiment)}"
     )
 
 
@@ -78,10 +67,10 @@ def windows_table(experiment: dict[str, Any]) -> Table:
                 names[key],
                 f"{w['seconds']:.1f}",
                 str(w["reads"]),
-                _ms(w["p50_ms"]),
-                _ms(w["p95_ms"]),
-                _ms(w["p99_ms"]),
-                _ms(w["max_ms"]),
+                fmt_ms(w["p50_ms"]),
+                fmt_ms(w["p95_ms"]),
+                fmt_ms(w["p99_ms"]),
+                fmt_ms(w["max_ms"]),
                 str(w["dropped"]),
                 str(w["failed"]),
                 str(w["new_connections"]),
@@ -100,8 +89,8 @@ def sockets_table(experiment: dict[str, Any]) -> Table:
         ["held until the server closed them", str(s["held"])],
         ["still open at the end of the wait", str(s["still_open"])],
         ["closed with a reset", str(s["resets"])],
-        ["close time, all: p99 / max", f"{_s(s['close_p99_s'])} / {_s(s['close_max_s'])}"],
-        ["close time, held: min / p50 / p99 / max", " / ".join(_s(s[k]) for k in HELD_CLOSES)],
+        ["close time, all: p99 / max", f"{fmt_s(s['close_p99_s'])} / {fmt_s(s['close_max_s'])}"],
+        ["close time, held: min / p50 / p99 / max", " / ".join(fmt_s(s[k]) for k in HELD_CLOSES)],
         ["could not connect", json.dumps(s["connect_errors"]) if s["connect_errors"] else "0"],
     ]
     return Table("slow-heads: the slow sockets", ["", "value"], rows)
@@ -113,16 +102,16 @@ def rss_table(experiment: dict[str, Any]) -> Table:
     rows = [
         [
             f"worker {pid}",
-            _mib(w["before_kib"]),
-            _mib(w["peak_kib"]),
-            _mib(w["after_kib"]),
+            fmt_mib(w["before_kib"]),
+            fmt_mib(w["peak_kib"]),
+            fmt_mib(w["after_kib"]),
             str(f["peak_fds"].get(pid, "n/a")),
         ]
         for pid, w in rss.get("per_worker", {}).items()
     ]
     if rss:
         rows.append(
-            ["all workers", _mib(rss["before_kib"]), _mib(rss["peak_kib"]), _mib(rss["after_kib"]),
+            ["all workers", *(fmt_mib(rss[f"{k}_kib"]) for k in ("before", "peak", "after")),
              str(sum(f["peak_fds"].values()))]
         )  # fmt: skip
     return Table(
@@ -147,7 +136,7 @@ def flood_table(experiment: dict[str, Any]) -> Table:
         ["count queries during the flood (pg_stat_statements)",
          f"{f['queries_before_flood_end']:.0f}"],
         ["count queries after its end", f"{settle['queries_after'] or 0:.0f}"],
-        ["last rise of the query counter after the end", _s(settle["last_rise_after_s"])],
+        ["last rise of the query counter after the end", fmt_s(settle["last_rise_after_s"])],
         ["the gateway's own query counter, by query",
          ", ".join(f"{k} {v:.0f}" for k, v in counters["db_queries"].items()) or "-"],
         ["emails read by those queries (batch sizes summed)",

@@ -17,7 +17,7 @@ from aside_bench.load.samples import number, sample_lines
 from aside_bench.records.saturation import busy_share, noisy, steal_share
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.stack.procs import RunQueue
-from aside_bench.suites.samples import Check
+from aside_bench.suites.samples import Check, fmt_ms_unit
 
 # A 2xx counts towards goodput when answered within this.
 GOODPUT_WITHIN_MS = 1000.0
@@ -416,10 +416,6 @@ class Targets:
     recovery_s: float = 2.0
 
 
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f} ms"
-
-
 def overload_checks(step: StepFigures, ceiling: int, targets: Targets) -> list[Check]:
     """An overload step (above the ceiling): goodput held, served fast, shed
     fast, nothing timed out, the breaker shut."""
@@ -434,14 +430,14 @@ def overload_checks(step: StepFigures, ceiling: int, targets: Targets) -> list[C
         Check(
             f"{at}: served p99 <= {targets.served_p99_ms:g} ms",
             req.served.p99_ms is not None and req.served.p99_ms <= targets.served_p99_ms,
-            f"p99 {_ms(req.served.p99_ms)} over {req.served.count} served",
+            f"p99 {fmt_ms_unit(req.served.p99_ms)} over {req.served.count} served",
         ),
         Check(f"{at}: no client timeout", req.timeouts == 0, f"{req.timeouts} timed out"),
         Check(
             f"{at}: sheds p99 <= {targets.shed_p99_ms:g} ms",
             req.shed.count == 0
             or (req.shed.p99_ms is not None and req.shed.p99_ms <= targets.shed_p99_ms),
-            f"p99 {_ms(req.shed.p99_ms)} over {req.shed.count} shed"
+            f"p99 {fmt_ms_unit(req.shed.p99_ms)} over {req.shed.count} shed"
             if req.shed.count
             else "nothing shed",
         ),
@@ -476,7 +472,7 @@ def recovery_check(after: StepFigures, before: StepFigures, targets: Targets) ->
     return Check(
         name,
         rest.normal(limit),
-        f"p95 {_ms(rest.served.p95_ms)} over {rest.served.count} served, {rest.shed} shed, "
+        f"p95 {fmt_ms_unit(rest.served.p95_ms)} over {rest.served.count} served, {rest.shed} shed, "
         f"{rest.unanswered} unanswered, {rest.dropped} dropped (limit p95 {limit:.1f} ms = "
         f"{targets.recovery_factor:g} x {before.requests.served.p95_ms:.1f} ms); "
         f"normal from {took} after the overload's end",

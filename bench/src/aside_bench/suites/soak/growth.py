@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from aside_bench.report.tables import Table
+from aside_bench.suites.samples import fmt_mib
 
 MEMORY_GROWTH_FLAG = 0.10
 # idempotency_keys may grow by this much between the warm-up and the end, once
@@ -218,10 +219,6 @@ def _per_process(chosen: list[dict[str, Any]], service: str) -> list[float]:
     return [r["anon_kib"] / r["processes"] for r in readings if "anon_kib" in r]
 
 
-def _mib(kib: float | None) -> str:
-    return "n/a" if kib is None else f"{kib / 1024:.1f}"
-
-
 def _fd_growth(row: dict[str, Any]) -> str:
     if row["fds_growth"] is None:
         return "n/a"
@@ -263,10 +260,10 @@ def growth_table(rows: list[dict[str, Any]]) -> Table:
             [
                 row["service"],
                 f"{_num(row['processes_warm'])} -> {_num(row['processes_end'])}",
-                _mib(row["rss_warm_kib"]),
-                _mib(row["rss_end_kib"]),
+                fmt_mib(row["rss_warm_kib"]),
+                fmt_mib(row["rss_end_kib"]),
                 _pct(growth),
-                _mib(row["rss_max_kib"]),
+                fmt_mib(row["rss_max_kib"]),
                 _pct(row.get("anon_growth")),
                 _pct(row.get("anon_per_process_growth")),
                 _num(row["fds_warm"]),
