@@ -36,28 +36,28 @@ def test_growth_is_the_median_after_warmup_against_the_median_at_the_end() -> No
     rss = [50] * 5 + [100, 100, 100, 101] + [105] * 7 + [120, 121, 119, 500]
     fds = [10] * 16 + [11, 11, 12, 12]
     found = soak_growth.growth_table_rows(series(rss, fds), ["svc", "flat"], 5, 20)
-    rows = {r["service"]: r for r in found}
+    rows = {r.service: r for r in found}
     svc = rows["svc"]
-    assert svc["rss_warm_kib"] == 100  # median of t = 5..8 s: the warm-up of 50 KiB is left out
-    assert svc["rss_end_kib"] == 120.5  # median of t = 16..19 s: one spike does not decide
-    assert svc["rss_growth"] == pytest.approx(0.205)
-    assert svc["rss_max_kib"] == 500
-    assert (svc["fds_warm"], svc["fds_end"], svc["fds_growth"]) == (10, 11.5, 1.5)
-    assert svc["anon_growth"] == pytest.approx(0.2)  # halves: 50 -> 60 (integer halves)
-    assert svc["flags"] == ["memory +20%", "private memory +20%", "fds +1.5"]
-    assert svc["anon_per_process_growth"] == pytest.approx(0.2)
-    assert (svc["sockets_warm"], svc["sockets_end"]) == (5, 5.5)
+    assert svc.rss_warm_kib == 100  # median of t = 5..8 s: the warm-up of 50 KiB is left out
+    assert svc.rss_end_kib == 120.5  # median of t = 16..19 s: one spike does not decide
+    assert svc.rss_growth == pytest.approx(0.205)
+    assert svc.rss_max_kib == 500
+    assert (svc.fds_warm, svc.fds_end, svc.fds_growth) == (10, 11.5, 1.5)
+    assert svc.anon_growth == pytest.approx(0.2)  # halves: 50 -> 60 (integer halves)
+    assert svc.flags == ["memory +20%", "private memory +20%", "fds +1.5"]
+    assert svc.anon_per_process_growth == pytest.approx(0.2)
+    assert (svc.sockets_warm, svc.sockets_end) == (5, 5.5)
     table = soak_growth.growth_table(list(rows.values()))
     assert table.rows[0][0] == "svc" and "+1.5 (+0.5 sockets)" in table.rows[0]
     flat = rows["flat"]
-    assert flat["rss_growth"] == 0 and flat["fds_growth"] == 0 and flat["flags"] == []
+    assert flat.rss_growth == 0 and flat.fds_growth == 0 and flat.flags == []
 
 
 def test_a_process_that_vanishes_is_flagged() -> None:
     samples = series([100] * 10, [5] * 10)
     samples[6]["procs"]["svc"] = None
     rows = soak_growth.growth_table_rows(samples, ["svc"], 2, 10)
-    assert rows[0]["flags"] == ["gone in 1 samples"]
+    assert rows[0].flags == ["gone in 1 samples"]
 
 
 def key_samples(counts: list[int | None]) -> list[dict[str, Any]]:
@@ -68,11 +68,11 @@ def test_a_flat_key_table_after_its_lifetime_is_not_flagged() -> None:
     # 20 samples a second apart: filling for 8 s, then flat with noise; lifetime 5 s.
     counts = [0, 100, 200, 300, 400, 500, 600, 700] + [800, 790, 810, 805, 795] * 2 + [800, 808]
     row = soak_growth.key_table_row(key_samples(counts), 8, 20, 5, 100)
-    assert row["judged"] and row["flags"] == []
+    assert row.judged and row.flags == []
     # Medians over a lifetime each: t = 8..13 s and 14..19 s.
-    assert (row["warm"], row["end"]) == (800, 802.5)
-    assert (row["min"], row["max"], row["expected_rows"]) == (790, 810, 500)
-    assert row["growth"] == pytest.approx(2.5 / 800)
+    assert (row.warm, row.end) == (800, 802.5)
+    assert (row.min, row.max, row.expected_rows) == (790, 810, 500)
+    assert row.growth == pytest.approx(2.5 / 800)
 
 
 def test_the_purges_sawtooth_is_not_growth() -> None:
@@ -82,15 +82,15 @@ def test_the_purges_sawtooth_is_not_growth() -> None:
     counts = [100 * i for i in range(10)] + [1000 + 100 * (i % 5) for i in range(51)] + [1400] * 2
     samples = key_samples(counts)
     row = soak_growth.key_table_row(samples, 10, 62, 10, 100)
-    assert row["judged"] and row["flags"] == [] and abs(row["growth"]) < 0.1
-    assert (row["min"], row["max"]) == (1000, 1400)
+    assert row.judged and row.flags == [] and abs(row.growth) < 0.1
+    assert (row.min, row.max) == (1000, 1400)
 
 
 def test_a_key_table_that_keeps_growing_after_its_lifetime_is_flagged() -> None:
     # A purge that does not keep up: the table grows all along.
     counts = [100 * i for i in range(20)]
     row = soak_growth.key_table_row(key_samples(counts), 8, 20, 5, 100)
-    assert row["judged"] and row["flags"] == ["idempotency_keys +57%"]  # 1050 -> 1650
+    assert row.judged and row.flags == ["idempotency_keys +57%"]  # 1050 -> 1650
     table = soak_growth.key_table(row)
     assert table.rows[0][0] == "1050" and table.rows[0][-1] == "idempotency_keys +57%"
 
@@ -100,13 +100,13 @@ def test_an_overdue_key_after_the_warm_up_is_flagged() -> None:
     for sample in samples:
         sample["idempotency_keys_overdue"] = 0
     samples[3]["idempotency_keys_overdue"] = 50  # during the warm-up: not judged
-    assert soak_growth.key_table_row(samples, 8, 20, 5, 100)["flags"] == []
+    assert soak_growth.key_table_row(samples, 8, 20, 5, 100).flags == []
     samples[15]["idempotency_keys_overdue"] = 7
     row = soak_growth.key_table_row(samples, 8, 20, 5, 100)
-    assert row["overdue_max"] == 7 and row["flags"] == ["7 keys overdue"]
+    assert row.overdue_max == 7 and row.flags == ["7 keys overdue"]
     # Also while the growth itself cannot be judged yet.
     row = soak_growth.key_table_row(samples, 8, 20, 86_460, 100)
-    assert row["flags"] == ["7 keys overdue"]
+    assert row.flags == ["7 keys overdue"]
     assert soak_growth.key_table(row).rows[0][-1].endswith("; 7 keys overdue")
 
 
@@ -114,7 +114,7 @@ def test_growth_within_the_key_lifetime_is_reported_not_judged() -> None:
     # 24 h keys over a 20 s run: the table fills by design.
     counts = [100 * i for i in range(20)]
     row = soak_growth.key_table_row(key_samples(counts), 8, 20, 86_460, 100)
-    assert not row["judged"] and row["flags"] == [] and row["growth"] > 0.5
+    assert not row.judged and row.flags == [] and row.growth > 0.5
     assert "not judged" in soak_growth.key_table(row).rows[0][-1]
     # An unknown lifetime is judged: the rule errs on the side of a flag.
     assert soak_growth.key_table_row(key_samples(counts), 8, 20, None, 100)["flags"]
@@ -124,7 +124,7 @@ def test_failed_counts_are_flagged_and_left_out() -> None:
     counts: list[int | None] = [500] * 20
     counts[12] = None
     row = soak_growth.key_table_row(key_samples(counts), 8, 20, 5, 100)
-    assert row["warm"] == row["end"] == 500 and row["flags"] == ["count failed in 1 samples"]
+    assert row.warm == row.end == 500 and row.flags == ["count failed in 1 samples"]
     over_time = soak_growth.key_counts_over_time(key_samples(counts), points=4)
     assert over_time[0] == (0, 500) and over_time[-1] == (19, 500) and (12, None) not in over_time
     assert len(over_time) in (4, 5)

@@ -6,6 +6,7 @@ unit-tested)."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from aside_bench.report.tables import Table
@@ -21,13 +22,68 @@ KEY_GROWTH_FLAG = 0.10
 WINDOW_SHARE = 0.05
 
 
+@dataclass
+class ProcessGrowth:
+    """A service's memory and descriptors after the warm-up against the end
+    (medians), their growth, maxima and flags: a row of report.json's
+    "processes" (an older row's missing figures read as None)."""
+
+    service: str
+    processes_warm: float | None = None
+    processes_end: float | None = None
+    rss_warm_kib: float | None = None
+    rss_end_kib: float | None = None
+    rss_growth: float | None = None
+    rss_max_kib: float | None = None
+    anon_warm_kib: float | None = None
+    anon_end_kib: float | None = None
+    anon_growth: float | None = None
+    anon_per_process_growth: float | None = None
+    sockets_warm: float | None = None
+    sockets_end: float | None = None
+    fds_warm: float | None = None
+    fds_end: float | None = None
+    fds_growth: float | None = None
+    fds_max: float | None = None
+    flags: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> ProcessGrowth:
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
+
+
+@dataclass
+class KeyGrowth:
+    """The rows of idempotency_keys after the warm-up against the end, the
+    range, the steady size to expect and the flags: report.json's
+    "idempotency_keys"."""
+
+    lifetime_s: float | None
+    create_rate: float
+    expected_rows: float | None = None
+    missed_samples: int = 0
+    judged: bool = True
+    warm: float | None = None
+    end: float | None = None
+    growth: float | None = None
+    min: float | None = None
+    max: float | None = None
+    overdue_max: int | None = None
+    overdue_after_s: float | None = None
+    flags: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> KeyGrowth:
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
 def growth_table_rows(
     samples: list[dict[str, Any]], services: list[str], warmup_s: float, duration_s: float
-) -> list[dict[str, Any]]:
+) -> list[ProcessGrowth]:
     """Per service: warm-up, end and max of RSS and fds, growth and flags (pure)."""
     if not samples:
         return []
@@ -67,26 +123,26 @@ def growth_table_rows(
         if gone:
             flags.append(f"gone in {gone} samples")
         rows.append(
-            {
-                "service": service,
-                "processes_warm": _median(values(warm, "processes")),
-                "processes_end": _median(values(end, "processes")),
-                "rss_warm_kib": rss_warm,
-                "rss_end_kib": rss_end,
-                "rss_growth": growth,
-                "rss_max_kib": max(values(after, "rss_kib"), default=None),
-                "anon_warm_kib": anon_warm,
-                "anon_end_kib": anon_end,
-                "anon_growth": anon_growth,
-                "anon_per_process_growth": per_growth,
-                "sockets_warm": sockets_warm,
-                "sockets_end": sockets_end,
-                "fds_warm": fds_warm,
-                "fds_end": fds_end,
-                "fds_growth": fd_growth,
-                "fds_max": max(values(after, "fds"), default=None),
-                "flags": flags,
-            }
+            ProcessGrowth(
+                service=service,
+                processes_warm=_median(values(warm, "processes")),
+                processes_end=_median(values(end, "processes")),
+                rss_warm_kib=rss_warm,
+                rss_end_kib=rss_end,
+                rss_growth=growth,
+                rss_max_kib=max(values(after, "rss_kib"), default=None),
+                anon_warm_kib=anon_warm,
+                anon_end_kib=anon_end,
+                anon_growth=anon_growth,
+                anon_per_process_growth=per_growth,
+                sockets_warm=sockets_warm,
+                sockets_end=sockets_end,
+                fds_warm=fds_warm,
+                fds_end=fds_end,
+                fds_growth=fd_growth,
+                fds_max=max(values(after, "fds"), default=None),
+                flags=flags,
+            )
         )
     return rows
 
@@ -114,7 +170,7 @@ def key_table_row(
     duration_s: float,
     lifetime_s: float | None,
     create_rate: float,
-) -> dict[str, Any]:
+) -> KeyGrowth:
     """The rows of idempotency_keys after the warm-up against the end (medians,
     like memory), the range after the warm-up, the steady size to expect
     (create rate x key lifetime) and the flag. A key lives its TTL plus up to
@@ -127,20 +183,13 @@ def key_table_row(
     sample) are flagged whenever one is seen after the warm-up: a purge that
     keeps up leaves none, whatever the rate did."""
     counts = [s.get("idempotency_keys") for s in samples]
-    row: dict[str, Any] = {
-        "lifetime_s": lifetime_s,
-        "create_rate": create_rate,
-        "expected_rows": None if lifetime_s is None else create_rate * lifetime_s,
-        "missed_samples": sum(1 for c in counts if c is None),
-        "judged": lifetime_s is None or warmup_s >= lifetime_s,
-        "warm": None,
-        "end": None,
-        "growth": None,
-        "min": None,
-        "max": None,
-        "overdue_max": None,
-        "flags": [],
-    }
+    row = KeyGrowth(
+        lifetime_s,
+        create_rate,
+        expected_rows=None if lifetime_s is None else create_rate * lifetime_s,
+        missed_samples=sum(1 for c in counts if c is None),
+        judged=lifetime_s is None or warmup_s >= lifetime_s,
+    )
     if not samples:
         return row
     warm, end, after = _windows(samples, warmup_s, duration_s, lifetime_s or 0)
@@ -148,28 +197,28 @@ def key_table_row(
     def known(chosen: list[dict[str, Any]]) -> list[float]:
         return [s["idempotency_keys"] for s in chosen if s.get("idempotency_keys") is not None]
 
-    row["warm"], row["end"] = _median(known(warm)), _median(known(end))
-    row["min"], row["max"] = min(known(after), default=None), max(known(after), default=None)
-    if row["warm"] is not None and row["end"] is not None:
+    row.warm, row.end = _median(known(warm)), _median(known(end))
+    row.min, row.max = min(known(after), default=None), max(known(after), default=None)
+    if row.warm is not None and row.end is not None:
         # One row more than none is not growth worth a ratio.
-        row["growth"] = (row["end"] - row["warm"]) / max(row["warm"], 1)
+        row.growth = (row.end - row.warm) / max(row.warm, 1)
     overdue = [
         s["idempotency_keys_overdue"]
         for s in after
         if s.get("idempotency_keys_overdue") is not None
     ]
-    row["overdue_max"] = max(overdue, default=None)
-    growing = row["growth"] is not None and row["growth"] > KEY_GROWTH_FLAG
-    if growing and row["judged"]:
-        row["flags"].append(f"idempotency_keys +{row['growth']:.0%}")
-    if row["overdue_max"]:
-        row["flags"].append(f"{row['overdue_max']} keys overdue")
-    if row["missed_samples"]:
-        row["flags"].append(f"count failed in {row['missed_samples']} samples")
+    row.overdue_max = max(overdue, default=None)
+    growing = row.growth is not None and row.growth > KEY_GROWTH_FLAG
+    if growing and row.judged:
+        row.flags.append(f"idempotency_keys +{row.growth:.0%}")
+    if row.overdue_max:
+        row.flags.append(f"{row.overdue_max} keys overdue")
+    if row.missed_samples:
+        row.flags.append(f"count failed in {row.missed_samples} samples")
     return row
 
 
-def key_table(row: dict[str, Any]) -> Table:
+def key_table(row: KeyGrowth) -> Table:
     headers = [
         "rows after warm-up",
         "rows at the end",
@@ -180,21 +229,21 @@ def key_table(row: dict[str, Any]) -> Table:
         "overdue keys, max",
         "flag",
     ]
-    lifetime = row["lifetime_s"]
-    flag = ", ".join(row["flags"]) or "-"
-    if not row["judged"]:
+    lifetime = row.lifetime_s
+    flag = ", ".join(row.flags) or "-"
+    if not row.judged:
         flag = (
             f"growth not judged: the warm-up is shorter than the key lifetime ({lifetime:g} s)"
-            + (f"; {flag}" if row["flags"] else "")
+            + (f"; {flag}" if row.flags else "")
         )
     cells = [
-        _num(row["warm"]),
-        _num(row["end"]),
-        _pct(row["growth"]),
-        f"{_num(row['min'])} .. {_num(row['max'])}",
+        _num(row.warm),
+        _num(row.end),
+        _pct(row.growth),
+        f"{_num(row.min)} .. {_num(row.max)}",
         "unknown" if lifetime is None else f"{lifetime:g}",
-        "n/a" if row["expected_rows"] is None else f"{row['expected_rows']:.0f}",
-        _num(row.get("overdue_max")),
+        "n/a" if row.expected_rows is None else f"{row.expected_rows:.0f}",
+        _num(row.overdue_max),
         flag,
     ]
     return Table("Rows of idempotency_keys (the core's stored keys)", headers, [cells])
@@ -219,12 +268,12 @@ def _per_process(chosen: list[dict[str, Any]], service: str) -> list[float]:
     return [r["anon_kib"] / r["processes"] for r in readings if "anon_kib" in r]
 
 
-def _fd_growth(row: dict[str, Any]) -> str:
-    if row["fds_growth"] is None:
+def _fd_growth(row: ProcessGrowth) -> str:
+    if row.fds_growth is None:
         return "n/a"
-    text = f"{row['fds_growth']:+g}"
-    warm, end = row.get("sockets_warm"), row.get("sockets_end")
-    if row["fds_growth"] and warm is not None and end is not None:
+    text = f"{row.fds_growth:+g}"
+    warm, end = row.sockets_warm, row.sockets_end
+    if row.fds_growth and warm is not None and end is not None:
         text += f" ({end - warm:+g} sockets)"
     return text
 
@@ -237,7 +286,7 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:g}"
 
 
-def growth_table(rows: list[dict[str, Any]]) -> Table:
+def growth_table(rows: list[ProcessGrowth]) -> Table:
     headers = [
         "process",
         "procs",
@@ -255,22 +304,21 @@ def growth_table(rows: list[dict[str, Any]]) -> Table:
     ]
     table_rows = []
     for row in rows:
-        growth = row["rss_growth"]
         table_rows.append(
             [
-                row["service"],
-                f"{_num(row['processes_warm'])} -> {_num(row['processes_end'])}",
-                fmt_mib(row["rss_warm_kib"]),
-                fmt_mib(row["rss_end_kib"]),
-                _pct(growth),
-                fmt_mib(row["rss_max_kib"]),
-                _pct(row.get("anon_growth")),
-                _pct(row.get("anon_per_process_growth")),
-                _num(row["fds_warm"]),
-                _num(row["fds_end"]),
+                row.service,
+                f"{_num(row.processes_warm)} -> {_num(row.processes_end)}",
+                fmt_mib(row.rss_warm_kib),
+                fmt_mib(row.rss_end_kib),
+                _pct(row.rss_growth),
+                fmt_mib(row.rss_max_kib),
+                _pct(row.anon_growth),
+                _pct(row.anon_per_process_growth),
+                _num(row.fds_warm),
+                _num(row.fds_end),
                 _fd_growth(row),
-                _num(row["fds_max"]),
-                ", ".join(row["flags"]) or "-",
+                _num(row.fds_max),
+                ", ".join(row.flags) or "-",
             ]
         )
     return Table("Memory and file descriptors per process", headers, table_rows)

@@ -11,6 +11,8 @@ from aside_bench.stack.machine import summary
 from aside_bench.suites.base import SuiteRun, save_report, suite_page
 from aside_bench.suites.soak.growth import (
     MEMORY_GROWTH_FLAG,
+    KeyGrowth,
+    ProcessGrowth,
     growth_table,
     key_counts_over_time,
     key_table,
@@ -63,11 +65,12 @@ def chart(
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     params, extra = run.params, run.extra
     machine = summary(run.machine)
-    services = [row["service"] for row in run.items]
-    tables = [growth_table(run.items), load_table(extra["load"])]
+    rows = [ProcessGrowth.of(row) for row in run.items]
+    services = [row.service for row in rows]
+    tables = [growth_table(rows), load_table(extra["load"])]
     keys = extra.get("idempotency_keys")
     if keys is not None:
-        tables.insert(1, key_table(keys))
+        tables.insert(1, key_table(KeyGrowth.of(keys)))
     chart_path = chart(
         extra["samples"],
         services,

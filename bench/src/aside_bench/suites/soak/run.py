@@ -24,7 +24,7 @@ The figures are suites/soak/growth.py's, the report suites/soak/report.py's.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -235,7 +235,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     key_row = key_table_row(
         samples, params.warmup_s, params.duration_s, lifetime_s, params.rate * params.write_share
     )
-    key_row["overdue_after_s"] = overdue_after_s
+    key_row.overdue_after_s = overdue_after_s
     run = SuiteRun(
         params.run_id,
         "soak",
@@ -254,14 +254,14 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
             "target_url": target_url(settings, params),
             "pids": pids,
         },
-        items=rows,
+        items=[asdict(row) for row in rows],
         extra={
             "load_exit": load.returncode,
             "load": tallies,
             "removed_users": removed,
-            "idempotency_keys": key_row,
-            "flagged": [r["service"] for r in rows if r["flags"]]
-            + (["idempotency_keys"] if key_row["flags"] else []),
+            "idempotency_keys": asdict(key_row),
+            "flagged": [r.service for r in rows if r.flags]
+            + (["idempotency_keys"] if key_row.flags else []),
             "samples": samples,
         },
     )
