@@ -117,7 +117,7 @@ def test_growth_within_the_key_lifetime_is_reported_not_judged() -> None:
     assert not row.judged and row.flags == [] and row.growth > 0.5
     assert "not judged" in soak_growth.key_table(row).rows[0][-1]
     # An unknown lifetime is judged: the rule errs on the side of a flag.
-    assert soak_growth.key_table_row(key_samples(counts), 8, 20, None, 100)["flags"]
+    assert soak_growth.key_table_row(key_samples(counts), 8, 20, None, 100).flags
 
 
 def test_failed_counts_are_flagged_and_left_out() -> None:
