@@ -8,26 +8,9 @@ from collections import Counter
 
 from aside_bench.ceiling import report as ceiling_report
 from aside_bench.ceiling.search import SearchParams, Trial, interleave, run_again, tries_at
-from aside_bench.cli.options import (
-    Command,
-    checked_seed,
-    default_of,
-    new_out_dir,
-    new_run_id,
-    option,
-    positive,
-)
-from aside_bench.cli.stepping import (
-    add_steps,
-    add_trust,
-    calibration_params,
-    drive,
-    new_runner,
-    run_calibration,
-    run_params,
-    shape_of,
-    without_run_options,
-)
+from aside_bench.cli import options as opt
+from aside_bench.cli import stepping
+from aside_bench.cli.options import Command
 from aside_bench.plan.steps import (
     BARE_ARM,
     CEILING_ARMS,
@@ -54,7 +37,7 @@ def add(ceiling: argparse.ArgumentParser) -> None:
         ("--ladder-step", "ladder_step", "rate increase after 800"),
         ("--max-rate", "max_rate", "highest rate"),
     ):
-        option(ceiling, flag, positive, default_of(SearchParams, name), what)
+        opt.option(ceiling, flag, opt.positive, opt.default_of(SearchParams, name), what)
     ceiling.add_argument(
         "--no-reference",
         dest="reference",
@@ -62,21 +45,21 @@ def add(ceiling: argparse.ArgumentParser) -> None:
         help="skip the reference: the cache arm's search again under the driver's bare "
         "scenario (no check but the status), taking turns with it when cache is one of the arms",
     )
-    add_steps(ceiling)
-    add_trust(ceiling)
-    without_run_options(ceiling)
+    stepping.add_steps(ceiling)
+    stepping.add_trust(ceiling)
+    stepping.without_run_options(ceiling)
 
 
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = new_run_id(args, "ceiling")
-    out_dir = new_out_dir(settings, args, run_id)
+    run_id = opt.new_run_id(args, "ceiling")
+    out_dir = opt.new_out_dir(settings, args, run_id)
     arms = parse_arms(args.arms, CEILING_ARMS)
     duration = parse_duration(args.step_duration)
-    calibration_params(args)  # a malformed --calibration-probe before anything runs
+    stepping.calibration_params(args)  # a malformed --calibration-probe before anything runs
     search = SearchParams(start=args.start, ladder_step=args.ladder_step, max_rate=args.max_rate)
-    shape = shape_of(args)
-    seed = checked_seed(settings, args)
-    params = run_params(
+    shape = stepping.shape_of(args)
+    seed = opt.checked_seed(settings, args)
+    params = stepping.run_params(
         args,
         seed,
         shape,
@@ -89,19 +72,19 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     # The reference: the cache arm's search again under the bare scenario.
     searched = [*arms, BARE_ARM] if args.reference and "cache" in arms else arms
     params["reference"] = BARE_ARM in searched
-    runner = new_runner("ceiling", out_dir, args, settings, seed, shape, params)
+    runner = stepping.new_runner("ceiling", out_dir, args, settings, seed, shape, params)
     print(
         f"ceiling {run_id}: arms {' '.join(searched)}, {duration}s steps -> {out_dir}/", flush=True
     )
 
     def search_all() -> None:
-        run_calibration(runner, args)
+        stepping.run_calibration(runner, args)
         for together in search_order(searched):
             if runner.interrupted:
                 return
             _search_arms(runner, together, duration, search, args.p95_ms)
 
-    return drive(runner, search_all, ceiling_report.write_ceiling)
+    return stepping.drive(runner, search_all, ceiling_report.write_ceiling)
 
 
 def search_order(searched: list[str]) -> list[list[str]]:

@@ -5,23 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from aside_bench.cli.options import (
-    Command,
-    UsageError,
-    checked_seed,
-    new_out_dir,
-    new_run_id,
-    option,
-    positive,
-)
-from aside_bench.cli.stepping import (
-    add_steps,
-    drive,
-    new_runner,
-    run_params,
-    shape_of,
-    without_run_options,
-)
+from aside_bench.cli import options as opt
+from aside_bench.cli import stepping
+from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan.steps import parse_duration
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
 from aside_bench.stack import config
@@ -29,7 +15,7 @@ from aside_bench.trust import cost
 
 
 def add(parser: argparse.ArgumentParser) -> None:
-    option(parser, "--rate", positive, cost.DEFAULT_RATE, "requests/s")
+    opt.option(parser, "--rate", opt.positive, cost.DEFAULT_RATE, "requests/s")
     parser.add_argument(
         "--duration",
         default=cost.DEFAULT_DURATION,
@@ -39,24 +25,26 @@ def add(parser: argparse.ArgumentParser) -> None:
         "--variants",
         help=f"some of: {' '.join(cost.NAMES)} (default: {' '.join(cost.DEFAULT_NAMES)})",
     )
-    option(parser, "--repeat", positive, cost.DEFAULT_REPEAT, "rounds, the variants taking turns")
-    add_steps(parser)
-    without_run_options(parser)
+    opt.option(
+        parser, "--repeat", opt.positive, cost.DEFAULT_REPEAT, "rounds, the variants taking turns"
+    )
+    stepping.add_steps(parser)
+    stepping.without_run_options(parser)
     parser.set_defaults(driver_cpu_share=DRIVER_CPU_SHARE_LIMIT, live=False, samples_file=False)
 
 
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = new_run_id(args, cost.KIND)
-    out_dir = new_out_dir(settings, args, run_id)
+    run_id = opt.new_run_id(args, cost.KIND)
+    out_dir = opt.new_out_dir(settings, args, run_id)
     duration = parse_duration(args.duration)
     try:
         variants = cost.parse_variants(args.variants)
     except cost.VariantError as error:
         raise UsageError(str(error)) from None
-    seed = checked_seed(settings, args)
-    shape = shape_of(args)
+    seed = opt.checked_seed(settings, args)
+    shape = stepping.shape_of(args)
     steps = cost.plan(variants, args.rate, duration, args.repeat)
-    params = run_params(
+    params = stepping.run_params(
         args,
         seed,
         shape,
@@ -66,13 +54,13 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         repeat=args.repeat,
         variants=[variant.name for variant in variants],
     )
-    runner = new_runner(cost.KIND, out_dir, args, settings, seed, shape, params)
+    runner = stepping.new_runner(cost.KIND, out_dir, args, settings, seed, shape, params)
     print(
         f"cost {run_id}: {len(variants)} variants at {args.rate}/s, {args.repeat} rounds of "
         f"{duration}s each -> {out_dir}/",
         flush=True,
     )
-    return drive(runner, lambda: cost.run_variants(runner, steps), cost.write_cost)
+    return stepping.drive(runner, lambda: cost.run_variants(runner, steps), cost.write_cost)
 
 
 COMMANDS = (

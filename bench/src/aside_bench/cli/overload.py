@@ -7,18 +7,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from aside_bench.cli.options import (
-    Command,
-    UsageError,
-    above_zero,
-    checked_seed,
-    default_of,
-    new_out_dir,
-    new_run_id,
-    option,
-    paths,
-    positive,
-)
+from aside_bench.cli import options as opt
+from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
 from aside_bench.suites.overload import plan as overload
@@ -31,11 +21,11 @@ def _add_search_options(over: argparse.ArgumentParser) -> None:
     scans on a ladder of their own)."""
     cached = overload.ArmSearch()
     for flag, checked, what, value in (
-        ("--search-start", positive, "first rate", lambda s: s.rates.start),
-        ("--search-step", positive, "rate increase after 4x its start",
+        ("--search-start", opt.positive, "first rate", lambda s: s.rates.start),
+        ("--search-step", opt.positive, "rate increase after 4x its start",
          lambda s: s.rates.ladder_step),
-        ("--search-max", positive, "highest rate", lambda s: s.rates.max_rate),
-        ("--p95-ms", above_zero, "p95 limit in ms", lambda s: f"{s.p95_ms:g}"),
+        ("--search-max", opt.positive, "highest rate", lambda s: s.rates.max_rate),
+        ("--p95-ms", opt.above_zero, "p95 limit in ms", lambda s: f"{s.p95_ms:g}"),
     ):  # fmt: skip
         own: dict[str, list[str]] = {}
         for arm, search in overload.ARM_SEARCHES.items():
@@ -62,18 +52,18 @@ def add(over: argparse.ArgumentParser) -> None:
         ("--duration", "duration_s", "per step"),
         ("--search-duration", "search_duration_s", "per step of the ceiling search"),
     ):
-        shown = f"{default_of(overload.OverloadParams, name)}s"
+        shown = f"{opt.default_of(overload.OverloadParams, name)}s"
         over.add_argument(flag, default=shown, help=f"{what} (default {shown})")
     _add_search_options(over)
-    timeout = default_of(overload.OverloadParams, "timeout_s")
-    option(over, "--timeout", positive, timeout, "request timeout in seconds")
+    timeout = opt.default_of(overload.OverloadParams, "timeout_s")
+    opt.option(over, "--timeout", opt.positive, timeout, "request timeout in seconds")
     over.add_argument(
         "--lazy-connections",
         action="store_true",
         help="each step's driver opens connections as its requests need them, not before "
         "its first (then the steps also measure new connections accepted under overload)",
     )
-    paths(over, "the time")
+    opt.paths(over, "the time")
 
 
 def overload_searches(
@@ -100,14 +90,14 @@ def overload_searches(
 
 
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = new_run_id(args, "")
+    run_id = opt.new_run_id(args, "")
     try:
         arms = overload.parse_arms(args.arms)
         ceilings = overload.parse_ceilings(args.ceiling)
     except ValueError as error:
         raise UsageError(str(error)) from None
     search, arm_searches = overload_searches(args)
-    out_dir = new_out_dir(settings, args, f"overload-{run_id}")
+    out_dir = opt.new_out_dir(settings, args, f"overload-{run_id}")
     params = overload.OverloadParams(
         run_id=run_id,
         out_dir=out_dir,
@@ -120,7 +110,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         timeout_s=args.timeout,
         open_pool=not args.lazy_connections,
     )
-    seed = checked_seed(settings, args)
+    seed = opt.checked_seed(settings, args)
     run = run_overload(settings, params, seed)
     return 0 if run.passed else 1
 

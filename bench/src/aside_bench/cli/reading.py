@@ -10,17 +10,9 @@ import sys
 from pathlib import Path
 
 from aside_bench.ceiling import report as ceiling_report
-from aside_bench.cli.options import (
-    Command,
-    UsageError,
-    known_run,
-    option,
-    positive,
-    read_run,
-    reports_dir,
-    share,
-)
-from aside_bench.cli.stepping import sweep_writer
+from aside_bench.cli import options as opt
+from aside_bench.cli import stepping
+from aside_bench.cli.options import Command, UsageError
 from aside_bench.load import meter
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
@@ -34,12 +26,12 @@ from aside_bench.trust.compare import DEFAULT_TOLERANCE
 
 def _add_run_choice(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", default="", help="the run id (a folder of reports/)")
-    reports_dir(parser)
+    opt.reports_dir(parser)
 
 
 def run_report(args: argparse.Namespace, settings: config.Settings) -> int:
-    out_dir = known_run(args.reports_dir or settings.default_reports_dir, args.run, "report")
-    run = read_run(out_dir)
+    out_dir = opt.known_run(args.reports_dir or settings.default_reports_dir, args.run, "report")
+    run = opt.read_run(out_dir)
     prom = Prometheus(settings.prometheus_url)
     results = collect(prom, run.steps)
     if run.kind == "ceiling":
@@ -47,7 +39,7 @@ def run_report(args: argparse.Namespace, settings: config.Settings) -> int:
     elif run.kind == cost.KIND:
         writer = cost.write_cost
     else:
-        writer = sweep_writer(run.params.get("scenario"), settings)
+        writer = stepping.sweep_writer(run.params.get("scenario"), settings)
     for table in writer(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")
@@ -62,13 +54,15 @@ def add_screenshot(shot: argparse.ArgumentParser) -> None:
     shot.add_argument(
         "--full", action="store_true", help="the whole page (default: down to the first chart)"
     )
-    option(shot, "--width", positive, 1280, "window width, CSS px")
+    opt.option(shot, "--width", opt.positive, 1280, "window width, CSS px")
 
 
 def run_screenshot(args: argparse.Namespace, settings: config.Settings) -> int:
     from aside_bench.report import browser  # Selenium and Pillow: only for this command
 
-    run_dir = known_run(args.reports_dir or settings.default_reports_dir, args.run, "screenshot")
+    run_dir = opt.known_run(
+        args.reports_dir or settings.default_reports_dir, args.run, "screenshot"
+    )
     page = run_dir / "report.html"
     if not page.is_file():
         raise UsageError(f"no report.html in {run_dir}")
@@ -118,12 +112,12 @@ def add_compare(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tolerance",
-        type=share,
+        type=opt.share,
         default=DEFAULT_TOLERANCE,
         help="relative change flagged between runs without repeats "
         f"(default {DEFAULT_TOLERANCE:g})",
     )
-    reports_dir(parser)
+    opt.reports_dir(parser)
 
 
 def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[runfile.StepFigures]:
@@ -155,7 +149,7 @@ def _side(
     results: list[StepResult] = []
     for run_id in _run_ids(given):
         out_dir = reports_dir / run_id
-        run = read_run(out_dir)
+        run = opt.read_run(out_dir)
         runs.append(run)
         figures.extend(_figures(settings, run, out_dir))
         results.extend(comparepage.run_results(run))

@@ -5,31 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from aside_bench.cli import expiry
-from aside_bench.cli.options import (
-    Command,
-    UsageError,
-    checked_seed,
-    default_of,
-    new_out_dir,
-    new_run_id,
-    option,
-    positive,
-    whole,
-    write_share,
-)
-from aside_bench.cli.stepping import (
-    add_steps,
-    add_trust,
-    calibration_params,
-    drive,
-    new_runner,
-    run_calibration,
-    run_params,
-    shape_default,
-    shape_of,
-    sweep_writer,
-)
+from aside_bench.cli import expiry, stepping
+from aside_bench.cli import options as opt
+from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan import expiry as expiryplan
 from aside_bench.plan import interference
 from aside_bench.plan import tracks as trackplan
@@ -90,30 +68,30 @@ def add(run: argparse.ArgumentParser) -> None:
         help="read: Redis TTLs in seconds, e.g. '5 60': the cache arm once per TTL "
         "(CACHE_TTL_SECONDS; default: the gateway's own)",
     )
-    policy = default_of(Options, "cache_policy")
+    policy = opt.default_of(Options, "cache_policy")
     run.add_argument(
         "--cache-policy",
         choices=EVICTION_POLICIES,
         default=policy,
         help=f"Redis's eviction policy under --cache-memory (default {policy})",
     )
-    write_share(
+    opt.write_share(
         run,
-        shape_default("write_share"),
+        stepping.shape_default("write_share"),
         "mixed: share of requests that write (a create and its delete)",
     )
     for flag, checked, name, what in (
-        ("--stale-per-min", whole, "stale_per_min",
+        ("--stale-per-min", opt.whole, "stale_per_min",
          "mixed: read-after-write checks a minute beside the load, 0: none"),
-        ("--stale-reads-after", positive, "stale_reads_after",
+        ("--stale-reads-after", opt.positive, "stale_reads_after",
          "mixed: reads of each key after each checked write"),
-        ("--complexity", positive, "complexity", "compute: complexity"),
+        ("--complexity", opt.positive, "complexity", "compute: complexity"),
     ):  # fmt: skip
-        option(run, flag, checked, shape_default(name), what)
-    option(
+        opt.option(run, flag, checked, stepping.shape_default(name), what)
+    opt.option(
         run,
         "--repeat",
-        positive,
+        opt.positive,
         1,
         "runs of each step, interleaved within each rate; medians and spreads",
     )
@@ -123,9 +101,9 @@ def add(run: argparse.ArgumentParser) -> None:
         ("--pbkdf2-iterations", "pbkdf2_iterations", "pbkdf2 arms' iterations"),
         ("--bcrypt-cost", "bcrypt_cost", "bcrypt arms' cost"),
     ):
-        option(group, flag, positive, shape_default(name), what)
-    add_steps(run)
-    add_trust(run)
+        opt.option(group, flag, opt.positive, stepping.shape_default(name), what)
+    stepping.add_steps(run)
+    stepping.add_trust(run)
 
 
 def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step]:
@@ -182,15 +160,15 @@ def _bounded(args: argparse.Namespace, scenario: str, arms: list[str]) -> list[s
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
     if args.scenario == expiryplan.SCENARIO:
         return expiry.run(args, settings)
-    run_id = new_run_id(args, args.scenario)
-    out_dir = new_out_dir(settings, args, run_id)
+    run_id = opt.new_run_id(args, args.scenario)
+    out_dir = opt.new_out_dir(settings, args, run_id)
     # Parameters first: a typo is reported before anything is touched.
     plan_sweep(args, seed_indexed=None)
-    calibration_params(args)
-    shape = shape_of(args)
-    seed = checked_seed(settings, args)
+    stepping.calibration_params(args)
+    shape = stepping.shape_of(args)
+    seed = opt.checked_seed(settings, args)
     steps = plan_sweep(args, seed.indexed)
-    params = run_params(
+    params = stepping.run_params(
         args,
         seed,
         shape,
@@ -205,16 +183,16 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     )
     if args.scenario == trackplan.SCENARIO:
         params["tracks"] = tracks.check_tracks(settings, seed.data_dir)
-    writer = sweep_writer(args.scenario, settings)
-    runner = new_runner("sweep", out_dir, args, settings, seed, shape, params)
+    writer = stepping.sweep_writer(args.scenario, settings)
+    runner = stepping.new_runner("sweep", out_dir, args, settings, seed, shape, params)
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)
 
     def body() -> None:
-        run_calibration(runner, args)
+        stepping.run_calibration(runner, args)
         if not runner.interrupted:
             runner.run_steps(steps)
 
-    return drive(runner, body, writer)
+    return stepping.drive(runner, body, writer)
 
 
 COMMANDS = (Command("run", "the cache off/on sweep over rising rates", add, run),)

@@ -9,18 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from aside_bench.cli.options import (
-    Command,
-    UsageError,
-    checked_seed,
-    default_of,
-    new_out_dir,
-    new_run_id,
-    option,
-    paths,
-    positive,
-    write_share,
-)
+from aside_bench.cli import options as opt
+from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan.steps import parse_duration, parse_rates
 from aside_bench.stack import config
 from aside_bench.stack.seeddata import user_prefix
@@ -36,7 +26,7 @@ def _seconds(text: str | None, default: float) -> float:
 
 def add_chaos(faults: argparse.ArgumentParser) -> None:
     faults.add_argument("--cases", default="all", help="some of: redis core postgres worker")
-    option(faults, "--rate", positive, 60, "requests/s")
+    opt.option(faults, "--rate", opt.positive, 60, "requests/s")
     faults.add_argument(
         "--short", action="store_true", help="a few seconds per case (make test's form)"
     )
@@ -48,19 +38,19 @@ def add_chaos(faults: argparse.ArgumentParser) -> None:
     ):
         shown = f"default {getattr(full, name):g}s; short {getattr(short, name):g}s"
         faults.add_argument(flag, help=f"{what} ({shown})")
-    write_share(faults, default_of(chaos.ChaosParams, "write_share"), "share of creates")
-    option(
+    opt.write_share(faults, opt.default_of(chaos.ChaosParams, "write_share"), "share of creates")
+    opt.option(
         faults,
         "--id-sample",
-        positive,
-        default_of(chaos.ChaosParams, "id_sample"),
+        opt.positive,
+        opt.default_of(chaos.ChaosParams, "id_sample"),
         "seeded ids read by id",
     )
-    paths(faults, "the time")
+    opt.paths(faults, "the time")
 
 
 def run_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = new_run_id(args, "")
+    run_id = opt.new_run_id(args, "")
     try:
         cases = chaos.parse_cases(args.cases)
         user_prefix(run_id, "postgres")
@@ -72,8 +62,8 @@ def run_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
         down_s=_seconds(args.down, base.down_s),
         post_s=_seconds(args.post, base.post_s),
     )
-    out_dir = new_out_dir(settings, args, f"chaos-{run_id}")
-    seed = checked_seed(settings, args)
+    out_dir = opt.new_out_dir(settings, args, f"chaos-{run_id}")
+    seed = opt.checked_seed(settings, args)
     params = chaos.ChaosParams(
         run_id=run_id,
         out_dir=out_dir,
@@ -87,7 +77,7 @@ def run_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
 
 
 def add_soak(soaking: argparse.ArgumentParser) -> None:
-    option(soaking, "--rate", positive, 100, "requests/s")
+    opt.option(soaking, "--rate", opt.positive, 100, "requests/s")
     soaking.add_argument("--duration", default="10m", help="e.g. 10m, 20s (default 10m)")
     soaking.add_argument(
         "--warmup", help="left out of the growth figures (default 20%% of the duration)"
@@ -95,26 +85,26 @@ def add_soak(soaking: argparse.ArgumentParser) -> None:
     soaking.add_argument(
         "--interval", type=float, default=5.0, help="seconds between samples (default 5)"
     )
-    write_share(soaking, default_of(soak.SoakParams, "write_share"), "share of creates")
+    opt.write_share(soaking, opt.default_of(soak.SoakParams, "write_share"), "share of creates")
     soaking.add_argument(
         "--via",
         choices=("gateway", "core"),
-        default=default_of(soak.SoakParams, "via"),
+        default=opt.default_of(soak.SoakParams, "via"),
         help="where the load goes",
     )
-    paths(soaking, "the time")
+    opt.paths(soaking, "the time")
 
 
 def run_soak(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = new_run_id(args, "")
+    run_id = opt.new_run_id(args, "")
     duration = parse_duration(args.duration)
     warmup = _seconds(args.warmup, round(duration * 0.2, 1))
     if not 0 <= warmup < duration:
         raise UsageError(f"--warmup must be shorter than --duration ({duration} s)")
     if not 0.2 <= args.interval <= duration / 4:
         raise UsageError("--interval must be from 0.2 s to a quarter of the duration")
-    out_dir = new_out_dir(settings, args, f"soak-{run_id}")
-    seed = checked_seed(settings, args)
+    out_dir = opt.new_out_dir(settings, args, f"soak-{run_id}")
+    seed = opt.checked_seed(settings, args)
     params = soak.SoakParams(
         run_id=run_id,
         out_dir=out_dir,
@@ -135,9 +125,9 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
     )
 
     def default(name: str) -> object:
-        return default_of(hardening.HardeningParams, name)
+        return opt.default_of(hardening.HardeningParams, name)
 
-    option(hard, "--rate", positive, default("rate"), "cached reads/s")
+    opt.option(hard, "--rate", opt.positive, default("rate"), "cached reads/s")
     for flag, name, what in (
         ("--pre", "pre_s", "reads before each attack"),
         ("--post", "post_s", "reads after it"),
@@ -150,7 +140,7 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
         ("--concurrency", "concurrency", "flood requests in flight"),
         ("--client-timeout-ms", "client_timeout_ms", "a flood client gives up after this"),
     ):
-        option(hard, flag, positive, default(name), what)
+        opt.option(hard, flag, opt.positive, default(name), what)
     hard.add_argument(
         "--p95-ms",
         type=float,
@@ -163,18 +153,18 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
         default=default("rss_growth_mib"),
         help=f"limit on the workers' summed RSS growth (default {default('rss_growth_mib'):g})",
     )
-    paths(hard, "the time")
+    opt.paths(hard, "the time")
 
 
 def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = new_run_id(args, "")
+    run_id = opt.new_run_id(args, "")
     try:
         experiments = hardening.parse_experiments(args.experiments)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.p95_ms <= 0 or args.rss_growth_mib <= 0:
         raise UsageError("--p95-ms and --rss-growth-mib must be above 0")
-    out_dir = new_out_dir(settings, args, f"hardening-{run_id}")
+    out_dir = opt.new_out_dir(settings, args, f"hardening-{run_id}")
     params = hardening.HardeningParams(
         run_id=run_id,
         out_dir=out_dir,
@@ -189,7 +179,7 @@ def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
         read_p95_ms=args.p95_ms,
         rss_growth_mib=args.rss_growth_mib,
     )
-    seed = checked_seed(settings, args)
+    seed = opt.checked_seed(settings, args)
     return 0 if hardening.run_hardening(settings, params, seed).passed else 1
 
 
@@ -201,14 +191,14 @@ def add_create_rate(rates: argparse.ArgumentParser) -> None:
     rates.add_argument("--p95-ms", type=float, default=limit, help=f"p95 limit (default {limit:g})")
     rates.add_argument("--refine", type=int, default=2, help="midpoints after a failed rate")
     rates.add_argument("--resolution", type=int, default=50, help="creates/s (default 50)")
-    paths(rates, "the time")
+    opt.paths(rates, "the time")
 
 
 def run_create_rate(args: argparse.Namespace, settings: config.Settings) -> int:
-    run_id = new_run_id(args, "")
+    run_id = opt.new_run_id(args, "")
     params = create_rate.Params(
         run_id=run_id,
-        out_dir=new_out_dir(settings, args, f"create-rate-{run_id}"),
+        out_dir=opt.new_out_dir(settings, args, f"create-rate-{run_id}"),
         rates=parse_rates(args.rates),
         duration_s=parse_duration(args.duration),
         via=args.via,
@@ -216,7 +206,7 @@ def run_create_rate(args: argparse.Namespace, settings: config.Settings) -> int:
         refine=max(args.refine, 0),
         resolution=max(args.resolution, 1),
     )
-    seed = checked_seed(settings, args)
+    seed = opt.checked_seed(settings, args)
     run = create_rate.run_create_rate(settings, params, seed)
     return 0 if run.extra["highest_held"] is not None else 1
 
