@@ -1,6 +1,8 @@
 // Command aside-core is Aside's Go core: writes, cache invalidation and CPU
 // compute behind the gateway. Configuration is read from the environment
 // (see README.md); SIGINT or SIGTERM drains in-flight requests and exits.
+// The signal handling below is aside-load's too (bench/driver/cmd/aside-load),
+// by design: the two are separate Go modules and neither imports the other.
 package main
 
 import (

@@ -1,6 +1,12 @@
 // Package config is the one place where aside-core reads its environment.
 // Every variable has a default (see README.md); a malformed value is rejected
 // with a one-line error that names the variable.
+//
+// Its reader has the load driver's shape (bench/driver/internal/config) by
+// design, not by copy: the two binaries are separate Go modules whose images
+// are built each from its own folder, so neither can import the other, and
+// each reader keeps its own rules (here a lab default for every variable,
+// there variables a step must give).
 package config
 
 import (

@@ -1,6 +1,8 @@
 // Command aside-load is the bench's load driver: one step of load at a
 // constant rate, configured from the environment (see README.md). SIGINT
 // or SIGTERM ends the schedule early and still writes the summary.
+// The signal handling below is aside-core's too (core-go/cmd/aside-core), by
+// design: the two are separate Go modules and neither imports the other.
 package main
 
 import (

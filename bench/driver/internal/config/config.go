@@ -1,6 +1,12 @@
 // Package config is the one place where aside-load reads its environment
 // (README.md, "Configuration"). A malformed or missing value is a one-line
 // error that names the variable.
+//
+// Its reader has the core's shape (core-go/internal/config) by design, not by
+// copy: the two binaries are separate Go modules whose images are built each
+// from its own folder, so neither can import the other, and each reader keeps
+// its own rules (there a lab default for every variable, here variables a
+// step must give).
 package config
 
 import (
