@@ -183,13 +183,8 @@ def run_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     return 0
 
 
-REPORT = Command(
-    "report", "rebuild reports/<run>/ from run.json and Prometheus", _add_run_choice, run_report
-)
+REPORT_HELP = "rebuild reports/<run>/ from run.json and Prometheus"
+REPORT = Command("report", REPORT_HELP, _add_run_choice, run_report)
 COMPARE = Command("compare", "every step two runs share, side by side", add_compare, run_compare)
-SCREENSHOT = Command(
-    "screenshot",
-    "check reports/<run>/report.html in headless Chromium, save a PNG",
-    add_screenshot,
-    run_screenshot,
-)
+SCREENSHOT_HELP = "check reports/<run>/report.html in headless Chromium, save a PNG"
+SCREENSHOT = Command("screenshot", SCREENSHOT_HELP, add_screenshot, run_screenshot)

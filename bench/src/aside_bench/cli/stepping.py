@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -162,22 +163,10 @@ def _trace(args: argparse.Namespace) -> tuple[Path | None, float | None]:
 def shape_of(args: argparse.Namespace) -> LoadShape:
     """The request mix the options give."""
     trace, trace_rate = _trace(args)
+    given = vars(args)  # every other field of LoadShape is an option of its name
+    named = {f.name: given[f.name] for f in fields(LoadShape) if f.name in given}
     return LoadShape(
-        hot_share=args.hot_share,
-        cold_sample=args.cold_sample,
-        dist=args.dist,
-        alpha=args.alpha,
-        keys=args.keys,
-        trace=trace,
-        trace_rate=trace_rate,
-        write_share=args.write_share,
-        complexity=args.complexity,
-        timeout_s=args.timeout,
-        stale_per_min=args.stale_per_min,
-        stale_reads_after=args.stale_reads_after,
-        read_rate=args.read_rate,
-        pbkdf2_iterations=args.pbkdf2_iterations,
-        bcrypt_cost=args.bcrypt_cost,
+        **{**named, "trace": trace, "trace_rate": trace_rate, "timeout_s": args.timeout}
     )
 
 

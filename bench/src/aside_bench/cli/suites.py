@@ -213,12 +213,7 @@ def run_create_rate(args: argparse.Namespace, settings: config.Settings) -> int:
 
 CHAOS = Command("chaos", "faults under load: redis, core, postgres, worker", add_chaos, run_chaos)
 SOAK = Command("soak", "steady mixed load; memory and fds of every process", add_soak, run_soak)
-CREATE_RATE = Command(
-    "create-rate",
-    "the highest rate of keyed creates held: fixed rates, then midpoints",
-    add_create_rate,
-    run_create_rate,
-)
-HARDENING = Command(
-    "hardening", "slow request heads and a cold flood under reads", add_hardening, run_hardening
-)
+CREATE_RATE_HELP = "the highest rate of keyed creates held: fixed rates, then midpoints"
+CREATE_RATE = Command("create-rate", CREATE_RATE_HELP, add_create_rate, run_create_rate)
+HARDENING_HELP = "slow request heads and a cold flood under reads"
+HARDENING = Command("hardening", HARDENING_HELP, add_hardening, run_hardening)
