@@ -32,9 +32,10 @@ from aside_bench.stack.prepare import StackError, connect, wait_until_quiet, war
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
 
-# Threads of the fill: enough that every key's miss is in flight at once and
-# the gateway's miss batcher answers them in a few scans.
-FILL_WORKERS = 64
+# Threads of the fill, one a key up to this: every key's miss in flight at
+# once, so the gateway's miss batcher answers them in a scan or two and every
+# key is stored (and later expires) within about a second.
+FILL_WORKERS = 512
 SAMPLE_EVERY_S = 1.0
 INDEX = "users_email_expiry_idx"
 DB_QUERIES = "aside_gateway_db_queries_total"
@@ -172,7 +173,8 @@ class ExpiryRun:
         wait_until_quiet(self.settings, self.options.recover_timeout_s)
         cached = arm.mode is not None
         started = time.time()
-        fill = warm_cache(self.settings, self.emails(), FILL_WORKERS) if cached else {}
+        emails = self.emails()
+        fill = warm_cache(self.settings, emails, min(len(emails), FILL_WORKERS)) if cached else {}
         ttl = (
             self.options.ttl_s
             if cached
