@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from aside_gateway.backends import redis_clients
 from aside_gateway.backends.redis_errors import REDIS_ERRORS
@@ -73,21 +73,32 @@ def parse(data: bytes) -> tuple[list[str] | None, float | None]:
 
 
 class Follower:
-    """What a subscription's events do to the L1 tier, whichever way it listens."""
+    """What a subscription's events do to an L1, whichever way it listens: the
+    core's channel here, Redis's own invalidations in tracking.TrackingFollower,
+    which reads its messages, counts them and takes its confirmations otherwise."""
+
+    # Whether a second confirmation on one connection is a loss (tracking's).
+    confirms_once = False
+    what = "invalidation message"
 
     def __init__(self, l1: L1Cache):
         self._l1 = l1
+        self.confirmed = False
 
     def lost(self) -> None:
         self._l1.flush(usable=False)
-        metrics.L1_SUBSCRIBED.set(0)
+        self.confirmed = False
+        self._subscribed(False)
 
     def handle(self, message: dict[str, Any]) -> bool:
         """Apply one PubSub reply; returns whether it confirmed the subscription."""
         if message["type"] == "subscribe":
+            if self.confirmed and self.confirms_once:
+                # redis-py resubscribed on a new connection: Redis tracks nothing for it.
+                raise SubscriptionLost("resubscribed without CLIENT TRACKING")
+            self.confirmed = True
             self._l1.flush(usable=True)  # nothing seen while away can be trusted
-            metrics.L1_SUBSCRIBED.set(1)
-            metrics.L1_SUBSCRIPTIONS.inc()
+            self._subscribed(True)
             return True
         if message["type"] == "message":
             self.apply(message["data"])
@@ -96,19 +107,29 @@ class Follower:
     def apply(self, data: Any) -> None:
         received_ms = time.time() * 1000
         try:
-            keys, published = parse(data)
+            keys, published = self._read(data)
         except (ValueError, KeyError, TypeError):
             # Which keys it meant is unknown: forget everything rather than guess.
-            log.warning("unreadable invalidation message; flushing the L1 tier")
+            log.warning("unreadable %s; flushing the L1 tier", self.what)
             self._l1.flush(usable=True)
             return
         if keys is None:
             self._l1.flush(usable=True)
         else:
             self._l1.evict(keys)
-        metrics.l1_invalidation_received(
-            None if published is None else (received_ms - published) / 1000
-        )
+        self._received(None if published is None else (received_ms - published) / 1000)
+
+    def _read(self, data: Any) -> tuple[list[str] | None, float | None]:
+        """(keys, publish time in unix ms) of one message: see parse."""
+        return parse(data)
+
+    def _subscribed(self, on: bool) -> None:
+        metrics.L1_SUBSCRIBED.set(int(on))
+        if on:
+            metrics.L1_SUBSCRIPTIONS.inc()
+
+    def _received(self, lag_s: float | None) -> None:
+        metrics.l1_invalidation_received(lag_s)
 
 
 class Liveness:
@@ -131,17 +152,8 @@ class Liveness:
         return True
 
 
-class MessageFollower(Protocol):
-    """What a subscription's events do to an L1: the channel's Follower, or
-    tracking.TrackingFollower."""
-
-    def lost(self) -> None: ...
-
-    def handle(self, message: dict[str, Any]) -> bool: ...
-
-
 def _after_poll(
-    follower: MessageFollower, alive: Liveness, message: dict[str, Any] | None, subscribed: bool
+    follower: Follower, alive: Liveness, message: dict[str, Any] | None, subscribed: bool
 ) -> tuple[bool, bool]:
     """What one poll of the subscription leaves, in either worker's loop:
     whether the subscription is confirmed, and whether a ping is due."""
@@ -232,7 +244,7 @@ class LoopInvalidationSubscriber:
         self._follower = self._new_follower(l1)
         self._task: asyncio.Task[None] | None = None
 
-    def _new_follower(self, l1: L1Cache) -> MessageFollower:
+    def _new_follower(self, l1: L1Cache) -> Follower:
         return Follower(l1)
 
     def start(self) -> None:

@@ -29,15 +29,16 @@ key changes nothing), which is why only a value Redis held enters this L1
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from aside_gateway.config import metrics
 from aside_gateway.contracts import cache_keys
-from aside_gateway.tiers.invalidations import LoopInvalidationSubscriber, SubscriptionLost
+from aside_gateway.tiers.invalidations import (
+    Follower,
+    LoopInvalidationSubscriber,
+    SubscriptionLost,
+)
 from aside_gateway.tiers.l1 import L1Cache
-
-log = logging.getLogger("aside_gateway")
 
 
 def tracking_command(client_id: int, prefixes: tuple[str, ...]) -> list[str | int]:
@@ -60,44 +61,23 @@ def invalidated_keys(data: Any) -> list[str] | None:
     return [k for k in keys if not k.endswith(cache_keys.LEASE_SUFFIX)]
 
 
-class TrackingFollower:
-    """What the tracking connection's events do to the tracked L1."""
+class TrackingFollower(Follower):
+    """What the tracking connection's events do to the tracked L1: the channel's
+    rules, with Redis's messages, a confirmation once per connection and its
+    own gauges."""
 
-    def __init__(self, l1: L1Cache):
-        self._l1 = l1
-        self.confirmed = False
+    confirms_once = True
+    what = "tracking invalidation"
 
-    def lost(self) -> None:
-        self._l1.flush(usable=False)
-        self.confirmed = False
-        metrics.L1_TRACKING.set(0)
+    def _read(self, data: Any) -> tuple[list[str] | None, float | None]:
+        return invalidated_keys(data), None  # Redis says not when it sent one
 
-    def handle(self, message: dict[str, Any]) -> bool:
-        """Apply one PubSub reply; returns whether it confirmed the subscription."""
-        if message["type"] == "subscribe":
-            if self.confirmed:
-                # redis-py resubscribed on a new connection: Redis tracks nothing for it.
-                raise SubscriptionLost("resubscribed without CLIENT TRACKING")
-            self.confirmed = True
-            self._l1.flush(usable=True)  # nothing seen while away can be trusted
-            metrics.L1_TRACKING.set(1)
+    def _subscribed(self, on: bool) -> None:
+        metrics.L1_TRACKING.set(int(on))
+        if on:
             metrics.L1_TRACKING_SESSIONS.inc()
-            return True
-        if message["type"] == "message":
-            self.apply(message["data"])
-        return False
 
-    def apply(self, data: Any) -> None:
-        try:
-            keys = invalidated_keys(data)
-        except ValueError:
-            log.warning("unreadable tracking invalidation; flushing the tracked L1")
-            self._l1.flush(usable=True)
-            return
-        if keys is None:
-            self._l1.flush(usable=True)
-        elif keys:
-            self._l1.evict(keys)
+    def _received(self, lag_s: float | None) -> None:
         metrics.L1_TRACKING_INVALIDATIONS.inc()
 
 
