@@ -10,16 +10,14 @@ from typing import Any
 
 import pytest
 from aside_bench.load.run import (
-    SUMMARY_SCHEMA,
     DriverProcess,
     LoadRun,
     LoadShape,
-    Summary,
-    SummaryError,
     driver_env,
     keeps_key_trace,
     step_run,
 )
+from aside_bench.load.summary import SUMMARY_SCHEMA, Summary, SummaryError
 from aside_bench.plan.steps import BARE_ARM, Step
 from aside_bench.records.results import Latency, StaleCounts
 from aside_bench.stack import config

@@ -30,7 +30,8 @@ def test_the_sample_run_is_read_by_todays_bench() -> None:
 
 def test_every_file_of_the_sample_is_read() -> None:
     """run.json loads (above); each page is a report's and each picture a PNG
-    a page (or README.md: the curve) shows, so no file there is one today's bench could not have written."""
+    a page (or README.md: the curve) shows: no file there today's bench could
+    not have written."""
     pages = sorted(SAMPLE.glob("*.md"))
     shown = {
         name for page in pages for name in re.findall(r"\]\(([\w.-]+\.png)\)", page.read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aside_bench.load.run import Summary
+from aside_bench.load.summary import Summary
 from aside_bench.stack.config import Settings
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.suites.create_rate import (

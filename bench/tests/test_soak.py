@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aside_bench.load.run import Summary
+from aside_bench.load.summary import Summary
 from aside_bench.stack import procs
 from aside_bench.suites.soak import growth as soak_growth
 from aside_bench.suites.soak import run as soak

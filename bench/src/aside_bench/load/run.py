@@ -1,13 +1,12 @@
 """The one layer that starts the load driver (bench/driver, `aside-load`) and
 reads what it wrote: a run's variables, the process (its log, Ctrl-C, its CPU
-time, the wait for its first request) and its JSON summary.
+time, the wait for its first request); its JSON summary is read by summary.py.
 
 Every kind of run goes through here: the sweep's and the ceiling's steps, the
 calibration's probes, the fault suite, the soak, create-rate and hardening."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aside_bench.load.samples import SamplesError, sample_lines
+from aside_bench.load.summary import Summary as Summary
+from aside_bench.load.summary import SummaryError as SummaryError
 from aside_bench.plan import interference
 from aside_bench.plan import tracks as trackplan
 from aside_bench.plan.steps import BARE_ARM, Step, cache_param, pool_for
@@ -25,8 +26,6 @@ from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 
-# The summary schema this bench reads (bench/driver/README.md).
-SUMMARY_SCHEMA = 1
 # How often the wait for the driver's end reads its CPU time.
 POLL_S = 0.1
 # A step's driver may start up and write its summary for this long beyond its
@@ -406,112 +405,3 @@ def new_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProces
 def start_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
     """The driver started for `run`."""
     return new_driver(settings, run, log_path).start()
-
-
-# ---- the summary ----------------------------------------------------------------------
-class SummaryError(ValueError):
-    """A summary this bench cannot read; the message says why."""
-
-
-@dataclass(frozen=True)
-class Summary:
-    """The JSON summary the driver wrote (SUMMARY_PATH); empty when it wrote
-    none (a driver killed before its end)."""
-
-    data: dict[str, Any]
-
-    @classmethod
-    def read(cls, path: Path) -> Summary:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return cls({})
-        if not isinstance(data, dict):
-            return cls({})
-        version = data.get("schema_version")
-        if version != SUMMARY_SCHEMA:
-            raise SummaryError(
-                f"{path.name}: summary schema version {version}, this bench reads "
-                f"version {SUMMARY_SCHEMA}; rebuild the driver (make install)"
-            )
-        return cls(data)
-
-    @property
-    def scenarios(self) -> dict[str, dict[str, Any]]:
-        return self.data.get("scenarios") or {}
-
-    @property
-    def key_trace(self) -> dict[str, Any] | None:
-        """The recorded key trace (path, lines written, lines lost); None when
-        the step recorded none."""
-        found = self.data.get("key_trace")
-        return found if isinstance(found, dict) else None
-
-    @property
-    def cpu_s(self) -> float | None:
-        cpu = self.data.get("cpu")
-        if not cpu:
-            return None
-        return float(cpu.get("user_s", 0.0)) + float(cpu.get("system_s", 0.0))
-
-    def scenario(self, name: str) -> dict[str, Any]:
-        return self.scenarios.get(name) or {}
-
-    def counters(self, name: str) -> dict[str, int]:
-        return {k: int(v) for k, v in (self.scenario(name).get("counters") or {}).items()}
-
-    def step_figures(self, name: str) -> dict[str, Any] | None:
-        """What a step's result needs from scenario `name` of the summary (run.json
-        keeps it as the step's "summary"); None when it holds no such scenario."""
-        one = self.scenarios.get(name)
-        if one is None:
-            return None
-        figures = scenario_figures(one)
-        stale = self.scenarios.get("stale")
-        if stale is not None:
-            counters = stale.get("counters") or {}
-            figures["stale"] = {
-                "reads": int(counters.get("stale_checked", 0)),
-                "stale": int(counters.get("stale_reads", 0)),
-                "errors": int(counters.get("stale_check_errors", 0)),
-            }
-        beside = self.scenarios.get(interference.COMPUTE_SCENARIO)
-        if name == interference.SCENARIO and beside is not None:
-            figures["compute"] = scenario_figures(beside)
-        return figures
-
-
-def _latency(values: dict[str, Any] | None) -> dict[str, Any]:
-    """Quantiles in ms, and how many answered requests they are of."""
-    if not values:
-        return {"p50": None, "p95": None, "p99": None, "max": None, "answered": 0}
-    found = {key: values.get(key) for key in ("p50", "p95", "p99", "max")}
-    return {**found, "answered": int(values.get("count") or 0)}
-
-
-def scenario_figures(one: dict[str, Any]) -> dict[str, Any]:
-    """One scenario of a summary as a step's figures: the answered requests'
-    latency, from the instant sent and from the due time, the counts, the pool."""
-    latency = one.get("latency") or {}
-    due = one.get("latency_from_due") or {}
-    by_name = {
-        name: {**_latency(figures.get("latency")), "requests": int(figures.get("requests") or 0)}
-        for name, figures in (one.get("by_name") or {}).items()
-        if (figures.get("latency") or {}).get("p95") is not None
-    }
-    found: dict[str, Any] = {
-        **_latency(latency),
-        "requests": int(one.get("requests") or 0),
-        "iterations": int(one.get("iterations") or 0),
-        "failed": int(one.get("failed") or 0),
-        "dropped": int(one.get("dropped") or 0),
-        "late": int(one.get("late") or 0),
-        "status": one.get("status") or {},
-        "from_due": _latency(due),
-        "pool": one.get("pool"),
-        "inflight_peak": one.get("inflight_peak"),
-        "bytes_received": one.get("bytes_received"),
-    }
-    if by_name:
-        found["by_name"] = by_name
-    return found

@@ -22,7 +22,8 @@ from typing import Any
 import psycopg
 import redis
 
-from aside_bench.load.run import LoadRun, Summary, SummaryError, deadline_s, new_driver
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
+from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.report.tables import Table
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError

@@ -16,7 +16,8 @@ from pathlib import Path
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
-from aside_bench.load.run import LoadRun, Summary, deadline_s, new_driver
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
+from aside_bench.load.summary import Summary
 from aside_bench.plan import expiry as plan
 from aside_bench.plan.steps import pool_cap, pool_for
 from aside_bench.records.expiry import ArmRun, Reading

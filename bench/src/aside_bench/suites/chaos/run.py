@@ -34,8 +34,9 @@ from typing import Any, ClassVar
 import psycopg
 import redis
 
-from aside_bench.load.run import LoadRun, Summary, SummaryError, deadline_s, start_driver
+from aside_bench.load.run import LoadRun, deadline_s, start_driver
 from aside_bench.load.samples import SamplesError, compress
+from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import cache_errors, request_counters
 from aside_bench.stack.prepare import StackError, wait_until_quiet

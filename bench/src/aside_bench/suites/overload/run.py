@@ -26,15 +26,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aside_bench.ceiling.search import Trial, ceiling_of, next_trial, run_again
-from aside_bench.load.run import (
-    DriverProcess,
-    LoadRun,
-    Summary,
-    SummaryError,
-    deadline_s,
-    start_driver,
-)
+from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, start_driver
 from aside_bench.load.samples import SamplesError, compress
+from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_cap, pool_for
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import gateway_metrics as gm

@@ -32,7 +32,8 @@ from typing import Any
 import psycopg
 import redis
 
-from aside_bench.load.run import LoadRun, Summary, SummaryError, start_driver
+from aside_bench.load.run import LoadRun, start_driver
+from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.plan.steps import PlanError, parse_duration
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings

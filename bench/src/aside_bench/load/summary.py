@@ -1,0 +1,122 @@
+"""The load driver's JSON summary (SUMMARY_PATH) as this bench reads it: its
+schema version checked, each scenario's counts and latencies as figures."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aside_bench.plan import interference
+
+# The summary schema this bench reads (bench/driver/README.md).
+SUMMARY_SCHEMA = 1
+
+
+class SummaryError(ValueError):
+    """A summary this bench cannot read; the message says why."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The JSON summary the driver wrote (SUMMARY_PATH); empty when it wrote
+    none (a driver killed before its end)."""
+
+    data: dict[str, Any]
+
+    @classmethod
+    def read(cls, path: Path) -> Summary:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return cls({})
+        if not isinstance(data, dict):
+            return cls({})
+        version = data.get("schema_version")
+        if version != SUMMARY_SCHEMA:
+            raise SummaryError(
+                f"{path.name}: summary schema version {version}, this bench reads "
+                f"version {SUMMARY_SCHEMA}; rebuild the driver (make install)"
+            )
+        return cls(data)
+
+    @property
+    def scenarios(self) -> dict[str, dict[str, Any]]:
+        return self.data.get("scenarios") or {}
+
+    @property
+    def key_trace(self) -> dict[str, Any] | None:
+        """The recorded key trace (path, lines written, lines lost); None when
+        the step recorded none."""
+        found = self.data.get("key_trace")
+        return found if isinstance(found, dict) else None
+
+    @property
+    def cpu_s(self) -> float | None:
+        cpu = self.data.get("cpu")
+        if not cpu:
+            return None
+        return float(cpu.get("user_s", 0.0)) + float(cpu.get("system_s", 0.0))
+
+    def scenario(self, name: str) -> dict[str, Any]:
+        return self.scenarios.get(name) or {}
+
+    def counters(self, name: str) -> dict[str, int]:
+        return {k: int(v) for k, v in (self.scenario(name).get("counters") or {}).items()}
+
+    def step_figures(self, name: str) -> dict[str, Any] | None:
+        """What a step's result needs from scenario `name` of the summary (run.json
+        keeps it as the step's "summary"); None when it holds no such scenario."""
+        one = self.scenarios.get(name)
+        if one is None:
+            return None
+        figures = scenario_figures(one)
+        stale = self.scenarios.get("stale")
+        if stale is not None:
+            counters = stale.get("counters") or {}
+            figures["stale"] = {
+                "reads": int(counters.get("stale_checked", 0)),
+                "stale": int(counters.get("stale_reads", 0)),
+                "errors": int(counters.get("stale_check_errors", 0)),
+            }
+        beside = self.scenarios.get(interference.COMPUTE_SCENARIO)
+        if name == interference.SCENARIO and beside is not None:
+            figures["compute"] = scenario_figures(beside)
+        return figures
+
+
+def _latency(values: dict[str, Any] | None) -> dict[str, Any]:
+    """Quantiles in ms, and how many answered requests they are of."""
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "max": None, "answered": 0}
+    found = {key: values.get(key) for key in ("p50", "p95", "p99", "max")}
+    return {**found, "answered": int(values.get("count") or 0)}
+
+
+def scenario_figures(one: dict[str, Any]) -> dict[str, Any]:
+    """One scenario of a summary as a step's figures: the answered requests'
+    latency, from the instant sent and from the due time, the counts, the pool."""
+    latency = one.get("latency") or {}
+    due = one.get("latency_from_due") or {}
+    by_name = {
+        name: {**_latency(figures.get("latency")), "requests": int(figures.get("requests") or 0)}
+        for name, figures in (one.get("by_name") or {}).items()
+        if (figures.get("latency") or {}).get("p95") is not None
+    }
+    found: dict[str, Any] = {
+        **_latency(latency),
+        "requests": int(one.get("requests") or 0),
+        "iterations": int(one.get("iterations") or 0),
+        "failed": int(one.get("failed") or 0),
+        "dropped": int(one.get("dropped") or 0),
+        "late": int(one.get("late") or 0),
+        "status": one.get("status") or {},
+        "from_due": _latency(due),
+        "pool": one.get("pool"),
+        "inflight_peak": one.get("inflight_peak"),
+        "bytes_received": one.get("bytes_received"),
+    }
+    if by_name:
+        found["by_name"] = by_name
+    return found
