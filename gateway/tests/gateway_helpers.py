@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -36,6 +37,14 @@ WRITE_TOKEN = "test-write-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
 # The production core's credential (CORE_TOKEN), which only the gateway sends.
 CORE_TOKEN = "test-core-token-0123456789abcdef"
+# The lab's header naming the gateway worker (its pid) that answered.
+WORKER_HEADER = "X-Aside-Worker"
+# How many workers the per-worker coherence tests' gateways run: 2, or what
+# ASIDE_TEST_GATEWAY_WORKERS says (the suites are run with 2 and with 4).
+WORKERS = int(os.environ.get("ASIDE_TEST_GATEWAY_WORKERS", "2"))
+# Fresh connections land on the workers as the kernel hands them out: every
+# worker is seen well within this on a busy machine.
+EVERY_WORKER_DEADLINE_S = 15
 
 
 def contract(name: str) -> Any:
@@ -94,6 +103,38 @@ def scrape(base_url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 def sample(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+# ---- every worker ---------------------------------------------------------------
+
+
+def worker_of(response: requests.Response) -> int:
+    """The pid of the gateway worker that answered (the lab's header)."""
+    return int(response.headers[WORKER_HEADER])
+
+
+def every_worker(
+    ask: Callable[[], requests.Response],
+    workers: int,
+    what: str,
+    accept: Callable[[requests.Response], bool] = lambda _: True,
+    deadline_s: float = EVERY_WORKER_DEADLINE_S,
+) -> dict[int, requests.Response]:
+    """Call `ask` (each call on a new connection) until each of the gateway's
+    `workers` workers has given an answer `accept` takes; each worker's first
+    such answer, by pid. More workers than `workers` fails: a test must know
+    how many it has to reach."""
+    answers: dict[int, requests.Response] = {}
+
+    def all_seen() -> bool:
+        response = ask()
+        if accept(response):
+            answers.setdefault(worker_of(response), response)
+        assert len(answers) <= workers, f"more workers than {workers}: {sorted(answers)}"
+        return len(answers) == workers
+
+    wait_until(all_seen, deadline_s, f"{what} from each of {workers} workers", step_s=0.0)
+    return answers
 
 
 # ---- processes -----------------------------------------------------------------

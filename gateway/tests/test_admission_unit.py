@@ -4,6 +4,7 @@ bound on reads that fall back to PostgreSQL (door/fallback.py)."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -15,10 +16,10 @@ from aside_gateway.contracts.routes import ARRIVED_KEY
 from aside_gateway.door.fallback import FallbackSlots
 from aside_gateway.door.lateness import LoopLag, is_timeout, is_verdict_on_redis
 from aside_gateway.door.loop_admission import (
+    HOLD_S,
     LATE_TICKS,
     SHED_BODY,
     AimdLimit,
-    CodelDeadline,
     LoopAdmission,
     PieDrop,
     RefusalTally,
@@ -61,58 +62,29 @@ def test_the_limit_starts_at_its_maximum():
 
 def test_a_late_tick_cuts_the_limit_to_nine_tenths_of_what_was_in_flight():
     limit = AimdLimit(4, 100)
-    assert limit.update(late=True, peak_in_flight=50) == 45
-    assert limit.update(late=True, peak_in_flight=45) == 40
+    assert limit.update(late=True, peak_in_flight=50, now=0.0) == 45
+    assert limit.update(late=True, peak_in_flight=45, now=0.0) == 40
 
 
 def test_the_cut_never_goes_below_the_minimum():
     limit = AimdLimit(8, 100)
-    assert limit.update(late=True, peak_in_flight=3) == 8
+    assert limit.update(late=True, peak_in_flight=3, now=0.0) == 8
 
 
 def test_a_late_tick_never_raises_the_limit_to_what_was_in_flight():
     limit = AimdLimit(4, 100)
-    limit.update(late=True, peak_in_flight=20)  # 18
-    assert limit.update(late=True, peak_in_flight=40) == 16  # 0.9 x min(18, 40)
+    limit.update(late=True, peak_in_flight=20, now=0.0)  # 18
+    assert limit.update(late=True, peak_in_flight=40, now=0.0) == 16  # 0.9 x min(18, 40)
 
 
 def test_an_on_time_tick_raises_a_used_limit_by_one_up_to_the_maximum():
     limit = AimdLimit(4, 20)
-    limit.update(late=True, peak_in_flight=10)  # 9
-    assert limit.update(late=False, peak_in_flight=5) == 10
-    assert limit.update(late=False, peak_in_flight=2) == 10  # under half used: unchanged
+    limit.update(late=True, peak_in_flight=10, now=0.0)  # 9
+    assert limit.update(late=False, peak_in_flight=5, now=0.0) == 10
+    assert limit.update(late=False, peak_in_flight=2, now=0.0) == 10  # under half used: unchanged
     for _ in range(50):
-        limit.update(late=False, peak_in_flight=20)
+        limit.update(late=False, peak_in_flight=20, now=0.0)
     assert limit.limit == 20
-
-
-# ---- the CoDel deadline -----------------------------------------------------------
-
-
-def test_a_burst_waits_up_to_the_interval():
-    codel = CodelDeadline(target_s=0.005, interval_s=0.1)
-    assert codel.admit(0.05, now=0.0)
-    assert codel.admit(0.09, now=0.05)
-    assert not codel.admit(0.2, now=0.06)
-
-
-def test_a_standing_queue_gets_the_target_as_its_deadline():
-    codel = CodelDeadline(target_s=0.005, interval_s=0.1)
-    for step in range(10):  # every wait above target for a whole interval
-        codel.admit(0.03, now=step * 0.01)
-    assert not codel.admit(0.03, now=0.11)
-    assert codel.standing
-    assert codel.admit(0.004, now=0.12)
-
-
-def test_one_short_wait_in_an_interval_ends_the_standing_queue():
-    codel = CodelDeadline(target_s=0.005, interval_s=0.1)
-    for step in range(10):
-        codel.admit(0.03, now=step * 0.01)
-    codel.admit(0.03, now=0.11)  # standing from here
-    codel.admit(0.001, now=0.15)  # the queue emptied once
-    assert codel.admit(0.05, now=0.22)
-    assert not codel.standing
 
 
 def test_pie_rises_while_the_lag_stands_above_target_and_decays_once_on_time():
@@ -331,15 +303,53 @@ def test_pie_door_refuses_loop_late_while_the_lag_stands_and_caps_in_flight():
     assert door.cap == 3
 
 
-def test_codel_refuses_a_request_that_waited_for_a_standing_queue():
+def test_an_on_time_loop_brings_the_limit_back_to_its_maximum_within_2_s():
+    """From its floor, under a light load that never uses half of it (which
+    alone would never raise it), the limit is back at its maximum within 2 s."""
+    limit = AimdLimit(16, 512)
+    assert limit.update(late=True, peak_in_flight=10, now=0.0) == 16
+    now = 0.0
+    for _ in range(8):  # 0.2 s: within the grace, the use rule alone
+        now += 0.025
+        limit.update(late=False, peak_in_flight=2, now=now)
+    assert limit.limit == 16
+    while now < 2.0:
+        now += 0.025
+        limit.update(late=False, peak_in_flight=2, now=now)
+    assert limit.limit == 512
+
+
+def test_the_loops_own_lateness_restarts_the_grace_before_the_recovery():
+    limit = AimdLimit(16, 512)
+    limit.update(late=True, peak_in_flight=10, now=0.0)
+    now = 0.0
+    for tick in range(80):  # 2 s with every other tick late by the loop's own work
+        now += 0.025
+        limit.update(late=False, peak_in_flight=2, now=now, own=tick % 2 == 0)
+    assert limit.limit == 16
+
+
+def test_a_late_loop_held_for_longer_than_the_hold_recovers():
     clock = Clock()
-    door = LoopAdmission("codel", 1, 1000, LATE_S, clock=clock)
-    for _ in range(12):  # a request every 10 ms, each having waited 50 ms
-        clock.now += 0.01
-        door.enter(read(arrived=clock.now - 0.05))
-    clock.now += 0.01
-    assert door.enter(read(arrived=clock.now - 0.05)) == "queue_delay"
-    assert door.enter(read(arrived=clock.now - 0.001)) is None
+    door = LoopAdmission("aimd", 4, 100, LATE_S, clock=clock, busy_share=0.5)
+    for _ in range(50):
+        door.enter(read())
+    for _ in range(LATE_TICKS):
+        clock.now += 0.025
+        door.on_tick(0.5, busy=0.9)
+    assert door.cap == 45
+    for _ in range(50):
+        door.leave(read())
+    door.in_flight = 0
+    held_until = clock.now + HOLD_S
+    while clock.now + 0.025 < held_until:  # the machine's lateness: held
+        clock.now += 0.025
+        door.on_tick(0.5, busy=0.2)
+    assert door.cap == 45
+    for _ in range(80):  # still the machine's, for 2 s more: recovered
+        clock.now += 0.025
+        door.on_tick(0.5, busy=0.2)
+    assert door.cap == 100
 
 
 # ---- the loop's lateness ----------------------------------------------------------
@@ -377,15 +387,18 @@ def test_the_doors_refusals_reach_the_metrics_at_its_next_tick():
 
 def test_a_tally_writes_each_route_and_reason_in_one_go():
     tally = RefusalTally()
-    before = (refusals_counted("users_count", "loop_late"), refusals_counted("shed", "queue_delay"))
+    before = (
+        refusals_counted("users_count", "loop_late"),
+        refusals_counted("shed", "admission_limit"),
+    )
     for _ in range(5):
         tally.add("users_count", "GET", "loop_late")
-    tally.add("shed", "GET", "queue_delay")
+    tally.add("shed", "GET", "admission_limit")
     tally.flush()
     assert not tally.pending
     (count_before, late_before), (shed_before, delay_before) = before
     assert refusals_counted("users_count", "loop_late") == (count_before + 5, late_before + 5)
-    assert refusals_counted("shed", "queue_delay") == (shed_before + 1, delay_before + 1)
+    assert refusals_counted("shed", "admission_limit") == (shed_before + 1, delay_before + 1)
 
 
 def test_the_protocols_shed_answer_is_one_whole_503():
@@ -403,6 +416,20 @@ def test_the_protocols_shed_answer_is_one_whole_503():
     assert body == SHED_BODY
     closing = shed_response(date, keep_alive=False).partition(b"\r\n\r\n")[0]
     assert closing.endswith(b"\r\nconnection: close")
+    named = shed_response(date, True, [(b"x-aside-worker", b"123")]).partition(b"\r\n\r\n")[0]
+    assert b"\r\nx-aside-worker: 123\r\n" in named
+
+
+def test_codel_is_no_longer_a_rule_of_the_door():
+    with pytest.raises(ConfigError, match="GATEWAY_ADMISSION"):
+        load_settings({**ENV, "GATEWAY_ADMISSION": "codel"})
+
+
+def test_the_lab_names_its_worker_and_production_does_not():
+    assert load_settings(ENV).worker_header == ("X-Aside-Worker", str(os.getpid()))
+    tokens = {"WRITE_TOKEN": "w" * 32, "CORE_TOKEN": "c" * 32}
+    production = load_settings({**ENV, **tokens, "ASIDE_PROFILE": "production"})
+    assert production.worker_header is None
 
 
 def test_a_tick_on_time_is_no_lateness():

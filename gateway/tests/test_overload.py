@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
@@ -345,3 +346,182 @@ def test_without_the_bound_the_excess_waits_or_is_served(start_gateway, rdb, ins
         for answer in answers:
             assert_refused_at_the_door(answer)
     assert all(a.status == 200 for a in answers)
+
+
+# ---- the limit recovers -----------------------------------------------------------
+
+RECOVERY_MIN, RECOVERY_MAX = 2, 64
+RECOVERY_LATE_MS = 50  # far above what the light load's waves cost the loop
+STALL_MS = 150  # each stall makes the loop's next tick late by its own work
+STALLS = 3
+WAVE = 40  # a light load's requests, sent at once, every WAVE_EVERY_S
+WAVE_EVERY_S = 0.2
+LIGHT_FOR_S = 3.2
+
+
+@pytest.fixture(scope="module")
+def recovering_door(start_gateway):
+    return start_gateway(
+        GATEWAY_WORKERS="1",
+        GATEWAY_ADMISSION="aimd",
+        GATEWAY_ADMISSION_MIN_INFLIGHT=str(RECOVERY_MIN),
+        GATEWAY_ADMISSION_MAX_INFLIGHT=str(RECOVERY_MAX),
+        GATEWAY_ADMISSION_LATE_MS=str(RECOVERY_LATE_MS),
+    )
+
+
+def stall_the_loop(base: str, email: str) -> None:
+    """Make the worker's loop late by its own work, tick after tick (the lab's
+    X-Test-Stall-Ms hook), so that its door cuts the limit to its floor."""
+    with requests.Session() as session:
+        for _ in range(STALLS):
+            response = session.get(
+                base + COUNT,
+                params={"email": email},
+                headers={"X-Test-Stall-Ms": str(STALL_MS)},
+                timeout=10,
+            )
+            assert response.status_code == 200, response.text
+
+
+async def overload_then_light_load(base: str, email: str) -> list[tuple[float, list[int]]]:
+    """An overload episode, then waves of WAVE reads every WAVE_EVERY_S for
+    LIGHT_FOR_S: each wave's start (seconds after the episode) and statuses."""
+    connector = aiohttp.TCPConnector(limit=WAVE)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def status(path: str, params: dict[str, str] | None = None) -> int:
+            async with session.get(base + path, params=params) as response:
+                await response.read()
+                return response.status
+
+        # Every connection opened before the episode: the waves cost no connect.
+        await asyncio.gather(*(status("/healthz") for _ in range(WAVE)))
+        await asyncio.to_thread(stall_the_loop, base, email)
+        ended = time.monotonic()
+        waves = []
+        while (started := time.monotonic()) - ended < LIGHT_FOR_S:
+            statuses = await asyncio.gather(*(status(COUNT, {"email": email}) for _ in range(WAVE)))
+            waves.append((started - ended, list(statuses)))
+            # Pacing the load, not waiting for a state: the next wave's time.
+            await asyncio.sleep(max(0.0, WAVE_EVERY_S - (time.monotonic() - started)))
+    return waves
+
+
+def test_after_an_overload_a_light_load_is_not_refused_after_2_s(recovering_door, insert_user):
+    """The loop late by its own work cuts the limit to its floor; a light load
+    (which never half uses the limit between its waves) then finds it back at
+    its maximum within 2 s: no refusal of a wave that starts 2 s after."""
+    base = recovering_door.url
+    hot = unique_email("recover")
+    insert_user(hot)
+    warm(base, hot)
+    waves = asyncio.run(overload_then_light_load(base, hot))
+    for at, statuses in waves:
+        print(f"{at:.2f} s: {statuses.count(503)} of {len(statuses)} refused")
+    first = [s for at, s in waves if at < 0.1]
+    assert first and 503 in first[0], "the episode never cut the limit"
+    late = [(at, s) for at, s in waves if at >= RECOVERY_S]
+    assert late, waves
+    for at, statuses in late:
+        assert set(statuses) == {200}, f"{statuses.count(503)} refused {at:.2f} s after"
+    assert sample(scrape(base), "aside_gateway_admission_limit") == RECOVERY_MAX
+
+
+# ---- the operational routes during overload ----------------------------------------
+
+FLASK_THREADS = 4
+
+
+@pytest.fixture(scope="module")
+def busy_door(start_gateway):
+    return start_gateway(
+        GATEWAY_WORKERS="1",
+        GATEWAY_THREADS=str(FLASK_THREADS),
+        GATEWAY_ADMISSION="aimd",
+        GATEWAY_ADMISSION_MIN_INFLIGHT=str(LIMIT),
+        GATEWAY_ADMISSION_MAX_INFLIGHT=str(LIMIT),
+    )
+
+
+def test_ops_routes_are_answered_while_the_door_refuses_reads(busy_door, rdb, insert_user):
+    """Every Flask thread held and the loop's door full: reads are refused at
+    the door, and /readyz and /metrics are still answered at once (their own
+    pool), not queued behind the reads for a Flask thread."""
+    base = busy_door.url
+    hot = unique_email("ops")
+    insert_user(hot)
+    warm(base, hot)
+    holds = [f"ops-fill-{n}-{time.monotonic_ns()}" for n in range(FLASK_THREADS - 1)]
+    held = [start_held(base, unique_email("ops-held"), hold, rdb) for hold in holds]
+    try:
+        with full_loop(base, rdb, "ops"):  # the last Flask thread, and the door full
+            assert_refused_at_the_door(ask(requests.Session(), base, hot))
+            started = time.monotonic()
+            ready = requests.get(base + "/readyz", timeout=FAST_S * 4)
+            page = requests.get(base + "/metrics", timeout=FAST_S * 4)
+            seconds = time.monotonic() - started
+    finally:
+        for hold in holds:
+            release(rdb, hold)
+        for read in held:
+            assert read.result().status_code == 200
+    assert ready.status_code == 200 and ready.json()["status"] == "ready", ready.text
+    assert page.status_code == 200
+    assert "aside_gateway_admission_limit" in page.text
+    assert seconds < FAST_S * 4
+
+
+# ---- the worker's name on every answer ---------------------------------------------
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def test_every_answer_of_the_lab_names_its_worker(small_door, rdb, insert_user):
+    """The hot path's hit and health, Flask's miss, error and readiness, the
+    loop's write and the door's refusal all name the one worker (a child of
+    the gunicorn master) that answered."""
+    base = small_door.url
+    hot = unique_email("named")
+    insert_user(hot)
+    warm(base, hot)
+    session = requests.Session()
+    body = {"email": unique_email("named-new"), "username": unique_username("named")}
+    answers = {
+        "a hit": session.get(base + COUNT, params={"email": hot}, timeout=10),
+        "/healthz": session.get(base + "/healthz", timeout=10),
+        "a miss": session.get(base + COUNT, params={"email": unique_email("n")}, timeout=10),
+        "Flask's 400": session.get(base + COUNT, params={"email": "no"}, timeout=10),
+        "/readyz": session.get(base + "/readyz", timeout=10),
+        "a write": session.post(base + "/api/v1/users", json=body, timeout=10),
+    }
+    with full_loop(base, rdb, "named"):
+        answers["a refusal"] = session.get(base + COUNT, params={"email": hot}, timeout=10)
+    assert answers["a hit"].headers["X-Cache"] == "HIT"
+    assert answers["a miss"].headers["X-Cache"] == "MISS"
+    assert answers["a write"].status_code == 201
+    assert answers["a refusal"].status_code == 503
+    pids = {what: response.headers.get("X-Aside-Worker") for what, response in answers.items()}
+    assert len(set(pids.values())) == 1, pids
+    pid = next(iter(pids.values()))
+    assert pid is not None and pid.isdigit(), pids
+    assert parent_of(int(pid)) == small_door.popen.pid
+
+
+def test_production_names_no_worker(production_gateway, insert_user):
+    base = production_gateway.url
+    email = unique_email("unnamed")
+    insert_user(email)
+    session = requests.Session()
+    answers = [session.get(base + COUNT, params={"email": email}, timeout=10) for _ in range(3)]
+    answers.append(session.get(base + COUNT, params={"email": "no"}, timeout=10))
+    answers.append(session.get(base + "/healthz", timeout=10))
+    answers.append(session.get(base + "/readyz", timeout=10))
+    assert answers[2].headers.get("X-Cache") == "HIT"
+    assert answers[3].status_code == 400
+    for response in answers:
+        assert "X-Aside-Worker" not in response.headers, response.headers

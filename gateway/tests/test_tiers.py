@@ -1,6 +1,8 @@
-"""The L1 tier through real gunicorn gateways (two workers), the core, Redis and
-PostgreSQL: where a read is served from, expiry, counters, and coherence
-across workers through the core's invalidation messages."""
+"""The L1 tier through real gunicorn gateways (two workers, or WORKERS for the
+coherence tests), the core, Redis and PostgreSQL: where a read is served
+from, expiry, counters, and coherence across workers through the core's
+invalidation messages, checked on each worker's own answer (the lab's
+X-Aside-Worker header)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,21 @@ from collections.abc import Callable
 
 import pytest
 import requests
-from gateway_helpers import Proc, sample, scrape, unique_email, unique_username, wait_until
+from gateway_helpers import (
+    WORKERS,
+    Proc,
+    every_worker,
+    sample,
+    scrape,
+    unique_email,
+    unique_username,
+    wait_until,
+)
 
 COUNT = "/api/v1/users/count"
 COUNT_ROUTE = "/api/v1/users/count"
 L1_TTL_S = 30  # long: staleness seen in these tests is not the TTL running out
-READS = 20  # fresh connections spread over both workers
+READS = 20  # fresh connections spread over the workers
 HOLD_DEADLINE_S = 10
 
 
@@ -33,12 +44,24 @@ def core_create(core: Proc, email: str) -> None:
 
 
 def fill_l1(base: str, email: str, **params: str) -> None:
-    """Read until an L1 hit is seen, then a few more so both workers likely hold it."""
-    wait_until(
-        lambda: count(base, email, **params).headers.get("X-Cache-Tier") == "l1", 10, "an L1 hit"
+    """Read on fresh connections until every worker has answered from its L1."""
+    every_worker(
+        lambda: count(base, email, **params),
+        WORKERS,
+        "an L1 hit",
+        lambda response: response.headers.get("X-Cache-Tier") == "l1",
     )
-    for _ in range(READS):
-        count(base, email, **params)
+
+
+def each_workers_count(base: str, email: str, **params: str) -> dict[int, tuple[int, str | None]]:
+    """Every worker's first answer from now: its count and tier, by pid."""
+    answers = every_worker(lambda: count(base, email, **params), WORKERS, "the count")
+    for response in answers.values():
+        assert response.status_code == 200, response.text
+    return {
+        pid: (response.json()["count"], response.headers.get("X-Cache-Tier"))
+        for pid, response in answers.items()
+    }
 
 
 def counts_seen(base: str, email: str, **params: str) -> list[tuple[int, str | None]]:
@@ -52,7 +75,9 @@ def counts_seen(base: str, email: str, **params: str) -> list[tuple[int, str | N
 
 @pytest.fixture(scope="module")
 def hybrid_gateway(start_gateway: Callable[..., Proc]) -> Proc:
-    return start_gateway(CACHE_STRATEGY="hybrid", CACHE_L1_TTL_SECONDS=str(L1_TTL_S))
+    return start_gateway(
+        CACHE_STRATEGY="hybrid", CACHE_L1_TTL_SECONDS=str(L1_TTL_S), GATEWAY_WORKERS=str(WORKERS)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +87,19 @@ def uninvalidated_gateway(start_gateway: Callable[..., Proc]) -> Proc:
         CACHE_STRATEGY="hybrid",
         CACHE_L1_TTL_SECONDS=str(L1_TTL_S),
         CACHE_L1_INVALIDATION="off",
+        GATEWAY_WORKERS=str(WORKERS),
     )
 
 
 @pytest.fixture(scope="module")
 def short_ttl_gateway(start_gateway: Callable[..., Proc]) -> Proc:
-    return start_gateway(CACHE_L1_TTL_SECONDS="1")
+    return start_gateway(CACHE_L1_TTL_SECONDS="1", GATEWAY_WORKERS=str(WORKERS))
+
+
+@pytest.fixture(scope="module")
+def l1_gateway(start_gateway: Callable[..., Proc]) -> Proc:
+    """The lab's gateway (CACHE_STRATEGY l2) with WORKERS workers, for cache=l1."""
+    return start_gateway(GATEWAY_WORKERS=str(WORKERS))
 
 
 def subscribed(base: str) -> bool:
@@ -137,9 +169,11 @@ def test_l1_entry_expires_after_its_ttl(short_ttl_gateway, insert_user):
     started = time.monotonic()
     # Every worker's copy is gone within the TTL (1 s) plus slack.
     wait_until(
-        lambda: all(c == 2 for c, _ in counts_seen(short_ttl_gateway.url, email, cache="l1")),
+        lambda: all(
+            c == 2 for c, _ in each_workers_count(short_ttl_gateway.url, email, cache="l1").values()
+        ),
         5,
-        "the L1 entries to expire",
+        "every worker's L1 entry to expire",
     )
     assert time.monotonic() - started < 5
 
@@ -192,22 +226,22 @@ def test_no_worker_serves_the_old_value_after_a_write(
 
     core_create(core, email)  # acknowledged: the count is now 2
     if invalidation == "on":
-        # The bound: both workers have heard of the write (published before the 2xx).
+        # The bound: every worker has heard of the write (published before the 2xx).
         wait_until(
             lambda: (
                 sample(scrape(gw.url), "aside_gateway_l1_invalidations_received_total")
-                >= received + 2
+                >= received + WORKERS
             ),
             1,
-            "the invalidation message in both workers",
+            "the invalidation message in every worker",
         )
-    seen = counts_seen(gw.url, email)
-    old = [s for s in seen if s[0] == 1]
+    seen = each_workers_count(gw.url, email)
+    old = {pid: s for pid, s in seen.items() if s[0] == 1}
     if invalidation == "on":
-        assert not old, f"old value served after the write: {seen}"
+        assert not old, f"old value served after the write by workers {sorted(old)}: {seen}"
     else:
-        # Without messages a worker keeps serving its L1 copy: the test can fail.
-        assert old and all(tier == "l1" for _, tier in old), seen
+        # Without messages every worker keeps serving its L1 copy: the test can fail.
+        assert old == {pid: (1, "l1") for pid in seen}, seen
 
 
 def test_a_client_sees_its_own_write_through_the_same_worker(uninvalidated_gateway, insert_user):
@@ -231,7 +265,7 @@ def test_a_client_sees_its_own_write_through_the_same_worker(uninvalidated_gatew
 def test_subscription_loss_flushes_l1_until_resubscribed(hybrid_gateway, insert_user, rdb):
     email = unique_email("kill")
     insert_user(email)
-    wait_until(lambda: subscribed(hybrid_gateway.url), 10, "both workers subscribed")
+    wait_until(lambda: subscribed(hybrid_gateway.url), 10, "every worker subscribed")
     fill_l1(hybrid_gateway.url, email)
 
     def flushes() -> float:
@@ -244,17 +278,19 @@ def test_subscription_loss_flushes_l1_until_resubscribed(hybrid_gateway, insert_
 
     before, subscribed_before = flushes(), subscriptions()
     killed = rdb.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
-    assert killed >= 2
+    assert killed >= WORKERS
     # Each worker lost its subscription (flushing its L1) and made a new one.
     wait_until(
-        lambda: subscriptions() >= subscribed_before + 2, 10, "both workers subscribed again"
+        lambda: subscriptions() >= subscribed_before + WORKERS, 10, "every worker subscribed again"
     )
     assert flushes() > before
-    # The copies held before the loss are gone: the first reads come from Redis.
+    # The copies held before the loss are gone: each worker's first read comes from Redis.
+    seen = each_workers_count(hybrid_gateway.url, email)
+    assert all(tier == "l2" for _, tier in seen.values()), seen
     with requests.Session() as session:
         first = count(hybrid_gateway.url, email, session)
-        assert first.headers["X-Cache-Tier"] == "l2", first.headers
         assert count(hybrid_gateway.url, email, session).headers["X-Cache-Tier"] == "l1"
+        assert first.headers["X-Aside-Worker"] in {str(pid) for pid in seen}
 
 
 def test_l1_is_not_served_while_the_subscription_is_down(start_gateway, redis_server, insert_user):
@@ -264,6 +300,7 @@ def test_l1_is_not_served_while_the_subscription_is_down(start_gateway, redis_se
         REDIS_URL=f"redis://127.0.0.1:{start_redis.port}/0",
         CACHE_STRATEGY="hybrid",
         CACHE_L1_TTL_SECONDS=str(L1_TTL_S),
+        GATEWAY_WORKERS=str(WORKERS),
         ready_path="/healthz",
     )
     email = unique_email("down")
@@ -274,8 +311,7 @@ def test_l1_is_not_served_while_the_subscription_is_down(start_gateway, redis_se
     server.wait(timeout=10)
     wait_until(lambda: not subscribed(gw.url), 5, "a worker to see its subscription lost")
     wait_until(lambda: sample(scrape(gw.url), "aside_gateway_l1_entries") == 0, 5, "the L1 flushed")
-    for _ in range(READS):
-        response = count(gw.url, email)
+    for response in every_worker(lambda: count(gw.url, email), WORKERS, "a read").values():
         assert response.status_code == 200
         assert response.headers["X-Cache"] == "BYPASS", response.headers  # never L1
     start_redis()
@@ -283,11 +319,12 @@ def test_l1_is_not_served_while_the_subscription_is_down(start_gateway, redis_se
     fill_l1(gw.url, email)
 
 
-def test_a_fill_racing_a_write_does_not_keep_the_old_value(gateway, core, rdb):
+def test_a_fill_racing_a_write_does_not_keep_the_old_value(l1_gateway, core, rdb):
     """A cache=l1 read pauses after its database read; a write commits and its
     message arrives; the paused read's store must be refused."""
     email = unique_email("race-l1")
-    wait_until(lambda: subscribed(gateway.url), 10, "both workers subscribed")
+    gateway = l1_gateway
+    wait_until(lambda: subscribed(gateway.url), 10, "every worker subscribed")
     hold = f"l1-race-{time.monotonic_ns()}"
     result: dict[str, requests.Response] = {}
     url = f"{gateway.url}{COUNT}?email={email}&cache=l1"
@@ -303,13 +340,13 @@ def test_a_fill_racing_a_write_does_not_keep_the_old_value(gateway, core, rdb):
     wait_until(
         lambda: (
             sample(scrape(gateway.url), "aside_gateway_l1_invalidations_received_total")
-            >= received + 2
+            >= received + WORKERS
         ),
         2,
-        "the message in both workers",
+        "the message in every worker",
     )
     rdb.rpush(f"aside:test:{hold}:release", "go")
     thread.join(timeout=HOLD_DEADLINE_S + 5)
     assert result["response"].json()["count"] == 0  # read before the write
-    seen = counts_seen(gateway.url, email, cache="l1")
-    assert all(c == 1 for c, _ in seen), seen
+    seen = each_workers_count(gateway.url, email, cache="l1")
+    assert all(c == 1 for c, _ in seen.values()), seen

@@ -1,5 +1,6 @@
-"""The tracking tier through real gunicorn gateways (two workers), the core,
-Redis and PostgreSQL: every worker's L1 hears, from Redis itself, a write
+"""The tracking tier through real gunicorn gateways (WORKERS workers), the core,
+Redis and PostgreSQL: every worker's L1 hears (checked on each worker's own
+answer, the lab's X-Aside-Worker header), from Redis itself, a write
 through the core, a DEL by another client, a key's expiry and an eviction
 under maxmemory; it serves nothing while its tracking connection is down and
 is emptied before it serves again.
@@ -16,8 +17,8 @@ from collections.abc import Callable
 import pytest
 import redis
 import requests
-from gateway_helpers import Proc, sample, scrape, unique_email, wait_until
-from test_tiers import READS, core_create, count, counts_seen
+from gateway_helpers import WORKERS, Proc, every_worker, sample, scrape, unique_email, wait_until
+from test_tiers import core_create, count, each_workers_count
 
 L1_TTL_S = 30  # long: staleness seen in these tests is not the TTL running out
 TRACKING = {"cache": "tracking"}
@@ -25,7 +26,9 @@ TRACKING = {"cache": "tracking"}
 
 @pytest.fixture(scope="module")
 def tracking_gateway(start_gateway: Callable[..., Proc]) -> Proc:
-    return start_gateway(CACHE_STRATEGY="tracking", CACHE_L1_TTL_SECONDS=str(L1_TTL_S))
+    return start_gateway(
+        CACHE_STRATEGY="tracking", CACHE_L1_TTL_SECONDS=str(L1_TTL_S), GATEWAY_WORKERS=str(WORKERS)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +38,7 @@ def untracked_gateway(start_gateway: Callable[..., Proc]) -> Proc:
         CACHE_STRATEGY="tracking",
         CACHE_L1_TTL_SECONDS=str(L1_TTL_S),
         CACHE_L1_TRACKING="off",
+        GATEWAY_WORKERS=str(WORKERS),
     )
 
 
@@ -42,7 +46,10 @@ def untracked_gateway(start_gateway: Callable[..., Proc]) -> Proc:
 def short_redis_ttl_gateway(start_gateway: Callable[..., Proc]) -> Proc:
     """Redis keeps a value 2 s, each L1 up to 30 s: only Redis's expiry evicts it."""
     return start_gateway(
-        CACHE_STRATEGY="tracking", CACHE_L1_TTL_SECONDS=str(L1_TTL_S), CACHE_TTL_SECONDS="2"
+        CACHE_STRATEGY="tracking",
+        CACHE_L1_TTL_SECONDS=str(L1_TTL_S),
+        CACHE_TTL_SECONDS="2",
+        GATEWAY_WORKERS=str(WORKERS),
     )
 
 
@@ -55,24 +62,28 @@ def invalidations(base: str) -> float:
 
 
 def fill_tracked_l1(base: str, email: str) -> None:
-    """Read until every one of READS fresh connections (either worker) is an L1 hit."""
+    """Read on fresh connections until every worker has answered from its L1."""
+    every_worker(
+        lambda: count(base, email),
+        WORKERS,
+        "an L1 hit",
+        lambda response: response.headers.get("X-Cache-Tier") == "l1",
+    )
 
-    def all_l1() -> bool:
-        return all(tier == "l1" for _, tier in counts_seen(base, email))
 
-    wait_until(all_l1, 15, "every worker's L1 holding the count")
+def every_worker_serves(base: str, email: str, expected: int) -> bool:
+    """Whether each worker's next answer is `expected`."""
+    return all(c == expected for c, _ in each_workers_count(base, email).values())
 
 
 def stale_then_fresh(base: str, email: str, change: Callable[[], object]) -> None:
     """Every worker serves the old count 1 from L1 though PostgreSQL says 2;
     after `change` (something done to the key in Redis) every worker serves 2."""
-    seen = counts_seen(base, email)
-    assert all(c == 1 and tier == "l1" for c, tier in seen), seen
+    seen = each_workers_count(base, email)
+    assert all(s == (1, "l1") for s in seen.values()), seen
     change()
     wait_until(
-        lambda: all(c == 2 for c, _ in counts_seen(base, email)),
-        5,
-        "every worker to serve the new count",
+        lambda: every_worker_serves(base, email, 2), 5, "every worker to serve the new count"
     )
 
 
@@ -80,7 +91,7 @@ def test_tracking_per_request_is_lab_only(gateway, production_gateway, insert_us
     response = count(production_gateway.url, "a@b.co", cache="tracking")
     assert response.status_code == 403 and response.json()["error"]["code"] == "lab_disabled"
     # The lab's gateway (CACHE_STRATEGY l2) tracks too, for ?cache=tracking.
-    wait_until(lambda: tracked(gateway.url), 10, "both workers tracked")
+    wait_until(lambda: tracked(gateway.url), 10, "every worker tracked")
     email = unique_email("trk-lab")
     insert_user(email)
     wait_until(
@@ -96,7 +107,7 @@ def test_no_worker_serves_the_old_value_after_a_write(
     tracking, tracking_gateway, untracked_gateway, core, insert_user
 ):
     gw = tracking_gateway if tracking == "on" else untracked_gateway
-    wait_until(lambda: tracked(gw.url), 10, "both workers subscribed")
+    wait_until(lambda: tracked(gw.url), 10, "every worker subscribed")
     email = unique_email(f"trk-coh-{tracking}")
     insert_user(email)
     fill_tracked_l1(gw.url, email)
@@ -104,19 +115,21 @@ def test_no_worker_serves_the_old_value_after_a_write(
 
     core_create(core, email)  # acknowledged: the count is now 2, the key DELeted in Redis
     if tracking == "on":
-        # The bound: both workers have heard Redis's invalidation of the DEL.
-        wait_until(lambda: invalidations(gw.url) >= heard + 2, 2, "the invalidation in both")
-    seen = counts_seen(gw.url, email)
-    old = [s for s in seen if s[0] == 1]
+        # The bound: every worker has heard Redis's invalidation of the DEL.
+        wait_until(
+            lambda: invalidations(gw.url) >= heard + WORKERS, 2, "the invalidation in every worker"
+        )
+    seen = each_workers_count(gw.url, email)
+    old = {pid: s for pid, s in seen.items() if s[0] == 1}
     if tracking == "on":
-        assert not old, f"old value served after the write: {seen}"
+        assert not old, f"old value served after the write by workers {sorted(old)}: {seen}"
     else:
-        # Redis tracks nothing for this connection: a worker keeps its L1 copy.
-        assert old and all(tier == "l1" for _, tier in old), seen
+        # Redis tracks nothing for these connections: every worker keeps its L1 copy.
+        assert old == {pid: (1, "l1") for pid in seen}, seen
 
 
 def test_a_del_by_another_client_reaches_every_worker(tracking_gateway, insert_user, rdb):
-    wait_until(lambda: tracked(tracking_gateway.url), 10, "both workers tracked")
+    wait_until(lambda: tracked(tracking_gateway.url), 10, "every worker tracked")
     email = unique_email("trk-del")
     insert_user(email)
     fill_tracked_l1(tracking_gateway.url, email)
@@ -126,16 +139,16 @@ def test_a_del_by_another_client_reaches_every_worker(tracking_gateway, insert_u
 
 def test_an_expiry_in_redis_reaches_every_worker(short_redis_ttl_gateway, insert_user):
     gw = short_redis_ttl_gateway
-    wait_until(lambda: tracked(gw.url), 10, "both workers tracked")
+    wait_until(lambda: tracked(gw.url), 10, "every worker tracked")
     email = unique_email("trk-exp")
     insert_user(email)
     fill_tracked_l1(gw.url, email)
     insert_user(email)
-    seen = counts_seen(gw.url, email)
-    assert all(c == 1 for c, _ in seen), seen
+    seen = each_workers_count(gw.url, email)
+    assert all(c == 1 for c, _ in seen.values()), seen
     # Redis's 2 s TTL runs out well before the L1's 30 s.
     wait_until(
-        lambda: all(c == 2 for c, _ in counts_seen(gw.url, email)),
+        lambda: every_worker_serves(gw.url, email, 2),
         8,
         "every worker to drop the count when Redis expired it",
     )
@@ -148,8 +161,9 @@ def test_an_eviction_under_maxmemory_reaches_every_worker(start_gateway, redis_s
         REDIS_URL=f"redis://127.0.0.1:{redis_server.port}/0",
         CACHE_STRATEGY="tracking",
         CACHE_L1_TTL_SECONDS=str(L1_TTL_S),
+        GATEWAY_WORKERS=str(WORKERS),
     )
-    wait_until(lambda: tracked(gw.url), 10, "both workers tracked")
+    wait_until(lambda: tracked(gw.url), 10, "every worker tracked")
     email = unique_email("trk-evict")
     key = f"aside:v1:{{count:{email}}}"
     insert_user(email)
@@ -173,7 +187,7 @@ def test_an_eviction_under_maxmemory_reaches_every_worker(start_gateway, redis_s
 
 def test_client_kill_empties_every_l1_until_tracked_again(tracking_gateway, insert_user, rdb):
     gw = tracking_gateway
-    wait_until(lambda: tracked(gw.url), 10, "both workers tracked")
+    wait_until(lambda: tracked(gw.url), 10, "every worker tracked")
     email = unique_email("trk-kill")
     insert_user(email)
     fill_tracked_l1(gw.url, email)
@@ -183,14 +197,16 @@ def test_client_kill_empties_every_l1_until_tracked_again(tracking_gateway, inse
 
     before = sessions()
     ids = [c["id"] for c in rdb.client_list() if "t" in c["flags"]]
-    assert len(ids) >= 2  # one tracking connection per worker (and per gateway on this Redis)
+    # One tracking connection per worker (and per gateway on this Redis).
+    assert len(ids) >= WORKERS
     for client_id in ids:
         rdb.client_kill_filter(_id=client_id)
-    wait_until(lambda: sessions() >= before + 2, 10, "both workers tracked again")
-    # The copies held before the loss are gone: the first read of a worker is Redis's.
+    wait_until(lambda: sessions() >= before + WORKERS, 10, "every worker tracked again")
+    # The copies held before the loss are gone: each worker's first read is Redis's.
+    seen = each_workers_count(gw.url, email)
+    assert all(tier == "l2" for _, tier in seen.values()), seen
     with requests.Session() as session:
-        first = count(gw.url, email, session)
-        assert first.headers["X-Cache-Tier"] == "l2", first.headers
+        count(gw.url, email, session)
         assert count(gw.url, email, session).headers["X-Cache-Tier"] == "l1"
 
 
@@ -203,30 +219,30 @@ def test_l1_is_not_served_while_redis_is_down_and_emptied_after(
         REDIS_URL=f"redis://127.0.0.1:{start_redis.port}/0",
         CACHE_STRATEGY="tracking",
         CACHE_L1_TTL_SECONDS=str(L1_TTL_S),
+        GATEWAY_WORKERS=str(WORKERS),
         ready_path="/healthz",
     )
     email = unique_email("trk-down")
     insert_user(email)
-    wait_until(lambda: tracked(gw.url), 10, "both workers tracked")
+    wait_until(lambda: tracked(gw.url), 10, "every worker tracked")
     fill_tracked_l1(gw.url, email)
     server.terminate()
     server.wait(timeout=10)
     wait_until(lambda: not tracked(gw.url), 5, "a worker to see its tracking lost")
-    for _ in range(READS):
-        response = count(gw.url, email)
+    for response in every_worker(lambda: count(gw.url, email), WORKERS, "a read").values():
         assert response.status_code == 200
         assert response.headers["X-Cache"] == "BYPASS", response.headers  # never L1
     insert_user(email)  # while Redis was away: no invalidation could be sent for it
     start_redis()
-    wait_until(lambda: tracked(gw.url), 15, "both workers tracked again")
-    seen = counts_seen(gw.url, email)
-    assert all(c == 2 for c, _ in seen), seen  # nothing from before the loss
+    wait_until(lambda: tracked(gw.url), 15, "every worker tracked again")
+    seen = each_workers_count(gw.url, email)
+    assert all(c == 2 for c, _ in seen.values()), seen  # nothing from before the loss
 
 
 def test_the_own_fill_is_served_from_l1_after_redis_holds_it(tracking_gateway, insert_user):
     """A value enters the tracking L1 only once Redis holds it; users too."""
     gw = tracking_gateway
-    wait_until(lambda: tracked(gw.url), 10, "both workers tracked")
+    wait_until(lambda: tracked(gw.url), 10, "every worker tracked")
     user_id = insert_user(unique_email("trk-user"))
     url = f"{gw.url}/api/v1/users/{user_id}"
     first = requests.get(url, timeout=10)

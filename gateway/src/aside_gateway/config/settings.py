@@ -10,6 +10,7 @@ imported; we read it here too so it is validated and documented with the rest.)
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ COHERENCE_MODES = ("lease", "naive")
 L1_SUBSCRIBERS = ("loop", "thread")
 WRITE_PATHS = ("loop", "flask")
 # The event loop's door (door/loop_admission.py).
-ADMISSION_MODES = ("aimd", "codel", "pie", "off")
+ADMISSION_MODES = ("aimd", "pie", "off")
 # What REDIS_URL names (REDIS_MODE): the server, a Redis Cluster's seed node,
 # or a Sentinel that knows the master (backends/redis_clients.py makes the clients).
 REDIS_STANDALONE = "standalone"
@@ -55,6 +56,9 @@ _BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
 _TOKEN_RE = re.compile(r"^[\x21-\x7e]{16,512}$")
 
 DEFAULT_METRICS_BIND = "127.0.0.1:28009"
+# On every answer of the lab profile: the pid of the worker that answered, so
+# the tests can tell the workers apart (a production answer names none).
+WORKER_HEADER = "X-Aside-Worker"
 
 
 class ConfigError(ValueError):
@@ -155,6 +159,12 @@ class Settings:
     @property
     def is_lab(self) -> bool:
         return self.profile == "lab"
+
+    @property
+    def worker_header(self) -> tuple[str, str] | None:
+        """The lab's answer header naming the worker process that answered (its
+        pid, read when called: after the fork); None in production."""
+        return (WORKER_HEADER, str(os.getpid())) if self.is_lab else None
 
     @property
     def l1_subscribes(self) -> bool:

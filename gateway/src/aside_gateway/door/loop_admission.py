@@ -41,11 +41,14 @@ front/hot_path.py. GATEWAY_ADMISSION picks the rule:
   relieving them, and their queue has its own bound (door/admission.py). The
   limit then holds. (An overloaded loop fills the threads too, with reads
   whose Redis lookup it answered too late; its limit is used, and cut.)
-* `codel`: a deadline on the time a request waited for the loop after its
-  head arrived, in the CoDel spirit: `CODEL_INTERVAL_S` while that wait drops
-  below GATEWAY_ADMISSION_LATE_MS now and then, GATEWAY_ADMISSION_LATE_MS
-  once it stood above for a whole interval; GATEWAY_ADMISSION_MAX_INFLIGHT
-  still caps the requests in flight.
+  The limit also recovers by the clock, not only by use: once no tick has
+  been the loop's own lateness for RECOVERY_GRACE_S, it climbs towards the
+  maximum by (maximum - minimum) / RECOVERY_RAMP_S a second, whatever is in
+  flight, so from its floor it is back at its maximum within 2 s of the
+  loop being on time; a hold (the machine's or the threads' lateness) that
+  lasts longer than HOLD_S recovers the same way. A limit moved only by use
+  stays where a past episode left it under a light load (which never uses
+  half of it) and refuses that load's bursts.
 * `pie`: a drop probability in the manner of PIE (RFC 8033), with the
   loop's lag as the queue's delay: every tick moves it by how far the lag
   stands above GATEWAY_ADMISSION_LATE_MS and how fast it grew since the
@@ -62,7 +65,9 @@ why an L1 hit passes uncounted, and the door's own target:
 docs/decisions/048-a-hit-from-memory-is-not-in-flight.md; why busy threads
 hold the limit: docs/decisions/050-a-late-loop-beside-busy-threads-holds-the-door.md;
 why a late loop off its core holds it, and the 5 ms target:
-docs/decisions/052-a-late-loop-off-its-core-holds-the-door.md.
+docs/decisions/052-a-late-loop-off-its-core-holds-the-door.md; why the limit
+recovers by the clock, and why there is no `codel` rule:
+docs/decisions/062-the-door-recovers-by-the-clock.md.
 """
 
 from __future__ import annotations
@@ -76,13 +81,20 @@ from collections.abc import Callable, Iterable
 from aside_gateway.config import metrics
 from aside_gateway.config.settings import Settings
 from aside_gateway.contracts.errors import error_body
-from aside_gateway.contracts.routes import ARRIVED_KEY, HEALTHZ_PATH, Scope, Send
+from aside_gateway.contracts.routes import HEALTHZ_PATH, Scope, Send
 
 BACKOFF = 0.9
 # Ticks in a row that must find the loop late before the limit is cut: one
 # late tick is as likely a spike (a cold fill's scan beside it) as overload.
 LATE_TICKS = 2
-CODEL_INTERVAL_S = 0.1
+# The limit's recovery by the clock (AimdLimit): it starts once no tick has been
+# the loop's own lateness for the grace, and climbs from the minimum to the
+# maximum in the ramp: back at the maximum within 2 s of an on-time loop.
+RECOVERY_GRACE_S = 0.25
+RECOVERY_RAMP_S = 1.25
+# A hold (a late tick the door did not cause) longer than this is the
+# machine's state, not an episode: the limit then recovers as if on time.
+HOLD_S = 3.0
 # PIE's gains (RFC 8033 section 5.2): the probability's step per tick, per
 # second of lag above target (alpha) and of lag growth since the last tick (beta).
 PIE_ALPHA = 0.125
@@ -116,45 +128,55 @@ SHED_TAIL = b"".join(name + b": " + value + b"\r\n" for name, value in SHED_HEAD
 
 class AimdLimit:
     """A concurrency limit: additive increase while the loop is on time and the
-    limit is used, multiplicative decrease to what was in flight when it is late."""
+    limit is used, multiplicative decrease to what was in flight when it is
+    late, and a recovery towards the maximum by the clock once no tick has
+    been the loop's own lateness for `grace_s` (from the minimum in `ramp_s`)."""
 
-    def __init__(self, minimum: int, maximum: int, backoff: float = BACKOFF):
+    def __init__(
+        self,
+        minimum: int,
+        maximum: int,
+        backoff: float = BACKOFF,
+        grace_s: float = RECOVERY_GRACE_S,
+        ramp_s: float = RECOVERY_RAMP_S,
+    ):
         self.minimum = minimum
         self.maximum = maximum
         self.backoff = backoff
+        self.grace_s = grace_s
+        # Limit units regained per second of recovery.
+        self.rate = (maximum - minimum) / ramp_s if ramp_s > 0 else math.inf
         self.limit = maximum
+        self._own_late_at = -math.inf  # the last tick that was the loop's own lateness
+        self._ticked_at: float | None = None
+        self._regained = 0.0  # the recovery's fraction of a unit, carried to the next tick
 
-    def update(self, late: bool, peak_in_flight: int) -> int:
-        """One tick: `late` whether the loop ran late, `peak_in_flight` the most
-        requests in flight since the last tick."""
+    def update(self, late: bool, peak_in_flight: int, now: float, own: bool = False) -> int:
+        """One tick at `now`: `late` whether the limit is cut (the loop's own
+        standing lateness), `peak_in_flight` the most requests in flight since
+        the last tick, `own` whether this tick was the loop's own lateness
+        (cut or not): it restarts the grace before the recovery."""
+        elapsed = 0.0 if self._ticked_at is None else max(0.0, now - self._ticked_at)
+        self._ticked_at = now
+        if late or own:
+            self._own_late_at = now
         if late:
             carried = min(self.limit, peak_in_flight)
             self.limit = max(self.minimum, math.floor(carried * self.backoff))
-        elif 2 * peak_in_flight >= self.limit:
-            self.limit = min(self.maximum, self.limit + 1)
+            self._regained = 0.0
+            return self.limit
+        step = 1 if 2 * peak_in_flight >= self.limit else 0
+        if now - self._own_late_at >= self.grace_s:
+            self._regained += self.rate * elapsed
+            whole = math.floor(self._regained)
+            self._regained -= whole
+            step = max(step, whole)
+        self.limit = min(self.maximum, self.limit + step)
         return self.limit
 
-
-class CodelDeadline:
-    """The longest a request may have waited for the loop: `interval_s`
-    normally, `target_s` once the wait stood above `target_s` for a whole
-    interval (a standing queue, not a burst)."""
-
-    def __init__(self, target_s: float, interval_s: float = CODEL_INTERVAL_S):
-        self.target_s = target_s
-        self.interval_s = interval_s
-        self._interval_end = 0.0
-        self._min_wait = math.inf
-        self.standing = False
-
-    def admit(self, waited_s: float, now: float) -> bool:
-        if now >= self._interval_end:
-            # An interval without one wait below target: the queue stands.
-            self.standing = self._min_wait > self.target_s and self._interval_end > 0.0
-            self._min_wait = math.inf
-            self._interval_end = now + self.interval_s
-        self._min_wait = min(self._min_wait, waited_s)
-        return waited_s <= (self.target_s if self.standing else self.interval_s)
+    def hold(self, now: float) -> None:
+        """A tick that neither cuts nor raises the limit: only the clock moves."""
+        self._ticked_at = now
 
 
 class PieDrop:
@@ -236,13 +258,13 @@ class LoopAdmission:
         self.handed = 0
         self._handed_peak = 0
         self.limit = AimdLimit(min_in_flight, max_in_flight)
-        self.deadline = CodelDeadline(late_s)
         self.pie = PieDrop(late_s)
         self.cap = max_in_flight
         self.late_s = late_s
         self.in_flight = 0
         self._peak = 0
         self._late_ticks = 0
+        self._held_since: float | None = None  # since when every tick held the limit
         self._clock = clock
         self._published = (self.cap, 0)
         self._lag_max = 0.0
@@ -255,6 +277,9 @@ class LoopAdmission:
         # Whether the worker will answer a request from its own memory, which
         # then does not count in flight (front/hot_path.py sets it).
         self.from_memory: Callable[[Scope], bool] = _never
+        # Headers every refusal carries besides the shed ones (the lab's worker
+        # header; front/hot_path.py sets them).
+        self.answer_headers: list[tuple[bytes, bytes]] = []
         metrics.ADMISSION_LIMIT.set(self.cap)
 
     @classmethod
@@ -277,15 +302,31 @@ class LoopAdmission:
         own = late and not off_core
         self._late_ticks = self._late_ticks + 1 if own else 0
         if self.mode == "aimd":
-            # A late tick the door did not cause holds the limit: neither cut nor raised.
-            if not (off_core or (own and self._threads_lateness())):
-                self.cap = self.limit.update(self._late_ticks >= LATE_TICKS, self._peak)
+            self._adapt(own, off_core)
         elif self.mode == "pie":
             self.pie.update(lag_s)
         self._peak = self.in_flight
         self._handed_peak = self.handed
         self._publish(lag_s)
         self.tally.flush()
+
+    def _adapt(self, own: bool, off_core: bool) -> None:
+        """The `aimd` limit's tick. A late tick the door did not cause holds
+        the limit, neither cut nor raised, for HOLD_S; past that the hold is
+        the machine's state, and the limit recovers as on an on-time loop."""
+        now = self._clock()
+        held = off_core or (own and self._threads_lateness())
+        if not held:
+            self._held_since = None
+            cut = self._late_ticks >= LATE_TICKS
+            self.cap = self.limit.update(cut, self._peak, now, own)
+            return
+        if self._held_since is None:
+            self._held_since = now
+        if now - self._held_since < HOLD_S:
+            self.limit.hold(now)
+        else:
+            self.cap = self.limit.update(False, self._peak, now)
 
     def _publish(self, lag_s: float) -> None:
         # A gauge set is a write to the worker's metrics file: an idle worker
@@ -350,11 +391,6 @@ class LoopAdmission:
             return "admission_limit"
         if self.mode == "pie" and self.pie.drop():
             return "loop_late"
-        if self.mode == "codel":
-            arrived = scope.get(ARRIVED_KEY)
-            now = self._clock()
-            if arrived is not None and not self.deadline.admit(now - arrived, now):
-                return "queue_delay"
         return None
 
 
@@ -377,11 +413,16 @@ def installed() -> LoopAdmission | None:
     return _installed
 
 
-def shed_response(default_headers: Iterable[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
+def shed_response(
+    default_headers: Iterable[tuple[bytes, bytes]],
+    keep_alive: bool,
+    extra: Iterable[tuple[bytes, bytes]] = (),
+) -> bytes:
     """A refused request's whole answer as bytes, for a protocol to write:
-    the server's default headers (its Date), the shed headers and body."""
+    the server's default headers (its Date), `extra`, the shed headers and body."""
     head = [SHED_STATUS_LINE]
     head.extend(name + b": " + value + b"\r\n" for name, value in default_headers)
+    head.extend(name + b": " + value + b"\r\n" for name, value in extra)
     head.append(SHED_TAIL)
     if not keep_alive:
         head.append(b"connection: close\r\n")
@@ -390,7 +431,8 @@ def shed_response(default_headers: Iterable[tuple[bytes, bytes]], keep_alive: bo
     return b"".join(head)
 
 
-async def refuse(send: Send) -> None:
+async def refuse(send: Send, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     """The 503 of a refused request, written without reading its body."""
-    await send({"type": "http.response.start", "status": 503, "headers": SHED_HEADERS})
+    headers = SHED_HEADERS + extra if extra else SHED_HEADERS
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
     await send({"type": "http.response.body", "body": SHED_BODY})

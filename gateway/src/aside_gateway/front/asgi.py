@@ -8,6 +8,8 @@ them to both layers:
 * the async hot path (front/hot_path.py) answers `/healthz` and valid cache hits on
   the event loop, and with GATEWAY_WRITES=loop (the default) forwards the
   user writes to the core there too (front/loop_writes.py);
+* `/readyz` and `/metrics` go to the Flask app in a pool of their own
+  (OPS_THREADS threads), so an overloaded worker still answers them;
 * everything else goes to the Flask app (web/app.py), run in a thread pool of
   GATEWAY_THREADS per worker by a2wsgi, with what the hot path learnt (the
   request's start, its GET's outcome) carried over from the ASGI scope;
@@ -40,7 +42,7 @@ from aside_gateway.contracts.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START
 from aside_gateway.door.admission import Admission
 from aside_gateway.door.loop_admission import LoopAdmission
 from aside_gateway.front import collector
-from aside_gateway.front.hot_path import AsyncHotPath, EarlyGetClient
+from aside_gateway.front.hot_path import OPS_THREADS, AsyncHotPath, EarlyGetClient
 from aside_gateway.front.loop_writes import LoopWrites
 from aside_gateway.services import build_services
 from aside_gateway.tiers.invalidations import LoopInvalidationSubscriber
@@ -79,6 +81,8 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
     flask_app = create_app(settings, services)
     admitted = Admission(_with_scope_state(flask_app), settings.queue_timeout_ms)
     bridge = WSGIMiddleware(admitted, workers=settings.threads)
+    # The operational routes' own small pool, not behind the reads' queue.
+    ops = WSGIMiddleware(_with_scope_state(flask_app), workers=OPS_THREADS)
     redis_get = EarlyGetClient(settings, services.breaker)
     on_loop = settings.l1_subscribes and settings.cache_l1_subscriber == "loop"
     subscriber = LoopInvalidationSubscriber(settings, services.tiers.l1) if on_loop else None
@@ -100,6 +104,7 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
         services.loop_lag,
         tracked,
         tracker,
+        ops,
     )
 
 

@@ -73,6 +73,17 @@ log = logging.getLogger("aside_gateway")
 
 
 TEST_HOLD_HEADER = b"x-test-hold"
+# The lab's hook that makes the event loop late by its own work: a read with
+# this header (milliseconds, at most TEST_STALL_MAX_MS) holds the loop first.
+TEST_STALL_HEADER = b"x-test-stall-ms"
+TEST_STALL_MAX_MS = 1000
+# The operational routes Flask answers (/healthz is answered here) run in a
+# pool of their own, not queued behind the reads in Flask's (whose admission
+# sheds what waited too long): an overloaded worker still says so. At most
+# OPS_PENDING_MAX of them wait or run at once; one more is answered 503.
+OPS_PATHS = frozenset({"/readyz", "/metrics"})
+OPS_THREADS = 2
+OPS_PENDING_MAX = 16
 # Requests whose parsing and rendering are remembered (per worker, least
 # recently used dropped first): parsing a URL costs more than an L1 hit, and
 # the hot keys' URLs repeat (docs/decisions/036-an-l1-hits-own-cost.md).
@@ -247,18 +258,41 @@ class EarlyGetClient:
         return self._breaker.is_open
 
 
+def _stall(scope: Scope) -> None:
+    """The lab's test hook: hold the event loop, busy, for the milliseconds the
+    request's X-Test-Stall-Ms asks (at most TEST_STALL_MAX_MS)."""
+    for name, value in scope["headers"]:
+        if name == TEST_STALL_HEADER and value.isdigit():
+            until = time.perf_counter() + min(int(value), TEST_STALL_MAX_MS) / 1000
+            while time.perf_counter() < until:
+                pass  # on the core, as the loop's own work would be
+
+
 def _held(scope: Scope) -> bool:
     """The lab's test hook: the request's fill is held until the test lets it go."""
     return any(name == TEST_HOLD_HEADER for name, _ in scope["headers"])
 
 
-def _headers(body: bytes, tier: str | None) -> list[tuple[bytes, bytes]]:
-    """`tier`: the cache tier of a hit, None for an answer that is no cache read."""
+def _headers(
+    body: bytes, tier: str | None, extra: list[tuple[bytes, bytes]]
+) -> list[tuple[bytes, bytes]]:
+    """`tier`: the cache tier of a hit, None for an answer that is no cache read;
+    `extra`: the headers every answer of the worker carries."""
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if tier is not None:
         headers.append((b"x-cache", HIT.encode()))
         headers.append((b"x-cache-tier", tier.encode()))
+    headers.extend(extra)
     return headers
+
+
+def answer_headers(settings: Settings) -> list[tuple[bytes, bytes]]:
+    """The headers every answer of this worker carries: in the lab, the
+    worker's pid (Settings.worker_header); none in production."""
+    if settings.worker_header is None:
+        return []
+    name, value = settings.worker_header
+    return [(name.lower().encode("latin-1"), value.encode("latin-1"))]
 
 
 class AsyncHotPath:
@@ -277,8 +311,12 @@ class AsyncHotPath:
         loop_lag: LoopLag | None = None,
         tracked: L1Cache | None = None,
         tracker: TrackingSubscriber | None = None,
+        ops: AsgiApp | None = None,
     ):
         self.fallback = fallback
+        # Where the operational routes go (OPS_PATHS); None: with the rest, to Flask.
+        self.ops = ops
+        self.ops_pending = 0
         # The L1 each strategy reads (strategies.TieredCache.l1_of); l2 reads none.
         self.l1s: dict[str, L1Cache] = {
             cache_keys.STRATEGY_L1: l1,
@@ -289,6 +327,8 @@ class AsyncHotPath:
         self.tracker = tracker
         self.admission = admission or LoopAdmission.from_settings(settings)
         self.admission.on_refused = self._count_refusal
+        self.worker_headers = answer_headers(settings)
+        self.admission.answer_headers = self.worker_headers
         self.admission.from_memory = self._from_memory
         self.loop_lag = loop_lag
         self.subscriber = subscriber
@@ -312,7 +352,7 @@ class AsyncHotPath:
             refused = self.admission.enter(scope)
             if refused is not None:
                 self.admission.on_refused(scope, refused)
-                return await refuse(send)
+                return await refuse(send, self.worker_headers)
         try:
             await self._serve(scope, receive, send, started)
         finally:
@@ -354,7 +394,22 @@ class AsyncHotPath:
             return False
         return l1.get(found.key) is not None
 
+    async def _to_ops(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An operational route, in the pool of its own (OPS_PATHS)."""
+        assert self.ops is not None
+        if self.ops_pending >= OPS_PENDING_MAX:
+            return await refuse(send, self.worker_headers)
+        self.ops_pending += 1
+        try:
+            await self.ops(scope, receive, send)
+        finally:
+            self.ops_pending -= 1
+
     async def _serve(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
+        if self.ops is not None and scope["path"] in OPS_PATHS:
+            return await self._to_ops(scope, receive, send)
+        if self.test_hooks:
+            _stall(scope)
         if scope["method"] != "GET":
             write = self.writes.take(scope) if self.writes is not None else None
             if write is None:
@@ -372,7 +427,8 @@ class AsyncHotPath:
         # Counted before it is written, as Flask's answers are: a worker killed
         # between the two may count an answer never delivered, never the reverse.
         metrics.observe_request(route, "GET", 200, time.perf_counter() - started)
-        await send({"type": "http.response.start", "status": 200, "headers": _headers(body, tier)})
+        headers = _headers(body, tier, self.worker_headers)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

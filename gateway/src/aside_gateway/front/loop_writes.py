@@ -149,6 +149,9 @@ class LoopWrites:
         token = settings.write_token
         self._write_token = token.encode("ascii") if token else None
         self._hooks = settings.test_hooks
+        # The lab's worker header (Settings.worker_header), on every answer.
+        worker = settings.worker_header
+        self._extra = [] if worker is None else [(worker[0].lower().encode(), worker[1].encode())]
 
     def take(self, scope: Scope) -> Write | None:
         head = head_of(scope["headers"])
@@ -174,6 +177,7 @@ class LoopWrites:
             status, payload = 500, error_body("internal", "internal error")
             headers = {"Content-Type": JSON_TYPE}
         raw = _raw(status, headers, payload)
+        raw.extend(self._extra)
         # Counted before it is written (see front/hot_path.py's answers).
         metrics.observe_request(write.route, write.method, status, time.perf_counter() - started)
         await send({"type": "http.response.start", "status": status, "headers": raw})

@@ -182,15 +182,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             refused = door.enter(cycle.scope)
             if refused is not None:
                 door.on_refused(cycle.scope, refused)
-                return self._shed(cycle)
+                return self._shed(cycle, door.answer_headers)
         super()._start_asgi_task(cycle, app)
 
-    def _shed(self, cycle: RequestResponseCycle) -> None:
+    def _shed(self, cycle: RequestResponseCycle, extra: list[tuple[bytes, bytes]]) -> None:
         """Answer the door's 503 now; a body still on its way is discarded by
         the parser callbacks, which see the response complete."""
         cycle.response_complete = True
         self.transport.write(
-            self.doors.shed_response(self.server_state.default_headers, cycle.keep_alive)
+            self.doors.shed_response(self.server_state.default_headers, cycle.keep_alive, extra)
         )
         if not cycle.keep_alive:
             self.transport.close()

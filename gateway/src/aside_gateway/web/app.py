@@ -76,6 +76,18 @@ def _require_utf8_query() -> None:
         raise ApiError("invalid_request", "the query string is not valid UTF-8") from None
 
 
+def _install_worker_header(app: Flask, header: tuple[str, str] | None) -> None:
+    """The lab's header naming the worker that answered (Settings.worker_header)."""
+    if header is None:
+        return
+    name, value = header
+
+    @app.after_request
+    def name_the_worker(response: Response) -> Response:
+        response.headers[name] = value
+        return response
+
+
 def _install_request_metrics(app: Flask) -> None:
     @app.after_request
     def observe(response: Response) -> Response:
@@ -102,4 +114,5 @@ def create_app(settings: Settings, services: Services) -> Flask:
     app.register_blueprint(create_tracks_api(services))
     _register_ops_routes(app, services)
     _install_request_metrics(app)
+    _install_worker_header(app, settings.worker_header)
     return app
