@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -19,7 +19,6 @@ from typing import Any
 from aside_bench.load.run import (
     DriverProcess,
     LoadRun,
-    LoadShape,
     Summary,
     SummaryError,
     deadline_s,
@@ -27,16 +26,12 @@ from aside_bench.load.run import (
     new_driver,
     step_run,
 )
-from aside_bench.plan import tracks as trackplan
 from aside_bench.plan.steps import (
     CACHE_PARAMS,
-    L1_ARMS,
     REDIS_READS,
     Step,
-    arm_memory,
     base_arm,
     cache_param,
-    gateway_env,
     pool_cap,
     pool_for,
 )
@@ -51,10 +46,7 @@ from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import (
     StackError,
     connect,
-    expires_within,
     flush_cache,
-    wait_until_quiet,
-    warm_cache,
 )
 from aside_bench.stack.seeddata import SeedData, remove_bench_users
 from aside_bench.stack.services import ServiceControl
@@ -62,15 +54,12 @@ from aside_bench.stack.sources import Influx, Prometheus, SourceError
 from aside_bench.sweep.collect import GATEWAY_JOB, collect
 from aside_bench.sweep.lagfloor import FloorProbe
 from aside_bench.sweep.stepoint import write_step_point
+from aside_bench.sweep.stepprep import Options, StepPreparation
 from aside_bench.sweep.stepprobe import GatewayProbe
-from aside_bench.sweep.tracks import warm_tracks
-from aside_bench.sweep.warmtiers import wait_l1_empty, warm_l1
 
 EXIT_INTERRUPTED = 130
 # Prometheus scrapes every 2 s; a scrape may be late under load.
 SCRAPE_WAIT_S = 15.0
-# A ceiling step refills the cache unless every key outlives the step by this much.
-TTL_MARGIN_S = 10
 # Where a step's recorded keys go, in the step's own folder of the run's.
 KEY_TRACE_FILE = "keys.trace.gz"
 
@@ -82,20 +71,6 @@ RunBuilder = Callable[[Step, int], LoadRun]
 
 class StepFailed(RuntimeError):
     """The load driver exited with an error that is not ours to retry."""
-
-
-@dataclass
-class Options:
-    run_id: str
-    out_dir: Path
-    data_dir: Path
-    shape: LoadShape
-    max_pool: int
-    recover_timeout_s: float
-    driver_cpu_limit: float | None = None  # cores; above it a step is load generator saturated
-    live: bool = False  # the driver's line a second on the terminal while a step runs
-    samples_file: bool = False  # every request of every step into the run folder
-    cache_policy: str = "allkeys-lru"  # Redis's eviction policy under a memory arm's bound
 
 
 def _clock(seconds: float) -> str:
@@ -140,7 +115,7 @@ def quick_line(result: StepResult) -> str:
     return "  ".join(parts)
 
 
-class Runner:
+class Runner(StepPreparation):
     def __init__(self, settings: Settings, options: Options, seed: SeedData, run: RunRecord):
         self.settings = settings
         self.options = options
@@ -190,124 +165,6 @@ class Runner:
         signal.signal(signal.SIGINT, self._on_sigint)
 
     # ---- one step --------------------------------------------------------------
-    def read_emails(self) -> list[str]:
-        """Every email the read mix asks for; hot last, so they are filled last and
-        expire last (the cache TTL runs from the fill)."""
-        return self.seed.cold[: self.options.shape.cold_sample] + self.seed.hot
-
-    def _gateway_for(self, arm: str, record: dict[str, Any]) -> None:
-        """Restart the gateway when `arm` needs other settings than the last step's."""
-        wanted = gateway_env(arm)
-        if wanted == self.gateway_settings:
-            return
-        control = ServiceControl(self.settings)
-        control.verify(("gateway",))
-        control.restart("gateway", wanted)
-        self.gateway_settings = wanted
-        self.connection_bound_read = False
-        record["gateway_restarted_with"] = wanted
-
-    def _bound_for(self, step: Step, record: dict[str, Any]) -> None:
-        """Before an arm's cold step: Redis bounded as the arm says (a memory
-        arm) or as the stack had it (any other arm, after a memory arm)."""
-        memory = arm_memory(step.arm)
-        if step.phase != "cold" or (memory is None and self.stack_bound is None):
-            if memory is not None:
-                record["cache_memory"] = {"maxmemory": memory, "policy": self.options.cache_policy}
-            return
-        if self.stack_bound is None:
-            self.stack_bound = cachememory.read_bound(self.settings)
-        bound = (
-            self.stack_bound if memory is None else MemoryBound(memory, self.options.cache_policy)
-        )
-        cachememory.apply_bound(self.settings, bound)
-        record["cache_memory"] = {"maxmemory": bound.maxmemory, "policy": bound.policy}
-
-    def _continues_cold(self, step: Step) -> bool:
-        """A warm step of a popularity workload (or a trace) right after its own
-        cold step goes on with that step's stream over the cache it left (no refill):
-        the steady state after a warm-up of the same workload."""
-        shape = self.options.shape
-        hotset = shape.dist == "hotset" and shape.trace is None
-        if hotset or step.phase != "warm" or len(self.run.steps) < 2:
-            return False
-        before = self.run.steps[-2]
-        return bool(
-            before.get("completed")
-            and before["phase"] == "cold"
-            and before["arm"] == step.arm
-            and before["rate"] == step.rate
-            and before["repeat"] == step.repeat
-        )
-
-    def _prepare(self, step: Step, record: dict[str, Any]) -> None:
-        self._gateway_for(step.arm, record)
-        self._bound_for(step, record)
-        self.skip = 0
-        try:
-            waited = wait_until_quiet(self.settings, self.options.recover_timeout_s)
-            record["quiet_wait_s"] = round(waited, 2)
-        except StackError as error:
-            record["warning"] = str(error)
-            print(f"  warning: {error}; running the step anyway", flush=True)
-        in_process = base_arm(step.arm) in L1_ARMS
-        if self._continues_cold(step):
-            before = self.run.steps[-2]
-            self.skip = int(before["rate"]) * int(before["duration_s"])
-            record["skip"] = self.skip
-            record["prep"] = f"continues the cold step's stream over its cache (skip {self.skip})"
-        elif step.scenario == trackplan.SCENARIO and step.phase == "warm":
-            record["warm"] = warm_tracks(self.settings, self.options.data_dir, step.arm)
-            share = record["warm"]["hit_share_after"]
-            record["prep"] = f"tracks warmed: {share:.0%} hits on a re-read"
-        elif step.phase == "cold":
-            flush_cache(self.settings)
-            record["prep"] = "cache flushed"
-            if in_process:
-                try:
-                    waited = wait_l1_empty(self.settings)
-                    record["prep"] += f", L1 empty after {waited:.1f} s"
-                except StackError as error:
-                    record["warning"] = str(error)
-                    print(f"  warning: {error}; running the step anyway", flush=True)
-        elif step.phase == "warm" and in_process:
-            self._warm_l1(step, record)
-        elif step.phase == "warm":
-            # A sweep's warm steps all start from a fresh fill. The ceiling's
-            # steps only top up what expired (a full refill costs a scan per
-            # key), unless a key would lapse during the step, which sends its
-            # reads to full scans
-            # (docs/decisions/020-a-ceiling-step-refills-a-cache-that-would-lapse.md).
-            refill = step.scenario != "ceiling" or expires_within(
-                self.settings, step.duration_s + TTL_MARGIN_S
-            )
-            warmed = warm_cache(self.settings, self.read_emails(), flush=refill, mode="l2")
-            record["prep"] = (
-                f"cache warmed: {warmed['keys']} keys in {warmed['fill_s']} s, "
-                f"{warmed['hit_share_after']:.0%} hits on a re-read"
-            )
-            record["warm"] = warmed
-
-    def _warm_l1(self, step: Step, record: dict[str, Any]) -> None:
-        """L1 entries outlive no step (CACHE_L1_TTL_SECONDS, 30 s by default), so
-        every warm step fills L1 again; hybrid's Redis is refilled as the cache
-        arm's is (the ceiling only when a key would lapse during the step)."""
-        mode = cache_param(step.arm) or "l1"
-        refill = step.scenario != "ceiling" or expires_within(
-            self.settings, step.duration_s + TTL_MARGIN_S
-        )
-        warmed = warm_l1(self.settings, self.read_emails(), mode, flush=refill)
-        record["prep"] = (
-            f"L1 warmed: {warmed['keys']} keys, {warmed['passes']} passes in "
-            f"{warmed['fill_s']} s, {warmed['hit_share_after']:.0%} L1 hits in the last"
-        )
-        record["warm"] = warmed
-        if not warmed["reached"]:
-            record["warning"] = (
-                f"L1 hit share stayed at {warmed['hit_share_after']:.0%} after "
-                f"{warmed['passes']} passes"
-            )
-
     def run_load(self, run: LoadRun, record: dict[str, Any]) -> int:
         """The driver for one step or probe: its start and end instants, exit
         code and CPU time go into `record`, and the figures of its summary;
