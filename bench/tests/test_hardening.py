@@ -43,9 +43,9 @@ def slow(close_s: float | None, status: int | None = None, opened: bool = True) 
 def test_sockets_closed_within_the_deadline_and_slack_pass() -> None:
     records = [slow(5.0), slow(5.2), slow(5.95), slow(0.01, 503), slow(0.02, 503)]
     figures = hc.socket_figures(records, LIMITS.head_deadline_s)
-    assert (figures["opened"], figures["closed"], figures["still_open"]) == (5, 5, 0)
-    assert (figures["refused_503"], figures["held"], figures["held_closed_early"]) == (2, 3, 0)
-    assert figures["close_max_s"] == 5.95 and figures["held_close_min_s"] == 5.0
+    assert (figures.opened, figures.closed, figures.still_open) == (5, 5, 0)
+    assert (figures.refused_503, figures.held, figures.held_closed_early) == (2, 3, 0)
+    assert figures.close_max_s == 5.95 and figures.held_close_min_s == 5.0
     check = hc.close_check(figures, LIMITS)
     assert check.ok, check.detail
     assert "2 answered 503 at connect" in check.detail and "limit 6 s" in check.detail
@@ -67,7 +67,7 @@ def test_a_late_or_missing_close_fails(records: list[SlowSocket], why: str) -> N
 
 def test_a_held_socket_closed_long_before_the_deadline_is_counted() -> None:
     figures = hc.socket_figures([slow(1.0), slow(5.0)], 5.0)
-    assert figures["held_closed_early"] == 1
+    assert figures.held_closed_early == 1
 
 
 # ---- unit: memory ------------------------------------------------------------------------
@@ -341,10 +341,10 @@ def closing_server() -> Iterator[tuple[str, int]]:
 def test_slow_heads_records_each_close_and_answer(closing_server: tuple[str, int]) -> None:
     records = attacks.slow_heads(closing_server, 5, wait_s=5)
     figures = hc.socket_figures(records, head_deadline_s=0.3)
-    assert (figures["opened"], figures["closed"], figures["still_open"]) == (5, 5, 0)
-    assert figures["refused_503"] == 1 and figures["held"] == 4
+    assert (figures.opened, figures.closed, figures.still_open) == (5, 5, 0)
+    assert figures.refused_503 == 1 and figures.held == 4
     # Held sockets close 0.3 s after their accept; the watcher sees it within its poll.
-    assert figures["held_close_min_s"] >= 0.25 and figures["held_close_max_s"] < 1.5
+    assert figures.held_close_min_s >= 0.25 and figures.held_close_max_s < 1.5
 
 
 def test_sockets_the_server_never_closes_are_given_up_at_the_wait() -> None:
@@ -353,7 +353,7 @@ def test_sockets_the_server_never_closes_are_given_up_at_the_wait() -> None:
         records = attacks.slow_heads(silent.getsockname(), 3, wait_s=0.3)
         assert time.monotonic() - started < 3
     figures = hc.socket_figures(records, head_deadline_s=0.1)
-    assert figures["opened"] == 3 and figures["still_open"] == 3
+    assert figures.opened == 3 and figures.still_open == 3
     assert not hc.close_check(figures, hc.Limits(0.1)).ok
 
 

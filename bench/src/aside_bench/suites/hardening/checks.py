@@ -42,53 +42,81 @@ def _rounded(value: float | None, digits: int = 3) -> float | None:
 
 
 # ---- slow heads ------------------------------------------------------------------------
-def socket_figures(records: Sequence[SlowSocket], head_deadline_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SocketFigures:
     """How the server dealt with the slow sockets. `refused_503`: answered 503 at
     once because the worker that accepted them held its bound of connections;
-    `held`: kept open waiting for the rest of the head (no answer)."""
+    `held`: kept open waiting for the rest of the head (no answer); the close
+    times in seconds after each socket's connect."""
+
+    sockets: int
+    opened: int
+    connect_errors: dict[str, int]
+    answers: dict[str, int]
+    refused_503: int
+    held: int
+    closed: int
+    still_open: int
+    resets: int
+    close_max_s: float | None
+    close_p99_s: float | None
+    held_close_min_s: float | None
+    held_close_p50_s: float | None
+    held_close_p99_s: float | None
+    held_close_max_s: float | None
+    # Closed before the deadline with no answer: the server gave up on them early.
+    held_closed_early: int
+
+    @classmethod
+    def of(cls, found: dict[str, Any]) -> SocketFigures:
+        """The figures as report.json holds them."""
+        return cls(**found)
+
+
+def socket_figures(records: Sequence[SlowSocket], head_deadline_s: float) -> SocketFigures:
+    """The slow sockets' figures (SocketFigures) from what each one saw."""
     opened = [r for r in records if r.opened_at is not None]
     closed = [r for r in opened if r.close_s is not None]
     held = [r for r in opened if r.status is None]
     held_closes = [r.close_s for r in held if r.close_s is not None]
     all_closes = [r.close_s for r in closed if r.close_s is not None]
     answers = Counter(r.status for r in opened if r.status is not None)
-    return {
-        "sockets": len(records),
-        "opened": len(opened),
-        "connect_errors": dict(Counter(r.error for r in records if r.error)),
-        "answers": {str(k): v for k, v in sorted(answers.items())},
-        "refused_503": sum(1 for r in opened if r.status == 503),
-        "held": len(held),
-        "closed": len(closed),
-        "still_open": len(opened) - len(closed),
-        "resets": sum(1 for r in closed if r.reset),
-        "close_max_s": _rounded(max(all_closes, default=None)),
-        "close_p99_s": _rounded(nearest_rank(all_closes, 99)),
-        "held_close_min_s": _rounded(min(held_closes, default=None)),
-        "held_close_p50_s": _rounded(nearest_rank(held_closes, 50)),
-        "held_close_p99_s": _rounded(nearest_rank(held_closes, 99)),
-        "held_close_max_s": _rounded(max(held_closes, default=None)),
-        # Closed before the deadline with no answer: the server gave up on them early.
-        "held_closed_early": sum(1 for s in held_closes if s < head_deadline_s - 0.5),
-    }
+    return SocketFigures(
+        sockets=len(records),
+        opened=len(opened),
+        connect_errors=dict(Counter(r.error for r in records if r.error)),
+        answers={str(k): v for k, v in sorted(answers.items())},
+        refused_503=sum(1 for r in opened if r.status == 503),
+        held=len(held),
+        closed=len(closed),
+        still_open=len(opened) - len(closed),
+        resets=sum(1 for r in closed if r.reset),
+        close_max_s=_rounded(max(all_closes, default=None)),
+        close_p99_s=_rounded(nearest_rank(all_closes, 99)),
+        held_close_min_s=_rounded(min(held_closes, default=None)),
+        held_close_p50_s=_rounded(nearest_rank(held_closes, 50)),
+        held_close_p99_s=_rounded(nearest_rank(held_closes, 99)),
+        held_close_max_s=_rounded(max(held_closes, default=None)),
+        held_closed_early=sum(1 for s in held_closes if s < head_deadline_s - 0.5),
+    )
 
 
-def close_check(figures: dict[str, Any], limits: Limits) -> Check:
+def close_check(figures: SocketFigures, limits: Limits) -> Check:
     limit = limits.close_limit_s
-    opened, still_open = figures["opened"], figures["still_open"]
-    worst = figures["close_max_s"]
+    opened, still_open = figures.opened, figures.still_open
+    worst = figures.close_max_s
     ok = opened > 0 and still_open == 0 and worst is not None and worst <= limit
-    errors = sum(figures["connect_errors"].values())
+    errors = sum(figures.connect_errors.values())
     detail = (
-        f"{figures['closed']} of {opened} opened sockets closed by the server, "
-        f"max {fmt_s(worst)}, p99 {fmt_s(figures['close_p99_s'])} after their connect "
-        f"(limit {limit:g} s); {figures['refused_503']} answered 503 at connect (worker full), "
-        f"{figures['held']} held until closed"
+        f"{figures.closed} of {opened} opened sockets closed by the server, "
+        f"max {fmt_s(worst)}, p99 {fmt_s(figures.close_p99_s)} after their connect "
+        f"(limit {limit:g} s); {figures.refused_503} answered 503 at connect (worker full), "
+        f"{figures.held} held until closed"
     )
     if still_open:
         detail += f"; {still_open} still open at the end of the wait"
     if errors:
-        detail += f"; {errors} could not connect {figures['connect_errors']}"
+        detail += f"; {errors} could not connect {figures.connect_errors}"
     return Check(f"every slow socket closed within the head deadline + {limits.close_slack_s:g} s",
                  ok, detail)  # fmt: skip
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from aside_bench.report.tables import Table
 from aside_bench.suites.base import SuiteRun, save_report, suite_page
+from aside_bench.suites.hardening.checks import SocketFigures
 from aside_bench.suites.samples import fmt_mib, fmt_ms, fmt_s
 
-HELD_CLOSES = ("held_close_min_s", "held_close_p50_s", "held_close_p99_s", "held_close_max_s")
 WINDOW_NAMES = {
     "slow-heads": {"before": "before", "during": "during the attack", "after": "after"},
     "cold-flood": {"before": "before", "during": "during the flood", "after": "after"},
@@ -32,11 +32,11 @@ def figures_line(experiment: dict[str, Any]) -> str:
     """An experiment's main figures in a line."""
     f = experiment["figures"]
     if experiment["name"] == "slow-heads":
-        sockets, rss = f["sockets"], f["rss"]
+        sockets, rss = SocketFigures.of(f["sockets"]), f["rss"]
         growth = (rss["peak_kib"] - rss["before_kib"]) / 1024 if rss else None
         return (
-            f"{sockets['opened']} sockets: max close {fmt_s(sockets['close_max_s'])}, "
-            f"{sockets['refused_503']} answered 503 at connect; workers' RSS "
+            f"{sockets.opened} sockets: max close {fmt_s(sockets.close_max_s)}, "
+            f"{sockets.refused_503} answered 503 at connect; workers' RSS "
             + ("n/a" if growth is None else f"{growth:+.1f} MiB")
             + f"; {_during(experiment)}"
         )
@@ -82,16 +82,17 @@ def windows_table(experiment: dict[str, Any]) -> Table:
 
 
 def sockets_table(experiment: dict[str, Any]) -> Table:
-    s = experiment["figures"]["sockets"]
+    s = SocketFigures.of(experiment["figures"]["sockets"])
+    held = (s.held_close_min_s, s.held_close_p50_s, s.held_close_p99_s, s.held_close_max_s)
     rows = [
-        ["sockets opened", f"{s['opened']} of {s['sockets']}"],
-        ["answered 503 at connect (worker full)", str(s["refused_503"])],
-        ["held until the server closed them", str(s["held"])],
-        ["still open at the end of the wait", str(s["still_open"])],
-        ["closed with a reset", str(s["resets"])],
-        ["close time, all: p99 / max", f"{fmt_s(s['close_p99_s'])} / {fmt_s(s['close_max_s'])}"],
-        ["close time, held: min / p50 / p99 / max", " / ".join(fmt_s(s[k]) for k in HELD_CLOSES)],
-        ["could not connect", json.dumps(s["connect_errors"]) if s["connect_errors"] else "0"],
+        ["sockets opened", f"{s.opened} of {s.sockets}"],
+        ["answered 503 at connect (worker full)", str(s.refused_503)],
+        ["held until the server closed them", str(s.held)],
+        ["still open at the end of the wait", str(s.still_open)],
+        ["closed with a reset", str(s.resets)],
+        ["close time, all: p99 / max", f"{fmt_s(s.close_p99_s)} / {fmt_s(s.close_max_s)}"],
+        ["close time, held: min / p50 / p99 / max", " / ".join(fmt_s(v) for v in held)],
+        ["could not connect", json.dumps(s.connect_errors) if s.connect_errors else "0"],
     ]
     return Table("slow-heads: the slow sockets", ["", "value"], rows)
 

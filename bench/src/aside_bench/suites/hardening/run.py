@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -210,7 +210,7 @@ def run_slow_heads(bench: Bench) -> ExperimentResult:
     sockets = hc.socket_figures(records, limits.head_deadline_s)
     rss = hc.rss_figures(sampler.samples, events["attack_start"], events["attack_end"])
     result.figures = {
-        "sockets": sockets,
+        "sockets": asdict(sockets),
         "rss": rss,
         "peak_fds": sampler.peak_fds(),
         "close_s": [r.as_dict() for r in records],
