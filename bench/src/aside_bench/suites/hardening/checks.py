@@ -125,26 +125,44 @@ def _summed(sample: RssSample) -> int:
     return sum(sample[1].values())
 
 
-def rss_figures(samples: Sequence[RssSample], start: float, end: float) -> dict[str, Any]:
-    """The gateway workers' RSS (KiB, summed over the workers and per worker):
-    before the attack (median of the last second before `start`), the peak
-    between `start` and `end`, and the last reading (after the attack)."""
+@dataclass(frozen=True)
+class RssFigures:
+    """The gateway workers' RSS (KiB, summed over the workers, and per worker
+    pid: before, peak, after): before the attack (median of the last second
+    before it), the peak during it, and the last reading (after it)."""
+
+    before_kib: int
+    peak_kib: int
+    peak_at: float
+    after_kib: int
+    after_at: float
+    per_worker: dict[str, dict[str, int | None]]
+
+    @classmethod
+    def of(cls, found: dict[str, Any]) -> RssFigures | None:
+        """The figures as report.json holds them ({}: no reading)."""
+        return cls(**found) if found else None
+
+
+def rss_figures(samples: Sequence[RssSample], start: float, end: float) -> RssFigures | None:
+    """The workers' RssFigures between `start` and `end`; None without a
+    reading before and during the attack."""
     before = [s for s in samples if start - 1.0 <= s[0] < start] or [
         s for s in samples if s[0] < start
     ][-1:]
     during = [s for s in samples if start <= s[0] <= end]
     if not before or not during:
-        return {}
+        return None
     peak = max(during, key=_summed)
     last = samples[-1]
     pids = sorted(set(peak[1]) | set(before[-1][1]))
-    return {
-        "before_kib": round(statistics.median(_summed(s) for s in before)),
-        "peak_kib": _summed(peak),
-        "peak_at": peak[0],
-        "after_kib": _summed(last),
-        "after_at": last[0],
-        "per_worker": {
+    return RssFigures(
+        before_kib=round(statistics.median(_summed(s) for s in before)),
+        peak_kib=_summed(peak),
+        peak_at=peak[0],
+        after_kib=_summed(last),
+        after_at=last[0],
+        per_worker={
             str(pid): {
                 "before_kib": before[-1][1].get(pid),
                 "peak_kib": max((s[1].get(pid, 0) for s in during), default=None),
@@ -152,19 +170,19 @@ def rss_figures(samples: Sequence[RssSample], start: float, end: float) -> dict[
             }
             for pid in pids
         },
-    }
+    )
 
 
-def rss_check(rss: dict[str, Any], workers_kept: bool, limits: Limits) -> Check:
+def rss_check(rss: RssFigures | None, workers_kept: bool, limits: Limits) -> Check:
     name = f"gateway workers' RSS grows by at most {limits.rss_growth_mib:g} MiB"
-    if not rss:
+    if rss is None:
         return Check(name, False, "no RSS reading before and during the attack")
-    growth = (rss["peak_kib"] - rss["before_kib"]) / 1024
+    growth = (rss.peak_kib - rss.before_kib) / 1024
     ok = growth <= limits.rss_growth_mib and workers_kept
     detail = (
-        f"{growth:+.1f} MiB at the peak: {rss['before_kib'] / 1024:.1f} MiB before, "
-        f"{rss['peak_kib'] / 1024:.1f} at the peak, {rss['after_kib'] / 1024:.1f} after, "
-        f"summed over {len(rss['per_worker'])} workers"
+        f"{growth:+.1f} MiB at the peak: {rss.before_kib / 1024:.1f} MiB before, "
+        f"{rss.peak_kib / 1024:.1f} at the peak, {rss.after_kib / 1024:.1f} after, "
+        f"summed over {len(rss.per_worker)} workers"
     )
     if not workers_kept:
         detail += "; a worker was replaced during the experiment"

@@ -9,7 +9,7 @@ from typing import Any
 
 from aside_bench.report.tables import Table
 from aside_bench.suites.base import SuiteRun, save_report, suite_page
-from aside_bench.suites.hardening.checks import SocketFigures
+from aside_bench.suites.hardening.checks import RssFigures, SocketFigures
 from aside_bench.suites.samples import fmt_mib, fmt_ms, fmt_s
 
 WINDOW_NAMES = {
@@ -32,8 +32,8 @@ def figures_line(experiment: dict[str, Any]) -> str:
     """An experiment's main figures in a line."""
     f = experiment["figures"]
     if experiment["name"] == "slow-heads":
-        sockets, rss = SocketFigures.of(f["sockets"]), f["rss"]
-        growth = (rss["peak_kib"] - rss["before_kib"]) / 1024 if rss else None
+        sockets, rss = SocketFigures.of(f["sockets"]), RssFigures.of(f["rss"])
+        growth = (rss.peak_kib - rss.before_kib) / 1024 if rss else None
         return (
             f"{sockets.opened} sockets: max close {fmt_s(sockets.close_max_s)}, "
             f"{sockets.refused_503} answered 503 at connect; workers' RSS "
@@ -99,7 +99,7 @@ def sockets_table(experiment: dict[str, Any]) -> Table:
 
 def rss_table(experiment: dict[str, Any]) -> Table:
     f = experiment["figures"]
-    rss = f["rss"]
+    rss = RssFigures.of(f["rss"])
     rows = [
         [
             f"worker {pid}",
@@ -108,13 +108,11 @@ def rss_table(experiment: dict[str, Any]) -> Table:
             fmt_mib(w["after_kib"]),
             str(f["peak_fds"].get(pid, "n/a")),
         ]
-        for pid, w in rss.get("per_worker", {}).items()
+        for pid, w in (rss.per_worker if rss else {}).items()
     ]
     if rss:
-        rows.append(
-            ["all workers", *(fmt_mib(rss[f"{k}_kib"]) for k in ("before", "peak", "after")),
-             str(sum(f["peak_fds"].values()))]
-        )  # fmt: skip
+        summed = (rss.before_kib, rss.peak_kib, rss.after_kib)
+        rows.append(["all workers", *map(fmt_mib, summed), str(sum(f["peak_fds"].values()))])
     return Table(
         "slow-heads: gateway workers' memory (VmRSS)",
         ["process", "before MiB", "peak MiB", "after MiB", "peak open fds"],

@@ -211,7 +211,7 @@ def run_slow_heads(bench: Bench) -> ExperimentResult:
     rss = hc.rss_figures(sampler.samples, events["attack_start"], events["attack_end"])
     result.figures = {
         "sockets": asdict(sockets),
-        "rss": rss,
+        "rss": asdict(rss) if rss else {},
         "peak_fds": sampler.peak_fds(),
         "close_s": [r.as_dict() for r in records],
     }
