@@ -46,3 +46,14 @@ def test_steps_stay_apart_and_a_bad_histogram_is_named() -> None:
         shards.merge([{**_point([1.0], "0"), "hdr": "not a histogram"}])
     table = shards.shards_table("r1", merged)
     assert table.rows[0][:5] == ["read", "cache", "warm", "50.0", "1"]
+
+
+def test_a_step_missing_a_shard_is_refused_by_name_or_merged_flagged() -> None:
+    sent = [{**_point([1.0], str(shard)), "shards": 4} for shard in (0, 1, 3)]
+    with pytest.raises(shards.ShardsError, match=r"3 of its 4 shards .* missing shard 2 "):
+        shards.merge(sent)
+    (step,) = shards.merge(sent, partial=True)
+    assert step.missing == (2,) and step.counts["due"] == 3
+    assert shards.shards_table("r1", [step]).rows[0][4] == "3 of 4, PARTIAL: missing 2"
+    with pytest.raises(shards.ShardsError, match="twice"):
+        shards.merge([*sent, sent[0]], partial=True)

@@ -35,6 +35,7 @@ class MergedStep:
     p95: float | None
     p99: float | None
     p95_from_due: float | None
+    missing: tuple[int, ...] = ()  # shard indexes the step was sent with but not found
 
     @property
     def drop_rate(self) -> float | None:
@@ -59,8 +60,26 @@ def _quantile(histogram: HdrHistogram | None, percentile: float) -> float | None
     return histogram.get_value_at_percentile(percentile) / US_PER_MS
 
 
-def merge(points: list[dict[str, Any]]) -> list[MergedStep]:
-    """The shards of every step among `points` (rows of `load_step`), merged."""
+def _missing(key: tuple[str, ...], shards: list[dict[str, Any]], partial: bool) -> tuple[int, ...]:
+    """The shard indexes a step was sent with (its points' `shards`) and that
+    sent no point; ShardsError unless `partial`, and for a shard found twice."""
+    present = [int(s.get("shard") or 0) for s in shards]
+    label = f"{key[0]} {key[1]} {key[2]} @ {key[3]}/s" + (f" run {key[4]}" if key[4] else "")
+    if len(set(present)) < len(present):
+        raise ShardsError(f"{label}: a shard sent its step point twice ({sorted(present)})")
+    expected = max(int(s.get("shards") or 0) for s in shards)
+    missing = tuple(sorted(set(range(expected)) - set(present)))
+    if missing and not partial:
+        raise ShardsError(
+            f"{label}: {len(present)} of its {expected} shards sent a step point; missing "
+            f"shard {', '.join(map(str, missing))} (--partial merges what there is, flagged)"
+        )
+    return missing
+
+
+def merge(points: list[dict[str, Any]], partial: bool = False) -> list[MergedStep]:
+    """The shards of every step among `points` (rows of `load_step`), merged;
+    a step missing a shard it was sent with is refused unless `partial`."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for point in points:
         key = tuple(str(point.get(tag) or "") for tag in STEP_TAGS)
@@ -86,6 +105,7 @@ def merge(points: list[dict[str, Any]]) -> list[MergedStep]:
                 p95=_quantile(latency, 95),
                 p99=_quantile(latency, 99),
                 p95_from_due=_quantile(from_due, 95),
+                missing=_missing(key, shards, partial),
             )
         )
     return sorted(
@@ -113,9 +133,14 @@ def shards_table(run_id: str, merged: list[MergedStep]) -> Table:
         scenario, arm, phase, _rate, repeat = step.key
         rate = fmt_rps(step.target) + (f" (run {repeat})" if repeat not in ("", "1") else "")
         drop = step.drop_rate
+        count = str(step.shards)
+        if step.missing:
+            count += f" of {step.shards + len(step.missing)}, PARTIAL: missing " + ",".join(
+                map(str, step.missing)
+            )
         rows.append(
             [
-                scenario, arm, phase, rate, str(step.shards), str(step.counts["due"]),
+                scenario, arm, phase, rate, count, str(step.counts["due"]),
                 str(step.counts["dropped"]), str(step.counts["failed"]),
                 MISSING if drop is None else fmt_pct(drop), fmt_ms(step.p50), fmt_ms(step.p95),
                 fmt_ms(step.p99), fmt_ms(step.p95_from_due),

@@ -14,6 +14,7 @@ from aside_bench.curve.simulate import CurveUnavailable
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
+from aside_bench.records.influxpoints import SPOOL_DIR, InfluxPoints
 from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures, save_figures
@@ -163,11 +164,21 @@ def context(doc: Doc, run: RunRecord) -> None:
         for s in run.steps
         if s.get("summary_error")
     ]
+    warnings += influx_notes(run)
     if run.probe_warning:
         warnings.append(run.probe_warning)
     if warnings:
         doc.p("Warnings:", note=True)
         doc.ul(warnings)
+
+
+def influx_notes(run: RunRecord) -> list[str]:
+    """The steps whose InfluxDB points were spooled or lost, each in a line."""
+    return [
+        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {note} (the run's {SPOOL_DIR}/)"
+        for s in run.steps
+        if (note := InfluxPoints.of(s.get("influx")).note())
+    ]
 
 
 DEFINITIONS = [

@@ -45,14 +45,14 @@ class Influx:
         if response.status_code != 204:
             raise SourceError(f"InfluxDB /ping answered {response.status_code}")
 
-    def write(self, lines: list[str]) -> None:
+    def write(self, lines: list[str], timeout_s: float = WRITE_TIMEOUT_S) -> None:
         """Points in line protocol, millisecond precision."""
         try:
             response = self.session.post(
                 f"{self.base_url}/write",
                 params={"db": self.db, "precision": "ms"},
                 data="\n".join(lines).encode(),
-                timeout=WRITE_TIMEOUT_S,
+                timeout=timeout_s,
             )
         except requests.RequestException as error:
             raise SourceError(f"InfluxDB write failed: {error}") from error

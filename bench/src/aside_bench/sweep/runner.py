@@ -36,6 +36,7 @@ from aside_bench.plan.steps import (
     pool_for,
 )
 from aside_bench.records import runfile
+from aside_bench.records.influxpoints import BENCH_SPOOL, SPOOL_DIR, InfluxPoints, write_or_spool
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
@@ -53,7 +54,7 @@ from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.sources import Influx, Prometheus, SourceError
 from aside_bench.sweep.collect import GATEWAY_JOB, collect
 from aside_bench.sweep.lagfloor import FloorProbe
-from aside_bench.sweep.stepoint import write_step_point
+from aside_bench.sweep.stepoint import step_line
 from aside_bench.sweep.stepprep import Options, StepPreparation
 from aside_bench.sweep.stepprobe import GatewayProbe
 
@@ -186,6 +187,8 @@ class Runner(StepPreparation):
                 # ticks round a small step's CPU down to nothing.
                 record["driver"]["cpu_s"] = summary.cpu_s
             self._key_trace(run, summary, record)
+            if "influx" in summary.data:
+                record["influx"] = InfluxPoints.of(summary.data["influx"]).as_record()
             summary_path.unlink(missing_ok=True)
 
     def _key_trace(self, run: LoadRun, summary: Summary, record: dict[str, Any]) -> None:
@@ -310,9 +313,9 @@ class Runner(StepPreparation):
         results = collect(self.prom, [record])
         if not results:
             return None
-        problem = write_step_point(self.influx, self.options.run_id, results[0], record)
-        if problem is not None:
-            print(f"  warning: {problem}", flush=True)
+        line = step_line(self.options.run_id, results[0], record)
+        kept = write_or_spool(self.influx, [line], self.options.out_dir / SPOOL_DIR / BENCH_SPOOL)
+        record["influx"] = (InfluxPoints.of(record.get("influx")) + kept).as_record()
         return results[0]
 
     def _redis_reading(self, step: Step) -> dict[str, int] | None:
@@ -344,6 +347,8 @@ class Runner(StepPreparation):
         self.step_seconds.append(time.monotonic() - began)
         prep = self.run.steps[-1].get("prep")
         line = quick_line(result) if result else "no samples"
+        note = InfluxPoints.of(self.run.steps[-1].get("influx")).note()
+        line += f"  {note} ({SPOOL_DIR}/)" if note else ""
         tail = f"elapsed {_clock(time.monotonic() - self.started)}"
         if remaining is not None:
             tail += f", ETA {self._eta(remaining)}"
@@ -420,10 +425,27 @@ def finish(
         results = runner.results()
     except SourceError as error:
         print(f"aside-bench: could not read the results back: {error}", file=sys.stderr)
+        not_written(runner.run, runner.options.out_dir)
         return []
     tables = writer(runner.run, results, runner.options.out_dir)
     print()
     for table in tables:
         print(table.markdown())
     print(f"report: {runner.options.out_dir}/")
+    not_written(runner.run, runner.options.out_dir)
     return results
+
+
+def not_written(run: RunRecord, out_dir: Path) -> InfluxPoints:
+    """The run's InfluxDB points not written, said loudly (stderr) when any:
+    where the spooled wait and the command that sends them."""
+    total = sum((InfluxPoints.of(s.get("influx")) for s in run.steps), InfluxPoints())
+    if total.spooled:
+        print(
+            f"aside-bench: {total.spooled} InfluxDB points were not written; they wait in "
+            f"{out_dir / SPOOL_DIR}/: aside-bench influx-resend --run {run.run_id}",
+            file=sys.stderr,
+        )
+    if total.lost:
+        print(f"aside-bench: {total.lost} InfluxDB points LOST (not spooled)", file=sys.stderr)
+    return total

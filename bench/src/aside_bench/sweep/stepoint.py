@@ -1,14 +1,13 @@
 """One InfluxDB point per step (measurement `bench_step`): what a reader
 compares in InfluxDB and the dashboards, cache off against on, without
 opening the report. Written as each step ends; a point that cannot be written
-is a warning, never a failed step."""
+is spooled (records/influxpoints.py), never a failed step."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aside_bench.records.results import StepResult
-from aside_bench.stack.sources import Influx, SourceError
 
 MEASUREMENT = "bench_step"
 
@@ -72,14 +71,3 @@ def step_line(run_id: str, result: StepResult, record: dict[str, Any]) -> str:
         "repeat": str(step.repeat),
     }
     return line(MEASUREMENT, tags, step_fields(result, record), int(record["end"] * 1000))
-
-
-def write_step_point(
-    influx: Influx, run_id: str, result: StepResult, record: dict[str, Any]
-) -> str | None:
-    """The step's point into InfluxDB; what went wrong, or None."""
-    try:
-        influx.write([step_line(run_id, result, record)])
-    except SourceError as error:
-        return f"the step's point did not reach InfluxDB: {error}"
-    return None
