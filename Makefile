@@ -23,6 +23,8 @@ DURATION ?= 20s
 ARMS ?= nocache coalesce cache
 WARM ?= both
 SCENARIO ?= read
+# SCENARIO=expiry: reads held across the cache TTL's end per CACHE_EXPIRY mode
+# (docs/bench/expiry.md; RATES default 1000 2000, CACHE_TTL one TTL, default 30; DURATION unused)
 # SCENARIO=interference: cached reads/s beside the compute (default 500)
 READ_RATE ?=
 RUN ?=

@@ -136,7 +136,11 @@ def arm_figures(arm: ArmRun, out_dir: Path, windows: plan.Windows) -> ArmFigures
     first = -windows.lead_s - SHOWN_BEFORE_S
     seconds = {s: figures(arm, requests, s, s + 1) for s in range(first, windows.expiry[1])}
     rels = [r.rel_s for r in requests]
-    found = bool(rels) and min(rels) <= windows.steady[0] + 1 and max(rels) >= windows.expiry[1] - 1
+    covered = bool(rels) and min(rels) <= windows.steady[0] + 1 <= windows.expiry[1] - 1 <= max(
+        rels
+    )
+    # Every key's end in the expiry window: the keys were stored within fill_s of E - TTL.
+    found = covered and float(arm.fill.get("fill_s", 0.0)) < windows.expiry[1]
     return ArmFigures(arm, steady, expiry, seconds, found or arm.mode is None)
 
 
@@ -151,7 +155,7 @@ def _n(value: float | None) -> str:
 def window_table(rate: int, arms: list[ArmFigures]) -> Table:
     headers = ["arm", "window", "requests", "failed", "dropped", "p50 ms", "p95 ms", "p99 ms",
                "max ms", "full scans (PostgreSQL)", "count queries", "misses", "stale answers",
-               "early refreshes", "p99 / steady p99", "keys expired"]  # fmt: skip
+               "early refreshes", "p99 / steady p99", "keys expired", "fill s"]  # fmt: skip
     rows = []
     for one in arms:
         for name, f in (("steady", one.steady), ("expiry", one.expiry)):
@@ -161,7 +165,8 @@ def window_table(rate: int, arms: list[ArmFigures]) -> Table:
                          _ms(f.p99), _ms(f.max), _n(f.scans), _n(f.queries), _n(f.misses),
                          _n(f.stale), _n(f.early),
                          f"{one.ratio:.1f}x" if is_expiry and one.ratio else "",
-                         _n(one.keys) if is_expiry else ""])  # fmt: skip
+                         _n(one.keys) if is_expiry else "",
+                         f"{one.arm.fill.get('fill_s', 0):.1f}" if is_expiry else ""])  # fmt: skip
             if one.arm.mode is None:
                 break
     return Table(f"expiry at {rate}/s: the steady window and the one holding the expiry",
