@@ -1,11 +1,14 @@
 """`aside-bench shards`: a run sent by several drivers (the chart's Indexed
-Job), its shards merged from InfluxDB."""
+Job), its shards merged from InfluxDB; `aside-bench influx-resend`: a run's
+spooled points (the ones InfluxDB did not take) sent once it answers."""
 
 from __future__ import annotations
 
 import argparse
 
+from aside_bench.cli import options as opt
 from aside_bench.cli.options import Command, UsageError
+from aside_bench.records import influxpoints
 from aside_bench.report import shards
 from aside_bench.stack import config
 from aside_bench.stack.sources import Influx
@@ -13,18 +16,38 @@ from aside_bench.stack.sources import Influx
 
 def add(merged: argparse.ArgumentParser) -> None:
     merged.add_argument("--run", required=True, help="the run id the drivers were given")
+    merged.add_argument(
+        "--partial", action="store_true", help="merge a step missing shards anyway, flagged"
+    )
 
 
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Every step of a run sent by several drivers, their shards merged."""
     influx = Influx(settings.influx_base, settings.influx_db)
     try:
-        merged = shards.merge(shards.read_points(influx, args.run))
+        merged = shards.merge(shards.read_points(influx, args.run), args.partial)
     except shards.ShardsError as error:
         raise UsageError(f"run {args.run}: {error}") from None
     if not merged:
         raise UsageError(f"run {args.run}: no step point in InfluxDB ({shards.MEASUREMENT})")
     print(shards.shards_table(args.run, merged).markdown())
+    if any(step.missing for step in merged):
+        print(f"aside-bench: run {args.run}: PARTIAL, a step misses shards (see the table)")
+    return 0
+
+
+def add_resend(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", required=True, help="the run id (a folder of reports/)")
+    opt.reports_dir(parser)
+
+
+def resend(args: argparse.Namespace, settings: config.Settings) -> int:
+    """A run's spooled points into InfluxDB (safe to repeat)."""
+    run_dir = (args.reports_dir or settings.default_reports_dir) / args.run
+    if not (run_dir / influxpoints.SPOOL_DIR).is_dir():
+        raise UsageError(f"run {args.run}: no {influxpoints.SPOOL_DIR}/ in {run_dir}")
+    sent = influxpoints.resend(Influx(settings.influx_base, settings.influx_db), run_dir)
+    print(f"run {args.run}: {sent.points} spooled points from {sent.files} files sent to InfluxDB")
     return 0
 
 
@@ -34,5 +57,8 @@ COMMANDS = (
         "a run sent by several drivers (the chart's Indexed Job), merged from InfluxDB",
         add,
         run,
+    ),
+    Command(
+        "influx-resend", "send a run's spooled InfluxDB points once it answers", add_resend, resend
     ),
 )
