@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from aside_gateway.contracts import tolerance
 from aside_gateway.contracts.cache_keys import (
     CODECS,
     DEFAULT_CODEC,
@@ -29,8 +30,6 @@ from aside_gateway.contracts.cache_keys import (
     STRATEGY_TRACKING,
     TTL_SECONDS_DEFAULT,
 )
-from aside_gateway.contracts.errors import ApiError
-from aside_gateway.contracts.validation import parse_tolerance
 
 PROFILES = ("lab", "production")
 COHERENCE_MODES = ("lease", "naive")
@@ -329,9 +328,9 @@ def _token(env: Mapping[str, str], name: str, profile: str) -> str | None:
 def _tolerance(env: Mapping[str, str], name: str, default: str) -> str:
     raw = (env.get(name) or "").strip() or default
     try:
-        return parse_tolerance(raw)
-    except ApiError as exc:
-        raise ConfigError(f"{name}: {exc.message.replace('simplify', 'the tolerance')}") from None
+        return tolerance.canonical(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {str(exc).replace('simplify', 'the tolerance')}") from None
 
 
 def load_settings(env: Mapping[str, str]) -> Settings:

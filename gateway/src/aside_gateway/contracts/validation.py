@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
+from aside_gateway.contracts import tolerance
 from aside_gateway.contracts.errors import ApiError
+
+# The tolerance's bounds, as the OpenAPI document and the tests read them here.
+from aside_gateway.contracts.tolerance import TOLERANCE_LADDER as TOLERANCE_LADDER
+from aside_gateway.contracts.tolerance import TOLERANCE_MAX as TOLERANCE_MAX
+from aside_gateway.contracts.tolerance import TOLERANCE_MAX_LENGTH as TOLERANCE_MAX_LENGTH
+from aside_gateway.contracts.tolerance import TOLERANCE_MIN as TOLERANCE_MIN
 
 EMAIL_MAX = 254
 EMAIL_LOCAL_MAX = 64
@@ -25,22 +31,6 @@ ID_MAX = 9223372036854775807  # PostgreSQL bigint
 ID_MAX_DIGITS = len(str(ID_MAX))
 
 IDEMPOTENCY_KEY_MAX = 255
-
-# contracts/tracks.json "tolerance": degrees, a plain decimal.
-TOLERANCE_MIN = Decimal("0.000001")
-TOLERANCE_MAX = Decimal("0.01")
-TOLERANCE_MAX_LENGTH = 16
-# contracts/tracks.json "ladder": every tolerance is answered at the largest
-# level not above it, so a track has at most len(TOLERANCE_LADDER) simplified
-# cache entries whatever a client asks (docs/decisions/064-*.md).
-TOLERANCE_LADDER = tuple(
-    Decimal(level)
-    for level in (
-        "0.000001", "0.000002", "0.000005", "0.00001", "0.00002", "0.00005", "0.0001",
-        "0.0002", "0.0005", "0.001", "0.002", "0.005", "0.01",
-    )
-)  # fmt: skip
-_TOLERANCE_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 COMPLEXITY_MIN = 1
 COMPLEXITY_MAX = 1000
@@ -262,27 +252,10 @@ def validate_compute_body(body: Any) -> ComputeJob:
     return job
 
 
-def tolerance_problem(raw: str) -> str | None:
-    """Why `raw` is not a tolerance of contracts/tracks.json, or None."""
-    bounds = f"{TOLERANCE_MIN:f} to {TOLERANCE_MAX:f}"
-    # [0-9], not \d: other scripts' digits are not decimals here.
-    if len(raw) > TOLERANCE_MAX_LENGTH or not _TOLERANCE_RE.fullmatch(raw):
-        return f"simplify must be a plain decimal from {bounds} (degrees)"
-    if not TOLERANCE_MIN <= Decimal(raw) <= TOLERANCE_MAX:
-        return f"simplify must be from {bounds} (degrees)"
-    return None
-
-
-def snap_tolerance(value: Decimal) -> Decimal:
-    """The largest level of the ladder not above `value` (within the bounds)."""
-    return max(level for level in TOLERANCE_LADDER if level <= value)
-
-
 def parse_tolerance(raw: str) -> str:
-    """The ladder level of a tolerance in canonical text (no leading zeros
-    before the point, no trailing zeros after it): the cache key's and the
-    answer's."""
-    problem = tolerance_problem(raw)
-    if problem:
-        raise ApiError("invalid_tolerance", problem)
-    return format(snap_tolerance(Decimal(raw)).normalize(), "f")
+    """A request's tolerance at its ladder level, in canonical text
+    (tolerance.canonical)."""
+    try:
+        return tolerance.canonical(raw)
+    except ValueError as exc:
+        raise ApiError("invalid_tolerance", str(exc)) from None
