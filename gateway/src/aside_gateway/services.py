@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from aside_gateway.backends import redis_clients
 from aside_gateway.backends.breaker import CircuitBreaker
 from aside_gateway.backends.compute import Slots
 from aside_gateway.backends.core_client import CoreClient
@@ -19,7 +20,7 @@ from aside_gateway.config.settings import Settings
 from aside_gateway.door.fallback import FallbackSlots
 from aside_gateway.door.lateness import LoopLag
 from aside_gateway.misses.db import Database
-from aside_gateway.tiers.hooks import TestHooks
+from aside_gateway.tiers import hooks as test_hooks
 from aside_gateway.tiers.invalidations import InvalidationSubscriber
 from aside_gateway.tiers.l1 import L1Cache
 from aside_gateway.tiers.l2 import Cache
@@ -53,6 +54,13 @@ class Services:
         self.db.close()
 
 
+def _test_hooks(settings: Settings) -> test_hooks.TestHooks:
+    client = redis_clients.sync_client(
+        settings, socket_timeout=test_hooks.CLIENT_TIMEOUT_S, connect_timeout=1
+    )
+    return test_hooks.TestHooks(client)
+
+
 def build_services(settings: Settings) -> Services:
     loop_lag = LoopLag(settings.loop_late_ms / 1000)
     # A timeout spans at most REDIS_TIMEOUT_MS: lateness within it (and one
@@ -61,7 +69,7 @@ def build_services(settings: Settings) -> Services:
     breaker = CircuitBreaker(
         settings.redis_breaker_ms / 1000, lambda: loop_lag.late_within(late_window_s)
     )
-    hooks = TestHooks(settings) if settings.test_hooks else None
+    hooks = _test_hooks(settings) if settings.test_hooks else None
     db = Database(settings)
     cache = Cache(settings, breaker, hooks, FallbackSlots(settings.cache_fallback_max_concurrency))
     l1 = L1Cache(

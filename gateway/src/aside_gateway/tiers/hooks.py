@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import logging
 
-from aside_gateway.backends import redis_clients
+import redis
+from redis.cluster import RedisCluster
+
 from aside_gateway.backends.redis_errors import REDIS_ERRORS
-from aside_gateway.config.settings import Settings
 
 log = logging.getLogger("aside_gateway")
 
 HOLD_TIMEOUT_S = 10
+# The socket timeout of the hooks' own Redis client (services.build_services):
+# BLPOP blocks far longer than the cache's socket timeout.
+CLIENT_TIMEOUT_S = HOLD_TIMEOUT_S + 2
 
 
 class TestHooks:
-    """The pause points, on a Redis client of their own."""
+    """The pause points, on a Redis client of their own (socket timeout
+    CLIENT_TIMEOUT_S), which the worker's wiring gives them."""
 
-    def __init__(self, settings: Settings):
-        # Its own client: BLPOP blocks far longer than the cache's socket timeout.
-        self.client = redis_clients.sync_client(
-            settings, socket_timeout=HOLD_TIMEOUT_S + 2, connect_timeout=1
-        )
+    def __init__(self, client: redis.Redis | RedisCluster):
+        self.client = client
 
     def joined(self, name: str) -> None:
         """Say this request waits on another thread's fill of its key (it holds
