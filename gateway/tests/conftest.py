@@ -161,6 +161,9 @@ def launch_gateway(
             ASIDE_TEST_HOOKS="1",
             CACHE_TTL_SECONDS="60",
             PROMETHEUS_MULTIPROC_DIR=str(tmp / "prometheus-multiproc"),
+            # The suite's table is the lab's, unindexed on purpose; test_production.py
+            # checks that a production gateway requires the index by default.
+            GATEWAY_REQUIRE_EMAIL_INDEX="0",
         )
         env.update(overrides)
         cmd = [

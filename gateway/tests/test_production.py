@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -332,3 +333,100 @@ def test_a_wrong_core_token_is_a_500_for_the_client_not_a_401(
     assert db_count(email) == 0
     wait_until(lambda: "CORE_TOKEN" in gateway.log(), 5, "the cause in the gateway's log")
     assert "wrong-core-token" not in gateway.log()
+
+
+# ---- what an anonymous client can make it do ------------------------------------------
+
+BUDGET_PER_S = 5
+OTHER_CLIENT = "198.51.100.7"
+
+
+@pytest.fixture(scope="module")
+def budget_gateway(start_gateway, production_core):
+    """One production worker with a small miss budget a client, behind a trusted
+    proxy (the suite's own address), so X-Forwarded-For names a second client."""
+    metrics_port = free_port()
+    proc = start_gateway(
+        ASIDE_PROFILE="production",
+        ASIDE_TEST_HOOKS="0",
+        GATEWAY_WORKERS="1",
+        CORE_URL=production_core.url,
+        WRITE_TOKEN=WRITE_TOKEN,
+        CORE_TOKEN=CORE_TOKEN,
+        METRICS_BIND=f"127.0.0.1:{metrics_port}",
+        GATEWAY_MISS_BUDGET_CLIENT_PER_S=str(BUDGET_PER_S),
+        GATEWAY_MISS_BUDGET_ROUTE_PER_S="0",
+        GATEWAY_TRUSTED_PROXIES="127.0.0.1",
+    )
+    proc.extra["metrics_base"] = f"http://127.0.0.1:{metrics_port}"
+    return proc
+
+
+def test_the_miss_budget_answers_429_past_its_rate_and_serves_hits_meanwhile(
+    budget_gateway, insert_user
+):
+    base = budget_gateway.url
+    session = requests.Session()
+    hot = unique_email("hot")
+    insert_user(hot)
+    assert session.get(base + COUNT, params={"email": hot}, timeout=10).json()["count"] == 1
+    start = time.monotonic()
+    statuses = []
+    refusal = None
+    for _ in range(40):
+        response = session.get(base + COUNT, params={"email": unique_email("miss")}, timeout=10)
+        statuses.append(response.status_code)
+        if response.status_code == 429 and refusal is None:
+            refusal = response
+            # The budget is spent: a hit is still served, and another client still misses.
+            hit = session.get(base + COUNT, params={"email": hot}, timeout=10)
+            assert (hit.status_code, hit.headers["X-Cache"]) == (200, "HIT"), hit.text
+            other = session.get(
+                base + COUNT,
+                params={"email": unique_email("other")},
+                headers={"X-Forwarded-For": OTHER_CLIENT},
+                timeout=10,
+            )
+            assert (other.status_code, other.headers["X-Cache"]) == (200, "MISS"), other.text
+    elapsed = time.monotonic() - start
+    assert refusal is not None, statuses
+    assert refusal.json()["error"]["code"] == "too_many_requests"
+    assert 1 <= int(refusal.headers["Retry-After"]) <= 2
+    assert set(statuses) <= {200, 429}
+    # A sliding window: at most twice the rate in the first second, the rate after it.
+    assert statuses.count(200) <= BUDGET_PER_S * (elapsed + 2), (statuses, elapsed)
+    refused = sample(
+        scrape(budget_gateway.extra["metrics_base"]),
+        "aside_gateway_miss_budget_refused_total",
+        route=COUNT,
+        scope="client",
+    )
+    assert refused == statuses.count(429)
+
+
+def test_a_production_gateway_is_not_ready_without_the_email_index(start_gateway, db):
+    gateway = start_gateway(
+        ready_path="/healthz",
+        ASIDE_PROFILE="production",
+        ASIDE_TEST_HOOKS="0",
+        GATEWAY_WORKERS="1",
+        WRITE_TOKEN=WRITE_TOKEN,
+        CORE_TOKEN=CORE_TOKEN,
+        METRICS_BIND=f"127.0.0.1:{free_port()}",
+        GATEWAY_REQUIRE_EMAIL_INDEX="1",  # production's default; the suite turns it off
+    )
+    ready = requests.get(gateway.url + "/readyz", timeout=10)
+    assert ready.status_code == 503, ready.text
+    message = ready.json()["error"]["message"]
+    assert "no index on email" in message and "\n" not in message
+    wait_until(lambda: "no index on email" in gateway.log(), 5, "the log line")
+    db.execute("CREATE INDEX readiness_email_idx ON users (email)")
+    try:
+        wait_until(
+            lambda: requests.get(gateway.url + "/readyz", timeout=10).status_code == 200,
+            10,
+            "ready once the index exists",
+        )
+    finally:
+        db.execute("DROP INDEX readiness_email_idx")
+    assert requests.get(gateway.url + "/readyz", timeout=10).status_code == 503

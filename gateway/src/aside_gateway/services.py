@@ -19,6 +19,7 @@ from aside_gateway.config import metrics
 from aside_gateway.config.settings import Settings
 from aside_gateway.door.fallback import FallbackSlots
 from aside_gateway.door.lateness import LoopLag
+from aside_gateway.door.miss_budget import MissBudget
 from aside_gateway.misses.db import Database
 from aside_gateway.tiers import hooks as test_hooks
 from aside_gateway.tiers.invalidations import InvalidationSubscriber
@@ -43,6 +44,8 @@ class Services:
     sampler_stop: threading.Event
     # The event loop's lag, sampled once the loop runs (front/hot_path.py's lifespan).
     loop_lag: LoopLag
+    # Production's misses a second per route and client (door/miss_budget.py).
+    miss_budget: MissBudget
 
     def close(self) -> None:
         """Stop the sampler and close the pools (tests; gunicorn just exits)."""
@@ -117,4 +120,5 @@ def build_services(settings: Settings) -> Services:
         ),
         sampler_stop=metrics.start_sampler(sample),
         loop_lag=loop_lag,
+        miss_budget=MissBudget.from_settings(settings),
     )

@@ -85,6 +85,13 @@ SHED = Counter(
     "uncached, the lab's bypass (uncached_busy)",
     ["reason"],
 )
+MISS_BUDGET_REFUSED = Counter(
+    "aside_gateway_miss_budget_refused_total",
+    "Misses answered 429 before reaching PostgreSQL or the core, by route and by the "
+    "budget spent: the route's (route) or one client's of the route (client); production's "
+    "miss budget (door/miss_budget.py)",
+    ["route", "scope"],
+)
 MISS_BATCH_SIZE = Histogram(
     "aside_gateway_miss_batch_size",
     "Count misses read by one batched query (a batch of 1 is the plain count query).",
@@ -325,6 +332,10 @@ def cache_error(route: str, op: str) -> None:
 
 def shed(reason: str) -> None:
     SHED.labels(reason).inc()
+
+
+def miss_budget_refused(route: str, scope: str) -> None:
+    MISS_BUDGET_REFUSED.labels(route, scope).inc()
 
 
 def redis_error_judged(verdict: str) -> None:

@@ -10,6 +10,7 @@ imported; we read it here too so it is validated and documented with the rest.)
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -55,6 +56,7 @@ _BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
 _TOKEN_RE = re.compile(r"^[\x21-\x7e]{16,512}$")
 
 DEFAULT_METRICS_BIND = "127.0.0.1:28009"
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # On every answer of the lab profile: the pid of the worker that answered, so
 # the tests can tell the workers apart (a production answer names none).
 WORKER_HEADER = "X-Aside-Worker"
@@ -154,6 +156,14 @@ class Settings:
     cache_large_values: str = DEFAULT_POLICY
     cache_codec: str = DEFAULT_CODEC
     cache_simplify_tolerance: str = SIMPLIFY_TOLERANCE_DEFAULT
+    # Misses a second per worker that may reach PostgreSQL or the core
+    # (door/miss_budget.py): per route, per client of a route; 0 is off.
+    miss_budget_route_per_s: int = 0
+    miss_budget_client_per_s: int = 0
+    # Proxies whose X-Forwarded-For names the client (addresses or CIDR blocks).
+    trusted_proxies: tuple[Network, ...] = ()
+    # /readyz answers 503 while the users table has no index on email.
+    require_email_index: bool = False
 
     @property
     def is_lab(self) -> bool:
@@ -333,6 +343,40 @@ def _tolerance(env: Mapping[str, str], name: str, default: str) -> str:
         raise ConfigError(f"{name}: {str(exc).replace('simplify', 'the tolerance')}") from None
 
 
+# Production's miss budget a second per worker (route, client); the lab's is off
+# so the bench is never throttled (docs/decisions/064-*.md).
+MISS_BUDGET_DEFAULTS = {"production": (500, 50), "lab": (0, 0)}
+
+
+def _trusted_proxies(env: Mapping[str, str]) -> tuple[Network, ...]:
+    """GATEWAY_TRUSTED_PROXIES: addresses or CIDR blocks, separated by commas or spaces."""
+    networks = []
+    for part in (env.get("GATEWAY_TRUSTED_PROXIES") or "").replace(",", " ").split():
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            raise ConfigError(
+                f"GATEWAY_TRUSTED_PROXIES: {_one_line(part)} is not an IP address or CIDR block"
+            ) from None
+    return tuple(networks)
+
+
+def _miss_budget(env: Mapping[str, str], profile: str) -> dict[str, int]:
+    route, client = MISS_BUDGET_DEFAULTS[profile]
+    return {
+        "miss_budget_route_per_s": _int(env, "GATEWAY_MISS_BUDGET_ROUTE_PER_S", route, 0, 10**6),
+        "miss_budget_client_per_s": _int(env, "GATEWAY_MISS_BUDGET_CLIENT_PER_S", client, 0, 10**6),
+    }
+
+
+def _require_email_index(env: Mapping[str, str], profile: str) -> bool:
+    """GATEWAY_REQUIRE_EMAIL_INDEX: 1 by default in production, 0 in the lab (whose
+    table is unindexed on purpose). 0 in production is allowed, for a table an
+    operator knows to be small, and logged at start (web/app.py)."""
+    default = "1" if profile == "production" else "0"
+    return _choice(env, "GATEWAY_REQUIRE_EMAIL_INDEX", default, ("0", "1")) == "1"
+
+
 def load_settings(env: Mapping[str, str]) -> Settings:
     """Read and check every variable; raise ConfigError naming the first bad one."""
     profile = _choice(env, "ASIDE_PROFILE", "production", PROFILES)
@@ -366,6 +410,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     redis_url = _redis_url(env)
     redis_mode, sentinel_master = _redis_mode(env, redis_url)
     return Settings(
+        **_miss_budget(env, profile),
+        trusted_proxies=_trusted_proxies(env),
+        require_email_index=_require_email_index(env, profile),
         database_url=database_url,
         redis_url=redis_url,
         core_url=_url(env, "CORE_URL", ("http", "https")).rstrip("/"),

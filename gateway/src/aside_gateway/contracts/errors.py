@@ -30,6 +30,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "payload_too_large": 413,
     "unsupported_media_type": 415,
     "idempotency_key_reused": 422,
+    "too_many_requests": 429,
     "internal": 500,
     "core_unavailable": 503,
     "database_unavailable": 503,

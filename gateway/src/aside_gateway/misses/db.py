@@ -287,6 +287,12 @@ class Database:
         """Raise ApiError unless PostgreSQL answers within about timeout_s."""
         self._fetchone("SELECT 1", (), timeout=timeout_s)
 
+    def has_email_index(self, timeout_s: float) -> bool:
+        """Whether `users` has a valid, whole-table B-tree index led by email: what
+        keeps a count miss from scanning the table (ApiError if unreachable)."""
+        row = self._fetchone(EMAIL_INDEX_SQL, (), timeout=timeout_s)
+        return bool(row and row[0])
+
     def sample_gauges(self) -> None:
         stats = self.pool.get_stats()
         metrics.DB_POOL_SIZE.set(stats.get("pool_size", 0))
@@ -297,6 +303,21 @@ class Database:
     def close(self) -> None:
         self.count_batcher.close()
         self.pool.close(timeout=1.0)
+
+
+# An index a count by email can use: on users, valid, not partial, its first
+# column email itself (not an expression), B-tree (equality on text).
+EMAIL_INDEX_SQL = """
+SELECT EXISTS (
+    SELECT 1
+    FROM pg_index i
+    JOIN pg_class c ON c.oid = i.indexrelid
+    JOIN pg_am am ON am.oid = c.relam
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+    WHERE i.indrelid = to_regclass('users') AND i.indisvalid AND i.indpred IS NULL
+      AND a.attname = 'email' AND am.amname = 'btree'
+)
+"""
 
 
 def _serial(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]) -> list[Any]:

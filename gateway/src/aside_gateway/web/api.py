@@ -105,6 +105,8 @@ def create_api(services: Services) -> Blueprint:
                 services.bypass_slots.release()
         else:
             early_get = request.environ.get(EARLY_GET_KEY)
+            # Production's miss budget: charged only when this read does the fill.
+            load = services.miss_budget.guarded(route, request.environ, load)
             result = tiers.read_through(route, key, load, mode, hold_name(), early_get)
         metrics.cache_outcome(route, result.outcome)
         return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 from flask import Flask, Response, request
 
@@ -25,6 +26,34 @@ from aside_gateway.web.error_handlers import register_error_handlers
 from aside_gateway.web.tracks import create_tracks_api
 
 READY_DB_TIMEOUT_S = 0.5
+EMAIL_INDEX_MISSING = (
+    "the users table has no index on email: every count miss would scan it "
+    "(production needs one: aside-seed --index, or CREATE INDEX ON users (email))"
+)
+log = logging.getLogger("aside_gateway.readiness")
+
+
+@dataclass
+class _IndexSeen:
+    """Whether this worker last found the email index (None: not looked yet)."""
+
+    present: bool | None = None
+
+
+_index_seen = _IndexSeen()
+
+
+def _email_index_state(services: Services) -> str:
+    """The state of the email index: ok, or the one line saying why not; logged
+    when the index is first found missing (not at every probe)."""
+    try:
+        present = services.db.has_email_index(READY_DB_TIMEOUT_S)
+    except ApiError as exc:
+        return exc.message
+    if not present and _index_seen.present is not False:
+        log.error("not ready: %s", EMAIL_INDEX_MISSING)
+    _index_seen.present = present
+    return "ok" if present else EMAIL_INDEX_MISSING
 
 
 def _readiness(services: Services) -> Response:
@@ -39,17 +68,23 @@ def _readiness(services: Services) -> Response:
         checks["redis"] = "ok"
     except REDIS_ERRORS as exc:
         checks["redis"] = f"unreachable: {type(exc).__name__}"
+    if services.settings.require_email_index and checks["postgres"] == "ok":
+        checks["email_index"] = _email_index_state(services)
     failed = [name for name, state in checks.items() if state != "ok"]
     if not failed:
         body = json.dumps({"status": "ready", "checks": checks}).encode()
         return Response(body, mimetype="application/json")
-    error = {"code": "unavailable", "message": "not ready: " + ", ".join(failed)}
+    # The index's line says what to do; the other checks are named.
+    named = [checks[name] if name == "email_index" else name for name in failed]
+    error = {"code": "unavailable", "message": "not ready: " + ", ".join(named)}
     body = json.dumps({"error": error, "checks": checks}).encode()
     return Response(body, status=503, mimetype="application/json")
 
 
 def _register_ops_routes(app: Flask, services: Services) -> None:
     settings = services.settings
+    if not settings.is_lab and not settings.require_email_index:
+        log.warning("GATEWAY_REQUIRE_EMAIL_INDEX=0: ready without an index on users.email")
 
     @app.get(HEALTHZ_PATH)
     def healthz() -> Response:

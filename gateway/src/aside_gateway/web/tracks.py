@@ -134,8 +134,12 @@ def create_tracks_api(services: Services) -> Blueprint:
             result = uncached(loader(track_id, tolerance, cache_keys.POLICY_RAW))
         else:
             tag = largevalues.policy_tag(policy, settings.cache_codec)
+            # Production's miss budget: charged only when this read does the fill.
+            load = services.miss_budget.guarded(
+                TRACK_ROUTE, request.environ, loader(track_id, tolerance, policy)
+            )
             fill = TrackFill(
-                loader(track_id, tolerance, policy),
+                load,
                 policy,
                 settings.cache_codec,
                 settings.cache_large_value_bytes,
