@@ -75,11 +75,13 @@ def build_services(settings: Settings) -> Services:
     hooks = _test_hooks(settings) if settings.test_hooks else None
     db = Database(settings)
     cache = Cache(settings, breaker, hooks, FallbackSlots(settings.cache_fallback_max_concurrency))
+    l1_jitter = settings.cache_expiry_jitter if settings.cache_expiry == "jitter" else 0.0
     l1 = L1Cache(
         settings.cache_l1_max_entries,
         settings.cache_l1_max_bytes,
         settings.cache_l1_ttl_seconds,
         needs_subscription=settings.cache_l1_invalidation,
+        jitter=l1_jitter,
     )
     # The tracking tier's own L1, fed by Redis's invalidations (tiers/tracking.py,
     # started by the ASGI lifespan); it serves only while tracked.
@@ -89,6 +91,7 @@ def build_services(settings: Settings) -> Services:
             settings.cache_l1_max_bytes,
             settings.cache_l1_ttl_seconds,
             needs_subscription=True,
+            jitter=l1_jitter,
         )
         if settings.l1_tracks
         else None

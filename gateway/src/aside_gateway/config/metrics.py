@@ -64,6 +64,33 @@ CACHE_ERRORS = Counter(
     "Redis operations that failed (op=breaker_open: skipped while the breaker is open).",
     ["route", "op"],
 )
+# Expiry handling (tiers/expiry.py, CACHE_EXPIRY).
+CACHE_STALE_SERVED = Counter(
+    "aside_cache_stale_served",
+    "Cacheable reads answered with a value past its expiry (CACHE_EXPIRY=swr, X-Cache: STALE) "
+    "while another reader refreshed it; also counted as hits.",
+    ["route"],
+)
+STALE_AGE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+CACHE_STALE_AGE = Histogram(
+    "aside_cache_stale_age_seconds",
+    "How long past its expiry each stale answer's value was (at most "
+    "CACHE_EXPIRY_STALE_MAX_SECONDS).",
+    ["route"],
+    buckets=STALE_AGE_BUCKETS,
+)
+CACHE_STALE_AGE_MAX = Gauge(
+    "aside_cache_stale_age_max_seconds",
+    "The largest age past expiry of a stale answer since the worker started (max over workers).",
+    ["route"],
+    multiprocess_mode="max",
+)
+CACHE_EARLY_REFRESH = Counter(
+    "aside_cache_early_refresh",
+    "Values recomputed before their expiry (CACHE_EXPIRY=early: the XFetch draw said so "
+    "and this reader took the lease).",
+    ["route"],
+)
 DB_QUERIES = Counter(
     "aside_gateway_db_queries_total",
     "Queries sent to PostgreSQL, by query name (a batch of count misses counts once).",
@@ -313,17 +340,42 @@ def start_sampler(sample: Callable[[], None], interval_s: float = 1.0) -> thread
     return stop
 
 
-_OUTCOME_COUNTERS = {"HIT": CACHE_HITS, "MISS": CACHE_MISSES, "BYPASS": CACHE_BYPASS}
+# A stale answer (STALE) ran no query of its own: a hit, counted again by stale_served.
+_OUTCOME_COUNTERS = {
+    "HIT": CACHE_HITS,
+    "STALE": CACHE_HITS,
+    "MISS": CACHE_MISSES,
+    "BYPASS": CACHE_BYPASS,
+}
 _outcome_children: dict[tuple[str, str], Counter] = {}
 
 
 def cache_outcome(route: str, outcome: str) -> None:
-    """Count a cacheable read by how it was answered: HIT, MISS or BYPASS."""
+    """Count a cacheable read by how it was answered: HIT, STALE, MISS or BYPASS."""
     child = _outcome_children.get((route, outcome))
     if child is None:
         child = _OUTCOME_COUNTERS[outcome].labels(route)
         _outcome_children[(route, outcome)] = child
     child.inc()
+
+
+_stale_max: dict[str, float] = {}
+_stale_lock = threading.Lock()
+
+
+def stale_served(route: str, age_s: float) -> None:
+    """Count a stale answer and how far past its expiry its value was."""
+    CACHE_STALE_SERVED.labels(route).inc()
+    CACHE_STALE_AGE.labels(route).observe(age_s)
+    with _stale_lock:
+        if age_s <= _stale_max.get(route, -1.0):
+            return
+        _stale_max[route] = age_s
+    CACHE_STALE_AGE_MAX.labels(route).set(age_s)
+
+
+def early_refresh(route: str) -> None:
+    CACHE_EARLY_REFRESH.labels(route).inc()
 
 
 def cache_error(route: str, op: str) -> None:

@@ -21,8 +21,13 @@ from aside_gateway.contracts import tolerance
 from aside_gateway.contracts.cache_keys import (
     CODECS,
     DEFAULT_CODEC,
+    DEFAULT_EXPIRY,
     DEFAULT_POLICY,
     DEFAULT_STRATEGY,
+    EXPIRY_EARLY_BETA_DEFAULT,
+    EXPIRY_JITTER_DEFAULT,
+    EXPIRY_MODES,
+    EXPIRY_STALE_MAX_SECONDS_DEFAULT,
     L1_TTL_SECONDS_DEFAULT,
     LARGE_THRESHOLD_BYTES_DEFAULT,
     POLICIES,
@@ -51,6 +56,7 @@ REDIS_READS_CLIENT = "client"
 REDIS_READS = (REDIS_READS_LEAN, REDIS_READS_CLIENT)
 
 _INT_RE = re.compile(r"^-?[0-9]{1,12}$")
+_DECIMAL_RE = re.compile(r"^[0-9]{1,6}(?:\.[0-9]{1,6})?$")
 _BIND_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
 # A bearer token as it can travel in a header: visible ASCII, no spaces.
 _TOKEN_RE = re.compile(r"^[\x21-\x7e]{16,512}$")
@@ -156,6 +162,11 @@ class Settings:
     cache_large_values: str = DEFAULT_POLICY
     cache_codec: str = DEFAULT_CODEC
     cache_simplify_tolerance: str = SIMPLIFY_TOLERANCE_DEFAULT
+    # How a cached value's end is handled (tiers/expiry.py, cache.json `expiry`).
+    cache_expiry: str = DEFAULT_EXPIRY
+    cache_expiry_jitter: float = EXPIRY_JITTER_DEFAULT
+    cache_expiry_early_beta: float = EXPIRY_EARLY_BETA_DEFAULT
+    cache_expiry_stale_max_seconds: int = EXPIRY_STALE_MAX_SECONDS_DEFAULT
     # Misses a second per worker that may reach PostgreSQL or the core
     # (door/miss_budget.py): per route, per client of a route; 0 is off.
     miss_budget_route_per_s: int = 0
@@ -231,6 +242,17 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     if value not in choices:
         raise ConfigError(f"{name} must be one of {'|'.join(choices)}, got {_one_line(raw)}")
     return value
+
+
+def _decimal(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    """A plain decimal number (e.g. 0.1), from `low` to `high` inclusive."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    text = raw.strip()
+    if not _DECIMAL_RE.match(text) or not low <= float(text) <= high:
+        raise ConfigError(f"{name} must be a number from {low} to {high}, got {_one_line(raw)}")
+    return float(text)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -488,5 +510,13 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         cache_codec=_choice(env, "CACHE_CODEC", DEFAULT_CODEC, CODECS),
         cache_simplify_tolerance=_tolerance(
             env, "CACHE_SIMPLIFY_TOLERANCE", SIMPLIFY_TOLERANCE_DEFAULT
+        ),
+        cache_expiry=_choice(env, "CACHE_EXPIRY", DEFAULT_EXPIRY, EXPIRY_MODES),
+        cache_expiry_jitter=_decimal(env, "CACHE_EXPIRY_JITTER", EXPIRY_JITTER_DEFAULT, 0.0, 0.9),
+        cache_expiry_early_beta=_decimal(
+            env, "CACHE_EXPIRY_EARLY_BETA", EXPIRY_EARLY_BETA_DEFAULT, 0.0, 100.0
+        ),
+        cache_expiry_stale_max_seconds=_int(
+            env, "CACHE_EXPIRY_STALE_MAX_SECONDS", EXPIRY_STALE_MAX_SECONDS_DEFAULT, 1, 3600
         ),
     )

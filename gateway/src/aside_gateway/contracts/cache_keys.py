@@ -10,6 +10,7 @@ it forwarded (the core invalidates Redis).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,24 @@ INVALIDATION_CHANNEL = f"{PREFIX}:invalidations"  # the core publishes each writ
 TRACKING_CHANNEL = "__redis__:invalidate"
 
 NEGATIVE = b"null"  # the value of user:<id> (and track:<id>:...) when there is no such row
+
+# Expiry handling (cache.json `expiry`): how a stored value's end is spread,
+# anticipated or outlived. `plain` and `jitter` store the value as it is;
+# `early` and `swr` store it in an envelope (below) carrying its logical expiry
+# and the measured cost of computing it. Every mode reads every form.
+EXPIRY_PLAIN = "plain"  # the key lives the TTL, and ends with it
+EXPIRY_JITTER = "jitter"  # the TTL drawn uniformly from [ttl * (1 - jitter), ttl]
+EXPIRY_EARLY = "early"  # XFetch: a read may recompute before the expiry
+EXPIRY_SWR = "swr"  # stale-while-revalidate: an expired value answered, bounded, while refreshed
+EXPIRY_MODES = (EXPIRY_PLAIN, EXPIRY_JITTER, EXPIRY_EARLY, EXPIRY_SWR)
+DEFAULT_EXPIRY = EXPIRY_PLAIN
+EXPIRY_JITTER_DEFAULT = 0.1
+EXPIRY_EARLY_BETA_DEFAULT = 1.0
+EXPIRY_STALE_MAX_SECONDS_DEFAULT = 10
+# The envelope: ENVELOPE_MAGIC, the logical expiry in unix ms, ":", the
+# recomputation's measured time in ms, ":", then the value itself.
+# No value of any kind begins with "~" (digits, JSON, null, codec frames, "!").
+ENVELOPE_MAGIC = b"~x1:"
 
 # Large values (cache.json `large_values`): what a track value above the
 # threshold is stored as; tiers/largevalues.py applies it.
@@ -179,3 +198,28 @@ def user_json(user_id: int, username: str, email: str, created_at: datetime) -> 
 def encode_json(value: Any) -> bytes:
     """Compact UTF-8 JSON, the form stored in Redis and served as is on a hit."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A value stored with its logical expiry (unix ms) and the time its
+    recomputation took (ms): the stored form under `early` and `swr`."""
+
+    value: bytes
+    expires_ms: int
+    delta_ms: int
+
+
+def wrap(value: bytes, expires_ms: int, delta_ms: int) -> bytes:
+    return b"%s%d:%d:%s" % (ENVELOPE_MAGIC, expires_ms, delta_ms, value)
+
+
+def unwrap(stored: bytes) -> Envelope | None:
+    """The envelope of `stored`, None for a bare value. A value that begins like an
+    envelope but does not parse is returned with expiry 0 (expired: a miss)."""
+    if not stored.startswith(ENVELOPE_MAGIC):
+        return None
+    parts = stored[len(ENVELOPE_MAGIC) :].split(b":", 2)
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return Envelope(b"", 0, 0)
+    return Envelope(parts[2], int(parts[0]), int(parts[1]))

@@ -65,3 +65,6 @@ class EarlyGet:
     # The L1 token (l1.L1Cache.token) taken before this GET, for a hybrid read
     # that may store its value in L1; None when the read does not use L1.
     l1_token: tuple[int, int] | None = None
+    # CACHE_EXPIRY=early: the hot path's XFetch draw said to recompute this value
+    # (tiers/expiry.py); Flask then tries the lease instead of drawing again.
+    refresh: bool = False

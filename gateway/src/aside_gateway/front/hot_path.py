@@ -27,6 +27,7 @@ here: docs/decisions/011-followers-wait-on-the-event-loop.md.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -64,9 +65,11 @@ from aside_gateway.door.lateness import LoopLag, is_timeout
 from aside_gateway.door.loop_admission import PASSED_KEY, SHED_ROUTE, LoopAdmission, refuse
 from aside_gateway.front.loop_writes import LoopWrites
 from aside_gateway.misses.coalesce import LoopFlights
+from aside_gateway.tiers import expiry
+from aside_gateway.tiers.expiry import ExpiryPolicy
 from aside_gateway.tiers.invalidations import LoopInvalidationSubscriber
 from aside_gateway.tiers.l1 import L1Cache
-from aside_gateway.tiers.l2 import FOLLOW_TIMEOUT_S, HIT
+from aside_gateway.tiers.l2 import FOLLOW_TIMEOUT_S, HIT, STALE
 from aside_gateway.tiers.tracking import TrackingSubscriber
 
 log = logging.getLogger("aside_gateway")
@@ -188,13 +191,25 @@ def remembered_lookup(path: str, query: bytes, default: str, lab: bool) -> Looku
 
 
 @dataclass(frozen=True, slots=True)
+class Meanwhile:
+    """What a read answers while its key is refreshed (tiers/expiry.py): the
+    value it read, fresh (early) or past its expiry by `stale_ms` (swr)."""
+
+    route: str
+    body: bytes
+    stale_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Miss:
     """A valid cached read that no tier answered: Flask fills its key. `held`: it
     carries the lab's X-Test-Hold header, which only Flask handles, so it never
-    waits for another fill (it may still lead one)."""
+    waits for another fill (it may still lead one). `meanwhile`: a value to
+    refresh, answered instead of waiting when the worker is already filling the key."""
 
     found: Lookup
     held: bool = False
+    meanwhile: Meanwhile | None = None
 
     @property
     def flight(self) -> tuple[str, str]:
@@ -339,6 +354,7 @@ class AsyncHotPath:
         self.default_strategy = settings.cache_strategy
         self.lab = settings.is_lab
         self.flights: LoopFlights[tuple[str, str]] = LoopFlights()
+        self.expiry = ExpiryPolicy.from_settings(settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -420,6 +436,8 @@ class AsyncHotPath:
             if not self.flights.busy(answer.flight):
                 # This request fills the key, in Flask; readers missing it meanwhile wait here.
                 return await self.flights.lead(answer.flight, self._to_flask(scope, receive, send))
+            if answer.meanwhile is not None:
+                return await self._send_meanwhile(answer.meanwhile, send, started)
             answer = None if answer.held else await self._follow(answer, scope)
         if answer is None:
             return await self._to_flask(scope, receive, send)
@@ -521,16 +539,45 @@ class AsyncHotPath:
         if early.failed or early.value is None:
             scope[EARLY_GET_KEY] = early  # Flask goes on from this GET's outcome
             return None if early.failed else Miss(found)
-        body = found.body(early.value)
+        judged = self.expiry.judge(early.value)
+        if judged.state == expiry.EXPIRED:
+            scope[EARLY_GET_KEY] = early  # past its expiry: a miss, which Flask fills
+            return Miss(found)
+        if judged.state == expiry.REFRESH:
+            early = dataclasses.replace(early, refresh=True)
+        body = found.body(judged.value)
         if body is None:
             scope[EARLY_GET_KEY] = early  # a negative or malformed entry: Flask answers
             return None
+        if judged.state != expiry.FRESH:
+            # To refresh (early) or stale (swr): the worker's first such read goes to
+            # Flask, which refreshes it if it gets the lease; the others answer it.
+            scope[EARLY_GET_KEY] = early
+            stale_ms = judged.age_ms if judged.state == expiry.STALE else None
+            return Miss(found, meanwhile=Meanwhile(found.route, body, stale_ms))
         if l1 is not None and l1_token is not None:
-            l1.put(found.key, early.value, l1_token)
+            l1.put(found.key, judged.value, l1_token)
             metrics.tier_read(found.route, "l1", "miss")
         metrics.tier_read(found.route, "l2", "hit")
         metrics.cache_outcome(found.route, HIT)
         return found.route, body, "l2"
+
+    async def _send_meanwhile(self, meanwhile: Meanwhile, send: Send, started: float) -> None:
+        """Answer the value read while this worker refreshes its key: a hit, or
+        with X-Cache: STALE and X-Cache-Stale-Ms (its age past expiry)."""
+        route, body = meanwhile.route, meanwhile.body
+        headers = _headers(body, "l2", self.worker_headers)
+        metrics.tier_read(route, "l2", "hit")
+        if meanwhile.stale_ms is None:
+            metrics.cache_outcome(route, HIT)
+        else:
+            metrics.cache_outcome(route, STALE)
+            metrics.stale_served(route, meanwhile.stale_ms / 1000)
+            headers = [(n, STALE.encode() if n == b"x-cache" else v) for n, v in headers]
+            headers.append((b"x-cache-stale-ms", b"%d" % meanwhile.stale_ms))
+        metrics.observe_request(route, "GET", 200, time.perf_counter() - started)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     def _l1_hit(self, found: Lookup, value: bytes) -> Answer | None:
         """An L1 hit answered without Redis. A negative entry is left to Flask,

@@ -1,7 +1,9 @@
 """The in-process L1 tier: one per worker, in front of Redis (L2).
 
 Bounded by entries and by bytes, each entry living at most CACHE_L1_TTL_SECONDS
-(cachetools' TTLCache, least recently used evicted first when a bound is hit).
+(cachetools' TTLCache, least recently used evicted first when a bound is hit);
+with CACHE_EXPIRY=jitter each entry's lifetime is drawn uniformly from
+[ttl * (1 - CACHE_EXPIRY_JITTER), ttl] (cachetools' TLRUCache), as Redis's are.
 Flask's threads and the event loop share it, so every access holds a lock.
 
 Coherence (contracts/README.md, "Cache tiers"): the core publishes every
@@ -24,12 +26,13 @@ rules keep a stale entry from outliving that message:
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
 
-from cachetools import TTLCache
+from cachetools import TLRUCache, TTLCache
 
 from aside_gateway.config import metrics
 
@@ -70,6 +73,31 @@ class _Entries(TTLCache[str, Entry]):
         return item
 
 
+class _JitteredEntries(TLRUCache[str, Entry]):
+    """As _Entries, each entry's lifetime drawn from [ttl * (1 - jitter), ttl]."""
+
+    def __init__(
+        self,
+        max_bytes: int,
+        ttl_s: float,
+        jitter: float,
+        timer: Callable[[], float],
+        draw: Callable[[], float],
+    ):
+        def ttu(_key: str, _value: Entry, now: float) -> float:
+            return now + ttl_s * (1 - jitter * draw())
+
+        super().__init__(maxsize=max_bytes, ttu=ttu, timer=timer)
+
+    def getsizeof(self, value: Entry) -> int:
+        return value[1]
+
+    def popitem(self) -> tuple[str, Entry]:
+        item = super().popitem()
+        metrics.l1_evicted("capacity")
+        return item
+
+
 class L1Cache:
     def __init__(
         self,
@@ -78,9 +106,16 @@ class L1Cache:
         ttl_s: float,
         needs_subscription: bool,
         timer: Callable[[], float] = time.monotonic,
+        jitter: float = 0.0,
+        draw: Callable[[], float] = random.random,
     ):
+        """`jitter`: CACHE_EXPIRY_JITTER when CACHE_EXPIRY=jitter, else 0 (one TTL)."""
         self._lock = threading.Lock()
-        self._entries = _Entries(max_bytes, ttl_s, timer)
+        self._entries: TTLCache[str, Entry] | TLRUCache[str, Entry] = (
+            _JitteredEntries(max_bytes, ttl_s, jitter, timer, draw)
+            if jitter > 0
+            else _Entries(max_bytes, ttl_s, timer)
+        )
         self._max_entries = max_entries
         self._epoch = 0
         self._stripes = [0] * STRIPES

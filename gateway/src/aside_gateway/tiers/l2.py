@@ -45,22 +45,36 @@ from aside_gateway.contracts.errors import ApiError, ClientGone
 from aside_gateway.contracts.routes import EarlyGet
 from aside_gateway.door.fallback import FallbackSlots
 from aside_gateway.misses.coalesce import Flight, SingleFlight, shared_error
+from aside_gateway.tiers import expiry
+from aside_gateway.tiers.expiry import ExpiryPolicy, Judged
 from aside_gateway.tiers.hooks import TestHooks
 
 HIT = "HIT"
 MISS = "MISS"
 BYPASS = "BYPASS"
+# Answered with a value past its expiry while another reader refreshes it
+# (CACHE_EXPIRY=swr, tiers/expiry.py).
+STALE = "STALE"
 
-# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] value, ARGV[3] ttl seconds.
-# The contract's script (contracts/store_if_lease_held.lua links to this file).
+# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] value, ARGV[3] ttl seconds,
+# ARGV[4] (optional, preferred) ttl ms. The contract's script
+# (contracts/store_if_lease_held.lua links to this file).
 STORE_IF_LEASE_HELD = (files("aside_gateway") / "scripts" / "store_if_lease_held.lua").read_text()
 
-# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms.
+# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms, ARGV[3] now (unix ms).
 # Returns {1, value} on a value, {2} when the lease was taken, {0} when someone else holds it.
+# A value in an envelope (cache.json `expiry`) whose logical expiry is past counts as none.
 GET_OR_LEASE = """
 local value = redis.call('GET', KEYS[1])
 if value then
-    return {1, value}
+    if string.sub(value, 1, 4) ~= '~x1:' then
+        return {1, value}
+    end
+    local stop = string.find(value, ':', 5, true)
+    local expires = stop and tonumber(string.sub(value, 5, stop - 1))
+    if expires == nil or expires > tonumber(ARGV[3]) then
+        return {1, value}
+    end
 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {2}
@@ -95,11 +109,12 @@ class CacheRead:
     value: bytes
     outcome: str
     error: bool = False
-    tier: str | None = None  # on a HIT: the tier that answered, "l1" or "l2"
+    tier: str | None = None  # on a HIT or STALE: the tier that answered, "l1" or "l2"
     # Redis held this value when it was read: a GET, or a store under a
     # still-held lease. Only such a value may enter the tracking tier's L1,
     # whose invalidations Redis sends for keys it holds (tiers/tracking.py).
     in_redis: bool = False
+    stale_ms: int = 0  # STALE: how long past its expiry the value was
 
 
 @dataclass(slots=True)
@@ -136,6 +151,7 @@ class Cache:
         self.breaker = breaker
         self.fallback = fallback or FallbackSlots(settings.cache_fallback_max_concurrency)
         self.ttl_seconds = settings.cache_ttl_seconds
+        self.expiry = ExpiryPolicy.from_settings(settings)
         self.naive = settings.cache_coherence == "naive"
         self.hooks = hooks
         self._max_connections = settings.redis_pool_max
@@ -153,10 +169,12 @@ class Cache:
 
         `early_get` is this request's GET of `key` if the hot path already did it.
         """
+        roll = True
         if early_get is not None and early_get.key == key:
             if early_get.failed:
                 return self._bypass_after_error(route, "get", load)
             value = early_get.value
+            roll = False  # the hot path drew XFetch's dice for this GET
         else:
             if not self.breaker.allow():
                 metrics.cache_error(route, "breaker_open")
@@ -166,16 +184,32 @@ class Cache:
             except REDIS_ERRORS as exc:
                 return self._bypass_after_error(route, "get", load, exc)
             self.breaker.record_success()
-        if value is not None and not cache_keys.value_is_valid(key, value):
+        if value is None:
+            return self._fill(route, key, load, hold)
+        judged = self.expiry.judge(value, roll=roll)
+        if early_get is not None and early_get.refresh and judged.state == expiry.FRESH:
+            judged = Judged(judged.value, expiry.REFRESH)
+        if not cache_keys.value_is_valid(key, judged.value):
             self._discard(route, key, value)
-            value = None
-        if value is not None:
-            return CacheRead(value, HIT, in_redis=True)
-        return self._fill(route, key, load, hold)
+            return self._fill(route, key, load, hold)
+        if judged.state == expiry.FRESH:
+            return CacheRead(judged.value, HIT, in_redis=True)
+        if judged.state == expiry.EXPIRED:
+            return self._fill(route, key, load, hold)
+        return self._refresh(route, key, load, hold, judged)
 
     def discard(self, route: str, key: str, value: bytes) -> None:
         """A caller found `value` malformed after all (a frame that does not
         decode): delete it, if still the same, so the next read fills it again."""
+        if self.expiry.enveloped:
+            try:
+                stored = self.client.get(key)
+            except REDIS_ERRORS as exc:
+                self.breaker.record_failure(exc)
+                return
+            if stored is None or self.expiry.judge(stored, roll=False).value != value:
+                return
+            value = stored
         self._discard(route, key, value)
 
     def _discard(self, route: str, key: str, value: bytes) -> None:
@@ -201,6 +235,50 @@ class Cache:
             raise
         finally:
             self.pool.release(conn)
+
+    def _refresh(
+        self, route: str, key: str, load: Callable[[], bytes], hold: str | None, judged: Judged
+    ) -> CacheRead:
+        """A value to refresh (early) or an expired one still within its bound (swr):
+        the reader that takes the key's lease recomputes it and answers the new
+        value; every other reader answers the one it read, without waiting.
+        Within the process only one thread asks for the lease (the key's flight)."""
+        flight, leads = self._flights.join(key)
+        if not leads:
+            return self._meanwhile(route, judged)
+        try:
+            fill = self._refresh_as_leader(route, key, load, hold, judged)
+        except BaseException as exc:
+            self._flights.land(key, flight, error=exc)
+            raise
+        self._flights.land(key, flight, fill.read, fill.valid_at)
+        return fill.read
+
+    def _refresh_as_leader(
+        self, route: str, key: str, load: Callable[[], bytes], hold: str | None, judged: Judged
+    ) -> Fill:
+        lease = cache_keys.lease_key(key)
+        token = os.urandom(16).hex()
+        try:
+            taken = self.client.set(lease, token, nx=True, px=cache_keys.LEASE_TTL_MS)
+        except REDIS_ERRORS as exc:
+            self.breaker.record_failure(exc)
+            metrics.cache_error(route, "lease")
+            taken = False
+        if not taken:
+            # valid_at 0: a thread that joined this flight to fill the key goes round again.
+            return Fill(self._meanwhile(route, judged), 0.0)
+        if judged.state == expiry.REFRESH:
+            metrics.early_refresh(route)
+        return self._fill_as_holder(route, key, lease, token, load, hold)
+
+    @staticmethod
+    def _meanwhile(route: str, judged: Judged) -> CacheRead:
+        """The answer of a reader that does not refresh the value it read."""
+        if judged.state == expiry.STALE:
+            metrics.stale_served(route, judged.age_ms / 1000)
+            return CacheRead(judged.value, STALE, stale_ms=judged.age_ms)
+        return CacheRead(judged.value, HIT, in_redis=True)
 
     def _fill(self, route: str, key: str, load: Callable[[], bytes], hold: str | None) -> CacheRead:
         """Fill `key` once per process: lead the flight, or share the leader's result.
@@ -265,15 +343,19 @@ class Cache:
         deadline = time.monotonic() + cache_keys.LEASE_TTL_MS / 1000
         while True:
             asked = time.monotonic()
+            now = expiry.now_ms()
             try:
-                reply = self._get_or_lease(keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS])
+                reply = self._get_or_lease(
+                    keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS, now]
+                )
             except REDIS_ERRORS as exc:
                 self.breaker.record_failure(exc)
                 metrics.cache_error(route, "lease")
                 return _timed_load(lambda: self.fallback.load(load), BYPASS, error=True)
             if reply[0] == 1:
-                if cache_keys.value_is_valid(key, reply[1]):
-                    return Fill(CacheRead(reply[1], HIT, in_redis=True), asked)
+                value = self.expiry.judge(reply[1], now, roll=False).value
+                if cache_keys.value_is_valid(key, value):
+                    return Fill(CacheRead(value, HIT, in_redis=True), asked)
                 self._discard(route, key, reply[1])  # then ask again, after the pause
             elif reply[0] == 2:
                 return self._fill_as_holder(route, key, lease, token, load, hold)
@@ -299,17 +381,19 @@ class Cache:
         except BaseException:
             self._release_quietly(lease, token)  # waiters need not wait out the lease
             raise
+        # delta: what computing the value cost, measured (early's XFetch scales by it).
+        form = self.expiry.stored(value, (time.monotonic() - read_at) * 1000)
         if hold and self.hooks:
             self.hooks.hold(hold)
         try:
             if self.naive:
                 # Lab-only demonstration of the stale-set race: store whatever we read.
-                self.client.set(key, value, ex=self.ttl_seconds)
+                self.client.set(key, form.data, px=form.ttl_ms)
                 self._release_lease(keys=[lease], args=[token])
                 return Fill(CacheRead(value, MISS), read_at)
             stored_at = time.monotonic()
             stored = self._store_if_lease_held(
-                keys=[key, lease], args=[token, value, self.ttl_seconds]
+                keys=[key, lease], args=[token, form.data, form.ttl_s, form.ttl_ms]
             )
         except REDIS_ERRORS as exc:
             self.breaker.record_failure(exc)

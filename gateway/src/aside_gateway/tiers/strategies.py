@@ -26,7 +26,7 @@ from aside_gateway.contracts import cache_keys
 from aside_gateway.contracts.routes import EarlyGet
 from aside_gateway.tiers.hooks import TestHooks
 from aside_gateway.tiers.l1 import L1Cache
-from aside_gateway.tiers.l2 import BYPASS, HIT, MISS, Cache, CacheRead
+from aside_gateway.tiers.l2 import BYPASS, HIT, MISS, STALE, Cache, CacheRead
 
 L1 = "l1"
 L2 = "l2"
@@ -78,7 +78,9 @@ class TieredCache:
             token = l1.token(key)
         result = self._from_l2(route, key, load, hold, early_get)
         tracked = strategy == cache_keys.STRATEGY_TRACKING
-        if result.outcome != BYPASS and not result.error and (result.in_redis or not tracked):
+        # A stale answer (swr) never enters L1: it would outlive its bound there.
+        fresh = result.outcome not in (BYPASS, STALE)
+        if fresh and not result.error and (result.in_redis or not tracked):
             l1.put(key, result.value, token)
         return result
 
@@ -91,7 +93,7 @@ class TieredCache:
         early_get: EarlyGet | None,
     ) -> CacheRead:
         result = self.l2.read_through(route, key, load, hold, early_get)
-        if result.outcome == HIT:
+        if result.outcome in (HIT, STALE):
             result.tier = L2
             metrics.tier_read(route, L2, "hit")
         elif result.outcome == MISS:

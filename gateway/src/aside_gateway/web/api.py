@@ -29,7 +29,7 @@ from aside_gateway.contracts.validation import (
     validate_email,
 )
 from aside_gateway.services import Services
-from aside_gateway.tiers.l2 import BYPASS, CacheRead
+from aside_gateway.tiers.l2 import BYPASS, STALE, CacheRead
 
 HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 JSON = "application/json"
@@ -58,6 +58,8 @@ def _cache_headers(read: CacheRead) -> dict[str, str]:
         headers["X-Cache-Tier"] = read.tier
     if read.error:
         headers["X-Cache-Error"] = "1"
+    if read.outcome == STALE:
+        headers["X-Cache-Stale-Ms"] = str(read.stale_ms)  # how long past its expiry
     return headers
 
 

@@ -1,0 +1,269 @@
+"""Expiry handling (CACHE_EXPIRY, tiers/expiry.py) through real gunicorn
+gateways, Redis, PostgreSQL and the core: jitter's spread of TTLs, early
+refresh before the expiry, swr's stale answers within their bound with one
+refresh, values read under another mode than the one that wrote them, and
+values invalidated by a write never answered, stale or not, in any mode.
+
+Values about to expire are written straight into Redis in the contract's
+envelope (cache.json `expiry`), so no test waits out a TTL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+import pytest
+import redis
+import requests
+from aside_gateway.contracts import cache_keys
+from gateway_helpers import (
+    Proc,
+    reads_waiting_on_a_lock,
+    release,
+    sample,
+    scrape,
+    start_held,
+    unique_email,
+    unique_username,
+    wait_until,
+)
+
+COUNT = "/api/v1/users/count"
+COUNT_ROUTE = "/api/v1/users/count"
+TTL_S = 100
+JITTER = 0.5
+STALE_MAX_S = 5
+OLD = 7  # a count no test email has: an answer of OLD is the value written here
+DEADLINE_S = 10
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def count(base: str, email: str, headers: dict[str, str] | None = None) -> requests.Response:
+    response = requests.get(base + COUNT, params={"email": email}, headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def answered(response: requests.Response) -> tuple[int, str]:
+    return response.json()["count"], response.headers["X-Cache"]
+
+
+def put(rdb: redis.Redis, email: str, value: int, expires_ms: int, ttl_ms: int, delta_ms: int = 1):
+    """Store `value` for `email` as an early/swr gateway would, expiring at `expires_ms`."""
+    data = cache_keys.wrap(str(value).encode(), expires_ms, delta_ms)
+    rdb.set(cache_keys.count_key(email), data, px=ttl_ms)
+
+
+def db_reads(base: str) -> float:
+    """The count queries the gateway sent PostgreSQL (single and batched)."""
+    samples = scrape(base)
+    return sum(
+        sample(samples, "aside_gateway_db_queries_total", query=q)
+        for q in ("count_by_email", "count_batch")
+    )
+
+
+def metric(base: str, name: str) -> float:
+    return sample(scrape(base), name, route=COUNT_ROUTE)
+
+
+def core_create(core: Proc, email: str) -> None:
+    body = {"username": unique_username(), "email": email}
+    response = requests.post(core.url + "/api/v1/users", json=body, timeout=10)
+    assert response.status_code == 201, response.text
+
+
+@pytest.fixture(scope="module")
+def gateways(start_gateway: Callable[..., Proc]) -> dict[str, Proc]:
+    common = {"CACHE_TTL_SECONDS": str(TTL_S), "GATEWAY_WORKERS": "2"}
+    return {
+        "plain": start_gateway(CACHE_EXPIRY="plain", **common),
+        "jitter": start_gateway(CACHE_EXPIRY="jitter", CACHE_EXPIRY_JITTER=str(JITTER), **common),
+        "early": start_gateway(CACHE_EXPIRY="early", CACHE_EXPIRY_EARLY_BETA="1", **common),
+        "swr": start_gateway(
+            CACHE_EXPIRY="swr", CACHE_EXPIRY_STALE_MAX_SECONDS=str(STALE_MAX_S), **common
+        ),
+    }
+
+
+# ---- jitter --------------------------------------------------------------------------
+
+
+def filled_pttls(base: str, rdb: redis.Redis, n: int) -> list[int]:
+    emails = [unique_email("jit") for _ in range(n)]
+    for email in emails:
+        assert answered(count(base, email)) == (0, "MISS")
+    for email in emails:
+        assert rdb.get(cache_keys.count_key(email)) == b"0"  # stored bare
+    return [rdb.pttl(cache_keys.count_key(email)) for email in emails]
+
+
+def test_jitter_spreads_ttls_within_the_documented_range(gateways, rdb):
+    ttls = filled_pttls(gateways["jitter"].url, rdb, 40)
+    low, high = TTL_S * 1000 * (1 - JITTER), TTL_S * 1000
+    margin = 5000  # the time the fills and PTTLs took
+    assert all(low - margin <= ttl <= high for ttl in ttls), ttls
+    assert max(ttls) - min(ttls) > 0.3 * (high - low), ttls
+
+
+def test_plain_keys_filled_together_end_together(gateways, rdb):
+    ttls = filled_pttls(gateways["plain"].url, rdb, 20)
+    assert all(TTL_S * 1000 - 5000 <= ttl <= TTL_S * 1000 for ttl in ttls), ttls
+
+
+# ---- early ---------------------------------------------------------------------------
+
+
+def test_early_refreshes_once_before_the_key_expires(gateways, rdb):
+    base = gateways["early"].url
+    email = unique_email("early")
+    expires = now_ms() + 3000
+    put(rdb, email, OLD, expires, 3000, delta_ms=1000)
+    refreshes, queries = metric(base, "aside_cache_early_refresh_total"), db_reads(base)
+    seen = []
+
+    def refreshed() -> bool:
+        seen.append((answered(count(base, email)), now_ms()))
+        return seen[-1][0][0] == 0
+
+    wait_until(refreshed, DEADLINE_S, "an early refresh", step_s=0.02)
+    (_, outcome), at = seen[-1]
+    assert at < expires, "refreshed only once the value had expired"
+    assert outcome == "MISS"  # the reader that refreshed read PostgreSQL
+    assert all(answer == (OLD, "HIT") for answer, _ in seen[:-1])  # the others kept the value
+    envelope = cache_keys.unwrap(rdb.get(cache_keys.count_key(email)))
+    assert envelope is not None and envelope.value == b"0"
+    assert envelope.expires_ms >= expires - 3000 + TTL_S * 1000 - 5000
+    assert metric(base, "aside_cache_early_refresh_total") == refreshes + 1
+    assert db_reads(base) == queries + 1
+
+
+def test_early_stores_the_measured_recomputation_time(gateways, rdb, database_url):
+    """delta is measured around the load: a count that waited 300 ms on a lock says so."""
+    base = gateways["early"].url
+    email = unique_email("delta")
+    with (
+        psycopg.connect(database_url, autocommit=True) as watcher,
+        psycopg.connect(database_url) as locker,
+    ):
+        locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        result: list[requests.Response] = []
+        reader = threading.Thread(target=lambda: result.append(count(base, email)))
+        reader.start()
+        wait_until(lambda: reads_waiting_on_a_lock(watcher) > 0, DEADLINE_S, "a read on the lock")
+        time.sleep(0.3)  # the recomputation's cost, not a synchronisation
+        locker.rollback()
+        reader.join(DEADLINE_S)
+    assert answered(result[0]) == (0, "MISS")
+    envelope = cache_keys.unwrap(rdb.get(cache_keys.count_key(email)))
+    assert envelope is not None and 300 <= envelope.delta_ms < 10_000
+
+
+# ---- swr -----------------------------------------------------------------------------
+
+
+def test_swr_answers_stale_while_one_reader_refreshes(gateways, rdb):
+    base = gateways["swr"].url
+    email = unique_email("swr")
+    put(rdb, email, OLD, now_ms() - 100, STALE_MAX_S * 1000)
+    served, queries = metric(base, "aside_cache_stale_served_total"), db_reads(base)
+    hold = "swr-" + email.split("@")[0]
+    holder = start_held(base, email, hold, rdb)  # took the lease, read PostgreSQL, held
+    try:
+        answers = [count(base, email) for _ in range(20)]  # fresh connections: both workers
+    finally:
+        release(rdb, hold)
+    for response in answers:
+        assert answered(response) == (OLD, "STALE")
+        assert 100 <= int(response.headers["X-Cache-Stale-Ms"]) <= STALE_MAX_S * 1000
+    assert answered(holder.result()) == (0, "MISS")
+    assert answered(count(base, email)) == (0, "HIT")
+    assert db_reads(base) == queries + 1  # only the lease holder's
+    assert metric(base, "aside_cache_stale_served_total") == served + 20
+    largest = metric(base, "aside_cache_stale_age_max_seconds")
+    assert 0.1 <= largest <= STALE_MAX_S
+
+
+def test_swr_concurrent_reads_after_expiry_cost_one_query(gateways, rdb):
+    base = gateways["swr"].url
+    email = unique_email("swrc")
+    put(rdb, email, OLD, now_ms() - 50, STALE_MAX_S * 1000)
+    queries = db_reads(base)
+    answers: list[tuple[int, str]] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(answered(count(base, email))))
+        for _ in range(24)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLINE_S)
+    assert len(answers) == 24
+    assert set(answers) <= {(OLD, "STALE"), (0, "MISS"), (0, "HIT")}, answers
+    assert db_reads(base) == queries + 1
+
+
+def test_swr_never_answers_past_its_bound(gateways, rdb):
+    base = gateways["swr"].url
+    email = unique_email("swrb")
+    # Still in Redis (written with a longer bound), past this gateway's own.
+    put(rdb, email, OLD, now_ms() - STALE_MAX_S * 1000 - 500, 60_000)
+    assert answered(count(base, email)) == (0, "MISS")
+    assert answered(count(base, email)) == (0, "HIT")
+
+
+def test_swr_stores_with_the_stale_bound_added(gateways, rdb):
+    email = unique_email("swrt")
+    assert answered(count(gateways["swr"].url, email)) == (0, "MISS")
+    key = cache_keys.count_key(email)
+    envelope = cache_keys.unwrap(rdb.get(key))
+    assert envelope is not None and envelope.value == b"0"
+    assert abs(envelope.expires_ms - (now_ms() + TTL_S * 1000)) < 5000
+    assert TTL_S * 1000 < rdb.pttl(key) <= (TTL_S + STALE_MAX_S) * 1000
+
+
+# ---- across modes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reader", ["plain", "jitter", "early"])
+def test_an_expired_envelope_is_a_miss_outside_swr(gateways, rdb, reader):
+    """A restart into another mode finds swr's values: past their expiry they are
+    misses, never answers, though Redis still holds them."""
+    email = unique_email("cross")
+    put(rdb, email, OLD, now_ms() - 100, 60_000)
+    assert answered(count(gateways[reader].url, email)) == (0, "MISS")
+
+
+@pytest.mark.parametrize("writer", ["plain", "jitter", "early", "swr"])
+@pytest.mark.parametrize("reader", ["plain", "jitter", "early", "swr"])
+def test_a_value_written_under_one_mode_is_a_hit_under_another(gateways, writer, reader):
+    email = unique_email("across")
+    assert answered(count(gateways[writer].url, email)) == (0, "MISS")
+    assert answered(count(gateways[reader].url, email)) == (0, "HIT")
+
+
+# ---- coherence -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["plain", "jitter", "early", "swr"])
+def test_a_value_invalidated_by_a_write_is_never_answered(gateways, rdb, core, insert_user, mode):
+    """The core's DEL removes the value whatever its form: an invalidated value is
+    not served, neither fresh nor stale, even one expired within swr's bound."""
+    base = gateways[mode].url
+    email = unique_email(f"coh-{mode}")
+    insert_user(email)
+    assert answered(count(base, email))[0] == 1
+    if mode in ("early", "swr"):
+        # Expired within swr's bound (early: about to be refreshed) when the write lands.
+        put(rdb, email, 1, now_ms() - 100, STALE_MAX_S * 1000, delta_ms=1000)
+        assert answered(count(base, email))[0] == 1  # stale, or refreshed by this read
+        put(rdb, email, 1, now_ms() - 100, STALE_MAX_S * 1000, delta_ms=1000)
+    core_create(core, email)
+    answers = [answered(count(base, email)) for _ in range(10)]
+    assert all(value == 2 for value, _ in answers), answers
+    assert "STALE" not in {outcome for _, outcome in answers}
