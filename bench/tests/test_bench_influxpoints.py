@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 import requests
-from aside_bench.records import influxpoints
-from aside_bench.records.influxpoints import InfluxPoints
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report import shards
 from aside_bench.report.sweep import influx_notes
+from aside_bench.stack import influxpoints
 from aside_bench.stack.config import Settings
+from aside_bench.stack.influxpoints import InfluxPoints
 from aside_bench.stack.sources import Influx, quote_literal
 from aside_bench.sweep.runner import not_written
 

@@ -8,9 +8,8 @@ import argparse
 
 from aside_bench.cli import options as opt
 from aside_bench.cli.options import Command, UsageError
-from aside_bench.records import influxpoints
 from aside_bench.report import shards
-from aside_bench.stack import config
+from aside_bench.stack import config, influxpoints
 from aside_bench.stack.sources import Influx
 
 

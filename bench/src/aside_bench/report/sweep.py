@@ -14,7 +14,6 @@ from aside_bench.curve.simulate import CurveUnavailable
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
-from aside_bench.records.influxpoints import SPOOL_DIR, InfluxPoints
 from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures, save_figures
@@ -29,6 +28,7 @@ from aside_bench.report.tables import (
     saturated_steps,
     sweep_tables,
 )
+from aside_bench.stack.influxpoints import SPOOL_DIR, InfluxPoints
 from aside_bench.stack.machine import summary
 
 # The p95 limit a sweep's step is judged "held" by, as the ceiling's default.

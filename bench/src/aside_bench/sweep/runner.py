@@ -36,13 +36,13 @@ from aside_bench.plan.steps import (
     pool_for,
 )
 from aside_bench.records import runfile
-from aside_bench.records.influxpoints import BENCH_SPOOL, SPOOL_DIR, InfluxPoints, write_or_spool
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
 from aside_bench.stack import cachememory
 from aside_bench.stack.cachememory import MemoryBound
 from aside_bench.stack.config import Settings
+from aside_bench.stack.influxpoints import BENCH_SPOOL, SPOOL_DIR, InfluxPoints, write_or_spool
 from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import (
     StackError,
