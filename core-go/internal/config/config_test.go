@@ -42,6 +42,8 @@ func TestLabDefaults(t *testing.T) {
 		{"redis timeout", cfg.RedisTimeout, 200 * time.Millisecond},
 		{"shutdown", cfg.ShutdownTimeout, 10 * time.Second},
 		{"compute", cfg.ComputeMaxConcurrency, runtime.GOMAXPROCS(0)},
+		{"simplify", cfg.SimplifyMaxConcurrency, 1},
+		{"simplify wait", cfg.SimplifyQueueWait, 100 * time.Millisecond},
 		{"invalidation", cfg.InvalidationDeadline, 300 * time.Millisecond},
 		{"metrics on the public listener", cfg.MetricsAddr, ""},
 		{"no core token", cfg.CoreToken, ""},
@@ -57,17 +59,19 @@ func TestLabDefaults(t *testing.T) {
 
 func TestOverrides(t *testing.T) {
 	cfg, err := config.Load(env(map[string]string{
-		"ASIDE_PROFILE":                "production",
-		"DATABASE_URL":                 "postgres://u:p@db:5432/x",
-		"REDIS_URL":                    "redis://cache:6379/3",
-		"CORE_LISTEN_ADDR":             "0.0.0.0:8080",
-		"CORE_DB_POOL_MAX":             "40",
-		"CORE_DB_TIMEOUT_MS":           "750",
-		"CORE_REDIS_TIMEOUT_MS":        "50",
-		"CORE_SHUTDOWN_TIMEOUT":        "3",
-		"CORE_COMPUTE_MAX_CONCURRENCY": "5",
-		"CORE_COMPUTE_QUEUE_WAIT_MS":   "0",
-		"CORE_TOKEN":                   "core-token-0123456789",
+		"ASIDE_PROFILE":                 "production",
+		"DATABASE_URL":                  "postgres://u:p@db:5432/x",
+		"REDIS_URL":                     "redis://cache:6379/3",
+		"CORE_LISTEN_ADDR":              "0.0.0.0:8080",
+		"CORE_DB_POOL_MAX":              "40",
+		"CORE_DB_TIMEOUT_MS":            "750",
+		"CORE_REDIS_TIMEOUT_MS":         "50",
+		"CORE_SHUTDOWN_TIMEOUT":         "3",
+		"CORE_COMPUTE_MAX_CONCURRENCY":  "5",
+		"CORE_COMPUTE_QUEUE_WAIT_MS":    "0",
+		"CORE_SIMPLIFY_MAX_CONCURRENCY": "3",
+		"CORE_SIMPLIFY_QUEUE_WAIT_MS":   "0",
+		"CORE_TOKEN":                    "core-token-0123456789",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +79,7 @@ func TestOverrides(t *testing.T) {
 	if cfg.Profile != config.ProfileProduction || cfg.DBPoolMax != 40 || cfg.DBTimeout != 750*time.Millisecond ||
 		cfg.RedisTimeout != 50*time.Millisecond || cfg.ShutdownTimeout != 3*time.Second ||
 		cfg.ComputeMaxConcurrency != 5 || cfg.ComputeQueueWait != 0 || cfg.ListenAddr != "0.0.0.0:8080" ||
-		cfg.CoreToken != "core-token-0123456789" {
+		cfg.CoreToken != "core-token-0123456789" || cfg.SimplifyMaxConcurrency != 3 || cfg.SimplifyQueueWait != 0 {
 		t.Fatalf("overrides not applied: %+v", cfg)
 	}
 }
@@ -105,6 +109,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CORE_INVALIDATION_DEADLINE_MS", "x"},
 		{"CORE_COMPUTE_MAX_CONCURRENCY", "0"},
 		{"CORE_COMPUTE_QUEUE_WAIT_MS", "-1"},
+		{"CORE_SIMPLIFY_MAX_CONCURRENCY", "0"},
+		{"CORE_SIMPLIFY_QUEUE_WAIT_MS", "soon"},
 		{"CORE_SHUTDOWN_TIMEOUT", "soon"},
 		{"CORE_SHUTDOWN_TIMEOUT", "-1s"},
 		{"CORE_DB_HEALTH_CHECK_PERIOD", "1ms"},
