@@ -231,3 +231,16 @@ func TestShardsSplitTheRate(t *testing.T) {
 }
 
 func itoa(n int) string { return string(rune('0' + n)) }
+
+func TestInfluxSpoolBesideTheSummary(t *testing.T) {
+	for _, c := range []struct{ summary, spool, want string }{
+		{"", "", ""},
+		{"/runs/r1/summary-001.json", "", "/runs/r1/influx-spool"},
+		{"/runs/r1/summary-001.json", "/elsewhere", "/elsewhere"},
+	} {
+		got, err := config.Load(step(map[string]string{"SUMMARY_PATH": c.summary, "INFLUX_SPOOL": c.spool}))
+		if err != nil || got.InfluxSpool != c.want {
+			t.Errorf("SUMMARY_PATH=%q INFLUX_SPOOL=%q: spool %q, want %q (%v)", c.summary, c.spool, got.InfluxSpool, c.want, err)
+		}
+	}
+}
