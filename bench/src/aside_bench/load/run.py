@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aside_bench.load.samples import SamplesError, sample_lines
-from aside_bench.load.summary import Summary as Summary
-from aside_bench.load.summary import SummaryError as SummaryError
 from aside_bench.plan import interference
 from aside_bench.plan import tracks as trackplan
 from aside_bench.plan.steps import BARE_ARM, Step, cache_param, pool_for

@@ -19,13 +19,12 @@ from typing import Any
 from aside_bench.load.run import (
     DriverProcess,
     LoadRun,
-    Summary,
-    SummaryError,
     deadline_s,
     keeps_key_trace,
     new_driver,
     step_run,
 )
+from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.plan.steps import (
     CACHE_PARAMS,
     REDIS_READS,
