@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psycopg
+import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
@@ -86,13 +87,16 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         with connect(self.settings) as conn:
             while True:
-                try:
-                    self.readings.append(read_counters(self.settings, conn))
-                except (StackError, psycopg.Error, OSError) as error:
-                    print(f"  warning: a reading failed: {error}", flush=True)
+                self._read(conn)
                 if self.halt.wait(SAMPLE_EVERY_S):
-                    self.readings.append(read_counters(self.settings, conn))
+                    self._read(conn)  # the last, after the load
                     return
+
+    def _read(self, conn: psycopg.Connection) -> None:
+        try:
+            self.readings.append(read_counters(self.settings, conn))
+        except (StackError, psycopg.Error, requests.RequestException) as error:
+            print(f"  warning: a reading failed: {error}", flush=True)
 
     def stop(self) -> list[Reading]:
         self.halt.set()
