@@ -61,7 +61,7 @@ def test_no_bare_value_is_taken_for_an_envelope():
 
 def test_settings_defaults_and_values():
     settings = load_settings(BASE_ENV)
-    assert settings.cache_expiry == cache_keys.DEFAULT_EXPIRY == "plain"
+    assert settings.cache_expiry == cache_keys.DEFAULT_EXPIRY == "jitter"
     assert settings.cache_expiry_jitter == 0.1
     assert settings.cache_expiry_early_beta == 1.0
     assert settings.cache_expiry_stale_max_seconds == 10
