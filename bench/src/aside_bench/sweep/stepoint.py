@@ -1,7 +1,7 @@
 """One InfluxDB point per step (measurement `bench_step`): what a reader
 compares in InfluxDB and the dashboards, cache off against on, without
 opening the report. Written as each step ends; a point that cannot be written
-is spooled (records/influxpoints.py), never a failed step."""
+is spooled (stack/influxpoints.py), never a failed step."""
 
 from __future__ import annotations
 
