@@ -14,6 +14,7 @@ import hiredis
 import pytest
 from aside_gateway.backends import redis_reads
 from aside_gateway.backends.redis_reads import Handover, LoopReads, ReadsBusy
+from aside_gateway.config.settings import ConfigError, load_settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
@@ -322,3 +323,32 @@ def test_past_the_replies_a_connection_may_owe_a_get_is_refused_without_a_verdic
         await reads.close()
 
     run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("REDIS_READS", "fast"), ("REDIS_READ_CONNECTIONS", "0")]
+)
+def test_a_bad_read_setting_is_one_line_naming_the_variable(name, value):
+    env = {
+        "DATABASE_URL": "postgresql://a@h/d",
+        "CORE_URL": "http://c",
+        "ASIDE_PROFILE": "lab",
+        "REDIS_URL": "redis://127.0.0.1:6379/0",
+        name: value,
+    }
+    with pytest.raises(ConfigError) as raised:
+        load_settings(env)
+    assert str(raised.value).startswith(name) and "\n" not in str(raised.value)
+
+
+def test_the_lean_reads_are_the_default():
+    settings = load_settings(
+        {
+            "DATABASE_URL": "postgresql://a@h/d",
+            "CORE_URL": "http://c",
+            "ASIDE_PROFILE": "lab",
+            "REDIS_URL": "redis://127.0.0.1:6379/0",
+        }
+    )
+    assert (settings.redis_reads, settings.redis_read_connections) == ("lean", 2)
+    assert isinstance(redis_reads.loop_reads(settings), LoopReads)
