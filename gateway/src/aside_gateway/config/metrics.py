@@ -106,7 +106,7 @@ SHED = Counter(
     "(queue_timeout), client gone before a thread took them (client_gone), "
     "too many count misses waiting for a batch (batch_queue_full), every python "
     "compute slot stayed busy (python_compute_busy), the event loop's door was at its "
-    "limit (admission_limit), the request waited too long for the loop (queue_delay) "
+    "limit (admission_limit) "
     "or was refused with the late loop's drop probability (loop_late), "
     "too many reads falling back to PostgreSQL (fallback_busy) or asking it "
     "uncached, the lab's bypass (uncached_busy)",

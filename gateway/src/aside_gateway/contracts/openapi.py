@@ -63,6 +63,8 @@ _REASONS = {
     413: "Request body over 16 KiB",
     415: "Content-Type is not application/json",
     422: "Idempotency-Key already used with a different request body",
+    429: "Production's miss budget spent for this route or client (GATEWAY_MISS_BUDGET_*): "
+    "cached answers are still served; retry a miss after Retry-After",
     500: "Unexpected error (never carries internals)",
     503: "A dependency is unavailable; retry later",
     504: "Timed out: a database query took too long (`timeout`), or the core did not "
@@ -147,6 +149,7 @@ def _errors(*statuses: int) -> dict[str, Schema]:
                 {"type": "string", "pattern": "^Bearer"}, "The bearer challenge.", required=True
             )
         },
+        429: {"Retry-After": RETRY_AFTER},
         503: {"Retry-After": RETRY_AFTER},
         504: {"Retry-After": RETRY_AFTER},
     }
@@ -510,7 +513,7 @@ def _user_paths() -> dict[str, Schema]:
                 "responses": {
                     "200": _ok(_ref("Count"), headers=READ_HEADERS),
                     **_errors(400, 403),
-                    **_errors(500, 503, 504),
+                    **_errors(429, 500, 503, 504),
                 },
             }
         },
@@ -553,7 +556,7 @@ def _user_paths() -> dict[str, Schema]:
                     "200": _ok(_ref("User"), headers=READ_HEADERS),
                     **_errors(400, 403),
                     "404": _error(404, READ_HEADERS),
-                    **_errors(500, 503, 504),
+                    **_errors(429, 500, 503, 504),
                 },
             },
             "patch": {
@@ -594,7 +597,7 @@ def _track_paths() -> dict[str, Schema]:
                     "200": _ok(_ref("Track"), headers=READ_HEADERS),
                     **_errors(400, 403),
                     "404": _error(404, READ_HEADERS),
-                    **_errors(500, 503, 504),
+                    **_errors(429, 500, 503, 504),
                 },
             },
         }

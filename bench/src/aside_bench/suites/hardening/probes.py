@@ -26,7 +26,7 @@ FLOOD_DOMAIN = "hardening.invalid"
 COUNT_ROUTE = "/api/v1/users/count"
 # The shed reasons of the event loop's door (the gateway's loop_admission.py):
 # a read it refuses is also counted as a 503 answer of its route.
-DOOR_REASONS = ("admission_limit", "loop_late", "queue_delay")
+DOOR_REASONS = ("admission_limit", "loop_late")
 
 
 def flood_emails(run_id: str, count: int) -> list[str]:
