@@ -58,11 +58,9 @@ def entry_size(key: str, value: bytes) -> int:
 Entry = tuple[bytes, int]
 
 
-class _Entries(TTLCache[str, Entry]):
-    """TTLCache that sizes entries by bytes and counts what it evicts for room."""
-
-    def __init__(self, max_bytes: int, ttl_s: float, timer: Callable[[], float]):
-        super().__init__(maxsize=max_bytes, ttl=ttl_s, timer=timer)
+class _SizedByBytes:
+    """Sizes entries by bytes and counts what the cache evicts for room (mixed
+    into a cachetools cache, before it)."""
 
     def getsizeof(self, value: Entry) -> int:
         return value[1]
@@ -73,7 +71,14 @@ class _Entries(TTLCache[str, Entry]):
         return item
 
 
-class _JitteredEntries(TLRUCache[str, Entry]):
+class _Entries(_SizedByBytes, TTLCache[str, Entry]):
+    """TTLCache that sizes entries by bytes and counts what it evicts for room."""
+
+    def __init__(self, max_bytes: int, ttl_s: float, timer: Callable[[], float]):
+        super().__init__(maxsize=max_bytes, ttl=ttl_s, timer=timer)
+
+
+class _JitteredEntries(_SizedByBytes, TLRUCache[str, Entry]):
     """As _Entries, each entry's lifetime drawn from [ttl * (1 - jitter), ttl]."""
 
     def __init__(
@@ -88,14 +93,6 @@ class _JitteredEntries(TLRUCache[str, Entry]):
             return now + ttl_s * (1 - jitter * draw())
 
         super().__init__(maxsize=max_bytes, ttu=ttu, timer=timer)
-
-    def getsizeof(self, value: Entry) -> int:
-        return value[1]
-
-    def popitem(self) -> tuple[str, Entry]:
-        item = super().popitem()
-        metrics.l1_evicted("capacity")
-        return item
 
 
 class L1Cache:
