@@ -24,7 +24,15 @@ from aside_gateway.config.settings import load_settings
 from aside_gateway.contracts import cache_keys
 from aside_gateway.tiers import l2
 from aside_seed import cache as seed_cache
-from gateway_helpers import Proc, sample, scrape, unique_email, unique_username, wait_until
+from gateway_helpers import (
+    WORKERS,
+    Proc,
+    sample,
+    scrape,
+    unique_email,
+    unique_username,
+    wait_until,
+)
 from redis.cluster import RedisCluster
 from test_e2e import (  # noqa: F401 - collected here, with this module's fixtures
     test_create_update_delete_keep_reads_fresh,
@@ -82,6 +90,12 @@ def core(start_core: Callable[..., Proc], rdb: RedisCluster) -> Proc:
 @pytest.fixture(scope="module")
 def gateway(start_gateway: Callable[..., Proc], core: Proc) -> Proc:
     return start_gateway(CORE_URL=core.url, **CLUSTER)
+
+
+@pytest.fixture(scope="module")
+def l1_gateway(start_gateway: Callable[..., Proc], core: Proc) -> Proc:
+    """The cluster's gateway with the tier tests' WORKERS workers, for cache=l1."""
+    return start_gateway(CORE_URL=core.url, GATEWAY_WORKERS=str(WORKERS), **CLUSTER)
 
 
 @pytest.fixture(scope="module")
