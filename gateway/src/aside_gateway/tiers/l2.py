@@ -246,13 +246,9 @@ class Cache:
         flight, leads = self._flights.join(key)
         if not leads:
             return self._meanwhile(route, judged)
-        try:
-            fill = self._refresh_as_leader(route, key, load, hold, judged)
-        except BaseException as exc:
-            self._flights.land(key, flight, error=exc)
-            raise
-        self._flights.land(key, flight, fill.read, fill.valid_at)
-        return fill.read
+        return self._lead(
+            key, flight, lambda: self._refresh_as_leader(route, key, load, hold, judged)
+        )
 
     def _refresh_as_leader(
         self, route: str, key: str, load: Callable[[], bytes], hold: str | None, judged: Judged
@@ -295,7 +291,9 @@ class Cache:
             joined = time.monotonic()
             flight, leads = self._flights.join(key)
             if leads:
-                return self._lead(flight, route, key, load, hold)
+                return self._lead(
+                    key, flight, lambda: self._fill_under_lease(route, key, load, hold)
+                )
             if hold and self.hooks:
                 self.hooks.joined(hold)
             shared = self._await(flight, joined, deadline)
@@ -318,16 +316,11 @@ class Cache:
         outcome = BYPASS if shared.outcome == BYPASS else HIT  # no query of our own
         return CacheRead(shared.value, outcome, shared.error, in_redis=shared.in_redis)
 
-    def _lead(
-        self,
-        flight: Flight[CacheRead],
-        route: str,
-        key: str,
-        load: Callable[[], bytes],
-        hold: str | None,
-    ) -> CacheRead:
+    def _lead(self, key: str, flight: Flight[CacheRead], fill_key: Callable[[], Fill]) -> CacheRead:
+        """The flight's leader: fill the key, and land the flight with the fill's
+        read (or its error) for the readers waiting on it."""
         try:
-            fill = self._fill_under_lease(route, key, load, hold)
+            fill = fill_key()
         except BaseException as exc:
             self._flights.land(key, flight, error=exc)
             raise
