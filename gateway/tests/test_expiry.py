@@ -17,7 +17,11 @@ import psycopg
 import pytest
 import redis
 import requests
+from aside_gateway.backends.breaker import CircuitBreaker
+from aside_gateway.config.settings import load_settings
 from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.routes import EarlyGet
+from aside_gateway.tiers import l2
 from gateway_helpers import (
     Proc,
     reads_waiting_on_a_lock,
@@ -206,6 +210,37 @@ def test_swr_concurrent_reads_after_expiry_cost_one_query(gateways, rdb):
     assert len(answers) == 24
     assert set(answers) <= {(OLD, "STALE"), (0, "MISS"), (0, "HIT")}, answers
     assert db_reads(base) == queries + 1
+
+
+def test_a_reader_that_read_the_old_value_after_a_refresh_landed_does_not_refresh_again(
+    redis_url, rdb
+):
+    """The race behind a burst's second query: a reader reads the expired value,
+    another process's refresh lands and drops its lease, then the reader asks for
+    the lease. It finds the new value instead and answers it, with no query."""
+    env = {"DATABASE_URL": "postgresql://a@h/d", "CORE_URL": "http://c", "ASIDE_PROFILE": "lab"}
+    env |= {"REDIS_URL": redis_url, "CACHE_EXPIRY": "swr"}
+    env["CACHE_EXPIRY_STALE_MAX_SECONDS"] = str(STALE_MAX_S)
+    cache = l2.Cache(load_settings(env), CircuitBreaker(1.0))
+    email = unique_email("swrl")
+    key = cache_keys.count_key(email)
+    put(rdb, email, OLD, now_ms() - 50, STALE_MAX_S * 1000)
+    seen = rdb.get(key)
+    put(rdb, email, 3, now_ms() + TTL_S * 1000, TTL_S * 1000)  # the refresh that landed
+    loads: list[int] = []
+
+    def load() -> bytes:
+        loads.append(1)
+        return b"9"
+
+    try:
+        early = EarlyGet(key, seen, failed=False)
+        read = cache.read_through(COUNT_ROUTE, key, load, early_get=early)
+    finally:
+        cache.close()
+    assert loads == []
+    assert (read.value, read.outcome) == (b"3", l2.HIT)
+    assert rdb.get(cache_keys.lease_key(key)) is None
 
 
 def test_swr_never_answers_past_its_bound(gateways, rdb):

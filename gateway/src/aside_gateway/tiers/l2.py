@@ -82,6 +82,23 @@ end
 return {0}
 """
 
+# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms, ARGV[3] the value
+# the caller read and means to refresh. Returns {1, value} when the key now holds
+# another value (a refresh landed in between: answer it), {2} when the lease was
+# taken, {0} when someone else holds it. Comparing first keeps a reader that read
+# the old value just before another process's refresh landed and dropped its lease
+# from taking the free lease and refreshing a second time.
+LEASE_IF_UNCHANGED = """
+local value = redis.call('GET', KEYS[1])
+if value and value ~= ARGV[3] then
+    return {1, value}
+end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {2}
+end
+return {0}
+"""
+
 # KEYS[1] key; ARGV[1] value. Deletes a malformed value, not one stored since.
 DELETE_IF_EQUAL = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -145,6 +162,7 @@ class Cache:
         self.pool = redis_clients.single_pool(self.client)
         # Script objects call EVALSHA with a SHA computed once, loading on NOSCRIPT.
         self._get_or_lease = self.client.register_script(GET_OR_LEASE)
+        self._lease_if_unchanged = self.client.register_script(LEASE_IF_UNCHANGED)
         self._store_if_lease_held = self.client.register_script(STORE_IF_LEASE_HELD)
         self._release_lease = self.client.register_script(RELEASE_LEASE)
         self._delete_if_equal = self.client.register_script(DELETE_IF_EQUAL)
@@ -196,7 +214,7 @@ class Cache:
             return CacheRead(judged.value, HIT, in_redis=True)
         if judged.state == expiry.EXPIRED:
             return self._fill(route, key, load, hold)
-        return self._refresh(route, key, load, hold, judged)
+        return self._refresh(route, key, value, load, hold, judged)
 
     def discard(self, route: str, key: str, value: bytes) -> None:
         """A caller found `value` malformed after all (a frame that does not
@@ -237,36 +255,65 @@ class Cache:
             self.pool.release(conn)
 
     def _refresh(
-        self, route: str, key: str, load: Callable[[], bytes], hold: str | None, judged: Judged
+        self,
+        route: str,
+        key: str,
+        seen: bytes,
+        load: Callable[[], bytes],
+        hold: str | None,
+        judged: Judged,
     ) -> CacheRead:
         """A value to refresh (early) or an expired one still within its bound (swr):
         the reader that takes the key's lease recomputes it and answers the new
         value; every other reader answers the one it read, without waiting.
-        Within the process only one thread asks for the lease (the key's flight)."""
+        Within the process only one thread asks for the lease (the key's flight).
+        `seen` is the stored form read: the lease is taken only while it is still there."""
         flight, leads = self._flights.join(key)
         if not leads:
             return self._meanwhile(route, judged)
         return self._lead(
-            key, flight, lambda: self._refresh_as_leader(route, key, load, hold, judged)
+            key, flight, lambda: self._refresh_as_leader(route, key, seen, load, hold, judged)
         )
 
     def _refresh_as_leader(
-        self, route: str, key: str, load: Callable[[], bytes], hold: str | None, judged: Judged
+        self,
+        route: str,
+        key: str,
+        seen: bytes,
+        load: Callable[[], bytes],
+        hold: str | None,
+        judged: Judged,
     ) -> Fill:
         lease = cache_keys.lease_key(key)
         token = os.urandom(16).hex()
+        asked = time.monotonic()
         try:
-            taken = self.client.set(lease, token, nx=True, px=cache_keys.LEASE_TTL_MS)
+            reply = self._lease_if_unchanged(
+                keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS, seen]
+            )
         except REDIS_ERRORS as exc:
             self.breaker.record_failure(exc)
             metrics.cache_error(route, "lease")
-            taken = False
-        if not taken:
+            reply = [0]
+        if reply[0] == 1:
+            return self._refreshed_meanwhile(route, key, reply[1], judged, asked)
+        if reply[0] != 2:
             # valid_at 0: a thread that joined this flight to fill the key goes round again.
             return Fill(self._meanwhile(route, judged), 0.0)
         if judged.state == expiry.REFRESH:
             metrics.early_refresh(route)
         return self._fill_as_holder(route, key, lease, token, load, hold)
+
+    def _refreshed_meanwhile(
+        self, route: str, key: str, stored: bytes, judged: Judged, asked: float
+    ) -> Fill:
+        """Another reader's refresh landed after this one read the old value:
+        answer the new value if it is whole and current, else the old one."""
+        current = self.expiry.judge(stored, roll=False)
+        current_now = current.state in (expiry.FRESH, expiry.REFRESH)
+        if current_now and cache_keys.value_is_valid(key, current.value):
+            return Fill(CacheRead(current.value, HIT, in_redis=True), asked)
+        return Fill(self._meanwhile(route, judged), 0.0)
 
     @staticmethod
     def _meanwhile(route: str, judged: Judged) -> CacheRead:
