@@ -209,7 +209,45 @@ def test_swr_concurrent_reads_after_expiry_cost_one_query(gateways, rdb):
         thread.join(DEADLINE_S)
     assert len(answers) == 24
     assert set(answers) <= {(OLD, "STALE"), (0, "MISS"), (0, "HIT")}, answers
+    # The refresh may still run behind the answers: wait for it to land.
+    wait_until(lambda: answered(count(base, email)) == (0, "HIT"), DEADLINE_S, "the refresh")
     assert db_reads(base) == queries + 1
+
+
+def test_swr_answers_at_once_while_the_refresh_waits_behind_it(gateways, rdb, database_url):
+    """The refresh runs behind the stale answer (front/refresh_behind.py): with
+    PostgreSQL locked, reads of an expired key are answered stale at once, one
+    refresh waits on the lock, and once it lands the key is fresh again."""
+    base = gateways["swr"].url
+    email = unique_email("swrq")
+    put(rdb, email, OLD, now_ms() - 50, STALE_MAX_S * 1000)
+    queries, done = db_reads(base), refreshes_done(base)
+    with (
+        psycopg.connect(database_url, autocommit=True) as watcher,
+        psycopg.connect(database_url) as locker,
+    ):
+        locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        try:
+            answers = [stale_within(base, email, 3.0) for _ in range(6)]
+            wait_until(lambda: reads_waiting_on_a_lock(watcher) > 0, DEADLINE_S, "the refresh")
+            answers += [stale_within(base, email, 3.0) for _ in range(6)]
+        finally:
+            locker.rollback()
+    assert answers == [(OLD, "STALE")] * 12
+    wait_until(lambda: answered(count(base, email)) == (0, "HIT"), DEADLINE_S, "the refresh")
+    assert db_reads(base) == queries + 1
+    assert refreshes_done(base) >= done + 1
+
+
+def stale_within(base: str, email: str, timeout_s: float) -> tuple[int, str]:
+    response = requests.get(base + COUNT, params={"email": email}, timeout=timeout_s)
+    assert response.status_code == 200, response.text
+    return answered(response)
+
+
+def refreshes_done(base: str) -> float:
+    name = "aside_cache_refresh_behind_total"
+    return sample(scrape(base), name, route=COUNT_ROUTE, outcome="done")
 
 
 def test_a_reader_that_read_the_old_value_after_a_refresh_landed_does_not_refresh_again(

@@ -91,6 +91,13 @@ CACHE_EARLY_REFRESH = Counter(
     "and this reader took the lease).",
     ["route"],
 )
+CACHE_REFRESH_BEHIND = Counter(
+    "aside_cache_refresh_behind",
+    "Refreshes of a stale value run behind its answer (CACHE_EXPIRY=swr), by outcome: "
+    "done (Flask answered 200), failed (another status or an error), skipped (the "
+    "worker's bound of refreshes at once was reached: the next stale read tries again).",
+    ["route", "outcome"],
+)
 DB_QUERIES = Counter(
     "aside_gateway_db_queries_total",
     "Queries sent to PostgreSQL, by query name (a batch of count misses counts once).",
@@ -350,13 +357,16 @@ _OUTCOME_COUNTERS = {
 _outcome_children: dict[tuple[str, str], Counter] = {}
 
 
-def cache_outcome(route: str, outcome: str) -> None:
-    """Count a cacheable read by how it was answered: HIT, STALE, MISS or BYPASS."""
+def cache_outcome(route: str, outcome: str, stale_ms: int = 0) -> None:
+    """Count a cacheable read by how it was answered: HIT, STALE (its value
+    `stale_ms` past its expiry), MISS or BYPASS."""
     child = _outcome_children.get((route, outcome))
     if child is None:
         child = _OUTCOME_COUNTERS[outcome].labels(route)
         _outcome_children[(route, outcome)] = child
     child.inc()
+    if outcome == "STALE":
+        stale_served(route, stale_ms / 1000)
 
 
 _stale_max: dict[str, float] = {}
@@ -376,6 +386,10 @@ def stale_served(route: str, age_s: float) -> None:
 
 def early_refresh(route: str) -> None:
     CACHE_EARLY_REFRESH.labels(route).inc()
+
+
+def refresh_behind(route: str, outcome: str) -> None:
+    CACHE_REFRESH_BEHIND.labels(route, outcome).inc()
 
 
 def cache_error(route: str, op: str) -> None:

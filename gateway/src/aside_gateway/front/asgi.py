@@ -38,7 +38,13 @@ from a2wsgi import WSGIMiddleware
 from aside_gateway.backends.core_client import AsyncCoreClient
 from aside_gateway.config import metrics
 from aside_gateway.config.settings import ConfigError, Settings, load_settings
-from aside_gateway.contracts.routes import CLIENT_GONE_KEY, EARLY_GET_KEY, START_KEY, AsgiApp
+from aside_gateway.contracts.routes import (
+    CLIENT_GONE_KEY,
+    EARLY_GET_KEY,
+    REFRESH_BEHIND_KEY,
+    START_KEY,
+    AsgiApp,
+)
 from aside_gateway.door.admission import Admission
 from aside_gateway.door.loop_admission import LoopAdmission
 from aside_gateway.front import collector
@@ -63,7 +69,7 @@ def _with_scope_state(app: WsgiApp) -> WsgiApp:
         # a2wsgi's body stream ends where the request's does; saying so lets
         # werkzeug read a chunked body (no Content-Length) and apply its limit.
         environ["wsgi.input_terminated"] = True
-        for key in (START_KEY, EARLY_GET_KEY, CLIENT_GONE_KEY):
+        for key in (START_KEY, EARLY_GET_KEY, CLIENT_GONE_KEY, REFRESH_BEHIND_KEY):
             if key in scope:
                 environ[key] = scope[key]
         return app(environ, start_response)

@@ -64,6 +64,7 @@ from aside_gateway.door import loop_admission
 from aside_gateway.door.lateness import LoopLag, is_timeout
 from aside_gateway.door.loop_admission import PASSED_KEY, SHED_ROUTE, LoopAdmission, refuse
 from aside_gateway.front.loop_writes import LoopWrites
+from aside_gateway.front.refresh_behind import RefreshBehind
 from aside_gateway.misses.coalesce import LoopFlights
 from aside_gateway.tiers import expiry
 from aside_gateway.tiers.expiry import ExpiryPolicy
@@ -355,6 +356,11 @@ class AsyncHotPath:
         self.lab = settings.is_lab
         self.flights: LoopFlights[tuple[str, str]] = LoopFlights()
         self.expiry = ExpiryPolicy.from_settings(settings)
+        self.refresh_behind = None
+        if settings.cache_expiry == cache_keys.EXPIRY_SWR:
+            self.refresh_behind = RefreshBehind(
+                fallback, max(1, settings.threads // 2), self.admission
+            )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -434,6 +440,8 @@ class AsyncHotPath:
         answer = await self._look(scope)
         if isinstance(answer, Miss):
             if not self.flights.busy(answer.flight):
+                if self._refreshes_behind(answer, scope):
+                    return await self._send_meanwhile(answer.meanwhile, send, started)
                 # This request fills the key, in Flask; readers missing it meanwhile wait here.
                 return await self.flights.lead(answer.flight, self._to_flask(scope, receive, send))
             if answer.meanwhile is not None:
@@ -473,6 +481,8 @@ class AsyncHotPath:
                     await self.tracker.stop()
                 if self.writes is not None:
                     await self.writes.close()
+                if self.refresh_behind is not None:
+                    await self.refresh_behind.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -562,6 +572,15 @@ class AsyncHotPath:
         metrics.cache_outcome(found.route, HIT)
         return found.route, body, "l2"
 
+    def _refreshes_behind(self, miss: Miss, scope: Scope) -> bool:
+        """swr: a stale value is answered at once, its refresh run behind it (or,
+        with the worker's bound of refreshes reached, left to a later read)."""
+        stale = miss.meanwhile is not None and miss.meanwhile.stale_ms is not None
+        if not stale or self.refresh_behind is None:
+            return False
+        self.refresh_behind.start(self.flights, miss.flight, miss.found.route, scope)
+        return True
+
     async def _send_meanwhile(self, meanwhile: Meanwhile, send: Send, started: float) -> None:
         """Answer the value read while this worker refreshes its key: a hit, or
         with X-Cache: STALE and X-Cache-Stale-Ms (its age past expiry)."""
@@ -571,8 +590,7 @@ class AsyncHotPath:
         if meanwhile.stale_ms is None:
             metrics.cache_outcome(route, HIT)
         else:
-            metrics.cache_outcome(route, STALE)
-            metrics.stale_served(route, meanwhile.stale_ms / 1000)
+            metrics.cache_outcome(route, STALE, meanwhile.stale_ms)
             headers = [(n, STALE.encode() if n == b"x-cache" else v) for n, v in headers]
             headers.append((b"x-cache-stale-ms", b"%d" % meanwhile.stale_ms))
         metrics.observe_request(route, "GET", 200, time.perf_counter() - started)

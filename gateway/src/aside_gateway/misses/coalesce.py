@@ -138,6 +138,22 @@ class LoopFlights(Generic[K]):
                 del self._flights[key]
             done.set()
 
+    def lead_behind(self, key: K, fill: Awaitable[T]) -> asyncio.Task[T]:
+        """`lead` as a task of its own, the flight of `key` (not busy) busy from
+        now on, not from the task's first step: no reader in between leads too."""
+        done = asyncio.Event()
+        self._flights[key] = done
+
+        async def landing() -> T:
+            try:
+                return await fill
+            finally:
+                if self._flights.get(key) is done:
+                    del self._flights[key]
+                done.set()
+
+        return asyncio.get_running_loop().create_task(landing())
+
     async def follow(self, key: K, timeout_s: float) -> bool:
         """Wait until the flight of `key` lands: True once it has (or if none is in
         flight), False after `timeout_s` with the fill still running."""

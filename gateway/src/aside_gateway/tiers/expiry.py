@@ -17,7 +17,8 @@ value's end does to its readers.
 * `swr` (stale-while-revalidate): the envelope too, and the Redis key lives
   ttl + CACHE_EXPIRY_STALE_MAX_SECONDS. Past its logical expiry a value is
   answered (X-Cache: STALE) for at most that bound while the reader that took
-  the lease refreshes it; beyond the bound it is a miss. A value the core's
+  the lease refreshes it (on the event loop, behind its own stale answer:
+  front/refresh_behind.py); beyond the bound it is a miss. A value the core's
   invalidation deleted is gone with its key: there is nothing stale to serve.
 
 A value written under one mode is read safely under any other: a bare value

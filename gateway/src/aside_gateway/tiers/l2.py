@@ -270,7 +270,7 @@ class Cache:
         `seen` is the stored form read: the lease is taken only while it is still there."""
         flight, leads = self._flights.join(key)
         if not leads:
-            return self._meanwhile(route, judged)
+            return self._meanwhile(judged)
         return self._lead(
             key, flight, lambda: self._refresh_as_leader(route, key, seen, load, hold, judged)
         )
@@ -296,30 +296,28 @@ class Cache:
             metrics.cache_error(route, "lease")
             reply = [0]
         if reply[0] == 1:
-            return self._refreshed_meanwhile(route, key, reply[1], judged, asked)
+            return self._refreshed_meanwhile(key, reply[1], judged, asked)
         if reply[0] != 2:
             # valid_at 0: a thread that joined this flight to fill the key goes round again.
-            return Fill(self._meanwhile(route, judged), 0.0)
+            return Fill(self._meanwhile(judged), 0.0)
         if judged.state == expiry.REFRESH:
             metrics.early_refresh(route)
         return self._fill_as_holder(route, key, lease, token, load, hold)
 
-    def _refreshed_meanwhile(
-        self, route: str, key: str, stored: bytes, judged: Judged, asked: float
-    ) -> Fill:
+    def _refreshed_meanwhile(self, key: str, stored: bytes, judged: Judged, asked: float) -> Fill:
         """Another reader's refresh landed after this one read the old value:
         answer the new value if it is whole and current, else the old one."""
         current = self.expiry.judge(stored, roll=False)
         current_now = current.state in (expiry.FRESH, expiry.REFRESH)
         if current_now and cache_keys.value_is_valid(key, current.value):
             return Fill(CacheRead(current.value, HIT, in_redis=True), asked)
-        return Fill(self._meanwhile(route, judged), 0.0)
+        return Fill(self._meanwhile(judged), 0.0)
 
     @staticmethod
-    def _meanwhile(route: str, judged: Judged) -> CacheRead:
-        """The answer of a reader that does not refresh the value it read."""
+    def _meanwhile(judged: Judged) -> CacheRead:
+        """The answer of a reader that does not refresh the value it read (its
+        caller counts it, as it counts every answer)."""
         if judged.state == expiry.STALE:
-            metrics.stale_served(route, judged.age_ms / 1000)
             return CacheRead(judged.value, STALE, stale_ms=judged.age_ms)
         return CacheRead(judged.value, HIT, in_redis=True)
 

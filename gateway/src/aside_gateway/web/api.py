@@ -19,6 +19,7 @@ from aside_gateway.contracts.routes import (
     COUNT_ROUTE,
     EARLY_GET_KEY,
     IDEMPOTENCY_KEY,
+    REFRESH_BEHIND_KEY,
     USER_ROUTE,
     count_body,
 )
@@ -110,7 +111,8 @@ def create_api(services: Services) -> Blueprint:
             # Production's miss budget: charged only when this read does the fill.
             load = services.miss_budget.guarded(route, request.environ, load)
             result = tiers.read_through(route, key, load, mode, hold_name(), early_get)
-        metrics.cache_outcome(route, result.outcome)
+        if not request.environ.get(REFRESH_BEHIND_KEY):  # that one has no client
+            metrics.cache_outcome(route, result.outcome, result.stale_ms)
         return result
 
     @bp.get("/users/count")

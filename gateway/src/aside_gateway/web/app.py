@@ -18,7 +18,13 @@ from aside_gateway.backends.redis_errors import REDIS_ERRORS
 from aside_gateway.config import metrics
 from aside_gateway.config.settings import Settings
 from aside_gateway.contracts.errors import ApiError
-from aside_gateway.contracts.routes import HEALTHZ_BODY, HEALTHZ_PATH, MAX_BODY_BYTES, START_KEY
+from aside_gateway.contracts.routes import (
+    HEALTHZ_BODY,
+    HEALTHZ_PATH,
+    MAX_BODY_BYTES,
+    REFRESH_BEHIND_KEY,
+    START_KEY,
+)
 from aside_gateway.services import Services
 from aside_gateway.web.api import create_api
 from aside_gateway.web.auth import write_token_check
@@ -126,6 +132,8 @@ def _install_worker_header(app: Flask, header: tuple[str, str] | None) -> None:
 def _install_request_metrics(app: Flask) -> None:
     @app.after_request
     def observe(response: Response) -> Response:
+        if request.environ.get(REFRESH_BEHIND_KEY):
+            return response  # no client's request: the hot path counts its outcome
         rule = request.url_rule
         # Stamped by the hot path when the request arrived, so the time
         # queued for a thread of the Flask pool is counted too.

@@ -145,7 +145,7 @@ def create_tracks_api(services: Services) -> Blueprint:
                 settings.cache_large_value_bytes,
             )
             result = cached(cache_keys.track_key(track_id, tolerance, tag), fill)
-        metrics.cache_outcome(TRACK_ROUTE, result.outcome)
+        metrics.cache_outcome(TRACK_ROUTE, result.outcome, result.stale_ms)
         headers = _headers(result.outcome, result.error)
         if result.value == cache_keys.NEGATIVE:
             raise ApiError("not_found", f"no track with id {track_id}", headers)
