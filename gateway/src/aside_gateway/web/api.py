@@ -9,6 +9,7 @@ from collections.abc import Callable
 from flask import Blueprint, Response, current_app, request
 
 from aside_gateway.backends import compute
+from aside_gateway.backends.compute import Slots
 from aside_gateway.backends.core_client import CoreRequest
 from aside_gateway.config import metrics
 from aside_gateway.contracts import cache_keys, openapi
@@ -29,8 +30,9 @@ from aside_gateway.contracts.validation import (
     validate_compute_body,
     validate_email,
 )
-from aside_gateway.services import Services
 from aside_gateway.tiers.l2 import BYPASS, STALE, CacheRead
+from aside_gateway.tiers.strategies import TieredCache
+from aside_gateway.web.parts import RouteParts
 
 HOLD_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 JSON = "application/json"
@@ -64,8 +66,10 @@ def _cache_headers(read: CacheRead) -> dict[str, str]:
     return headers
 
 
-def create_api(services: Services) -> Blueprint:
-    settings, db, tiers, core = services.settings, services.db, services.tiers, services.core
+def create_api(parts: RouteParts, tiers: TieredCache, python_compute: Slots) -> Blueprint:
+    """The users' and compute routes over `parts`, reading through `tiers`; the
+    lab's python engine runs in `python_compute`'s slots."""
+    settings, db, core = parts.settings, parts.db, parts.core
     bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
     def cache_mode() -> str:
@@ -97,7 +101,7 @@ def create_api(services: Services) -> Blueprint:
         elif mode in UNCACHED_MODES:
             # Bounded so an overloaded database sheds load at once instead of
             # queueing, and so nopool's connections stay far below max_connections.
-            if not services.bypass_slots.acquire(blocking=False):
+            if not parts.bypass_slots.acquire(blocking=False):
                 metrics.shed("uncached_busy")
                 raise ApiError(
                     "unavailable", "too many uncached reads in flight", {"Retry-After": "1"}
@@ -105,11 +109,11 @@ def create_api(services: Services) -> Blueprint:
             try:
                 result = CacheRead(load(), BYPASS)
             finally:
-                services.bypass_slots.release()
+                parts.bypass_slots.release()
         else:
             early_get = request.environ.get(EARLY_GET_KEY)
             # Production's miss budget: charged only when this read does the fill.
-            load = services.miss_budget.guarded(route, request.environ, load)
+            load = parts.miss_budget.guarded(route, request.environ, load)
             result = tiers.read_through(route, key, load, mode, hold_name(), early_get)
         if not request.environ.get(REFRESH_BEHIND_KEY):  # that one has no client
             metrics.cache_outcome(route, result.outcome, result.stale_ms)
@@ -211,7 +215,7 @@ def create_api(services: Services) -> Blueprint:
         if not settings.is_lab:
             raise ApiError("lab_disabled", "the python engine is only available in the lab profile")
         compute.check_caps(job, settings)
-        return _json_response(cache_keys.encode_json(services.python_compute.run(job)))
+        return _json_response(cache_keys.encode_json(python_compute.run(job)))
 
     openapi_body = openapi.encoded()
 

@@ -29,6 +29,7 @@ from aside_gateway.services import Services
 from aside_gateway.web.api import create_api
 from aside_gateway.web.auth import write_token_check
 from aside_gateway.web.error_handlers import register_error_handlers
+from aside_gateway.web.parts import RouteParts
 from aside_gateway.web.tracks import create_tracks_api
 
 READY_DB_TIMEOUT_S = 0.5
@@ -153,8 +154,15 @@ def create_app(settings: Settings, services: Services) -> Flask:
     if settings.write_token:
         app.before_request(write_token_check(settings.write_token))
     app.before_request(_require_utf8_query)
-    app.register_blueprint(create_api(services))
-    app.register_blueprint(create_tracks_api(services))
+    parts = RouteParts(
+        services.settings,
+        services.db,
+        services.core,
+        services.bypass_slots,
+        services.miss_budget,
+    )
+    app.register_blueprint(create_api(parts, services.tiers, services.python_compute))
+    app.register_blueprint(create_tracks_api(parts, services.cache))
     _register_ops_routes(app, services)
     _install_request_metrics(app)
     _install_worker_header(app, settings.worker_header)

@@ -22,9 +22,9 @@ from aside_gateway.config import metrics
 from aside_gateway.contracts import cache_keys
 from aside_gateway.contracts.errors import ApiError
 from aside_gateway.contracts.validation import parse_id, parse_tolerance
-from aside_gateway.services import Services
 from aside_gateway.tiers import largevalues
-from aside_gateway.tiers.l2 import BYPASS, HIT, MISS, CacheRead
+from aside_gateway.tiers.l2 import BYPASS, HIT, MISS, Cache, CacheRead
+from aside_gateway.web.parts import RouteParts
 
 TRACK_ROUTE = "/api/v1/tracks/<id>"
 JSON = "application/json"
@@ -64,8 +64,9 @@ def _headers(outcome: str, error: bool) -> dict[str, str]:
     return headers
 
 
-def create_tracks_api(services: Services) -> Blueprint:
-    settings, db, core, cache = services.settings, services.db, services.core, services.cache
+def create_tracks_api(parts: RouteParts, cache: Cache) -> Blueprint:
+    """The tracks' route over `parts`, reading through the Redis tier `cache`."""
+    settings, db, core = parts.settings, parts.db, parts.core
     bp = Blueprint("tracks", __name__, url_prefix="/api/v1")
 
     def lab_choice(name: str, choices: tuple[str, ...], default: str) -> str:
@@ -101,12 +102,12 @@ def create_tracks_api(services: Services) -> Blueprint:
 
     def uncached(load: Callable[[], bytes]) -> CacheRead:
         # Bounded like every uncached read: an overloaded database sheds at once.
-        if not services.bypass_slots.acquire(blocking=False):
+        if not parts.bypass_slots.acquire(blocking=False):
             raise ApiError("unavailable", "too many uncached reads in flight", {"Retry-After": "1"})
         try:
             return CacheRead(load(), BYPASS)
         finally:
-            services.bypass_slots.release()
+            parts.bypass_slots.release()
 
     def cached(key: str, fill: TrackFill) -> CacheRead:
         result = cache.read_through(TRACK_ROUTE, key, fill)
@@ -135,7 +136,7 @@ def create_tracks_api(services: Services) -> Blueprint:
         else:
             tag = largevalues.policy_tag(policy, settings.cache_codec)
             # Production's miss budget: charged only when this read does the fill.
-            load = services.miss_budget.guarded(
+            load = parts.miss_budget.guarded(
                 TRACK_ROUTE, request.environ, loader(track_id, tolerance, policy)
             )
             fill = TrackFill(
