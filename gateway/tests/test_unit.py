@@ -731,7 +731,7 @@ def test_a_probe_given_back_without_a_verdict_goes_to_the_next_caller(monkeypatc
     ],
 )
 def test_hot_path_reads_the_query_exactly_like_flask(query):
-    from aside_gateway.front.hot_path import _query
+    from aside_gateway.front.lookup import _query
     from werkzeug.wrappers import Request
 
     environ = {"QUERY_STRING": query, "REQUEST_METHOD": "GET", "wsgi.url_scheme": "http"}
@@ -740,7 +740,7 @@ def test_hot_path_reads_the_query_exactly_like_flask(query):
 
 
 def test_hot_path_declines_a_query_that_is_not_utf8():
-    from aside_gateway.front.hot_path import _query
+    from aside_gateway.front.lookup import _query
 
     assert _query("email=\xff@x.co") is None
 
@@ -758,7 +758,7 @@ def test_hot_path_declines_a_query_that_is_not_utf8():
     ],
 )
 def test_a_remembered_lookup_is_the_lookup_itself(path, query):
-    from aside_gateway.front.hot_path import lookup, remembered_lookup
+    from aside_gateway.front.lookup import lookup, remembered_lookup
 
     for default, lab in (("l2", True), ("hybrid", False)):
         expected = lookup("GET", path, query.decode("latin-1"), default, lab)
@@ -767,7 +767,7 @@ def test_a_remembered_lookup_is_the_lookup_itself(path, query):
 
 
 def test_the_remembered_lookups_are_bounded():
-    from aside_gateway.front.hot_path import MEMO_SIZE, remembered_lookup
+    from aside_gateway.front.lookup import MEMO_SIZE, remembered_lookup
 
     for n in range(MEMO_SIZE + 10):
         remembered_lookup("/api/v1/users/count", b"email=u%d@x.co" % n, "l2", True)
@@ -775,7 +775,7 @@ def test_the_remembered_lookups_are_bounded():
 
 
 def test_a_count_body_is_rendered_once_per_email_and_value():
-    from aside_gateway.front.hot_path import lookup
+    from aside_gateway.front.lookup import lookup
 
     found = lookup("GET", "/api/v1/users/count", "email=a%40b.co")
     assert found.body(b"7") == b'{"email":"a@b.co","count":7}'
