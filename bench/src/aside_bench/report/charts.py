@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -54,19 +55,24 @@ def _rate_axis(ax: plt.Axes, rates: list[int]) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
+def _plot_series(
+    ax: plt.Axes, results: list[StepResult], value: Callable[[StepResult], float | None]
+) -> None:
+    """A line a series of `value` against the target rate (steps without one left out)."""
+    for arm, phase in series_order(results):
+        points = [
+            (r.step.rate, v) for r in _series(results, arm, phase) if (v := value(r)) is not None
+        ]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
+
+
 def latency_chart(results: list[StepResult], path: Path, title: str, caption: str) -> Path:
     rates = sorted({r.step.rate for r in results})
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), sharey=True)
     for ax, name in zip(axes, PERCENTILES, strict=True):
-        for arm, phase in series_order(results):
-            points = [
-                (r.step.rate, getattr(r.latency, name))
-                for r in _series(results, arm, phase)
-                if r.latency
-            ]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
+        _plot_series(ax, results, lambda r, n=name: getattr(r.latency, n) if r.latency else None)
         log_y(ax)
         ax.set_title(f"{name} latency")
         _rate_axis(ax, rates)
@@ -76,76 +82,63 @@ def latency_chart(results: list[StepResult], path: Path, title: str, caption: st
     return finish(fig, path, caption)
 
 
-def throughput_chart(results: list[StepResult], path: Path, title: str, caption: str) -> Path:
+def _rate_plot(
+    results: list[StepResult],
+    value: Callable[[StepResult], float | None],
+    ylabel: str,
+    title: str,
+    target: bool = False,
+) -> tuple[Figure, plt.Axes]:
+    """One panel of `value` against the target rate, a line a series."""
     rates = sorted({r.step.rate for r in results})
     fig, ax = plt.subplots(figsize=(7, 4.8))
-    ax.plot(rates, rates, linestyle="--", color="grey", label="target")
-    for arm, phase in series_order(results):
-        series = _series(results, arm, phase)
-        ax.plot(
-            [r.step.rate for r in series],
-            [r.achieved_rps for r in series],
-            marker="o",
-            label=series_label(arm, phase),
-        )
+    if target:
+        ax.plot(rates, rates, linestyle="--", color="grey", label="target")
+    _plot_series(ax, results, value)
     _rate_axis(ax, rates)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig, ax
+
+
+def throughput_chart(results: list[StepResult], path: Path, title: str, caption: str) -> Path:
+    achieved = "achieved successful requests/s"
+    fig, ax = _rate_plot(results, lambda r: r.achieved_rps, achieved, title, target=True)
     if ax.get_xscale() == "log":
         log_y(ax)
-    ax.set_ylabel("achieved successful requests/s")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
     return finish(fig, path, caption)
 
 
-def _share_chart(
-    results: list[StepResult], path: Path, title: str, caption: str, what: str
-) -> Path:
-    rates = sorted({r.step.rate for r in results})
-    fig, ax = plt.subplots(figsize=(7, 4.8))
-    for arm, phase in series_order(results):
-        points = []
-        for result in _series(results, arm, phase):
-            value = result.drop_rate if what == "drop" else result.hit_rate
-            if value is not None:
-                points.append((result.step.rate, value * 100))
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
-    _rate_axis(ax, rates)
+def _share_chart(results: list[StepResult], out_dir: Path, caption: str, what: str) -> Path:
+    """The drop rate ("drop") or the cache hit rate ("hit") in %, against the target rate."""
+    scenario = results[0].step.scenario
+    field, name, title = {
+        "drop": ("drop_rate", "drop rate", "drop rate (dropped + failed) / scheduled"),
+        "hit": ("hit_rate", "cache hit rate", "cache hit rate (gateway counters)"),
+    }[what]
+
+    def value(result: StepResult) -> float | None:
+        share = getattr(result, field)
+        return None if share is None else share * 100
+
+    fig, ax = _rate_plot(results, value, f"{name} (%)", f"{scenario}: {title}")
     ax.set_ylim(-3, 103)
-    ax.set_ylabel("drop rate (%)" if what == "drop" else "cache hit rate (%)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return finish(fig, path, caption)
+    return finish(fig, out_dir / f"{field}.png", caption)
 
 
 def sweep_charts(results: list[StepResult], out_dir: Path, caption: str) -> list[Path]:
     scenario = results[0].step.scenario
+    title = f"{scenario}: latency by target rate"
     paths = [
-        latency_chart(
-            results, out_dir / "latency.png", f"{scenario}: latency by target rate", caption
-        ),
+        latency_chart(results, out_dir / "latency.png", title, caption),
         throughput_chart(
             results, out_dir / "throughput.png", f"{scenario}: achieved vs target", caption
         ),
-        _share_chart(
-            results,
-            out_dir / "drop_rate.png",
-            f"{scenario}: drop rate (dropped + failed) / scheduled",
-            caption,
-            "drop",
-        ),
+        _share_chart(results, out_dir, caption, "drop"),
     ]
     if has_cache(results):
-        paths.append(
-            _share_chart(
-                results,
-                out_dir / "hit_rate.png",
-                f"{scenario}: cache hit rate (gateway counters)",
-                caption,
-                "hit",
-            )
-        )
+        paths.append(_share_chart(results, out_dir, caption, "hit"))
     return paths
 
 
@@ -272,23 +265,15 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
 
 def cost_chart(results: list[StepResult], prices: Prices, path: Path, caption: str) -> Path:
     """Cost per million requests against the target rate, per series."""
-    rates = sorted({r.step.rate for r in results})
-    fig, ax = plt.subplots(figsize=(7, 4.8))
-    for arm, phase in series_order(results):
-        points = []
-        for result in _series(results, arm, phase):
-            spend = step_spend(result)
-            if spend is not None:
-                points.append((result.step.rate, spend.per_million(prices)))
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
-    _rate_axis(ax, rates)
-    log_y(ax)
-    ax.set_ylabel("\\$ per million requests")
-    ax.set_title(
-        # Escaped: matplotlib reads a pair of $ as mathematics.
+
+    def per_million(result: StepResult) -> float | None:
+        spend = step_spend(result)
+        return None if spend is None else spend.per_million(prices)
+
+    # Escaped: matplotlib reads a pair of $ as mathematics.
+    title = (
         f"cost per million requests (\\${prices.vcpu_hour:g}/vCPU-h, \\${prices.gib_hour:g}/GiB-h)"
     )
-    ax.legend(fontsize=8)
+    fig, ax = _rate_plot(results, per_million, "\\$ per million requests", title)
+    log_y(ax)
     return finish(fig, path, caption)

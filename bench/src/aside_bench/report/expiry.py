@@ -7,12 +7,12 @@ what each mode buys."""
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from aside_bench.plan import expiry as plan
 from aside_bench.records.expiry import ArmRun, Reading, load_run
+from aside_bench.records.tierstats import nearest_rank
 from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
 
@@ -58,13 +58,6 @@ def read_requests(path: Path, expiry_at: float) -> list[Request]:
     return found
 
 
-def quantile(values: list[float], q: float) -> float | None:
-    """Nearest rank of the sorted values; None for none."""
-    if not values:
-        return None
-    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
-
-
 def reading_at(readings: list[Reading], t: float) -> Reading | None:
     """The last reading at or before t (else the first)."""
     before = [r for r in readings if r.t <= t]
@@ -87,9 +80,9 @@ def figures(arm: ArmRun, requests: list[Request], lo: float, hi: float) -> Figur
         requests=len(inside),
         failed=sum(1 for r in inside if r.ms is not None and not r.ok),
         dropped=sum(1 for r in inside if r.ms is None),
-        p50=quantile(answered, 0.50),
-        p95=quantile(answered, 0.95),
-        p99=quantile(answered, 0.99),
+        p50=nearest_rank(answered, 50),
+        p95=nearest_rank(answered, 95),
+        p99=nearest_rank(answered, 99),
         max=answered[-1] if answered else None,
         scans=None if scans is None else int(scans),
         misses=delta("misses"),

@@ -155,14 +155,10 @@ def context(doc: Doc, run: RunRecord) -> None:
             note=True,
         )
     warnings = [
-        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s['warning']}"
+        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s[key]}"
+        for key in ("warning", "summary_error")
         for s in run.steps
-        if s.get("warning")
-    ]
-    warnings += [
-        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s['summary_error']}"
-        for s in run.steps
-        if s.get("summary_error")
+        if s.get(key)
     ]
     warnings += influx_notes(run)
     if run.probe_warning:
@@ -276,24 +272,15 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
         doc.ul(lines)
     context(doc, run)
     figures = save_figures(results, out_dir)
+    costs = cost_table(merged, prices)
     tables = sweep_tables(merged) if results else []
     if not results:
         doc.p("No step ran to its end, so there is nothing to tabulate.", note=True)
+    held = held_table(merged, HELD_P95_MS, calibration_rates(run)) if results else None
+    tables += [t for t in (held, costs, split_table(merged, prices)) if t is not None]
     doc.h(2, "Results")
     for table in tables:
         doc.table(table)
-    held = held_table(merged, HELD_P95_MS, calibration_rates(run)) if results else None
-    if held is not None:
-        tables.append(held)
-        doc.table(held)
-    costs = cost_table(merged, prices)
-    if costs is not None:
-        tables.append(costs)
-        doc.table(costs)
-    saving = split_table(merged, prices)
-    if saving is not None:
-        tables.append(saving)
-        doc.table(saving)
     saturation_section(doc, results)
     tables += curve_section(doc, curves, out_dir, caption(run))
     if not_drawn is not None:
