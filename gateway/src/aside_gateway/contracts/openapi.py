@@ -109,6 +109,19 @@ RETRY_AFTER = _header({"type": "string", "pattern": "^[0-9]+$"}, "Seconds to wai
 READ_HEADERS = {"X-Cache": X_CACHE, "X-Cache-Tier": X_CACHE_TIER, "X-Cache-Error": X_CACHE_ERROR}
 
 
+def _closed(
+    required: list[str], properties: dict[str, Schema], extra: Schema | None = None
+) -> Schema:
+    """An object with these properties and no other; `extra`: more of its schema."""
+    return {
+        "type": "object",
+        "required": required,
+        "additionalProperties": False,
+        **(extra or {}),
+        "properties": properties,
+    }
+
+
 def _error_schema(status: int) -> Schema:
     codes = sorted(code for code, code_status in STATUS_BY_CODE.items() if code_status == status)
     return {
@@ -269,17 +282,15 @@ def _compute_schemas() -> dict[str, Schema]:
         }
 
     def result(name: str, required: list[str], properties: dict[str, Schema]) -> Schema:
-        return {
-            "type": "object",
-            "required": ["kind", "engine", *required, "elapsed_ms"],
-            "additionalProperties": False,
-            "properties": {
+        return _closed(
+            ["kind", "engine", *required, "elapsed_ms"],
+            {
                 "kind": kind(name),
                 "engine": {"type": "string", "enum": ["go", "python"]},
                 **properties,
                 "elapsed_ms": {"type": "number", "minimum": 0},
             },
-        }
+        )
 
     password = secret(PASSWORD_MAX_BYTES, "The password (72 bytes is bcrypt's own limit)")
     return {
@@ -288,11 +299,9 @@ def _compute_schemas() -> dict[str, Schema]:
             "description": "The kind of work (`kind`, default `checksum`) and its parameters "
             "(contracts/compute.json).",
         },
-        "ChecksumRequest": {
-            "type": "object",
-            "required": ["complexity"],
-            "additionalProperties": False,
-            "properties": {
+        "ChecksumRequest": _closed(
+            ["complexity"],
+            {
                 "kind": {**kind(KIND_CHECKSUM), "default": KIND_CHECKSUM},
                 "complexity": {
                     "type": "integer",
@@ -303,12 +312,10 @@ def _compute_schemas() -> dict[str, Schema]:
                 },
                 "engine": engine,
             },
-        },
-        "Pbkdf2Request": {
-            "type": "object",
-            "required": ["kind", "password", "salt"],
-            "additionalProperties": False,
-            "properties": {
+        ),
+        "Pbkdf2Request": _closed(
+            ["kind", "password", "salt"],
+            {
                 "kind": kind(KIND_PBKDF2),
                 "password": password,
                 "salt": secret(SALT_MAX_BYTES, "The salt"),
@@ -323,13 +330,10 @@ def _compute_schemas() -> dict[str, Schema]:
                 },
                 "engine": engine,
             },
-        },
-        "BcryptRequest": {
-            "type": "object",
-            "required": ["kind", "password"],
-            "additionalProperties": False,
-            "not": {"required": ["cost", "hash"]},
-            "properties": {
+        ),
+        "BcryptRequest": _closed(
+            ["kind", "password"],
+            {
                 "kind": kind(KIND_BCRYPT),
                 "password": password,
                 "cost": {
@@ -350,7 +354,8 @@ def _compute_schemas() -> dict[str, Schema]:
                 },
                 "engine": engine,
             },
-        },
+            extra={"not": {"required": ["cost", "hash"]}},
+        ),
         "ComputeResult": {
             "oneOf": [
                 _ref("ChecksumResult"),
@@ -402,11 +407,9 @@ def _schemas() -> dict[str, Schema]:
             '"(),:;<>[\\]; other Unicode letters allowed. Lengths count code points.',
         },
         "Username": username,
-        "User": {
-            "type": "object",
-            "required": ["id", "username", "email", "created_at"],
-            "additionalProperties": False,
-            "properties": {
+        "User": _closed(
+            ["id", "username", "email", "created_at"],
+            {
                 "id": {"type": "integer", "format": "int64", "minimum": 1},
                 "username": {"type": "string"},
                 "email": {"type": "string"},
@@ -417,12 +420,10 @@ def _schemas() -> dict[str, Schema]:
                     "description": "UTC, RFC 3339 with exactly six fractional digits.",
                 },
             },
-        },
-        "Track": {
-            "type": "object",
-            "required": ["id", "name", "distance_m", "path"],
-            "additionalProperties": False,
-            "properties": {
+        ),
+        "Track": _closed(
+            ["id", "name", "distance_m", "path"],
+            {
                 "id": {"type": "integer", "format": "int64", "minimum": 1},
                 "name": {"type": "string"},
                 "distance_m": {"type": "integer", "minimum": 0, "description": "metres"},
@@ -444,22 +445,17 @@ def _schemas() -> dict[str, Schema]:
                     },
                 },
             },
-        },
-        "Count": {
-            "type": "object",
-            "required": ["email", "count"],
-            "additionalProperties": False,
-            "properties": {
+        ),
+        "Count": _closed(
+            ["email", "count"],
+            {
                 "email": {"type": "string"},
                 "count": {"type": "integer", "minimum": 0},
             },
-        },
-        "CreateUser": {
-            "type": "object",
-            "required": ["username", "email"],
-            "additionalProperties": False,
-            "properties": {"username": _ref("Username"), "email": _ref("Email")},
-        },
+        ),
+        "CreateUser": _closed(
+            ["username", "email"], {"username": _ref("Username"), "email": _ref("Email")}
+        ),
         "UpdateUser": {
             "type": "object",
             "minProperties": 1,
