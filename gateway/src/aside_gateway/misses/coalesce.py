@@ -129,30 +129,26 @@ class LoopFlights(Generic[K]):
         """Await `fill` as the flight of `key` (not busy). The flight lands however
         the fill ends, a failure or a cancellation (client gone) included, so no
         follower waits for a fill that nobody runs any more."""
+        return await self._fly(key, self._take_off(key), fill)
+
+    def lead_behind(self, key: K, fill: Awaitable[T]) -> asyncio.Task[T]:
+        """`lead` as a task of its own, the flight of `key` (not busy) busy from
+        now on, not from the task's first step: no reader in between leads too."""
+        flight = self._fly(key, self._take_off(key), fill)
+        return asyncio.get_running_loop().create_task(flight)
+
+    def _take_off(self, key: K) -> asyncio.Event:
         done = asyncio.Event()
         self._flights[key] = done
+        return done
+
+    async def _fly(self, key: K, done: asyncio.Event, fill: Awaitable[T]) -> T:
         try:
             return await fill
         finally:
             if self._flights.get(key) is done:
                 del self._flights[key]
             done.set()
-
-    def lead_behind(self, key: K, fill: Awaitable[T]) -> asyncio.Task[T]:
-        """`lead` as a task of its own, the flight of `key` (not busy) busy from
-        now on, not from the task's first step: no reader in between leads too."""
-        done = asyncio.Event()
-        self._flights[key] = done
-
-        async def landing() -> T:
-            try:
-                return await fill
-            finally:
-                if self._flights.get(key) is done:
-                    del self._flights[key]
-                done.set()
-
-        return asyncio.get_running_loop().create_task(landing())
 
     async def follow(self, key: K, timeout_s: float) -> bool:
         """Wait until the flight of `key` lands: True once it has (or if none is in
