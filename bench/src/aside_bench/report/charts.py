@@ -45,7 +45,7 @@ def log_y(ax: plt.Axes) -> None:
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda _value, _pos: ""))
 
 
-def _rate_axis(ax: plt.Axes, rates: list[int]) -> None:
+def rate_axis(ax: plt.Axes, rates: list[int]) -> None:
     if len(rates) > 1 and max(rates) / max(min(rates), 1) >= 10:
         ax.set_xscale("log")
     ax.set_xticks(rates)
@@ -75,7 +75,7 @@ def latency_chart(results: list[StepResult], path: Path, title: str, caption: st
         _plot_series(ax, results, lambda r, n=name: getattr(r.latency, n) if r.latency else None)
         log_y(ax)
         ax.set_title(f"{name} latency")
-        _rate_axis(ax, rates)
+        rate_axis(ax, rates)
     axes[0].set_ylabel("ms (log scale)")
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
@@ -95,7 +95,7 @@ def _rate_plot(
     if target:
         ax.plot(rates, rates, linestyle="--", color="grey", label="target")
     _plot_series(ax, results, value)
-    _rate_axis(ax, rates)
+    rate_axis(ax, rates)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)

@@ -104,10 +104,6 @@ def pivot_table(results: list[StepResult], percentile: str = "p99") -> Table:
     return Table(f"reads {percentile} latency by compute rate", headers, rows)
 
 
-def interference_tables(results: list[StepResult]) -> list[Table]:
-    return [pivot_table(results), long_table(results)]
-
-
 def _context(doc: Doc, run: RunRecord) -> None:
     params, seed = run.params, run.seed
     doc.p(f"Machine: {summary(run.machine)}.", note=True)
@@ -140,7 +136,7 @@ def write_interference(run: RunRecord, results: list[StepResult], out_dir: Path)
     doc = Doc()
     doc.h(1, title)
     _context(doc, run)
-    tables = interference_tables(results) if results else []
+    tables = [pivot_table(results), long_table(results)] if results else []
     if not results:
         doc.p("No step ran to its end, so there is nothing to tabulate.", note=True)
     doc.h(2, "Results")

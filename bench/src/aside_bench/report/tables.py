@@ -126,10 +126,6 @@ def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float],
     return f"{text} ({fmt(found.low)}-{fmt(found.high)})"
 
 
-def fmt_cores(value: float | None) -> str:
-    return MISSING if value is None else f"{value:.2f}"
-
-
 def loadgen_cells(result: StepResult) -> list[str]:
     """The answered requests' p95 from their due time, the driver's CPU (cores
     over the step), requests in flight at most / pool, and the verdict."""
@@ -140,7 +136,7 @@ def loadgen_cells(result: StepResult) -> list[str]:
     busy = MISSING if gen.inflight_peak is None else str(gen.inflight_peak)
     return [
         due,
-        fmt_cores(gen.cpu_cores),
+        fmt_num(gen.cpu_cores, 2),
         f"{busy}/{gen.pool}",
         "saturated" if gen.saturated else "ok",
     ]

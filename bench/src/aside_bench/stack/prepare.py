@@ -16,7 +16,6 @@ from requests.adapters import HTTPAdapter, Retry
 
 from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
-from aside_bench.stack.sources import Influx, Prometheus, SourceError
 
 CONNECT_TIMEOUT_S = 5
 
@@ -195,11 +194,3 @@ def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: floa
                     "(queries running or /healthz slow)"
                 )
             time.sleep(0.2)
-
-
-def check_sources(influx: Influx, prom: Prometheus) -> None:
-    try:
-        influx.ping()
-        prom.instant("up")
-    except SourceError as error:
-        raise StackError(str(error)) from error

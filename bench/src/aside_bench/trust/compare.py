@@ -223,13 +223,9 @@ def compare(
     return rows
 
 
-def _as_is(name: str, value: float | None) -> float | None:
-    return value
-
-
 def _spreads(
     runs: list[StepFigures],
-    put: Callable[[str, float | None], float | None] = _as_is,
+    put: Callable[[str, float | None], float | None] = lambda _name, value: value,
 ) -> dict[str, Spread | None]:
     """Each figure of a step over its repeats, each repeat's figure `put` on A's machine."""
     return {name: spread([put(name, one.figure(name)) for one in runs]) for name in FIGURES}

@@ -103,13 +103,7 @@ def overlay_chart(
         drawn = ax.plot(xs, ys, style, marker=marker, color=colours.get(line.series),
                         label=f"{_label(line.series, scenarios)}, {line.side}")  # fmt: skip
         colours.setdefault(line.series, drawn[0].get_color())
-    rates = sorted({rate for line in lines for rate, _ in line.points})
-    if len(rates) > 1 and max(rates) / max(min(rates), 1) >= 10:
-        ax.set_xscale("log")
-    ax.set_xticks(rates, [str(rate) for rate in rates], rotation=45, fontsize=7)
-    ax.minorticks_off()
-    ax.set_xlabel("target rate (requests/s)")
-    ax.grid(True, which="both", alpha=0.3)
+    charts.rate_axis(ax, sorted({rate for line in lines for rate, _ in line.points}))
     if log:
         charts.log_y(ax)
     ax.set_ylabel(ylabel)
