@@ -44,6 +44,14 @@ class Doc:
     def table(self, table: Table) -> None:
         self.blocks.append(("table", table))
 
+    def results(self, tables: list[Table], ran: bool) -> None:
+        """The "Results" section, or a note that no step ran to its end."""
+        if not ran:
+            self.p("No step ran to its end, so there is nothing to tabulate.", note=True)
+        self.h(2, "Results")
+        for table in tables:
+            self.table(table)
+
     def image(self, path: Path, alt: str) -> None:
         self.blocks.append(("img", (path, alt)))
 

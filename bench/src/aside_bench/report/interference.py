@@ -137,11 +137,7 @@ def write_interference(run: RunRecord, results: list[StepResult], out_dir: Path)
     doc.h(1, title)
     _context(doc, run)
     tables = [pivot_table(results), long_table(results)] if results else []
-    if not results:
-        doc.p("No step ran to its end, so there is nothing to tabulate.", note=True)
-    doc.h(2, "Results")
-    for table in tables:
-        doc.table(table)
+    doc.results(tables, bool(results))
     doc.h(2, "How the figures are computed")
     doc.ul(DEFINITIONS)
     if results:

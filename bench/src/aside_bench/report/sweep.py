@@ -274,13 +274,9 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
     figures = save_figures(results, out_dir)
     costs = cost_table(merged, prices)
     tables = sweep_tables(merged) if results else []
-    if not results:
-        doc.p("No step ran to its end, so there is nothing to tabulate.", note=True)
     held = held_table(merged, HELD_P95_MS, calibration_rates(run)) if results else None
     tables += [t for t in (held, costs, split_table(merged, prices)) if t is not None]
-    doc.h(2, "Results")
-    for table in tables:
-        doc.table(table)
+    doc.results(tables, bool(results))
     saturation_section(doc, results)
     tables += curve_section(doc, curves, out_dir, caption(run))
     if not_drawn is not None:

@@ -4,6 +4,7 @@ Prometheus, the gateway's own figures from the probe around the step."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aside_bench.plan import interference
@@ -72,21 +73,22 @@ def compute_beside(step: Step, summary: dict[str, Any]) -> StepResult | None:
     figures = summary.get("compute")
     if step.scenario != interference.SCENARIO or step.rate == 0 or not figures:
         return None
-    beside = Step(
-        interference.COMPUTE_SCENARIO,
-        step.arm,
-        step.phase,
-        step.rate,
-        step.duration_s,
-        repeat=step.repeat,
-    )
+    beside = replace(step, scenario=interference.COMPUTE_SCENARIO, read_rate=0)
+    return _counted(beside, figures, None)
+
+
+def _counted(
+    step: Step, figures: dict[str, Any], cache: CacheCounts | None, **more: Any
+) -> StepResult:
+    """A step's latency, iterations, failures and drops from the driver's figures."""
     return StepResult(
-        step=beside,
+        step=step,
         latency=summary_latency(figures),
         iterations=int(figures.get("iterations") or 0),
         failed=int(figures.get("failed") or 0),
         dropped=int(figures.get("dropped") or 0),
-        cache=None,
+        cache=cache,
+        **more,
     )
 
 
@@ -97,13 +99,10 @@ def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepRes
     step = step_from_record(record)
     stale = summary.get("stale")
     by_name = {name: summary_latency(one) for name, one in (summary.get("by_name") or {}).items()}
-    return StepResult(
-        step=step,
-        latency=summary_latency(summary),
-        iterations=int(summary.get("iterations") or 0),
-        failed=int(summary.get("failed") or 0),
-        dropped=int(summary.get("dropped") or 0),
-        cache=cache,
+    return _counted(
+        step,
+        summary,
+        cache,
         by_name={name: latency for name, latency in by_name.items() if latency is not None},
         cost=step_cost(record.get("probe")),
         stale=None if stale is None else StaleCounts(**stale),
