@@ -1,34 +1,41 @@
-"""What the suites share: a named item's result and its record (chaos' cases,
-hardening's experiments), the errors that end one item but not the run, the
-parsing of the names given, the wait for an instant of the plan, the run
-record (report.json, versioned) and the first lines of every suite's page."""
+"""What the suites share: an item's result, the run skeleton (the items one
+by one, an error ending one item but not the run), the run record
+(report.json, versioned) and the page's frame."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import psycopg
 import redis
 import requests
 
+from aside_bench.load.samples import SamplesError
+from aside_bench.load.summary import SummaryError
 from aside_bench.report.doc import Doc
 from aside_bench.report.tables import Table
+from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe, summary
 from aside_bench.stack.prepare import StackError
+from aside_bench.stack.seeddata import remove_run_users
 from aside_bench.suites.samples import Check
 
-# What ends one case or experiment (recorded as its error) but not the run.
+# What ends one item (recorded as its error) but not the run; an output of the
+# driver this bench cannot read among them.
 ITEM_ERRORS: tuple[type[Exception], ...] = (
     StackError,
     psycopg.Error,
     requests.RequestException,
     redis.RedisError,
+    SamplesError,
+    SummaryError,
 )
 
 
@@ -51,7 +58,6 @@ class SuiteResult:
         return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
 
     def fields(self) -> dict[str, Any]:
-        """The subclass's own entries of the record, between the notes and the checks."""
         return {}
 
     def as_dict(self) -> dict[str, Any]:
@@ -80,7 +86,6 @@ def parse_names(text: str | None, choices: tuple[str, ...], what: str) -> tuple[
 
 
 def sleep_until(instant: float) -> None:
-    """Wait for an epoch instant of the plan (a fault, an attack); at once if past."""
     remaining = instant - time.time()
     if remaining > 0:
         time.sleep(remaining)
@@ -123,7 +128,6 @@ class SuiteRun:
     HEADER: ClassVar[tuple[str, ...]] = ("run_id", "kind", "created", "machine", "seed", "params")
 
     def all_passed(self) -> bool:
-        """Every item passed, and there was one."""
         return bool(self.items) and all(item["passed"] for item in self.items)
 
     def to_json(self) -> dict[str, Any]:
@@ -157,7 +161,6 @@ class SuiteRun:
 
 
 def load_suite_run(out_dir: Path) -> SuiteRun:
-    """A suite's report.json in `out_dir`, or SuiteSchemaError in one line."""
     path = out_dir / "report.json"
     try:
         data = json.loads(path.read_text())
@@ -185,9 +188,75 @@ def save_report(
 
 
 def suite_page(title: str, run: SuiteRun) -> Doc:
-    """A suite's page begun: its title ("Aside <title> <run id>") and the
-    machine it ran on."""
     doc = Doc()
     doc.h(1, f"Aside {title} {run.run_id}")
     doc.p(f"Machine: {summary(run.machine)}.", note=True)
     return doc
+
+
+def check_lines(checks: list[dict[str, Any]]) -> list[str]:
+    return [f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}" for c in checks]
+
+
+def item_section(
+    doc: Doc, title: str, item: dict[str, Any], noun: str, tables: list[Table], notes: Iterable[str]
+) -> None:
+    """An item's part of the page: its heading, then its error, or its tables,
+    notes and checks."""
+    doc.h(2, title)
+    if item["error"]:
+        doc.p(f"The {noun} could not run to its end: {item['error']}", note=True)
+        return
+    for table in tables:
+        doc.table(table)
+    for note in notes:
+        doc.p(note)
+    doc.ul(check_lines(item["checks"]))
+
+
+def open_run(kind: str, run_id: str, out_dir: Path, what: str) -> None:
+    """The run's folder made and its first console line."""
+    out_dir.mkdir(parents=True)
+    print(f"{kind} {run_id}: {what} -> {out_dir}/", flush=True)
+
+
+class Item(Protocol):
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=Item)
+
+
+def run_items(
+    run: SuiteRun,
+    names: Iterable[str],
+    run_one: Callable[[str], R],
+    failed: Callable[[str, str], R],
+    descriptions: dict[str, str],
+    one_line: Callable[[dict[str, Any]], str] | None = None,
+    go_on: Callable[[R], bool] = lambda _: True,
+) -> None:
+    """Each named item run in turn, into `run.items`; an error of ITEM_ERRORS
+    is recorded as the item's (`failed`) and the next one runs, unless `go_on`
+    says no. The run passes when every item did."""
+    for name in names:
+        print(" ".join(filter(None, (f"[{name}]", descriptions.get(name), "..."))), flush=True)
+        try:
+            result = run_one(name)
+        except ITEM_ERRORS as error:
+            result = failed(name, str(error))
+        run.items.append(result.as_dict())
+        if one_line is not None:
+            print(f"[{name}] {one_line(run.items[-1])}", flush=True)
+        if not go_on(result):
+            break
+    run.passed = run.all_passed()
+
+
+def remove_users(settings: Settings, run_id: str) -> int | None:
+    """The run's users removed (their count), or None with a warning."""
+    try:
+        return remove_run_users(settings, run_id)
+    except (StackError, psycopg.Error, redis.RedisError) as error:
+        print(f"warning: could not remove the run's users: {error}", file=sys.stderr, flush=True)
+        return None

@@ -19,16 +19,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import redis
-
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.report.tables import Table
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
-from aside_bench.stack.seeddata import SeedData, remove_run_users, user_prefix
-from aside_bench.suites.base import SuiteRun, save_report, suite_page
+from aside_bench.stack.seeddata import SeedData, user_prefix
+from aside_bench.suites.base import SuiteRun, open_run, remove_users, save_report, suite_page
 from aside_bench.suites.samples import fmt_ms
 from aside_bench.suites.soak.run import SCENARIO, load_tallies
 
@@ -147,20 +144,13 @@ def run_step(settings: config.Settings, params: Params, seed: SeedData, rate: in
     except SummaryError as error:
         raise StackError(str(error)) from None
     result = step_result(rate, tallies, code)
-    try:
-        remove_run_users(settings, params.run_id)
-    except (StackError, psycopg.Error, redis.RedisError) as error:
-        print(f"warning: could not remove the step's users: {error}", flush=True)
+    remove_users(settings, params.run_id)
     return result
 
 
 def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -> SuiteRun:
-    params.out_dir.mkdir(parents=True)
-    print(
-        f"create-rate {params.run_id}: keyed creates via the {params.via}, "
-        f"{params.duration_s} s per rate -> {params.out_dir}/",
-        flush=True,
-    )
+    what = f"keyed creates via the {params.via}, {params.duration_s} s per rate"
+    open_run("create-rate", params.run_id, params.out_dir, what)
     results: list[StepResult] = []
     queue = sorted(params.rates)
     while queue:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from aside_bench.report.tables import Table
-from aside_bench.suites.base import SuiteRun, save_report, suite_page
+from aside_bench.suites.base import SuiteRun, item_section, save_report, suite_page
 from aside_bench.suites.chaos.checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S, REPLACE_S
 from aside_bench.suites.samples import READS, fmt_s
 
@@ -137,18 +137,10 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     tables = [summary_table(run)]
     doc.table(tables[0])
     for case in run.items:
-        doc.h(2, f"{case['name']}: {case['description']}")
-        if case["error"]:
-            doc.p(f"The case could not run to its end: {case['error']}", note=True)
-        if case["requests"]:
-            table = status_table(case)
-            tables.append(table)
-            doc.table(table)
-        if case["events"]:
-            doc.p(_timeline(case))
-        doc.ul(
-            [f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}" for c in case["checks"]]
-        )
+        own = [status_table(case)] if case["requests"] else []
+        tables += own
+        title = f"{case['name']}: {case['description']}"
+        item_section(doc, title, case, "case", own, [_timeline(case)] if case["events"] else [])
     doc.h(2, "What each case asserts")
     doc.ul(ASSERTIONS)
     return save_report(doc, run, out_dir, tables)

@@ -31,18 +31,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import psycopg
-import redis
-
 from aside_bench.load.run import LoadRun, deadline_s, start_driver
-from aside_bench.load.samples import SamplesError, compress
-from aside_bench.load.summary import Summary, SummaryError
+from aside_bench.load.samples import compress
+from aside_bench.load.summary import Summary
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import cache_errors, request_counters
 from aside_bench.stack.prepare import StackError, wait_until_quiet
-from aside_bench.stack.seeddata import SeedData, load_seed_list, remove_run_users, user_prefix
+from aside_bench.stack.seeddata import SeedData, load_seed_list, user_prefix
 from aside_bench.stack.services import ServiceControl
-from aside_bench.suites.base import ITEM_ERRORS, SuiteResult, SuiteRun, parse_names, sleep_until
+from aside_bench.suites.base import (
+    SuiteResult,
+    SuiteRun,
+    open_run,
+    parse_names,
+    remove_users,
+    run_items,
+    sleep_until,
+)
 from aside_bench.suites.chaos import checks as cc
 from aside_bench.suites.chaos.faults import Faults
 from aside_bench.suites.chaos.report import one_line, write_report
@@ -227,7 +232,6 @@ def run_case(
 def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteRun:
     control = ServiceControl(settings)
     control.verify()
-    params.out_dir.mkdir(parents=True)
     run = SuiteRun(
         params.run_id,
         "chaos",
@@ -255,32 +259,22 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
             "replace_s": cc.REPLACE_S,
         },
     )
-    print(
-        f"chaos {params.run_id}: {' '.join(params.cases)} at {params.rate} req/s "
-        f"-> {params.out_dir}/",
-        flush=True,
-    )
+    what = f"{' '.join(params.cases)} at {params.rate} req/s"
+    open_run("chaos", params.run_id, params.out_dir, what)
     try:
-        for case in params.cases:
-            print(f"[{case}] {DESCRIPTIONS[case]} ...", flush=True)
-            try:
-                result = run_case(settings, params, seed, control, case)
-            except (*ITEM_ERRORS, SamplesError, SummaryError) as error:
-                # An output of the driver this bench cannot read ends the case, not the run.
-                result = CaseResult(case, error=str(error))
-            run.items.append(result.as_dict())
-            print(f"[{case}] {one_line(run.items[-1])}", flush=True)
-            if result.error is not None and not _restore_all(control):
-                print(
-                    "aside-bench: the stack did not come back; stopping the suite", file=sys.stderr
-                )
-                break
+        run_items(
+            run,
+            params.cases,
+            lambda case: run_case(settings, params, seed, control, case),
+            lambda case, error: CaseResult(case, error=error),
+            DESCRIPTIONS,
+            one_line,
+            # After a failed case the next runs only on a stack that came back.
+            go_on=lambda result: result.error is None or _restore_all(control),
+        )
     finally:
         _restore_all(control)
-        try:
-            run.extra["removed_users"] = remove_run_users(settings, params.run_id)
-        except (StackError, psycopg.Error, redis.RedisError) as error:
-            print(f"warning: could not remove the run's users: {error}", file=sys.stderr)
+        run.extra["removed_users"] = remove_users(settings, params.run_id)
         run.passed = run.all_passed()
         write_report(run, params.out_dir)
     return run
@@ -291,5 +285,5 @@ def _restore_all(control: ServiceControl) -> bool:
         control.ensure_up()
         return True
     except StackError as error:
-        print(f"aside-bench: {error}", file=sys.stderr)
+        print(f"aside-bench: the stack did not come back: {error}", file=sys.stderr)
         return False

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from aside_bench.report.tables import Table
-from aside_bench.suites.base import SuiteRun, save_report, suite_page
+from aside_bench.suites.base import SuiteRun, item_section, save_report, suite_page
 from aside_bench.suites.hardening.checks import RssFigures, SocketFigures
 from aside_bench.suites.samples import fmt_mib, fmt_ms, fmt_s
 
@@ -180,28 +180,29 @@ def _context(run: SuiteRun) -> list[str]:
     ]
 
 
+def item_tables(experiment: dict[str, Any]) -> list[Table]:
+    if experiment["name"] == "slow-heads":
+        own = [sockets_table(experiment), rss_table(experiment)]
+    else:
+        own = [flood_table(experiment)]
+    return [windows_table(experiment), *own]
+
+
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     doc = suite_page("hardening", run)
     doc.ul(_context(run))
     tables = [summary_table(run)]
     doc.table(tables[0])
     for experiment in run.items:
-        doc.h(2, f"{experiment['name']}: {experiment['description']}")
-        if experiment["error"]:
-            doc.p(f"The experiment could not run to its end: {experiment['error']}", note=True)
-            continue
-        own = [windows_table(experiment)]
-        if experiment["name"] == "slow-heads":
-            own += [sockets_table(experiment), rss_table(experiment)]
-        else:
-            own.append(flood_table(experiment))
-        for table in own:
-            doc.table(table)
+        own = [] if experiment["error"] else item_tables(experiment)
         tables += own
-        doc.p(f"Load average (1 min) when the experiment started: "
-              f"{experiment['notes'].get('load_average_1m')}.")  # fmt: skip
-        doc.ul(
-            [f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
-             for c in experiment["checks"]]
-        )  # fmt: skip
+        load = experiment["notes"].get("load_average_1m")
+        item_section(
+            doc,
+            f"{experiment['name']}: {experiment['description']}",
+            experiment,
+            "experiment",
+            own,
+            [f"Load average (1 min) when the experiment started: {load}."],
+        )
     return save_report(doc, run, out_dir, tables)

@@ -33,13 +33,20 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from aside_bench.load.run import DriverProcess, LoadRun
-from aside_bench.load.samples import SamplesError, compress
+from aside_bench.load.samples import compress
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench.suites.base import ITEM_ERRORS, SuiteResult, SuiteRun, parse_names, sleep_until
+from aside_bench.suites.base import (
+    SuiteResult,
+    SuiteRun,
+    open_run,
+    parse_names,
+    run_items,
+    sleep_until,
+)
 from aside_bench.suites.hardening import checks as hc
 from aside_bench.suites.hardening import probes as fp
 from aside_bench.suites.hardening.attacks import cold_flood, slow_heads
@@ -293,7 +300,6 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
         read_p95_ms=params.read_p95_ms,
     )
     bench = Bench(settings, params, seed, control, limits, gateway)
-    params.out_dir.mkdir(parents=True)
     run = SuiteRun(
         params.run_id,
         "hardening",
@@ -307,19 +313,15 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
             "settle_s": limits.settle_s,
         },
     )
-    print(
-        f"hardening {params.run_id}: {' '.join(params.experiments)} under {params.rate} cached "
-        f"reads/s -> {params.out_dir}/",
-        flush=True,
+    what = f"{' '.join(params.experiments)} under {params.rate} cached reads/s"
+    open_run("hardening", params.run_id, params.out_dir, what)
+    run_items(
+        run,
+        params.experiments,
+        lambda name: RUNNERS[name](bench),
+        lambda name, error: ExperimentResult(name, error=error),
+        DESCRIPTIONS,
     )
-    for name in params.experiments:
-        print(f"[{name}] {DESCRIPTIONS[name]} ...", flush=True)
-        try:
-            result = RUNNERS[name](bench)
-        except (*ITEM_ERRORS, SamplesError) as error:
-            result = ExperimentResult(name, error=str(error))
-        run.items.append(result.as_dict())
-    run.passed = all(e["passed"] for e in run.items)
     write_report(run, params.out_dir)
     for experiment in run.items:
         print(f"{experiment['name']}: {one_line(experiment)}", flush=True)

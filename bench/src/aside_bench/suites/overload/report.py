@@ -11,7 +11,7 @@ from typing import Any
 from aside_bench.ceiling.search import RERUN_VERDICT
 from aside_bench.plan.steps import SCRAPE_ROOM
 from aside_bench.report.tables import Table
-from aside_bench.suites.base import SuiteRun, save_report, suite_page
+from aside_bench.suites.base import SuiteRun, item_section, save_report, suite_page
 from aside_bench.suites.overload import figures as fg
 
 CHART = "overload.png"
@@ -304,18 +304,10 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
         )
         doc.image(path, "goodput against the offered load, per arm")
     for arm in run.items:
-        doc.h(2, arm["arm"])
-        if arm["error"]:
-            doc.p(f"The arm could not run to its end: {arm['error']}", note=True)
-            continue
         own = [arm_table(arm), machine_table(arm), timeline_table(arm)]
-        if arm["search"]:
-            own.append(search_table(arm))
-        for table in own:
-            doc.table(table)
+        own = [] if arm["error"] else own + ([search_table(arm)] if arm["search"] else [])
         tables += own
-        doc.ul([f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
-                for c in arm["checks"]])  # fmt: skip
+        item_section(doc, arm["arm"], arm, "arm", own, [])
     saved = save_report(doc, run, out_dir, tables[:2])
     (out_dir / "report.html").write_text(doc.html(f"Aside overload {run.run_id}"))
     return saved

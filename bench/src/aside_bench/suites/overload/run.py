@@ -27,8 +27,8 @@ from typing import Any
 
 from aside_bench.ceiling.search import Trial, ceiling_of, next_trial, run_again
 from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, start_driver
-from aside_bench.load.samples import SamplesError, compress
-from aside_bench.load.summary import Summary, SummaryError
+from aside_bench.load.samples import compress
+from aside_bench.load.summary import Summary
 from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_cap, pool_for
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import gateway_metrics as gm
@@ -38,7 +38,7 @@ from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, expires_within, wait_until_quiet, warm_cache
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench.suites.base import ITEM_ERRORS, SuiteRun, sleep_until
+from aside_bench.suites.base import SuiteRun, open_run, run_items, sleep_until
 from aside_bench.suites.overload import figures as fg
 from aside_bench.suites.overload.plan import (
     BASELINE_FACTOR,
@@ -437,19 +437,17 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
 def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> SuiteRun:
     machine = describe()
     bench = Bench(settings, params, seed, int(machine["nproc"] or 1), GatewayProbe(settings))
-    params.out_dir.mkdir(parents=True)
     run = SuiteRun(params.run_id, "overload", seed.meta, _params_record(params, settings))
-    print(f"overload {params.run_id}: arms {' '.join(params.arms)}, {params.duration_s} s steps "
-          f"-> {params.out_dir}/", flush=True)  # fmt: skip
-    for arm in params.arms:
-        print(f"[{arm}] ...", flush=True)
-        try:
-            result = run_arm(bench, arm)
-        except (*ITEM_ERRORS, SamplesError, SummaryError) as error:
-            result = ArmResult(arm, error=str(error))
-        run.items.append(result.as_dict())
-        print(f"[{arm}] {one_line(run.items[-1])}", flush=True)
-    run.passed = all(a["passed"] for a in run.items)
+    what = f"arms {' '.join(params.arms)}, {params.duration_s} s steps"
+    open_run("overload", params.run_id, params.out_dir, what)
+    run_items(
+        run,
+        params.arms,
+        lambda arm: run_arm(bench, arm),
+        lambda arm, error: ArmResult(arm, error=error),
+        {},
+        one_line,
+    )
     write_report(run, params.out_dir)
     return run
 

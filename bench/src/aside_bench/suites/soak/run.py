@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import redis
 
 from aside_bench.load.run import LoadRun, start_driver
 from aside_bench.load.summary import Summary, SummaryError
@@ -38,9 +37,9 @@ from aside_bench.plan.steps import PlanError, parse_duration
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect
-from aside_bench.stack.seeddata import SeedData, remove_run_users, user_prefix
+from aside_bench.stack.seeddata import SeedData, user_prefix
 from aside_bench.stack.services import ServiceControl
-from aside_bench.suites.base import SuiteRun
+from aside_bench.suites.base import SuiteRun, open_run, remove_users
 from aside_bench.suites.samples import KINDS
 from aside_bench.suites.soak.growth import (
     KEY_GROWTH_FLAG,
@@ -189,15 +188,14 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     control = ServiceControl(settings)
     control.verify()
     pids = {service: control.pid(service) for service in procs.SERVICES}
-    params.out_dir.mkdir(parents=True)
     summary_path = params.out_dir / "load-summary.json"
     log_path = params.out_dir / "load.log"
     driver_run = load_run(settings, params, seed, summary_path)
-    print(
-        f"soak {params.run_id}: {params.rate} req/s for {params.duration_s} s, a sample every "
-        f"{params.interval_s:g} s, warm-up {params.warmup_s:g} s -> {params.out_dir}/",
-        flush=True,
+    what = (
+        f"{params.rate} req/s for {params.duration_s} s, a sample every "
+        f"{params.interval_s:g} s, warm-up {params.warmup_s:g} s"
     )
+    open_run("soak", params.run_id, params.out_dir, what)
     key_settings = key_settings_s(pids["core"])
     lifetime_s = None if key_settings is None else sum(key_settings)
     # A working purge deletes a key within TTL + one interval (+ its cycle's
@@ -222,11 +220,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     finally:
         load.stop()
         keys.close()
-    try:
-        removed = remove_run_users(settings, params.run_id)
-    except (StackError, psycopg.Error, redis.RedisError) as error:
-        removed = None
-        print(f"warning: could not remove the soak's users: {error}")
+    removed = remove_users(settings, params.run_id)
     try:
         tallies, summary_error = load_tallies(Summary.read(summary_path)), None
     except SummaryError as error:  # the samples are worth a report all the same
