@@ -4,7 +4,7 @@ they are exact where Prometheus's scrapes are not."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import requests
@@ -29,25 +29,28 @@ RequestKey = tuple[str, str, str]  # (route, method, status)
 K = TypeVar("K")
 
 
+def _samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample of a Prometheus text exposition."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            yield sample.name, dict(sample.labels), float(sample.value)
+
+
 def labelled_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """(labels, value) of every labelled sample named `name` in a Prometheus text
-    exposition."""
-    return [
-        (dict(sample.labels), float(sample.value))
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and sample.labels
-    ]
+    """(labels, value) of every labelled sample named `name`."""
+    return [(labels, value) for found, labels, value in _samples(text) if found == name and labels]
 
 
 def unlabelled_value(text: str, name: str) -> float | None:
     """The value of the one unlabelled sample named `name` (a gauge summed over
     live workers), or None when the exposition has none."""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and not sample.labels:
-                return float(sample.value)
-    return None
+    unlabelled = (v for found, labels, v in _samples(text) if found == name and not labels)
+    return next(unlabelled, None)
+
+
+def values_named_like(text: str, part: str) -> list[float]:
+    """Every sample whose name holds `part` (one a worker or a route), no `_created` one."""
+    return [v for n, _, v in _samples(text) if part in n and not n.endswith("_created")]
 
 
 def scrape(settings: Settings) -> str:

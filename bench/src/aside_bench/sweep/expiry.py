@@ -15,7 +15,6 @@ from pathlib import Path
 
 import psycopg
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.summary import Summary
@@ -28,6 +27,7 @@ from aside_bench.stack.gateway_metrics import (
     scrape,
     summed_by,
     tier_read_counts,
+    values_named_like,
 )
 from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, connect, wait_until_quiet, warm_cache
@@ -44,28 +44,17 @@ DB_QUERIES = "aside_gateway_db_queries_total"
 SEQ_SCANS = "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'users'"
 
 
-def _named(text: str, part: str) -> list[float]:
-    """Every sample whose name holds `part` (the gateway's expiry counters and
-    gauge, one a worker or route)."""
-    return [
-        float(sample.value)
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if part in sample.name and not sample.name.endswith("_created")
-    ]
-
-
 def read_counters(settings: Settings, conn: psycopg.Connection) -> Reading:
     row = conn.execute(SEQ_SCANS).fetchone()
     text = scrape(settings)
     tiers = tier_read_counts(text)
-    ages = _named(text, "stale_age_max")
+    ages = values_named_like(text, "stale_age_max")
     return Reading(
         t=time.time(),
         seq_scans=int(row[0]) if row else 0,
         misses=tiers.get("l2 miss", 0.0),
-        stale=sum(_named(text, "stale_served")),
-        early=sum(_named(text, "early_refresh")),
+        stale=sum(values_named_like(text, "stale_served")),
+        early=sum(values_named_like(text, "early_refresh")),
         stale_age_max=max(ages) if ages else None,
         count_queries=sum(
             v
