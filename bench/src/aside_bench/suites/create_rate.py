@@ -1,17 +1,7 @@
-"""`aside-bench create-rate` (`make create-rate`): the highest rate of
-keyed creates the core sustains, the rate the purge of idempotency keys must
-keep up with (core-go/README.md, "Idempotent creates").
-
-Each step is the load driver's `chaos` scenario with every iteration a create
-carrying an Idempotency-Key (WRITE_SHARE=1), at a constant arrival rate for a
-short while, sent straight to the core (lab profile, no CORE_TOKEN) or through
-the gateway. A rate is held when the driver dropped no iteration, every create
-answered 201 and the answered creates' p95 is at most the limit (100 ms). The
-given rates run in ascending order until one is not held; then a few midpoints
-between the highest held and the lowest failed narrow the figure. Every step's
-users and keys are removed after it.
-Report: reports/create-rate-<id>/report.md and report.json.
-"""
+"""`aside-bench create-rate`: the highest rate of keyed creates held (no drop, every
+create 201, p95 within the limit), ascending rates then midpoints
+(docs/bench/suites.md, "Soak and
+create-rate")."""
 
 from __future__ import annotations
 

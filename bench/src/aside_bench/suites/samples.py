@@ -1,9 +1,5 @@
-"""The fault suite's raw material: a `Sample` is one request as the load driver
-recorded it in its samples file (SAMPLES_PATH, bench/driver/README.md): kind,
-status, the instant it was sent and how long the client waited, and the tags the
-checks need. Read from that JSON-lines file, then counted per kind and searched
-in time (pure, unit-tested). The file's lines are read by load/samples.py, as
-the hardening experiments read theirs."""
+"""One request as the load driver recorded it in its samples file (a `Sample`), read,
+counted per kind and searched in time (pure)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""The fault suite's verdicts, computed from the load driver's samples (suites/samples.py)
-and the gateway's counters (pure, unit-tested). A case's `events` are epoch
-instants the driver noted: `fault` (kill or stop sent), `ready` (the service
-answers again), `replaced` (a new gunicorn worker), `load_start`, `load_end`.
-
-One module of about 400 lines on purpose: the four cases' checks share the
-limits below and are read side by side against the bench manual's list of
-assertions (docs/bench/suites.md).
-"""
+"""The chaos suite's verdicts, from the driver's samples and the gateway's counters
+(pure). A case's `events` are epoch instants: `fault`, `ready` (the service answers
+again), `replaced` (a new gunicorn worker), `load_start`, `load_end`. One module on
+purpose: the four cases share the limits below and read side by side against the
+manual's assertions (docs/bench/suites.md)."""
 
 from __future__ import annotations
 

@@ -1,27 +1,6 @@
-"""`aside-bench chaos`: faults under load, and nothing lost.
-
-Each case runs the load driver's `chaos` scenario at a constant arrival rate
-(cached reads of hot emails and seeded ids, idempotent creates) against the
-gateway, injects one fault a few seconds in, restores the service, keeps the
-load a few seconds more, then checks from the driver's per-request samples and
-from PostgreSQL:
-
-* redis    -- SIGKILL redis-server, `infra/stack.sh up redis`
-* core     -- SIGKILL aside-core, `infra/stack.sh up core`
-* postgres -- `infra/stack.sh stop postgres` (pg_ctl -m fast), `infra/stack.sh up postgres`
-* worker   -- SIGKILL one gunicorn worker; the master replaces it
-
-and after every case: every write that got a 2xx is in PostgreSQL exactly once
-with the id the driver was given; every write that did not is retried with its own
-Idempotency-Key (a replay if it had committed, a create if not), after which
-every write exists exactly once; and reads through the gateway of every hot
-email and every id involved equal PostgreSQL.
-
-This module runs the suite; the driver is started through load/run.py, the faults are in
-suites/chaos/faults.py, the checks that need the stack in suites/chaos/verify.py, the gateway's
-counters in stack/gateway_metrics.py, the verdicts in suites/chaos/checks.py (on the samples
-of suites/samples.py) and the report, in reports/chaos-<run id>/, in suites/chaos/report.py.
-"""
+"""`aside-bench chaos`: each case one fault (redis, core, postgres, worker) under the
+driver's `chaos` scenario, the service restored, then the samples and PostgreSQL
+checked (docs/bench/suites.md, "Chaos")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The fault suite's checks that need the running stack: the cache warmed before
-a case, then every write the load driver sent checked against PostgreSQL (and retried with
-its Idempotency-Key when it got no 2xx), and reads through the gateway compared
-with PostgreSQL."""
+"""The chaos checks that need the stack: the cache warmed before a case, every write
+checked against PostgreSQL (retried with its key when it got no 2xx), reads compared."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The two attacks of `aside-bench hardening`, sent from the bench's own process:
-
-* slow heads: sockets that send part of a request head and never finish it;
-  for each, when the server closed it (end of file or reset) and what it
-  answered first, if anything (a 503 when the worker that took it was full);
-* a cold flood: distinct emails the cache has never seen, each a count the
-  database would have to scan for, sent by a bounded number of concurrent
-  clients that give up after a few tens of ms.
-"""
+"""The two attacks, sent from the bench's own process: slow heads (sockets that never
+finish a request head) and a cold flood (distinct uncached emails from impatient
+concurrent clients)."""
 
 from __future__ import annotations
 

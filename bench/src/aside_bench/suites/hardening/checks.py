@@ -1,7 +1,4 @@
-"""The hardening experiments' figures and verdicts, from plain numbers (pure,
-unit-tested): the slow sockets' close times, the gateway workers' memory
-around the attack, the reads' latency and drops in a window, and when the
-database's query counter stopped rising after the cold flood."""
+"""The hardening figures and verdicts, from plain numbers (pure)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The cached reads under a hardening experiment: the load driver's `read`
-scenario on the hot emails, every request a line of its samples file; its
-start on a warm and quiet stack, its first request, and its figures in the
-windows before, during and after the attack, computed from that file.
-
-It takes the parts of the experiment it needs (the settings, the stack's
-control, the hot emails), not the experiment itself, so suites/hardening/run.py alone
-puts them together."""
+"""The cached reads under a hardening experiment and their figures per window.
+It takes the parts of the experiment it needs, not the experiment, so
+suites/hardening/run.py alone puts them together."""
 
 from __future__ import annotations
 

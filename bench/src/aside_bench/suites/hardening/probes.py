@@ -1,6 +1,5 @@
-"""What the cold flood (suites/hardening/run.py) is made of and measured by: its emails,
-the gateway's count queries as PostgreSQL counted them (pg_stat_statements),
-polled until they stop rising, and the gateway's own counters the flood moves."""
+"""The cold flood's emails, and what measures it: the count queries PostgreSQL saw
+(pg_stat_statements) polled until still, and the gateway's counters."""
 
 from __future__ import annotations
 

@@ -1,26 +1,5 @@
-"""`aside-bench hardening`: the gateway's defences against slow clients and
-against work nobody waits for, measured at full size while the load driver
-sends cached reads (hot emails only, at a constant rate, over connections it
-opened before the attack: a fixed pool of workers, connections reused).
-
-* slow-heads -- a few seconds into the reads, the bench opens N sockets to the
-  gateway, each sending part of a request head and never finishing it. For
-  each socket: when the server closed it, and whether it answered 503 at once
-  (the worker that took it already held GATEWAY_MAX_CONNECTIONS). Besides: the
-  gateway workers' RSS before, at the peak and after (from /proc), and the
-  reads' latency and drops before, during and after the attack.
-* cold-flood -- emails that are in no row (each a full scan if run), sent by a
-  bounded number of concurrent clients that give up after a few tens of ms.
-  Counted: the gateway's count queries as PostgreSQL saw them
-  (pg_stat_statements), polled after the flood until they stop rising, and the
-  reads' latency and drops meanwhile.
-
-The reads' figures come from the driver's samples file (a line per request),
-cut into windows by the instant each was sent (the load and its windows:
-suites/hardening/load.py). The figures and verdicts are suites/hardening/checks.py's, the
-report suites/hardening/report.py's, the attacks suites/hardening/attacks.py's, the workers' memory
-readings suites/hardening/rss.py's and the flood's emails and counters suites/hardening/probes.py's.
-"""
+"""`aside-bench hardening`: slow heads and a cold flood, each beside the driver's
+cached reads (docs/bench/suites.md, "Slow clients and cold floods")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The overload suite's figures and verdicts, from plain records (pure,
-unit-tested): a step's requests as the driver's samples file lists them, its
-goodput (2xx answered within 1 s, per second), the served and the shed
-answers' latency (the served also apart on connections open before the
-request and on connections the driver opened for it), the p95 of every
-second of a step, the time a step took to recover, the machine's busy share
-and the services' CPU over the step, and each verdict against the targets."""
+"""The overload suite's figures and verdicts, from plain records (pure)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What `aside-bench overload` runs: the arms it may take, the factors of
-each arm's ceiling its steps run at, how each arm's ceiling is searched, the
-run's parameters and an arm's result as report.json records it."""
+"""What `aside-bench overload` runs: its arms, factors, searches, parameters and an
+arm's result."""
 
 from __future__ import annotations
 

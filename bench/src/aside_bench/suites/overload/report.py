@@ -1,7 +1,4 @@
-"""The overload suite's page: report.md, report.html and report.json in
-reports/overload-<run id>/, a table and the verdicts per arm, and
-overload.png: goodput against the offered load, per arm, beside the ideal
-(goodput = offered) and the arm's ceiling."""
+"""The overload suite's page (report.md, report.html, report.json) and overload.png."""
 
 from __future__ import annotations
 

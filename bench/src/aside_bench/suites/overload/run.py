@@ -1,22 +1,6 @@
-"""`aside-bench overload`: what the gateway does past an arm's ceiling.
-
-For each arm: its ceiling (given, or a short search: the highest rate held at
-p95 <= 10 ms with nothing dropped and at most 1 % shed, ceiling/search.py's
-ladder, bisection and confirmations, in short steps over pools opened as the
-later steps' are), then the driver's `read` scenario at 0.6x of it (the
-baseline), 1.25x, 1.5x and 2x, and 0.6x again started as the 2x step's
-schedule ends (the recovery), each a step of its own driver process with
-every request in its samples file, over connections it opened before its
-first request. Between the steps before the 2x one the stack is let go
-quiet and the cache topped up; the 2x step and the recovery follow each
-other with no gap, as a falling load would, and the recovery is judged from
-the 2x schedule's end.
-
-The figures come from the samples (goodput within 1 s, served and shed
-latency, the per-second timeline), the driver's summary (its CPU) and the
-gateway's counters read from its /metrics at every step's edges
-(figures.py); the page is report.py's.
-"""
+"""`aside-bench overload`: each arm's ceiling (given or searched), then steps at 0.6x,
+1.25x, 1.5x, 2x and a recovery at 0.6x started as the 2x schedule ends
+(docs/bench/suites.md, "Past the ceiling")."""
 
 from __future__ import annotations
 

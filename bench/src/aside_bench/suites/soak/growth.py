@@ -1,7 +1,5 @@
-"""The soak's figures: per service, memory and descriptors after the warm-up
-against the end of the run, growth and flags; the size of the core's
-idempotency_keys table likewise; and the tables that show them (pure,
-unit-tested)."""
+"""The soak's figures (pure): per service and for idempotency_keys, the value after
+the warm-up against the end, growth, flags, and their tables."""
 
 from __future__ import annotations
 

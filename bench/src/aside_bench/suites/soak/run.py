@@ -1,25 +1,5 @@
-"""`aside-bench soak`: a steady mixed load for a long while (10 minutes by
-default), sampling the memory (VmRSS) and open file descriptors of every process
-of the stack, each summed over its process tree (gunicorn master and workers,
-the postmaster and its backends), every few seconds.
-
-For each service the report gives the value after the warm-up, the value at the
-end, the growth between them and the maximum, and flags memory growth above
-MEMORY_GROWTH_FLAG and any growth of descriptors. The warm-up and end values are
-medians over a window of samples, so one sample taken while a backend forks
-does not decide anything. The load is the load driver's `chaos` scenario without
-faults (reads by id and by hot email, idempotent creates), reusing connections
-like a client would; the driver writes only its summary, at its end, so no
-output grows during the run. The users it creates are removed afterwards.
-
-With each sample it also counts the rows of the core's idempotency_keys (one
-`count(*)` under a statement timeout; a failed count is recorded as missing),
-and reads the core's key lifetime from the core's environment, so the report
-can tell a table that fills by design (keys outlive the warm-up) from one the
-purge does not keep flat. `--write-share 1` makes every request a keyed create.
-
-The figures are suites/soak/growth.py's, the report suites/soak/report.py's.
-"""
+"""`aside-bench soak`: a steady load for a long while, every process's memory and
+descriptors and the rows of idempotency_keys sampled (docs/bench/suites.md, "Soak and create-rate")."""
 
 from __future__ import annotations
 
