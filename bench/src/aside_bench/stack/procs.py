@@ -22,13 +22,19 @@ SERVICES = stacktable.names()
 _LISTEN = "0A"
 
 
-def _alive(pid: int) -> bool:
-    """True for a running process (not a zombie, not gone)."""
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command's name (state, ppid, ...); None when gone."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _alive(pid: int) -> bool:
+    """True for a running process (not a zombie, not gone)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def recorded_pid(run_dir: Path, service: str) -> int | None:
@@ -52,18 +58,7 @@ def recorded_pid(run_dir: Path, service: str) -> int | None:
             return None
         if match_file.read_text().strip() not in cmdline:
             return None
-    if not environ_has(pid, f"ASIDE_RUN_DIR={run_dir}"):
-        return None
-    return pid
-
-
-def environ_has(pid: int, entry: str) -> bool:
-    """The environment `pid` started with holds `entry` (NAME=VALUE), whole."""
-    try:
-        environ = (PROC / str(pid) / "environ").read_bytes()
-    except OSError:
-        return False
-    return os.fsencode(entry) in environ.split(b"\0")
+    return pid if environ_value(pid, "ASIDE_RUN_DIR") == str(run_dir) else None
 
 
 def environ_value(pid: int, name: str) -> str | None:
@@ -84,14 +79,8 @@ def parents() -> dict[int, int]:
     """pid -> parent pid of every running process."""
     result: dict[int, int] = {}
     for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
+        fields = _stat_fields(entry.name) if entry.name.isdigit() else None
+        if fields is not None and fields[0] != "Z":
             result[int(entry.name)] = int(fields[1])
     return result
 
@@ -138,12 +127,8 @@ def cpu_ticks(pid: int) -> int | None:
     """utime + stime + cutime + cstime of one process, in clock ticks (None once
     it is gone). The children's part holds the workers the process reaped, so a
     worker that exits between two readings of its tree is still counted."""
-    try:
-        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-        # fields[0] is the state (field 3 of proc(5)); utime is field 14.
-        return sum(int(value) for value in fields[11:15])
-    except (OSError, ValueError, IndexError):
-        return None
+    fields = _stat_fields(pid)  # fields[0] is the state (field 3 of proc(5)); utime is field 14
+    return None if fields is None else sum(int(value) for value in fields[11:15])
 
 
 def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
