@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,8 @@ from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, save_figures, save_run
 from aside_bench.report.doc import write_pages
 from aside_bench.report.sweep import run_page
-from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
-from aside_bench.sweep.runner import RunBuilder, Runner
+from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_num, fmt_pct, fmt_rps
+from aside_bench.sweep.runner import Runner
 
 KIND = "cost"
 DEFAULT_RATE = 2000
@@ -120,13 +121,6 @@ def variant_run(runner: Runner, variant: Variant, step: Step, pool: int) -> Load
     )
 
 
-def _builder(runner: Runner, variant: Variant) -> RunBuilder:
-    def build(step: Step, pool: int) -> LoadRun:
-        return variant_run(runner, variant, step, pool)
-
-    return build
-
-
 def run_variants(runner: Runner, steps: list[Step]) -> None:
     for index, step in enumerate(steps, start=1):
         if runner.interrupted:
@@ -134,7 +128,8 @@ def run_variants(runner: Runner, steps: list[Step]) -> None:
         variant = variant_of(step.scenario)
         assert variant is not None
         head = f"[{index}/{len(steps)}] {KIND} {variant.name:<11} @ {step.rate:>5}/s"
-        runner.step_with_progress(step, head, len(steps) - index, _builder(runner, variant))
+        build = partial(variant_run, runner, variant)
+        runner.step_with_progress(step, head, len(steps) - index, build)
 
 
 # ---- the report -----------------------------------------------------------------------
@@ -142,10 +137,6 @@ def cpu_per_1000(result: StepResult) -> float | None:
     """The driver's CPU seconds per 1,000 completed requests (= ms per request)."""
     gen = result.loadgen
     return None if gen is None else gen.cpu_ms_per_request(result.iterations)
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    return MISSING if value is None else f"{value:.{digits}f}"
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -206,10 +197,10 @@ def cost_table(rows: list[dict[str, Any]], rate: int) -> Table:
             [
                 row["variant"],
                 row["what"],
-                _num(row["cpu_ms_per_request"]),
-                " / ".join(_num(cost) for cost in row["rounds"]),
+                fmt_num(row["cpu_ms_per_request"], 3),
+                " / ".join(fmt_num(cost, 3) for cost in row["rounds"]),
                 MISSING if row["vs_reference"] is None else f"{row['vs_reference']:.2f}x",
-                _num(row["cores"], 2),
+                fmt_num(row["cores"], 2),
                 fmt_rps(row["achieved_rps"]),
                 fmt_ms(row["p95_ms"]),
                 fmt_pct(row["drop_rate"]),
