@@ -130,20 +130,27 @@ class ServiceControl:
         return workers[0]
 
     # ---- infra/stack.sh -------------------------------------------------------
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def _run(
+        self, *args: str, settings: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """infra/stack.sh with `args`, `settings` added to the environment."""
         return subprocess.run(
             ["bash", str(self.script), *args],
-            env=self.env,
+            env={**self.env, **(settings or {})},
             capture_output=True,
             text=True,
             timeout=STACK_TIMEOUT_S,
             check=False,
         )
 
-    def stop(self, service: str) -> None:
-        done = self._run("stop", service)
+    def _checked(self, *args: str, settings: dict[str, str] | None = None) -> None:
+        done = self._run(*args, settings=settings)
         if done.returncode != 0:
-            raise StackError(f"infra/stack.sh stop {service} failed: {done.stderr.strip()}")
+            output = (done.stderr or done.stdout).strip()
+            raise StackError(f"infra/stack.sh {' '.join(args)} failed: {output}")
+
+    def stop(self, service: str) -> None:
+        self._checked("stop", service)
 
     def start(self, service: str) -> subprocess.Popen[str]:
         """`infra/stack.sh up SERVICE` in the background (the caller polls readiness)."""
@@ -158,29 +165,16 @@ class ServiceControl:
     def restart(self, service: str, settings: dict[str, str]) -> None:
         """Stop `service` and start it again with `settings` added to the
         environment; returns when infra/stack.sh says it is healthy."""
-        for args in (("stop", service), ("up", service)):
-            done = subprocess.run(
-                ["bash", str(self.script), *args],
-                env={**self.env, **settings},
-                capture_output=True,
-                text=True,
-                timeout=STACK_TIMEOUT_S,
-                check=False,
-            )
-            if done.returncode != 0:
-                output = (done.stderr or done.stdout).strip()
-                raise StackError(f"infra/stack.sh {' '.join(args)} failed: {output}")
+        for action in ("stop", "up"):
+            self._checked(action, service, settings=settings)
 
     def healthy(self) -> bool:
         return self._run("status").returncode == 0
 
     def ensure_up(self) -> None:
         """Start whatever is down (infra/stack.sh up starts only what is not running)."""
-        if self.healthy():
-            return
-        done = self._run("up")
-        if done.returncode != 0:
-            raise StackError(f"infra/stack.sh up failed: {(done.stderr or done.stdout).strip()}")
+        if not self.healthy():
+            self._checked("up")
 
 
 def wait_for(
