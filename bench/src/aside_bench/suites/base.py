@@ -215,7 +215,6 @@ def item_section(
 
 
 def open_run(kind: str, run_id: str, out_dir: Path, what: str) -> None:
-    """The run's folder made and its first console line."""
     out_dir.mkdir(parents=True)
     print(f"{kind} {run_id}: {what} -> {out_dir}/", flush=True)
 
@@ -254,7 +253,6 @@ def run_items(
 
 
 def remove_users(settings: Settings, run_id: str) -> int | None:
-    """The run's users removed (their count), or None with a warning."""
     try:
         return remove_run_users(settings, run_id)
     except (StackError, psycopg.Error, redis.RedisError) as error:

@@ -1,7 +1,5 @@
-"""`aside-bench create-rate`: the highest rate of keyed creates held (no drop, every
-create 201, p95 within the limit), ascending rates then midpoints
-(docs/bench/suites.md, "Soak and
-create-rate")."""
+"""`aside-bench create-rate`: the highest rate of keyed creates held, ascending
+rates then midpoints (docs/bench/suites.md, "Soak and create-rate")."""
 
 from __future__ import annotations
 
@@ -47,7 +45,6 @@ class StepResult:
 
 
 def step_result(rate: int, tallies: dict[str, Any], load_exit: int) -> StepResult:
-    """A step's figures from the driver's summary, as soak.load_tallies reads it (pure)."""
     counts = {cls: int(tallies.get(f"create_{cls}", 0)) for cls in ("2xx", "4xx", "5xx", "error")}
     latency = tallies.get("create_ms") or {}
     return StepResult(
@@ -101,7 +98,6 @@ class Params:
 
 
 def load_run(params: Params, seed: SeedData, rate: int, base_url: str, summary: Path) -> LoadRun:
-    """The driver's `chaos` scenario with every iteration a keyed create, to `base_url`."""
     return LoadRun(
         scenario=SCENARIO,
         run_id=params.run_id,

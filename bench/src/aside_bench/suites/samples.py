@@ -91,7 +91,6 @@ def parse_samples(lines: Iterable[str], source: str) -> tuple[list[Sample], int]
 
 
 def read_samples(path: Path) -> tuple[list[Sample], int]:
-    """parse_samples of the file at `path`."""
     with path.open() as handle:
         return parse_samples(handle, path.name)
 
@@ -102,7 +101,6 @@ def status_label(sample: Sample) -> str:
 
 
 def by_kind(samples: list[Sample]) -> dict[str, dict[str, Any]]:
-    """Per kind: requests, count by status, max and p99 ms, error codes."""
     table: dict[str, dict[str, Any]] = {}
     for kind in KINDS:
         mine = [s for s in samples if s.kind == kind]
@@ -148,17 +146,14 @@ def fmt_seconds(value: float | None) -> str:
 
 
 def fmt_s(value: float | None) -> str:
-    """Seconds to a hundredth; n/a for none."""
     return "n/a" if value is None else f"{value:.2f} s"
 
 
 def fmt_ms(value: float | None) -> str:
-    """Milliseconds to a tenth; n/a for none."""
     return "n/a" if value is None else f"{value:.1f}"
 
 
 def fmt_ms_unit(value: float | None) -> str:
-    """Milliseconds to a tenth, "ms" after them; n/a for none."""
     return "n/a" if value is None else f"{value:.1f} ms"
 
 
@@ -167,7 +162,6 @@ def fmt_mib(kib: float | None) -> str:
 
 
 def summarize(samples: list[Sample], limit: int = 3) -> str:
-    """The first few samples in a line, for a failed check's detail."""
     shown = ", ".join(
         f"{s.kind} {status_label(s)} {s.tag('code') or s.tag('error')} {s.ms:.0f} ms".strip()
         for s in samples[:limit]

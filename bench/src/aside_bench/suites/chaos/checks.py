@@ -439,8 +439,6 @@ def worker_checks(
 def loaded_route_increase(
     before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
 ) -> dict[tuple[str, str, str], float]:
-    """Increase of aside_gateway_http_requests_total per (route, method, status)
-    over the routes the load driver sends to."""
     routes = set(ROUTES.values())
     delta = {}
     for key in set(before) | set(after):

@@ -13,7 +13,6 @@ from aside_bench.suites.samples import READS, fmt_s
 
 
 def one_line(case: dict[str, Any]) -> str:
-    """A case's outcome in a line, for the console."""
     if case["error"]:
         return f"ERROR: {case['error']}"
     failed = [c["name"] for c in case["checks"] if not c["ok"]]

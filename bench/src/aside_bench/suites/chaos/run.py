@@ -99,7 +99,6 @@ def parse_cases(text: str | None) -> tuple[str, ...]:
 
 
 def load_ids(data_dir: Path) -> list[int]:
-    """The seeder's sample of existing ids (user_ids.json)."""
     return load_seed_list(data_dir / "user_ids.json", "ids", int)
 
 

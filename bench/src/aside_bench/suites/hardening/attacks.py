@@ -34,8 +34,6 @@ ANSWERS_MAX_WAIT_S = 2.0
 
 @dataclass
 class SlowSocket:
-    """One slow client; instants are epoch seconds."""
-
     opened_at: float | None = None  # connect() returned
     error: str | None = None  # why it could not be opened
     status: int | None = None  # the status line of an answer, if one came
@@ -44,7 +42,6 @@ class SlowSocket:
 
     @property
     def close_s(self) -> float | None:
-        """Seconds from its opening to the server's close (None: not closed)."""
         if self.opened_at is None or self.closed_at is None:
             return None
         return self.closed_at - self.opened_at
@@ -75,8 +72,6 @@ def raise_nofile(needed: int) -> int:
 
 
 class _Watch:
-    """Every open slow socket in one selector; reads whatever arrives."""
-
     def __init__(self) -> None:
         self.selector = selectors.DefaultSelector()
         self.open: dict[socket.socket, SlowSocket] = {}
@@ -87,7 +82,6 @@ class _Watch:
         self.open[sock] = record
 
     def poll(self, timeout_s: float) -> int:
-        """Read what is ready within `timeout_s`; how many sockets had something."""
         events = self.selector.select(timeout=max(timeout_s, 0))
         for key, _ in events:
             self._read(key.fileobj)  # type: ignore[arg-type]
@@ -180,8 +174,6 @@ def _open(address: tuple[str, int], record: SlowSocket, watch: _Watch) -> None:
 # ---- the cold flood -------------------------------------------------------------------
 @dataclass
 class FloodResult:
-    """What the flood's clients saw; instants are epoch seconds."""
-
     started: float
     ended: float = 0.0
     sent: int = 0

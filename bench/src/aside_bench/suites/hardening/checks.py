@@ -21,8 +21,6 @@ Reading = tuple[float, float]
 
 @dataclass(frozen=True)
 class Limits:
-    """What each verdict holds the figures to."""
-
     head_deadline_s: float  # the gateway's GATEWAY_HEAD_TIMEOUT_S
     close_slack_s: float = 1.0  # a slow socket is closed within the deadline plus this
     rss_growth_mib: float = 64.0  # the workers' summed RSS, peak over before
@@ -66,12 +64,10 @@ class SocketFigures:
 
     @classmethod
     def of(cls, found: dict[str, Any]) -> SocketFigures:
-        """The figures as report.json holds them."""
         return cls(**found)
 
 
 def socket_figures(records: Sequence[SlowSocket], head_deadline_s: float) -> SocketFigures:
-    """The slow sockets' figures (SocketFigures) from what each one saw."""
     opened = [r for r in records if r.opened_at is not None]
     closed = [r for r in opened if r.close_s is not None]
     held = [r for r in opened if r.status is None]
@@ -137,13 +133,10 @@ class RssFigures:
 
     @classmethod
     def of(cls, found: dict[str, Any]) -> RssFigures | None:
-        """The figures as report.json holds them ({}: no reading)."""
         return cls(**found) if found else None
 
 
 def rss_figures(samples: Sequence[RssSample], start: float, end: float) -> RssFigures | None:
-    """The workers' RssFigures between `start` and `end`; None without a
-    reading before and during the attack."""
     before = [s for s in samples if start - 1.0 <= s[0] < start] or [
         s for s in samples if s[0] < start
     ][-1:]
@@ -227,7 +220,6 @@ def window_line(window: dict[str, Any]) -> str:
 
 # ---- the query counter after the flood ---------------------------------------------------
 def last_rise(readings: Sequence[Reading]) -> float | None:
-    """The instant of the last reading above the one before it; None if it never rose."""
     found = None
     for (_, before), (at, value) in itertools.pairwise(readings):
         if value > before:
@@ -236,7 +228,6 @@ def last_rise(readings: Sequence[Reading]) -> float | None:
 
 
 def still_for(readings: Sequence[Reading], quiet_s: float) -> bool:
-    """The counter has not risen for the last `quiet_s` seconds of readings."""
     if not readings:
         return False
     since = last_rise(readings) or readings[0][0]

@@ -98,7 +98,6 @@ def check_ttl(ttl_s: int, duration_s: int) -> None:
 
 
 def windows_around(events: dict[str, float], what: str) -> dict[str, Window]:
-    """The load cut at `what`'s start and end (events `<what>_start`, `<what>_end`)."""
     start, end = events[f"{what}_start"], events[f"{what}_end"]
     return {
         "before": (events["load_start"] + WARMUP_S, start),
@@ -150,6 +149,5 @@ def sample_windows(
 
 
 def read_windows(samples_path: Path, windows: dict[str, Window]) -> dict[str, dict[str, Any]]:
-    """sample_windows of the driver's samples file."""
     with samples_path.open() as handle:
         return sample_windows(handle, samples_path.name, windows)

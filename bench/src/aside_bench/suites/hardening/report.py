@@ -29,7 +29,6 @@ def _during(experiment: dict[str, Any]) -> str:
 
 
 def figures_line(experiment: dict[str, Any]) -> str:
-    """An experiment's main figures in a line."""
     f = experiment["figures"]
     if experiment["name"] == "slow-heads":
         sockets, rss = SocketFigures.of(f["sockets"]), RssFigures.of(f["rss"])
@@ -50,7 +49,6 @@ def figures_line(experiment: dict[str, Any]) -> str:
 
 
 def one_line(experiment: dict[str, Any]) -> str:
-    """The verdict line printed for each experiment."""
     if experiment["error"]:
         return f"ERROR: {experiment['error']}"
     failed = [c["name"] for c in experiment["checks"] if not c["ok"]]

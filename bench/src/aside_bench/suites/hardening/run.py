@@ -110,8 +110,6 @@ class ExperimentResult(SuiteResult):
 
 @dataclass
 class Bench:
-    """What every experiment works with."""
-
     settings: Settings
     params: HardeningParams
     seed: SeedData
@@ -142,8 +140,6 @@ def gateway_settings(pid: int) -> dict[str, Any]:
 def start_reads(
     bench: Bench, result: ExperimentResult, duration_s: int
 ) -> tuple[DriverProcess, LoadRun]:
-    """The cached reads for one experiment, started; its samples file is
-    load-<experiment>.jsonl in the run's folder."""
     params = bench.params
     run = load_run(
         params.run_id,

@@ -45,7 +45,6 @@ class Request:
 
     @property
     def unanswered(self) -> bool:
-        """Sent and got no answer: a timeout or another error."""
         return not self.dropped and self.status == 0
 
     @property
@@ -54,7 +53,6 @@ class Request:
 
 
 def parse_requests(lines: Iterable[str], source: str) -> list[Request]:
-    """The requests (and dropped iterations) of a samples file, by due time."""
     found: list[Request] = []
     for where, line in sample_lines(lines, source):
         due = number(line, "due", where)
@@ -99,8 +97,6 @@ class Latency:
 
 @dataclass(frozen=True)
 class Second:
-    """One second of a step, by the instant its requests were due."""
-
     at_s: int  # from the step's start
     served: int
     served_p95_ms: float | None
@@ -111,8 +107,6 @@ class Second:
 
 @dataclass(frozen=True)
 class RequestFigures:
-    """What the samples say of one step."""
-
     due: int
     dropped: int
     served: Latency
@@ -130,7 +124,6 @@ class RequestFigures:
 
 
 def request_figures(requests: Sequence[Request], start: float, duration_s: int) -> RequestFigures:
-    """The step's figures; `start` is its first due instant."""
     served = [r.ms for r in requests if r.served]
     others: dict[str, int] = {}
     for r in requests:
@@ -206,7 +199,6 @@ class SearchStep:
 
     @property
     def noisy(self) -> bool:
-        """The host took more than NOISY_STEAL of the cores over the step."""
         return noisy(self.steal)
 
     def as_dict(self, held: bool, counted: bool = True) -> dict[str, Any]:
@@ -246,7 +238,6 @@ class Window:
 
 
 def window(requests: Sequence[Request], overload_end: float, from_s: float) -> Window:
-    """The requests due from `from_s` seconds after `overload_end` (epoch s) on."""
     rest = [r for r in requests if r.due >= overload_end + from_s]
     return Window(
         from_s=from_s,
@@ -275,8 +266,6 @@ def recovery_s(
 # ---- the step's record --------------------------------------------------------------------
 @dataclass(frozen=True)
 class Counters:
-    """Increase of the gateway's own counters over a step (its /metrics)."""
-
     breaker_skips: float = (
         0.0  # cache_errors_total{op="breaker_open"}: reads an open breaker skipped
     )
@@ -306,7 +295,6 @@ class MachineReading:
 
     @property
     def machine_ticks(self) -> tuple[int, int, int]:
-        """(busy, total, steal), as records.saturation's shares take them."""
         return self.busy_ticks, self.total_ticks, self.steal_ticks
 
 
@@ -358,8 +346,6 @@ def loop_wait(
 
 @dataclass(frozen=True)
 class StepFigures:
-    """One step of an arm: what was offered, what came back, what the gateway counted."""
-
     arm: str
     label: str  # "0.6x before", "1.25x", "1.5x", "2x", "0.6x after"
     factor: float
@@ -382,12 +368,10 @@ class StepFigures:
 
     @property
     def driver_cores(self) -> float | None:
-        """The driver's CPU over the step, in cores."""
         return None if self.driver_cpu_s is None else self.driver_cpu_s / self.duration_s
 
     @property
     def driver_share(self) -> float | None:
-        """The driver's share of the machine's cores over the step."""
         cores = self.driver_cores
         return None if cores is None else cores / max(self.cores, 1)
 

@@ -29,8 +29,6 @@ OPEN_LEAD_S = 3.0
 
 @dataclass(frozen=True)
 class ArmSearch:
-    """How an arm's ceiling is searched: the rates tried and the p95 to hold."""
-
     rates: SearchParams = field(default_factory=SearchParams)
     p95_ms: float = 10.0
 

@@ -153,7 +153,6 @@ def search_table(arm: dict[str, Any]) -> Table:
 
 
 def timeline_table(arm: dict[str, Any]) -> Table:
-    """The recovery step second by second."""
     after = arm["steps"][-1]
     rows = [
         [str(s["at_s"]), str(s["served"]), _ms(s["served_p95_ms"]), str(s["shed"]),
@@ -236,7 +235,6 @@ def _connections(run: SuiteRun) -> str:
 
 
 def _own_searches(params: dict[str, Any]) -> str:
-    """The arms this run searched their own way, as a parenthesis."""
     own = [
         f"{arm}: p95 <= {search['p95_ms']:g} ms, rates from {search['rates']['start']}/s "
         f"by {search['rates']['ladder_step']} up to {search['rates']['max_rate']}/s"

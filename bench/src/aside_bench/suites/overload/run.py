@@ -112,7 +112,6 @@ class Bench:
 
 
 def finish_driver(driver: DriverProcess, run: LoadRun) -> Summary:
-    """Wait for the driver's end; its summary (StackError when it failed)."""
     code = driver.wait(deadline_s(run))
     assert run.summary_path is not None
     summary = Summary.read(run.summary_path)
@@ -198,7 +197,6 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
 
 # ---- the steps -----------------------------------------------------------------------------
 def machine_reading(bench: Bench) -> fg.MachineReading | None:
-    """The machine's ticks and the gateway's and Redis's, now."""
     ticks = procs.machine_ticks()
     if ticks is None:
         return None
@@ -215,7 +213,6 @@ def machine_reading(bench: Bench) -> fg.MachineReading | None:
 
 
 def counters(settings: Settings) -> dict[str, Any]:
-    """The gateway's counters this suite reports, from one /metrics reading."""
     text = gm.scrape(settings)
     return {
         "cache_errors": gm.cache_error_counts(text),
@@ -260,8 +257,6 @@ def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> fg.Counte
 
 @dataclass
 class Edge:
-    """What is read at a step's edge: the gateway's counters, the machine's ticks."""
-
     counters: dict[str, Any]
     machine: fg.MachineReading | None
     at: float = field(default_factory=time.time)
@@ -273,8 +268,6 @@ def edge(bench: Bench) -> Edge:
 
 @dataclass
 class Running:
-    """A step's driver under way, and what was read at its start."""
-
     label: str
     factor: float
     run: LoadRun
@@ -353,7 +346,6 @@ def end(
 
 
 def step(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> fg.StepFigures:
-    """One step on its own: begun, waited for, its figures."""
     running = begin(bench, arm, label, factor, ceiling)
     running.driver.wait(deadline_s(running.run))
     return end(bench, arm, running, edge(bench))

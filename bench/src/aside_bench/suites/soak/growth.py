@@ -79,10 +79,13 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _ratio(warm: float | None, end: float | None) -> float | None:
+    return (end - warm) / warm if warm and end is not None else None
+
+
 def growth_table_rows(
     samples: list[dict[str, Any]], services: list[str], warmup_s: float, duration_s: float
 ) -> list[ProcessGrowth]:
-    """Per service: warm-up, end and max of RSS and fds, growth and flags (pure)."""
     if not samples:
         return []
     warm, end, after = _windows(samples, warmup_s, duration_s)
@@ -93,55 +96,35 @@ def growth_table_rows(
             readings = [s["procs"][name] for s in chosen if s["procs"].get(name)]
             return [r[field] for r in readings if field in r]
 
-        rss_warm = _median(values(warm, "rss_kib"))
-        rss_end = _median(values(end, "rss_kib"))
-        anon_warm = _median(values(warm, "anon_kib"))
-        anon_end = _median(values(end, "anon_kib"))
-        anon_growth = (
-            (anon_end - anon_warm) / anon_warm if anon_warm and anon_end is not None else None
-        )
-        fds_warm = _median(values(warm, "fds"))
-        fds_end = _median(values(end, "fds"))
-        sockets_warm = _median(values(warm, "sockets"))
-        sockets_end = _median(values(end, "sockets"))
+        def warm_end(field: str) -> tuple[float | None, float | None]:
+            return _median(values(warm, field)), _median(values(end, field))
+
+        row = ProcessGrowth(service)
+        row.processes_warm, row.processes_end = warm_end("processes")
+        row.rss_warm_kib, row.rss_end_kib = warm_end("rss_kib")
+        row.anon_warm_kib, row.anon_end_kib = warm_end("anon_kib")
+        row.sockets_warm, row.sockets_end = warm_end("sockets")
+        row.fds_warm, row.fds_end = warm_end("fds")
+        row.rss_max_kib = max(values(after, "rss_kib"), default=None)
+        row.fds_max = max(values(after, "fds"), default=None)
+        row.rss_growth = _ratio(row.rss_warm_kib, row.rss_end_kib)
+        row.anon_growth = _ratio(row.anon_warm_kib, row.anon_end_kib)
         # Private memory per process: PostgreSQL's tree gains a backend when a pool grows.
-        per_warm = _median(_per_process(warm, service))
-        per_end = _median(_per_process(end, service))
-        per_growth = (per_end - per_warm) / per_warm if per_warm and per_end is not None else None
-        growth = (rss_end - rss_warm) / rss_warm if rss_warm and rss_end is not None else None
-        fd_growth = fds_end - fds_warm if fds_warm is not None and fds_end is not None else None
-        flags = []
-        if growth is not None and growth > MEMORY_GROWTH_FLAG:
-            flags.append(f"memory +{growth:.0%}")
-        if anon_growth is not None and anon_growth > MEMORY_GROWTH_FLAG:
-            flags.append(f"private memory +{anon_growth:.0%}")
-        if fd_growth is not None and fd_growth > 0:
-            flags.append(f"fds +{fd_growth:g}")
+        row.anon_per_process_growth = _ratio(
+            _median(_per_process(warm, service)), _median(_per_process(end, service))
+        )
+        if row.fds_warm is not None and row.fds_end is not None:
+            row.fds_growth = row.fds_end - row.fds_warm
+        if row.rss_growth is not None and row.rss_growth > MEMORY_GROWTH_FLAG:
+            row.flags.append(f"memory +{row.rss_growth:.0%}")
+        if row.anon_growth is not None and row.anon_growth > MEMORY_GROWTH_FLAG:
+            row.flags.append(f"private memory +{row.anon_growth:.0%}")
+        if row.fds_growth is not None and row.fds_growth > 0:
+            row.flags.append(f"fds +{row.fds_growth:g}")
         gone = sum(1 for s in samples if s["procs"].get(service) is None)
         if gone:
-            flags.append(f"gone in {gone} samples")
-        rows.append(
-            ProcessGrowth(
-                service=service,
-                processes_warm=_median(values(warm, "processes")),
-                processes_end=_median(values(end, "processes")),
-                rss_warm_kib=rss_warm,
-                rss_end_kib=rss_end,
-                rss_growth=growth,
-                rss_max_kib=max(values(after, "rss_kib"), default=None),
-                anon_warm_kib=anon_warm,
-                anon_end_kib=anon_end,
-                anon_growth=anon_growth,
-                anon_per_process_growth=per_growth,
-                sockets_warm=sockets_warm,
-                sockets_end=sockets_end,
-                fds_warm=fds_warm,
-                fds_end=fds_end,
-                fds_growth=fd_growth,
-                fds_max=max(values(after, "fds"), default=None),
-                flags=flags,
-            )
-        )
+            row.flags.append(f"gone in {gone} samples")
+        rows.append(row)
     return rows
 
 
@@ -217,16 +200,9 @@ def key_table_row(
 
 
 def key_table(row: KeyGrowth) -> Table:
-    headers = [
-        "rows after warm-up",
-        "rows at the end",
-        "growth",
-        "min .. max after warm-up",
-        "key lifetime s (TTL + purge interval)",
-        "expected rows (creates/s x lifetime)",
-        "overdue keys, max",
-        "flag",
-    ]
+    headers = ["rows after warm-up", "rows at the end", "growth", "min .. max after warm-up",
+               "key lifetime s (TTL + purge interval)", "expected rows (creates/s x lifetime)",
+               "overdue keys, max", "flag"]  # fmt: skip
     lifetime = row.lifetime_s
     flag = ", ".join(row.flags) or "-"
     if not row.judged:
@@ -250,7 +226,6 @@ def key_table(row: KeyGrowth) -> Table:
 def key_counts_over_time(
     samples: list[dict[str, Any]], points: int = 12
 ) -> list[tuple[int, int | None]]:
-    """About `points` (seconds since the start, rows) pairs spread over the run."""
     if not samples:
         return []
     t0 = samples[0]["t"]
@@ -285,63 +260,29 @@ def _num(value: float | None) -> str:
 
 
 def growth_table(rows: list[ProcessGrowth]) -> Table:
-    headers = [
-        "process",
-        "procs",
-        "RSS warm-up MiB",
-        "RSS end MiB",
-        "RSS growth",
-        "RSS max MiB",
-        "private (RssAnon) growth",
-        "private per process",
-        "fds warm-up",
-        "fds end",
-        "fd growth",
-        "fds max",
-        "flag",
-    ]
-    table_rows = []
-    for row in rows:
-        table_rows.append(
-            [
-                row.service,
-                f"{_num(row.processes_warm)} -> {_num(row.processes_end)}",
-                fmt_mib(row.rss_warm_kib),
-                fmt_mib(row.rss_end_kib),
-                _pct(row.rss_growth),
-                fmt_mib(row.rss_max_kib),
-                _pct(row.anon_growth),
-                _pct(row.anon_per_process_growth),
-                _num(row.fds_warm),
-                _num(row.fds_end),
-                _fd_growth(row),
-                _num(row.fds_max),
-                ", ".join(row.flags) or "-",
-            ]
-        )
+    headers = ["process", "procs", "RSS warm-up MiB", "RSS end MiB", "RSS growth", "RSS max MiB",
+               "private (RssAnon) growth", "private per process", "fds warm-up", "fds end",
+               "fd growth", "fds max", "flag"]  # fmt: skip
+    table_rows = [
+        [row.service, f"{_num(row.processes_warm)} -> {_num(row.processes_end)}",
+         fmt_mib(row.rss_warm_kib), fmt_mib(row.rss_end_kib), _pct(row.rss_growth),
+         fmt_mib(row.rss_max_kib), _pct(row.anon_growth), _pct(row.anon_per_process_growth),
+         _num(row.fds_warm), _num(row.fds_end), _fd_growth(row), _num(row.fds_max),
+         ", ".join(row.flags) or "-"]
+        for row in rows
+    ]  # fmt: skip
     return Table("Memory and file descriptors per process", headers, table_rows)
 
 
 def load_table(tallies: dict[str, Any]) -> Table:
-    """The load as soak.load_tallies gives it: requests per kind and status
-    class, and the answered requests' p95 and max."""
+    """The load as soak.load_tallies gives it."""
     headers = ["kind", "requests", "2xx", "4xx", "5xx", "no answer", "p95 ms", "max ms"]
     rows = []
     for kind in ("count", "user", "create"):
-        counts = {cls: tallies.get(f"{kind}_{cls}", 0) for cls in ("2xx", "4xx", "5xx", "error")}
+        counts = [tallies.get(f"{kind}_{cls}", 0) for cls in ("2xx", "4xx", "5xx", "error")]
         latency = tallies.get(f"{kind}_ms") or {}
-        rows.append(
-            [
-                kind,
-                str(sum(counts.values())),
-                str(counts["2xx"]),
-                str(counts["4xx"]),
-                str(counts["5xx"]),
-                str(counts["error"]),
-                _latency(latency.get("p95"), ".1f"),
-                _latency(latency.get("max"), ".0f"),
-            ]
-        )
+        p95, top = _latency(latency.get("p95"), ".1f"), _latency(latency.get("max"), ".0f")
+        rows.append([kind, str(sum(counts)), *map(str, counts), p95, top])
     return Table("The load (the driver's summary)", headers, rows)
 
 

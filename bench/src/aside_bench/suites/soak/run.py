@@ -1,5 +1,6 @@
 """`aside-bench soak`: a steady load for a long while, every process's memory and
-descriptors and the rows of idempotency_keys sampled (docs/bench/suites.md, "Soak and create-rate")."""
+descriptors and the rows of idempotency_keys sampled (docs/bench/suites.md,
+"Soak and create-rate")."""
 
 from __future__ import annotations
 
@@ -50,7 +51,6 @@ SCENARIO = "chaos"
 
 
 def load_run(settings: Settings, params: SoakParams, seed: SeedData, summary_path: Path) -> LoadRun:
-    """The driver's `chaos` scenario without faults: connections reused, only the summary kept."""
     return LoadRun(
         scenario=SCENARIO,
         run_id=params.run_id,
