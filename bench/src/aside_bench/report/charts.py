@@ -17,16 +17,9 @@ from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_spend
-from aside_bench.report.tables import has_cache, series_order
+from aside_bench.report.tables import has_cache, series_of, series_order
 
 PERCENTILES = ("p50", "p95", "p99")
-
-
-def _series(results: list[StepResult], arm: str, phase: str) -> list[StepResult]:
-    return sorted(
-        (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
-        key=lambda r: r.step.rate,
-    )
 
 
 def finish(fig: Figure, path: Path, caption: str) -> Path:
@@ -61,7 +54,7 @@ def _plot_series(
     """A line a series of `value` against the target rate (steps without one left out)."""
     for arm, phase in series_order(results):
         points = [
-            (r.step.rate, v) for r in _series(results, arm, phase) if (v := value(r)) is not None
+            (r.step.rate, v) for r in series_of(results, arm, phase) if (v := value(r)) is not None
         ]
         if points:
             xs, ys = zip(*points, strict=True)
@@ -147,7 +140,7 @@ def ceiling_chart(
 ) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for arm, phase in series_order(results):
-        series = _series(results, arm, phase)
+        series = series_of(results, arm, phase)
         held = [r for r in series if r.holds(p95_limit_ms)]
         lost = [r for r in series if not r.holds(p95_limit_ms)]
         line = ax.plot(
@@ -191,7 +184,7 @@ def p95_by_size_chart(results: list[StepResult], path: Path, caption: str) -> Pa
                              squeeze=False)  # fmt: skip
     for ax, rate in zip(axes[0], rates, strict=True):
         for arm, phase in series_order(results):
-            step = next((r for r in _series(results, arm, phase) if r.step.rate == rate), None)
+            step = next((r for r in series_of(results, arm, phase) if r.step.rate == rate), None)
             if step is None:
                 continue
             points = sorted(

@@ -9,7 +9,7 @@ from typing import Any
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_spend
-from aside_bench.report.tables import Table, series_order
+from aside_bench.report.tables import Table, series_of, series_order
 from aside_bench.stack.config import Settings
 
 # An uncached arm's Redis cell: it reads no cache, so no Redis is costed.
@@ -28,10 +28,7 @@ def run_prices(params: dict[str, Any]) -> Prices:
 def cost_table(results: list[StepResult], prices: Prices) -> Table | None:
     rows = []
     for arm, phase in series_order(results):
-        for result in sorted(
-            (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
-            key=lambda r: r.step.rate,
-        ):
+        for result in series_of(results, arm, phase):
             spend = step_spend(result)
             if spend is None:
                 continue

@@ -65,6 +65,12 @@ def series_order(results: list[StepResult]) -> list[tuple[str, str]]:
     return seen
 
 
+def series_of(results: list[StepResult], arm: str, phase: str) -> list[StepResult]:
+    """One series' steps, rates rising."""
+    matching = (r for r in results if (r.step.arm, r.step.phase) == (arm, phase))
+    return sorted(matching, key=lambda r: r.step.rate)
+
+
 def rates_of(results: list[StepResult]) -> list[int]:
     return sorted({r.step.rate for r in results})
 
@@ -153,10 +159,7 @@ def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
     """Every figure of one arm (and phase) at each rate; a step run more than
     once shows the median of its runs and their min-max."""
     with_hits = has_cache(results)
-    series = sorted(
-        (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
-        key=lambda r: r.step.rate,
-    )
+    series = series_of(results, arm, phase)
     costs = cost_columns(series)
     headers = ["target /s", "p50 ms", "p95 ms", "p99 ms", "achieved /s", "drop rate"]
     if with_hits:

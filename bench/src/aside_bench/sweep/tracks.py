@@ -23,6 +23,7 @@ from aside_bench.report.tables import (
     Table,
     fmt_ms,
     fmt_num,
+    series_of,
     series_order,
     step_cells,
 )
@@ -123,10 +124,7 @@ def tracks_table(
                "hit rate", "MB/s on the wire", "Redis MiB", "gateway CPU ms/req"]  # fmt: skip
     rows = []
     for arm, phase in series_order(results):
-        for result in sorted(
-            (r for r in results if (r.step.arm, r.step.phase) == (arm, phase)),
-            key=lambda r: r.step.rate,
-        ):
+        for result in series_of(results, arm, phase):
             key = (arm, phase, result.step.rate)
             cost = result.cost
             received = wire.get(key)
