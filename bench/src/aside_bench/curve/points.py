@@ -22,7 +22,7 @@ from aside_bench.curve.simulate import (
     curve,
     policies_at,
 )
-from aside_bench.plan.steps import arm_bound, base_arm
+from aside_bench.plan.steps import arm_bound, base_arm, step_from_record
 from aside_bench.records.keytrace import KeyTraceError, read_key_trace
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
@@ -105,22 +105,12 @@ def step_stream(steps: list[dict[str, Any]], index: int, out_dir: Path) -> Strea
 RunKey = tuple[str, str, str, int, int]
 
 
-def _record_key(record: dict[str, Any]) -> RunKey:
-    return (
-        record["scenario"],
-        record["arm"],
-        record["phase"],
-        int(record["rate"]),
-        int(record.get("repeat", 1)),
-    )
-
-
 def _cold_before(run: RunRecord, index: int, by_key: dict[RunKey, StepResult]) -> StepResult | None:
     """The cold step whose stream the warm step at `index` went on with, if it did."""
     record = run.steps[index]
     if not record.get("skip") or index == 0:
         return None
-    return by_key.get(_record_key(run.steps[index - 1]))
+    return by_key.get(step_from_record(run.steps[index - 1]).run_key)
 
 
 def _stream_counts(warm: StepResult, cold: StepResult | None) -> tuple[int, int, int]:
@@ -141,7 +131,7 @@ def _redis_steps(run: RunRecord, by_key: dict[RunKey, StepResult]) -> list[tuple
         bound = arm_bound(arm)
         if bound is not None and bound.kind != "memory":
             continue  # a TTL's expiries are not on a curve of sizes
-        result = by_key.get(_record_key(record))
+        result = by_key.get(step_from_record(record).run_key)
         if result is not None and result.redis is not None and result.hit_rate is not None:
             found.append((index, result))
     return found

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from aside_bench.plan import expiry as expiryplan
 from aside_bench.plan import interference
@@ -138,6 +139,19 @@ class Step:
     def scheduled(self) -> int:
         """Requests the step's figures count: its reads' when it has a read rate."""
         return (self.read_rate or self.rate) * self.duration_s
+
+
+def step_from_record(record: dict[str, Any]) -> Step:
+    """A step as run.json records it."""
+    return Step(
+        record["scenario"],
+        record["arm"],
+        record["phase"],
+        int(record["rate"]),
+        record["duration_s"],
+        repeat=int(record.get("repeat", 1)),
+        read_rate=int(record.get("read_rate", 0)),
+    )
 
 
 # ---- a bounded cache as an arm: the arm, `@`, and its bound, each arm from an

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from aside_bench.plan import interference
-from aside_bench.plan.steps import Step
+from aside_bench.plan.steps import Step, step_from_record
 from aside_bench.records.results import (
     CacheCounts,
     Latency,
@@ -26,18 +26,6 @@ CACHE_COUNTERS = {
     "misses": "aside_gateway_cache_misses_total",
     "bypass": "aside_gateway_cache_bypass_total",
 }
-
-
-def step_from_record(record: dict[str, Any]) -> Step:
-    return Step(
-        record["scenario"],
-        record["arm"],
-        record["phase"],
-        int(record["rate"]),
-        record["duration_s"],
-        repeat=int(record.get("repeat", 1)),
-        read_rate=int(record.get("read_rate", 0)),
-    )
 
 
 def cache_counts(prom: Prometheus, start: float, end: float) -> CacheCounts | None:
