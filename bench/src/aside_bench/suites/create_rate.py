@@ -165,31 +165,13 @@ def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -
 
 
 def steps_table(run: SuiteRun) -> Table:
-    headers = [
-        "creates/s",
-        "requests",
-        "201",
-        "failed",
-        "dropped",
-        "p95 ms",
-        "p99 ms",
-        "max ms",
-        "held",
-    ]
+    headers = ["creates/s", "requests", "201", "failed", "dropped", "p95 ms", "p99 ms", "max ms",
+               "held"]  # fmt: skip
     rows = [
-        [
-            str(s["rate"]),
-            str(s["requests"]),
-            str(s["created"]),
-            str(s["failed"]),
-            str(s["dropped"]),
-            fmt_ms(s["p95_ms"]),
-            fmt_ms(s["p99_ms"]),
-            fmt_ms(s["max_ms"]),
-            "yes" if s["held"] else "no",
-        ]
+        [*(str(s[k]) for k in ("rate", "requests", "created", "failed", "dropped")),
+         *(fmt_ms(s[k]) for k in ("p95_ms", "p99_ms", "max_ms")), "yes" if s["held"] else "no"]
         for s in sorted(run.items, key=lambda s: s["rate"])
-    ]
+    ]  # fmt: skip
     return Table("Keyed creates by target rate", headers, rows)
 
 

@@ -48,16 +48,9 @@ def status_table(case: dict[str, Any]) -> Table:
     rows = []
     for kind, k in kinds.items():
         codes = ", ".join(f"{code} {n}" for code, n in k["codes"].items()) or "-"
-        rows.append(
-            [
-                kind,
-                str(k["requests"]),
-                *(str(k["statuses"].get(s, 0)) for s in statuses),
-                f"{k['max_ms']:.0f}",
-                f"{k['p99_ms']:.0f}",
-                codes,
-            ]
-        )
+        counts = (str(k["statuses"].get(s, 0)) for s in statuses)
+        times = f"{k['max_ms']:.0f}", f"{k['p99_ms']:.0f}"
+        rows.append([kind, str(k["requests"]), *counts, *times, codes])
     return Table(f"{case['name']}: requests by status", headers, rows)
 
 
@@ -75,45 +68,24 @@ def _timeline(case: dict[str, Any]) -> str:
 
 
 def summary_table(run: SuiteRun) -> Table:
-    headers = [
-        "case",
-        "requests",
-        "non-2xx / no answer",
-        "max read ms",
-        "recovery",
-        "writes checked",
-        "reads checked",
-        "verdict",
-    ]
+    headers = ["case", "requests", "non-2xx / no answer", "max read ms", "recovery",
+               "writes checked", "reads checked", "verdict"]  # fmt: skip
     rows = []
     for case in run.items:
-        kinds = case["requests"]
+        kinds, w = case["requests"], case["writes"]
         total = sum(k["requests"] for k in kinds.values())
-        failed = sum(
-            n
-            for k in kinds.values()
-            for status, n in k["statuses"].items()
-            if not status.startswith("2")
-        )
+        failed = sum(n for k in kinds.values() for status, n in k["statuses"].items()
+                     if not status.startswith("2"))  # fmt: skip
         max_read = max((kinds[k]["max_ms"] for k in READS if k in kinds), default=0)
-        writes = case["writes"]
-        rows.append(
-            [
-                case["name"],
-                str(total),
-                str(failed),
-                f"{max_read:.0f}",
-                _recovery(case) if not case["error"] else "-",
-                (
-                    f"{writes.get('writes', 0)} ({writes.get('committed_not_acknowledged', 0)} "
-                    f"committed unacked, {writes.get('retried', 0)} retried)"
-                )
-                if writes
-                else "-",
-                str(case["reads"].get("reads", "-")),
-                "pass" if case["passed"] else "FAIL",
-            ]
-        )
+        writes = (
+            f"{w.get('writes', 0)} ({w.get('committed_not_acknowledged', 0)} committed unacked, "
+            f"{w.get('retried', 0)} retried)" if w else "-"
+        )  # fmt: skip
+        recovery = _recovery(case) if not case["error"] else "-"
+        verdict = "pass" if case["passed"] else "FAIL"
+        reads = str(case["reads"].get("reads", "-"))
+        rows.append([case["name"], str(total), str(failed), f"{max_read:.0f}", recovery, writes,
+                     reads, verdict])  # fmt: skip
     return Table("Chaos: every case", headers, rows)
 
 

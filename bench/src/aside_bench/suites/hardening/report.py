@@ -58,22 +58,12 @@ def one_line(experiment: dict[str, Any]) -> str:
 
 def windows_table(experiment: dict[str, Any]) -> Table:
     names = WINDOW_NAMES[experiment["name"]]
-    rows = []
-    for key, w in experiment["windows"].items():
-        rows.append(
-            [
-                names[key],
-                f"{w['seconds']:.1f}",
-                str(w["reads"]),
-                fmt_ms(w["p50_ms"]),
-                fmt_ms(w["p95_ms"]),
-                fmt_ms(w["p99_ms"]),
-                fmt_ms(w["max_ms"]),
-                str(w["dropped"]),
-                str(w["failed"]),
-                str(w["new_connections"]),
-            ]
-        )
+    rows = [
+        [names[key], f"{w['seconds']:.1f}", str(w["reads"]),
+         *(fmt_ms(w[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
+         *(str(w[k]) for k in ("dropped", "failed", "new_connections"))]
+        for key, w in experiment["windows"].items()
+    ]  # fmt: skip
     headers = ["window", "s", "reads", "p50 ms", "p95 ms", "p99 ms", "max ms", "dropped",
                "failed", "new connections"]  # fmt: skip
     return Table(f"{experiment['name']}: the driver's cached reads", headers, rows)
