@@ -74,3 +74,9 @@ def step_spend(result: StepResult) -> Spend | None:
         memory_mib=cost.gateway_rss_mib + redis_mib,
         served_per_s=result.achieved_rps,
     )
+
+
+def step_price(result: StepResult, prices: Prices) -> float | None:
+    """A step's $ per million requests; None when it could not be priced."""
+    spend = step_spend(result)
+    return None if spend is None else spend.per_million(prices)

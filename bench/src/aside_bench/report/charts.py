@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -16,7 +17,7 @@ from aside_bench.curve.points import RateCurve
 from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
-from aside_bench.records.spend import Prices, step_spend
+from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.tables import has_cache, series_of, series_order
 
 PERCENTILES = ("p50", "p95", "p99")
@@ -258,15 +259,11 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
 
 def cost_chart(results: list[StepResult], prices: Prices, path: Path, caption: str) -> Path:
     """Cost per million requests against the target rate, per series."""
-
-    def per_million(result: StepResult) -> float | None:
-        spend = step_spend(result)
-        return None if spend is None else spend.per_million(prices)
-
     # Escaped: matplotlib reads a pair of $ as mathematics.
     title = (
         f"cost per million requests (\\${prices.vcpu_hour:g}/vCPU-h, \\${prices.gib_hour:g}/GiB-h)"
     )
-    fig, ax = _rate_plot(results, per_million, "\\$ per million requests", title)
+    price = partial(step_price, prices=prices)
+    fig, ax = _rate_plot(results, price, "\\$ per million requests", title)
     log_y(ax)
     return finish(fig, path, caption)

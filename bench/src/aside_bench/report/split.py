@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
-from aside_bench.records.spend import Prices, step_spend
+from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.tables import Table
 
 COALESCE_ARM = "coalesce"
@@ -68,11 +68,6 @@ def _by_rate(results: list[StepResult], arm: str, phase: str) -> dict[int, StepR
     return {r.step.rate: r for r in results if (r.step.arm, r.step.phase) == (arm, phase)}
 
 
-def _cost(result: StepResult, prices: Prices) -> float | None:
-    spend = step_spend(result)
-    return None if spend is None else spend.per_million(prices)
-
-
 def _p95(result: StepResult) -> float | None:
     return None if result.latency is None else result.latency.p95
 
@@ -108,7 +103,7 @@ def rate_splits(results: list[StepResult], prices: Prices) -> list[RateSplit]:
                     series_label(arm, phase),
                     uncached_arm,
                     rate,
-                    _three([_cost(base, prices), _cost(coal, prices), _cost(mine, prices)]),
+                    _three([step_price(r, prices) for r in (base, coal, mine)]),
                     _three([_p95(base), _p95(coal), _p95(mine)]),
                     Split(base.drop_rate, coal.drop_rate, mine.drop_rate),
                 )
@@ -212,32 +207,27 @@ def answer_lines(results: list[StepResult], prices: Prices) -> list[str]:
     return lines
 
 
-def _share_cell(split: Split | None) -> str:
+def _cells(split: Split | None, fmt: str) -> list[str]:
+    """Uncached, coalesced and cached in `fmt`, and the hits' share of the saving."""
     if split is None:
-        return "n/a"
-    share = split.hits_share
-    return "no saving" if share is None else f"{share:.0%}"
+        return ["n/a"] * 4
+    share = "no saving" if split.hits_share is None else f"{split.hits_share:.0%}"
+    return [fmt.format(v) for v in (split.uncached, split.coalesced, split.cached)] + [share]
 
 
 def split_table(results: list[StepResult], prices: Prices) -> Table | None:
     """Every rate's split: the three arms' cost, p95 and drops, and the hits' share."""
     rows = []
     for one in rate_splits(results, prices):
-        cost, p95, d = one.cost, one.p95, one.drops
+        *drops, drops_share = _cells(one.drops, "{:.1%}")
         rows.append(
             [
                 one.cached_label,
                 f"{one.rate:,}",
-                "n/a" if cost is None else f"{cost.uncached:.3f}",
-                "n/a" if cost is None else f"{cost.coalesced:.3f}",
-                "n/a" if cost is None else f"{cost.cached:.3f}",
-                _share_cell(cost),
-                "n/a" if p95 is None else f"{p95.uncached:,.1f}",
-                "n/a" if p95 is None else f"{p95.coalesced:,.1f}",
-                "n/a" if p95 is None else f"{p95.cached:,.1f}",
-                _share_cell(p95),
-                f"{d.uncached:.1%} / {d.coalesced:.1%} / {d.cached:.1%}",
-                _share_cell(d),
+                *_cells(one.cost, "{:.3f}"),
+                *_cells(one.p95, "{:,.1f}"),
+                " / ".join(drops),
+                drops_share,
             ]
         )
     if not rows:

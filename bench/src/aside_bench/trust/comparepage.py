@@ -16,7 +16,7 @@ from typing import Any
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepKey
-from aside_bench.records.spend import Prices, step_spend
+from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.costs import run_prices
 from aside_bench.report.doc import Doc
 from aside_bench.report.tables import Table
@@ -48,9 +48,9 @@ def step_costs(results: list[StepResult], prices: Prices) -> dict[StepKey, float
     """Each step's cost per million requests, the median over its repeats."""
     found: dict[StepKey, list[float]] = {}
     for result in results:
-        spend = step_spend(result)
-        if spend is not None:
-            found.setdefault(result.step.key, []).append(spend.per_million(prices))
+        price = step_price(result, prices)
+        if price is not None:
+            found.setdefault(result.step.key, []).append(price)
     return {key: statistics.median(values) for key, values in found.items()}
 
 
