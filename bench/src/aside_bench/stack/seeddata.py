@@ -29,6 +29,11 @@ class SeedData:
     data_dir: Path
     indexed: bool = field(default=False)
 
+    def read_emails(self, cold_sample: int) -> list[str]:
+        """Every email the read mix asks for; hot last, so they are filled last and
+        expire last (the cache TTL runs from the fill)."""
+        return self.cold[:cold_sample] + self.hot
+
 
 def load_seed_list(path: Path, key: str, kind: type) -> list[Any]:
     """A non-empty JSON list the seeder wrote (bare, or under `key` in an object)."""

@@ -128,10 +128,6 @@ class ExpiryRun:
         self.results: list[ArmRun] = []
         self.machine = describe()
 
-    def emails(self) -> list[str]:
-        """The read mix's keys, hot last (filled last, so they expire last)."""
-        return self.seed.cold[: self.options.cold_sample] + self.seed.hot
-
     def _gateway_for(self, arm: plan.Arm) -> None:
         wanted = plan.gateway_env(arm, self.options.ttl_s)
         if wanted and wanted != self.gateway:
@@ -167,7 +163,7 @@ class ExpiryRun:
         wait_until_quiet(self.settings, self.options.recover_timeout_s)
         cached = arm.mode is not None
         started = time.time()
-        emails = self.emails()
+        emails = self.seed.read_emails(self.options.cold_sample)
         fill = warm_cache(self.settings, emails, min(len(emails), FILL_WORKERS)) if cached else {}
         ttl = (
             self.options.ttl_s

@@ -64,9 +64,20 @@ class StepPreparation:
     connection_bound_read: bool
 
     def read_emails(self) -> list[str]:
-        """Every email the read mix asks for; hot last, so they are filled last and
-        expire last (the cache TTL runs from the fill)."""
-        return self.seed.cold[: self.options.shape.cold_sample] + self.seed.hot
+        return self.seed.read_emails(self.options.shape.cold_sample)
+
+    def _refill(self, step: Step) -> bool:
+        """A sweep's warm steps all start from a fresh fill. The ceiling's steps
+        only top up what expired (a full refill costs a scan per key), unless a
+        key would lapse during the step, which sends its reads to full scans
+        (docs/decisions/020-a-ceiling-step-refills-a-cache-that-would-lapse.md)."""
+        margin_s = step.duration_s + TTL_MARGIN_S
+        return step.scenario != "ceiling" or expires_within(self.settings, margin_s)
+
+    @staticmethod
+    def _warn(record: dict[str, Any], error: StackError) -> None:
+        record["warning"] = str(error)
+        print(f"  warning: {error}; running the step anyway", flush=True)
 
     def _gateway_for(self, arm: str, record: dict[str, Any]) -> None:
         """Restart the gateway when `arm` needs other settings than the last step's."""
@@ -121,8 +132,7 @@ class StepPreparation:
             waited = wait_until_quiet(self.settings, self.options.recover_timeout_s)
             record["quiet_wait_s"] = round(waited, 2)
         except StackError as error:
-            record["warning"] = str(error)
-            print(f"  warning: {error}; running the step anyway", flush=True)
+            self._warn(record, error)
         in_process = base_arm(step.arm) in L1_ARMS
         if self._continues_cold(step):
             before = self.run.steps[-2]
@@ -141,20 +151,13 @@ class StepPreparation:
                     waited = wait_l1_empty(self.settings)
                     record["prep"] += f", L1 empty after {waited:.1f} s"
                 except StackError as error:
-                    record["warning"] = str(error)
-                    print(f"  warning: {error}; running the step anyway", flush=True)
+                    self._warn(record, error)
         elif step.phase == "warm" and in_process:
             self._warm_l1(step, record)
         elif step.phase == "warm":
-            # A sweep's warm steps all start from a fresh fill. The ceiling's
-            # steps only top up what expired (a full refill costs a scan per
-            # key), unless a key would lapse during the step, which sends its
-            # reads to full scans
-            # (docs/decisions/020-a-ceiling-step-refills-a-cache-that-would-lapse.md).
-            refill = step.scenario != "ceiling" or expires_within(
-                self.settings, step.duration_s + TTL_MARGIN_S
+            warmed = warm_cache(
+                self.settings, self.read_emails(), flush=self._refill(step), mode="l2"
             )
-            warmed = warm_cache(self.settings, self.read_emails(), flush=refill, mode="l2")
             record["prep"] = (
                 f"cache warmed: {warmed['keys']} keys in {warmed['fill_s']} s, "
                 f"{warmed['hit_share_after']:.0%} hits on a re-read"
@@ -166,10 +169,7 @@ class StepPreparation:
         every warm step fills L1 again; hybrid's Redis is refilled as the cache
         arm's is (the ceiling only when a key would lapse during the step)."""
         mode = cache_param(step.arm) or "l1"
-        refill = step.scenario != "ceiling" or expires_within(
-            self.settings, step.duration_s + TTL_MARGIN_S
-        )
-        warmed = warm_l1(self.settings, self.read_emails(), mode, flush=refill)
+        warmed = warm_l1(self.settings, self.read_emails(), mode, flush=self._refill(step))
         record["prep"] = (
             f"L1 warmed: {warmed['keys']} keys, {warmed['passes']} passes in "
             f"{warmed['fill_s']} s, {warmed['hit_share_after']:.0%} L1 hits in the last"
