@@ -12,7 +12,7 @@ from aside_bench.curve.points import RateCurve
 from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
-from aside_bench.records.spend import Prices, step_spend
+from aside_bench.records.spend import Prices, step_price
 from aside_bench.report import split
 
 UNCACHED_ARMS = split.REFERENCE_ARMS
@@ -79,12 +79,13 @@ def goal_sentence(series: Series, goal_ms: float) -> str:
 def break_even_sentence(cached: Series, uncached: Series, prices: Prices) -> str | None:
     """From which rate the cached series costs less per million requests than the
     uncached one and keeps doing so; None without a rate both priced."""
-    theirs = {r.step.rate: step_spend(r) for r in uncached.steps}
-    pairs = []
-    for result in cached.steps:
-        mine, other = step_spend(result), theirs.get(result.step.rate)
-        if mine is not None and other is not None:
-            pairs.append((result.step.rate, mine.per_million(prices), other.per_million(prices)))
+    theirs = {r.step.rate: step_price(r, prices) for r in uncached.steps}
+    pairs = [
+        (r.step.rate, mine, other)
+        for r in cached.steps
+        if (mine := step_price(r, prices)) is not None
+        and (other := theirs.get(r.step.rate)) is not None
+    ]
     if not pairs:
         return None
     cheaper = [rate for rate, mine, other in pairs if mine < other]
