@@ -81,10 +81,7 @@ def measured_table(curve: RateCurve) -> Table:
                 fmt_pct(point.hit_rate),
                 fmt_pct(point.simulated.get("LRU")),
                 "n/a" if gap is None else f"{gap:+.1f}",
-                fmt_pct(point.simulated.get("LFU")),
-                fmt_pct(point.simulated.get("S3-FIFO")),
-                fmt_pct(point.simulated.get("SIEVE")),
-                fmt_pct(point.simulated.get("Belady")),
+                *(fmt_pct(point.simulated.get(p)) for p in ("LFU", "S3-FIFO", "SIEVE", "Belady")),
                 gap_cause(point),
             ]
         )
