@@ -4,6 +4,7 @@ checked against PostgreSQL (retried with its key when it got no 2xx), reads comp
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 from urllib.parse import quote
@@ -192,31 +193,25 @@ def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Che
                 "SELECT id, username, email, created_at FROM users WHERE id = ANY(%s)", (ids,)
             ).fetchall()
         }
+    # (what, url, PostgreSQL's answer, the gateway's 200 as compared)
+    wanted: list[tuple[str, str, Any, Callable[[Any], Any]]] = [
+        (f"count of {e}", count_url(settings, e), counts.get(e, 0), lambda b: b.get("count"))
+        for e in hot
+    ]
+    wanted += [
+        (f"user {i}", f"{settings.gateway_url}/api/v1/users/{i}", users.get(i), lambda b: b)
+        for i in ids
+    ]
     mismatches: list[str] = []
-    reads = 0
+    reads = 2 * len(wanted)
     with requests.Session() as session:
-        for email in hot:
-            want = counts.get(email, 0)
+        for what, url, want, answer in wanted:
             for _ in range(2):
-                reads += 1
-                response = _get(session, count_url(settings, email))
-                got = response.json().get("count") if response.status_code == 200 else None
+                response = _get(session, url)
+                got = answer(response.json()) if response.status_code == 200 else None
                 if got != want:
-                    mismatches.append(f"count of {email}: gateway {got}, PostgreSQL {want}")
-        for user_id in ids:
-            want_user = users.get(user_id)
-            for _ in range(2):
-                reads += 1
-                response = _get(session, f"{settings.gateway_url}/api/v1/users/{user_id}")
-                got_user = response.json() if response.status_code == 200 else None
-                if got_user != want_user:
-                    mismatches.append(f"user {user_id}: gateway {got_user}, PostgreSQL {want_user}")
-    figures = {
-        "emails": len(hot),
-        "ids": len(ids),
-        "reads": reads,
-        "mismatches": mismatches[:20],
-    }
+                    mismatches.append(f"{what}: gateway {got}, PostgreSQL {want}")
+    figures = {"emails": len(hot), "ids": len(ids), "reads": reads, "mismatches": mismatches[:20]}
     detail = f"{reads} reads of {len(hot)} hot emails and {len(ids)} users equal PostgreSQL"
     return (
         Check(

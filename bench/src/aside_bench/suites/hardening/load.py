@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, start_driver
-from aside_bench.load.samples import SamplesError, number, sample_lines
+from aside_bench.load.samples import SamplesError, compress, number, sample_lines
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, wait_until_quiet, warm_cache
@@ -148,6 +148,10 @@ def sample_windows(
     return found
 
 
-def read_windows(samples_path: Path, windows: dict[str, Window]) -> dict[str, dict[str, Any]]:
-    with samples_path.open() as handle:
-        return sample_windows(handle, samples_path.name, windows)
+def read_windows(run: LoadRun, windows: dict[str, Window]) -> dict[str, dict[str, Any]]:
+    """The reads' figures per window, from the samples file, which is then gzipped."""
+    assert run.samples_path is not None
+    with run.samples_path.open() as handle:
+        found = sample_windows(handle, run.samples_path.name, windows)
+    compress(run.samples_path)
+    return found

@@ -1,5 +1,5 @@
-"""VmRSS and open descriptors of the gateway's workers, sampled beside the slow
-heads (suites/hardening/run.py) in a thread of their own."""
+"""VmRSS and open descriptors of the gateway's workers, every RSS_INTERVAL_S beside
+the slow heads, in a thread of their own."""
 
 from __future__ import annotations
 
@@ -13,9 +13,6 @@ RSS_INTERVAL_S = 0.1
 
 
 class RssSampler:
-    """VmRSS and open descriptors of the gateway's workers, every RSS_INTERVAL_S,
-    in a thread of its own."""
-
     def __init__(self, pids: list[int]):
         self.pids = pids
         self.samples: list[RssSample] = []

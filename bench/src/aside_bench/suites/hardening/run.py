@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from aside_bench.load.run import DriverProcess, LoadRun
-from aside_bench.load.samples import compress
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect
@@ -31,7 +30,6 @@ from aside_bench.suites.hardening import probes as fp
 from aside_bench.suites.hardening.attacks import cold_flood, slow_heads
 from aside_bench.suites.hardening.load import (
     READ_TIMEOUT_S,
-    Window,
     check_ttl,
     end_load,
     load_run,
@@ -153,14 +151,6 @@ def start_reads(
     return start_load(bench.settings, bench.control, bench.seed.hot, run, result), run
 
 
-def reads_windows(run: LoadRun, windows: dict[str, Window]) -> dict[str, Any]:
-    """The reads' figures per window, from the samples file, which is then gzipped."""
-    assert run.samples_path is not None
-    found = read_windows(run.samples_path, windows)
-    compress(run.samples_path)
-    return found
-
-
 # ---- slow heads -------------------------------------------------------------------------
 def gateway_address(settings: Settings) -> tuple[str, int]:
     parts = urlsplit(settings.gateway_url)
@@ -197,7 +187,7 @@ def run_slow_heads(bench: Bench) -> ExperimentResult:
         "peak_fds": sampler.peak_fds(),
         "close_s": [r.as_dict() for r in records],
     }
-    result.windows = reads_windows(run, windows_around(events, "attack"))
+    result.windows = read_windows(run, windows_around(events, "attack"))
     during = result.windows["during"]
     result.checks = [
         hc.close_check(sockets, limits),
@@ -246,7 +236,7 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
         "gateway_counters": counters,
         "readings": [[round(t - events["flood_end"], 3), v] for t, v in readings],
     }
-    result.windows = reads_windows(run, windows_around(events, "flood"))
+    result.windows = read_windows(run, windows_around(events, "flood"))
     result.checks = [
         hc.settle_check(settle, bench.limits),
         hc.reads_check(result.windows["during"], "during the flood"),

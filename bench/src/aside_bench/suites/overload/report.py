@@ -42,22 +42,13 @@ def step_row(step: dict[str, Any], ceiling: int) -> list[str]:
     if step["label"] == "0.6x after":
         recovered = "never" if recovery is None else f"{recovery:.0f} s"
     return [
-        step["label"],
-        str(step["rate"]),
-        f"{step['goodput_rps']:.0f}",
-        f"{step['goodput_rps'] / ceiling:.2f}",
-        _ms(served["p50_ms"]),
-        _ms(served["p99_ms"]),
-        str(shed["count"]),
-        f"{_ms(shed['p50_ms'])} / {_ms(shed['p99_ms'])}",
-        str(req["timeouts"] + req["other_errors"]),
-        str(req["dropped"]),
-        f"{counters['breaker_skips']:.0f}",
-        f"{counters['fallback_reads']:.0f}",
-        _by(counters["shed"]),
-        _pct(step["driver_share"]),
-        recovered,
-    ]
+        step["label"], str(step["rate"]), f"{step['goodput_rps']:.0f}",
+        f"{step['goodput_rps'] / ceiling:.2f}", _ms(served["p50_ms"]), _ms(served["p99_ms"]),
+        str(shed["count"]), f"{_ms(shed['p50_ms'])} / {_ms(shed['p99_ms'])}",
+        str(req["timeouts"] + req["other_errors"]), str(req["dropped"]),
+        f"{counters['breaker_skips']:.0f}", f"{counters['fallback_reads']:.0f}",
+        _by(counters["shed"]), _pct(step["driver_share"]), recovered,
+    ]  # fmt: skip
 
 
 HEADERS = [
@@ -86,17 +77,12 @@ def machine_row(step: dict[str, Any]) -> list[str]:
     req, machine = step["requests"], step.get("machine") or {}
     on_open, on_new = req["served_open"], req["served_new"]
     return [
-        step["label"],
-        _pct(machine.get("busy")),
-        _pct(machine.get("steal")),
-        _cores(machine.get("gateway_cores")),
-        _cores(machine.get("redis_cores")),
-        _loop_wait(machine),
-        _cores(step["driver_cores"]),
-        _collections(step["counters"]),
+        step["label"], _pct(machine.get("busy")), _pct(machine.get("steal")),
+        _cores(machine.get("gateway_cores")), _cores(machine.get("redis_cores")),
+        _loop_wait(machine), _cores(step["driver_cores"]), _collections(step["counters"]),
         f"{on_open['count']}: {_ms(on_open['p50_ms'])} / {_ms(on_open['p99_ms'])}",
         f"{on_new['count']}: {_ms(on_new['p50_ms'])} / {_ms(on_new['p99_ms'])}",
-    ]
+    ]  # fmt: skip
 
 
 def _loop_wait(machine: dict[str, Any]) -> str:

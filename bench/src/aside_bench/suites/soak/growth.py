@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Self
 
 from aside_bench.report.tables import Table
 from aside_bench.suites.samples import fmt_mib
@@ -20,11 +20,17 @@ KEY_GROWTH_FLAG = 0.10
 WINDOW_SHARE = 0.05
 
 
+class _Record:
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> Self:
+        """The record as report.json holds it (an older one's missing figures as defaults)."""
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})  # type: ignore[arg-type]
+
+
 @dataclass
-class ProcessGrowth:
+class ProcessGrowth(_Record):
     """A service's memory and descriptors after the warm-up against the end
-    (medians), their growth, maxima and flags: a row of report.json's
-    "processes" (an older row's missing figures read as None)."""
+    (medians), their growth, maxima and flags: a row of report.json's "processes"."""
 
     service: str
     processes_warm: float | None = None
@@ -45,13 +51,9 @@ class ProcessGrowth:
     fds_max: float | None = None
     flags: list[str] = field(default_factory=list)
 
-    @classmethod
-    def of(cls, row: dict[str, Any]) -> ProcessGrowth:
-        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
-
 
 @dataclass
-class KeyGrowth:
+class KeyGrowth(_Record):
     """The rows of idempotency_keys after the warm-up against the end, the
     range, the steady size to expect and the flags: report.json's
     "idempotency_keys"."""
@@ -69,10 +71,6 @@ class KeyGrowth:
     overdue_max: int | None = None
     overdue_after_s: float | None = None
     flags: list[str] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, row: dict[str, Any]) -> KeyGrowth:
-        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
 
 
 def _median(values: list[float]) -> float | None:
