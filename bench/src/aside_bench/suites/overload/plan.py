@@ -65,6 +65,8 @@ class OverloadParams:
     # Each step's driver opens its pool before its first request; False: as
     # its requests need them, so the steps also measure new connections.
     open_pool: bool = True
+    # How long before its first request each step's driver starts, to open its pool.
+    open_lead_s: float = OPEN_LEAD_S
 
     def search_of(self, arm: str) -> ArmSearch:
         return self.arm_searches.get(arm, self.search)

@@ -28,7 +28,6 @@ from aside_bench.suites.overload.plan import (
     BASELINE_FACTOR,
     COLD_SAMPLE,
     HOT_SHARE,
-    OPEN_LEAD_S,
     OVERLOAD_FACTORS,
     QUIET_DEADLINE_S,
     TTL_MARGIN_S,
@@ -62,7 +61,7 @@ class Bench:
     def lead_s(self) -> float:
         """How long before its first request a step's driver starts: the time
         to open its pool, none when it opens connections as it goes."""
-        return OPEN_LEAD_S if self.params.open_pool else 0.0
+        return self.params.open_lead_s if self.params.open_pool else 0.0
 
     def emails(self) -> list[str]:
         """Every email of the read mix, hot last so they expire last."""
@@ -393,7 +392,7 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
     assert ceiling is not None
     print(f"  [{arm}] ceiling {ceiling}/s ({result.ceiling_from}); the steps ...", flush=True)
     # A step's span: its driver's lead to open its connections, and its load.
-    duration = params.duration_s + math.ceil(OPEN_LEAD_S)
+    duration = params.duration_s + math.ceil(params.open_lead_s)
     prepare(bench, arm, duration)
     before = step(bench, arm, "0.6x before", BASELINE_FACTOR, ceiling)
     result.steps.append(before)
@@ -446,7 +445,7 @@ def _params_record(params: OverloadParams, settings: Settings) -> dict[str, Any]
         "timeout_s": params.timeout_s,
         "max_pool": params.max_pool,
         "open_pool": params.open_pool,
-        "open_lead_s": OPEN_LEAD_S,
+        "open_lead_s": params.open_lead_s,
         "hot_share": HOT_SHARE,
         "cold_sample": COLD_SAMPLE,
         "goodput_within_ms": fg.GOODPUT_WITHIN_MS,
