@@ -57,6 +57,9 @@ def add(over: argparse.ArgumentParser) -> None:
     _add_search_options(over)
     timeout = opt.default_of(overload.OverloadParams, "timeout_s")
     opt.option(over, "--timeout", opt.positive, timeout, "request timeout in seconds")
+    lead = opt.default_of(overload.OverloadParams, "open_lead_s")
+    what = "seconds before its first request each step's driver starts, to open its pool"
+    opt.option(over, "--open-lead", opt.above_zero, lead, what)
     over.add_argument(
         "--lazy-connections",
         action="store_true",
@@ -109,6 +112,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         search_duration_s=parse_duration(args.search_duration),
         timeout_s=args.timeout,
         open_pool=not args.lazy_connections,
+        open_lead_s=args.open_lead,
     )
     seed = opt.checked_seed(settings, args)
     run = run_overload(settings, params, seed)
