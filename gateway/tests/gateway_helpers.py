@@ -313,3 +313,57 @@ def start_held(url: str, email: str, hold: str, rdb: redis.Redis) -> Read:
 
 def release(rdb: redis.Redis, hold: str) -> None:
     rdb.rpush(f"aside:test:{hold}:release", "go")
+
+
+# ---- a flood of random tolerances -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flood:
+    """A hostile client of GET /api/v1/tracks/<id>?simplify=T: `threads`
+    connections, each asking a new random tolerance of a random track as soon
+    as its last answer came, for at most `seconds` and `max_requests`."""
+
+    base_url: str
+    track_ids: tuple[int, ...]
+    threads: int
+    seconds: float
+    max_requests: int
+
+
+def random_tolerance(rng: Any) -> str:
+    """A plain decimal from 0.000001 to 0.01 of at most 16 characters (contracts/tracks.json)."""
+    return f"{rng.randint(1_000_000, 10_000_000_000) / 10**12:.14f}"[:16].rstrip("0")
+
+
+def _flood_connection(flood: Flood, seed: int, deadline: float, stop: Any, statuses: Any) -> None:
+    import random
+
+    rng = random.Random(seed)
+    session = requests.Session()
+    while not stop.is_set() and time.monotonic() < deadline:
+        with statuses.get_lock():
+            if sum(statuses) >= flood.max_requests:
+                return
+        url = f"{flood.base_url}/api/v1/tracks/{rng.choice(flood.track_ids)}"
+        try:
+            status = session.get(url, params={"simplify": random_tolerance(rng)}, timeout=30)
+            code = status.status_code
+        except requests.RequestException:
+            code = 0  # no answer at all: counted apart from every status
+        with statuses.get_lock():
+            statuses[min(code, 599)] += 1
+
+
+def run_flood(flood: Flood, stop: Any, statuses: Any) -> None:
+    """The flood's process: its threads share one GIL, as one client does.
+    `statuses[code]` counts the answers by status (0: no answer)."""
+    deadline = time.monotonic() + flood.seconds
+    threads = [
+        threading.Thread(target=_flood_connection, args=(flood, seed, deadline, stop, statuses))
+        for seed in range(flood.threads)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
