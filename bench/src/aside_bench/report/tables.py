@@ -337,13 +337,8 @@ def held_table(
     headers = ["series", "highest rate held /s"] + [f"/ {name} calibration" for name in known]
     rows = []
     for arm, phase in series_order(results):
-        held = [
-            r.step.rate
-            for r in results
-            if (r.step.arm, r.step.phase) == (arm, phase)
-            and r.holds(p95_limit_ms)
-            and not r.saturated
-        ]
+        series = series_of(results, arm, phase)
+        held = [r.step.rate for r in series if r.holds(p95_limit_ms) and not r.saturated]
         best = max(held) if held else None
         row = [series_label(arm, phase), MISSING if best is None else str(best)]
         row += [MISSING if best is None else f"{best / rate:.2f}" for rate in known.values()]
