@@ -61,37 +61,29 @@ STALE = "STALE"
 # (contracts/store_if_lease_held.lua links to this file).
 STORE_IF_LEASE_HELD = (files("aside_gateway") / "scripts" / "store_if_lease_held.lua").read_text()
 
-# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms, ARGV[3] now (unix ms).
+# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms, ARGV[3] now (unix ms),
+# ARGV[4] (a refresh) the value the caller read and means to refresh.
 # Returns {1, value} on a value, {2} when the lease was taken, {0} when someone else holds it.
-# A value in an envelope (cache.json `expiry`) whose logical expiry is past counts as none.
+# A fill: a value in an envelope (cache.json `expiry`) whose logical expiry is past
+# counts as none. A refresh: only another value than the one read counts (a refresh
+# landed in between: answer it), so a reader that read the old value just before
+# another process's refresh landed and dropped its lease does not refresh again.
 GET_OR_LEASE = """
 local value = redis.call('GET', KEYS[1])
 if value then
-    if string.sub(value, 1, 4) ~= '~x1:' then
+    if ARGV[4] then
+        if value ~= ARGV[4] then
+            return {1, value}
+        end
+    elseif string.sub(value, 1, 4) ~= '~x1:' then
         return {1, value}
+    else
+        local stop = string.find(value, ':', 5, true)
+        local expires = stop and tonumber(string.sub(value, 5, stop - 1))
+        if expires == nil or expires > tonumber(ARGV[3]) then
+            return {1, value}
+        end
     end
-    local stop = string.find(value, ':', 5, true)
-    local expires = stop and tonumber(string.sub(value, 5, stop - 1))
-    if expires == nil or expires > tonumber(ARGV[3]) then
-        return {1, value}
-    end
-end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return {2}
-end
-return {0}
-"""
-
-# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms, ARGV[3] the value
-# the caller read and means to refresh. Returns {1, value} when the key now holds
-# another value (a refresh landed in between: answer it), {2} when the lease was
-# taken, {0} when someone else holds it. Comparing first keeps a reader that read
-# the old value just before another process's refresh landed and dropped its lease
-# from taking the free lease and refreshing a second time.
-LEASE_IF_UNCHANGED = """
-local value = redis.call('GET', KEYS[1])
-if value and value ~= ARGV[3] then
-    return {1, value}
 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {2}
@@ -162,7 +154,6 @@ class Cache:
         self.pool = redis_clients.single_pool(self.client)
         # Script objects call EVALSHA with a SHA computed once, loading on NOSCRIPT.
         self._get_or_lease = self.client.register_script(GET_OR_LEASE)
-        self._lease_if_unchanged = self.client.register_script(LEASE_IF_UNCHANGED)
         self._store_if_lease_held = self.client.register_script(STORE_IF_LEASE_HELD)
         self._release_lease = self.client.register_script(RELEASE_LEASE)
         self._delete_if_equal = self.client.register_script(DELETE_IF_EQUAL)
@@ -288,8 +279,8 @@ class Cache:
         token = os.urandom(16).hex()
         asked = time.monotonic()
         try:
-            reply = self._lease_if_unchanged(
-                keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS, seen]
+            reply = self._get_or_lease(
+                keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS, expiry.now_ms(), seen]
             )
         except REDIS_ERRORS as exc:
             self.breaker.record_failure(exc)
