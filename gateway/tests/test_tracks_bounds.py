@@ -27,7 +27,7 @@ FLOOD_SECONDS = 15.0
 LOUD_WINDOW_SECONDS = 8.0
 LOUD_MIN_SAMPLES = 5
 FLOOD_MAX_REQUESTS = 100_000
-LOUD_FACTOR = 20
+LOUD_FACTOR = 15
 
 
 def simplifications(core_url: str) -> float:
