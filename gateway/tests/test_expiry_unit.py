@@ -117,9 +117,22 @@ def test_early_and_swr_store_an_envelope_with_the_measured_delta():
     early = policy("early", ttl_s=60).stored(b"42", 12.4, NOW)
     assert early.data == cache_keys.wrap(b"42", NOW + 60_000, 12)
     assert early.ttl_ms == 60_000
-    swr = policy("swr", ttl_s=60, stale_max_s=10).stored(b"42", 0.2, NOW)
+    swr = policy("swr", ttl_s=60, stale_max_s=10, jitter=0.0).stored(b"42", 0.2, NOW)
     assert swr.data == cache_keys.wrap(b"42", NOW + 60_000, 0)
     assert swr.ttl_ms == 70_000  # the logical TTL plus the stale bound
+
+
+def test_swr_spreads_its_logical_expiries_as_jitter_spreads_ttls():
+    p = policy("swr", ttl_s=60, stale_max_s=10, jitter=0.2)
+    expiries = []
+    for _ in range(500):
+        stored = p.stored(b"42", 0.2, NOW)
+        envelope = cache_keys.unwrap(stored.data)
+        assert envelope is not None
+        assert stored.ttl_ms == envelope.expires_ms - NOW + 10_000  # the bound after each
+        expiries.append(envelope.expires_ms - NOW)
+    assert min(expiries) >= 48_000 and max(expiries) <= 60_000
+    assert max(expiries) - min(expiries) > 10_000  # spread, not all at the TTL
 
 
 def test_xfetch_is_the_papers_test():
@@ -174,7 +187,7 @@ def test_a_value_written_under_one_mode_is_read_safely_under_another(writer, rea
     """Before its logical expiry every mode answers the value; after it only swr
     may answer it (stale, within its own bound); a bare value is fresh (Redis
     ends it)."""
-    stored = policy(writer, ttl_s=60, stale_max_s=30).stored(b"42", 0.0, NOW).data
+    stored = policy(writer, ttl_s=60, stale_max_s=30, jitter=0.0).stored(b"42", 0.0, NOW).data
     read = policy(reader, stale_max_s=10)
     assert read.judge(stored, NOW + 1_000, roll=False) == expiry.Judged(b"42", expiry.FRESH)
     after = read.judge(stored, NOW + 60_000 + 5_000)

@@ -14,8 +14,9 @@ value's end does to its readers.
   a probability that grows as the expiry nears and with the cost of the
   recomputation. Only the reader that then takes the key's lease recomputes;
   every other reader keeps answering the value;
-* `swr` (stale-while-revalidate): the envelope too, and the Redis key lives
-  ttl + CACHE_EXPIRY_STALE_MAX_SECONDS. Past its logical expiry a value is
+* `swr` (stale-while-revalidate): the envelope too, its logical expiry drawn
+  as jitter draws a TTL, and the Redis key lives that plus
+  CACHE_EXPIRY_STALE_MAX_SECONDS. Past its logical expiry a value is
   answered (X-Cache: STALE) for at most that bound while the reader that took
   the lease refreshes it (on the event loop, behind its own stale answer:
   front/refresh_behind.py); beyond the bound it is a miss. A value the core's
@@ -112,6 +113,10 @@ class ExpiryPolicy:
             return Stored(value, jittered(ttl_ms, self.jitter, self.draw()))
         if not self.enveloped:
             return Stored(value, ttl_ms)
+        if self.mode == cache_keys.EXPIRY_SWR:
+            # Spread like jitter's TTLs: keys filled together would go stale, and
+            # start their refreshes, in the same instant.
+            ttl_ms = jittered(ttl_ms, self.jitter, self.draw())
         expires = (now_ms() if now is None else now) + ttl_ms
         data = cache_keys.wrap(value, expires, max(0, round(delta_ms)))
         if self.mode == cache_keys.EXPIRY_SWR:
