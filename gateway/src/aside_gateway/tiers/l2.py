@@ -205,7 +205,14 @@ class Cache:
             return CacheRead(judged.value, HIT, in_redis=True)
         if judged.state == expiry.EXPIRED:
             return self._fill(route, key, load, hold)
-        return self._refresh(route, key, value, load, hold, judged)
+        # To refresh (early) or stale (swr): one thread of the process asks for the
+        # lease (the key's flight); the others answer the value read, without waiting.
+        flight, leads = self._flights.join(key)
+        if not leads:
+            return self._meanwhile(judged)
+        return self._lead(
+            key, flight, lambda: self._refresh_as_leader(route, key, value, load, hold, judged)
+        )
 
     def discard(self, route: str, key: str, value: bytes) -> None:
         """A caller found `value` malformed after all (a frame that does not
@@ -245,27 +252,6 @@ class Cache:
         finally:
             self.pool.release(conn)
 
-    def _refresh(
-        self,
-        route: str,
-        key: str,
-        seen: bytes,
-        load: Callable[[], bytes],
-        hold: str | None,
-        judged: Judged,
-    ) -> CacheRead:
-        """A value to refresh (early) or an expired one still within its bound (swr):
-        the reader that takes the key's lease recomputes it and answers the new
-        value; every other reader answers the one it read, without waiting.
-        Within the process only one thread asks for the lease (the key's flight).
-        `seen` is the stored form read: the lease is taken only while it is still there."""
-        flight, leads = self._flights.join(key)
-        if not leads:
-            return self._meanwhile(judged)
-        return self._lead(
-            key, flight, lambda: self._refresh_as_leader(route, key, seen, load, hold, judged)
-        )
-
     def _refresh_as_leader(
         self,
         route: str,
@@ -275,6 +261,10 @@ class Cache:
         hold: str | None,
         judged: Judged,
     ) -> Fill:
+        """A value to refresh (early) or an expired one still within its bound (swr):
+        if this reader takes the key's lease, it recomputes the value and answers
+        the new one; otherwise it answers the one it read. `seen` is the stored
+        form read: the lease is taken only while it is still there."""
         lease = cache_keys.lease_key(key)
         token = os.urandom(16).hex()
         asked = time.monotonic()
