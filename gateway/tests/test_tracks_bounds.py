@@ -5,6 +5,7 @@ CPU (the core simplifies in slots of its own). docs/decisions/064-*.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import random
@@ -27,7 +28,7 @@ FLOOD_SECONDS = 15.0
 LOUD_WINDOW_SECONDS = 8.0
 LOUD_MIN_SAMPLES = 5
 FLOOD_MAX_REQUESTS = 100_000
-LOUD_FACTOR = 15
+LOUD_FACTOR = 3
 
 
 def simplifications(core_url: str) -> float:
@@ -119,34 +120,18 @@ def _compute_latencies(base: str, count: int, until: float = math.inf) -> list[f
     return latencies
 
 
-def test_compute_keeps_its_p95_while_tolerances_flood_the_tracks(gateway, insert_track):
-    """An anonymous client asks random tolerances of large tracks on
-    FLOOD_THREADS connections as fast as it can; token-gated compute's p95
-    stays within LOUD_FACTOR of its quiet value. With the ladder, the flood is
-    hits after a ladder of misses a track; past the core's simplification
-    slot, 503s: the core's CPU stays compute's. Without them (every tolerance
-    its own key, CORE_SIMPLIFY_MAX_CONCURRENCY unbounded) every request is a
-    simplification running beside compute in the core.
-
-    LOUD_FACTOR is not the 2 a machine of its own would allow: on two cores
-    the flood's client and the gateway serving its hits share the CPU with
-    compute, which slows compute severalfold with the bounds on; without them
-    it is slowed an order of magnitude more. The factor lies between the two,
-    so the test passes with the bounds and fails with both removed."""
-    paths = [straight_with_noise(FLOOD_POINTS, seed=10 + i) for i in range(4)]
-    track_ids = tuple(insert_track(path) for path in paths)
-    _compute_latencies(gateway.url, 10)  # warm the connections
-    quiet = _p95(_compute_latencies(gateway.url, COMPUTE_SAMPLES))
+def _compute_p95_beside(flood: Flood) -> tuple[float, dict[int, int]]:
+    """Compute's p95 while `flood` runs from a client process of its own, and
+    the flood's answers by status."""
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
     statuses = context.Array("i", 600)
-    flood = Flood(gateway.url, track_ids, FLOOD_THREADS, FLOOD_SECONDS, FLOOD_MAX_REQUESTS)
     client = context.Process(target=run_flood, args=(flood, stop, statuses), daemon=True)
     client.start()
     try:
         wait_until(lambda: sum(statuses) >= FLOOD_THREADS, 30, "the flood to run")
-        loud_samples = _compute_latencies(
-            gateway.url, COMPUTE_SAMPLES, until=time.monotonic() + LOUD_WINDOW_SECONDS
+        samples = _compute_latencies(
+            flood.base_url, COMPUTE_SAMPLES, until=time.monotonic() + LOUD_WINDOW_SECONDS
         )
         flooding = client.is_alive()
     finally:
@@ -155,12 +140,41 @@ def test_compute_keeps_its_p95_while_tolerances_flood_the_tracks(gateway, insert
         if client.is_alive():
             client.kill()
     answers = {code: count for code, count in enumerate(statuses) if count}
-    loud = _p95(loud_samples)
-    # The figures, for a run's log (pytest -s): the assertion's margin is chosen from them.
-    print(f"\ncompute p95 quiet {quiet * 1000:.1f} ms, flooded {loud * 1000:.1f} ms; {answers}")
     assert flooding, f"the flood ended before compute's samples did: {answers}"
-    assert len(loud_samples) >= LOUD_MIN_SAMPLES, f"{len(loud_samples)} samples"
+    assert len(samples) >= LOUD_MIN_SAMPLES, f"{len(samples)} samples"
     assert all(0 < code < 500 or code == 503 for code in answers), answers
-    assert loud <= LOUD_FACTOR * quiet, (
-        f"compute p95 {loud * 1000:.1f} ms under the flood, {quiet * 1000:.1f} ms quiet"
+    return _p95(samples), answers
+
+
+def test_compute_keeps_its_p95_while_tolerances_flood_the_tracks(gateway, insert_track):
+    """An anonymous client asks random tolerances of large tracks on
+    FLOOD_THREADS connections as fast as it can; token-gated compute's p95
+    stays within LOUD_FACTOR of its p95 beside the same client asking one
+    tolerance (hits only). With the ladder, the random flood is hits too after a ladder
+    of misses a track, and past the core's simplification slot, 503s: the
+    core's CPU stays compute's. Without them (every tolerance its own key,
+    CORE_SIMPLIFY_MAX_CONCURRENCY unbounded) every request is a
+    simplification running beside compute in the core.
+
+    The reference is the hits' flood, not a quiet machine: on two cores the
+    flood's client and the gateway serving its hits share the CPU with
+    compute whatever the bounds, and that is not what the bounds are for.
+    LOUD_FACTOR is 3, not 2: with the bounds the ratio stays under 2 but
+    close enough to it on a shared machine that 2 would fail now and then;
+    without them it is several times 3."""
+    paths = [straight_with_noise(FLOOD_POINTS, seed=10 + i) for i in range(4)]
+    track_ids = tuple(insert_track(path) for path in paths)
+    _compute_latencies(gateway.url, 10)  # warm the connections
+    quiet = _p95(_compute_latencies(gateway.url, COMPUTE_SAMPLES))
+    flood = Flood(gateway.url, track_ids, FLOOD_THREADS, FLOOD_SECONDS, FLOOD_MAX_REQUESTS)
+    hits, hit_answers = _compute_p95_beside(dataclasses.replace(flood, tolerance=LADDER[-1]))
+    loud, answers = _compute_p95_beside(flood)
+    # The figures, for a run's log (pytest -s).
+    print(
+        f"\ncompute p95 quiet {quiet * 1000:.1f} ms, beside hits {hits * 1000:.1f} ms "
+        f"{hit_answers}, beside random tolerances {loud * 1000:.1f} ms {answers}"
+    )
+    assert loud <= LOUD_FACTOR * hits, (
+        f"compute p95 {loud * 1000:.1f} ms beside random tolerances, "
+        f"{hits * 1000:.1f} ms beside hits ({quiet * 1000:.1f} ms quiet)"
     )
