@@ -47,8 +47,12 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def count(base: str, email: str, headers: dict[str, str] | None = None) -> requests.Response:
-    response = requests.get(base + COUNT, params={"email": email}, headers=headers, timeout=10)
+def count(
+    base: str, email: str, headers: dict[str, str] | None = None, timeout_s: float = 10
+) -> requests.Response:
+    response = requests.get(
+        base + COUNT, params={"email": email}, headers=headers, timeout=timeout_s
+    )
     assert response.status_code == 200, response.text
     return response
 
@@ -228,21 +232,15 @@ def test_swr_answers_at_once_while_the_refresh_waits_behind_it(gateways, rdb, da
     ):
         locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
         try:
-            answers = [stale_within(base, email, 3.0) for _ in range(6)]
+            answers = [answered(count(base, email, timeout_s=3.0)) for _ in range(6)]
             wait_until(lambda: reads_waiting_on_a_lock(watcher) > 0, DEADLINE_S, "the refresh")
-            answers += [stale_within(base, email, 3.0) for _ in range(6)]
+            answers += [answered(count(base, email, timeout_s=3.0)) for _ in range(6)]
         finally:
             locker.rollback()
     assert answers == [(OLD, "STALE")] * 12
     wait_until(lambda: answered(count(base, email)) == (0, "HIT"), DEADLINE_S, "the refresh")
     assert db_reads(base) == queries + 1
     assert refreshes_done(base) >= done + 1
-
-
-def stale_within(base: str, email: str, timeout_s: float) -> tuple[int, str]:
-    response = requests.get(base + COUNT, params={"email": email}, timeout=timeout_s)
-    assert response.status_code == 200, response.text
-    return answered(response)
 
 
 def refreshes_done(base: str) -> float:
