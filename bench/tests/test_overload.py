@@ -518,3 +518,15 @@ def test_the_report_files(overload_run) -> None:
     assert "data:image/png;base64," in html and "<table>" in html
     assert (out_dir / "overload.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(list(out_dir.glob("*.jsonl.gz"))) == 10  # every step's requests, kept
+
+
+def test_an_arm_that_failed_before_its_steps_is_reported_with_its_error(tmp_path: Path) -> None:
+    failed = plan.ArmResult("cache", ceiling=3000, ceiling_from="given", error="gateway down")
+    params = plan.OverloadParams("r", tmp_path, ("cache",))
+    settings = SimpleNamespace(gateway_url="http://127.0.0.1:28000")
+    record = overload._params_record(params, settings)  # type: ignore[arg-type]
+    run = SuiteRun("r", "overload", {}, record, items=[failed.as_dict()])
+    overload_report.write_report(run, tmp_path)
+    page = (tmp_path / "report.md").read_text()
+    assert "The arm could not run to its end: gateway down" in page
+    assert "error: gateway down" in page

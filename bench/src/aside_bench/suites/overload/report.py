@@ -270,6 +270,13 @@ def _context(run: SuiteRun) -> list[str]:
     ]
 
 
+def _arm_tables(arm: dict[str, Any]) -> list[Table]:
+    """A measured arm's tables (an arm that failed has its error instead, and
+    may lack the steps they read)."""
+    own = [arm_table(arm), machine_table(arm), timeline_table(arm)]
+    return own + ([search_table(arm)] if arm["search"] else [])
+
+
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     doc = suite_page("overload", run)
     doc.ul(_context(run))
@@ -285,8 +292,7 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
         )
         doc.image(path, "goodput against the offered load, per arm")
     for arm in run.items:
-        own = [arm_table(arm), machine_table(arm), timeline_table(arm)]
-        own = [] if arm["error"] else own + ([search_table(arm)] if arm["search"] else [])
+        own = [] if arm["error"] else _arm_tables(arm)
         tables += own
         item_section(doc, arm["arm"], arm, "arm", own, [])
     saved = save_report(doc, run, out_dir, tables[:2])
