@@ -243,9 +243,52 @@ def test_swr_answers_at_once_while_the_refresh_waits_behind_it(gateways, rdb, da
     assert refreshes_done(base) >= done + 1
 
 
-def refreshes_done(base: str) -> float:
+def refreshes(base: str, outcome: str = "done") -> float:
     name = "aside_cache_refresh_behind_total"
-    return sample(scrape(base), name, route=COUNT_ROUTE, outcome="done")
+    return sample(scrape(base), name, route=COUNT_ROUTE, outcome=outcome)
+
+
+def refreshes_done(base: str) -> float:
+    return refreshes(base, "done")
+
+
+@pytest.fixture(scope="module")
+def swr_impatient(start_gateway: Callable[..., Proc]) -> Proc:
+    """swr with a statement timeout short enough for a locked table to fail a refresh."""
+    return start_gateway(
+        CACHE_EXPIRY="swr",
+        CACHE_TTL_SECONDS=str(TTL_S),
+        CACHE_EXPIRY_STALE_MAX_SECONDS=str(STALE_MAX_S),
+        DB_STATEMENT_TIMEOUT_MS="300",
+        GATEWAY_WORKERS="1",
+    )
+
+
+def test_a_refresh_that_fails_leaves_the_stale_value_and_the_next_read_tries_again(
+    swr_impatient, rdb, database_url
+):
+    """A refresh behind the answer that fails (its query timed out on a locked
+    table) is counted as failed and changes nothing: the stale value stays in
+    Redis, the next read within the bound answers it and refreshes again, and
+    that refresh lands once PostgreSQL answers."""
+    base = swr_impatient.url
+    email = unique_email("swrf")
+    key = cache_keys.count_key(email)
+    put(rdb, email, OLD, now_ms() - 50, STALE_MAX_S * 1000)
+    failed, done = refreshes(base, "failed"), refreshes(base, "done")
+    with psycopg.connect(database_url) as locker:
+        locker.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        try:
+            assert answered(count(base, email, timeout_s=3.0)) == (OLD, "STALE")
+            wait_until(lambda: refreshes(base, "failed") > failed, DEADLINE_S, "a failed refresh")
+            envelope = cache_keys.unwrap(rdb.get(key) or b"")
+            assert envelope is not None and envelope.value == str(OLD).encode()
+            assert answered(count(base, email, timeout_s=3.0)) == (OLD, "STALE")
+        finally:
+            locker.rollback()
+    wait_until(lambda: answered(count(base, email)) == (0, "HIT"), DEADLINE_S, "the refresh")
+    assert refreshes(base, "done") >= done + 1
+    assert rdb.get(cache_keys.lease_key(key)) is None
 
 
 def test_a_reader_that_read_the_old_value_after_a_refresh_landed_does_not_refresh_again(
