@@ -107,26 +107,24 @@ install_python() {
     return 0
 }
 
-install_core() {
+# build_go <module folder> <command> <what it is>: a Go module's command into
+# $ASIDE_BIN_DIR. go build is itself incremental: a second run with no change
+# takes a second.
+build_go() {
+    local module=$1 cmd=$2 what=$3
     command -v go >/dev/null || die "go is not installed; install Go 1.26 or newer"
-    [ -f "$ASIDE_ROOT/core-go/go.mod" ] || return 0
+    [ -f "$ASIDE_ROOT/$module/go.mod" ] || return 0
     mkdir -p "$ASIDE_BIN_DIR"
-    # go build is itself incremental: a second run with no change takes a second.
-    (cd "$ASIDE_ROOT/core-go" && go build -trimpath -o "$ASIDE_BIN_DIR/aside-core" ./cmd/aside-core) ||
-        die "the core did not build; run 'cd core-go && go build ./...' to see why"
-    chmod a+rx "$ASIDE_BIN_DIR/aside-core" # run as the service user
+    (cd "$ASIDE_ROOT/$module" && go build -trimpath -o "$ASIDE_BIN_DIR/$cmd" "./cmd/$cmd") ||
+        die "$what did not build; run 'cd $module && go build ./...' to see why"
+    chmod a+rx "$ASIDE_BIN_DIR/$cmd" # run as the service user
 }
+
+install_core() { build_go core-go aside-core "the core"; }
 
 # The bench's load driver, with the core's toolchain: the same go, the same
 # incremental build (bench/driver/README.md).
-install_driver() {
-    command -v go >/dev/null || die "go is not installed; install Go 1.26 or newer"
-    [ -f "$ASIDE_ROOT/bench/driver/go.mod" ] || return 0
-    mkdir -p "$ASIDE_BIN_DIR"
-    (cd "$ASIDE_ROOT/bench/driver" && go build -trimpath -o "$ASIDE_BIN_DIR/aside-load" ./cmd/aside-load) ||
-        die "the load driver did not build; run 'cd bench/driver && go build ./...' to see why"
-    chmod a+rx "$ASIDE_BIN_DIR/aside-load"
-}
+install_driver() { build_go bench/driver aside-load "the load driver"; }
 
 install_helm() {
     local helm=$ASIDE_BIN_DIR/helm

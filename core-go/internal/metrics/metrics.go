@@ -55,69 +55,38 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: reg,
-		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "aside_core_http_requests_total",
-			Help: "HTTP requests answered, by route template, method and status.",
-		}, []string{"route", "method", "status"}),
-		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "aside_core_http_request_duration_seconds",
-			Help:    "Time to answer an HTTP request, by route template and method.",
-			Buckets: httpBuckets,
-		}, []string{"route", "method"}),
-		CacheInvalidations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "aside_core_cache_invalidations_total",
-			Help: "Cache invalidations after committed writes, by result (ok, error).",
-		}, []string{"result"}),
-		InvalidationRetries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "aside_core_cache_invalidation_retries_total",
-			Help: "Extra DEL attempts sent because an invalidation's first try failed.",
-		}),
-		ComputeRejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "aside_core_compute_rejected_total",
-			Help: "Compute requests answered 503 because every compute slot stayed busy.",
-		}),
-		SimplifyRejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "aside_core_simplify_rejected_total",
-			Help: "Track simplifications answered 503 because every simplification slot stayed busy.",
-		}),
-		ComputeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "aside_core_compute_duration_seconds",
-			Help:    "Time spent computing, by kind (checksum, pbkdf2, bcrypt).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}, []string{"kind"}),
+		HTTPRequests: counterVec("aside_core_http_requests_total",
+			"HTTP requests answered, by route template, method and status.", "route", "method", "status"),
+		HTTPDuration: histogramVec("aside_core_http_request_duration_seconds",
+			"Time to answer an HTTP request, by route template and method.", httpBuckets, "route", "method"),
+		CacheInvalidations: counterVec("aside_core_cache_invalidations_total",
+			"Cache invalidations after committed writes, by result (ok, error).", "result"),
+		InvalidationRetries: counter("aside_core_cache_invalidation_retries_total",
+			"Extra DEL attempts sent because an invalidation's first try failed."),
+		ComputeRejected: counter("aside_core_compute_rejected_total",
+			"Compute requests answered 503 because every compute slot stayed busy."),
+		SimplifyRejected: counter("aside_core_simplify_rejected_total",
+			"Track simplifications answered 503 because every simplification slot stayed busy."),
+		ComputeDuration: histogramVec("aside_core_compute_duration_seconds",
+			"Time spent computing, by kind (checksum, pbkdf2, bcrypt).", prometheus.ExponentialBuckets(0.001, 2, 14), "kind"),
 		ComputeSlotsInUse: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "aside_core_compute_slots_in_use",
 			Help: "Compute requests running now.",
 		}, func() float64 { return float64(slotsInUse()) }),
-		UncertainWritesTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "aside_core_uncertain_writes_total",
-			Help: "Writes whose outcome is unknown (connection lost after sending); their keys are dropped anyway.",
-		}),
-		SimplifyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "aside_core_simplify_duration_seconds",
-			Help:    "Time to decode, simplify (Douglas-Peucker) and encode one track.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
-		}),
-		SimplifyPoints: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "aside_core_simplify_points",
-			Help:    "Points of a simplified track, before and after the simplification.",
-			Buckets: prometheus.ExponentialBuckets(2, 4, 9),
-		}, []string{"stage"}),
+		UncertainWritesTotal: counter("aside_core_uncertain_writes_total",
+			"Writes whose outcome is unknown (connection lost after sending); their keys are dropped anyway."),
+		SimplifyDuration: histogram("aside_core_simplify_duration_seconds",
+			"Time to decode, simplify (Douglas-Peucker) and encode one track.", prometheus.ExponentialBuckets(0.0001, 2, 14)),
+		SimplifyPoints: histogramVec("aside_core_simplify_points",
+			"Points of a simplified track, before and after the simplification.", prometheus.ExponentialBuckets(2, 4, 9), "stage"),
 	}
 	m.Outbox = OutboxMetrics{
-		settled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "aside_core_cache_outbox_settled_total",
-			Help: "Owed invalidations the outbox relay settled (a write's failed DEL, or a row past the grace period).",
-		}),
-		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "aside_core_cache_outbox_delay_seconds",
-			Help:    "Time from a write's commit to the outbox relay's DEL of its keys.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
-		}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "aside_core_cache_outbox_failures_total",
-			Help: "Outbox relay rounds that failed (Redis or PostgreSQL unreachable); retried.",
-		}),
+		settled: counter("aside_core_cache_outbox_settled_total",
+			"Owed invalidations the outbox relay settled (a write's failed DEL, or a row past the grace period)."),
+		delay: histogram("aside_core_cache_outbox_delay_seconds",
+			"Time from a write's commit to the outbox relay's DEL of its keys.", prometheus.ExponentialBuckets(0.01, 2, 14)),
+		failures: counter("aside_core_cache_outbox_failures_total",
+			"Outbox relay rounds that failed (Redis or PostgreSQL unreachable); retried."),
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "aside_core_info",
@@ -138,6 +107,22 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 		newPoolCollector(poolStat),
 	)
 	return m
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 // ObserveInvalidation is the cache.Invalidator's hook.

@@ -72,6 +72,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// writeError answers the API's error body: {"error": {"code": code}}.
+func writeError(w http.ResponseWriter, status int, code string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code}})
+}
+
+// writeUser answers u, or 404 when there is none (!ok).
+func writeUser(w http.ResponseWriter, u user, ok bool) {
+	if !ok {
+		writeError(w, 404, "not_found")
+		return
+	}
+	writeJSON(w, 200, u)
+}
+
 func (a *API) countOf(email string) int64 {
 	var n int64
 	for _, u := range a.users {
@@ -111,17 +125,13 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	u, ok := a.users[a.id(r)]
 	a.mu.Unlock()
-	if !ok {
-		writeJSON(w, 404, map[string]any{"error": map[string]string{"code": "not_found"}})
-		return
-	}
-	writeJSON(w, 200, u)
+	writeUser(w, u, ok)
 }
 
 func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	var u user
 	if err := json.NewDecoder(r.Body).Decode(&u); err != nil || u.Username == "" || u.Email == "" {
-		writeJSON(w, 422, map[string]any{"error": map[string]string{"code": "invalid"}})
+		writeError(w, 422, "invalid")
 		return
 	}
 	a.mu.Lock()
@@ -147,7 +157,7 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) {
 		Email string `json:"email"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&change); err != nil || change.Email == "" {
-		writeJSON(w, 422, map[string]any{"error": map[string]string{"code": "invalid"}})
+		writeError(w, 422, "invalid")
 		return
 	}
 	a.mu.Lock()
@@ -157,11 +167,7 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) {
 		a.users[u.ID] = u
 	}
 	a.mu.Unlock()
-	if !ok {
-		writeJSON(w, 404, map[string]any{"error": map[string]string{"code": "not_found"}})
-		return
-	}
-	writeJSON(w, 200, u)
+	writeUser(w, u, ok)
 }
 
 func (a *API) delete(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +176,7 @@ func (a *API) delete(w http.ResponseWriter, r *http.Request) {
 	delete(a.users, a.id(r))
 	a.mu.Unlock()
 	if !ok {
-		writeJSON(w, 404, map[string]any{"error": map[string]string{"code": "not_found"}})
+		writeError(w, 404, "not_found")
 		return
 	}
 	w.WriteHeader(204)

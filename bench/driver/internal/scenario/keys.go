@@ -35,19 +35,27 @@ func readData(dir, file string) ([]byte, error) {
 // LoadEmails reads a list of emails: a JSON list or {"emails": [...]};
 // limit > 0 keeps the first limit.
 func LoadEmails(dir, file string, limit int) ([]string, error) {
+	return loadList[string](dir, file, "emails", limit)
+}
+
+// loadList reads file: a JSON list, or an object holding the list under key
+// (which also names what the list holds in errors); limit > 0 keeps the first
+// limit.
+func loadList[T any](dir, file, key string, limit int) ([]T, error) {
 	raw, err := readData(dir, file)
 	if err != nil {
 		return nil, err
 	}
-	var list []string
+	var list []T
 	if json.Unmarshal(raw, &list) != nil {
-		var wrapped struct {
-			Emails []string `json:"emails"`
+		var wrapped map[string]json.RawMessage
+		err := json.Unmarshal(raw, &wrapped)
+		if inner, ok := wrapped[key]; err == nil && ok {
+			err = json.Unmarshal(inner, &list)
 		}
-		if err := json.Unmarshal(raw, &wrapped); err != nil {
-			return nil, dataError("%s is not a list of emails", file)
+		if err != nil {
+			return nil, dataError("%s is not a list of %s", file, key)
 		}
-		list = wrapped.Emails
 	}
 	if len(list) == 0 {
 		return nil, dataError("%s holds no list", file)
@@ -83,27 +91,7 @@ func LoadKeySpace(dir string, limit int) ([]string, error) {
 // LoadIDs reads user_ids.json: a JSON list or {"ids": [...]}; limit > 0
 // keeps the first limit.
 func LoadIDs(dir string, limit int) ([]int64, error) {
-	raw, err := readData(dir, UserIDsFile)
-	if err != nil {
-		return nil, err
-	}
-	var list []int64
-	if json.Unmarshal(raw, &list) != nil {
-		var wrapped struct {
-			IDs []int64 `json:"ids"`
-		}
-		if err := json.Unmarshal(raw, &wrapped); err != nil {
-			return nil, dataError("%s is not a list of ids", UserIDsFile)
-		}
-		list = wrapped.IDs
-	}
-	if len(list) == 0 {
-		return nil, dataError("%s holds no list", UserIDsFile)
-	}
-	if limit > 0 && len(list) > limit {
-		list = list[:limit]
-	}
-	return list, nil
+	return loadList[int64](dir, UserIDsFile, "ids", limit)
 }
 
 // Track is one seeded track: its id and the size of its path.

@@ -178,18 +178,15 @@ def limit_of(outcomes: list[tuple[int, str]]) -> int | None:
     return high if failed and all(outcome == "limit" for outcome in failed) else None
 
 
-# The cache arm's ceiling and the bare scenario's reference agree when they differ
-# by at most this share of the reference: the driver's checks did not set the ceiling.
-REFERENCE_TOLERANCE = 0.10
-
-
 @dataclass(frozen=True)
 class Reference:
     """The cache arm's ceiling against the same search under the bare scenario."""
 
     ceiling: int
     reference: int
-    tolerance: float = REFERENCE_TOLERANCE
+    # The two agree when they differ by at most this share of the reference:
+    # the driver's checks did not set the ceiling.
+    tolerance: float = 0.10
 
     @property
     def ratio(self) -> float | None:

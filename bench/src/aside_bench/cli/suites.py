@@ -119,6 +119,15 @@ def run_soak(args: argparse.Namespace, settings: config.Settings) -> int:
     return 0
 
 
+# The hardening suite's counts: (flag, the HardeningParams field it sets, what it counts).
+HARDENING_COUNTS = (
+    ("--sockets", "sockets", "slow sockets"),
+    ("--emails", "emails", "cold emails flooded"),
+    ("--concurrency", "concurrency", "flood requests in flight"),
+    ("--client-timeout-ms", "client_timeout_ms", "a flood client gives up after this"),
+)
+
+
 def add_hardening(hard: argparse.ArgumentParser) -> None:
     hard.add_argument(
         "--experiments", default="all", help="some of: slow-heads cold-flood (default all)"
@@ -134,12 +143,7 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
     ):
         shown = f"{default(name):g}s"
         hard.add_argument(flag, default=shown, help=f"{what} (default {shown})")
-    for flag, name, what in (
-        ("--sockets", "sockets", "slow sockets"),
-        ("--emails", "emails", "cold emails flooded"),
-        ("--concurrency", "concurrency", "flood requests in flight"),
-        ("--client-timeout-ms", "client_timeout_ms", "a flood client gives up after this"),
-    ):
+    for flag, name, what in HARDENING_COUNTS:
         opt.option(hard, flag, opt.positive, default(name), what)
     hard.add_argument(
         "--p95-ms",
@@ -172,10 +176,7 @@ def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
         rate=args.rate,
         pre_s=parse_duration(args.pre),
         post_s=parse_duration(args.post),
-        sockets=args.sockets,
-        emails=args.emails,
-        concurrency=args.concurrency,
-        client_timeout_ms=args.client_timeout_ms,
+        **{name: vars(args)[name] for _, name, _ in HARDENING_COUNTS},
         read_p95_ms=args.p95_ms,
         rss_growth_mib=args.rss_growth_mib,
     )

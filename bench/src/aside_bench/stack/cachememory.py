@@ -22,6 +22,9 @@ class MemoryBound:
     maxmemory: int
     policy: str
 
+    def as_record(self) -> dict[str, int | str]:
+        return asdict(self)
+
 
 @dataclass(frozen=True)
 class RedisReading:

@@ -97,7 +97,7 @@ class StepPreparation:
         memory = arm_memory(step.arm)
         if step.phase != "cold" or (memory is None and self.stack_bound is None):
             if memory is not None:
-                record["cache_memory"] = {"maxmemory": memory, "policy": self.options.cache_policy}
+                record["cache_memory"] = MemoryBound(memory, self.options.cache_policy).as_record()
             return
         if self.stack_bound is None:
             self.stack_bound = cachememory.read_bound(self.settings)
@@ -105,7 +105,7 @@ class StepPreparation:
             self.stack_bound if memory is None else MemoryBound(memory, self.options.cache_policy)
         )
         cachememory.apply_bound(self.settings, bound)
-        record["cache_memory"] = {"maxmemory": bound.maxmemory, "policy": bound.policy}
+        record["cache_memory"] = bound.as_record()
 
     def _continues_cold(self, step: Step) -> bool:
         """A warm step of a popularity workload (or a trace) right after its own

@@ -95,11 +95,11 @@ class ExpiryPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> ExpiryPolicy:
         return cls(
-            settings.cache_expiry,
-            settings.cache_ttl_seconds,
-            settings.cache_expiry_jitter,
-            settings.cache_expiry_early_beta,
-            settings.cache_expiry_stale_max_seconds,
+            mode=settings.cache_expiry,
+            ttl_s=settings.cache_ttl_seconds,
+            jitter=settings.cache_expiry_jitter,
+            beta=settings.cache_expiry_early_beta,
+            stale_max_s=settings.cache_expiry_stale_max_seconds,
         )
 
     @property

@@ -40,6 +40,15 @@ RECOVER_S = 5.0
 HIT_RATIO_BACK = 0.8
 # Gunicorn replaces a killed worker within this.
 REPLACE_S = 10.0
+# The limits above as report.json records them.
+LIMITS: dict[str, float] = {
+    "read_max_ms": READ_MAX_MS,
+    "core_down_max_ms": CORE_DOWN_MAX_MS,
+    "db_down_max_ms": DB_DOWN_MAX_MS,
+    "recover_s": RECOVER_S,
+    "hit_ratio_back": HIT_RATIO_BACK,
+    "replace_s": REPLACE_S,
+}
 
 
 def rereads(samples: list[Sample], instant: float) -> list[Sample]:

@@ -228,14 +228,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
             "gateway_url": settings.gateway_url,
             "run_dir": str(control.stack.run_dir),
         },
-        limits={
-            "read_max_ms": cc.READ_MAX_MS,
-            "core_down_max_ms": cc.CORE_DOWN_MAX_MS,
-            "db_down_max_ms": cc.DB_DOWN_MAX_MS,
-            "recover_s": cc.RECOVER_S,
-            "hit_ratio_back": cc.HIT_RATIO_BACK,
-            "replace_s": cc.REPLACE_S,
-        },
+        limits=cc.LIMITS,
     )
     what = f"{' '.join(params.cases)} at {params.rate} req/s"
     open_run("chaos", params.run_id, params.out_dir, what)
