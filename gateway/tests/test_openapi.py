@@ -109,6 +109,9 @@ def test_read_answers_document_x_cache():
     for path, status in (("/api/v1/users/count", "200"), ("/api/v1/users/{id}", "200")):
         headers = DOCUMENT["paths"][path]["get"]["responses"][status]["headers"]
         assert headers["X-Cache"]["required"] is True
+        # Every way a read is answered, swr's stale answers and their age included.
+        assert set(headers["X-Cache"]["schema"]["enum"]) == {"HIT", "MISS", "BYPASS", "STALE"}
+        assert "X-Cache-Stale-Ms" in headers
     negative = DOCUMENT["paths"]["/api/v1/users/{id}"]["get"]["responses"]["404"]["headers"]
     assert negative["X-Cache"]["required"] is True
 

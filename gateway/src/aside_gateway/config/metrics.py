@@ -24,6 +24,8 @@ from prometheus_client import (
     multiprocess,
 )
 
+from aside_gateway.contracts.cache_keys import BYPASS, HIT, MISS, STALE
+
 log = logging.getLogger("aside_gateway")
 
 # Fine-grained at the low end: warm-cache answers live between 0.5 and 10 ms.
@@ -349,10 +351,10 @@ def start_sampler(sample: Callable[[], None], interval_s: float = 1.0) -> thread
 
 # A stale answer (STALE) ran no query of its own: a hit, counted again by stale_served.
 _OUTCOME_COUNTERS = {
-    "HIT": CACHE_HITS,
-    "STALE": CACHE_HITS,
-    "MISS": CACHE_MISSES,
-    "BYPASS": CACHE_BYPASS,
+    HIT: CACHE_HITS,
+    STALE: CACHE_HITS,
+    MISS: CACHE_MISSES,
+    BYPASS: CACHE_BYPASS,
 }
 _outcome_children: dict[tuple[str, str], Counter] = {}
 
@@ -365,7 +367,7 @@ def cache_outcome(route: str, outcome: str, stale_ms: int = 0) -> None:
         child = _OUTCOME_COUNTERS[outcome].labels(route)
         _outcome_children[(route, outcome)] = child
     child.inc()
-    if outcome == "STALE":
+    if outcome == STALE:
         stale_served(route, stale_ms / 1000)
 
 

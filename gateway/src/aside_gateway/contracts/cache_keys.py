@@ -33,6 +33,15 @@ INVALIDATION_CHANNEL = f"{PREFIX}:invalidations"  # the core publishes each writ
 # Where Redis sends a RESP2 client's tracking invalidations (CLIENT TRACKING ... REDIRECT).
 TRACKING_CHANNEL = "__redis__:invalidate"
 
+# How a cacheable read was answered: the X-Cache header's values and the
+# outcome the metrics count it under.
+HIT = "HIT"
+MISS = "MISS"
+BYPASS = "BYPASS"
+# Answered with a value past its expiry while another reader refreshes it
+# (CACHE_EXPIRY=swr, tiers/expiry.py).
+STALE = "STALE"
+
 NEGATIVE = b"null"  # the value of user:<id> (and track:<id>:...) when there is no such row
 
 # Expiry handling (cache.json `expiry`): how a stored value's end is spread,

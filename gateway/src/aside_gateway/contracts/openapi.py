@@ -20,7 +20,7 @@ import json
 from functools import cache
 from typing import Any
 
-from aside_gateway.contracts.cache_keys import POLICIES
+from aside_gateway.contracts.cache_keys import BYPASS, HIT, MISS, POLICIES, STALE
 from aside_gateway.contracts.errors import STATUS_BY_CODE
 from aside_gateway.contracts.validation import (
     BCRYPT_COST_DEFAULT,
@@ -87,11 +87,17 @@ def _header(schema: Schema, description: str, required: bool = False) -> Schema:
 
 
 X_CACHE = _header(
-    {"type": "string", "enum": ["HIT", "MISS", "BYPASS"]},
+    {"type": "string", "enum": [HIT, MISS, BYPASS, STALE]},
     "How the read was answered: from a cache tier (HIT, see X-Cache-Tier), from "
-    "PostgreSQL after a miss (MISS), or from PostgreSQL without the cache (BYPASS: "
-    "cache=off, or Redis failing).",
+    "PostgreSQL after a miss (MISS), from PostgreSQL without the cache (BYPASS: "
+    "cache=off, or Redis failing), or, with CACHE_EXPIRY=swr only, from a value past "
+    "its expiry within the stale bound while it is refreshed (STALE, see "
+    "X-Cache-Stale-Ms; never a value a write invalidated).",
     required=True,
+)
+X_CACHE_STALE_MS = _header(
+    {"type": "string", "pattern": "^[0-9]+$"},
+    "On a STALE answer, how long past its expiry the value was, in milliseconds.",
 )
 X_CACHE_TIER = _header(
     {"type": "string", "enum": ["l1", "l2"]},
@@ -106,7 +112,12 @@ X_CACHE_INVALIDATION = _header(
     "they live until their TTL.",
 )
 RETRY_AFTER = _header({"type": "string", "pattern": "^[0-9]+$"}, "Seconds to wait before retrying.")
-READ_HEADERS = {"X-Cache": X_CACHE, "X-Cache-Tier": X_CACHE_TIER, "X-Cache-Error": X_CACHE_ERROR}
+READ_HEADERS = {
+    "X-Cache": X_CACHE,
+    "X-Cache-Tier": X_CACHE_TIER,
+    "X-Cache-Stale-Ms": X_CACHE_STALE_MS,
+    "X-Cache-Error": X_CACHE_ERROR,
+}
 
 
 def _closed(

@@ -41,6 +41,7 @@ from aside_gateway.backends.redis_errors import REDIS_ERRORS
 from aside_gateway.config import metrics
 from aside_gateway.config.settings import Settings
 from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.cache_keys import BYPASS, HIT, MISS, STALE
 from aside_gateway.contracts.errors import ApiError, ClientGone
 from aside_gateway.contracts.routes import EarlyGet
 from aside_gateway.door.fallback import FallbackSlots
@@ -48,13 +49,6 @@ from aside_gateway.misses.coalesce import Flight, SingleFlight, shared_error
 from aside_gateway.tiers import expiry
 from aside_gateway.tiers.expiry import ExpiryPolicy, Judged
 from aside_gateway.tiers.hooks import TestHooks
-
-HIT = "HIT"
-MISS = "MISS"
-BYPASS = "BYPASS"
-# Answered with a value past its expiry while another reader refreshes it
-# (CACHE_EXPIRY=swr, tiers/expiry.py).
-STALE = "STALE"
 
 # KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] value, ARGV[3] ttl seconds,
 # ARGV[4] (optional, preferred) ttl ms. The contract's script
