@@ -53,7 +53,10 @@ class StepFigures:
     def of(cls, result: StepResult) -> StepFigures:
         step, latency, gen = result.step, result.latency, result.loadgen
         return cls(
-            *step.key,
+            scenario=step.scenario,
+            arm=step.arm,
+            phase=step.phase,
+            rate=step.rate,
             repeat=step.repeat,
             duration_s=step.duration_s,
             p50=None if latency is None else latency.p50,
