@@ -20,6 +20,12 @@ SECONDS_PER_HOUR = 3600
 
 
 @dataclass(frozen=True)
+class Prices:
+    vcpu_hour: float
+    gib_hour: float
+
+
+@dataclass(frozen=True)
 class Spend:
     """A step's resources: CPU ms per request by service, memory held, the rate served."""
 
@@ -44,12 +50,6 @@ class Spend:
 
     def per_million(self, prices: Prices) -> float:
         return self.cpu_per_million(prices) + self.memory_per_million(prices)
-
-
-@dataclass(frozen=True)
-class Prices:
-    vcpu_hour: float
-    gib_hour: float
 
 
 def step_spend(result: StepResult) -> Spend | None:
