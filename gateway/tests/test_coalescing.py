@@ -220,6 +220,57 @@ def test_a_quiet_worker_owes_no_rest(make_batcher):
     assert query.started[1] - query.started[0] < 0.1 + 0.3
 
 
+def gather_in_thread(
+    batcher: MissBatcher[str, int], key: str, gather_s: float, out: dict
+) -> threading.Thread:
+    def run() -> None:
+        out[key] = batcher.get(key, gather_s=gather_s)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_gathered_keys_wait_for_each_other_and_share_one_query(make_batcher):
+    query = FakeQuery({"a": 1, "b": 2})
+    batcher = make_batcher(query)
+    results: dict = {}
+    asked = time.monotonic()
+    threads = [gather_in_thread(batcher, key, 0.5, results) for key in ("a", "b")]
+    wait_until(lambda: query.calls, 5, "the gathered batch to start")
+    for thread in threads:
+        thread.join(10)
+    assert [sorted(call) for call in query.calls] == [["a", "b"]]
+    assert query.started[0] - asked >= 0.5 - 0.01  # not before the first key's gathering ended
+    assert results == {"a": 1, "b": 2}
+
+
+def test_a_reader_that_misses_starts_the_batch_and_carries_the_gathered_keys(make_batcher):
+    query = FakeQuery({"a": 1, "b": 2, "c": 3})
+    batcher = make_batcher(query)
+    results: dict = {}
+    threads = [gather_in_thread(batcher, key, 30.0, results) for key in ("a", "b")]
+    wait_until(lambda: pending(batcher) == 2, 5, "two keys gathering")
+    asked = time.monotonic()
+    threads.append(get_in_thread(batcher, "c", results))  # due now
+    for thread in threads:
+        thread.join(10)
+    assert [sorted(call) for call in query.calls] == [["a", "b", "c"]]
+    assert query.started[0] - asked < 5  # far from the 30 s of gathering
+    assert results == {"a": 1, "b": 2, "c": 3}
+
+
+def test_a_reader_asking_for_a_gathering_key_makes_it_due(make_batcher):
+    query = FakeQuery({"a": 1})
+    batcher = make_batcher(query)
+    results: dict = {}
+    gathering = gather_in_thread(batcher, "a", 30.0, results)
+    wait_until(lambda: pending(batcher) == 1, 5, "the key gathering")
+    assert batcher.get("a") == 1  # within the fixture's 5 s wait, not after 30 s
+    gathering.join(10)
+    assert query.calls == [["a"]]
+
+
 def test_cpu_share_follows_this_process_cpu_use():
     share = CpuShare(window_s=0.05)
     until = time.monotonic() + 0.12

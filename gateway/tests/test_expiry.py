@@ -243,6 +243,31 @@ def test_swr_answers_at_once_while_the_refresh_waits_behind_it(gateways, rdb, da
     assert refreshes(base) >= done + 1
 
 
+@pytest.fixture(scope="module")
+def swr_one_worker(start_gateway: Callable[..., Proc]) -> Proc:
+    return start_gateway(
+        CACHE_EXPIRY="swr",
+        CACHE_TTL_SECONDS=str(TTL_S),
+        CACHE_EXPIRY_STALE_MAX_SECONDS=str(STALE_MAX_S),
+        GATEWAY_WORKERS="1",
+    )
+
+
+def test_swr_refreshes_of_keys_expiring_together_share_one_query(swr_one_worker, rdb):
+    """Nobody waits for a refresh behind a stale answer, so it waits
+    CACHE_EXPIRY_REFRESH_GATHER_MS for the others: one scan for them all."""
+    base = swr_one_worker.url
+    emails = [unique_email("swrg") for _ in range(8)]
+    for email in emails:
+        put(rdb, email, OLD, now_ms() - 50, STALE_MAX_S * 1000)
+    queries = db_reads(base)
+    for email in emails:  # one after the other, each starting its own refresh
+        assert answered(count(base, email)) == (OLD, "STALE")
+    fresh = (0, "HIT")
+    wait_until(lambda: all(answered(count(base, e)) == fresh for e in emails), DEADLINE_S, "all")
+    assert db_reads(base) == queries + 1
+
+
 def refreshes(base: str, outcome: str = "done") -> float:
     name = "aside_cache_refresh_behind_total"
     return sample(scrape(base), name, route=COUNT_ROUTE, outcome=outcome)

@@ -243,15 +243,17 @@ class Database:
         coalesce: bool = False,
         gone: Callable[[], bool] | None = None,
         pooled: bool = True,
+        gather_s: float = 0.0,
     ) -> int:
         """Users with exactly this email. `coalesce`: read it in this worker's
         next batch (cache fills); otherwise one query of its own (cache=off),
         over a connection of its own when not `pooled` (cache=nopool, lab).
         `gone`: whether the client left, so a batched read not started yet is
-        withdrawn (coalesce.MissBatcher.get)."""
+        withdrawn; `gather_s`: how long the read may wait for others to share
+        its batch (coalesce.MissBatcher.get)."""
         if coalesce:
             try:
-                return self.count_batcher.get(email, gone)
+                return self.count_batcher.get(email, gone, gather_s)
             except BatchTimeout:
                 raise ApiError("timeout", "the database query took too long") from None
             except BatcherFull:

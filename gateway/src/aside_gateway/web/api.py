@@ -71,6 +71,8 @@ def create_api(parts: RouteParts, tiers: TieredCache, python_compute: Slots) -> 
     lab's python engine runs in `python_compute`'s slots."""
     settings, db, core = parts.settings, parts.db, parts.core
     bp = Blueprint("api", __name__, url_prefix="/api/v1")
+    # A refresh behind a stale answer has no reader waiting: it may wait for others.
+    refresh_gather_s = settings.cache_expiry_refresh_gather_ms / 1000
 
     def cache_mode() -> str:
         """The strategy of this read, or "off" / "nopool" / "coalesce" for the
@@ -132,6 +134,7 @@ def create_api(parts: RouteParts, tiers: TieredCache, python_compute: Slots) -> 
                     mode not in UNCACHED_MODES,  # cached misses and coalesce: batched
                     request.environ.get(CLIENT_GONE_KEY),
                     pooled=mode != NOPOOL_MODE,
+                    gather_s=refresh_gather_s if request.environ.get(REFRESH_BEHIND_KEY) else 0.0,
                 )
             ),
             mode,
