@@ -176,8 +176,8 @@ images: ## docker build of aside-gateway, aside-seed, aside-core and aside-load 
 	@$(DOCKER) info >/dev/null 2>&1 || { echo "aside: make images needs a running Docker engine ('$(DOCKER) info' failed); the native stack (make up) needs none" >&2; exit 1; }
 	$(DOCKER) build -f gateway/Dockerfile --target gateway -t aside-gateway:$(IMAGE_TAG) .
 	$(DOCKER) build -f gateway/Dockerfile --target seed -t aside-seed:$(IMAGE_TAG) .
-	$(DOCKER) build -f core-go/Dockerfile -t aside-core:$(IMAGE_TAG) core-go
-	$(DOCKER) build -f bench/driver/Dockerfile -t aside-load:$(IMAGE_TAG) bench/driver
+	$(DOCKER) build -f infra/go.Dockerfile --target core -t aside-core:$(IMAGE_TAG) core-go
+	$(DOCKER) build -f infra/go.Dockerfile --target load -t aside-load:$(IMAGE_TAG) bench/driver
 
 lint: ## ruff, the import layers of the gateway, seed and bench (import-linter), gofmt, go vet, every dependency's licence
 	@$(ENV) $(VENV)/ruff check . && $(VENV)/ruff format --check . && \

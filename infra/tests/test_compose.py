@@ -79,6 +79,9 @@ def test_every_referenced_file_exists(compose: dict[str, Any]) -> None:
             assert context.is_dir(), f"{name}: build context {context} missing"
             dockerfile = context / build.get("dockerfile", "Dockerfile")
             assert dockerfile.is_file(), f"{name}: {dockerfile} missing"
+            if "target" in build:
+                stage = rf"^FROM \S+ AS {build['target']}$"
+                assert re.search(stage, dockerfile.read_text(), re.M), f"{name}: no target stage"
             _check_dockerfile_copies(context, dockerfile)
         for volume in svc.get("volumes", []):
             source = volume.split(":")[0]
@@ -93,6 +96,26 @@ def _check_dockerfile_copies(context: Path, dockerfile: Path) -> None:
             for src in parts[1:-1]:
                 if src != ".":
                     assert list(context.glob(src)), f"{dockerfile}: COPY {src} not in context"
+
+
+def go_image_stage(target: str) -> str:
+    """The lines of infra/go.Dockerfile's final stage `target`."""
+    stages = re.split(r"^(?=FROM )", (ROOT / "infra/go.Dockerfile").read_text(), flags=re.M)
+    (stage,) = [s for s in stages if s.partition("\n")[0].endswith(f" AS {target}")]
+    return stage
+
+
+def test_both_go_images_come_from_one_recipe(compose: dict[str, Any]) -> None:
+    core = compose["services"]["core"]
+    assert core["build"] == {
+        "context": "./core-go",
+        "dockerfile": "../infra/go.Dockerfile",
+        "target": "core",
+    }
+    assert 'ENTRYPOINT ["/aside-core"]' in go_image_stage("core")
+    assert core["healthcheck"]["test"][1] == "/aside-core"
+    for target in ("core", "load"):
+        assert re.search(r"^USER \d+:\d+$", go_image_stage(target), re.M), target
 
 
 def test_ports_only_on_loopback(compose: dict[str, Any]) -> None:
@@ -140,10 +163,13 @@ def test_optional_services_start_only_with_their_profile(compose: dict[str, Any]
 
 def test_load_is_the_driver_built_here_against_the_gateway(compose: dict[str, Any]) -> None:
     load = compose["services"]["load"]
-    assert load["build"] == {"context": "./bench/driver", "dockerfile": "Dockerfile"}
-    dockerfile = (ROOT / "bench/driver/Dockerfile").read_text()
-    assert "go build -trimpath -o /out/aside-load ./cmd/aside-load" in dockerfile
-    assert 'ENTRYPOINT ["/aside-load"]' in dockerfile
+    assert load["build"] == {
+        "context": "./bench/driver",
+        "dockerfile": "../../infra/go.Dockerfile",
+        "target": "load",
+    }
+    assert (ROOT / "bench/driver/cmd/aside-load/main.go").is_file()
+    assert 'ENTRYPOINT ["/aside-load"]' in go_image_stage("load")
     env = load["environment"]
     # Every variable a step needs; the others keep the driver's defaults.
     assert {"BASE_URL", "SCENARIO", "RUN_ID", "RATE", "DURATION", "DATA_DIR"} <= set(env)

@@ -498,7 +498,8 @@ def test_load_image_is_the_driver_make_images_builds() -> None:
         == f"aside-load:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
     )
     makefile = (ROOT / "Makefile").read_text()
-    assert "build -f bench/driver/Dockerfile -t aside-load:$(IMAGE_TAG) bench/driver" in makefile
+    build = "build -f infra/go.Dockerfile --target load -t aside-load:$(IMAGE_TAG) bench/driver"
+    assert build in makefile
 
 
 def test_nothing_of_the_retired_load_generator_is_left_in_the_chart() -> None:
@@ -649,7 +650,7 @@ def test_compose_and_dockerfiles_pin_their_images() -> None:
     for service, spec in compose["services"].items():
         if "image" in spec:
             assert_pinned(spec["image"], f"docker-compose.yml {service}")
-    dockerfiles = ("gateway/Dockerfile", "core-go/Dockerfile", "bench/driver/Dockerfile")
+    dockerfiles = ("gateway/Dockerfile", "infra/go.Dockerfile")
     for dockerfile in (ROOT / path for path in dockerfiles):
         stages: set[str] = set()
         for line in dockerfile.read_text().splitlines():
