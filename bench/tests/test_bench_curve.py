@@ -27,7 +27,6 @@ from aside_bench.plan.steps import (
     bounded_arms,
     cache_param,
     gateway_env,
-    memory_arms,
     parse_bound,
     parse_memory,
     phases_for,
@@ -46,11 +45,11 @@ def test_memory_sizes_are_redis_binary_units() -> None:
 
 
 def test_the_cache_arm_runs_once_per_memory_bound_smallest_first() -> None:
-    arms = memory_arms(["nocache", "cache", "hybrid"], ["16mb", "2mb", "4MB", "2mb"])
+    arms = bounded_arms(["nocache", "cache", "hybrid"], "memory", ["16mb", "2mb", "4MB", "2mb"])
     assert arms == ["nocache", "cache@2mb", "cache@4mb", "cache@16mb", "hybrid"]
-    assert memory_arms(["cache"], []) == ["cache"]
+    assert bounded_arms(["cache"], "memory", []) == ["cache"]
     with pytest.raises(PlanError, match="--cache-memory bounds the cache arms"):
-        memory_arms(["nocache"], ["2mb"])
+        bounded_arms(["nocache"], "memory", ["2mb"])
 
 
 def test_l1_entries_and_ttls_bound_their_arms_and_restart_the_gateway_with_them() -> None:

@@ -104,7 +104,6 @@ def next_trial(history: list[Trial], params: SearchParams, confirm: bool = True)
 
 
 def tries_at(history: list[Trial], rate: int) -> int:
-    """How many steps of `history` ran at `rate`."""
     return sum(1 for tried, _ in history if tried == rate)
 
 

@@ -7,7 +7,7 @@ import argparse
 
 from aside_bench.cli import options as opt
 from aside_bench.cli import stepping
-from aside_bench.cli.options import Command, UsageError
+from aside_bench.cli.options import Command
 from aside_bench.plan.steps import parse_duration
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
 from aside_bench.stack import config
@@ -37,10 +37,8 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, cost.KIND)
     out_dir = opt.new_out_dir(settings, args, run_id)
     duration = parse_duration(args.duration)
-    try:
+    with opt.usage_errors(cost.VariantError):
         variants = cost.parse_variants(args.variants)
-    except cost.VariantError as error:
-        raise UsageError(str(error)) from None
     seed = opt.checked_seed(settings, args)
     shape = stepping.shape_of(args)
     steps = cost.plan(variants, args.rate, duration, args.repeat)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from aside_bench.cli.options import UsageError, checked_seed, new_out_dir, new_run_id
+from aside_bench.cli.options import UsageError, checked_seed, new_out_dir, new_run_id, usage_errors
 from aside_bench.plan import expiry as plan
 from aside_bench.plan.steps import PlanError, parse_rates
 from aside_bench.report.expiry import write_report
@@ -27,13 +27,11 @@ def _ttl(text: str) -> int:
 
 def options(args: argparse.Namespace, run_id: str, settings: config.Settings) -> ExpiryOptions:
     """The scenario's options from the run command's; a wrong one is a UsageError."""
-    try:
+    with usage_errors(PlanError, plan.ExpiryPlanError):
         rates = parse_rates(args.rates) if args.rates else list(plan.DEFAULT_RATES)
         arms = plan.parse_arms(args.arms)
         ttl = _ttl(args.cache_ttl)
         plan.windows_for(ttl)
-    except (PlanError, plan.ExpiryPlanError) as error:
-        raise UsageError(str(error)) from None
     return ExpiryOptions(
         run_id=run_id,
         out_dir=new_out_dir(settings, args, run_id),

@@ -9,7 +9,8 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,15 @@ RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 
 class UsageError(Exception):
     """Bad command-line input: reported on one line, exit status 2."""
+
+
+@contextmanager
+def usage_errors(*kinds: type[Exception]) -> Iterator[None]:
+    """An error of `kinds` in the block, as a UsageError saying the same."""
+    try:
+        yield
+    except kinds as error:
+        raise UsageError(str(error)) from None
 
 
 @dataclass(frozen=True)

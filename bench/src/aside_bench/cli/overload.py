@@ -8,7 +8,7 @@ import argparse
 from dataclasses import replace
 
 from aside_bench.cli import options as opt
-from aside_bench.cli.options import Command, UsageError
+from aside_bench.cli.options import Command
 from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
 from aside_bench.suites.overload import plan as overload
@@ -94,11 +94,9 @@ def overload_searches(
 
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, "")
-    try:
+    with opt.usage_errors(ValueError):
         arms = overload.parse_arms(args.arms)
         ceilings = overload.parse_ceilings(args.ceiling)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
     search, arm_searches = overload_searches(args)
     out_dir = opt.new_out_dir(settings, args, f"overload-{run_id}")
     params = overload.OverloadParams(

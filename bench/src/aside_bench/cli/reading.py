@@ -34,12 +34,8 @@ def run_report(args: argparse.Namespace, settings: config.Settings) -> int:
     run = opt.read_run(out_dir)
     prom = Prometheus(settings.prometheus_url)
     results = collect(prom, run.steps)
-    if run.kind == "ceiling":
-        writer = ceiling_report.write_ceiling
-    elif run.kind == cost.KIND:
-        writer = cost.write_cost
-    else:
-        writer = stepping.sweep_writer(run.params.get("scenario"), settings)
+    writers = {"ceiling": ceiling_report.write_ceiling, cost.KIND: cost.write_cost}
+    writer = writers.get(run.kind) or stepping.sweep_writer(run.params.get("scenario"), settings)
     for table in writer(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")
@@ -160,7 +156,7 @@ def run_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     reports = args.reports_dir or settings.default_reports_dir
     run_a, figures_a, results_a = _side(settings, reports, args.run_a)
     run_b, figures_b, results_b = _side(settings, reports, args.run_b)
-    try:
+    with opt.usage_errors(machines.CompareError):
         scale = machines.machine_scale(
             run_a,
             run_b,
@@ -169,8 +165,6 @@ def run_compare(args: argparse.Namespace, settings: config.Settings) -> int:
             meter.step_speeds(figures_a, figures_b),
             args.as_measured,
         )
-    except machines.CompareError as error:
-        raise UsageError(str(error)) from None
     rows = compare.compare(figures_a, figures_b, scale, args.tolerance)
     if not rows:
         raise UsageError(f"{args.run_a} and {args.run_b} share no step (arm, rate, phase)")

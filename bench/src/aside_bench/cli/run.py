@@ -130,10 +130,8 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     read_rate = 0
     if scenario == interference.SCENARIO:
         read_rate = args.read_rate
-        try:
+        with opt.usage_errors(interference.InterferenceError):
             interference.check_work(args.pbkdf2_iterations, args.bcrypt_cost)
-        except interference.InterferenceError as error:
-            raise UsageError(str(error)) from None
     duration = parse_duration(args.duration)
     steps = build_steps(scenario, rates, arms, args.warm, duration, read_rate)
     return repeat_steps(steps, args.repeat)

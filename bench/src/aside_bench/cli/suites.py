@@ -51,11 +51,9 @@ def add_chaos(faults: argparse.ArgumentParser) -> None:
 
 def run_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, "")
-    try:
+    with opt.usage_errors(ValueError):
         cases = chaos.parse_cases(args.cases)
         user_prefix(run_id, "postgres")
-    except ValueError as error:
-        raise UsageError(str(error)) from None
     base = chaos.SHORT if args.short else chaos.FULL
     timing = chaos.Timing(
         pre_s=_seconds(args.pre, base.pre_s),
@@ -162,10 +160,8 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
 
 def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, "")
-    try:
+    with opt.usage_errors(ValueError):
         experiments = hardening.parse_experiments(args.experiments)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
     if args.p95_ms <= 0 or args.rss_growth_mib <= 0:
         raise UsageError("--p95-ms and --rss-growth-mib must be above 0")
     out_dir = opt.new_out_dir(settings, args, f"hardening-{run_id}")

@@ -121,8 +121,12 @@ def _stream_counts(warm: StepResult, cold: StepResult | None) -> tuple[int, int,
     return evicted, expired, sum(s.failed for s in steps)
 
 
-def _redis_steps(run: RunRecord, by_key: dict[RunKey, StepResult]) -> list[tuple[int, StepResult]]:
-    """(index in run.steps, result) of the completed warm steps of Redis arms."""
+# A warm step: its index in run.steps, its result and the cold step it went on from.
+WarmStep = tuple[int, StepResult, StepResult | None]
+
+
+def _redis_steps(run: RunRecord, by_key: dict[RunKey, StepResult]) -> list[WarmStep]:
+    """The completed warm steps of Redis arms."""
     found = []
     for index, record in enumerate(run.steps):
         arm = record.get("arm", "")
@@ -133,7 +137,7 @@ def _redis_steps(run: RunRecord, by_key: dict[RunKey, StepResult]) -> list[tuple
             continue  # a TTL's expiries are not on a curve of sizes
         result = by_key.get(step_from_record(record).run_key)
         if result is not None and result.redis is not None and result.hit_rate is not None:
-            found.append((index, result))
+            found.append((index, result, _cold_before(run, index, by_key)))
     return found
 
 
@@ -142,14 +146,13 @@ def run_curves(
 ) -> list[RateCurve]:
     """A curve per rate that has Redis arms with key traces; none otherwise."""
     by_key = {r.step.run_key: r for r in results}
-    by_rate: dict[int, list[tuple[int, StepResult]]] = {}
-    for index, result in _redis_steps(run, by_key):
-        by_rate.setdefault(result.step.rate, []).append((index, result))
+    by_rate: dict[int, list[WarmStep]] = {}
+    for index, result, cold in _redis_steps(run, by_key):
+        by_rate.setdefault(result.step.rate, []).append((index, result, cold))
     curves = []
     for rate, steps in sorted(by_rate.items()):
-        colds = [_cold_before(run, index, by_key) for index, _ in steps]
         try:
-            made = _rate_curve(run, rate, steps, colds, out_dir, progress)
+            made = _rate_curve(run, rate, steps, out_dir, progress)
         except KeyTraceError as error:
             progress(f"miss-ratio curve at {rate}/s left out: {error}")
             continue
@@ -161,14 +164,13 @@ def run_curves(
 def _rate_curve(
     run: RunRecord,
     rate: int,
-    steps: list[tuple[int, StepResult]],
-    colds: list[StepResult | None],
+    steps: list[WarmStep],
     out_dir: Path,
     progress: Progress,
 ) -> RateCurve | None:
     measured = []
     reference: Stream | None = None
-    for (index, result), cold in zip(steps, colds, strict=True):
+    for index, result, cold in steps:
         stream = step_stream(run.steps, index, out_dir)
         if stream is None:
             continue

@@ -401,5 +401,4 @@ def new_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProces
 
 
 def start_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
-    """The driver started for `run`."""
     return new_driver(settings, run, log_path).start()

@@ -28,12 +28,10 @@ DEFAULT_ARMS = ARMS
 DEFAULT_RATES = (0, 2, 5, 10, 20)
 DEFAULT_READ_RATE = 500
 # The reads are the cache arm's, warm: what a step's latency and drops describe.
-READ_ARM = "cache"
 READ_CACHE_PARAM = "l2"
 PHASE = "warm"
 
 # The work of each kind: contracts/compute.json's defaults and bounds.
-DEFAULT_COMPLEXITY = 10
 DEFAULT_PBKDF2_ITERATIONS = 600_000
 DEFAULT_BCRYPT_COST = 10
 PBKDF2_ITERATIONS_RANGE = (1, 1_000_000)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from aside_bench.plan import expiry as expiryplan
 from aside_bench.plan import interference
 from aside_bench.plan import tracks as trackplan
 
-SCENARIOS = ("read", "mixed", "compute", interference.SCENARIO)
 WARM_CHOICES = ("both", "cold", "warm")
 CACHE_ARMS = (
     "nocache",
@@ -73,7 +72,13 @@ DEFAULT_RATES = {
     "mixed": (30, 50, 75, 100, 150, 300, 500, 1000),
     "compute": (1, 2, 5, 10, 20),
     interference.SCENARIO: interference.DEFAULT_RATES,
+    # Big cached values: plan/tracks.py, sweep/tracks.py.
+    trackplan.SCENARIO: trackplan.DEFAULT_RATES,
+    # Reads across the TTL's end: plan/expiry.py, cli/expiry.py.
+    expiryplan.SCENARIO: expiryplan.DEFAULT_RATES,
 }
+# Every scenario, in the order `--scenario` lists them.
+SCENARIOS = tuple(DEFAULT_RATES)
 DEFAULT_ARMS = {
     # The answer splits the cache's saving between the misses' coalescing and
     # the hits: every default read sweep measures the three.
@@ -81,19 +86,11 @@ DEFAULT_ARMS = {
     "mixed": ("nocache", "cache"),
     "compute": ("go", "python"),
     interference.SCENARIO: interference.DEFAULT_ARMS,
+    trackplan.SCENARIO: trackplan.DEFAULT_ARMS,
+    expiryplan.SCENARIO: expiryplan.DEFAULT_ARMS,
 }
 # Scenarios whose step rate may be 0: the interference baseline, reads alone.
 ZERO_RATE_SCENARIOS = (interference.SCENARIO,)
-
-# ---- scenario `tracks` (big cached values): plan/tracks.py, sweep/tracks.py ----
-SCENARIOS += (trackplan.SCENARIO,)
-DEFAULT_RATES[trackplan.SCENARIO] = trackplan.DEFAULT_RATES
-DEFAULT_ARMS[trackplan.SCENARIO] = trackplan.DEFAULT_ARMS
-
-# ---- scenario `expiry` (reads across the TTL's end): plan/expiry.py, cli/expiry.py ----
-SCENARIOS += (expiryplan.SCENARIO,)
-DEFAULT_RATES[expiryplan.SCENARIO] = expiryplan.DEFAULT_RATES
-DEFAULT_ARMS[expiryplan.SCENARIO] = expiryplan.DEFAULT_ARMS
 
 MIN_POOL = 10
 # The driver's pool holds rate x this budget of requests in flight: past it the
@@ -139,6 +136,14 @@ class Step:
     def scheduled(self) -> int:
         """Requests the step's figures count: its reads' when it has a read rate."""
         return (self.read_rate or self.rate) * self.duration_s
+
+    def record(self) -> dict[str, Any]:
+        """The step as run.json records it (step_from_record reads it back): a
+        read rate only when it has one."""
+        found = asdict(self)
+        if not self.read_rate:
+            del found["read_rate"]
+        return found
 
 
 def step_from_record(record: dict[str, Any]) -> Step:
@@ -264,11 +269,6 @@ def bounded_arms(arms: list[str], kind: str, texts: list[str]) -> list[str]:
             "add one to the arms"
         )
     return out
-
-
-def memory_arms(arms: list[str], sizes: list[str]) -> list[str]:
-    """The cache arm once per Redis bound (bounded_arms for `memory`)."""
-    return bounded_arms(arms, "memory", sizes)
 
 
 def series_label(arm: str, phase: str) -> str:

@@ -52,7 +52,8 @@ def spread(values: list[float | None]) -> Spread | None:
     return Spread(statistics.median(known), min(known), max(known), len(known))
 
 
-def _median(values: list[float | None]) -> float | None:
+def median(values: list[float | None]) -> float | None:
+    """The median of the values measured; None when none was."""
     found = spread(values)
     return None if found is None else found.median
 
@@ -69,15 +70,15 @@ class RepeatedResult(StepResult):
 
     @property
     def drop_rate(self) -> float:
-        return _median([run.drop_rate for run in self.runs]) or 0.0
+        return median([run.drop_rate for run in self.runs]) or 0.0
 
     @property
     def achieved_rps(self) -> float:
-        return _median([run.achieved_rps for run in self.runs]) or 0.0
+        return median([run.achieved_rps for run in self.runs]) or 0.0
 
     @property
     def hit_rate(self) -> float | None:
-        return _median([run.hit_rate for run in self.runs])
+        return median([run.hit_rate for run in self.runs])
 
 
 def figure_spread(result: StepResult, name: str) -> Spread | None:
@@ -103,7 +104,7 @@ def _median_cost(costs: list[StepCost | None]) -> StepCost | None:
     known = [cost for cost in costs if cost is not None]
     if not known:
         return None
-    values = {f.name: _median([getattr(cost, f.name) for cost in known]) for f in fields(StepCost)}
+    values = {f.name: median([getattr(cost, f.name) for cost in known]) for f in fields(StepCost)}
     return replace(known[0], **values)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,22 +86,16 @@ def redis_counts(
     if not readings or "start" not in readings or "end" not in readings:
         return None
     start, end = readings["start"], readings["end"]
+    held = readings.get("keys_each_second")
     return RedisCounts(
         keys=int(end["keys"]),
         used_memory=int(end["used_memory"]),
         evicted=max(int(end["evicted_keys"]) - int(start["evicted_keys"]), 0),
         expired=max(int(end["expired_keys"]) - int(start["expired_keys"]), 0),
         maxmemory=None if bound is None else int(bound["maxmemory"]),
-        keys_held=_median(readings.get("keys_each_second")),
+        keys_held=statistics.median_high(held) if held else None,
         clients_memory=end.get("clients_memory"),
     )
-
-
-def _median(values: list[int] | None) -> int | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
 
 
 @dataclass

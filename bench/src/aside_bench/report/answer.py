@@ -14,6 +14,7 @@ from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_price
 from aside_bench.report import split
+from aside_bench.report.tables import series_of, series_order
 
 UNCACHED_ARMS = split.REFERENCE_ARMS
 MIB = 2**20
@@ -35,14 +36,10 @@ class Series:
 def answer_series(results: list[StepResult]) -> list[Series]:
     """The series the answer speaks of: the uncached arms, the coalesce arm, and
     the cached arms warm (a cold cache is the warm-up, not the steady state)."""
-    groups: dict[tuple[str, str], list[StepResult]] = {}
-    for result in results:
-        step = result.step
-        if step.arm in (*UNCACHED_ARMS, split.COALESCE_ARM) or step.phase == "warm":
-            groups.setdefault((step.arm, step.phase), []).append(result)
     return [
-        Series(arm, phase, sorted(steps, key=lambda r: r.step.rate))
-        for (arm, phase), steps in groups.items()
+        Series(arm, phase, series_of(results, arm, phase))
+        for arm, phase in series_order(results)
+        if arm in (*UNCACHED_ARMS, split.COALESCE_ARM) or phase == "warm"
     ]
 
 

@@ -141,30 +141,22 @@ def ceiling_chart(
 ) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for arm, phase in series_order(results):
-        series = series_of(results, arm, phase)
-        held = [r for r in series if r.holds(p95_limit_ms)]
-        lost = [r for r in series if not r.holds(p95_limit_ms)]
+        answered = [r for r in series_of(results, arm, phase) if r.latency]
         line = ax.plot(
-            [r.step.rate for r in series if r.latency],
-            [r.latency.p95 for r in series if r.latency],
+            [r.step.rate for r in answered],
+            [r.latency.p95 for r in answered],
             marker="",
             alpha=0.5,
         )[0]
-        color = line.get_color()
-        ax.scatter(
-            [r.step.rate for r in held],
-            [r.latency.p95 for r in held],
-            color=color,
-            marker="o",
-            label=f"{series_label(arm, phase)}: held",
-        )
-        ax.scatter(
-            [r.step.rate for r in lost if r.latency],
-            [r.latency.p95 for r in lost if r.latency],
-            color=color,
-            marker="x",
-            label=f"{series_label(arm, phase)}: missed",
-        )
+        for held, marker, verdict in ((True, "o", "held"), (False, "x", "missed")):
+            shown = [r for r in answered if r.holds(p95_limit_ms) == held]
+            ax.scatter(
+                [r.step.rate for r in shown],
+                [r.latency.p95 for r in shown],
+                color=line.get_color(),
+                marker=marker,
+                label=f"{series_label(arm, phase)}: {verdict}",
+            )
     ax.axhline(p95_limit_ms, color="red", linestyle="--", label=f"p95 = {p95_limit_ms:g} ms")
     log_y(ax)
     ax.set_xlabel("target rate (requests/s)")

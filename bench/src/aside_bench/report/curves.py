@@ -4,17 +4,18 @@ with the measured points on them (a chart per rate)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from aside_bench.curve.points import MeasuredPoint, RateCurve
 from aside_bench.report.doc import Doc
-from aside_bench.report.tables import Table, fmt_pct
+from aside_bench.report.tables import Column, Table, column_table, fmt_pct
 
 MIB = 1024 * 1024
 
 
-def _mib(value: int | None) -> str:
-    return "stack's own" if value is None else f"{value / MIB:.2f}"
+def _mib(value: int | None, none: str = "stack's own") -> str:
+    return none if value is None else f"{value / MIB:.2f}"
 
 
 # A measured point this close to the simulated LRU at its size needs no cause.
@@ -63,51 +64,36 @@ def _simulated_at(point: MeasuredPoint) -> str:
     return f"{point.simulated_keys:,}"
 
 
+def _gap(point: MeasuredPoint) -> str:
+    gap = gap_points(point)
+    return "n/a" if gap is None else f"{gap:+.1f}"
+
+
+def _simulated(policy: str) -> Callable[[MeasuredPoint], str]:
+    return lambda point: fmt_pct(point.simulated.get(policy))
+
+
+MEASURED_COLUMNS: tuple[Column[MeasuredPoint], ...] = (
+    ("arm", lambda point: point.arm),
+    ("maxmemory MiB", lambda point: _mib(point.maxmemory)),
+    ("keys held (median)", lambda point: f"{point.keys:,}"),
+    ("used MiB at the end", lambda point: _mib(point.used_memory)),
+    ("clients' MiB", lambda point: _mib(point.clients_memory, "n/a")),
+    ("evicted", lambda point: f"{point.evicted:,}"),
+    ("expired", lambda point: f"{point.expired:,}"),
+    ("failed", lambda point: f"{point.failed:,}"),
+    ("simulated at keys", _simulated_at),
+    ("measured hit", lambda point: fmt_pct(point.hit_rate)),
+    ("LRU", _simulated("LRU")),
+    ("gap (points)", _gap),
+    *((policy, _simulated(policy)) for policy in ("LFU", "S3-FIFO", "SIEVE", "Belady")),
+    ("cause of a gap", gap_cause),
+)
+
+
 def measured_table(curve: RateCurve) -> Table:
-    rows = []
-    for point in curve.measured:
-        gap = gap_points(point)
-        rows.append(
-            [
-                point.arm,
-                _mib(point.maxmemory),
-                f"{point.keys:,}",
-                f"{point.used_memory / MIB:.2f}",
-                "n/a" if point.clients_memory is None else f"{point.clients_memory / MIB:.2f}",
-                f"{point.evicted:,}",
-                f"{point.expired:,}",
-                f"{point.failed:,}",
-                _simulated_at(point),
-                fmt_pct(point.hit_rate),
-                fmt_pct(point.simulated.get("LRU")),
-                "n/a" if gap is None else f"{gap:+.1f}",
-                *(fmt_pct(point.simulated.get(p)) for p in ("LFU", "S3-FIFO", "SIEVE", "Belady")),
-                gap_cause(point),
-            ]
-        )
-    return Table(
-        f"Redis hit rate against the simulated policies at the keys it held, {curve.rate}/s",
-        [
-            "arm",
-            "maxmemory MiB",
-            "keys held (median)",
-            "used MiB at the end",
-            "clients' MiB",
-            "evicted",
-            "expired",
-            "failed",
-            "simulated at keys",
-            "measured hit",
-            "LRU",
-            "gap (points)",
-            "LFU",
-            "S3-FIFO",
-            "SIEVE",
-            "Belady",
-            "cause of a gap",
-        ],
-        rows,
-    )
+    title = f"Redis hit rate against the simulated policies at the keys it held, {curve.rate}/s"
+    return column_table(title, MEASURED_COLUMNS, curve.measured)
 
 
 EXPLANATION = (

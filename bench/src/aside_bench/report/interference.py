@@ -14,7 +14,7 @@ from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.sweep import caption
-from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps, step_cells
+from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps, rates_of, step_cells
 from aside_bench.stack.machine import summary
 
 LONG_HEADERS = [
@@ -51,10 +51,6 @@ def _arms(results: list[StepResult]) -> list[str]:
     return list(dict.fromkeys(r.step.arm for r in results))
 
 
-def _rates(results: list[StepResult]) -> list[int]:
-    return sorted({r.step.rate for r in results})
-
-
 def _find(results: list[StepResult], arm: str, rate: int) -> StepResult | None:
     return next((r for r in results if (r.step.arm, r.step.rate) == (arm, rate)), None)
 
@@ -74,7 +70,7 @@ def long_table(results: list[StepResult]) -> Table:
     """Every figure of every step: one row per arm and compute rate."""
     rows = []
     for arm in _arms(results):
-        for rate in _rates(results):
+        for rate in rates_of(results):
             result = _find(results, arm, rate)
             if result is None:
                 continue
@@ -93,7 +89,7 @@ def pivot_table(results: list[StepResult], percentile: str = "p99") -> Table:
     """The reads' percentile side by side: one row per compute rate, one column per arm."""
     arms = _arms(results)
     rows = []
-    for rate in _rates(results):
+    for rate in rates_of(results):
         row = [str(rate)]
         for arm in arms:
             result = _find(results, arm, rate)
@@ -153,7 +149,7 @@ def interference_chart(results: list[StepResult], path: Path, note: str) -> Path
     p99, the reads' drop rate, and the compute throughput against its target."""
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
-    rates = _rates(results)
+    rates = rates_of(results)
     fig, axes = charts.plt.subplots(2, 2, figsize=(12, 8.5))
     panels = (
         (axes[0][0], "reads p95 latency", "ms (log scale)"),

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from aside_bench.plan.steps import series_label
 from aside_bench.records.repeats import figure_spread
 from aside_bench.records.results import StepResult
 
 MISSING = "n/a"
+T = TypeVar("T")
+# A column of a table of one row per item: its header and how it shows an item.
+Column = tuple[str, Callable[[T], str]]
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,12 @@ class Table:
             f"<h3>{html.escape(self.title)}</h3>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         )
+
+
+def column_table(title: str, columns: Sequence[Column[T]], items: Iterable[T]) -> Table:
+    """A table of one row per item, a cell per column."""
+    rows = [[cell(item) for _, cell in columns] for item in items]
+    return Table(title, [header for header, _ in columns], rows)
 
 
 def fmt_ms(value: float | None) -> str:
@@ -290,21 +300,17 @@ def staleness_table(results: list[StepResult]) -> Table | None:
                "lag p50 ms", "lag p99 ms", "lag max ms <=", "lag samples",
                "floor p50 ms", "floor p99 ms"]  # fmt: skip
     rows = []
+    counts = ("reads", "stale", "errors")
     for label, rate, result in _series_steps(results):
         stale, cost = result.stale, result.cost
         rows.append(
             [
                 label,
                 str(rate),
-                MISSING if stale is None else str(stale.reads),
-                MISSING if stale is None else str(stale.stale),
-                MISSING if stale is None else str(stale.errors),
-                _lag_ms(result, "lag_p50_ms"),
-                _lag_ms(result, "lag_p99_ms"),
-                _lag_ms(result, "lag_max_ms"),
+                *(MISSING if stale is None else str(getattr(stale, name)) for name in counts),
+                *(_lag_ms(result, f"lag_{figure}_ms") for figure in ("p50", "p99", "max")),
                 MISSING if cost is None else f"{cost.lag_count:.0f}",
-                _floor_ms(result, "floor_p50_ms"),
-                _floor_ms(result, "floor_p99_ms"),
+                *(_floor_ms(result, f"floor_{figure}_ms") for figure in ("p50", "p99")),
             ]
         )
     return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)

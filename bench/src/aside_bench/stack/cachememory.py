@@ -5,14 +5,14 @@ memory used, keys evicted and expired), read from INFO."""
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import redis
 from redis.cluster import RedisCluster
 
 from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
-from aside_bench.stack.prepare import StackError
+from aside_bench.stack.prepare import redis_client
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,6 @@ class MemoryBound:
 
     maxmemory: int
     policy: str
-
-    def as_record(self) -> dict[str, int | str]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -37,9 +34,6 @@ class RedisReading:
     # Its clients' buffers (mem_clients_normal): they count in maxmemory too.
     clients_memory: int = 0
 
-    def as_record(self) -> dict[str, int]:
-        return asdict(self)
-
 
 def _nodes(client: redisclient.Client) -> list[redis.Redis]:
     if isinstance(client, RedisCluster):
@@ -49,33 +43,22 @@ def _nodes(client: redisclient.Client) -> list[redis.Redis]:
 
 def read_bound(settings: Settings) -> MemoryBound:
     """The bound of the first primary (the stack gives every primary the same)."""
-    client = redisclient.connect(settings)
-    try:
+    with redis_client(settings, "read Redis's maxmemory") as client:
         found = _nodes(client)[0].config_get("maxmemory*")
-    except redis.RedisError as error:
-        raise StackError(f"cannot read Redis's maxmemory at REDIS_URL: {error}") from error
-    finally:
-        client.close()
     return MemoryBound(int(found["maxmemory"]), str(found["maxmemory-policy"]))
 
 
 def apply_bound(settings: Settings, bound: MemoryBound) -> None:
     """Give every primary this maxmemory and policy (CONFIG SET, not persisted)."""
-    client = redisclient.connect(settings)
-    try:
+    with redis_client(settings, "set Redis's maxmemory") as client:
         for node in _nodes(client):
             node.config_set("maxmemory-policy", bound.policy)
             node.config_set("maxmemory", str(bound.maxmemory))
-    except redis.RedisError as error:
-        raise StackError(f"cannot set Redis's maxmemory at REDIS_URL: {error}") from error
-    finally:
-        client.close()
 
 
 def reading(settings: Settings) -> RedisReading:
     """Keys, used memory and the eviction and expiry counters, over every primary."""
-    client = redisclient.connect(settings)
-    try:
+    with redis_client(settings, "read Redis's INFO") as client:
         totals = [0, 0, 0, 0, 0]
         for node in _nodes(client):
             info = node.info()
@@ -84,10 +67,6 @@ def reading(settings: Settings) -> RedisReading:
             totals[2] += int(info["evicted_keys"])
             totals[3] += int(info["expired_keys"])
             totals[4] += int(info.get("mem_clients_normal", 0))
-    except redis.RedisError as error:
-        raise StackError(f"cannot read Redis's INFO at REDIS_URL: {error}") from error
-    finally:
-        client.close()
     return RedisReading(*totals)
 
 

@@ -7,15 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-
-def _meminfo_bytes(field: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+from aside_bench.stack import procs
 
 
 def _cpu_model() -> str:
@@ -30,7 +22,8 @@ def _cpu_model() -> str:
 
 def describe() -> dict[str, Any]:
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    memory = _meminfo_bytes("MemTotal")
+    total_kib = procs.kib_field(procs.PROC / "meminfo", "MemTotal")
+    memory = None if total_kib is None else total_kib * 1024
     return {
         "nproc": nproc,
         "memory_bytes": memory,

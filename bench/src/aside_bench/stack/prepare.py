@@ -6,7 +6,9 @@ stack/seeddata.py; stopping and restarting services is stack/services.py's."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from urllib.parse import quote
 
 import psycopg
@@ -58,22 +60,29 @@ def connect(settings: Settings) -> psycopg.Connection:
         raise StackError(f"cannot connect to DATABASE_URL: {str(error).strip()}") from error
 
 
-def flush_cache(settings: Settings) -> None:
-    """Empty the gateway's Redis database (the one REDIS_URL names), nothing else."""
+@contextmanager
+def redis_client(settings: Settings, doing: str) -> Iterator[redisclient.Client]:
+    """A client of the gateway's Redis, closed after use; a Redis error in the
+    block is a StackError saying what it was `doing`."""
     client = redisclient.connect(settings)
     try:
-        redisclient.flush(client)
+        yield client
     except redis.RedisError as error:
-        raise StackError(f"cannot flush the cache at REDIS_URL: {error}") from error
+        raise StackError(f"cannot {doing} at REDIS_URL: {error}") from error
     finally:
         client.close()
+
+
+def flush_cache(settings: Settings) -> None:
+    """Empty the gateway's Redis database (the one REDIS_URL names), nothing else."""
+    with redis_client(settings, "flush the cache") as client:
+        redisclient.flush(client)
 
 
 def expires_within(settings: Settings, seconds: float) -> bool:
     """True if some key of the gateway's Redis database expires within `seconds`
     (or the database is empty): a step that long would see its keys lapse."""
-    client = redisclient.connect(settings)
-    try:
+    with redis_client(settings, "read the cache's TTLs") as client:
         keys = redisclient.keys(client)
         if not keys:
             return True
@@ -81,10 +90,6 @@ def expires_within(settings: Settings, seconds: float) -> bool:
             for key in keys:
                 pipe.pttl(key)
             ttls_ms = [ttl for ttl in pipe.execute() if ttl >= 0]
-    except redis.RedisError as error:
-        raise StackError(f"cannot read the cache's TTLs at REDIS_URL: {error}") from error
-    finally:
-        client.close()
     return bool(ttls_ms) and min(ttls_ms) < seconds * 1000
 
 

@@ -102,9 +102,11 @@ def tree(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
     return found
 
 
-def _status_kib(pid: int, field: str) -> int | None:
+def kib_field(path: Path, field: str) -> int | None:
+    """The KiB a /proc file of `field: N kB` lines (status, meminfo) gives
+    `field`; None when it cannot be read or has none."""
     try:
-        for line in (PROC / str(pid) / "status").read_text().splitlines():
+        for line in path.read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
@@ -114,13 +116,13 @@ def _status_kib(pid: int, field: str) -> int | None:
 
 def rss_kib(pid: int) -> int | None:
     """VmRSS of one process in KiB (None once it is gone)."""
-    return _status_kib(pid, "VmRSS")
+    return kib_field(PROC / str(pid) / "status", "VmRSS")
 
 
 def anon_kib(pid: int) -> int | None:
     """RssAnon of one process in KiB: its private memory (heap, stacks), without
     the shared or file-backed pages that VmRSS also counts."""
-    return _status_kib(pid, "RssAnon")
+    return kib_field(PROC / str(pid) / "status", "RssAnon")
 
 
 def cpu_ticks(pid: int) -> int | None:

@@ -107,9 +107,6 @@ class ServiceControl:
             raise StackError(f"{service} is not running under {self.stack.run_dir}")
         return pid
 
-    def running(self, service: str) -> bool:
-        return procs.recorded_pid(self.stack.run_dir, service) is not None
-
     def gateway_workers(self) -> list[int]:
         return procs.children(self.pid("gateway"))
 

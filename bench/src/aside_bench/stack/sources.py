@@ -40,11 +40,6 @@ class Influx:
         self.db = db
         self.session = session or requests.Session()
 
-    def ping(self) -> None:
-        response = self.session.get(f"{self.base_url}/ping", timeout=3)
-        if response.status_code != 204:
-            raise SourceError(f"InfluxDB /ping answered {response.status_code}")
-
     def write(self, lines: list[str], timeout_s: float = WRITE_TIMEOUT_S) -> None:
         """Points in line protocol, millisecond precision."""
         try:
@@ -116,10 +111,6 @@ class Prometheus:
         """The single value of an aggregated query, None when it has no series."""
         result = self.instant(promql, at)
         return float(result[0]["value"][1]) if result else None
-
-    def range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
-        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step_s}
-        return self._get("/api/v1/query_range", params)["result"]
 
     def last_scrape(self, job: str) -> float | None:
         """Unix time of the job's latest scrape (its `up` sample)."""

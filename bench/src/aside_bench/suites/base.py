@@ -4,6 +4,7 @@ by one, an error ending one item but not the run), the run record
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -21,6 +22,7 @@ from aside_bench.load.samples import SamplesError
 from aside_bench.load.summary import SummaryError
 from aside_bench.report.doc import Doc
 from aside_bench.report.tables import Table
+from aside_bench.stack import gateway_metrics
 from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe, summary
 from aside_bench.stack.prepare import StackError
@@ -43,7 +45,8 @@ ITEM_ERRORS: tuple[type[Exception], ...] = (
 class SuiteResult:
     """One case or experiment: what happened (`events`, epoch instants), what was
     noted, its checks, or the error that kept it from its end. A subclass adds
-    its own figures (`fields`) and names its items' descriptions."""
+    its own figures (its fields, written after `notes`) and names its items'
+    descriptions."""
 
     name: str
     events: dict[str, float] = field(default_factory=dict)
@@ -58,7 +61,11 @@ class SuiteResult:
         return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
 
     def fields(self) -> dict[str, Any]:
-        return {}
+        """A subclass's own fields, named in report.json as in the class."""
+        own = {f.name for f in dataclasses.fields(SuiteResult)}
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in own
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -194,10 +201,6 @@ def suite_page(title: str, run: SuiteRun) -> Doc:
     return doc
 
 
-def check_lines(checks: list[dict[str, Any]]) -> list[str]:
-    return [f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}" for c in checks]
-
-
 def item_section(
     doc: Doc, title: str, item: dict[str, Any], noun: str, tables: list[Table], notes: Iterable[str]
 ) -> None:
@@ -211,7 +214,7 @@ def item_section(
         doc.table(table)
     for note in notes:
         doc.p(note)
-    doc.ul(check_lines(item["checks"]))
+    doc.ul([f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}" for c in item["checks"]])
 
 
 def open_run(kind: str, run_id: str, out_dir: Path, what: str) -> None:
@@ -250,6 +253,16 @@ def run_items(
         if not go_on(result):
             break
     run.passed = run.all_passed()
+
+
+def summed_by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """The gateway's samples named `name` in a /metrics `text`, summed by one label."""
+    return gateway_metrics.summed_by(text, name, lambda labels: labels.get(label, ""))
+
+
+def increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What each counter of `after` gained since `before`, those that moved only."""
+    return {k: v - before.get(k, 0.0) for k, v in sorted(after.items()) if v - before.get(k, 0.0)}
 
 
 def remove_users(settings: Settings, run_id: str) -> int | None:

@@ -9,12 +9,11 @@ from typing import Any
 
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.summary import Summary, SummaryError
-from aside_bench.report.tables import Table
+from aside_bench.report.tables import Table, fmt_num
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData, user_prefix
 from aside_bench.suites.base import SuiteRun, open_run, remove_users, save_report, suite_page
-from aside_bench.suites.samples import fmt_ms
 from aside_bench.suites.soak.run import SCENARIO, load_tallies
 
 P95_LIMIT_MS = 100.0
@@ -131,6 +130,12 @@ def run_step(settings: config.Settings, params: Params, seed: SeedData, rate: in
         raise StackError(str(error)) from None
     result = step_result(rate, tallies, code)
     remove_users(settings, params.run_id)
+    verdict = "held" if result.held(params.p95_limit_ms) else "not held"
+    print(
+        f"  {result.rate}/s: {result.created}/{result.requests} created, {result.failed} failed, "
+        f"{result.dropped} dropped, p95 {fmt_num(result.p95_ms)} ms: {verdict}",
+        flush=True,
+    )
     return result
 
 
@@ -138,20 +143,15 @@ def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -
     what = f"keyed creates via the {params.via}, {params.duration_s} s per rate"
     open_run("create-rate", params.run_id, params.out_dir, what)
     results: list[StepResult] = []
-    queue = sorted(params.rates)
-    while queue:
-        result = run_step(settings, params, seed, queue.pop(0))
-        results.append(result)
-        _print_step(result, params.p95_limit_ms)
-        if not result.held(params.p95_limit_ms):
+    for rate in sorted(params.rates):
+        results.append(run_step(settings, params, seed, rate))
+        if not results[-1].held(params.p95_limit_ms):
             break
     for _ in range(params.refine):
         middle = next_midpoint(results, params.p95_limit_ms, params.resolution)
         if middle is None:
             break
-        result = run_step(settings, params, seed, middle)
-        results.append(result)
-        _print_step(result, params.p95_limit_ms)
+        results.append(run_step(settings, params, seed, middle))
     run = SuiteRun(
         params.run_id,
         "create-rate",
@@ -169,7 +169,7 @@ def steps_table(run: SuiteRun) -> Table:
                "held"]  # fmt: skip
     rows = [
         [*(str(s[k]) for k in ("rate", "requests", "created", "failed", "dropped")),
-         *(fmt_ms(s[k]) for k in ("p95_ms", "p99_ms", "max_ms")), "yes" if s["held"] else "no"]
+         *(fmt_num(s[k]) for k in ("p95_ms", "p99_ms", "max_ms")), "yes" if s["held"] else "no"]
         for s in sorted(run.items, key=lambda s: s["rate"])
     ]  # fmt: skip
     return Table("Keyed creates by target rate", headers, rows)
@@ -189,12 +189,3 @@ def write_report(run: SuiteRun, out_dir: Path) -> None:
     best = run.extra["highest_held"]
     doc.p(f"Highest rate held: {best if best is not None else 'none'} creates/s.")
     save_report(doc, run, out_dir, [table], also=[f"highest rate held: {best} creates/s"])
-
-
-def _print_step(result: StepResult, p95_limit_ms: float) -> None:
-    verdict = "held" if result.held(p95_limit_ms) else "not held"
-    print(
-        f"  {result.rate}/s: {result.created}/{result.requests} created, {result.failed} failed, "
-        f"{result.dropped} dropped, p95 {fmt_ms(result.p95_ms)} ms: {verdict}",
-        flush=True,
-    )

@@ -3,7 +3,6 @@ counted per kind and searched in time (pure)."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from aside_bench.load.samples import SamplesError, number, sample_lines
+from aside_bench.records.tierstats import nearest_rank
 
 KINDS = ("count", "user", "create")
 READS = ("count", "user")
@@ -116,7 +116,7 @@ def by_kind(samples: list[Sample]) -> dict[str, dict[str, Any]]:
             "statuses": dict(sorted(statuses.items())),
             "codes": dict(sorted(codes.items())),
             "max_ms": times[-1],
-            "p99_ms": times[min(len(times) - 1, math.ceil(0.99 * len(times)) - 1)],
+            "p99_ms": nearest_rank(times, 99),
         }
     return table
 
@@ -147,10 +147,6 @@ def fmt_seconds(value: float | None) -> str:
 
 def fmt_s(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f} s"
-
-
-def fmt_ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
 
 
 def fmt_ms_unit(value: float | None) -> str:

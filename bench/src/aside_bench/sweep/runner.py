@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -248,6 +248,24 @@ class Runner(StepPreparation):
             run = replace(run, extra={**run.extra, "SKIP": str(self.skip)})
         return run
 
+    def healthz_run(self, step: Step, pool: int, url: str, **more: Any) -> LoadRun:
+        """The driver's healthz scenario against `url`, tagged as `step` (a
+        calibration's probe, the cost's variants)."""
+        return LoadRun(
+            scenario="healthz",
+            run_id=self.options.run_id,
+            arm=step.arm,
+            phase=step.phase,
+            rate=step.rate,
+            duration_s=step.duration_s,
+            pool=pool,
+            timeout_s=self.options.shape.timeout_s,
+            data_dir=self.options.data_dir,
+            repeat=step.repeat,
+            base_url=url,
+            **more,
+        )
+
     def _floor(self, step: Step) -> FloorProbe | None:
         """A mixed step's writes publish invalidations: time them beside the workers."""
         if step.scenario != "mixed":
@@ -257,17 +275,7 @@ class Runner(StepPreparation):
         return floor
 
     def run_step(self, step: Step, build: RunBuilder | None = None) -> StepResult | None:
-        record: dict[str, Any] = {
-            "scenario": step.scenario,
-            "arm": step.arm,
-            "phase": step.phase,
-            "rate": step.rate,
-            "duration_s": step.duration_s,
-            "repeat": step.repeat,
-            "completed": False,
-        }
-        if step.read_rate:
-            record["read_rate"] = step.read_rate
+        record: dict[str, Any] = {**step.record(), "completed": False}
         self.run.steps.append(record)
         self._prepare(step, record)
         # After the preparation: it may have restarted the gateway.
@@ -323,7 +331,7 @@ class Runner(StepPreparation):
         if cache_param(step.arm) not in REDIS_READS:
             return None
         try:
-            return cachememory.reading(self.settings).as_record()
+            return asdict(cachememory.reading(self.settings))
         except StackError as error:
             print(f"  warning: {error}", flush=True)
             return None

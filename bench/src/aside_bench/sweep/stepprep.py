@@ -6,7 +6,7 @@ these as the first part of each step."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +97,7 @@ class StepPreparation:
         memory = arm_memory(step.arm)
         if step.phase != "cold" or (memory is None and self.stack_bound is None):
             if memory is not None:
-                record["cache_memory"] = MemoryBound(memory, self.options.cache_policy).as_record()
+                record["cache_memory"] = asdict(MemoryBound(memory, self.options.cache_policy))
             return
         if self.stack_bound is None:
             self.stack_bound = cachememory.read_bound(self.settings)
@@ -105,7 +105,7 @@ class StepPreparation:
             self.stack_bound if memory is None else MemoryBound(memory, self.options.cache_policy)
         )
         cachememory.apply_bound(self.settings, bound)
-        record["cache_memory"] = bound.as_record()
+        record["cache_memory"] = asdict(bound)
 
     def _continues_cold(self, step: Step) -> bool:
         """A warm step of a popularity workload (or a trace) right after its own

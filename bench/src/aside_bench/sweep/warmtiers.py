@@ -16,14 +16,18 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import redis
 import requests
 
 from aside_bench.records.tierstats import tier_hit_rates
-from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import scrape, tier_read_counts, unlabelled_value
-from aside_bench.stack.prepare import StackError, count_url, flush_cache, gateway_session
+from aside_bench.stack.prepare import (
+    StackError,
+    count_url,
+    flush_cache,
+    gateway_session,
+    redis_client,
+)
 
 L1_TARGET_SHARE = 0.95
 L1_MAX_PASSES = 12
@@ -42,13 +46,8 @@ def flush_message(now_s: float) -> bytes:
 
 def announce_l1_flush(settings: Settings) -> int:
     """Publish the flush message; the number of workers that heard it."""
-    client = redisclient.connect(settings)
-    try:
+    with redis_client(settings, "publish the L1 flush") as client:
         return int(client.publish(INVALIDATION_CHANNEL, flush_message(time.time())))
-    except redis.RedisError as error:
-        raise StackError(f"cannot publish the L1 flush at REDIS_URL: {error}") from error
-    finally:
-        client.close()
 
 
 def _read_fresh(gateway_url: str, email: str, mode: str) -> str:

@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aside_bench.ceiling.search import Trial, bounds, to_confirm
-from aside_bench.load.run import LoadRun
-from aside_bench.plan.steps import pool_for
+from aside_bench.plan.steps import Step, pool_for
 from aside_bench.records.results import StepResult
 from aside_bench.stack.prepare import StackError, wait_until_quiet
 from aside_bench.sweep.collect import collect
@@ -108,29 +107,9 @@ def _probe_line(target: str, rate: int, result: StepResult | None, held: bool) -
 def _probe(runner: Runner, target: str, url: str, rate: int, params: CalibrationParams) -> dict:
     """One driver run of /healthz against `url`; its record, as a step's."""
     pool = pool_for(rate, runner.max_pool)
-    record: dict[str, Any] = {
-        "scenario": "calibrate",
-        "arm": target,
-        "phase": "none",
-        "rate": rate,
-        "duration_s": params.probe_s,
-        "repeat": 1,
-        "pool": pool,
-        "completed": False,
-    }
-    run = LoadRun(
-        scenario="healthz",
-        run_id=runner.options.run_id,
-        arm=target,
-        phase="none",
-        rate=rate,
-        duration_s=params.probe_s,
-        pool=pool,
-        timeout_s=runner.options.shape.timeout_s,
-        data_dir=runner.options.data_dir,
-        base_url=url,
-    )
-    code = runner.run_load(run, record)
+    step = Step("calibrate", target, "none", rate, params.probe_s)
+    record: dict[str, Any] = {**step.record(), "pool": pool, "completed": False}
+    code = runner.run_load(runner.healthz_run(step, pool, url), record)
     record["completed"] = code == 0 and not runner.interrupted
     return record
 

@@ -16,19 +16,28 @@ them with the bench's runner, one step each.
 from __future__ import annotations
 
 import re
-import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from aside_bench.load.run import LoadRun, step_run
 from aside_bench.plan.steps import Step
+from aside_bench.records.repeats import median
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, save_figures, save_run
 from aside_bench.report.doc import write_pages
 from aside_bench.report.sweep import run_page
-from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_num, fmt_pct, fmt_rps
+from aside_bench.report.tables import (
+    MISSING,
+    Column,
+    Table,
+    column_table,
+    fmt_ms,
+    fmt_num,
+    fmt_pct,
+    fmt_rps,
+)
 from aside_bench.sweep.runner import Runner
 
 KIND = "cost"
@@ -102,23 +111,10 @@ def variant_run(runner: Runner, variant: Variant, step: Step, pool: int) -> Load
     """The driver run of one variant's step."""
     options = runner.options
     if variant.target == "gateway":
-        read = Step("read", variant.arm, variant.phase, step.rate, step.duration_s,
-                    repeat=step.repeat)  # fmt: skip
+        read = replace(step, scenario="read")  # the variant's arm and phase
         return step_run(read, options.run_id, options.shape, pool, options.data_dir)
-    return LoadRun(
-        scenario="healthz",
-        run_id=options.run_id,
-        arm=variant.name,
-        phase=step.phase,
-        rate=step.rate,
-        duration_s=step.duration_s,
-        pool=pool,
-        timeout_s=options.shape.timeout_s,
-        data_dir=options.data_dir,
-        repeat=step.repeat,
-        extra=dict(variant.extra),
-        base_url=runner.settings.core_url,
-    )
+    tagged = replace(step, arm=variant.name)
+    return runner.healthz_run(tagged, pool, runner.settings.core_url, extra=dict(variant.extra))
 
 
 def run_variants(runner: Runner, steps: list[Step]) -> None:
@@ -139,11 +135,6 @@ def cpu_per_1000(result: StepResult) -> float | None:
     return None if gen is None else gen.cpu_ms_per_request(result.iterations)
 
 
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
 def figures(results: list[StepResult]) -> list[dict[str, Any]]:
     """One dict per variant that ran, in the table's order (run.json's "cost"):
     the median over its rounds, each round's figure kept."""
@@ -152,14 +143,14 @@ def figures(results: list[StepResult]) -> list[dict[str, Any]]:
         variant = variant_of(result.step.scenario)
         if variant is not None:
             by_name.setdefault(variant.name, []).append(result)
-    reference = _median([cpu_per_1000(r) for r in by_name.get("reference", [])])
+    reference = median([cpu_per_1000(r) for r in by_name.get("reference", [])])
     found = []
     for variant in VARIANTS:
         rounds = by_name.get(variant.name)
         if not rounds:
             continue
         costs = [cpu_per_1000(r) for r in rounds]
-        cpu = _median(costs)
+        cpu = median(costs)
         found.append(
             {
                 "variant": variant.name,
@@ -167,47 +158,35 @@ def figures(results: list[StepResult]) -> list[dict[str, Any]]:
                 "cpu_ms_per_request": cpu,
                 "rounds": costs,
                 "vs_reference": cpu / reference if cpu is not None and reference else None,
-                "cores": _median([r.loadgen.cpu_cores if r.loadgen else None for r in rounds]),
-                "achieved_rps": _median([r.achieved_rps for r in rounds]),
-                "p95_ms": _median([r.latency.p95 if r.latency else None for r in rounds]),
-                "drop_rate": _median([r.drop_rate for r in rounds]),
+                "cores": median([r.loadgen.cpu_cores if r.loadgen else None for r in rounds]),
+                "achieved_rps": median([r.achieved_rps for r in rounds]),
+                "p95_ms": median([r.latency.p95 if r.latency else None for r in rounds]),
+                "drop_rate": median([r.drop_rate for r in rounds]),
             }
         )
     return found
 
 
-HEADERS = [
-    "variant",
-    "what",
-    "CPU ms / request",
-    "each round",
-    "vs reference",
-    "driver cores",
-    "achieved /s",
-    "p95 ms",
-    "drops",
-]
+def _ratio(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.2f}x"
+
+
+COLUMNS: tuple[Column[dict[str, Any]], ...] = (
+    ("variant", lambda row: row["variant"]),
+    ("what", lambda row: row["what"]),
+    ("CPU ms / request", lambda row: fmt_num(row["cpu_ms_per_request"], 3)),
+    ("each round", lambda row: " / ".join(fmt_num(cost, 3) for cost in row["rounds"])),
+    ("vs reference", lambda row: _ratio(row["vs_reference"])),
+    ("driver cores", lambda row: fmt_num(row["cores"], 2)),
+    ("achieved /s", lambda row: fmt_rps(row["achieved_rps"])),
+    ("p95 ms", lambda row: fmt_ms(row["p95_ms"])),
+    ("drops", lambda row: fmt_pct(row["drop_rate"])),
+)
 
 
 def cost_table(rows: list[dict[str, Any]], rate: int) -> Table:
-    return Table(
-        f"The load driver's own CPU per completed request at {rate}/s",
-        HEADERS,
-        [
-            [
-                row["variant"],
-                row["what"],
-                fmt_num(row["cpu_ms_per_request"], 3),
-                " / ".join(fmt_num(cost, 3) for cost in row["rounds"]),
-                MISSING if row["vs_reference"] is None else f"{row['vs_reference']:.2f}x",
-                fmt_num(row["cores"], 2),
-                fmt_rps(row["achieved_rps"]),
-                fmt_ms(row["p95_ms"]),
-                fmt_pct(row["drop_rate"]),
-            ]
-            for row in rows
-        ],
-    )
+    title = f"The load driver's own CPU per completed request at {rate}/s"
+    return column_table(title, COLUMNS, rows)
 
 
 DEFINITIONS = [

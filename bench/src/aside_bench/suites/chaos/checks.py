@@ -449,10 +449,6 @@ def loaded_route_increase(
     before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
 ) -> dict[tuple[str, str, str], float]:
     routes = set(ROUTES.values())
-    delta = {}
-    for key in set(before) | set(after):
-        if key[:2] in routes:
-            change = after.get(key, 0.0) - before.get(key, 0.0)
-            if change:
-                delta[key] = change
-    return delta
+    loaded = (key for key in set(before) | set(after) if key[:2] in routes)
+    changes = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in loaded}
+    return {key: change for key, change in changes.items() if change}

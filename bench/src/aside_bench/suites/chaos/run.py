@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +21,7 @@ from aside_bench.stack.services import ServiceControl
 from aside_bench.suites.base import (
     SuiteResult,
     SuiteRun,
+    increase,
     open_run,
     parse_names,
     remove_users,
@@ -78,28 +79,16 @@ class ChaosParams:
 
 @dataclass
 class CaseResult(SuiteResult):
-    kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)  # by kind
     figures: dict[str, Any] = field(default_factory=dict)
     writes: dict[str, Any] = field(default_factory=dict)
     reads: dict[str, Any] = field(default_factory=dict)
 
     descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
 
-    def fields(self) -> dict[str, Any]:
-        return {
-            "requests": self.kinds,
-            "figures": self.figures,
-            "writes": self.writes,
-            "reads": self.reads,
-        }
-
 
 def parse_cases(text: str | None) -> tuple[str, ...]:
     return parse_names(text, CASES, "case")
-
-
-def load_ids(data_dir: Path) -> list[int]:
-    return load_seed_list(data_dir / "user_ids.json", "ids", int)
 
 
 # ---- the load -------------------------------------------------------------------------
@@ -147,7 +136,7 @@ def run_case(
 ) -> CaseResult:
     result = CaseResult(case)
     faults = Faults(settings, control)
-    ids = load_ids(seed.data_dir)[: params.id_sample]
+    ids = load_seed_list(seed.data_dir / "user_ids.json", "ids", int)[: params.id_sample]
     control.ensure_up()
     control.verify()
     wait_until_quiet(settings, QUIET_DEADLINE_S)
@@ -177,19 +166,15 @@ def run_case(
     compress(samples_path)
     if "ready" in events:
         result.notes["post_window_s"] = round(events["load_end"] - events["ready"], 1)
-    result.kinds = by_kind(samples)
-    errors = {
-        op: n - errors_before.get(op, 0.0)
-        for op, n in cache_errors(settings).items()
-        if n - errors_before.get(op, 0.0)
-    }
+    result.requests = by_kind(samples)
+    errors = increase(errors_before, cache_errors(settings))
     result.notes["gateway_cache_errors"] = errors
     redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
     result.notes["driver_summary"] = Summary.read(summary_path).counters("chaos")
     if case == "worker":
-        increase = cc.loaded_route_increase(counters_before, request_counters(settings))
-        checks, figures = cc.worker_checks(samples, events, increase)
-        figures["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(increase.items())}
+        loaded = cc.loaded_route_increase(counters_before, request_counters(settings))
+        checks, figures = cc.worker_checks(samples, events, loaded)
+        figures["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(loaded.items())}
     elif case == "postgres":
         checks, figures = cc.postgres_checks(samples, events, redis_errors)
     else:
@@ -217,9 +202,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
         params={
             "cases": list(params.cases),
             "rate": params.rate,
-            "pre_s": params.timing.pre_s,
-            "down_s": params.timing.down_s,
-            "post_s": params.timing.post_s,
+            **asdict(params.timing),
             "timeout_s": params.timeout_s,
             "write_share": params.write_share,
             "user_share": params.user_share,

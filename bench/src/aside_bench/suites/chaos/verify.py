@@ -45,20 +45,20 @@ def prewarm(settings: Settings, hot: list[str], ids: list[int]) -> float:
     return hits / len(urls)
 
 
+def _like(prefix: str) -> tuple[str]:
+    """The LIKE pattern of the run's usernames and keys under `prefix`."""
+    return (prefix.replace("_", r"\_") + ".%",)
+
+
 def _rows(conn: psycopg.Connection, prefix: str) -> dict[str, tuple[int, str]]:
-    rows = conn.execute(
-        "SELECT username, id, email FROM users WHERE username LIKE %s",
-        (prefix.replace("_", r"\_") + ".%",),
-    ).fetchall()
+    query = "SELECT username, id, email FROM users WHERE username LIKE %s"
+    rows = conn.execute(query, _like(prefix))
     return {username: (int(user_id), email) for username, user_id, email in rows}
 
 
 def _keys(conn: psycopg.Connection, prefix: str) -> dict[str, int | None]:
-    rows = conn.execute(
-        "SELECT key, status FROM idempotency_keys WHERE key LIKE %s",
-        (prefix.replace("_", r"\_") + ".%",),
-    ).fetchall()
-    return {key: status for key, status in rows}
+    query = "SELECT key, status FROM idempotency_keys WHERE key LIKE %s"
+    return dict(conn.execute(query, _like(prefix)).fetchall())
 
 
 def _retry(settings: Settings, session: requests.Session, write: Sample) -> dict[str, Any]:

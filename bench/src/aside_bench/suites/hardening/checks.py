@@ -62,10 +62,6 @@ class SocketFigures:
     # Closed before the deadline with no answer: the server gave up on them early.
     held_closed_early: int
 
-    @classmethod
-    def of(cls, found: dict[str, Any]) -> SocketFigures:
-        return cls(**found)
-
 
 def socket_figures(records: Sequence[SlowSocket], head_deadline_s: float) -> SocketFigures:
     opened = [r for r in records if r.opened_at is not None]
@@ -194,7 +190,9 @@ def reads_check(
     ok = window["dropped"] == 0 and window["failed"] == 0
     if p95_limit_ms is not None:
         ok = ok and p95 is not None and p95 <= p95_limit_ms
-    return Check(name, ok, window_line(window))
+    times = ", ".join(f"{k} {fmt_ms_unit(window[f'{k}_ms'])}" for k in ("p50", "p95", "p99", "max"))
+    counts = f"{window['dropped']} dropped, {window['failed']} failed"
+    return Check(name, ok, f"{window['reads']} reads, {times}; {counts}")
 
 
 def reuse_check(window: dict[str, Any] | None) -> Check:
@@ -206,15 +204,6 @@ def reuse_check(window: dict[str, Any] | None) -> Check:
     fresh = int(window.get("new_connections", 0))
     return Check(
         name, fresh == 0, f"{fresh} new connections opened by the load driver during the attack"
-    )
-
-
-def window_line(window: dict[str, Any]) -> str:
-    return (
-        f"{window['reads']} reads, "
-        + ", ".join(f"{k} {fmt_ms_unit(window[f'{k}_ms'])}" for k in ("p50", "p95", "p99", "max"))
-        + "; "
-        f"{window['dropped']} dropped, {window['failed']} failed"
     )
 
 

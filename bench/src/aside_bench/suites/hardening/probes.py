@@ -11,6 +11,7 @@ import psycopg
 
 from aside_bench.stack import gateway_metrics
 from aside_bench.stack.config import Settings
+from aside_bench.suites.base import summed_by_label
 from aside_bench.suites.hardening import checks as hc
 
 # How often the query counter is read after the flood.
@@ -71,13 +72,10 @@ def poll_until_still(
 def gateway_counters(settings: Settings) -> dict[str, Any]:
     """The gateway's own counters the flood moves, summed over its workers."""
     text = gateway_metrics.scrape(settings)
-
-    def by(name: str, label: str) -> dict[str, float]:
-        return gateway_metrics.summed_by(text, name, lambda labels: labels.get(label, ""))
-
+    hits = summed_by_label(text, "aside_gateway_cache_hits_total", "route")
     return {
-        "db_queries": by("aside_gateway_db_queries_total", "query"),
-        "shed": by("aside_gateway_shed_total", "reason"),
+        "db_queries": summed_by_label(text, "aside_gateway_db_queries_total", "query"),
+        "shed": summed_by_label(text, "aside_gateway_shed_total", "reason"),
         "batched_emails": gateway_metrics.unlabelled_value(
             text, "aside_gateway_miss_batch_size_sum"
         ),
@@ -86,7 +84,7 @@ def gateway_counters(settings: Settings) -> dict[str, Any]:
             for (route, _, status), n in gateway_metrics.request_counts(text).items()
             if route == COUNT_ROUTE
         },
-        "count_hits": by("aside_gateway_cache_hits_total", "route").get(COUNT_ROUTE, 0.0),
+        "count_hits": hits.get(COUNT_ROUTE, 0.0),
     }
 
 

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aside_bench.report.tables import Table
+from aside_bench.report.tables import Table, fmt_num
 from aside_bench.suites.base import SuiteRun, item_section, save_report, suite_page
 from aside_bench.suites.hardening.checks import RssFigures, SocketFigures
-from aside_bench.suites.samples import fmt_mib, fmt_ms, fmt_s
+from aside_bench.suites.samples import fmt_mib, fmt_s
 
 WINDOW_NAMES = {
     "slow-heads": {"before": "before", "during": "during the attack", "after": "after"},
@@ -23,7 +23,7 @@ def _during(experiment: dict[str, Any]) -> str:
     if not window:
         return "no reads"
     return (
-        f"reads {WINDOW_NAMES[experiment['name']]['during']} p95 {fmt_ms(window['p95_ms'])} ms, "
+        f"reads {WINDOW_NAMES[experiment['name']]['during']} p95 {fmt_num(window['p95_ms'])} ms, "
         f"{window['dropped']} dropped, {window['failed']} failed"
     )
 
@@ -31,7 +31,7 @@ def _during(experiment: dict[str, Any]) -> str:
 def figures_line(experiment: dict[str, Any]) -> str:
     f = experiment["figures"]
     if experiment["name"] == "slow-heads":
-        sockets, rss = SocketFigures.of(f["sockets"]), RssFigures.of(f["rss"])
+        sockets, rss = SocketFigures(**f["sockets"]), RssFigures.of(f["rss"])
         growth = (rss.peak_kib - rss.before_kib) / 1024 if rss else None
         return (
             f"{sockets.opened} sockets: max close {fmt_s(sockets.close_max_s)}, "
@@ -60,7 +60,7 @@ def windows_table(experiment: dict[str, Any]) -> Table:
     names = WINDOW_NAMES[experiment["name"]]
     rows = [
         [names[key], f"{w['seconds']:.1f}", str(w["reads"]),
-         *(fmt_ms(w[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
+         *(fmt_num(w[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
          *(str(w[k]) for k in ("dropped", "failed", "new_connections"))]
         for key, w in experiment["windows"].items()
     ]  # fmt: skip
@@ -70,7 +70,7 @@ def windows_table(experiment: dict[str, Any]) -> Table:
 
 
 def sockets_table(experiment: dict[str, Any]) -> Table:
-    s = SocketFigures.of(experiment["figures"]["sockets"])
+    s = SocketFigures(**experiment["figures"]["sockets"])
     held = (s.held_close_min_s, s.held_close_p50_s, s.held_close_p99_s, s.held_close_max_s)
     rows = [
         ["sockets opened", f"{s.opened} of {s.sockets}"],
@@ -168,12 +168,12 @@ def _context(run: SuiteRun) -> list[str]:
     ]
 
 
+# Each experiment's own tables, after its reads' windows.
+OWN_TABLES = {"slow-heads": (sockets_table, rss_table), "cold-flood": (flood_table,)}
+
+
 def item_tables(experiment: dict[str, Any]) -> list[Table]:
-    if experiment["name"] == "slow-heads":
-        own = [sockets_table(experiment), rss_table(experiment)]
-    else:
-        own = [flood_table(experiment)]
-    return [windows_table(experiment), *own]
+    return [windows_table(experiment), *(own(experiment) for own in OWN_TABLES[experiment["name"]])]
 
 
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:

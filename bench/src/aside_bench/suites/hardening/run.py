@@ -102,9 +102,6 @@ class ExperimentResult(SuiteResult):
 
     descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
 
-    def fields(self) -> dict[str, Any]:
-        return {"figures": self.figures, "windows": self.windows}
-
 
 @dataclass
 class Bench:
@@ -269,7 +266,7 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
         params.run_id,
         "hardening",
         seed.meta,
-        params=_params_record(params, settings, control, gateway, len(seed.hot)),
+        params=_params_record(bench),
         limits={
             "head_deadline_s": limits.head_deadline_s,
             "close_limit_s": limits.close_limit_s,
@@ -293,13 +290,8 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
     return run
 
 
-def _params_record(
-    params: HardeningParams,
-    settings: Settings,
-    control: ServiceControl,
-    gateway: dict[str, Any],
-    hot_emails: int,
-) -> dict[str, Any]:
+def _params_record(bench: Bench) -> dict[str, Any]:
+    params, control = bench.params, bench.control
     return {
         "experiments": list(params.experiments),
         "rate": params.rate,
@@ -312,9 +304,9 @@ def _params_record(
         "client_timeout_ms": params.client_timeout_ms,
         "flood_deadline_s": params.flood_deadline_s,
         "read_timeout_s": READ_TIMEOUT_S,
-        "hot_emails": hot_emails,
-        "gateway_url": settings.gateway_url,
+        "hot_emails": len(bench.seed.hot),
+        "gateway_url": bench.settings.gateway_url,
         "run_dir": str(control.stack.run_dir),
-        "gateway": gateway,
+        "gateway": bench.gateway,
         "workers": len(control.gateway_workers()),
     }

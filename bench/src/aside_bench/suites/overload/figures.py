@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -125,10 +126,8 @@ class RequestFigures:
 
 def request_figures(requests: Sequence[Request], start: float, duration_s: int) -> RequestFigures:
     served = [r.ms for r in requests if r.served]
-    others: dict[str, int] = {}
-    for r in requests:
-        if not r.dropped and r.status and not r.served and not r.shed:
-            others[str(r.status)] = others.get(str(r.status), 0) + 1
+    answered = (r for r in requests if not r.dropped and r.status)
+    others = Counter(str(r.status) for r in answered if not r.served and not r.shed)
     return RequestFigures(
         due=len(requests),
         dropped=sum(1 for r in requests if r.dropped),
@@ -202,16 +201,10 @@ class SearchStep:
         return noisy(self.steal)
 
     def as_dict(self, held: bool, counted: bool = True) -> dict[str, Any]:
-        return {
-            "rate": self.rate,
-            "held": held,
-            "counted": counted,
-            "p95_ms": self.p95_ms,
-            "dropped": self.dropped,
-            "failed": self.failed,
-            "shed": self.shed,
-            "steal": self.steal,
-        }
+        """The step as report.json keeps it: its verdict, not its request count."""
+        found = asdict(self)
+        del found["requests"]
+        return {"rate": self.rate, "held": held, "counted": counted, **found}
 
 
 @dataclass(frozen=True)
@@ -266,9 +259,8 @@ def recovery_s(
 # ---- the step's record --------------------------------------------------------------------
 @dataclass(frozen=True)
 class Counters:
-    breaker_skips: float = (
-        0.0  # cache_errors_total{op="breaker_open"}: reads an open breaker skipped
-    )
+    # cache_errors_total{op="breaker_open"}: reads an open breaker skipped
+    breaker_skips: float = 0.0
     fallback_reads: float = 0.0  # loop_followers_total{outcome="fallback"}
     shed: dict[str, float] = field(default_factory=dict)  # shed_total by reason
     redis_judged: dict[str, float] = field(default_factory=dict)  # redis_errors_judged_total

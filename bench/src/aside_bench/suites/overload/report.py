@@ -14,8 +14,8 @@ from aside_bench.suites.overload import figures as fg
 CHART = "overload.png"
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _pct(value: float | None) -> str:
@@ -43,8 +43,8 @@ def step_row(step: dict[str, Any], ceiling: int) -> list[str]:
         recovered = "never" if recovery is None else f"{recovery:.0f} s"
     return [
         step["label"], str(step["rate"]), f"{step['goodput_rps']:.0f}",
-        f"{step['goodput_rps'] / ceiling:.2f}", _ms(served["p50_ms"]), _ms(served["p99_ms"]),
-        str(shed["count"]), f"{_ms(shed['p50_ms'])} / {_ms(shed['p99_ms'])}",
+        f"{step['goodput_rps'] / ceiling:.2f}", _num(served["p50_ms"]), _num(served["p99_ms"]),
+        str(shed["count"]), f"{_num(shed['p50_ms'])} / {_num(shed['p99_ms'])}",
         str(req["timeouts"] + req["other_errors"]), str(req["dropped"]),
         f"{counters['breaker_skips']:.0f}", f"{counters['fallback_reads']:.0f}",
         _by(counters["shed"]), _pct(step["driver_share"]), recovered,
@@ -69,19 +69,15 @@ def arm_table(arm: dict[str, Any]) -> Table:
     )
 
 
-def _cores(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 def machine_row(step: dict[str, Any]) -> list[str]:
     req, machine = step["requests"], step.get("machine") or {}
     on_open, on_new = req["served_open"], req["served_new"]
     return [
         step["label"], _pct(machine.get("busy")), _pct(machine.get("steal")),
-        _cores(machine.get("gateway_cores")), _cores(machine.get("redis_cores")),
-        _loop_wait(machine), _cores(step["driver_cores"]), _collections(step["counters"]),
-        f"{on_open['count']}: {_ms(on_open['p50_ms'])} / {_ms(on_open['p99_ms'])}",
-        f"{on_new['count']}: {_ms(on_new['p50_ms'])} / {_ms(on_new['p99_ms'])}",
+        _num(machine.get("gateway_cores"), 2), _num(machine.get("redis_cores"), 2),
+        _loop_wait(machine), _num(step["driver_cores"], 2), _collections(step["counters"]),
+        f"{on_open['count']}: {_num(on_open['p50_ms'])} / {_num(on_open['p99_ms'])}",
+        f"{on_new['count']}: {_num(on_new['p50_ms'])} / {_num(on_new['p99_ms'])}",
     ]  # fmt: skip
 
 
@@ -124,7 +120,7 @@ def search_table(arm: dict[str, Any]) -> Table:
     rows = [
         [
             str(t["rate"]),
-            _ms(t["p95_ms"]),
+            _num(t["p95_ms"]),
             str(t["dropped"]),
             # Records written before the sheds were counted have neither figure.
             str(t.get("shed", "-")),
@@ -141,7 +137,7 @@ def search_table(arm: dict[str, Any]) -> Table:
 def timeline_table(arm: dict[str, Any]) -> Table:
     after = arm["steps"][-1]
     rows = [
-        [str(s["at_s"]), str(s["served"]), _ms(s["served_p95_ms"]), str(s["shed"]),
+        [str(s["at_s"]), str(s["served"]), _num(s["served_p95_ms"]), str(s["shed"]),
          str(s["unanswered"]), str(s["dropped"])]
         for s in after["requests"]["seconds"]
     ]  # fmt: skip
@@ -270,13 +266,6 @@ def _context(run: SuiteRun) -> list[str]:
     ]
 
 
-def _arm_tables(arm: dict[str, Any]) -> list[Table]:
-    """A measured arm's tables (an arm that failed has its error instead, and
-    may lack the steps they read)."""
-    own = [arm_table(arm), machine_table(arm), timeline_table(arm)]
-    return own + ([search_table(arm)] if arm["search"] else [])
-
-
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     doc = suite_page("overload", run)
     doc.ul(_context(run))
@@ -292,7 +281,10 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
         )
         doc.image(path, "goodput against the offered load, per arm")
     for arm in run.items:
-        own = [] if arm["error"] else _arm_tables(arm)
+        own = []
+        if not arm["error"]:  # a failed arm has its error instead, and may lack the steps
+            own = [arm_table(arm), machine_table(arm), timeline_table(arm)]
+            own += [search_table(arm)] if arm["search"] else []
         tables += own
         item_section(doc, arm["arm"], arm, "arm", own, [])
     saved = save_report(doc, run, out_dir, tables[:2])

@@ -22,7 +22,14 @@ from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, expires_within, wait_until_quiet, warm_cache
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench.suites.base import SuiteRun, open_run, run_items, sleep_until
+from aside_bench.suites.base import (
+    SuiteRun,
+    increase,
+    open_run,
+    run_items,
+    sleep_until,
+    summed_by_label,
+)
 from aside_bench.suites.overload import figures as fg
 from aside_bench.suites.overload.plan import (
     BASELINE_FACTOR,
@@ -158,7 +165,7 @@ def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
     before = counters(bench.settings)["shed"]
     ticks = procs.machine_ticks()
     summary = finish_driver(bench.start(run), run)
-    shed = _increase(before, counters(bench.settings)["shed"])
+    shed = increase(before, counters(bench.settings)["shed"])
     figures = summary.step_figures("read") or {}
     return fg.SearchStep(
         rate=rate,
@@ -215,17 +222,9 @@ def counters(settings: Settings) -> dict[str, Any]:
     text = gm.scrape(settings)
     return {
         "cache_errors": gm.cache_error_counts(text),
-        "fallback": gm.summed_by(
-            text, "aside_gateway_loop_followers_total", lambda labels: labels.get("outcome", "")
-        ),
-        "shed": gm.summed_by(
-            text, "aside_gateway_shed_total", lambda labels: labels.get("reason", "")
-        ),
-        "judged": gm.summed_by(
-            text,
-            "aside_gateway_redis_errors_judged_total",
-            lambda labels: labels.get("verdict", ""),
-        ),
+        "fallback": summed_by_label(text, "aside_gateway_loop_followers_total", "outcome"),
+        "shed": summed_by_label(text, "aside_gateway_shed_total", "reason"),
+        "judged": summed_by_label(text, "aside_gateway_redis_errors_judged_total", "verdict"),
         "admission_limit": gm.unlabelled_value(text, "aside_gateway_admission_limit"),
         "gc": {
             part: sum(
@@ -236,18 +235,14 @@ def counters(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: v - before.get(k, 0.0) for k, v in sorted(after.items()) if v - before.get(k, 0.0)}
-
-
 def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> fg.Counters:
     return fg.Counters(
         breaker_skips=after["cache_errors"].get("breaker_open", 0.0)
         - before["cache_errors"].get("breaker_open", 0.0),
         fallback_reads=after["fallback"].get("fallback", 0.0)
         - before["fallback"].get("fallback", 0.0),
-        shed=_increase(before["shed"], after["shed"]),
-        redis_judged=_increase(before["judged"], after["judged"]),
+        shed=increase(before["shed"], after["shed"]),
+        redis_judged=increase(before["judged"], after["judged"]),
         admission_limit=after["admission_limit"],
         gc_collections=after["gc"]["count"] - before["gc"]["count"],
         gc_pause_s=after["gc"]["sum"] - before["gc"]["sum"],
@@ -335,11 +330,9 @@ def end(
     if rule is None:
         return figures
     step_end = start + running.run.duration_s
-    took = (
-        None
-        if rule.limit_ms is None
-        else fg.recovery_s(requests, rule.overload_end, step_end, rule.limit_ms)
-    )
+    took = None
+    if rule.limit_ms is not None:
+        took = fg.recovery_s(requests, rule.overload_end, step_end, rule.limit_ms)
     rest = fg.window(requests, rule.overload_end, rule.from_s)
     return replace(figures, recovery_s=took, recovery_window=rest)
 
@@ -362,7 +355,8 @@ def overload_then_recovery(
     after = begin(bench, arm, "0.6x after", BASELINE_FACTOR, ceiling, lead_s=0.0)
     # The 2x step's samples are read once the recovery is over: reading and
     # packing them takes a core for seconds, which the recovery would pay.
-    after_edge = _edge_after(bench, after)
+    after.driver.wait(deadline_s(after.run))
+    after_edge = edge(bench)
     # The 2x step's readings end where the recovery's begin.
     overloaded = end(bench, arm, top, after.before)
     rule = RecoveryRule(
@@ -370,11 +364,6 @@ def overload_then_recovery(
     )
     recovering = end(bench, arm, after, after_edge, rule)
     return overloaded, recovering
-
-
-def _edge_after(bench: Bench, running: Running) -> Edge:
-    running.driver.wait(deadline_s(running.run))
-    return edge(bench)
 
 
 def run_arm(bench: Bench, arm: str) -> ArmResult:

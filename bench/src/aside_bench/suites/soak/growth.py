@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any, Self
 
-from aside_bench.report.tables import Table
+from aside_bench.report.tables import Table, fmt_num
 from aside_bench.suites.samples import fmt_mib
 
 MEMORY_GROWTH_FLAG = 0.10
@@ -279,10 +279,6 @@ def load_table(tallies: dict[str, Any]) -> Table:
     for kind in ("count", "user", "create"):
         counts = [tallies.get(f"{kind}_{cls}", 0) for cls in ("2xx", "4xx", "5xx", "error")]
         latency = tallies.get(f"{kind}_ms") or {}
-        p95, top = _latency(latency.get("p95"), ".1f"), _latency(latency.get("max"), ".0f")
+        p95, top = fmt_num(latency.get("p95")), fmt_num(latency.get("max"), 0)
         rows.append([kind, str(sum(counts)), *map(str, counts), p95, top])
     return Table("The load (the driver's summary)", headers, rows)
-
-
-def _latency(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)

@@ -64,7 +64,6 @@ def chart(
 
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     params, extra = run.params, run.extra
-    machine = summary(run.machine)
     rows = [ProcessGrowth.of(row) for row in run.items]
     services = [row.service for row in rows]
     tables = [growth_table(rows), load_table(extra["load"])]
@@ -76,7 +75,7 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
         services,
         params["warmup_s"],
         out_dir / "soak.png",
-        f"Soak {run.run_id} on {machine}.",
+        f"Soak {run.run_id} on {summary(run.machine)}.",
     )
     doc = suite_page("soak", run)
     doc.ul(

@@ -205,8 +205,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
         tallies, summary_error = load_tallies(Summary.read(summary_path)), None
     except SummaryError as error:  # the samples are worth a report all the same
         tallies, summary_error = {}, str(error)
-    services = list(pids)
-    rows = growth_table_rows(samples, services, params.warmup_s, params.duration_s)
+    rows = growth_table_rows(samples, list(pids), params.warmup_s, params.duration_s)
     key_row = key_table_row(
         samples, params.warmup_s, params.duration_s, lifetime_s, params.rate * params.write_share
     )
