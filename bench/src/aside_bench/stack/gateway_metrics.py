@@ -79,6 +79,11 @@ def summed_by(text: str, name: str, key: Callable[[dict[str, str]], K]) -> dict[
     return sums
 
 
+def summed_by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """The samples named `name`, summed by one label's value ("" where absent)."""
+    return summed_by(text, name, lambda labels: labels.get(label, ""))
+
+
 def request_counts(text: str) -> dict[RequestKey, float]:
     """aside_gateway_http_requests_total by (route, method, status)."""
 
@@ -90,7 +95,7 @@ def request_counts(text: str) -> dict[RequestKey, float]:
 
 def cache_error_counts(text: str) -> dict[str, float]:
     """aside_gateway_cache_errors_total by op (get, lease, store, breaker_open)."""
-    return summed_by(text, CACHE_ERRORS_TOTAL, lambda labels: labels.get("op", ""))
+    return summed_by_label(text, CACHE_ERRORS_TOTAL, "op")
 
 
 def tier_read_counts(text: str) -> dict[str, float]:
@@ -104,7 +109,7 @@ def tier_read_counts(text: str) -> dict[str, float]:
 
 def lag_bucket_counts(text: str) -> dict[str, float]:
     """The invalidation lag histogram's cumulative buckets by their `le` text."""
-    return summed_by(text, INVALIDATION_LAG_BUCKET, lambda labels: labels.get("le", ""))
+    return summed_by_label(text, INVALIDATION_LAG_BUCKET, "le")
 
 
 def served_requests(text: str) -> float:

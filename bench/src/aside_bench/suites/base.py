@@ -22,7 +22,6 @@ from aside_bench.load.samples import SamplesError
 from aside_bench.load.summary import SummaryError
 from aside_bench.report.doc import Doc
 from aside_bench.report.tables import Table
-from aside_bench.stack import gateway_metrics
 from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe, summary
 from aside_bench.stack.prepare import StackError
@@ -253,11 +252,6 @@ def run_items(
         if not go_on(result):
             break
     run.passed = run.all_passed()
-
-
-def summed_by_label(text: str, name: str, label: str) -> dict[str, float]:
-    """The gateway's samples named `name` in a /metrics `text`, summed by one label."""
-    return gateway_metrics.summed_by(text, name, lambda labels: labels.get(label, ""))
 
 
 def increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -25,7 +25,7 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import (
     connections_per_worker,
     scrape,
-    summed_by,
+    summed_by_label,
     tier_read_counts,
     values_named_like,
 )
@@ -58,7 +58,7 @@ def read_counters(settings: Settings, conn: psycopg.Connection) -> Reading:
         stale_age_max=max(ages) if ages else None,
         count_queries=sum(
             v
-            for k, v in summed_by(text, DB_QUERIES, lambda x: x.get("query", "")).items()
+            for k, v in summed_by_label(text, DB_QUERIES, "query").items()
             if k.startswith("count")
         ),
     )

@@ -11,7 +11,6 @@ import psycopg
 
 from aside_bench.stack import gateway_metrics
 from aside_bench.stack.config import Settings
-from aside_bench.suites.base import summed_by_label
 from aside_bench.suites.hardening import checks as hc
 
 # How often the query counter is read after the flood.
@@ -72,10 +71,12 @@ def poll_until_still(
 def gateway_counters(settings: Settings) -> dict[str, Any]:
     """The gateway's own counters the flood moves, summed over its workers."""
     text = gateway_metrics.scrape(settings)
-    hits = summed_by_label(text, "aside_gateway_cache_hits_total", "route")
+    hits = gateway_metrics.summed_by_label(text, "aside_gateway_cache_hits_total", "route")
     return {
-        "db_queries": summed_by_label(text, "aside_gateway_db_queries_total", "query"),
-        "shed": summed_by_label(text, "aside_gateway_shed_total", "reason"),
+        "db_queries": gateway_metrics.summed_by_label(
+            text, "aside_gateway_db_queries_total", "query"
+        ),
+        "shed": gateway_metrics.summed_by_label(text, "aside_gateway_shed_total", "reason"),
         "batched_emails": gateway_metrics.unlabelled_value(
             text, "aside_gateway_miss_batch_size_sum"
         ),

@@ -28,7 +28,6 @@ from aside_bench.suites.base import (
     open_run,
     run_items,
     sleep_until,
-    summed_by_label,
 )
 from aside_bench.suites.overload import figures as fg
 from aside_bench.suites.overload.plan import (
@@ -222,9 +221,9 @@ def counters(settings: Settings) -> dict[str, Any]:
     text = gm.scrape(settings)
     return {
         "cache_errors": gm.cache_error_counts(text),
-        "fallback": summed_by_label(text, "aside_gateway_loop_followers_total", "outcome"),
-        "shed": summed_by_label(text, "aside_gateway_shed_total", "reason"),
-        "judged": summed_by_label(text, "aside_gateway_redis_errors_judged_total", "verdict"),
+        "fallback": gm.summed_by_label(text, "aside_gateway_loop_followers_total", "outcome"),
+        "shed": gm.summed_by_label(text, "aside_gateway_shed_total", "reason"),
+        "judged": gm.summed_by_label(text, "aside_gateway_redis_errors_judged_total", "verdict"),
         "admission_limit": gm.unlabelled_value(text, "aside_gateway_admission_limit"),
         "gc": {
             part: sum(
