@@ -220,55 +220,36 @@ def test_a_quiet_worker_owes_no_rest(make_batcher):
     assert query.started[1] - query.started[0] < 0.1 + 0.3
 
 
-def gather_in_thread(
-    batcher: MissBatcher[str, int], key: str, gather_s: float, out: dict
-) -> threading.Thread:
-    def run() -> None:
-        out[key] = batcher.get(key, gather_s=gather_s)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
-def test_gathered_keys_wait_for_each_other_and_share_one_query(make_batcher):
+def test_keys_asked_together_share_one_query(make_batcher):
     query = FakeQuery({"a": 1, "b": 2})
     batcher = make_batcher(query)
+    query.gate.clear()  # a batch already running: the keys queue behind it together
     results: dict = {}
-    asked = time.monotonic()
-    threads = [gather_in_thread(batcher, key, 0.5, results) for key in ("a", "b")]
-    wait_until(lambda: query.calls, 5, "the gathered batch to start")
-    for thread in threads:
+    first = get_in_thread(batcher, "x", results)
+    wait_until(lambda: query.calls, 5, "the first batch to start")
+    many = threading.Thread(target=lambda: results.update(batcher.get_many(["a", "b", "c"])))
+    many.start()
+    wait_until(lambda: pending(batcher) == 3, 5, "the keys pending")
+    query.gate.set()
+    for thread in (first, many):
         thread.join(10)
-    assert [sorted(call) for call in query.calls] == [["a", "b"]]
-    assert query.started[0] - asked >= 0.5 - 0.01  # not before the first key's gathering ended
-    assert results == {"a": 1, "b": 2}
+    assert [sorted(call) for call in query.calls] == [["x"], ["a", "b", "c"]]
+    assert results == {"x": 0, "a": 1, "b": 2, "c": 0}
 
 
-def test_a_reader_that_misses_starts_the_batch_and_carries_the_gathered_keys(make_batcher):
-    query = FakeQuery({"a": 1, "b": 2, "c": 3})
-    batcher = make_batcher(query)
-    results: dict = {}
-    threads = [gather_in_thread(batcher, key, 30.0, results) for key in ("a", "b")]
-    wait_until(lambda: pending(batcher) == 2, 5, "two keys gathering")
-    asked = time.monotonic()
-    threads.append(get_in_thread(batcher, "c", results))  # due now
-    for thread in threads:
-        thread.join(10)
-    assert [sorted(call) for call in query.calls] == [["a", "b", "c"]]
-    assert query.started[0] - asked < 5  # far from the 30 s of gathering
-    assert results == {"a": 1, "b": 2, "c": 3}
-
-
-def test_a_reader_asking_for_a_gathering_key_makes_it_due(make_batcher):
+def test_keys_asked_together_without_an_answer_in_time_are_withdrawn(make_batcher):
     query = FakeQuery({"a": 1})
-    batcher = make_batcher(query)
+    batcher = make_batcher(query, wait_s=0.2)
+    query.gate.clear()
     results: dict = {}
-    gathering = gather_in_thread(batcher, "a", 30.0, results)
-    wait_until(lambda: pending(batcher) == 1, 5, "the key gathering")
-    assert batcher.get("a") == 1  # within the fixture's 5 s wait, not after 30 s
-    gathering.join(10)
-    assert query.calls == [["a"]]
+    first = get_in_thread(batcher, "x", results)  # holds the only batch slot
+    wait_until(lambda: query.calls, 5, "the first batch to start")
+    with pytest.raises(BatchTimeout):
+        batcher.get_many(["a", "b"])
+    assert pending(batcher) == 0  # no scan for keys nobody waits for
+    query.gate.set()
+    first.join(10)
+    assert query.calls == [["x"]]
 
 
 def test_cpu_share_follows_this_process_cpu_use():

@@ -5,12 +5,17 @@ the one that wrote them, and the L1 tier's jittered lifetimes."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
 import pytest
 from aside_gateway.config.settings import ConfigError, load_settings
 from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.routes import COUNT_ROUTE
+from aside_gateway.front.lookup import Lookup
+from aside_gateway.front.refresh_behind import RefreshBehind
+from aside_gateway.misses.coalesce import LoopFlights
 from aside_gateway.tiers import expiry
 from aside_gateway.tiers.expiry import ExpiryPolicy, jittered, xfetch
 from aside_gateway.tiers.l1 import L1Cache
@@ -234,3 +239,100 @@ def test_l1_without_jitter_ends_every_entry_together():
     assert all(l1.get(key) for key in ("a", "b", "c"))
     clock.now += 0.002
     assert not any(l1.get(key) for key in ("a", "b", "c"))
+
+
+# ---- swr's refreshes behind the answer, gathered on the loop (front/refresh_behind.py) ---
+
+
+def stale_read(email: str) -> tuple[Lookup, bytes]:
+    return Lookup(COUNT_ROUTE, cache_keys.count_key(email), "l2", email), b"~x1:1:0:7"
+
+
+class FakeRefresh:
+    """Records each batch handed to the refresh thread; fails if told to."""
+
+    def __init__(self, fail: bool = False):
+        self.batches: list[list[str]] = []
+        self.fail = fail
+
+    def __call__(self, route: str, reads: list[tuple[Lookup, bytes]]) -> list[bool]:
+        self.batches.append([lookup.email or "" for lookup, _ in reads])
+        if self.fail:
+            raise RuntimeError("refresh failed")
+        return [True] * len(reads)
+
+
+async def refresh_reads(
+    behind: RefreshBehind, emails: list[str], flights: LoopFlights | None = None
+) -> LoopFlights:
+    """Start a refresh of each email as stale reads do, and wait until all landed."""
+    flights = flights or LoopFlights()
+    for email in emails:
+        found, seen = stale_read(email)
+        if not flights.busy((found.key, "l2")):
+            behind.start(flights, (found.key, "l2"), found, seen)
+    for email in emails:
+        assert await flights.follow((cache_keys.count_key(email), "l2"), 10)
+    return flights
+
+
+def test_refreshes_started_within_the_gathering_share_one_batch():
+    refresh = FakeRefresh()
+
+    async def run() -> None:
+        behind = RefreshBehind(refresh, gather_s=0.2, limit=100)
+        flights = LoopFlights()
+        found, seen = stale_read("a@x.io")
+        behind.start(flights, (found.key, "l2"), found, seen)
+        await asyncio.sleep(0.05)  # within the gathering: the behaviour under test
+        await refresh_reads(behind, ["b@x.io", "c@x.io"], flights)
+        assert len(flights) == 0
+        await behind.close()
+
+    asyncio.run(run())
+    assert refresh.batches == [["a@x.io", "b@x.io", "c@x.io"]]
+
+
+def test_refreshes_after_the_gathering_form_a_batch_of_their_own():
+    refresh = FakeRefresh()
+
+    async def run() -> None:
+        behind = RefreshBehind(refresh, gather_s=0.0, limit=100)
+        await refresh_reads(behind, ["a@x.io"])
+        await refresh_reads(behind, ["b@x.io"])
+        await behind.close()
+
+    asyncio.run(run())
+    assert refresh.batches == [["a@x.io"], ["b@x.io"]]
+
+
+def test_a_full_bound_of_keys_is_sent_at_once_and_more_are_skipped():
+    refresh = FakeRefresh()
+
+    async def run() -> None:
+        behind = RefreshBehind(refresh, gather_s=30.0, limit=2)
+        flights = LoopFlights()
+        for email in ("a@x.io", "b@x.io", "c@x.io"):
+            found, seen = stale_read(email)
+            behind.start(flights, (found.key, "l2"), found, seen)
+        assert not flights.busy((cache_keys.count_key("c@x.io"), "l2"))  # skipped
+        async with asyncio.timeout(10):  # far from the 30 s of gathering
+            await refresh_reads(behind, ["a@x.io", "b@x.io"], flights)
+        await behind.close()
+
+    asyncio.run(run())
+    assert refresh.batches == [["a@x.io", "b@x.io"]]
+
+
+def test_a_refresh_that_fails_lands_its_flights_and_frees_its_bound():
+    refresh = FakeRefresh(fail=True)
+
+    async def run() -> None:
+        behind = RefreshBehind(refresh, gather_s=0.0, limit=1)
+        flights = await refresh_reads(behind, ["a@x.io"])
+        assert len(flights) == 0 and behind.waiting == 0
+        await refresh_reads(behind, ["a@x.io"], flights)  # the next read tries again
+        await behind.close()
+
+    asyncio.run(run())
+    assert refresh.batches == [["a@x.io"], ["a@x.io"]]

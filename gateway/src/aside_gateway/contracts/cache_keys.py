@@ -209,6 +209,13 @@ def encode_json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def user_value(row: tuple[int, str, str, datetime] | None) -> bytes:
+    """The cached value of a user's row: its API JSON, or NEGATIVE for no row."""
+    if row is None:
+        return NEGATIVE
+    return encode_json(user_json(*row))
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """A value stored with its logical expiry (unix ms) and the time its

@@ -46,9 +46,6 @@ EARLY_GET_KEY = "aside.early_get"  # the EarlyGet of a hit attempt that fell thr
 # Set by the worker's protocol (front/worker.py) when the request head is complete.
 ARRIVED_KEY = "aside.arrived"  # time.monotonic() then
 CLIENT_GONE_KEY = "aside.client_gone"  # a callable: True once the connection is closing
-# Set by the hot path on the request it makes to refresh a stale value behind
-# the answer (front/refresh_behind.py): no client reads its answer or counts it.
-REFRESH_BEHIND_KEY = "aside.refresh_behind"
 
 
 def count_body(email: str, value: bytes) -> bytes:

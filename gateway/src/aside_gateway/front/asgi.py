@@ -38,10 +38,10 @@ from a2wsgi import WSGIMiddleware
 from aside_gateway.backends.core_client import AsyncCoreClient
 from aside_gateway.config import metrics
 from aside_gateway.config.settings import ConfigError, Settings, load_settings
+from aside_gateway.contracts import cache_keys
 from aside_gateway.contracts.routes import (
     CLIENT_GONE_KEY,
     EARLY_GET_KEY,
-    REFRESH_BEHIND_KEY,
     START_KEY,
     AsgiApp,
 )
@@ -50,6 +50,7 @@ from aside_gateway.door.loop_admission import LoopAdmission
 from aside_gateway.front import collector
 from aside_gateway.front.hot_path import OPS_THREADS, AsyncHotPath, EarlyGetClient
 from aside_gateway.front.loop_writes import LoopWrites
+from aside_gateway.front.refresh_behind import RefreshBehind, refresher
 from aside_gateway.services import build_services
 from aside_gateway.tiers.invalidations import LoopInvalidationSubscriber
 from aside_gateway.tiers.tracking import TrackingSubscriber
@@ -69,7 +70,7 @@ def _with_scope_state(app: WsgiApp) -> WsgiApp:
         # a2wsgi's body stream ends where the request's does; saying so lets
         # werkzeug read a chunked body (no Content-Length) and apply its limit.
         environ["wsgi.input_terminated"] = True
-        for key in (START_KEY, EARLY_GET_KEY, CLIENT_GONE_KEY, REFRESH_BEHIND_KEY):
+        for key in (START_KEY, EARLY_GET_KEY, CLIENT_GONE_KEY):
             if key in scope:
                 environ[key] = scope[key]
         return app(environ, start_response)
@@ -99,6 +100,13 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
         writes = LoopWrites(settings, services.tiers, AsyncCoreClient(settings))
     admission = LoopAdmission.from_settings(settings)
     services.loop_lag.on_tick = admission.on_tick
+    refresh_behind = None
+    if settings.cache_expiry == cache_keys.EXPIRY_SWR:
+        refresh_behind = RefreshBehind(
+            refresher(services.cache, services.db),
+            settings.cache_expiry_refresh_gather_ms / 1000,
+            settings.miss_batch_max,
+        )
     return AsyncHotPath(
         bridge,
         redis_get,
@@ -111,6 +119,7 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
         tracked,
         tracker,
         ops,
+        refresh_behind,
     )
 
 

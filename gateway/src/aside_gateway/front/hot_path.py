@@ -186,6 +186,7 @@ class AsyncHotPath:
         tracked: L1Cache | None = None,
         tracker: TrackingSubscriber | None = None,
         ops: AsgiApp | None = None,
+        refresh_behind: RefreshBehind | None = None,
     ):
         self.fallback = fallback
         # Where the operational routes go (OPS_PATHS); None: with the rest, to Flask.
@@ -214,11 +215,8 @@ class AsyncHotPath:
         self.lab = settings.is_lab
         self.flights: LoopFlights[tuple[str, str]] = LoopFlights()
         self.expiry = ExpiryPolicy.from_settings(settings)
-        self.refresh_behind = None
-        if settings.cache_expiry == cache_keys.EXPIRY_SWR:
-            self.refresh_behind = RefreshBehind(
-                fallback, max(1, settings.threads // 2), self.admission
-            )
+        # swr's refreshes behind stale answers (None in the other modes).
+        self.refresh_behind = refresh_behind
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -436,7 +434,8 @@ class AsyncHotPath:
         stale = miss.meanwhile is not None and miss.meanwhile.stale_ms is not None
         if not stale or self.refresh_behind is None:
             return False
-        self.refresh_behind.start(self.flights, miss.flight, miss.found.route, scope)
+        early = scope.pop(EARLY_GET_KEY)  # the stale read: no Flask request follows it
+        self.refresh_behind.start(self.flights, miss.flight, miss.found, early.value)
         return True
 
     async def _send_meanwhile(self, meanwhile: Meanwhile, send: Send, started: float) -> None:

@@ -65,13 +65,14 @@ _USER_PARAMS = frozenset({"cache"})
 
 @dataclass(frozen=True, slots=True)
 class Lookup:
-    """A request the hot path may answer: its route, its cache key and, for a
-    count, the email the body repeats."""
+    """A request the hot path may answer: its route, its cache key and what the
+    key names (a count's email, which its body repeats, or a user's id)."""
 
     route: str
     key: str
     strategy: str
     email: str | None = None
+    user_id: int | None = None
 
     def body(self, value: bytes) -> bytes | None:
         """The response body for cached `value`, or None if Flask must answer
@@ -110,7 +111,7 @@ def lookup(
     strategy = _strategy(params, _USER_PARAMS, default, lab)
     if user_id is None or strategy is None:
         return None
-    return Lookup(USER_ROUTE, cache_keys.user_key(user_id), strategy)
+    return Lookup(USER_ROUTE, cache_keys.user_key(user_id), strategy, user_id=user_id)
 
 
 @functools.lru_cache(maxsize=MEMO_SIZE)

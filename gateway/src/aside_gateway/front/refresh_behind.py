@@ -1,90 +1,129 @@
-"""Stale-while-revalidate's refresh behind the answer (CACHE_EXPIRY=swr).
+"""Stale-while-revalidate's refreshes behind the answer (CACHE_EXPIRY=swr).
 
 A read on the event loop that finds its key past its expiry, within the stale
-bound, is answered at once with the value it read. The refresh runs behind it
-in Flask like any fill (the lease, the miss batcher, the store under the
-lease), as a request of the worker's own whose answer nobody reads; the key's
-flight stays busy until it lands, so the reads meanwhile are answered stale on
-the loop too. A refresh that fails leaves the stale value in place: the next
-read within the bound answers it and tries again.
+bound, is answered at once with the value it read, and its key joins the
+refreshes gathering in this worker. Nobody waits for them, so they gather for
+CACHE_EXPIRY_REFRESH_GATHER_MS (or until MISS_BATCH_MAX keys), holding no
+thread, and are then refreshed together in one thread of the worker's own
+(tiers/l2.py `Cache.refresh_behind`: a lease per key, one read of all the
+counts through the miss batcher, a store per key under its lease): keys
+expiring over a second share one scan, and no Flask thread waits on it. Each
+key's flight stays busy until its refresh lands, so the reads meanwhile are
+answered stale on the loop too. A refresh that fails leaves the stale value in
+place: the next read within the bound answers it and tries again.
 
-Bounded: at most `limit` refreshes run at once in a worker (half its Flask
-threads), so clients keep the rest; past it a stale read is answered and the
-refresh left to a later one. Each waits for a thread like any request handed
-to Flask (GATEWAY_QUEUE_TIMEOUT_MS).
+Bounded: at most MISS_BATCH_MAX keys gather or are refreshed at once in a
+worker; past it a stale read is answered and its refresh left to a later one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aside_gateway.config import metrics
-from aside_gateway.contracts.routes import (
-    ARRIVED_KEY,
-    CLIENT_GONE_KEY,
-    REFRESH_BEHIND_KEY,
-    AsgiApp,
-)
-from aside_gateway.door.loop_admission import LoopAdmission
+from aside_gateway.contracts import cache_keys
+from aside_gateway.contracts.routes import COUNT_ROUTE
+from aside_gateway.front.lookup import Lookup
 from aside_gateway.misses.coalesce import LoopFlights
+from aside_gateway.misses.db import Database
+from aside_gateway.tiers.l2 import Cache, Stale
 
 log = logging.getLogger(__name__)
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-NO_BODY: Message = {"type": "http.request", "body": b"", "more_body": False}
+# A stale read to refresh: what it looked up, and the stored form it read.
+StaleRead = tuple[Lookup, bytes]
+# Refreshes the reads of one route (in the refresh thread): whether each landed.
+Refresh = Callable[[str, list[StaleRead]], list[bool]]
+
+
+def refresher(cache: Cache, db: Database) -> Refresh:
+    """Refreshes in Redis from PostgreSQL: counts in one batch, users by id."""
+
+    def refresh(route: str, reads: list[StaleRead]) -> list[bool]:
+        found = {lookup.key: lookup for lookup, _ in reads}
+
+        def load_many(keys: list[str]) -> dict[str, bytes]:
+            if route == COUNT_ROUTE:
+                emails = {key: found[key].email for key in keys}
+                counts = db.counts_by_email(list(emails.values()))
+                return {key: cache_keys.encode_count(counts[emails[key]]) for key in keys}
+            return {key: cache_keys.user_value(db.user_by_id(found[key].user_id)) for key in keys}
+
+        stale = [Stale(lookup.key, seen) for lookup, seen in reads]
+        return cache.refresh_behind(route, stale, load_many)
+
+    return refresh
 
 
 class RefreshBehind:
-    def __init__(self, flask: AsgiApp, limit: int, admission: LoopAdmission):
-        self.flask = flask
+    def __init__(self, refresh: Refresh, gather_s: float, limit: int):
+        self.refresh = refresh
+        self.gather_s = gather_s
         self.limit = limit
-        self.admission = admission
+        self.waiting = 0  # keys gathering or being refreshed
+        self.gathering: dict[str, list[tuple[StaleRead, asyncio.Future[None]]]] = {}
+        self.timer: asyncio.TimerHandle | None = None
         self.running: set[asyncio.Task[None]] = set()
+        # One thread: the refreshes of a worker run one batch after another.
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="aside-refresh-behind")
 
-    def start(self, flights: LoopFlights[Any], flight: Any, route: str, scope: Scope) -> None:
-        """Refresh the key of `flight` behind the answer to `scope`'s read, unless
-        the worker already runs its bound of refreshes."""
-        if len(self.running) >= self.limit:
-            metrics.refresh_behind(route, "skipped")
+    def start(self, flights: LoopFlights[Any], flight: Any, found: Lookup, seen: bytes) -> None:
+        """Refresh `found`'s key, read as `seen`, behind the stale answer, unless
+        the worker already has its bound of keys to refresh."""
+        if self.waiting >= self.limit:
+            metrics.refresh_behind(found.route, "skipped")
             return
-        task = flights.lead_behind(flight, self._refresh(route, _behind(scope)))
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
+        loop = asyncio.get_running_loop()
+        landed: asyncio.Future[None] = loop.create_future()
+        flights.lead_behind(flight, landed)  # busy until it lands: reads meanwhile answer stale
+        self.waiting += 1
+        self.gathering.setdefault(found.route, []).append(((found, seen), landed))
+        if self.waiting >= self.limit:
+            self._send()
+        elif self.timer is None:
+            self.timer = loop.call_later(self.gather_s, self._send)
 
-    async def _refresh(self, route: str, scope: Scope) -> None:
-        status: list[int] = []
+    def _send(self) -> None:
+        """Hand every gathered key to the refresh thread, a batch a route."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        gathered, self.gathering = self.gathering, {}
+        for route, reads in gathered.items():
+            task = asyncio.get_running_loop().create_task(self._refresh(route, reads))
+            self.running.add(task)
+            task.add_done_callback(self.running.discard)
 
-        async def receive() -> Message:
-            return NO_BODY
-
-        async def send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status.append(message["status"])
-
-        self.admission.hand_over()
+    async def _refresh(
+        self, route: str, reads: list[tuple[StaleRead, asyncio.Future[None]]]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        landed = [False] * len(reads)
         try:
-            await self.flask(scope, receive, send)
+            batch = [read for read, _ in reads]
+            landed = await loop.run_in_executor(self.thread, self.refresh, route, batch)
         except Exception:  # its own task: nobody else would hear of it
-            log.exception("refreshing a stale value failed")
-            status.append(0)
+            log.exception("refreshing stale values failed")
         finally:
-            self.admission.handed_back()
-        metrics.refresh_behind(route, "done" if status[:1] == [200] else "failed")
+            self.waiting -= len(reads)
+            for _, done in reads:
+                if not done.done():
+                    done.set_result(None)
+        for ok in landed:
+            metrics.refresh_behind(route, "done" if ok else "failed")
 
     async def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for _, done in (entry for reads in self.gathering.values() for entry in reads):
+            done.cancel()
+        self.gathering = {}
         for task in list(self.running):
             task.cancel()
         await asyncio.gather(*self.running, return_exceptions=True)
-
-
-def _behind(scope: Scope) -> Scope:
-    """The refresh's own request: the read's, without its client (which may
-    leave: the refresh goes on), arrived now, marked as no client's."""
-    behind = {k: v for k, v in scope.items() if k != CLIENT_GONE_KEY}
-    behind[ARRIVED_KEY] = time.monotonic()
-    behind[REFRESH_BEHIND_KEY] = True
-    return behind
+        self.thread.shutdown(wait=False, cancel_futures=True)

@@ -23,11 +23,9 @@ the database work near the number of distinct keys, not of requests:
   gateway asks whether the process used BUSY_CPU_SHARE of a core over the
   last second): a quiet worker (low rates, the bench's cache warm-up) reads
   its misses at once.
-  A key asked for with `gather_s` (a refresh nobody waits for: stale-while-
-  revalidate answered its readers already) is not due for that long: its batch
-  starts when the oldest key's gathering ends, or at once when a key that is
-  due now (a reader's miss) joins, and carries every key pending then, so the
-  refreshes of keys expiring over a second or two share a scan or two.
+  `get_many` asks for several keys at once (swr's refreshes behind their
+  stale answers, gathered on the event loop: front/refresh_behind.py): they
+  are all pending before the first is waited for, so they share a batch.
   The threads start on first use, so never in gunicorn's master before the
   fork (and again in a child that was forked after they started).
 
@@ -46,7 +44,7 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -205,7 +203,6 @@ GONE_POLL_S = 0.05
 
 @dataclass(eq=False)
 class _Slot(Generic[V]):
-    due: float  # monotonic: the batch carrying this key starts by then
     done: threading.Event = field(default_factory=threading.Event)
     value: V | None = None
     error: BaseException | None = None
@@ -262,13 +259,12 @@ class MissBatcher(Generic[K, V]):
         self._pid: int | None = None  # the process whose threads serve the queue
         self._closed = False
 
-    def get(self, key: K, gone: Callable[[], bool] | None = None, gather_s: float = 0.0) -> V:
+    def get(self, key: K, gone: Callable[[], bool] | None = None) -> V:
         """The value of `key` from the next batch; BatchTimeout after wait_s,
         BatcherFull at once when max_pending keys already wait. `gone`: whether
         the asker's client left; if so before its batch started, the key is
-        withdrawn (no scan for an answer nobody reads) and ClientGone raised.
-        `gather_s`: the key may wait that long for others to share its batch."""
-        slot = self._submit(key, time.monotonic() + gather_s)
+        withdrawn (no scan for an answer nobody reads) and ClientGone raised."""
+        slot = self._submit(key)
         if not self._wait(slot, gone):
             self._withdraw(key, slot)
             if gone is not None and gone():
@@ -277,6 +273,29 @@ class MissBatcher(Generic[K, V]):
         if slot.error is not None:
             raise shared_error(slot.error)
         return slot.value  # type: ignore[return-value]
+
+    def get_many(self, keys: Sequence[K]) -> dict[K, V]:
+        """The values of `keys`, every one pending before any is waited for, so
+        they share a batch (up to max_batch keys); errors as `get`'s. A key not
+        answered when the call ends is withdrawn."""
+        asked: list[tuple[K, _Slot[V]]] = []
+        try:
+            for key in keys:
+                asked.append((key, self._submit(key)))
+            deadline = time.monotonic() + self._wait_s
+            values: dict[K, V] = {}
+            for key, slot in asked:
+                if not slot.done.wait(max(deadline - time.monotonic(), 0.0)):
+                    raise BatchTimeout(f"no answer for a batched read within {self._wait_s:g} s")
+                if slot.error is not None:
+                    raise shared_error(slot.error)
+                values[key] = slot.value  # type: ignore[assignment]
+            return values
+        except BaseException:
+            for key, slot in asked:
+                if not slot.done.is_set():
+                    self._withdraw(key, slot)
+            raise
 
     def _wait(self, slot: _Slot[V], gone: Callable[[], bool] | None) -> bool:
         """True once `slot` is done; False after wait_s or once `gone()`."""
@@ -294,7 +313,7 @@ class MissBatcher(Generic[K, V]):
             self._closed = True
             self._wake.notify_all()
 
-    def _submit(self, key: K, due: float) -> _Slot[V]:
+    def _submit(self, key: K) -> _Slot[V]:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{self._name} is closed")
@@ -303,11 +322,8 @@ class MissBatcher(Generic[K, V]):
             if slot is None:
                 if self._max_pending is not None and len(self._pending) >= self._max_pending:
                     raise BatcherFull(f"{len(self._pending)} keys already wait for a batch")
-                slot = _Slot(due)
+                slot = _Slot()
                 self._pending[key] = slot
-                self._wake.notify()
-            elif due < slot.due:  # a reader now waits for a key that was gathering
-                slot.due = due
                 self._wake.notify()
             slot.waiters += 1
             return slot
@@ -339,9 +355,9 @@ class MissBatcher(Generic[K, V]):
                     self._wake.wait()
                 if self._closed or self._pid != pid:
                     return
-                early_s = max(self._rest_needed(), self._gathering())
-                if early_s > 0:
-                    self._wake.wait(early_s)  # more keys join meanwhile; close wakes us
+                rest_s = self._rest_needed()
+                if rest_s > 0:
+                    self._wake.wait(rest_s)  # more keys join meanwhile; close wakes us
                     continue
                 batch = self._take_batch()
             started = time.monotonic()
@@ -364,12 +380,6 @@ class MissBatcher(Generic[K, V]):
         if self._credit >= 0:
             return 0.0
         return -self._credit / self._duty
-
-    def _gathering(self) -> float:
-        """Seconds until a pending key is due (0: now, or a batch is full)."""
-        if len(self._pending) >= self._max_batch:
-            return 0.0
-        return max(min(slot.due for slot in self._pending.values()) - time.monotonic(), 0.0)
 
     def _take_batch(self) -> dict[K, _Slot[V]]:
         batch: dict[K, _Slot[V]] = {}

@@ -19,7 +19,7 @@ builds no such connection).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -68,6 +68,20 @@ RETRY_LATER = {"Retry-After": "1"}
 
 def _database_down(exc: BaseException) -> bool:
     return isinstance(exc, ApiError) and exc.code == "database_unavailable"
+
+
+@contextmanager
+def _batched() -> Iterator[None]:
+    """A batched count's failures as the API answers them."""
+    try:
+        yield
+    except BatchTimeout:
+        raise ApiError("timeout", "the database query took too long") from None
+    except BatcherFull:
+        metrics.shed("batch_queue_full")
+        raise ApiError(
+            "unavailable", "too many count misses waiting for the database", RETRY_LATER
+        ) from None
 
 
 def connection_kwargs(settings: Settings) -> dict[str, Any]:
@@ -243,27 +257,23 @@ class Database:
         coalesce: bool = False,
         gone: Callable[[], bool] | None = None,
         pooled: bool = True,
-        gather_s: float = 0.0,
     ) -> int:
         """Users with exactly this email. `coalesce`: read it in this worker's
         next batch (cache fills); otherwise one query of its own (cache=off),
         over a connection of its own when not `pooled` (cache=nopool, lab).
         `gone`: whether the client left, so a batched read not started yet is
-        withdrawn; `gather_s`: how long the read may wait for others to share
-        its batch (coalesce.MissBatcher.get)."""
+        withdrawn."""
         if coalesce:
-            try:
-                return self.count_batcher.get(email, gone, gather_s)
-            except BatchTimeout:
-                raise ApiError("timeout", "the database query took too long") from None
-            except BatcherFull:
-                metrics.shed("batch_queue_full")
-                raise ApiError(
-                    "unavailable", "too many count misses waiting for the database", RETRY_LATER
-                ) from None
+            with _batched():
+                return self.count_batcher.get(email, gone)
         self._count_queries.inc()
         row = self._fetchone(COUNT_BY_EMAIL_SQL, (email,), pooled=pooled)
         return int(row[0])
+
+    def counts_by_email(self, emails: Sequence[str]) -> dict[str, int]:
+        """The counts of several emails, sharing one batch of the count batcher."""
+        with _batched():
+            return self.count_batcher.get_many(emails)
 
     def count_many(self, emails: list[str]) -> dict[str, int]:
         """Counts of several emails in one query (absent ones are left out): one batch

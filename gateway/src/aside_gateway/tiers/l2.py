@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -118,6 +118,15 @@ class CacheRead:
     # whose invalidations Redis sends for keys it holds (tiers/tracking.py).
     in_redis: bool = False
     stale_ms: int = 0  # STALE: how long past its expiry the value was
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """A key answered past its expiry (swr), to refresh: `seen` is the stored
+    form read, its lease taken only while Redis still holds that."""
+
+    key: str
+    seen: bytes
 
 
 @dataclass(slots=True)
@@ -398,25 +407,80 @@ class Cache:
         form = self.expiry.stored(value, (time.monotonic() - read_at) * 1000)
         if hold and self.hooks:
             self.hooks.hold(hold)
+        stored_at = time.monotonic()
         try:
-            if self.naive:
-                # Lab-only demonstration of the stale-set race: store whatever we read.
-                self.client.set(key, form.data, px=form.ttl_ms)
-                self._release_lease(keys=[lease], args=[token])
-                return Fill(CacheRead(value, MISS), read_at)
-            stored_at = time.monotonic()
-            stored = self._store_if_lease_held(
-                keys=[key, lease], args=[token, form.data, form.ttl_s, form.ttl_ms]
-            )
+            stored = self._store(key, lease, token, form)
         except REDIS_ERRORS as exc:
             self.breaker.record_failure(exc)
             metrics.cache_error(route, "store")
             return Fill(CacheRead(value, MISS, True), read_at)
         # A store under a still-held lease proves no write invalidated the key
         # between our read and the store: the value was current then.
-        if stored == 1:
+        if stored:
             return Fill(CacheRead(value, MISS, in_redis=True), stored_at)
         return Fill(CacheRead(value, MISS), read_at)
+
+    def _store(self, key: str, lease: str, token: str, form: expiry.Stored) -> bool:
+        """Store `form` while the lease is still `token`'s: whether it was."""
+        if self.naive:
+            # Lab-only demonstration of the stale-set race: store whatever we read.
+            self.client.set(key, form.data, px=form.ttl_ms)
+            self._release_lease(keys=[lease], args=[token])
+            return False
+        stored = self._store_if_lease_held(
+            keys=[key, lease], args=[token, form.data, form.ttl_s, form.ttl_ms]
+        )
+        return stored == 1
+
+    def refresh_behind(
+        self,
+        route: str,
+        stale: Sequence[Stale],
+        load_many: Callable[[list[str]], Mapping[str, bytes]],
+    ) -> list[bool]:
+        """swr's refresh of keys already answered stale (front/refresh_behind.py),
+        all in the calling thread: the lease of each key that still holds the
+        value read, one `load_many` of the keys leased, a store of each under its
+        lease. Whether each key is refreshed or was found refreshed (or being
+        refreshed) by another reader; False for a key a Redis error or the load
+        failed, whose stale value stays for the next read to try again."""
+        held: dict[str, tuple[str, str]] = {}  # key: its lease and token
+        ok = [True] * len(stale)
+        for i, read in enumerate(stale):
+            lease, token = cache_keys.lease_key(read.key), os.urandom(16).hex()
+            try:
+                reply = self._get_or_lease(
+                    keys=[read.key, lease],
+                    args=[token, cache_keys.LEASE_TTL_MS, expiry.now_ms(), read.seen],
+                )
+            except REDIS_ERRORS as exc:
+                self.breaker.record_failure(exc)
+                metrics.cache_error(route, "lease")
+                ok[i] = False
+                continue
+            if reply[0] == 2:
+                held[read.key] = (lease, token)
+        if not held:
+            return ok
+        read_at = time.monotonic()
+        try:
+            values = load_many(list(held))
+        except Exception:
+            for lease, token in held.values():
+                self._release_quietly(lease, token)  # the next read need not wait them out
+            return [good and read.key not in held for good, read in zip(ok, stale, strict=True)]
+        delta_ms = (time.monotonic() - read_at) * 1000
+        for i, read in enumerate(stale):
+            if read.key not in held:
+                continue
+            lease, token = held.pop(read.key)
+            try:
+                self._store(read.key, lease, token, self.expiry.stored(values[read.key], delta_ms))
+            except REDIS_ERRORS as exc:
+                self.breaker.record_failure(exc)
+                metrics.cache_error(route, "store")
+                ok[i] = False
+        return ok
 
     def _bypass_after_error(
         self,

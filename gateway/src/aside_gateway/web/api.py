@@ -20,7 +20,6 @@ from aside_gateway.contracts.routes import (
     COUNT_ROUTE,
     EARLY_GET_KEY,
     IDEMPOTENCY_KEY,
-    REFRESH_BEHIND_KEY,
     USER_ROUTE,
     count_body,
 )
@@ -71,8 +70,6 @@ def create_api(parts: RouteParts, tiers: TieredCache, python_compute: Slots) -> 
     lab's python engine runs in `python_compute`'s slots."""
     settings, db, core = parts.settings, parts.db, parts.core
     bp = Blueprint("api", __name__, url_prefix="/api/v1")
-    # A refresh behind a stale answer has no reader waiting: it may wait for others.
-    refresh_gather_s = settings.cache_expiry_refresh_gather_ms / 1000
 
     def cache_mode() -> str:
         """The strategy of this read, or "off" / "nopool" / "coalesce" for the
@@ -117,8 +114,7 @@ def create_api(parts: RouteParts, tiers: TieredCache, python_compute: Slots) -> 
             # Production's miss budget: charged only when this read does the fill.
             load = parts.miss_budget.guarded(route, request.environ, load)
             result = tiers.read_through(route, key, load, mode, hold_name(), early_get)
-        if not request.environ.get(REFRESH_BEHIND_KEY):  # that one has no client
-            metrics.cache_outcome(route, result.outcome, result.stale_ms)
+        metrics.cache_outcome(route, result.outcome, result.stale_ms)
         return result
 
     @bp.get("/users/count")
@@ -134,18 +130,11 @@ def create_api(parts: RouteParts, tiers: TieredCache, python_compute: Slots) -> 
                     mode not in UNCACHED_MODES,  # cached misses and coalesce: batched
                     request.environ.get(CLIENT_GONE_KEY),
                     pooled=mode != NOPOOL_MODE,
-                    gather_s=refresh_gather_s if request.environ.get(REFRESH_BEHIND_KEY) else 0.0,
                 )
             ),
             mode,
         )
         return _json_response(count_body(email, result.value), headers=_cache_headers(result))
-
-    def load_user(user_id: int, pooled: bool = True) -> bytes:
-        row = db.user_by_id(user_id, pooled)
-        if row is None:
-            return cache_keys.NEGATIVE
-        return cache_keys.encode_json(cache_keys.user_json(*row))
 
     @bp.get("/users/<id>")
     def get_user(id: str) -> Response:
@@ -154,7 +143,10 @@ def create_api(parts: RouteParts, tiers: TieredCache, python_compute: Slots) -> 
             mode = BYPASS_MODE  # no batcher for a primary-key read: coalesce reads it as off
         user_id = parse_id(id)
         key = cache_keys.user_key(user_id)
-        result = read(USER_ROUTE, key, lambda: load_user(user_id, mode != NOPOOL_MODE), mode)
+        pooled = mode != NOPOOL_MODE
+        result = read(
+            USER_ROUTE, key, lambda: cache_keys.user_value(db.user_by_id(user_id, pooled)), mode
+        )
         if result.value == cache_keys.NEGATIVE:
             raise ApiError("not_found", f"no user with id {user_id}", _cache_headers(result))
         # The cached text is already the API JSON: serve it without re-encoding.

@@ -22,7 +22,6 @@ from aside_gateway.contracts.routes import (
     HEALTHZ_BODY,
     HEALTHZ_PATH,
     MAX_BODY_BYTES,
-    REFRESH_BEHIND_KEY,
     START_KEY,
 )
 from aside_gateway.services import Services
@@ -133,8 +132,6 @@ def _install_worker_header(app: Flask, header: tuple[str, str] | None) -> None:
 def _install_request_metrics(app: Flask) -> None:
     @app.after_request
     def observe(response: Response) -> Response:
-        if request.environ.get(REFRESH_BEHIND_KEY):
-            return response  # no client's request: the hot path counts its outcome
         rule = request.url_rule
         # Stamped by the hot path when the request arrived, so the time
         # queued for a thread of the Flask pool is counted too.
