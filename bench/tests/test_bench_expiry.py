@@ -54,7 +54,7 @@ def _run_folder(tmp_path: Path, spike_ms: float) -> Path:
         lines.append(json.dumps({"t": t, "ms": ms, "ok": True, "status": 200}))
     (tmp_path / "samples-001.jsonl").write_text("\n".join(lines) + "\n")
     readings = [
-        Reading(expiry_at + s, 100 + (40 if s >= 1 else 0), 0.0, 0.0, 0.0, None)
+        Reading(expiry_at + s, 4000 if s >= 1 else 0, 0.0, 0.0, 0.0, None, table_rows=100.0)
         for s in range(-16, 9)
     ]
     arm = ArmRun("plain", "plain", False, 10, expiry_at, fill={"keys": 300, "fill_s": 0.4},

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 import requests
+from aside_gateway.contracts import cache_keys
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,6 +61,25 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def cached(rdb: Any, key: str) -> bytes | None:
+    """The value Redis holds under `key`, out of its expiry envelope if it has
+    one (cache.json `expiry`: the default mode, swr, stores one)."""
+    stored = rdb.get(key)
+    if stored is None:
+        return None
+    envelope = cache_keys.unwrap(stored)
+    return stored if envelope is None else envelope.value
+
+
+def fresh_for(rdb: Any, key: str) -> float:
+    """Seconds `key`'s value stays fresh: its envelope's logical expiry, or
+    Redis's TTL for a bare value (an envelope outlives its expiry in Redis)."""
+    envelope = cache_keys.unwrap(rdb.get(key) or b"")
+    if envelope is None:
+        return float(rdb.ttl(key))
+    return (envelope.expires_ms - time.time() * 1000) / 1000
 
 
 def unique_email(tag: str = "t") -> str:

@@ -19,6 +19,7 @@ import requests
 from aside_gateway.config.settings import ConfigError, load_settings
 from aside_gateway.contracts import cache_keys
 from aside_gateway.contracts.errors import ApiError, ClientGone
+from aside_gateway.misses import db as db_module
 from aside_gateway.misses.coalesce import (
     BatcherFull,
     BatchTimeout,
@@ -406,6 +407,30 @@ def test_a_batch_counts_each_email_and_zero_for_absent_ones(database, insert_use
     for thread in threads:
         thread.join(10)
     assert results == {present: 1, absent: 0}
+
+
+def test_a_paced_pass_counts_as_one_query_does(database, db, insert_user, monkeypatch):
+    """swr's refresh without the email index reads `users` in slices of pages
+    (misses/db.py `counts_paced`): one page a slice here, so rows on every page
+    and the open-ended last slice count, each row once."""
+    tag = unique_email("p")
+    db.execute(  # 300 rows, some pages' worth, every 100th with the same email
+        "INSERT INTO users (username, email)"
+        " SELECT %s || n, CASE WHEN n %% 100 = 0 THEN %s ELSE n || %s END"
+        " FROM generate_series(1, 300) AS n",
+        (unique_username("p"), "every100-" + tag, "-" + tag),
+    )
+    emails = ["every100-" + tag, "1-" + tag, "299-" + tag, "late-" + tag, unique_email("p0")]
+    monkeypatch.setattr(db_module, "SLICE_PAGES_FIRST", 1)
+    monkeypatch.setattr(db_module, "SLICE_PAGES_MIN", 1)
+    monkeypatch.setattr(db_module, "SLICE_PAGES_MAX", 1)
+    pages = int(database._fetchone(db_module.TABLE_PAGES_SQL, ())[0])
+    assert pages >= 3
+    insert_user("late-" + tag)  # may land past the pages counted: the open end reads it
+    paced = database.counts_paced(emails, duty=1.0)
+    assert paced == {email: database.count_many(emails).get(email, 0) for email in emails}
+    assert paced == {"every100-" + tag: 3, "1-" + tag: 1, "299-" + tag: 1, "late-" + tag: 1,
+                     emails[-1]: 0}  # fmt: skip
 
 
 # ---- integration: through gunicorn -------------------------------------------------------

@@ -24,6 +24,7 @@ from aside_gateway.contracts.routes import EarlyGet
 from aside_gateway.tiers import l2
 from gateway_helpers import (
     Proc,
+    cached,
     reads_waiting_on_a_lock,
     release,
     sample,
@@ -341,6 +342,41 @@ def test_a_reader_that_read_the_old_value_after_a_refresh_landed_does_not_refres
     assert loads == []
     assert (read.value, read.outcome) == (b"3", l2.HIT)
     assert rdb.get(cache_keys.lease_key(key)) is None
+
+
+def test_a_batched_refresh_stores_only_under_a_lease_no_write_took(redis_url, rdb):
+    """The refresh thread's batch (Cache.refresh_behind): a key whose value was
+    replaced before its lease was asked for is not read again, and a key that a
+    write invalidated (the core deletes key and lease) while the batch read
+    PostgreSQL keeps no refreshed value: the next read misses and reads anew."""
+    env = {"DATABASE_URL": "postgresql://a@h/d", "CORE_URL": "http://c", "ASIDE_PROFILE": "lab"}
+    env |= {"REDIS_URL": redis_url, "CACHE_EXPIRY": "swr"}
+    env["CACHE_EXPIRY_STALE_MAX_SECONDS"] = str(STALE_MAX_S)
+    cache = l2.Cache(load_settings(env), CircuitBreaker(1.0))
+    written, kept, replaced = (unique_email(f"swrb{n}") for n in range(3))
+    keys = {email: cache_keys.count_key(email) for email in (written, kept, replaced)}
+    for email in keys:
+        put(rdb, email, OLD, now_ms() - 50, STALE_MAX_S * 1000)
+    stale = [l2.Stale(key, rdb.get(key) or b"") for key in keys.values()]
+    put(rdb, replaced, 3, now_ms() + TTL_S * 1000, TTL_S * 1000)  # a refresh that landed
+    loaded: list[list[str]] = []
+
+    def load_many(asked: list[str]) -> dict[str, bytes]:
+        loaded.append(asked)
+        written_key = keys[written]
+        rdb.delete(written_key, cache_keys.lease_key(written_key))  # the core's invalidation
+        return {key: b"1" for key in asked}
+
+    try:
+        landed = cache.refresh_behind(COUNT_ROUTE, stale, load_many)
+    finally:
+        cache.close()
+    assert landed == [True, True, True]
+    assert loaded == [[keys[written], keys[kept]]]
+    assert rdb.get(keys[written]) is None  # not the value read before the write
+    assert cached(rdb, keys[kept]) == b"1"
+    assert cached(rdb, keys[replaced]) == b"3"
+    assert not any(rdb.exists(cache_keys.lease_key(key)) for key in keys.values())
 
 
 def test_swr_never_answers_past_its_bound(gateways, rdb):

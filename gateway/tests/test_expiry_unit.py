@@ -66,19 +66,19 @@ def test_no_bare_value_is_taken_for_an_envelope():
 
 def test_settings_defaults_and_values():
     settings = load_settings(BASE_ENV)
-    assert settings.cache_expiry == cache_keys.DEFAULT_EXPIRY == "jitter"
+    assert settings.cache_expiry == cache_keys.DEFAULT_EXPIRY == "swr"
     assert settings.cache_expiry_jitter == 0.1
     assert settings.cache_expiry_early_beta == 1.0
     assert settings.cache_expiry_stale_max_seconds == 10
     env = {
         **BASE_ENV,
-        "CACHE_EXPIRY": "swr",
+        "CACHE_EXPIRY": "jitter",
         "CACHE_EXPIRY_JITTER": "0.25",
         "CACHE_EXPIRY_EARLY_BETA": "2.5",
         "CACHE_EXPIRY_STALE_MAX_SECONDS": "3",
     }
     settings = load_settings(env)
-    assert (settings.cache_expiry, settings.cache_expiry_jitter) == ("swr", 0.25)
+    assert (settings.cache_expiry, settings.cache_expiry_jitter) == ("jitter", 0.25)
     assert (settings.cache_expiry_early_beta, settings.cache_expiry_stale_max_seconds) == (2.5, 3)
 
 

@@ -44,9 +44,12 @@ def untracked_gateway(start_gateway: Callable[..., Proc]) -> Proc:
 
 @pytest.fixture(scope="module")
 def short_redis_ttl_gateway(start_gateway: Callable[..., Proc]) -> Proc:
-    """Redis keeps a value 2 s, each L1 up to 30 s: only Redis's expiry evicts it."""
+    """Redis keeps a value 2 s, each L1 up to 30 s: only Redis's expiry evicts it.
+    `jitter`: Redis's TTL is the value's end (under `swr` Redis keeps it the stale
+    bound longer, CACHE_EXPIRY_STALE_MAX_SECONDS)."""
     return start_gateway(
         CACHE_STRATEGY="tracking",
+        CACHE_EXPIRY="jitter",
         CACHE_L1_TTL_SECONDS=str(L1_TTL_S),
         CACHE_TTL_SECONDS="2",
         GATEWAY_WORKERS=str(WORKERS),

@@ -10,7 +10,7 @@ import pytest
 import requests
 from aside_gateway.contracts import cache_keys
 from aside_gateway.tiers import largevalues
-from gateway_helpers import contract, sample, scrape
+from gateway_helpers import cached, contract, fresh_for, sample, scrape
 
 TRACKS = contract("tracks.json")
 ROUTE = "/api/v1/tracks/<id>"
@@ -58,8 +58,8 @@ def test_a_whole_track_is_served_as_stored_then_from_the_cache(gateway, insert_t
     assert (second.headers["X-Cache"], second.headers["X-Cache-Tier"]) == ("HIT", "l2")
     assert second.content == expected
     key = cache_keys.track_key(track_id, None, "zstd")
-    assert rdb.get(key) == expected  # small: stored as it is, even under compress
-    assert 0 < rdb.ttl(key) <= 60 and not rdb.exists(key + ":lease")
+    assert cached(rdb, key) == expected  # small: stored as it is, even under compress
+    assert 0 < fresh_for(rdb, key) <= 60 and not rdb.exists(key + ":lease")
 
 
 @pytest.mark.parametrize("vector", TRACKS["simplify"], ids=lambda v: v["name"])
@@ -108,7 +108,7 @@ def test_an_unknown_track_is_404_and_cached_as_negative(gateway, rdb):
         assert_error(first, 404, "not_found")
         assert first.headers["X-Cache"] == "MISS"
         assert get(gateway.url, 9_000_000_000_000, **params).headers["X-Cache"] == "HIT"
-    assert rdb.get(cache_keys.track_key(9_000_000_000_000, "0.001", "zstd")) == b"null"
+    assert cached(rdb, cache_keys.track_key(9_000_000_000_000, "0.001", "zstd")) == b"null"
 
 
 def test_a_large_track_is_stored_compressed_and_served_whole(gateway, insert_track, rdb):
@@ -118,7 +118,7 @@ def test_a_large_track_is_stored_compressed_and_served_whole(gateway, insert_tra
     assert len(expected) > THRESHOLD
     before = scrape(gateway.url)
     assert get(gateway.url, track_id).content == expected
-    stored = rdb.get(cache_keys.track_key(track_id, None, "zstd"))
+    stored = cached(rdb, cache_keys.track_key(track_id, None, "zstd"))
     assert cache_keys.codec_of(stored) == "zstd" and len(stored) < len(expected) / 4
     assert largevalues.decode(stored) == expected
     hit = get(gateway.url, track_id)
@@ -143,19 +143,19 @@ def test_each_policy_stores_its_own_form_under_its_own_key(gateway, insert_track
     track_id = insert_track(path)
     whole = cache_keys.track_json(track_id, "Test run, Mitte", 4321, path)
     assert get(gateway.url, track_id, large="raw").content == whole
-    assert rdb.get(cache_keys.track_key(track_id, None, "raw")) == whole
+    assert cached(rdb, cache_keys.track_key(track_id, None, "raw")) == whole
     # skip: the marker is stored, so no reader waits on a lease; every read is a miss.
     for _ in range(2):
         skipped = get(gateway.url, track_id, large="skip")
         assert skipped.content == whole and skipped.headers["X-Cache"] == "MISS"
-    assert rdb.get(cache_keys.track_key(track_id, None, "skip")) == cache_keys.TOO_LARGE
+    assert cached(rdb, cache_keys.track_key(track_id, None, "skip")) == cache_keys.TOO_LARGE
     # simplify: the large track is answered, and stored, simplified at the default tolerance.
     simplified = get(gateway.url, track_id, large="simplify")
     body = simplified.json()
     assert body["tolerance"] == float(cache_keys.SIMPLIFY_TOLERANCE_DEFAULT)
     assert 2 <= len(body["path"]) < 5000
     assert body["path"][0] == [13.4, 52.5] and body["path"][-1] == json.loads(path)[-1]
-    assert rdb.get(cache_keys.track_key(track_id, None, "simplify")) == simplified.content
+    assert cached(rdb, cache_keys.track_key(track_id, None, "simplify")) == simplified.content
     assert get(gateway.url, track_id, large="simplify").headers["X-Cache"] == "HIT"
     # Without the cache no policy applies: the whole track.
     uncached = get(gateway.url, track_id, cache="off", large="simplify")
@@ -171,7 +171,7 @@ def test_a_stored_frame_that_does_not_decode_is_a_miss_and_refilled(gateway, ins
     assert answer.status_code == 200 and answer.headers["X-Cache"] == "MISS"
     assert answer.content == cache_keys.track_json(track_id, "Test run, Mitte", 4321, path)
     assert get(gateway.url, track_id).headers["X-Cache"] == "MISS"  # deleted, filled again
-    assert largevalues.decode(rdb.get(key)) == answer.content
+    assert largevalues.decode(cached(rdb, key)) == answer.content
 
 
 def test_lab_choices_are_refused_in_production(production_gateway):

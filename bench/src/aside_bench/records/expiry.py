@@ -10,15 +10,17 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Reading:
-    """One sampler reading: PostgreSQL's full scans of users, the gateway's counters."""
+    """One sampler reading: the rows PostgreSQL read from users by scanning it
+    (and the table's rows, which make them full scans), the gateway's counters."""
 
     t: float
-    seq_scans: int
+    rows_scanned: int
     misses: float
     stale: float
     early: float
     stale_age_max: float | None
     count_queries: float = 0.0  # the gateway's count queries (a batch of misses once)
+    table_rows: float = 0.0  # pg_class.reltuples of users
 
 
 @dataclass

@@ -38,7 +38,7 @@ class Figures:
     p95: float | None
     p99: float | None
     max: float | None
-    scans: int | None
+    scans: float | None  # rows read by scans over the table's rows: full scans
     misses: float | None
     queries: float | None
     stale: float | None
@@ -75,7 +75,8 @@ def figures(arm: ArmRun, requests: list[Request], lo: float, hi: float) -> Figur
             return None
         return getattr(end, name) - getattr(start, name)
 
-    scans = delta("seq_scans")
+    rows = delta("rows_scanned")
+    table_rows = end.table_rows if end is not None else 0.0
     return Figures(
         requests=len(inside),
         failed=sum(1 for r in inside if r.ms is not None and not r.ok),
@@ -84,7 +85,7 @@ def figures(arm: ArmRun, requests: list[Request], lo: float, hi: float) -> Figur
         p95=nearest_rank(answered, 95),
         p99=nearest_rank(answered, 99),
         max=answered[-1] if answered else None,
-        scans=None if scans is None else int(scans),
+        scans=None if rows is None or table_rows <= 0 else rows / table_rows,
         misses=delta("misses"),
         queries=delta("count_queries"),
         stale=delta("stale"),
@@ -145,6 +146,10 @@ def _n(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
+def _scans(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
 def window_table(rate: int, arms: list[ArmFigures]) -> Table:
     headers = ["arm", "window", "requests", "failed", "dropped", "p50 ms", "p95 ms", "p99 ms",
                "max ms", "full scans (PostgreSQL)", "count queries", "misses", "stale answers",
@@ -155,7 +160,7 @@ def window_table(rate: int, arms: list[ArmFigures]) -> Table:
             is_expiry = name == "expiry" and one.arm.mode is not None
             rows.append([one.arm.label, name if one.arm.mode else "whole load",
                          _n(f.requests), _n(f.failed), _n(f.dropped), _ms(f.p50), _ms(f.p95),
-                         _ms(f.p99), _ms(f.max), _n(f.scans), _n(f.queries), _n(f.misses),
+                         _ms(f.p99), _ms(f.max), _scans(f.scans), _n(f.queries), _n(f.misses),
                          _n(f.stale), _n(f.early),
                          f"{one.ratio:.1f}x" if is_expiry and one.ratio else "",
                          _n(one.keys) if is_expiry else "",
@@ -217,10 +222,11 @@ DEFINITIONS = [
     "may); expiry window: [E - lead, E - lead + width), every key's TTL ends in it",
     "latency: every request of the driver (its samples file) by the second it was sent, "
     "nearest-rank percentiles of the answered ones; failed: answered wrong or not at all",
-    "full scans: pg_stat_user_tables.seq_scan of users (a parallel scan counts once for each "
-    "process that took part: max_parallel_workers_per_gather + 1 at most; a backend reports "
-    "its counts when it next ends a transaction a second after its last report, or after "
-    "10 s idle, so they may land a window late); count queries: the gateway's "
+    "full scans: the rows PostgreSQL read from users by scanning it "
+    "(pg_stat_user_tables.seq_tup_read, whole scans, parallel or not, and the slices of "
+    "pages swr's paced refreshes read) over the table's rows (pg_class.reltuples); a "
+    "backend reports its counts when it next ends a transaction a second after its last "
+    "report, or after 10 s idle, so they may land a window late; count queries: the gateway's "
     "aside_gateway_db_queries_total of its count queries, counted as they are sent (a batch "
     "of misses counts once; without the email index each is one full scan); misses: the "
     "gateway's l2 miss count, "

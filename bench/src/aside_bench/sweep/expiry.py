@@ -41,17 +41,23 @@ FILL_WORKERS = 512
 SAMPLE_EVERY_S = 1.0
 INDEX = "users_email_expiry_idx"
 DB_QUERIES = "aside_gateway_db_queries_total"
-SEQ_SCANS = "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'users'"
+# Rows read by scans of users, whole or in slices of pages (swr's paced
+# refreshes read TID ranges, which seq_scan does not count), and its rows.
+ROWS_SCANNED = (
+    "SELECT s.seq_tup_read, c.reltuples FROM pg_stat_user_tables s"
+    " JOIN pg_class c ON c.oid = s.relid WHERE s.relname = 'users'"
+)
 
 
 def read_counters(settings: Settings, conn: psycopg.Connection) -> Reading:
-    row = conn.execute(SEQ_SCANS).fetchone()
+    row = conn.execute(ROWS_SCANNED).fetchone()
     text = scrape(settings)
     tiers = tier_read_counts(text)
     ages = values_named_like(text, "stale_age_max")
     return Reading(
         t=time.time(),
-        seq_scans=int(row[0]) if row else 0,
+        rows_scanned=int(row[0]) if row else 0,
+        table_rows=float(row[1]) if row else 0.0,
         misses=tiers.get("l2 miss", 0.0),
         stale=sum(values_named_like(text, "stale_served")),
         early=sum(values_named_like(text, "early_refresh")),

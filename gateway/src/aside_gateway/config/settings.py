@@ -204,8 +204,13 @@ class Settings:
     cache_expiry_stale_max_seconds: int = int_var(
         "CACHE_EXPIRY_STALE_MAX_SECONDS", EXPIRY_STALE_MAX_SECONDS_DEFAULT, 1, 3600
     )
-    # How long swr's refreshes wait for others to share their scan (misses/coalesce.py).
+    # How long swr's refreshes gather before their batch (front/refresh_behind.py),
+    # and the share of a core their pass over `users` may take without the
+    # email index (misses/db.py `counts_paced`).
     cache_expiry_refresh_gather_ms: int = int_var("CACHE_EXPIRY_REFRESH_GATHER_MS", 1000, 0, 5000)
+    cache_expiry_refresh_duty_percent: int = int_var(
+        "CACHE_EXPIRY_REFRESH_DUTY_PERCENT", 50, 1, 100
+    )
     # Misses a second per worker that may reach PostgreSQL or the core
     # (door/miss_budget.py): per route, per client of a route; 0 is off.
     miss_budget_route_per_s: int = 0

@@ -49,7 +49,7 @@ def refresher(cache: Cache, db: Database) -> Refresh:
         def load_many(keys: list[str]) -> dict[str, bytes]:
             if route == COUNT_ROUTE:
                 emails = {key: found[key].email for key in keys}
-                counts = db.counts_by_email(list(emails.values()))
+                counts = db.refresh_counts(list(emails.values()))
                 return {key: cache_keys.encode_count(counts[emails[key]]) for key in keys}
             return {key: cache_keys.user_value(db.user_by_id(found[key].user_id)) for key in keys}
 

@@ -45,6 +45,20 @@ COUNT_BY_EMAIL_SQL = "SELECT count(*) FROM users WHERE email = %s"
 # row); a generic plan of a prepared statement keeps a parameter and compares
 # each row with every element. See docs/decisions/003-batched-count-misses-sent-unprepared.md.
 COUNT_MANY_SQL = "SELECT email, count(*) FROM users WHERE email = ANY(%s) GROUP BY email"
+# A refresh nobody waits for (swr's, front/refresh_behind.py) reads `users`
+# without the email index in slices of pages (TID ranges), resting between them
+# so that its pass takes at most CACHE_EXPIRY_REFRESH_DUTY_PERCENT of a core:
+# one full scan at once on 2 shared cores queues every read answered meanwhile.
+COUNT_SLICE_SQL = (
+    "SELECT email, count(*) FROM users WHERE ctid >= %s::tid AND ctid < %s::tid"
+    " AND email = ANY(%s) GROUP BY email"
+)
+TABLE_PAGES_SQL = "SELECT pg_relation_size('users') / current_setting('block_size')::int"
+LAST_PAGE = 4294967295  # the largest block number a TID names: the last slice's open end
+SLICE_TARGET_S = 0.01  # each slice's aim; its size in pages follows the last one's time
+SLICE_PAGES_FIRST, SLICE_PAGES_MIN, SLICE_PAGES_MAX = 256, 16, 8192
+# How long a refresh trusts the last look at whether the email index exists.
+INDEX_LOOK_S = 10.0
 # A worker using this much of a core is serving hits worth protecting: only then
 # does the count batcher hold its scans to MISS_BATCH_DUTY_PERCENT of the time.
 BUSY_CPU_SHARE = 0.2
@@ -138,6 +152,10 @@ class Database:
         # A batch may queue behind one running batch and its pause: each batch takes
         # at most a pool wait plus a statement timeout (a lost connection's retry aside).
         batch_wait_s = 2 * (settings.db_pool_timeout_ms + settings.db_statement_timeout_ms) / 1000
+        self._refresh_duty = settings.cache_expiry_refresh_duty_percent / 100
+        self._statement_timeout_s = settings.db_statement_timeout_ms / 1000
+        self._indexed = False
+        self._index_looked_at = -INDEX_LOOK_S
         cpu_share = CpuShare()
         self.count_batcher: MissBatcher[str, int] = MissBatcher(
             self.count_many,
@@ -274,6 +292,44 @@ class Database:
         """The counts of several emails, sharing one batch of the count batcher."""
         with _batched():
             return self.count_batcher.get_many(emails)
+
+    def refresh_counts(self, emails: Sequence[str]) -> dict[str, int]:
+        """Counts that nobody waits for (swr's refreshes): in one batch when the
+        email index makes them cheap, else in one paced pass over the table."""
+        now = time.monotonic()
+        if now - self._index_looked_at >= INDEX_LOOK_S:
+            self._indexed = self.has_email_index(self._statement_timeout_s)
+            self._index_looked_at = now
+        if self._indexed:
+            return self.counts_by_email(emails)
+        return self.counts_paced(emails, self._refresh_duty)
+
+    def counts_paced(self, emails: Sequence[str], duty: float) -> dict[str, int]:
+        """The count of each of `emails` (0 for none) from one pass over `users` in slices of pages,
+        each slice followed by a rest that holds the pass to `duty` of a core.
+        Not one snapshot: a write in between invalidates the counts it changed,
+        and their stores under the leases taken before the pass then fail."""
+        self._batch_queries.inc()  # a pass reads the table once, as a batch does
+        metrics.MISS_BATCH_SIZE.observe(len(emails))
+        pages = int(self._fetchone(TABLE_PAGES_SQL, ())[0])
+        wanted = list(emails)
+        counts = dict.fromkeys(wanted, 0)  # an email no row has counts 0, as in a batch
+        start, size = 0, SLICE_PAGES_FIRST
+        while start <= pages:
+            end = start + size if start + size <= pages else LAST_PAGE
+            params = (f"({start},0)", f"({end},0)", wanted)
+            began = time.monotonic()
+            rows = self._run(lambda conn, p=params: _serial(conn, COUNT_SLICE_SQL, p), None)
+            took = time.monotonic() - began
+            for email, count in rows:
+                counts[email] = counts.get(email, 0) + int(count)
+            start = end
+            size = min(
+                max(int(size * SLICE_TARGET_S / max(took, 1e-4)), SLICE_PAGES_MIN), SLICE_PAGES_MAX
+            )
+            if start <= pages:
+                time.sleep(took * (1 / duty - 1))  # pacing the pass, the point of it
+        return counts
 
     def count_many(self, emails: list[str]) -> dict[str, int]:
         """Counts of several emails in one query (absent ones are left out): one batch
