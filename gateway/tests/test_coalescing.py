@@ -238,6 +238,23 @@ def test_keys_asked_together_share_one_query(make_batcher):
     assert results == {"x": 0, "a": 1, "b": 2, "c": 0}
 
 
+def test_the_batcher_says_whether_it_is_reading(make_batcher):
+    """What swr's refresh asks before a paced pass of its own: a key asked for
+    while a batch runs or keys wait shares a scan that runs anyway."""
+    query = FakeQuery({"a": 1})
+    batcher = make_batcher(query)
+    assert not batcher.reading()
+    query.gate.clear()
+    results: dict = {}
+    first = get_in_thread(batcher, "a", results)
+    wait_until(lambda: query.calls, 5, "the batch to start")
+    assert batcher.reading()
+    query.gate.set()
+    first.join(10)
+    wait_until(lambda: not batcher.reading(), 5, "the batch to end")
+    assert results == {"a": 1}
+
+
 def test_keys_asked_together_without_an_answer_in_time_are_withdrawn(make_batcher):
     query = FakeQuery({"a": 1})
     batcher = make_batcher(query, wait_s=0.2)

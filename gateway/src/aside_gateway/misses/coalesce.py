@@ -258,6 +258,7 @@ class MissBatcher(Generic[K, V]):
         self._pending: dict[K, _Slot[V]] = {}  # insertion order: oldest first
         self._pid: int | None = None  # the process whose threads serve the queue
         self._closed = False
+        self._running = 0  # batches being read now
 
     def get(self, key: K, gone: Callable[[], bool] | None = None) -> V:
         """The value of `key` from the next batch; BatchTimeout after wait_s,
@@ -306,6 +307,12 @@ class MissBatcher(Generic[K, V]):
             if gone() or time.monotonic() >= deadline:
                 return slot.done.is_set()
         return True
+
+    def reading(self) -> bool:
+        """Whether keys wait for a batch or a batch is being read: a key asked
+        for now would share a scan that runs anyway, or the next one."""
+        with self._lock:
+            return bool(self._pending) or self._running > 0
 
     def close(self) -> None:
         """Stop the threads once their current batch is done; later gets fail."""
@@ -360,10 +367,12 @@ class MissBatcher(Generic[K, V]):
                     self._wake.wait(rest_s)  # more keys join meanwhile; close wakes us
                     continue
                 batch = self._take_batch()
+                self._running += 1
             started = time.monotonic()
             self._run(batch)
             ended = time.monotonic()
             with self._lock:
+                self._running -= 1
                 self._refill(started)
                 # A very slow batch leaves at most MAX_PAUSE_S of rest owed.
                 self._credit = max(self._credit - (ended - started), -MAX_PAUSE_S * self._duty)

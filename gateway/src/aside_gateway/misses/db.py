@@ -295,12 +295,13 @@ class Database:
 
     def refresh_counts(self, emails: Sequence[str]) -> dict[str, int]:
         """Counts that nobody waits for (swr's refreshes): in one batch when the
-        email index makes them cheap, else in one paced pass over the table."""
+        email index makes them cheap or readers' misses are being read anyway
+        (the refresh shares their scan), else in one paced pass over the table."""
         now = time.monotonic()
         if now - self._index_looked_at >= INDEX_LOOK_S:
             self._indexed = self.has_email_index(self._statement_timeout_s)
             self._index_looked_at = now
-        if self._indexed:
+        if self._indexed or self.count_batcher.reading():
             return self.counts_by_email(emails)
         return self.counts_paced(emails, self._refresh_duty)
 
