@@ -6,8 +6,10 @@ refreshes gathering in this worker. Nobody waits for them, so they gather for
 CACHE_EXPIRY_REFRESH_GATHER_MS (or until MISS_BATCH_MAX keys), holding no
 thread, and are then refreshed together in one thread of the worker's own
 (tiers/l2.py `Cache.refresh_behind`: a lease per key, one read of all the
-counts through the miss batcher, a store per key under its lease): keys
-expiring over a second share one scan, and no Flask thread waits on it. Each
+counts, a store per key under its lease; the read is misses/db.py
+`refresh_counts`, a batch or, without the email index and no reader
+scanning, a paced pass): keys expiring over a second share one scan, and no
+Flask thread waits on it. Each
 key's flight stays busy until its refresh lands, so the reads meanwhile are
 answered stale on the loop too. A refresh that fails leaves the stale value in
 place: the next read within the bound answers it and tries again.
