@@ -9,10 +9,10 @@ thread, and are then refreshed together in one thread of the worker's own
 counts, a store per key under its lease; the read is misses/db.py
 `refresh_counts`, a batch or, without the email index and no reader
 scanning, a paced pass): keys expiring over a second share one scan, and no
-Flask thread waits on it. Each
-key's flight stays busy until its refresh lands, so the reads meanwhile are
-answered stale on the loop too. A refresh that fails leaves the stale value in
-place: the next read within the bound answers it and tries again.
+Flask thread waits on it. Each key's flight stays busy until its refresh
+lands, so the reads meanwhile are answered stale on the loop too. A refresh
+that fails leaves the stale value in place: the next read within the bound
+answers it and tries again.
 
 Bounded: at most MISS_BATCH_MAX keys gather or are refreshed at once in a
 worker; past it a stale read is answered and its refresh left to a later one.

@@ -270,10 +270,8 @@ class MissBatcher(Generic[K, V]):
             self._withdraw(key, slot)
             if gone is not None and gone():
                 raise ClientGone()
-            raise BatchTimeout(f"no answer for a batched read within {self._wait_s:g} s")
-        if slot.error is not None:
-            raise shared_error(slot.error)
-        return slot.value  # type: ignore[return-value]
+            raise self._timed_out()
+        return self._answer(slot)
 
     def get_many(self, keys: Sequence[K]) -> dict[K, V]:
         """The values of `keys`, every one pending before any is waited for, so
@@ -287,16 +285,23 @@ class MissBatcher(Generic[K, V]):
             values: dict[K, V] = {}
             for key, slot in asked:
                 if not slot.done.wait(max(deadline - time.monotonic(), 0.0)):
-                    raise BatchTimeout(f"no answer for a batched read within {self._wait_s:g} s")
-                if slot.error is not None:
-                    raise shared_error(slot.error)
-                values[key] = slot.value  # type: ignore[assignment]
+                    raise self._timed_out()
+                values[key] = self._answer(slot)
             return values
         except BaseException:
             for key, slot in asked:
                 if not slot.done.is_set():
                     self._withdraw(key, slot)
             raise
+
+    def _answer(self, slot: _Slot[V]) -> V:
+        """A done slot's value, or its batch's error raised in this thread."""
+        if slot.error is not None:
+            raise shared_error(slot.error)
+        return slot.value  # type: ignore[return-value]
+
+    def _timed_out(self) -> BatchTimeout:
+        return BatchTimeout(f"no answer for a batched read within {self._wait_s:g} s")
 
     def _wait(self, slot: _Slot[V], gone: Callable[[], bool] | None) -> bool:
         """True once `slot` is done; False after wait_s or once `gone()`."""
