@@ -92,6 +92,9 @@ def test_settings_defaults_and_values():
         ("CACHE_EXPIRY_EARLY_BETA", "nan"),
         ("CACHE_EXPIRY_EARLY_BETA", "101"),
         ("CACHE_EXPIRY_STALE_MAX_SECONDS", "0"),
+        ("CACHE_EXPIRY_REFRESH_GATHER_MS", "5001"),
+        ("CACHE_EXPIRY_REFRESH_DUTY_PERCENT", "0"),
+        ("CACHE_EXPIRY_REFRESH_DUTY_PERCENT", "half"),
     ],
 )
 def test_a_wrong_expiry_setting_names_its_variable(name, value):
