@@ -21,8 +21,19 @@ SECONDS_PER_HOUR = 3600
 
 @dataclass(frozen=True)
 class Prices:
+    """What a vCPU-hour and a GiB-hour cost, in dollars."""
+
     vcpu_hour: float
     gib_hour: float
+
+    def words(self) -> str:
+        """The prices as a report's text says them."""
+        return f"${self.vcpu_hour:g} a vCPU-hour, ${self.gib_hour:g} a GiB-hour"
+
+    def chart_words(self) -> str:
+        """The prices in a chart's title; each $ escaped, as matplotlib reads a
+        pair of them as mathematics."""
+        return f"\\${self.vcpu_hour:g}/vCPU-h, \\${self.gib_hour:g}/GiB-h"
 
 
 @dataclass(frozen=True)

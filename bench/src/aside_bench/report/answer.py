@@ -188,9 +188,9 @@ def answer(
                     lines.append(sentence)
         lines += split.answer_lines(results, prices)
         lines.append(
-            f"Prices: ${prices.vcpu_hour:g} a vCPU-hour, ${prices.gib_hour:g} a GiB-hour "
-            "(ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR); CPU of the gateway, PostgreSQL "
-            "and Redis per request, memory of the gateway and of Redis for the cached arms."
+            f"Prices: {prices.words()} (ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR); CPU of "
+            "the gateway, PostgreSQL and Redis per request, memory of the gateway and of Redis "
+            "for the cached arms."
         )
     lines += memory_sentences(curves)
     lines.append(index_sentence(series, goal_ms, seed_indexed))

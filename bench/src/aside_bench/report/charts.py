@@ -251,10 +251,7 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
 
 def cost_chart(results: list[StepResult], prices: Prices, path: Path, caption: str) -> Path:
     """Cost per million requests against the target rate, per series."""
-    # Escaped: matplotlib reads a pair of $ as mathematics.
-    title = (
-        f"cost per million requests (\\${prices.vcpu_hour:g}/vCPU-h, \\${prices.gib_hour:g}/GiB-h)"
-    )
+    title = f"cost per million requests ({prices.chart_words()})"
     price = partial(step_price, prices=prices)
     fig, ax = _rate_plot(results, price, "\\$ per million requests", title)
     log_y(ax)

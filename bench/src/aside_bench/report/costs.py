@@ -48,8 +48,7 @@ def cost_table(results: list[StepResult], prices: Prices) -> Table | None:
     if not rows:
         return None
     return Table(
-        f"cost per million requests (${prices.vcpu_hour:g} a vCPU-hour, "
-        f"${prices.gib_hour:g} a GiB-hour)",
+        f"cost per million requests ({prices.words()})",
         [
             "series",
             "target /s",

@@ -145,8 +145,7 @@ def _charts(sides: Sides, rows: list[compare.Row], out_dir: Path, caption: str) 
     if costs:
         paths.append(overlay_chart(
             costs, out_dir / "compare_cost.png",
-            f"cost per million requests (\\${prices.vcpu_hour:g}/vCPU-h, "
-            f"\\${prices.gib_hour:g}/GiB-h, A's prices)",
+            f"cost per million requests ({prices.chart_words()}, A's prices)",
             "\\$ per million requests (log scale)", caption, log=True,
         ))  # fmt: skip
     return paths
