@@ -4,9 +4,12 @@ tables that show them. Nothing here needs a running service."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import math
 import os
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,7 +46,11 @@ from aside_bench.report.tables import (
     sweep_tables,
 )
 from aside_bench.stack import config, procs
-from aside_bench.stack.gateway_metrics import step_counters
+from aside_bench.stack.gateway_metrics import (
+    connection_bound,
+    connections_per_worker,
+    step_counters,
+)
 from aside_bench.sweep import warmtiers
 from aside_bench.sweep.lagfloor import figures, published_ms
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -182,6 +189,74 @@ def test_step_counters_read_the_gateway_exposition() -> None:
     assert counters["tier_reads"] == {"l1 hit": 90.0, "l1 miss": 10.0}
     assert counters["lag_buckets"] == {"0.001": 1.0, "0.01": 1.0, "0.1": 2.0, "+Inf": 2.0}
     assert (counters["l1_entries"], counters["l1_bytes"]) == (12.0, 12 * 1024.0)
+
+
+def _bound_exposition(bound: float | None) -> str:
+    registry = CollectorRegistry()
+    if bound is not None:
+        Gauge("aside_gateway_connections_max", "", registry=registry).set(bound)
+    return generate_latest(registry).decode()
+
+
+def test_a_connection_bound_of_zero_is_a_worker_still_starting() -> None:
+    assert connections_per_worker(_bound_exposition(1000)) == 1000
+    assert connections_per_worker(_bound_exposition(0)) is None
+    assert connections_per_worker(_bound_exposition(None)) is None
+
+
+def _metrics_server(pages: list[str]) -> tuple[http.server.HTTPServer, list[str]]:
+    """A /metrics that answers `pages` in turn, then the last one for good;
+    the pages it served, in order."""
+    served: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = pages[min(len(served), len(pages) - 1)]
+            served.append(page)
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, served
+
+
+@pytest.mark.parametrize(
+    ("pages", "expected"),
+    [
+        ([0, 0, 1000], 1000),  # workers starting, then every one has set its bound
+        ([1000], 1000),
+        ([None], None),  # a gateway that does not say is not waited for
+    ],
+)
+def test_the_connection_bound_waits_out_workers_still_starting(
+    pages: list[float | None], expected: int | None
+) -> None:
+    server, served = _metrics_server([_bound_exposition(one) for one in pages])
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        settings = replace(config.load({}), gateway_url=url)
+        assert connection_bound(settings, within_s=10.0) == expected
+        assert len(served) == len(pages)
+    finally:
+        server.shutdown()
+
+
+def test_a_connection_bound_still_zero_at_its_deadline_is_not_known() -> None:
+    server, served = _metrics_server([_bound_exposition(0)])
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        settings = replace(config.load({}), gateway_url=url)
+        assert connection_bound(settings, within_s=0.5) is None
+        assert len(served) >= 2
+    finally:
+        server.shutdown()
 
 
 def test_step_cost_from_two_probe_readings() -> None:

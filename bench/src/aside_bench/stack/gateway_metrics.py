@@ -4,6 +4,7 @@ they are exact where Prometheus's scrapes are not."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -14,6 +15,9 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 
 HTTP_TIMEOUT_S = 10.0
+# How long a reading of the connection bound waits for workers still starting.
+BOUND_WAIT_S = 15.0
+BOUND_POLL_S = 0.2
 REQUESTS_TOTAL = "aside_gateway_http_requests_total"
 CACHE_ERRORS_TOTAL = "aside_gateway_cache_errors_total"
 TIER_READS_TOTAL = "aside_gateway_cache_tier_reads_total"
@@ -65,9 +69,25 @@ def scrape(settings: Settings) -> str:
 
 def connections_per_worker(text: str) -> int | None:
     """The connections each worker holds before it answers a new one 503 (the
-    fewest over live workers), or None from a gateway that does not say."""
+    fewest over live workers), or None from a gateway that does not say. A
+    worker still starting shows 0 until it sets its bound, which says nothing
+    either (`connection_bound` waits it out)."""
     value = unlabelled_value(text, CONNECTIONS_MAX)
-    return None if value is None else int(value)
+    return None if value is None or value < 1 else int(value)
+
+
+def connection_bound(settings: Settings, within_s: float = BOUND_WAIT_S) -> int | None:
+    """connections_per_worker of the running gateway, read again while a worker
+    still starting shows 0 (read as a bound, it would cap a pool at its least),
+    for at most `within_s`; None when the gateway does not say by then."""
+    deadline = time.monotonic() + within_s
+    while True:
+        text = scrape(settings)
+        found = connections_per_worker(text)
+        starting = found is None and unlabelled_value(text, CONNECTIONS_MAX) is not None
+        if not starting or time.monotonic() >= deadline:
+            return found
+        time.sleep(BOUND_POLL_S)
 
 
 def summed_by(text: str, name: str, key: Callable[[dict[str, str]], K]) -> dict[K, float]:

@@ -23,7 +23,7 @@ from aside_bench.plan.steps import pool_cap, pool_for
 from aside_bench.records.expiry import ArmRun, Reading
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import (
-    connections_per_worker,
+    connection_bound,
     scrape,
     summed_by_label,
     tier_read_counts,
@@ -143,7 +143,7 @@ class ExpiryRun:
 
     def _driver(self, arm: plan.Arm, rate: int, seconds: int, index: int) -> LoadRun:
         opts = self.options
-        cap = pool_cap(opts.max_pool, connections_per_worker(scrape(self.settings)))
+        cap = pool_cap(opts.max_pool, connection_bound(self.settings))
         return LoadRun(
             scenario="read",
             run_id=opts.run_id,

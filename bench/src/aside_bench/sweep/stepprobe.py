@@ -15,7 +15,7 @@ import requests
 
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
-from aside_bench.stack.gateway_metrics import connections_per_worker, scrape, step_counters
+from aside_bench.stack.gateway_metrics import connection_bound, scrape, step_counters
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.services import ServiceControl
 
@@ -56,7 +56,7 @@ class GatewayProbe:
         """What each gateway worker holds before it answers a connection 503;
         None when the gateway does not say or cannot be read now."""
         try:
-            return connections_per_worker(scrape(self.settings))
+            return connection_bound(self.settings)
         except (StackError, requests.RequestException, ValueError):
             return None
 

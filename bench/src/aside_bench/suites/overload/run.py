@@ -369,7 +369,7 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
     result = ArmResult(arm)
     params = bench.params
     gateway_for(bench.settings, arm)
-    bench.connections_per_worker = gm.connections_per_worker(gm.scrape(bench.settings))
+    bench.connections_per_worker = gm.connection_bound(bench.settings)
     result.max_pool = bench.max_pool
     if arm in params.ceilings:
         result.ceiling, result.ceiling_from = params.ceilings[arm], "given"
