@@ -50,56 +50,17 @@ from aside_gateway.tiers import expiry
 from aside_gateway.tiers.expiry import ExpiryPolicy, Judged
 from aside_gateway.tiers.hooks import TestHooks
 
-# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] value, ARGV[3] ttl seconds,
-# ARGV[4] (optional, preferred) ttl ms. The contract's script
-# (contracts/store_if_lease_held.lua links to this file).
-STORE_IF_LEASE_HELD = (files("aside_gateway") / "scripts" / "store_if_lease_held.lua").read_text()
 
-# KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms, ARGV[3] now (unix ms),
-# ARGV[4] (a refresh) the value the caller read and means to refresh.
-# Returns {1, value} on a value, {2} when the lease was taken, {0} when someone else holds it.
-# A fill: a value in an envelope (cache.json `expiry`) whose logical expiry is past
-# counts as none. A refresh: only another value than the one read counts (a refresh
-# landed in between: answer it), so a reader that read the old value just before
-# another process's refresh landed and dropped its lease does not refresh again.
-GET_OR_LEASE = """
-local value = redis.call('GET', KEYS[1])
-if value then
-    if ARGV[4] then
-        if value ~= ARGV[4] then
-            return {1, value}
-        end
-    elseif string.sub(value, 1, 4) ~= '~x1:' then
-        return {1, value}
-    else
-        local stop = string.find(value, ':', 5, true)
-        local expires = stop and tonumber(string.sub(value, 5, stop - 1))
-        if expires == nil or expires > tonumber(ARGV[3]) then
-            return {1, value}
-        end
-    end
-end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return {2}
-end
-return {0}
-"""
+def _script(name: str) -> str:
+    return (files("aside_gateway") / "scripts" / name).read_text()
 
-# KEYS[1] key; ARGV[1] value. Deletes a malformed value, not one stored since.
-DELETE_IF_EQUAL = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
-# KEYS[1] lease; ARGV[1] token. Deletes the lease only if it is still ours.
-RELEASE_LEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+# The lease holder's store (contracts/store_if_lease_held.lua links to its file).
+STORE_IF_LEASE_HELD = _script("store_if_lease_held.lua")
+# A miss's one call: the value, or the lease.
+GET_OR_LEASE = _script("get_or_lease.lua")
+# A lease's release, and the removal of a malformed value.
+DELETE_IF_EQUAL = _script("delete_if_equal.lua")
 
 POLL_MAX_MS = 20  # a waiting leader's poll interval grows from lease.poll_ms up to this
 # A follower's safety net: longer than anything its leader waits for (a lease
@@ -158,7 +119,6 @@ class Cache:
         # Script objects call EVALSHA with a SHA computed once, loading on NOSCRIPT.
         self._get_or_lease = self.client.register_script(GET_OR_LEASE)
         self._store_if_lease_held = self.client.register_script(STORE_IF_LEASE_HELD)
-        self._release_lease = self.client.register_script(RELEASE_LEASE)
         self._delete_if_equal = self.client.register_script(DELETE_IF_EQUAL)
         self.breaker = breaker
         self.fallback = fallback or FallbackSlots(settings.cache_fallback_max_concurrency)
@@ -425,7 +385,7 @@ class Cache:
         if self.naive:
             # Lab-only demonstration of the stale-set race: store whatever we read.
             self.client.set(key, form.data, px=form.ttl_ms)
-            self._release_lease(keys=[lease], args=[token])
+            self._delete_if_equal(keys=[lease], args=[token])
             return False
         stored = self._store_if_lease_held(
             keys=[key, lease], args=[token, form.data, form.ttl_s, form.ttl_ms]
@@ -495,7 +455,7 @@ class Cache:
 
     def _release_quietly(self, lease: str, token: str) -> None:
         try:
-            self._release_lease(keys=[lease], args=[token])
+            self._delete_if_equal(keys=[lease], args=[token])
         except REDIS_ERRORS as exc:
             self.breaker.record_failure(exc)
 
