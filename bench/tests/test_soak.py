@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -188,19 +189,106 @@ def test_the_key_lifetime_is_read_from_the_cores_environment() -> None:
     assert settings_of_a_process_with({"CORE_IDEMPOTENCY_TTL": "1.5s"}) is None  # unread
 
 
+def status_kib(pid: int, field: str) -> int:
+    """`field` of /proc/<pid>/status, read by hand to check procs against."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def settled(read: Callable[[], int | None], truth: Callable[[], int]) -> bool:
+    """True once `read` gives what /proc gave just before and just after it (a
+    process still starting moves its figures between two readings)."""
+    for _ in range(50):
+        before, got, after = truth(), read(), truth()
+        if before == got == after:
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def test_proc_readings_of_this_process_tree() -> None:
-    child = subprocess.Popen(["sleep", "30"])
+    child = subprocess.Popen(["sleep", "30"], env={"ASIDE_PROBE": "here"})
     try:
         me = os.getpid()
-        assert child.pid in procs.children(me)
+        assert child.pid in procs.children(me) and procs.parents()[child.pid] == me
         assert {me, child.pid} <= set(procs.tree(me))
+        assert procs.environ_value(child.pid, "ASIDE_PROBE") == "here"
+        assert procs.environ_value(child.pid, "HOME") is None
+        rss, anon = procs.rss_kib(child.pid), procs.anon_kib(child.pid)
+        assert rss is not None and anon is not None and 0 < anon <= rss
+        assert settled(lambda: procs.rss_kib(child.pid), lambda: status_kib(child.pid, "VmRSS"))
+        assert settled(lambda: procs.anon_kib(child.pid), lambda: status_kib(child.pid, "RssAnon"))
+        assert procs.fd_count(child.pid) == len(os.listdir(f"/proc/{child.pid}/fd"))
         tree = procs.sample_tree(me)
         assert tree is not None and tree.processes >= 2
         assert tree.rss_kib > (procs.rss_kib(me) or 0) and tree.fds > 3
+        assert 0 < tree.anon_kib <= tree.rss_kib
     finally:
         child.kill()
-        child.wait()
+    # Exited, not yet reaped: a zombie is gone but for its final CPU time.
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    assert child.pid not in procs.parents()
+    assert procs.rss_kib(child.pid) is None and procs.sample_tree(child.pid) is None
+    assert procs.environ_value(child.pid, "ASIDE_PROBE") is None
+    assert procs.cpu_ticks(child.pid) is not None
+    child.wait()
     assert procs.sample_tree(child.pid) is None
+    assert procs.rss_kib(child.pid) is None and procs.anon_kib(child.pid) is None
+    assert procs.fd_count(child.pid) is None and procs.cpu_ticks(child.pid) is None
+    assert procs.tree_cpu_ticks(child.pid) is None
+    assert procs.environ_value(child.pid, "ASIDE_PROBE") is None
+    assert procs.listening_ports(child.pid) == set()
+
+
+def test_cpu_ticks_count_own_work_and_reaped_childrens() -> None:
+    me = os.getpid()
+    before = procs.cpu_ticks(me)
+    assert isinstance(before, int)
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    own = procs.cpu_ticks(me)
+    assert own is not None and own - before >= 0.1 * procs.clock_ticks_per_s()
+    spin = "import time\nend = time.process_time() + 0.2\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", spin], check=True)
+    after = procs.cpu_ticks(me)  # the reaped child's ticks are in ours now
+    assert after is not None and after - own >= 0.1 * procs.clock_ticks_per_s()
+
+
+def test_the_machine_ticks_are_proc_stats() -> None:
+    def by_hand() -> procs.MachineTicks:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+        ticks = [int(value) for value in first[1:9]]  # user ... steal
+        return procs.MachineTicks(sum(ticks) - ticks[3] - ticks[4], sum(ticks), ticks[7])
+
+    before, ticks, after = by_hand(), procs.machine_ticks(), by_hand()
+    assert ticks is not None
+    for name in ("busy", "total", "steal"):
+        assert getattr(before, name) <= getattr(ticks, name) <= getattr(after, name)
+
+
+def test_a_recorded_pid_needs_its_command_line_and_run_dir(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "pids").mkdir(parents=True)
+    child = subprocess.Popen(["sleep", "30"], env={"ASIDE_RUN_DIR": str(run_dir)})
+    try:
+        (run_dir / "pids" / "svc.pid").write_text(f"{child.pid}\n")
+        (run_dir / "pids" / "svc.pid.cmd").write_text("sleep 30\n")
+        assert procs.recorded_pid(run_dir, "svc") == child.pid
+        assert procs.recorded_pid(tmp_path, "svc") is None  # no pid file there
+        (tmp_path / "pids").symlink_to(run_dir / "pids")
+        assert procs.recorded_pid(tmp_path, "svc") is None  # another stack's process
+        (run_dir / "pids" / "svc.pid.cmd").write_text("sleep 31\n")
+        assert procs.recorded_pid(run_dir, "svc") is None  # a recycled pid
+        (run_dir / "pids" / "svc.pid.cmd").write_text("sleep 30\n")
+    finally:
+        child.kill()
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    assert procs.recorded_pid(run_dir, "svc") is None  # a zombie
+    child.wait()
+    assert procs.recorded_pid(run_dir, "svc") is None
 
 
 def test_listening_ports_names_the_socket_owner() -> None:
@@ -211,6 +299,9 @@ def test_listening_ports_names_the_socket_owner() -> None:
         server.listen()
         port = server.getsockname()[1]
         assert port in procs.listening_ports(os.getpid())
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            # A connected socket is not a listener.
+            assert client.getsockname()[1] not in procs.listening_ports(os.getpid())
     assert port not in procs.listening_ports(os.getpid())
 
 

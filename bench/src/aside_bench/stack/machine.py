@@ -7,7 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from aside_bench.stack import procs
+import psutil
 
 
 def _cpu_model() -> str:
@@ -22,12 +22,11 @@ def _cpu_model() -> str:
 
 def describe() -> dict[str, Any]:
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    total_kib = procs.kib_field(procs.PROC / "meminfo", "MemTotal")
-    memory = None if total_kib is None else total_kib * 1024
+    memory = psutil.virtual_memory().total  # MemTotal
     return {
         "nproc": nproc,
         "memory_bytes": memory,
-        "memory_gib": round(memory / 2**30, 1) if memory else None,
+        "memory_gib": round(memory / 2**30, 1),
         "kernel": platform.release(),
         "cpu": _cpu_model(),
         "hostname": platform.node(),

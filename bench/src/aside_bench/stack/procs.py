@@ -2,39 +2,36 @@
 service, its process tree, its memory and open file descriptors, and the ports it
 listens on (the proof that a pid belongs to the stack we were pointed at).
 
-Everything is read from /proc; nothing here changes a process.
+Read through psutil, and from /proc where psutil has no such figure (the run
+queue, a process's socket descriptors); nothing here changes a process.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+
+import psutil
 
 from aside_bench.stack import stacktable
 
 PROC = Path("/proc")
 # infra/services.sh ALL_SERVICES, in start order.
 SERVICES = stacktable.names()
-# TCP state LISTEN in /proc/net/tcp.
-_LISTEN = "0A"
 
 
-def _stat_fields(pid: int | str) -> list[str] | None:
-    """/proc/<pid>/stat's fields after the command's name (state, ppid, ...); None when gone."""
+def _running(pid: int) -> psutil.Process | None:
+    """The process `pid` unless it is gone or a zombie (exited, not yet reaped:
+    its memory, files and environment are released)."""
     try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
-def _alive(pid: int) -> bool:
-    """True for a running process (not a zombie, not gone)."""
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
+        process = psutil.Process(pid)
+        if process.status() != psutil.STATUS_ZOMBIE:
+            return process
+    except (psutil.Error, ValueError):  # ValueError: a negative pid
+        pass
+    return None
 
 
 def recorded_pid(run_dir: Path, service: str) -> int | None:
@@ -48,13 +45,14 @@ def recorded_pid(run_dir: Path, service: str) -> int | None:
         pid = int(pid_file.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    if not _alive(pid):
+    process = _running(pid)
+    if process is None:
         return None
     match_file = pid_file.with_name(pid_file.name + ".cmd")
     if match_file.exists():
         try:
-            cmdline = (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+            cmdline = " ".join(process.cmdline())
+        except psutil.Error:
             return None
         if match_file.read_text().strip() not in cmdline:
             return None
@@ -65,24 +63,18 @@ def environ_value(pid: int, name: str) -> str | None:
     """The value of `name` in the environment `pid` started with; None when it
     is not set there or the environment cannot be read (another user's process)."""
     try:
-        environ = (PROC / str(pid) / "environ").read_bytes()
-    except OSError:
+        return psutil.Process(pid).environ().get(name)
+    except psutil.Error:
         return None
-    prefix = os.fsencode(name) + b"="
-    for entry in environ.split(b"\0"):
-        if entry.startswith(prefix):
-            return os.fsdecode(entry[len(prefix) :])
-    return None
 
 
 def parents() -> dict[int, int]:
     """pid -> parent pid of every running process."""
-    result: dict[int, int] = {}
-    for entry in PROC.iterdir():
-        fields = _stat_fields(entry.name) if entry.name.isdigit() else None
-        if fields is not None and fields[0] != "Z":
-            result[int(entry.name)] = int(fields[1])
-    return result
+    return {
+        process.pid: process.info["ppid"]
+        for process in psutil.process_iter(["ppid", "status"])
+        if process.info["status"] not in (psutil.STATUS_ZOMBIE, None)
+    }
 
 
 def children(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
@@ -102,35 +94,45 @@ def tree(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
     return found
 
 
-def kib_field(path: Path, field: str) -> int | None:
-    """The KiB a /proc file of `field: N kB` lines (status, meminfo) gives
-    `field`; None when it cannot be read or has none."""
-    try:
-        for line in path.read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
+def _memory_kib(pid: int) -> tuple[int, int] | None:
+    """VmRSS and RssAnon of one process in KiB, from one reading of its statm;
+    None once it is gone or a zombie (whose memory reads as zero). statm's shared
+    pages are RssFile + RssShmem, so the resident ones less those are RssAnon."""
+    process = _running(pid)
+    if process is None:
         return None
-    return None
+    try:
+        memory = process.memory_info()
+    except psutil.Error:
+        return None
+    return memory.rss // 1024, (memory.rss - memory.shared) // 1024
 
 
 def rss_kib(pid: int) -> int | None:
     """VmRSS of one process in KiB (None once it is gone)."""
-    return kib_field(PROC / str(pid) / "status", "VmRSS")
+    memory = _memory_kib(pid)
+    return None if memory is None else memory[0]
 
 
 def anon_kib(pid: int) -> int | None:
     """RssAnon of one process in KiB: its private memory (heap, stacks), without
     the shared or file-backed pages that VmRSS also counts."""
-    return kib_field(PROC / str(pid) / "status", "RssAnon")
+    memory = _memory_kib(pid)
+    return None if memory is None else memory[1]
 
 
 def cpu_ticks(pid: int) -> int | None:
     """utime + stime + cutime + cstime of one process, in clock ticks (None once
     it is gone). The children's part holds the workers the process reaped, so a
-    worker that exits between two readings of its tree is still counted."""
-    fields = _stat_fields(pid)  # fields[0] is the state (field 3 of proc(5)); utime is field 14
-    return None if fields is None else sum(int(value) for value in fields[11:15])
+    worker that exits between two readings of its tree is still counted. A
+    zombie still has its final figures."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    seconds = times.user + times.system + times.children_user + times.children_system
+    # psutil divides the kernel's ticks by the tick rate: this gives them back.
+    return round(seconds * clock_ticks_per_s())
 
 
 def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
@@ -178,13 +180,14 @@ class MachineTicks(NamedTuple):
 def machine_ticks() -> MachineTicks | None:
     """The machine's ticks now; None when unreadable."""
     try:
-        first = (PROC / "stat").read_text().splitlines()[0].split()
-        # user nice system idle iowait irq softirq steal (guest time is in user).
-        ticks = [int(value) for value in first[1:9]]
-    except (OSError, ValueError, IndexError):
+        times = psutil.cpu_times()  # in seconds: the ticks over the tick rate
+    except OSError:
         return None
-    total = sum(ticks)
-    return MachineTicks(total - ticks[3] - ticks[4], total, ticks[7])
+    # guest time is in user.
+    busy = times.user + times.nice + times.system + times.irq + times.softirq + times.steal
+    total = busy + times.idle + times.iowait
+    per_s = clock_ticks_per_s()
+    return MachineTicks(round(busy * per_s), round(total * per_s), round(times.steal * per_s))
 
 
 def clock_ticks_per_s() -> int:
@@ -193,8 +196,8 @@ def clock_ticks_per_s() -> int:
 
 def fd_count(pid: int) -> int | None:
     try:
-        return len(os.listdir(PROC / str(pid) / "fd"))
-    except OSError:
+        return psutil.Process(pid).num_fds()
+    except psutil.Error:
         return None
 
 
@@ -214,50 +217,41 @@ class TreeSample:
 def sample_tree(pid: int, ppids: dict[int, int] | None = None) -> TreeSample | None:
     """RSS and open fds summed over `pid`'s tree; None when `pid` is gone.
     Processes that exit while we read them are left out."""
-    pids = tree(pid, ppids)
-    readings = [(rss_kib(p), anon_kib(p), fd_count(p), len(_socket_inodes(p))) for p in pids]
-    kept = [r for r in readings if None not in r]
-    if not kept or readings[0][0] is None:
-        return None
+    kept: list[tuple[int, int, int, int]] = []
+    for member in tree(pid, ppids):
+        memory, fds = _memory_kib(member), fd_count(member)
+        if memory is None or fds is None:
+            if member == pid:
+                return None
+            continue
+        kept.append((*memory, fds, _socket_count(member)))
     rss, anon, fds, sockets = (sum(column) for column in zip(*kept, strict=True))
-    return TreeSample(len(kept), rss, anon, fds, sockets)  # type: ignore[arg-type]
+    return TreeSample(len(kept), rss, anon, fds, sockets)
 
 
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
+def _socket_count(pid: int) -> int:
+    """The sockets among `pid`'s fds, each counted once. psutil only lists the
+    inet and unix ones, parsing every /proc/net table per process."""
+    sockets = set()
     fd_dir = PROC / str(pid) / "fd"
     try:
         names = os.listdir(fd_dir)
     except OSError:
-        return inodes
+        return 0
     for name in names:
         try:
             target = os.readlink(fd_dir / name)
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    return inodes
-
-
-def _listening(lines: Iterable[str]) -> dict[str, int]:
-    """inode -> port of the LISTEN sockets in /proc/net/tcp(6) lines."""
-    found = {}
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 10 or fields[3] != _LISTEN:
-            continue
-        port = int(fields[1].rsplit(":", 1)[1], 16)
-        found[fields[9]] = port
-    return found
+            sockets.add(target)
+    return len(sockets)
 
 
 def listening_ports(pid: int) -> set[int]:
-    """TCP ports `pid` itself listens on."""
-    table: dict[str, int] = {}
-    for name in ("tcp", "tcp6"):
-        try:
-            table |= _listening((PROC / "net" / name).read_text().splitlines()[1:])
-        except OSError:
-            continue
-    return {table[inode] for inode in _socket_inodes(pid) if inode in table}
+    """TCP ports `pid` itself listens on (IPv4 and IPv6)."""
+    try:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return set()
+    return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
