@@ -177,7 +177,20 @@ def test_only_early_draws_and_a_judged_read_does_not_draw_again():
     assert policy("early").judge(stored, NOW).state == expiry.REFRESH
     assert policy("early").judge(stored, NOW, roll=False).state == expiry.FRESH
     for mode in ("plain", "jitter", "swr"):
-        assert policy(mode).judge(stored, NOW) == expiry.Judged(b"42", expiry.FRESH)
+        assert policy(mode).judge(stored, NOW) == expiry.Judged(b"42", expiry.FRESH, life_ms=1)
+
+
+def test_a_value_in_an_envelope_says_how_long_it_has_left_a_bare_one_does_not():
+    for mode in ("early", "swr"):
+        stored = policy(mode, ttl_s=60, jitter=0.0).stored(b"42", 0.0, NOW)
+        assert stored.life_ms == 60_000
+        assert policy(mode).judge(stored.data, NOW + 45_000, roll=False).life_ms == 15_000
+    for mode in ("plain", "jitter"):
+        stored = policy(mode, ttl_s=60).stored(b"42", 0.0, NOW)
+        assert stored.life_ms is None
+        assert policy(mode).judge(stored.data, NOW).life_ms is None
+    stale = policy("swr").judge(cache_keys.wrap(b"42", NOW, 0), NOW + 1)
+    assert (stale.state, stale.life_ms) == (expiry.STALE, None)
 
 
 def test_swr_serves_stale_only_within_its_bound():
@@ -197,7 +210,10 @@ def test_a_value_written_under_one_mode_is_read_safely_under_another(writer, rea
     ends it)."""
     stored = policy(writer, ttl_s=60, stale_max_s=30, jitter=0.0).stored(b"42", 0.0, NOW).data
     read = policy(reader, stale_max_s=10)
-    assert read.judge(stored, NOW + 1_000, roll=False) == expiry.Judged(b"42", expiry.FRESH)
+    life = None if cache_keys.unwrap(stored) is None else 59_000
+    assert read.judge(stored, NOW + 1_000, roll=False) == expiry.Judged(
+        b"42", expiry.FRESH, life_ms=life
+    )
     after = read.judge(stored, NOW + 60_000 + 5_000)
     beyond = read.judge(stored, NOW + 60_000 + 20_000)
     if cache_keys.unwrap(stored) is None:
@@ -242,6 +258,24 @@ def test_l1_without_jitter_ends_every_entry_together():
     assert all(l1.get(key) for key in ("a", "b", "c"))
     clock.now += 0.002
     assert not any(l1.get(key) for key in ("a", "b", "c"))
+
+
+def test_an_l1_entry_lives_no_longer_than_its_values_own_expiry():
+    """A value read 1.5 s before its expiry (early, swr) leaves L1 then, whatever
+    the tier's TTL; a longer life than the TTL does not extend it."""
+    for jitter in (0.0, 0.5):
+        clock = Clock()
+        l1 = L1Cache(1000, 1 << 22, 10, False, timer=clock, jitter=jitter)
+        assert l1.put("short", b"1", l1.token("short"), life_ms=1_500)
+        assert l1.put("long", b"1", l1.token("long"), life_ms=60_000)
+        assert l1.put("over", b"1", l1.token("over"), life_ms=-5)  # read past it: not kept
+        assert l1.get("over") is None
+        clock.now += 1.499
+        assert l1.get("short") == b"1"
+        clock.now += 0.002
+        assert l1.get("short") is None and l1.get("long") == b"1"
+        clock.now = 1000.0 + 10.001
+        assert l1.get("long") is None
 
 
 # ---- swr's refreshes behind the answer, gathered on the loop (front/refresh_behind.py) ---

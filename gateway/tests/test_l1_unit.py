@@ -3,6 +3,7 @@ the keys a forwarded write evicts, the settings and the contract."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -225,9 +226,7 @@ class ScriptedL2:
         self.read = read
 
     def read_through(self, route, key, load, hold=None, early_get=None) -> CacheRead:
-        return CacheRead(
-            self.read.value, self.read.outcome, self.read.error, in_redis=self.read.in_redis
-        )
+        return dataclasses.replace(self.read)
 
 
 @pytest.mark.parametrize(
@@ -266,3 +265,15 @@ def test_without_its_l1_the_tracking_strategy_reads_redis_only():
     assert tiers.l1_of(cache_keys.STRATEGY_TRACKING) is None
     result = tiers.read_through("count", "k", lambda: b"3", cache_keys.STRATEGY_TRACKING)
     assert result.tier == "l2"
+
+
+def test_hybrid_keeps_a_redis_read_in_l1_only_until_the_values_expiry():
+    clock = Clock()
+    l1 = make_l1(ttl_s=30, clock=clock)
+    read = CacheRead(b"3", HIT, in_redis=True, life_ms=2_000)
+    tiers = TieredCache(l1, ScriptedL2(read))  # type: ignore[arg-type]
+    key = cache_keys.count_key("t@example.com")
+    tiers.read_through("count", key, lambda: b"3", cache_keys.STRATEGY_HYBRID)
+    assert l1.get(key) == b"3"
+    clock.now += 2.001
+    assert l1.get(key) is None

@@ -97,6 +97,18 @@ def short_ttl_gateway(start_gateway: Callable[..., Proc]) -> Proc:
 
 
 @pytest.fixture(scope="module")
+def hybrid_swr_gateway(start_gateway: Callable[..., Proc]) -> Proc:
+    """Values that expire in a second (swr), an L1 TTL of 30 s."""
+    return start_gateway(
+        CACHE_STRATEGY="hybrid",
+        CACHE_EXPIRY="swr",
+        CACHE_TTL_SECONDS="1",
+        CACHE_L1_TTL_SECONDS=str(L1_TTL_S),
+        GATEWAY_WORKERS=str(WORKERS),
+    )
+
+
+@pytest.fixture(scope="module")
 def l1_gateway(start_gateway: Callable[..., Proc]) -> Proc:
     """The lab's gateway (CACHE_STRATEGY l2) with WORKERS workers, for cache=l1."""
     return start_gateway(GATEWAY_WORKERS=str(WORKERS))
@@ -176,6 +188,24 @@ def test_l1_entry_expires_after_its_ttl(short_ttl_gateway, insert_user):
         "every worker's L1 entry to expire",
     )
     assert time.monotonic() - started < 5
+
+
+def test_an_l1_entry_ends_with_its_values_expiry_not_the_tiers_ttl(hybrid_swr_gateway, insert_user):
+    """Under swr a value's own expiry (1 s here) ends its L1 copy, though the
+    tier keeps entries 30 s: past it the read goes to Redis, answers the stale
+    value and refreshes it, so a change made behind the gateway's back (no
+    invalidation message) shows in seconds."""
+    base = hybrid_swr_gateway.url
+    email = unique_email("swrl1")
+    insert_user(email)
+    wait_until(lambda: subscribed(base), 10, "both workers subscribed")
+    fill_l1(base, email)
+    insert_user(email)  # behind the gateway's back: only expiry ends the old count
+    wait_until(
+        lambda: all(c == 2 for c, _ in each_workers_count(base, email).values()),
+        L1_TTL_S / 3,
+        "every worker to answer the new count",
+    )
 
 
 def test_per_tier_counters(gateway, insert_user):

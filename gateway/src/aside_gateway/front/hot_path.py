@@ -422,7 +422,7 @@ class AsyncHotPath:
             stale_ms = judged.age_ms if judged.state == expiry.STALE else None
             return Miss(found, meanwhile=Meanwhile(found.route, body, stale_ms))
         if l1 is not None and l1_token is not None:
-            l1.put(found.key, judged.value, l1_token)
+            l1.put(found.key, judged.value, l1_token, judged.life_ms)
             metrics.tier_read(found.route, "l1", "miss")
         metrics.tier_read(found.route, "l2", "hit")
         metrics.cache_outcome(found.route, HIT)

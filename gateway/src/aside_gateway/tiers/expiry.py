@@ -69,6 +69,9 @@ class Judged:
     value: bytes
     state: str
     age_ms: int = 0  # STALE: how long past its expiry
+    # FRESH or REFRESH in an envelope: how long until its expiry (None: a bare
+    # value, which Redis ends), so an L1 tier keeps it no longer.
+    life_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,7 @@ class Stored:
 
     data: bytes
     ttl_ms: int
+    life_ms: int | None = None  # an envelope's: until its expiry, as Judged's
 
     @property
     def ttl_s(self) -> int:
@@ -120,8 +124,8 @@ class ExpiryPolicy:
         expires = (now_ms() if now is None else now) + ttl_ms
         data = cache_keys.wrap(value, expires, max(0, round(delta_ms)))
         if self.mode == cache_keys.EXPIRY_SWR:
-            return Stored(data, ttl_ms + self.stale_max_s * 1000)
-        return Stored(data, ttl_ms)
+            return Stored(data, ttl_ms + self.stale_max_s * 1000, ttl_ms)
+        return Stored(data, ttl_ms, ttl_ms)
 
     def judge(self, stored: bytes, now: int | None = None, roll: bool = True) -> Judged:
         """What a read of `stored` does. `roll`: whether this read draws XFetch's
@@ -136,8 +140,8 @@ class ExpiryPolicy:
                 and self.mode == cache_keys.EXPIRY_EARLY
                 and xfetch(at, envelope.expires_ms, envelope.delta_ms, self.beta, self.draw())
             ):
-                return Judged(envelope.value, REFRESH)
-            return Judged(envelope.value, FRESH)
+                return Judged(envelope.value, REFRESH, life_ms=envelope.expires_ms - at)
+            return Judged(envelope.value, FRESH, life_ms=envelope.expires_ms - at)
         age = at - envelope.expires_ms
         if self.mode == cache_keys.EXPIRY_SWR and age <= self.stale_max_s * 1000:
             return Judged(envelope.value, STALE, age)

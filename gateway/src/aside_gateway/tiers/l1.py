@@ -1,9 +1,11 @@
 """The in-process L1 tier: one per worker, in front of Redis (L2).
 
 Bounded by entries and by bytes, each entry living at most CACHE_L1_TTL_SECONDS
-(cachetools' TTLCache, least recently used evicted first when a bound is hit);
+(cachetools' TLRUCache, least recently used evicted first when a bound is hit);
 with CACHE_EXPIRY=jitter each entry's lifetime is drawn uniformly from
-[ttl * (1 - CACHE_EXPIRY_JITTER), ttl] (cachetools' TLRUCache), as Redis's are.
+[ttl * (1 - CACHE_EXPIRY_JITTER), ttl], as Redis's are. A value that carries its
+own expiry (CACHE_EXPIRY early or swr) lives here no longer than until then: past
+it, Redis's copy is stale or refreshed, and the reader must see which.
 Flask's threads and the event loop share it, so every access holds a lock.
 
 Coherence (contracts/README.md, "Cache tiers"): the core publishes every
@@ -32,7 +34,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 
-from cachetools import TLRUCache, TTLCache
+from cachetools import TLRUCache
 
 from aside_gateway.config import metrics
 
@@ -54,8 +56,9 @@ def entry_size(key: str, value: bytes) -> int:
     return len(key.encode()) + len(value) + ENTRY_OVERHEAD_BYTES
 
 
-# An entry is (value, its size): TTLCache sizes values only, and the key counts too.
-Entry = tuple[bytes, int]
+# An entry is (value, its size, its own life in seconds or None): the cache sizes
+# values only, and the key counts too.
+Entry = tuple[bytes, int, float | None]
 
 
 class _SizedByBytes:
@@ -71,15 +74,9 @@ class _SizedByBytes:
         return item
 
 
-class _Entries(_SizedByBytes, TTLCache[str, Entry]):
-    """TTLCache that sizes entries by bytes and counts what it evicts for room."""
-
-    def __init__(self, max_bytes: int, ttl_s: float, timer: Callable[[], float]):
-        super().__init__(maxsize=max_bytes, ttl=ttl_s, timer=timer)
-
-
-class _JitteredEntries(_SizedByBytes, TLRUCache[str, Entry]):
-    """As _Entries, each entry's lifetime drawn from [ttl * (1 - jitter), ttl]."""
+class _Entries(_SizedByBytes, TLRUCache[str, Entry]):
+    """Each entry's lifetime the tier's TTL, drawn from [ttl * (1 - jitter), ttl]
+    under jitter, and no longer than the entry's own life."""
 
     def __init__(
         self,
@@ -89,8 +86,10 @@ class _JitteredEntries(_SizedByBytes, TLRUCache[str, Entry]):
         timer: Callable[[], float],
         draw: Callable[[], float],
     ):
-        def ttu(_key: str, _value: Entry, now: float) -> float:
-            return now + ttl_s * (1 - jitter * draw())
+        def ttu(_key: str, entry: Entry, now: float) -> float:
+            lifetime = ttl_s * (1 - jitter * draw()) if jitter > 0 else ttl_s
+            own = entry[2]
+            return now + (lifetime if own is None else min(lifetime, own))
 
         super().__init__(maxsize=max_bytes, ttu=ttu, timer=timer)
 
@@ -108,11 +107,7 @@ class L1Cache:
     ):
         """`jitter`: CACHE_EXPIRY_JITTER when CACHE_EXPIRY=jitter, else 0 (one TTL)."""
         self._lock = threading.Lock()
-        self._entries: TTLCache[str, Entry] | TLRUCache[str, Entry] = (
-            _JitteredEntries(max_bytes, ttl_s, jitter, timer, draw)
-            if jitter > 0
-            else _Entries(max_bytes, ttl_s, timer)
-        )
+        self._entries = _Entries(max_bytes, ttl_s, jitter, timer, draw)
         self._max_entries = max_entries
         self._epoch = 0
         self._stripes = [0] * STRIPES
@@ -141,14 +136,16 @@ class L1Cache:
         with self._lock:
             return self._epoch, self._stripes[stripe_of(key)]
 
-    def put(self, key: str, value: bytes, token: Token) -> bool:
+    def put(self, key: str, value: bytes, token: Token, life_ms: int | None = None) -> bool:
         """Store unless the tier is off, or it was flushed or `key`'s stripe
-        invalidated since `token`."""
+        invalidated since `token`; for no longer than `life_ms` when given (the
+        value's own expiry)."""
         with self._lock:
             if not self._usable or token != (self._epoch, self._stripes[stripe_of(key)]):
                 return False
             try:
-                self._entries[key] = (value, entry_size(key, value))
+                life_s = None if life_ms is None else max(life_ms, 0) / 1000
+                self._entries[key] = (value, entry_size(key, value), life_s)
             except ValueError:  # larger than the whole byte bound
                 return False
             while len(self._entries) > self._max_entries:

@@ -79,6 +79,9 @@ class CacheRead:
     # whose invalidations Redis sends for keys it holds (tiers/tracking.py).
     in_redis: bool = False
     stale_ms: int = 0  # STALE: how long past its expiry the value was
+    # Until the value's own expiry (an envelope's; None: a bare value), which an
+    # L1 tier keeps it no longer than.
+    life_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +168,7 @@ class Cache:
             self._discard(route, key, value)
             return self._fill(route, key, load, hold)
         if judged.state == expiry.FRESH:
-            return CacheRead(judged.value, HIT, in_redis=True)
+            return CacheRead(judged.value, HIT, in_redis=True, life_ms=judged.life_ms)
         if judged.state == expiry.EXPIRED:
             return self._fill(route, key, load, hold)
         # To refresh (early) or stale (swr): one thread of the process asks for the
@@ -254,7 +257,9 @@ class Cache:
         current = self.expiry.judge(stored, roll=False)
         current_now = current.state in (expiry.FRESH, expiry.REFRESH)
         if current_now and cache_keys.value_is_valid(key, current.value):
-            return Fill(CacheRead(current.value, HIT, in_redis=True), asked)
+            return Fill(
+                CacheRead(current.value, HIT, in_redis=True, life_ms=current.life_ms), asked
+            )
         return Fill(self._meanwhile(judged), 0.0)
 
     @staticmethod
@@ -303,7 +308,9 @@ class Cache:
         if shared is None or flight.valid_at < joined:
             return None
         outcome = BYPASS if shared.outcome == BYPASS else HIT  # no query of our own
-        return CacheRead(shared.value, outcome, shared.error, in_redis=shared.in_redis)
+        return CacheRead(
+            shared.value, outcome, shared.error, in_redis=shared.in_redis, life_ms=shared.life_ms
+        )
 
     def _lead(self, key: str, flight: Flight[CacheRead], fill_key: Callable[[], Fill]) -> CacheRead:
         """The flight's leader: fill the key, and land the flight with the fill's
@@ -335,9 +342,10 @@ class Cache:
                 metrics.cache_error(route, "lease")
                 return _timed_load(lambda: self.fallback.load(load), BYPASS, error=True)
             if reply[0] == 1:
-                value = self.expiry.judge(reply[1], now, roll=False).value
-                if cache_keys.value_is_valid(key, value):
-                    return Fill(CacheRead(value, HIT, in_redis=True), asked)
+                judged = self.expiry.judge(reply[1], now, roll=False)
+                if cache_keys.value_is_valid(key, judged.value):
+                    found = CacheRead(judged.value, HIT, in_redis=True, life_ms=judged.life_ms)
+                    return Fill(found, asked)
                 self._discard(route, key, reply[1])  # then ask again, after the pause
             elif reply[0] == 2:
                 return self._fill_as_holder(route, key, lease, token, load, hold)
@@ -377,8 +385,8 @@ class Cache:
         # A store under a still-held lease proves no write invalidated the key
         # between our read and the store: the value was current then.
         if stored:
-            return Fill(CacheRead(value, MISS, in_redis=True), stored_at)
-        return Fill(CacheRead(value, MISS), read_at)
+            return Fill(CacheRead(value, MISS, in_redis=True, life_ms=form.life_ms), stored_at)
+        return Fill(CacheRead(value, MISS, life_ms=form.life_ms), read_at)
 
     def _store(self, key: str, lease: str, token: str, form: expiry.Stored) -> bool:
         """Store `form` while the lease is still `token`'s: whether it was."""

@@ -81,7 +81,7 @@ class TieredCache:
         # A stale answer (swr) never enters L1: it would outlive its bound there.
         fresh = result.outcome not in (BYPASS, STALE)
         if fresh and not result.error and (result.in_redis or not tracked):
-            l1.put(key, result.value, token)
+            l1.put(key, result.value, token, result.life_ms)
         return result
 
     def _from_l2(
