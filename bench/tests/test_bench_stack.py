@@ -18,6 +18,7 @@ import redis
 import requests
 from aside_bench.plan.steps import gateway_env
 from aside_bench.stack import config
+from aside_bench.stack.gateway_metrics import connection_bound, connections_per_worker, scrape
 from aside_bench.stack.prepare import (
     StackError,
     _read_count,
@@ -167,10 +168,15 @@ def test_an_arm_with_its_own_settings_restarts_the_gateway_and_they_go_back(
         assert _l1_subscribed(settings) == 0.0
     finally:
         control.restart("gateway", {})
+    # Read at once, as an arm's first step does: the bound of every worker, not
+    # the 0 of one still starting.
+    right_after = connection_bound(settings)
     deadline = time.monotonic() + 20
     while _l1_subscribed(settings) != 1.0:
         assert time.monotonic() < deadline, "the gateway's workers did not subscribe again"
         time.sleep(0.1)
+    assert right_after is not None
+    assert right_after == connections_per_worker(scrape(settings))
 
 
 class _Door(BaseHTTPRequestHandler):
