@@ -19,6 +19,7 @@ from aside_gateway.misses.coalesce import LoopFlights
 from aside_gateway.tiers import expiry
 from aside_gateway.tiers.expiry import ExpiryPolicy, jittered, xfetch
 from aside_gateway.tiers.l1 import L1Cache
+from aside_gateway.tiers.l2 import Cache
 from gateway_helpers import contract
 
 CACHE = contract("cache.json")
@@ -191,6 +192,15 @@ def test_a_value_in_an_envelope_says_how_long_it_has_left_a_bare_one_does_not():
         assert policy(mode).judge(stored.data, NOW).life_ms is None
     stale = policy("swr").judge(cache_keys.wrap(b"42", NOW, 0), NOW + 1)
     assert (stale.state, stale.life_ms) == (expiry.STALE, None)
+
+
+def test_a_reader_that_leaves_the_refresh_to_another_keeps_the_values_life():
+    """early's readers that do not take the lease answer the value: an L1 tier
+    must keep it no longer than its expiry, as any other hit."""
+    meanwhile = Cache._meanwhile(expiry.Judged(b"42", expiry.REFRESH, life_ms=500))
+    assert (meanwhile.outcome, meanwhile.life_ms) == (cache_keys.HIT, 500)
+    stale = Cache._meanwhile(expiry.Judged(b"42", expiry.STALE, age_ms=700))
+    assert (stale.outcome, stale.stale_ms, stale.life_ms) == (cache_keys.STALE, 700, None)
 
 
 def test_swr_serves_stale_only_within_its_bound():

@@ -268,7 +268,7 @@ class Cache:
         caller counts it, as it counts every answer)."""
         if judged.state == expiry.STALE:
             return CacheRead(judged.value, STALE, stale_ms=judged.age_ms)
-        return CacheRead(judged.value, HIT, in_redis=True)
+        return CacheRead(judged.value, HIT, in_redis=True, life_ms=judged.life_ms)
 
     def _fill(self, route: str, key: str, load: Callable[[], bytes], hold: str | None) -> CacheRead:
         """Fill `key` once per process: lead the flight, or share the leader's result.
