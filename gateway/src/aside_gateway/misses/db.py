@@ -323,7 +323,7 @@ class Database:
             rows = self._run(lambda conn, p=params: _serial(conn, COUNT_SLICE_SQL, p), None)
             took = time.monotonic() - began
             for email, count in rows:
-                counts[email] = counts.get(email, 0) + int(count)
+                counts[email] += int(count)
             start = end
             size = min(
                 max(int(size * SLICE_TARGET_S / max(took, 1e-4)), SLICE_PAGES_MIN), SLICE_PAGES_MAX
