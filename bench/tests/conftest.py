@@ -21,8 +21,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from aside_bench.report import browser
 from aside_bench.stack import config
+from aside_bench_screenshot import browser
 from psycopg.conninfo import make_conninfo
 from selenium.webdriver.remote.webdriver import WebDriver
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import StepFigures
 from aside_bench.records.tierstats import StepCost
-from aside_bench.report import browser
 from aside_bench.trust import compare, comparepage, machines
+from aside_bench_screenshot import browser
 from report_samples import RESULTS, sample_run
 from selenium.webdriver.remote.webdriver import WebDriver
 

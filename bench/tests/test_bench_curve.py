@@ -78,7 +78,7 @@ def test_a_memory_arm_is_its_base_arm_with_a_bound() -> None:
     assert base_arm("cache@4mb") == "cache" and base_arm("hybrid") == "hybrid"
     assert arm_memory("cache@4mb") == 4 * 1024 * 1024 and arm_memory("cache") is None
     assert cache_param("cache@4mb") == "l2"
-    assert phases_for("cache@4mb", "both") == ["cold", "warm"]
+    assert phases_for("read", "cache@4mb", "both") == ["cold", "warm"]
 
 
 def test_next_accesses_point_at_the_same_keys_next_request() -> None:

@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 import requests
 from aside_bench.records.runfile import RunRecord
-from aside_bench.report import shards
 from aside_bench.report.sweep import influx_notes
 from aside_bench.stack import influxpoints
 from aside_bench.stack.config import Settings
 from aside_bench.stack.influxpoints import InfluxPoints
 from aside_bench.stack.sources import Influx, quote_literal
 from aside_bench.sweep.runner import not_written
+from aside_bench_shards import merge as shards
 
 DURATION_S = 14
 WINDOW_S = (2.0, 12.0)  # from the proxy's start: InfluxDB refuses or hangs in between

@@ -12,12 +12,12 @@ import pytest
 from aside_bench.load.run import (
     DriverProcess,
     LoadRun,
-    LoadShape,
     driver_env,
     keeps_key_trace,
     step_run,
 )
 from aside_bench.load.summary import SUMMARY_SCHEMA, Summary, SummaryError
+from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import BARE_ARM, Step
 from aside_bench.records.results import Latency, StaleCounts
 from aside_bench.stack import config

@@ -65,11 +65,11 @@ def test_the_index_arm_needs_an_indexed_seed() -> None:
 
 
 def test_only_the_cache_arm_has_cold_and_warm_phases() -> None:
-    assert phases_for("cache", "both") == ["cold", "warm"]
-    assert phases_for("cache", "warm") == ["warm"]
-    assert phases_for("nocache", "both") == ["none"]
+    assert phases_for("read", "cache", "both") == ["cold", "warm"]
+    assert phases_for("read", "cache", "warm") == ["warm"]
+    assert phases_for("read", "nocache", "both") == ["none"]
     with pytest.raises(PlanError):
-        phases_for("cache", "lukewarm")
+        phases_for("read", "cache", "lukewarm")
 
 
 def test_steps_run_by_rising_rate_then_arm_then_cold_before_warm() -> None:

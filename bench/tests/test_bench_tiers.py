@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from aside_bench.ceiling.report import ceiling_tables
-from aside_bench.load.run import LoadShape, step_run
+from aside_bench.load.run import step_run
+from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import (
     CACHE_ARMS,
     CACHE_PARAMS,
@@ -72,8 +73,8 @@ def test_an_alias_outside_its_scenario_is_named_as_typed() -> None:
 
 
 def test_the_tier_arms_have_cold_and_warm_phases() -> None:
-    assert phases_for("l1", "both") == ["cold", "warm"]
-    assert phases_for("hybrid", "warm") == ["warm"]
+    assert phases_for("read", "l1", "both") == ["cold", "warm"]
+    assert phases_for("read", "hybrid", "warm") == ["warm"]
     steps = build_steps("mixed", [50], ["nocache", "cache", "l1", "hybrid", "tracking"], "both", 30)
     assert [(s.arm, s.phase) for s in steps] == [
         ("nocache", "none"),

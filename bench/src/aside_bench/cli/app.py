@@ -1,20 +1,17 @@
-"""aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `cost`
-(the load driver's own CPU per request against a plain net/http loop), `report`
-(rebuild a run's report from its run.json and Prometheus), `compare` (two runs'
-common steps), `chaos` (faults under load), `soak` (memory and descriptors of
-every process under a steady load), `hardening` (slow clients and a cold flood
-under cached reads), `overload` (goodput, sheds and recovery past an arm's
-ceiling), `shards` (a run several drivers sent, merged from
-InfluxDB) and `screenshot` (a run's report.html as headless Chromium renders
-it, as a PNG)."""
+"""aside-bench: `run` (the sweep), `ceiling` (the highest rate held), `report`
+(rebuild a run's report from its run.json and Prometheus) and `compare` (two
+runs' common steps); and the commands of every plug-in package installed
+beside it (the suites, the tools), found through the entry-point group
+`aside_bench.commands`."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
+from importlib.metadata import entry_points
 
-from aside_bench.cli import ceiling, cost, overload, reading, run, shards, suites
+from aside_bench.cli import ceiling, reading, run
 from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan.steps import PlanError
 from aside_bench.stack import config
@@ -22,28 +19,32 @@ from aside_bench.stack.prepare import StackError
 from aside_bench.stack.sources import SourceError
 from aside_bench.sweep.runner import EXIT_INTERRUPTED
 
-# Every command, in the order `--help` lists them: a new one is a module
-# holding its options and its run function, and a line here.
-COMMANDS: tuple[Command, ...] = (
+# The core's commands, in the order `--help` lists them; a plug-in's entry in
+# COMMAND_ENTRY_POINTS names a tuple of its Commands, listed after them.
+CORE_COMMANDS: tuple[Command, ...] = (
     *run.COMMANDS,
     *ceiling.COMMANDS,
-    *cost.COMMANDS,
-    suites.CHAOS,
-    suites.SOAK,
-    suites.CREATE_RATE,
-    suites.HARDENING,
-    *overload.COMMANDS,
     reading.REPORT,
-    *shards.COMMANDS,
     reading.COMPARE,
-    reading.SCREENSHOT,
 )
+COMMAND_ENTRY_POINTS = "aside_bench.commands"
+
+
+def commands() -> tuple[Command, ...]:
+    """The core's commands, then each installed plug-in's."""
+    found = list(CORE_COMMANDS)
+    for entry in sorted(entry_points(group=COMMAND_ENTRY_POINTS), key=lambda e: e.name):
+        for command in entry.load():
+            if any(c.name == command.name for c in found):
+                raise ValueError(f"two commands are named {command.name!r}")
+            found.append(command)
+    return tuple(found)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aside-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
+    for command in commands():
         command.add(sub.add_parser(command.name, help=command.help))
     return parser
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         settings = config.load()
-        command = next(c for c in COMMANDS if c.name == args.command)
+        command = next(c for c in commands() if c.name == args.command)
         return command.run(args, settings)
     except (UsageError, PlanError) as error:
         print(f"aside-bench: {error}", file=sys.stderr)

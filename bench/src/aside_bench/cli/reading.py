@@ -1,12 +1,12 @@
 """The commands that read finished runs back: `report` (rebuild a run's
-report from its run.json and Prometheus), `compare` (every step two runs
-share) and `screenshot` (a run's report.html as headless Chromium renders it)."""
+report from its run.json and Prometheus, and send InfluxDB the points it
+spooled) and `compare` (every step two runs share)."""
 
 from __future__ import annotations
 
 import argparse
 import re
-import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from aside_bench.ceiling import report as ceiling_report
@@ -17,14 +17,14 @@ from aside_bench.load import meter
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
-from aside_bench.stack import config
-from aside_bench.stack.sources import Prometheus
+from aside_bench.stack import config, influxpoints
+from aside_bench.stack.sources import Influx, Prometheus
 from aside_bench.sweep.collect import collect
-from aside_bench.trust import compare, comparepage, cost, machines
+from aside_bench.trust import compare, comparepage, machines
 from aside_bench.trust.compare import DEFAULT_TOLERANCE
 
 
-def _add_run_choice(parser: argparse.ArgumentParser) -> None:
+def add_run_choice(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", default="", help="the run id (a folder of reports/)")
     opt.reports_dir(parser)
 
@@ -34,52 +34,27 @@ def run_report(args: argparse.Namespace, settings: config.Settings) -> int:
     run = opt.read_run(out_dir)
     prom = Prometheus(settings.prometheus_url)
     results = collect(prom, run.steps)
-    writers = {"ceiling": ceiling_report.write_ceiling, cost.KIND: cost.write_cost}
-    writer = writers.get(run.kind) or stepping.sweep_writer(run.params.get("scenario"), settings)
-    for table in writer(run, results, out_dir):
+    for table in _writer(run.kind, run.params.get("scenario"), settings)(run, results, out_dir):
         print(table.markdown())
     print(f"report: {out_dir}/")
+    if (out_dir / influxpoints.SPOOL_DIR).is_dir():
+        sent = influxpoints.resend(Influx(settings.influx_base, settings.influx_db), out_dir)
+        print(f"InfluxDB: {sent.points} spooled points from {sent.files} files sent")
     return 0
 
 
-def add_screenshot(shot: argparse.ArgumentParser) -> None:
-    _add_run_choice(shot)
-    shot.add_argument(
-        "--out", type=Path, help="the PNG to write (default docs/report-screenshot.png)"
-    )
-    shot.add_argument(
-        "--full", action="store_true", help="the whole page (default: down to the first chart)"
-    )
-    opt.option(shot, "--width", opt.positive, 1280, "window width, CSS px")
+# Plug-ins' runs of their own kind register their report writers here (the
+# entry's name is the kind: `cost`).
+REPORT_WRITERS = "aside_bench.reports"
 
 
-def run_screenshot(args: argparse.Namespace, settings: config.Settings) -> int:
-    from aside_bench.report import browser  # Selenium and Pillow: only for this command
-
-    run_dir = opt.known_run(
-        args.reports_dir or settings.default_reports_dir, args.run, "screenshot"
-    )
-    page = run_dir / "report.html"
-    if not page.is_file():
-        raise UsageError(f"no report.html in {run_dir}")
-    out = args.out or settings.root / "docs" / "report-screenshot.png"
-    try:
-        with browser.chromium(args.width) as driver:
-            shown = browser.render(driver, page)
-            problems = shown.problems() or ([] if shown.tables else ["it shows no table"])
-            if problems:
-                print(f"aside-bench: {page}: {'; '.join(problems)}", file=sys.stderr)
-                return 1
-            browser.screenshot(driver, out, through=None if args.full else "img")
-    except browser.BrowserError as error:
-        print(f"aside-bench: {error}", file=sys.stderr)
-        return 1
-    browser.shrink(out)
-    print(
-        f"{page}: {len(shown.tables)} tables, {len(shown.images)} charts, all shown; "
-        f"screenshot: {out} ({out.stat().st_size // 1024} KiB)"
-    )
-    return 0
+def _writer(kind: str, scenario: str | None, settings: config.Settings) -> stepping.Writer:
+    """The report of a run: the ceiling's, a plug-in's for its own kind, else its sweep's."""
+    if kind == "ceiling":
+        return ceiling_report.write_ceiling
+    for entry in entry_points(group=REPORT_WRITERS, name=kind):
+        return entry.load()
+    return stepping.sweep_writer(scenario, settings)
 
 
 def add_compare(parser: argparse.ArgumentParser) -> None:
@@ -178,7 +153,5 @@ def run_compare(args: argparse.Namespace, settings: config.Settings) -> int:
 
 
 REPORT_HELP = "rebuild reports/<run>/ from run.json and Prometheus"
-REPORT = Command("report", REPORT_HELP, _add_run_choice, run_report)
+REPORT = Command("report", REPORT_HELP, add_run_choice, run_report)
 COMPARE = Command("compare", "every step two runs share, side by side", add_compare, run_compare)
-SCREENSHOT_HELP = "check reports/<run>/report.html in headless Chromium, save a PNG"
-SCREENSHOT = Command("screenshot", SCREENSHOT_HELP, add_screenshot, run_screenshot)

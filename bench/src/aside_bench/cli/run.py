@@ -1,23 +1,18 @@
-"""`aside-bench run`: the cache off/on sweep over rising rates (the read,
-mixed, compute, interference and tracks scenarios), its options and its plan."""
+"""`aside-bench run`: the cache off/on sweep over rising rates, one registered
+scenario at a time (plan/scenarios.py: the core's read, mixed and compute, and
+the plug-ins'), its options and its plan."""
 
 from __future__ import annotations
 
 import argparse
 
-from aside_bench.cli import expiry, stepping
 from aside_bench.cli import options as opt
+from aside_bench.cli import stepping
 from aside_bench.cli.options import Command, UsageError
-from aside_bench.plan import expiry as expiryplan
-from aside_bench.plan import interference
-from aside_bench.plan import tracks as trackplan
+from aside_bench.plan import scenarios
 from aside_bench.plan.steps import (
-    DEFAULT_ARMS,
-    DEFAULT_RATES,
     EVICTION_POLICIES,
-    SCENARIOS,
     WARM_CHOICES,
-    ZERO_RATE_SCENARIOS,
     Step,
     bounded_arms,
     build_steps,
@@ -26,23 +21,19 @@ from aside_bench.plan.steps import (
     parse_rates,
     repeat_steps,
     resolve_arms,
-    scenario_arms,
 )
-from aside_bench.report import interference as interference_report
 from aside_bench.stack import config
-from aside_bench.sweep import tracks
 from aside_bench.sweep.runner import Options
 
 
 def add(run: argparse.ArgumentParser) -> None:
-    run.add_argument("--scenario", choices=SCENARIOS, default="read")
+    run.add_argument("--scenario", choices=scenarios.names(), default="read")
     run.add_argument("--rates", help="requests/s, e.g. '30 50 100' (default by scenario)")
     run.add_argument("--duration", default="20s", help="per step, e.g. 30s (default 20s)")
     run.add_argument(
         "--arms",
         help="read/mixed: nocache index coalesce cache (alias l2) l1 hybrid tracking l1-ttl "
-        "nopool; "
-        "compute: go python; interference: <go|python>-<checksum|pbkdf2|bcrypt>",
+        "nopool; compute: go python; another scenario: its own (default by scenario)",
     )
     run.add_argument(
         "--warm",
@@ -95,49 +86,34 @@ def add(run: argparse.ArgumentParser) -> None:
         1,
         "runs of each step, interleaved within each rate; medians and spreads",
     )
-    group = run.add_argument_group("interference (--scenario interference, rates 0 allowed)")
-    for flag, name, what in (
-        ("--read-rate", "read_rate", "cached reads/s beside the compute"),
-        ("--pbkdf2-iterations", "pbkdf2_iterations", "pbkdf2 arms' iterations"),
-        ("--bcrypt-cost", "bcrypt_cost", "bcrypt arms' cost"),
-    ):
-        opt.option(group, flag, opt.positive, stepping.shape_default(name), what)
+    for found in scenarios.registry().values():
+        if found.hooks.add_options is not None:
+            found.hooks.add_options(run)
     stepping.add_steps(run)
     stepping.add_trust(run)
 
 
 def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step]:
     """The steps of a sweep; seed_indexed None checks the parameters only."""
-    scenario = args.scenario
-    lowest = 0 if scenario in ZERO_RATE_SCENARIOS else 1
-    rates = parse_rates(args.rates, lowest) if args.rates else list(DEFAULT_RATES[scenario])
-    arms = (
-        parse_arms(args.arms, scenario_arms(scenario))
-        if args.arms
-        else list(DEFAULT_ARMS[scenario])
-    )
-    if args.dist != "hotset" and scenario not in ("read", "ceiling"):
-        raise UsageError(f"--dist {args.dist} is for the read scenario, not {scenario}")
-    if args.trace is not None and scenario not in (
-        "read",
-        "ceiling",
-        interference.SCENARIO,
-    ):
-        raise UsageError(f"--trace is for the read and interference scenarios, not {scenario}")
-    arms = _bounded(args, scenario, arms)
-    if scenario in ("read", "mixed") and seed_indexed is not None:
+    found = scenarios.scenario_named(args.scenario)
+    rates = parse_rates(args.rates, found.lowest_rate) if args.rates else list(found.default_rates)
+    arms = parse_arms(args.arms, found.arms) if args.arms else list(found.default_arms)
+    if args.dist != "hotset" and not found.dist:
+        raise UsageError(f"--dist {args.dist} is for the read scenario, not {found.name}")
+    if args.trace is not None and not found.trace:
+        raise UsageError(f"--trace is not for the {found.name} scenario")
+    arms = _bounded(args, found, arms)
+    if found.indexed and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
-    read_rate = 0
-    if scenario == interference.SCENARIO:
-        read_rate = args.read_rate
-        with opt.usage_errors(interference.InterferenceError):
-            interference.check_work(args.pbkdf2_iterations, args.bcrypt_cost)
+    if found.hooks.check is not None:
+        found.hooks.check(args)
     duration = parse_duration(args.duration)
-    steps = build_steps(scenario, rates, arms, args.warm, duration, read_rate)
+    read_rate = args.read_rate if found.read_rate else 0
+    steps = build_steps(found.name, rates, arms, args.warm, duration, read_rate)
     return repeat_steps(steps, args.repeat)
 
 
-def _bounded(args: argparse.Namespace, scenario: str, arms: list[str]) -> list[str]:
+def _bounded(args: argparse.Namespace, found: scenarios.Scenario, arms: list[str]) -> list[str]:
     """The arms with their bounds: --cache-memory, --l1-entries, --cache-ttl."""
     given = {
         "memory": ("--cache-memory", args.cache_memory),
@@ -146,8 +122,8 @@ def _bounded(args: argparse.Namespace, scenario: str, arms: list[str]) -> list[s
     }
     asked = {kind: text.replace(",", " ").split() for kind, (_, text) in given.items()}
     for kind, texts in asked.items():
-        if texts and scenario != "read":
-            raise UsageError(f"{given[kind][0]} is for the read scenario, not {scenario}")
+        if texts and not found.bounded:
+            raise UsageError(f"{given[kind][0]} is for the read scenario, not {found.name}")
     if asked["memory"] and asked["ttl"]:
         raise UsageError("--cache-memory and --cache-ttl both bound the cache arm: give one")
     for kind, texts in asked.items():
@@ -156,8 +132,9 @@ def _bounded(args: argparse.Namespace, scenario: str, arms: list[str]) -> list[s
 
 
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
-    if args.scenario == expiryplan.SCENARIO:
-        return expiry.run(args, settings)
+    found = scenarios.scenario_named(args.scenario)
+    if found.hooks.run is not None:
+        return found.hooks.run(args, settings)
     run_id = opt.new_run_id(args, args.scenario)
     out_dir = opt.new_out_dir(settings, args, run_id)
     # Parameters first: a typo is reported before anything is touched.
@@ -177,10 +154,9 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         arms=list(dict.fromkeys(s.arm for s in steps)),
         repeat=args.repeat,
         cache_policy=args.cache_policy,
-        **(interference_report.run_params(shape) if steps[0].read_rate else {}),
     )
-    if args.scenario == trackplan.SCENARIO:
-        params["tracks"] = tracks.check_tracks(settings, seed.data_dir)
+    if found.hooks.run_params is not None:
+        params.update(found.hooks.run_params(args, shape, settings, seed))
     writer = stepping.sweep_writer(args.scenario, settings)
     runner = stepping.new_runner("sweep", out_dir, args, settings, seed, shape, params)
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)

@@ -23,19 +23,16 @@ from aside_bench.cli.options import (
     share,
     whole,
 )
-from aside_bench.load.run import LoadShape
-from aside_bench.plan import interference
-from aside_bench.plan import tracks as trackplan
+from aside_bench.plan import scenarios
+from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import parse_duration
 from aside_bench.records import calibration, keytrace, runfile
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT, cpu_limit_cores
-from aside_bench.report import interference as interference_report
 from aside_bench.report import sweep as report
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.sources import SourceError
-from aside_bench.sweep import tracks
 from aside_bench.sweep.runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
 from aside_bench.trust import calibrate
 
@@ -227,11 +224,10 @@ def run_calibration(runner: Runner, args: argparse.Namespace) -> None:
 
 
 def sweep_writer(scenario: str | None, settings: config.Settings) -> Writer:
-    """The report of a sweep: the interference and tracks scenarios have their own."""
-    if scenario == interference.SCENARIO:
-        return interference_report.write_interference
-    if scenario == trackplan.SCENARIO:
-        return tracks.writer(settings)
+    """The report of a sweep: its scenario's own writer where it has one."""
+    found = scenarios.scenario_of(scenario or "read")
+    if found is not None and found.hooks.writer is not None:
+        return found.hooks.writer(settings)
     return report.write_sweep
 
 

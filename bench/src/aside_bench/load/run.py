@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aside_bench.load.samples import SamplesError, sample_lines
-from aside_bench.plan import interference
-from aside_bench.plan import tracks as trackplan
-from aside_bench.plan.steps import BARE_ARM, Step, cache_param, pool_for
+from aside_bench.plan import scenarios
+from aside_bench.plan.shape import LoadShape
+from aside_bench.plan.steps import BARE_ARM, Step
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
@@ -33,37 +33,6 @@ START_AND_FLUSH_S = 30
 SAMPLES_POLL_S = 0.05
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class LoadShape:
-    """Knobs of the sweep's request mix, the same for every step of a run."""
-
-    hot_share: float = 0.9
-    cold_sample: int = 200
-    # The keys' popularity of the read and bare scenarios: hotset (the two
-    # samples above), uniform or zipf (with alpha) over the first `keys` keys
-    # of the key space (0: every distinct email of the table).
-    dist: str = "hotset"
-    alpha: float = 0.99
-    keys: int = 0
-    # A key trace the read, bare and interference steps replay instead of
-    # drawing keys (exclusive with dist other than hotset), and, when every
-    # line has a timestamp, its requests a second (records/keytrace.timed_rate):
-    # its timestamps are then scaled so that it runs at each step's rate.
-    trace: Path | None = None
-    trace_rate: float | None = None
-    write_share: float = 0.1
-    complexity: int = 10
-    timeout_s: int = 10
-    # mixed: read-after-write checks a minute (0: none), and the reads of each
-    # key after each write (each over a fresh connection, so on any worker).
-    stale_per_min: int = 12
-    stale_reads_after: int = 2
-    # interference: the reads' fixed rate, and the work of the hashing kinds.
-    read_rate: int = interference.DEFAULT_READ_RATE
-    pbkdf2_iterations: int = interference.DEFAULT_PBKDF2_ITERATIONS
-    bcrypt_cost: int = interference.DEFAULT_BCRYPT_COST
 
 
 @dataclass(frozen=True)
@@ -156,61 +125,21 @@ def driver_scenario(step: Step) -> str:
     return step.scenario
 
 
-# The driver's scenarios that read keys by popularity or from a trace, and can record them.
-KEYED_SCENARIOS = ("read", "bare", interference.SCENARIO)
-
-
 def keeps_key_trace(step: Step, shape: LoadShape) -> bool:
     """A step records its keys (KEY_TRACE_PATH) when it reads by key from the
     key space or from a trace; the hot set's steps keep none."""
-    replays = shape.trace is not None
-    return driver_scenario(step) in KEYED_SCENARIOS and (shape.dist != "hotset" or replays)
-
-
-def _popularity(shape: LoadShape, rate: int) -> dict[str, str]:
-    """The keys' popularity of a keyed scenario at `rate`: a trace (timed: its
-    timestamps scaled to the rate), or DIST; nothing for the hot set."""
-    if shape.trace is not None:
-        found = {"TRACE": str(shape.trace.resolve())}
-        if shape.trace_rate and rate > 0:
-            found["TRACE_SPEED"] = f"{rate / shape.trace_rate:.6g}"
-        return found
-    if shape.dist != "hotset":
-        return {"DIST": shape.dist, "ALPHA": str(shape.alpha), "KEYS": str(shape.keys)}
-    return {}
+    name = driver_scenario(step)
+    found = scenarios.scenario_of(name)
+    keyed = name == "bare" or (found is not None and (found.dist or found.trace))
+    return keyed and (shape.dist != "hotset" or shape.trace is not None)
 
 
 def _scenario_variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str, str]:
-    """The variables only one scenario reads."""
-    scenario = driver_scenario(step)
-    if scenario in ("read", "bare", "mixed"):
-        found = {
-            "CACHE": cache_param(step.arm) or "off",
-            "HOT_SHARE": str(shape.hot_share),
-            "COLD_SAMPLE": str(shape.cold_sample),
-        }
-        if scenario == "mixed":
-            found.update(
-                WRITE_SHARE=str(shape.write_share),
-                STALE_PER_MIN=str(shape.stale_per_min),
-                STALE_READS_AFTER=str(shape.stale_reads_after),
-            )
-        else:
-            found.update(_popularity(shape, step.rate))
-        return found
-    if scenario == trackplan.SCENARIO:
-        return {
-            "ARM_QUERY": trackplan.query(step.arm),
-            "SIZE_BOUNDS": ",".join(map(str, trackplan.SIZE_BOUNDS)),
-        }
-    work = (shape.complexity, shape.pbkdf2_iterations, shape.bcrypt_cost)
-    if scenario == interference.SCENARIO:
-        read_pool = pool_for(step.read_rate, max_pool)
-        found = interference.driver_variables(step.arm, step.read_rate, read_pool, work)
-        return {**found, **_popularity(shape, step.read_rate)}
-    if scenario == "compute":
-        return interference.compute_variables(f"{step.arm}-checksum", work)
-    return {}
+    """The variables only the step's scenario reads (the ceiling's reads and
+    their reference, `bare`: the read's)."""
+    name = driver_scenario(step)
+    found = scenarios.scenario_of("read" if name == "bare" else name)
+    return {} if found is None else found.variables(step, shape, max_pool)
 
 
 def step_run(

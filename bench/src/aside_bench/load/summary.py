@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aside_bench.plan import interference
+from aside_bench.plan import scenarios
 
 # The summary schema this bench reads (bench/driver/README.md).
 SUMMARY_SCHEMA = 1
@@ -80,8 +80,10 @@ class Summary:
                 "stale": int(counters.get("stale_reads", 0)),
                 "errors": int(counters.get("stale_check_errors", 0)),
             }
-        beside = self.scenarios.get(interference.COMPUTE_SCENARIO)
-        if name == interference.SCENARIO and beside is not None:
+        # A scenario's second one (interference's compute): its figures beside.
+        found = scenarios.scenario_of(name)
+        beside = None if found is None or found.beside is None else self.scenarios.get(found.beside)
+        if beside is not None:
             figures["compute"] = scenario_figures(beside)
         return figures
 

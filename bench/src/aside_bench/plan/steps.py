@@ -10,9 +10,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from aside_bench.plan import expiry as expiryplan
-from aside_bench.plan import interference
-from aside_bench.plan import tracks as trackplan
+from aside_bench.plan import scenarios
 
 WARM_CHOICES = ("both", "cold", "warm")
 CACHE_ARMS = (
@@ -66,31 +64,6 @@ GATEWAY_ENV = {"l1-ttl": {"CACHE_L1_INVALIDATION": "off"}}
 # every change of a cached key (a fill, a lease, an eviction) to every worker's
 # connection, work a gateway of any other strategy never does.
 UNTRACKED_ENV = {"CACHE_L1_TRACKING": "off"}
-
-DEFAULT_RATES = {
-    "read": (30, 50, 75, 100, 150, 300, 500, 1000),
-    "mixed": (30, 50, 75, 100, 150, 300, 500, 1000),
-    "compute": (1, 2, 5, 10, 20),
-    interference.SCENARIO: interference.DEFAULT_RATES,
-    # Big cached values: plan/tracks.py, sweep/tracks.py.
-    trackplan.SCENARIO: trackplan.DEFAULT_RATES,
-    # Reads across the TTL's end: plan/expiry.py, cli/expiry.py.
-    expiryplan.SCENARIO: expiryplan.DEFAULT_RATES,
-}
-# Every scenario, in the order `--scenario` lists them.
-SCENARIOS = tuple(DEFAULT_RATES)
-DEFAULT_ARMS = {
-    # The answer splits the cache's saving between the misses' coalescing and
-    # the hits: every default read sweep measures the three.
-    "read": ("nocache", "coalesce", "cache"),
-    "mixed": ("nocache", "cache"),
-    "compute": ("go", "python"),
-    interference.SCENARIO: interference.DEFAULT_ARMS,
-    trackplan.SCENARIO: trackplan.DEFAULT_ARMS,
-    expiryplan.SCENARIO: expiryplan.DEFAULT_ARMS,
-}
-# Scenarios whose step rate may be 0: the interference baseline, reads alone.
-ZERO_RATE_SCENARIOS = (interference.SCENARIO,)
 
 MIN_POOL = 10
 # The driver's pool holds rate x this budget of requests in flight: past it the
@@ -342,14 +315,12 @@ def resolve_arms(arms: list[str], seed_indexed: bool) -> list[str]:
     return resolved
 
 
-def phases_for(arm: str, warm: str) -> list[str]:
-    """Cache states to run an arm in: only the arms reading through a tier (cache,
-    l1, hybrid) have a cold and a warm phase."""
+def phases_for(scenario: str, arm: str, warm: str) -> list[str]:
+    """Cache states to run an arm of a scenario in: only the arms reading
+    through a tier (cache, l1, hybrid) have a cold and a warm phase."""
     if warm not in WARM_CHOICES:
         raise PlanError(f"warm must be one of {', '.join(WARM_CHOICES)}, got {warm!r}")
-    if base_arm(arm) not in TIERED_ARMS + trackplan.CACHE_ARMS:
-        return ["none"]
-    return ["cold", "warm"] if warm == "both" else [warm]
+    return scenarios.scenario_named(scenario).phases(arm, warm)
 
 
 def gateway_env(arm: str, untracked: bool = True) -> dict[str, str]:
@@ -366,26 +337,9 @@ def gateway_env(arm: str, untracked: bool = True) -> dict[str, str]:
     return found
 
 
-def _phases(scenario: str, arm: str, warm: str) -> list[str]:
-    if scenario == "compute":
-        return ["none"]
-    if scenario == interference.SCENARIO:
-        return [interference.PHASE]  # its reads always run warm
-    return phases_for(arm, warm)
-
-
 def cache_param(arm: str) -> str | None:
     """The ?cache= value of a read arm; None for arms that read no count."""
     return CACHE_PARAMS.get(base_arm(arm))
-
-
-def scenario_arms(scenario: str) -> tuple[str, ...]:
-    """The arms a scenario accepts."""
-    if scenario == trackplan.SCENARIO:
-        return trackplan.ARMS
-    if scenario == interference.SCENARIO:
-        return interference.ARMS
-    return COMPUTE_ARMS if scenario == "compute" else CACHE_ARMS
 
 
 def build_steps(
@@ -398,24 +352,25 @@ def build_steps(
 ) -> list[Step]:
     """Steps in run order: rising rate, then the arms as given, cold before warm.
     `read_rate`: the interference scenario's reads beside every step."""
-    if scenario not in SCENARIOS:
-        raise PlanError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
-    allowed = scenario_arms(scenario)
+    try:
+        found = scenarios.scenario_named(scenario)
+    except scenarios.UnknownScenario as error:
+        raise PlanError(str(error)) from None
     for arm in arms:
-        if base_arm(arm) not in allowed:
+        if base_arm(arm) not in found.arms:
             raise PlanError(
                 f"arm {arm!r} does not belong to scenario {scenario}; "
-                f"choose from {', '.join(allowed)}"
+                f"choose from {', '.join(found.arms)}"
             )
-    if scenario != interference.SCENARIO:
+    if not found.read_rate:
         read_rate = 0
     elif read_rate < 1:
-        raise PlanError("the interference scenario needs a read rate >= 1 (--read-rate)")
+        raise PlanError(f"the {scenario} scenario needs a read rate >= 1 (--read-rate)")
     return [
         Step(scenario, arm, phase, rate, duration_s, read_rate=read_rate)
         for rate in rates
         for arm in arms
-        for phase in _phases(scenario, arm, warm)
+        for phase in phases_for(scenario, arm, warm)
     ]
 
 

@@ -167,38 +167,6 @@ def ceiling_chart(
     return finish(fig, path, caption)
 
 
-def p95_by_size_chart(results: list[StepResult], path: Path, caption: str) -> Path:
-    """Tracks: p95 against the size class of the value read, one line per arm,
-    one panel per target rate."""
-    from aside_bench.plan.tracks import SIZE_LABELS, class_of_name
-
-    rates = sorted({r.step.rate for r in results})
-    fig, axes = plt.subplots(1, len(rates), figsize=(4.2 * len(rates), 4.4), sharey=True,
-                             squeeze=False)  # fmt: skip
-    for ax, rate in zip(axes[0], rates, strict=True):
-        for arm, phase in series_order(results):
-            step = next((r for r in series_of(results, arm, phase) if r.step.rate == rate), None)
-            if step is None:
-                continue
-            points = sorted(
-                (cls, lat.p95)
-                for name, lat in step.by_name.items()
-                if (cls := class_of_name(name)) is not None
-            )
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o", label=series_label(arm, phase))
-        log_y(ax)
-        ax.set_xticks(range(len(SIZE_LABELS)))
-        ax.set_xticklabels(SIZE_LABELS, rotation=30, fontsize=7)
-        ax.set_title(f"{rate}/s")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("p95 ms (log scale)")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("tracks: p95 by value size (the whole track's JSON)")
-    return finish(fig, path, caption)
-
-
 def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
     """Hit ratio against cache size per simulated policy, the measured arms on it."""
     fig, ax = plt.subplots(figsize=(8, 5))

@@ -1,6 +1,6 @@
 """What became of a step's InfluxDB points: written, spooled (kept in a file
 of line protocol in the run's folder, `influx-spool/`, to be sent once
-InfluxDB answers: `aside-bench influx-resend --run <id>`) or lost (neither).
+InfluxDB answers: `aside-bench report --run <id>` sends them) or lost (neither).
 The driver says so for its points in its summary; the bench's own `bench_step`
 point goes through `write_or_spool`. A point resent twice overwrites itself
 (same series, same instant), so a resend is safe to repeat."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from aside_bench.plan import interference
+from aside_bench.plan import scenarios
 from aside_bench.plan.steps import Step, step_from_record
 from aside_bench.records.results import (
     CacheCounts,
@@ -56,12 +56,14 @@ def summary_latency(figures: dict[str, Any] | None) -> Latency | None:
 
 
 def compute_beside(step: Step, summary: dict[str, Any]) -> StepResult | None:
-    """interference: the compute requests that ran beside a step's reads, from
-    their own scenario of the summary; None at compute rate 0 (reads alone)."""
+    """The requests of a scenario's second one that ran beside a step's reads
+    (interference's compute), from their own scenario of the summary; None at
+    rate 0 (reads alone)."""
     figures = summary.get("compute")
-    if step.scenario != interference.SCENARIO or step.rate == 0 or not figures:
+    found = scenarios.scenario_of(step.scenario)
+    if found is None or found.beside is None or step.rate == 0 or not figures:
         return None
-    beside = replace(step, scenario=interference.COMPUTE_SCENARIO, read_rate=0)
+    beside = replace(step, scenario=found.beside, read_rate=0)
     return _counted(beside, figures, None)
 
 

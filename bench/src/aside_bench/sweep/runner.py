@@ -450,7 +450,7 @@ def not_written(run: RunRecord, out_dir: Path) -> InfluxPoints:
     if total.spooled:
         print(
             f"aside-bench: {total.spooled} InfluxDB points were not written; they wait in "
-            f"{out_dir / SPOOL_DIR}/: aside-bench influx-resend --run {run.run_id}",
+            f"{out_dir / SPOOL_DIR}/: aside-bench report --run {run.run_id} sends them",
             file=sys.stderr,
         )
     if total.lost:

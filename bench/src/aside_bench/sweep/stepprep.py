@@ -6,12 +6,13 @@ these as the first part of each step."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aside_bench.load.run import LoadShape
-from aside_bench.plan import tracks as trackplan
+from aside_bench.plan import scenarios
+from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import L1_ARMS, Step, arm_memory, base_arm, cache_param, gateway_env
 from aside_bench.records.runfile import RunRecord
 from aside_bench.stack import cachememory
@@ -26,7 +27,6 @@ from aside_bench.stack.prepare import (
 )
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench.sweep.tracks import warm_tracks
 from aside_bench.sweep.warmtiers import wait_l1_empty, warm_l1
 
 # A ceiling step refills the cache unless every key outlives the step by this much.
@@ -139,10 +139,9 @@ class StepPreparation:
             self.skip = int(before["rate"]) * int(before["duration_s"])
             record["skip"] = self.skip
             record["prep"] = f"continues the cold step's stream over its cache (skip {self.skip})"
-        elif step.scenario == trackplan.SCENARIO and step.phase == "warm":
-            record["warm"] = warm_tracks(self.settings, self.options.data_dir, step.arm)
-            share = record["warm"]["hit_share_after"]
-            record["prep"] = f"tracks warmed: {share:.0%} hits on a re-read"
+        elif step.phase == "warm" and (prepare := _own_preparation(step)) is not None:
+            record["warm"] = prepare(self.settings, self.options.data_dir, step)
+            record["prep"] = record["warm"].pop("prep")
         elif step.phase == "cold":
             flush_cache(self.settings)
             record["prep"] = "cache flushed"
@@ -180,3 +179,9 @@ class StepPreparation:
                 f"L1 hit share stayed at {warmed['hit_share_after']:.0%} after "
                 f"{warmed['passes']} passes"
             )
+
+
+def _own_preparation(step: Step) -> Callable[..., dict[str, Any]] | None:
+    """A scenario's own preparation of a warm step (tracks warms its values)."""
+    found = scenarios.scenario_of(step.scenario)
+    return None if found is None else found.hooks.prepare

@@ -1,0 +1,454 @@
+"""The chaos suite's verdicts, from the driver's samples and the gateway's counters
+(pure). A case's `events` are epoch instants: `fault`, `ready` (the service answers
+again), `replaced` (a new gunicorn worker), `load_start`, `load_end`. One module on
+purpose: the four cases share the limits below and read side by side against the
+manual's assertions (docs/bench/suites.md)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from aside_bench_suite.samples import (
+    CLOCK_SLACK_S,
+    READS,
+    ROUTES,
+    Check,
+    Sample,
+    first_after,
+    fmt_seconds,
+    hit_share,
+    started_between,
+    summarize,
+)
+
+# ---- the limits the checks hold the stack to (docs/bench/suites.md, "Chaos") --------------------
+# The load driver's request timeout; a read "hangs" when it takes more than half of it.
+REQUEST_TIMEOUT_S = 3
+READ_MAX_MS = REQUEST_TIMEOUT_S * 1000 / 2
+# A failure must be fast: the core down (connect refused) within 1 s; PostgreSQL
+# down within the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1 s: the first miss of
+# an outage per worker; later ones wait 0.1 s) plus a margin for a loaded
+# 2-core machine (the core refuses at once: its pool connects on demand).
+CORE_DOWN_MAX_MS = 1000
+DB_DOWN_MAX_MS = 1500
+# After the service is back: hits, writes and misses resume within this.
+RECOVER_S = 5.0
+# "Hit ratio back": a one-second window whose hit share is at least this share
+# of the share before the fault.
+HIT_RATIO_BACK = 0.8
+# Gunicorn replaces a killed worker within this.
+REPLACE_S = 10.0
+# The limits above as report.json records them.
+LIMITS: dict[str, float] = {
+    "read_max_ms": READ_MAX_MS,
+    "core_down_max_ms": CORE_DOWN_MAX_MS,
+    "db_down_max_ms": DB_DOWN_MAX_MS,
+    "recover_s": RECOVER_S,
+    "hit_ratio_back": HIT_RATIO_BACK,
+    "replace_s": REPLACE_S,
+}
+
+
+def rereads(samples: list[Sample], instant: float) -> list[Sample]:
+    """The answered reads started at or after `instant` of a key that an earlier
+    answered read, also started at or after `instant`, had asked for and ended
+    before: the reads a working cache can serve.
+
+    After a flushed cache every key's first read is a miss whatever the cache
+    does, so how soon the plain hit share recovers measures how fast the load
+    touches every key of its mix, not the cache
+    (docs/decisions/005-redis-down-serve-from-postgresql-behind-a-breaker.md).
+    The share among re-reads compares with the share before the fault, when
+    every key had been read (the prewarm)."""
+    answered = sorted(
+        (s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant),
+        key=lambda s: s.start,
+    )
+    first_end: dict[tuple[str, str], float] = {}
+    found = []
+    for read in answered:
+        key = (read.kind, read.tag("key"))
+        if first_end.get(key, float("inf")) <= read.start:
+            found.append(read)
+        first_end[key] = min(first_end.get(key, float("inf")), read.end)
+    return found
+
+
+def hit_ratio_back(
+    samples: list[Sample], instant: float, baseline: float, window_s: float = 1.0
+) -> float | None:
+    """Seconds from `instant` to the start of the first `window_s` window (sliding
+    by 0.1 s) whose re-reads (see `rereads`) are HITs in at least
+    HIT_RATIO_BACK x `baseline` of them."""
+    reads = rereads(samples, instant)
+    if not reads:
+        return None
+    offset = 0.0
+    last = reads[-1].start
+    while instant + offset + window_s <= last + 1e-9:
+        lo, hi = instant + offset, instant + offset + window_s
+        window = [s for s in reads if lo <= s.start < hi]
+        if window:
+            share = sum(1 for s in window if s.tag("xcache") == "HIT") / len(window)
+            if share >= HIT_RATIO_BACK * baseline:
+                return offset
+        offset += 0.1
+    return None
+
+
+# ---- checks shared by every case ------------------------------------------------------
+def common_checks(
+    samples: list[Sample], dropped: int, allow_no_answer: bool, tallied: int | None = None
+) -> list[Check]:
+    """`tallied`: the requests the driver's summary counted, which the samples must match."""
+    checks = []
+    if tallied is not None:
+        checks.append(
+            Check(
+                "every request has its sample",
+                tallied == len(samples),
+                f"{len(samples)} samples, the driver's summary counted {tallied} requests",
+            )
+        )
+    reads = [s for s in samples if s.kind in READS]
+    slow = [s for s in reads if s.ms > READ_MAX_MS]
+    checks.append(
+        Check(
+            "reads never hang",
+            not slow,
+            f"max read {max((s.ms for s in reads), default=0):.0f} ms "
+            f"(limit {READ_MAX_MS:.0f} ms, timeout {REQUEST_TIMEOUT_S} s)"
+            + (f"; slow: {summarize(slow)}" if slow else ""),
+        )
+    )
+    if not allow_no_answer:
+        lost = [s for s in samples if s.status == 0]
+        checks.append(
+            Check(
+                "every request answered",
+                not lost,
+                "no request without an answer" if not lost else summarize(lost),
+            )
+        )
+    bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
+    not_json = [s for s in samples if s.tag("code") == "not_json"]
+    checks.append(
+        Check(
+            "bodies are right, errors are JSON",
+            not bad_body and not not_json,
+            f"{len(bad_body)} wrong 2xx bodies, {len(not_json)} non-JSON errors",
+        )
+    )
+    checks.append(
+        Check(
+            "no dropped iterations", dropped == 0, f"the load driver dropped {dropped} iterations"
+        )
+    )
+    return checks
+
+
+# ---- the four cases -------------------------------------------------------------------
+def redis_checks(
+    samples: list[Sample], events: dict[str, float]
+) -> tuple[list[Check], dict[str, Any]]:
+    """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After),
+    writes still succeed, hits come back without a gateway restart."""
+    fault, ready = events["fault"], events["ready"]
+    # Down for certain: after the kill, and over before the restart began. The
+    # new Redis may answer a little before the driver's poll sees it `ready`
+    # (a busy machine runs the poll late), so reads after `restore` may hit.
+    restore = events.get("restore", ready)
+    reads = [s for s in samples if s.kind in READS]
+    odd_reads = [
+        s for s in reads if s.status != 200 and not (s.status == 503 and s.tag("retry_after"))
+    ]
+    outage = [
+        s for s in reads if s.start >= fault + CLOCK_SLACK_S and s.end <= restore - CLOCK_SLACK_S
+    ]
+    bypassed = [s for s in outage if s.status == 200 and s.tag("xcache") == "BYPASS"]
+    writes = [s for s in samples if s.kind == "create"]
+    failed_writes = [s for s in writes if not s.ok]
+    baseline = hit_share(started_between(samples, 0, fault)) or 0.0
+    first_hit = first_after(reads, ready, lambda s: s.tag("xcache") == "HIT")
+    ratio_back = hit_ratio_back(samples, ready, baseline)
+    figures = {
+        "reads_during_outage": len(outage),
+        "reads_during_outage_bypass": len(bypassed),
+        "reads_during_outage_503": sum(1 for s in outage if s.status == 503),
+        "writes_invalidation_failed": sum(1 for s in writes if s.tag("invalidation") == "failed"),
+        "hit_share_before": round(baseline, 3),
+        "first_hit_after_ready_s": first_hit,
+        "hit_ratio_back_after_ready_s": ratio_back,
+    }
+    checks = [
+        Check(
+            "reads: only 200, or 503 with Retry-After",
+            not odd_reads,
+            f"{len(reads)} reads, {len(outage)} while Redis was down "
+            f"({len(bypassed)} served from PostgreSQL as BYPASS)"
+            + (f"; other: {summarize(odd_reads)}" if odd_reads else ""),
+        ),
+        Check(
+            "writes succeed without Redis",
+            not failed_writes,
+            f"{len(writes)} writes, {figures['writes_invalidation_failed']} with "
+            "X-Cache-Invalidation: failed"
+            + (f"; failed: {summarize(failed_writes)}" if failed_writes else ""),
+        ),
+        Check(
+            f"hits resume within {RECOVER_S:g} s of Redis being back",
+            first_hit is not None and first_hit <= RECOVER_S,
+            f"first HIT {fmt_seconds(first_hit)} after ready",
+        ),
+        Check(
+            f"hit ratio back within {RECOVER_S:g} s",
+            ratio_back is not None and ratio_back <= RECOVER_S,
+            f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault, among re-reads, after "
+            f"{fmt_seconds(ratio_back)}",
+        ),
+    ]
+    return checks, figures
+
+
+def core_checks(
+    samples: list[Sample], events: dict[str, float]
+) -> tuple[list[Check], dict[str, Any]]:
+    """The core killed: writes answer 503 core_unavailable within 1 s while it is
+    down, reads are unaffected, writes succeed again once it is back. A write in
+    flight when it died may have committed: 504 write_outcome_unknown."""
+    fault, restore, ready = events["fault"], events["restore"], events["ready"]
+    reads = [s for s in samples if s.kind in READS]
+    writes = [s for s in samples if s.kind == "create"]
+    bad_reads = [s for s in reads if s.status != 200]
+    down = started_between(writes, fault + CLOCK_SLACK_S, restore)
+    down_wrong = [
+        s
+        for s in down
+        if not (s.status == 503 and s.tag("code") == "core_unavailable") or s.ms > CORE_DOWN_MAX_MS
+    ]
+
+    def in_flight_unknown(s: Sample) -> bool:
+        return (
+            s.status == 504
+            and s.tag("code") == "write_outcome_unknown"
+            and s.start < fault + CLOCK_SLACK_S
+            and s.end > fault - CLOCK_SLACK_S
+        )
+
+    other = [
+        s
+        for s in writes
+        if not s.ok
+        and not (s.status == 503 and s.tag("code") == "core_unavailable")
+        and not in_flight_unknown(s)
+    ]
+    after = started_between(writes, ready + CLOCK_SLACK_S, math.inf)
+    after_failed = [s for s in after if not s.ok]
+    first_ok = first_after(writes, ready, lambda s: s.ok)
+    figures = {
+        "writes_while_down": len(down),
+        "max_ms_while_down": max((s.ms for s in down), default=None),
+        "writes_after_ready": len(after),
+        "first_2xx_write_after_ready_s": first_ok,
+    }
+    checks = [
+        Check(
+            "reads unaffected",
+            not bad_reads,
+            f"{len(reads)} reads, {len(bad_reads)} not 200"
+            + (f": {summarize(bad_reads)}" if bad_reads else ""),
+        ),
+        Check(
+            f"writes while down: 503 core_unavailable within {CORE_DOWN_MAX_MS} ms",
+            bool(down) and not down_wrong,
+            f"{len(down)} writes, max {figures['max_ms_while_down'] or 0:.0f} ms"
+            + (f"; wrong: {summarize(down_wrong)}" if down_wrong else ""),
+        ),
+        Check(
+            "writes fail only with core_unavailable (or, in flight, write_outcome_unknown)",
+            not other,
+            "every failed write is 503 core_unavailable, or 504 write_outcome_unknown in flight"
+            if not other
+            else f"other failures: {summarize(other)}",
+        ),
+        Check(
+            "writes succeed once the core is back",
+            bool(after) and not after_failed,
+            f"{len(after)} writes after ready, first 2xx {fmt_seconds(first_ok)} after ready"
+            + (f"; failed: {summarize(after_failed)}" if after_failed else ""),
+        ),
+    ]
+    return checks, figures
+
+
+DB_DOWN_CODES = {"database_unavailable", "timeout", "unavailable"}
+
+
+def postgres_checks(
+    samples: list[Sample], events: dict[str, float], redis_errors: float = 0
+) -> tuple[list[Check], dict[str, Any]]:
+    """PostgreSQL restarted: cached reads keep answering, misses and writes fail
+    fast, both pools recover by themselves within RECOVER_S of PostgreSQL being back.
+
+    `redis_errors`: Redis operations the gateway counted as failed during the
+    case (aside_gateway_cache_errors_total, op get/lease/store). After one, a
+    worker's breaker sends its reads to PostgreSQL for REDIS_BREAKER_MS
+    (gateway/README.md, "When Redis is down"); while PostgreSQL is down too,
+    a cached read then fails, fast and with Retry-After. Only then may a cached
+    read fail, and only so; the figures say how many did."""
+    fault, ready = events["fault"], events["ready"]
+    users = [s for s in samples if s.kind == "user"]  # prewarmed, never invalidated: all cached
+    counts = [s for s in samples if s.kind == "count"]
+    writes = [s for s in samples if s.kind == "create"]
+    failed_users = [s for s in users if s.status != 200]
+    shed = [
+        s
+        for s in failed_users
+        if redis_errors
+        and s.status == 503
+        and s.tag("code") == "database_unavailable"
+        and s.tag("retry_after")
+        and s.ms <= DB_DOWN_MAX_MS
+    ]
+    bad_users = [s for s in failed_users if s not in shed]
+    failures = [s for s in counts + writes if s.status != 200 and not s.ok]
+    wrong = [
+        s
+        for s in failures
+        if s.status not in (503, 504) or s.tag("code") not in DB_DOWN_CODES or s.ms > DB_DOWN_MAX_MS
+    ]
+    outage_reads = started_between(users, fault + CLOCK_SLACK_S, ready)
+    first_write = first_after(writes, ready, lambda s: s.ok)
+    first_miss = first_after(counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS")
+    late = [s for s in failures if s.start >= ready + RECOVER_S]
+    figures = {
+        "cached_reads_while_down": len(outage_reads),
+        "gateway_redis_errors": redis_errors,
+        "cached_reads_failed_after_redis_errors": len(shed),
+        "failed_misses": sum(1 for s in failures if s.kind == "count"),
+        "failed_writes": sum(1 for s in failures if s.kind == "create"),
+        "max_failure_ms": max((s.ms for s in failures), default=None),
+        "first_2xx_write_after_ready_s": first_write,
+        "first_miss_after_ready_s": first_miss,
+        "last_failure_after_ready_s": max((s.start - ready for s in failures), default=None),
+    }
+    checks = [
+        Check(
+            "cached reads keep answering 200",
+            bool(outage_reads) and not bad_users,
+            f"{len(users)} cached user reads ({len(outage_reads)} while PostgreSQL was down), "
+            f"{len(bad_users)} not 200"
+            + (f": {summarize(bad_users)}" if bad_users else "")
+            + (
+                f"; {len(shed)} failed fast while the gateway's Redis breaker was open "
+                f"({redis_errors:g} Redis errors in the gateway)"
+                if shed
+                else ""
+            ),
+        ),
+        Check(
+            f"misses and writes fail fast: 503/504 JSON within {DB_DOWN_MAX_MS} ms",
+            bool(failures) and not wrong,
+            f"{figures['failed_misses']} misses and {figures['failed_writes']} writes failed, "
+            f"max {figures['max_failure_ms'] or 0:.0f} ms"
+            + (f"; wrong: {summarize(wrong)}" if wrong else ""),
+        ),
+        Check(
+            f"pools recover within {RECOVER_S:g} s of PostgreSQL being ready",
+            first_write is not None
+            and first_write <= RECOVER_S
+            and first_miss is not None
+            and first_miss <= RECOVER_S
+            and not late,
+            f"first 2xx write {fmt_seconds(first_write)}, first answered miss "
+            f"{fmt_seconds(first_miss)} after ready; {len(late)} failures later than "
+            f"{RECOVER_S:g} s",
+        ),
+    ]
+    return checks, figures
+
+
+def worker_checks(
+    samples: list[Sample],
+    events: dict[str, float],
+    counters_delta: dict[tuple[str, str, str], float],
+) -> tuple[list[Check], dict[str, Any]]:
+    """A gunicorn worker killed: it is replaced, only requests in flight on it at
+    the kill go unanswered, and the gateway's request counters match the driver's count
+    exactly, but for those: a killed worker may have counted a request whose
+    answer never left it (the counter is bumped just before the response is
+    written), so per route the counters may exceed the driver's answered requests by at
+    most the number of that route's unanswered requests."""
+    fault = events["fault"]
+    replaced = events.get("replaced")
+    lost = [s for s in samples if s.status == 0]
+    not_in_flight = [
+        s for s in lost if not (s.start <= fault + CLOCK_SLACK_S and s.end >= fault - CLOCK_SLACK_S)
+    ]
+    others = [s for s in samples if s.status != 0 and not (s.ok or s.status == 200)]
+    answered = Counter((*ROUTES[s.kind], str(s.status)) for s in samples if s.status != 0)
+    lost_by_route = Counter(ROUTES[s.kind] for s in lost)
+    mismatches = []
+    surplus_by_route: Counter[tuple[str, str]] = Counter()
+    for key in sorted(set(answered) | set(counters_delta)):
+        got = counters_delta.get(key, 0.0)
+        want = answered.get(key, 0)
+        surplus = got - want
+        if surplus < 0 or surplus != int(surplus):
+            mismatches.append(f"{key}: gateway {got:g}, the driver {want}")
+        else:
+            surplus_by_route[key[:2]] += int(surplus)
+    for route, surplus in surplus_by_route.items():
+        if surplus > lost_by_route.get(route, 0):
+            mismatches.append(
+                f"{route}: gateway counted {surplus} more than the driver saw answered, "
+                f"but only {lost_by_route.get(route, 0)} went unanswered"
+            )
+    replace_s = None if replaced is None else replaced - fault
+    figures = {
+        "worker_replaced_after_s": replace_s,
+        "unanswered": len(lost),
+        "unanswered_by_kind": dict(Counter(s.kind for s in lost)),
+        "counted_not_delivered": sum(surplus_by_route.values()),
+        "requests_compared": sum(answered.values()),
+    }
+    checks = [
+        Check(
+            f"worker replaced within {REPLACE_S:g} s",
+            replace_s is not None and replace_s <= REPLACE_S,
+            f"new worker {fmt_seconds(replace_s)} after the kill",
+        ),
+        Check(
+            "only requests in flight on the killed worker go unanswered",
+            not not_in_flight and not others,
+            f"{len(lost)} unanswered, all in flight at the kill"
+            if not not_in_flight and not others
+            else f"unexplained: {summarize(not_in_flight + others)}",
+        ),
+        Check(
+            "gateway counters exact",
+            not mismatches and bool(answered),
+            f"{sum(answered.values())} answered requests match "
+            "aside_gateway_http_requests_total per route and status"
+            + (
+                f" ({figures['counted_not_delivered']} counted by the killed worker, "
+                "never delivered)"
+                if figures["counted_not_delivered"]
+                else ""
+            )
+            if not mismatches
+            else "; ".join(mismatches[:4]),
+        ),
+    ]
+    return checks, figures
+
+
+def loaded_route_increase(
+    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+) -> dict[tuple[str, str, str], float]:
+    routes = set(ROUTES.values())
+    loaded = (key for key in set(before) | set(after) if key[:2] in routes)
+    changes = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in loaded}
+    return {key: change for key, change in changes.items() if change}

@@ -1,0 +1,75 @@
+"""The fault suite's faults: kill or stop one service of the stack (through
+stack/services.py), then bring it back and note when it answers again."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+import requests
+from aside_bench.stack import redisclient
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import StackError
+from aside_bench.stack.services import ServiceControl, wait_for
+
+READY_DEADLINE_S = 60.0
+
+
+class Faults:
+    def __init__(self, settings: Settings, control: ServiceControl):
+        self.settings = settings
+        self.control = control
+
+    def _ready(self, service: str) -> bool:
+        if service == "redis":
+            client = redisclient.connect(self.settings, socket_timeout=0.5, connect_timeout=0.5)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        if service == "core":
+            url = f"{self.control.stack.core_url}/readyz"
+            return requests.get(url, timeout=0.5).status_code == 200
+        if service == "postgres":
+            with psycopg.connect(self.settings.database_url, connect_timeout=1) as conn:
+                conn.execute("SELECT 1")
+            return True
+        raise ValueError(service)
+
+    def inject(self, case: str, events: dict[str, float], notes: dict[str, Any]) -> None:
+        if case in ("redis", "core"):
+            events["fault"] = time.time()
+            notes["killed_pid"] = self.control.kill(case)
+        elif case == "postgres":
+            events["fault"] = time.time()
+            self.control.stop("postgres")
+            events["stopped"] = time.time()
+        elif case == "worker":
+            before = set(self.control.gateway_workers())
+            events["fault"] = time.time()
+            killed = self.control.kill_worker()
+            notes["killed_pid"] = killed
+            notes["workers_before"] = sorted(before)
+
+            def replaced() -> bool:
+                now = set(self.control.gateway_workers())
+                return len(now) >= len(before) and killed not in now
+
+            at = wait_for(replaced, READY_DEADLINE_S)
+            if at is not None:
+                events["replaced"] = at
+                notes["workers_after"] = sorted(self.control.gateway_workers())
+
+    def restore(self, case: str, events: dict[str, float], notes: dict[str, Any]) -> None:
+        if case == "worker":
+            return  # gunicorn's master does it
+        events["restore"] = time.time()
+        process = self.control.start(case)
+        at = wait_for(lambda: self._ready(case), READY_DEADLINE_S)
+        output, _ = process.communicate(timeout=READY_DEADLINE_S)
+        events["restored"] = time.time()
+        if at is None or process.returncode != 0:
+            raise StackError(f"infra/stack.sh up {case} failed: {output.strip()[-500:]}")
+        events["ready"] = at
+        notes["restarted_pid"] = self.control.pid(case)

@@ -1,0 +1,222 @@
+"""The chaos checks that need the stack: the cache warmed before a case, every write
+checked against PostgreSQL (retried with its key when it got no 2xx), reads compared."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import requests
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import connect, flush_cache
+from aside_bench_suite.samples import Check, Sample
+
+HTTP_TIMEOUT_S = 10.0
+RETRY_DEADLINE_S = 20.0
+
+
+def _get(session: requests.Session, url: str) -> requests.Response:
+    return session.get(url, timeout=HTTP_TIMEOUT_S)
+
+
+def count_url(settings: Settings, email: str) -> str:
+    return f"{settings.gateway_url}/api/v1/users/count?email={quote(email, safe='')}"
+
+
+def prewarm(settings: Settings, hot: list[str], ids: list[int]) -> float:
+    """Flush the cache, read every key of the mix once, then again; the share of
+    the second round served as HIT."""
+    flush_cache(settings)
+    urls = [count_url(settings, e) for e in hot]
+    urls += [f"{settings.gateway_url}/api/v1/users/{i}" for i in ids]
+    hits = 0
+    with requests.Session() as session:
+        for url in urls:
+            _get(session, url).raise_for_status()
+        for url in urls:
+            response = _get(session, url)
+            response.raise_for_status()
+            hits += response.headers.get("X-Cache") == "HIT"
+    return hits / len(urls)
+
+
+def _like(prefix: str) -> tuple[str]:
+    """The LIKE pattern of the run's usernames and keys under `prefix`."""
+    return (prefix.replace("_", r"\_") + ".%",)
+
+
+def _rows(conn: psycopg.Connection, prefix: str) -> dict[str, tuple[int, str]]:
+    query = "SELECT username, id, email FROM users WHERE username LIKE %s"
+    rows = conn.execute(query, _like(prefix))
+    return {username: (int(user_id), email) for username, user_id, email in rows}
+
+
+def _keys(conn: psycopg.Connection, prefix: str) -> dict[str, int | None]:
+    query = "SELECT key, status FROM idempotency_keys WHERE key LIKE %s"
+    return dict(conn.execute(query, _like(prefix)).fetchall())
+
+
+def _retry(settings: Settings, session: requests.Session, write: Sample) -> dict[str, Any]:
+    """Send a write again with its own Idempotency-Key and body until it gets an
+    answer that is not a 5xx (the stack may still be settling)."""
+    username, email = write.tag("username"), write.tag("email")
+    deadline = time.monotonic() + RETRY_DEADLINE_S
+    while True:
+        try:
+            response = session.post(
+                f"{settings.gateway_url}/api/v1/users",
+                json={"username": username, "email": email},
+                headers={"Idempotency-Key": username},
+                timeout=HTTP_TIMEOUT_S,
+            )
+            if response.status_code < 500 or time.monotonic() > deadline:
+                try:
+                    body = response.json()
+                except ValueError:
+                    body = {}
+                return {
+                    "status": response.status_code,
+                    "replayed": response.headers.get("Idempotent-Replayed") == "true",
+                    "id": body.get("id") if isinstance(body, dict) else None,
+                }
+        except requests.RequestException as error:
+            if time.monotonic() > deadline:
+                return {"status": 0, "replayed": False, "id": None, "error": str(error)}
+        time.sleep(0.2)
+
+
+def check_writes(
+    settings: Settings, samples: list[Sample], prefix: str
+) -> tuple[Check, dict[str, Any]]:
+    """Every acknowledged write exactly once with its id; every other write retried
+    with its key, then every write exactly once; no row or key nobody asked for."""
+    writes = [s for s in samples if s.kind == "create"]
+    by_user = {s.tag("username"): s for s in writes}
+    problems: list[str] = []
+    if len(by_user) != len(writes):
+        problems.append(f"{len(writes) - len(by_user)} usernames sent twice")
+    with connect(settings) as conn:
+        rows = _rows(conn, prefix)
+    acked = {u: s for u, s in by_user.items() if s.ok}
+    unacked = {u: s for u, s in by_user.items() if not s.ok}
+    for username, sample in acked.items():
+        row = rows.get(username)
+        if row is None:
+            problems.append(f"acknowledged {username} is not in PostgreSQL")
+        elif str(row[0]) != sample.tag("id") or row[1] != sample.tag("email"):
+            problems.append(f"{username}: row {row} but the driver got id {sample.tag('id')}")
+    committed_unacked = sorted(u for u in unacked if u in rows)
+    strays = sorted(set(rows) - set(by_user))
+    if strays:
+        problems.append(f"rows nobody was told about: {strays[:3]}")
+    retried: dict[str, dict[str, Any]] = {}
+    with requests.Session() as session:
+        for username, sample in sorted(unacked.items()):
+            retried[username] = _retry(settings, session, sample)
+    with connect(settings) as conn:
+        after = _rows(conn, prefix)
+        keys = _keys(conn, prefix)
+    for username, answer in retried.items():
+        existed = username in rows
+        if answer["status"] != 201:
+            problems.append(f"retry of {username} answered {answer['status']}")
+            continue
+        if answer["replayed"] != existed:
+            problems.append(
+                f"retry of {username}: replayed={answer['replayed']} but the row "
+                f"{'existed' if existed else 'did not exist'} before"
+            )
+        if existed and answer["id"] != rows[username][0]:
+            problems.append(f"retry of {username} replayed id {answer['id']}, row {rows[username]}")
+    missing = sorted(set(by_user) - set(after))
+    if missing:
+        problems.append(f"writes missing after the retries: {missing[:3]}")
+    if set(after) - set(by_user):
+        problems.append("rows appeared that no write asked for")
+    bad_keys = sorted(u for u in after if keys.get(u) != 201)
+    orphan_keys = sorted(set(keys) - set(after))
+    if bad_keys or orphan_keys:
+        problems.append(
+            f"idempotency keys out of step with users: {bad_keys[:3]} without a stored 201, "
+            f"{orphan_keys[:3]} without a user"
+        )
+    figures = {
+        "writes": len(writes),
+        "acknowledged": len(acked),
+        "not_acknowledged": len(unacked),
+        "committed_not_acknowledged": len(committed_unacked),
+        "committed_not_acknowledged_users": committed_unacked[:20],
+        "retried": len(retried),
+        "retries_replayed": sum(1 for a in retried.values() if a["replayed"]),
+        "retries_created": sum(
+            1 for a in retried.values() if a["status"] == 201 and not a["replayed"]
+        ),
+        "rows_after": len(after),
+        "problems": problems,
+    }
+    detail = (
+        f"{len(writes)} writes: {len(acked)} acknowledged, all in PostgreSQL once with their id; "
+        f"{len(unacked)} not ({len(committed_unacked)} had committed), retried with their key: "
+        f"{figures['retries_replayed']} replayed, {figures['retries_created']} created; "
+        f"{len(after)} rows, one per write"
+    )
+    ok = not problems and bool(writes)
+    return Check("every write exactly once", ok, detail if ok else "; ".join(problems[:4])), {
+        **figures,
+        "ids": sorted(row[0] for row in after.values()),
+    }
+
+
+def _user_json(row: tuple[Any, ...]) -> dict[str, Any]:
+    user_id, username, email, created_at = row
+    stamp = created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"id": user_id, "username": username, "email": email, "created_at": stamp}
+
+
+def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Check, dict[str, Any]]:
+    """Each hot email's count and each user, read twice through the gateway (a
+    fill, then most likely a hit), equal PostgreSQL's."""
+    with connect(settings) as conn:
+        counts = dict(
+            conn.execute(
+                "SELECT email, count(*) FROM users WHERE email = ANY(%s) GROUP BY email", (hot,)
+            ).fetchall()
+        )
+        users = {
+            row[0]: _user_json(row)
+            for row in conn.execute(
+                "SELECT id, username, email, created_at FROM users WHERE id = ANY(%s)", (ids,)
+            ).fetchall()
+        }
+    # (what, url, PostgreSQL's answer, the gateway's 200 as compared)
+    wanted: list[tuple[str, str, Any, Callable[[Any], Any]]] = [
+        (f"count of {e}", count_url(settings, e), counts.get(e, 0), lambda b: b.get("count"))
+        for e in hot
+    ]
+    wanted += [
+        (f"user {i}", f"{settings.gateway_url}/api/v1/users/{i}", users.get(i), lambda b: b)
+        for i in ids
+    ]
+    mismatches: list[str] = []
+    reads = 2 * len(wanted)
+    with requests.Session() as session:
+        for what, url, want, answer in wanted:
+            for _ in range(2):
+                response = _get(session, url)
+                got = answer(response.json()) if response.status_code == 200 else None
+                if got != want:
+                    mismatches.append(f"{what}: gateway {got}, PostgreSQL {want}")
+    figures = {"emails": len(hot), "ids": len(ids), "reads": reads, "mismatches": mismatches[:20]}
+    detail = f"{reads} reads of {len(hot)} hot emails and {len(ids)} users equal PostgreSQL"
+    return (
+        Check(
+            "reads after the faults match PostgreSQL",
+            not mismatches,
+            detail if not mismatches else f"{len(mismatches)} differ: " + "; ".join(mismatches[:3]),
+        ),
+        figures,
+    )

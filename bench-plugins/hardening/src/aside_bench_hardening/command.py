@@ -1,0 +1,79 @@
+"""`aside-bench hardening`: slow clients and a cold flood under cached reads;
+its options and what it does once they are parsed (exit 1 when a check failed)."""
+
+from __future__ import annotations
+
+import argparse
+
+from aside_bench.cli import options as opt
+from aside_bench.cli.options import Command, UsageError
+from aside_bench.plan.steps import parse_duration
+from aside_bench.stack import config
+
+from aside_bench_hardening import run as hardening
+
+# The hardening suite's counts: (flag, the HardeningParams field it sets, what it counts).
+HARDENING_COUNTS = (
+    ("--sockets", "sockets", "slow sockets"),
+    ("--emails", "emails", "cold emails flooded"),
+    ("--concurrency", "concurrency", "flood requests in flight"),
+    ("--client-timeout-ms", "client_timeout_ms", "a flood client gives up after this"),
+)
+
+
+def add_hardening(hard: argparse.ArgumentParser) -> None:
+    hard.add_argument(
+        "--experiments", default="all", help="some of: slow-heads cold-flood (default all)"
+    )
+
+    def default(name: str) -> object:
+        return opt.default_of(hardening.HardeningParams, name)
+
+    opt.option(hard, "--rate", opt.positive, default("rate"), "cached reads/s")
+    for flag, name, what in (
+        ("--pre", "pre_s", "reads before each attack"),
+        ("--post", "post_s", "reads after it"),
+    ):
+        shown = f"{default(name):g}s"
+        hard.add_argument(flag, default=shown, help=f"{what} (default {shown})")
+    for flag, name, what in HARDENING_COUNTS:
+        opt.option(hard, flag, opt.positive, default(name), what)
+    hard.add_argument(
+        "--p95-ms",
+        type=float,
+        default=default("read_p95_ms"),
+        help=f"reads' p95 limit during slow heads (default {default('read_p95_ms'):g})",
+    )
+    hard.add_argument(
+        "--rss-growth-mib",
+        type=float,
+        default=default("rss_growth_mib"),
+        help=f"limit on the workers' summed RSS growth (default {default('rss_growth_mib'):g})",
+    )
+    opt.paths(hard, "the time")
+
+
+def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
+    run_id = opt.new_run_id(args, "")
+    with opt.usage_errors(ValueError):
+        experiments = hardening.parse_experiments(args.experiments)
+    if args.p95_ms <= 0 or args.rss_growth_mib <= 0:
+        raise UsageError("--p95-ms and --rss-growth-mib must be above 0")
+    out_dir = opt.new_out_dir(settings, args, f"hardening-{run_id}")
+    params = hardening.HardeningParams(
+        run_id=run_id,
+        out_dir=out_dir,
+        experiments=experiments,
+        rate=args.rate,
+        pre_s=parse_duration(args.pre),
+        post_s=parse_duration(args.post),
+        **{name: vars(args)[name] for _, name, _ in HARDENING_COUNTS},
+        read_p95_ms=args.p95_ms,
+        rss_growth_mib=args.rss_growth_mib,
+    )
+    seed = opt.checked_seed(settings, args)
+    return 0 if hardening.run_hardening(settings, params, seed).passed else 1
+
+
+HARDENING_HELP = "slow request heads and a cold flood under reads"
+COMMANDS = (Command("hardening", HARDENING_HELP, add_hardening, run_hardening),)

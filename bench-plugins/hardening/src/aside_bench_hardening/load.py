@@ -1,0 +1,157 @@
+"""The cached reads under a hardening experiment and their figures per window.
+It takes the parts of the experiment it needs, not the experiment, so
+suites/hardening/run.py alone puts them together."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, start_driver
+from aside_bench.load.samples import SamplesError, compress, number, sample_lines
+from aside_bench.records.tierstats import nearest_rank
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import StackError, wait_until_quiet, warm_cache
+from aside_bench.stack.services import ServiceControl
+from aside_bench_suite.base import SuiteResult
+
+READ_TIMEOUT_S = 10
+FIRST_SAMPLE_DEADLINE_S = 60.0
+QUIET_DEADLINE_S = 120.0
+# The first second of reads opens the driver's connections: left out of `before`.
+WARMUP_S = 1.0
+# A window's latency quantiles (nearest rank over its answered reads).
+QUANTILES = {"p50_ms": 50, "p95_ms": 95, "p99_ms": 99}
+
+# One window of the load: [start, end), epoch seconds.
+Window = tuple[float, float]
+
+
+def load_run(
+    run_id: str,
+    phase: str,
+    rate: int,
+    pool: int,
+    duration_s: int,
+    data_dir: Path,
+    samples_path: Path,
+) -> LoadRun:
+    """The driver's `read` scenario through the cache (L2) on the hot emails
+    only, every request a line of `samples_path`. Its pool's connections are
+    all open before the first read (CONNS), so the reads during an attack go
+    over connections opened before it, as the reuse check asks."""
+    return LoadRun(
+        scenario="read",
+        run_id=run_id,
+        arm="cache",
+        phase=phase,
+        rate=rate,
+        duration_s=duration_s,
+        pool=pool,
+        timeout_s=READ_TIMEOUT_S,
+        data_dir=data_dir,
+        # Every read a hot email (COLD_SAMPLE only keeps the cold list small).
+        extra={"CACHE": "l2", "HOT_SHARE": "1", "COLD_SAMPLE": "1", "CONNS": str(pool)},
+        samples_path=samples_path,
+    )
+
+
+def start_load(
+    settings: Settings,
+    control: ServiceControl,
+    hot: list[str],
+    run: LoadRun,
+    result: SuiteResult,
+) -> DriverProcess:
+    """The cache warmed afresh (each hot key then outlives the experiment), the
+    stack quiet, then the driver started; notes its first request as `load_start`."""
+    assert run.samples_path is not None, "the reads' windows need their samples file"
+    control.verify()
+    wait_until_quiet(settings, QUIET_DEADLINE_S)
+    result.notes["warm"] = warm_cache(settings, hot)
+    result.notes["load_average_1m"] = round(os.getloadavg()[0], 2)
+    load = start_driver(settings, run, run.samples_path.parent / "load.log")
+    first = load.first_request(run.samples_path, FIRST_SAMPLE_DEADLINE_S)
+    result.events["load_start"] = float(first["t"])
+    return load
+
+
+def end_load(load: DriverProcess, run: LoadRun, result: SuiteResult) -> None:
+    code = load.wait(deadline_s(run))
+    result.events["load_end"] = time.time()
+    if code != 0:
+        raise StackError(f"the load driver exited with {code}; see {load.log_path}")
+
+
+def check_ttl(ttl_s: int, duration_s: int) -> None:
+    """Hot keys filled just before the load must outlive it (the gateway's
+    CACHE_TTL_SECONDS, `ttl_s`): a key expiring mid-experiment would be a miss,
+    and a query, of its own."""
+    if duration_s + 10 >= ttl_s:
+        raise StackError(
+            f"the experiment's load ({duration_s} s) would outlive the cache TTL ({ttl_s} s); "
+            "use a shorter --pre/--post or fewer --emails"
+        )
+
+
+def windows_around(events: dict[str, float], what: str) -> dict[str, Window]:
+    start, end = events[f"{what}_start"], events[f"{what}_end"]
+    return {
+        "before": (events["load_start"] + WARMUP_S, start),
+        "during": (start, end),
+        "after": (end, events["load_end"]),
+    }
+
+
+def sample_windows(
+    lines: Iterable[str], source: str, windows: dict[str, Window]
+) -> dict[str, dict[str, Any]]:
+    """Per window [start, end) of the instants sent (`t`): the answered reads
+    (`ok` true) and their latency, exact over the window's samples; iterations
+    the driver dropped; failed requests (`ok` false: a bad status or body, a
+    timeout); and connections it opened (`new_conn`). `source` names the
+    samples file in an error."""
+    answered: dict[str, list[float]] = {name: [] for name in windows}
+    counts = {name: {"dropped": 0, "failed": 0, "new_connections": 0} for name in windows}
+    for where, line in sample_lines(lines, source):
+        sent = number(line, "t", where)
+        name = next((n for n, (lo, hi) in windows.items() if lo <= sent < hi), None)
+        if name is None:
+            continue
+        if line.get("dropped"):
+            counts[name]["dropped"] += 1
+            continue
+        ok = line.get("ok")
+        if not isinstance(ok, bool):
+            raise SamplesError(f"{where}: 'ok' is {ok!r}, not true or false")
+        if ok:
+            answered[name].append(number(line, "ms", where))
+        else:
+            counts[name]["failed"] += 1
+        if line.get("new_conn") is True:
+            counts[name]["new_connections"] += 1
+    found = {}
+    for name, (start, end) in windows.items():
+        times = answered[name]
+        found[name] = {
+            "start": start,
+            "end": end,
+            "seconds": round(end - start, 3),
+            "reads": len(times),
+            **{key: nearest_rank(times, q) for key, q in QUANTILES.items()},
+            "max_ms": max(times, default=None),
+            **counts[name],
+        }
+    return found
+
+
+def read_windows(run: LoadRun, windows: dict[str, Window]) -> dict[str, dict[str, Any]]:
+    """The reads' figures per window, from the samples file, which is then gzipped."""
+    assert run.samples_path is not None
+    with run.samples_path.open() as handle:
+        found = sample_windows(handle, run.samples_path.name, windows)
+    compress(run.samples_path)
+    return found

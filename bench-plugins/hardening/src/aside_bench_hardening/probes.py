@@ -1,0 +1,107 @@
+"""The cold flood's emails, and what measures it: the count queries PostgreSQL saw
+(pg_stat_statements) polled until still, and the gateway's counters."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from aside_bench.stack import gateway_metrics
+from aside_bench.stack.config import Settings
+
+from aside_bench_hardening import checks as hc
+
+# How often the query counter is read after the flood.
+POLL_S = 0.05
+# pg_stat_statements' normalised text of the gateway's count queries (db.py):
+# one email, and a batch of them.
+GATEWAY_COUNT_QUERIES = (
+    "SELECT count(*) FROM users WHERE email = $1",
+    "SELECT email, count(*) FROM users WHERE email = ANY($1) GROUP BY email",
+)
+FLOOD_DOMAIN = "hardening.invalid"
+COUNT_ROUTE = "/api/v1/users/count"
+# The shed reasons of the event loop's door (the gateway's loop_admission.py):
+# a read it refuses is also counted as a 503 answer of its route.
+DOOR_REASONS = ("admission_limit", "loop_late")
+
+
+def flood_emails(run_id: str, count: int) -> list[str]:
+    """`count` distinct emails that no seeded row has (the seeder's domains are
+    real-looking ones; .invalid is reserved)."""
+    return [f"flood-{run_id}-{i}@{FLOOD_DOMAIN}" for i in range(count)]
+
+
+def emails_in_table(conn: psycopg.Connection, run_id: str) -> int:
+    # count(1), not count(*): a statement parsed like the gateway's would share
+    # its pg_stat_statements entry.
+    pattern = f"flood-{run_id}-".replace("\\", "\\\\").replace("_", r"\_") + "%"
+    row = conn.execute("SELECT count(1) FROM users WHERE email LIKE %s", (pattern,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def count_query_calls(conn: psycopg.Connection) -> int:
+    """Executions of the gateway's count queries in this database, as PostgreSQL
+    counted them (a batch of emails is one)."""
+    row = conn.execute(
+        "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s "
+        "JOIN pg_database d ON d.oid = s.dbid "
+        "WHERE d.datname = current_database() AND s.query = ANY(%s)",
+        (list(GATEWAY_COUNT_QUERIES),),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def poll_until_still(
+    read: Callable[[], float], quiet_s: float, deadline_s: float, interval_s: float = POLL_S
+) -> list[hc.Reading]:
+    """Read a counter every `interval_s` until it has not risen for `quiet_s`, or
+    for at most `deadline_s`; every reading, the first taken at once."""
+    readings: list[hc.Reading] = []
+    end = time.monotonic() + deadline_s
+    while True:
+        readings.append((time.time(), float(read())))
+        if hc.still_for(readings, quiet_s) or time.monotonic() >= end:
+            return readings
+        time.sleep(interval_s)  # the polling pace
+
+
+def gateway_counters(settings: Settings) -> dict[str, Any]:
+    """The gateway's own counters the flood moves, summed over its workers."""
+    text = gateway_metrics.scrape(settings)
+    hits = gateway_metrics.summed_by_label(text, "aside_gateway_cache_hits_total", "route")
+    return {
+        "db_queries": gateway_metrics.summed_by_label(
+            text, "aside_gateway_db_queries_total", "query"
+        ),
+        "shed": gateway_metrics.summed_by_label(text, "aside_gateway_shed_total", "reason"),
+        "batched_emails": gateway_metrics.unlabelled_value(
+            text, "aside_gateway_miss_batch_size_sum"
+        ),
+        "count_answers": {
+            status: n
+            for (route, _, status), n in gateway_metrics.request_counts(text).items()
+            if route == COUNT_ROUTE
+        },
+        "count_hits": hits.get(COUNT_ROUTE, 0.0),
+    }
+
+
+def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What the flood added to each of gateway_counters' figures, and the flood's
+    reads a Flask thread ran, by answer: every count answered but the hits (the
+    driver's reads are all hits) and the door's refusals (counted as 503 answers
+    too; reads shed by Flask's threads are not counted as requests)."""
+    found: dict[str, Any] = {}
+    for name in ("db_queries", "shed", "count_answers"):
+        keys = set(before[name]) | set(after[name])
+        found[name] = {k: after[name].get(k, 0) - before[name].get(k, 0) for k in sorted(keys)}
+    for name in ("batched_emails", "count_hits"):
+        found[name] = (after[name] or 0) - (before[name] or 0)
+    ran = dict(found["count_answers"])
+    ran["200"] = ran.get("200", 0) - found["count_hits"]
+    ran["503"] = ran.get("503", 0) - sum(found["shed"].get(r, 0) for r in DOOR_REASONS)
+    found["flood_ran"] = {status: n for status, n in ran.items() if n}
+    return found

@@ -1,0 +1,197 @@
+"""The hardening experiments' report: report.md and report.json in
+reports/hardening-<run id>/, and a verdict line per experiment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aside_bench.report.tables import Table, fmt_num
+from aside_bench_suite.base import SuiteRun, item_section, save_report, suite_page
+from aside_bench_suite.samples import fmt_mib, fmt_s
+
+from aside_bench_hardening.checks import RssFigures, SocketFigures
+
+WINDOW_NAMES = {
+    "slow-heads": {"before": "before", "during": "during the attack", "after": "after"},
+    "cold-flood": {"before": "before", "during": "during the flood", "after": "after"},
+}
+
+
+def _during(experiment: dict[str, Any]) -> str:
+    window = experiment["windows"].get("during")
+    if not window:
+        return "no reads"
+    return (
+        f"reads {WINDOW_NAMES[experiment['name']]['during']} p95 {fmt_num(window['p95_ms'])} ms, "
+        f"{window['dropped']} dropped, {window['failed']} failed"
+    )
+
+
+def figures_line(experiment: dict[str, Any]) -> str:
+    f = experiment["figures"]
+    if experiment["name"] == "slow-heads":
+        sockets, rss = SocketFigures(**f["sockets"]), RssFigures.of(f["rss"])
+        growth = (rss.peak_kib - rss.before_kib) / 1024 if rss else None
+        return (
+            f"{sockets.opened} sockets: max close {fmt_s(sockets.close_max_s)}, "
+            f"{sockets.refused_503} answered 503 at connect; workers' RSS "
+            + ("n/a" if growth is None else f"{growth:+.1f} MiB")
+            + f"; {_during(experiment)}"
+        )
+    flood, settle = f["flood"], f["settle"]
+    return (
+        f"{flood['sent']} cold emails in {flood['duration_s']:.1f} s: "
+        f"{f['queries_before_flood_end']:.0f} database queries during the flood, "
+        f"{settle['queries_after'] or 0:.0f} after it, last rise "
+        f"{fmt_s(settle['last_rise_after_s'])} after its end; {_during(experiment)}"
+    )
+
+
+def one_line(experiment: dict[str, Any]) -> str:
+    if experiment["error"]:
+        return f"ERROR: {experiment['error']}"
+    failed = [c["name"] for c in experiment["checks"] if not c["ok"]]
+    verdict = "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
+    return f"{verdict}  {figures_line(experiment)}"
+
+
+def windows_table(experiment: dict[str, Any]) -> Table:
+    names = WINDOW_NAMES[experiment["name"]]
+    rows = [
+        [names[key], f"{w['seconds']:.1f}", str(w["reads"]),
+         *(fmt_num(w[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
+         *(str(w[k]) for k in ("dropped", "failed", "new_connections"))]
+        for key, w in experiment["windows"].items()
+    ]  # fmt: skip
+    headers = ["window", "s", "reads", "p50 ms", "p95 ms", "p99 ms", "max ms", "dropped",
+               "failed", "new connections"]  # fmt: skip
+    return Table(f"{experiment['name']}: the driver's cached reads", headers, rows)
+
+
+def sockets_table(experiment: dict[str, Any]) -> Table:
+    s = SocketFigures(**experiment["figures"]["sockets"])
+    held = (s.held_close_min_s, s.held_close_p50_s, s.held_close_p99_s, s.held_close_max_s)
+    rows = [
+        ["sockets opened", f"{s.opened} of {s.sockets}"],
+        ["answered 503 at connect (worker full)", str(s.refused_503)],
+        ["held until the server closed them", str(s.held)],
+        ["still open at the end of the wait", str(s.still_open)],
+        ["closed with a reset", str(s.resets)],
+        ["close time, all: p99 / max", f"{fmt_s(s.close_p99_s)} / {fmt_s(s.close_max_s)}"],
+        ["close time, held: min / p50 / p99 / max", " / ".join(fmt_s(v) for v in held)],
+        ["could not connect", json.dumps(s.connect_errors) if s.connect_errors else "0"],
+    ]
+    return Table("slow-heads: the slow sockets", ["", "value"], rows)
+
+
+def rss_table(experiment: dict[str, Any]) -> Table:
+    f = experiment["figures"]
+    rss = RssFigures.of(f["rss"])
+    rows = [
+        [
+            f"worker {pid}",
+            fmt_mib(w["before_kib"]),
+            fmt_mib(w["peak_kib"]),
+            fmt_mib(w["after_kib"]),
+            str(f["peak_fds"].get(pid, "n/a")),
+        ]
+        for pid, w in (rss.per_worker if rss else {}).items()
+    ]
+    if rss:
+        summed = (rss.before_kib, rss.peak_kib, rss.after_kib)
+        rows.append(["all workers", *map(fmt_mib, summed), str(sum(f["peak_fds"].values()))])
+    return Table(
+        "slow-heads: gateway workers' memory (VmRSS)",
+        ["process", "before MiB", "peak MiB", "after MiB", "peak open fds"],
+        rows,
+    )
+
+
+def flood_table(experiment: dict[str, Any]) -> Table:
+    f = experiment["figures"]
+    flood, settle, counters = f["flood"], f["settle"], f["gateway_counters"]
+    outcomes = ", ".join(f"{k} {v}" for k, v in flood["outcomes"].items())
+    rows = [
+        ["emails sent", f"{flood['sent']} in {flood['duration_s']:.2f} s"
+         + (" (cut at the deadline)" if flood["cut"] else "")],
+        ["what the clients got", outcomes or "-"],
+        ["flood reads a Flask thread took: shed without running, by reason",
+         ", ".join(f"{k} {v:.0f}" for k, v in counters["shed"].items()) or "-"],
+        ["flood reads a Flask thread ran, by answer",
+         ", ".join(f"{k} {v:.0f}" for k, v in counters["flood_ran"].items()) or "-"],
+        ["count queries during the flood (pg_stat_statements)",
+         f"{f['queries_before_flood_end']:.0f}"],
+        ["count queries after its end", f"{settle['queries_after'] or 0:.0f}"],
+        ["last rise of the query counter after the end", fmt_s(settle["last_rise_after_s"])],
+        ["the gateway's own query counter, by query",
+         ", ".join(f"{k} {v:.0f}" for k, v in counters["db_queries"].items()) or "-"],
+        ["emails read by those queries (batch sizes summed)",
+         f"{counters['batched_emails']:.0f}"],
+    ]  # fmt: skip
+    return Table("cold-flood: the flood and the database", ["", "value"], rows)
+
+
+def summary_table(run: SuiteRun) -> Table:
+    rows = [
+        [
+            e["name"],
+            figures_line(e) if not e["error"] else f"error: {e['error']}",
+            "pass" if e["passed"] else "FAIL",
+        ]
+        for e in run.items
+    ]
+    return Table("Hardening: every experiment", ["experiment", "figures", "verdict"], rows)
+
+
+def _context(run: SuiteRun) -> list[str]:
+    p, limits = run.params, run.limits
+    gateway = p["gateway"]
+    return [
+        f"load: the load driver at a constant arrival rate of {p['rate']} req/s of cached "
+        f"reads (counts of the {p['hot_emails']} hot emails, cache warmed just before) through "
+        f"{p['gateway_url']}, a fixed pool of {p['pool']} workers reusing their connections, "
+        f"request timeout {p['read_timeout_s']} s; {p['pre_s']:g} s of reads before the attack",
+        f"gateway: head deadline {gateway['GATEWAY_HEAD_TIMEOUT_S']} s, at most "
+        f"{gateway['GATEWAY_MAX_CONNECTIONS']} connections per worker "
+        f"({p['workers']} workers)",
+        f"slow-heads: {p['sockets']} sockets, each sends a partial request head and never "
+        f"finishes it; limits: closed within {limits['close_limit_s']:g} s of its connect, "
+        f"workers' summed RSS +{limits['rss_growth_mib']:g} MiB at most, reads during the "
+        f"attack p95 <= {limits['read_p95_ms']:g} ms with none dropped or failed",
+        f"cold-flood: {p['emails']} distinct emails in no row, {p['concurrency']} clients "
+        f"in flight, each giving up after {p['client_timeout_ms']} ms; limits: the count "
+        f"query counter stops rising within {limits['settle_s']:g} s of the flood's end, reads "
+        "during the flood none dropped or failed",
+        f"table: {run.seed.get('rows')} rows, email index: "
+        f"{'yes' if run.seed.get('index') else 'no'}; stack under {p['run_dir']}",
+    ]
+
+
+# Each experiment's own tables, after its reads' windows.
+OWN_TABLES = {"slow-heads": (sockets_table, rss_table), "cold-flood": (flood_table,)}
+
+
+def item_tables(experiment: dict[str, Any]) -> list[Table]:
+    return [windows_table(experiment), *(own(experiment) for own in OWN_TABLES[experiment["name"]])]
+
+
+def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
+    doc = suite_page("hardening", run)
+    doc.ul(_context(run))
+    tables = [summary_table(run)]
+    doc.table(tables[0])
+    for experiment in run.items:
+        own = [] if experiment["error"] else item_tables(experiment)
+        tables += own
+        load = experiment["notes"].get("load_average_1m")
+        item_section(
+            doc,
+            f"{experiment['name']}: {experiment['description']}",
+            experiment,
+            "experiment",
+            own,
+            [f"Load average (1 min) when the experiment started: {load}."],
+        )
+    return save_report(doc, run, out_dir, tables)

@@ -1,0 +1,313 @@
+"""`aside-bench hardening`: slow heads and a cold flood, each beside the driver's
+cached reads (docs/bench/suites.md, "Slow clients and cold floods")."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from aside_bench.load.run import DriverProcess, LoadRun
+from aside_bench.stack import procs
+from aside_bench.stack.config import Settings
+from aside_bench.stack.prepare import StackError, connect
+from aside_bench.stack.seeddata import SeedData
+from aside_bench.stack.services import ServiceControl
+from aside_bench_suite.base import (
+    SuiteResult,
+    SuiteRun,
+    open_run,
+    parse_names,
+    run_items,
+    sleep_until,
+)
+
+from aside_bench_hardening import checks as hc
+from aside_bench_hardening import probes as fp
+from aside_bench_hardening.attacks import cold_flood, slow_heads
+from aside_bench_hardening.load import (
+    READ_TIMEOUT_S,
+    check_ttl,
+    end_load,
+    load_run,
+    read_windows,
+    start_load,
+    windows_around,
+)
+from aside_bench_hardening.report import one_line, write_report
+from aside_bench_hardening.rss import RssSampler
+
+EXPERIMENTS = ("slow-heads", "cold-flood")
+DESCRIPTIONS = {
+    "slow-heads": "sockets that send part of a request head and never finish it",
+    "cold-flood": "distinct cold emails from impatient concurrent clients",
+}
+# The gateway's own settings the verdicts depend on, read from its environment;
+# unset there, the gateway runs with its defaults (gateway/README.md).
+GATEWAY_DEFAULTS = {
+    "GATEWAY_HEAD_TIMEOUT_S": 5,
+    "GATEWAY_MAX_CONNECTIONS": 1000,
+    "CACHE_TTL_SECONDS": 60,
+}
+# Budgeted into the load's duration for opening the sockets.
+OPEN_BUDGET_S = 3.0
+# Sockets are waited for this long past the close limit, so a late close is
+# measured rather than cut off at the limit.
+SOCKET_WAIT_EXTRA_S = 10.0
+# The query counter after the flood: read until it has not risen for QUIET_S,
+# for at most SETTLE_DEADLINE_S.
+QUIET_S = 2.0
+SETTLE_DEADLINE_S = 30.0
+
+
+@dataclass(frozen=True)
+class HardeningParams:
+    run_id: str
+    out_dir: Path
+    experiments: tuple[str, ...]
+    rate: int = 500
+    pre_s: float = 5.0
+    post_s: float = 5.0
+    sockets: int = 2000
+    emails: int = 20000
+    concurrency: int = 200
+    client_timeout_ms: int = 50
+    flood_budget_s: float | None = None
+    read_p95_ms: float = 10.0
+    rss_growth_mib: float = 64.0
+
+    @property
+    def pool(self) -> int:
+        """The driver's workers, fixed for the whole load: room for 200 ms of
+        latency at the rate."""
+        return max(10, self.rate // 5)
+
+    @property
+    def flood_deadline_s(self) -> float:
+        """No flood request starts after this: six times what the flood takes
+        if every client waits its whole timeout, and at least 10 s."""
+        if self.flood_budget_s is not None:
+            return self.flood_budget_s
+        ideal = self.emails * self.client_timeout_ms / 1000 / self.concurrency
+        return max(10.0, 6 * ideal)
+
+
+@dataclass
+class ExperimentResult(SuiteResult):
+    figures: dict[str, Any] = field(default_factory=dict)
+    windows: dict[str, Any] = field(default_factory=dict)
+
+    descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
+
+
+@dataclass
+class Bench:
+    settings: Settings
+    params: HardeningParams
+    seed: SeedData
+    control: ServiceControl
+    limits: hc.Limits
+    gateway: dict[str, Any]
+
+
+def parse_experiments(text: str | None) -> tuple[str, ...]:
+    return parse_names(text, EXPERIMENTS, "experiment")
+
+
+def gateway_settings(pid: int) -> dict[str, Any]:
+    """The gateway's settings the verdicts depend on, from its master's
+    environment, and where each came from."""
+    found: dict[str, Any] = {}
+    for name, default in GATEWAY_DEFAULTS.items():
+        text = procs.environ_value(pid, name)
+        try:
+            found[name] = int(text) if text else default
+        except ValueError:
+            raise StackError(f"the gateway's {name}={text!r} is not a whole number") from None
+        found[f"{name}_from"] = "environment" if text else "default"
+    return found
+
+
+# ---- the reads ------------------------------------------------------------------------
+def start_reads(
+    bench: Bench, result: ExperimentResult, duration_s: int
+) -> tuple[DriverProcess, LoadRun]:
+    params = bench.params
+    run = load_run(
+        params.run_id,
+        result.name,
+        params.rate,
+        params.pool,
+        duration_s,
+        bench.seed.data_dir,
+        params.out_dir / f"load-{result.name}.jsonl",
+    )
+    return start_load(bench.settings, bench.control, bench.seed.hot, run, result), run
+
+
+# ---- slow heads -------------------------------------------------------------------------
+def gateway_address(settings: Settings) -> tuple[str, int]:
+    parts = urlsplit(settings.gateway_url)
+    return parts.hostname or "127.0.0.1", parts.port or 80
+
+
+def run_slow_heads(bench: Bench) -> ExperimentResult:
+    result = ExperimentResult("slow-heads")
+    params, limits, events = bench.params, bench.limits, result.events
+    duration = math.ceil(params.pre_s + OPEN_BUDGET_S + limits.close_limit_s + params.post_s)
+    check_ttl(bench.gateway["CACHE_TTL_SECONDS"], duration)
+    workers = bench.control.gateway_workers()
+    result.notes["workers"] = workers
+    with RssSampler(workers) as sampler:
+        load, run = start_reads(bench, result, duration)
+        try:
+            sleep_until(events["load_start"] + params.pre_s)
+            events["attack_start"] = time.time()
+            wait_s = limits.close_limit_s + SOCKET_WAIT_EXTRA_S
+            records = slow_heads(gateway_address(bench.settings), params.sockets, wait_s)
+            closes = [r.closed_at for r in records if r.closed_at is not None]
+            opened = [r for r in records if r.opened_at is not None]
+            everything_closed = closes and len(closes) == len(opened)
+            events["attack_end"] = max(closes) if everything_closed else time.time()
+        finally:
+            end_load(load, run, result)
+    kept = bench.control.gateway_workers() == workers
+    result.notes["workers_after"] = bench.control.gateway_workers()
+    sockets = hc.socket_figures(records, limits.head_deadline_s)
+    rss = hc.rss_figures(sampler.samples, events["attack_start"], events["attack_end"])
+    result.figures = {
+        "sockets": asdict(sockets),
+        "rss": asdict(rss) if rss else {},
+        "peak_fds": sampler.peak_fds(),
+        "close_s": [r.as_dict() for r in records],
+    }
+    result.windows = read_windows(run, windows_around(events, "attack"))
+    during = result.windows["during"]
+    result.checks = [
+        hc.close_check(sockets, limits),
+        hc.rss_check(rss, kept, limits),
+        hc.reads_check(during, "during the attack", limits.read_p95_ms),
+        hc.reuse_check(during),
+    ]
+    return result
+
+
+# ---- cold flood -------------------------------------------------------------------------
+def run_cold_flood(bench: Bench) -> ExperimentResult:
+    result = ExperimentResult("cold-flood")
+    params, events, settings = bench.params, result.events, bench.settings
+    duration = math.ceil(params.pre_s + params.flood_deadline_s + params.post_s)
+    check_ttl(bench.gateway["CACHE_TTL_SECONDS"], duration)
+    emails = fp.flood_emails(params.run_id, params.emails)
+    count_url = f"{settings.gateway_url}/api/v1/users/count"
+    with connect(settings) as conn:
+        result.notes["flood_emails_in_table"] = fp.emails_in_table(conn, params.run_id)
+        load, run = start_reads(bench, result, duration)
+        try:
+            sleep_until(events["load_start"] + params.pre_s)
+            calls_before = fp.count_query_calls(conn)
+            counters_before = fp.gateway_counters(settings)
+            events["flood_start"] = time.time()
+            flood = cold_flood(
+                count_url,
+                emails,
+                params.concurrency,
+                params.client_timeout_ms / 1000,
+                params.flood_deadline_s,
+            )
+            events["flood_end"] = flood.ended
+            readings = fp.poll_until_still(
+                lambda: fp.count_query_calls(conn), QUIET_S, SETTLE_DEADLINE_S
+            )
+            counters = fp.counter_increase(counters_before, fp.gateway_counters(settings))
+        finally:
+            end_load(load, run, result)
+    settle = hc.settle_figures(readings, events["flood_end"], QUIET_S)
+    result.figures = {
+        "flood": flood.as_dict(),
+        "queries_before_flood_end": readings[0][1] - calls_before,
+        "settle": settle,
+        "gateway_counters": counters,
+        "readings": [[round(t - events["flood_end"], 3), v] for t, v in readings],
+    }
+    result.windows = read_windows(run, windows_around(events, "flood"))
+    result.checks = [
+        hc.settle_check(settle, bench.limits),
+        hc.reads_check(result.windows["during"], "during the flood"),
+    ]
+    if result.notes["flood_emails_in_table"]:
+        result.checks.append(
+            hc.Check("the flood's emails are in no row", False, "some are in the table")
+        )
+    return result
+
+
+RUNNERS: dict[str, Callable[[Bench], ExperimentResult]] = {
+    "slow-heads": run_slow_heads,
+    "cold-flood": run_cold_flood,
+}
+
+
+# ---- the run ----------------------------------------------------------------------------
+def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -> SuiteRun:
+    control = ServiceControl(settings)
+    control.verify()
+    gateway = gateway_settings(control.pid("gateway"))
+    limits = hc.Limits(
+        head_deadline_s=gateway["GATEWAY_HEAD_TIMEOUT_S"],
+        rss_growth_mib=params.rss_growth_mib,
+        read_p95_ms=params.read_p95_ms,
+    )
+    bench = Bench(settings, params, seed, control, limits, gateway)
+    run = SuiteRun(
+        params.run_id,
+        "hardening",
+        seed.meta,
+        params=_params_record(bench),
+        limits={
+            "head_deadline_s": limits.head_deadline_s,
+            "close_limit_s": limits.close_limit_s,
+            "rss_growth_mib": limits.rss_growth_mib,
+            "read_p95_ms": limits.read_p95_ms,
+            "settle_s": limits.settle_s,
+        },
+    )
+    what = f"{' '.join(params.experiments)} under {params.rate} cached reads/s"
+    open_run("hardening", params.run_id, params.out_dir, what)
+    run_items(
+        run,
+        params.experiments,
+        lambda name: RUNNERS[name](bench),
+        lambda name, error: ExperimentResult(name, error=error),
+        DESCRIPTIONS,
+    )
+    write_report(run, params.out_dir)
+    for experiment in run.items:
+        print(f"{experiment['name']}: {one_line(experiment)}", flush=True)
+    return run
+
+
+def _params_record(bench: Bench) -> dict[str, Any]:
+    params, control = bench.params, bench.control
+    return {
+        "experiments": list(params.experiments),
+        "rate": params.rate,
+        "pool": params.pool,
+        "pre_s": params.pre_s,
+        "post_s": params.post_s,
+        "sockets": params.sockets,
+        "emails": params.emails,
+        "concurrency": params.concurrency,
+        "client_timeout_ms": params.client_timeout_ms,
+        "flood_deadline_s": params.flood_deadline_s,
+        "read_timeout_s": READ_TIMEOUT_S,
+        "hot_emails": len(bench.seed.hot),
+        "gateway_url": bench.settings.gateway_url,
+        "run_dir": str(control.stack.run_dir),
+        "gateway": bench.gateway,
+        "workers": len(control.gateway_workers()),
+    }

@@ -1,0 +1,121 @@
+"""What `aside-bench overload` runs: its arms, factors, searches, parameters and an
+arm's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aside_bench.ceiling.search import SearchParams
+from aside_bench_suite.base import parse_names
+from aside_bench_suite.samples import Check
+
+from aside_bench_overload import figures as fg
+
+ARMS = ("cache", "hybrid", "tracking", "l1", "nocache")
+DEFAULT_ARMS = ("cache", "hybrid")
+BASELINE_FACTOR = 0.6
+OVERLOAD_FACTORS = (1.25, 1.5, 2.0)
+# The cache is refilled before a step unless every key outlives what follows by this.
+TTL_MARGIN_S = 10
+QUIET_DEADLINE_S = 120.0
+HOT_SHARE = 0.9
+COLD_SAMPLE = 200
+# A step's driver opens its connections (CONNS) before its first request, which
+# falls due this long after it starts; those not open by then are opened as
+# the requests need them.
+OPEN_LEAD_S = 3.0
+
+
+@dataclass(frozen=True)
+class ArmSearch:
+    rates: SearchParams = field(default_factory=SearchParams)
+    p95_ms: float = 10.0
+
+
+# The uncached read is a full scan, tens of milliseconds each and a few dozen
+# a second on this table: the cached tiers' ladder (from 200/s) and p95 (10 ms)
+# would find no rate it holds.
+UNCACHED_SEARCH = ArmSearch(SearchParams(start=5, ladder_step=5, max_rate=100), 500.0)
+# The tiers that answer hits from the worker's memory hold two to three times
+# the Redis tier's rate: the cached ladder's top (8,000/s) would leave their
+# ceiling a lower bound on a fast machine, and its 400/s rungs take twenty
+# steps to climb to where they begin to miss.
+MEMORY_SEARCH = ArmSearch(SearchParams(start=400, ladder_step=800, max_rate=24000))
+ARM_SEARCHES = {
+    **{arm: MEMORY_SEARCH for arm in ("hybrid", "tracking", "l1")},
+    "nocache": UNCACHED_SEARCH,
+}
+
+
+@dataclass(frozen=True)
+class OverloadParams:
+    run_id: str
+    out_dir: Path
+    arms: tuple[str, ...]
+    ceilings: dict[str, int] = field(default_factory=dict)  # given: no search for these
+    duration_s: int = 15
+    # The cached tiers' search, and the arms searched their own way.
+    search: ArmSearch = field(default_factory=ArmSearch)
+    arm_searches: dict[str, ArmSearch] = field(default_factory=lambda: dict(ARM_SEARCHES))
+    search_duration_s: int = 5
+    timeout_s: int = 10
+    max_pool: int = 1000
+    targets: fg.Targets = field(default_factory=fg.Targets)
+    # Each step's driver opens its pool before its first request; False: as
+    # its requests need them, so the steps also measure new connections.
+    open_pool: bool = True
+    # How long before its first request each step's driver starts, to open its pool.
+    open_lead_s: float = OPEN_LEAD_S
+
+    def search_of(self, arm: str) -> ArmSearch:
+        return self.arm_searches.get(arm, self.search)
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    ceiling: int | None = None
+    ceiling_from: str = ""  # "given" or "search"
+    capped: bool = False  # the search never missed: the true ceiling is higher
+    search: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[fg.StepFigures] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    error: str | None = None
+    max_pool: int | None = None  # the steps' pool cap, below the gateway's connection bound
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm,
+            "passed": self.passed,
+            "error": self.error,
+            "ceiling": self.ceiling,
+            "ceiling_from": self.ceiling_from,
+            "capped": self.capped,
+            "max_pool": self.max_pool,
+            "search": self.search,
+            "steps": [s.as_dict() for s in self.steps],
+            "checks": [c.as_dict() for c in self.checks],
+        }
+
+
+def parse_arms(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return DEFAULT_ARMS
+    return parse_names(text, ARMS, "arm")
+
+
+def parse_ceilings(values: list[str] | None) -> dict[str, int]:
+    """`ARM=RATE` pairs; ValueError names a malformed one."""
+    found: dict[str, int] = {}
+    for value in values or []:
+        arm, _, rate = value.partition("=")
+        if arm not in ARMS or not rate.isdigit() or int(rate) < 1:
+            raise ValueError(f"--ceiling wants ARM=RATE with an arm of {' '.join(ARMS)}: {value!r}")
+        found[arm] = int(rate)
+    return found

@@ -1,0 +1,293 @@
+"""The overload suite's page (report.md, report.html, report.json) and overload.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aside_bench.ceiling.search import RERUN_VERDICT
+from aside_bench.plan.steps import SCRAPE_ROOM
+from aside_bench.report.tables import Table
+from aside_bench_suite.base import SuiteRun, item_section, save_report, suite_page
+
+from aside_bench_overload import figures as fg
+
+CHART = "overload.png"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _by(mapping: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in mapping.items()) or "-"
+
+
+def one_line(arm: dict[str, Any]) -> str:
+    if arm["error"]:
+        return f"error: {arm['error']}"
+    failed = [c["name"] for c in arm["checks"] if not c["ok"]]
+    verdict = "pass" if not failed else f"FAIL ({len(failed)} of {len(arm['checks'])})"
+    return f"ceiling {arm['ceiling']}/s ({arm['ceiling_from']}): {verdict}"
+
+
+def step_row(step: dict[str, Any], ceiling: int) -> list[str]:
+    req, counters = step["requests"], step["counters"]
+    served, shed = req["served"], req["shed"]
+    recovery = step.get("recovery_s")
+    recovered = "-"
+    if step["label"] == "0.6x after":
+        recovered = "never" if recovery is None else f"{recovery:.0f} s"
+    return [
+        step["label"], str(step["rate"]), f"{step['goodput_rps']:.0f}",
+        f"{step['goodput_rps'] / ceiling:.2f}", _num(served["p50_ms"]), _num(served["p99_ms"]),
+        str(shed["count"]), f"{_num(shed['p50_ms'])} / {_num(shed['p99_ms'])}",
+        str(req["timeouts"] + req["other_errors"]), str(req["dropped"]),
+        f"{counters['breaker_skips']:.0f}", f"{counters['fallback_reads']:.0f}",
+        _by(counters["shed"]), _pct(step["driver_share"]), recovered,
+    ]  # fmt: skip
+
+
+HEADERS = [
+    "step", "offered /s", "goodput /s", "goodput / ceiling", "served p50 ms", "served p99 ms",
+    "shed (503)", "shed p50 / p99 ms", "no answer (timeouts)", "driver drops",
+    "breaker-skipped reads", "fallback reads", "gateway sheds by reason", "driver CPU",
+    "recovered after",
+]  # fmt: skip
+
+
+def arm_table(arm: dict[str, Any]) -> Table:
+    ceiling = arm["ceiling"]
+    capped = " (the search never missed: a lower bound)" if arm["capped"] else ""
+    return Table(
+        f"{arm['arm']}: ceiling {ceiling}/s ({arm['ceiling_from']}){capped}",
+        HEADERS,
+        [step_row(s, ceiling) for s in arm["steps"]],
+    )
+
+
+def machine_row(step: dict[str, Any]) -> list[str]:
+    req, machine = step["requests"], step.get("machine") or {}
+    on_open, on_new = req["served_open"], req["served_new"]
+    return [
+        step["label"], _pct(machine.get("busy")), _pct(machine.get("steal")),
+        _num(machine.get("gateway_cores"), 2), _num(machine.get("redis_cores"), 2),
+        _loop_wait(machine), _num(step["driver_cores"], 2), _collections(step["counters"]),
+        f"{on_open['count']}: {_num(on_open['p50_ms'])} / {_num(on_open['p99_ms'])}",
+        f"{on_new['count']}: {_num(on_new['p50_ms'])} / {_num(on_new['p99_ms'])}",
+    ]  # fmt: skip
+
+
+def _loop_wait(machine: dict[str, Any]) -> str:
+    per_s, per_turn = machine.get("loop_wait_ms_per_s"), machine.get("loop_wait_ms_per_turn")
+    if per_s is None:
+        return "-"
+    turn = "-" if per_turn is None else f"{per_turn * 1000:.0f}"
+    return f"{per_s:.0f} / {turn}"
+
+
+def _collections(counters: dict[str, Any]) -> str:
+    # Runs recorded before the gateway measured its collections have neither figure.
+    if "gc_collections" not in counters:
+        return "-"
+    return f"{counters['gc_collections']:.0f}: {counters['gc_pause_s'] * 1000:.0f} ms"
+
+
+def machine_table(arm: dict[str, Any]) -> Table:
+    """Where a served request's time went: how busy the shared machine was,
+    and the served apart by the connection they went over."""
+    return Table(
+        f"{arm['arm']}: the machine, and the served by connection",
+        ["step", "machine busy", "of it, host steal", "gateway cores", "Redis cores",
+         "gateway loops waiting for a core: ms per s / µs a turn", "driver cores",
+         "gateway GC: collections: ms",
+         "served on open connections: n, p50 / p99 ms",
+         "served on new connections: n, p50 / p99 ms"],
+        [machine_row(s) for s in arm["steps"]],
+    )  # fmt: skip
+
+
+def _verdict(step: dict[str, Any]) -> str:
+    if step["held"]:
+        return "held"
+    return "missed" if step.get("counted", True) else RERUN_VERDICT
+
+
+def search_table(arm: dict[str, Any]) -> Table:
+    rows = [
+        [
+            str(t["rate"]),
+            _num(t["p95_ms"]),
+            str(t["dropped"]),
+            # Records written before the sheds were counted have neither figure.
+            str(t.get("shed", "-")),
+            str(t["failed"] - t["shed"]) if "shed" in t else "-",
+            _pct(t.get("steal")),
+            _verdict(t),
+        ]
+        for t in arm["search"]
+    ]
+    head = ["rate /s", "p95 ms", "dropped", "shed (503)", "other failures", "host steal", ""]
+    return Table(f"{arm['arm']}: the ceiling search", head, rows)
+
+
+def timeline_table(arm: dict[str, Any]) -> Table:
+    after = arm["steps"][-1]
+    rows = [
+        [str(s["at_s"]), str(s["served"]), _num(s["served_p95_ms"]), str(s["shed"]),
+         str(s["unanswered"]), str(s["dropped"])]
+        for s in after["requests"]["seconds"]
+    ]  # fmt: skip
+    return Table(
+        f"{arm['arm']}: the 0.6x step after the overload, second by second (by due time)",
+        ["second", "served", "served p95 ms", "shed", "no answer", "dropped"],
+        rows,
+    )
+
+
+def summary_table(run: SuiteRun) -> Table:
+    rows = [[a["arm"], one_line(a)] for a in run.items]
+    return Table("Overload: every arm", ["arm", "verdict"], rows)
+
+
+def chart(
+    arms: list[dict[str, Any]], run_targets: dict[str, float], path: Path, caption: str
+) -> Path:
+    from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
+
+    fig, axes = charts.plt.subplots(1, len(arms), figsize=(6 * len(arms), 4.8), squeeze=False)
+    for ax, arm in zip(axes[0], arms, strict=True):
+        steps = sorted(arm["steps"], key=lambda s: s["rate"])
+        offered = [s["rate"] for s in steps]
+        top = max(offered) * 1.05
+        ax.plot([0, top], [0, top], linestyle="--", color="grey", label="ideal (goodput = offered)")
+        ax.axhline(arm["ceiling"], color="red", linestyle=":", label=f"ceiling {arm['ceiling']}/s")
+        for label, marker in (("0.6x after", "s"), (None, "o")):
+            mine = [s for s in steps if (s["label"] == label) == (label is not None)]
+            ax.plot(
+                [s["rate"] for s in mine],
+                [s["goodput_rps"] for s in mine],
+                marker=marker,
+                linestyle="-" if label is None else "none",
+                label="after the overload (0.6x)" if label else "goodput (2xx within 1 s)",
+            )
+        share = run_targets["goodput_share"]
+        ax.axhline(share * arm["ceiling"], color="red", linestyle=":", alpha=0.4,
+                   label=f"target: {share:g} x ceiling")  # fmt: skip
+        for s in steps:
+            # The two 0.6x steps share a rate: one label above, one below.
+            below = -10 if s["label"] != "0.6x after" else 6
+            ax.annotate(s["label"], (s["rate"], s["goodput_rps"]), fontsize=7,
+                        textcoords="offset points", xytext=(4, below))  # fmt: skip
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("offered load (requests/s)")
+        ax.set_ylabel("goodput (requests/s)")
+        ax.set_title(arm["arm"])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("Overload: goodput against the offered load")
+    return charts.finish(fig, path, caption)
+
+
+def _connections(run: SuiteRun) -> str:
+    params = run.params
+    caps = sorted({a["max_pool"] for a in run.items if a.get("max_pool") is not None})
+    if caps:
+        pools = (
+            f"pools of the rate x 1 s, at most {'/'.join(str(c) for c in caps)} connections "
+            f"({SCRAPE_ROOM} below what a gateway worker holds, GATEWAY_MAX_CONNECTIONS, so "
+            "the scrapes of /metrics find room)"
+        )
+    else:  # a run recorded before the pools were kept below the gateway's bound
+        pools = f"pools of the rate x 1 s, at most {params.get('max_pool', '-')} connections"
+    if not params.get("open_pool", True):
+        return (
+            f"connections: {pools}; each step's driver opened them as its requests needed them "
+            "(--lazy-connections), so a step past the ceiling also waits for new ones accepted"
+        )
+    return (
+        f"connections: {pools}; each step's driver opened its pool before its first request "
+        "(as a client's pool holds them); the recovery's driver opened its while the gateway "
+        "still drained the 2x step, which counts against the recovery"
+    )
+
+
+def _own_searches(params: dict[str, Any]) -> str:
+    own = [
+        f"{arm}: p95 <= {search['p95_ms']:g} ms, rates from {search['rates']['start']}/s "
+        f"by {search['rates']['ladder_step']} up to {search['rates']['max_rate']}/s"
+        for arm, search in params.get("arm_searches", {}).items()
+    ]
+    return f" ({'; '.join(own)})" if own else ""
+
+
+def _context(run: SuiteRun) -> list[str]:
+    p, t = run.params, run.params["targets"]
+    return [
+        f"load: the driver's read scenario through {p['gateway_url']} ({p['hot_share']:.0%} hot "
+        f"emails, {p['cold_sample']} cold, cache warmed before), an open model: each step "
+        f"{p['duration_s']} s at 0.6x, 1.25x, 1.5x, 2x of the arm's ceiling, then 0.6x started "
+        f"as the 2x schedule ends; request timeout {p['timeout_s']} s",
+        _connections(run),
+        f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms"
+        f"{_own_searches(p)} with "
+        f"nothing dropped, no failure but the gateway's sheds and those at most "
+        f"{fg.MAX_SHED_SHARE:.0%} of the step, {p['search_duration_s']} s steps, "
+        + ("each over a pool opened before it" if p.get("open_pool", True) else "lazy pools"),
+        f"goodput: 2xx answered within {p['goodput_within_ms']:.0f} ms, per second of the step; "
+        "latency and sheds from every request's sample, counters from the gateway's /metrics",
+        f"targets at 1.25x, 1.5x and 2x: goodput >= {t['goodput_share']:g} x ceiling, served "
+        f"p99 <= {t['served_p99_ms']:g} ms, no client timeout, sheds p99 <= "
+        f"{t['shed_p99_ms']:g} ms, no read skipping Redis behind an open breaker; after: from "
+        f"{t['recovery_s']:g} s after the 2x schedule's end, the served p95 within "
+        f"{t['recovery_factor']:g} x the one of the 0.6x step before the overload, nothing "
+        f"unanswered or dropped, at most {fg.MAX_SHED_SHARE:.0%} shed; 'recovered after' is the "
+        f"first whole second after the overload's end from which that holds for the rest of "
+        f"the step (at least {fg.MIN_WINDOW_S} s)",
+        "driver CPU: the driver's own CPU time over the step, as a share of the machine's cores",
+        "machine busy: the share of every core's time not idle over the step (/proc/stat: the "
+        "driver, the services and everything else); of it, host steal: the time a virtual "
+        "machine's hypervisor gave other guests (a noise nothing here caused); gateway and "
+        "Redis cores: their process trees' CPU time over the step; gateway GC: the workers' "
+        "garbage collections over the step, and the time they held them in all; gateway "
+        "loops waiting for a core: how long a worker's event loop was ready to run while no "
+        "core was free (its main thread's run-queue wait, /proc/<pid>/schedstat), in each "
+        "second of the step (a worker's mean) and in each of its turns on a core (the mean): "
+        "a wait every request it reads, a shed one too, sits through",
+        "open and new connections: a served request went over a connection the driver had open "
+        "already, or over one it opened for that request (whose first answer waits until a "
+        "worker's loop accepts the connection)",
+        f"table: {run.seed.get('rows')} rows, email index: "
+        f"{'yes' if run.seed.get('index') else 'no'}",
+    ]
+
+
+def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
+    doc = suite_page("overload", run)
+    doc.ul(_context(run))
+    tables = [summary_table(run)]
+    doc.table(tables[0])
+    measured = [a for a in run.items if not a["error"]]
+    if measured:
+        path = chart(
+            measured,
+            run.params["targets"],
+            out_dir / CHART,
+            "dashed: goodput = offered; dotted: the ceiling",
+        )
+        doc.image(path, "goodput against the offered load, per arm")
+    for arm in run.items:
+        own = []
+        if not arm["error"]:  # a failed arm has its error instead, and may lack the steps
+            own = [arm_table(arm), machine_table(arm), timeline_table(arm)]
+            own += [search_table(arm)] if arm["search"] else []
+        tables += own
+        item_section(doc, arm["arm"], arm, "arm", own, [])
+    saved = save_report(doc, run, out_dir, tables[:2])
+    (out_dir / "report.html").write_text(doc.html(f"Aside overload {run.run_id}"))
+    return saved

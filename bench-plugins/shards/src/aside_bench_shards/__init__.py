@@ -1,0 +1,1 @@
+"""aside-bench's shards tool: a run sent by several drivers, its shards merged from InfluxDB."""

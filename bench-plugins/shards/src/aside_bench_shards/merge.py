@@ -1,0 +1,148 @@
+"""A step sent by several driver processes at once (the Helm chart's Indexed
+Job: N pods sharing the rate), merged from InfluxDB. Each process writes one
+`load_step` point per scenario as it ends: its counts and its answered
+requests' latencies as an HdrHistogram (compressed V2, the form every
+HdrHistogram library reads), so the shards' histograms add up to the step's
+exactly; percentiles of per-second points could not be merged.
+
+`merge` is pure and unit-tested; `read_points` asks InfluxDB."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
+from aside_bench.stack.sources import Influx, quote_literal
+from hdrh.histogram import HdrHistogram
+
+MEASUREMENT = "load_step"
+STEP_TAGS = ("scenario", "arm", "phase", "rate", "repeat")
+COUNTS = ("due", "started", "dropped", "failed", "iterations", "requests")
+US_PER_MS = 1000.0
+
+
+@dataclass(frozen=True)
+class MergedStep:
+    """One scenario of one step, every shard's figures together."""
+
+    key: tuple[str, ...]  # STEP_TAGS' values
+    shards: int
+    target: float  # requests per second, the shards' sum
+    counts: dict[str, int]
+    p50: float | None  # ms, answered requests, exact over every shard's
+    p95: float | None
+    p99: float | None
+    p95_from_due: float | None
+    missing: tuple[int, ...] = ()  # shard indexes the step was sent with but not found
+
+    @property
+    def drop_rate(self) -> float | None:
+        due = self.counts["due"]
+        return (self.counts["dropped"] + self.counts["failed"]) / due if due else None
+
+
+class ShardsError(ValueError):
+    """The points cannot be merged; the message says why."""
+
+
+def _decoded(encoded: str, what: str) -> HdrHistogram:
+    try:
+        return HdrHistogram.decode(encoded)
+    except Exception as error:  # the library raises bare exceptions on bad input
+        raise ShardsError(f"a {what} histogram could not be read: {error}") from None
+
+
+def _quantile(histogram: HdrHistogram | None, percentile: float) -> float | None:
+    if histogram is None or histogram.get_total_count() == 0:
+        return None
+    return histogram.get_value_at_percentile(percentile) / US_PER_MS
+
+
+def _missing(key: tuple[str, ...], shards: list[dict[str, Any]], partial: bool) -> tuple[int, ...]:
+    """The shard indexes a step was sent with (its points' `shards`) and that
+    sent no point; ShardsError unless `partial`, and for a shard found twice."""
+    present = [int(s.get("shard") or 0) for s in shards]
+    label = f"{key[0]} {key[1]} {key[2]} @ {key[3]}/s" + (f" run {key[4]}" if key[4] else "")
+    if len(set(present)) < len(present):
+        raise ShardsError(f"{label}: a shard sent its step point twice ({sorted(present)})")
+    expected = max(int(s.get("shards") or 0) for s in shards)
+    missing = tuple(sorted(set(range(expected)) - set(present)))
+    if missing and not partial:
+        raise ShardsError(
+            f"{label}: {len(present)} of its {expected} shards sent a step point; missing "
+            f"shard {', '.join(map(str, missing))} (--partial merges what there is, flagged)"
+        )
+    return missing
+
+
+def merge(points: list[dict[str, Any]], partial: bool = False) -> list[MergedStep]:
+    """The shards of every step among `points` (rows of `load_step`), merged;
+    a step missing a shard it was sent with is refused unless `partial`."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for point in points:
+        key = tuple(str(point.get(tag) or "") for tag in STEP_TAGS)
+        groups.setdefault(key, []).append(point)
+    merged = []
+    for key, shards in groups.items():
+        latency = from_due = None
+        for shard in shards:
+            one = _decoded(str(shard["hdr"]), "latency")
+            due = _decoded(str(shard["hdr_from_due"]), "from-due")
+            if latency is None or from_due is None:
+                latency, from_due = one, due
+            else:
+                latency.add(one)
+                from_due.add(due)
+        merged.append(
+            MergedStep(
+                key=key,
+                shards=len(shards),
+                target=sum(float(s.get("target") or 0) for s in shards),
+                counts={name: sum(int(s.get(name) or 0) for s in shards) for name in COUNTS},
+                p50=_quantile(latency, 50),
+                p95=_quantile(latency, 95),
+                p99=_quantile(latency, 99),
+                p95_from_due=_quantile(from_due, 95),
+                missing=_missing(key, shards, partial),
+            )
+        )
+    return sorted(
+        merged, key=lambda m: (m.key[0], m.key[1], m.key[2], int(m.key[3] or 0), m.key[4])
+    )
+
+
+def read_points(influx: Influx, run_id: str) -> list[dict[str, Any]]:
+    """Every `load_step` point of a run, tags and fields as one dict each."""
+    (series,) = influx.query(
+        f'SELECT * FROM "{MEASUREMENT}" WHERE "run_id" = {quote_literal(run_id)}'
+    )
+    return [row for one in series for row in one.rows()]
+
+
+HEADERS = [
+    "scenario", "arm", "phase", "target /s", "shards", "due", "dropped", "failed",
+    "drop rate", "p50 ms", "p95 ms", "p99 ms", "p95 from due ms",
+]  # fmt: skip
+
+
+def shards_table(run_id: str, merged: list[MergedStep]) -> Table:
+    rows = []
+    for step in merged:
+        scenario, arm, phase, _rate, repeat = step.key
+        rate = fmt_rps(step.target) + (f" (run {repeat})" if repeat not in ("", "1") else "")
+        drop = step.drop_rate
+        count = str(step.shards)
+        if step.missing:
+            count += f" of {step.shards + len(step.missing)}, PARTIAL: missing " + ",".join(
+                map(str, step.missing)
+            )
+        rows.append(
+            [
+                scenario, arm, phase, rate, count, str(step.counts["due"]),
+                str(step.counts["dropped"]), str(step.counts["failed"]),
+                MISSING if drop is None else fmt_pct(drop), fmt_ms(step.p50), fmt_ms(step.p95),
+                fmt_ms(step.p99), fmt_ms(step.p95_from_due),
+            ]
+        )  # fmt: skip
+    return Table(f"run {run_id}: every step, its shards merged", HEADERS, rows)

@@ -1,0 +1,284 @@
+"""The soak's figures (pure): per service and for idempotency_keys, the value after
+the warm-up against the end, growth, flags, and their tables."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, fields
+from typing import Any, Self
+
+from aside_bench.report.tables import Table, fmt_num
+from aside_bench_suite.samples import fmt_mib
+
+MEMORY_GROWTH_FLAG = 0.10
+# idempotency_keys may grow by this much between the warm-up and the end, once
+# the warm-up covers a key's whole life (TTL + purge interval): from then on
+# every create is matched by a purged key and the table is flat.
+KEY_GROWTH_FLAG = 0.10
+# The warm-up and end values are medians over this share of the run (at least
+# three samples).
+WINDOW_SHARE = 0.05
+
+
+class _Record:
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> Self:
+        """The record as report.json holds it (an older one's missing figures as defaults)."""
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})  # type: ignore[arg-type]
+
+
+@dataclass
+class ProcessGrowth(_Record):
+    """A service's memory and descriptors after the warm-up against the end
+    (medians), their growth, maxima and flags: a row of report.json's "processes"."""
+
+    service: str
+    processes_warm: float | None = None
+    processes_end: float | None = None
+    rss_warm_kib: float | None = None
+    rss_end_kib: float | None = None
+    rss_growth: float | None = None
+    rss_max_kib: float | None = None
+    anon_warm_kib: float | None = None
+    anon_end_kib: float | None = None
+    anon_growth: float | None = None
+    anon_per_process_growth: float | None = None
+    sockets_warm: float | None = None
+    sockets_end: float | None = None
+    fds_warm: float | None = None
+    fds_end: float | None = None
+    fds_growth: float | None = None
+    fds_max: float | None = None
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KeyGrowth(_Record):
+    """The rows of idempotency_keys after the warm-up against the end, the
+    range, the steady size to expect and the flags: report.json's
+    "idempotency_keys"."""
+
+    lifetime_s: float | None
+    create_rate: float
+    expected_rows: float | None = None
+    missed_samples: int = 0
+    judged: bool = True
+    warm: float | None = None
+    end: float | None = None
+    growth: float | None = None
+    min: float | None = None
+    max: float | None = None
+    overdue_max: int | None = None
+    overdue_after_s: float | None = None
+    flags: list[str] = field(default_factory=list)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _ratio(warm: float | None, end: float | None) -> float | None:
+    return (end - warm) / warm if warm and end is not None else None
+
+
+def growth_table_rows(
+    samples: list[dict[str, Any]], services: list[str], warmup_s: float, duration_s: float
+) -> list[ProcessGrowth]:
+    if not samples:
+        return []
+    warm, end, after = _windows(samples, warmup_s, duration_s)
+    rows = []
+    for service in services:
+
+        def values(chosen: list[dict[str, Any]], field: str, name: str = service) -> list[float]:
+            readings = [s["procs"][name] for s in chosen if s["procs"].get(name)]
+            return [r[field] for r in readings if field in r]
+
+        def warm_end(field: str) -> tuple[float | None, float | None]:
+            return _median(values(warm, field)), _median(values(end, field))
+
+        row = ProcessGrowth(service)
+        row.processes_warm, row.processes_end = warm_end("processes")
+        row.rss_warm_kib, row.rss_end_kib = warm_end("rss_kib")
+        row.anon_warm_kib, row.anon_end_kib = warm_end("anon_kib")
+        row.sockets_warm, row.sockets_end = warm_end("sockets")
+        row.fds_warm, row.fds_end = warm_end("fds")
+        row.rss_max_kib = max(values(after, "rss_kib"), default=None)
+        row.fds_max = max(values(after, "fds"), default=None)
+        row.rss_growth = _ratio(row.rss_warm_kib, row.rss_end_kib)
+        row.anon_growth = _ratio(row.anon_warm_kib, row.anon_end_kib)
+        # Private memory per process: PostgreSQL's tree gains a backend when a pool grows.
+        row.anon_per_process_growth = _ratio(
+            _median(_per_process(warm, service)), _median(_per_process(end, service))
+        )
+        if row.fds_warm is not None and row.fds_end is not None:
+            row.fds_growth = row.fds_end - row.fds_warm
+        if row.rss_growth is not None and row.rss_growth > MEMORY_GROWTH_FLAG:
+            row.flags.append(f"memory +{row.rss_growth:.0%}")
+        if row.anon_growth is not None and row.anon_growth > MEMORY_GROWTH_FLAG:
+            row.flags.append(f"private memory +{row.anon_growth:.0%}")
+        if row.fds_growth is not None and row.fds_growth > 0:
+            row.flags.append(f"fds +{row.fds_growth:g}")
+        gone = sum(1 for s in samples if s["procs"].get(service) is None)
+        if gone:
+            row.flags.append(f"gone in {gone} samples")
+        rows.append(row)
+    return rows
+
+
+def _windows(
+    samples: list[dict[str, Any]], warmup_s: float, duration_s: float, at_least_s: float = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The samples right after the warm-up, at the end, and all after the
+    warm-up. The first two span WINDOW_SHARE of the run, at least three
+    samples and at_least_s, but never more than half of what follows the warm-up."""
+    t0 = samples[0]["t"]
+    t_end = samples[-1]["t"]
+    step = (t_end - t0) / max(len(samples) - 1, 1)
+    window = max(3 * step, WINDOW_SHARE * duration_s)
+    window = max(window, min(at_least_s, (t_end - t0 - warmup_s) / 2))
+    warm = [s for s in samples if warmup_s <= s["t"] - t0 <= warmup_s + window]
+    end = [s for s in samples if s["t"] >= t_end - window]
+    after = [s for s in samples if s["t"] - t0 >= warmup_s]
+    return warm, end, after
+
+
+def key_table_row(
+    samples: list[dict[str, Any]],
+    warmup_s: float,
+    duration_s: float,
+    lifetime_s: float | None,
+    create_rate: float,
+) -> KeyGrowth:
+    """The rows of idempotency_keys after the warm-up against the end (medians,
+    like memory), the range after the warm-up, the steady size to expect
+    (create rate x key lifetime) and the flag. A key lives its TTL plus up to
+    one purge interval (lifetime_s; None when unknown). While the warm-up is
+    shorter than that, the table still fills by design: the growth is then
+    reported but not judged (a 10-minute soak against 24 h keys). The two
+    medians span a key's lifetime each, so the purge's sawtooth (the table
+    fills for an interval, then drops by an interval's creates) averages out.
+    Overdue keys (older than TTL + two purge intervals, counted in each
+    sample) are flagged whenever one is seen after the warm-up: a purge that
+    keeps up leaves none, whatever the rate did."""
+    counts = [s.get("idempotency_keys") for s in samples]
+    row = KeyGrowth(
+        lifetime_s,
+        create_rate,
+        expected_rows=None if lifetime_s is None else create_rate * lifetime_s,
+        missed_samples=sum(1 for c in counts if c is None),
+        judged=lifetime_s is None or warmup_s >= lifetime_s,
+    )
+    if not samples:
+        return row
+    warm, end, after = _windows(samples, warmup_s, duration_s, lifetime_s or 0)
+
+    def known(chosen: list[dict[str, Any]]) -> list[float]:
+        return [s["idempotency_keys"] for s in chosen if s.get("idempotency_keys") is not None]
+
+    row.warm, row.end = _median(known(warm)), _median(known(end))
+    row.min, row.max = min(known(after), default=None), max(known(after), default=None)
+    if row.warm is not None and row.end is not None:
+        # One row more than none is not growth worth a ratio.
+        row.growth = (row.end - row.warm) / max(row.warm, 1)
+    overdue = [
+        s["idempotency_keys_overdue"]
+        for s in after
+        if s.get("idempotency_keys_overdue") is not None
+    ]
+    row.overdue_max = max(overdue, default=None)
+    growing = row.growth is not None and row.growth > KEY_GROWTH_FLAG
+    if growing and row.judged:
+        row.flags.append(f"idempotency_keys +{row.growth:.0%}")
+    if row.overdue_max:
+        row.flags.append(f"{row.overdue_max} keys overdue")
+    if row.missed_samples:
+        row.flags.append(f"count failed in {row.missed_samples} samples")
+    return row
+
+
+def key_table(row: KeyGrowth) -> Table:
+    headers = ["rows after warm-up", "rows at the end", "growth", "min .. max after warm-up",
+               "key lifetime s (TTL + purge interval)", "expected rows (creates/s x lifetime)",
+               "overdue keys, max", "flag"]  # fmt: skip
+    lifetime = row.lifetime_s
+    flag = ", ".join(row.flags) or "-"
+    if not row.judged:
+        flag = (
+            f"growth not judged: the warm-up is shorter than the key lifetime ({lifetime:g} s)"
+            + (f"; {flag}" if row.flags else "")
+        )
+    cells = [
+        _num(row.warm),
+        _num(row.end),
+        _pct(row.growth),
+        f"{_num(row.min)} .. {_num(row.max)}",
+        "unknown" if lifetime is None else f"{lifetime:g}",
+        "n/a" if row.expected_rows is None else f"{row.expected_rows:.0f}",
+        _num(row.overdue_max),
+        flag,
+    ]
+    return Table("Rows of idempotency_keys (the core's stored keys)", headers, [cells])
+
+
+def key_counts_over_time(
+    samples: list[dict[str, Any]], points: int = 12
+) -> list[tuple[int, int | None]]:
+    if not samples:
+        return []
+    t0 = samples[0]["t"]
+    stride = max(len(samples) // points, 1)
+    chosen = samples[::stride]
+    if chosen[-1] is not samples[-1]:
+        chosen.append(samples[-1])
+    return [(round(s["t"] - t0), s.get("idempotency_keys")) for s in chosen]
+
+
+def _per_process(chosen: list[dict[str, Any]], service: str) -> list[float]:
+    readings = [s["procs"][service] for s in chosen if s["procs"].get(service)]
+    return [r["anon_kib"] / r["processes"] for r in readings if "anon_kib" in r]
+
+
+def _fd_growth(row: ProcessGrowth) -> str:
+    if row.fds_growth is None:
+        return "n/a"
+    text = f"{row.fds_growth:+g}"
+    warm, end = row.sockets_warm, row.sockets_end
+    if row.fds_growth and warm is not None and end is not None:
+        text += f" ({end - warm:+g} sockets)"
+    return text
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:+.1f}%"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:g}"
+
+
+def growth_table(rows: list[ProcessGrowth]) -> Table:
+    headers = ["process", "procs", "RSS warm-up MiB", "RSS end MiB", "RSS growth", "RSS max MiB",
+               "private (RssAnon) growth", "private per process", "fds warm-up", "fds end",
+               "fd growth", "fds max", "flag"]  # fmt: skip
+    table_rows = [
+        [row.service, f"{_num(row.processes_warm)} -> {_num(row.processes_end)}",
+         fmt_mib(row.rss_warm_kib), fmt_mib(row.rss_end_kib), _pct(row.rss_growth),
+         fmt_mib(row.rss_max_kib), _pct(row.anon_growth), _pct(row.anon_per_process_growth),
+         _num(row.fds_warm), _num(row.fds_end), _fd_growth(row), _num(row.fds_max),
+         ", ".join(row.flags) or "-"]
+        for row in rows
+    ]  # fmt: skip
+    return Table("Memory and file descriptors per process", headers, table_rows)
+
+
+def load_table(tallies: dict[str, Any]) -> Table:
+    """The load as soak.load_tallies gives it."""
+    headers = ["kind", "requests", "2xx", "4xx", "5xx", "no answer", "p95 ms", "max ms"]
+    rows = []
+    for kind in ("count", "user", "create"):
+        counts = [tallies.get(f"{kind}_{cls}", 0) for cls in ("2xx", "4xx", "5xx", "error")]
+        latency = tallies.get(f"{kind}_ms") or {}
+        p95, top = fmt_num(latency.get("p95")), fmt_num(latency.get("max"), 0)
+        rows.append([kind, str(sum(counts)), *map(str, counts), p95, top])
+    return Table("The load (the driver's summary)", headers, rows)

@@ -1,2 +1,0 @@
-"""The suites: chaos, hardening, overload, soak and create-rate (docs/bench/suites.md);
-base.py is what they share."""
