@@ -3,9 +3,14 @@ without running any load (the report and browser tests share them)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, StepResult
-from aside_bench.records.runfile import RunRecord
+from aside_bench.records.runfile import RunRecord, StepFigures
+from aside_bench.records.tierstats import StepCost
+from aside_bench.trust import compare, comparepage, machines
 
 
 def sample_result(
@@ -46,3 +51,40 @@ def sample_run() -> RunRecord:
         "settings": {"gateway_url": "http://gateway"},
         "steps": [],
     })  # fmt: skip
+
+
+# ---- two runs compared (compare.html) ------------------------------------------------
+SAME = machines.Scale(1000, 1000, normalised=False)
+
+
+def step_cost(cpu_ms: float) -> StepCost:
+    return StepCost(requests=3000, cpu_ms_per_request=cpu_ms, gateway_rss_mib=60.0,
+                    redis_rss_mib=None, l1_hit_rate=None, l2_hit_rate=None, l1_entries=None,
+                    l1_mib=None, lag_count=0, lag_p50_ms=None, lag_p99_ms=None,
+                    lag_max_ms=None, postgres_cpu_ms_per_request=cpu_ms)  # fmt: skip
+
+
+def compare_sides(slower: float) -> comparepage.Sides:
+    """A: the report's sample results, none failed; B: the same with the cache
+    arm's p95 `slower` times A's and its CPU twice A's."""
+    held = [replace(r, failed=0) for r in RESULTS]
+    a = [replace(r, cost=step_cost(0.5)) for r in held]
+    b = [
+        replace(r, cost=step_cost(1.0), latency=replace(r.latency, p95=r.latency.p95 * slower))
+        if r.step.arm == "cache" and r.latency is not None
+        else replace(r, cost=step_cost(0.5))
+        for r in held
+    ]
+    return comparepage.Sides(replace(sample_run(), run_id="a"), replace(sample_run(), run_id="b"),
+                             a, b)  # fmt: skip
+
+
+def compare_rows(sides: comparepage.Sides) -> list[compare.Row]:
+    figures = [[StepFigures.of(r) for r in results] for results in (sides.results_a,
+                                                                     sides.results_b)]  # fmt: skip
+    return compare.compare(figures[0], figures[1], SAME)
+
+
+def compare_page(out_dir: Path, slower: float = 3.0) -> Path:
+    sides = compare_sides(slower)
+    return comparepage.write_page(sides, compare_rows(sides), SAME, 0.2, out_dir)

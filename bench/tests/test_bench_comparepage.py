@@ -1,7 +1,6 @@
 """compare.html: two fixed runs compared, the page built from them (p95, drop
 rate and cost against the rate, A and B overlaid, and the table with its
-flags), and the page as headless Chromium shows it (skipped only where Chromium
-is not installed; make test installs it)."""
+flags); the page as headless Chromium shows it is the screenshot plug-in's test."""
 
 from __future__ import annotations
 
@@ -9,52 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from aside_bench.records.results import StepResult
-from aside_bench.records.runfile import StepFigures
-from aside_bench.records.tierstats import StepCost
-from aside_bench.trust import compare, comparepage, machines
-from aside_bench_screenshot import browser
-from report_samples import RESULTS, sample_run
-from selenium.webdriver.remote.webdriver import WebDriver
+from aside_bench.trust import comparepage
+from report_samples import SAME, compare_page, compare_rows, compare_sides, sample_run
 
-SAME = machines.Scale(1000, 1000, normalised=False)
 CHARTS = ["compare cost", "compare drop rate", "compare p95"]
 
 
-def _cost(cpu_ms: float) -> StepCost:
-    return StepCost(requests=3000, cpu_ms_per_request=cpu_ms, gateway_rss_mib=60.0,
-                    redis_rss_mib=None, l1_hit_rate=None, l2_hit_rate=None, l1_entries=None,
-                    l1_mib=None, lag_count=0, lag_p50_ms=None, lag_p99_ms=None,
-                    lag_max_ms=None, postgres_cpu_ms_per_request=cpu_ms)  # fmt: skip
-
-
-def _sides(slower: float) -> comparepage.Sides:
-    """A: the report's sample results, none failed; B: the same with the cache
-    arm's p95 `slower` times A's and its CPU twice A's."""
-    held = [replace(r, failed=0) for r in RESULTS]
-    a = [replace(r, cost=_cost(0.5)) for r in held]
-    b = [
-        replace(r, cost=_cost(1.0), latency=replace(r.latency, p95=r.latency.p95 * slower))
-        if r.step.arm == "cache" and r.latency is not None
-        else replace(r, cost=_cost(0.5))
-        for r in held
-    ]
-    return comparepage.Sides(replace(sample_run(), run_id="a"), replace(sample_run(), run_id="b"),
-                             a, b)  # fmt: skip
-
-
-def _rows(sides: comparepage.Sides) -> list[compare.Row]:
-    figures = [[StepFigures.of(r) for r in results] for results in (sides.results_a,
-                                                                     sides.results_b)]  # fmt: skip
-    return compare.compare(figures[0], figures[1], SAME)
-
-
-def _page(out_dir: Path, slower: float = 3.0) -> Path:
-    sides = _sides(slower)
-    return comparepage.write_page(sides, _rows(sides), SAME, 0.2, out_dir)
-
-
 def test_the_page_overlays_both_runs_and_keeps_the_tables_flags(tmp_path: Path) -> None:
-    page = _page(tmp_path)
+    page = compare_page(tmp_path)
     assert page == tmp_path / "compare.html"
     assert sorted(p.stem.replace("_", " ") for p in tmp_path.glob("*.png")) == CHARTS
     html = page.read_text()
@@ -66,7 +27,7 @@ def test_the_page_overlays_both_runs_and_keeps_the_tables_flags(tmp_path: Path) 
 
 
 def test_each_series_has_an_a_and_a_b_line_at_its_rates() -> None:
-    rows = _rows(_sides(3.0))
+    rows = compare_rows(compare_sides(3.0))
     lines = comparepage.figure_lines(rows, "p95")
     p95 = {(line.series[1], line.side): line.points for line in lines}
     assert p95[("cache", "A")] == [(30, 4.0), (100, 5.0)]
@@ -77,7 +38,7 @@ def test_each_series_has_an_a_and_a_b_line_at_its_rates() -> None:
 
 
 def test_the_cost_is_each_runs_own_at_as_prices() -> None:
-    sides = _sides(1.0)
+    sides = compare_sides(1.0)
     prices = comparepage.run_prices(sides.run_a.params)
     a = comparepage.step_costs(sides.results_a, prices)
     b = comparepage.step_costs(sides.results_b, prices)
@@ -89,10 +50,10 @@ def test_the_cost_is_each_runs_own_at_as_prices() -> None:
 
 
 def test_without_any_cost_the_page_says_so(tmp_path: Path) -> None:
-    sides = _sides(3.0)
+    sides = compare_sides(3.0)
     bare = replace(sides, results_a=[replace(r, cost=None) for r in sides.results_a],
                    results_b=[replace(r, cost=None) for r in sides.results_b])  # fmt: skip
-    html = comparepage.write_page(bare, _rows(sides), SAME, 0.2, tmp_path).read_text()
+    html = comparepage.write_page(bare, compare_rows(sides), SAME, 0.2, tmp_path).read_text()
     assert "no cost to draw" in html and html.count("data:image/png") == 2
 
 
@@ -103,14 +64,3 @@ def test_run_results_are_the_completed_steps_of_run_json() -> None:
     run = replace(sample_run(), steps=[{**record, "completed": True}, record])
     (one,) = comparepage.run_results(run)
     assert isinstance(one, StepResult) and one.latency is not None and one.latency.p95 == 2.0
-
-
-# ---- in headless Chromium -------------------------------------------------------------
-def test_the_page_renders_every_chart_and_the_table(tmp_path: Path, driver: WebDriver) -> None:
-    shown = browser.render(driver, _page(tmp_path))
-    assert shown.title == "Compare a -> b"
-    assert sorted(image.alt for image in shown.images) == CHARTS
-    assert all(image.decoded and image.width > 400 for image in shown.images)
-    (table,) = shown.tables
-    assert table.visible and table.rows == 4
-    assert shown.problems() == []

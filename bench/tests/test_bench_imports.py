@@ -4,17 +4,18 @@ drawing commands are built from (the charts load when a report is drawn)."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
 import pytest
+from aside_bench.cli import app
 
 NOT_DRAWING = [
     "aside_bench.cli",
     "aside_bench.cli.app",
     "aside_bench.cli.stepping",
     "aside_bench.cli.reading",
-    "aside_bench.cli.suites",
     "aside_bench_chaos.run",
     "aside_bench_chaos.report",
     "aside_bench_soak.run",
@@ -43,9 +44,11 @@ def _loads_matplotlib(code: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["run"], ["ceiling"], ["chaos"], ["soak"], ["hardening"], ["report"], ["compare"]],
+    [[], ["run"], ["ceiling"], ["report"], ["compare"], ["chaos"], ["soak"], ["hardening"]],
 )
 def test_help_does_not_import_matplotlib(args: list[str]) -> None:
+    if args and args[0] not in {command.name for command in app.commands()}:
+        pytest.skip(f"the plug-in of {args[0]} is not installed")
     code = (
         "from aside_bench import cli\n"
         "try:\n"
@@ -61,6 +64,8 @@ def test_help_does_not_import_matplotlib(args: list[str]) -> None:
 
 @pytest.mark.parametrize("module", NOT_DRAWING)
 def test_modules_import_without_matplotlib(module: str) -> None:
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        pytest.skip(f"the plug-in {module.split('.')[0]} is not installed")
     done = _loads_matplotlib(f"import {module}")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from aside_bench.plan.steps import DEFAULT_ARMS
+from aside_bench.plan.scenarios import scenario_named
 from aside_bench.records.runfile import RUN_SCHEMA, load_run
 from aside_bench.sweep.collect import step_from_record
 
@@ -21,7 +21,7 @@ def test_the_sample_run_is_read_by_todays_bench() -> None:
     steps = [step_from_record(record) for record in run.steps if record.get("completed")]
     assert steps, "the sample run has no completed step"
     # The default sweep's arms, every one of them, as the sample report shows them.
-    assert {step.arm for step in steps} == set(DEFAULT_ARMS["read"])
+    assert {step.arm for step in steps} == set(scenario_named("read").default_arms)
     report = (SAMPLE / "report.md").read_text()
     assert f"# Aside bench {run.run_id}" in report
     for name in ("latency.png", "drop_rate.png", "cost.png"):

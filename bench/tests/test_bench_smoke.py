@@ -238,7 +238,7 @@ def test_the_steps_histograms_in_influxdb_give_the_summarys_percentiles(
     smoke_run, settings: config.Settings, bench: Callable[..., CompletedProcess[str]]
 ) -> None:
     # One driver a step here; with the chart's Indexed Job several, merged the same way.
-    from aside_bench_shards import merge as shards
+    shards = pytest.importorskip("aside_bench_shards.merge")
 
     merged = shards.merge(shards.read_points(_influx(settings), smoke_run.run_id))
     steps = {(s["arm"], s["phase"], str(s["rate"])): s for s in smoke_run.run_json(

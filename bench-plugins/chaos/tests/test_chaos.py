@@ -24,7 +24,7 @@ from aside_bench_chaos import checks as cc
 from aside_bench_chaos import run as chaos
 from aside_bench_suite import samples as cs
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 T0 = 1_800_000_000.0
 
 

@@ -7,8 +7,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from aside_bench.report import expiry as report
 from aside_bench_expiry import plan as plan
+from aside_bench_expiry import report
 from aside_bench_expiry.records import ArmRun, Reading
 
 

@@ -12,18 +12,16 @@ from pathlib import Path
 import pytest
 from aside_bench.load.run import step_run
 from aside_bench.plan import compute
+from aside_bench.plan.scenarios import scenario_named
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import (
     CACHE_ARMS,
-    DEFAULT_ARMS,
-    DEFAULT_RATES,
     PlanError,
     Step,
     build_steps,
     cache_param,
     parse_rates,
     pool_for,
-    scenario_arms,
 )
 from aside_bench.records.results import CacheCounts, Latency, StepResult
 from aside_bench.records.runfile import RunRecord
@@ -32,7 +30,7 @@ from aside_bench.sweep.runner import quick_line
 from aside_bench_interference import plan as interference
 from aside_bench_interference import report as interference_report
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 COMPUTE = json.loads((REPO_ROOT / "contracts" / "compute.json").read_text())
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SCENARIO = interference.SCENARIO
@@ -42,12 +40,13 @@ SCENARIO = interference.SCENARIO
 
 
 def test_the_scenario_is_registered_with_its_defaults() -> None:
-    assert DEFAULT_RATES[SCENARIO] == (0, 2, 5, 10, 20)
-    assert scenario_arms(SCENARIO) == interference.ARMS == DEFAULT_ARMS[SCENARIO]
+    registered = scenario_named(SCENARIO)
+    assert registered.default_rates == (0, 2, 5, 10, 20) and registered.lowest_rate == 0
+    assert registered.arms == interference.ARMS == registered.default_arms
     assert set(interference.ARMS) == {
         f"{engine}-{kind}" for engine in ("go", "python") for kind in COMPUTE["kinds"]
     }
-    assert interference.DEFAULT_READ_RATE == 500
+    assert LoadShape().read_rate == 500
 
 
 def test_steps_carry_the_read_rate_and_always_run_warm() -> None:
@@ -97,7 +96,7 @@ def test_the_reads_beside_the_compute_have_a_pool_of_their_own() -> None:
 
 
 def test_the_nopool_arm_reads_uncached_without_the_pool() -> None:
-    assert "nopool" in CACHE_ARMS and "nopool" in scenario_arms("read")
+    assert "nopool" in CACHE_ARMS and "nopool" in scenario_named("read").arms
     assert cache_param("nopool") == "nopool"
     (step,) = build_steps("read", [30], ["nopool"], "both", 10)
     assert step.phase == "none"  # no cache state to prepare
@@ -117,8 +116,8 @@ def test_checksum_answers_are_the_contracts() -> None:
     "vector", COMPUTE["pbkdf2"]["vectors"][:4], ids=lambda v: str(v["iterations"])
 )
 def test_pbkdf2_answers_are_the_contracts(vector, monkeypatch) -> None:
-    monkeypatch.setattr(interference, "PASSWORD", vector["password"])
-    monkeypatch.setattr(interference, "SALT", vector["salt"])
+    monkeypatch.setattr(compute, "PASSWORD", vector["password"])
+    monkeypatch.setattr(compute, "SALT", vector["salt"])
     body, expect = compute.compute_request("python-pbkdf2", 10, vector["iterations"], 10)
     assert body == {"kind": "pbkdf2", "engine": "python", "password": vector["password"],
                     "salt": vector["salt"], "iterations": vector["iterations"]}  # fmt: skip

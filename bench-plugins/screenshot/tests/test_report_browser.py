@@ -12,9 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from aside_bench.report import charts
 from aside_bench.report import sweep as report
 from aside_bench.report.tables import Table
-from aside_bench_screenshot import browser, charts
+from aside_bench_screenshot import browser
 from report_samples import RESULTS, sample_run
 from selenium.webdriver.remote.webdriver import WebDriver
 

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 from aside_bench.load.run import step_run
+from aside_bench.plan.scenarios import scenario_named
 from aside_bench.plan.shape import LoadShape
-from aside_bench.plan.steps import Step, build_steps, scenario_arms
+from aside_bench.plan.steps import Step, build_steps
 from aside_bench.stack import config
 from aside_bench_tracks import plan as trackplan
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import _guard_database, bench_env  # noqa: E402
+from bench_helpers import REPO_ROOT, bench_env, guard_database
 
 ARMS = trackplan.ARMS
 SMOKE_TRACKS = 60
@@ -44,7 +42,7 @@ def test_size_classes_and_names():
 
 
 def test_the_plan_runs_every_arm_and_warms_the_cache_arms():
-    assert scenario_arms("tracks") == ARMS
+    assert scenario_named("tracks").arms == ARMS
     steps = build_steps("tracks", [10, 50], list(ARMS), "both", 30)
     assert [(s.arm, s.phase) for s in steps if s.rate == 10] == [
         ("nocache", "none"),
@@ -65,7 +63,7 @@ def test_a_tracks_step_tells_the_driver_its_query_and_size_classes():
 @pytest.fixture(scope="module")
 def tracks_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     settings = config.load(bench_env())
-    _guard_database(settings)
+    guard_database(settings)
     data_dir = tmp_path_factory.mktemp("tracks-data")
     reports_dir = tmp_path_factory.mktemp("reports")
     seeded = subprocess.run(

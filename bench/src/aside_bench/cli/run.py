@@ -101,7 +101,8 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     if args.dist != "hotset" and not found.dist:
         raise UsageError(f"--dist {args.dist} is for the read scenario, not {found.name}")
     if args.trace is not None and not found.trace:
-        raise UsageError(f"--trace is not for the {found.name} scenario")
+        traced = " and ".join(s.name for s in scenarios.registry().values() if s.trace)
+        raise UsageError(f"--trace is for the {traced} scenarios, not {found.name}")
     arms = _bounded(args, found, arms)
     if found.indexed and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)

@@ -1,4 +1,4 @@
-"""Fixtures of the bench's tests.
+"""Fixtures of the bench's tests and its plug-ins' (bench/tests, bench-plugins/*/tests).
 
 Unit tests need nothing running. The integration tests use the stack named by
 GATEWAY_URL, INFLUXDB_URL, PROMETHEUS_URL, DATABASE_URL and REDIS_URL (infra/test.sh
@@ -10,7 +10,6 @@ refuses to touch one that holds more than SMOKE_MAX_EXISTING_ROWS rows.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,40 +21,22 @@ from typing import Any
 import psycopg
 import pytest
 from aside_bench.stack import config
-from aside_bench_screenshot import browser
 from psycopg.conninfo import make_conninfo
-from selenium.webdriver.remote.webdriver import WebDriver
 
-# --import-mode=importlib does not put test folders on sys.path (report_samples).
-sys.path.insert(0, str(Path(__file__).parent))
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TEST_DATABASE = "aside_test_bench"
-SMOKE_ROWS = 20_000
-SMOKE_MAX_EXISTING_ROWS = 100_000
-SMOKE_RATES = (5, 10)
-SMOKE_STEP_S = 3
-COMMAND_TIMEOUT_S = 120
-
-
-def bench_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "ASIDE_ROOT": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-    for name, value in config.DEFAULTS.items():
-        env.setdefault(name, value)
-    env.update(extra)
-    return env
-
-
-def run_bench(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """aside-bench as the user runs it: a real process, its exit code and stderr."""
-    return subprocess.run(
-        [sys.executable, "-m", "aside_bench", *args],
-        env=bench_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-        check=False,
-    )
+# --import-mode=importlib does not put test folders on sys.path (report_samples,
+# bench_helpers): the bench's, for its tests and the plug-ins'.
+sys.path.insert(0, str(Path(__file__).parent / "bench" / "tests"))
+from bench_helpers import (
+    COMMAND_TIMEOUT_S,
+    REPO_ROOT,
+    SMOKE_RATES,
+    SMOKE_ROWS,
+    SMOKE_STEP_S,
+    TEST_DATABASE,
+    bench_env,
+    guard_database,
+    run_bench,
+)
 
 
 @pytest.fixture(scope="session")
@@ -104,22 +85,11 @@ class SmokeRun:
         return json.loads((self.reports_dir / run_id / "run.json").read_text())
 
 
-def _guard_database(settings: config.Settings) -> None:
-    with psycopg.connect(settings.database_url, connect_timeout=5) as conn:
-        exists = conn.execute("SELECT to_regclass('users') IS NOT NULL").fetchone()[0]
-        rows = conn.execute("SELECT count(*) FROM users").fetchone()[0] if exists else 0
-    if rows > SMOKE_MAX_EXISTING_ROWS:
-        pytest.fail(
-            f"DATABASE_URL holds {rows} users; the smoke bench reseeds it with {SMOKE_ROWS}. "
-            "Point DATABASE_URL at a test stack (make test does)."
-        )
-
-
 @pytest.fixture(scope="session")
 def small_seed(settings: config.Settings, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The smoke bench's small table (20,000 rows, seed 7), seeded afresh for the
     fault suite and the soak, whatever ran before; returns the seeder's data dir."""
-    _guard_database(settings)
+    guard_database(settings)
     data_dir = tmp_path_factory.mktemp("small-seed")
     seeded = subprocess.run(
         [sys.executable, "-m", "aside_seed", "--rows", str(SMOKE_ROWS), "--seed", "7",
@@ -136,7 +106,7 @@ def small_seed(settings: config.Settings, tmp_path_factory: pytest.TempPathFacto
 def smoke_run(settings: config.Settings, tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     """Seed a small table, then a short sweep (both arms, two rates, warm cache)
     and one short mixed step starting cold: the whole pipeline, end to end."""
-    _guard_database(settings)
+    guard_database(settings)
     data_dir = tmp_path_factory.mktemp("key-data")
     reports_dir = tmp_path_factory.mktemp("reports")
     seeded = subprocess.run(
@@ -166,17 +136,3 @@ def smoke_run(settings: config.Settings, tmp_path_factory: pytest.TempPathFactor
     for name, done in outputs.items():
         assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}\n{done.stdout[-3000:]}"
     return SmokeRun(run_id, mixed_run_id, reports_dir, data_dir, started, finished, outputs)
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[WebDriver]:
-    """Headless Chromium for the pages' browser checks; skipped where none is
-    installed, unless this run installed one (ASIDE_REQUIRE_BROWSER=1)."""
-    try:
-        browser.find_browser()
-    except browser.BrowserError as error:
-        if os.environ.get("ASIDE_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"the browser was installed for this run: {error}")
-        pytest.skip(str(error))
-    with browser.chromium() as opened:
-        yield opened
