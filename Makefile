@@ -135,7 +135,7 @@ compare: ## every step two runs share, changes beyond their spread flagged (A=<r
 		$(if $(filter 1 yes true,$(IGNORE_CALIBRATION)),--ignore-calibration,) \
 		$(if $(filter 1 yes true,$(AS_MEASURED)),--as-measured,)
 screenshot: ## check reports/RUN/report.html in headless Chromium, save docs/report-screenshot.png
-	@$(ENV) $(VENV)/aside-bench screenshot --run "$(RUN)"
+	@$(ENV) $(VENV)/python bench/tests/browser.py --run "$(RUN)"
 
 chaos: ## faults under load: redis, core, postgres, a worker (CASES, RATE=60, SHORT=1)
 	@$(ENV) $(VENV)/aside-bench chaos --cases "$(CASES)" \

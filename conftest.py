@@ -10,6 +10,7 @@ refuses to touch one that holds more than SMOKE_MAX_EXISTING_ROWS rows.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,10 +23,12 @@ import psycopg
 import pytest
 from aside_bench.stack import config
 from psycopg.conninfo import make_conninfo
+from selenium.webdriver.remote.webdriver import WebDriver
 
 # --import-mode=importlib does not put test folders on sys.path (report_samples,
 # bench_helpers): the bench's, for its tests and the plug-ins'.
 sys.path.insert(0, str(Path(__file__).parent / "bench" / "tests"))
+import browser
 from bench_helpers import (
     COMMAND_TIMEOUT_S,
     REPO_ROOT,
@@ -136,3 +139,17 @@ def smoke_run(settings: config.Settings, tmp_path_factory: pytest.TempPathFactor
     for name, done in outputs.items():
         assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}\n{done.stdout[-3000:]}"
     return SmokeRun(run_id, mixed_run_id, reports_dir, data_dir, started, finished, outputs)
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[WebDriver]:
+    """Headless Chromium for the pages' browser checks; skipped where none is
+    installed, unless this run installed one (ASIDE_REQUIRE_BROWSER=1)."""
+    try:
+        browser.find_browser()
+    except browser.BrowserError as error:
+        if os.environ.get("ASIDE_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"the browser was installed for this run: {error}")
+        pytest.skip(str(error))
+    with browser.chromium() as opened:
+        yield opened

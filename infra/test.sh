@@ -43,7 +43,7 @@ cd "$ROOT"
 # processes (aside-bench, aside-seed, gateway workers), and where
 # PYTHONDONTWRITEBYTECODE is set each would compile all it imports anew.
 # Speed only: a file that does not compile fails its own tests.
-.venv/bin/python -m compileall -qq -j 0 .venv/lib gateway/src bench/src seed/src ||
+.venv/bin/python -m compileall -qq -j 0 .venv/lib gateway/src bench/src bench-plugins seed/src ||
     say "some modules did not compile ahead; their tests will say why"
 # helm, for the chart's tests (infra/tests/test_helm.py and infra/helm/validate):
 # built once from its Go module.
@@ -51,7 +51,7 @@ cd "$ROOT"
 # ruff, the bench's import layers, gofmt and go vet, as `make lint` runs them.
 run_suite lint make -s lint
 run_suite python .venv/bin/pytest --import-mode=importlib -q -p no:cacheprovider --durations=25 \
-    infra/tests seed/tests gateway/tests bench/tests
+    infra/tests seed/tests gateway/tests bench/tests bench-plugins
 run_suite go bash -c 'cd core-go && go test -count=1 ./...'
 # The bench's load driver: its own Go module (bench/driver).
 run_suite driver bash -c 'cd bench/driver && go test -count=1 ./...'

@@ -241,7 +241,7 @@ func spoolPath(cfg config.Config) string {
 func pointsLine(p output.Points) string {
 	line := fmt.Sprintf("influx: %d points written, %d spooled, %d lost", p.Written, p.Spooled, p.Lost)
 	if p.Spooled > 0 {
-		line += "; the spooled wait in " + p.Spool + " (aside-bench influx-resend)"
+		line += "; the spooled wait in " + p.Spool + " (aside-bench report --run sends it)"
 	}
 	return line
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // Spool is a file of line protocol the points InfluxDB did not take are
-// appended to, opened at the first; `aside-bench influx-resend` sends it
+// appended to, opened at the first; `aside-bench report --run <id>` sends it
 // later (a point sent twice overwrites itself: same series, same instant).
 type Spool struct {
 	mu   sync.Mutex

@@ -8,14 +8,16 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import browser
 import pytest
 from aside_bench.report import charts
 from aside_bench.report import sweep as report
 from aside_bench.report.tables import Table
-from aside_bench_screenshot import browser
+from bench_helpers import bench_env
 from report_samples import RESULTS, sample_run
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -130,8 +132,10 @@ def test_a_missing_report_is_one_clear_error(tmp_path: Path, driver: WebDriver) 
         browser.render(driver, tmp_path / "report.html")
 
 
-# ---- aside-bench screenshot (make screenshot RUN=<id>) -------------------------------
-Bench = Callable[..., subprocess.CompletedProcess[str]]
+# ---- make screenshot RUN=<id> (browser.py as a script) ------------------------------
+def _screenshot(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, browser.__file__, *args], env=bench_env(),
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
 def _sample_run_dir(reports_dir: Path, sample_report: SampleReport) -> str:
@@ -141,11 +145,11 @@ def _sample_run_dir(reports_dir: Path, sample_report: SampleReport) -> str:
 
 
 def test_screenshot_command_checks_the_report_and_saves_a_png(
-    sample_report: SampleReport, tmp_path: Path, driver: WebDriver, bench: Bench
+    sample_report: SampleReport, tmp_path: Path, driver: WebDriver
 ) -> None:
     run_id = _sample_run_dir(tmp_path / "reports", sample_report)
     out = tmp_path / "shot.png"
-    done = bench("screenshot", "--run", run_id, "--reports-dir", str(tmp_path / "reports"),
+    done = _screenshot("--run", run_id, "--reports-dir", str(tmp_path / "reports"),
                  "--out", str(out), "--width", "1000")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "3 tables, 4 charts, all shown" in done.stdout
@@ -155,17 +159,17 @@ def test_screenshot_command_checks_the_report_and_saves_a_png(
 
 
 def test_screenshot_command_refuses_a_broken_report(
-    sample_report: SampleReport, tmp_path: Path, driver: WebDriver, bench: Bench
+    sample_report: SampleReport, tmp_path: Path, driver: WebDriver
 ) -> None:
     reports = tmp_path / "reports"
     run_id = _sample_run_dir(reports, sample_report)
     page = reports / run_id / "report.html"
     page.write_text(page.read_text().replace("base64,iVBORw0KGgo", "base64,AAAAAAAAAA", 1))
     out = tmp_path / "shot.png"
-    done = bench("screenshot", "--run", run_id, "--reports-dir", str(reports), "--out", str(out))
+    done = _screenshot("--run", run_id, "--reports-dir", str(reports), "--out", str(out))
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        f"aside-bench: {page}: image 'latency' did not decode"
+        f"screenshot: {page}: image 'latency' did not decode"
     ]
     assert not out.exists()
 
@@ -174,10 +178,8 @@ def test_screenshot_command_refuses_a_broken_report(
     ("args", "message"),
     [([], "give the run id: make screenshot RUN=<id>"), (["--run", "nope"], "no report.html")],
 )
-def test_screenshot_command_bad_arguments(
-    args: list[str], message: str, tmp_path: Path, bench: Bench
-) -> None:
-    done = bench("screenshot", *args, "--reports-dir", str(tmp_path))
+def test_screenshot_command_bad_arguments(args: list[str], message: str, tmp_path: Path) -> None:
+    done = _screenshot(*args, "--reports-dir", str(tmp_path))
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aside_bench_screenshot import browser
+import browser
 from report_samples import compare_page
 from selenium.webdriver.remote.webdriver import WebDriver
 

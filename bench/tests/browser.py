@@ -1,12 +1,16 @@
 """A report as a reader's browser shows it: report.html opened in headless
 Chromium (Debian's chromium, driven through WebDriver by Debian's
 chromium-driver, which is built from the same source, so the two always match).
-What it rendered of every table and chart, and a screenshot of it."""
+What it rendered of every table and chart, and a screenshot of it: the
+report's browser tests, and `make screenshot RUN=<id>` (this file run as a
+script: docs/report-screenshot.png, the root README's picture)."""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -184,3 +188,42 @@ def shrink(png: Path, colors: int = 256) -> Path:
         palette = image.convert("RGB").quantize(colors, dither=Image.Dither.NONE)
     palette.save(png, format="PNG", optimize=True)
     return png
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check reports/<run>/report.html in headless Chromium and save a PNG of it:
+    exit 2 for a run not given or without a report, 1 for a page that is broken."""
+    from aside_bench.stack import config
+
+    parser = argparse.ArgumentParser(prog="screenshot", description=main.__doc__)
+    parser.add_argument("--run", default="", help="the run id (a folder of reports/)")
+    parser.add_argument("--reports-dir", type=Path, help="default: the repository's reports/")
+    parser.add_argument("--out", type=Path, help="the PNG (default docs/report-screenshot.png)")
+    parser.add_argument("--width", type=int, default=WIDTH, help="window width, CSS px")
+    parser.add_argument("--full", action="store_true", help="the whole page, not to a chart")
+    args = parser.parse_args(argv)
+    settings = config.load()
+    page = (args.reports_dir or settings.default_reports_dir) / args.run / "report.html"
+    if not args.run or not page.is_file():
+        why = "give the run id: make screenshot RUN=<id>" if not args.run else "no report.html"
+        print(f"screenshot: {why} ({page.parent})", file=sys.stderr)
+        return 2
+    out = args.out or settings.root / "docs" / "report-screenshot.png"
+    try:
+        with chromium(args.width) as driver:
+            shown = render(driver, page)
+            problems = shown.problems() or ([] if shown.tables else ["it shows no table"])
+            if problems:
+                raise BrowserError(f"{page}: {'; '.join(problems)}")
+            screenshot(driver, out, through=None if args.full else "img")
+    except BrowserError as error:
+        print(f"screenshot: {error}", file=sys.stderr)
+        return 1
+    shrink(out)
+    print(f"{page}: {len(shown.tables)} tables, {len(shown.images)} charts, all shown; "
+          f"screenshot: {out} ({out.stat().st_size // 1024} KiB)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
