@@ -64,7 +64,7 @@ def test_per_request_kind_table_appears_for_mixed_runs() -> None:
 
 def test_sweep_report_writes_markdown_html_and_png_charts(tmp_path: Path) -> None:
     report.write_sweep(sample_run(), RESULTS, tmp_path)
-    names = {"latency.png", "throughput.png", "drop_rate.png", "hit_rate.png"}
+    names = {"latency.png", "throughput.png", "drop_rate.png", "hit_rate.png", "p95_served.png"}
     for name in names:
         assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC), name
     markdown = (tmp_path / "report.md").read_text()
