@@ -49,7 +49,7 @@ def test_the_tolerance_lets_a_lone_failure_hold_and_shed_load_miss() -> None:
     assert not GOAL.held(_step("cache", "warm", 1000, 5, 1, dropped=11))
     assert not GOAL.held(_step("cache", "warm", 1000, 10.5, 1))
     assert missed_words(_step("coalesce", "none", 1000, 900, 1, dropped=7920)) == (
-        "missed: served 208/s of 1,000"
+        "missed: served 208/s of 1,000, p95 900 ms"
     )
 
 
@@ -78,16 +78,16 @@ def test_an_arm_that_misses_at_every_rate_gets_no_price_comparison() -> None:
         ["cache (warm)", "cache (warm)", _price(results[5])],
     ]
     assert table.rows[1][-1] == (
-        "nocache (missed: served 100/s of 1,000; held last: none); "
-        "coalesce (missed: served 200/s of 1,000; held last: none)"
+        "nocache (missed: served 100/s of 1,000, p95 4,000 ms; held last: none); "
+        "coalesce (missed: served 200/s of 1,000, p95 3,000 ms; held last: none)"
     )
     # The cost table marks the misses rather than pricing them.
     costs = cost_table(results, PRICES, GOAL)
     assert costs is not None
     at_goal = costs.headers.index("price $/M at the goal")
     assert [row[at_goal] for row in costs.rows[:2]] == [
-        "missed: served 10/s of 100",
-        "missed: served 100/s of 1,000",
+        "missed: served 10/s of 100, p95 4,000 ms",
+        "missed: served 100/s of 1,000, p95 4,000 ms",
     ]
 
 
@@ -115,7 +115,7 @@ def test_an_arm_that_holds_up_to_a_rate_is_compared_only_up_to_it() -> None:
     ]
     assert [[m.held_last for m in one.missed] for one in decision.rates] == [[], [100], [100]]
     assert decision_table(decision).rows[2][-1] == (
-        "nocache (missed: served 200/s of 400; held last: 100/s)"
+        "nocache (missed: served 200/s of 400, p95 900 ms; held last: 100/s)"
     )
 
 

@@ -50,6 +50,12 @@ def served_words(result: StepResult) -> str:
     return f"served {result.achieved_rps:,.0f}/s of {result.step.rate:,}"
 
 
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+
+
 def missed_words(result: StepResult) -> str:
-    """A step that missed the goal, as a table's cell marks it."""
-    return f"missed: {served_words(result)}"
+    """A step that missed the goal, as a table's cell marks it: what it served
+    and its p95, so the cell says which part of the goal it missed."""
+    p95 = "no answer" if result.latency is None else f"p95 {_ms(result.latency.p95)} ms"
+    return f"missed: {served_words(result)}, {p95}"
