@@ -128,11 +128,11 @@ def test_of_two_arms_holding_the_goal_the_cheaper_is_named_with_its_memory() -> 
     assert one.cheapest is not None and one.cheapest.label == "index"
     row = decision_table(decision).rows[0]
     assert row == ["100", "index, cache (warm)", "index", _price(index),
-                   "gateway 80 + no Redis MiB", "none"]  # fmt: skip
+                   "gateway 80 MiB, no Redis", "none"]  # fmt: skip
     # The other way round, the cache is named, with its Redis.
     dear = _step("index", "none", 100, 4, 3.0, rss_mib=80)
     row = decision_table(decide([dear, cache], GOAL, PRICES)).rows[0]
-    assert row[2:5] == ["cache (warm)", _price(cache), "gateway 120 + Redis 64.0 MiB"]
+    assert row[2:5] == ["cache (warm)", _price(cache), "gateway 120 MiB + Redis 64.0 MiB"]
 
 
 def test_the_smallest_cache_that_held_at_each_rate_or_that_none_did() -> None:
@@ -162,7 +162,7 @@ def test_the_smallest_cache_that_held_at_each_rate_or_that_none_did() -> None:
     lines = smallest_cache_sentences(decision)
     assert lines[0].startswith(
         "At 100/s the smallest cache that held the goal: cache@2mb (warm), 2 MiB of Redis "
-        "(gateway 100 + Redis 2.0 MiB, $"
+        "(gateway 100 MiB + Redis 2.0 MiB, $"
     )
     assert lines[2] == "At 600/s no cache bound tried (2 MiB, 8 MiB) held the goal."
     # Without memory arms: no column, no sentence.

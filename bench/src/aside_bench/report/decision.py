@@ -64,9 +64,10 @@ class Memory:
     redis_mib: float | None
 
     def words(self) -> str:
-        gateway = MISSING if self.gateway_mib is None else f"{self.gateway_mib:,.0f}"
-        redis = "no Redis" if self.redis_mib is None else f"Redis {self.redis_mib:,.1f}"
-        return f"gateway {gateway} + {redis} MiB"
+        gateway = MISSING if self.gateway_mib is None else f"{self.gateway_mib:,.0f} MiB"
+        if self.redis_mib is None:
+            return f"gateway {gateway}, no Redis"
+        return f"gateway {gateway} + Redis {self.redis_mib:,.1f} MiB"
 
 
 @dataclass(frozen=True)
