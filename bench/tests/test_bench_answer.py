@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 from aside_bench.curve.points import MeasuredPoint, RateCurve
 from aside_bench.plan.steps import Step
+from aside_bench.records.goal import Goal
 from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult
 from aside_bench.records.spend import Prices, Spend, step_spend
 from aside_bench.records.tierstats import StepCost
 from aside_bench.report.answer import Series, answer, break_even_sentence, goal_sentence
 
 PRICES = Prices(vcpu_hour=0.036, gib_hour=0.0036)
+GOAL = Goal(10)
 
 
 def _cost(gateway_ms: float, postgres_ms: float, redis_ms: float, rss_mib: float) -> StepCost:
@@ -64,21 +66,21 @@ def test_an_uncached_step_pays_no_redis() -> None:
 def test_the_goal_sentence_names_the_last_rate_held_and_the_first_missed() -> None:
     steps = [_step("nocache", "none", rate, p95, (1, 1, 0)) for rate, p95 in
              ((50, 4.0), (100, 8.0), (200, 35.5))]  # fmt: skip
-    assert goal_sentence(Series("nocache", "none", steps), 10) == (
+    assert goal_sentence(Series("nocache", "none", steps), GOAL) == (
         "nocache held the goal up to 100/s and missed it from 200/s "
-        "(p95 35.5 ms, 0.0% dropped or failed)."
+        "(p95 35.5 ms, 0.0% dropped or failed, served 200/s of 200)."
     )
-    assert goal_sentence(Series("nocache", "none", steps[:2]), 10) == (
+    assert goal_sentence(Series("nocache", "none", steps[:2]), GOAL) == (
         "nocache held the goal at every rate tried (up to 100/s)."
     )
-    assert goal_sentence(Series("nocache", "none", steps[2:]), 10).startswith(
+    assert goal_sentence(Series("nocache", "none", steps[2:]), GOAL).startswith(
         "nocache missed the goal at every rate tried, from 200/s"
     )
     # A miss below a rate held (a noisy machine): both said, no threshold claimed.
     bumpy = [steps[2], _step("nocache", "none", 400, 3.0, (1, 1, 0))]
-    assert goal_sentence(Series("nocache", "none", bumpy), 10) == (
+    assert goal_sentence(Series("nocache", "none", bumpy), GOAL) == (
         "nocache held the goal at 400/s and missed it at 200/s "
-        "(at 200/s: p95 35.5 ms, 0.0% dropped or failed)."
+        "(at 200/s: p95 35.5 ms, 0.0% dropped or failed, served 200/s of 200)."
     )
 
 
@@ -91,14 +93,14 @@ def test_the_break_even_is_the_first_rate_from_which_the_cache_is_cheaper() -> N
 
     uncached = series("nocache", "none", (1, 3, 0), None)
     cached = series("cache", "warm", (0.8, 0, 0.2), 2048)
-    sentence = break_even_sentence(cached, uncached, PRICES)
+    sentence = break_even_sentence(cached, uncached, PRICES, GOAL)
     assert sentence is not None and sentence.startswith(
-        "cache (warm) cost less than nocache from 100/s on ($"
+        "cache (warm) cost less than nocache from 100/s on, of the rates both held the goal ($"
     ), sentence
     cheap = series("cache", "warm", (0.8, 0, 0.2), 1)
-    assert "at every rate tried" in (break_even_sentence(cheap, uncached, PRICES) or "")
+    assert "at every rate tried" in (break_even_sentence(cheap, uncached, PRICES, GOAL) or "")
     dear = series("cache", "warm", (5, 0, 0.2), 2048)
-    assert (break_even_sentence(dear, uncached, PRICES) or "").startswith(
+    assert (break_even_sentence(dear, uncached, PRICES, GOAL) or "").startswith(
         "cache (warm) cost more than nocache at every rate tried"
     )
 
@@ -114,17 +116,21 @@ def test_the_answer_speaks_of_the_goal_the_cost_the_memory_and_the_index() -> No
     starved = MeasuredPoint("cache@1mb", 2**20, 3, 2**20, 900, 0.05, 2**20 * 3 // 4,
                             {"LRU": 0.01, "Belady": 0.02})  # fmt: skip
     curve = RateCurve(100, 1000, 1000, 5000, [], [point, starved])
-    lines = answer(results, [curve], PRICES, 10, seed_indexed=False)
-    assert lines[0].startswith("Latency goal: p95 <= 10 ms")
+    lines = answer(results, [curve], PRICES, GOAL, seed_indexed=False)
+    assert lines[0].startswith("Service goal: p95 <= 10 ms with at most 0.1% of the requests")
     assert "nocache missed the goal at every rate tried, from 100/s" in lines[1]
     assert lines[2] == "cache@2mb (warm) held the goal at every rate tried (up to 100/s)."
-    assert lines[3].startswith("cache@2mb (warm) cost less than nocache at every rate tried")
-    assert lines[5] == (
+    # nocache missed where the cache held: their prices are not compared.
+    assert lines[3].startswith("cache@2mb (warm) and nocache held the goal at no rate both ran")
+    assert lines[4].startswith(
+        "At 100/s the smallest cache that held the goal: cache@2mb (warm), 2 MiB of Redis"
+    )
+    assert lines[6] == (
         "At 100/s, 2 MiB of Redis held 15,000 keys and answered 61% of reads "
         "(a simulated LRU of that size: 63%; Belady, the bound: 74%)."
     )
     # A bound its clients' buffers took: no comparison with a simulated size.
-    assert lines[6] == (
+    assert lines[7] == (
         "At 100/s, 1 MiB of Redis held almost no key during the step: its clients' buffers "
         "took 768 KiB of it; it answered 5% of reads."
     )

@@ -29,12 +29,26 @@ def test_the_page_overlays_both_runs_and_keeps_the_tables_flags(tmp_path: Path) 
 def test_each_series_has_an_a_and_a_b_line_at_its_rates() -> None:
     rows = compare_rows(compare_sides(3.0))
     lines = comparepage.figure_lines(rows, "p95")
-    p95 = {(line.series[1], line.side): line.points for line in lines}
+    p95 = {(line.series[1], line.side): line.at_target() for line in lines}
     assert p95[("cache", "A")] == [(30, 4.0), (100, 5.0)]
     assert p95[("cache", "B")] == [(30, 12.0), (100, 15.0)]
     assert p95[("nocache", "A")] == p95[("nocache", "B")]
     drops = comparepage.figure_lines(rows, "drops", factor=100)
-    assert [line.points for line in drops] == [[(30, 0.0), (100, 0.0)]] * 4
+    assert [line.at_target() for line in drops] == [[(30, 0.0), (100, 0.0)]] * 4
+
+
+def test_each_point_carries_the_rate_served_and_whether_it_held_the_goal() -> None:
+    # The sample's nocache p95 is 80 and 900 ms: it missed the goal (p95 <= 10 ms); the
+    # cache's is 4 and 5 ms in A, and 2.2 times that in B: 8.8 ms held, 11 ms missed.
+    rows = _rows(_sides(2.2))
+    found = comparepage.figure_lines(rows, "p95")
+    lines = {(line.series[1], line.side): line.points for line in found}
+    assert [(p.rate, p.served, p.held) for p in lines[("cache", "A")]] == [
+        (30, 30.0, True),
+        (100, 100.0, True),
+    ]
+    assert [p.held for p in lines[("cache", "B")]] == [True, False]
+    assert not any(p.held for p in lines[("nocache", "A")])
 
 
 def test_the_cost_is_each_runs_own_at_as_prices() -> None:

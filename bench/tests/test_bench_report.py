@@ -64,7 +64,7 @@ def test_per_request_kind_table_appears_for_mixed_runs() -> None:
 
 def test_sweep_report_writes_markdown_html_and_png_charts(tmp_path: Path) -> None:
     report.write_sweep(sample_run(), RESULTS, tmp_path)
-    names = {"latency.png", "throughput.png", "drop_rate.png", "hit_rate.png"}
+    names = {"latency.png", "throughput.png", "drop_rate.png", "hit_rate.png", "p95_served.png"}
     for name in names:
         assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC), name
     markdown = (tmp_path / "report.md").read_text()
@@ -136,3 +136,21 @@ def test_the_request_mix_says_which_keys_the_reads_asked_for() -> None:
     replayed = report.request_mix({"dist": "hotset", "trace": trace})
     assert replayed.startswith("request mix: trace sample.trace (3000 keys, 900 distinct)")
     assert "scaled to each step's rate" in replayed
+
+
+def test_the_served_charts_draw_a_step_that_missed_the_goal_hollow() -> None:
+    from aside_bench.records.goal import Goal
+    from aside_bench.report import charts
+
+    held = [replace(r, failed=0) for r in RESULTS]  # nocache 80 and 900 ms, cache 4 and 5 ms
+    fig, ax = charts.served_chart(held, Goal(10), lambda r: r.latency.p95, "p95", "t")
+    filled, hollow = [], []
+    for collection in ax.collections:
+        faces = collection.get_facecolors()
+        (hollow if len(faces) == 0 or faces[0][3] == 0 else filled).append(
+            [tuple(xy) for xy in collection.get_offsets()]
+        )
+    charts.plt.close(fig)
+    # Against the rate served (here every request of a step), missed ones hollow.
+    assert filled == [[(30.0, 4.0), (100.0, 5.0)]]
+    assert hollow == [[(30.0, 80.0), (100.0, 900.0)]]

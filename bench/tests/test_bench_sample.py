@@ -46,3 +46,38 @@ def test_every_file_of_the_sample_is_read() -> None:
             assert path.name in shown or path.name == "hit_rate_curve.png", path.name
         else:
             pytest.fail(f"docs/sample/{path.name}: no reader for it")
+
+
+def _answer_of_report(report: str) -> list[str]:
+    """The answer of a report.md: its decision table's title and rows, then its lines."""
+    section = report.split("## The answer\n", 1)[1].split("\n> Machine:", 1)[0]
+    found = []
+    for line in section.splitlines():
+        if line.startswith("### "):
+            found.append(line[4:])
+        elif line.startswith(("|", "- ")):
+            found.append(line)
+    return found
+
+
+def _answer_of_readme(readme: str) -> list[str]:
+    """README's quote of the sample's answer, its wrapped lines joined back."""
+    quote = readme.split("It opens with its answer", 1)[1].split("\n\n", 2)[1]
+    found: list[str] = []
+    for line in quote.splitlines():
+        text = line.removeprefix(">").removeprefix(" ")
+        if text.startswith("**") and text.endswith("**"):
+            found.append(text.strip("*"))
+        elif text.startswith(("|", "- ")):
+            found.append(text)
+        elif text.startswith("  ") and found:
+            found[-1] += " " + text.strip()
+    return found
+
+
+def test_the_readme_quotes_the_sample_reports_answer() -> None:
+    readme = (SAMPLE.parents[1] / "README.md").read_text()
+    report = _answer_of_report((SAMPLE / "report.md").read_text())
+    quoted = _answer_of_readme(readme)
+    assert report and report[0].startswith("the decision: at each rate")
+    assert [line[0].lower() + line[1:] for line in quoted[:1]] + quoted[1:] == report

@@ -62,7 +62,7 @@ def test_every_table_and_chart_renders(
     sample_report: SampleReport, tmp_path: Path, driver: WebDriver
 ) -> None:
     page, tables, drawn = sample_report
-    assert len(tables) >= 3 and len(drawn) == 4
+    assert len(tables) >= 3 and len(drawn) == 5
     shown = browser.render(driver, page)
     assert shown.title == f"Aside bench {sample_run().run_id}"
     _assert_shows(shown, tables, drawn)

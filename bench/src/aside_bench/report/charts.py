@@ -11,11 +11,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from aside_bench.curve.points import RateCurve
 from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.plan.steps import series_label
+from aside_bench.records.goal import Goal
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.tables import has_cache, series_of, series_order
@@ -217,10 +219,93 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
     return finish(fig, path, caption)
 
 
-def cost_chart(results: list[StepResult], prices: Prices, path: Path, caption: str) -> Path:
-    """Cost per million requests against the target rate, per series."""
-    title = f"cost per million requests ({prices.chart_words()})"
-    price = partial(step_price, prices=prices)
-    fig, ax = _rate_plot(results, price, "\\$ per million requests", title)
+def mark_points(
+    ax: plt.Axes, points: list[tuple[float, float, bool]], colour: str, marker: str = "o"
+) -> None:
+    """(x, y, held) points in `colour`: filled where the step held the goal, hollow where not."""
+    for held in (True, False):
+        shown = [(x, y) for x, y, ok in points if ok == held]
+        if shown:
+            xs, ys = zip(*shown, strict=True)
+            ax.scatter(xs, ys, marker=marker, s=36, zorder=3, edgecolors=colour,
+                       facecolors=colour if held else "none")  # fmt: skip
+
+
+def goal_legend(ax: plt.Axes) -> None:
+    """The legend, with what a filled and a hollow marker mean."""
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [
+        Line2D([], [], marker="o", linestyle="", color="grey", label="held the goal"),
+        Line2D([], [], marker="o", linestyle="", color="grey", markerfacecolor="none",
+               label="missed it (hollow)"),
+    ]  # fmt: skip
+    ax.legend(handles=handles, fontsize=8)
+
+
+def served_axis(ax: plt.Axes, xs: list[float]) -> None:
+    """The rate served: log scale when it spans a factor of ten or more."""
+    known = [x for x in xs if x > 0]
+    if len(known) > 1 and max(known) / min(known) >= 10:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    ax.set_xlabel("rate served (successful requests/s)")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def served_chart(
+    results: list[StepResult],
+    goal: Goal,
+    value: Callable[[StepResult], float | None],
+    ylabel: str,
+    title: str,
+) -> tuple[Figure, plt.Axes]:
+    """`value` against the rate each step served, a line a series; a step
+    that missed the goal hollow (its figure is not of the service asked for)."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    xs_all: list[float] = []
+    for arm, phase in series_order(results):
+        points = [
+            (r.achieved_rps, v, goal.held(r))
+            for r in series_of(results, arm, phase)
+            if r.achieved_rps > 0 and (v := value(r)) is not None
+        ]
+        if not points:
+            continue
+        xs = [x for x, _, _ in points]
+        line = ax.plot(xs, [y for _, y, _ in points], "-", alpha=0.6,
+                       label=series_label(arm, phase))[0]  # fmt: skip
+        mark_points(ax, points, line.get_color())
+        xs_all += xs
+    served_axis(ax, xs_all)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    return fig, ax
+
+
+def served_p95_chart(results: list[StepResult], goal: Goal, path: Path, caption: str) -> Path:
+    """p95 against the rate served, the goal's limit drawn; missed steps hollow."""
+    scenario = results[0].step.scenario
+    fig, ax = served_chart(
+        results, goal, lambda r: r.latency.p95 if r.latency else None, "p95 ms (log scale)",
+        f"{scenario}: p95 against the rate served (hollow: missed the goal)",
+    )  # fmt: skip
+    ax.axhline(goal.p95_ms, color="red", linestyle="--", label=f"goal p95 = {goal.p95_ms:g} ms")
     log_y(ax)
+    goal_legend(ax)
+    return finish(fig, path, caption)
+
+
+def cost_chart(
+    results: list[StepResult], prices: Prices, goal: Goal, path: Path, caption: str
+) -> Path:
+    """Cost per million requests against the rate served, per series; a step that
+    missed the goal hollow: its cost is not a price of the service asked for."""
+    title = (
+        f"cost per million requests ({prices.chart_words()}) against the rate served\n"
+        "hollow: the step missed the goal, so its cost is not a price of that service"
+    )
+    price = partial(step_price, prices=prices)
+    fig, ax = served_chart(results, goal, price, "\\$ per million requests (log scale)", title)
+    log_y(ax)
+    goal_legend(ax)
     return finish(fig, path, caption)

@@ -1,12 +1,14 @@
 """The report's cost table: per series and rate, the CPU each service spent
 per request, the memory held and the priced cost per million requests
-(records/spend.py)."""
+(records/spend.py), and that cost as a price of the service only where the step
+held the goal (records/goal.py): elsewhere what the step served instead."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aside_bench.plan.steps import series_label
+from aside_bench.records.goal import Goal, missed_words
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_spend
 from aside_bench.report.tables import Table, series_of, series_order
@@ -25,7 +27,7 @@ def run_prices(params: dict[str, Any]) -> Prices:
     )
 
 
-def cost_table(results: list[StepResult], prices: Prices) -> Table | None:
+def cost_table(results: list[StepResult], prices: Prices, goal: Goal) -> Table | None:
     rows = []
     for arm, phase in series_order(results):
         for result in series_of(results, arm, phase):
@@ -43,12 +45,16 @@ def cost_table(results: list[StepResult], prices: Prices) -> Table | None:
                     f"{spend.cpu_per_million(prices):.3f}",
                     f"{spend.memory_per_million(prices):.3f}",
                     f"{spend.per_million(prices):.3f}",
+                    f"{spend.per_million(prices):.3f}"
+                    if goal.held(result)
+                    else missed_words(result),
                 ]
             )
     if not rows:
         return None
     return Table(
-        f"cost per million requests ({prices.words()})",
+        f"cost per million requests ({prices.words()}); a price of the service only where "
+        f"the step held the goal ({goal.words()})",
         [
             "series",
             "target /s",
@@ -58,7 +64,8 @@ def cost_table(results: list[StepResult], prices: Prices) -> Table | None:
             "memory MiB",
             "CPU $/M",
             "memory $/M",
-            "total $/M",
+            "total $/M served",
+            "price $/M at the goal",
         ],
         rows,
     )

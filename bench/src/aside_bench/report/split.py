@@ -7,7 +7,13 @@ miss batcher, and nothing stored) and a cached arm. Of a figure's saving
 (uncached minus cached: cost per million requests, p95, drop rate), the part
 `coalesce` reaches is the coalescing's; the rest is the hits'. A coalesce arm
 worse than the uncached read gives coalescing nothing; one better than the
-cached arm gives it everything. Pure: every rule has a unit test.
+cached arm gives it everything.
+
+A saving is split only on comparable figures: at a rate where all three arms
+held the service goal (records/goal.py), so each price is a price of the same
+service. Where one missed, the sentence says which and what it served, with
+the p95 and drops beside, and credits coalescing with no share of a saving it
+did not deliver. Pure: every rule has a unit test.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aside_bench.plan.steps import series_label
+from aside_bench.records.goal import Goal
 from aside_bench.records.results import StepResult
 from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.tables import Table
@@ -53,15 +60,54 @@ class Split:
 
 
 @dataclass(frozen=True)
+class Held:
+    """Which of the three arms held the goal at a rate."""
+
+    uncached: bool
+    coalesced: bool
+    cached: bool
+
+    @property
+    def all(self) -> bool:
+        return self.uncached and self.coalesced and self.cached
+
+
+@dataclass(frozen=True)
 class RateSplit:
     """A cached series against the uncached and coalesce arms at one rate."""
 
     cached_label: str
     uncached_label: str
     rate: int
-    cost: Split | None  # $ per million requests; None: a step was not priced
+    cost: Split | None  # $ per million requests served; None: a step was not priced
     p95: Split | None  # ms; None: a step had no answer
     drops: Split
+    served: Split  # successful requests /s
+    held: Held
+
+    @property
+    def comparable(self) -> bool:
+        """All three held the goal: their figures are of the same service."""
+        return self.held.all
+
+    @property
+    def cost_split(self) -> Split | None:
+        """The prices, only where they are prices of the same service."""
+        return self.cost if self.comparable else None
+
+    def missed_words(self) -> str:
+        """Those of the three that missed the goal, each with what it served."""
+        coal = series_label(COALESCE_ARM, "none")
+        named = (
+            (self.uncached_label, self.held.uncached, self.served.uncached),
+            (coal, self.held.coalesced, self.served.coalesced),
+            (self.cached_label, self.held.cached, self.served.cached),
+        )
+        return ", ".join(
+            f"{label} (served {served:,.0f}/s of {self.rate:,})"
+            for label, held, served in named
+            if not held
+        )
 
 
 def _by_rate(results: list[StepResult], arm: str, phase: str) -> dict[int, StepResult]:
@@ -79,7 +125,7 @@ def _three(values: list[float | None]) -> Split | None:
     return Split(uncached, coalesced, cached)  # type: ignore[arg-type]
 
 
-def rate_splits(results: list[StepResult], prices: Prices) -> list[RateSplit]:
+def rate_splits(results: list[StepResult], prices: Prices, goal: Goal) -> list[RateSplit]:
     """Every cached series (warm) at every rate the uncached and coalesce arms ran too."""
     uncached_arm = next(
         (arm for arm in REFERENCE_ARMS if any(r.step.arm == arm for r in results)), None
@@ -106,6 +152,8 @@ def rate_splits(results: list[StepResult], prices: Prices) -> list[RateSplit]:
                     _three([step_price(r, prices) for r in (base, coal, mine)]),
                     _three([_p95(base), _p95(coal), _p95(mine)]),
                     Split(base.drop_rate, coal.drop_rate, mine.drop_rate),
+                    Split(base.achieved_rps, coal.achieved_rps, mine.achieved_rps),
+                    Held(goal.held(base), goal.held(coal), goal.held(mine)),
                 )
             )
     return out
@@ -123,33 +171,73 @@ def _share_words(split: Split) -> str:
     return f"coalescing alone recovered {1 - share:.0%} of the saving, the hits {share:.0%}"
 
 
-def split_sentence(one: RateSplit) -> str:
-    """A cached series' saving at one rate, split, in the answer's words."""
-    coal = series_label(COALESCE_ARM, "none")
-    head = f"At {one.rate:,}/s, what the cache itself bought ({one.cached_label})"
+def _beside(one: RateSplit) -> list[str]:
+    """The p95, drops and rates served of the three arms: the figures beside a split."""
     parts = []
-    if one.cost is not None:
-        c = one.cost
-        if c.saving <= 0:
-            parts.append(
-                f"it cost no less than {one.uncached_label} (${c.cached:.3f} against "
-                f"${c.uncached:.3f} per million requests; {coal} ${c.coalesced:.3f})"
-            )
-        else:
-            parts.append(
-                f"{one.uncached_label} ${c.uncached:.3f} per million requests, {coal} "
-                f"(misses batched, nothing stored) ${c.coalesced:.3f}, {one.cached_label} "
-                f"${c.cached:.3f}: {_share_words(c)}"
-            )
     if one.p95 is not None:
         p = one.p95
-        share = p.hits_share
+        share = p.hits_share if one.comparable else None
         parts.append(
             f"p95 {p.uncached:,.1f} / {p.coalesced:,.1f} / {p.cached:,.1f} ms"
             + ("" if share is None else f" (the hits' share of that saving {share:.0%})")
         )
     d = one.drops
     parts.append(f"dropped or failed {d.uncached:.1%} / {d.coalesced:.1%} / {d.cached:.1%}")
+    return parts
+
+
+def _cost_words(one: RateSplit) -> str | None:
+    """The prices and their split, only where all three held the goal."""
+    c = one.cost_split
+    if c is None:
+        return None
+    coal = series_label(COALESCE_ARM, "none")
+    if c.saving <= 0:
+        return (
+            f"it cost no less than {one.uncached_label} (${c.cached:.3f} against "
+            f"${c.uncached:.3f} per million requests; {coal} ${c.coalesced:.3f})"
+        )
+    return (
+        f"{one.uncached_label} ${c.uncached:.3f} per million requests, {coal} "
+        f"(misses batched, nothing stored) ${c.coalesced:.3f}, {one.cached_label} "
+        f"${c.cached:.3f}: {_share_words(c)}"
+    )
+
+
+def _not_split_words(one: RateSplit) -> str:
+    """Why a rate's saving is not split: who missed the goal, and what that leaves."""
+    held = one.held
+    missed = one.missed_words()
+    if not held.cached:
+        return f"not split: {missed} missed the goal, the cached arm among them"
+    if not held.uncached:
+        return (
+            f"not split: {missed} missed the goal, so no price of the same service stands "
+            f"against {one.cached_label}'s"
+        )
+    # The uncached read and the cache held, coalescing alone did not.
+    cost = one.cost
+    both = (
+        ""
+        if cost is None
+        else f" ({one.uncached_label} ${cost.uncached:.3f}, {one.cached_label} "
+        f"${cost.cached:.3f} per million requests, both at the goal)"
+    )
+    return (
+        f"coalescing alone did not hold the goal ({missed}), so none of the saving{both} "
+        "is credited to it"
+    )
+
+
+def split_sentence(one: RateSplit) -> str:
+    """A cached series' saving at one rate, split where the three arms held the
+    goal, else why not, in the answer's words."""
+    head = f"At {one.rate:,}/s, what the cache itself bought ({one.cached_label})"
+    if one.comparable:
+        cost = _cost_words(one)
+        parts = ([] if cost is None else [cost]) + _beside(one)
+    else:
+        parts = [_not_split_words(one), *_beside(one)]
     return f"{head}: " + "; ".join(parts) + "."
 
 
@@ -163,7 +251,9 @@ def _shares(splits: list[RateSplit], figure: str) -> list[float]:
 
 
 def range_sentence(splits: list[RateSplit]) -> str | None:
-    """The hits' share over every rate of one cached series; None for one rate."""
+    """The hits' share over every rate where the three arms held the goal; None
+    for fewer than two such rates."""
+    splits = [one for one in splits if one.comparable]
     if len(splits) < 2:
         return None
     parts = []
@@ -184,48 +274,85 @@ def range_sentence(splits: list[RateSplit]) -> str | None:
         if max(every) <= 0.005
         else "coalescing the rest"
     )
-    rates = f"{splits[0].rate:,}-{splits[-1].rate:,}/s"
+    rates = ", ".join(f"{one.rate:,}" for one in splits)
     return (
-        f"Over the {len(splits)} rates the three arms ran ({rates}), the hits of "
-        f"{splits[0].cached_label} account for " + ", ".join(parts) + f" ({rest})."
+        f"Over the {len(splits)} rates where the three arms held the goal ({rates}/s), the "
+        f"hits of {splits[0].cached_label} account for " + ", ".join(parts) + f" ({rest})."
     )
 
 
-def answer_lines(results: list[StepResult], prices: Prices) -> list[str]:
-    """For each cached series: the split at the highest rate the three arms were
-    all priced at (else the highest), then the hits' share over every rate."""
+def none_comparable_sentence(splits: list[RateSplit]) -> str:
+    """Where no rate had all three arms at the goal: that nothing is split."""
+    one = splits[0]
+    return (
+        f"At no rate tried did {one.uncached_label}, {COALESCE_ARM} and {one.cached_label} "
+        "all hold the goal, so no saving of the same service is split between coalescing "
+        "and the hits."
+    )
+
+
+def answer_lines(results: list[StepResult], prices: Prices, goal: Goal) -> list[str]:
+    """For each cached series: the split at the highest rate all three arms held
+    the goal and were priced at (else the highest rate, saying who missed), then
+    the hits' share over the rates all three held."""
     by_series: dict[str, list[RateSplit]] = {}
-    for one in rate_splits(results, prices):
+    for one in rate_splits(results, prices, goal):
         by_series.setdefault(one.cached_label, []).append(one)  # rates rise
     lines = []
     for splits in by_series.values():
-        priced = [one for one in splits if one.cost is not None]
-        lines.append(split_sentence((priced or splits)[-1]))
+        comparable = [one for one in splits if one.comparable]
+        priced = [one for one in comparable if one.cost is not None]
+        if not comparable:
+            lines.append(none_comparable_sentence(splits))
+        lines.append(split_sentence((priced or comparable or splits)[-1]))
         over = range_sentence(splits)
         if over is not None:
             lines.append(over)
     return lines
 
 
-def _cells(split: Split | None, fmt: str) -> list[str]:
-    """Uncached, coalesced and cached in `fmt`, and the hits' share of the saving."""
+NOT_SPLIT = "not split"
+
+
+def _cells(split: Split | None, fmt: str, comparable: bool) -> list[str]:
+    """Uncached, coalesced and cached in `fmt`, and the hits' share of the saving
+    (only where the three held the goal)."""
     if split is None:
         return ["n/a"] * 4
     share = "no saving" if split.hits_share is None else f"{split.hits_share:.0%}"
-    return [fmt.format(v) for v in (split.uncached, split.coalesced, split.cached)] + [share]
+    values = [fmt.format(v) for v in (split.uncached, split.coalesced, split.cached)]
+    return [*values, share if comparable else NOT_SPLIT]
 
 
-def split_table(results: list[StepResult], prices: Prices) -> Table | None:
-    """Every rate's split: the three arms' cost, p95 and drops, and the hits' share."""
+def _cost_cells(one: RateSplit) -> list[str]:
+    """The three prices where each held the goal, else what it served; the share
+    only where all three held."""
+    cost = one.cost
+    if cost is None:
+        return ["n/a"] * 4
+    held = (one.held.uncached, one.held.coalesced, one.held.cached)
+    served = (one.served.uncached, one.served.coalesced, one.served.cached)
+    values = (cost.uncached, cost.coalesced, cost.cached)
+    cells = [
+        f"{value:.3f}" if ok else f"missed: served {rate:,.0f}/s of {one.rate:,}"
+        for value, ok, rate in zip(values, held, served, strict=True)
+    ]
+    share = "no saving" if cost.hits_share is None else f"{cost.hits_share:.0%}"
+    return [*cells, share if one.comparable else NOT_SPLIT]
+
+
+def split_table(results: list[StepResult], prices: Prices, goal: Goal) -> Table | None:
+    """Every rate's split: the three arms' cost (a price only where it held the
+    goal), p95 and drops, and the hits' share where all three held it."""
     rows = []
-    for one in rate_splits(results, prices):
-        *drops, drops_share = _cells(one.drops, "{:.1%}")
+    for one in rate_splits(results, prices, goal):
+        *drops, drops_share = _cells(one.drops, "{:.1%}", one.comparable)
         rows.append(
             [
                 one.cached_label,
                 f"{one.rate:,}",
-                *_cells(one.cost, "{:.3f}"),
-                *_cells(one.p95, "{:,.1f}"),
+                *_cost_cells(one),
+                *_cells(one.p95, "{:,.1f}", one.comparable),
                 " / ".join(drops),
                 drops_share,
             ]
@@ -234,7 +361,8 @@ def split_table(results: list[StepResult], prices: Prices) -> Table | None:
         return None
     return Table(
         "what the cache itself bought: the saving against the uncached read, split between "
-        "coalescing the misses (coalesce: batched, nothing stored) and the hits",
+        "coalescing the misses (coalesce: batched, nothing stored) and the hits where all "
+        f"three arms held the goal ({goal.words()})",
         [
             "cached series",
             "target /s",

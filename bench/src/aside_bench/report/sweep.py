@@ -14,12 +14,14 @@ from aside_bench.curve.simulate import CurveUnavailable
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
+from aside_bench.records.goal import GOAL_P95_MS, Goal
 from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures, save_figures
 from aside_bench.report.answer import answer
 from aside_bench.report.costs import cost_table, run_prices
 from aside_bench.report.curves import curve_section
+from aside_bench.report.decision import decide, decision_table
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.split import split_table
 from aside_bench.report.tables import (
@@ -31,8 +33,9 @@ from aside_bench.report.tables import (
 from aside_bench.stack.influxpoints import SPOOL_DIR, InfluxPoints
 from aside_bench.stack.machine import summary
 
-# The p95 limit a sweep's step is judged "held" by, as the ceiling's default.
-HELD_P95_MS = 10.0
+# The p95 limit a sweep's step is judged "held" by (records/goal.py).
+HELD_P95_MS = GOAL_P95_MS
+GOAL = Goal(HELD_P95_MS)
 
 
 def calibration_rates(run: RunRecord) -> dict[str, int | None]:
@@ -233,12 +236,24 @@ DEFINITIONS = [
     "at the vCPU-hour price, plus the memory held for as long as a million requests take at "
     "the rate achieved at the GiB-hour price (ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR). "
     "The CPU is what the requests used, not the machine's idle cores",
-    "the answer: each series against the latency goal (p95 within it, nothing dropped or "
-    "failed), the cached arms warm; the break-even is the lowest rate from which a cached "
-    "arm costs less per million requests than the uncached one at every higher rate tried; "
+    "the service goal: p95 within the limit and at most 0.1% of the scheduled requests "
+    "dropped or failed (records/goal.py, DROP_TOLERANCE); a step's cost per million "
+    "requests is a price of that service only where the step held the goal: an arm that "
+    "drops most of its load is cheap per request served because it leaves out what the "
+    "dropped ones would have cost, so tables mark it (missed: served 208/s of 1,000) and "
+    "charts draw it hollow, against the rate served",
+    "the answer: the decision table first (at each rate, the series that held the goal, "
+    "the cheapest of them with its cost per million requests and its memory at the step's "
+    "end, the gateway's RSS and Redis's used_memory, the smallest memory arm that held, and "
+    "each series that missed with the highest lower rate it held); then each series against "
+    "the goal, the cached arms warm; the break-even is the lowest rate from which a cached "
+    "arm costs less per million requests than the uncached one at every higher rate both "
+    "held the goal; "
     "the split: of a cached arm's saving against the uncached read (cost, p95, drops), the "
     "part the coalesce arm reaches at the same rate is coalescing's, the rest the hits' "
-    "(coalesce worse than uncached: none is coalescing's; better than the cached arm: all)",
+    "(coalesce worse than uncached: none is coalescing's; better than the cached arm: all), "
+    "stated only at rates where all three held the goal; elsewhere the answer names the "
+    "arms that missed and what they served",
     "invalidation lag floor (mixed): the same messages' lag at a subscriber that does nothing "
     "else (a process of its own beside the step, aside_bench.sweep.lagfloor), exact quantiles: the "
     "part of the lag that is the machine's (the core's PUBLISH, Redis, waking a process on "
@@ -266,19 +281,25 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
     prices = run_prices(run.params)
     doc = Doc()
     doc.h(1, title)
-    lines = answer(merged, curves, prices, HELD_P95_MS, bool(run.seed.get("index")))
+    lines = answer(merged, curves, prices, GOAL, bool(run.seed.get("index")))
+    decisions: list[Table] = []
     if lines:
         doc.h(2, "The answer")
+        # One decision per distance: a run has one today (None), so one table.
+        decisions = [decision_table(decide(merged, GOAL, prices, curves))]
+        for table in decisions:
+            doc.table(table)
         doc.ul(lines)
     context(doc, run)
     figures = save_figures(results, out_dir)
-    costs = cost_table(merged, prices)
+    costs = cost_table(merged, prices, GOAL)
     tables = sweep_tables(merged) if results else []
-    held = held_table(merged, HELD_P95_MS, calibration_rates(run)) if results else None
-    tables += [t for t in (held, costs, split_table(merged, prices)) if t is not None]
+    held = held_table(merged, GOAL, calibration_rates(run)) if results else None
+    tables += [t for t in (held, costs, split_table(merged, prices, GOAL)) if t is not None]
     doc.results(tables, bool(results))
     saturation_section(doc, results)
     tables += curve_section(doc, curves, out_dir, caption(run))
+    tables = decisions + tables  # in the page's order: the decision on top
     if not_drawn is not None:
         doc.p(not_drawn, note=True)
     drift = machine_drift_line(figures)
@@ -291,8 +312,12 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
 
         doc.h(2, "Charts")
         paths = charts.sweep_charts(merged, out_dir, caption(run))
+        paths.append(charts.served_p95_chart(merged, GOAL, out_dir / "p95_served.png",
+                                             caption(run)))  # fmt: skip
         if costs is not None:
-            paths.append(charts.cost_chart(merged, prices, out_dir / "cost.png", caption(run)))
+            paths.append(
+                charts.cost_chart(merged, prices, GOAL, out_dir / "cost.png", caption(run))
+            )
         for path in paths:
             doc.image(path, path.stem.replace("_", " "))
     write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from aside_bench.plan.steps import series_label
+from aside_bench.records.goal import Goal
 from aside_bench.records.repeats import figure_spread
 from aside_bench.records.results import StepResult
 
@@ -332,11 +333,11 @@ def saturated_steps(results: list[StepResult]) -> list[str]:
 
 
 def held_table(
-    results: list[StepResult], p95_limit_ms: float, calibration: dict[str, int | None]
+    results: list[StepResult], goal: Goal, calibration: dict[str, int | None]
 ) -> Table | None:
-    """Per series, the highest target rate held (p95 within the limit, nothing
-    dropped or failed, the driver not saturated) and that rate as a fraction of each
-    calibrated ceiling; None without a calibration."""
+    """Per series, the highest target rate held (the service goal, the driver
+    not saturated) and that rate as a fraction of each calibrated ceiling; None
+    without a calibration."""
     known = {name: rate for name, rate in calibration.items() if rate}
     if not known:
         return None
@@ -344,14 +345,13 @@ def held_table(
     rows = []
     for arm, phase in series_order(results):
         series = series_of(results, arm, phase)
-        held = [r.step.rate for r in series if r.holds(p95_limit_ms) and not r.saturated]
+        held = [r.step.rate for r in series if goal.held(r) and not r.saturated]
         best = max(held) if held else None
         row = [series_label(arm, phase), MISSING if best is None else str(best)]
         row += [MISSING if best is None else f"{best / rate:.2f}" for rate in known.values()]
         rows.append(row)
     return Table(
-        f"highest rate held in this run (p95 <= {p95_limit_ms:g} ms, no drops), "
-        "against the machine's calibration",
+        f"highest rate held in this run ({goal.words()}), against the machine's calibration",
         headers,
         rows,
     )

@@ -1,9 +1,11 @@
-"""compare.html: `make compare` as pictures beside its table. The p95 and the
-drop rate of every series against the target rate, A's line solid and B's
-dashed in the series' colour (B put on A's machine as the table puts it), the
-cost per million requests the same way, then the table of every step both runs
-ran with its flags. Drawn with the report's own charts and page (report/charts,
-report/doc), so a browser shows it as it shows report.html."""
+"""compare.html: `make compare` as pictures beside its table. The p95 of every
+series against the rate it served, and its drop rate against the target rate,
+A's line solid and B's dashed in the series' colour (B put on A's machine as
+the table puts it), the cost per million requests against the rate served the
+same way, a step that missed the service goal (records/goal.py) hollow, then
+the table of every step both runs ran with its flags. Drawn with the report's
+own charts and page (report/charts, report/doc), so a browser shows it as it
+shows report.html."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aside_bench.plan.steps import series_label
+from aside_bench.records.goal import Goal
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepKey
 from aside_bench.records.spend import Prices, step_price
@@ -27,15 +30,31 @@ from aside_bench.trust.machines import Scale
 PAGE = "compare.html"
 STYLE = {"A": ("-", "o"), "B": ("--", "s")}  # line, marker
 SeriesKey = tuple[str, str, str]
+# The goal a step's point is drawn filled (held) or hollow (missed) by.
+GOAL = Goal()
+
+
+@dataclass(frozen=True)
+class Point:
+    """One step of one side: its target rate, the rate it served, a figure, and
+    whether it held the goal (its median p95 and drop rate, as the table has them)."""
+
+    rate: int
+    served: float | None  # None: the step's achieved rate was not compared
+    value: float
+    held: bool
 
 
 @dataclass(frozen=True)
 class Line:
-    """One series of one side on a chart: a value per target rate."""
+    """One series of one side on a chart: a value per step."""
 
     series: SeriesKey  # (scenario, arm, phase): one colour
     side: str  # "A" or "B": one style
-    points: list[tuple[int, float]]
+    points: list[Point]
+
+    def at_target(self) -> list[tuple[int, float]]:
+        return [(point.rate, point.value) for point in self.points]
 
 
 def run_results(run: RunRecord) -> list[StepResult]:
@@ -54,33 +73,61 @@ def step_costs(results: list[StepResult], prices: Prices) -> dict[StepKey, float
     return {key: statistics.median(values) for key, values in found.items()}
 
 
+def _median(change: compare.Change | None, side: str) -> float | None:
+    if change is None:
+        return None
+    spread = change.a if side == "A" else change.b
+    return None if spread is None else spread.median
+
+
+def _held(row: compare.Row, side: str, goal: Goal) -> bool:
+    """The step's median p95 within the goal and its median drop rate within its tolerance."""
+    p95 = _median(row.changes.get("p95"), side)
+    drops = _median(row.changes.get("drops"), side)
+    return (
+        p95 is not None
+        and drops is not None
+        and (p95 <= goal.p95_ms and drops <= goal.drop_tolerance)
+    )
+
+
 def _lines(
-    keys: list[StepKey], value: Callable[[str, StepKey], float | None], sides: tuple[str, ...]
+    rows: list[compare.Row], value: Callable[[str, StepKey], float | None], goal: Goal
 ) -> list[Line]:
     """A line per series and side, in the order the steps come, of the values found."""
+    by_key = {row.key: row for row in rows}
     lines = []
-    for series in dict.fromkeys(key[:3] for key in keys):
-        steps = sorted((key for key in keys if key[:3] == series), key=lambda key: key[3])
-        for side in sides:
-            points = [(key[3], found) for key in steps if (found := value(side, key)) is not None]
+    for series in dict.fromkeys(key[:3] for key in by_key):
+        steps = sorted((key for key in by_key if key[:3] == series), key=lambda key: key[3])
+        for side in ("A", "B"):
+            points = [
+                Point(key[3], _median(by_key[key].changes.get("achieved"), side), found,
+                      _held(by_key[key], side, goal))
+                for key in steps
+                if (found := value(side, key)) is not None
+            ]  # fmt: skip
             if points:
                 lines.append(Line(series, side, points))
     return lines
 
 
-def figure_lines(rows: list[compare.Row], name: str, factor: float = 1.0) -> list[Line]:
+def figure_lines(
+    rows: list[compare.Row], name: str, factor: float = 1.0, goal: Goal = GOAL
+) -> list[Line]:
     """Each side's median of a figure (B's on A's machine, as compared)."""
     changes = {row.key: row.changes[name] for row in rows}
 
     def value(side: str, key: StepKey) -> float | None:
-        spread = changes[key].a if side == "A" else changes[key].b
-        return None if spread is None else spread.median * factor
+        found = _median(changes[key], side)
+        return None if found is None else found * factor
 
-    return _lines([row.key for row in rows], value, ("A", "B"))
+    return _lines(rows, value, goal)
 
 
-def cost_lines(keys: list[StepKey], a: dict[StepKey, float], b: dict[StepKey, float]) -> list[Line]:
-    return _lines(keys, lambda side, key: (a if side == "A" else b).get(key), ("A", "B"))
+def cost_lines(
+    rows: list[compare.Row], a: dict[StepKey, float], b: dict[StepKey, float], goal: Goal = GOAL
+) -> list[Line]:
+    return _lines(rows, lambda side, key: (a if side == "A" else b).get(key), goal)
 
 
 def _label(series: SeriesKey, scenarios: int) -> str:
@@ -89,26 +136,46 @@ def _label(series: SeriesKey, scenarios: int) -> str:
 
 
 def overlay_chart(
-    lines: list[Line], path: Path, title: str, ylabel: str, caption: str, log: bool
-) -> Path:
-    """Every line on one chart: a colour per series, A solid, B dashed."""
+    lines: list[Line], path: Path, title: str, ylabel: str, caption: str, log: bool,
+    served: bool = False,
+) -> Path:  # fmt: skip
+    """Every line on one chart: a colour per series, A solid, B dashed; against
+    the rate served (`served`: a step that missed the goal hollow) or the target."""
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
     fig, ax = charts.plt.subplots(figsize=(8, 5))
     colours: dict[SeriesKey, Any] = {}
     scenarios = len({line.series[0] for line in lines})
+    xs_all: list[float] = []
     for line in lines:
         style, marker = STYLE[line.side]
-        xs, ys = zip(*line.points, strict=True)
-        drawn = ax.plot(xs, ys, style, marker=marker, color=colours.get(line.series),
-                        label=f"{_label(line.series, scenarios)}, {line.side}")  # fmt: skip
+        label = f"{_label(line.series, scenarios)}, {line.side}"
+        if served:
+            points = [(p.served, p.value, p.held) for p in line.points if p.served]
+            if not points:
+                continue
+            xs = [x for x, _, _ in points]
+            drawn = ax.plot(xs, [y for _, y, _ in points], style, alpha=0.6,
+                            color=colours.get(line.series), label=label)  # fmt: skip
+            charts.mark_points(ax, points, drawn[0].get_color(), marker)
+            xs_all += xs
+        else:
+            xs, ys = zip(*line.at_target(), strict=True)
+            drawn = ax.plot(xs, ys, style, marker=marker, color=colours.get(line.series),
+                            label=label)  # fmt: skip
         colours.setdefault(line.series, drawn[0].get_color())
-    charts.rate_axis(ax, sorted({rate for line in lines for rate, _ in line.points}))
+    if served:
+        charts.served_axis(ax, xs_all)
+    else:
+        charts.rate_axis(ax, sorted({p.rate for line in lines for p in line.points}))
     if log:
         charts.log_y(ax)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    if served:
+        charts.goal_legend(ax)
+    else:
+        ax.legend(fontsize=8)
     return charts.finish(fig, path, caption)
 
 
@@ -133,20 +200,24 @@ def _charts(sides: Sides, rows: list[compare.Row], out_dir: Path, caption: str) 
     drops = figure_lines(rows, "drops", factor=100)
     paths = []
     if p95:
-        paths.append(overlay_chart(p95, out_dir / "compare_p95.png", "p95 latency by target rate",
-                                   "p95 ms (log scale)", caption, log=True))  # fmt: skip
+        paths.append(overlay_chart(
+            p95, out_dir / "compare_p95.png",
+            "p95 latency against the rate served (hollow: missed the goal)",
+            "p95 ms (log scale)", caption, log=True, served=True,
+        ))  # fmt: skip
     if drops:
         paths.append(overlay_chart(drops, out_dir / "compare_drop_rate.png",
                                    "drop rate (dropped + failed) / scheduled", "drop rate (%)",
                                    caption, log=False))  # fmt: skip
     prices = run_prices(sides.run_a.params)
-    costs = cost_lines([row.key for row in rows], step_costs(sides.results_a, prices),
+    costs = cost_lines(rows, step_costs(sides.results_a, prices),
                        step_costs(sides.results_b, prices))  # fmt: skip
     if costs:
         paths.append(overlay_chart(
             costs, out_dir / "compare_cost.png",
-            f"cost per million requests ({prices.chart_words()}, A's prices)",
-            "\\$ per million requests (log scale)", caption, log=True,
+            f"cost per million requests ({prices.chart_words()}, A's prices) against the "
+            "rate served\nhollow: missed the goal, so not a price of the service asked for",
+            "\\$ per million requests (log scale)", caption, log=True, served=True,
         ))  # fmt: skip
     return paths
 
@@ -168,7 +239,9 @@ def write_page(
     doc.p(
         "A's line solid, B's dashed, a colour per series. The cost is as each run measured "
         "it (the CPU and memory of its steps), priced at A's prices; the steps' "
-        "latencies and drop rates are the table's."
+        "latencies and drop rates are the table's. The p95 and the cost are drawn against "
+        f"the rate each step served; a step that missed the goal ({GOAL.words()}) is "
+        "hollow: its cost per request served is not a price of the service asked for."
     )
     for path in paths:
         doc.image(path, path.stem.replace("_", " "))

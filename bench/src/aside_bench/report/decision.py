@@ -1,0 +1,267 @@
+"""The decision on top of a sweep's report: at each rate, which arms held the
+service goal (records/goal.py), the cheapest of them with its cost per million
+requests and the memory it used, and for each arm that missed, the rate it
+held last; with memory arms (cache@2mb), the smallest cache that held.
+
+Built from the steps of one distance: `decide` takes them and the distance's
+name (None while a run has one), so a run of several distances gets one
+Decision, and one table, per distance. Pure, unit-tested."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aside_bench.curve.points import MeasuredPoint, RateCurve
+from aside_bench.plan.steps import arm_memory, series_label
+from aside_bench.records.goal import Goal, missed_words
+from aside_bench.records.results import StepResult
+from aside_bench.records.spend import Prices, step_price
+from aside_bench.report.split import COALESCE_ARM, REFERENCE_ARMS
+from aside_bench.report.tables import MISSING, Table, series_of, series_order
+
+UNCACHED_ARMS = REFERENCE_ARMS
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Series:
+    """One arm in one phase, its steps by rising rate."""
+
+    arm: str
+    phase: str
+    steps: list[StepResult]
+
+    @property
+    def label(self) -> str:
+        return series_label(self.arm, self.phase)
+
+
+def answer_series(results: list[StepResult]) -> list[Series]:
+    """The series the answer speaks of: the uncached arms, the coalesce arm, and
+    the cached arms warm (a cold cache is the warm-up, not the steady state)."""
+    return [
+        Series(arm, phase, series_of(results, arm, phase))
+        for arm, phase in series_order(results)
+        if arm in (*UNCACHED_ARMS, COALESCE_ARM) or phase == "warm"
+    ]
+
+
+def size_words(size: int) -> str:
+    """4 MiB, 1.5 MiB, 1723 KiB: a memory bound as a reader would write it."""
+    if size % MIB == 0 or size >= 10 * MIB:
+        return f"{size / MIB:.0f} MiB"
+    if size >= MIB:
+        return f"{size / MIB:.1f} MiB"
+    return f"{size / 1024:.0f} KiB"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a step held at its end: the gateway's RSS and Redis's used memory
+    (None: the arm reads no Redis, or it was not read)."""
+
+    gateway_mib: float | None
+    redis_mib: float | None
+
+    def words(self) -> str:
+        gateway = MISSING if self.gateway_mib is None else f"{self.gateway_mib:,.0f} MiB"
+        if self.redis_mib is None:
+            return f"gateway {gateway}, no Redis"
+        return f"gateway {gateway} + Redis {self.redis_mib:,.1f} MiB"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One series at one rate against the goal."""
+
+    label: str
+    arm: str
+    result: StepResult
+    held: bool
+    # $ per million requests served; a price of the service only when `held`.
+    cost: float | None
+
+    @property
+    def rate(self) -> int:
+        return self.result.step.rate
+
+    @property
+    def price(self) -> float | None:
+        """The cost as a price of the goal's service: None where the step missed it."""
+        return self.cost if self.held else None
+
+    @property
+    def memory(self) -> Memory:
+        result = self.result
+        gateway = None if result.cost is None else result.cost.gateway_rss_mib
+        redis = None if result.redis is None else result.redis.used_memory / MIB
+        return Memory(gateway, redis)
+
+    @property
+    def bound(self) -> int | None:
+        """The bytes a memory arm's Redis may hold; None: not a memory arm."""
+        return arm_memory(self.arm)
+
+    def cell(self) -> str:
+        """The cost as a table shows it: the price where held, else the miss."""
+        if not self.held:
+            return missed_words(self.result)
+        return MISSING if self.cost is None else f"${self.cost:.3f}"
+
+
+def standing(series: Series, result: StepResult, goal: Goal, prices: Prices) -> Standing:
+    return Standing(series.label, series.arm, result, goal.held(result), step_price(result, prices))
+
+
+@dataclass(frozen=True)
+class Missed:
+    """A series that missed the goal at a rate, and the highest lower rate it held."""
+
+    standing: Standing
+    held_last: int | None  # None: it held at no lower rate tried
+
+    def words(self) -> str:
+        last = "none" if self.held_last is None else f"{self.held_last:,}/s"
+        return f"{self.standing.label} ({missed_words(self.standing.result)}; held last: {last})"
+
+
+@dataclass(frozen=True)
+class RateDecision:
+    """One rate: the series that held the goal (cheapest first; unpriced last) and
+    those that missed it."""
+
+    rate: int
+    held: list[Standing]
+    missed: list[Missed]
+    curve_points: list[MeasuredPoint]  # the memory arms as the curve measured them here
+
+    @property
+    def cheapest(self) -> Standing | None:
+        """The cheapest priced series that held; None when none held or none was priced."""
+        return next((one for one in self.held if one.price is not None), None)
+
+    @property
+    def smallest_cache(self) -> Standing | None:
+        """The memory arm of the smallest bound that held; None when none did."""
+        bounded = [one for one in self.held if one.bound is not None]
+        return min(bounded, key=lambda one: one.bound or 0, default=None)
+
+    @property
+    def memory_arms(self) -> bool:
+        return any(one.bound is not None for one in self.held) or any(
+            one.standing.bound is not None for one in self.missed
+        )
+
+    def curve_point(self, arm: str) -> MeasuredPoint | None:
+        return next((point for point in self.curve_points if point.arm == arm), None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The decision of one distance (None: the run's only one) at every rate tried."""
+
+    distance: str | None
+    goal: Goal
+    rates: list[RateDecision]
+
+    @property
+    def memory_arms(self) -> bool:
+        return any(one.memory_arms for one in self.rates)
+
+
+def _held_last(series: Series, rate: int, goal: Goal) -> int | None:
+    return max((r.step.rate for r in series.steps if r.step.rate < rate and goal.held(r)),
+               default=None)  # fmt: skip
+
+
+def _by_price(one: Standing) -> tuple[bool, float]:
+    return (one.price is None, one.price or 0.0)
+
+
+def decide(
+    results: list[StepResult],
+    goal: Goal,
+    prices: Prices,
+    curves: list[RateCurve] | None = None,
+    distance: str | None = None,
+) -> Decision:
+    """The decision over the steps of one distance, rate by rate."""
+    series = answer_series(results)
+    points = {curve.rate: curve.measured for curve in curves or []}
+    rates = sorted({r.step.rate for one in series for r in one.steps})
+    out = []
+    for rate in rates:
+        held, missed = [], []
+        for one in series:
+            result = next((r for r in one.steps if r.step.rate == rate), None)
+            if result is None:
+                continue
+            found = standing(one, result, goal, prices)
+            if found.held:
+                held.append(found)
+            else:
+                missed.append(Missed(found, _held_last(one, rate, goal)))
+        out.append(RateDecision(rate, sorted(held, key=_by_price), missed, points.get(rate, [])))
+    return Decision(distance, goal, out)
+
+
+def _smallest_cell(one: RateDecision) -> str:
+    found = one.smallest_cache
+    if found is None:
+        return "none held"
+    text = f"{found.label}: {size_words(found.bound or 0)}"
+    point = one.curve_point(found.arm)
+    if point is not None:
+        text += f", {point.hit_rate:.0%} of reads hit, {point.keys:,} keys held"
+    return text
+
+
+def decision_table(decision: Decision) -> Table:
+    """One row per rate: what held, the cheapest of it and its memory, the
+    smallest cache (with memory arms), and every miss with the rate it held last."""
+    memory = decision.memory_arms
+    headers = ["target /s", "held the goal", "cheapest that held", "its $/M", "its memory"]
+    if memory:
+        headers.append("smallest cache that held")
+    headers.append("missed (held last)")
+    rows = []
+    for one in decision.rates:
+        cheapest = one.cheapest
+        row = [
+            f"{one.rate:,}",
+            ", ".join(s.label for s in one.held) or "none",
+            "none held" if cheapest is None else cheapest.label,
+            MISSING if cheapest is None else cheapest.cell(),
+            MISSING if cheapest is None else cheapest.memory.words(),
+        ]
+        if memory:
+            row.append(_smallest_cell(one))
+        row.append("; ".join(m.words() for m in one.missed) or "none")
+        rows.append(row)
+    at = "" if decision.distance is None else f" ({decision.distance})"
+    return Table(
+        f"the decision{at}: at each rate, the arms that held the goal "
+        f"({decision.goal.words()}) and the cheapest of them",
+        headers,
+        rows,
+    )
+
+
+def smallest_cache_sentences(decision: Decision) -> list[str]:
+    """With memory arms: the smallest cache that held the goal at each rate, or that none did."""
+    if not decision.memory_arms:
+        return []
+    out = []
+    for one in decision.rates:
+        found = one.smallest_cache
+        if found is None:
+            bounds = sorted({m.standing.bound for m in one.missed if m.standing.bound})
+            tried = ", ".join(size_words(b) for b in bounds)
+            out.append(f"At {one.rate:,}/s no cache bound tried ({tried}) held the goal.")
+            continue
+        price = "" if found.price is None else f", ${found.price:.3f} per million requests"
+        out.append(
+            f"At {one.rate:,}/s the smallest cache that held the goal: {found.label}, "
+            f"{size_words(found.bound or 0)} of Redis ({found.memory.words()}{price})."
+        )
+    return out
