@@ -40,7 +40,7 @@ def test_each_series_has_an_a_and_a_b_line_at_its_rates() -> None:
 def test_each_point_carries_the_rate_served_and_whether_it_held_the_goal() -> None:
     # The sample's nocache p95 is 80 and 900 ms: it missed the goal (p95 <= 10 ms); the
     # cache's is 4 and 5 ms in A, and 2.2 times that in B: 8.8 ms held, 11 ms missed.
-    rows = _rows(_sides(2.2))
+    rows = compare_rows(compare_sides(2.2))
     found = comparepage.figure_lines(rows, "p95")
     lines = {(line.series[1], line.side): line.points for line in found}
     assert [(p.rate, p.served, p.held) for p in lines[("cache", "A")]] == [
