@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from aside_bench.compare import comparepage, machines
+from aside_bench.compare import steps as compare
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures
 from aside_bench.records.tierstats import StepCost
-from aside_bench.trust import compare, comparepage, machines
 
 
 def sample_result(

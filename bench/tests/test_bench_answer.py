@@ -6,8 +6,8 @@ import pytest
 from aside_bench.curve.points import MeasuredPoint, RateCurve
 from aside_bench.plan.steps import Step
 from aside_bench.records.goal import Goal
+from aside_bench.records.prices import Prices, Spend, step_spend
 from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult
-from aside_bench.records.spend import Prices, Spend, step_spend
 from aside_bench.records.tierstats import StepCost
 from aside_bench.report.answer import Series, answer, break_even_sentence, goal_sentence
 

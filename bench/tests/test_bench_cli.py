@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aside_bench.cli.app import build_parser
 from aside_bench.cli.options import default_of
-from aside_bench.cli.stepping import shape_of
+from aside_bench.cli.runner_commands import shape_of
 from aside_bench.plan.shape import LoadShape
 from aside_bench.stack import config
 from aside_bench.sweep.runner import Options

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from aside_bench.compare import page as comparepage
 from aside_bench.records.results import StepResult
-from aside_bench.trust import comparepage
 from report_samples import SAME, compare_page, compare_rows, compare_sides, sample_run
 
 CHARTS = ["compare cost", "compare drop rate", "compare p95"]

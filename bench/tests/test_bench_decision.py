@@ -6,8 +6,8 @@ from __future__ import annotations
 from aside_bench.curve.points import MeasuredPoint, RateCurve
 from aside_bench.plan.steps import Step
 from aside_bench.records.goal import Goal, missed_words
+from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult
-from aside_bench.records.spend import Prices, step_price
 from aside_bench.records.tierstats import StepCost
 from aside_bench.report.answer import answer
 from aside_bench.report.costs import cost_table

@@ -14,8 +14,8 @@ from aside_bench.cli import app
 NOT_DRAWING = [
     "aside_bench.cli",
     "aside_bench.cli.app",
-    "aside_bench.cli.stepping",
-    "aside_bench.cli.reading",
+    "aside_bench.cli.runner_commands",
+    "aside_bench.cli.report_and_compare",
     "aside_bench_chaos.run",
     "aside_bench_chaos.report",
     "aside_bench_soak.run",
@@ -26,8 +26,8 @@ NOT_DRAWING = [
     "aside_bench.report.sweep",
     "aside_bench.report.doc",
     "aside_bench.ceiling.report",
-    "aside_bench.trust.calibrate",
-    "aside_bench.trust.compare",
+    "aside_bench.calibration.calibrate",
+    "aside_bench.compare.steps",
 ]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from aside_bench.plan.steps import Step
 from aside_bench.records.goal import Goal
+from aside_bench.records.prices import Prices, step_spend
 from aside_bench.records.results import CacheCounts, Latency, StepResult
-from aside_bench.records.spend import Prices, step_spend
 from aside_bench.records.tierstats import StepCost
 from aside_bench.report.answer import answer
 from aside_bench.report.split import Split, answer_lines, rate_splits, split_sentence, split_table

@@ -53,7 +53,7 @@ from aside_bench.stack.gateway_metrics import (
     step_counters,
 )
 from aside_bench.sweep import warmtiers
-from aside_bench.sweep.lagfloor import figures, published_ms
+from aside_bench.sweep.invalidation_lag_floor import figures, published_ms
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

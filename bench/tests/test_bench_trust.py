@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from aside_bench.calibration import calibrate
 from aside_bench.ceiling.search import (
     SearchParams,
     ceiling_of,
@@ -29,7 +30,7 @@ from aside_bench.records.saturation import LoadGen, cpu_limit_cores
 from aside_bench.report import sweep as report
 from aside_bench.report.tables import series_table
 from aside_bench.stack.prepare import StackError
-from aside_bench.trust import calibrate, compare, machines
+from aside_bench.sweep import compare, machines
 
 
 # ---- repeats: order -------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from aside_bench.cli import options as opt
-from aside_bench.cli import stepping
+from aside_bench.cli import runner_commands
 from aside_bench.cli.options import Command
 from aside_bench.plan.steps import parse_duration
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT
@@ -29,8 +29,8 @@ def add(parser: argparse.ArgumentParser) -> None:
     opt.option(
         parser, "--repeat", opt.positive, cost.DEFAULT_REPEAT, "rounds, the variants taking turns"
     )
-    stepping.add_steps(parser)
-    stepping.without_run_options(parser)
+    runner_commands.add_steps(parser)
+    runner_commands.without_run_options(parser)
     parser.set_defaults(driver_cpu_share=DRIVER_CPU_SHARE_LIMIT, live=False, samples_file=False)
 
 
@@ -41,9 +41,9 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     with opt.usage_errors(cost.VariantError):
         variants = cost.parse_variants(args.variants)
     seed = opt.checked_seed(settings, args)
-    shape = stepping.shape_of(args)
+    shape = runner_commands.shape_of(args)
     steps = cost.plan(variants, args.rate, duration, args.repeat)
-    params = stepping.run_params(
+    params = runner_commands.run_params(
         args,
         seed,
         shape,
@@ -53,13 +53,13 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         repeat=args.repeat,
         variants=[variant.name for variant in variants],
     )
-    runner = stepping.new_runner(cost.KIND, out_dir, args, settings, seed, shape, params)
+    runner = runner_commands.new_runner(cost.KIND, out_dir, args, settings, seed, shape, params)
     print(
         f"cost {run_id}: {len(variants)} variants at {args.rate}/s, {args.repeat} rounds of "
         f"{duration}s each -> {out_dir}/",
         flush=True,
     )
-    return stepping.drive(runner, lambda: cost.run_variants(runner, steps), cost.write_cost)
+    return runner_commands.drive(runner, lambda: cost.run_variants(runner, steps), cost.write_cost)
 
 
 COMMANDS = (

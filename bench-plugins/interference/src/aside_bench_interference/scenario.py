@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from aside_bench.cli import options as opt
-from aside_bench.cli.stepping import shape_default
+from aside_bench.cli.runner_commands import shape_default
 from aside_bench.plan import compute
 from aside_bench.plan.scenarios import Hooks, Scenario, popularity
 from aside_bench.plan.shape import LoadShape

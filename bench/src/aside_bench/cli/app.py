@@ -11,7 +11,7 @@ import signal
 import sys
 from importlib.metadata import entry_points
 
-from aside_bench.cli import ceiling, reading, run
+from aside_bench.cli import ceiling, report_and_compare, run
 from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan.steps import PlanError
 from aside_bench.stack import config
@@ -24,8 +24,8 @@ from aside_bench.sweep.runner import EXIT_INTERRUPTED
 CORE_COMMANDS: tuple[Command, ...] = (
     *run.COMMANDS,
     *ceiling.COMMANDS,
-    reading.REPORT,
-    reading.COMPARE,
+    report_and_compare.REPORT,
+    report_and_compare.COMPARE,
 )
 COMMAND_ENTRY_POINTS = "aside_bench.commands"
 

@@ -9,7 +9,7 @@ from collections import Counter
 from aside_bench.ceiling import report as ceiling_report
 from aside_bench.ceiling.search import SearchParams, Trial, interleave, run_again, tries_at
 from aside_bench.cli import options as opt
-from aside_bench.cli import stepping
+from aside_bench.cli import runner_commands
 from aside_bench.cli.options import Command
 from aside_bench.plan.steps import (
     BARE_ARM,
@@ -45,9 +45,9 @@ def add(ceiling: argparse.ArgumentParser) -> None:
         help="skip the reference: the cache arm's search again under the driver's bare "
         "scenario (no check but the status), taking turns with it when cache is one of the arms",
     )
-    stepping.add_steps(ceiling)
-    stepping.add_trust(ceiling)
-    stepping.without_run_options(ceiling)
+    runner_commands.add_steps(ceiling)
+    runner_commands.add_trust(ceiling)
+    runner_commands.without_run_options(ceiling)
 
 
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
@@ -55,11 +55,11 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     out_dir = opt.new_out_dir(settings, args, run_id)
     arms = parse_arms(args.arms, CEILING_ARMS)
     duration = parse_duration(args.step_duration)
-    stepping.calibration_params(args)  # a malformed --calibration-probe before anything runs
+    runner_commands.calibration_params(args)  # a malformed --calibration-probe before anything runs
     search = SearchParams(start=args.start, ladder_step=args.ladder_step, max_rate=args.max_rate)
-    shape = stepping.shape_of(args)
+    shape = runner_commands.shape_of(args)
     seed = opt.checked_seed(settings, args)
-    params = stepping.run_params(
+    params = runner_commands.run_params(
         args,
         seed,
         shape,
@@ -72,19 +72,19 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     # The reference: the cache arm's search again under the bare scenario.
     searched = [*arms, BARE_ARM] if args.reference and "cache" in arms else arms
     params["reference"] = BARE_ARM in searched
-    runner = stepping.new_runner("ceiling", out_dir, args, settings, seed, shape, params)
+    runner = runner_commands.new_runner("ceiling", out_dir, args, settings, seed, shape, params)
     print(
         f"ceiling {run_id}: arms {' '.join(searched)}, {duration}s steps -> {out_dir}/", flush=True
     )
 
     def search_all() -> None:
-        stepping.run_calibration(runner, args)
+        runner_commands.run_calibration(runner, args)
         for together in search_order(searched):
             if runner.interrupted:
                 return
             _search_arms(runner, together, duration, search, args.p95_ms)
 
-    return stepping.drive(runner, search_all, ceiling_report.write_ceiling)
+    return runner_commands.drive(runner, search_all, ceiling_report.write_ceiling)
 
 
 def search_order(searched: list[str]) -> list[list[str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from aside_bench.cli import options as opt
-from aside_bench.cli import stepping
+from aside_bench.cli import runner_commands
 from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan import scenarios
 from aside_bench.plan.steps import (
@@ -68,7 +68,7 @@ def add(run: argparse.ArgumentParser) -> None:
     )
     opt.write_share(
         run,
-        stepping.shape_default("write_share"),
+        runner_commands.shape_default("write_share"),
         "mixed: share of requests that write (a create and its delete)",
     )
     for flag, checked, name, what in (
@@ -78,7 +78,7 @@ def add(run: argparse.ArgumentParser) -> None:
          "mixed: reads of each key after each checked write"),
         ("--complexity", opt.positive, "complexity", "compute: complexity"),
     ):  # fmt: skip
-        opt.option(run, flag, checked, stepping.shape_default(name), what)
+        opt.option(run, flag, checked, runner_commands.shape_default(name), what)
     opt.option(
         run,
         "--repeat",
@@ -89,8 +89,8 @@ def add(run: argparse.ArgumentParser) -> None:
     for found in scenarios.registry().values():
         if found.hooks.add_options is not None:
             found.hooks.add_options(run)
-    stepping.add_steps(run)
-    stepping.add_trust(run)
+    runner_commands.add_steps(run)
+    runner_commands.add_trust(run)
 
 
 def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step]:
@@ -140,11 +140,11 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     out_dir = opt.new_out_dir(settings, args, run_id)
     # Parameters first: a typo is reported before anything is touched.
     plan_sweep(args, seed_indexed=None)
-    stepping.calibration_params(args)
-    shape = stepping.shape_of(args)
+    runner_commands.calibration_params(args)
+    shape = runner_commands.shape_of(args)
     seed = opt.checked_seed(settings, args)
     steps = plan_sweep(args, seed.indexed)
-    params = stepping.run_params(
+    params = runner_commands.run_params(
         args,
         seed,
         shape,
@@ -158,16 +158,16 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     )
     if found.hooks.run_params is not None:
         params.update(found.hooks.run_params(args, shape, settings, seed))
-    writer = stepping.sweep_writer(args.scenario, settings)
-    runner = stepping.new_runner("sweep", out_dir, args, settings, seed, shape, params)
+    writer = runner_commands.sweep_writer(args.scenario, settings)
+    runner = runner_commands.new_runner("sweep", out_dir, args, settings, seed, shape, params)
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)
 
     def body() -> None:
-        stepping.run_calibration(runner, args)
+        runner_commands.run_calibration(runner, args)
         if not runner.interrupted:
             runner.run_steps(steps)
 
-    return stepping.drive(runner, body, writer)
+    return runner_commands.drive(runner, body, writer)
 
 
 COMMANDS = (Command("run", "the cache off/on sweep over rising rates", add, run),)

@@ -1,5 +1,5 @@
 """What a run's calibration found (run.json's "machine" -> "calibration",
-written by trust/calibrate.py), read as typed records: the rate each target
+written by sweep/calibration.py), read as typed records: the rate each target
 held, its probes, the machine's base latency, and a line per target for the
 reports. Pure: nothing here runs a probe."""
 

@@ -136,7 +136,7 @@ class StepCost:
     lag_p50_ms: float | None
     lag_p99_ms: float | None
     lag_max_ms: float | None  # an upper bound: the top of the highest bucket used
-    # The same messages' lag at a subscriber doing nothing else (sweep/lagfloor.py).
+    # The same messages' lag at a subscriber doing nothing else (sweep/invalidation_lag_floor.py).
     floor_count: int | None = None
     floor_p50_ms: float | None = None
     floor_p99_ms: float | None = None

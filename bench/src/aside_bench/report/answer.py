@@ -12,8 +12,8 @@ from __future__ import annotations
 from aside_bench.curve.points import RateCurve
 from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.records.goal import Goal, served_words
+from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.records.spend import Prices, step_price
 from aside_bench.report import split
 from aside_bench.report.decision import (
     UNCACHED_ARMS,

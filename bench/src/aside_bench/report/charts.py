@@ -18,8 +18,8 @@ from aside_bench.curve.points import RateCurve
 from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
+from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.tables import has_cache, series_of, series_order
 
 PERCENTILES = ("p50", "p95", "p99")

@@ -1,6 +1,6 @@
 """The report's cost table: per series and rate, the CPU each service spent
 per request, the memory held and the priced cost per million requests
-(records/spend.py), and that cost as a price of the service only where the step
+(records/prices.py), and that cost as a price of the service only where the step
 held the goal (records/goal.py): elsewhere what the step served instead."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal, missed_words
+from aside_bench.records.prices import Prices, step_spend
 from aside_bench.records.results import StepResult
-from aside_bench.records.spend import Prices, step_spend
 from aside_bench.report.tables import Table, series_of, series_order
 from aside_bench.stack.config import Settings
 

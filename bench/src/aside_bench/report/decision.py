@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from aside_bench.curve.points import MeasuredPoint, RateCurve
 from aside_bench.plan.steps import arm_memory, series_label
 from aside_bench.records.goal import Goal, missed_words
+from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.split import COALESCE_ARM, REFERENCE_ARMS
 from aside_bench.report.tables import MISSING, Table, series_of, series_order
 

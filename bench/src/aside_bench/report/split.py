@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
+from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.tables import Table
 
 COALESCE_ARM = "coalesce"

@@ -255,7 +255,8 @@ DEFINITIONS = [
     "stated only at rates where all three held the goal; elsewhere the answer names the "
     "arms that missed and what they served",
     "invalidation lag floor (mixed): the same messages' lag at a subscriber that does nothing "
-    "else (a process of its own beside the step, aside_bench.sweep.lagfloor), exact quantiles: the "
+    "else (a process of its own beside the step, aside_bench.sweep.invalidation_lag_floor), "
+    "exact quantiles: the "
     "part of the lag that is the machine's (the core's PUBLISH, Redis, waking a process on "
     "shared cores); the workers' lag beyond it is the gateway's",
 ]

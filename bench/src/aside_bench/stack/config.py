@@ -41,7 +41,7 @@ class Settings:
     core_url: str = DEFAULTS["CORE_URL"]
     # What REDIS_URL names, as for the gateway and the core (stack/redisclient.py).
     redis_mode: str = "standalone"
-    # The cost model's prices (records/spend.py): a vCPU-hour and a GiB-hour.
+    # The cost model's prices (records/prices.py): a vCPU-hour and a GiB-hour.
     price_vcpu_hour: float = 0.0332
     price_gib_hour: float = 0.00445
 

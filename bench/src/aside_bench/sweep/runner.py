@@ -52,8 +52,8 @@ from aside_bench.stack.seeddata import SeedData, remove_bench_users
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.sources import Influx, Prometheus, SourceError
 from aside_bench.sweep.collect import GATEWAY_JOB, collect
-from aside_bench.sweep.lagfloor import FloorProbe
-from aside_bench.sweep.stepoint import step_line
+from aside_bench.sweep.influx_step import step_line
+from aside_bench.sweep.invalidation_lag_floor import FloorProbe
 from aside_bench.sweep.stepprep import Options, StepPreparation
 from aside_bench.sweep.stepprobe import GatewayProbe
 

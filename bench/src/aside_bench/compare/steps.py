@@ -24,7 +24,7 @@ series' lowest rate.
 B's latencies are put on A's machine step by step by the machine's meter
 (load/meter.py: the driver's CPU per request in the same step of both runs), and runs are
 compared only on machines of about the same speed, judged by the median of
-those steps (by their calibrations, trust/calibrate.py, for runs without the
+those steps (by their calibrations, sweep/calibration.py, for runs without the
 meter): more than MACHINE_RATIO_LIMIT apart is refused unless --normalise.
 Either side may be a baseline of several runs whose repeats pool.
 
@@ -39,17 +39,17 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from aside_bench.plan.steps import series_label
-from aside_bench.records.calibration import rate_of
-from aside_bench.records.repeats import Spread, spread
-from aside_bench.records.runfile import RunRecord, StepFigures, StepKey
-from aside_bench.report.tables import Table, fmt_ms, fmt_pct, fmt_rps
-from aside_bench.trust.machines import (
+from aside_bench.compare.machines import (
     Scale,
     base_latency_line,
     machine_lines,
     run_line,
 )
+from aside_bench.plan.steps import series_label
+from aside_bench.records.calibration import rate_of
+from aside_bench.records.repeats import Spread, spread
+from aside_bench.records.runfile import RunRecord, StepFigures, StepKey
+from aside_bench.report.tables import Table, fmt_ms, fmt_pct, fmt_rps
 
 # Without repeats: a latency or a rate must change by this share of A's value,
 DEFAULT_TOLERANCE = 0.2

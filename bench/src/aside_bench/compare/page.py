@@ -15,17 +15,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from aside_bench.compare import steps as compare
+from aside_bench.compare.machines import Scale
 from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
+from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepKey
-from aside_bench.records.spend import Prices, step_price
 from aside_bench.report.costs import run_prices
 from aside_bench.report.doc import Doc
 from aside_bench.report.tables import Table
 from aside_bench.sweep.collect import summary_result
-from aside_bench.trust import compare
-from aside_bench.trust.machines import Scale
 
 PAGE = "compare.html"
 STYLE = {"A": ("-", "o"), "B": ("--", "s")}  # line, marker

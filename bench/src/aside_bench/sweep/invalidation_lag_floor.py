@@ -13,7 +13,7 @@ differ from run to run by more than the lag goal (5 ms), so a step's lag is
 read beside the floor of the same step, as every other figure beside its
 reference of the same run.
 
-`python -m aside_bench.lagfloor OUT` subscribes (REDIS_URL), prints a line
+`python -m aside_bench.sweep.invalidation_lag_floor OUT` subscribes (REDIS_URL), prints a line
 once Redis confirmed the subscription, and on SIGTERM writes its figures to
 OUT as JSON. `FloorProbe` runs it around a step.
 """
@@ -101,7 +101,7 @@ class FloorProbe:
         self.out.unlink(missing_ok=True)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "aside_bench.sweep.lagfloor", str(self.out)],
+                [sys.executable, "-m", "aside_bench.sweep.invalidation_lag_floor", str(self.out)],
                 stdout=subprocess.PIPE,
                 text=True,
                 env=os.environ.copy(),
@@ -152,7 +152,7 @@ class FloorProbe:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m aside_bench.lagfloor OUT (REDIS_URL from the environment)")
+        print("usage: python -m aside_bench.sweep.invalidation_lag_floor OUT (REDIS_URL set)")
         return 2
     client = redis.Redis.from_url(os.environ["REDIS_URL"], socket_connect_timeout=5)
     listen(client, Path(argv[0]))

@@ -11,8 +11,11 @@ from pathlib import Path
 
 from aside_bench.ceiling import report as ceiling_report
 from aside_bench.cli import options as opt
-from aside_bench.cli import stepping
+from aside_bench.cli import runner_commands
 from aside_bench.cli.options import Command, UsageError
+from aside_bench.compare import comparepage, machines
+from aside_bench.compare import steps as compare
+from aside_bench.compare.steps import DEFAULT_TOLERANCE
 from aside_bench.load import meter
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
@@ -20,8 +23,6 @@ from aside_bench.records.runfile import RunRecord
 from aside_bench.stack import config, influxpoints
 from aside_bench.stack.sources import Influx, Prometheus
 from aside_bench.sweep.collect import collect
-from aside_bench.trust import compare, comparepage, machines
-from aside_bench.trust.compare import DEFAULT_TOLERANCE
 
 
 def add_run_choice(parser: argparse.ArgumentParser) -> None:
@@ -48,13 +49,13 @@ def run_report(args: argparse.Namespace, settings: config.Settings) -> int:
 REPORT_WRITERS = "aside_bench.reports"
 
 
-def _writer(kind: str, scenario: str | None, settings: config.Settings) -> stepping.Writer:
+def _writer(kind: str, scenario: str | None, settings: config.Settings) -> runner_commands.Writer:
     """The report of a run: the ceiling's, a plug-in's for its own kind, else its sweep's."""
     if kind == "ceiling":
         return ceiling_report.write_ceiling
     for entry in entry_points(group=REPORT_WRITERS, name=kind):
         return entry.load()
-    return stepping.sweep_writer(scenario, settings)
+    return runner_commands.sweep_writer(scenario, settings)
 
 
 def add_compare(parser: argparse.ArgumentParser) -> None:

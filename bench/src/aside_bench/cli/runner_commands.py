@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from aside_bench.calibration import calibrate
 from aside_bench.cli.options import (
     UsageError,
     above_zero,
@@ -34,7 +35,6 @@ from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.sources import SourceError
 from aside_bench.sweep.runner import EXIT_INTERRUPTED, Options, Runner, StepFailed, finish, new_run
-from aside_bench.trust import calibrate
 
 MAX_POOL = 1000  # the driver's workers per step at most
 RECOVER_TIMEOUT_S = 180  # waiting for the stack to go quiet between steps

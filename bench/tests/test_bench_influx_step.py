@@ -9,7 +9,7 @@ import pytest
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, StepResult
 from aside_bench.records.saturation import LoadGen
-from aside_bench.sweep import stepoint
+from aside_bench.sweep import influx_step
 
 
 def _result() -> StepResult:
@@ -29,7 +29,7 @@ RECORD = {"end": 1764080000.5, "summary": {"requests": 1000, "max": 9.0}}
 
 
 def test_a_step_is_one_line_of_its_tags_and_figures() -> None:
-    line = stepoint.step_line("run 1,a=b", _result(), RECORD)
+    line = influx_step.step_line("run 1,a=b", _result(), RECORD)
     # Three parts split at the spaces that are not escaped.
     head, fields, stamp = re.split(r"(?<!\\) ", line)
     # Tags sorted; spaces, commas and equals in a value escaped.
@@ -48,7 +48,7 @@ def test_a_step_is_one_line_of_its_tags_and_figures() -> None:
 
 
 def test_the_dashboard_reads_only_fields_the_bench_writes() -> None:
-    written = set(stepoint.step_fields(_result(), RECORD))
+    written = set(influx_step.step_fields(_result(), RECORD))
     from test_bench_dashboard import STEP_FIELDS
 
     assert written >= STEP_FIELDS
@@ -56,4 +56,4 @@ def test_the_dashboard_reads_only_fields_the_bench_writes() -> None:
 
 def test_a_point_without_a_field_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one field"):
-        stepoint.line("m", {}, {"a": None}, 0)
+        influx_step.line("m", {}, {"a": None}, 0)
