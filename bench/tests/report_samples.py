@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from aside_bench.compare import comparepage, machines
+from aside_bench.compare import machines
+from aside_bench.compare import page as comparepage
 from aside_bench.compare import steps as compare
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, StepResult

@@ -13,7 +13,8 @@ from aside_bench.ceiling import report as ceiling_report
 from aside_bench.cli import options as opt
 from aside_bench.cli import runner_commands
 from aside_bench.cli.options import Command, UsageError
-from aside_bench.compare import comparepage, machines
+from aside_bench.compare import machines
+from aside_bench.compare import page as comparepage
 from aside_bench.compare import steps as compare
 from aside_bench.compare.steps import DEFAULT_TOLERANCE
 from aside_bench.load import meter
