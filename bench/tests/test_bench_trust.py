@@ -19,6 +19,8 @@ from aside_bench.ceiling.search import (
     next_trial,
     verdicts,
 )
+from aside_bench.compare import machines
+from aside_bench.compare import steps as compare
 from aside_bench.load import meter
 from aside_bench.load.run import DriverProcess
 from aside_bench.plan.steps import PlanError, Step, build_steps, repeat_steps
@@ -30,7 +32,6 @@ from aside_bench.records.saturation import LoadGen, cpu_limit_cores
 from aside_bench.report import sweep as report
 from aside_bench.report.tables import series_table
 from aside_bench.stack.prepare import StackError
-from aside_bench.sweep import compare, machines
 
 
 # ---- repeats: order -------------------------------------------------------------------
