@@ -22,6 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from aside_bench.stack.prepare import StackError
+
 # The proxies of infra/conf/toxiproxy.json, each with the infra/env.sh variable of
 # the port it listens on and the lab's default (infra/env.sh).
 PROXY_PORTS: dict[str, tuple[str, int]] = {
@@ -38,7 +40,7 @@ API_TIMEOUT_S = 5.0
 UPSTREAM, DOWNSTREAM = "upstream", "downstream"
 
 
-class ToxiproxyError(Exception):
+class ToxiproxyError(StackError):
     """The API refused or did not answer; the message says which call."""
 
 
