@@ -5,9 +5,10 @@
 # everything and returns quickly. helm, built from its Go module, is for the
 # chart's tests only (infra/test.sh asks for it), and go-licenses for the
 # licence check of `make lint` (which asks for it); the native stack needs
-# neither.
+# neither. toxiproxy, built from its Go module too, sits on every hop between the
+# services when the bench asks for network distance or a gray failure.
 #
-# usage: infra/install.sh [packages|user|python|core|driver|browser|helm|licences ...]
+# usage: infra/install.sh [packages|user|python|core|driver|toxiproxy|browser|helm|licences ...]
 #        (default: all but browser, helm and licences, which only the checks need)
 set -Eeuo pipefail
 source "$(dirname "$0")/env.sh"
@@ -20,6 +21,9 @@ UV_VERSION=${UV_VERSION:-0.13.9}
 # The Go packages' licences (infra/licences.py), from the Go module proxy.
 GO_LICENSES_MODULE=github.com/google/go-licenses
 GO_LICENSES_VERSION=v1.6.0
+# The proxy on the services' hops (MIT; docs/stack.md), pinned.
+TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2
+TOXIPROXY_VERSION=v2.12.0
 APT_PACKAGES=(postgresql postgresql-contrib redis-server influxdb prometheus
     prometheus-node-exporter prometheus-redis-exporter prometheus-postgres-exporter
     curl jq iproute2 util-linux)
@@ -165,10 +169,34 @@ install_licences() {
         die "building go-licenses failed (see .run/logs/go-licenses-build.log)"
 }
 
+# toxiproxy's server, pinned, as bin/toxiproxy-server: `go install` names it
+# after its folder (server), so it is installed into a folder of its own first.
+# `go version -m` names the version a binary was built from, so a second run
+# only reads it.
+install_toxiproxy() {
+    local tool=$ASIDE_BIN_DIR/toxiproxy-server
+    if [ -x "$tool" ] && go version -m "$tool" 2>/dev/null |
+        grep -Eq "^[[:space:]]*mod[[:space:]]+$TOXIPROXY_MODULE[[:space:]]+$TOXIPROXY_VERSION([[:space:]]|$)"; then
+        return 0
+    fi
+    command -v go >/dev/null || die "go is not installed; toxiproxy is built from its Go module"
+    info "building toxiproxy $TOXIPROXY_VERSION from its Go module (a minute, once)"
+    mkdir -p "$ASIDE_BIN_DIR"
+    local gobin
+    gobin=$(mktemp -d "$ASIDE_RUN_DIR/toxiproxy-build.XXXXXX")
+    # Stamped as its own release build does, so /version answers the pin.
+    GOBIN=$gobin go install -trimpath -ldflags "-X $TOXIPROXY_MODULE.Version=$TOXIPROXY_VERSION" \
+        "$TOXIPROXY_MODULE/cmd/server@$TOXIPROXY_VERSION" >>"$ASIDE_RUN_DIR/logs/toxiproxy-build.log" 2>&1 ||
+        { rm -rf "$gobin"; die "building toxiproxy failed (see .run/logs/toxiproxy-build.log)"; }
+    mv "$gobin/server" "$tool"
+    rm -rf "$gobin"
+    chmod a+rx "$tool" # run as the service user
+}
+
 main() {
     mkdir -p "$ASIDE_RUN_DIR/logs"
     local steps=("$@")
-    [ ${#steps[@]} -gt 0 ] || steps=(packages user python core driver)
+    [ ${#steps[@]} -gt 0 ] || steps=(packages user python core driver toxiproxy)
     local s
     for s in "${steps[@]}"; do
         case $s in
@@ -178,9 +206,10 @@ main() {
             python) install_python ;;
             core) install_core ;;
             driver) install_driver ;;
+            toxiproxy) install_toxiproxy ;;
             helm) install_helm ;;
             licences) install_licences ;;
-            *) die "unknown install step '$s' (packages, user, python, core, driver, browser, helm, licences)" ;;
+            *) die "unknown install step '$s' (packages, user, python, core, driver, toxiproxy, browser, helm, licences)" ;;
         esac
     done
 }

@@ -230,6 +230,27 @@ start_prometheus() {
         --web.listen-address="127.0.0.1:$ASIDE_PROM_PORT" --web.enable-lifecycle
 }
 
+# The proxies of infra/conf/toxiproxy.json, made when it starts; with no toxic
+# each passes bytes through unchanged. Its state is in memory: a restart comes
+# back with every proxy and no toxic.
+start_toxiproxy() {
+    [ -x "$ASIDE_BIN_DIR/toxiproxy-server" ] || die "bin/toxiproxy-server is missing; run infra/install.sh toxiproxy"
+    local dir=$ASIDE_RUN_DIR/toxiproxy
+    mkdir -p "$dir"
+    sed -e "s#@REDIS_PORT@#$ASIDE_REDIS_PORT#g" -e "s#@PG_PORT@#$ASIDE_PG_PORT#g" \
+        -e "s#@CORE_PORT@#$ASIDE_CORE_PORT#g" \
+        -e "s#@PROXY_REDIS_PORT@#$ASIDE_TOXIPROXY_REDIS_PORT#g" \
+        -e "s#@PROXY_POSTGRES_PORT@#$ASIDE_TOXIPROXY_POSTGRES_PORT#g" \
+        -e "s#@PROXY_CORE_PORT@#$ASIDE_TOXIPROXY_CORE_PORT#g" \
+        -e "s#@PROXY_CORE_REDIS_PORT@#$ASIDE_TOXIPROXY_CORE_REDIS_PORT#g" \
+        -e "s#@PROXY_CORE_POSTGRES_PORT@#$ASIDE_TOXIPROXY_CORE_POSTGRES_PORT#g" \
+        "$ASIDE_ROOT/infra/conf/toxiproxy.json" >"$dir/proxies.json"
+    own_state "$dir"
+    # Its default level traces every connection: a load would fill the log.
+    LOG_LEVEL=warn launch_service toxiproxy "${AS_SERVICE[@]}" "$ASIDE_BIN_DIR/toxiproxy-server" \
+        -host 127.0.0.1 -port "$ASIDE_TOXIPROXY_PORT" -config "$dir/proxies.json"
+}
+
 start_core() {
     [ -x "$ASIDE_BIN_DIR/aside-core" ] || die "bin/aside-core is missing; run infra/install.sh core"
     launch_service core "${AS_SERVICE[@]}" "$ASIDE_BIN_DIR/aside-core"

@@ -21,6 +21,7 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import cache_error_counts, labelled_samples, request_counts
 from aside_bench.stack.seeddata import SeedData, user_prefix
 from aside_bench_chaos import checks as cc
+from aside_bench_chaos import gray
 from aside_bench_chaos import run as chaos
 from aside_bench_suite import samples as cs
 
@@ -275,8 +276,51 @@ def test_gateway_counters_are_summed_by_their_labels() -> None:
     assert cache_error_counts(text) == {"get": 2.0, "breaker_open": 1.0}
 
 
+def _gray_load(slow_ms: float, after_ms: float, status: int = 200, **tags: str) -> list[cs.Sample]:
+    """Reads every 0.1 s for 10 s (the fault from 3 s to 6 s) and a write a second."""
+    samples = []
+    for tenth in range(100):
+        at = tenth / 10
+        ms = slow_ms if 3 <= at < 6 else (after_ms if 6 <= at < 7 else 2.0)
+        code = status if 3 <= at < 6 else 200
+        samples.append(sample("user", code, at, ms, **(tags if code != 200 else {})))
+        if tenth % 10 == 5:
+            samples.append(sample("create", 201, at, 20))
+    return samples
+
+
+GRAY_EVENTS = {"load_start": T0, "fault": T0 + 3, "ready": T0 + 6}
+
+
+def test_a_gray_failure_within_its_budgets_passes() -> None:
+    case = gray.GRAY_CASES["redis-slow"]
+    checks, figures = gray.gray_checks(case, _gray_load(400, 2), GRAY_EVENTS)
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+    assert figures["read_p99_during_fault_ms"] == 400
+    assert figures["steady_p95_again_after_s"] == 0.0
+
+
+def test_a_gray_failure_past_its_budgets_fails_by_name() -> None:
+    case = gray.GRAY_CASES["redis-slow"]
+    slow = {c.name: c.ok for c in gray.gray_checks(case, _gray_load(1600, 2), GRAY_EVENTS)[0]}
+    assert not slow["read p99 over the fault within 1500 ms"]
+    # Still slow a second after the hop healed: back after 1 s, within RECOVER_S.
+    _, figures = gray.gray_checks(case, _gray_load(400, 50), GRAY_EVENTS)
+    assert figures["steady_p95_again_after_s"] == pytest.approx(1.0)
+    # A 500, or a read 503 without Retry-After, is not a clear answer.
+    for bad in (_gray_load(5, 2, 500, code="internal"), _gray_load(5, 2, 503, code="x")):
+        checks, _ = gray.gray_checks(case, bad, GRAY_EVENTS)
+        assert not checks[0].ok and "unclear" in checks[0].detail
+    checks, _ = gray.gray_checks(
+        case, _gray_load(5, 2, 503, code="x", retry_after="1"), GRAY_EVENTS
+    )
+    assert checks[0].ok
+
+
 def test_cases_and_run_ids_are_checked() -> None:
-    assert chaos.parse_cases(None) == chaos.CASES
+    assert chaos.parse_cases(None) == chaos.KILLS == chaos.parse_cases("all")
+    assert chaos.parse_cases("gray") == tuple(gray.GRAY_CASES)
+    assert chaos.parse_cases("redis-slow core") == ("redis-slow", "core")
     assert chaos.parse_cases("worker, redis") == ("worker", "redis")
     with pytest.raises(ValueError, match="mysql"):
         chaos.parse_cases("redis mysql")
@@ -373,9 +417,9 @@ def _failures(run: dict[str, Any]) -> str:
 
 
 def test_every_case_passes_within_budget(chaos_run: dict[str, Any]) -> None:
-    assert [c["name"] for c in chaos_run["cases"]] == list(chaos.CASES)
+    assert [c["name"] for c in chaos_run["cases"]] == list(chaos.KILLS)
     assert chaos_run["passed"] and chaos_run["_exit"] == 0, _failures(chaos_run)
-    for name in chaos.CASES:
+    for name in chaos.KILLS:
         checks = case(chaos_run, name)["checks"]
         assert len(checks) >= 7 and all(c["ok"] for c in checks)
         # The driver's summary was read: its tallies are checked against the samples.
@@ -443,7 +487,7 @@ def test_killed_worker_is_replaced_and_counters_are_exact(chaos_run: dict[str, A
 def test_every_write_is_accounted_for_and_reads_match(
     chaos_run: dict[str, Any], settings: Settings
 ) -> None:
-    for name in chaos.CASES:
+    for name in chaos.KILLS:
         writes = case(chaos_run, name)["writes"]
         assert writes["writes"] > 10, name
         assert writes["rows_after"] == writes["writes"], name
@@ -462,7 +506,7 @@ def test_every_write_is_accounted_for_and_reads_match(
 def test_report_files_and_a_healthy_stack(chaos_run: dict[str, Any]) -> None:
     out_dir = Path(chaos_run["_dir"])
     report = (out_dir / "report.md").read_text()
-    for name in chaos.CASES:
+    for name in chaos.KILLS:
         assert f"## {name}:" in report
         assert (out_dir / f"load-{name}.jsonl.gz").stat().st_size > 1000
     assert "| case | requests |" in chaos_run["_stdout"]

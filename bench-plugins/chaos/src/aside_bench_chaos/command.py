@@ -20,7 +20,7 @@ def _seconds(text: str | None, default: float) -> float:
 
 
 def add_chaos(faults: argparse.ArgumentParser) -> None:
-    faults.add_argument("--cases", default="all", help="some of: redis core postgres worker")
+    faults.add_argument("--cases", default="all", help=f"some of: {' '.join(chaos.CASES)}")
     opt.option(faults, "--rate", opt.positive, 60, "requests/s")
     faults.add_argument(
         "--short", action="store_true", help="a few seconds per case (make test's form)"
@@ -30,6 +30,7 @@ def add_chaos(faults: argparse.ArgumentParser) -> None:
         ("--pre", "load before the fault, e.g. 8s", "pre_s"),
         ("--down", "fault to restart, e.g. 6s", "down_s"),
         ("--post", "load after the restart", "post_s"),
+        ("--gray", "a gray failure's length", "gray_s"),
     ):
         shown = f"default {getattr(full, name):g}s; short {getattr(short, name):g}s"
         faults.add_argument(flag, help=f"{what} ({shown})")
@@ -54,6 +55,7 @@ def run_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
         pre_s=_seconds(args.pre, base.pre_s),
         down_s=_seconds(args.down, base.down_s),
         post_s=_seconds(args.post, base.post_s),
+        gray_s=_seconds(args.gray, base.gray_s),
     )
     out_dir = opt.new_out_dir(settings, args, f"chaos-{run_id}")
     seed = opt.checked_seed(settings, args)

@@ -1,5 +1,6 @@
 """The fault suite's faults: kill or stop one service of the stack (through
-stack/services.py), then bring it back and note when it answers again."""
+stack/services.py), or poison a hop's proxy (gray.py), then bring it back and
+note when it answers again."""
 
 from __future__ import annotations
 
@@ -12,14 +13,22 @@ from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.services import ServiceControl, wait_for
+from aside_bench.stack.toxiproxy import Toxiproxy
+from aside_bench.suites.chaos import gray
 
 READY_DEADLINE_S = 60.0
 
 
 class Faults:
-    def __init__(self, settings: Settings, control: ServiceControl):
+    def __init__(self, settings: Settings, control: ServiceControl, api: Toxiproxy | None = None):
         self.settings = settings
         self.control = control
+        self.api = api  # the proxies, for the gray cases
+
+    def _proxies(self, case: str) -> Toxiproxy:
+        if self.api is None:
+            raise StackError(f"case {case} needs the proxies: run it through run_chaos")
+        return self.api
 
     def _ready(self, service: str) -> bool:
         if service == "redis":
@@ -38,7 +47,11 @@ class Faults:
         raise ValueError(service)
 
     def inject(self, case: str, events: dict[str, float], notes: dict[str, Any]) -> None:
-        if case in ("redis", "core"):
+        if case in gray.GRAY_CASES:
+            events["fault"] = time.time()
+            gray.inject(self._proxies(case), gray.GRAY_CASES[case])
+            notes["toxics"] = {k: v for k, v in self._proxies(case).toxics().items() if v}
+        elif case in ("redis", "core"):
             events["fault"] = time.time()
             notes["killed_pid"] = self.control.kill(case)
         elif case == "postgres":
@@ -65,6 +78,10 @@ class Faults:
         if case == "worker":
             return  # gunicorn's master does it
         events["restore"] = time.time()
+        if case in gray.GRAY_CASES:
+            gray.heal(self._proxies(case), gray.GRAY_CASES[case])
+            events["ready"] = events["restored"] = time.time()
+            return
         process = self.control.start(case)
         at = wait_for(lambda: self._ready(case), READY_DEADLINE_S)
         output, _ = process.communicate(timeout=READY_DEADLINE_S)

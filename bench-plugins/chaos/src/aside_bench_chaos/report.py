@@ -29,6 +29,11 @@ def _recovery(case: dict[str, Any]) -> str:
             f"first HIT {fmt_s(f.get('first_hit_after_ready_s'))}, hit ratio back "
             f"{fmt_s(f.get('hit_ratio_back_after_ready_s'))} after Redis ready"
         )
+    if "steady_p95_again_after_s" in f:  # a gray failure
+        return (
+            f"read p99 {f.get('read_p99_during_fault_ms')} ms over the fault, steady p95 "
+            f"again {fmt_s(f.get('steady_p95_again_after_s'))} after it healed"
+        )
     if name == "core":
         return f"first 2xx write {fmt_s(f.get('first_2xx_write_after_ready_s'))} after core ready"
     if name == "postgres":

@@ -1,6 +1,7 @@
-"""`aside-bench chaos`: each case one fault (redis, core, postgres, worker) under the
-driver's `chaos` scenario, the service restored, then the samples and PostgreSQL
-checked (docs/bench/suites.md, "Chaos")."""
+"""`aside-bench chaos`: each case one fault (redis, core, postgres, worker, or a
+gray failure of gray.py through the proxies) under the driver's `chaos`
+scenario, the service restored, then the samples and PostgreSQL checked
+(docs/bench/suites.md, "Chaos")."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from aside_bench.load.run import LoadRun, deadline_s, start_driver
 from aside_bench.load.samples import compress
 from aside_bench.load.summary import Summary
+from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import cache_errors, request_counters
 from aside_bench.stack.prepare import StackError, wait_until_quiet
 from aside_bench.stack.seeddata import SeedData, load_seed_list, user_prefix
 from aside_bench.stack.services import ServiceControl
+from aside_bench.stack.toxiproxy import Proxies, Toxiproxy, proxied_urls, restored
 from aside_bench_suite.base import (
     SuiteResult,
     SuiteRun,
@@ -31,19 +35,23 @@ from aside_bench_suite.base import (
 from aside_bench_suite.samples import by_kind, read_samples
 
 from aside_bench_chaos import checks as cc
+from aside_bench_chaos import gray
 from aside_bench_chaos.faults import Faults
 from aside_bench_chaos.report import one_line, write_report
 from aside_bench_chaos.verify import check_reads, check_writes, prewarm
 
-CASES = ("redis", "core", "postgres", "worker")
+KILLS = ("redis", "core", "postgres", "worker")
+CASES = (*KILLS, *gray.GRAY_CASES)
 DESCRIPTIONS = {
     "redis": "Redis killed (SIGKILL) and restarted",
     "core": "the core killed (SIGKILL) and restarted",
     "postgres": "PostgreSQL stopped (fast shutdown) and restarted",
     "worker": "one gunicorn worker killed (SIGKILL)",
+    **{name: case.description for name, case in gray.GRAY_CASES.items()},
 }
 # Seconds infra/stack.sh takes to bring each service back, budgeted into the load's duration.
 RESTORE_BUDGET_S = {"redis": 1.0, "core": 1.0, "postgres": 2.0, "worker": 0.0}
+RESTORE_BUDGET_S.update(dict.fromkeys(gray.GRAY_CASES, 0.0))  # a toxic removed
 LOAD_START_DEADLINE_S = 60.0
 QUIET_DEADLINE_S = 60.0
 
@@ -53,13 +61,17 @@ class Timing:
     pre_s: float  # load before the fault
     down_s: float  # from the fault to the restart
     post_s: float  # load after the service is back
+    gray_s: float = 10  # a gray failure's length
+
+    def fault_s(self, case: str) -> float:
+        return self.gray_s if case in gray.GRAY_CASES else self.down_s
 
     def load_duration_s(self, case: str) -> int:
-        return int(self.pre_s + self.down_s + RESTORE_BUDGET_S[case] + self.post_s + 0.999)
+        return int(self.pre_s + self.fault_s(case) + RESTORE_BUDGET_S[case] + self.post_s + 0.999)
 
 
-FULL = Timing(pre_s=8, down_s=6, post_s=12)
-SHORT = Timing(pre_s=3, down_s=2, post_s=5)
+FULL = Timing(pre_s=8, down_s=6, post_s=12, gray_s=10)
+SHORT = Timing(pre_s=3, down_s=2, post_s=5, gray_s=3)
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,12 @@ class CaseResult(SuiteResult):
 
 
 def parse_cases(text: str | None) -> tuple[str, ...]:
+    """Named cases; none or "all": the four kills, as before the gray failures;
+    "gray": the gray failures."""
+    if text and text.strip() == "gray":
+        return tuple(gray.GRAY_CASES)
+    if not text or text.strip() == "all":
+        return KILLS
     return parse_names(text, CASES, "case")
 
 
@@ -103,6 +121,9 @@ def load_run(
     process was serving then fails as itself, and no later request inherits the
     broken connection."""
     rate = params.rate
+    timeout_s = (
+        gray.GRAY_CASES[case].driver_timeout_s if case in gray.GRAY_CASES else params.timeout_s
+    )
     return LoadRun(
         scenario="chaos",
         run_id=params.run_id,
@@ -111,8 +132,8 @@ def load_run(
         rate=rate,
         duration_s=params.timing.load_duration_s(case),
         # In flight at once: rate x latency; a fault may hold requests up to the timeout.
-        pool=rate * (params.timeout_s + 1),
-        timeout_s=params.timeout_s,
+        pool=rate * (timeout_s + 1),
+        timeout_s=timeout_s,
         data_dir=seed.data_dir,
         extra={
             "WRITE_SHARE": str(params.write_share),
@@ -134,9 +155,10 @@ def run_case(
     seed: SeedData,
     control: ServiceControl,
     case: str,
+    api: Toxiproxy | None = None,
 ) -> CaseResult:
     result = CaseResult(case)
-    faults = Faults(settings, control)
+    faults = Faults(settings, control, api)
     ids = load_seed_list(seed.data_dir / "user_ids.json", "ids", int)[: params.id_sample]
     control.ensure_up()
     control.verify()
@@ -155,7 +177,7 @@ def run_case(
     try:
         sleep_until(events["load_start"] + params.timing.pre_s)
         faults.inject(case, events, result.notes)
-        sleep_until(events["fault"] + params.timing.down_s)
+        sleep_until(events["fault"] + params.timing.fault_s(case))
         faults.restore(case, events, result.notes)
     finally:
         # The load runs its course whatever happened; a broken restore is reported below.
@@ -178,13 +200,18 @@ def run_case(
         figures["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(loaded.items())}
     elif case == "postgres":
         checks, figures = cc.postgres_checks(samples, events, redis_errors)
+    elif case in gray.GRAY_CASES:
+        checks, figures = gray.gray_checks(gray.GRAY_CASES[case], samples, events)
     else:
         evaluate = {"redis": cc.redis_checks, "core": cc.core_checks}
         checks, figures = evaluate[case](samples, events)
     result.figures = figures
     tallies = result.notes["driver_summary"]
     tallied = sum(tallies.values()) if tallies else None
-    result.checks = cc.common_checks(samples, dropped, case == "worker", tallied) + checks
+    read_max_ms = gray.GRAY_CASES[case].read_max_ms if case in gray.GRAY_CASES else cc.READ_MAX_MS
+    result.checks = (
+        cc.common_checks(samples, dropped, case == "worker", tallied, read_max_ms) + checks
+    )
     writes_check, result.writes = check_writes(settings, samples, user_prefix(params.run_id, case))
     written_ids = result.writes.pop("ids")
     reads_check, result.reads = check_reads(settings, seed.hot, sorted(set(ids) | set(written_ids)))
@@ -196,6 +223,7 @@ def run_case(
 def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteRun:
     control = ServiceControl(settings)
     control.verify()
+    _direct_again(settings, control)
     run = SuiteRun(
         params.run_id,
         "chaos",
@@ -216,23 +244,80 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
     )
     what = f"{' '.join(params.cases)} at {params.rate} req/s"
     open_run("chaos", params.run_id, params.out_dir, what)
+    # The kills on the services' direct URLs, then the gray failures through the proxies.
+    grays = tuple(case for case in params.cases if case in gray.GRAY_CASES)
+    kills = tuple(case for case in params.cases if case not in grays)
     try:
-        run_items(
-            run,
-            params.cases,
-            lambda case: run_case(settings, params, seed, control, case),
-            lambda case, error: CaseResult(case, error=error),
-            DESCRIPTIONS,
-            one_line,
-            # After a failed case the next runs only on a stack that came back.
-            go_on=lambda result: result.error is None or _restore_all(control),
-        )
+        if kills:
+            _run_cases(settings, params, seed, control, run, kills)
+        if grays:
+            _run_gray(settings, params, seed, control, run, grays)
     finally:
         _restore_all(control)
         run.extra["removed_users"] = remove_users(settings, params.run_id)
         run.passed = run.all_passed()
         write_report(run, params.out_dir)
     return run
+
+
+def _direct_again(settings: Settings, control: ServiceControl) -> None:
+    """No toxic on any proxy, and the gateway and the core on their direct URLs,
+    whatever a run killed before its end (SIGKILL runs no `finally`) left."""
+    proxies = Proxies.from_env()
+    Toxiproxy(proxies).clear()
+    through = set(proxies.ports.values())
+    routed = [
+        service
+        for service in ("gateway", "core")
+        if urlsplit(procs.environ_value(control.pid(service), "REDIS_URL") or "").port in through
+    ]
+    if routed:
+        print(f"aside-bench: {' and '.join(routed)} ran through the proxies: restarting direct")
+        control.route(None)
+
+
+def _run_gray(
+    settings: Settings,
+    params: ChaosParams,
+    seed: SeedData,
+    control: ServiceControl,
+    run: SuiteRun,
+    cases: tuple[str, ...],
+) -> None:
+    """The cases with the gateway and the core through the proxies, every proxy
+    left with no toxic and both services on their direct URLs afterwards,
+    whatever happened."""
+    proxies = Proxies.from_env()
+    urls = proxied_urls(proxies, settings.database_url, settings.redis_url, control.stack.core_url)
+    with restored(Toxiproxy(proxies)) as api:
+        api.require_hops()
+        run.extra["routed_through"] = proxies.ports
+        try:
+            control.route(urls)
+            _run_cases(settings, params, seed, control, run, cases, api)
+        finally:
+            control.route(None)
+
+
+def _run_cases(
+    settings: Settings,
+    params: ChaosParams,
+    seed: SeedData,
+    control: ServiceControl,
+    run: SuiteRun,
+    cases: tuple[str, ...],
+    api: Toxiproxy | None = None,
+) -> None:
+    run_items(
+        run,
+        cases,
+        lambda case: run_case(settings, params, seed, control, case, api),
+        lambda case, error: CaseResult(case, error=error),
+        DESCRIPTIONS,
+        one_line,
+        # After a failed case the next runs only on a stack that came back.
+        go_on=lambda result: result.error is None or _restore_all(control),
+    )
 
 
 def _restore_all(control: ServiceControl) -> bool:

@@ -255,3 +255,12 @@ def listening_ports(pid: int) -> set[int]:
     except psutil.Error:
         return set()
     return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
+
+
+def connected_ports(pid: int) -> set[int]:
+    """The remote ports of the TCP connections `pid` holds open."""
+    try:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return set()
+    return {c.raddr.port for c in connections if c.raddr and c.status == psutil.CONN_ESTABLISHED}

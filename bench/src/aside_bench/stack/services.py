@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from aside_bench.stack import procs, stacktable
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
+from aside_bench.stack.toxiproxy import ProxiedUrls
 
 STACK_TIMEOUT_S = 120
 
@@ -164,6 +165,13 @@ class ServiceControl:
         environment; returns when infra/stack.sh says it is healthy."""
         for action in ("stop", "up"):
             self._checked(action, service, settings=settings)
+
+    def route(self, urls: ProxiedUrls | None) -> None:
+        """The core, then the gateway, restarted with their hops through the
+        proxies of `urls` (stack/toxiproxy.py proxied_urls), or with their
+        direct URLs again when `urls` is None."""
+        self.restart("core", urls.core if urls else {})
+        self.restart("gateway", urls.gateway if urls else {})
 
     def healthy(self) -> bool:
         return self._run("status").returncode == 0

@@ -1,0 +1,157 @@
+"""How far apart the services sit: a distance is each hop's added round trip
+and jitter, from a preset of infra/conf/distance.json or from DISTANCE_*_MS,
+applied as latency toxics on the hops' proxies (stack/toxiproxy.py).
+
+A distance is refused, in one line naming the variable, when a hop's round
+trip (its latency plus its jitter) reaches a timeout the gateway or the core
+holds that hop to: every call on it would time out."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from aside_bench.stack.toxiproxy import HOPS, Toxiproxy, latency_toxics
+
+ROOT = Path(__file__).resolve().parents[4]
+PRESETS_FILE = ROOT / "infra" / "conf" / "distance.json"
+LOOPBACK = "loopback"
+# Explicit values: DISTANCE_<HOP>_MS and DISTANCE_<HOP>_JITTER_MS. The core's own
+# hops (core-redis, core-postgres) follow the gateway's to the same server.
+EXPLICIT = {"redis": "REDIS", "postgres": "POSTGRES", "core": "CORE"}
+FOLLOWS = {"core-redis": "redis", "core-postgres": "postgres"}
+
+# The timeouts each hop is held to, with the services' defaults (gateway/README.md,
+# core-go/README.md): a round trip at or above one of them cannot succeed.
+HOP_TIMEOUTS: dict[str, tuple[tuple[str, int], ...]] = {
+    "redis": (("REDIS_TIMEOUT_MS", 200), ("REDIS_CONNECT_TIMEOUT_MS", 200)),
+    "postgres": (("DB_POOL_TIMEOUT_MS", 1000), ("DB_STATEMENT_TIMEOUT_MS", 5000)),
+    "core": (("CORE_CONNECT_TIMEOUT_MS", 500), ("CORE_TIMEOUT_MS", 6000)),
+    "core-redis": (("CORE_REDIS_TIMEOUT_MS", 200), ("CORE_INVALIDATION_DEADLINE_MS", 300)),
+    "core-postgres": (("CORE_DB_CONNECT_TIMEOUT_MS", 1000), ("CORE_DB_TIMEOUT_MS", 2000)),
+}
+
+
+class DistanceError(ValueError):
+    """A distance that cannot be applied; the message names the variable or preset."""
+
+
+@dataclass(frozen=True)
+class HopDistance:
+    round_trip_ms: int
+    jitter_ms: int = 0
+
+    @property
+    def worst_ms(self) -> int:
+        return self.round_trip_ms + self.jitter_ms
+
+
+@dataclass(frozen=True)
+class Distance:
+    name: str  # a preset's name, or "explicit"
+    hops: dict[str, HopDistance]  # every hop of toxiproxy.HOPS
+    source: str = ""
+
+    def hop(self, hop: str) -> HopDistance:
+        return self.hops.get(hop, HopDistance(0))
+
+
+def _whole_ms(name: str, value: object) -> int:
+    """A whole number of milliseconds, 0 or more: toxiproxy's latency toxic
+    takes whole milliseconds."""
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise DistanceError(f"{name} must be a number of milliseconds, got {value!r}") from None
+    if number < 0 or number != int(number):
+        raise DistanceError(
+            f"{name} must be a whole number of milliseconds, 0 or more, got {value!r} "
+            "(toxiproxy's latency toxic adds whole milliseconds)"
+        )
+    return int(number)
+
+
+@cache
+def _presets(path: Path = PRESETS_FILE) -> dict[str, Distance]:
+    data = json.loads(path.read_text())
+    found = {}
+    for name, preset in data["presets"].items():
+        where = f"{path.name} preset {name}"
+        default = HopDistance(
+            _whole_ms(f"{where} round_trip_ms", preset.get("round_trip_ms", 0)),
+            _whole_ms(f"{where} jitter_ms", preset.get("jitter_ms", 0)),
+        )
+        hops = {hop: default for hop in HOPS}
+        for hop, values in preset.get("hops", {}).items():
+            if hop not in HOPS:
+                raise DistanceError(f"{where} names hop '{hop}' (one of: {' '.join(HOPS)})")
+            hops[hop] = HopDistance(
+                _whole_ms(f"{where} {hop} round_trip_ms", values.get("round_trip_ms", 0)),
+                _whole_ms(f"{where} {hop} jitter_ms", values.get("jitter_ms", 0)),
+            )
+        found[name] = Distance(name, hops, preset.get("source", ""))
+    return found
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(_presets())
+
+
+def preset(name: str) -> Distance:
+    presets = _presets()
+    if name not in presets:
+        raise DistanceError(f"unknown distance '{name}' (one of: {' '.join(presets)})")
+    return presets[name]
+
+
+def explicit(env: dict[str, str] | None = None) -> Distance | None:
+    """The distance DISTANCE_*_MS give, the hops they do not name at 0; None
+    when none is set."""
+    env = dict(os.environ if env is None else env)
+    names = [f"DISTANCE_{v}_MS" for v in EXPLICIT.values()]
+    names += [f"DISTANCE_{v}_JITTER_MS" for v in EXPLICIT.values()]
+    if not any(env.get(name) for name in names):
+        return None
+    hops = {}
+    for hop, var in EXPLICIT.items():
+        hops[hop] = HopDistance(
+            _whole_ms(f"DISTANCE_{var}_MS", env.get(f"DISTANCE_{var}_MS") or 0),
+            _whole_ms(f"DISTANCE_{var}_JITTER_MS", env.get(f"DISTANCE_{var}_JITTER_MS") or 0),
+        )
+    for hop, leader in FOLLOWS.items():
+        hops[hop] = hops[leader]
+    return Distance("explicit", hops, "DISTANCE_*_MS")
+
+
+def refuse_short_timeouts(distance: Distance, env: dict[str, str] | None = None) -> None:
+    """Raise DistanceError naming the first timeout variable (as the services
+    read it from `env`, else its default) that a hop's worst round trip reaches."""
+    env = dict(os.environ if env is None else env)
+    for hop, timeouts in HOP_TIMEOUTS.items():
+        worst = distance.hop(hop).worst_ms
+        if worst == 0:
+            continue
+        for variable, default in timeouts:
+            value = env.get(variable) or str(default)
+            try:
+                timeout = int(value)
+            except ValueError:
+                raise DistanceError(f"{variable} must be a whole number, got {value!r}") from None
+            if worst >= timeout:
+                raise DistanceError(
+                    f"{variable}={timeout} is not longer than the {hop} hop's round trip at "
+                    f"distance {distance.name} ({worst} ms): raise {variable} or choose a "
+                    "shorter distance"
+                )
+
+
+def apply(api: Toxiproxy, distance: Distance, env: dict[str, str] | None = None) -> None:
+    """Every hop's proxy carries `distance`'s latency toxics and nothing else;
+    refused first if a timeout is shorter than a hop's round trip."""
+    refuse_short_timeouts(distance, env)
+    for hop in HOPS:
+        one = distance.hop(hop)
+        api.replace(hop, latency_toxics(one.round_trip_ms, one.jitter_ms))
