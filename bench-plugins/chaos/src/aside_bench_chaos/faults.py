@@ -14,7 +14,8 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.services import ServiceControl, wait_for
 from aside_bench.stack.toxiproxy import Toxiproxy
-from aside_bench.suites.chaos import gray
+
+from aside_bench_chaos import gray
 
 READY_DEADLINE_S = 60.0
 
