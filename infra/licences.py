@@ -37,8 +37,17 @@ GO_MODULES = ("core-go", "bench/driver")
 # packages are read from that module's copy in Go's module cache, at the version
 # the binary itself records (`go version -m`).
 GO_TOOLS = ("bin/toxiproxy-server",)
-# Aside's own: not dependencies.
-OWN_PYTHON = ("aside", "aside-bench", "aside-gateway", "aside-seed")
+# Aside's own: not dependencies (the bench's plug-in packages, bench-plugins/, too).
+PLUG_INS = sorted(
+    p.name for p in (ROOT / "bench-plugins").iterdir() if (p / "pyproject.toml").is_file()
+)
+OWN_PYTHON = (
+    "aside",
+    "aside-bench",
+    "aside-gateway",
+    "aside-seed",
+    *(f"aside-bench-{p}" for p in PLUG_INS),
+)
 
 PERMISSIVE, COPYLEFT, UNKNOWN, FORBIDDEN = "permissive", "copyleft", "unknown", "forbidden"
 # Worst last: a package under several licences at once (AND) is as its worst.
