@@ -1,10 +1,12 @@
 """PostgreSQL reads through one psycopg connection pool per worker.
 
-Three timeouts keep a sick database from hanging a request: libpq's
-connect_timeout, the server-side statement_timeout, and the pool's wait for a
-free connection. A refused or lost connection and a pool wait that times out
-answer 503 database_unavailable; a statement cut by statement_timeout answers
-504 timeout. The gateway only reads: writes belong to the core.
+Four timeouts keep a sick database from hanging a request: libpq's
+connect_timeout, the server-side statement_timeout, the pool's wait for a
+free connection, and a client-side deadline past statement_timeout for a
+server that takes a statement and never answers (misses/deadline.py). A
+refused or lost connection, a pool wait that times out and a statement past
+the client's deadline answer 503 database_unavailable; a statement cut by
+statement_timeout answers 504 timeout. The gateway only reads: writes belong to the core.
 
 Count misses of the cached path go through a per-worker `MissBatcher`
 (misses/coalesce.py): every count pending while the previous batch ran is read by one
@@ -38,6 +40,7 @@ from aside_gateway.misses.coalesce import (
     CpuShare,
     MissBatcher,
 )
+from aside_gateway.misses.deadline import StatementWatchdog
 
 COUNT_BY_EMAIL_SQL = "SELECT count(*) FROM users WHERE email = %s"
 # Sent unprepared (prepare=False) so PostgreSQL plans it with the array's value:
@@ -76,6 +79,10 @@ DOWN_POOL_WAIT_S = 0.1
 # While the pool has no connection, a read looks every this often whether its
 # reconnects are being refused.
 RECONNECT_SLICE_S = 0.05
+# A statement's client-side deadline is statement_timeout plus this: the server
+# is the one to cut a statement that runs long, the client only one whose
+# answer never comes (misses/deadline.py).
+CLIENT_GRACE_S = 0.5
 # A 503 says when to try again, like the core's and the shed uncached reads'.
 RETRY_LATER = {"Retry-After": "1"}
 
@@ -154,6 +161,7 @@ class Database:
         batch_wait_s = 2 * (settings.db_pool_timeout_ms + settings.db_statement_timeout_ms) / 1000
         self._refresh_duty = settings.cache_expiry_refresh_duty_percent / 100
         self._statement_timeout_s = settings.db_statement_timeout_ms / 1000
+        self._watchdog = StatementWatchdog(self._statement_timeout_s + CLIENT_GRACE_S)
         self._indexed = False
         self._index_looked_at = -INDEX_LOOK_S
         cpu_share = CpuShare()
@@ -176,8 +184,9 @@ class Database:
         if timeout is None and self._down:
             timeout = DOWN_POOL_WAIT_S
         for attempt in (1, 2):
+            cut = None
             try:
-                with self._connection(timeout) as conn:
+                with self._connection(timeout) as conn, self._watchdog.watch(conn) as cut:
                     result = work(conn)
                 self._note_up()
                 return result
@@ -191,6 +200,13 @@ class Database:
             except pg_errors.QueryCanceled:
                 raise ApiError("timeout", "the database query took too long") from None
             except (psycopg.OperationalError, psycopg.InterfaceError):
+                if cut is not None and cut.cut:
+                    # The server took the statement and went silent: as unreachable
+                    # (no second wait; the batcher fails the misses queued behind it).
+                    self._down = True
+                    raise ApiError(
+                        "database_unavailable", "the database did not answer in time", RETRY_LATER
+                    ) from None
                 if attempt == 2:
                     self._down = True
                     raise ApiError(
