@@ -206,7 +206,7 @@ def write_cost(run: RunRecord, results: list[StepResult], out_dir: Path) -> list
     run.extra[KIND] = rows
     save_run(run, out_dir)
     save_figures(results, out_dir)
-    doc = run_page(title, run)
+    doc = run_page(title, run, calibration=False)  # it measures the driver itself
     doc.p(
         "The load driver's own CPU per completed request at one rate, against a plain Go "
         "net/http open-model loop in the same run, both sending GET /healthz to the core "

@@ -67,11 +67,12 @@ def _calibration(doc: Doc, run: RunRecord) -> None:
     doc.ul([target.line() for target in found.targets.values()])
 
 
-def run_page(title: str, run: RunRecord) -> Doc:
-    """A run's page begun: its title and the run's context."""
+def run_page(title: str, run: RunRecord, calibration: bool = True) -> Doc:
+    """A run's page begun: its title and the run's context (`calibration`:
+    with the machine's calibration; not for a run that measures the driver)."""
     doc = Doc()
     doc.h(1, title)
-    context(doc, run)
+    context(doc, run, calibration)
     return doc
 
 
@@ -111,7 +112,7 @@ def caption(run: RunRecord) -> str:
     return f"Run {run.run_id} on {summary(run.machine)}."
 
 
-def context(doc: Doc, run: RunRecord) -> None:
+def context(doc: Doc, run: RunRecord, calibration: bool = True) -> None:
     params, seed = run.params, run.seed
     doc.p(f"Machine: {summary(run.machine)}.", note=True)
     items = [
@@ -150,7 +151,7 @@ def context(doc: Doc, run: RunRecord) -> None:
             "ran out below the 1 s latency budget; the driver shares the cores with the stack"
         )
     doc.ul(items)
-    if params.get("scenario") != "cost":  # it measures the driver itself at one rate
+    if calibration:
         _calibration(doc, run)
     if run.interrupted:
         doc.p(
