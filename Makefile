@@ -54,12 +54,17 @@ POPULARITY_FLAGS = --dist "$(DIST)" $(if $(ALPHA),--alpha "$(ALPHA)") $(if $(KEY
 # under CACHE_POLICY (allkeys-lru, allkeys-lfu, ...).
 CACHE_MEMORY ?=
 CACHE_POLICY ?= allkeys-lru
+# Network distances, each arm once per distance, every hop through toxiproxy
+# (DISTANCE="direct loopback same-zone cross-zone": presets of infra/conf/distance.json;
+# or whole-millisecond DISTANCE_REDIS_MS=2-style values on their own, docs/stack.md).
+DISTANCE ?=
 # Each worker's L1 bounded in entries (L1_ENTRIES="1000 10000": the l1 and
 # hybrid arms once each) and Redis's TTL (CACHE_TTL="5 60": the cache arm).
 L1_ENTRIES ?=
 CACHE_TTL ?=
 BOUND_FLAGS = $(if $(CACHE_MEMORY),--cache-memory "$(CACHE_MEMORY)" --cache-policy "$(CACHE_POLICY)") \
-	$(if $(L1_ENTRIES),--l1-entries "$(L1_ENTRIES)") $(if $(CACHE_TTL),--cache-ttl "$(CACHE_TTL)")
+	$(if $(L1_ENTRIES),--l1-entries "$(L1_ENTRIES)") $(if $(CACHE_TTL),--cache-ttl "$(CACHE_TTL)") \
+	$(if $(DISTANCE),--distance "$(DISTANCE)")
 A ?=
 B ?=
 NORMALISE ?= 0
@@ -109,7 +114,7 @@ seed: ## load ROWS users (default 1,000,000); brings the stack up if needed
 TRUST_FLAGS = $(if $(filter 0 no false,$(CALIBRATE)),--no-calibrate,) \
 	$(if $(filter 1 yes true,$(LIVE)),--live,)
 
-bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, READ_RATE, REPEAT, DIST, ALPHA, KEYS, TRACE, CACHE_MEMORY, CACHE_POLICY, L1_ENTRIES, CACHE_TTL, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
+bench: ## the cache off/on sweep (RATES, DURATION, ARMS, WARM, SCENARIO, DISTANCE, READ_RATE, REPEAT, DIST, ALPHA, KEYS, TRACE, CACHE_MEMORY, CACHE_POLICY, L1_ENTRIES, CACHE_TTL, CALIBRATE=0, LIVE=1, SAMPLES_FILE=1)
 	@$(ENV) $(VENV)/aside-bench run --scenario "$(SCENARIO)" --duration "$(DURATION)" --warm "$(WARM)" \
 		--repeat "$(REPEAT)" $(TRUST_FLAGS) $(if $(filter 1 yes true,$(SAMPLES_FILE)),--samples-file,) \
 		$(POPULARITY_FLAGS) $(BOUND_FLAGS) \

@@ -14,6 +14,7 @@ from aside_bench.plan.steps import (
     EVICTION_POLICIES,
     WARM_CHOICES,
     Step,
+    at_distances,
     bounded_arms,
     build_steps,
     parse_arms,
@@ -22,7 +23,7 @@ from aside_bench.plan.steps import (
     repeat_steps,
     resolve_arms,
 )
-from aside_bench.stack import config
+from aside_bench.stack import config, distance
 from aside_bench.sweep.runner import Options
 
 
@@ -58,6 +59,13 @@ def add(run: argparse.ArgumentParser) -> None:
         default="",
         help="read: Redis TTLs in seconds, e.g. '5 60': the cache arm once per TTL "
         "(CACHE_TTL_SECONDS; default: the gateway's own)",
+    )
+    run.add_argument(
+        "--distance",
+        default="",
+        help="read/mixed: network distances, e.g. 'loopback same-zone cross-zone' (presets of "
+        "infra/conf/distance.json) or 'explicit' (DISTANCE_*_MS): every arm once per distance, "
+        "each hop through its proxy (default: none, no proxy in the path)",
     )
     policy = opt.default_of(Options, "cache_policy")
     run.add_argument(
@@ -106,12 +114,24 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     arms = _bounded(args, found, arms)
     if found.indexed and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
+    arms = at_distances(arms, list(run_distances(args, found)))
     if found.hooks.check is not None:
         found.hooks.check(args)
     duration = parse_duration(args.duration)
     read_rate = args.read_rate if found.read_rate else 0
     steps = build_steps(found.name, rates, arms, args.warm, duration, read_rate)
     return repeat_steps(steps, args.repeat)
+
+
+def run_distances(
+    args: argparse.Namespace, found: scenarios.Scenario
+) -> dict[str, distance.Distance]:
+    """The distances --distance names (or DISTANCE_*_MS gives), each checked."""
+    with opt.usage_errors(distance.DistanceError):
+        asked = distance.asked(args.distance.replace(",", " ").split())
+    if asked and not found.distances:
+        raise UsageError(f"--distance is for the read and mixed scenarios, not {found.name}")
+    return asked
 
 
 def _bounded(args: argparse.Namespace, found: scenarios.Scenario, arms: list[str]) -> list[str]:
@@ -156,10 +176,15 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         repeat=args.repeat,
         cache_policy=args.cache_policy,
     )
+    distances = run_distances(args, found)
+    if distances:
+        params["distances"] = {name: distance.as_record(d) for name, d in distances.items()}
     if found.hooks.run_params is not None:
         params.update(found.hooks.run_params(args, shape, settings, seed))
     writer = runner_commands.sweep_writer(args.scenario, settings)
-    runner = runner_commands.new_runner("sweep", out_dir, args, settings, seed, shape, params)
+    runner = runner_commands.new_runner(
+        "sweep", out_dir, args, settings, seed, shape, params, distances
+    )
     print(f"run {run_id}: {len(steps)} steps of {steps[0].duration_s}s -> {out_dir}/", flush=True)
 
     def body() -> None:

@@ -31,6 +31,7 @@ from aside_bench.records import calibration, keytrace, runfile
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT, cpu_limit_cores
 from aside_bench.report import sweep as report
 from aside_bench.stack import config
+from aside_bench.stack.distance import Distance
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.sources import SourceError
@@ -239,8 +240,10 @@ def new_runner(
     seed: SeedData,
     shape: LoadShape,
     params: dict[str, Any],
+    distances: dict[str, Distance] | None = None,
 ) -> Runner:
-    """Create the run's folder and the runner that fills it (sweep, ceiling or cost)."""
+    """Create the run's folder and the runner that fills it (sweep, ceiling or cost);
+    `distances`: those its arms run at (each hop through its proxy)."""
     run_id = out_dir.name
     run = new_run(kind, run_id, params, seed, settings)
     limit = cpu_limit_cores(run.machine["nproc"] or 1, args.driver_cpu_share)
@@ -260,6 +263,7 @@ def new_runner(
         live=args.live,
         samples_file=args.samples_file,
         cache_policy=args.cache_policy,
+        distances=distances or {},
     )
     return Runner(settings, options, seed, run)
 

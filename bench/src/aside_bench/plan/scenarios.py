@@ -7,6 +7,7 @@ the sweep, the driver's variables and the report name none of them."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -63,6 +64,8 @@ class Scenario:
     phase: str | None = None
     # Its steps carry a fixed read rate beside their own (--read-rate).
     read_rate: bool = False
+    # Its arms run at network distances (--distance: each hop through a proxy).
+    distances: bool = False
     # The driver's second scenario in a step, whose figures join the step's.
     beside: str | None = None
     hooks: Hooks = field(default_factory=Hooks)
@@ -72,7 +75,7 @@ class Scenario:
         asked) for an arm reading through a tier, else none."""
         if self.phase is not None:
             return [self.phase]
-        if arm.split("@", 1)[0] not in self.tiered:
+        if re.split(r"[@~]", arm, maxsplit=1)[0] not in self.tiered:
             return ["none"]
         return ["cold", "warm"] if warm == "both" else [warm]
 
@@ -132,9 +135,10 @@ def _core() -> tuple[Scenario, ...]:
         # The answer splits the cache's saving between the misses' coalescing
         # and the hits: every default read sweep measures the three.
         Scenario("read", cached, ("nocache", "coalesce", "cache"), rates, _read_variables,
-                 dist=True, trace=True, bounded=True, indexed=True, tiered=steps.TIERED_ARMS),
+                 dist=True, trace=True, bounded=True, indexed=True, distances=True,
+                 tiered=steps.TIERED_ARMS),
         Scenario("mixed", cached, ("nocache", "cache"), rates, _mixed_variables,
-                 indexed=True, tiered=steps.TIERED_ARMS),
+                 indexed=True, distances=True, tiered=steps.TIERED_ARMS),
         Scenario("compute", compute.ENGINES, compute.ENGINES, (1, 2, 5, 10, 20),
                  _compute_variables),
     )  # fmt: skip

@@ -159,8 +159,8 @@ BOUND_OPTIONS = {"memory": "--cache-memory", "entries": "--l1-entries", "ttl": "
 
 
 def base_arm(arm: str) -> str:
-    """The arm without its bound: `cache@4mb` -> `cache`."""
-    return arm.split(BOUND_SEP, 1)[0]
+    """The arm without its bound or distance: `cache@4mb~same-zone` -> `cache`."""
+    return re.split(r"[@~]", arm, maxsplit=1)[0]
 
 
 def parse_memory(text: str) -> int:
@@ -184,7 +184,7 @@ def parse_bound(text: str) -> Bound:
 
 
 def arm_bound(arm: str) -> Bound | None:
-    _, sep, text = arm.partition(BOUND_SEP)
+    _, sep, text = arm.split(DISTANCE_SEP, 1)[0].partition(BOUND_SEP)
     return parse_bound(text) if sep else None
 
 
@@ -242,6 +242,35 @@ def bounded_arms(arms: list[str], kind: str, texts: list[str]) -> list[str]:
             "add one to the arms"
         )
     return out
+
+
+# ---- a distance as an arm: the arm, `~`, and the distance's name, each hop of
+# the arm's steps through its proxy with that distance's latency (stack/distance.py):
+# `cache~same-zone`, `hybrid@2000keys~cross-zone`.
+DISTANCE_SEP = "~"
+# The distance of no proxy in the path: the arm as it is, the reference the
+# proxy's own cost is read against (its `loopback` steps' added p50).
+DIRECT = "direct"
+
+
+def arm_distance(arm: str) -> str | None:
+    """The distance an arm's steps run at; None: no proxy in the path."""
+    _, sep, name = arm.partition(DISTANCE_SEP)
+    return name if sep else None
+
+
+def at_distances(arms: list[str], names: list[str]) -> list[str]:
+    """Each arm once per distance, the distances in the order given (none: the
+    arms as given): a rate's steps then compare them back to back."""
+    if not names:
+        return arms
+    return [
+        arm if name == DIRECT else f"{arm}{DISTANCE_SEP}{name}" for name in names for arm in arms
+    ]
+
+
+def without_distance(arm: str) -> str:
+    return arm.split(DISTANCE_SEP, 1)[0]
 
 
 def series_label(arm: str, phase: str) -> str:

@@ -15,6 +15,7 @@ from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
 from aside_bench.records.goal import GOAL_P95_MS, Goal
+from aside_bench.records.prices import Prices
 from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures, save_figures
@@ -22,6 +23,7 @@ from aside_bench.report.answer import answer
 from aside_bench.report.costs import cost_table, run_prices
 from aside_bench.report.curves import curve_section
 from aside_bench.report.decision import decide, decision_table
+from aside_bench.report.distances import by_distance, hop_table, proxy_cost_table
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.split import split_table
 from aside_bench.report.tables import (
@@ -276,6 +278,16 @@ def drawn_curves(
         return [], f"The hit rate against cache size was not drawn: {error}."
 
 
+def _decisions(
+    run: RunRecord, merged: list[StepResult], prices: Prices, curves: list[RateCurve]
+) -> list[Table]:
+    """The decision table: one, or one per distance the run's arms ran at."""
+    if not run.params.get("distances"):
+        return [decision_table(decide(merged, GOAL, prices, curves))]
+    return [decision_table(decide(steps, GOAL, prices, curves, distance=name))
+            for name, steps in by_distance(merged).items()]  # fmt: skip
+
+
 def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
     title = f"Aside bench {run.run_id}"
     merged = merge_repeats(results)
@@ -287,8 +299,7 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
     decisions: list[Table] = []
     if lines:
         doc.h(2, "The answer")
-        # One decision per distance: a run has one today (None), so one table.
-        decisions = [decision_table(decide(merged, GOAL, prices, curves))]
+        decisions = _decisions(run, merged, prices, curves)
         for table in decisions:
             doc.table(table)
         doc.ul(lines)
@@ -301,7 +312,12 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
     doc.results(tables, bool(results))
     saturation_section(doc, results)
     tables += curve_section(doc, curves, out_dir, caption(run))
-    tables = decisions + tables  # in the page's order: the decision on top
+    at_distances = [t for t in (hop_table(run), proxy_cost_table(merged)) if t is not None]
+    if at_distances:
+        doc.h(2, "Distances")
+        for table in at_distances:
+            doc.table(table)
+    tables = decisions + tables + at_distances  # in the page's order: the decision on top
     if not_drawn is not None:
         doc.p(not_drawn, note=True)
     drift = machine_drift_line(figures)

@@ -19,6 +19,7 @@ from aside_bench.stack.toxiproxy import HOPS, Toxiproxy, latency_toxics
 ROOT = Path(__file__).resolve().parents[4]
 PRESETS_FILE = ROOT / "infra" / "conf" / "distance.json"
 LOOPBACK = "loopback"
+DIRECT = "direct"  # no proxy in the path: the reference of the proxy's own cost
 # Explicit values: DISTANCE_<HOP>_MS and DISTANCE_<HOP>_JITTER_MS. The core's own
 # hops (core-redis, core-postgres) follow the gateway's to the same server.
 EXPLICIT = {"redis": "REDIS", "postgres": "POSTGRES", "core": "CORE"}
@@ -155,3 +156,30 @@ def apply(api: Toxiproxy, distance: Distance, env: dict[str, str] | None = None)
     for hop in HOPS:
         one = distance.hop(hop)
         api.replace(hop, latency_toxics(one.round_trip_ms, one.jitter_ms))
+
+
+def asked(names: list[str], env: dict[str, str] | None = None) -> dict[str, Distance]:
+    """A run's distances by name, in the order given: presets, and `explicit`
+    (DISTANCE_*_MS); none named, the explicit one when DISTANCE_*_MS are set,
+    else none. Each refused when a timeout is not longer than a hop's round trip."""
+    given = explicit(env)
+    found: dict[str, Distance] = {}
+    for name in names or (["explicit"] if given is not None else []):
+        if name == DIRECT:
+            found[name] = Distance(DIRECT, {}, "no proxy in the path")
+            continue
+        if name == "explicit" and given is None:
+            raise DistanceError(
+                "distance explicit needs DISTANCE_REDIS_MS, DISTANCE_POSTGRES_MS or "
+                "DISTANCE_CORE_MS (docs/stack.md)"
+            )
+        found[name] = given if name == "explicit" and given is not None else preset(name)
+        refuse_short_timeouts(found[name], env)
+    return found
+
+
+def as_record(distance: Distance) -> dict[str, object]:
+    """A distance as run.json's params keep it: each hop's round trip and jitter."""
+    hops = {hop: {"round_trip_ms": d.round_trip_ms, "jitter_ms": d.jitter_ms}
+            for hop, d in distance.hops.items()}  # fmt: skip
+    return {"source": distance.source, "hops": hops}

@@ -52,6 +52,7 @@ from aside_bench.stack.seeddata import SeedData, remove_bench_users
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.sources import Influx, Prometheus, SourceError
 from aside_bench.sweep.collect import GATEWAY_JOB, collect
+from aside_bench.sweep.distances import DistanceControl
 from aside_bench.sweep.influx_step import step_line
 from aside_bench.sweep.invalidation_lag_floor import FloorProbe
 from aside_bench.sweep.stepprep import Options, StepPreparation
@@ -129,6 +130,7 @@ class Runner(StepPreparation):
         self.step_seconds: list[float] = []
         self.summaries = 0  # summary files written so far (each its own name)
         self.gateway_settings: dict[str, str] = {}  # what the gateway was restarted with
+        self.distances = DistanceControl(settings, options.distances)
         # Redis's own bound, read before a memory arm first changes it, given back at the end.
         self.stack_bound: MemoryBound | None = None
         # The iterations a warm step of a popularity workload passes over: its
@@ -292,7 +294,8 @@ class Runner(StepPreparation):
         redis_start = self._redis_reading(step)
         counter = None if redis_start is None else cachememory.KeyCounter(self.settings).start()
         try:
-            code = self.run_load(run, record)
+            with self.distances.measured(step, record):
+                code = self.run_load(run, record)
         finally:
             # Right after the driver's last request: the memory the step left and its CPU.
             record["probe"]["end"] = self.probe.reading(memory=True)
@@ -377,7 +380,8 @@ class Runner(StepPreparation):
     def cleanup(self) -> None:
         """Give the gateway its own settings and Redis its own bound back after an
         arm that changed them, and remove users an interrupted mixed step left,
-        so the table keeps its row count."""
+        so the table keeps its row count; no toxic left on a hop."""
+        self.distances.restore()
         if self.stack_bound is not None:
             try:
                 cachememory.apply_bound(self.settings, self.stack_bound)

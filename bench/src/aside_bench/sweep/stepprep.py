@@ -7,7 +7,7 @@ these as the first part of each step."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from aside_bench.records.runfile import RunRecord
 from aside_bench.stack import cachememory
 from aside_bench.stack.cachememory import MemoryBound
 from aside_bench.stack.config import Settings
+from aside_bench.stack.distance import Distance
 from aside_bench.stack.prepare import (
     StackError,
     expires_within,
@@ -27,6 +28,7 @@ from aside_bench.stack.prepare import (
 )
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
+from aside_bench.sweep.distances import DistanceControl
 from aside_bench.sweep.warmtiers import wait_l1_empty, warm_l1
 
 # A ceiling step refills the cache unless every key outlives the step by this much.
@@ -47,6 +49,8 @@ class Options:
     live: bool = False  # the driver's line a second on the terminal while a step runs
     samples_file: bool = False  # every request of every step into the run folder
     cache_policy: str = "allkeys-lru"  # Redis's eviction policy under a memory arm's bound
+    # The distances the arms run at (plan/steps.py arm_distance), by name.
+    distances: dict[str, Distance] = field(default_factory=dict)
 
 
 class StepPreparation:
@@ -59,6 +63,7 @@ class StepPreparation:
     seed: SeedData
     run: RunRecord
     gateway_settings: dict[str, str]
+    distances: DistanceControl
     stack_bound: MemoryBound | None
     skip: int
     connection_bound_read: bool
@@ -81,7 +86,7 @@ class StepPreparation:
 
     def _gateway_for(self, arm: str, record: dict[str, Any]) -> None:
         """Restart the gateway when `arm` needs other settings than the last step's."""
-        wanted = gateway_env(arm)
+        wanted = {**self.distances.gateway_env(arm), **gateway_env(arm)}
         if wanted == self.gateway_settings:
             return
         control = ServiceControl(self.settings)
@@ -125,6 +130,7 @@ class StepPreparation:
         )
 
     def _prepare(self, step: Step, record: dict[str, Any]) -> None:
+        self.distances.before(step, record)
         self._gateway_for(step.arm, record)
         self._bound_for(step, record)
         self.skip = 0

@@ -1,0 +1,78 @@
+"""A run at several network distances (arms like `cache~same-zone`): each
+distance's steps on their own, their arms without it (the decision per
+distance); each hop's round trip as set and as measured beside the steps'
+load; and the proxy's own cost, a `loopback` step's p50 against the same
+arm's direct one at the same rate. Pure, unit-tested."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Any
+
+from aside_bench.plan.steps import DIRECT, arm_distance, series_label, without_distance
+from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import RunRecord
+from aside_bench.report.tables import MISSING, Table, fmt_ms
+
+LOOPBACK = "loopback"
+# A measured round trip agrees with its setting within this share, or this many ms.
+AGREE_SHARE, AGREE_MS = 0.2, 0.1
+
+
+def by_distance(results: list[StepResult]) -> dict[str, list[StepResult]]:
+    """The steps of each distance in the run's order, their arms without it."""
+    found: dict[str, list[StepResult]] = {}
+    for result in results:
+        name = arm_distance(result.step.arm) or DIRECT
+        step = replace(result.step, arm=without_distance(result.step.arm))
+        found.setdefault(name, []).append(replace(result, step=step))
+    return found
+
+
+def _measured(steps: list[dict[str, Any]], name: str, hop: str) -> list[float]:
+    return [s["hops"][hop]["median_ms"] for s in steps
+            if s.get("distance") == name and hop in (s.get("hops") or {})]  # fmt: skip
+
+
+def agrees(measured_ms: float, set_ms: float) -> bool:
+    return abs(measured_ms - set_ms) <= max(AGREE_SHARE * set_ms, AGREE_MS)
+
+
+def hop_table(run: RunRecord) -> Table | None:
+    """Each distance's hops: the round trip set, the median of the steps'
+    measured medians (through the proxy, so the loopback's own round trip is in
+    it), and whether the two agree."""
+    asked = run.params.get("distances") or {}
+    rows = []
+    for name, distance in asked.items():
+        for hop, setting in (distance.get("hops") or {}).items():
+            values = _measured(run.steps, name, hop)
+            median = statistics.median(values) if values else None
+            set_ms = float(setting["round_trip_ms"])
+            verdict = MISSING if median is None else ("yes" if agrees(median, set_ms) else "no")
+            rows.append([name, hop, fmt_ms(set_ms), fmt_ms(median), str(len(values)), verdict])
+    if not rows:
+        return None
+    headers = ["distance", "hop", "set ms", "measured ms (median)", "steps",
+               f"within {AGREE_SHARE:.0%} or {AGREE_MS:g} ms"]  # fmt: skip
+    return Table("Distances: each hop's round trip, set and measured", headers, rows)
+
+
+def proxy_cost_table(results: list[StepResult]) -> Table | None:
+    """The proxy's own cost: each arm's p50 through the proxies with nothing
+    added (loopback) against its direct step's, at each rate both ran."""
+    found = by_distance(results)
+    direct = {(r.step.arm, r.step.phase, r.step.rate): r for r in found.get(DIRECT, [])}
+    rows = []
+    for result in found.get(LOOPBACK, []):
+        plain = direct.get((result.step.arm, result.step.phase, result.step.rate))
+        if plain is None or plain.latency is None or result.latency is None:
+            continue
+        one, other = plain.latency.p50, result.latency.p50
+        label = series_label(result.step.arm, result.step.phase)
+        rows.append([label, str(result.step.rate), fmt_ms(one), fmt_ms(other), fmt_ms(other - one)])
+    if not rows:
+        return None
+    headers = ["series", "target /s", "direct p50 ms", "loopback p50 ms", "added ms"]
+    return Table("The proxy's own cost: loopback through the proxies against direct", headers, rows)
