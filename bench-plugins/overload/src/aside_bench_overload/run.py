@@ -162,10 +162,10 @@ def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
     run = bench.load_run(
         arm, "search", rate, params.search_duration_s, False, time.time() + bench.lead_s
     )
-    before = counters(bench.settings)["shed"]
+    before = counters(bench.settings).shed
     ticks = procs.machine_ticks()
     summary = finish_driver(bench.start(run), run)
-    shed = increase(before, counters(bench.settings)["shed"])
+    shed = increase(before, counters(bench.settings).shed)
     figures = summary.step_figures("read") or {}
     return fg.SearchStep(
         rate=rate,
@@ -218,40 +218,50 @@ def machine_reading(bench: Bench) -> fg.MachineReading | None:
     )
 
 
-def counters(settings: Settings) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GatewayCounters:
+    """The gateway's /metrics counters (as `counters` names them) a step gains."""
+
+    cache_errors: dict[str, float]
+    fallback: dict[str, float]
+    shed: dict[str, float]
+    judged: dict[str, float]
+    admission_limit: float | None
+    gc_count: float = 0.0
+    gc_sum: float = 0.0
+
+
+def counters(settings: Settings) -> GatewayCounters:
     text = gm.scrape(settings)
-    return {
-        "cache_errors": gm.cache_error_counts(text),
-        "fallback": gm.summed_by_label(text, "aside_gateway_loop_followers_total", "outcome"),
-        "shed": gm.summed_by_label(text, "aside_gateway_shed_total", "reason"),
-        "judged": gm.summed_by_label(text, "aside_gateway_redis_errors_judged_total", "verdict"),
-        "admission_limit": gm.unlabelled_value(text, "aside_gateway_admission_limit"),
-        "gc": {
-            part: sum(
-                v for _, v in gm.labelled_samples(text, f"aside_gateway_gc_pause_seconds_{part}")
-            )
+    return GatewayCounters(
+        gm.cache_error_counts(text),
+        gm.summed_by_label(text, "aside_gateway_loop_followers_total", "outcome"),
+        gm.summed_by_label(text, "aside_gateway_shed_total", "reason"),
+        gm.summed_by_label(text, "aside_gateway_redis_errors_judged_total", "verdict"),
+        gm.unlabelled_value(text, "aside_gateway_admission_limit"),
+        *(
+            sum(v for _, v in gm.labelled_samples(text, f"aside_gateway_gc_pause_seconds_{part}"))
             for part in ("count", "sum")
-        },
-    }
+        ),
+    )
 
 
-def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> fg.Counters:
+def counter_increase(before: GatewayCounters, after: GatewayCounters) -> fg.Counters:
     return fg.Counters(
-        breaker_skips=after["cache_errors"].get("breaker_open", 0.0)
-        - before["cache_errors"].get("breaker_open", 0.0),
-        fallback_reads=after["fallback"].get("fallback", 0.0)
-        - before["fallback"].get("fallback", 0.0),
-        shed=increase(before["shed"], after["shed"]),
-        redis_judged=increase(before["judged"], after["judged"]),
-        admission_limit=after["admission_limit"],
-        gc_collections=after["gc"]["count"] - before["gc"]["count"],
-        gc_pause_s=after["gc"]["sum"] - before["gc"]["sum"],
+        breaker_skips=after.cache_errors.get("breaker_open", 0.0)
+        - before.cache_errors.get("breaker_open", 0.0),
+        fallback_reads=after.fallback.get("fallback", 0.0) - before.fallback.get("fallback", 0.0),
+        shed=increase(before.shed, after.shed),
+        redis_judged=increase(before.judged, after.judged),
+        admission_limit=after.admission_limit,
+        gc_collections=after.gc_count - before.gc_count,
+        gc_pause_s=after.gc_sum - before.gc_sum,
     )
 
 
 @dataclass
 class Edge:
-    counters: dict[str, Any]
+    counters: GatewayCounters
     machine: fg.MachineReading | None
     at: float = field(default_factory=time.time)
 
