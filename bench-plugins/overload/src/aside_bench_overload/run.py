@@ -190,7 +190,7 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
         reruns = reruns + 1 if again else 0
         if not again:
             history.append((rate, held))
-        result.search.append(found.as_dict(held, counted=not again))
+        result.search.append((found, held, not again))
         verdict = "held" if held else "missed"
         if again:
             verdict += f" with the host stealing {found.steal:.0%}: run again"
@@ -218,24 +218,13 @@ def machine_reading(bench: Bench) -> fg.MachineReading | None:
     )
 
 
-@dataclass(frozen=True)
-class GatewayCounters:
-    """The gateway's /metrics counters (as `counters` names them) a step gains."""
-
-    cache_errors: dict[str, float]
-    fallback: dict[str, float]
-    shed: dict[str, float]
-    judged: dict[str, float]
-    admission_limit: float | None
-    gc_count: float = 0.0
-    gc_sum: float = 0.0
-
-
-def counters(settings: Settings) -> GatewayCounters:
+def counters(settings: Settings) -> fg.Counters:
+    """The gateway's counters as /metrics gives them: the totals since its start."""
     text = gm.scrape(settings)
-    return GatewayCounters(
-        gm.cache_error_counts(text),
-        gm.summed_by_label(text, "aside_gateway_loop_followers_total", "outcome"),
+    followers = gm.summed_by_label(text, "aside_gateway_loop_followers_total", "outcome")
+    return fg.Counters(
+        gm.cache_error_counts(text).get("breaker_open", 0.0),
+        followers.get("fallback", 0.0),
         gm.summed_by_label(text, "aside_gateway_shed_total", "reason"),
         gm.summed_by_label(text, "aside_gateway_redis_errors_judged_total", "verdict"),
         gm.unlabelled_value(text, "aside_gateway_admission_limit"),
@@ -246,22 +235,22 @@ def counters(settings: Settings) -> GatewayCounters:
     )
 
 
-def counter_increase(before: GatewayCounters, after: GatewayCounters) -> fg.Counters:
+def counter_increase(before: fg.Counters, after: fg.Counters) -> fg.Counters:
+    """What a step gained between two readings; the door's limit as at its end."""
     return fg.Counters(
-        breaker_skips=after.cache_errors.get("breaker_open", 0.0)
-        - before.cache_errors.get("breaker_open", 0.0),
-        fallback_reads=after.fallback.get("fallback", 0.0) - before.fallback.get("fallback", 0.0),
+        breaker_skips=after.breaker_skips - before.breaker_skips,
+        fallback_reads=after.fallback_reads - before.fallback_reads,
         shed=increase(before.shed, after.shed),
-        redis_judged=increase(before.judged, after.judged),
+        redis_judged=increase(before.redis_judged, after.redis_judged),
         admission_limit=after.admission_limit,
-        gc_collections=after.gc_count - before.gc_count,
-        gc_pause_s=after.gc_sum - before.gc_sum,
+        gc_collections=after.gc_collections - before.gc_collections,
+        gc_pause_s=after.gc_pause_s - before.gc_pause_s,
     )
 
 
 @dataclass
 class Edge:
-    counters: GatewayCounters
+    counters: fg.Counters
     machine: fg.MachineReading | None
     at: float = field(default_factory=time.time)
 
