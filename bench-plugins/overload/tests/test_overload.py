@@ -157,9 +157,8 @@ def test_the_machine_ticks_split_out_the_hosts_steal() -> None:
 
 
 def test_the_gateways_collections_over_a_step() -> None:
-    def reading(count: float, pause_s: float) -> dict[str, Any]:
-        return {"cache_errors": {}, "fallback": {}, "shed": {}, "judged": {},
-                "admission_limit": 32.0, "gc": {"count": count, "sum": pause_s}}  # fmt: skip
+    def reading(count: float, pause_s: float) -> fg.Counters:
+        return fg.Counters(admission_limit=32.0, gc_collections=count, gc_pause_s=pause_s)
 
     counters = overload.counter_increase(reading(4, 0.010), reading(7, 0.0325))
     assert counters.gc_collections == 3 and counters.gc_pause_s == pytest.approx(0.0225)

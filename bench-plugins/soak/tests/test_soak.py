@@ -26,9 +26,9 @@ def reading(rss_kib: int, fds: int, processes: int = 1) -> dict[str, int]:
             "sockets": fds // 2}  # fmt: skip
 
 
-def series(rss: list[int], fds: list[int]) -> list[dict[str, Any]]:
+def series(rss: list[int], fds: list[int]) -> list[soak_growth.SoakSample]:
     return [
-        {"t": 1000.0 + i, "procs": {"svc": reading(r, f), "flat": reading(100, 5)}}
+        soak_growth.SoakSample(1000.0 + i, {"svc": reading(r, f), "flat": reading(100, 5)})
         for i, (r, f) in enumerate(zip(rss, fds, strict=True))
     ]
 
@@ -57,13 +57,19 @@ def test_growth_is_the_median_after_warmup_against_the_median_at_the_end() -> No
 
 def test_a_process_that_vanishes_is_flagged() -> None:
     samples = series([100] * 10, [5] * 10)
-    samples[6]["procs"]["svc"] = None
+    samples[6].procs["svc"] = None
     rows = soak_growth.growth_table_rows(samples, ["svc"], 2, 10)
     assert rows[0].flags == ["gone in 1 samples"]
 
 
-def key_samples(counts: list[int | None]) -> list[dict[str, Any]]:
-    return [{"t": 1000.0 + i, "procs": {}, "idempotency_keys": n} for i, n in enumerate(counts)]
+def key_samples(
+    counts: list[int | None], overdue: dict[int, int] | None = None
+) -> list[soak_growth.SoakSample]:
+    """A sample a second; `overdue`: the overdue keys counted at some of them, 0 elsewhere."""
+    return [
+        soak_growth.SoakSample(1000.0 + i, {}, n, None if overdue is None else overdue.get(i, 0))
+        for i, n in enumerate(counts)
+    ]
 
 
 def test_a_flat_key_table_after_its_lifetime_is_not_flagged() -> None:
@@ -98,12 +104,9 @@ def test_a_key_table_that_keeps_growing_after_its_lifetime_is_flagged() -> None:
 
 
 def test_an_overdue_key_after_the_warm_up_is_flagged() -> None:
-    samples = key_samples([800] * 20)
-    for sample in samples:
-        sample["idempotency_keys_overdue"] = 0
-    samples[3]["idempotency_keys_overdue"] = 50  # during the warm-up: not judged
+    samples = key_samples([800] * 20, {3: 50})  # during the warm-up: not judged
     assert soak_growth.key_table_row(samples, 8, 20, 5, 100).flags == []
-    samples[15]["idempotency_keys_overdue"] = 7
+    samples = key_samples([800] * 20, {3: 50, 15: 7})
     row = soak_growth.key_table_row(samples, 8, 20, 5, 100)
     assert row.overdue_max == 7 and row.flags == ["7 keys overdue"]
     # Also while the growth itself cannot be judged yet.

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from aside_bench.cli import options as opt
 from aside_bench.cli.runner_commands import shape_default
@@ -38,10 +37,6 @@ def _variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str, str]:
     return {**found, **popularity(shape, step.read_rate)}
 
 
-def _run_params(args: argparse.Namespace, shape: LoadShape, *_: Any) -> dict[str, Any]:
-    return report.run_params(shape)
-
-
 SCENARIO = Scenario(
     plan.SCENARIO,
     plan.ARMS,
@@ -56,7 +51,7 @@ SCENARIO = Scenario(
     hooks=Hooks(
         add_options=_add_options,
         check=_check,
-        run_params=_run_params,
+        run_params=lambda _args, shape, *_: report.run_params(shape),
         writer=lambda settings: report.write_interference,
     ),
 )

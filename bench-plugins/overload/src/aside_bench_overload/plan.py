@@ -79,7 +79,7 @@ class ArmResult:
     ceiling: int | None = None
     ceiling_from: str = ""  # "given" or "search"
     capped: bool = False  # the search never missed: the true ceiling is higher
-    search: list[dict[str, Any]] = field(default_factory=list)
+    search: list[tuple[fg.SearchStep, bool, bool]] = field(default_factory=list)  # held, counted
     steps: list[fg.StepFigures] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
@@ -98,7 +98,7 @@ class ArmResult:
             "ceiling_from": self.ceiling_from,
             "capped": self.capped,
             "max_pool": self.max_pool,
-            "search": self.search,
+            "search": [step.as_dict(held, counted) for step, held, counted in self.search],
             "steps": [s.as_dict() for s in self.steps],
             "checks": [c.as_dict() for c in self.checks],
         }

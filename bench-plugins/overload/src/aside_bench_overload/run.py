@@ -162,10 +162,10 @@ def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
     run = bench.load_run(
         arm, "search", rate, params.search_duration_s, False, time.time() + bench.lead_s
     )
-    before = counters(bench.settings)["shed"]
+    before = counters(bench.settings).shed
     ticks = procs.machine_ticks()
     summary = finish_driver(bench.start(run), run)
-    shed = increase(before, counters(bench.settings)["shed"])
+    shed = increase(before, counters(bench.settings).shed)
     figures = summary.step_figures("read") or {}
     return fg.SearchStep(
         rate=rate,
@@ -190,7 +190,7 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
         reruns = reruns + 1 if again else 0
         if not again:
             history.append((rate, held))
-        result.search.append(found.as_dict(held, counted=not again))
+        result.search.append((found, held, not again))
         verdict = "held" if held else "missed"
         if again:
             verdict += f" with the host stealing {found.steal:.0%}: run again"
@@ -218,40 +218,39 @@ def machine_reading(bench: Bench) -> fg.MachineReading | None:
     )
 
 
-def counters(settings: Settings) -> dict[str, Any]:
+def counters(settings: Settings) -> fg.Counters:
+    """The gateway's counters as /metrics gives them: the totals since its start."""
     text = gm.scrape(settings)
-    return {
-        "cache_errors": gm.cache_error_counts(text),
-        "fallback": gm.summed_by_label(text, "aside_gateway_loop_followers_total", "outcome"),
-        "shed": gm.summed_by_label(text, "aside_gateway_shed_total", "reason"),
-        "judged": gm.summed_by_label(text, "aside_gateway_redis_errors_judged_total", "verdict"),
-        "admission_limit": gm.unlabelled_value(text, "aside_gateway_admission_limit"),
-        "gc": {
-            part: sum(
-                v for _, v in gm.labelled_samples(text, f"aside_gateway_gc_pause_seconds_{part}")
-            )
-            for part in ("count", "sum")
-        },
-    }
-
-
-def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> fg.Counters:
+    followers = gm.summed_by_label(text, "aside_gateway_loop_followers_total", "outcome")
     return fg.Counters(
-        breaker_skips=after["cache_errors"].get("breaker_open", 0.0)
-        - before["cache_errors"].get("breaker_open", 0.0),
-        fallback_reads=after["fallback"].get("fallback", 0.0)
-        - before["fallback"].get("fallback", 0.0),
-        shed=increase(before["shed"], after["shed"]),
-        redis_judged=increase(before["judged"], after["judged"]),
-        admission_limit=after["admission_limit"],
-        gc_collections=after["gc"]["count"] - before["gc"]["count"],
-        gc_pause_s=after["gc"]["sum"] - before["gc"]["sum"],
+        gm.cache_error_counts(text).get("breaker_open", 0.0),
+        followers.get("fallback", 0.0),
+        gm.summed_by_label(text, "aside_gateway_shed_total", "reason"),
+        gm.summed_by_label(text, "aside_gateway_redis_errors_judged_total", "verdict"),
+        gm.unlabelled_value(text, "aside_gateway_admission_limit"),
+        *(
+            sum(v for _, v in gm.labelled_samples(text, f"aside_gateway_gc_pause_seconds_{part}"))
+            for part in ("count", "sum")
+        ),
+    )
+
+
+def counter_increase(before: fg.Counters, after: fg.Counters) -> fg.Counters:
+    """What a step gained between two readings; the door's limit as at its end."""
+    return fg.Counters(
+        breaker_skips=after.breaker_skips - before.breaker_skips,
+        fallback_reads=after.fallback_reads - before.fallback_reads,
+        shed=increase(before.shed, after.shed),
+        redis_judged=increase(before.redis_judged, after.redis_judged),
+        admission_limit=after.admission_limit,
+        gc_collections=after.gc_collections - before.gc_collections,
+        gc_pause_s=after.gc_pause_s - before.gc_pause_s,
     )
 
 
 @dataclass
 class Edge:
-    counters: dict[str, Any]
+    counters: fg.Counters
     machine: fg.MachineReading | None
     at: float = field(default_factory=time.time)
 

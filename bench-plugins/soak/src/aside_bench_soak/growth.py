@@ -27,6 +27,16 @@ class _Record:
         return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class SoakSample(_Record):
+    """A sample's instant, /proc's figures per service (None: gone), idempotency_keys' rows."""
+
+    t: float
+    procs: dict[str, dict[str, float] | None]
+    idempotency_keys: int | None = None
+    idempotency_keys_overdue: int | None = None
+
+
 @dataclass
 class ProcessGrowth(_Record):
     """A service's memory and descriptors after the warm-up against the end
@@ -82,7 +92,7 @@ def _ratio(warm: float | None, end: float | None) -> float | None:
 
 
 def growth_table_rows(
-    samples: list[dict[str, Any]], services: list[str], warmup_s: float, duration_s: float
+    samples: list[SoakSample], services: list[str], warmup_s: float, duration_s: float
 ) -> list[ProcessGrowth]:
     if not samples:
         return []
@@ -90,9 +100,8 @@ def growth_table_rows(
     rows = []
     for service in services:
 
-        def values(chosen: list[dict[str, Any]], field: str, name: str = service) -> list[float]:
-            readings = [s["procs"][name] for s in chosen if s["procs"].get(name)]
-            return [r[field] for r in readings if field in r]
+        def values(chosen: list[SoakSample], field: str, name: str = service) -> list[float]:
+            return [r[field] for s in chosen if (r := s.procs.get(name)) and field in r]
 
         def warm_end(field: str) -> tuple[float | None, float | None]:
             return _median(values(warm, field)), _median(values(end, field))
@@ -119,7 +128,7 @@ def growth_table_rows(
             row.flags.append(f"private memory +{row.anon_growth:.0%}")
         if row.fds_growth is not None and row.fds_growth > 0:
             row.flags.append(f"fds +{row.fds_growth:g}")
-        gone = sum(1 for s in samples if s["procs"].get(service) is None)
+        gone = sum(1 for s in samples if s.procs.get(service) is None)
         if gone:
             row.flags.append(f"gone in {gone} samples")
         rows.append(row)
@@ -127,24 +136,23 @@ def growth_table_rows(
 
 
 def _windows(
-    samples: list[dict[str, Any]], warmup_s: float, duration_s: float, at_least_s: float = 0
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    samples: list[SoakSample], warmup_s: float, duration_s: float, at_least_s: float = 0
+) -> tuple[list[SoakSample], list[SoakSample], list[SoakSample]]:
     """The samples right after the warm-up, at the end, and all after the
     warm-up. The first two span WINDOW_SHARE of the run, at least three
     samples and at_least_s, but never more than half of what follows the warm-up."""
-    t0 = samples[0]["t"]
-    t_end = samples[-1]["t"]
+    t0, t_end = samples[0].t, samples[-1].t
     step = (t_end - t0) / max(len(samples) - 1, 1)
     window = max(3 * step, WINDOW_SHARE * duration_s)
     window = max(window, min(at_least_s, (t_end - t0 - warmup_s) / 2))
-    warm = [s for s in samples if warmup_s <= s["t"] - t0 <= warmup_s + window]
-    end = [s for s in samples if s["t"] >= t_end - window]
-    after = [s for s in samples if s["t"] - t0 >= warmup_s]
+    warm = [s for s in samples if warmup_s <= s.t - t0 <= warmup_s + window]
+    end = [s for s in samples if s.t >= t_end - window]
+    after = [s for s in samples if s.t - t0 >= warmup_s]
     return warm, end, after
 
 
 def key_table_row(
-    samples: list[dict[str, Any]],
+    samples: list[SoakSample],
     warmup_s: float,
     duration_s: float,
     lifetime_s: float | None,
@@ -161,7 +169,7 @@ def key_table_row(
     Overdue keys (older than TTL + two purge intervals, counted in each
     sample) are flagged whenever one is seen after the warm-up: a purge that
     keeps up leaves none, whatever the rate did."""
-    counts = [s.get("idempotency_keys") for s in samples]
+    counts = [s.idempotency_keys for s in samples]
     row = KeyGrowth(
         lifetime_s,
         create_rate,
@@ -173,20 +181,16 @@ def key_table_row(
         return row
     warm, end, after = _windows(samples, warmup_s, duration_s, lifetime_s or 0)
 
-    def known(chosen: list[dict[str, Any]]) -> list[float]:
-        return [s["idempotency_keys"] for s in chosen if s.get("idempotency_keys") is not None]
+    def known(chosen: list[SoakSample], overdue: bool = False) -> list[int]:
+        counts = (s.idempotency_keys_overdue if overdue else s.idempotency_keys for s in chosen)
+        return [n for n in counts if n is not None]
 
     row.warm, row.end = _median(known(warm)), _median(known(end))
     row.min, row.max = min(known(after), default=None), max(known(after), default=None)
     if row.warm is not None and row.end is not None:
         # One row more than none is not growth worth a ratio.
         row.growth = (row.end - row.warm) / max(row.warm, 1)
-    overdue = [
-        s["idempotency_keys_overdue"]
-        for s in after
-        if s.get("idempotency_keys_overdue") is not None
-    ]
-    row.overdue_max = max(overdue, default=None)
+    row.overdue_max = max(known(after, overdue=True), default=None)
     growing = row.growth is not None and row.growth > KEY_GROWTH_FLAG
     if growing and row.judged:
         row.flags.append(f"idempotency_keys +{row.growth:.0%}")
@@ -222,20 +226,20 @@ def key_table(row: KeyGrowth) -> Table:
 
 
 def key_counts_over_time(
-    samples: list[dict[str, Any]], points: int = 12
+    samples: list[SoakSample], points: int = 12
 ) -> list[tuple[int, int | None]]:
     if not samples:
         return []
-    t0 = samples[0]["t"]
+    t0 = samples[0].t
     stride = max(len(samples) // points, 1)
     chosen = samples[::stride]
     if chosen[-1] is not samples[-1]:
         chosen.append(samples[-1])
-    return [(round(s["t"] - t0), s.get("idempotency_keys")) for s in chosen]
+    return [(round(s.t - t0), s.idempotency_keys) for s in chosen]
 
 
-def _per_process(chosen: list[dict[str, Any]], service: str) -> list[float]:
-    readings = [s["procs"][service] for s in chosen if s["procs"].get(service)]
+def _per_process(chosen: list[SoakSample], service: str) -> list[float]:
+    readings = [r for s in chosen if (r := s.procs.get(service))]
     return [r["anon_kib"] / r["processes"] for r in readings if "anon_kib" in r]
 
 

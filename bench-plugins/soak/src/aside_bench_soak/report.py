@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
 
 from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
@@ -14,6 +13,7 @@ from aside_bench_soak.growth import (
     MEMORY_GROWTH_FLAG,
     KeyGrowth,
     ProcessGrowth,
+    SoakSample,
     growth_table,
     key_counts_over_time,
     key_table,
@@ -22,7 +22,7 @@ from aside_bench_soak.growth import (
 
 
 def chart(
-    samples: list[dict[str, Any]],
+    samples: list[SoakSample],
     services: list[str],
     warmup_s: float,
     path: Path,
@@ -30,10 +30,10 @@ def chart(
 ) -> Path:
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
-    t0 = samples[0]["t"]
+    t0 = samples[0].t
     fig, axes = charts.plt.subplots(1, 3, figsize=(15, 4.8))
     for service in services:
-        points = [(s["t"] - t0, s["procs"][service]) for s in samples if s["procs"].get(service)]
+        points = [(s.t - t0, p) for s in samples if (p := s.procs.get(service))]
         if not points:
             continue
         xs = [x for x, _ in points]
@@ -66,18 +66,14 @@ def chart(
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     params, extra = run.params, run.extra
     rows = [ProcessGrowth.of(row) for row in run.items]
+    samples = [SoakSample.of(sample) for sample in extra["samples"]]
     services = [row.service for row in rows]
     tables = [growth_table(rows), load_table(extra["load"])]
     keys = extra.get("idempotency_keys")
     if keys is not None:
         tables.insert(1, key_table(KeyGrowth.of(keys)))
-    chart_path = chart(
-        extra["samples"],
-        services,
-        params["warmup_s"],
-        out_dir / "soak.png",
-        f"Soak {run.run_id} on {summary(run.machine)}.",
-    )
+    caption = f"Soak {run.run_id} on {summary(run.machine)}."
+    chart_path = chart(samples, services, params["warmup_s"], out_dir / "soak.png", caption)
     doc = suite_page("soak", run)
     doc.ul(
         [
@@ -111,7 +107,7 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
         doc.table(table)
     if keys is not None:
         over_time = ", ".join(
-            f"{t} s: {'n/a' if n is None else n}" for t, n in key_counts_over_time(extra["samples"])
+            f"{t} s: {'n/a' if n is None else n}" for t, n in key_counts_over_time(samples)
         )
         doc.p(f"Rows of idempotency_keys over the run: {over_time}.")
     flagged = extra["flagged"]

@@ -8,7 +8,6 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from aside_bench.load.run import LoadRun, start_driver
@@ -26,6 +25,7 @@ from aside_bench_soak.growth import (
     KEY_GROWTH_FLAG,
     MEMORY_GROWTH_FLAG,
     WINDOW_SHARE,
+    SoakSample,
     growth_table_rows,
     key_table_row,
 )
@@ -104,7 +104,8 @@ class KeyCounter:
         self.overdue_after_s = overdue_after_s
         self.conn: psycopg.Connection | None = None
 
-    def count(self) -> dict[str, int | None]:
+    def count(self) -> tuple[int | None, int | None]:
+        """The rows of idempotency_keys, all and overdue; None: not counted."""
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = connect(self.settings)
@@ -120,9 +121,8 @@ class KeyCounter:
             self.close()
             row = None
         if row is None:
-            return {"idempotency_keys": None, "idempotency_keys_overdue": None}
-        overdue = None if self.overdue_after_s is None else int(row[1])
-        return {"idempotency_keys": int(row[0]), "idempotency_keys_overdue": overdue}
+            return None, None
+        return int(row[0]), None if self.overdue_after_s is None else int(row[1])
 
     def close(self) -> None:
         if self.conn is not None:
@@ -157,14 +157,14 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     # own time): older than TTL + two intervals, it is overdue.
     overdue_after_s = None if key_settings is None else key_settings[0] + 2 * key_settings[1]
     keys = KeyCounter(settings, overdue_after_s)
-    samples: list[dict[str, Any]] = []
+    samples: list[SoakSample] = []
     started = time.time()
     load = start_driver(settings, driver_run, log_path)
     try:
         next_at = time.monotonic()
         last_print = 0.0
         while load.running:
-            samples.append({"t": time.time(), "procs": take_sample(pids), **keys.count()})
+            samples.append(SoakSample(time.time(), take_sample(pids), *keys.count()))
             elapsed = time.time() - started
             if elapsed - last_print >= 60:
                 last_print = elapsed
@@ -211,7 +211,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
             "idempotency_keys": asdict(key_row),
             "flagged": [r.service for r in rows if r.flags]
             + (["idempotency_keys"] if key_row.flags else []),
-            "samples": samples,
+            "samples": [asdict(sample) for sample in samples],
         },
     )
     write_report(run, params.out_dir)
@@ -222,11 +222,10 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     return run
 
 
-def _progress(sample: dict[str, Any]) -> str:
+def _progress(sample: SoakSample) -> str:
     parts = []
     for service in ("gateway", "core", "postgres", "redis"):
-        reading = sample["procs"].get(service)
-        if reading:
+        if reading := sample.procs.get(service):
             parts.append(f"{service} {reading['rss_kib'] / 1024:.0f} MiB/{reading['fds']} fds")
-    parts.append(f"idempotency_keys {sample.get('idempotency_keys')}")
+    parts.append(f"idempotency_keys {sample.idempotency_keys}")
     return ", ".join(parts)
