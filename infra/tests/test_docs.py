@@ -101,11 +101,13 @@ def readme_sample_answer() -> list[str]:
 
 
 def sample_report_answer() -> list[str]:
-    """docs/sample/report.md's answer: the bullets right under its "## The answer"."""
+    """docs/sample/report.md's answer: the bullets of its "## The answer", below
+    the decision table it opens with."""
     report = (ROOT / "docs/sample/report.md").read_text()
     lines = report.split("## The answer", 1)[1].strip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("- "))
     bullets = []
-    for line in lines:
+    for line in lines[start:]:
         if not line.startswith("- "):
             break
         bullets.append(_words(line[2:]))
