@@ -36,7 +36,7 @@ RELEASE = "aside"
 NAMESPACE = "aside-lab"
 LAB_ALL = (
     "--set", "profile=lab", "--set", "load.enabled=true", "--set", "load.runId=check-1",
-    "--set", "nodeExporter.enabled=true",
+    "--set", "nodeExporter.enabled=true", "--set", "grafana.enabled=true",
 )  # fmt: skip
 RENDERS = {
     "default": (),
@@ -319,8 +319,36 @@ def test_gateway_metrics_target_follows_the_profile() -> None:
     assert gateway_port("lab-all") == 8000  # lab: /metrics on the public listener
 
 
+def grafana_traces(docs: tuple[dict[str, Any], ...]) -> list[str]:
+    """Every trace of Grafana in a rendering: an object, an image, a Secret
+    key, a NetworkPolicy peer (any mention of it in a document)."""
+    return [
+        f"{doc['kind']}/{doc['metadata']['name']}"
+        for doc in docs
+        if "grafana" in json.dumps(doc).lower()
+    ]
+
+
+@pytest.mark.parametrize("name", ["default", "production"])
+def test_default_values_render_no_grafana(name: str) -> None:
+    # Grafana is AGPL-3.0: the chart runs it only when asked (grafana.enabled).
+    assert grafana_traces(rendered(name)) == []
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["grafana"]["enabled"] is False
+    assert "AGPL-3.0" in (CHART / "values.yaml").read_text().split("\ngrafana:", 1)[1]
+    assert "AGPL-3.0" in (CHART / "README.md").read_text()
+
+
+def test_grafana_renders_when_asked() -> None:
+    # The check above can fail: the same search finds Grafana once it is on.
+    traces = grafana_traces(rendered("lab-all"))
+    assert {"Deployment/aside-grafana", "Service/aside-grafana", "Secret/aside-secrets"} <= set(
+        traces
+    ), traces
+
+
 def test_grafana_is_the_native_provisioning_but_for_addresses() -> None:
-    docs = rendered("default")
+    docs = rendered("lab-all")
     data = find(docs, "ConfigMap", f"{RELEASE}-grafana")["data"]
     provisioning = ROOT / "infra/grafana/provisioning"
     native = yaml.safe_load((provisioning / "datasources/datasources.yml").read_text())

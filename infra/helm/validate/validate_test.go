@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,7 +39,7 @@ var renders = map[string][]string{
 	"default":    nil,
 	"production": {"-f", chartDir + "/values-production.yaml"},
 	"lab-all": {"--set", "profile=lab", "--set", "load.enabled=true", "--set", "load.runId=check-1",
-		"--set", "nodeExporter.enabled=true"},
+		"--set", "nodeExporter.enabled=true", "--set", "grafana.enabled=true"},
 }
 
 // helmBin is infra/install.sh's helm: $HELM, else $ASIDE_BIN_DIR/helm, else bin/helm.
@@ -162,6 +163,29 @@ func TestEveryRenderedDocumentDecodesStrictly(t *testing.T) {
 			}
 			if jobs := loadJobs(t, args); len(jobs) != want {
 				t.Errorf("%s rendered %d load Jobs, want %d", name, len(jobs), want)
+			}
+		})
+	}
+}
+
+// Grafana is AGPL-3.0: the chart's defaults (and the production-like file)
+// render no object of it, no image, no Secret key, no NetworkPolicy peer;
+// grafana.enabled=true renders it, which shows the search finds it.
+func TestDefaultValuesRenderNoGrafana(t *testing.T) {
+	for name, args := range renders {
+		t.Run(name, func(t *testing.T) {
+			var traces []string
+			for _, doc := range documents(t, render(t, args)) {
+				if bytes.Contains(bytes.ToLower(doc), []byte("grafana")) {
+					what, _, _ := checkDocument(doc)
+					traces = append(traces, what)
+				}
+			}
+			switch {
+			case name != "lab-all" && len(traces) > 0:
+				t.Errorf("%s renders Grafana: %v", name, traces)
+			case name == "lab-all" && !slices.Contains(traces, "Deployment/aside-grafana"):
+				t.Errorf("grafana.enabled=true rendered no Deployment/aside-grafana (%v)", traces)
 			}
 		})
 	}
