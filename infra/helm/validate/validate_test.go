@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -199,8 +200,8 @@ func envOf(c corev1.Container) map[string]string {
 	return env
 }
 
-// The load Job runs every shard at once, each pod one completion index, and
-// nothing twice: the API server would take a Job that differs, so these are
+// The load Job runs every shard at once, from one common start, each pod one
+// completion index, and nothing twice: the API server would take a Job that differs, so these are
 // checked here.
 func TestLoadJobRunsEachShardOnceAndAtOnce(t *testing.T) {
 	for _, shards := range []string{"1", "2", "5"} {
@@ -235,6 +236,11 @@ func TestLoadJobRunsEachShardOnceAndAtOnce(t *testing.T) {
 			env := envOf(c)
 			if env["SHARDS"] != shards {
 				t.Errorf("SHARDS %q, want %s", env["SHARDS"], shards)
+			}
+			// One start for every shard, ahead of the rendering (the driver
+			// waits for it and refuses to start after it).
+			if ms, err := strconv.ParseInt(env["START_AT"], 10, 64); err != nil || !time.UnixMilli(ms).After(time.Now()) {
+				t.Errorf("START_AT %q: want a Unix time in ms ahead of the rendering", env["START_AT"])
 			}
 			if _, set := env["SHARD"]; set {
 				t.Errorf("SHARD is set: every pod would send the same shard (the driver reads JOB_COMPLETION_INDEX)")
