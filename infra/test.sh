@@ -13,8 +13,9 @@ export ASIDE_RUN_DIR=$ROOT/.run/test
 export ASIDE_PG_PORT=25442 ASIDE_REDIS_PORT=26389 ASIDE_INFLUX_PORT=28096 ASIDE_INFLUX_RPC_PORT=28098
 export ASIDE_PROM_PORT=29091 ASIDE_NODE_EXPORTER_PORT=29101 ASIDE_REDIS_EXPORTER_PORT=29122
 export ASIDE_PG_EXPORTER_PORT=29188 ASIDE_CORE_PORT=28081 ASIDE_GATEWAY_PORT=28001
-# A three-primary Redis Cluster beside it, for the cluster tests (infra/cluster.sh).
+# A Redis Cluster of three primaries and their replicas beside it, for the cluster tests (infra/cluster.sh).
 export ASIDE_REDIS_CLUSTER=1 ASIDE_REDIS_CLUSTER_PORTS="26391 26392 26393"
+export ASIDE_REDIS_CLUSTER_REPLICA_PORTS="26394 26395 26396"
 source "$ROOT/infra/env.sh"
 source "$ROOT/infra/lib.sh"
 
