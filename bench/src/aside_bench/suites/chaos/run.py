@@ -29,17 +29,19 @@ from aside_bench.suites.base import (
     sleep_until,
 )
 from aside_bench.suites.chaos import checks as cc
+from aside_bench.suites.chaos import cluster
 from aside_bench.suites.chaos.faults import Faults
 from aside_bench.suites.chaos.report import one_line, write_report
 from aside_bench.suites.chaos.verify import check_reads, check_writes, prewarm
 from aside_bench.suites.samples import by_kind, read_samples
 
-CASES = ("redis", "core", "postgres", "worker")
+CASES = ("redis", "core", "postgres", "worker", *cluster.CASES)
 DESCRIPTIONS = {
     "redis": "Redis killed (SIGKILL) and restarted",
     "core": "the core killed (SIGKILL) and restarted",
     "postgres": "PostgreSQL stopped (fast shutdown) and restarted",
     "worker": "one gunicorn worker killed (SIGKILL)",
+    **cluster.DESCRIPTIONS,
 }
 # Seconds infra/stack.sh takes to bring each service back, budgeted into the load's duration.
 RESTORE_BUDGET_S = {"redis": 1.0, "core": 1.0, "postgres": 2.0, "worker": 0.0}
@@ -135,6 +137,17 @@ def run_case(
     case: str,
 ) -> CaseResult:
     result = CaseResult(case)
+    if case in cluster.CASES:
+        try:
+            cluster.run_cluster_case(
+                settings, seed, control, case, params.run_id, params.rate, params.out_dir, result
+            )
+        finally:
+            # The services back on the stack's own Redis; a cluster missing a
+            # node is made afresh by the next `up`.
+            for service in ("core", "gateway"):
+                control.restart(service, {})
+        return result
     faults = Faults(settings, control)
     ids = load_seed_list(seed.data_dir / "user_ids.json", "ids", int)[: params.id_sample]
     control.ensure_up()
