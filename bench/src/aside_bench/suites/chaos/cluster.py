@@ -14,6 +14,7 @@ invalidation lost, every L1 subscribed again (docs/bench/suites.md, "Chaos")."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -78,6 +79,17 @@ def node_names() -> dict[int, str]:
         for i, port in enumerate(os.environ.get(var, "").split(), 1):
             names[int(port)] = f"{prefix}-{i}"
     return names
+
+
+def fresh_cluster(control: ServiceControl) -> None:
+    """The stack's cluster made afresh (every slot where infra/cluster.sh puts
+    it, every primary with its replica): its nodes stopped, then `up`, which
+    creates a cluster anew whenever one is not whole."""
+    for name in node_names().values():
+        with contextlib.suppress(StackError, ProcessLookupError):
+            control.kill(name)
+    wait_for(lambda: not control.healthy(), 10.0, 0.2)
+    control.ensure_up()
 
 
 def count_key(email: str) -> str:

@@ -143,10 +143,11 @@ def run_case(
                 settings, seed, control, case, params.run_id, params.rate, params.out_dir, result
             )
         finally:
-            # The services back on the stack's own Redis; a cluster missing a
-            # node is made afresh by the next `up`.
+            # The services back on the stack's own Redis, and the cluster as
+            # it was made, for the next case.
             for service in ("core", "gateway"):
                 control.restart(service, {})
+            cluster.fresh_cluster(control)
         return result
     faults = Faults(settings, control)
     ids = load_seed_list(seed.data_dir / "user_ids.json", "ids", int)[: params.id_sample]
