@@ -142,7 +142,7 @@ compare: ## every step two runs share, changes beyond their spread flagged (A=<r
 screenshot: ## check reports/RUN/report.html in headless Chromium, save docs/report-screenshot.png
 	@$(ENV) $(VENV)/python bench/tests/browser.py --run "$(RUN)"
 
-chaos: ## faults under load: redis, core, postgres, a worker, gray failures through the proxies (CASES, RATE=60, SHORT=1)
+chaos: ## faults under load: redis, core, postgres, a worker; gray failures through the proxies (CASES=gray); cluster-failover, cluster-reshard when named (CASES, RATE=60, SHORT=1)
 	@$(ENV) $(VENV)/aside-bench chaos --cases "$(CASES)" \
 		$(if $(filter 1 yes true,$(SHORT)),--short,) $(if $(RATE),--rate "$(RATE)",)
 

@@ -1,21 +1,42 @@
-# The optional Redis Cluster of the stack: three primaries (no replicas) on
-# ASIDE_REDIS_CLUSTER_PORTS, state under .run/redis-cluster/<port>. Started by
+# The optional Redis Cluster of the stack: three primaries on
+# ASIDE_REDIS_CLUSTER_PORTS and a replica of each on
+# ASIDE_REDIS_CLUSTER_REPLICA_PORTS (the first replica port follows the first
+# primary, and so on), state under .run/redis-cluster/<port>. Started by
 # `infra/stack.sh up` when ASIDE_REDIS_CLUSTER=1 (infra/test.sh sets it, for
 # the cluster tests), stopped by `down` whenever its nodes run. Sourced by
 # infra/stack.sh after services.sh; the services read it at
-# ASIDE_REDIS_CLUSTER_URL with REDIS_MODE=cluster.
+# ASIDE_REDIS_CLUSTER_URL with REDIS_MODE=cluster. A replica takes over its
+# primary's slots when the primary fails (the bench's cluster-failover case).
 # shellcheck shell=bash
 
 CLUSTER_MATCH=redis-server
 
-# cluster_node_names: redis-cluster-1 ... one per port, in port order.
-cluster_node_names() {
+# cluster_primary_names: redis-cluster-1 ... one per primary port, in order.
+cluster_primary_names() {
     local i=0 port
     for port in $ASIDE_REDIS_CLUSTER_PORTS; do
         i=$((i + 1))
         printf 'redis-cluster-%s:%s\n' "$i" "$port"
     done
 }
+
+# cluster_replica_names: redis-replica-1 ... the replica of primary 1 first.
+cluster_replica_names() {
+    local i=0 port
+    for port in $ASIDE_REDIS_CLUSTER_REPLICA_PORTS; do
+        i=$((i + 1))
+        printf 'redis-replica-%s:%s\n' "$i" "$port"
+    done
+}
+
+# cluster_node_names: every node, the primaries first.
+cluster_node_names() {
+    cluster_primary_names
+    cluster_replica_names
+}
+
+# cluster_replicating PORT: the replica on PORT has its primary's data in sync.
+cluster_replicating() { redis_cli -p "$1" info replication 2>/dev/null | tr -d '\r' | grep -qx 'master_link_status:up'; }
 
 # cluster_ok PORT: the node on PORT says cluster_state:ok.
 cluster_ok() { redis_cli -p "$1" cluster info 2>/dev/null | tr -d '\r' | grep -qx 'cluster_state:ok'; }
@@ -60,39 +81,62 @@ cluster_wait() {
     local limit=$1 deadline=$((SECONDS + $1)) what=$2
     shift 2
     until "$@"; do
-        [ "$SECONDS" -lt "$deadline" ] || die "Redis Cluster: $what not reached after ${limit}s (logs: $LOG_DIR/redis-cluster-*.log)"
+        [ "$SECONDS" -lt "$deadline" ] || die "Redis Cluster: $what not reached after ${limit}s (logs: $LOG_DIR/redis-cluster-*.log, redis-replica-*.log)"
         sleep 0.1
     done
 }
 
+# cluster_node_id PORT: the node's own id in the cluster.
+cluster_node_id() { redis_cli -p "$1" cluster myid 2>/dev/null | tr -d '\r'; }
+
 cluster_up() {
-    local node name port bus addrs=()
+    local node name port bus addrs=() primaries replicas i
     [ "$(wc -w <<<"$ASIDE_REDIS_CLUSTER_PORTS")" -eq 3 ] ||
         die "ASIDE_REDIS_CLUSTER_PORTS must list three ports, got '$ASIDE_REDIS_CLUSTER_PORTS'"
+    [ "$(wc -w <<<"$ASIDE_REDIS_CLUSTER_REPLICA_PORTS")" -eq 3 ] ||
+        die "ASIDE_REDIS_CLUSTER_REPLICA_PORTS must list three ports, got '$ASIDE_REDIS_CLUSTER_REPLICA_PORTS'"
     if cluster_running; then return 0; fi
     cluster_down
     for node in $(cluster_node_names); do
         name=${node%%:*} port=${node##*:}
-        port_in_use "$port" && die "port $port (Redis Cluster, ASIDE_REDIS_CLUSTER_PORTS) is already in use; nothing was started"
+        port_in_use "$port" && die "port $port (Redis Cluster $name, ASIDE_REDIS_CLUSTER_PORTS or ASIDE_REDIS_CLUSTER_REPLICA_PORTS) is already in use; nothing was started"
         bus=$(cluster_bus_port "$port")
-        [ "$bus" -lt 32768 ] || die "ASIDE_REDIS_CLUSTER_PORTS: $port's cluster bus port $bus is in the ephemeral range; use ports below 31768"
-        port_in_use "$bus" && die "port $bus (Redis Cluster bus of $port, ASIDE_REDIS_CLUSTER_PORTS + 1000) is already in use; nothing was started"
+        [ "$bus" -lt 32768 ] || die "$name: port $port's cluster bus port $bus is in the ephemeral range; use ports below 31768"
+        port_in_use "$bus" && die "port $bus (Redis Cluster bus of $port, its port + 1000) is already in use; nothing was started"
     done
-    info "starting redis-cluster ($ASIDE_REDIS_CLUSTER_PORTS)"
+    info "starting redis-cluster ($ASIDE_REDIS_CLUSTER_PORTS, replicas $ASIDE_REDIS_CLUSTER_REPLICA_PORTS)"
     for node in $(cluster_node_names); do
-        name=${node%%:*} port=${node##*:}
-        start_cluster_node "$name" "$port"
-        addrs+=("127.0.0.1:$port")
+        start_cluster_node "${node%%:*}" "${node##*:}"
     done
     for node in $(cluster_node_names); do
         cluster_wait "$READY_TIMEOUT" "${node%%:*} answering" probe_redis_ping "${node##*:}"
     done
+    for port in $ASIDE_REDIS_CLUSTER_PORTS; do addrs+=("127.0.0.1:$port"); done
     redis_cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$LOG_DIR/redis-cluster-create.log" 2>&1 ||
         { cluster_down; die "redis-cli --cluster create failed (log: $LOG_DIR/redis-cluster-create.log)"; }
+    for node in $(cluster_primary_names); do
+        cluster_wait "$READY_TIMEOUT" "cluster_state:ok on ${node%%:*}" cluster_ok "${node##*:}"
+    done
+    # Each replica joins as the replica of its own primary, named by id: the
+    # pairing is the ports' order, not redis-cli's choice.
+    read -ra primaries <<<"$ASIDE_REDIS_CLUSTER_PORTS"
+    read -ra replicas <<<"$ASIDE_REDIS_CLUSTER_REPLICA_PORTS"
+    for i in 0 1 2; do
+        redis_cli --cluster add-node "127.0.0.1:${replicas[i]}" "127.0.0.1:${primaries[i]}" \
+            --cluster-slave --cluster-master-id "$(cluster_node_id "${primaries[i]}")" \
+            >>"$LOG_DIR/redis-cluster-create.log" 2>&1 ||
+            { cluster_down; die "redis-cli --cluster add-node ${replicas[i]} failed (log: $LOG_DIR/redis-cluster-create.log)"; }
+    done
+    for node in $(cluster_replica_names); do
+        cluster_wait "$READY_TIMEOUT" "${node%%:*} in sync with its primary" cluster_replicating "${node##*:}"
+    done
     for node in $(cluster_node_names); do
         cluster_wait "$READY_TIMEOUT" "cluster_state:ok on ${node%%:*}" cluster_ok "${node##*:}"
     done
 }
+
+# cluster_role PORT: master or slave, as the node says.
+cluster_role() { redis_cli -p "$1" role 2>/dev/null | head -n 1 | tr -d '\r'; }
 
 cluster_down() {
     local node
@@ -113,6 +157,6 @@ cluster_status() {
         else
             pid="-" state="${C_RED}down${C_OFF}    "
         fi
-        printf '%-18s %s %-8s %s\n' "$name" "$state" "$pid" "redis://127.0.0.1:$port (cluster)"
+        printf '%-18s %s %-8s %s\n' "$name" "$state" "$pid" "redis://127.0.0.1:$port (cluster $(cluster_role "$port" | sed 's/^slave$/replica/; s/^master$/primary/'))"
     done
 }

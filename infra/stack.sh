@@ -79,7 +79,10 @@ cmd_up() {
         done
     done
     if [ "$with_cluster" = 1 ] && ! cluster_running; then
-        for p in $ASIDE_REDIS_CLUSTER_PORTS; do
+        # A node of ours still running is restarted by cluster_up, not a clash.
+        for p in $(cluster_node_names); do
+            pid_of "${p%%:*}" >/dev/null && continue
+            p=${p##*:}
             if port_in_use "$p"; then
                 owner=$(port_owner "$p")
                 clashes+=("port $p (redis-cluster) is already in use${owner:+ by $owner}")

@@ -1,6 +1,6 @@
 """The gateway and the core on a Redis Cluster (REDIS_MODE=cluster), against the
-test stack's three primaries (ASIDE_REDIS_CLUSTER_URL; infra/test.sh starts
-them, infra/cluster.sh).
+test stack's three primaries and their replicas (ASIDE_REDIS_CLUSTER_URL;
+infra/test.sh starts them, infra/cluster.sh).
 
 The read, write, invalidation, lease and L1 tests of test_reads, test_e2e and
 test_tiers run here again as they are: this module redefines the fixtures they
@@ -207,7 +207,8 @@ def test_the_cluster_client_keeps_the_bounds_on_every_node(rdb):
     try:
         assert isinstance(client, RedisCluster) and redis_clients.single_pool(client) is None
         pools = redis_clients.pools(client)
-        assert len(pools) == 3
+        # Three primaries and their replicas: a pool for every node it knows.
+        assert len(pools) == 6
         for pool in pools:
             assert isinstance(pool, redis.BlockingConnectionPool)
             assert (pool.max_connections, pool.timeout) == (7, 0.3)
@@ -222,10 +223,28 @@ def test_every_nodes_cluster_bus_listens_below_the_ephemeral_range(rdb):
     # Redis's default bus port (+10000) lies where the kernel hands out client
     # ports: one held by any client socket keeps a node from starting.
     nodes = rdb.get_nodes()
-    assert len(nodes) == 3
+    assert len(nodes) == 6
     for node in nodes:
         bus = int(rdb.config_get("cluster-port", target_nodes=node)["cluster-port"])
         assert bus == node.port + 1000 and bus < 32768, (node.name, bus)
+
+
+def test_each_primary_has_its_own_replica_in_sync(rdb):
+    # infra/cluster.sh: the i-th replica port follows the i-th primary port,
+    # so a primary killed has a replica to promote (the bench's cluster-failover).
+    primaries = os.environ["ASIDE_REDIS_CLUSTER_PORTS"].split()
+    replicas = os.environ["ASIDE_REDIS_CLUSTER_REPLICA_PORTS"].split()
+    by_port = {str(node.port): node for node in rdb.get_nodes()}
+    ids = {port: rdb.cluster_myid(by_port[port]).decode() for port in primaries}
+    for primary, replica in zip(primaries, replicas, strict=True):
+        assert by_port[primary].server_type == "primary", primary
+        assert by_port[replica].server_type == "replica", replica
+        info = rdb.info("replication", target_nodes=by_port[replica])
+        assert (info["role"], str(info["master_port"]), info["master_link_status"]) == (
+            "slave", primary, "up",
+        ), replica  # fmt: skip
+        seen = rdb.cluster_nodes()  # as the cluster's gossip has it
+        assert seen[f"127.0.0.1:{replica}"]["master_id"] == ids[primary], seen
 
 
 def _untagged_pair(rdb: RedisCluster) -> tuple[str, str]:

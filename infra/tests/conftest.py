@@ -28,6 +28,7 @@ def mini_stack(tmp_path: Path) -> Iterator[MiniStack]:
         # Never the test stack's cluster (infra/test.sh exports its switch and ports).
         ASIDE_REDIS_CLUSTER="0",
         ASIDE_REDIS_CLUSTER_PORTS=f"{free_port()} {free_port()} {free_port()}",
+        ASIDE_REDIS_CLUSTER_REPLICA_PORTS=f"{free_port()} {free_port()} {free_port()}",
     )
     for var in ("CORE_LISTEN_ADDR", "GATEWAY_BIND"):
         env.pop(var, None)

@@ -17,6 +17,7 @@ import math
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
@@ -36,7 +37,7 @@ RELEASE = "aside"
 NAMESPACE = "aside-lab"
 LAB_ALL = (
     "--set", "profile=lab", "--set", "load.enabled=true", "--set", "load.runId=check-1",
-    "--set", "nodeExporter.enabled=true",
+    "--set", "nodeExporter.enabled=true", "--set", "grafana.enabled=true",
 )  # fmt: skip
 RENDERS = {
     "default": (),
@@ -319,8 +320,36 @@ def test_gateway_metrics_target_follows_the_profile() -> None:
     assert gateway_port("lab-all") == 8000  # lab: /metrics on the public listener
 
 
+def grafana_traces(docs: tuple[dict[str, Any], ...]) -> list[str]:
+    """Every trace of Grafana in a rendering: an object, an image, a Secret
+    key, a NetworkPolicy peer (any mention of it in a document)."""
+    return [
+        f"{doc['kind']}/{doc['metadata']['name']}"
+        for doc in docs
+        if "grafana" in json.dumps(doc).lower()
+    ]
+
+
+@pytest.mark.parametrize("name", ["default", "production"])
+def test_default_values_render_no_grafana(name: str) -> None:
+    # Grafana is AGPL-3.0: the chart runs it only when asked (grafana.enabled).
+    assert grafana_traces(rendered(name)) == []
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["grafana"]["enabled"] is False
+    assert "AGPL-3.0" in (CHART / "values.yaml").read_text().split("\ngrafana:", 1)[1]
+    assert "AGPL-3.0" in (CHART / "README.md").read_text()
+
+
+def test_grafana_renders_when_asked() -> None:
+    # The check above can fail: the same search finds Grafana once it is on.
+    traces = grafana_traces(rendered("lab-all"))
+    assert {"Deployment/aside-grafana", "Service/aside-grafana", "Secret/aside-secrets"} <= set(
+        traces
+    ), traces
+
+
 def test_grafana_is_the_native_provisioning_but_for_addresses() -> None:
-    docs = rendered("default")
+    docs = rendered("lab-all")
     data = find(docs, "ConfigMap", f"{RELEASE}-grafana")["data"]
     provisioning = ROOT / "infra/grafana/provisioning"
     native = yaml.safe_load((provisioning / "datasources/datasources.yml").read_text())
@@ -390,10 +419,9 @@ def test_load_job_carries_the_bench_variables_and_tags() -> None:
     step = Step("read", "cache", "warm", 100, 30)
     bench = step_run(step, "check-1", LoadShape(), pool_for(100, 1000), Path("/data"))
     given = bench.variables(settings)  # type: ignore[arg-type]
-    assert set(env) == set(given) - {"LIVE"} | {"SHARDS"}, (set(given) - {"LIVE"}) ^ set(env)
-    assert {k: env[k] for k in set(env) - {"SHARDS"}} == {
-        k: given[k] for k in set(env) - {"SHARDS"}
-    }
+    own = {"SHARDS", "START_AT"}
+    assert set(env) == set(given) - {"LIVE"} | own, (set(given) - {"LIVE"}) ^ set(env)
+    assert {k: env[k] for k in set(env) - own} == {k: given[k] for k in set(env) - own}
     # The tags of every point.
     assert (env["RUN_ID"], env["ARM"], env["PHASE"], env["RATE"], env["REPEAT"]) == (
         "check-1", "cache", "warm", "100", "1",
@@ -446,6 +474,31 @@ def test_load_job_splits_the_step_among_its_shards(shards: int) -> None:
     assert "SHARD" not in env and "JOB_COMPLETION_INDEX" not in env
     # Its pods' host names, <job>-<index>, fit in 63 characters.
     assert len(job["metadata"]["name"]) <= 56
+
+
+def test_load_job_gives_every_shard_one_start_ahead() -> None:
+    # Every pod of the Job gets the same START_AT (one env of the pod
+    # template), the rendering's instant plus load.startLeadS: each shard
+    # waits for it, and the driver refuses one ready after it.
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["load"]
+    before = math.floor(time.time())
+    job = load_job("--set", "load.shards=4")
+    after = math.ceil(time.time())
+    start_ms = int(job_env(job)["START_AT"])
+    lead = values["startLeadS"]
+    assert (before + lead) * 1000 <= start_ms <= (after + lead) * 1000, (before, start_ms, after)
+    assert job["metadata"]["annotations"]["aside.lab/start-at"] == str(start_ms)
+    (load,) = pod_spec(job)["containers"]
+    assert [e["name"] for e in load["env"]].count("START_AT") == 1
+    assert "valueFrom" not in next(e for e in load["env"] if e["name"] == "START_AT")
+    # The lead fits in the Job's bound, beside the pods' start.
+    assert 0 < lead < values["startupAllowanceS"]
+    # A start planned by whoever renders (a sweep's steps) wins.
+    planned = load_job("--set", "load.startAt=1795000000123")
+    assert job_env(planned)["START_AT"] == "1795000000123"
+    # What the driver does with it: refuses a start already past.
+    driver_tests = (ROOT / "bench/driver/cmd/aside-load/run_test.go").read_text()
+    assert "func TestStartAtAlreadyPastIsRefused(" in driver_tests
 
 
 def test_load_job_is_bounded_and_runs_once() -> None:
@@ -531,6 +584,8 @@ def test_nothing_of_the_retired_load_generator_is_left_in_the_chart() -> None:
         ((*LAB_ALL, "--set", "load.duration=30"), "load.duration must be a whole number"),
         ((*LAB_ALL, "--set", "influxdb.enabled=false"), "load.enabled needs influxdb.enabled"),
         ((*LAB_ALL, "--set", "seed.enabled=false"), "load.enabled needs seed.enabled"),
+        ((*LAB_ALL, "--set", "load.startAt=17950"), "load.startAt must be a Unix time in whole"),
+        ((*LAB_ALL, "--set", "load.startLeadS=300"), "load.startLeadS must be 1 or more and below"),
         (("--set", "profile=staging"), "profile must be lab or production"),
         (("--set", "postgres.enabled=false"), "needs secrets.existingSecret"),
     ],

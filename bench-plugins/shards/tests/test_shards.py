@@ -57,3 +57,28 @@ def test_a_step_missing_a_shard_is_refused_by_name_or_merged_flagged() -> None:
     assert shards.shards_table("r1", [step]).rows[0][4] == "3 of 4, PARTIAL: missing 2"
     with pytest.raises(shards.ShardsError, match="twice"):
         shards.merge([*sent, sent[0]], partial=True)
+
+
+def test_the_spread_of_the_shards_starts_is_reported_and_flagged_past_its_bound() -> None:
+    def step_of(starts_ms: list[int], rate: str = "100") -> list[dict]:
+        return [
+            {**_point([1.0], str(shard), rate=rate), "shards": len(starts_ms), "started_ms": at}
+            for shard, at in enumerate(starts_ms)
+        ]
+
+    together, apart = (
+        step_of([1795000000000, 1795000000004, 1795000000002]),
+        step_of([1795000000000, 1795000002500, 1795000000300], rate="200"),
+    )
+    near, far = shards.merge([*together, *apart])
+    assert near.start_spread_ms == 4.0 and not near.spread_too_wide
+    assert far.start_spread_ms == 2500.0 and far.spread_too_wide
+    rows = shards.shards_table("r1", [near, far]).rows
+    assert rows[0][-1] == "4 ms"
+    assert rows[1][-1] == "2500 ms, SPREAD: over 1000 ms"
+    # The bound is the caller's; a point without started_ms (an older driver)
+    # leaves the spread unknown, not zero.
+    (loose,) = shards.merge(apart, spread_bound_ms=3000)
+    assert not loose.spread_too_wide
+    (unknown,) = shards.merge([{**apart[0], "started_ms": None}, *apart[1:]])
+    assert unknown.start_spread_ms is None and not unknown.spread_too_wide

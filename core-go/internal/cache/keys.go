@@ -151,17 +151,24 @@ func DelAndPublish(ctx context.Context, rdb redis.Cmdable, keys []string) error 
 	if err != nil {
 		return err
 	}
-	if _, ok := rdb.(*redis.ClusterClient); ok {
-		if _, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for _, k := range keys {
 				pipe.Del(ctx, k, LeaseKey(k))
 			}
 			return nil
-		}); err != nil {
-			return err
+		})
+		if err == nil {
+			// PUBLISH reaches every node's subscribers, whichever node takes it.
+			err = rdb.Publish(ctx, InvalidationChannel, msg).Err()
 		}
-		// PUBLISH reaches every node's subscribers, whichever node takes it.
-		return rdb.Publish(ctx, InvalidationChannel, msg).Err()
+		if err != nil {
+			// A primary that failed over leaves the client sending to it
+			// (retries are off, and a dead node answers no MOVED): the next
+			// try, the invalidator's or the relay's, goes by a fresh map.
+			cluster.ReloadState(ctx)
+		}
+		return err
 	}
 	_, err = rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.Del(ctx, WithLeases(keys)...)

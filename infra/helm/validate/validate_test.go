@@ -14,9 +14,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -38,7 +40,7 @@ var renders = map[string][]string{
 	"default":    nil,
 	"production": {"-f", chartDir + "/values-production.yaml"},
 	"lab-all": {"--set", "profile=lab", "--set", "load.enabled=true", "--set", "load.runId=check-1",
-		"--set", "nodeExporter.enabled=true"},
+		"--set", "nodeExporter.enabled=true", "--set", "grafana.enabled=true"},
 }
 
 // helmBin is infra/install.sh's helm: $HELM, else $ASIDE_BIN_DIR/helm, else bin/helm.
@@ -167,6 +169,29 @@ func TestEveryRenderedDocumentDecodesStrictly(t *testing.T) {
 	}
 }
 
+// Grafana is AGPL-3.0: the chart's defaults (and the production-like file)
+// render no object of it, no image, no Secret key, no NetworkPolicy peer;
+// grafana.enabled=true renders it, which shows the search finds it.
+func TestDefaultValuesRenderNoGrafana(t *testing.T) {
+	for name, args := range renders {
+		t.Run(name, func(t *testing.T) {
+			var traces []string
+			for _, doc := range documents(t, render(t, args)) {
+				if bytes.Contains(bytes.ToLower(doc), []byte("grafana")) {
+					what, _, _ := checkDocument(doc)
+					traces = append(traces, what)
+				}
+			}
+			switch {
+			case name != "lab-all" && len(traces) > 0:
+				t.Errorf("%s renders Grafana: %v", name, traces)
+			case name == "lab-all" && !slices.Contains(traces, "Deployment/aside-grafana"):
+				t.Errorf("grafana.enabled=true rendered no Deployment/aside-grafana (%v)", traces)
+			}
+		})
+	}
+}
+
 func envOf(c corev1.Container) map[string]string {
 	env := map[string]string{}
 	for _, e := range c.Env {
@@ -175,8 +200,8 @@ func envOf(c corev1.Container) map[string]string {
 	return env
 }
 
-// The load Job runs every shard at once, each pod one completion index, and
-// nothing twice: the API server would take a Job that differs, so these are
+// The load Job runs every shard at once, from one common start, each pod one
+// completion index, and nothing twice: the API server would take a Job that differs, so these are
 // checked here.
 func TestLoadJobRunsEachShardOnceAndAtOnce(t *testing.T) {
 	for _, shards := range []string{"1", "2", "5"} {
@@ -211,6 +236,11 @@ func TestLoadJobRunsEachShardOnceAndAtOnce(t *testing.T) {
 			env := envOf(c)
 			if env["SHARDS"] != shards {
 				t.Errorf("SHARDS %q, want %s", env["SHARDS"], shards)
+			}
+			// One start for every shard, ahead of the rendering (the driver
+			// waits for it and refuses to start after it).
+			if ms, err := strconv.ParseInt(env["START_AT"], 10, 64); err != nil || !time.UnixMilli(ms).After(time.Now()) {
+				t.Errorf("START_AT %q: want a Unix time in ms ahead of the rendering", env["START_AT"])
 			}
 			if _, set := env["SHARD"]; set {
 				t.Errorf("SHARD is set: every pod would send the same shard (the driver reads JOB_COMPLETION_INDEX)")

@@ -36,6 +36,11 @@ def _recovery(case: dict[str, Any]) -> str:
         )
     if name == "core":
         return f"first 2xx write {fmt_s(f.get('first_2xx_write_after_ready_s'))} after core ready"
+    if name.startswith("cluster-"):
+        return (
+            f"reads from the new owner {fmt_s(f.get('served_by_new_owner_after_s'))}, "
+            f"event {fmt_s(f.get('event_s'))}"
+        )
     if name == "postgres":
         return (
             f"first write {fmt_s(f.get('first_2xx_write_after_ready_s'))}, first miss "

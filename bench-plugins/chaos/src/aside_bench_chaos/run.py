@@ -35,19 +35,22 @@ from aside_bench_suite.base import (
 from aside_bench_suite.samples import by_kind, read_samples
 
 from aside_bench_chaos import checks as cc
-from aside_bench_chaos import gray
+from aside_bench_chaos import cluster, gray
 from aside_bench_chaos.faults import Faults
 from aside_bench_chaos.report import one_line, write_report
 from aside_bench_chaos.verify import check_reads, check_writes, prewarm
 
 KILLS = ("redis", "core", "postgres", "worker")
-CASES = (*KILLS, *gray.GRAY_CASES)
+# The gray failures and the cluster cases run only when named (the cluster
+# cases need the stack's Redis Cluster).
+CASES = (*KILLS, *gray.GRAY_CASES, *cluster.CASES)
 DESCRIPTIONS = {
     "redis": "Redis killed (SIGKILL) and restarted",
     "core": "the core killed (SIGKILL) and restarted",
     "postgres": "PostgreSQL stopped (fast shutdown) and restarted",
     "worker": "one gunicorn worker killed (SIGKILL)",
     **{name: case.description for name, case in gray.GRAY_CASES.items()},
+    **cluster.DESCRIPTIONS,
 }
 # Seconds infra/stack.sh takes to bring each service back, budgeted into the load's duration.
 RESTORE_BUDGET_S = {"redis": 1.0, "core": 1.0, "postgres": 2.0, "worker": 0.0}
@@ -158,6 +161,18 @@ def run_case(
     api: Toxiproxy | None = None,
 ) -> CaseResult:
     result = CaseResult(case)
+    if case in cluster.CASES:
+        try:
+            cluster.run_cluster_case(
+                settings, seed, control, case, params.run_id, params.rate, params.out_dir, result
+            )
+        finally:
+            # The services back on the stack's own Redis, and the cluster as
+            # it was made, for the next case.
+            for service in ("core", "gateway"):
+                control.restart(service, {})
+            cluster.fresh_cluster(control)
+        return result
     faults = Faults(settings, control, api)
     ids = load_seed_list(seed.data_dir / "user_ids.json", "ids", int)[: params.id_sample]
     control.ensure_up()

@@ -107,7 +107,13 @@ class Bench:
                 "HOT_SHARE": str(HOT_SHARE),
                 "COLD_SAMPLE": str(COLD_SAMPLE),
                 **({"CONNS": str(pool)} if self.params.open_pool else {}),
-                **({"START_AT": str(round(start_at * 1000))} if start_at is not None else {}),
+                # A start ahead only: the driver refuses one already past
+                # (a step without a lead starts as soon as it can).
+                **(
+                    {"START_AT": str(round(start_at * 1000))}
+                    if start_at is not None and start_at > time.time()
+                    else {}
+                ),
             },
             summary_path=stem.with_suffix(".summary.json"),
             samples_path=stem.with_suffix(".jsonl") if samples else None,

@@ -5,6 +5,11 @@ requests' latencies as an HdrHistogram (compressed V2, the form every
 HdrHistogram library reads), so the shards' histograms add up to the step's
 exactly; percentiles of per-second points could not be merged.
 
+Each step point also says when its shard's schedule began (`started_ms`): the
+spread of a step's starts is reported, and a step whose shards began more than
+a bound apart (START_SPREAD_MS, `--start-spread-ms`) is flagged, as its merged
+rate ramped rather than being the one asked for.
+
 `merge` is pure and unit-tested; `read_points` asks InfluxDB."""
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ MEASUREMENT = "load_step"
 STEP_TAGS = ("scenario", "arm", "phase", "rate", "repeat")
 COUNTS = ("due", "started", "dropped", "failed", "iterations", "requests")
 US_PER_MS = 1000.0
+# The most a step's shards may begin apart before the step is flagged: a
+# second, the per-second points' own resolution. Shards given one START_AT
+# begin within milliseconds of it (the driver refuses to begin after it).
+START_SPREAD_MS = 1000.0
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,14 @@ class MergedStep:
     p99: float | None
     p95_from_due: float | None
     missing: tuple[int, ...] = ()  # shard indexes the step was sent with but not found
+    # The latest shard's start less the earliest's (ms); None: a point without
+    # started_ms (a driver before it), so the spread is unknown.
+    start_spread_ms: float | None = None
+    spread_bound_ms: float = START_SPREAD_MS
+
+    @property
+    def spread_too_wide(self) -> bool:
+        return self.start_spread_ms is not None and self.start_spread_ms > self.spread_bound_ms
 
     @property
     def drop_rate(self) -> float | None:
@@ -76,9 +93,20 @@ def _missing(key: tuple[str, ...], shards: list[dict[str, Any]], partial: bool) 
     return missing
 
 
-def merge(points: list[dict[str, Any]], partial: bool = False) -> list[MergedStep]:
+def _start_spread(shards: list[dict[str, Any]]) -> float | None:
+    starts = [shard.get("started_ms") for shard in shards]
+    if any(start is None for start in starts):
+        return None
+    values = [float(start) for start in starts if start is not None]
+    return max(values) - min(values)
+
+
+def merge(
+    points: list[dict[str, Any]], partial: bool = False, spread_bound_ms: float = START_SPREAD_MS
+) -> list[MergedStep]:
     """The shards of every step among `points` (rows of `load_step`), merged;
-    a step missing a shard it was sent with is refused unless `partial`."""
+    a step missing a shard it was sent with is refused unless `partial`; each
+    step's start spread held against `spread_bound_ms`."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for point in points:
         key = tuple(str(point.get(tag) or "") for tag in STEP_TAGS)
@@ -105,6 +133,8 @@ def merge(points: list[dict[str, Any]], partial: bool = False) -> list[MergedSte
                 p99=_quantile(latency, 99),
                 p95_from_due=_quantile(from_due, 95),
                 missing=_missing(key, shards, partial),
+                start_spread_ms=_start_spread(shards),
+                spread_bound_ms=spread_bound_ms,
             )
         )
     return sorted(
@@ -122,8 +152,18 @@ def read_points(influx: Influx, run_id: str) -> list[dict[str, Any]]:
 
 HEADERS = [
     "scenario", "arm", "phase", "target /s", "shards", "due", "dropped", "failed",
-    "drop rate", "p50 ms", "p95 ms", "p99 ms", "p95 from due ms",
+    "drop rate", "p50 ms", "p95 ms", "p99 ms", "p95 from due ms", "start spread",
 ]  # fmt: skip
+
+
+def spread_cell(step: MergedStep) -> str:
+    """The shards' start spread, and SPREAD past its bound."""
+    if step.start_spread_ms is None:
+        return MISSING
+    cell = f"{step.start_spread_ms:.0f} ms"
+    if step.spread_too_wide:
+        cell += f", SPREAD: over {step.spread_bound_ms:.0f} ms"
+    return cell
 
 
 def shards_table(run_id: str, merged: list[MergedStep]) -> Table:
@@ -142,7 +182,7 @@ def shards_table(run_id: str, merged: list[MergedStep]) -> Table:
                 scenario, arm, phase, rate, count, str(step.counts["due"]),
                 str(step.counts["dropped"]), str(step.counts["failed"]),
                 MISSING if drop is None else fmt_pct(drop), fmt_ms(step.p50), fmt_ms(step.p95),
-                fmt_ms(step.p99), fmt_ms(step.p95_from_due),
+                fmt_ms(step.p99), fmt_ms(step.p95_from_due), spread_cell(step),
             ]
         )  # fmt: skip
     return Table(f"run {run_id}: every step, its shards merged", HEADERS, rows)

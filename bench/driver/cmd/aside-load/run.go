@@ -82,6 +82,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		sink = samples
 	}
 	loads, client, traced, err := plan(cfg, clock, sink)
+	if err == nil {
+		err = lateStart(cfg, time.Now())
+	}
 	if err != nil {
 		if samples != nil {
 			samples.Close()
@@ -95,7 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	clock.Restart(time.Now())
 	// A START_AT ahead bounds the opening too, so the schedule starts then
 	// whatever the server's pace: a caller that starts steps back to back
-	// knows when each one begins.
+	// knows when each one begins, and shards started apart begin together.
 	startAt := cfg.StartAt
 	if !startAt.After(time.Now()) {
 		startAt = time.Time{}
@@ -154,7 +157,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		for _, l := range loads {
 			recs = append(recs, l.Env.Rec)
 		}
-		p := influx.Finish(clock.Wall(clock.Now()), recs)
+		p := influx.Finish(clock.Wall(clock.Now()), clock.Wall(0), recs)
 		points = &p
 	}
 	var samplesErr error
@@ -188,6 +191,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return keyTraceErr
 	}
 	return samplesErr
+}
+
+// lateStart refuses a START_AT that passed before the step was planned: a
+// shard that began after the others would offer its share late, and the
+// merged step would ramp instead of being the rate asked for. One line,
+// naming the variable (exit 2, as a bad variable).
+func lateStart(cfg config.Config, now time.Time) error {
+	if cfg.StartAt.IsZero() || !now.After(cfg.StartAt) {
+		return nil
+	}
+	return &config.Error{Name: "START_AT", Reason: fmt.Sprintf(
+		"%d (%s) passed %.3f s before shard %d of %d was ready to send: refusing to start late, "+
+			"after the other shards (give every shard a start further ahead)",
+		cfg.StartAt.UnixMilli(), cfg.StartAt.UTC().Format(time.RFC3339Nano),
+		now.Sub(cfg.StartAt).Seconds(), cfg.Shard, cfg.Shards)}
 }
 
 // traces are a step's key traces: the one its reads replay (TRACE) and

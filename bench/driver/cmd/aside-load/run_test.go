@@ -576,6 +576,37 @@ func TestStartAtHoldsTheFirstRequest(t *testing.T) {
 	startsAt(t, srv, "100", time.Second)
 }
 
+// A START_AT already past is refused in one line naming it, before any
+// request: a shard that starts after the others' common start would send its
+// share late. Nothing is sent and no summary written.
+func TestStartAtAlreadyPastIsRefused(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	past := time.Now().Add(-1500 * time.Millisecond)
+	r, err := step(t, context.Background(), map[string]string{
+		"BASE_URL": srv.URL, "SCENARIO": "healthz", "RATE": "50", "DURATION": "200ms", "CONNS": "2",
+		"SHARDS": "3", "SHARD": "2", "START_AT": strconv.FormatInt(past.UnixMilli(), 10),
+	})
+	if err == nil {
+		t.Fatalf("a START_AT 1.5 s past was accepted (summary %v)", r.summary["started_at"])
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "START_AT ") || !strings.Contains(msg, "shard 2 of 3") ||
+		!strings.Contains(msg, "refusing to start late") || strings.Contains(msg, "\n") {
+		t.Errorf("refusal %q: want one line naming START_AT and the shard", msg)
+	}
+	if exitCode(err) != 2 {
+		t.Errorf("exit code %d, want 2", exitCode(err))
+	}
+	if n := requests.Load(); n != 0 || r.summary != nil {
+		t.Errorf("%d requests sent, summary %v: want none", n, r.summary)
+	}
+}
+
 // A START_AT ahead bounds the opening of CONNS: against a server too slow to
 // open them by then, the first request still falls due at START_AT.
 func TestStartAtBoundsTheOpening(t *testing.T) {

@@ -121,8 +121,10 @@ func Encode(at time.Time, seconds []record.Second, stepTags []record.Tag) ([]byt
 // counts and its latency histograms, so the shards of one step merge exactly.
 const StepMeasurement = "load_step"
 
-// EncodeSteps is the line protocol of each scenario's totals and histograms.
-func EncodeSteps(at time.Time, recs []*record.Recorder, stepTags []record.Tag, shards int) ([]byte, int64, error) {
+// EncodeSteps is the line protocol of each scenario's totals and histograms;
+// started (the schedule's start) is its field started_ms, so a merge of the
+// shards can tell how far apart they began.
+func EncodeSteps(at, started time.Time, recs []*record.Recorder, stepTags []record.Tag, shards int) ([]byte, int64, error) {
 	var enc lineprotocol.Encoder
 	enc.SetPrecision(lineprotocol.Millisecond)
 	tags := make([]record.Tag, 0, len(stepTags)+1)
@@ -147,6 +149,7 @@ func EncodeSteps(at time.Time, recs []*record.Recorder, stepTags []record.Tag, s
 			enc.AddField(f.name, lineprotocol.IntValue(f.value))
 		}
 		enc.AddField("shards", lineprotocol.IntValue(int64(shards)))
+		enc.AddField("started_ms", lineprotocol.IntValue(started.UnixMilli()))
 		enc.AddField("target", lineprotocol.MustNewValue(t.Rate))
 		enc.AddField("hdr", lineprotocol.MustNewValue(latency))
 		enc.AddField("hdr_from_due", lineprotocol.MustNewValue(fromDue))
@@ -235,14 +238,14 @@ func (x *Influx) post(ctx context.Context, body []byte) error {
 	return nil
 }
 
-// Finish ends the step's points: each scenario's load_step point (EncodeSteps)
-// is written at once, beside the batches still queued, all within
-// CloseBudget; what is not written by then is spooled.
-func (x *Influx) Finish(at time.Time, recs []*record.Recorder) Points {
+// Finish ends the step's points: each scenario's load_step point (EncodeSteps,
+// stamped at, begun at started) is written at once, beside the batches still
+// queued, all within CloseBudget; what is not written by then is spooled.
+func (x *Influx) Finish(at, started time.Time, recs []*record.Recorder) Points {
 	deadline := time.AfterFunc(CloseBudget, x.stop)
 	defer deadline.Stop()
 	close(x.queue)
-	body, points, err := EncodeSteps(at, recs, x.tags, x.shards)
+	body, points, err := EncodeSteps(at, started, recs, x.tags, x.shards)
 	if err != nil {
 		x.lost.Add(int64(len(recs)))
 	} else if points > 0 {

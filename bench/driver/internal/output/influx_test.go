@@ -91,10 +91,10 @@ func stepLoad(t *testing.T, x *output.Influx, batches int, during func(i int)) (
 	}
 	rec := record.NewRecorder("read", 100, 10, []string{"count"}, time.Second)
 	end := at.Add(time.Duration(batches) * time.Second)
-	body, _, _ := output.EncodeSteps(end, []*record.Recorder{rec}, stepTags, 1)
+	body, _, _ := output.EncodeSteps(end, end, []*record.Recorder{rec}, stepTags, 1)
 	sent[strings.TrimSpace(string(body))] = true
 	began := time.Now()
-	p := x.Finish(end, []*record.Recorder{rec})
+	p := x.Finish(end, end, []*record.Recorder{rec})
 	return sent, p, time.Since(began)
 }
 

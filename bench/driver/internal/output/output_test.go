@@ -176,7 +176,7 @@ func TestInfluxWrites(t *testing.T) {
 	defer srv.Close()
 	x := output.NewInflux(srv.URL+"/write?db=aside&precision=ms", stepTags, 1, "")
 	x.Write(time.Now(), seconds())
-	p := x.Finish(time.Now(), nil)
+	p := x.Finish(time.Now(), time.Now(), nil)
 	if p != (output.Points{Written: 3}) || len(bodies) != 1 || !strings.HasPrefix(queries[0], "/write?db=aside&precision=ms") {
 		t.Fatalf("points %+v, bodies %d, queries %v", p, len(bodies), queries)
 	}
@@ -189,7 +189,7 @@ func TestInfluxWrites(t *testing.T) {
 	mu.Unlock()
 	x = output.NewInflux(srv.URL+"/write?db=aside&precision=ms", stepTags, 1, "")
 	x.Write(time.Now(), seconds())
-	if p := x.Finish(time.Now(), nil); p != (output.Points{Lost: 3}) || len(bodies) != 4 {
+	if p := x.Finish(time.Now(), time.Now(), nil); p != (output.Points{Lost: 3}) || len(bodies) != 4 {
 		t.Errorf("a refused batch without a spool: %+v after %d posts, want 3 lost after 3 attempts", p, len(bodies)-1)
 	}
 }
@@ -235,12 +235,13 @@ func TestEncodeStepsCarriesHistogramsThatMerge(t *testing.T) {
 	}
 	var merged *hdrhistogram.Histogram
 	for _, rec := range recs {
-		body, n, err := output.EncodeSteps(time.UnixMilli(1764080000000), []*record.Recorder{rec}, stepTags, 2)
+		body, n, err := output.EncodeSteps(time.UnixMilli(1764080000000), time.UnixMilli(1764079970000), []*record.Recorder{rec}, stepTags, 2)
 		if err != nil || n != 1 {
 			t.Fatalf("%d points: %v", n, err)
 		}
 		point := decode(t, body)[0]
-		if point.tags["scenario"] != "read" || point.fields["due"] != int64(100) || point.fields["target"] != float64(250) || point.fields["shards"] != int64(2) {
+		if point.tags["scenario"] != "read" || point.fields["due"] != int64(100) || point.fields["target"] != float64(250) || point.fields["shards"] != int64(2) ||
+			point.fields["started_ms"] != int64(1764079970000) {
 			t.Errorf("step point %+v", point)
 		}
 		h, err := hdrhistogram.Decode([]byte(point.fields["hdr"].(string)))

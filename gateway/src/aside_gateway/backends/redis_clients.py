@@ -15,6 +15,7 @@ connection past the bound instead of waiting for one.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -27,7 +28,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 
-from aside_gateway.backends.redis_errors import no_retry
+from aside_gateway.backends.redis_errors import REDIS_ERRORS, no_retry
 from aside_gateway.config.settings import REDIS_CLUSTER, REDIS_SENTINEL, Settings
 
 SyncClient = redis.Redis | RedisCluster
@@ -147,6 +148,17 @@ def pools(client: SyncClient) -> list[redis.ConnectionPool]:
             if node.redis_connection is not None
         ]
     return [client.connection_pool]
+
+
+def refresh_topology(client: SyncClient) -> None:
+    """A cluster client's slot map read again from the cluster (redis-py's own
+    NodesManager.initialize), after a node failed: its pub/sub does not, and
+    would dial the dead node for ever. Nothing for one server; a cluster that
+    does not answer keeps the map it had."""
+    if not isinstance(client, RedisCluster):
+        return
+    with contextlib.suppress(*REDIS_ERRORS):
+        client.nodes_manager.initialize()
 
 
 def single_pool(client: SyncClient) -> redis.ConnectionPool | None:

@@ -206,6 +206,9 @@ class InvalidationSubscriber:
                 subscribed = self._listen()
             except REDIS_ERRORS as exc:
                 log.warning("invalidation subscription lost: %s", exc)
+                # On a cluster, the node may have failed over: ask the next
+                # subscription's node from a fresh slot map.
+                redis_clients.refresh_topology(self._client)
             self._follower.lost()
             backoff = next_backoff(backoff, subscribed)
             self._stop.wait(backoff)
