@@ -222,6 +222,10 @@ class Settings:
     miss_budget_client_per_s: int = 0
     # Proxies whose X-Forwarded-For names the client (addresses or CIDR blocks).
     trusted_proxies: tuple[Network, ...] = ()
+    # An IPv6 client is keyed by its prefix of this length (door/miss_budget.py).
+    client_ipv6_prefix: int = int_var("GATEWAY_CLIENT_IPV6_PREFIX", 64, 16, 128)
+    # How long /readyz's verdict is shared by every caller (web/app.py); 0: checked each call.
+    ready_cache_ms: int = int_var("GATEWAY_READY_CACHE_MS", 1000, 0, 60000)
     # /readyz answers 503 while the users table has no index on email.
     require_email_index: bool = False
 

@@ -284,12 +284,17 @@ def protocol_class(settings: Settings) -> type[BoundedHttpToolsProtocol]:
 # halve the throughput. Lifespan events "on", not "auto": the app builds its
 # pools when imported, and starts the tasks of its event loop (the L1 tier's
 # subscription) at the startup event, whose failure must stop the worker.
-# No Server header, as under gunicorn's own workers.
+# No Server header, as under gunicorn's own workers. No proxy headers:
+# uvicorn would otherwise put X-Forwarded-For's address in the request's
+# client for any peer in forwarded_allow_ips (127.0.0.1 by default), before
+# the miss budget reads the peer; only GATEWAY_TRUSTED_PROXIES decides which
+# forwarding header is believed (door/miss_budget.py).
 BASE_CONFIG: dict[str, Any] = {
     "loop": "uvloop",
     "http": BoundedHttpToolsProtocol,
     "lifespan": "on",
     "server_header": False,
+    "proxy_headers": False,
 }
 
 
