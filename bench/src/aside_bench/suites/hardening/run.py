@@ -145,7 +145,7 @@ def gateway_settings(pid: int) -> dict[str, Any]:
 
 # ---- the reads ------------------------------------------------------------------------
 def start_reads(
-    bench: Bench, result: ExperimentResult, duration_s: int
+    bench: Bench, result: ExperimentResult, duration_s: int, production: bool = False
 ) -> tuple[DriverProcess, LoadRun]:
     params = bench.params
     run = load_run(
@@ -156,6 +156,7 @@ def start_reads(
         duration_s,
         bench.seed.data_dir,
         params.out_dir / f"load-{result.name}.jsonl",
+        production,
     )
     return start_load(bench.settings, bench.control, bench.seed.hot, run, result), run
 
@@ -281,9 +282,11 @@ def run_hostile(bench: Bench) -> ExperimentResult:
     check_ttl(bench.gateway["CACHE_TTL_SECONDS"], duration)
     workers = bench.control.gateway_workers()
     result.notes["workers"] = workers
-    result.notes["profile"] = procs.environ_value(bench.control.pid("gateway"), "ASIDE_PROFILE")
+    # Unset, the gateway runs in production (gateway/README.md).
+    profile = procs.environ_value(bench.control.pid("gateway"), "ASIDE_PROFILE") or "production"
+    result.notes["profile"] = profile
     with RssSampler(workers) as sampler:
-        load, run = start_reads(bench, result, duration)
+        load, run = start_reads(bench, result, duration, profile == "production")
         try:
             sleep_until(events["load_start"] + params.pre_s)
             events["attack_start"] = time.time()
