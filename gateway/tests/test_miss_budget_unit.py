@@ -13,6 +13,7 @@ from aside_gateway.door.miss_budget import (
     MissBudget,
     MissBudgetLimits,
     client_address,
+    client_key,
     client_of,
 )
 
@@ -46,6 +47,22 @@ TOKEN = "t" * 20
 )
 def test_the_client_address(peer, forwarded, client):
     assert client_address(peer, forwarded, PROXIES) == client
+
+
+@pytest.mark.parametrize(
+    ("address", "prefix", "key"),
+    [
+        ("203.0.113.5", 64, "203.0.113.5"),
+        ("2001:db8:1:2::7", 64, "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff::1", 64, "2001:db8:1:2::/64"),
+        ("2001:db8:1:2::7", 128, "2001:db8:1:2::7/128"),
+        ("2001:db8:1:2::7", 48, "2001:db8:1::/48"),
+        ("::ffff:203.0.113.5", 64, "203.0.113.5"),  # an IPv4 client on a dual stack
+        (None, 64, None),
+    ],
+)
+def test_an_ipv6_client_is_keyed_by_its_prefix(address, prefix, key):
+    assert client_key(address, prefix) == key
 
 
 def test_only_the_write_token_names_a_client():

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -362,6 +363,38 @@ def budget_gateway(start_gateway, production_core):
     return proc
 
 
+def _misses_refused(base: str, forwarded_for: Callable[[int], str], count: int = 40) -> int:
+    """Misses sent at once with a forwarding header of the sender's choice; how many got 429."""
+    session = requests.Session()
+    statuses = [
+        session.get(
+            base + COUNT,
+            params={"email": unique_email("forged")},
+            headers={"X-Forwarded-For": forwarded_for(i)},
+            timeout=10,
+        ).status_code
+        for i in range(count)
+    ]
+    assert set(statuses) <= {200, 429}, statuses
+    return statuses.count(429)
+
+
+def test_a_forwarding_header_from_an_untrusted_peer_names_no_new_client(start_gateway):
+    """No GATEWAY_TRUSTED_PROXIES: the peer (127.0.0.1 here) is the client,
+    whatever X-Forwarded-For says, so rotating it buys no budget."""
+    gateway = start_gateway(
+        ASIDE_PROFILE="production",
+        ASIDE_TEST_HOOKS="0",
+        GATEWAY_WORKERS="1",
+        WRITE_TOKEN=WRITE_TOKEN,
+        CORE_TOKEN=CORE_TOKEN,
+        METRICS_BIND=f"127.0.0.1:{free_port()}",
+        GATEWAY_MISS_BUDGET_CLIENT_PER_S=str(BUDGET_PER_S),
+        GATEWAY_MISS_BUDGET_ROUTE_PER_S="0",
+    )
+    assert _misses_refused(gateway.url, lambda i: f"198.51.100.{i + 1}") > 0
+
+
 def test_the_miss_budget_answers_429_past_its_rate_and_serves_hits_meanwhile(
     budget_gateway, insert_user
 ):
@@ -404,6 +437,11 @@ def test_the_miss_budget_answers_429_past_its_rate_and_serves_hits_meanwhile(
     assert refused == statuses.count(429)
 
 
+def test_the_addresses_of_one_ipv6_64_are_one_client(budget_gateway):
+    """Behind the trusted proxy, every address of 2001:db8:1:2::/64 spends one budget."""
+    assert _misses_refused(budget_gateway.url, lambda i: f"2001:db8:1:2::{i + 1:x}") > 0
+
+
 def test_a_production_gateway_is_not_ready_without_the_email_index(start_gateway, db):
     gateway = start_gateway(
         ready_path="/healthz",
@@ -429,4 +467,9 @@ def test_a_production_gateway_is_not_ready_without_the_email_index(start_gateway
         )
     finally:
         db.execute("DROP INDEX readiness_email_idx")
-    assert requests.get(gateway.url + "/readyz", timeout=10).status_code == 503
+    # Within GATEWAY_READY_CACHE_MS (1 s) of the last check, its verdict stands.
+    wait_until(
+        lambda: requests.get(gateway.url + "/readyz", timeout=10).status_code == 503,
+        10,
+        "not ready once the index is gone",
+    )

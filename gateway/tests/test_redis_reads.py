@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -246,3 +247,153 @@ def test_a_cluster_or_reads_client_keeps_redis_pys_client():
     assert isinstance(redis_reads.loop_reads(settings), redis_reads.ClientReads)
     cluster = dataclasses.replace(settings, redis_reads="lean", redis_mode="cluster")
     assert isinstance(redis_reads.loop_reads(cluster), redis_reads.ClientReads)
+
+
+class _Relayed:
+    """One client connection through the proxy, and its connection to Redis."""
+
+    def __init__(self, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter):
+        self.client = client
+        self.upstream = upstream
+        self.silent = False
+        self.closed_by_client = False
+
+
+class SilencingProxy:
+    """A TCP relay to a real Redis that can fall silent on the connections it
+    holds: it reads what they send and answers nothing, without a reset (a
+    server gone behind a blackholed path). Connections made after that are
+    relayed as before (the path to the server that took over)."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.held: list[_Relayed] = []
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        relayed = _Relayed(writer, up_writer)
+        self.held.append(relayed)
+        back = asyncio.ensure_future(self._back(up_reader, relayed))
+        self._tasks.add(back)
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                if not relayed.silent:
+                    up_writer.write(data)
+        relayed.closed_by_client = True
+        back.cancel()
+        up_writer.close()
+        writer.close()
+
+    async def _back(self, up_reader: asyncio.StreamReader, relayed: _Relayed) -> None:
+        with contextlib.suppress(OSError):
+            while data := await up_reader.read(65536):
+                if not relayed.silent:
+                    relayed.client.write(data)
+
+    def silence(self) -> list[_Relayed]:
+        """Every connection held now answers nothing more; returns them."""
+        held, self.held = self.held, []
+        for relayed in held:
+            relayed.silent = True
+        return held
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        for relayed in self.held:
+            relayed.client.close()
+            relayed.upstream.close()
+
+
+def test_a_silent_connection_is_closed_and_reads_go_on_by_another_within_a_second():
+    """Redis falls silent behind its connection (no reset) and more GETs than
+    it may owe are asked for: within a second the reads are served again by a
+    new connection, and the silent one is closed by the gateway."""
+    url = os.environ["REDIS_URL"]
+    real = redis.Redis.from_url(url)
+    real.set("aside:test:silent", b"still served")
+    parsed = redis.connection.parse_url(url)
+
+    async def scenario() -> tuple[float, list[_Relayed]]:
+        proxy = SilencingProxy(int(parsed.get("port", 6379)))
+        await proxy.start()
+        password = parsed.get("password") or ""
+        proxied = f"redis://:{password}@127.0.0.1:{proxy.port}/{parsed.get('db', 0)}"
+        settings = _settings(proxied, REDIS_TIMEOUT_MS="200", REDIS_READ_CONNECTIONS="1")
+        reads = redis_reads.loop_reads(settings)
+        try:
+            await asyncio.gather(*(reads.get("aside:test:silent") for _ in range(50)))
+            silenced = proxy.silence()
+            assert len(silenced) == 1
+            owed: list[asyncio.Future[bytes | None]] = []
+            refused = 0
+            for _ in range(2):  # a batch per loop iteration: more than it may owe
+                for _ in range(redis_reads.MAX_OWED):
+                    try:
+                        owed.append(reads.get("aside:test:silent"))
+                    except redis_reads.ReadsBusy:
+                        refused += 1
+                await asyncio.sleep(0)  # the loop's next iteration starts another batch
+            assert refused and len(owed) == redis_reads.MAX_OWED
+            results = await asyncio.gather(*owed, return_exceptions=True)
+            # Past the deadline on the silent ones; the value on a connection opened since.
+            kinds = {type(r).__name__ if isinstance(r, BaseException) else repr(r) for r in results}
+            assert kinds <= {"TimeoutError", "b'still served'"}, kinds
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            value: object = None
+            while loop.time() - start < 5:
+                try:
+                    value = await reads.get("aside:test:silent")
+                    break
+                except TimeoutError as exc:  # ReadsBusy, or a deadline on the silent one
+                    value = exc
+                    await asyncio.sleep(0.02)
+            assert value == b"still served", value
+            served_after = loop.time() - start
+            deadline = loop.time() + 2
+            while not all(r.closed_by_client for r in silenced) and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            return served_after, silenced
+        finally:
+            await reads.close()
+            await proxy.close()
+
+    try:
+        served_after, silenced = asyncio.run(scenario())
+        assert served_after < 1.0, served_after
+        assert all(r.closed_by_client for r in silenced)
+    finally:
+        real.delete("aside:test:silent")
+        real.close()
+
+
+def test_the_lean_reads_connections_carry_tcp_keepalive_and_user_timeout():
+    settings = _settings(
+        os.environ["REDIS_URL"], REDIS_KEEPALIVE_IDLE_S="7", REDIS_TCP_USER_TIMEOUT_MS="9000"
+    )
+
+    async def options() -> tuple[int, int, int, int, int]:
+        handover = await redis_reads.opener(settings)()
+        sock = handover.transport.get_extra_info("socket")
+        try:
+            return (
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+            )
+        finally:
+            handover.transport.close()
+
+    assert asyncio.run(options()) == (1, 7, 2, 3, 9000)

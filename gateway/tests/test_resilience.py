@@ -62,6 +62,12 @@ def test_reads_survive_redis_going_away_and_recover_when_it_returns(
         before, "aside_gateway_cache_bypass_total", route=COUNT_ROUTE
     )
     assert bypass_delta == 10
+    # The verdict checked at the start stands GATEWAY_READY_CACHE_MS (1 s).
+    wait_until(
+        lambda: requests.get(gw.url + "/readyz", timeout=5).status_code == 503,
+        10,
+        "not ready without Redis",
+    )
     ready = requests.get(gw.url + "/readyz", timeout=5)
     assert ready.status_code == 503
     assert ready.json()["error"]["code"] == "unavailable"

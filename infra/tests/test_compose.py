@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ def test_core_token_reaches_both_sides(compose: dict[str, Any]) -> None:
     for service in ("core", "gateway"):
         environment = compose["services"][service]["environment"]
         given = environment.get("CORE_TOKEN")
-        assert given == "${CORE_TOKEN:-}", f"{service}: CORE_TOKEN not from .env: {given!r}"
+        assert given.startswith("${CORE_TOKEN:?"), f"{service}: CORE_TOKEN may be empty: {given!r}"
         assert "CORE_TOKEN" in env_names_read_by(service)
 
 
@@ -226,3 +227,41 @@ def test_the_seed_image_resolves_every_link_of_contracts() -> None:
         assert f"COPY {target} /app/{target}" in seed_stage, (
             f"contracts/{path.name} links to {target}, which the seed image does not copy"
         )
+
+
+def test_redis_asks_for_a_password_with_protected_mode_on(compose: dict[str, Any]) -> None:
+    command = compose["services"]["redis"]["command"]
+    options = dict(zip(command[2::2], command[3::2], strict=False))
+    assert options["--protected-mode"] == "yes"
+    assert options["--requirepass"].startswith("${ASIDE_REDIS_PASSWORD:?"), options
+    assert options.get("--bind") != "* -::*"  # not every interface of both families
+    for name in ("core", "gateway"):
+        url = compose["services"][name]["environment"]["REDIS_URL"]
+        assert url.startswith("redis://:${ASIDE_REDIS_PASSWORD}@redis:"), (name, url)
+    exporter = compose["services"]["redis-exporter"]["environment"]
+    assert exporter["REDIS_PASSWORD"] == "${ASIDE_REDIS_PASSWORD}"
+
+
+def test_no_secret_is_committed_and_the_script_makes_them(tmp_path: Path) -> None:
+    """.env.example leaves every secret empty, .env is ignored by git, and
+    infra/compose-secrets.sh fills the empty ones (0600) and keeps a set one."""
+    secrets = ("ASIDE_PG_PASSWORD", "ASIDE_REDIS_PASSWORD", "CORE_TOKEN", "WRITE_TOKEN",
+               "GRAFANA_ADMIN_PASSWORD")  # fmt: skip
+    example = (ROOT / ".env.example").read_text()
+    for name in secrets:
+        assert re.search(rf"^{name}=$", example, re.M), f"{name} is not empty in .env.example"
+    assert re.search(r"^\.env$", (ROOT / ".gitignore").read_text(), re.M)
+    env = tmp_path / ".env"
+    env.write_text("CORE_TOKEN=kept-token-of-twenty-chars\n")
+    runs = []
+    for _ in range(2):  # a second run changes nothing
+        subprocess.run([str(ROOT / "infra/compose-secrets.sh"), str(env)], check=True,
+                       capture_output=True)  # fmt: skip
+        lines = env.read_text().splitlines()
+        runs.append(dict(line.split("=", 1) for line in lines if "=" in line))
+    values = runs[0]
+    assert runs[1] == values
+    assert values["CORE_TOKEN"] == "kept-token-of-twenty-chars"
+    for name in secrets:
+        assert len(values[name]) >= 16, name
+    assert env.stat().st_mode & 0o777 == 0o600

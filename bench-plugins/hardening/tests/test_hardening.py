@@ -273,7 +273,7 @@ def test_the_flood_reads_a_thread_ran_are_the_count_answers_but_the_hits() -> No
 
 # ---- unit: parameters ----------------------------------------------------------------------
 def test_experiments_and_the_flood_deadline() -> None:
-    assert hardening.parse_experiments("all") == ("slow-heads", "cold-flood")
+    assert hardening.parse_experiments("all") == ("slow-heads", "cold-flood", "hostile")
     assert hardening.parse_experiments("cold-flood, slow-heads") == ("cold-flood", "slow-heads")
     with pytest.raises(ValueError, match="unknown experiment"):
         hardening.parse_experiments("slow-bodies")
@@ -372,8 +372,8 @@ def hardening_run(small_seed: Path, bench: Bench, tmp_path_factory: pytest.TempP
     reports = tmp_path_factory.mktemp("hardening")
     run_id = "h" + time.strftime("%H%M%S")
     done = bench(
-        "hardening", "--rate", "50", "--sockets", "50", "--emails", "200", "--pre", "2s",
-        "--post", "2s", "--p95-ms", "0.001", "--run-id", run_id,
+        "hardening", "--experiments", "slow-heads,cold-flood", "--rate", "50", "--sockets", "50",
+        "--emails", "200", "--pre", "2s", "--post", "2s", "--p95-ms", "0.001", "--run-id", run_id,
         "--data-dir", str(small_seed), "--reports-dir", str(reports),
     )  # fmt: skip
     out_dir = reports / f"hardening-{run_id}"
@@ -468,3 +468,26 @@ def test_the_report_files(hardening_run) -> None:
     # Each experiment's samples file is kept, gzipped, beside the report.
     for name in ("slow-heads", "cold-flood"):
         assert (out_dir / f"load-{name}.jsonl.gz").stat().st_size > 100
+
+
+def test_the_hostile_client_run(small_seed: Path, bench: Bench, tmp_path: Path) -> None:
+    """A short hostile client beside the reads: its own figures and every verdict reported."""
+    run_id = "x" + time.strftime("%H%M%S")
+    done = bench(
+        "hardening", "--experiments", "hostile", "--hostile", "3s", "--rate", "50",
+        "--pre", "2s", "--post", "2s", "--run-id", run_id,
+        "--data-dir", str(small_seed), "--reports-dir", str(tmp_path),
+    )  # fmt: skip
+    run = json.loads((tmp_path / f"hardening-{run_id}" / "report.json").read_text())
+    (experiment,) = run["experiments"]
+    assert experiment["name"] == "hostile" and experiment["error"] is None, done.stderr[-3000:]
+    hostile = experiment["figures"]["hostile"]
+    assert hostile["pipelined_answered"] > 0 and hostile["readyz"].get("200", 0) > 0, hostile
+    assert hostile["slow_heads_opened"] >= 64
+    assert set(_checks(experiment)) == {
+        "reads before the hostile client",
+        "reads during the hostile client (quiet p95 x2)",
+        "each gateway worker's RSS grows by at most 32 MiB",
+        "the pipelined requests were answered",
+    }, experiment["checks"]
+    assert done.stdout.strip().splitlines()[-1].startswith("hostile: ")

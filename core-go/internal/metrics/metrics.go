@@ -33,6 +33,7 @@ type OutboxMetrics struct {
 	settled  prometheus.Counter
 	delay    prometheus.Histogram
 	failures prometheus.Counter
+	waiting  prometheus.Gauge
 }
 
 // Settled counts rows whose keys the relay deleted, with their age since commit.
@@ -45,6 +46,9 @@ func (o OutboxMetrics) Settled(ages []time.Duration) {
 
 // Failed counts a relay round that could not reach Redis or PostgreSQL.
 func (o OutboxMetrics) Failed() { o.failures.Inc() }
+
+// Waiting sets the rows the relay's retry window holds.
+func (o OutboxMetrics) Waiting(rows int) { o.waiting.Set(float64(rows)) }
 
 // Latency buckets from 0.5 ms (see docs/decisions/034-the-cores-latency-buckets-start-at-0-5-ms.md).
 var httpBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
@@ -87,6 +91,10 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 			"Time from a write's commit to the outbox relay's DEL of its keys.", prometheus.ExponentialBuckets(0.01, 2, 14)),
 		failures: counter("aside_core_cache_outbox_failures_total",
 			"Outbox relay rounds that failed (Redis or PostgreSQL unreachable); retried."),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aside_core_cache_outbox_waiting",
+			Help: "Owed invalidations in the outbox relay's retry window after its last round (counted up to a million).",
+		}),
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "aside_core_info",
@@ -101,7 +109,7 @@ func New(profile string, poolStat func() *pgxpool.Stat, slotsInUse func() int) *
 		m.HTTPRequests, m.HTTPDuration, m.CacheInvalidations, m.InvalidationRetries,
 		m.ComputeRejected, m.ComputeDuration, m.ComputeSlotsInUse, m.UncertainWritesTotal, info,
 		m.SimplifyDuration, m.SimplifyPoints, m.SimplifyRejected,
-		m.Outbox.settled, m.Outbox.delay, m.Outbox.failures,
+		m.Outbox.settled, m.Outbox.delay, m.Outbox.failures, m.Outbox.waiting,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newPoolCollector(poolStat),

@@ -10,7 +10,13 @@
 //     sends the DEL again every RetryEvery until Redis takes it, then deletes
 //     the row. A reader that stored the old value meanwhile, under a lease the
 //     failed DEL could not remove, loses it then: the stale window ends within
-//     RetryEvery of Redis answering, not at the entry's TTL;
+//     RetryEvery of Redis answering, not at the entry's TTL.
+//     The relay keeps no list of such ids: only the lowest one asked for. The
+//     table already holds every change still owed, so the retry window is
+//     every row from that id on, read in pages of Batch (a row of a write
+//     whose own DEL succeeded meanwhile gets one more DEL, never one less).
+//     Its memory and each round's reads stay the same however long Redis is
+//     away; Waiting reports how many rows the window holds;
 //   - the core died before either: the row outlives Grace and any core's relay
 //     settles it.
 //
@@ -29,6 +35,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,8 +46,9 @@ import (
 
 // Store is what the relay needs from the database.
 type Store interface {
-	SettleOwed(ctx context.Context, ids []int64, grace time.Duration, limit int,
+	SettleOwed(ctx context.Context, from int64, grace time.Duration, limit int,
 		del func([]store.Owed) error) ([]store.Owed, error)
+	CountOwed(ctx context.Context, from int64, limit int) (int, error)
 	ForgetOwed(ctx context.Context, ids []int64) error
 	SettleFlushes(ctx context.Context, grace, flushDeadline time.Duration,
 		flush func(context.Context) error) ([]time.Duration, error)
@@ -57,11 +65,13 @@ type Options struct {
 	Grace time.Duration
 	// Deadline bounds one round's DEL.
 	Deadline time.Duration
-	// Batch is the most rows one round settles.
+	// Batch is the most rows one page of a round settles.
 	Batch int
-	// Queue bounds the ids waiting to be forgotten or retried; an id that does
-	// not fit is settled after Grace instead (one more DEL, never a lost one).
+	// Queue bounds the ids waiting to be forgotten; an id that does not fit
+	// is settled after Grace instead (one more DEL, never a lost one).
 	Queue int
+	// WaitingCap bounds the count of the retry window's rows (Waiting).
+	WaitingCap int
 	// FlushDeadline bounds the flush a seed left owed: the script deletes
 	// about a million keys a second, and Redis answers only then.
 	FlushDeadline time.Duration
@@ -76,6 +86,7 @@ func DefaultOptions(deadline time.Duration) Options {
 		Deadline:      deadline,
 		Batch:         500,
 		Queue:         8192,
+		WaitingCap:    1_000_000,
 		FlushDeadline: time.Minute,
 	}
 }
@@ -86,6 +97,9 @@ type Observer interface {
 	// after their commit.
 	Settled(ages []time.Duration)
 	Failed()
+	// Waiting: rows in the retry window after a round (0 once it is empty),
+	// counted up to WaitingCap.
+	Waiting(rows int)
 }
 
 // Relay settles owed invalidations; build it with New and run Run once.
@@ -95,7 +109,10 @@ type Relay struct {
 	opts     Options
 	observe  Observer
 	forget   chan int64
-	retry    chan int64
+	// retryFrom is the lowest id whose write's DEL failed and whose window
+	// is not yet read through; 0 for none. wake starts a round early.
+	retryFrom atomic.Int64
+	wake      chan struct{}
 }
 
 // New returns a relay; newRedis builds the relay's own client (called again
@@ -104,7 +121,7 @@ func New(st Store, newRedis func(readTimeout time.Duration) redis.UniversalClien
 	return &Relay{
 		store: st, newRedis: newRedis, opts: opts, observe: observe,
 		forget: make(chan int64, opts.Queue),
-		retry:  make(chan int64, opts.Queue),
+		wake:   make(chan struct{}, 1),
 	}
 }
 
@@ -112,7 +129,22 @@ func New(st Store, newRedis func(readTimeout time.Duration) redis.UniversalClien
 func (r *Relay) Forget(id int64) { offer(r.forget, id) }
 
 // Retry says the write's own DEL failed: settle its row as soon as Redis answers.
-func (r *Relay) Retry(id int64) { offer(r.retry, id) }
+// It never blocks and never drops: only the lowest such id is kept.
+func (r *Relay) Retry(id int64) {
+	if id <= 0 {
+		return
+	}
+	for {
+		from := r.retryFrom.Load()
+		if (from != 0 && from <= id) || r.retryFrom.CompareAndSwap(from, id) {
+			break
+		}
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
 
 // offer queues id without blocking a request; a full queue leaves the row to
 // the Grace sweep.
@@ -130,33 +162,43 @@ func offer(queue chan int64, id int64) {
 func (r *Relay) Run(ctx context.Context) {
 	rdb := r.newRedis(0)
 	defer func() { _ = rdb.Close() }()
-	var retrying, forgetting []int64
+	var forgetting []int64
 	wait := time.NewTimer(r.opts.PollEvery)
 	defer wait.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-r.retry:
-			retrying = append(retrying, id)
+		case <-r.wake:
 		case <-wait.C:
 		}
 		forgetting = r.forgetQueued(ctx, drain(r.forget, forgetting))
-		retrying = drain(r.retry, retrying)
-		var err error
-		if retrying, err = r.settle(ctx, rdb, retrying); err != nil && ctx.Err() == nil {
+		if err := r.settle(ctx, rdb); err != nil && ctx.Err() == nil {
 			r.observe.Failed()
 			_ = rdb.Close()
 			rdb = r.newRedis(0)
 		}
+		r.countWaiting(ctx)
 		if err := r.settleFlushes(ctx); err != nil && ctx.Err() == nil {
 			r.observe.Failed()
 		}
 		pace := r.opts.PollEvery
-		if len(retrying) > 0 {
+		if r.retryFrom.Load() != 0 {
 			pace = r.opts.RetryEvery
 		}
 		resetTimer(wait, pace)
+	}
+}
+
+// countWaiting reports the retry window's rows (none to count once it is empty).
+func (r *Relay) countWaiting(ctx context.Context) {
+	from := r.retryFrom.Load()
+	if from == 0 {
+		r.observe.Waiting(0)
+		return
+	}
+	if n, err := r.store.CountOwed(ctx, from, r.opts.WaitingCap); err == nil {
+		r.observe.Waiting(n)
 	}
 }
 
@@ -172,15 +214,17 @@ func (r *Relay) forgetQueued(ctx context.Context, ids []int64) []int64 {
 	return ids
 }
 
-// settle runs one batch: the retried rows and the rows past Grace. It
-// returns the retried ids still owed.
-func (r *Relay) settle(ctx context.Context, rdb redis.UniversalClient, retrying []int64) ([]int64, error) {
+// settle reads the retry window and the rows past Grace in pages of Batch
+// until a page comes back short; the window is then read through and
+// forgotten, unless a lower id was asked for meanwhile.
+func (r *Relay) settle(ctx context.Context, rdb redis.UniversalClient) error {
+	from := r.retryFrom.Load()
 	for {
-		owed, err := r.store.SettleOwed(ctx, retrying, r.opts.Grace, r.opts.Batch, func(owed []store.Owed) error {
+		owed, err := r.store.SettleOwed(ctx, from, r.opts.Grace, r.opts.Batch, func(owed []store.Owed) error {
 			return r.del(ctx, rdb, owed)
 		})
 		if err != nil {
-			return retrying, err
+			return err
 		}
 		if len(owed) > 0 {
 			ages := make([]time.Duration, len(owed))
@@ -189,10 +233,14 @@ func (r *Relay) settle(ctx context.Context, rdb redis.UniversalClient, retrying 
 			}
 			r.observe.Settled(ages)
 		}
-		// A full batch means more rows may wait; otherwise every retried id
-		// is settled, or was already (a row is gone once any relay took it).
+		// A full page means more rows may wait; otherwise every row of the
+		// window is settled, or was already (a row is gone once any relay
+		// took it; one locked by another core's relay is its, or Grace's).
 		if len(owed) < r.opts.Batch {
-			return retrying[:0], nil
+			if from != 0 {
+				r.retryFrom.CompareAndSwap(from, 0)
+			}
+			return nil
 		}
 	}
 }

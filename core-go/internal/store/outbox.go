@@ -23,29 +23,38 @@ type Owed struct {
 	Age    time.Duration
 }
 
-// The rows asked for by id (writes whose own DEL failed), and any row older
-// than the grace period (its write's core died, or forgot it): each round
-// takes a bounded batch, and SKIP LOCKED lets several cores share the table.
+// The rows from id $1 on when $1 > 0 (the retry window: from the lowest id
+// whose write's own DEL failed, every row still owed, read in pages), and
+// any row older than the grace period (its write's core died, or forgot it):
+// each round takes a bounded page, and SKIP LOCKED lets several cores share
+// the table.
 const claimOwedSQL = `
 SELECT id, user_id, email_before, email_after, extract(epoch FROM clock_timestamp() - created_at)::float8
 FROM cache_invalidations
-WHERE kind = 'keys' AND (id = ANY($1) OR created_at < clock_timestamp() - make_interval(secs => $2))
+WHERE kind = 'keys' AND (($1::bigint > 0 AND id >= $1) OR created_at < clock_timestamp() - make_interval(secs => $2))
 ORDER BY id
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
+// How many rows the retry window holds, counted up to a cap so the count's
+// cost stays bounded however long Redis stays away.
+const countOwedSQL = `
+SELECT count(*) FROM (
+  SELECT 1 FROM cache_invalidations WHERE kind = 'keys' AND id >= $1 LIMIT $2
+) AS window_rows`
+
 const settleOwedSQL = `DELETE FROM cache_invalidations WHERE id = ANY($1)`
 
-// SettleOwed claims up to limit rows (those in ids, and those older than
-// grace), hands them to del and, if del succeeds, deletes them, all in one
-// transaction: a row whose DEL failed stays for the next round. It returns
-// the rows it settled.
-func (s *Store) SettleOwed(ctx context.Context, ids []int64, grace time.Duration, limit int,
+// SettleOwed claims up to limit rows (those from id `from` on when from > 0,
+// and those older than grace), hands them to del and, if del succeeds,
+// deletes them, all in one transaction: a row whose DEL failed stays for the
+// next round. It returns the rows it settled.
+func (s *Store) SettleOwed(ctx context.Context, from int64, grace time.Duration, limit int,
 	del func([]Owed) error) ([]Owed, error) {
 	var owed []Owed
 	err := s.withTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		if owed, err = claimOwed(ctx, tx, ids, grace, limit); err != nil || len(owed) == 0 {
+		if owed, err = claimOwed(ctx, tx, from, grace, limit); err != nil || len(owed) == 0 {
 			return err
 		}
 		if err := del(owed); err != nil {
@@ -64,8 +73,8 @@ func (s *Store) SettleOwed(ctx context.Context, ids []int64, grace time.Duration
 	return owed, nil
 }
 
-func claimOwed(ctx context.Context, tx pgx.Tx, ids []int64, grace time.Duration, limit int) ([]Owed, error) {
-	rows, err := tx.Query(ctx, claimOwedSQL, ids, grace.Seconds(), limit)
+func claimOwed(ctx context.Context, tx pgx.Tx, from int64, grace time.Duration, limit int) ([]Owed, error) {
+	rows, err := tx.Query(ctx, claimOwedSQL, from, grace.Seconds(), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +85,16 @@ func claimOwed(ctx context.Context, tx pgx.Tx, ids []int64, grace time.Duration,
 		o.Age = time.Duration(ageSeconds * float64(time.Second))
 		return o, err
 	})
+}
+
+// CountOwed is how many rows of changes are owed from id `from` on, counted
+// up to limit.
+func (s *Store) CountOwed(ctx context.Context, from int64, limit int) (int, error) {
+	var n int
+	err := s.withConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.QueryRow(ctx, countOwedSQL, from, limit).Scan(&n)
+	})
+	return n, err
 }
 
 // ForgetOwed deletes the rows of writes whose own DEL succeeded.

@@ -42,7 +42,7 @@ func TestEachWriteOwesItsChange(t *testing.T) {
 
 	// Claim everything (grace 0) without settling: the DEL fails.
 	var owed []store.Owed
-	_, err = s.SettleOwed(ctx, nil, 0, 100, func(o []store.Owed) error {
+	_, err = s.SettleOwed(ctx, 0, 0, 100, func(o []store.Owed) error {
 		owed = o
 		return errors.New("redis down")
 	})
@@ -67,14 +67,14 @@ func TestEachWriteOwesItsChange(t *testing.T) {
 	}
 
 	// The failed DEL left every row; a successful one settles them all.
-	settled, err := s.SettleOwed(ctx, nil, 0, 100, func([]store.Owed) error { return nil })
+	settled, err := s.SettleOwed(ctx, 0, 0, 100, func([]store.Owed) error { return nil })
 	if err != nil || len(settled) != 4 {
 		t.Fatalf("settled %d (%v), want 4", len(settled), err)
 	}
 	if err := s.ForgetOwed(ctx, []int64{u.Outbox}); err != nil {
 		t.Fatalf("forgetting a settled row: %v", err)
 	}
-	left, err := s.SettleOwed(ctx, nil, 0, 100, func([]store.Owed) error { return nil })
+	left, err := s.SettleOwed(ctx, 0, 0, 100, func([]store.Owed) error { return nil })
 	if err != nil || len(left) != 0 {
 		t.Fatalf("rows left: %d (%v)", len(left), err)
 	}
@@ -94,7 +94,7 @@ func TestYoungRowsWaitForTheirWriteUnlessAskedFor(t *testing.T) {
 		}
 		return nil
 	}
-	if _, err := s.SettleOwed(ctx, []int64{b.Outbox}, time.Hour, 100, collect); err != nil {
+	if _, err := s.SettleOwed(ctx, b.Outbox, time.Hour, 100, collect); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(seen, []int64{b.Outbox}) {
@@ -136,7 +136,7 @@ func TestOwedFlushIsRunOnceWhenFreeAndOld(t *testing.T) {
 	if got, err := s.SettleFlushes(ctx, time.Hour, time.Second, flush); err != nil || len(got) != 0 || flushes != 0 {
 		t.Fatalf("young row: settled %d, flushed %d, %v; want it left alone", len(got), flushes, err)
 	}
-	if claimed, err := s.SettleOwed(ctx, nil, 0, 100, func([]store.Owed) error { return nil }); err != nil || len(claimed) != 0 {
+	if claimed, err := s.SettleOwed(ctx, 0, 0, 100, func([]store.Owed) error { return nil }); err != nil || len(claimed) != 0 {
 		t.Fatalf("a DEL round took %d rows (%v): a flush row is not a change", len(claimed), err)
 	}
 

@@ -9,6 +9,8 @@ Build it once per worker, after gunicorn's fork.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aside_gateway.backends import redis_clients
@@ -26,6 +28,71 @@ from aside_gateway.tiers.invalidations import InvalidationSubscriber
 from aside_gateway.tiers.l1 import L1Cache
 from aside_gateway.tiers.l2 import Cache
 from aside_gateway.tiers.strategies import TieredCache
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """/readyz's answer, and when (time.monotonic) it was checked."""
+
+    status: int
+    body: bytes
+    at: float
+
+
+class ReadinessCache:
+    """/readyz's verdict, shared by every caller for GATEWAY_READY_CACHE_MS
+    after it was checked: one check at a time per worker, the callers behind
+    it take its verdict, and the event loop answers it itself
+    (front/hot_path.py), fresh or while its next check runs, so the probe's
+    cost does not grow with its callers."""
+
+    # A check the loop handed over and never heard of again (its request
+    # refused) is asked for again after this long.
+    CLAIM_S = 5.0
+
+    def __init__(self, ttl_s: float):
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._verdict: Verdict | None = None
+        self._claimed_at: float | None = None
+
+    def answer_now(self) -> Verdict | None:
+        """For the event loop: the last verdict while fresh or while its next
+        check runs; None once, when it is stale, for that caller to check."""
+        verdict = self._verdict
+        if verdict is None or self.ttl_s <= 0:
+            return None
+        now = time.monotonic()
+        if now - verdict.at < self.ttl_s:
+            return verdict
+        claimed = self._claimed_at
+        if claimed is not None and now - claimed < self.CLAIM_S:
+            return verdict
+        self._claimed_at = now
+        return None
+
+    def fresh(self, asked: float | None = None) -> Verdict | None:
+        """The last verdict if checked within the TTL (or since `asked`)."""
+        verdict = self._verdict
+        if verdict is None or self.ttl_s <= 0:
+            return None
+        asked = time.monotonic() if asked is None else asked
+        if verdict.at >= asked or asked - verdict.at < self.ttl_s:
+            return verdict
+        return None
+
+    def verdict(self, check: Callable[[], Verdict]) -> Verdict:
+        if self.ttl_s <= 0:  # checked on each call
+            return check()
+        asked = time.monotonic()
+        verdict = self.fresh(asked)
+        if verdict is None:
+            with self._lock:
+                verdict = self.fresh(asked)
+                if verdict is None:
+                    verdict = self._verdict = check()
+                    self._claimed_at = None
+        return verdict
 
 
 @dataclass
@@ -46,6 +113,7 @@ class Services:
     loop_lag: LoopLag
     # Production's misses a second per route and client (door/miss_budget.py).
     miss_budget: MissBudget
+    readiness: ReadinessCache
 
     def close(self) -> None:
         """Stop the sampler and close the pools (tests; gunicorn just exits)."""
@@ -124,4 +192,5 @@ def build_services(settings: Settings) -> Services:
         sampler_stop=metrics.start_sampler(sample),
         loop_lag=loop_lag,
         miss_budget=MissBudget.from_settings(settings),
+        readiness=ReadinessCache(settings.ready_cache_ms / 1000),
     )

@@ -176,6 +176,27 @@ def rss_check(rss: RssFigures | None, workers_kept: bool, limits: Limits) -> Che
     return Check(name, ok, detail)
 
 
+def worker_rss_check(rss: RssFigures | None, workers_kept: bool, limit_mib: float) -> Check:
+    """Each worker's RSS at its peak during the attack, over its own before."""
+    name = f"each gateway worker's RSS grows by at most {limit_mib:g} MiB"
+    if rss is None:
+        return Check(name, False, "no RSS reading before and during the attack")
+    growth = {
+        pid: ((w["peak_kib"] or 0) - (w["before_kib"] or 0)) / 1024
+        for pid, w in rss.per_worker.items()
+    }
+    ok = workers_kept and bool(growth) and max(growth.values()) <= limit_mib
+    detail = ", ".join(
+        f"worker {pid}: {rss.per_worker[pid]['before_kib'] / 1024:.1f} MiB before, "
+        f"{g:+.1f} at the peak"
+        for pid, g in growth.items()
+        if rss.per_worker[pid]["before_kib"]
+    )
+    if not workers_kept:
+        detail += "; a worker was replaced during the experiment"
+    return Check(name, ok, detail)
+
+
 # ---- reads in a window -----------------------------------------------------------------
 def reads_check(
     window: dict[str, Any] | None, what: str, p95_limit_ms: float | None = None

@@ -23,7 +23,7 @@ HARDENING_COUNTS = (
 
 def add_hardening(hard: argparse.ArgumentParser) -> None:
     hard.add_argument(
-        "--experiments", default="all", help="some of: slow-heads cold-flood (default all)"
+        "--experiments", default="all", help="some of: slow-heads cold-flood hostile (default all)"
     )
 
     def default(name: str) -> object:
@@ -33,6 +33,7 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
     for flag, name, what in (
         ("--pre", "pre_s", "reads before each attack"),
         ("--post", "post_s", "reads after it"),
+        ("--hostile", "hostile_s", "the hostile client's run"),
     ):
         shown = f"{default(name):g}s"
         hard.add_argument(flag, default=shown, help=f"{what} (default {shown})")
@@ -67,6 +68,7 @@ def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
         rate=args.rate,
         pre_s=parse_duration(args.pre),
         post_s=parse_duration(args.post),
+        hostile_s=parse_duration(args.hostile),
         **{name: vars(args)[name] for _, name, _ in HARDENING_COUNTS},
         read_p95_ms=args.p95_ms,
         rss_growth_mib=args.rss_growth_mib,

@@ -38,11 +38,29 @@ def load_run(
     duration_s: int,
     data_dir: Path,
     samples_path: Path,
+    production: bool = False,
 ) -> LoadRun:
     """The driver's `read` scenario through the cache (L2) on the hot emails
     only, every request a line of `samples_path`. Its pool's connections are
     all open before the first read (CONNS), so the reads during an attack go
-    over connections opened before it, as the reuse check asks."""
+    over connections opened before it, as the reuse check asks. Against a
+    production gateway, which refuses ?cache=, the same reads without it: the
+    chaos scenario with neither writes nor reads by id."""
+    if production:
+        return LoadRun(
+            scenario="chaos",
+            run_id=run_id,
+            arm="cache",
+            phase=phase,
+            rate=rate,
+            duration_s=duration_s,
+            pool=pool,
+            timeout_s=READ_TIMEOUT_S,
+            data_dir=data_dir,
+            extra={"WRITE_SHARE": "0", "USER_SHARE": "0", "USER_PREFIX": run_id, "ID_SAMPLE": "0",
+                   "HOT_SHARE": "1", "COLD_SAMPLE": "1", "CONNS": str(pool)},
+            samples_path=samples_path,
+        )  # fmt: skip
     return LoadRun(
         scenario="read",
         run_id=run_id,
@@ -71,7 +89,7 @@ def start_load(
     assert run.samples_path is not None, "the reads' windows need their samples file"
     control.verify()
     wait_until_quiet(settings, QUIET_DEADLINE_S)
-    result.notes["warm"] = warm_cache(settings, hot)
+    result.notes["warm"] = warm_cache(settings, hot, mode="" if run.scenario == "chaos" else "l2")
     result.notes["load_average_1m"] = round(os.getloadavg()[0], 2)
     load = start_driver(settings, run, run.samples_path.parent / "load.log")
     first = load.first_request(run.samples_path, FIRST_SAMPLE_DEADLINE_S)

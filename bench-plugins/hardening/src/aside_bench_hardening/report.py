@@ -16,6 +16,7 @@ from aside_bench_hardening.checks import RssFigures, SocketFigures
 WINDOW_NAMES = {
     "slow-heads": {"before": "before", "during": "during the attack", "after": "after"},
     "cold-flood": {"before": "before", "during": "during the flood", "after": "after"},
+    "hostile": {"before": "before", "during": "during the hostile client", "after": "after"},
 }
 
 
@@ -39,6 +40,12 @@ def figures_line(experiment: dict[str, Any]) -> str:
             f"{sockets.refused_503} answered 503 at connect; workers' RSS "
             + ("n/a" if growth is None else f"{growth:+.1f} MiB")
             + f"; {_during(experiment)}"
+        )
+    if experiment["name"] == "hostile":
+        h = f["hostile"]
+        return (
+            f"{h['pipelined_answered']} of {h['pipelined_sent']} pipelined answered, "
+            f"/readyz {h['readyz']}, forged {h['forged']}; {_during(experiment)}"
         )
     flood, settle = f["flood"], f["settle"]
     return (
@@ -109,6 +116,28 @@ def rss_table(experiment: dict[str, Any]) -> Table:
     )
 
 
+def hostile_table(experiment: dict[str, Any]) -> Table:
+    h = experiment["figures"]["hostile"]
+    rss = RssFigures.of(experiment["figures"]["rss"])
+    rows = [
+        ["seconds", f"{h['seconds']:g}"],
+        ["pipelined /healthz sent, answered",
+         f"{h['pipelined_sent']}, {h['pipelined_answered']} "
+         f"(on {h['pipelined_connections']} connections)"],
+        ["slow heads opened, closed by the gateway",
+         f"{h['slow_heads_opened']}, {h['slow_heads_closed_by_server']}"],
+        ["/readyz answers by status", ", ".join(f"{k} {v}" for k, v in h["readyz"].items())],
+        ["forged X-Forwarded-For misses by status",
+         ", ".join(f"{k} {v}" for k, v in h["forged"].items())],
+        ["client errors", ", ".join(f"{k} {v}" for k, v in h["errors"].items()) or "-"],
+    ]  # fmt: skip
+    for pid, w in (rss.per_worker if rss else {}).items():
+        rows.append([f"worker {pid} VmRSS before, peak, after MiB",
+                     f"{fmt_mib(w['before_kib'])}, {fmt_mib(w['peak_kib'])}, "
+                     f"{fmt_mib(w['after_kib'])}"])  # fmt: skip
+    return Table("hostile: what the hostile client got", ["", "value"], rows)
+
+
 def flood_table(experiment: dict[str, Any]) -> Table:
     f = experiment["figures"]
     flood, settle, counters = f["flood"], f["settle"], f["gateway_counters"]
@@ -164,13 +193,22 @@ def _context(run: SuiteRun) -> list[str]:
         f"in flight, each giving up after {p['client_timeout_ms']} ms; limits: the count "
         f"query counter stops rising within {limits['settle_s']:g} s of the flood's end, reads "
         "during the flood none dropped or failed",
+        f"hostile: one client process for {p.get('hostile_s', 0):g} s: one connection "
+        "pipelining /healthz as fast as it can while reading the replies, 64 slow heads, "
+        "misses under a rotating X-Forwarded-For, 64 /readyz loops; limits: reads' p95 "
+        f"within {p.get('hostile_p95_factor', 0):g}x the quiet one, none dropped or failed, "
+        f"each worker's RSS +{p.get('hostile_worker_rss_mib', 0):g} MiB at most",
         f"table: {run.seed.get('rows')} rows, email index: "
         f"{'yes' if run.seed.get('index') else 'no'}; stack under {p['run_dir']}",
     ]
 
 
 # Each experiment's own tables, after its reads' windows.
-OWN_TABLES = {"slow-heads": (sockets_table, rss_table), "cold-flood": (flood_table,)}
+OWN_TABLES = {
+    "slow-heads": (sockets_table, rss_table),
+    "cold-flood": (flood_table,),
+    "hostile": (hostile_table,),
+}
 
 
 def item_tables(experiment: dict[str, Any]) -> list[Table]:

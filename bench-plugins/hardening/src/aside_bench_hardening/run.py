@@ -3,7 +3,10 @@ cached reads (docs/bench/suites.md, "Slow clients and cold floods")."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -41,11 +44,15 @@ from aside_bench_hardening.load import (
 from aside_bench_hardening.report import one_line, write_report
 from aside_bench_hardening.rss import RssSampler
 
-EXPERIMENTS = ("slow-heads", "cold-flood")
+EXPERIMENTS = ("slow-heads", "cold-flood", "hostile")
 DESCRIPTIONS = {
     "slow-heads": "sockets that send part of a request head and never finish it",
     "cold-flood": "distinct cold emails from impatient concurrent clients",
+    "hostile": "one client process pipelining, holding slow heads, forging "
+    "X-Forwarded-For and looping on /readyz at once",
 }
+# The hostile client's process is given this long past its own duration.
+HOSTILE_EXTRA_S = 30.0
 # The gateway's own settings the verdicts depend on, read from its environment;
 # unset there, the gateway runs with its defaults (gateway/README.md).
 GATEWAY_DEFAULTS = {
@@ -79,6 +86,11 @@ class HardeningParams:
     flood_budget_s: float | None = None
     read_p95_ms: float = 10.0
     rss_growth_mib: float = 64.0
+    hostile_s: float = 15.0
+    # Reads during the hostile client: p95 at most this times the quiet one.
+    hostile_p95_factor: float = 2.0
+    # Each worker's RSS during the hostile client: at most this over its own before.
+    hostile_worker_rss_mib: float = 32.0
 
     @property
     def pool(self) -> int:
@@ -134,7 +146,7 @@ def gateway_settings(pid: int) -> dict[str, Any]:
 
 # ---- the reads ------------------------------------------------------------------------
 def start_reads(
-    bench: Bench, result: ExperimentResult, duration_s: int
+    bench: Bench, result: ExperimentResult, duration_s: int, production: bool = False
 ) -> tuple[DriverProcess, LoadRun]:
     params = bench.params
     run = load_run(
@@ -145,6 +157,7 @@ def start_reads(
         duration_s,
         bench.seed.data_dir,
         params.out_dir / f"load-{result.name}.jsonl",
+        production,
     )
     return start_load(bench.settings, bench.control, bench.seed.hot, run, result), run
 
@@ -246,9 +259,67 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
     return result
 
 
+# ---- the hostile client -----------------------------------------------------------------
+def hostile_client(settings: Settings, seconds: float) -> dict[str, Any]:
+    """The hostile client in a process of its own (suites/hardening/hostile.py)."""
+    host, port = gateway_address(settings)
+    module = "aside_bench_hardening.hostile"
+    done = subprocess.run(
+        [sys.executable, "-m", module, host, str(port), str(seconds)],
+        capture_output=True,
+        text=True,
+        timeout=seconds + HOSTILE_EXTRA_S,
+        check=False,
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        raise StackError(f"the hostile client exited with {done.returncode}: {done.stderr[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_hostile(bench: Bench) -> ExperimentResult:
+    result = ExperimentResult("hostile")
+    params, events = bench.params, result.events
+    duration = math.ceil(params.pre_s + params.hostile_s + params.post_s)
+    check_ttl(bench.gateway["CACHE_TTL_SECONDS"], duration)
+    workers = bench.control.gateway_workers()
+    result.notes["workers"] = workers
+    # Unset, the gateway runs in production (gateway/README.md).
+    profile = procs.environ_value(bench.control.pid("gateway"), "ASIDE_PROFILE") or "production"
+    result.notes["profile"] = profile
+    with RssSampler(workers) as sampler:
+        load, run = start_reads(bench, result, duration, profile == "production")
+        try:
+            sleep_until(events["load_start"] + params.pre_s)
+            events["attack_start"] = time.time()
+            hostile = hostile_client(bench.settings, params.hostile_s)
+            events["attack_end"] = time.time()
+        finally:
+            end_load(load, run, result)
+    kept = bench.control.gateway_workers() == workers
+    rss = hc.rss_figures(sampler.samples, events["attack_start"], events["attack_end"])
+    result.figures = {"hostile": hostile, "rss": asdict(rss) if rss else {}}
+    result.windows = read_windows(run, windows_around(events, "attack"))
+    before, during = result.windows["before"], result.windows["during"]
+    quiet_p95 = before.get("p95_ms")
+    limit = params.hostile_p95_factor * quiet_p95 if quiet_p95 else None
+    what = f"during the hostile client (quiet p95 x{params.hostile_p95_factor:g})"
+    result.checks = [
+        hc.reads_check(before, "before the hostile client"),
+        hc.reads_check(during, what, limit),
+        hc.worker_rss_check(rss, kept, params.hostile_worker_rss_mib),
+        hc.Check(
+            "the pipelined requests were answered",
+            hostile["pipelined_answered"] > 0,
+            f"{hostile['pipelined_answered']} of {hostile['pipelined_sent']} sent",
+        ),
+    ]
+    return result
+
+
 RUNNERS: dict[str, Callable[[Bench], ExperimentResult]] = {
     "slow-heads": run_slow_heads,
     "cold-flood": run_cold_flood,
+    "hostile": run_hostile,
 }
 
 
@@ -304,6 +375,9 @@ def _params_record(bench: Bench) -> dict[str, Any]:
         "concurrency": params.concurrency,
         "client_timeout_ms": params.client_timeout_ms,
         "flood_deadline_s": params.flood_deadline_s,
+        "hostile_s": params.hostile_s,
+        "hostile_p95_factor": params.hostile_p95_factor,
+        "hostile_worker_rss_mib": params.hostile_worker_rss_mib,
         "read_timeout_s": READ_TIMEOUT_S,
         "hot_emails": len(bench.seed.hot),
         "gateway_url": bench.settings.gateway_url,

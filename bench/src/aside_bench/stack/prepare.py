@@ -115,7 +115,9 @@ def gateway_session() -> requests.Session:
 
 
 def count_url(gateway_url: str, email: str, mode: str) -> str:
-    return f"{gateway_url}/api/v1/users/count?email={quote(email, safe='')}&cache={mode}"
+    """The count's URL; mode "" asks for the gateway's own cache (production's only choice)."""
+    url = f"{gateway_url}/api/v1/users/count?email={quote(email, safe='')}"
+    return f"{url}&cache={mode}" if mode else url
 
 
 def _read_count(session: requests.Session, gateway_url: str, email: str, mode: str) -> str:

@@ -25,6 +25,16 @@ per GET (`ClientReads`, the path before LoopReads).
   deadline, fails every GET past its own with TimeoutError (no verdict on
   Redis: docs/decisions/002-an-event-loop-deadline-is-not-a-redis-failure.md).
   Its reply, when it comes, is matched to it all the same, and dropped;
+* a connection that has sent nothing since a GET past its deadline was
+  written is silent (a server gone without a reset, a blackholed path): the
+  sweep fails every GET it owes with TimeoutError (still no verdict) and
+  closes it, so the next GET opens another (on Sentinel, to the master named
+  then) instead of being refused as busy behind replies that never come.
+  A loop merely running late reads what arrived before its sweep runs (the
+  loop handles I/O before timers), so it does not close a live connection.
+  TCP keepalive and TCP_USER_TIMEOUT (REDIS_KEEPALIVE_*,
+  REDIS_TCP_USER_TIMEOUT_MS, as PostgreSQL's in misses/db.py) close an idle
+  dead one too;
 * a connection lost, or a reply that does not parse or that no GET is owed,
   fails every GET the connection owed with ConnectionError (a failed read: the
   breaker sees it) and closes it; the next GET opens another.
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -107,6 +118,8 @@ class _Pipe(asyncio.Protocol):
         self.owed: deque[asyncio.Future[bytes | None]] = deque()
         self.out: list[bytes] = []
         self.closed = False
+        # The loop's time of the last data Redis sent, or of the attach.
+        self.heard = 0.0
         self._on_close = on_close
         self._parser = hiredis.Reader(
             protocolError=InvalidResponse, replyError=ResponseError, notEnoughData=_INCOMPLETE
@@ -121,6 +134,7 @@ class _Pipe(asyncio.Protocol):
         transport = self.transport = handover.transport
         self._owner = handover.owner
         transport.set_protocol(self)
+        self.heard = asyncio.get_running_loop().time()
         self.flush()
 
     def flush(self) -> None:
@@ -129,6 +143,7 @@ class _Pipe(asyncio.Protocol):
             self.out.clear()
 
     def data_received(self, data: bytes) -> None:
+        self.heard = asyncio.get_running_loop().time()
         parser = self._parser
         parser.feed(data)
         owed = self.owed
@@ -177,6 +192,16 @@ def _copy(exc: BaseException) -> BaseException:
         return RedisConnectionError(str(exc))
 
 
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """The GETs of one loop iteration, written together on one connection."""
+
+    deadline: float
+    start: float
+    waiters: list[asyncio.Future[bytes | None]]
+    pipe: _Pipe
+
+
 class LoopReads:
     """Batched GETs on at most `connections` connections of one event loop."""
 
@@ -189,8 +214,8 @@ class LoopReads:
         # The batch this iteration of the loop is adding to, flushed at its next turn.
         self._pipe: _Pipe | None = None
         self._batch: list[asyncio.Future[bytes | None]] = []
-        # (deadline, batch) per batch written, oldest first; one sweep timer at a time.
-        self._deadlines: deque[tuple[float, list[asyncio.Future[bytes | None]]]] = deque()
+        # A _Batch per batch written, oldest first; one sweep timer at a time.
+        self._deadlines: deque[_Batch] = deque()
         self._sweep: asyncio.TimerHandle | None = None
         self._connecting: set[asyncio.Task[None]] = set()
 
@@ -214,8 +239,9 @@ class LoopReads:
         pipe = self._choose()
         self._pipe = pipe
         self._batch = []
-        deadline = loop.time() + self._timeout_s
-        self._deadlines.append((deadline, self._batch))
+        start = loop.time()
+        deadline = start + self._timeout_s
+        self._deadlines.append(_Batch(deadline, start, self._batch, pipe))
         if self._sweep is None:
             self._sweep = loop.call_at(deadline, self._expire)
         loop.call_soon(self._flush, pipe)
@@ -280,13 +306,18 @@ class LoopReads:
         assert loop is not None
         now = loop.time()
         deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            for waiter in deadlines.popleft()[1]:
+        while deadlines and deadlines[0].deadline <= now:
+            batch = deadlines.popleft()
+            unanswered = [waiter for waiter in batch.waiters if not waiter.done()]
+            pipe = batch.pipe
+            if unanswered and not pipe.closed and pipe.ready and pipe.heard <= batch.start:
+                pipe.fail(TimeoutError("Redis connection silent past a GET's deadline"))
+            for waiter in unanswered:
                 if not waiter.done():
                     waiter.set_exception(TimeoutError("Redis GET past its deadline"))
         self._sweep = None
         if deadlines:
-            self._sweep = loop.call_at(max(deadlines[0][0], now + SWEEP_MIN_S), self._expire)
+            self._sweep = loop.call_at(max(deadlines[0].deadline, now + SWEEP_MIN_S), self._expire)
 
     @property
     def connections(self) -> int:
@@ -318,9 +349,22 @@ class ClientReads:
         await self._client.aclose()
 
 
+def keepalive_options(settings: Settings) -> dict[int, int]:
+    """TCP keepalive and TCP_USER_TIMEOUT, set by redis-py on each connection's socket."""
+    options = {
+        socket.TCP_KEEPIDLE: settings.redis_keepalive_idle_s,
+        socket.TCP_KEEPINTVL: settings.redis_keepalive_interval_s,
+        socket.TCP_KEEPCNT: settings.redis_keepalive_count,
+    }
+    if settings.redis_tcp_user_timeout_ms:  # 0: the system's default
+        options[socket.TCP_USER_TIMEOUT] = settings.redis_tcp_user_timeout_ms
+    return options
+
+
 def _connection_kwargs(settings: Settings) -> tuple[type[Connection], dict[str, Any]]:
     """redis-py's connection class and arguments for REDIS_URL's server: RESP2, no
-    retry, no CLIENT SETINFO, the connect timeout for the handshake's replies too."""
+    retry, no CLIENT SETINFO, the connect timeout for the handshake's replies too,
+    TCP keepalive and user timeout."""
     kwargs: dict[str, Any] = dict(parse_url(settings.redis_url))
     connection_class = kwargs.pop("connection_class", Connection)
     connect_timeout = settings.redis_connect_timeout_ms / 1000
@@ -332,6 +376,8 @@ def _connection_kwargs(settings: Settings) -> tuple[type[Connection], dict[str, 
         driver_info=None,
         health_check_interval=0,
     )
+    if not issubclass(connection_class, redis.asyncio.UnixDomainSocketConnection):
+        kwargs.update(socket_keepalive=True, socket_keepalive_options=keepalive_options(settings))
     return connection_class, kwargs
 
 

@@ -34,6 +34,11 @@ DURATION_BUCKETS = (
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 
+READINESS_CHECKS = Counter(
+    "aside_gateway_readiness_checks_total",
+    "Dependency checks /readyz ran (PostgreSQL, Redis, the email index); callers "
+    "within GATEWAY_READY_CACHE_MS of one share its verdict.",
+)
 HTTP_REQUESTS = Counter(
     "aside_gateway_http_requests_total",
     "HTTP requests answered, by route rule, method and status.",

@@ -123,6 +123,11 @@ class Settings:
     # The event loop's GET (backends/redis_reads.py) and its connections per worker.
     redis_reads: str = choice_var("REDIS_READS", REDIS_READS_LEAN, REDIS_READS)
     redis_read_connections: int = int_var("REDIS_READ_CONNECTIONS", 2, 1, 64)
+    # TCP keepalive and user timeout on the loop's Redis connections (backends/redis_reads.py).
+    redis_keepalive_idle_s: int = int_var("REDIS_KEEPALIVE_IDLE_S", 5, 1, 3600)
+    redis_keepalive_interval_s: int = int_var("REDIS_KEEPALIVE_INTERVAL_S", 2, 1, 3600)
+    redis_keepalive_count: int = int_var("REDIS_KEEPALIVE_COUNT", 3, 1, 100)
+    redis_tcp_user_timeout_ms: int = int_var("REDIS_TCP_USER_TIMEOUT_MS", 10000, 0, 3600000)
     core_connect_timeout_ms: int = int_var("CORE_CONNECT_TIMEOUT_MS", 500, 10, 60000)
     # Outlasts the core's worst case for a write (contracts/timeouts.json).
     core_timeout_ms: int = int_var("CORE_TIMEOUT_MS", 6000, 10, 600000)
@@ -217,6 +222,10 @@ class Settings:
     miss_budget_client_per_s: int = 0
     # Proxies whose X-Forwarded-For names the client (addresses or CIDR blocks).
     trusted_proxies: tuple[Network, ...] = ()
+    # An IPv6 client is keyed by its prefix of this length (door/miss_budget.py).
+    client_ipv6_prefix: int = int_var("GATEWAY_CLIENT_IPV6_PREFIX", 64, 16, 128)
+    # How long /readyz's verdict is shared by every caller (web/app.py); 0: checked each call.
+    ready_cache_ms: int = int_var("GATEWAY_READY_CACHE_MS", 1000, 0, 60000)
     # /readyz answers 503 while the users table has no index on email.
     require_email_index: bool = False
 

@@ -8,8 +8,12 @@ own memory, so a gateway of N workers allows N times each budget (a worker
 never asks another, nor Redis, before a miss). A client is the write token's
 holder when the request carries it, else the peer address; behind the proxies
 GATEWAY_TRUSTED_PROXIES names, the address those proxies put in
-X-Forwarded-For. A token that is not the write token names no one: it would
-let a client pick a fresh identity per request. See docs/decisions/064-*.md.
+X-Forwarded-For (uvicorn's own proxy headers are off, front/worker.py, so
+no other rule decides). An IPv6 client is its /GATEWAY_CLIENT_IPV6_PREFIX
+(64) network: one host is handed a whole /64, and keyed whole each of its
+addresses would be another client. A token that is not the write token names
+no one: it would let a client pick a fresh identity per request. See
+docs/decisions/064-*.md.
 """
 
 from __future__ import annotations
@@ -63,15 +67,32 @@ def client_address(
     return hops[0]
 
 
+def client_key(address: str | None, ipv6_prefix: int) -> str | None:
+    """An IPv4 client is its address; an IPv6 one its network of `ipv6_prefix` bits."""
+    parsed = _address(address) if address else None
+    if not isinstance(parsed, ipaddress.IPv6Address):
+        return address
+    if parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    return str(ipaddress.IPv6Network((parsed, ipv6_prefix), strict=False))
+
+
 def client_of(
-    environ: Mapping[str, Any], write_token: str | None, proxies: tuple[Network, ...]
+    environ: Mapping[str, Any],
+    write_token: str | None,
+    proxies: tuple[Network, ...],
+    ipv6_prefix: int = 64,
 ) -> str | None:
-    """Who is asking (a WSGI environ): the token's holder, an address, or None."""
+    """Who is asking (a WSGI environ): the token's holder, an address (an IPv6
+    network), or None."""
     auth = environ.get("HTTP_AUTHORIZATION", "")
     token = auth[7:] if auth.startswith("Bearer ") else None
     if write_token and token and hmac.compare_digest(token.encode(), write_token.encode()):
         return TOKEN_CLIENT
-    return client_address(environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR"), proxies)
+    address = client_address(
+        environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR"), proxies
+    )
+    return client_key(address, ipv6_prefix)
 
 
 @dataclass(frozen=True)
@@ -95,10 +116,12 @@ class MissBudget:
         budget: MissBudgetLimits,
         write_token: str | None = None,
         proxies: tuple[Network, ...] = (),
+        ipv6_prefix: int = 64,
     ):
         self.budget = budget
         self._write_token = write_token
         self._proxies = proxies
+        self._ipv6_prefix = ipv6_prefix
         self._limiter = SlidingWindowCounterRateLimiter(MemoryStorage())
         self._route = RateLimitItemPerSecond(max(budget.route_per_s, 1))
         self._client = RateLimitItemPerSecond(max(budget.client_per_s, 1))
@@ -108,7 +131,9 @@ class MissBudget:
         budget = MissBudgetLimits(
             settings.miss_budget_route_per_s, settings.miss_budget_client_per_s
         )
-        return cls(budget, settings.write_token, settings.trusted_proxies)
+        return cls(
+            budget, settings.write_token, settings.trusted_proxies, settings.client_ipv6_prefix
+        )
 
     def charge(self, route: str, client: str | None) -> None:
         """Spend one miss of `route` for `client`, or raise 429 with Retry-After.
@@ -126,7 +151,7 @@ class MissBudget:
         runs: a miss that does the work."""
         if self.budget.off:
             return load
-        client = client_of(environ, self._write_token, self._proxies)
+        client = client_of(environ, self._write_token, self._proxies, self._ipv6_prefix)
 
         def charged() -> bytes:
             self.charge(route, client)

@@ -120,6 +120,7 @@ def create_asgi_app(settings: Settings) -> AsgiApp:
         tracker,
         ops,
         refresh_behind,
+        services.readiness,
     )
 
 

@@ -56,6 +56,7 @@ from aside_gateway.front.lookup import Answer, Lookup, Meanwhile, Miss, remember
 from aside_gateway.front.loop_writes import LoopWrites
 from aside_gateway.front.refresh_behind import RefreshBehind
 from aside_gateway.misses.coalesce import LoopFlights
+from aside_gateway.services import ReadinessCache, Verdict
 from aside_gateway.tiers import expiry
 from aside_gateway.tiers.expiry import ExpiryPolicy
 from aside_gateway.tiers.invalidations import LoopInvalidationSubscriber
@@ -75,7 +76,8 @@ TEST_STALL_MAX_MS = 1000
 # pool of their own, not queued behind the reads in Flask's (whose admission
 # sheds what waited too long): an overloaded worker still says so. At most
 # OPS_PENDING_MAX of them wait or run at once; one more is answered 503.
-OPS_PATHS = frozenset({"/readyz", "/metrics"})
+READYZ_PATH = "/readyz"
+OPS_PATHS = frozenset({READYZ_PATH, "/metrics"})
 OPS_THREADS = 2
 OPS_PENDING_MAX = 16
 
@@ -187,8 +189,11 @@ class AsyncHotPath:
         tracker: TrackingSubscriber | None = None,
         ops: AsgiApp | None = None,
         refresh_behind: RefreshBehind | None = None,
+        readiness: ReadinessCache | None = None,
     ):
         self.fallback = fallback
+        # /readyz's shared verdict: answered here while fresh, without the ops pool.
+        self.readiness = readiness
         # Where the operational routes go (OPS_PATHS); None: with the rest, to Flask.
         self.ops = ops
         self.ops_pending = 0
@@ -272,6 +277,15 @@ class AsyncHotPath:
             return False
         return l1.get(found.key) is not None
 
+    async def _send_verdict(self, verdict: Verdict, send: Send) -> None:
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(verdict.body)),
+            *self.worker_headers,
+        ]
+        await send({"type": "http.response.start", "status": verdict.status, "headers": headers})
+        await send({"type": "http.response.body", "body": verdict.body})
+
     async def _to_ops(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An operational route, in the pool of its own (OPS_PATHS)."""
         assert self.ops is not None
@@ -285,6 +299,10 @@ class AsyncHotPath:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
         if self.ops is not None and scope["path"] in OPS_PATHS:
+            if scope["path"] == READYZ_PATH and self.readiness is not None:
+                verdict = self.readiness.answer_now()
+                if verdict is not None:
+                    return await self._send_verdict(verdict, send)
             return await self._to_ops(scope, receive, send)
         if self.test_hooks:
             _stall(scope)

@@ -10,6 +10,15 @@ the head), and a bound on open connections per worker, beyond which a new
 connection gets a 503 and is closed. uvicorn's keep-alive timeout covers the
 idle time between requests.
 
+Pipelined requests are bounded by design: at most MAX_PIPELINED requests
+wait per connection behind the one being answered. A chunk read from the
+socket is fed to the parser in slices no longer than the room left can hold
+(MIN_REQUEST_BYTES each), and what remains is kept, with reading paused,
+until answers make room; so a client that pipelines as fast as it can holds
+one chunk and MAX_PIPELINED parsed requests, not its whole stream. Answers
+that complete while another is being completed (the door's 503s, one per
+queued request) are taken in a loop, not by recursion.
+
 It is also where the event loop's door stands (door/loop_admission.py): a request
 the door refuses is answered 503 from here, as soon as its head is parsed,
 without the ASGI task, scope walk and response events an app's answer costs.
@@ -34,6 +43,10 @@ from aside_gateway.contracts.routes import ARRIVED_KEY, CLIENT_GONE_KEY
 MAX_URL_BYTES = 8190
 MAX_HEADER_COUNT = 100
 MAX_HEAD_BYTES = 64 * 1024
+# Requests parsed and waiting per connection behind the one being answered.
+MAX_PIPELINED = 32
+# The shortest whole request head ("GET / HTTP/1.1" and an empty line is 18).
+MIN_REQUEST_BYTES = 16
 
 
 def _door_module() -> Any:
@@ -67,6 +80,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_deadline: asyncio.TimerHandle | None = None
         self._body_deadline: asyncio.TimerHandle | None = None
         self.doors = _door_module()  # where the worker's door is installed
+        # Bytes read but not parsed while MAX_PIPELINED requests wait.
+        self._unparsed = b""
+        # Responses completed while one is being completed: taken in a loop.
+        self._completions = 0
+        self._completing = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -83,18 +101,63 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_deadlines()
+        self._unparsed = b""
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        # Chunks fed while the head was still incomplete were all head bytes.
-        if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
-            self._in_head = False
-            self.send_400_response("Request header fields too large.")
+        if self._unparsed:  # reading is paused: kept behind what waits already
+            self._unparsed += data
             return
-        super().data_received(data)
-        if self._in_head:
-            self._head_bytes += len(data)
+        self._feed(data)
         self._arm_deadlines_after_data()
+
+    def _feed(self, data: bytes) -> None:
+        """Parse `data` in slices the pipeline has room for; keep the rest."""
+        offset = 0
+        while offset < len(data) and not self.transport.is_closing():
+            # Slices fed while the head was still incomplete were all head bytes.
+            if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
+                self._in_head = False
+                self.send_400_response("Request header fields too large.")
+                return
+            room = MAX_PIPELINED - len(self.pipeline)
+            if room <= 0:
+                self._unparsed = data[offset:]
+                self.flow.pause_reading()
+                return
+            step = room * MIN_REQUEST_BYTES
+            piece = data if offset == 0 and len(data) <= step else data[offset : offset + step]
+            offset += len(piece)
+            super().data_received(piece)
+            if self._in_head:
+                self._head_bytes += len(piece)
+
+    def on_response_complete(self) -> None:
+        """uvicorn's (start the next pipelined request), in a loop: the door's
+        503 completes a response inside the call that started it."""
+        self._completions += 1
+        if self._completing:
+            return
+        self._completing = True
+        fed = False
+        try:
+            while not self.transport.is_closing():
+                if self._completions:
+                    self._completions -= 1
+                    super().on_response_complete()
+                elif self._unparsed and len(self.pipeline) < MAX_PIPELINED:
+                    data, self._unparsed = self._unparsed, b""
+                    self._feed(data)
+                    fed = True
+                else:
+                    break
+        finally:
+            self._completions = 0
+            self._completing = False
+        if self._unparsed or len(self.pipeline) >= MAX_PIPELINED:
+            self.flow.pause_reading()  # uvicorn's resumed it
+        elif fed:
+            self._arm_deadlines_after_data()
 
     def _arm_deadlines_after_data(self) -> None:
         """Armed only when a chunk left a head or a body unfinished, so a whole
@@ -221,12 +284,17 @@ def protocol_class(settings: Settings) -> type[BoundedHttpToolsProtocol]:
 # halve the throughput. Lifespan events "on", not "auto": the app builds its
 # pools when imported, and starts the tasks of its event loop (the L1 tier's
 # subscription) at the startup event, whose failure must stop the worker.
-# No Server header, as under gunicorn's own workers.
+# No Server header, as under gunicorn's own workers. No proxy headers:
+# uvicorn would otherwise put X-Forwarded-For's address in the request's
+# client for any peer in forwarded_allow_ips (127.0.0.1 by default), before
+# the miss budget reads the peer; only GATEWAY_TRUSTED_PROXIES decides which
+# forwarding header is believed (door/miss_budget.py).
 BASE_CONFIG: dict[str, Any] = {
     "loop": "uvloop",
     "http": BoundedHttpToolsProtocol,
     "lifespan": "on",
     "server_header": False,
+    "proxy_headers": False,
 }
 
 

@@ -24,7 +24,7 @@ from aside_gateway.contracts.routes import (
     MAX_BODY_BYTES,
     START_KEY,
 )
-from aside_gateway.services import Services
+from aside_gateway.services import Services, Verdict
 from aside_gateway.web.api import create_api
 from aside_gateway.web.auth import write_token_check
 from aside_gateway.web.error_handlers import register_error_handlers
@@ -62,7 +62,8 @@ def _email_index_state(services: Services) -> str:
     return "ok" if present else EMAIL_INDEX_MISSING
 
 
-def _readiness(services: Services) -> Response:
+def _readiness(services: Services) -> Verdict:
+    metrics.READINESS_CHECKS.inc()
     checks: dict[str, str] = {}
     try:
         services.db.ping(READY_DB_TIMEOUT_S)
@@ -79,12 +80,12 @@ def _readiness(services: Services) -> Response:
     failed = [name for name, state in checks.items() if state != "ok"]
     if not failed:
         body = json.dumps({"status": "ready", "checks": checks}).encode()
-        return Response(body, mimetype="application/json")
+        return Verdict(200, body, time.monotonic())
     # The index's line says what to do; the other checks are named.
     named = [checks[name] if name == "email_index" else name for name in failed]
     error = {"code": "unavailable", "message": "not ready: " + ", ".join(named)}
     body = json.dumps({"error": error, "checks": checks}).encode()
-    return Response(body, status=503, mimetype="application/json")
+    return Verdict(503, body, time.monotonic())
 
 
 def _register_ops_routes(app: Flask, services: Services) -> None:
@@ -98,7 +99,8 @@ def _register_ops_routes(app: Flask, services: Services) -> None:
 
     @app.get("/readyz")
     def readyz() -> Response:
-        return _readiness(services)
+        verdict = services.readiness.verdict(lambda: _readiness(services))
+        return Response(verdict.body, status=verdict.status, mimetype="application/json")
 
     if not settings.metrics_on_app:
         return  # production: the gunicorn master serves them on METRICS_BIND
