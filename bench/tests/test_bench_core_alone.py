@@ -23,13 +23,16 @@ INSTALL_TIMEOUT_S = 300
 
 @pytest.fixture(scope="module")
 def core_alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtual environment holding aside-bench and its dependencies only."""
+    """A virtual environment holding aside-bench and its dependencies only (the
+    lockfile's versions would be the workspace's; any that resolve will do here)."""
     uv = shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
     venv = tmp_path_factory.mktemp("core-alone") / "venv"
     python = venv / "bin" / "python"
     for command in (
         [uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
-        [uv, "pip", "install", "--quiet", "--python", str(python), str(REPO_ROOT / "bench"),
+        # Editable, as the workspace installs it: the bench reads the checkout's
+        # infra/ and contracts/ beside it.
+        [uv, "pip", "install", "--quiet", "--python", str(python), "-e", str(REPO_ROOT / "bench"),
          "pytest", "pytest-timeout"],
     ):  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True,
