@@ -95,10 +95,10 @@ def test_the_report_has_every_cell_and_every_chart(smoke_run) -> None:
         assert len(cells) > 20
         for cell in cells:
             assert cell and cell != "n/a" and "nan" not in cell.lower(), f"{run_id}: {cell!r}"
-        for chart in ("latency", "throughput", "drop_rate", "hit_rate", "cost"):
+        for chart in ("latency", "throughput", "drop_rate", "hit_rate", "cost", "p95_served"):
             assert (folder / f"{chart}.png").read_bytes().startswith(PNG_MAGIC)
         html = (folder / "report.html").read_text()
-        assert html.count("data:image/png;base64,") == 5
+        assert html.count("data:image/png;base64,") == 6
         assert "### cost per million requests" in markdown
         assert "the load driver shares the" in markdown and "the load driver shares the" in html
     printed = smoke_run.outputs[smoke_run.run_id].stdout
