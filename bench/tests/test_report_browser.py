@@ -152,7 +152,7 @@ def test_screenshot_command_checks_the_report_and_saves_a_png(
     done = _screenshot("--run", run_id, "--reports-dir", str(tmp_path / "reports"),
                  "--out", str(out), "--width", "1000")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "3 tables, 4 charts, all shown" in done.stdout
+    assert "4 tables, 5 charts, all shown" in done.stdout
     width, height = _png_size(out)
     full = browser.render(driver, sample_report[0]).height  # at the fixture's 1280 px
     assert width == 1000 and 0 < height < full  # down to the first chart, not the page

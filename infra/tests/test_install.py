@@ -123,7 +123,7 @@ RETIRED = "k" + "6"
 def test_default_steps_build_the_driver_and_nothing_retired() -> None:
     text = INSTALL.read_text()
     (steps,) = re.findall(r"\|\| steps=\(([^)]*)\)", text)
-    assert steps.split() == ["packages", "user", "python", "core", "driver"]
+    assert steps.split() == ["packages", "user", "python", "core", "driver", "toxiproxy"]
     assert RETIRED not in text.lower()
     assert re.search(r"^ *driver\) install_driver ;;$", text, re.M)
 
@@ -133,7 +133,7 @@ def test_an_unknown_step_names_the_known_ones(tmp_path: Path) -> None:
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    known = "(packages, user, python, core, driver, browser, helm, licences)"
+    known = "(packages, user, python, core, driver, toxiproxy, browser, helm, licences)"
     assert f"unknown install step '{RETIRED}' {known}" in lines[0]
 
 
