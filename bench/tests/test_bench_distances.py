@@ -27,6 +27,7 @@ from aside_bench.plan.steps import (
 from aside_bench.records.results import Latency, StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report.distances import agrees, by_distance, hop_table, proxy_cost_table
+from aside_bench.report.tables import MISSING
 from aside_bench.stack import procs
 from aside_bench.stack import toxiproxy as tp
 from aside_bench.stack.config import load
@@ -96,9 +97,18 @@ def test_the_hop_table_puts_each_setting_beside_what_the_steps_measured() -> Non
     table = hop_table(run)
     assert table is not None
     rows = {row[1]: row for row in table.rows}
-    assert rows["redis"][2:] == ["10.0", "11.0", "3", "yes"]
+    assert rows["redis"][2:] == ["10.0", "11.0", MISSING, "3", "yes"]  # no loopback ran
     assert rows["postgres"][-1] == "no"  # 0.3 ms through the proxy against nothing added
     assert hop_table(RunRecord("r", "sweep", "", {}, {}, {}, {})) is None
+    # With a loopback beside it, the setting is set against what the toxic added.
+    run.params["distances"] = {"loopback": {"hops": {"redis": {"round_trip_ms": 0}}},
+                               "same-zone": {"hops": {"redis": {"round_trip_ms": 1}}}}  # fmt: skip
+    run.steps = [{"distance": d, "hops": {"redis": {"median_ms": m, "p95_ms": m}}}
+                 for d, m in (("loopback", 0.3), ("same-zone", 1.35))]  # fmt: skip
+    table = hop_table(run)
+    assert table is not None
+    assert table.rows[1][3:5] == ["1.35", "1.05"] and table.rows[1][-1] == "yes"
+    assert table.rows[0][4] == MISSING and table.rows[0][-1] == "no"  # 0.3 ms against 0 set
 
 
 # ---- the command line -----------------------------------------------------------------

@@ -35,6 +35,12 @@ def _measured(steps: list[dict[str, Any]], name: str, hop: str) -> list[float]:
             if s.get("distance") == name and hop in (s.get("hops") or {})]  # fmt: skip
 
 
+def measured_median(run: RunRecord, name: str, hop: str) -> float | None:
+    """The median of a distance's steps' measured round trips on one hop."""
+    values = _measured(run.steps, name, hop)
+    return statistics.median(values) if values else None
+
+
 def agrees(measured_ms: float, set_ms: float) -> bool:
     return abs(measured_ms - set_ms) <= max(AGREE_SHARE * set_ms, AGREE_MS)
 
@@ -42,20 +48,26 @@ def agrees(measured_ms: float, set_ms: float) -> bool:
 def hop_table(run: RunRecord) -> Table | None:
     """Each distance's hops: the round trip set, the median of the steps'
     measured medians (through the proxy, so the loopback's own round trip is in
-    it), and whether the two agree."""
+    it), what that adds over the loopback's median where a loopback ran (the
+    part the distance's toxic added), and whether the setting agrees with the
+    added part (with the measured one, without a loopback)."""
     asked = run.params.get("distances") or {}
     rows = []
     for name, distance in asked.items():
         for hop, setting in (distance.get("hops") or {}).items():
             values = _measured(run.steps, name, hop)
             median = statistics.median(values) if values else None
+            base = None if name == LOOPBACK else measured_median(run, LOOPBACK, hop)
+            added = None if median is None or base is None else median - base
             set_ms = float(setting["round_trip_ms"])
-            verdict = MISSING if median is None else ("yes" if agrees(median, set_ms) else "no")
-            rows.append([name, hop, fmt_ms(set_ms), fmt_ms(median), str(len(values)), verdict])
+            seen = added if added is not None else median
+            verdict = MISSING if seen is None else ("yes" if agrees(seen, set_ms) else "no")
+            rows.append([name, hop, fmt_ms(set_ms), fmt_ms(median), fmt_ms(added),
+                         str(len(values)), verdict])  # fmt: skip
     if not rows:
         return None
-    headers = ["distance", "hop", "set ms", "measured ms (median)", "steps",
-               f"within {AGREE_SHARE:.0%} or {AGREE_MS:g} ms"]  # fmt: skip
+    headers = ["distance", "hop", "set ms", "measured ms (median)", "added over loopback ms",
+               "steps", f"within {AGREE_SHARE:.0%} or {AGREE_MS:g} ms"]  # fmt: skip
     return Table("Distances: each hop's round trip, set and measured", headers, rows)
 
 

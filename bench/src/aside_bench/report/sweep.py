@@ -23,6 +23,7 @@ from aside_bench.report.answer import answer
 from aside_bench.report.costs import cost_table, run_prices
 from aside_bench.report.curves import curve_section
 from aside_bench.report.decision import decide, decision_table
+from aside_bench.report.distance_answer import distance_answer
 from aside_bench.report.distances import by_distance, hop_table, proxy_cost_table
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.split import split_table
@@ -295,7 +296,10 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
     prices = run_prices(run.params)
     doc = Doc()
     doc.h(1, title)
-    lines = answer(merged, curves, prices, GOAL, bool(run.seed.get("index")))
+    if run.params.get("distances"):
+        lines = distance_answer(run, merged, prices, GOAL)
+    else:
+        lines = answer(merged, curves, prices, GOAL, bool(run.seed.get("index")))
     decisions: list[Table] = []
     if lines:
         doc.h(2, "The answer")
