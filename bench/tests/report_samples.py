@@ -10,7 +10,7 @@ from aside_bench.compare import machines
 from aside_bench.compare import page as comparepage
 from aside_bench.compare import steps as compare
 from aside_bench.plan.steps import Step
-from aside_bench.records.results import CacheCounts, Latency, StepResult
+from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures
 from aside_bench.records.tierstats import StepCost
 
@@ -29,6 +29,28 @@ def sample_result(
         if arm == "cache"
         else CacheCounts(0, 0, rate * 30),
         by_name=names,
+    )
+
+
+def priced_step(arm: str, phase: str, rate: int, p95: float, cpu_ms: float, dropped: int = 0,
+                redis_mib: float | None = None, rss_mib: float = 100) -> StepResult:  # fmt: skip
+    """A 10 s read step with a cost to price it: the decision's and the distances' tests."""
+    cost = StepCost(
+        requests=0, cpu_ms_per_request=cpu_ms, gateway_rss_mib=rss_mib, redis_rss_mib=None,
+        l1_hit_rate=None, l2_hit_rate=None, l1_entries=None, l1_mib=None, lag_count=0,
+        lag_p50_ms=None, lag_p99_ms=None, lag_max_ms=None, postgres_cpu_ms_per_request=0.0,
+        redis_cpu_ms_per_request=0.0,
+    )  # fmt: skip
+    redis = None if redis_mib is None else RedisCounts(1000, int(redis_mib * 2**20), 0, 0)
+    return StepResult(
+        step=Step("read", arm, phase, rate, 10),
+        latency=Latency(p95 / 2, p95, p95 * 2, rate * 10 - dropped),
+        iterations=rate * 10 - dropped,
+        failed=0,
+        dropped=dropped,
+        cache=CacheCounts(0, 0, rate * 10),
+        cost=cost,
+        redis=redis,
     )
 
 

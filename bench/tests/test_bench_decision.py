@@ -4,38 +4,16 @@ on fixed inputs (typed records, no stack)."""
 from __future__ import annotations
 
 from aside_bench.curve.points import MeasuredPoint, RateCurve
-from aside_bench.plan.steps import Step
 from aside_bench.records.goal import Goal, missed_words
 from aside_bench.records.prices import Prices, step_price
-from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult
-from aside_bench.records.tierstats import StepCost
+from aside_bench.records.results import StepResult
 from aside_bench.report.answer import answer
 from aside_bench.report.costs import cost_table
 from aside_bench.report.decision import decide, decision_table, smallest_cache_sentences
+from report_samples import priced_step as _step
 
 PRICES = Prices(vcpu_hour=0.036, gib_hour=0.0036)
 GOAL = Goal(10)
-
-
-def _step(arm: str, phase: str, rate: int, p95: float, cpu_ms: float, dropped: int = 0,
-          redis_mib: float | None = None, rss_mib: float = 100) -> StepResult:  # fmt: skip
-    cost = StepCost(
-        requests=0, cpu_ms_per_request=cpu_ms, gateway_rss_mib=rss_mib, redis_rss_mib=None,
-        l1_hit_rate=None, l2_hit_rate=None, l1_entries=None, l1_mib=None, lag_count=0,
-        lag_p50_ms=None, lag_p99_ms=None, lag_max_ms=None, postgres_cpu_ms_per_request=0.0,
-        redis_cpu_ms_per_request=0.0,
-    )  # fmt: skip
-    redis = None if redis_mib is None else RedisCounts(1000, int(redis_mib * 2**20), 0, 0)
-    return StepResult(
-        step=Step("read", arm, phase, rate, 10),
-        latency=Latency(p95 / 2, p95, p95 * 2, rate * 10 - dropped),
-        iterations=rate * 10 - dropped,
-        failed=0,
-        dropped=dropped,
-        cache=CacheCounts(0, 0, rate * 10),
-        cost=cost,
-        redis=redis,
-    )
 
 
 def _price(result: StepResult) -> str:

@@ -4,15 +4,15 @@ of two arms on p95 and on price changes between distances."""
 
 from __future__ import annotations
 
-from aside_bench.plan.steps import DIRECT, Step
+from aside_bench.plan.steps import DIRECT
 from aside_bench.records.goal import Goal
 from aside_bench.records.prices import Prices
-from aside_bench.records.results import CacheCounts, Latency, StepResult
-from aside_bench.records.tierstats import StepCost
+from aside_bench.records.results import StepResult
+from aside_bench.records.runfile import RunRecord
 from aside_bench.report.decision import answer_series
 from aside_bench.report.distance_answer import distance_answer, held_line, ranking_line
 from aside_bench.report.distances import by_distance
-from report_samples import sample_run
+from report_samples import priced_step, sample_run
 
 PRICES = Prices(vcpu_hour=0.036, gib_hour=0.0036)
 GOAL = Goal(10)
@@ -20,24 +20,10 @@ GOAL = Goal(10)
 
 def _step(arm: str, rate: int, p95: float, cpu_ms: float = 1.0, dropped: int = 0) -> StepResult:
     phase = "none" if arm.split("~")[0] in ("nocache", "coalesce") else "warm"
-    cost = StepCost(
-        requests=0, cpu_ms_per_request=cpu_ms, gateway_rss_mib=100, redis_rss_mib=None,
-        l1_hit_rate=None, l2_hit_rate=None, l1_entries=None, l1_mib=None, lag_count=0,
-        lag_p50_ms=None, lag_p99_ms=None, lag_max_ms=None, postgres_cpu_ms_per_request=0.0,
-        redis_cpu_ms_per_request=0.0,
-    )  # fmt: skip
-    return StepResult(
-        step=Step("read", arm, phase, rate, 10),
-        latency=Latency(p95 / 2, p95, p95 * 2, rate * 10 - dropped),
-        iterations=rate * 10 - dropped,
-        failed=0,
-        dropped=dropped,
-        cache=CacheCounts(0, 0, rate * 10),
-        cost=cost,
-    )
+    return priced_step(arm, phase, rate, p95, cpu_ms, dropped)
 
 
-def _run():  # type: ignore[no-untyped-def]
+def _run() -> RunRecord:
     run = sample_run()
     hops = {"redis": {"round_trip_ms": 2}, "postgres": {"round_trip_ms": 2}}
     run.params["distances"] = {"cross-zone": {"hops": hops}}

@@ -24,10 +24,12 @@ from aside_bench.report.decision import (
     smallest_cache_sentences,
 )
 
-__all__ = ["Series", "answer", "answer_series", "break_even_sentence", "goal_sentence"]
+__all__ = [
+    "Series", "answer", "answer_series", "break_even_sentence", "goal_sentence", "rate_list",
+]  # fmt: skip
 
 
-def _rates(rates: list[int]) -> str:
+def rate_list(rates: list[int]) -> str:
     return ", ".join(f"{rate:,}" for rate in rates)
 
 
@@ -52,8 +54,8 @@ def goal_sentence(series: Series, goal: Goal) -> str:
         )
     # Not a single threshold: say which rates held and which did not.
     return (
-        f"{series.label} held the goal at {_rates(held)}/s and missed it at "
-        f"{_rates([r.step.rate for r in missed])}/s (at {first.step.rate:,}/s: {shown})."
+        f"{series.label} held the goal at {rate_list(held)}/s and missed it at "
+        f"{rate_list([r.step.rate for r in missed])}/s (at {first.step.rate:,}/s: {shown})."
     )
 
 
@@ -84,7 +86,7 @@ def break_even_sentence(cached: Series, uncached: Series, prices: Prices, goal: 
     where = (
         "at every rate tried"
         if len(pairs) == len(common)
-        else f"at every rate both held the goal ({_rates([p[0] for p in pairs])}/s)"
+        else f"at every rate both held the goal ({rate_list([p[0] for p in pairs])}/s)"
     )
     if not cheaper:
         return f"{cached.label} cost more than {uncached.label} {where} ({at})."
@@ -94,7 +96,7 @@ def break_even_sentence(cached: Series, uncached: Series, prices: Prices, goal: 
         first -= 1
     if first == len(pairs):
         return (
-            f"{cached.label} cost less than {uncached.label} at {_rates(cheaper)}/s "
+            f"{cached.label} cost less than {uncached.label} at {rate_list(cheaper)}/s "
             f"but not at the highest rate both held the goal ({at})."
         )
     if first == 0:

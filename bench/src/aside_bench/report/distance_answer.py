@@ -15,16 +15,13 @@ from aside_bench.records.goal import Goal
 from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
+from aside_bench.report.answer import rate_list
 from aside_bench.report.decision import Series, answer_series, decide
 from aside_bench.report.distances import by_distance, measured_median
 
 # A p95 or a price within this share of the other's is a tie, not a ranking.
 TIE_SHARE = 0.10
 READ_HOPS = (("redis", "Redis"), ("postgres", "PostgreSQL"))
-
-
-def _rates(rates: list[int]) -> str:
-    return ", ".join(f"{rate:,}" for rate in rates)
 
 
 def _names(labels: list[str]) -> str:
@@ -54,7 +51,7 @@ def held_line(run: RunRecord, name: str, steps: list[StepResult], goal: Goal,
     for one in answer_series(steps):
         rates = [r.step.rate for r in one.steps if goal.held(r)]
         if rates:
-            held.append(f"{one.label} at {_rates(rates)}/s")
+            held.append(f"{one.label} at {rate_list(rates)}/s")
         else:
             none.append(one.label)
     parts = [("held the goal: " + "; ".join(held)) if held else "no arm held the goal"]
