@@ -33,7 +33,7 @@ from aside_bench.stack import toxiproxy as tp
 from aside_bench.stack.config import load
 from aside_bench.stack.services import ServiceControl
 from bench_helpers import bench_env
-from report_samples import RESULTS, sample_run
+from report_samples import RESULTS, sample_run, step_cost
 
 REDIS_MS = 10  # whole ms, large enough that the proxy's own wake-up slack stays inside 20 %
 
@@ -68,14 +68,18 @@ def _at(result: StepResult, arm: str, p50: float) -> StepResult:
 
 def test_each_distance_gets_its_steps_with_the_arms_as_they_read() -> None:
     cache = next(r for r in RESULTS if r.step.arm == "cache" and r.step.phase == "warm")
-    results = [_at(cache, "cache", 1.0), _at(cache, "cache~loopback", 1.3),
-               _at(cache, "cache~cross-zone", 3.4)]  # fmt: skip
+    cost = replace(step_cost(0.4), proxy_cpu_ms_per_request=0.5)
+    through = replace(_at(cache, "cache~loopback", 1.3), cost=cost)
+    results = [_at(cache, "cache", 1.0), through, _at(cache, "cache~cross-zone", 3.4)]
     found = by_distance(results)
     assert list(found) == [DIRECT, "loopback", "cross-zone"]
     assert {r.step.arm for one in found.values() for r in one} == {"cache"}
     table = proxy_cost_table(results)
     assert table is not None and len(table.rows) == 1
-    assert table.rows[0][-1] == "0.30"  # 1.3 ms through the proxies against 1.0 direct
+    assert table.rows[0][4] == "0.30"  # 1.3 ms through the proxies against 1.0 direct
+    # The proxy's CPU beside it: 0.5 ms a request at the rate served, as a share of a core.
+    assert table.rows[0][5] == "0.50"
+    assert table.rows[0][6] == f"{0.5 * through.achieved_rps / 1000:.2f}"
     assert proxy_cost_table([_at(cache, "cache~cross-zone", 3.4)]) is None  # no pair to read
 
 
@@ -108,7 +112,9 @@ def test_the_hop_table_puts_each_setting_beside_what_the_steps_measured() -> Non
     table = hop_table(run)
     assert table is not None
     assert table.rows[1][3:5] == ["1.35", "1.05"] and table.rows[1][-1] == "yes"
-    assert table.rows[0][4] == MISSING and table.rows[0][-1] == "no"  # 0.3 ms against 0 set
+    assert (
+        table.rows[0][4] == MISSING and table.rows[0][-1] == "reference"
+    )  # what 1.35 is set against
 
 
 # ---- the command line -----------------------------------------------------------------

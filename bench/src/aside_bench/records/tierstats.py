@@ -143,6 +143,8 @@ class StepCost:
     # PostgreSQL's and Redis's CPU over the step, per request the gateway answered.
     postgres_cpu_ms_per_request: float | None = None
     redis_cpu_ms_per_request: float | None = None
+    # The proxies' (toxiproxy) over the step, per request: the lab's cost, not the service's.
+    proxy_cpu_ms_per_request: float | None = None
     # The machine over the step: the share of its cores busy (every process,
     # the driver's too) and, of it, the host's steal (a virtual machine's noise).
     machine_busy: float | None = None
@@ -188,6 +190,7 @@ def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
         floor_p99_ms=floor.get("p99_ms"),
         postgres_cpu_ms_per_request=_service_cpu(start, end, "postgres", requests),
         redis_cpu_ms_per_request=_service_cpu(start, end, "redis", requests),
+        proxy_cpu_ms_per_request=_service_cpu(start, end, "toxiproxy", requests),
         machine_busy=busy_share(start.get("machine_ticks"), end.get("machine_ticks")),
         host_steal=steal_share(start.get("machine_ticks"), end.get("machine_ticks")),
     )

@@ -62,6 +62,8 @@ def hop_table(run: RunRecord) -> Table | None:
             set_ms = float(setting["round_trip_ms"])
             seen = added if added is not None else median
             verdict = MISSING if seen is None else ("yes" if agrees(seen, set_ms) else "no")
+            if name == LOOPBACK:  # what the others are judged against, not a setting to meet
+                verdict = "reference"
             rows.append([name, hop, fmt_ms(set_ms), fmt_ms(median), fmt_ms(added),
                          str(len(values)), verdict])  # fmt: skip
     if not rows:
@@ -83,8 +85,19 @@ def proxy_cost_table(results: list[StepResult]) -> Table | None:
             continue
         one, other = plain.latency.p50, result.latency.p50
         label = series_label(result.step.arm, result.step.phase)
-        rows.append([label, str(result.step.rate), fmt_ms(one), fmt_ms(other), fmt_ms(other - one)])
+        proxy = None if result.cost is None else result.cost.proxy_cpu_ms_per_request
+        rows.append([label, str(result.step.rate), fmt_ms(one), fmt_ms(other), fmt_ms(other - one),
+                     fmt_ms(proxy), _cores(proxy, result)])  # fmt: skip
     if not rows:
         return None
-    headers = ["series", "target /s", "direct p50 ms", "loopback p50 ms", "added ms"]
+    headers = ["series", "target /s", "direct p50 ms", "loopback p50 ms", "added ms",
+               "toxiproxy CPU ms/req", "toxiproxy cores"]  # fmt: skip
     return Table("The proxy's own cost: loopback through the proxies against direct", headers, rows)
+
+
+def _cores(cpu_ms_per_request: float | None, result: StepResult) -> str:
+    """The proxy's share of a core over the step: its CPU per request at the
+    rate the step served."""
+    if cpu_ms_per_request is None or not result.achieved_rps:
+        return MISSING
+    return f"{cpu_ms_per_request * result.achieved_rps / 1000:.2f}"
