@@ -89,6 +89,8 @@ def test_prefix_ttl_and_lease_timings_match_the_contract():
     assert CACHE["lease"]["suffix"] == cache_keys.LEASE_SUFFIX
     assert CACHE["lease"]["ttl_ms"] == cache_keys.LEASE_TTL_MS
     assert CACHE["lease"]["poll_ms"] == cache_keys.LEASE_POLL_MS
+    assert CACHE["lease"]["failure_prefix"] == cache_keys.LEASE_FAILURE_PREFIX
+    assert CACHE["lease"]["failure_ms"] == cache_keys.LEASE_FAILURE_MS
 
 
 @pytest.mark.parametrize("vector", CACHE["keys"], ids=lambda v: v["key"])
