@@ -167,9 +167,7 @@ def test_a_miss_keeps_to_its_own_deadline_on_another_s_lease(
 
 
 def test_after_one_failure_the_breaker_answers_misses_at_once(start_gateway, database_url, silence):
-    gw = start_gateway(
-        **_proxied(database_url, DB_STATEMENT_TIMEOUT_MS="300", DB_BREAKER_MS="1000")
-    )
+    gw = start_gateway(**_proxied(database_url, DB_STATEMENT_TIMEOUT_MS="300"))  # breaker 1 s
     _warm(gw)
     before = scrape(gw.url)
     _silence_postgres()
