@@ -348,7 +348,7 @@ class Cache:
         pause_s = cache_keys.LEASE_POLL_MS / 1000
         deadline = time.monotonic() + cache_keys.LEASE_TTL_MS / 1000
         # This miss's own deadline may come first (misses/read_deadline.py).
-        miss_deadline = time.monotonic() + (read_deadline.remaining() or self.miss_deadline_s)
+        miss_deadline = time.monotonic() + (read_deadline.within(self.miss_deadline_s) or 0.0)
         while True:
             asked = time.monotonic()
             now = expiry.now_ms()
