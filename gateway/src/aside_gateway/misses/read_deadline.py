@@ -62,7 +62,15 @@ def within(limit_s: float | None) -> float | None:
     return left if limit_s is None else min(limit_s, left)
 
 
-def past_deadline() -> ApiError:
-    return ApiError(
-        "database_unavailable", "the read's miss took longer than its deadline", RETRY_LATER
-    )
+class MissPastDeadline(ApiError):
+    """A miss out of time: no verdict on the database (the wait may have been
+    elsewhere), so neither a lease's failure mark nor the breaker follows."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "database_unavailable", "the read's miss took longer than its deadline", RETRY_LATER
+        )
+
+
+def past_deadline() -> MissPastDeadline:
+    return MissPastDeadline()

@@ -397,7 +397,8 @@ class Cache:
         try:
             value = load()
         except ApiError as exc:
-            if exc.code in MARKED_FAILURES and self.failure_mark_ms > 0:
+            marked = exc.code in MARKED_FAILURES and self.failure_mark_ms > 0
+            if marked and not isinstance(exc, read_deadline.MissPastDeadline):
                 self._mark_failed(lease, token, exc.code)  # waiters answer 503 at once
             else:
                 self.release_quietly(lease, token)
