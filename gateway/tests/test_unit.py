@@ -89,6 +89,8 @@ def test_prefix_ttl_and_lease_timings_match_the_contract():
     assert CACHE["lease"]["suffix"] == cache_keys.LEASE_SUFFIX
     assert CACHE["lease"]["ttl_ms"] == cache_keys.LEASE_TTL_MS
     assert CACHE["lease"]["poll_ms"] == cache_keys.LEASE_POLL_MS
+    assert CACHE["lease"]["failure_prefix"] == cache_keys.LEASE_FAILURE_PREFIX
+    assert CACHE["lease"]["failure_ms"] == cache_keys.LEASE_FAILURE_MS
 
 
 @pytest.mark.parametrize("vector", CACHE["keys"], ids=lambda v: v["key"])
@@ -687,7 +689,7 @@ def test_gunicorn_refuses_bad_config_with_one_line_and_no_traceback():
 
 def test_breaker_skips_then_lets_one_probe_through(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("aside_gateway.backends.breaker.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("aside_gateway.door.circuit.time.monotonic", lambda: now[0])
     breaker = CircuitBreaker(1.0)
     assert breaker.allow()
     breaker.record_failure()
@@ -703,7 +705,7 @@ def test_breaker_skips_then_lets_one_probe_through(monkeypatch):
 def test_a_probe_given_back_without_a_verdict_goes_to_the_next_caller(monkeypatch):
     # The async hot path's deadline says nothing about Redis: Flask's GET probes instead.
     now = [100.0]
-    monkeypatch.setattr("aside_gateway.backends.breaker.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("aside_gateway.door.circuit.time.monotonic", lambda: now[0])
     breaker = CircuitBreaker(1.0)
     breaker.record_failure()
     now[0] += 1.01

@@ -2,8 +2,9 @@
 
 After a Redis failure the cache skips Redis for `open_s`, so a dead or slow
 Redis does not add its timeout to every request; then one caller probes, and
-its success closes the breaker. The threaded cache (tiers/l2.py) and the async
-hot path (front/hot_path.py) of a worker share one breaker.
+its success closes the breaker (door/circuit.py, the base PostgreSQL's breaker
+shares). The threaded cache (tiers/l2.py) and the async hot path
+(front/hot_path.py) of a worker share one breaker.
 
 A timeout while the worker itself ran late is no verdict on Redis
 (door/lateness.py): an overloaded gateway reads its replies late, and opening the
@@ -13,11 +14,10 @@ it has, just when it has no time to spare.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 
 from aside_gateway.config import metrics
+from aside_gateway.door.circuit import Breaker
 from aside_gateway.door.lateness import is_verdict_on_redis
 
 
@@ -25,43 +25,14 @@ def _never_late() -> bool:
     return False
 
 
-class CircuitBreaker:
+class CircuitBreaker(Breaker):
     """Skip Redis for `open_s` after a failure; then let one probe through."""
 
     def __init__(self, open_s: float, worker_late: Callable[[], bool] = _never_late):
         """`worker_late`: whether the worker ran late during the last Redis
         timeout's span (lateness.LoopLag.late_within)."""
-        self._open_s = open_s
+        super().__init__(open_s)
         self._worker_late = worker_late
-        self._retry_at = 0.0  # 0.0 means closed
-        self._lock = threading.Lock()
-
-    @property
-    def is_open(self) -> bool:
-        return self._retry_at != 0.0
-
-    def allow(self) -> bool:
-        retry_at = self._retry_at
-        if retry_at == 0.0:
-            return True
-        now = time.monotonic()
-        if now < retry_at:
-            return False
-        with self._lock:
-            if self._retry_at != retry_at:  # another thread took the probe, or it closed
-                return self._retry_at == 0.0
-            self._retry_at = now + self._open_s  # others keep skipping while we probe
-            return True
-
-    def record_success(self) -> None:
-        if self._retry_at != 0.0:
-            self._retry_at = 0.0
-
-    def return_probe(self) -> None:
-        """Give back a probe taken by allow() without a verdict, so the next
-        caller probes at once instead of skipping Redis for another pause."""
-        if self._retry_at != 0.0:
-            self._retry_at = time.monotonic()
 
     def record_failure(self, exc: BaseException | None = None) -> bool:
         """Open the breaker if `exc` shows Redis failing; True if it did. A
@@ -71,6 +42,5 @@ class CircuitBreaker:
             self.return_probe()
             return False
         metrics.redis_error_judged("redis")
-        if self._open_s > 0:
-            self._retry_at = time.monotonic() + self._open_s
+        self.trip()
         return True

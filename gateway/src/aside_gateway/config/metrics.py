@@ -123,7 +123,9 @@ SHED = Counter(
     "limit (admission_limit) "
     "or was refused with the late loop's drop probability (loop_late), "
     "too many reads falling back to PostgreSQL (fallback_busy) or asking it "
-    "uncached, the lab's bypass (uncached_busy)",
+    "uncached, the lab's bypass (uncached_busy), or PostgreSQL just failed a read "
+    "and the worker's breaker holds its misses off (db_breaker_open), or the "
+    "lease a miss waited on was left failed by its holder (lease_failed)",
     ["reason"],
 )
 MISS_BUDGET_REFUSED = Counter(
@@ -225,6 +227,11 @@ REDIS_ERRORS_JUDGED = Counter(
 REDIS_BREAKER_OPEN = Gauge(
     "aside_gateway_redis_breaker_open",
     "Workers whose Redis circuit breaker is open (Redis skipped).",
+    multiprocess_mode="livesum",
+)
+DB_BREAKER_OPEN = Gauge(
+    "aside_gateway_db_breaker_open",
+    "Workers whose PostgreSQL circuit breaker is open (their misses answered 503).",
     multiprocess_mode="livesum",
 )
 

@@ -49,6 +49,7 @@ from aside_gateway.contracts.cache_keys import (
     EXPIRY_STALE_MAX_SECONDS_DEFAULT,
     L1_TTL_SECONDS_DEFAULT,
     LARGE_THRESHOLD_BYTES_DEFAULT,
+    LEASE_FAILURE_MS,
     POLICIES,
     SIMPLIFY_TOLERANCE_DEFAULT,
     STRATEGIES,
@@ -116,6 +117,12 @@ class Settings:
     db_pool_timeout_ms: int = int_var("DB_POOL_TIMEOUT_MS", 1000, 10, 60000)
     db_connect_timeout_s: int = int_var("DB_CONNECT_TIMEOUT_S", 2, 1, 60)
     db_statement_timeout_ms: int = int_var("DB_STATEMENT_TIMEOUT_MS", 5000, 10, 600000)
+    # After a read found PostgreSQL down or silent: misses answer 503 at once this long.
+    db_breaker_ms: int = int_var("DB_BREAKER_MS", 1000, 0, 60000)
+    # A lease holder whose database read failed leaves this mark: waiters answer 503 at once.
+    cache_lease_failure_mark_ms: int = int_var(
+        "CACHE_LEASE_FAILURE_MARK_MS", LEASE_FAILURE_MS, 0, 60000
+    )
     redis_pool_max: int = int_var("REDIS_POOL_MAX", 64, 1, 1024)
     redis_timeout_ms: int = int_var("REDIS_TIMEOUT_MS", 200, 10, 10000)
     redis_connect_timeout_ms: int = int_var("REDIS_CONNECT_TIMEOUT_MS", 200, 10, 10000)

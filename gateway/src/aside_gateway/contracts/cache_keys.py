@@ -19,6 +19,9 @@ TTL_SECONDS_DEFAULT = 60
 LEASE_SUFFIX = ":lease"
 LEASE_TTL_MS = 5000  # a holder that died costs at most this much before another may fill
 LEASE_POLL_MS = 5
+# A failed holder's mark in place of its lease (a token is hex, never this).
+LEASE_FAILURE_PREFIX = "!fail:"
+LEASE_FAILURE_MS = 1000
 
 # Cache tiers (cache.json `tiers`): where a cached route's reads are answered from.
 STRATEGY_L2 = "l2"  # Redis only

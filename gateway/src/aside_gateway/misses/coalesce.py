@@ -260,13 +260,17 @@ class MissBatcher(Generic[K, V]):
         self._closed = False
         self._running = 0  # batches being read now
 
-    def get(self, key: K, gone: Callable[[], bool] | None = None) -> V:
-        """The value of `key` from the next batch; BatchTimeout after wait_s,
-        BatcherFull at once when max_pending keys already wait. `gone`: whether
-        the asker's client left; if so before its batch started, the key is
-        withdrawn (no scan for an answer nobody reads) and ClientGone raised."""
+    def get(
+        self, key: K, gone: Callable[[], bool] | None = None, timeout_s: float | None = None
+    ) -> V:
+        """The value of `key` from the next batch; BatchTimeout after wait_s (or
+        `timeout_s`, if shorter), BatcherFull at once when max_pending keys
+        already wait. `gone`: whether the asker's client left; if so before its
+        batch started, the key is withdrawn (no scan for an answer nobody reads)
+        and ClientGone raised."""
         slot = self._submit(key)
-        if not self._wait(slot, gone):
+        wait_s = self._wait_s if timeout_s is None else min(self._wait_s, timeout_s)
+        if not self._wait(slot, gone, wait_s):
             self._withdraw(key, slot)
             if gone is not None and gone():
                 raise ClientGone()
@@ -303,11 +307,11 @@ class MissBatcher(Generic[K, V]):
     def _timed_out(self) -> BatchTimeout:
         return BatchTimeout(f"no answer for a batched read within {self._wait_s:g} s")
 
-    def _wait(self, slot: _Slot[V], gone: Callable[[], bool] | None) -> bool:
-        """True once `slot` is done; False after wait_s or once `gone()`."""
+    def _wait(self, slot: _Slot[V], gone: Callable[[], bool] | None, wait_s: float) -> bool:
+        """True once `slot` is done; False after `wait_s` or once `gone()`."""
         if gone is None:
-            return slot.done.wait(self._wait_s)
-        deadline = time.monotonic() + self._wait_s
+            return slot.done.wait(wait_s)
+        deadline = time.monotonic() + wait_s
         while not slot.done.wait(min(GONE_POLL_S, max(deadline - time.monotonic(), 0.0))):
             if gone() or time.monotonic() >= deadline:
                 return slot.done.is_set()

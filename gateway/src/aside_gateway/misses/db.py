@@ -3,7 +3,11 @@
 Four timeouts keep a sick database from hanging a request: libpq's
 connect_timeout, the server-side statement_timeout, the pool's wait for a
 free connection, and a client-side deadline past statement_timeout for a
-server that takes a statement and never answers (misses/deadline.py). A
+server that takes a statement and never answers (misses/deadline.py); a cached
+read's miss besides keeps to its own deadline over them all
+(misses/read_deadline.py). After a read found PostgreSQL down or silent, the
+worker's breaker answers reads 503 at once for DB_BREAKER_MS, then lets one
+probe through (door/circuit.py). A
 refused or lost connection, a pool wait that times out and a statement past
 the client's deadline answer 503 database_unavailable; a statement cut by
 statement_timeout answers 504 timeout. The gateway only reads: writes belong to the core.
@@ -33,6 +37,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from aside_gateway.config import metrics
 from aside_gateway.config.settings import Settings
 from aside_gateway.contracts.errors import ApiError
+from aside_gateway.door.circuit import Breaker
+from aside_gateway.misses import read_deadline
 from aside_gateway.misses.coalesce import (
     MAX_PAUSE_S,
     BatcherFull,
@@ -97,6 +103,8 @@ def _batched() -> Iterator[None]:
     try:
         yield
     except BatchTimeout:
+        if read_deadline.passed():
+            raise read_deadline.past_deadline() from None
         raise ApiError("timeout", "the database query took too long") from None
     except BatcherFull:
         metrics.shed("batch_queue_full")
@@ -150,6 +158,7 @@ class Database:
         # another (a batch, a lease handed over by another worker) does not wait
         # out a second one.
         self._down = False
+        self.breaker = Breaker(settings.db_breaker_ms / 1000)
         self._connect_errors_seen = 0
         self._max_size = settings.db_pool_max
         self._count_queries = metrics.DB_QUERIES.labels("count_by_email")
@@ -178,20 +187,55 @@ class Database:
             max_pending=settings.miss_batch_max_pending,
         )
 
-    def _run(self, work: Callable[[psycopg.Connection[Any]], Any], timeout: float | None) -> Any:
+    def _run(
+        self,
+        work: Callable[[psycopg.Connection[Any]], Any],
+        timeout: float | None,
+        guarded: bool = True,
+    ) -> Any:
+        """`work` on a pooled connection. `guarded`: a read the breaker may refuse
+        (not the readiness probe's, which must see PostgreSQL itself)."""
+        if guarded and not self.breaker.allow():
+            metrics.shed("db_breaker_open")
+            raise ApiError(
+                "database_unavailable", "the database failed a read just now", RETRY_LATER
+            )
+        try:
+            return self._run_allowed(work, timeout)
+        except ApiError as exc:
+            if exc.code != "database_unavailable":
+                self.breaker.record_success()  # PostgreSQL answered (statement_timeout)
+            raise
+        except BaseException:
+            self.breaker.return_probe()
+            raise
+
+    def _run_allowed(
+        self, work: Callable[[psycopg.Connection[Any]], Any], timeout: float | None
+    ) -> Any:
         # One retry for a lost connection (PostgreSQL restarted, backend killed):
         # reads are idempotent, and the pool drops the broken connections first.
         if timeout is None and self._down:
             timeout = DOWN_POOL_WAIT_S
         for attempt in (1, 2):
             cut = None
+            # A cached read's miss keeps to its own deadline (misses/read_deadline.py).
+            wait = read_deadline.within(self.pool.timeout if timeout is None else timeout)
+            statement_s = read_deadline.within(self._watchdog.limit_s)
+            if not wait or not statement_s:
+                raise read_deadline.past_deadline()
             try:
-                with self._connection(timeout) as conn, self._watchdog.watch(conn) as cut:
+                with (
+                    self._connection(wait) as conn,
+                    self._watchdog.watch(conn, statement_s) as cut,
+                ):
                     result = work(conn)
                 self._note_up()
                 return result
             except PoolTimeout:
                 self._note_down()
+                if read_deadline.passed():
+                    raise read_deadline.past_deadline() from None
                 raise ApiError(
                     "database_unavailable",
                     "no database connection became available in time",
@@ -201,14 +245,16 @@ class Database:
                 raise ApiError("timeout", "the database query took too long") from None
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 if cut is not None and cut.cut:
+                    if statement_s < self._watchdog.limit_s:
+                        raise read_deadline.past_deadline() from None  # no verdict on it
                     # The server took the statement and went silent: as unreachable
                     # (no second wait; the batcher fails the misses queued behind it).
-                    self._down = True
+                    self._mark_down()
                     raise ApiError(
                         "database_unavailable", "the database did not answer in time", RETRY_LATER
                     ) from None
                 if attempt == 2:
-                    self._down = True
+                    self._mark_down()
                     raise ApiError(
                         "database_unavailable", "the database is unreachable", RETRY_LATER
                     ) from None
@@ -216,8 +262,8 @@ class Database:
         raise AssertionError("unreachable")
 
     @contextmanager
-    def _connection(self, timeout: float | None) -> Iterator[psycopg.Connection[Any]]:
-        conn = self._getconn(self.pool.timeout if timeout is None else timeout)
+    def _connection(self, timeout: float) -> Iterator[psycopg.Connection[Any]]:
+        conn = self._getconn(timeout)
         try:
             yield conn
         finally:
@@ -251,22 +297,34 @@ class Database:
 
     def _note_up(self) -> None:
         self._down = False
+        self.breaker.record_success()
         self._connect_errors_seen = self._connect_errors()
+
+    def _mark_down(self) -> None:
+        """PostgreSQL found unreachable or silent: short pool waits, and the
+        breaker open for DB_BREAKER_MS."""
+        self._down = True
+        self.breaker.trip()
 
     def _note_down(self) -> None:
         """After a pool wait ran out: PostgreSQL is down if the pool failed to
         connect since we last looked (a pool that is merely busy is not down)."""
         errors = self._connect_errors()
         if errors > self._connect_errors_seen:
-            self._down = True
+            self._mark_down()
         self._connect_errors_seen = errors
 
     def _fetchone(
-        self, sql: str, params: tuple[Any, ...], timeout: float | None = None, pooled: bool = True
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        timeout: float | None = None,
+        pooled: bool = True,
+        guarded: bool = True,
     ) -> Any:
         if not pooled:
             return self._fetchone_unpooled(sql, params)
-        return self._run(lambda conn: conn.execute(sql, params).fetchone(), timeout)
+        return self._run(lambda conn: conn.execute(sql, params).fetchone(), timeout, guarded)
 
     def _fetchone_unpooled(self, sql: str, params: tuple[Any, ...]) -> Any:
         """One query over a connection of its own, closed right after: every
@@ -299,7 +357,7 @@ class Database:
         withdrawn."""
         if coalesce:
             with _batched():
-                return self.count_batcher.get(email, gone)
+                return self.count_batcher.get(email, gone, read_deadline.remaining())
         self._count_queries.inc()
         row = self._fetchone(COUNT_BY_EMAIL_SQL, (email,), pooled=pooled)
         return int(row[0])
@@ -370,12 +428,12 @@ class Database:
 
     def ping(self, timeout_s: float) -> None:
         """Raise ApiError unless PostgreSQL answers within about timeout_s."""
-        self._fetchone("SELECT 1", (), timeout=timeout_s)
+        self._fetchone("SELECT 1", (), timeout=timeout_s, guarded=False)
 
     def has_email_index(self, timeout_s: float) -> bool:
         """Whether `users` has a valid, whole-table B-tree index led by email: what
         keeps a count miss from scanning the table (ApiError if unreachable)."""
-        row = self._fetchone(EMAIL_INDEX_SQL, (), timeout=timeout_s)
+        row = self._fetchone(EMAIL_INDEX_SQL, (), timeout=timeout_s, guarded=False)
         return bool(row and row[0])
 
     def sample_gauges(self) -> None:
@@ -384,6 +442,7 @@ class Database:
         metrics.DB_POOL_AVAILABLE.set(stats.get("pool_available", 0))
         metrics.DB_POOL_WAITING.set(stats.get("requests_waiting", 0))
         metrics.DB_POOL_MAX.set(self._max_size)
+        metrics.DB_BREAKER_OPEN.set(1 if self.breaker.is_open else 0)
 
     def close(self) -> None:
         self.count_batcher.close()

@@ -43,8 +43,9 @@ class StatementWatchdog:
         self._thread: threading.Thread | None = None
 
     @contextmanager
-    def watch(self, conn: Any) -> Iterator[Cut]:
-        entry = Cut(conn, time.monotonic() + self.limit_s)
+    def watch(self, conn: Any, limit_s: float | None = None) -> Iterator[Cut]:
+        """Watch `conn` for `limit_s` (default: the watchdog's own limit)."""
+        entry = Cut(conn, time.monotonic() + (self.limit_s if limit_s is None else limit_s))
         with self._lock:
             self._watched.add(entry)
             if self._thread is None or not self._thread.is_alive():

@@ -2,7 +2,8 @@
 -- KEYS[1] key, KEYS[2] lease; ARGV[1] token, ARGV[2] lease ttl ms, ARGV[3] now
 -- (unix ms), ARGV[4] (a refresh) the value the caller read and means to refresh.
 -- Returns {1, value} on a value, {2} when the lease was taken, {0} when someone
--- else holds it.
+-- else holds it, {3, mark} when the lease is a failure mark (a holder's database
+-- read just failed: fail_lease.lua; a mark starts with '!fail:', a token never does).
 -- A fill: a value in an envelope (contracts/cache.json `expiry`) whose logical
 -- expiry is past counts as none. A refresh: only another value than the one read
 -- counts (a refresh landed in between: answer it), so a reader that read the old
@@ -26,5 +27,9 @@ if value then
 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {2}
+end
+local held = redis.call('GET', KEYS[2])
+if held and string.sub(held, 1, 6) == '!fail:' then
+    return {3, held}
 end
 return {0}

@@ -18,7 +18,13 @@ otherwise fills the key under a lease:
   writer cleared it, the holder failed, the lease expired). Only after a whole
   lease TTL without either does it read PostgreSQL itself, storing nothing.
   Waiting a whole TTL means an overloaded database is not sent a second
-  scan of a key whose holder is merely slow.
+  scan of a key whose holder is merely slow;
+* a holder whose database read failed replaces its lease with a failure mark
+  for CACHE_LEASE_FAILURE_MARK_MS (scripts/fail_lease.lua): the readers
+  waiting on it answer 503 at once instead of each waiting and reading the
+  failing database again;
+* a miss keeps to its own deadline, DB_POOL_TIMEOUT_MS + DB_STATEMENT_TIMEOUT_MS
+  from when it missed, over every wait above (misses/read_deadline.py).
 
 Redis trouble never fails a read: the value comes from PostgreSQL (outcome
 BYPASS, error flagged) and the worker's circuit breaker (backends/breaker.py) then
@@ -45,8 +51,9 @@ from aside_gateway.contracts.cache_keys import BYPASS, HIT, MISS, STALE
 from aside_gateway.contracts.errors import ApiError, ClientGone
 from aside_gateway.contracts.routes import EarlyGet
 from aside_gateway.door.fallback import FallbackSlots
+from aside_gateway.misses import read_deadline
 from aside_gateway.misses.coalesce import Flight, SingleFlight, shared_error
-from aside_gateway.tiers import expiry
+from aside_gateway.tiers import expiry, lease_refresh
 from aside_gateway.tiers.expiry import ExpiryPolicy, Judged
 from aside_gateway.tiers.hooks import TestHooks
 
@@ -61,6 +68,10 @@ STORE_IF_LEASE_HELD = _script("store_if_lease_held.lua")
 GET_OR_LEASE = _script("get_or_lease.lua")
 # A lease's release, and the removal of a malformed value.
 DELETE_IF_EQUAL = _script("delete_if_equal.lua")
+# A failed holder's lease replaced by a failure mark.
+FAIL_LEASE = _script("fail_lease.lua")
+# The holder's failures that leave a mark: PostgreSQL down, silent or too slow.
+MARKED_FAILURES = ("database_unavailable", "timeout")
 
 POLL_MAX_MS = 20  # a waiting leader's poll interval grows from lease.poll_ms up to this
 # A follower's safety net: longer than anything its leader waits for (a lease
@@ -120,9 +131,14 @@ class Cache:
         # The hit path's own GET needs one server's pool; a cluster routes by key.
         self.pool = redis_clients.single_pool(self.client)
         # Script objects call EVALSHA with a SHA computed once, loading on NOSCRIPT.
-        self._get_or_lease = self.client.register_script(GET_OR_LEASE)
+        self.get_or_lease = self.client.register_script(GET_OR_LEASE)
         self._store_if_lease_held = self.client.register_script(STORE_IF_LEASE_HELD)
         self._delete_if_equal = self.client.register_script(DELETE_IF_EQUAL)
+        self._fail_lease = self.client.register_script(FAIL_LEASE)
+        self.failure_mark_ms = settings.cache_lease_failure_mark_ms
+        self.miss_deadline_s = (
+            settings.db_pool_timeout_ms + settings.db_statement_timeout_ms
+        ) / 1000
         self.breaker = breaker
         self.fallback = fallback or FallbackSlots(settings.cache_fallback_max_concurrency)
         self.ttl_seconds = settings.cache_ttl_seconds
@@ -235,7 +251,7 @@ class Cache:
         token = os.urandom(16).hex()
         asked = time.monotonic()
         try:
-            reply = self._get_or_lease(
+            reply = self.get_or_lease(
                 keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS, expiry.now_ms(), seen]
             )
         except REDIS_ERRORS as exc:
@@ -280,20 +296,21 @@ class Cache:
         came in between) may answer its own old read, like any lease holder,
         but its followers go round again instead of inheriting that value.
         """
-        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
-        while True:
-            joined = time.monotonic()
-            flight, leads = self._flights.join(key)
-            if leads:
-                return self._lead(
-                    key, flight, lambda: self._fill_under_lease(route, key, load, hold)
-                )
-            if hold and self.hooks:
-                self.hooks.joined(hold)
-            shared = self._await(flight, joined, deadline)
-            if shared is not None:
-                metrics.singleflight_shared(route)
-                return shared
+        with read_deadline.bounded(self.miss_deadline_s) as miss_deadline:
+            deadline = min(time.monotonic() + FOLLOW_TIMEOUT_S, miss_deadline)
+            while True:
+                joined = time.monotonic()
+                flight, leads = self._flights.join(key)
+                if leads:
+                    return self._lead(
+                        key, flight, lambda: self._fill_under_lease(route, key, load, hold)
+                    )
+                if hold and self.hooks:
+                    self.hooks.joined(hold)
+                shared = self._await(flight, joined, deadline)
+                if shared is not None:
+                    metrics.singleflight_shared(route)
+                    return shared
 
     def _await(self, flight: Flight[CacheRead], joined: float, deadline: float) -> CacheRead | None:
         """The leader's result for a follower that joined at `joined`, or None
@@ -330,11 +347,13 @@ class Cache:
         token = os.urandom(16).hex()
         pause_s = cache_keys.LEASE_POLL_MS / 1000
         deadline = time.monotonic() + cache_keys.LEASE_TTL_MS / 1000
+        # This miss's own deadline may come first (misses/read_deadline.py).
+        miss_deadline = time.monotonic() + (read_deadline.within(self.miss_deadline_s) or 0.0)
         while True:
             asked = time.monotonic()
             now = expiry.now_ms()
             try:
-                reply = self._get_or_lease(
+                reply = self.get_or_lease(
                     keys=[key, lease], args=[token, cache_keys.LEASE_TTL_MS, now]
                 )
             except REDIS_ERRORS as exc:
@@ -349,11 +368,20 @@ class Cache:
                 self._discard(route, key, reply[1])  # then ask again, after the pause
             elif reply[0] == 2:
                 return self._fill_as_holder(route, key, lease, token, load, hold)
+            elif reply[0] == 3:
+                metrics.shed("lease_failed")
+                raise ApiError(
+                    "database_unavailable",
+                    "the read of this key failed just now",
+                    read_deadline.RETRY_LATER,
+                )
+            if asked >= miss_deadline:
+                raise read_deadline.past_deadline()
             if asked >= deadline:
                 # Leases kept being held for a whole TTL: answer from the database once,
                 # store nothing (we hold no lease).
                 return _timed_load(load, MISS)
-            time.sleep(min(pause_s, deadline - asked))
+            time.sleep(min(pause_s, deadline - asked, miss_deadline - asked))
             pause_s = min(pause_s * 2, POLL_MAX_MS / 1000)
 
     def _fill_as_holder(
@@ -368,8 +396,15 @@ class Cache:
         read_at = time.monotonic()
         try:
             value = load()
+        except ApiError as exc:
+            marked = exc.code in MARKED_FAILURES and self.failure_mark_ms > 0
+            if marked and not isinstance(exc, read_deadline.MissPastDeadline):
+                self._mark_failed(lease, token, exc.code)  # waiters answer 503 at once
+            else:
+                self.release_quietly(lease, token)
+            raise
         except BaseException:
-            self._release_quietly(lease, token)  # waiters need not wait out the lease
+            self.release_quietly(lease, token)  # waiters need not wait out the lease
             raise
         # delta: what computing the value cost, measured (early's XFetch scales by it).
         form = self.expiry.stored(value, (time.monotonic() - read_at) * 1000)
@@ -377,7 +412,7 @@ class Cache:
             self.hooks.hold(hold)
         stored_at = time.monotonic()
         try:
-            stored = self._store(key, lease, token, form)
+            stored = self.store_under_lease(key, lease, token, form)
         except REDIS_ERRORS as exc:
             self.breaker.record_failure(exc)
             metrics.cache_error(route, "store")
@@ -388,7 +423,7 @@ class Cache:
             return Fill(CacheRead(value, MISS, in_redis=True, life_ms=form.life_ms), stored_at)
         return Fill(CacheRead(value, MISS, life_ms=form.life_ms), read_at)
 
-    def _store(self, key: str, lease: str, token: str, form: expiry.Stored) -> bool:
+    def store_under_lease(self, key: str, lease: str, token: str, form: expiry.Stored) -> bool:
         """Store `form` while the lease is still `token`'s: whether it was."""
         if self.naive:
             # Lab-only demonstration of the stale-set race: store whatever we read.
@@ -406,49 +441,8 @@ class Cache:
         stale: Sequence[Stale],
         load_many: Callable[[list[str]], Mapping[str, bytes]],
     ) -> list[bool]:
-        """swr's refresh of keys already answered stale (front/refresh_behind.py),
-        all in the calling thread: the lease of each key that still holds the
-        value read, one `load_many` of the keys leased, a store of each under its
-        lease. Whether each key is refreshed or was found refreshed (or being
-        refreshed) by another reader; False for a key a Redis error or the load
-        failed, whose stale value stays for the next read to try again."""
-        held: dict[str, tuple[str, str]] = {}  # key: its lease and token
-        ok = [True] * len(stale)
-        for i, read in enumerate(stale):
-            lease, token = cache_keys.lease_key(read.key), os.urandom(16).hex()
-            try:
-                reply = self._get_or_lease(
-                    keys=[read.key, lease],
-                    args=[token, cache_keys.LEASE_TTL_MS, expiry.now_ms(), read.seen],
-                )
-            except REDIS_ERRORS as exc:
-                self.breaker.record_failure(exc)
-                metrics.cache_error(route, "lease")
-                ok[i] = False
-                continue
-            if reply[0] == 2:
-                held[read.key] = (lease, token)
-        if not held:
-            return ok
-        read_at = time.monotonic()
-        try:
-            values = load_many(list(held))
-        except Exception:
-            for lease, token in held.values():
-                self._release_quietly(lease, token)  # the next read need not wait them out
-            return [good and read.key not in held for good, read in zip(ok, stale, strict=True)]
-        delta_ms = (time.monotonic() - read_at) * 1000
-        for i, read in enumerate(stale):
-            if read.key not in held:
-                continue
-            lease, token = held.pop(read.key)
-            try:
-                self._store(read.key, lease, token, self.expiry.stored(values[read.key], delta_ms))
-            except REDIS_ERRORS as exc:
-                self.breaker.record_failure(exc)
-                metrics.cache_error(route, "store")
-                ok[i] = False
-        return ok
+        """swr's refresh of keys already answered stale (tiers/lease_refresh.py)."""
+        return lease_refresh.refresh_behind(self, route, stale, load_many)
 
     def _bypass_after_error(
         self,
@@ -461,7 +455,15 @@ class Cache:
         metrics.cache_error(route, op)
         return CacheRead(self.fallback.load(load), BYPASS, True)
 
-    def _release_quietly(self, lease: str, token: str) -> None:
+    def _mark_failed(self, lease: str, token: str, code: str) -> None:
+        """Replace our lease with a failure mark (contracts/README.md, "Coherence")."""
+        mark = f"{cache_keys.LEASE_FAILURE_PREFIX}{code}"
+        try:
+            self._fail_lease(keys=[lease], args=[token, mark, self.failure_mark_ms])
+        except REDIS_ERRORS as exc:
+            self.breaker.record_failure(exc)
+
+    def release_quietly(self, lease: str, token: str) -> None:
         try:
             self._delete_if_equal(keys=[lease], args=[token])
         except REDIS_ERRORS as exc:
