@@ -126,6 +126,12 @@ SHED = Counter(
     "uncached, the lab's bypass (uncached_busy)",
     ["reason"],
 )
+OPS_HELD = Counter(
+    "aside_gateway_ops_held_total",
+    "Requests to /healthz, /readyz or /metrics held, their connection not read, until "
+    "their client's turn of production's ops pace was due (door/ops_pace.py), by path.",
+    ["path"],
+)
 MISS_BUDGET_REFUSED = Counter(
     "aside_gateway_miss_budget_refused_total",
     "Misses answered 429 before reaching PostgreSQL or the core, by route and by the "
@@ -405,6 +411,10 @@ def cache_error(route: str, op: str) -> None:
 
 def shed(reason: str) -> None:
     SHED.labels(reason).inc()
+
+
+def ops_held(path: str) -> None:
+    OPS_HELD.labels(path).inc()
 
 
 def miss_budget_refused(route: str, scope: str) -> None:
