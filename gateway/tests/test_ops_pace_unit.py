@@ -1,13 +1,16 @@
 """The ops pace's own logic (door/ops_pace.py) on a clock of the test's: the
 burst, the turns it reserves, clients apart, the bounded table, the keying,
-and its settings."""
+and its settings; and the hold of a client the miss budget refused
+(door/miss_hold.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 
 import pytest
 from aside_gateway.config.settings import ConfigError, load_settings
+from aside_gateway.door.miss_hold import MissHolds, retry_after_s
 from aside_gateway.door.ops_pace import OpsPace, OpsPaceLimits, WorkerOpsPace, ops_client
 
 BASE = {
@@ -106,3 +109,44 @@ def test_the_profiles_defaults_and_bad_values() -> None:
         with pytest.raises(ConfigError) as error:
             load_settings({**PRODUCTION, name: value})
         assert str(error.value).startswith(name) and "\n" not in str(error.value)
+
+
+# ---- a client the miss budget refused (door/miss_hold.py) ----------------------------------
+def test_a_refused_client_waits_out_its_retry_after_and_no_longer() -> None:
+    clock = Clock()
+    holds = MissHolds(None, (), 64, max_clients=2, clock=clock)
+    scope = {"client": ("192.0.2.1", 5), "headers": [(b"x-forwarded-for", b"203.0.113.9")]}
+    client = holds.client(scope)
+    assert client == "192.0.2.1"  # no trusted proxy: the forwarded address names no one
+    assert holds.hold_s(client) == 0.0
+
+    async def answer(status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        sent: list[dict] = []
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await holds.watch(client, send)({"type": "http.response.start", "status": status,
+                                         "headers": headers})  # fmt: skip
+        assert sent and sent[0]["status"] == status  # passed on unchanged
+
+    asyncio.run(answer(200, []))
+    assert holds.hold_s(client) == 0.0
+    asyncio.run(answer(429, [(b"Retry-After", b"2")]))
+    assert holds.hold_s(client) == pytest.approx(2.0)
+    assert holds.hold_s("198.51.100.1") == 0.0  # another client is not held
+    clock.now += 1.5
+    assert holds.hold_s(client) == pytest.approx(0.5)
+    clock.now += 0.5
+    assert holds.hold_s(client) == 0.0 and len(holds._until) == 0
+
+
+def test_retry_after_is_read_bounded() -> None:
+    assert retry_after_s([(b"retry-after", b"3")]) == 3.0
+    assert retry_after_s([(b"retry-after", b"86400")]) == 5.0
+    assert retry_after_s([(b"retry-after", b"soon")]) == retry_after_s([]) == 1.0
+
+
+def test_no_miss_budget_no_holds() -> None:
+    assert MissHolds.from_settings(load_settings({**BASE, "ASIDE_PROFILE": "lab"})) is None
+    assert MissHolds.from_settings(load_settings(PRODUCTION)) is not None

@@ -132,6 +132,11 @@ OPS_HELD = Counter(
     "their client's turn of production's ops pace was due (door/ops_pace.py), by path.",
     ["path"],
 )
+MISS_HELD = Counter(
+    "aside_gateway_miss_held_total",
+    "Misses of a client the miss budget had answered 429 that waited out its "
+    "Retry-After on the event loop before going on (door/miss_hold.py).",
+)
 MISS_BUDGET_REFUSED = Counter(
     "aside_gateway_miss_budget_refused_total",
     "Misses answered 429 before reaching PostgreSQL or the core, by route and by the "
@@ -415,6 +420,10 @@ def shed(reason: str) -> None:
 
 def ops_held(path: str) -> None:
     OPS_HELD.labels(path).inc()
+
+
+def miss_held() -> None:
+    MISS_HELD.inc()
 
 
 def miss_budget_refused(route: str, scope: str) -> None:
