@@ -48,7 +48,7 @@ def figures_line(experiment: dict[str, Any]) -> str:
             f"parts {','.join(h.get('parts', []))}: "
             f"{h['pipelined_answered']} of {h['pipelined_sent']} pipelined answered, "
             f"/readyz {h['readyz']}, forged {h['forged']}; hostile process "
-            + ("n/a" if share is None else f"{share:.0%} of a core")
+            + ("n/a" if share is None else f"{share:.1%} of a core")
             + f"; {_during(experiment)}"
         )
     flood, settle = f["flood"], f["settle"]
@@ -127,7 +127,7 @@ def hostile_table(experiment: dict[str, Any]) -> Table:
     rows = [
         ["seconds", f"{h['seconds']:g}"],
         ["parts", ", ".join(h.get("parts", []))],
-        ["the hostile process's share of a core", "n/a" if share is None else f"{share:.0%}"],
+        ["the hostile process's share of a core", "n/a" if share is None else f"{share:.1%}"],
         ["pipelined /healthz sent, answered",
          f"{h['pipelined_sent']}, {h['pipelined_answered']} "
          f"(on {h['pipelined_connections']} connections)"],
