@@ -437,6 +437,28 @@ def test_the_miss_budget_answers_429_past_its_rate_and_serves_hits_meanwhile(
     assert refused == statuses.count(429)
 
 
+def test_a_client_ignoring_retry_after_is_held_not_refused_again_at_once(budget_gateway):
+    """Misses sent one after another, each as soon as the last answer came: after
+    a 429, the client's next miss waits out its Retry-After on the event loop
+    (door/miss_hold.py), so it gets about one 429 a window, not one per request."""
+    base = budget_gateway.url
+    session = requests.Session()
+    held_before = sample(
+        scrape(budget_gateway.extra["metrics_base"]), "aside_gateway_miss_held_total"
+    )
+    start = time.monotonic()
+    statuses = [
+        session.get(base + COUNT, params={"email": unique_email("eager")}, timeout=10).status_code
+        for _ in range(30)
+    ]
+    elapsed = time.monotonic() - start
+    assert set(statuses) <= {200, 429} and 429 in statuses, statuses
+    # At most one refusal per second of the run (Retry-After is 1 or 2 s), and a window's slack.
+    assert statuses.count(429) <= elapsed + 2, (statuses, round(elapsed, 2))
+    held = sample(scrape(budget_gateway.extra["metrics_base"]), "aside_gateway_miss_held_total")
+    assert held - held_before >= statuses.count(429) - 1, (held, held_before, statuses)
+
+
 def test_the_addresses_of_one_ipv6_64_are_one_client(budget_gateway):
     """Behind the trusted proxy, every address of 2001:db8:1:2::/64 spends one budget."""
     assert _misses_refused(budget_gateway.url, lambda i: f"2001:db8:1:2::{i + 1:x}") > 0

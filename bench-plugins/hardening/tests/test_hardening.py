@@ -20,6 +20,7 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 from aside_bench_hardening import attacks
 from aside_bench_hardening import checks as hc
+from aside_bench_hardening import hostile as hh
 from aside_bench_hardening import load as hl
 from aside_bench_hardening import probes as fp
 from aside_bench_hardening import run as hardening
@@ -281,6 +282,10 @@ def test_experiments_and_the_flood_deadline() -> None:
     # 20,000 emails x 50 ms / 200 in flight = 5 s if every client waited its timeout, x 6.
     assert params.flood_deadline_s == 30.0 and params.pool == 100
     assert hardening.HardeningParams("r", Path("x"), (), rate=20).pool == 10
+    assert hh.parse_parts("all") == hh.parse_parts(None) == hh.PARTS
+    assert hh.parse_parts("readyz, pipeline,readyz") == ("readyz", "pipeline")
+    with pytest.raises(ValueError, match="unknown hostile part 'slowloris'"):
+        hh.parse_parts("pipeline,slowloris")
     emails = fp.flood_emails("run_1", 3)
     assert emails == [f"flood-run_1-{i}@hardening.invalid" for i in range(3)]
 

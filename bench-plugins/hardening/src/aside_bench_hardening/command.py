@@ -10,6 +10,7 @@ from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
 
+from aside_bench_hardening import hostile as hostile_client
 from aside_bench_hardening import run as hardening
 
 # The hardening suite's counts: (flag, the HardeningParams field it sets, what it counts).
@@ -29,6 +30,12 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
     def default(name: str) -> object:
         return opt.default_of(hardening.HardeningParams, name)
 
+    hard.add_argument(
+        "--hostile-parts",
+        default="all",
+        help="the hostile client's parts, some of: "
+        f"{','.join(hostile_client.PARTS)} (comma-separated, default all)",
+    )
     opt.option(hard, "--rate", opt.positive, default("rate"), "cached reads/s")
     for flag, name, what in (
         ("--pre", "pre_s", "reads before each attack"),
@@ -58,6 +65,7 @@ def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, "")
     with opt.usage_errors(ValueError):
         experiments = hardening.parse_experiments(args.experiments)
+        hostile_parts = hostile_client.parse_parts(args.hostile_parts)
     if args.p95_ms <= 0 or args.rss_growth_mib <= 0:
         raise UsageError("--p95-ms and --rss-growth-mib must be above 0")
     out_dir = opt.new_out_dir(settings, args, f"hardening-{run_id}")
@@ -69,6 +77,7 @@ def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
         pre_s=parse_duration(args.pre),
         post_s=parse_duration(args.post),
         hostile_s=parse_duration(args.hostile),
+        hostile_parts=hostile_parts,
         **{name: vars(args)[name] for _, name, _ in HARDENING_COUNTS},
         read_p95_ms=args.p95_ms,
         rss_growth_mib=args.rss_growth_mib,

@@ -1,8 +1,10 @@
 """The hostile client: one process of its own (`python -m
-aside_bench_hardening.hostile HOST PORT SECONDS`), bounded in time, that
-at once pipelines requests as fast as it can on one connection while reading
-the replies, holds slow heads open, sends misses under a rotating
-X-Forwarded-For, and loops on /readyz; it prints what it got as one JSON line."""
+aside_bench_hardening.hostile HOST PORT SECONDS [PARTS]`), bounded in time,
+that at once pipelines requests as fast as it can on one connection while
+reading the replies (`pipeline`), holds slow heads open (`slow`), sends misses
+under a rotating X-Forwarded-For (`forged`), and loops on /readyz (`readyz`);
+PARTS (comma-separated, default all) names which. It prints what it got, and
+the share of a core its own process used, as one JSON line."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+PARTS = ("pipeline", "slow", "forged", "readyz")
 PIPELINE_BATCH = 2000
 SLOW_HEADS = 64
 READYZ_LOOPS = 64
@@ -27,6 +30,9 @@ SLOW_HEAD = (
 @dataclass
 class HostileFigures:
     seconds: float
+    parts: list[str] = field(default_factory=lambda: list(PARTS))
+    # The process's CPU time over its wall time (1.0: one whole core).
+    cpu_share: float | None = None
     pipelined_sent: int = 0
     pipelined_answered: int = 0
     pipelined_connections: int = 0  # opened again after the server closed one
@@ -114,11 +120,7 @@ async def _loop(
             reader, writer = await _open(host, port)
             while time.monotonic() < end:
                 n += 1
-                request = head or (
-                    b"GET /api/v1/users/count?email=forged%d%%40hostile.invalid HTTP/1.1\r\n"
-                    b"Host: aside\r\nX-Forwarded-For: 198.51.%d.%d\r\n\r\n"
-                    % (n, n // 250 % 250, n % 250)
-                )
+                request = head or _forged(n)
                 writer.write(request)
                 status_line = await asyncio.wait_for(reader.readline(), 10)
                 if not status_line:
@@ -143,21 +145,48 @@ def _forged(n: int) -> bytes:
     )
 
 
-async def hostile(host: str, port: int, seconds: float) -> HostileFigures:
-    figures = HostileFigures(seconds)
+def parse_parts(text: str | None) -> tuple[str, ...]:
+    """`pipeline,slow` -> ("pipeline", "slow"); None, "" or "all": every part."""
+    if not text or text.strip() == "all":
+        return PARTS
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in PARTS]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown hostile part {unknown[0] if unknown else text!r}; "
+            f"choose from {','.join(PARTS)} or all"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+async def hostile(
+    host: str, port: int, seconds: float, parts: tuple[str, ...] = PARTS
+) -> HostileFigures:
+    figures = HostileFigures(seconds, list(parts))
     end = time.monotonic() + seconds
     readyz = b"GET /readyz HTTP/1.1\r\nHost: aside\r\n\r\n"
-    tasks = [_pipeline(host, port, end, figures)]
-    tasks += [_slow_head(host, port, end, figures) for _ in range(SLOW_HEADS)]
-    tasks += [_loop(host, port, end, readyz, figures.readyz, figures) for _ in range(READYZ_LOOPS)]
-    tasks += [_loop(host, port, end, None, figures.forged, figures) for _ in range(FORGED_LOOPS)]
+    tasks = []
+    if "pipeline" in parts:
+        tasks.append(_pipeline(host, port, end, figures))
+    if "slow" in parts:
+        tasks += [_slow_head(host, port, end, figures) for _ in range(SLOW_HEADS)]
+    loops = {
+        "readyz": (readyz, figures.readyz, READYZ_LOOPS),
+        "forged": (None, figures.forged, FORGED_LOOPS),
+    }
+    for part, (head, counts, count) in loops.items():
+        if part in parts:
+            tasks += [_loop(host, port, end, head, counts, figures) for _ in range(count)]
     await asyncio.wait_for(asyncio.gather(*tasks), seconds + 20)
     return figures
 
 
 def main(argv: list[str]) -> int:
     host, port, seconds = argv[0], int(argv[1]), float(argv[2])
-    figures = asyncio.run(hostile(host, port, seconds))
+    parts = parse_parts(argv[3] if len(argv) > 3 else None)
+    wall, cpu = time.monotonic(), time.process_time()
+    figures = asyncio.run(hostile(host, port, seconds, parts))
+    figures.cpu_share = round((time.process_time() - cpu) / (time.monotonic() - wall), 3)
     print(json.dumps(figures.as_dict()), flush=True)
     return 0
 

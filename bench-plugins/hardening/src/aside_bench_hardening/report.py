@@ -43,9 +43,13 @@ def figures_line(experiment: dict[str, Any]) -> str:
         )
     if experiment["name"] == "hostile":
         h = f["hostile"]
+        share = h.get("cpu_share")
         return (
+            f"parts {','.join(h.get('parts', []))}: "
             f"{h['pipelined_answered']} of {h['pipelined_sent']} pipelined answered, "
-            f"/readyz {h['readyz']}, forged {h['forged']}; {_during(experiment)}"
+            f"/readyz {h['readyz']}, forged {h['forged']}; hostile process "
+            + ("n/a" if share is None else f"{share:.1%} of a core")
+            + f"; {_during(experiment)}"
         )
     flood, settle = f["flood"], f["settle"]
     return (
@@ -119,8 +123,11 @@ def rss_table(experiment: dict[str, Any]) -> Table:
 def hostile_table(experiment: dict[str, Any]) -> Table:
     h = experiment["figures"]["hostile"]
     rss = RssFigures.of(experiment["figures"]["rss"])
+    share = h.get("cpu_share")
     rows = [
         ["seconds", f"{h['seconds']:g}"],
+        ["parts", ", ".join(h.get("parts", []))],
+        ["the hostile process's share of a core", "n/a" if share is None else f"{share:.1%}"],
         ["pipelined /healthz sent, answered",
          f"{h['pipelined_sent']}, {h['pipelined_answered']} "
          f"(on {h['pipelined_connections']} connections)"],
@@ -193,9 +200,11 @@ def _context(run: SuiteRun) -> list[str]:
         f"in flight, each giving up after {p['client_timeout_ms']} ms; limits: the count "
         f"query counter stops rising within {limits['settle_s']:g} s of the flood's end, reads "
         "during the flood none dropped or failed",
-        f"hostile: one client process for {p.get('hostile_s', 0):g} s: one connection "
-        "pipelining /healthz as fast as it can while reading the replies, 64 slow heads, "
-        "misses under a rotating X-Forwarded-For, 64 /readyz loops; limits: reads' p95 "
+        f"hostile: one client process for {p.get('hostile_s', 0):g} s, parts "
+        f"{','.join(p.get('hostile_parts', []))} (pipeline: one connection "
+        "pipelining /healthz as fast as it can while reading the replies; slow: 64 slow "
+        "heads; forged: misses under a rotating X-Forwarded-For; readyz: 64 /readyz "
+        "loops); limits: reads' p95 "
         f"within {p.get('hostile_p95_factor', 0):g}x the quiet one, none dropped or failed, "
         f"each worker's RSS +{p.get('hostile_worker_rss_mib', 0):g} MiB at most",
         f"table: {run.seed.get('rows')} rows, email index: "

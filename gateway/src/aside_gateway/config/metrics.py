@@ -128,6 +128,17 @@ SHED = Counter(
     "lease a miss waited on was left failed by its holder (lease_failed)",
     ["reason"],
 )
+OPS_HELD = Counter(
+    "aside_gateway_ops_held_total",
+    "Requests to /healthz, /readyz or /metrics held, their connection not read, until "
+    "their client's turn of production's ops pace was due (door/ops_pace.py), by path.",
+    ["path"],
+)
+MISS_HELD = Counter(
+    "aside_gateway_miss_held_total",
+    "Misses of a client the miss budget had answered 429 that waited out its "
+    "Retry-After on the event loop before going on (door/miss_hold.py).",
+)
 MISS_BUDGET_REFUSED = Counter(
     "aside_gateway_miss_budget_refused_total",
     "Misses answered 429 before reaching PostgreSQL or the core, by route and by the "
@@ -412,6 +423,14 @@ def cache_error(route: str, op: str) -> None:
 
 def shed(reason: str) -> None:
     SHED.labels(reason).inc()
+
+
+def ops_held(path: str) -> None:
+    OPS_HELD.labels(path).inc()
+
+
+def miss_held() -> None:
+    MISS_HELD.inc()
 
 
 def miss_budget_refused(route: str, scope: str) -> None:

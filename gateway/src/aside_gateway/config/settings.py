@@ -85,6 +85,9 @@ WORKER_HEADER = "X-Aside-Worker"
 # Production's miss budget a second per worker (route, client); the lab's is off
 # so the bench is never throttled (docs/decisions/064-*.md).
 MISS_BUDGET_DEFAULTS = {"production": (500, 50), "lab": (0, 0)}
+# Production's pace of /healthz, /readyz and /metrics a second per client and
+# worker; the lab's is off (door/ops_pace.py, docs/decisions/076-*.md).
+OPS_CLIENT_PER_S_DEFAULTS = {"production": 20, "lab": 0}
 
 __all__ = ["ConfigError", "Settings", "load_settings", "split_host_port"]
 
@@ -227,6 +230,9 @@ class Settings:
     # (door/miss_budget.py): per route, per client of a route; 0 is off.
     miss_budget_route_per_s: int = 0
     miss_budget_client_per_s: int = 0
+    # The operational routes' pace per client (door/ops_pace.py): a second, 0 off; burst.
+    ops_client_per_s: int = 0
+    ops_client_burst: int = int_var("GATEWAY_OPS_CLIENT_BURST", 20, 1, 10**6)
     # Proxies whose X-Forwarded-For names the client (addresses or CIDR blocks).
     trusted_proxies: tuple[Network, ...] = ()
     # An IPv6 client is keyed by its prefix of this length (door/miss_budget.py).
@@ -335,7 +341,7 @@ def _trusted_proxies(env: Mapping[str, str]) -> tuple[Network, ...]:
 
 
 def _by_profile(env: Mapping[str, str], profile: str) -> dict[str, object]:
-    """The variables whose default is the profile's: the miss budget, the email
+    """The variables whose default is the profile's: the miss budget, the ops pace, the email
     index (required in production; 0 there is allowed, for a table an operator
     knows to be small, and logged at start by web/app.py). The tokens too, read
     by load_settings once the other variables are checked."""
@@ -345,6 +351,9 @@ def _by_profile(env: Mapping[str, str], profile: str) -> dict[str, object]:
         "miss_budget_route_per_s": integer(env, "GATEWAY_MISS_BUDGET_ROUTE_PER_S", route, 0, 10**6),
         "miss_budget_client_per_s": integer(
             env, "GATEWAY_MISS_BUDGET_CLIENT_PER_S", client, 0, 10**6
+        ),
+        "ops_client_per_s": integer(
+            env, "GATEWAY_OPS_CLIENT_PER_S", OPS_CLIENT_PER_S_DEFAULTS[profile], 0, 10**6
         ),
         "require_email_index": flag(env, "GATEWAY_REQUIRE_EMAIL_INDEX", production),
     }

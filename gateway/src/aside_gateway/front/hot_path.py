@@ -52,6 +52,7 @@ from aside_gateway.contracts.routes import (
 from aside_gateway.door import loop_admission
 from aside_gateway.door.lateness import LoopLag, is_timeout
 from aside_gateway.door.loop_admission import PASSED_KEY, SHED_ROUTE, LoopAdmission, refuse
+from aside_gateway.door.miss_hold import MissHolds
 from aside_gateway.front.lookup import Answer, Lookup, Meanwhile, Miss, remembered_lookup
 from aside_gateway.front.loop_writes import LoopWrites
 from aside_gateway.front.refresh_behind import RefreshBehind
@@ -222,6 +223,8 @@ class AsyncHotPath:
         self.expiry = ExpiryPolicy.from_settings(settings)
         # swr's refreshes behind stale answers (None in the other modes).
         self.refresh_behind = refresh_behind
+        # Clients the miss budget refused: their misses wait (None: no budget).
+        self.miss_holds = MissHolds.from_settings(settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -312,6 +315,13 @@ class AsyncHotPath:
                 return await self._to_flask(scope, receive, send)
             return await self.writes.answer(write, scope, receive, send)
         answer = await self._look(scope)
+        if isinstance(answer, Miss) and self.miss_holds is not None:
+            # A client the miss budget refused waits out its Retry-After, out of the door's count.
+            client = self.miss_holds.client(scope)
+            if await self.miss_holds.waited(client, lambda: self.admission.leave(scope)):
+                scope.pop(EARLY_GET_KEY, None)
+                answer = await self._look(scope)
+            send = self.miss_holds.watch(client, send)
         if isinstance(answer, Miss):
             if not self.flights.busy(answer.flight):
                 if self._refreshes_behind(answer, scope):

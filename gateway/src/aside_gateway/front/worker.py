@@ -19,6 +19,13 @@ one chunk and MAX_PIPELINED parsed requests, not its whole stream. Answers
 that complete while another is being completed (the door's 503s, one per
 queued request) are taken in a loop, not by recursion.
 
+Production paces each client's requests to the operational routes
+(door/ops_pace.py): a request past its client's pace is held unstarted, its
+connection's reading paused, and started by a timer when its turn is due, so
+a client pipelining /healthz as fast as it can is slowed by TCP backpressure
+rather than answered as fast as it sends; nothing more of its connection is
+parsed meanwhile.
+
 It is also where the event loop's door stands (door/loop_admission.py): a request
 the door refuses is answered 503 from here, as soon as its head is parsed,
 without the ASGI task, scope walk and response events an app's answer costs.
@@ -49,6 +56,16 @@ MAX_PIPELINED = 32
 MIN_REQUEST_BYTES = 16
 
 
+def _ops_pace(settings: Settings | None) -> Any:
+    """This worker's ops pace, None when off; built by the worker's first
+    connection (ops_pace counts in metrics, as loop_admission does)."""
+    if settings is None:
+        return None
+    from aside_gateway.door.ops_pace import WorkerOpsPace
+
+    return WorkerOpsPace.from_settings(settings)
+
+
 def _door_module() -> Any:
     """loop_admission, imported by a worker's first connection, not when
     gunicorn's master loads this class: it counts in metrics, which need the
@@ -71,6 +88,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     head_timeout_s: ClassVar[float] = 5.0
     body_timeout_s: ClassVar[float] = 15.0
     max_connections: ClassVar[int] = 1000
+    # The settings of the ops pace when it is on (protocol_class), and this
+    # process's pace, built from them by its first connection.
+    ops_pace_settings: ClassVar[Settings | None] = None
+    worker_ops_pace: ClassVar[Any] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -85,6 +106,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # Responses completed while one is being completed: taken in a loop.
         self._completions = 0
         self._completing = False
+        # A request held by the ops pace: the timer that starts it.
+        self._held: asyncio.TimerHandle | None = None
+        cls = type(self)
+        if cls.worker_ops_pace is None and cls.ops_pace_settings is not None:
+            cls.worker_ops_pace = _ops_pace(cls.ops_pace_settings)
+        self.ops_pace = cls.worker_ops_pace
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -101,11 +128,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_deadlines()
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         self._unparsed = b""
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._unparsed:  # reading is paused: kept behind what waits already
+        if self._unparsed or self._held is not None:  # reading is paused: kept
             self._unparsed += data
             return
         self._feed(data)
@@ -121,7 +151,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self.send_400_response("Request header fields too large.")
                 return
             room = MAX_PIPELINED - len(self.pipeline)
-            if room <= 0:
+            if room <= 0 or self._held is not None:
                 self._unparsed = data[offset:]
                 self.flow.pause_reading()
                 return
@@ -145,7 +175,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 if self._completions:
                     self._completions -= 1
                     super().on_response_complete()
-                elif self._unparsed and len(self.pipeline) < MAX_PIPELINED:
+                elif self._unparsed and len(self.pipeline) < MAX_PIPELINED and not self._held:
                     data, self._unparsed = self._unparsed, b""
                     self._feed(data)
                     fed = True
@@ -154,7 +184,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         finally:
             self._completions = 0
             self._completing = False
-        if self._unparsed or len(self.pipeline) >= MAX_PIPELINED:
+        if self._unparsed or len(self.pipeline) >= MAX_PIPELINED or self._held is not None:
             self.flow.pause_reading()  # uvicorn's resumed it
         elif fed:
             self._arm_deadlines_after_data()
@@ -239,6 +269,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        if self.ops_pace is not None and app is self.app:
+            hold_s = self.ops_pace.hold_s(cycle.scope)
+            if hold_s > 0:
+                self.flow.pause_reading()
+                self._held = self.loop.call_later(hold_s, self._release, cycle, app)
+                return
+        self._admit(cycle, app)
+
+    def _release(self, cycle: RequestResponseCycle, app: Any) -> None:
+        """A held request's turn: started without asking the pace again (its
+        turn was reserved); reading resumes when its answer is complete."""
+        self._held = None
+        if not self.transport.is_closing():
+            self._admit(cycle, app)
+
+    def _admit(self, cycle: RequestResponseCycle, app: Any) -> None:
         # uvicorn's own 503 app (limit_concurrency) and apps without a door pass.
         door = self.doors.installed()
         if door is not None and app is self.app:
@@ -276,6 +322,7 @@ def protocol_class(settings: Settings) -> type[BoundedHttpToolsProtocol]:
             "head_timeout_s": float(settings.head_timeout_s),
             "body_timeout_s": float(settings.body_timeout_s),
             "max_connections": settings.max_connections,
+            "ops_pace_settings": settings if settings.ops_client_per_s else None,
         },
     )
 
