@@ -135,14 +135,6 @@ async def _loop(
             await asyncio.sleep(0.05)
 
 
-def _forged(n: int) -> bytes:
-    """A miss that claims to come from another address each time."""
-    return (
-        b"GET /api/v1/users/count?email=forged%d%%40hostile.invalid HTTP/1.1\r\n"
-        b"Host: aside\r\nX-Forwarded-For: 198.51.%d.%d\r\n\r\n" % (n, n // 250 % 250, n % 250)
-    )
-
-
 async def hostile(host: str, port: int, seconds: float) -> HostileFigures:
     figures = HostileFigures(seconds)
     end = time.monotonic() + seconds

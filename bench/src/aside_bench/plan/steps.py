@@ -28,7 +28,6 @@ CACHE_ARMS = (
 # the cached arms against them. `coalesce` sends its count misses through the
 # cache arm's miss batcher and stores nothing: what coalescing alone buys.
 UNCACHED_ARMS = ("nocache", "index", "coalesce", "nopool")
-COMPUTE_ARMS = ("go", "python")
 CEILING_ARMS = ("cache", "l1", "hybrid", "tracking", "healthz")
 # The ceiling's reference: the warm cache arm's reads sent by the driver's `bare`
 # scenario (no check but the status), so the checks' own cost is left out of it.
