@@ -252,7 +252,8 @@ def test_the_report_has_its_tables_and_its_chart(tmp_path: Path) -> None:
                     "note": "the load driver shares the 2 cores with the services"},
         "seed": {"rows": 1000, "index": False},
         "settings": {"gateway_url": "http://gateway"},
-        "steps": [{"arm": "go-bcrypt", "rate": 5, "warning": "slow to settle"}],
+        "steps": [{"scenario": SCENARIO, "arm": "go-bcrypt", "phase": "warm", "rate": 5,
+                   "duration_s": 30, "warning": "slow to settle"}],
     })  # fmt: skip
     tables = interference_report.write_interference(run, RESULTS, tmp_path)
     assert [t.title for t in tables] == [
