@@ -12,6 +12,7 @@ from aside_bench.compare import steps as compare
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.records.tierstats import StepCost
 
 
@@ -60,6 +61,12 @@ RESULTS = [
     sample_result("nocache", "none", 100, 900.0, 0),
     sample_result("cache", "warm", 100, 5.0, 2950),
 ]
+
+
+def step_record(**fields: object) -> StepRecord:
+    """A step of run.json: the warm cache arm at 30/s for 30 s, with `fields`."""
+    step = {"scenario": "read", "arm": "cache", "phase": "warm", "rate": 30, "duration_s": 30}
+    return StepRecord.from_json({**step, **fields})
 
 
 def sample_run() -> RunRecord:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aside_bench.compare import page as comparepage
 from aside_bench.records.results import StepResult
-from report_samples import SAME, compare_page, compare_rows, compare_sides, sample_run
+from report_samples import SAME, compare_page, compare_rows, compare_sides, sample_run, step_record
 
 CHARTS = ["compare cost", "compare drop rate", "compare p95"]
 
@@ -72,9 +72,9 @@ def test_without_any_cost_the_page_says_so(tmp_path: Path) -> None:
 
 
 def test_run_results_are_the_completed_steps_of_run_json() -> None:
-    record = {"scenario": "read", "arm": "cache", "phase": "warm", "rate": 30, "duration_s": 30,
-              "summary": {"iterations": 900, "failed": 0, "dropped": 0,
-                          "p50": 1.0, "p95": 2.0, "p99": 3.0, "answered": 900}}  # fmt: skip
-    run = replace(sample_run(), steps=[{**record, "completed": True}, record])
+    summary = {"iterations": 900, "failed": 0, "dropped": 0,
+               "p50": 1.0, "p95": 2.0, "p99": 3.0, "answered": 900}  # fmt: skip
+    run = replace(sample_run(), steps=[step_record(summary=summary, completed=True),
+                                       step_record(summary=summary)])  # fmt: skip
     (one,) = comparepage.run_results(run)
     assert isinstance(one, StepResult) and one.latency is not None and one.latency.p95 == 2.0

@@ -4,6 +4,7 @@ simulated policies on streams whose answer is known, a step's Redis figures."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from aside_bench.curve.points import MeasuredPoint, measured_point, step_stream
@@ -33,6 +34,7 @@ from aside_bench.plan.steps import (
 )
 from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult, redis_counts
 from aside_bench.report.curves import gap_cause
+from report_samples import step_record
 
 
 def test_memory_sizes_are_redis_binary_units() -> None:
@@ -154,15 +156,15 @@ def test_a_warm_steps_stream_is_its_cold_steps_keys_then_its_own(tmp_path) -> No
     _trace(tmp_path / "cold.trace", cold)
     _trace(tmp_path / "warm.trace", warm)
     steps = [
-        {"arm": "cache", "phase": "cold", "key_trace": "cold.trace"},
-        {"arm": "cache", "phase": "warm", "key_trace": "warm.trace", "skip": 4},
+        step_record(phase="cold", key_trace="cold.trace"),
+        step_record(key_trace="warm.trace", skip=4),
     ]
     stream = step_stream(steps, 1, tmp_path)
     assert stream is not None
     assert list(stream.keys) == cold + warm and stream.warmup == len(cold)
     assert stream.measured == len(warm)
     # A warm step that started over (no skip): its own keys alone, none a warm-up.
-    alone = step_stream([steps[0], {**steps[1], "skip": 0}], 1, tmp_path)
+    alone = step_stream([steps[0], replace(steps[1], skip=0)], 1, tmp_path)
     assert alone is not None and list(alone.keys) == warm and alone.warmup == 0
     # The cold step's trace missing: no stream rather than a wrong one.
     (tmp_path / "cold.trace").unlink()

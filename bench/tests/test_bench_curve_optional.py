@@ -13,7 +13,7 @@ from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, RedisCounts, StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report import sweep
-from report_samples import sample_run
+from report_samples import sample_run, step_record
 
 KEYS = [f"user{i % 40}@x" for i in range(400)]
 
@@ -25,8 +25,7 @@ def _not_installed() -> None:
 def _warm_cache_run(out_dir: Path) -> tuple[RunRecord, list[StepResult]]:
     """One warm step of the cache arm that recorded its keys: a run with a curve."""
     (out_dir / "keys.trace").write_text("\n".join(KEYS) + "\n")
-    record = {"scenario": "read", "arm": "cache", "phase": "warm", "rate": 100, "duration_s": 4,
-              "repeat": 1, "completed": True, "key_trace": "keys.trace"}  # fmt: skip
+    record = step_record(rate=100, duration_s=4, completed=True, key_trace="keys.trace")
     run = replace(sample_run(), run_id="curve-1", steps=[record])
     result = StepResult(
         step=Step("read", "cache", "warm", 100, 4),

@@ -12,7 +12,7 @@ from aside_bench.records.runfile import RunRecord
 from aside_bench.report.decision import answer_series
 from aside_bench.report.distance_answer import distance_answer, held_line, ranking_line
 from aside_bench.report.distances import by_distance
-from report_samples import priced_step, sample_run
+from report_samples import priced_step, sample_run, step_record
 
 PRICES = Prices(vcpu_hour=0.036, gib_hour=0.0036)
 GOAL = Goal(10)
@@ -28,7 +28,7 @@ def _run() -> RunRecord:
     hops = {"redis": {"round_trip_ms": 2}, "postgres": {"round_trip_ms": 2}}
     run.params["distances"] = {"cross-zone": {"hops": hops}}
     run.steps.extend(
-        {"distance": "cross-zone", "hops": {"redis": {"median_ms": m, "p95_ms": m}}}
+        step_record(distance="cross-zone", hops={"redis": {"median_ms": m, "p95_ms": m}})
         for m in (2.3, 2.5, 2.4)
     )
     return run

@@ -33,7 +33,7 @@ from aside_bench.stack import toxiproxy as tp
 from aside_bench.stack.config import load
 from aside_bench.stack.services import ServiceControl
 from bench_helpers import bench_env
-from report_samples import RESULTS, sample_run, step_cost
+from report_samples import RESULTS, sample_run, step_cost, step_record
 
 REDIS_MS = 10  # whole ms, large enough that the proxy's own wake-up slack stays inside 20 %
 
@@ -94,8 +94,8 @@ def test_the_hop_table_puts_each_setting_beside_what_the_steps_measured() -> Non
         "redis": {"round_trip_ms": 10, "jitter_ms": 0},
         "postgres": {"round_trip_ms": 0, "jitter_ms": 0}}}}  # fmt: skip
     run.steps = [
-        {"distance": "explicit", "hops": {"redis": {"median_ms": m, "p95_ms": m},
-                                          "postgres": {"median_ms": 0.3, "p95_ms": 0.4}}}
+        step_record(distance="explicit", hops={"redis": {"median_ms": m, "p95_ms": m},
+                                               "postgres": {"median_ms": 0.3, "p95_ms": 0.4}})
         for m in (10.8, 11.2, 11.0)
     ]  # fmt: skip
     table = hop_table(run)
@@ -107,14 +107,12 @@ def test_the_hop_table_puts_each_setting_beside_what_the_steps_measured() -> Non
     # With a loopback beside it, the setting is set against what the toxic added.
     run.params["distances"] = {"loopback": {"hops": {"redis": {"round_trip_ms": 0}}},
                                "same-zone": {"hops": {"redis": {"round_trip_ms": 1}}}}  # fmt: skip
-    run.steps = [{"distance": d, "hops": {"redis": {"median_ms": m, "p95_ms": m}}}
+    run.steps = [step_record(distance=d, hops={"redis": {"median_ms": m, "p95_ms": m}})
                  for d, m in (("loopback", 0.3), ("same-zone", 1.35))]  # fmt: skip
     table = hop_table(run)
     assert table is not None
     assert table.rows[1][3:5] == ["1.35", "1.05"] and table.rows[1][-1] == "yes"
-    assert (
-        table.rows[0][4] == MISSING and table.rows[0][-1] == "reference"
-    )  # what 1.35 is set against
+    assert table.rows[0][4] == MISSING and table.rows[0][-1] == "reference"  # 1.35 set on it
 
 
 # ---- the command line -----------------------------------------------------------------

@@ -10,6 +10,7 @@ from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, StepResult
 from aside_bench.records.saturation import LoadGen
 from aside_bench.sweep import influx_step
+from report_samples import step_record
 
 
 def _result() -> StepResult:
@@ -25,7 +26,7 @@ def _result() -> StepResult:
     )
 
 
-RECORD = {"end": 1764080000.5, "summary": {"requests": 1000, "max": 9.0}}
+RECORD = step_record(end=1764080000.5, summary={"requests": 1000, "max": 9.0})
 
 
 def test_a_step_is_one_line_of_its_tags_and_figures() -> None:

@@ -29,6 +29,7 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.influxpoints import InfluxPoints
 from aside_bench.stack.sources import Influx, quote_literal
 from aside_bench.sweep.runner import not_written
+from report_samples import step_record
 
 DURATION_S = 14
 WINDOW_S = (2.0, 12.0)  # from the proxy's start: InfluxDB refuses or hangs in between
@@ -147,7 +148,7 @@ def test_influxdb_failing_mid_run_spools_and_the_points_arrive_later(
 
     # The report and the run's last lines say so.
     run = RunRecord(run_id, "run", "", {}, {}, {}, {})
-    run.steps = [{"arm": "cache", "phase": "warm", "rate": 40, "influx": total.as_record()}]
+    run.steps = [step_record(rate=40, influx=total.as_record())]
     assert influx_notes(run) == [
         f"cache warm @ 40/s: InfluxDB points: {total.spooled} spooled (the run's influx-spool/)"
     ]

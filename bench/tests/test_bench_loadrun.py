@@ -20,6 +20,7 @@ from aside_bench.load.summary import SUMMARY_SCHEMA, Summary, SummaryError
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import BARE_ARM, Step
 from aside_bench.records.results import Latency, StaleCounts
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
 from aside_bench.sweep.collect import summary_result
@@ -204,8 +205,7 @@ def test_a_read_steps_summary_gives_both_latencies_and_the_counts(tmp_path: Path
 def test_a_step_with_no_answer_has_no_latency_but_its_failures(tmp_path: Path) -> None:
     found = Summary.read(_write(tmp_path, {"read": _scenario(None, 5)})).step_figures("read")
     assert found is not None and found["p95"] is None and found["failed"] == 3
-    record = {"scenario": "read", "arm": "cache", "phase": "warm", "rate": 5, "duration_s": 1,
-              "summary": found}  # fmt: skip
+    record = StepRecord("read", "cache", "warm", 5, 1, summary=found)
     assert summary_result(record, None).latency is None
 
 
@@ -232,8 +232,8 @@ def test_a_mixed_steps_summary_gives_each_kind_and_the_checkers_reads(tmp_path: 
         },
     }
     assert found["stale"] == {"reads": 36, "stale": 2, "errors": 1}
-    record = {"scenario": "mixed", "arm": "hybrid", "phase": "warm", "rate": 950,
-              "duration_s": 10, "pool": 950, "summary": json.loads(json.dumps(found))}  # fmt: skip
+    record = StepRecord("mixed", "hybrid", "warm", 950, 10, pool=950,
+                        summary=json.loads(json.dumps(found)))  # fmt: skip
     result = summary_result(record, None)
     assert result.by_name["create"] == Latency(4.0, 8.0, 16.0, 50)
     assert result.stale == StaleCounts(reads=36, stale=2, errors=1)
@@ -244,8 +244,7 @@ def test_an_interference_step_keeps_the_compute_beside_its_reads(tmp_path: Path)
     scenarios = {"interference": _scenario(2.0, 500), "interference_compute": _scenario(90.0, 10)}
     found = Summary.read(_write(tmp_path, scenarios)).step_figures("interference")
     assert found is not None and found["compute"]["p95"] == 90.0
-    record = {"scenario": "interference", "arm": "go-bcrypt", "phase": "warm", "rate": 10,
-              "read_rate": 500, "duration_s": 1, "summary": found}  # fmt: skip
+    record = StepRecord("interference", "go-bcrypt", "warm", 10, 1, read_rate=500, summary=found)
     beside = summary_result(record, None).compute
     assert beside is not None and beside.latency is not None and beside.latency.p95 == 90.0
 

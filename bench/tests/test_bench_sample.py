@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from aside_bench.plan.scenarios import scenario_named
 from aside_bench.records.runfile import RUN_SCHEMA, load_run
-from aside_bench.sweep.collect import step_from_record
 
 SAMPLE = Path(__file__).resolve().parents[2] / "docs" / "sample"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -18,7 +17,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def test_the_sample_run_is_read_by_todays_bench() -> None:
     run = load_run(SAMPLE)
     assert run.to_json()["schema_version"] == RUN_SCHEMA and run.kind == "sweep"
-    steps = [step_from_record(record) for record in run.steps if record.get("completed")]
+    steps = [record.step for record in run.steps if record.completed]
     assert steps, "the sample run has no completed step"
     # The default sweep's arms, every one of them, as the sample report shows them.
     assert {step.arm for step in steps} == set(scenario_named("read").default_arms)

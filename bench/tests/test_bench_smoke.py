@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from aside_bench.plan.steps import parse_memory
 from aside_bench.records.keytrace import read_key_trace
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack import config, redisclient
 from aside_bench.stack.sources import Influx, Prometheus, quote_literal
 from aside_bench.sweep.collect import collect
@@ -109,7 +110,7 @@ def test_the_report_has_every_cell_and_every_chart(smoke_run) -> None:
 def test_hit_rates_come_from_the_gateways_counters(smoke_run, settings: config.Settings) -> None:
     prom = Prometheus(settings.prometheus_url)
     run = smoke_run.run_json(smoke_run.run_id)
-    results = collect(prom, run["steps"])
+    results = collect(prom, [StepRecord.from_json(step) for step in run["steps"]])
     assert len(results) == 4
     for result in results:
         assert result.cache is not None

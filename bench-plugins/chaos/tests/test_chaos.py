@@ -19,11 +19,12 @@ from aside_bench.load.run import DRIVER_VARIABLES
 from aside_bench.load.samples import SamplesError, compress
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import cache_error_counts, labelled_samples, request_counts
-from aside_bench.stack.seeddata import SeedData, user_prefix
+from aside_bench.stack.seeddata import SeedData
 from aside_bench_chaos import checks as cc
 from aside_bench_chaos import gray
 from aside_bench_chaos import run as chaos
 from aside_bench_suite import samples as cs
+from aside_bench_suite.base import user_prefix
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 T0 = 1_800_000_000.0

@@ -15,6 +15,7 @@ from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import BARE_ARM, Step
 from aside_bench.records.results import Latency, StepResult
 from aside_bench.records.saturation import LoadGen
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.records.tierstats import step_cost
 from aside_bench.stack import config
 from aside_bench.sweep.collect import summary_result
@@ -59,11 +60,11 @@ def test_a_bare_steps_figures_and_its_load_generator() -> None:
         "p50": 0.8, "p95": 2.5, "p99": 7.0, "max": 9.0, "answered": 9988, "requests": 9990,
         "iterations": 9990, "failed": 2, "dropped": 10, "pool": 1000, "inflight_peak": 14,
     }  # fmt: skip
-    record = {
+    record = StepRecord.from_json({
         "scenario": "ceiling", "arm": BARE_ARM, "phase": "warm", "rate": 1000,
         "duration_s": 10, "pool": 1000, "summary": summary,
         "driver": {"cpu_s": 3.0, "cpu_limit_cores": 0.8},
-    }  # fmt: skip
+    })  # fmt: skip
     result = summary_result(record, None)
     assert result.latency == Latency(0.8, 2.5, 7.0, 9988)
     assert result.drop_rate == pytest.approx(12 / 10_000)

@@ -163,10 +163,10 @@ def test_bad_arms_and_costs_are_refused() -> None:
     with pytest.raises(compute.ComputeError):
         compute.split_arm("go-scrypt")
     with pytest.raises(compute.ComputeError, match="--bcrypt-cost"):
-        compute.check_work(600_000, 13)
+        interference.check_work(600_000, 13)
     with pytest.raises(compute.ComputeError, match="--pbkdf2-iterations"):
-        compute.check_work(1_000_001, 10)
-    compute.check_work(1, 4)
+        interference.check_work(1_000_001, 10)
+    interference.check_work(1, 4)
 
 
 def test_the_default_key_is_pbkdf2_hmac_sha256_of_the_bench_inputs() -> None:
@@ -252,7 +252,8 @@ def test_the_report_has_its_tables_and_its_chart(tmp_path: Path) -> None:
                     "note": "the load driver shares the 2 cores with the services"},
         "seed": {"rows": 1000, "index": False},
         "settings": {"gateway_url": "http://gateway"},
-        "steps": [{"arm": "go-bcrypt", "rate": 5, "warning": "slow to settle"}],
+        "steps": [{"scenario": SCENARIO, "arm": "go-bcrypt", "phase": "warm", "rate": 5,
+                   "duration_s": 30, "warning": "slow to settle"}],
     })  # fmt: skip
     tables = interference_report.write_interference(run, RESULTS, tmp_path)
     assert [t.title for t in tables] == [

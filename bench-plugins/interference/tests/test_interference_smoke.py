@@ -15,6 +15,7 @@ from subprocess import CompletedProcess
 from typing import Any
 
 import pytest
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack import config
 from aside_bench.stack.sources import Influx, Prometheus, quote_literal
 from aside_bench.sweep.collect import collect
@@ -64,7 +65,7 @@ def runs(
 
 def _results(runs: Runs, run_id: str, settings: config.Settings):
     prom = Prometheus(settings.prometheus_url)
-    return collect(prom, runs.run_json(run_id)["steps"])
+    return collect(prom, [StepRecord.from_json(step) for step in runs.run_json(run_id)["steps"]])
 
 
 def test_reads_ran_at_their_rate_beside_compute_answered_right(runs, settings) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 import requests
-from aside_bench.load.run import LoadRun, deadline_s, start_driver
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.summary import Summary
 from aside_bench.stack import gateway_metrics
 from aside_bench.stack.config import Settings
@@ -325,7 +325,7 @@ def run_cluster_case(settings: Settings, seed: SeedData, control: ServiceControl
     email = probe_email(run_id, event.slots)
     metrics_before = gateway_metrics.scrape(settings)
     run = mixed_run(settings, seed, run_id, case, rate, out)
-    load = start_driver(settings, run, out / "load.log")
+    load = new_driver(settings, run, out / "load.log").start()
     events, notes = result.events, result.notes
     first = load.first_request(run.samples_path, 60.0)
     events["load_start"] = float(first["t"])

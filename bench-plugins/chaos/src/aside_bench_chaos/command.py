@@ -10,7 +10,7 @@ from aside_bench.cli import options as opt
 from aside_bench.cli.options import Command
 from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
-from aside_bench.stack.seeddata import user_prefix
+from aside_bench_suite.base import user_prefix
 
 from aside_bench_chaos import run as chaos
 

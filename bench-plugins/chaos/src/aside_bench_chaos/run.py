@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from aside_bench.load.run import LoadRun, deadline_s, start_driver
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.samples import compress
 from aside_bench.load.summary import Summary
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
-from aside_bench.stack.gateway_metrics import cache_errors, request_counters
+from aside_bench.stack.gateway_metrics import cache_error_counts, request_counts, scrape
 from aside_bench.stack.prepare import StackError, wait_until_quiet
-from aside_bench.stack.seeddata import SeedData, load_seed_list, user_prefix
+from aside_bench.stack.seeddata import SeedData, load_seed_list
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.toxiproxy import Proxies, Toxiproxy, proxied_urls, restored
 from aside_bench_suite.base import (
@@ -31,6 +31,7 @@ from aside_bench_suite.base import (
     remove_users,
     run_items,
     sleep_until,
+    user_prefix,
 )
 from aside_bench_suite.samples import by_kind, read_samples
 
@@ -179,13 +180,13 @@ def run_case(
     control.verify()
     wait_until_quiet(settings, QUIET_DEADLINE_S)
     result.notes["hit_share_after_prewarm"] = round(prewarm(settings, seed.hot, ids), 3)
-    counters_before = request_counters(settings) if case == "worker" else {}
-    errors_before = cache_errors(settings)
+    counters_before = request_counts(scrape(settings)) if case == "worker" else {}
+    errors_before = cache_error_counts(scrape(settings))
     samples_path = params.out_dir / f"load-{case}.jsonl"
     summary_path = params.out_dir / f"load-{case}-summary.json"
     log_path = params.out_dir / "load.log"
     run = load_run(params, seed, case, samples_path, summary_path)
-    load = start_driver(settings, run, log_path)
+    load = new_driver(settings, run, log_path).start()
     first = load.first_request(samples_path, LOAD_START_DEADLINE_S)
     events = result.events
     events["load_start"] = float(first["t"])
@@ -205,12 +206,12 @@ def run_case(
     if "ready" in events:
         result.notes["post_window_s"] = round(events["load_end"] - events["ready"], 1)
     result.requests = by_kind(samples)
-    errors = increase(errors_before, cache_errors(settings))
+    errors = increase(errors_before, cache_error_counts(scrape(settings)))
     result.notes["gateway_cache_errors"] = errors
     redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
     result.notes["driver_summary"] = Summary.read(summary_path).counters("chaos")
     if case == "worker":
-        loaded = cc.loaded_route_increase(counters_before, request_counters(settings))
+        loaded = cc.loaded_route_increase(counters_before, request_counts(scrape(settings)))
         checks, figures = cc.worker_checks(samples, events, loaded)
         figures["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(loaded.items())}
     elif case == "postgres":

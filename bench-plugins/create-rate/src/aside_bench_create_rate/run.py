@@ -12,8 +12,15 @@ from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.report.tables import Table, fmt_num
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
-from aside_bench.stack.seeddata import SeedData, user_prefix
-from aside_bench_suite.base import SuiteRun, open_run, remove_users, save_report, suite_page
+from aside_bench.stack.seeddata import SeedData
+from aside_bench_suite.base import (
+    SuiteRun,
+    open_run,
+    remove_users,
+    save_report,
+    suite_page,
+    user_prefix,
+)
 from aside_bench_suite.samples import SCENARIO, load_tallies
 
 P95_LIMIT_MS = 100.0

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, start_driver
+from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
 from aside_bench.load.samples import SamplesError, compress, number, sample_lines
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.stack.config import Settings
@@ -91,7 +91,7 @@ def start_load(
     wait_until_quiet(settings, QUIET_DEADLINE_S)
     result.notes["warm"] = warm_cache(settings, hot, mode="" if run.scenario == "chaos" else "l2")
     result.notes["load_average_1m"] = round(os.getloadavg()[0], 2)
-    load = start_driver(settings, run, run.samples_path.parent / "load.log")
+    load = new_driver(settings, run, run.samples_path.parent / "load.log").start()
     first = load.first_request(run.samples_path, FIRST_SAMPLE_DEADLINE_S)
     result.events["load_start"] = float(first["t"])
     return load

@@ -38,3 +38,14 @@ def driver_variables(
         "READ_CACHE": READ_CACHE_PARAM,
         **compute.compute_variables(arm, work),
     }
+
+
+def check_work(pbkdf2_iterations: int, bcrypt_cost: int) -> None:
+    """The costs must be within the contract's bounds (the python engine's own
+    caps may be lower: PYTHON_COMPUTE_MAX_*; its refusals count as failures)."""
+    low, high = compute.PBKDF2_ITERATIONS_RANGE
+    if not low <= pbkdf2_iterations <= high:
+        raise compute.ComputeError(f"--pbkdf2-iterations must be from {low} to {high}")
+    low, high = compute.BCRYPT_COST_RANGE
+    if not low <= bcrypt_cost <= high:
+        raise compute.ComputeError(f"--bcrypt-cost must be from {low} to {high}")

@@ -120,9 +120,7 @@ def _context(doc: Doc, run: RunRecord) -> None:
     )
     if run.interrupted:
         doc.p("This run was interrupted: the tables show only the steps that ran to their end.")
-    warnings = [
-        f"{s['arm']} @ {s['rate']}/s: {s['warning']}" for s in run.steps if s.get("warning")
-    ]
+    warnings = [f"{s.arm} @ {s.rate}/s: {s.warning}" for s in run.steps if s.warning]
     if warnings:
         doc.p("Warnings:", note=True)
         doc.ul(warnings)

@@ -27,7 +27,7 @@ def _add_options(run: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     with opt.usage_errors(compute.ComputeError):
-        compute.check_work(args.pbkdf2_iterations, args.bcrypt_cost)
+        plan.check_work(args.pbkdf2_iterations, args.bcrypt_cost)
 
 
 def _variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str, str]:

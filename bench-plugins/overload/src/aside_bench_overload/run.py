@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aside_bench.ceiling.search import Trial, ceiling_of, next_trial, run_again
-from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, start_driver
+from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
 from aside_bench.load.samples import compress
 from aside_bench.load.summary import Summary
 from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_cap, pool_for
@@ -120,7 +120,7 @@ class Bench:
         )
 
     def start(self, run: LoadRun) -> DriverProcess:
-        return start_driver(self.settings, run, self.params.out_dir / "load.log")
+        return new_driver(self.settings, run, self.params.out_dir / "load.log").start()
 
 
 def finish_driver(driver: DriverProcess, run: LoadRun) -> Summary:

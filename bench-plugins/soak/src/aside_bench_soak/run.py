@@ -10,15 +10,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
-from aside_bench.load.run import LoadRun, start_driver
+from aside_bench.load.run import LoadRun, new_driver
 from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.plan.steps import PlanError, parse_duration
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect
-from aside_bench.stack.seeddata import SeedData, user_prefix
+from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench_suite.base import SuiteRun, open_run, remove_users
+from aside_bench_suite.base import SuiteRun, open_run, remove_users, user_prefix
 from aside_bench_suite.samples import SCENARIO, load_tallies
 
 from aside_bench_soak.growth import (
@@ -159,7 +159,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     keys = KeyCounter(settings, overdue_after_s)
     samples: list[SoakSample] = []
     started = time.time()
-    load = start_driver(settings, driver_run, log_path)
+    load = new_driver(settings, driver_run, log_path).start()
     try:
         next_at = time.monotonic()
         last_print = 0.0

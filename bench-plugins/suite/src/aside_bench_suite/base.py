@@ -23,10 +23,13 @@ from aside_bench.report.doc import Doc
 from aside_bench.report.tables import Table
 from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe, summary
-from aside_bench.stack.prepare import StackError
-from aside_bench.stack.seeddata import remove_run_users
+from aside_bench.stack.prepare import StackError, connect, flush_cache
 
 from aside_bench_suite.samples import Check
+
+USERNAME_MAX = 64
+# Room a username needs after its prefix: ".<vu>.<iteration>".
+USERNAME_TAIL = 12
 
 # What ends one item (recorded as its error) but not the run; an output of the
 # driver this bench cannot read among them.
@@ -257,6 +260,26 @@ def run_items(
 def increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """What each counter of `after` gained since `before`, those that moved only."""
     return {k: v - before.get(k, 0.0) for k, v in sorted(after.items()) if v - before.get(k, 0.0)}
+
+
+def user_prefix(run_id: str, case: str) -> str:
+    prefix = f"load.{run_id}.{case}"
+    if len(prefix) + USERNAME_TAIL > USERNAME_MAX:
+        room = USERNAME_MAX - USERNAME_TAIL - len(f"load..{case}")
+        raise ValueError(
+            f"--run-id {run_id!r} is too long for usernames (at most {room} characters)"
+        )
+    return prefix
+
+
+def remove_run_users(settings: Settings, run_id: str) -> int:
+    """Remove the users (and their idempotency keys) this run created."""
+    pattern = f"load.{run_id}.".replace("_", r"\_") + "%"
+    with connect(settings) as conn:
+        removed = conn.execute("DELETE FROM users WHERE username LIKE %s", (pattern,)).rowcount
+        conn.execute("DELETE FROM idempotency_keys WHERE key LIKE %s", (pattern,))
+    flush_cache(settings)
+    return removed
 
 
 def remove_users(settings: Settings, run_id: str) -> int | None:

@@ -16,6 +16,7 @@ import requests
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.report import sweep as report
 from aside_bench.report.tables import (
     MISSING,
@@ -103,23 +104,23 @@ def warm_tracks(settings: Settings, data_dir: Path, step: Step) -> dict[str, Any
 # ---- the report's extra figures ------------------------------------------------------
 
 
-def wire_bytes(records: list[dict[str, Any]]) -> dict[tuple, float]:
+def wire_bytes(records: list[StepRecord]) -> dict[tuple, float]:
     """Bytes the driver received per step (answers' heads and bodies), by (arm, phase, rate)."""
     found = {}
     for record in records:
-        received = (record.get("summary") or {}).get("bytes_received")
-        if record.get("completed") and received is not None:
-            found[(record["arm"], record["phase"], int(record["rate"]))] = float(received)
+        received = record.figures.get("bytes_received")
+        if record.completed and received is not None:
+            found[(record.arm, record.phase, int(record.rate))] = float(received)
     return found
 
 
-def redis_memory(prom: Prometheus, records: list[dict[str, Any]]) -> dict[tuple, float | None]:
+def redis_memory(prom: Prometheus, records: list[StepRecord]) -> dict[tuple, float | None]:
     """Redis' used memory (redis-exporter) right after each step, by (arm, phase, rate)."""
     found = {}
     for record in records:
-        if record.get("completed") and record.get("prom_end"):
-            key = (record["arm"], record["phase"], int(record["rate"]))
-            found[key] = prom.scalar(REDIS_MEMORY, record["prom_end"])
+        if record.completed and record.prom_end:
+            key = (record.arm, record.phase, int(record.rate))
+            found[key] = prom.scalar(REDIS_MEMORY, record.prom_end)
     return found
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from aside_bench.ceiling.search import Trial, bounds, to_confirm
 from aside_bench.plan.steps import Step, pool_for
 from aside_bench.records.results import StepResult
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack.prepare import StackError, wait_until_quiet
 from aside_bench.sweep.collect import collect
 from aside_bench.sweep.runner import Runner
@@ -104,13 +105,15 @@ def _probe_line(target: str, rate: int, result: StepResult | None, held: bool) -
     )
 
 
-def _probe(runner: Runner, target: str, url: str, rate: int, params: CalibrationParams) -> dict:
+def _probe(
+    runner: Runner, target: str, url: str, rate: int, params: CalibrationParams
+) -> StepRecord:
     """One driver run of /healthz against `url`; its record, as a step's."""
     pool = pool_for(rate, runner.max_pool)
     step = Step("calibrate", target, "none", rate, params.probe_s)
-    record: dict[str, Any] = {**step.record(), "pool": pool, "completed": False}
+    record = StepRecord.of(step, pool=pool)
     code = runner.run_load(runner.healthz_run(step, pool, url), record)
-    record["completed"] = code == 0 and not runner.interrupted
+    record.completed = code == 0 and not runner.interrupted
     return record
 
 
@@ -123,14 +126,14 @@ def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str,
         if runner.interrupted:
             raise KeyboardInterrupt
         record = _probe(runner, target, url, rate, params)
-        probes.append(record)
         results = collect(runner.prom, [record])
         result = results[0] if results else None
         held = result is not None and result.holds(params.p95_ms)
         print(_probe_line(target, rate, result, held), flush=True)
-        record["held"] = held
+        record.extra["held"] = held
         if result is not None and result.latency is not None:
-            record["p95_ms"] = round(result.latency.p95, 3)
+            record.extra["p95_ms"] = round(result.latency.p95, 3)
+        probes.append(record.to_json())
         return held
 
     outcome = search(probe, params, params.budget_s / len(TARGETS))

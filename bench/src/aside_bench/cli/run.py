@@ -101,8 +101,11 @@ def add(run: argparse.ArgumentParser) -> None:
     runner_commands.add_trust(run)
 
 
-def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step]:
-    """The steps of a sweep; seed_indexed None checks the parameters only."""
+def plan_sweep(
+    args: argparse.Namespace, seed_indexed: bool | None, distances: dict[str, distance.Distance]
+) -> list[Step]:
+    """The steps of a sweep at `distances` (run_distances); seed_indexed None
+    checks the parameters only."""
     found = scenarios.scenario_named(args.scenario)
     rates = parse_rates(args.rates, found.lowest_rate) if args.rates else list(found.default_rates)
     arms = parse_arms(args.arms, found.arms) if args.arms else list(found.default_arms)
@@ -114,7 +117,7 @@ def plan_sweep(args: argparse.Namespace, seed_indexed: bool | None) -> list[Step
     arms = _bounded(args, found, arms)
     if found.indexed and seed_indexed is not None:
         arms = resolve_arms(arms, seed_indexed)
-    arms = at_distances(arms, list(run_distances(args, found)))
+    arms = at_distances(arms, list(distances))
     if found.hooks.check is not None:
         found.hooks.check(args)
     duration = parse_duration(args.duration)
@@ -159,11 +162,12 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, args.scenario)
     out_dir = opt.new_out_dir(settings, args, run_id)
     # Parameters first: a typo is reported before anything is touched.
-    plan_sweep(args, seed_indexed=None)
+    distances = run_distances(args, found)
+    plan_sweep(args, None, distances)
     runner_commands.calibration_params(args)
     shape = runner_commands.shape_of(args)
     seed = opt.checked_seed(settings, args)
-    steps = plan_sweep(args, seed.indexed)
+    steps = plan_sweep(args, seed.indexed, distances)
     params = runner_commands.run_params(
         args,
         seed,
@@ -176,7 +180,6 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         repeat=args.repeat,
         cache_policy=args.cache_policy,
     )
-    distances = run_distances(args, found)
     if distances:
         params["distances"] = {name: distance.as_record(d) for name, d in distances.items()}
     if found.hooks.run_params is not None:

@@ -60,7 +60,7 @@ class Line:
 def run_results(run: RunRecord) -> list[StepResult]:
     """A run's completed steps from its run.json alone (no Prometheus: the cost
     needs only the probes around each step, which run.json keeps)."""
-    return [summary_result(record, None) for record in run.steps if record.get("completed")]
+    return [summary_result(record, None) for record in run.steps if record.completed]
 
 
 def step_costs(results: list[StepResult], prices: Prices) -> dict[StepKey, float]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from aside_bench.curve.simulate import (
     POLICIES,
@@ -22,15 +21,14 @@ from aside_bench.curve.simulate import (
     curve,
     policies_at,
 )
-from aside_bench.plan.steps import arm_bound, base_arm, step_from_record
+from aside_bench.plan.steps import arm_bound, base_arm
 from aside_bench.records.keytrace import KeyTraceError, read_key_trace
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
+from aside_bench.records.steprecord import StepRecord
 
 # The arms whose hit rate is Redis's alone: the cache arm and its memory arms.
 REDIS_ARMS = ("cache",)
-# Where run.json keeps a step's key trace (a file in the run's folder).
-TRACE_FIELD = "key_trace"
 
 
 @dataclass(frozen=True)
@@ -79,20 +77,20 @@ class RateCurve:
 Progress = Callable[[str], None]
 
 
-def trace_path(record: dict[str, Any], out_dir: Path) -> Path | None:
-    name = record.get(TRACE_FIELD)
+def trace_path(record: StepRecord, out_dir: Path) -> Path | None:
+    name = record.key_trace
     return None if not name else out_dir / name
 
 
-def step_stream(steps: list[dict[str, Any]], index: int, out_dir: Path) -> Stream | None:
+def step_stream(steps: list[StepRecord], index: int, out_dir: Path) -> Stream | None:
     """A warm step's stream: its cold step's keys (when it continued that step's
-    stream, record["skip"]) as the warm-up, then its own; None without traces."""
+    stream, its skip) as the warm-up, then its own; None without traces."""
     record = steps[index]
     own = trace_path(record, out_dir)
     if own is None or not own.exists():
         return None
     keys = read_key_trace(own)
-    if not record.get("skip") or index == 0:
+    if not record.skip or index == 0:
         return Stream(keys) if keys else None
     before = trace_path(steps[index - 1], out_dir)
     if before is None or not before.exists():
@@ -107,10 +105,9 @@ RunKey = tuple[str, str, str, int, int]
 
 def _cold_before(run: RunRecord, index: int, by_key: dict[RunKey, StepResult]) -> StepResult | None:
     """The cold step whose stream the warm step at `index` went on with, if it did."""
-    record = run.steps[index]
-    if not record.get("skip") or index == 0:
+    if not run.steps[index].skip or index == 0:
         return None
-    return by_key.get(step_from_record(run.steps[index - 1]).run_key)
+    return by_key.get(run.steps[index - 1].step.run_key)
 
 
 def _stream_counts(warm: StepResult, cold: StepResult | None) -> tuple[int, int, int]:
@@ -129,13 +126,13 @@ def _redis_steps(run: RunRecord, by_key: dict[RunKey, StepResult]) -> list[WarmS
     """The completed warm steps of Redis arms."""
     found = []
     for index, record in enumerate(run.steps):
-        arm = record.get("arm", "")
-        if record.get("phase") != "warm" or base_arm(arm) not in REDIS_ARMS:
+        arm = record.arm
+        if record.phase != "warm" or base_arm(arm) not in REDIS_ARMS:
             continue
         bound = arm_bound(arm)
         if bound is not None and bound.kind != "memory":
             continue  # a TTL's expiries are not on a curve of sizes
-        result = by_key.get(step_from_record(record).run_key)
+        result = by_key.get(record.step.run_key)
         if result is not None and result.redis is not None and result.hit_rate is not None:
             found.append((index, result, _cold_before(run, index, by_key)))
     return found

@@ -327,7 +327,3 @@ class DriverProcess:
 def new_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
     """The driver for `run`, not started yet; its output goes to `log_path`."""
     return DriverProcess([str(settings.driver_bin)], log_path, driver_env(settings, run), run.live)
-
-
-def start_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
-    return new_driver(settings, run, log_path).start()

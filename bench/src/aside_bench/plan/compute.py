@@ -35,17 +35,6 @@ def split_arm(arm: str) -> tuple[str, str]:
     return engine, kind
 
 
-def check_work(pbkdf2_iterations: int, bcrypt_cost: int) -> None:
-    """The costs must be within the contract's bounds (the python engine's own
-    caps may be lower: PYTHON_COMPUTE_MAX_*; its refusals count as failures)."""
-    low, high = PBKDF2_ITERATIONS_RANGE
-    if not low <= pbkdf2_iterations <= high:
-        raise ComputeError(f"--pbkdf2-iterations must be from {low} to {high}")
-    low, high = BCRYPT_COST_RANGE
-    if not low <= bcrypt_cost <= high:
-        raise ComputeError(f"--bcrypt-cost must be from {low} to {high}")
-
-
 def compute_request(
     arm: str, complexity: int, pbkdf2_iterations: int, bcrypt_cost: int
 ) -> tuple[dict[str, object], dict[str, object]]:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from aside_bench.plan import scenarios
 
@@ -28,7 +27,6 @@ CACHE_ARMS = (
 # the cached arms against them. `coalesce` sends its count misses through the
 # cache arm's miss batcher and stores nothing: what coalescing alone buys.
 UNCACHED_ARMS = ("nocache", "index", "coalesce", "nopool")
-COMPUTE_ARMS = ("go", "python")
 CEILING_ARMS = ("cache", "l1", "hybrid", "tracking", "healthz")
 # The ceiling's reference: the warm cache arm's reads sent by the driver's `bare`
 # scenario (no check but the status), so the checks' own cost is left out of it.
@@ -109,27 +107,6 @@ class Step:
     def scheduled(self) -> int:
         """Requests the step's figures count: its reads' when it has a read rate."""
         return (self.read_rate or self.rate) * self.duration_s
-
-    def record(self) -> dict[str, Any]:
-        """The step as run.json records it (step_from_record reads it back): a
-        read rate only when it has one."""
-        found = asdict(self)
-        if not self.read_rate:
-            del found["read_rate"]
-        return found
-
-
-def step_from_record(record: dict[str, Any]) -> Step:
-    """A step as run.json records it."""
-    return Step(
-        record["scenario"],
-        record["arm"],
-        record["phase"],
-        int(record["rate"]),
-        record["duration_s"],
-        repeat=int(record.get("repeat", 1)),
-        read_rate=int(record.get("read_rate", 0)),
-    )
 
 
 # ---- a bounded cache as an arm: the arm, `@`, and its bound, each arm from an

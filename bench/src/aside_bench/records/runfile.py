@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aside_bench.records.results import StepResult
+from aside_bench.records.steprecord import StepRecord
 
 FIGURES_FILE = "results.json"
 
@@ -120,7 +121,7 @@ class RunRecord:
     machine: dict[str, Any]
     seed: dict[str, Any]
     settings: dict[str, str]
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
     interrupted: bool = False
     finished: str | None = None
     probe_warning: str | None = None
@@ -130,6 +131,7 @@ class RunRecord:
 
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_SAVED}
+        data["steps"] = [step.to_json() for step in self.steps]
         if self.probe_warning is None:
             del data["probe_warning"]
         if self.finished is None:
@@ -139,8 +141,10 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         known = {f.name for f in fields(cls)} - _NOT_SAVED
+        values = {name: value for name, value in data.items() if name in known}
+        values["steps"] = [StepRecord.from_json(step) for step in values.get("steps", [])]
         return cls(
-            **{name: value for name, value in data.items() if name in known},
+            **values,
             extra={k: v for k, v in data.items() if k not in known and k != "schema_version"},
         )
 

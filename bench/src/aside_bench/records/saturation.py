@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from aside_bench.plan.steps import LATENCY_BUDGET_S
+from aside_bench.records.steprecord import StepRecord
 
 # The driver may use up to this share of the machine's cores before its own
 # timing is in doubt (docs/decisions/019-when-the-load-generator-is-the-limit.md).
@@ -129,18 +129,18 @@ def pool_budget(rate: int) -> int:
     return math.ceil(rate * LATENCY_BUDGET_S)
 
 
-def loadgen_of(record: dict[str, Any], inflight_peak: float | None) -> LoadGen | None:
+def loadgen_of(record: StepRecord, inflight_peak: float | None) -> LoadGen | None:
     """A run.json step's load generator figures; None for a step recorded
     without the driver's CPU."""
-    driver = record.get("driver")
-    if not driver or "pool" not in record:
+    driver = record.driver
+    if not driver or record.pool is None:
         return None
     return LoadGen(
         cpu_s=driver.get("cpu_s"),
-        duration_s=float(record["duration_s"]),
+        duration_s=float(record.duration_s),
         cpu_limit_cores=driver.get("cpu_limit_cores"),
-        pool=int(record["pool"]),
-        pool_budget=pool_budget(int(record["rate"])),
+        pool=int(record.pool),
+        pool_budget=pool_budget(int(record.rate)),
         inflight_peak=None if inflight_peak is None else int(inflight_peak),
     )
 

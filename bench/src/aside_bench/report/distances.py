@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from typing import Any
 
 from aside_bench.plan.steps import DIRECT, arm_distance, series_label, without_distance
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.report.tables import MISSING, Table, fmt_ms
 
 LOOPBACK = "loopback"
@@ -30,9 +30,9 @@ def by_distance(results: list[StepResult]) -> dict[str, list[StepResult]]:
     return found
 
 
-def _measured(steps: list[dict[str, Any]], name: str, hop: str) -> list[float]:
-    return [s["hops"][hop]["median_ms"] for s in steps
-            if s.get("distance") == name and hop in (s.get("hops") or {})]  # fmt: skip
+def _measured(steps: list[StepRecord], name: str, hop: str) -> list[float]:
+    return [s.hops[hop]["median_ms"] for s in steps
+            if s.distance == name and s.hops and hop in s.hops]  # fmt: skip
 
 
 def measured_median(run: RunRecord, name: str, hop: str) -> float | None:

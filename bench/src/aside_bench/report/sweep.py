@@ -162,10 +162,10 @@ def context(doc: Doc, run: RunRecord, calibration: bool = True) -> None:
             note=True,
         )
     warnings = [
-        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {s[key]}"
-        for key in ("warning", "summary_error")
+        f"{s.arm} {s.phase} @ {s.rate}/s: {text}"
         for s in run.steps
-        if s.get(key)
+        for text in (s.warning, s.summary_error)
+        if text
     ]
     warnings += influx_notes(run)
     if run.probe_warning:
@@ -178,9 +178,9 @@ def context(doc: Doc, run: RunRecord, calibration: bool = True) -> None:
 def influx_notes(run: RunRecord) -> list[str]:
     """The steps whose InfluxDB points were spooled or lost, each in a line."""
     return [
-        f"{s['arm']} {s['phase']} @ {s['rate']}/s: {note} (the run's {SPOOL_DIR}/)"
+        f"{s.arm} {s.phase} @ {s.rate}/s: {note} (the run's {SPOOL_DIR}/)"
         for s in run.steps
-        if (note := InfluxPoints.of(s.get("influx")).note())
+        if (note := InfluxPoints.of(s.influx).note())
     ]
 
 

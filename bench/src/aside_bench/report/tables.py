@@ -121,7 +121,6 @@ COST_COLUMNS = (
     CostColumn("L2 hit rate", "l2_hit_rate", "pct"),
     CostColumn("L1 MiB", "l1_mib", "num2"),
 )
-COST_HEADERS = [column.header for column in COST_COLUMNS]
 
 
 def cost_columns(results: list[StepResult]) -> list[CostColumn]:

@@ -97,10 +97,6 @@ def _presets(path: Path = PRESETS_FILE) -> dict[str, Distance]:
     return found
 
 
-def preset_names() -> tuple[str, ...]:
-    return tuple(_presets())
-
-
 def preset(name: str) -> Distance:
     presets = _presets()
     if name not in presets:

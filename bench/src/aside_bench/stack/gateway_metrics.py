@@ -148,11 +148,3 @@ def step_counters(text: str) -> dict[str, object]:
         "l1_entries": unlabelled_value(text, L1_ENTRIES),
         "l1_bytes": unlabelled_value(text, L1_BYTES),
     }
-
-
-def request_counters(settings: Settings) -> dict[RequestKey, float]:
-    return request_counts(scrape(settings))
-
-
-def cache_errors(settings: Settings) -> dict[str, float]:
-    return cache_error_counts(scrape(settings))

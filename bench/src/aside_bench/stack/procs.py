@@ -114,13 +114,6 @@ def rss_kib(pid: int) -> int | None:
     return None if memory is None else memory[0]
 
 
-def anon_kib(pid: int) -> int | None:
-    """RssAnon of one process in KiB: its private memory (heap, stacks), without
-    the shared or file-backed pages that VmRSS also counts."""
-    memory = _memory_kib(pid)
-    return None if memory is None else memory[1]
-
-
 def cpu_ticks(pid: int) -> int | None:
     """utime + stime + cutime + cstime of one process, in clock ticks (None once
     it is gone). The children's part holds the workers the process reaped, so a
@@ -255,12 +248,3 @@ def listening_ports(pid: int) -> set[int]:
     except psutil.Error:
         return set()
     return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
-
-
-def connected_ports(pid: int) -> set[int]:
-    """The remote ports of the TCP connections `pid` holds open."""
-    try:
-        connections = psutil.Process(pid).net_connections(kind="tcp")
-    except psutil.Error:
-        return set()
-    return {c.raddr.port for c in connections if c.raddr and c.status == psutil.CONN_ESTABLISHED}

@@ -16,9 +16,6 @@ from aside_bench.stack.prepare import StackError, connect, flush_cache
 # Users the mixed scenario creates are named load.<run id>.<worker>.<iter>; the
 # fault suite's and the soak's load.<run id>.<case>.<worker>.<iter>.
 BENCH_USERNAME_PATTERN = "load.%"
-USERNAME_MAX = 64
-# Room a username needs after its prefix: ".<vu>.<iteration>".
-USERNAME_TAIL = 12
 
 
 @dataclass(frozen=True)
@@ -103,23 +100,3 @@ def check_seed(settings: Settings, data_dir: Path) -> SeedData:
             f"{'has' if indexed else 'has no'} email index; run `make seed` again"
         )
     return SeedData(meta=meta, hot=hot, cold=cold, data_dir=data_dir, indexed=indexed)
-
-
-def user_prefix(run_id: str, case: str) -> str:
-    prefix = f"load.{run_id}.{case}"
-    if len(prefix) + USERNAME_TAIL > USERNAME_MAX:
-        room = USERNAME_MAX - USERNAME_TAIL - len(f"load..{case}")
-        raise ValueError(
-            f"--run-id {run_id!r} is too long for usernames (at most {room} characters)"
-        )
-    return prefix
-
-
-def remove_run_users(settings: Settings, run_id: str) -> int:
-    """Remove the users (and their idempotency keys) this run created."""
-    pattern = f"load.{run_id}.".replace("_", r"\_") + "%"
-    with connect(settings) as conn:
-        removed = conn.execute("DELETE FROM users WHERE username LIKE %s", (pattern,)).rowcount
-        conn.execute("DELETE FROM idempotency_keys WHERE key LIKE %s", (pattern,))
-    flush_cache(settings)
-    return removed

@@ -37,7 +37,7 @@ HOPS = tuple(PROXY_PORTS)
 API_PORT = ("ASIDE_TOXIPROXY_PORT", 28474)
 # Every call to the API is local and small; past this it is not answering.
 API_TIMEOUT_S = 5.0
-UPSTREAM, DOWNSTREAM = "upstream", "downstream"
+DOWNSTREAM = "downstream"
 
 
 class ToxiproxyError(StackError):

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from aside_bench.plan import scenarios
-from aside_bench.plan.steps import Step, step_from_record
+from aside_bench.plan.steps import Step
 from aside_bench.records.results import (
     CacheCounts,
     Latency,
@@ -17,6 +17,7 @@ from aside_bench.records.results import (
     redis_counts,
 )
 from aside_bench.records.saturation import loadgen_of
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.records.tierstats import increase_across_reset, step_cost
 from aside_bench.stack.sources import Prometheus
 
@@ -82,11 +83,11 @@ def _counted(
     )
 
 
-def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepResult:
+def summary_result(record: StepRecord, cache: CacheCounts | None) -> StepResult:
     """A step from its summary (loadrun.Summary.step_figures): latency, failures,
     drops and the driver's pool over the whole step."""
-    summary = record.get("summary") or {}
-    step = step_from_record(record)
+    summary = record.figures
+    step = record.step
     stale = summary.get("stale")
     by_name = {name: summary_latency(one) for name, one in (summary.get("by_name") or {}).items()}
     return _counted(
@@ -94,25 +95,23 @@ def summary_result(record: dict[str, Any], cache: CacheCounts | None) -> StepRes
         summary,
         cache,
         by_name={name: latency for name, latency in by_name.items() if latency is not None},
-        cost=step_cost(record.get("probe")),
+        cost=step_cost(record.probe),
         stale=None if stale is None else StaleCounts(**stale),
         loadgen=loadgen_of(record, summary.get("inflight_peak")),
         compute=compute_beside(step, summary),
         from_due=summary_latency(summary.get("from_due")),
-        redis=redis_counts(record.get("redis"), record.get("cache_memory")),
+        redis=redis_counts(record.redis, record.cache_memory),
     )
 
 
-def _step_cache(prom: Prometheus, record: dict[str, Any]) -> CacheCounts | None:
-    if record.get("prom_start") is None or record.get("prom_end") is None:
+def _step_cache(prom: Prometheus, record: StepRecord) -> CacheCounts | None:
+    if record.prom_start is None or record.prom_end is None:
         return None
-    return cache_counts(prom, record["prom_start"], record["prom_end"])
+    return cache_counts(prom, record.prom_start, record.prom_end)
 
 
-def collect(prom: Prometheus, records: list[dict[str, Any]]) -> list[StepResult]:
+def collect(prom: Prometheus, records: list[StepRecord]) -> list[StepResult]:
     """Results of the steps that ran to their end (interrupted ones are left out)."""
     return [
-        summary_result(record, _step_cache(prom, record))
-        for record in records
-        if record.get("completed")
+        summary_result(record, _step_cache(prom, record)) for record in records if record.completed
     ]

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from aside_bench.plan.steps import Step, arm_distance
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack import distance as distances
 from aside_bench.stack import hoptimes
 from aside_bench.stack.config import Settings
@@ -39,7 +40,7 @@ class DistanceControl:
         """The gateway's URLs through the proxies for an arm at a distance."""
         return dict(self.urls.gateway) if arm_distance(arm) is not None else {}
 
-    def before(self, step: Step, record: dict[str, Any]) -> None:
+    def before(self, step: Step, record: StepRecord) -> None:
         """The step's distance on every hop, the core routed through the proxies
         for it; a direct arm after one at a distance gets the core direct again."""
         name = arm_distance(step.arm)
@@ -58,10 +59,10 @@ class DistanceControl:
         if name != self.current:
             distances.apply(self.api, self.asked[name])
             self.current = name
-        record["distance"] = name
+        record.distance = name
 
     @contextmanager
-    def measured(self, step: Step, record: dict[str, Any]) -> Iterator[None]:
+    def measured(self, step: Step, record: StepRecord) -> Iterator[None]:
         """Each hop's round trip timed while the step's load runs, into its record."""
         if arm_distance(step.arm) is None:
             yield
@@ -83,7 +84,7 @@ class DistanceControl:
             yield
         finally:
             probe.join(timeout=step.duration_s + 30)
-            record["hops"] = found
+            record.hops = found
 
     def restore(self) -> None:
         """No toxic left, and the core on its direct URLs again."""

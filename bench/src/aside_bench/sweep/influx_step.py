@@ -5,9 +5,8 @@ is spooled (stack/influxpoints.py), never a failed step."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aside_bench.records.results import StepResult
+from aside_bench.records.steprecord import StepRecord
 
 MEASUREMENT = "bench_step"
 
@@ -31,10 +30,10 @@ def line(measurement: str, tags: dict[str, str], fields: dict[str, float | None]
     return f"{_escape_tag(measurement)}{tag_text} {field_text} {ms}"
 
 
-def step_fields(result: StepResult, record: dict[str, Any]) -> dict[str, float | None]:
+def step_fields(result: StepResult, record: StepRecord) -> dict[str, float | None]:
     """The step's figures, as the report shows them."""
     latency, due, cost, gen = result.latency, result.from_due, result.cost, result.loadgen
-    summary = record.get("summary") or {}
+    summary = record.figures
     requests = summary.get("requests") or 0
     return {
         "target": float(result.step.rate),
@@ -60,7 +59,7 @@ def step_fields(result: StepResult, record: dict[str, Any]) -> dict[str, float |
     }
 
 
-def step_line(run_id: str, result: StepResult, record: dict[str, Any]) -> str:
+def step_line(run_id: str, result: StepResult, record: StepRecord) -> str:
     step = result.step
     tags = {
         "run_id": run_id,
@@ -70,4 +69,4 @@ def step_line(run_id: str, result: StepResult, record: dict[str, Any]) -> str:
         "rate": str(step.rate),
         "repeat": str(step.repeat),
     }
-    return line(MEASUREMENT, tags, step_fields(result, record), int(record["end"] * 1000))
+    return line(MEASUREMENT, tags, step_fields(result, record), int((record.end or 0.0) * 1000))

@@ -37,6 +37,7 @@ from aside_bench.plan.steps import (
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
 from aside_bench.stack import cachememory
 from aside_bench.stack.cachememory import MemoryBound
@@ -167,7 +168,7 @@ class Runner(StepPreparation):
         signal.signal(signal.SIGINT, self._on_sigint)
 
     # ---- one step --------------------------------------------------------------
-    def run_load(self, run: LoadRun, record: dict[str, Any]) -> int:
+    def run_load(self, run: LoadRun, record: StepRecord) -> int:
         """The driver for one step or probe: its start and end instants, exit
         code and CPU time go into `record`, and the figures of its summary;
         Ctrl-C reaches it through `self.current`."""
@@ -180,38 +181,38 @@ class Runner(StepPreparation):
             try:
                 summary = Summary.read(summary_path)
             except SummaryError as error:
-                record["summary_error"] = str(error)
+                record.summary_error = str(error)
                 summary = Summary({})
-            record["summary"] = summary.step_figures(run.scenario)
-            if summary.cpu_s is not None and "driver" in record:
+            record.summary = summary.step_figures(run.scenario)
+            if summary.cpu_s is not None and record.driver is not None:
                 # The driver's own account (getrusage, in µs): /proc's clock
                 # ticks round a small step's CPU down to nothing.
-                record["driver"]["cpu_s"] = summary.cpu_s
+                record.driver["cpu_s"] = summary.cpu_s
             self._key_trace(run, summary, record)
             if "influx" in summary.data:
-                record["influx"] = InfluxPoints.of(summary.data["influx"]).as_record()
+                record.influx = InfluxPoints.of(summary.data["influx"]).as_record()
             summary_path.unlink(missing_ok=True)
 
-    def _key_trace(self, run: LoadRun, summary: Summary, record: dict[str, Any]) -> None:
+    def _key_trace(self, run: LoadRun, summary: Summary, record: StepRecord) -> None:
         """The step's recorded keys into its record: the file relative to the run's
         folder, the lines written and lost (bench/driver/README.md, "Key traces")."""
         found = summary.key_trace
         if run.key_trace_path is None or found is None or not run.key_trace_path.exists():
             return
-        record["key_trace"] = run.key_trace_path.relative_to(self.options.out_dir).as_posix()
-        record["key_trace_lines"] = int(found.get("lines") or 0)
-        record["key_trace_lost"] = int(found.get("lost") or 0)
+        record.key_trace = run.key_trace_path.relative_to(self.options.out_dir).as_posix()
+        record.key_trace_lines = int(found.get("lines") or 0)
+        record.key_trace_lost = int(found.get("lost") or 0)
 
-    def _run_driver(self, run: LoadRun, record: dict[str, Any]) -> int:
+    def _run_driver(self, run: LoadRun, record: StepRecord) -> int:
         log_path = self.options.out_dir / "load.log"
         self.current = new_driver(self.settings, run, log_path)
-        record["start"] = time.time()
+        record.start = time.time()
         try:
             code = self.current.run_measured(deadline_s(run))
         finally:
-            record["end"] = time.time()
-            record["driver_exit"] = self.current.returncode
-            record["driver"] = {
+            record.end = time.time()
+            record.driver_exit = self.current.returncode
+            record.driver = {
                 "cpu_s": self.current.cpu_seconds,
                 "cpu_limit_cores": self.options.driver_cpu_limit,
             }
@@ -277,20 +278,20 @@ class Runner(StepPreparation):
         return floor
 
     def run_step(self, step: Step, build: RunBuilder | None = None) -> StepResult | None:
-        record: dict[str, Any] = {**step.record(), "completed": False}
+        record = StepRecord.of(step)
         self.run.steps.append(record)
         self._prepare(step, record)
         # After the preparation: it may have restarted the gateway.
-        pool = record["pool"] = pool_for(step.rate, self.max_pool)
+        pool = record.pool = pool_for(step.rate, self.max_pool)
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
-        record["prom_start"] = time.time()
+        record.prom_start = time.time()
         run = (build or self._step_run)(step, pool)
-        record["driver_scenario"] = run.scenario
+        record.driver_scenario = run.scenario
         if run.samples_path is not None:
-            record["samples"] = run.samples_path.name
+            record.samples = run.samples_path.name
         floor = self._floor(step)
-        record["probe"] = {"start": self.probe.reading()}
+        probe = record.probe = {"start": self.probe.reading()}
         redis_start = self._redis_reading(step)
         counter = None if redis_start is None else cachememory.KeyCounter(self.settings).start()
         try:
@@ -298,34 +299,34 @@ class Runner(StepPreparation):
                 code = self.run_load(run, record)
         finally:
             # Right after the driver's last request: the memory the step left and its CPU.
-            record["probe"]["end"] = self.probe.reading(memory=True)
+            probe["end"] = self.probe.reading(memory=True)
             redis_end = self._redis_reading(step)
             if redis_start is not None and redis_end is not None:
-                record["redis"] = {"start": redis_start, "end": redis_end}
-            if counter is not None and "redis" in record:
-                record["redis"]["keys_each_second"] = counter.stop()
+                record.redis = {"start": redis_start, "end": redis_end}
+            if counter is not None and record.redis is not None:
+                record.redis["keys_each_second"] = counter.stop()
             if floor is not None:
-                record["probe"]["floor"] = floor.stop()
+                probe["floor"] = floor.stop()
                 if floor.problem:
                     print(f"  invalidation lag floor: {floor.problem}")
         if self.interrupted:
-            record["interrupted"] = True
+            record.interrupted = True
             return None
         if code != 0:
             raise StepFailed(
                 f"the load driver exited with {code} on {step.label} @ {step.rate}/s; "
                 f"see {self.options.out_dir / 'load.log'}"
             )
-        record["prom_end"] = self.prom.wait_for_scrape_after(
-            GATEWAY_JOB, record["end"], SCRAPE_WAIT_S
+        record.prom_end = self.prom.wait_for_scrape_after(
+            GATEWAY_JOB, record.end or time.time(), SCRAPE_WAIT_S
         )
-        record["completed"] = True
+        record.completed = True
         results = collect(self.prom, [record])
         if not results:
             return None
         line = step_line(self.options.run_id, results[0], record)
         kept = write_or_spool(self.influx, [line], self.options.out_dir / SPOOL_DIR / BENCH_SPOOL)
-        record["influx"] = (InfluxPoints.of(record.get("influx")) + kept).as_record()
+        record.influx = (InfluxPoints.of(record.influx) + kept).as_record()
         return results[0]
 
     def _redis_reading(self, step: Step) -> dict[str, int] | None:
@@ -355,9 +356,9 @@ class Runner(StepPreparation):
         if self.interrupted:
             return None
         self.step_seconds.append(time.monotonic() - began)
-        prep = self.run.steps[-1].get("prep")
+        prep = self.run.steps[-1].prep
         line = quick_line(result) if result else "no samples"
-        note = InfluxPoints.of(self.run.steps[-1].get("influx")).note()
+        note = InfluxPoints.of(self.run.steps[-1].influx).note()
         line += f"  {note} ({SPOOL_DIR}/)" if note else ""
         tail = f"elapsed {_clock(time.monotonic() - self.started)}"
         if remaining is not None:
@@ -394,7 +395,7 @@ class Runner(StepPreparation):
                 self.gateway_settings = {}
             except StackError as error:
                 print(f"warning: could not restart the gateway: {error}", file=sys.stderr)
-        if not any(s["scenario"] == "mixed" for s in self.run.steps):
+        if not any(s.scenario == "mixed" for s in self.run.steps):
             return
         try:
             with connect(self.settings) as conn:
@@ -450,7 +451,7 @@ def finish(
 def not_written(run: RunRecord, out_dir: Path) -> InfluxPoints:
     """The run's InfluxDB points not written, said loudly (stderr) when any:
     where the spooled wait and the command that sends them."""
-    total = sum((InfluxPoints.of(s.get("influx")) for s in run.steps), InfluxPoints())
+    total = sum((InfluxPoints.of(s.influx) for s in run.steps), InfluxPoints())
     if total.spooled:
         print(
             f"aside-bench: {total.spooled} InfluxDB points were not written; they wait in "

@@ -15,6 +15,7 @@ from aside_bench.plan import scenarios
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import L1_ARMS, Step, arm_memory, base_arm, cache_param, gateway_env
 from aside_bench.records.runfile import RunRecord
+from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack import cachememory
 from aside_bench.stack.cachememory import MemoryBound
 from aside_bench.stack.config import Settings
@@ -80,11 +81,11 @@ class StepPreparation:
         return step.scenario != "ceiling" or expires_within(self.settings, margin_s)
 
     @staticmethod
-    def _warn(record: dict[str, Any], error: StackError) -> None:
-        record["warning"] = str(error)
+    def _warn(record: StepRecord, error: StackError) -> None:
+        record.warning = str(error)
         print(f"  warning: {error}; running the step anyway", flush=True)
 
-    def _gateway_for(self, arm: str, record: dict[str, Any]) -> None:
+    def _gateway_for(self, arm: str, record: StepRecord) -> None:
         """Restart the gateway when `arm` needs other settings than the last step's."""
         wanted = {**self.distances.gateway_env(arm), **gateway_env(arm)}
         if wanted == self.gateway_settings:
@@ -94,15 +95,15 @@ class StepPreparation:
         control.restart("gateway", wanted)
         self.gateway_settings = wanted
         self.connection_bound_read = False
-        record["gateway_restarted_with"] = wanted
+        record.gateway_restarted_with = wanted
 
-    def _bound_for(self, step: Step, record: dict[str, Any]) -> None:
+    def _bound_for(self, step: Step, record: StepRecord) -> None:
         """Before an arm's cold step: Redis bounded as the arm says (a memory
         arm) or as the stack had it (any other arm, after a memory arm)."""
         memory = arm_memory(step.arm)
         if step.phase != "cold" or (memory is None and self.stack_bound is None):
             if memory is not None:
-                record["cache_memory"] = asdict(MemoryBound(memory, self.options.cache_policy))
+                record.cache_memory = asdict(MemoryBound(memory, self.options.cache_policy))
             return
         if self.stack_bound is None:
             self.stack_bound = cachememory.read_bound(self.settings)
@@ -110,7 +111,7 @@ class StepPreparation:
             self.stack_bound if memory is None else MemoryBound(memory, self.options.cache_policy)
         )
         cachememory.apply_bound(self.settings, bound)
-        record["cache_memory"] = asdict(bound)
+        record.cache_memory = asdict(bound)
 
     def _continues_cold(self, step: Step) -> bool:
         """A warm step of a popularity workload (or a trace) right after its own
@@ -122,39 +123,39 @@ class StepPreparation:
             return False
         before = self.run.steps[-2]
         return bool(
-            before.get("completed")
-            and before["phase"] == "cold"
-            and before["arm"] == step.arm
-            and before["rate"] == step.rate
-            and before["repeat"] == step.repeat
+            before.completed
+            and before.phase == "cold"
+            and before.arm == step.arm
+            and before.rate == step.rate
+            and before.repeat == step.repeat
         )
 
-    def _prepare(self, step: Step, record: dict[str, Any]) -> None:
+    def _prepare(self, step: Step, record: StepRecord) -> None:
         self.distances.before(step, record)
         self._gateway_for(step.arm, record)
         self._bound_for(step, record)
         self.skip = 0
         try:
             waited = wait_until_quiet(self.settings, self.options.recover_timeout_s)
-            record["quiet_wait_s"] = round(waited, 2)
+            record.quiet_wait_s = round(waited, 2)
         except StackError as error:
             self._warn(record, error)
         in_process = base_arm(step.arm) in L1_ARMS
         if self._continues_cold(step):
             before = self.run.steps[-2]
-            self.skip = int(before["rate"]) * int(before["duration_s"])
-            record["skip"] = self.skip
-            record["prep"] = f"continues the cold step's stream over its cache (skip {self.skip})"
+            self.skip = int(before.rate) * int(before.duration_s)
+            record.skip = self.skip
+            record.prep = f"continues the cold step's stream over its cache (skip {self.skip})"
         elif step.phase == "warm" and (prepare := _own_preparation(step)) is not None:
-            record["warm"] = prepare(self.settings, self.options.data_dir, step)
-            record["prep"] = record["warm"].pop("prep")
+            warmed = record.warm = prepare(self.settings, self.options.data_dir, step)
+            record.prep = warmed.pop("prep")
         elif step.phase == "cold":
             flush_cache(self.settings)
-            record["prep"] = "cache flushed"
+            record.prep = "cache flushed"
             if in_process:
                 try:
                     waited = wait_l1_empty(self.settings)
-                    record["prep"] += f", L1 empty after {waited:.1f} s"
+                    record.prep += f", L1 empty after {waited:.1f} s"
                 except StackError as error:
                     self._warn(record, error)
         elif step.phase == "warm" and in_process:
@@ -163,25 +164,25 @@ class StepPreparation:
             warmed = warm_cache(
                 self.settings, self.read_emails(), flush=self._refill(step), mode="l2"
             )
-            record["prep"] = (
+            record.prep = (
                 f"cache warmed: {warmed['keys']} keys in {warmed['fill_s']} s, "
                 f"{warmed['hit_share_after']:.0%} hits on a re-read"
             )
-            record["warm"] = warmed
+            record.warm = warmed
 
-    def _warm_l1(self, step: Step, record: dict[str, Any]) -> None:
+    def _warm_l1(self, step: Step, record: StepRecord) -> None:
         """L1 entries outlive no step (CACHE_L1_TTL_SECONDS, 30 s by default), so
         every warm step fills L1 again; hybrid's Redis is refilled as the cache
         arm's is (the ceiling only when a key would lapse during the step)."""
         mode = cache_param(step.arm) or "l1"
         warmed = warm_l1(self.settings, self.read_emails(), mode, flush=self._refill(step))
-        record["prep"] = (
+        record.prep = (
             f"L1 warmed: {warmed['keys']} keys, {warmed['passes']} passes in "
             f"{warmed['fill_s']} s, {warmed['hit_share_after']:.0%} L1 hits in the last"
         )
-        record["warm"] = warmed
+        record.warm = warmed
         if not warmed["reached"]:
-            record["warning"] = (
+            record.warning = (
                 f"L1 hit share stayed at {warmed['hit_share_after']:.0%} after "
                 f"{warmed['passes']} passes"
             )

@@ -1,0 +1,108 @@
+"""One step of a run as run.json keeps it (StepRecord): the step, how it was
+prepared, the driver's run and its summary, the probes around it. The sweep
+fills it in, collect reads its figures back, the report and the plug-ins read
+its fields; a plug-in's own fields ride in `extra`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from aside_bench.plan.steps import Step
+
+
+@dataclass
+class StepRecord:
+    """A step's record. A field not recorded is None (or its default) and is
+    left out of run.json; a field this bench does not know is kept in `extra`."""
+
+    scenario: str
+    arm: str
+    phase: str
+    rate: int
+    duration_s: int
+    repeat: int = 1
+    read_rate: int = 0  # saved only when the step has one
+    completed: bool = False
+    # Its preparation: the distance's hops, the gateway's restart, Redis's bound.
+    distance: str | None = None
+    gateway_restarted_with: dict[str, str] | None = None
+    cache_memory: dict[str, Any] | None = None
+    quiet_wait_s: float | None = None
+    skip: int | None = None  # iterations a warm step passes over (its cold step's)
+    prep: str | None = None
+    warm: dict[str, Any] | None = None
+    warning: str | None = None
+    # The driver's run: its pool, instants, exit, CPU and summary.
+    pool: int | None = None
+    prom_start: float | None = None
+    driver_scenario: str | None = None
+    samples: str | None = None
+    probe: dict[str, Any] | None = None
+    start: float | None = None
+    end: float | None = None
+    driver_exit: int | None = None
+    driver: dict[str, float | None] | None = None
+    summary_error: str | None = None
+    summary: dict[str, Any] | None = None
+    key_trace: str | None = None
+    key_trace_lines: int | None = None
+    key_trace_lost: int | None = None
+    influx: dict[str, int] | None = None
+    hops: dict[str, Any] | None = None
+    redis: dict[str, Any] | None = None
+    interrupted: bool = False  # saved only when it was
+    prom_end: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, step: Step, **more: Any) -> StepRecord:
+        return cls(
+            step.scenario,
+            step.arm,
+            step.phase,
+            step.rate,
+            step.duration_s,
+            repeat=step.repeat,
+            read_rate=step.read_rate,
+            **more,
+        )
+
+    @property
+    def step(self) -> Step:
+        return Step(
+            self.scenario,
+            self.arm,
+            self.phase,
+            int(self.rate),
+            self.duration_s,
+            repeat=int(self.repeat),
+            read_rate=int(self.read_rate),
+        )
+
+    @property
+    def figures(self) -> dict[str, Any]:
+        """The driver's summary of the step (empty when it wrote none)."""
+        return self.summary or {}
+
+    def to_json(self) -> dict[str, Any]:
+        data = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "extra" and getattr(self, f.name) is not None
+        }
+        if not self.read_rate:
+            del data["read_rate"]
+        if not self.interrupted:
+            del data["interrupted"]
+        return {**data, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepRecord:
+        """A step of run.json, any bench's: a field it lacks takes its default."""
+        values = {name: value for name, value in data.items() if name in _KNOWN}
+        extra = {name: value for name, value in data.items() if name not in _KNOWN}
+        return cls(**values, extra=extra)
+
+
+_KNOWN = {f.name for f in fields(StepRecord)} - {"extra"}
