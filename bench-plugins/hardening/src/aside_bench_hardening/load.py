@@ -46,23 +46,14 @@ def load_run(
     over connections opened before it, as the reuse check asks. Against a
     production gateway, which refuses ?cache=, the same reads without it: the
     chaos scenario with neither writes nor reads by id."""
+    # Every read a hot email (COLD_SAMPLE only keeps the cold list small).
+    extra = {"HOT_SHARE": "1", "COLD_SAMPLE": "1", "CONNS": str(pool)}
     if production:
-        return LoadRun(
-            scenario="chaos",
-            run_id=run_id,
-            arm="cache",
-            phase=phase,
-            rate=rate,
-            duration_s=duration_s,
-            pool=pool,
-            timeout_s=READ_TIMEOUT_S,
-            data_dir=data_dir,
-            extra={"WRITE_SHARE": "0", "USER_SHARE": "0", "USER_PREFIX": run_id, "ID_SAMPLE": "0",
-                   "HOT_SHARE": "1", "COLD_SAMPLE": "1", "CONNS": str(pool)},
-            samples_path=samples_path,
-        )  # fmt: skip
+        extra |= {"WRITE_SHARE": "0", "USER_SHARE": "0", "USER_PREFIX": run_id, "ID_SAMPLE": "0"}
+    else:
+        extra["CACHE"] = "l2"
     return LoadRun(
-        scenario="read",
+        scenario="chaos" if production else "read",
         run_id=run_id,
         arm="cache",
         phase=phase,
@@ -71,8 +62,7 @@ def load_run(
         pool=pool,
         timeout_s=READ_TIMEOUT_S,
         data_dir=data_dir,
-        # Every read a hot email (COLD_SAMPLE only keeps the cold list small).
-        extra={"CACHE": "l2", "HOT_SHARE": "1", "COLD_SAMPLE": "1", "CONNS": str(pool)},
+        extra=extra,
         samples_path=samples_path,
     )
 
