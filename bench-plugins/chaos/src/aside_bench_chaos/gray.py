@@ -68,8 +68,9 @@ POSTGRES = ("postgres", "core-postgres")
 # miss, wherever it waits (gateway/src/aside_gateway/misses/read_deadline.py):
 # its pool wait (DB_POOL_TIMEOUT_MS, 1000) plus its statement timeout
 # (DB_STATEMENT_TIMEOUT_MS, 5000); after one failed read a worker's breaker
-# (DB_BREAKER_MS) and a failed lease's mark answer the misses after it at once. A read over a core fault, which it never reaches, within 500 ms. A
-# write over a Redis fault waits
+# (DB_BREAKER_MS) and a failed lease's mark answer the misses after it at once.
+# A read over a core fault, which it never reaches, within 500 ms. A write over
+# a Redis fault waits
 # at most the core's invalidation deadline (CORE_INVALIDATION_DEADLINE_MS, 300)
 # before the outbox takes the invalidation over; PostgreSQL's and the core's
 # faults are bounded by the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1000) and
