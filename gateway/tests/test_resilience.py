@@ -266,7 +266,7 @@ def test_parallel_reads_stay_correct_while_redis_flaps(start_gateway, redis_serv
     assert failures == []
 
 
-def test_statement_timeout_is_a_504_and_frees_the_lease(start_gateway, database_url, rdb):
+def test_statement_timeout_is_a_504_and_marks_the_lease_failed(start_gateway, database_url, rdb):
     gw = start_gateway(DB_STATEMENT_TIMEOUT_MS="300", GATEWAY_WORKERS="1")
     email = unique_email()
     with psycopg.connect(database_url) as locker:
@@ -277,8 +277,18 @@ def test_statement_timeout_is_a_504_and_frees_the_lease(start_gateway, database_
         assert response.json()["error"]["code"] == "timeout"
         assert elapsed < 2.0
         locker.rollback()
-    # The failed holder gave its lease back, so the next reader need not wait it out.
-    assert not rdb.exists(f"aside:v1:{{count:{email}}}:lease")
+    # The failed holder left a failure mark in its lease's place: a reader within
+    # its second answers 503 at once instead of waiting it out or scanning again.
+    lease = f"aside:v1:{{count:{email}}}:lease"
+    assert rdb.get(lease) == b"!fail:timeout"
+    assert 0 < rdb.pttl(lease) <= 1000
+    response, elapsed = timed_get(gw.url + COUNT, email=email)
+    if rdb.exists(lease):
+        assert response.status_code == 503, response.text
+        assert response.headers["Retry-After"] == "1"
+        assert elapsed < 0.5
+    # Once the mark is gone, the next reader fills the key.
+    wait_until(lambda: not rdb.exists(lease), 5, "the failure mark to expire")
     response, elapsed = timed_get(gw.url + COUNT, email=email)
     assert response.status_code == 200 and response.headers["X-Cache"] == "MISS"
     assert elapsed < 1.0
