@@ -1,7 +1,8 @@
 """Pipelined requests on the gateway's HTTP protocol (front/worker.py): the
 real uvicorn protocol class on a transport of the test's, then the real
-gateway: the queue per connection stays at its bound, and a run of refusals
-is answered in a loop, not by recursion."""
+gateway: the queue per connection stays at its bound, a run of refusals
+is answered in a loop, not by recursion, and a paced client's requests are
+held with reading paused."""
 
 from __future__ import annotations
 
@@ -175,3 +176,41 @@ def test_the_gateway_answers_every_request_of_a_long_pipeline_and_another_client
     finally:
         sock.close()
     assert got.count(b"HTTP/1.1 200 OK") == total
+
+
+def test_a_paced_client_s_pipeline_is_held_with_reading_paused():
+    """The ops pace on (10 a second, burst 2): of 10 pipelined /healthz, the
+    burst is answered at once; the next is held with reading paused, and the
+    rest come at the pace, not all at once."""
+    healthz = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+
+    async def scenario() -> tuple[int, bool, bool, int]:
+        config = Config(app=_ok, lifespan="off", log_level="warning", access_log=False)
+        config.load()
+        settings = load_settings(
+            {"DATABASE_URL": "postgresql://a@h/d", "REDIS_URL": "redis://h", "CORE_URL": "http://c",
+             "ASIDE_PROFILE": "lab", "GATEWAY_OPS_CLIENT_PER_S": "10",
+             "GATEWAY_OPS_CLIENT_BURST": "2"}
+        )  # fmt: skip
+        protocol = worker.protocol_class(settings)(
+            config=config, server_state=ServerState(), app_state={}
+        )
+        transport = Transport()
+        protocol.connection_made(transport)
+        protocol.data_received(healthz * 10)
+        loop = asyncio.get_running_loop()
+        settle = loop.time() + 0.05
+        while loop.time() < settle:
+            await asyncio.sleep(0.005)
+        at_once, paused, held = transport.answers(b"200"), transport.paused, protocol._held
+        later = loop.time() + 0.35
+        while loop.time() < later:
+            if transport.paused and protocol._held is None and protocol.pipeline == []:
+                transport.resume_reading()
+            await asyncio.sleep(0.005)
+        return at_once, paused, held is not None, transport.answers(b"200")
+
+    at_once, paused, held, after = asyncio.run(scenario())
+    assert (at_once, paused, held) == (2, True, True)
+    # 0.4 s at 10 a second past the burst: 3 or 4 more, not the 8 left.
+    assert 4 <= after <= 7, after
