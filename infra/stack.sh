@@ -29,10 +29,15 @@ known_service() {
 
 # wait_ready NAME: poll until NAME answers; give up at the deadline or as soon
 # as its process has exited (no point waiting a minute for a dead process).
+# A process caught in the middle of an exec (setpriv becoming the service) has
+# no command line for a moment, so it counts as gone only when three polls in a
+# row miss it (seen: "node-exporter exited during start-up", with an empty log).
 wait_ready() {
-    local name=$1 deadline=$((SECONDS + READY_TIMEOUT))
+    local name=$1 deadline=$((SECONDS + READY_TIMEOUT)) missed=0
     until service_ready "$name" >/dev/null 2>&1; do
-        if ! pid_of "$name" >/dev/null; then
+        if pid_of "$name" >/dev/null; then
+            missed=0
+        elif [ $((missed += 1)) -ge 3 ]; then
             printf '%saside: %s exited during start-up%s\n' "$C_RED" "$name" "$C_OFF" >&2
             return 1
         fi
