@@ -174,7 +174,7 @@ UNIT_GO := ./internal/compute/... ./internal/tracks/... ./internal/validate/... 
 
 test-unit: ## the tests that need no running service (seconds; no stack)
 	@$(VENV)/pytest --import-mode=importlib -q -p no:cacheprovider $(UNIT_PY) && \
-		(cd core-go && go test -count=1 $(UNIT_GO))
+		(cd core-go && go test -count=1 $(UNIT_GO)) && (cd bench/proxy && go test -count=1 ./...)
 
 images: ## docker build of aside-gateway, aside-seed, aside-core and aside-load (IMAGE_TAG; needs docker)
 	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "aside: make images needs docker ($(DOCKER) not found); the native stack (make up) needs none" >&2; exit 1; }
@@ -191,6 +191,7 @@ lint: ## ruff, the import layers of the gateway, seed and bench (import-linter),
 		(cd bench && ../$(VENV)/lint-imports --no-cache --no-logo) && \
 		test -z "$$(cd core-go && gofmt -l .)" && (cd core-go && go vet ./...) && \
 		test -z "$$(cd bench/driver && gofmt -l .)" && (cd bench/driver && go vet ./...) && \
+		test -z "$$(cd bench/proxy && gofmt -l .)" && (cd bench/proxy && go vet ./...) && \
 		test -z "$$(cd infra/helm/validate && gofmt -l .)" && (cd infra/helm/validate && go vet ./...) && \
 		infra/install.sh licences && $(VENV)/python infra/licences.py --go-licenses "$$ASIDE_BIN_DIR/go-licenses"
 
@@ -200,4 +201,5 @@ licences: ## check every dependency's licence (infra/licences.toml) and write do
 
 fmt: ## format Python and Go
 	@$(VENV)/ruff format . && $(VENV)/ruff check --fix . && (cd core-go && gofmt -w .) && \
-		(cd bench/driver && gofmt -w .) && (cd infra/helm/validate && gofmt -w .)
+		(cd bench/driver && gofmt -w .) && (cd bench/proxy && gofmt -w .) && \
+		(cd infra/helm/validate && gofmt -w .)

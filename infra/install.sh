@@ -21,9 +21,8 @@ UV_VERSION=${UV_VERSION:-0.13.9}
 # The Go packages' licences (infra/licences.py), from the Go module proxy.
 GO_LICENSES_MODULE=github.com/google/go-licenses
 GO_LICENSES_VERSION=v1.6.0
-# The proxy on the services' hops (MIT; docs/stack.md), pinned.
+# The proxy on the services' hops (MIT; docs/stack.md), pinned in bench/proxy/go.mod.
 TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2
-TOXIPROXY_VERSION=v2.12.0
 APT_PACKAGES=(postgresql postgresql-contrib redis-server influxdb prometheus
     prometheus-node-exporter prometheus-redis-exporter prometheus-postgres-exporter
     curl jq iproute2 util-linux)
@@ -169,29 +168,21 @@ install_licences() {
         die "building go-licenses failed (see .run/logs/go-licenses-build.log)"
 }
 
-# toxiproxy's server, pinned, as bin/toxiproxy-server: `go install` names it
-# after its folder (server), so it is installed into a folder of its own first.
-# `go version -m` names the version a binary was built from, so a second run
-# only reads it.
+# The proxy on the hops, bin/aside-proxy: toxiproxy's server at the version
+# bench/proxy/go.mod pins, with the latency_us toxic (bench/proxy/README.md),
+# stamped as toxiproxy's own release build is, so /version answers the pin.
 install_toxiproxy() {
-    local tool=$ASIDE_BIN_DIR/toxiproxy-server
-    if [ -x "$tool" ] && go version -m "$tool" 2>/dev/null |
-        grep -Eq "^[[:space:]]*mod[[:space:]]+$TOXIPROXY_MODULE[[:space:]]+$TOXIPROXY_VERSION([[:space:]]|$)"; then
-        return 0
-    fi
-    command -v go >/dev/null || die "go is not installed; toxiproxy is built from its Go module"
-    info "building toxiproxy $TOXIPROXY_VERSION from its Go module (a minute, once)"
+    local version
+    version=$(toxiproxy_version) || die "bench/proxy/go.mod does not require $TOXIPROXY_MODULE"
+    command -v go >/dev/null || die "go is not installed; install Go 1.26 or newer"
     mkdir -p "$ASIDE_BIN_DIR"
-    local gobin
-    gobin=$(mktemp -d "$ASIDE_RUN_DIR/toxiproxy-build.XXXXXX")
-    # Stamped as its own release build does, so /version answers the pin.
-    GOBIN=$gobin go install -trimpath -ldflags "-X $TOXIPROXY_MODULE.Version=$TOXIPROXY_VERSION" \
-        "$TOXIPROXY_MODULE/cmd/server@$TOXIPROXY_VERSION" >>"$ASIDE_RUN_DIR/logs/toxiproxy-build.log" 2>&1 ||
-        { rm -rf "$gobin"; die "building toxiproxy failed (see .run/logs/toxiproxy-build.log)"; }
-    mv "$gobin/server" "$tool"
-    rm -rf "$gobin"
-    chmod a+rx "$tool" # run as the service user
+    (cd "$ASIDE_ROOT/bench/proxy" && go build -trimpath -ldflags "-X $TOXIPROXY_MODULE.Version=$version" \
+        -o "$ASIDE_BIN_DIR/aside-proxy" ./cmd/aside-proxy) ||
+        die "the proxy did not build; run 'cd bench/proxy && go build ./...' to see why"
+    chmod a+rx "$ASIDE_BIN_DIR/aside-proxy" # run as the service user
 }
+
+toxiproxy_version() { awk -v m="$TOXIPROXY_MODULE" '$1 == m { print $2; found = 1 } END { exit !found }' "$ASIDE_ROOT/bench/proxy/go.mod"; }
 
 main() {
     mkdir -p "$ASIDE_RUN_DIR/logs"

@@ -1,14 +1,13 @@
 """Every dependency's licence, checked and listed (`make lint`, `make licences`).
 
 The Python packages are those of the locked environment (.venv, installed from
-uv.lock), read by pip-licenses; the Go packages are those core-go and
-bench/driver build and those of the commands infra/install.sh builds from a
-pinned Go module (toxiproxy), read by go-licenses. Each licence is one of: permissive
-(allowed), copyleft (allowed only where infra/licences.toml names the package,
-for that licence, with its reason), forbidden (AGPL, SSPL, BUSL, anything not
-open source) or unknown (forbidden too, unless infra/licences.toml gives the
-licence the package's own licence file states). The inventory docs/licences.md
-is generated from the same readings.
+uv.lock), read by pip-licenses; the Go packages are those core-go,
+bench/driver and bench/proxy (toxiproxy's server) build, read by go-licenses.
+Each licence is one of: permissive (allowed), copyleft (allowed only where
+infra/licences.toml names the package, for that licence, with its reason),
+forbidden (AGPL, SSPL, BUSL, anything not open source) or unknown (forbidden
+too, unless infra/licences.toml gives the licence the package's own licence
+file states). The inventory docs/licences.md is generated from the same readings.
 
 usage: .venv/bin/python infra/licences.py [--write] [--python PY] [--go-licenses PATH]
   default  one line per package whose licence is not allowed, and one if
@@ -32,11 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "infra" / "licences.toml"
 INVENTORY = ROOT / "docs" / "licences.md"
-GO_MODULES = ("core-go", "bench/driver")
-# Commands the stack runs, built by infra/install.sh from a pinned Go module: their
-# packages are read from that module's copy in Go's module cache, at the version
-# the binary itself records (`go version -m`).
-GO_TOOLS = ("bin/toxiproxy-server",)
+GO_MODULES = ("core-go", "bench/driver", "bench/proxy")
 # Aside's own: not dependencies (the bench's plug-in packages, bench-plugins/, too).
 PLUG_INS = sorted(
     p.name for p in (ROOT / "bench-plugins").iterdir() if (p / "pyproject.toml").is_file()
@@ -230,9 +225,9 @@ def inventory(verdicts: list[Verdict], policy: Policy) -> str:
         "",
         "Generated: do not edit. `make licences` writes it again (infra/licences.py) from",
         "the locked Python environment (.venv, installed from uv.lock; pip-licenses) and the",
-        f"Go packages {' and '.join(GO_MODULES)} build and those of {', '.join(GO_TOOLS)}",
-        "(go-licenses); `make lint` fails while it differs from what they give. Aside itself",
-        "is Apache-2.0 (LICENSE); why, and what a licence must be:",
+        f"Go packages {', '.join(GO_MODULES)} build (go-licenses); `make lint` fails",
+        "while it differs from what they give. Aside itself is Apache-2.0 (LICENSE); why,",
+        "and what a licence must be:",
         "docs/decisions/055-apache-2-0-and-the-licence-check.md.",
         "",
         "## Copyleft, allowed by name (infra/licences.toml)",
@@ -314,44 +309,6 @@ def go_packages(go_licenses: Path) -> list[Package]:
     return [Package("go", n, v, lic, ", ".join(m)) for (n, v, lic), m in used.items()]
 
 
-def _built_from(binary: Path) -> tuple[str, str, str]:
-    """(command package, module, version) a Go binary records."""
-    out = _run(["go", "version", "-m", str(binary)])
-    found: dict[str, list[str]] = {}
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) >= 2 and fields[0] in ("path", "mod"):
-            found.setdefault(fields[0], fields[1:])
-    if "path" not in found or len(found.get("mod", [])) < 2:
-        raise ReadError(f"{binary} records no module (go version -m)")
-    module, version = found["mod"][:2]
-    return found["path"][0], module, version
-
-
-def tool_packages(go_licenses: Path) -> list[Package]:
-    """Every package of GO_TOOLS' binaries, read from their pinned module."""
-    used: dict[tuple[str, str, str], list[str]] = {}
-    with tempfile.TemporaryDirectory(prefix="aside-licences-") as folder:
-        template = Path(folder) / "report.tpl"
-        template.write_text(GO_TEMPLATE)
-        for tool in GO_TOOLS:
-            binary = ROOT / tool
-            if not binary.is_file():
-                raise ReadError(f"{binary} not found; build it: infra/install.sh")
-            command, module, version = _built_from(binary)
-            where = json.loads(_run(["go", "mod", "download", "-json", f"{module}@{version}"]))
-            package = "./" + command[len(module) :].strip("/")
-            out = _run([str(go_licenses.resolve()), "report", package, "--template", str(template)],
-                       cwd=Path(where["Dir"]))  # fmt: skip
-            for line in filter(None, out.splitlines()):
-                name, found_version, licence = line.split("\t")
-                # The module itself, read from its folder, has no version of its own.
-                if name == module:
-                    found_version = version
-                used.setdefault((name, found_version, licence), []).append(tool)
-    return [Package("go", n, v, lic, ", ".join(m)) for (n, v, lic), m in used.items()]
-
-
 # ---- the command ----------------------------------------------------------------------
 
 
@@ -370,7 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         packages = python_packages(Path(sys.executable).parent / "pip-licenses", args.python)
         packages += go_packages(args.go_licenses)
-        packages += tool_packages(args.go_licenses)
     except ReadError as error:
         print(f"aside: licences: {error}", file=sys.stderr)
         return 1

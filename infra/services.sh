@@ -234,7 +234,7 @@ start_prometheus() {
 # each passes bytes through unchanged. Its state is in memory: a restart comes
 # back with every proxy and no toxic.
 start_toxiproxy() {
-    [ -x "$ASIDE_BIN_DIR/toxiproxy-server" ] || die "bin/toxiproxy-server is missing; run infra/install.sh toxiproxy"
+    [ -x "$ASIDE_BIN_DIR/aside-proxy" ] || die "bin/aside-proxy is missing; run infra/install.sh toxiproxy"
     local dir=$ASIDE_RUN_DIR/toxiproxy
     mkdir -p "$dir"
     sed -e "s#@REDIS_PORT@#$ASIDE_REDIS_PORT#g" -e "s#@PG_PORT@#$ASIDE_PG_PORT#g" \
@@ -247,7 +247,7 @@ start_toxiproxy() {
         "$ASIDE_ROOT/infra/conf/toxiproxy.json" >"$dir/proxies.json"
     own_state "$dir"
     # Its default level traces every connection: a load would fill the log.
-    LOG_LEVEL=warn launch_service toxiproxy "${AS_SERVICE[@]}" "$ASIDE_BIN_DIR/toxiproxy-server" \
+    LOG_LEVEL=warn launch_service toxiproxy "${AS_SERVICE[@]}" "$ASIDE_BIN_DIR/aside-proxy" \
         -host 127.0.0.1 -port "$ASIDE_TOXIPROXY_PORT" -config "$dir/proxies.json"
 }
 

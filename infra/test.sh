@@ -58,6 +58,7 @@ run_suite python .venv/bin/pytest --import-mode=importlib -q -p no:cacheprovider
 run_suite go bash -c 'cd core-go && go test -count=1 ./...'
 # The bench's load driver: its own Go module (bench/driver).
 run_suite driver bash -c 'cd bench/driver && go test -count=1 ./...'
+run_suite proxy bash -c 'cd bench/proxy && go test -count=1 ./...'
 # Its own Go module, so the core does not depend on client-go.
 run_suite helm bash -c 'cd infra/helm/validate && go test -count=1 ./...'
 

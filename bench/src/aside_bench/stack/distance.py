@@ -42,11 +42,11 @@ class DistanceError(ValueError):
 
 @dataclass(frozen=True)
 class HopDistance:
-    round_trip_ms: int
-    jitter_ms: int = 0
+    round_trip_ms: float
+    jitter_ms: float = 0
 
     @property
-    def worst_ms(self) -> int:
+    def worst_ms(self) -> float:
         return self.round_trip_ms + self.jitter_ms
 
 
@@ -60,19 +60,18 @@ class Distance:
         return self.hops.get(hop, HopDistance(0))
 
 
-def _whole_ms(name: str, value: object) -> int:
-    """A whole number of milliseconds, 0 or more: toxiproxy's latency toxic
-    takes whole milliseconds."""
+def _milliseconds(name: str, value: object) -> float:
+    """Milliseconds, 0 or more, to the microsecond the proxy's toxic takes."""
     try:
         number = float(str(value))
     except ValueError:
         raise DistanceError(f"{name} must be a number of milliseconds, got {value!r}") from None
-    if number < 0 or number != int(number):
+    if not 0 <= number < 60_000 or round(number, 3) != number:
         raise DistanceError(
-            f"{name} must be a whole number of milliseconds, 0 or more, got {value!r} "
-            "(toxiproxy's latency toxic adds whole milliseconds)"
+            f"{name} must be milliseconds from 0 to 60000 with at most three decimals "
+            f"(the proxy adds whole microseconds), got {value!r}"
         )
-    return int(number)
+    return number
 
 
 @cache
@@ -82,16 +81,16 @@ def _presets(path: Path = PRESETS_FILE) -> dict[str, Distance]:
     for name, preset in data["presets"].items():
         where = f"{path.name} preset {name}"
         default = HopDistance(
-            _whole_ms(f"{where} round_trip_ms", preset.get("round_trip_ms", 0)),
-            _whole_ms(f"{where} jitter_ms", preset.get("jitter_ms", 0)),
+            _milliseconds(f"{where} round_trip_ms", preset.get("round_trip_ms", 0)),
+            _milliseconds(f"{where} jitter_ms", preset.get("jitter_ms", 0)),
         )
         hops = {hop: default for hop in HOPS}
         for hop, values in preset.get("hops", {}).items():
             if hop not in HOPS:
                 raise DistanceError(f"{where} names hop '{hop}' (one of: {' '.join(HOPS)})")
             hops[hop] = HopDistance(
-                _whole_ms(f"{where} {hop} round_trip_ms", values.get("round_trip_ms", 0)),
-                _whole_ms(f"{where} {hop} jitter_ms", values.get("jitter_ms", 0)),
+                _milliseconds(f"{where} {hop} round_trip_ms", values.get("round_trip_ms", 0)),
+                _milliseconds(f"{where} {hop} jitter_ms", values.get("jitter_ms", 0)),
             )
         found[name] = Distance(name, hops, preset.get("source", ""))
     return found
@@ -115,8 +114,8 @@ def explicit(env: dict[str, str] | None = None) -> Distance | None:
     hops = {}
     for hop, var in EXPLICIT.items():
         hops[hop] = HopDistance(
-            _whole_ms(f"DISTANCE_{var}_MS", env.get(f"DISTANCE_{var}_MS") or 0),
-            _whole_ms(f"DISTANCE_{var}_JITTER_MS", env.get(f"DISTANCE_{var}_JITTER_MS") or 0),
+            _milliseconds(f"DISTANCE_{var}_MS", env.get(f"DISTANCE_{var}_MS") or 0),
+            _milliseconds(f"DISTANCE_{var}_JITTER_MS", env.get(f"DISTANCE_{var}_JITTER_MS") or 0),
         )
     for hop, leader in FOLLOWS.items():
         hops[hop] = hops[leader]
@@ -140,7 +139,7 @@ def refuse_short_timeouts(distance: Distance, env: dict[str, str] | None = None)
             if worst >= timeout:
                 raise DistanceError(
                     f"{variable}={timeout} is not longer than the {hop} hop's round trip at "
-                    f"distance {distance.name} ({worst} ms): raise {variable} or choose a "
+                    f"distance {distance.name} ({worst:g} ms): raise {variable} or choose a "
                     "shorter distance"
                 )
 

@@ -93,16 +93,18 @@ class Proxies:
         return f"http://127.0.0.1:{self.api_port}"
 
 
-def latency_toxics(round_trip_ms: int, jitter_ms: int = 0, prefix: str = "distance") -> list[Toxic]:
-    """The latency toxic that adds `round_trip_ms` to a hop's round trip, all of
-    it on the reply: each toxic's timer wakes late by up to a millisecond (Go's
-    timers on an idle runtime; measured in docs/stack.md), so one toxic a hop
-    rather than one a direction overshoots once. The jitter rides on it too.
-    toxiproxy takes whole milliseconds (stack/distance.py refuses other values)."""
+def latency_toxics(
+    round_trip_ms: float, jitter_ms: float = 0, prefix: str = "distance"
+) -> list[Toxic]:
+    """The toxic that adds `round_trip_ms` to a hop's round trip, all of it on
+    the reply: `latency_us` (bench/proxy), in microseconds, which takes its own
+    timer's mean lateness off each wait (toxiproxy's `latency` takes whole
+    milliseconds and wakes late by a few tenths of one). One toxic a hop rather
+    than one a direction: one wait, one correction. The jitter rides on it too."""
     if round_trip_ms <= 0 and jitter_ms <= 0:
         return []
-    attributes = {"latency": round_trip_ms, "jitter": jitter_ms}
-    return [Toxic(f"{prefix}-{DOWNSTREAM}", "latency", DOWNSTREAM, attributes)]
+    attributes = {"latency_us": round(round_trip_ms * 1000), "jitter_us": round(jitter_ms * 1000)}
+    return [Toxic(f"{prefix}-{DOWNSTREAM}", "latency_us", DOWNSTREAM, attributes)]
 
 
 class Toxiproxy:
