@@ -49,6 +49,9 @@ class GrayCase:
     read_p99_ms: float
     write_max_ms: float
     read_max_ms: float = READ_MAX_MS  # past it a read hangs
+    # Where a breaker should take most reads off the faulty hop: their median
+    # over the fault, in ms (None: no such claim).
+    read_p50_ms: float | None = None
     # The load driver's timeout: past every budget, so a request over its
     # budget is measured, not cut.
     driver_timeout_s: int = 3
@@ -88,6 +91,7 @@ GRAY_CASES: dict[str, GrayCase] = {
             _one("latency", latency=SLOW_MS, jitter=0),
             read_p99_ms=READ_MAX_MS,
             write_max_ms=1500,
+            read_p50_ms=SLOW_MS,
         ),
         GrayCase(
             "redis-blackhole",
@@ -96,6 +100,7 @@ GRAY_CASES: dict[str, GrayCase] = {
             _one("timeout", timeout=0),
             read_p99_ms=READ_MAX_MS,
             write_max_ms=1500,
+            read_p50_ms=SLOW_MS,
         ),
         GrayCase(
             "redis-throttled",
@@ -214,12 +219,14 @@ def gray_checks(
     unclear = [s for s in samples if not _clear_answer(s)]
     steady_p95 = _p([s.ms for s in before], 0.95) or 0.0
     read_p99 = _p([s.ms for s in during_reads], 0.99)
+    read_p50 = _p([s.ms for s in during_reads], 0.50)
     slow_writes = [s for s in writes if s.ms > case.write_max_ms]
     back = steady_again(reads, healed, steady_p95)
     figures = {
         "fault_s": round(healed - fault, 1),
         "steady_read_p95_ms": round(steady_p95, 1),
         "reads_during_fault": len(during_reads),
+        "read_p50_during_fault_ms": None if read_p50 is None else round(read_p50, 1),
         "read_p99_during_fault_ms": None if read_p99 is None else round(read_p99, 1),
         "read_503_during_fault": sum(1 for s in during_reads if s.status == 503),
         "bypass_during_fault": sum(1 for s in during_reads if s.tag("xcache") == "BYPASS"),
@@ -254,4 +261,17 @@ def gray_checks(
             f"{STEADY_FACTOR:g}x again {fmt_seconds(back)} after",
         ),
     ]
+    if case.read_p50_ms is not None:
+        checks.insert(2, _median_check(case.read_p50_ms, read_p50, len(during_reads)))
     return checks, figures
+
+
+def _median_check(limit_ms: float, read_p50: float | None, reads: int) -> Check:
+    """Most reads around the fault: a breaker that opens leaves only the reads
+    that find it closed to wait on the hop."""
+    shown = "none" if read_p50 is None else f"{read_p50:.1f} ms"
+    return Check(
+        f"most reads around the fault: read p50 within {limit_ms:g} ms",
+        read_p50 is not None and read_p50 <= limit_ms,
+        f"p50 {shown} over {reads} reads",
+    )
