@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -521,3 +522,16 @@ def test_report_files_and_a_healthy_stack(chaos_run: dict[str, Any]) -> None:
         assert (out_dir / f"load-{name}.jsonl.gz").stat().st_size > 1000
     assert "| case | requests |" in chaos_run["_stdout"]
     assert _stack("status").returncode == 0
+
+
+def test_the_cpu_meter_reads_the_driver_and_the_proxy_in_cores() -> None:
+    meter = gray.CpuMeter.start(os.getpid())  # this process stands in for the proxy
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=30)
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    shares = meter.shares()
+    assert shares["driver_cpu_cores"] is not None and shares["driver_cpu_cores"] > 0.05
+    assert shares["proxy_cpu_cores"] is not None and shares["proxy_cpu_cores"] > 0.05
+    assert gray.CpuMeter.start(None).shares()["proxy_cpu_cores"] is None

@@ -10,9 +10,12 @@ are pure, from the driver's samples, beside the checks of checks.py."""
 from __future__ import annotations
 
 import math
+import resource
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from aside_bench.stack import procs
 from aside_bench.stack.toxiproxy import DOWNSTREAM, Toxic, Toxiproxy
 from aside_bench_suite.samples import (
     CLOCK_SLACK_S,
@@ -157,6 +160,42 @@ GRAY_CASES: dict[str, GrayCase] = {
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class CpuMeter:
+    """The load driver's and the proxy's CPU over one case's load, in cores:
+    they share the machine's cores with the services they measure. The driver
+    is read from this process's reaped children (a gray case starts no other
+    process meanwhile), the proxy from its process tree."""
+
+    began: float
+    children_s: float
+    proxy_pid: int | None
+    proxy_ticks: int | None
+
+    @classmethod
+    def start(cls, proxy_pid: int | None) -> CpuMeter:
+        ticks = None if proxy_pid is None else procs.tree_cpu_ticks(proxy_pid)
+        return cls(time.monotonic(), _children_cpu_s(), proxy_pid, ticks)
+
+    def shares(self) -> dict[str, float | None]:
+        """Once the driver has been waited for."""
+        wall = max(time.monotonic() - self.began, 1e-9)
+        proxy = None
+        if self.proxy_pid is not None and self.proxy_ticks is not None:
+            now = procs.tree_cpu_ticks(self.proxy_pid)
+            if now is not None:
+                proxy = (now - self.proxy_ticks) / procs.clock_ticks_per_s() / wall
+        return {
+            "driver_cpu_cores": round((_children_cpu_s() - self.children_s) / wall, 3),
+            "proxy_cpu_cores": None if proxy is None else round(proxy, 3),
+        }
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def inject(api: Toxiproxy, case: GrayCase) -> None:

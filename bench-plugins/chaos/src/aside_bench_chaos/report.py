@@ -32,7 +32,9 @@ def _recovery(case: dict[str, Any]) -> str:
     if "steady_p95_again_after_s" in f:  # a gray failure
         return (
             f"read p99 {f.get('read_p99_during_fault_ms')} ms over the fault, steady p95 "
-            f"again {fmt_s(f.get('steady_p95_again_after_s'))} after it healed"
+            f"again {fmt_s(f.get('steady_p95_again_after_s'))} after it healed; "
+            f"CPU: driver {_cores(f.get('driver_cpu_cores'))}, "
+            f"proxy {_cores(f.get('proxy_cpu_cores'))}"
         )
     if name == "core":
         return f"first 2xx write {fmt_s(f.get('first_2xx_write_after_ready_s'))} after core ready"
@@ -47,6 +49,10 @@ def _recovery(case: dict[str, Any]) -> str:
             f"{fmt_s(f.get('first_miss_after_ready_s'))} after PostgreSQL ready"
         )
     return f"worker replaced in {fmt_s(f.get('worker_replaced_after_s'))}"
+
+
+def _cores(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} of a core"
 
 
 def status_table(case: dict[str, Any]) -> Table:

@@ -186,6 +186,7 @@ def run_case(
     summary_path = params.out_dir / f"load-{case}-summary.json"
     log_path = params.out_dir / "load.log"
     run = load_run(params, seed, case, samples_path, summary_path)
+    cpu = gray.CpuMeter.start(control.pid("toxiproxy")) if case in gray.GRAY_CASES else None
     load = new_driver(settings, run, log_path).start()
     first = load.first_request(samples_path, LOAD_START_DEADLINE_S)
     events = result.events
@@ -218,6 +219,7 @@ def run_case(
         checks, figures = cc.postgres_checks(samples, events, redis_errors)
     elif case in gray.GRAY_CASES:
         checks, figures = gray.gray_checks(gray.GRAY_CASES[case], samples, events)
+        figures.update(cpu.shares() if cpu else {})
     else:
         evaluate = {"redis": cc.redis_checks, "core": cc.core_checks}
         checks, figures = evaluate[case](samples, events)
