@@ -88,12 +88,8 @@ class SmokeRun:
         return json.loads((self.reports_dir / run_id / "run.json").read_text())
 
 
-@pytest.fixture(scope="session")
-def small_seed(settings: config.Settings, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The smoke bench's small table (20,000 rows, seed 7), seeded afresh for the
-    fault suite and the soak, whatever ran before; returns the seeder's data dir."""
-    guard_database(settings)
-    data_dir = tmp_path_factory.mktemp("small-seed")
+def _seed_small_table(data_dir: Path) -> None:
+    """The smoke table: SMOKE_ROWS rows, seed 7, 20 hot emails; its key files in data_dir."""
     seeded = subprocess.run(
         [sys.executable, "-m", "aside_seed", "--rows", str(SMOKE_ROWS), "--seed", "7",
          "--hot-emails", "20", "--hot-ratio", "0.5", "--sample-size", "200", "--reset",
@@ -102,6 +98,15 @@ def small_seed(settings: config.Settings, tmp_path_factory: pytest.TempPathFacto
         capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False,
     )  # fmt: skip
     assert seeded.returncode == 0, f"aside-seed failed: {seeded.stderr[-2000:]}"
+
+
+@pytest.fixture(scope="session")
+def small_seed(settings: config.Settings, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke bench's small table (20,000 rows, seed 7), seeded afresh for the
+    fault suite and the soak, whatever ran before; returns the seeder's data dir."""
+    guard_database(settings)
+    data_dir = tmp_path_factory.mktemp("small-seed")
+    _seed_small_table(data_dir)
     return data_dir
 
 
@@ -112,14 +117,7 @@ def smoke_run(settings: config.Settings, tmp_path_factory: pytest.TempPathFactor
     guard_database(settings)
     data_dir = tmp_path_factory.mktemp("key-data")
     reports_dir = tmp_path_factory.mktemp("reports")
-    seeded = subprocess.run(
-        [sys.executable, "-m", "aside_seed", "--rows", str(SMOKE_ROWS), "--seed", "7",
-         "--hot-emails", "20", "--hot-ratio", "0.5", "--sample-size", "200", "--reset",
-         "--data-dir", str(data_dir)],
-        env=bench_env(),
-        capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False,
-    )  # fmt: skip
-    assert seeded.returncode == 0, f"aside-seed failed: {seeded.stderr[-2000:]}"
+    _seed_small_table(data_dir)
     stamp = time.strftime("%H%M%S")
     run_id, mixed_run_id = f"smoke-{stamp}", f"smoke-mixed-{stamp}"
     rates = " ".join(map(str, SMOKE_RATES))

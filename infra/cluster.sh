@@ -11,23 +11,23 @@
 
 CLUSTER_MATCH=redis-server
 
-# cluster_primary_names: redis-cluster-1 ... one per primary port, in order.
-cluster_primary_names() {
-    local i=0 port
-    for port in $ASIDE_REDIS_CLUSTER_PORTS; do
+# numbered_names PREFIX PORTS...: PREFIX-1:port ... one per port, in order.
+numbered_names() {
+    local prefix=$1 i=0 port
+    shift
+    for port in "$@"; do
         i=$((i + 1))
-        printf 'redis-cluster-%s:%s\n' "$i" "$port"
+        printf '%s-%s:%s\n' "$prefix" "$i" "$port"
     done
 }
 
+# cluster_primary_names: redis-cluster-1 ... one per primary port, in order.
+# shellcheck disable=SC2086 # the port lists split on spaces
+cluster_primary_names() { numbered_names redis-cluster $ASIDE_REDIS_CLUSTER_PORTS; }
+
 # cluster_replica_names: redis-replica-1 ... the replica of primary 1 first.
-cluster_replica_names() {
-    local i=0 port
-    for port in $ASIDE_REDIS_CLUSTER_REPLICA_PORTS; do
-        i=$((i + 1))
-        printf 'redis-replica-%s:%s\n' "$i" "$port"
-    done
-}
+# shellcheck disable=SC2086
+cluster_replica_names() { numbered_names redis-replica $ASIDE_REDIS_CLUSTER_REPLICA_PORTS; }
 
 # cluster_node_names: every node, the primaries first.
 cluster_node_names() {
