@@ -99,9 +99,7 @@ def count_key(email: str) -> str:
     return f"{KEY_PREFIX}{{count:{email}}}"
 
 
-class ClusterNode(TypedDict):
-    """A node as redis-py's CLUSTER NODES reply gives it (the fields read here)."""
-
+class ClusterNode(TypedDict):  # CLUSTER NODES' reply, as redis-py gives it: what is read
     node_id: str
     master_id: str
     flags: str
@@ -183,9 +181,7 @@ def mixed_run(settings: Settings, seed: SeedData, run_id: str, case: str, rate: 
     )
 
 
-class SampleLine(TypedDict):
-    """A request of the samples file, as the driver wrote it (the fields read here)."""
-
+class SampleLine(TypedDict):  # a line of the driver's samples file: what is read
     t: float
     ms: float
     status: int  # 0: no answer
@@ -194,18 +190,15 @@ class SampleLine(TypedDict):
     tags: NotRequired[dict[str, str] | None]
 
 
-class WindowFigures(TypedDict):
-    requests: int
-    errors: int
-    statuses: dict[str, int]  # of the errors
-    p99_ms: float
+# Requests of a window by name: how many, their errors by status, their p99 ms.
+Windows = dict[str, dict[str, int | float | dict[str, int]]]
 
 
-class ClusterFigures(TypedDict):
+class ClusterFigures(TypedDict):  # report.json's "figures" of a cluster case
     event_s: float
-    over_event: dict[str, WindowFigures]  # by request name, as `before` and `after`
-    before: dict[str, WindowFigures]
-    after: dict[str, WindowFigures]
+    over_event: Windows
+    before: Windows
+    after: Windows
     error_share_over_event: float | None
     served_by_new_owner_after_s: float | None
     l1_subscribed_after_s: float | None
@@ -225,10 +218,10 @@ def read_lines(path: Path) -> list[SampleLine]:
     return lines
 
 
-def window_figures(lines: list[SampleLine], start: float, end: float) -> dict[str, WindowFigures]:
+def window_figures(lines: list[SampleLine], start: float, end: float) -> Windows:
     """Requests sent in [start, end): by name, their count, errors and p99 ms."""
     mine = [x for x in lines if start <= float(x["t"]) < end]
-    figures: dict[str, WindowFigures] = {}
+    figures: Windows = {}
     for name in sorted({str(x.get("name")) for x in mine}):
         one = [x for x in mine if str(x.get("name")) == name]
         # A request not answered or answered 5xx; the stale checker's verdicts are its own check.

@@ -12,7 +12,7 @@ from aside_bench_suite.base import ItemRecord, SuiteRun, item_section, save_repo
 from aside_bench_suite.samples import READS, KindTally, fmt_s
 
 from aside_bench_chaos.checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S, REPLACE_S
-from aside_bench_chaos.verify import ReadFigures, WriteFigures
+from aside_bench_chaos.verify import CheckFigures
 
 
 class CaseRecord(ItemRecord):
@@ -23,8 +23,8 @@ class CaseRecord(ItemRecord):
     notes: dict[str, object]
     requests: dict[str, KindTally]
     figures: Mapping[str, Any]  # the case's own; read by name, each where it is known
-    writes: WriteFigures
-    reads: ReadFigures
+    writes: CheckFigures
+    reads: CheckFigures
 
 
 def _cases(run: SuiteRun) -> list[CaseRecord]:

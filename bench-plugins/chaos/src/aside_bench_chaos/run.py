@@ -41,13 +41,7 @@ from aside_bench_chaos import checks as cc
 from aside_bench_chaos import cluster, gray
 from aside_bench_chaos.faults import Faults
 from aside_bench_chaos.report import one_line, write_report
-from aside_bench_chaos.verify import (
-    ReadFigures,
-    WriteFigures,
-    check_reads,
-    check_writes,
-    prewarm,
-)
+from aside_bench_chaos.verify import CheckFigures, check_reads, check_writes, prewarm
 
 KILLS = ("redis", "core", "postgres", "worker")
 # The gray failures and the cluster cases run only when named (the cluster
@@ -107,8 +101,8 @@ class CaseResult(SuiteResult):
     requests: dict[str, KindTally] = field(default_factory=dict)  # by kind
     # The case's own: checks.py's, gray.py's or cluster.py's figures.
     figures: Mapping[str, object] = field(default_factory=dict)
-    writes: WriteFigures = field(default_factory=WriteFigures)
-    reads: ReadFigures = field(default_factory=ReadFigures)
+    writes: CheckFigures = field(default_factory=dict)
+    reads: CheckFigures = field(default_factory=dict)
 
     descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, TypedDict
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -62,9 +62,7 @@ def _keys(conn: psycopg.Connection, prefix: str) -> dict[str, int | None]:
 
 
 @dataclass(frozen=True)
-class RetryAnswer:
-    """What a write sent again got: its status (0: none), a replay or not, the id."""
-
+class RetryAnswer:  # what a write sent again got; status 0: no answer
     status: int
     replayed: bool
     id: int | None
@@ -99,22 +97,14 @@ def _retry(settings: Settings, session: requests.Session, write: Sample) -> Retr
         time.sleep(0.2)
 
 
-class WriteFigures(TypedDict, total=False):  # empty for a case that did not run to its end
-    writes: int
-    acknowledged: int
-    not_acknowledged: int
-    committed_not_acknowledged: int
-    committed_not_acknowledged_users: list[str]
-    retried: int
-    retries_replayed: int
-    retries_created: int
-    rows_after: int
-    problems: list[str]
+# A check's figures by name, report.json's "writes" or "reads": counts, and the
+# users or reads that went wrong; empty for a case that did not run to its end.
+CheckFigures = dict[str, int | list[str]]
 
 
 def check_writes(
     settings: Settings, samples: list[Sample], prefix: str
-) -> tuple[Check, WriteFigures, list[int]]:
+) -> tuple[Check, CheckFigures, list[int]]:
     """Every acknowledged write exactly once with its id; every other write retried
     with its key, then every write exactly once; no row or key nobody asked for.
     Also the ids of the users written."""
@@ -168,7 +158,7 @@ def check_writes(
             f"idempotency keys out of step with users: {bad_keys[:3]} without a stored 201, "
             f"{orphan_keys[:3]} without a user"
         )
-    figures: WriteFigures = {
+    figures: CheckFigures = {
         "writes": len(writes),
         "acknowledged": len(acked),
         "not_acknowledged": len(unacked),
@@ -197,14 +187,7 @@ def _user_json(row: tuple[Any, ...]) -> dict[str, Any]:
     return {"id": user_id, "username": username, "email": email, "created_at": stamp}
 
 
-class ReadFigures(TypedDict, total=False):  # empty for a case that did not run to its end
-    emails: int
-    ids: int
-    reads: int
-    mismatches: list[str]
-
-
-def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Check, ReadFigures]:
+def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Check, CheckFigures]:
     """Each hot email's count and each user, read twice through the gateway (a
     fill, then most likely a hit), equal PostgreSQL's."""
     with connect(settings) as conn:
@@ -237,12 +220,8 @@ def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Che
                 got = answer(response.json()) if response.status_code == 200 else None
                 if got != want:
                     mismatches.append(f"{what}: gateway {got}, PostgreSQL {want}")
-    figures: ReadFigures = {
-        "emails": len(hot),
-        "ids": len(ids),
-        "reads": reads,
-        "mismatches": mismatches[:20],
-    }
+    figures: CheckFigures = {"emails": len(hot), "ids": len(ids), "reads": reads}
+    figures["mismatches"] = mismatches[:20]
     detail = f"{reads} reads of {len(hot)} hot emails and {len(ids)} users equal PostgreSQL"
     return (
         Check(
