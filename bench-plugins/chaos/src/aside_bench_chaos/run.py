@@ -330,7 +330,7 @@ def _run_cases(
         lambda case: run_case(settings, params, seed, control, case, api),
         lambda case, error: CaseResult(case, error=error),
         DESCRIPTIONS,
-        one_line,
+        lambda result: one_line(result.as_dict()),
         # After a failed case the next runs only on a stack that came back.
         go_on=lambda result: result.error is None or _restore_all(control),
     )

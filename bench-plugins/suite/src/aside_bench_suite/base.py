@@ -244,12 +244,13 @@ def run_items(
     run_one: Callable[[str], R],
     failed: Callable[[str, str], R],
     descriptions: dict[str, str],
-    one_line: Callable[[ItemRecord], str] | None = None,
+    one_line: Callable[[R], str] | None = None,
     go_on: Callable[[R], bool] = lambda _: True,
-) -> None:
+) -> list[R]:
     """Each named item run in turn, into `run.items`; an error of ITEM_ERRORS
     is recorded as the item's (`failed`) and the next one runs, unless `go_on`
-    says no. The run passes when every item did."""
+    says no. The run passes when every item did. Returns the items' results."""
+    results: list[R] = []
     for name in names:
         print(" ".join(filter(None, (f"[{name}]", descriptions.get(name), "..."))), flush=True)
         try:
@@ -257,11 +258,13 @@ def run_items(
         except ITEM_ERRORS as error:
             result = failed(name, str(error))
         run.items.append(result.as_dict())
+        results.append(result)
         if one_line is not None:
-            print(f"[{name}] {one_line(run.items[-1])}", flush=True)
+            print(f"[{name}] {one_line(result)}", flush=True)
         if not go_on(result):
             break
     run.passed = run.all_passed()
+    return results
 
 
 def increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
