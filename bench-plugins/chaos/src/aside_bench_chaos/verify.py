@@ -181,7 +181,7 @@ def check_writes(
     return check, figures, sorted(row[0] for row in after.values())
 
 
-def _user_json(row: tuple[Any, ...]) -> dict[str, Any]:
+def _user_json(row: tuple[Any, ...]) -> dict[str, int | str]:
     user_id, username, email, created_at = row
     stamp = created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {"id": user_id, "username": username, "email": email, "created_at": stamp}

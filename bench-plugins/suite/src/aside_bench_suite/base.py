@@ -126,7 +126,7 @@ class SuiteRun:
     kind: str
     seed: dict[str, Any]
     params: dict[str, Any]
-    limits: dict[str, Any] | None = None
+    limits: dict[str, float] | None = None  # the checks' limits, by name
     items: list[ItemRecord] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     passed: bool | None = None

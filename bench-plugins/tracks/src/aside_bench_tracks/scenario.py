@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from aside_bench.plan.scenarios import Hooks, Scenario
 from aside_bench.plan.shape import LoadShape
@@ -21,7 +20,7 @@ def _variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str, str]:
 
 def _run_params(
     args: argparse.Namespace, shape: LoadShape, settings: Settings, seed: SeedData
-) -> dict[str, Any]:
+) -> dict[str, tracks.TracksSummary]:
     return {"tracks": tracks.check_tracks(settings, seed.data_dir)}
 
 
