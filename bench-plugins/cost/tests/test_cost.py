@@ -162,12 +162,12 @@ def test_the_cost_table_prices_each_variant_against_the_reference() -> None:
         _result("cost-reference", "healthz", 2000, 3.0, cpu_s=3.2, repeat=2),
     ]
     rows = cost.figures(results)
-    assert [row["variant"] for row in rows] == ["driver", "reference"]
+    assert [row.variant for row in rows] == ["driver", "reference"]
     # CPU s / (2,000/s x 10 s) x 1,000: ms per request, the median of the rounds.
-    assert rows[0]["rounds"] == pytest.approx([0.08, 0.1])
-    assert rows[0]["cpu_ms_per_request"] == pytest.approx(0.09)
-    assert rows[1]["cpu_ms_per_request"] == pytest.approx(0.155)
-    assert rows[0]["vs_reference"] == pytest.approx(0.09 / 0.155)
+    assert rows[0].rounds == pytest.approx([0.08, 0.1])
+    assert rows[0].cpu_ms_per_request == pytest.approx(0.09)
+    assert rows[1].cpu_ms_per_request == pytest.approx(0.155)
+    assert rows[0].vs_reference == pytest.approx(0.09 / 0.155)
     table = cost.cost_table(rows, 2000)
     assert table.rows[0][2:5] == ["0.090", "0.080 / 0.100", "0.58x"]
     assert table.rows[1][4] == "1.00x" and table.rows[0][-1] == "0.0%"

@@ -162,9 +162,7 @@ def test_the_gateways_collections_over_a_step() -> None:
 
     counters = overload.counter_increase(reading(4, 0.010), reading(7, 0.0325))
     assert counters.gc_collections == 3 and counters.gc_pause_s == pytest.approx(0.0225)
-    assert overload_report._collections(asdict(counters)) == "3: 22 ms"
-    # A step recorded before the collections were read says so.
-    assert overload_report._collections({"breaker_skips": 0.0}) == "-"
+    assert overload_report._collections(counters) == "3: 22 ms"
 
 
 def test_goodput_counts_only_2xx_within_one_second() -> None:
@@ -364,25 +362,22 @@ def test_the_search_options_help_names_each_arms_own_defaults(
 
 
 def test_the_report_states_the_pools_cap_only_where_the_run_recorded_it() -> None:
-    def run(arms: list[dict[str, Any]]) -> SuiteRun:
-        return SuiteRun("r", "overload", {}, {"max_pool": 1000}, items=arms, machine={})
-
-    capped = run([{"max_pool": 992}, {"max_pool": 992}])
+    run = SuiteRun("r", "overload", {}, {"max_pool": 1000}, machine={})
+    capped = [plan.ArmResult(arm, max_pool=992) for arm in ("cache", "hybrid")]
     assert "at most 992 connections (8 below what a gateway worker holds" in (
-        overload_report._connections(capped)
+        overload_report._connections(run, capped)
     )
-    older = run([{}])
-    line = overload_report._connections(older)
+    line = overload_report._connections(run, [plan.ArmResult("cache")])
     assert "at most 1000 connections;" in line and "below what" not in line
 
 
 def test_the_report_names_an_arm_searched_its_own_way() -> None:
     search = plan.UNCACHED_SEARCH
     params = {"arm_searches": {"nocache": {"rates": asdict(search.rates), "p95_ms": 500.0}}}
-    assert overload_report._own_searches(params) == (
+    assert overload_report._own_searches(SuiteRun("r", "overload", {}, params)) == (
         " (nocache: p95 <= 500 ms, rates from 5/s by 5 up to 100/s)"
     )
-    assert overload_report._own_searches({}) == ""
+    assert overload_report._own_searches(SuiteRun("r", "overload", {}, {})) == ""
 
 
 def test_a_step_opens_its_pool_before_its_first_request_unless_told_not_to() -> None:
@@ -525,7 +520,7 @@ def test_an_arm_that_failed_before_its_steps_is_reported_with_its_error(tmp_path
     settings = SimpleNamespace(gateway_url="http://127.0.0.1:28000")
     record = overload._params_record(params, settings)  # type: ignore[arg-type]
     run = SuiteRun("r", "overload", {}, record, items=[failed.as_dict()])
-    overload_report.write_report(run, tmp_path)
+    overload_report.write_report(run, [failed], tmp_path)
     page = (tmp_path / "report.md").read_text()
     assert "The arm could not run to its end: gateway down" in page
     assert "error: gateway down" in page

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
 
 from aside_bench_suite.samples import (
     CLOCK_SLACK_S,
@@ -154,9 +153,14 @@ def common_checks(
 
 
 # ---- the four cases -------------------------------------------------------------------
+# A case's figures by name, report.json's "figures": counts, seconds, ms (None: none
+# seen), and counts by kind or route.
+CaseFigures = dict[str, float | dict[str, float] | None]
+
+
 def redis_checks(
     samples: list[Sample], events: dict[str, float]
-) -> tuple[list[Check], dict[str, Any]]:
+) -> tuple[list[Check], CaseFigures]:
     """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After),
     writes still succeed, hits come back without a gateway restart."""
     fault, ready = events["fault"], events["ready"]
@@ -177,7 +181,7 @@ def redis_checks(
     baseline = hit_share(started_between(samples, 0, fault)) or 0.0
     first_hit = first_after(reads, ready, lambda s: s.tag("xcache") == "HIT")
     ratio_back = hit_ratio_back(samples, ready, baseline)
-    figures = {
+    figures: CaseFigures = {
         "reads_during_outage": len(outage),
         "reads_during_outage_bypass": len(bypassed),
         "reads_during_outage_503": sum(1 for s in outage if s.status == 503),
@@ -216,9 +220,7 @@ def redis_checks(
     return checks, figures
 
 
-def core_checks(
-    samples: list[Sample], events: dict[str, float]
-) -> tuple[list[Check], dict[str, Any]]:
+def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[Check], CaseFigures]:
     """The core killed: writes answer 503 core_unavailable within 1 s while it is
     down, reads are unaffected, writes succeed again once it is back. A write in
     flight when it died may have committed: 504 write_outcome_unknown."""
@@ -251,7 +253,7 @@ def core_checks(
     after = started_between(writes, ready + CLOCK_SLACK_S, math.inf)
     after_failed = [s for s in after if not s.ok]
     first_ok = first_after(writes, ready, lambda s: s.ok)
-    figures = {
+    figures: CaseFigures = {
         "writes_while_down": len(down),
         "max_ms_while_down": max((s.ms for s in down), default=None),
         "writes_after_ready": len(after),
@@ -292,7 +294,7 @@ DB_DOWN_CODES = {"database_unavailable", "timeout", "unavailable"}
 
 def postgres_checks(
     samples: list[Sample], events: dict[str, float], redis_errors: float = 0
-) -> tuple[list[Check], dict[str, Any]]:
+) -> tuple[list[Check], CaseFigures]:
     """PostgreSQL restarted: cached reads keep answering, misses and writes fail
     fast, both pools recover by themselves within RECOVER_S of PostgreSQL being back.
 
@@ -327,7 +329,7 @@ def postgres_checks(
     first_write = first_after(writes, ready, lambda s: s.ok)
     first_miss = first_after(counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS")
     late = [s for s in failures if s.start >= ready + RECOVER_S]
-    figures = {
+    figures: CaseFigures = {
         "cached_reads_while_down": len(outage_reads),
         "gateway_redis_errors": redis_errors,
         "cached_reads_failed_after_redis_errors": len(shed),
@@ -378,7 +380,7 @@ def worker_checks(
     samples: list[Sample],
     events: dict[str, float],
     counters_delta: dict[tuple[str, str, str], float],
-) -> tuple[list[Check], dict[str, Any]]:
+) -> tuple[list[Check], CaseFigures]:
     """A gunicorn worker killed: it is replaced, only requests in flight on it at
     the kill go unanswered, and the gateway's request counters match the driver's count
     exactly, but for those: a killed worker may have counted a request whose
@@ -411,7 +413,7 @@ def worker_checks(
                 f"but only {lost_by_route.get(route, 0)} went unanswered"
             )
     replace_s = None if replaced is None else replaced - fault
-    figures = {
+    figures: CaseFigures = {
         "worker_replaced_after_s": replace_s,
         "unanswered": len(lost),
         "unanswered_by_kind": dict(Counter(s.kind for s in lost)),

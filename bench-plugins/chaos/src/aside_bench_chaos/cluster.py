@@ -22,7 +22,7 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import redis
 import requests
@@ -34,11 +34,14 @@ from aside_bench.stack.prepare import StackError, connect, wait_until_quiet
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl, wait_for
 from aside_bench_suite.base import sleep_until
-from aside_bench_suite.samples import Check, nearest_rank
+from aside_bench_suite.samples import Check, KindTally, nearest_rank
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from aside_bench_chaos.verify import check_reads, count_url
+
+if TYPE_CHECKING:
+    from aside_bench_chaos.run import CaseResult
 
 FAILOVER, RESHARD = "cluster-failover", "cluster-reshard"
 CASES = (FAILOVER, RESHARD)
@@ -96,6 +99,14 @@ def count_key(email: str) -> str:
     return f"{KEY_PREFIX}{{count:{email}}}"
 
 
+class ClusterNode(TypedDict):  # CLUSTER NODES' reply, as redis-py gives it: what is read
+    node_id: str
+    master_id: str
+    flags: str
+    slots: list[list[str]]
+    connected: bool
+
+
 class Topology:
     """The cluster as a fresh client sees it: primaries, their slots and replicas."""
 
@@ -105,7 +116,7 @@ class Topology:
     def client(self) -> RedisCluster:
         return RedisCluster.from_url(self.settings.redis_url, socket_timeout=2)
 
-    def nodes(self) -> dict[str, dict[str, Any]]:
+    def nodes(self) -> dict[str, ClusterNode]:
         client = self.client()
         try:
             return {k: v for k, v in client.cluster_nodes().items() if v["connected"]}
@@ -131,7 +142,7 @@ class Topology:
             client.close()
 
 
-def _slots(node: dict[str, Any]) -> set[int]:
+def _slots(node: ClusterNode) -> set[int]:
     return {s for lo, hi in node["slots"] for s in range(int(lo), int(hi) + 1)}
 
 
@@ -170,7 +181,32 @@ def mixed_run(settings: Settings, seed: SeedData, run_id: str, case: str, rate: 
     )
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
+class SampleLine(TypedDict):  # a line of the driver's samples file: what is read
+    t: float
+    ms: float
+    status: int  # 0: no answer
+    name: str
+    ok: bool
+    tags: NotRequired[dict[str, str] | None]
+
+
+# Requests of a window by name: how many, their errors by status, their p99 ms.
+Windows = dict[str, dict[str, int | float | dict[str, int]]]
+
+
+class ClusterFigures(TypedDict):  # report.json's "figures" of a cluster case
+    event_s: float
+    over_event: Windows
+    before: Windows
+    after: Windows
+    error_share_over_event: float | None
+    served_by_new_owner_after_s: float | None
+    l1_subscribed_after_s: float | None
+    l1_subscriptions_renewed: NotRequired[float]
+    stale: NotRequired[dict[str, int]]  # the stale checker's counters
+
+
+def read_lines(path: Path) -> list[SampleLine]:
     lines = []
     for text in path.read_text().splitlines():
         try:
@@ -182,10 +218,10 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
-def window_figures(lines: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
+def window_figures(lines: list[SampleLine], start: float, end: float) -> Windows:
     """Requests sent in [start, end): by name, their count, errors and p99 ms."""
     mine = [x for x in lines if start <= float(x["t"]) < end]
-    figures: dict[str, Any] = {}
+    figures: Windows = {}
     for name in sorted({str(x.get("name")) for x in mine}):
         one = [x for x in mine if str(x.get("name")) == name]
         # A request not answered or answered 5xx; the stale checker's verdicts are its own check.
@@ -202,7 +238,7 @@ def window_figures(lines: list[dict[str, Any]], start: float, end: float) -> dic
     return figures
 
 
-def requests_table(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def requests_table(lines: list[SampleLine]) -> dict[str, KindTally]:
     """The chaos report's status table, per request name."""
     table = {}
     for name in sorted({str(x.get("name")) for x in lines}):
@@ -254,7 +290,7 @@ class Event:
             self.target = next(a for a in primaries if _port(a) == seed_port)
         self.ids = {a: n["node_id"] for a, n in nodes.items()}
 
-    def run(self, events: dict[str, float], notes: dict[str, Any]) -> None:
+    def run(self, events: dict[str, float], notes: dict[str, object]) -> None:
         events["event"] = time.time()
         notes.update(source=self.source, target=self.target, slots=len(self.slots))
         if self.case == FAILOVER:
@@ -313,8 +349,8 @@ def new_owner_probe(settings: Settings, topology: Topology, email: str, target: 
 
 
 def run_cluster_case(settings: Settings, seed: SeedData, control: ServiceControl, case: str,
-                     run_id: str, rate: int, out: Path, result: Any) -> None:  # fmt: skip
-    """One cluster case into `result` (a chaos CaseResult)."""
+                     run_id: str, rate: int, out: Path, result: CaseResult) -> None:  # fmt: skip
+    """One cluster case into `result`."""
     on_cluster, env = cluster_settings(settings)
     control.ensure_up()
     for service in ("core", "gateway"):
@@ -350,13 +386,14 @@ def run_cluster_case(settings: Settings, seed: SeedData, control: ServiceControl
         )
     lines = read_lines(run.samples_path)
     result.requests = requests_table(lines)
-    result.checks, result.figures = judge(case, lines, events, served, resubscribed, since)
+    result.checks, figures = judge(case, lines, events, served, resubscribed, since)
     metrics_after = gateway_metrics.scrape(settings)
-    result.figures["l1_subscriptions_renewed"] = subscriptions(metrics_after) - subscriptions(
+    figures["l1_subscriptions_renewed"] = subscriptions(metrics_after) - subscriptions(
         metrics_before
     )
     stale = Summary.read(run.summary_path).counters("stale")
-    result.figures["stale"] = stale
+    figures["stale"] = stale
+    result.figures = figures
     result.checks.append(Check(
         "no stale read afterwards (the mixed scenario's checker)",
         stale.get("stale_checked", 0) > 0 and stale.get("stale_reads", 0) == 0,
@@ -373,9 +410,9 @@ def run_cluster_case(settings: Settings, seed: SeedData, control: ServiceControl
     ))  # fmt: skip
 
 
-def judge(case: str, lines: list[dict[str, Any]], events: dict[str, float],
+def judge(case: str, lines: list[SampleLine], events: dict[str, float],
           served: float | None, resubscribed: float | None,
-          since: float) -> tuple[list[Check], dict[str, Any]]:  # fmt: skip
+          since: float) -> tuple[list[Check], ClusterFigures]:  # fmt: skip
     """The checks on the samples and the instants noted."""
     start, end = events["event"], events["event_end"] + 1.0
     over = window_figures(lines, start, end)
@@ -386,7 +423,7 @@ def judge(case: str, lines: list[dict[str, Any]], events: dict[str, float],
     served_s = None if served is None else round(served - since, 2)
     resub_s = None if resubscribed is None else round(resubscribed - events["event"], 2)
     late_errors = sum(f["errors"] for f in after.values())
-    figures = {
+    figures: ClusterFigures = {
         "event_s": round(events["event_end"] - events["event"], 2),
         "over_event": over, "before": before, "after": after,
         "error_share_over_event": round(errors / total, 4) if total else None,

@@ -5,7 +5,6 @@ note when it answers again."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import psycopg
 import requests
@@ -47,7 +46,7 @@ class Faults:
             return True
         raise ValueError(service)
 
-    def inject(self, case: str, events: dict[str, float], notes: dict[str, Any]) -> None:
+    def inject(self, case: str, events: dict[str, float], notes: dict[str, object]) -> None:
         if case in gray.GRAY_CASES:
             events["fault"] = time.time()
             gray.inject(self._proxies(case), gray.GRAY_CASES[case])
@@ -75,7 +74,7 @@ class Faults:
                 events["replaced"] = at
                 notes["workers_after"] = sorted(self.control.gateway_workers())
 
-    def restore(self, case: str, events: dict[str, float], notes: dict[str, Any]) -> None:
+    def restore(self, case: str, events: dict[str, float], notes: dict[str, object]) -> None:
         if case == "worker":
             return  # gunicorn's master does it
         events["restore"] = time.time()

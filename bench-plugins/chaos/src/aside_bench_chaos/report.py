@@ -3,17 +3,35 @@ and the tables printed at the end."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aside_bench.report.tables import Table
-from aside_bench_suite.base import SuiteRun, item_section, save_report, suite_page
-from aside_bench_suite.samples import READS, fmt_s
+from aside_bench_suite.base import ItemRecord, SuiteRun, item_section, save_report, suite_page
+from aside_bench_suite.samples import READS, KindTally, fmt_s
 
 from aside_bench_chaos.checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S, REPLACE_S
+from aside_bench_chaos.verify import CheckFigures
 
 
-def one_line(case: dict[str, Any]) -> str:
+class CaseRecord(ItemRecord):
+    """A case as report.json holds it (run.CaseResult's record)."""
+
+    description: str
+    events: dict[str, float]
+    notes: dict[str, object]
+    requests: dict[str, KindTally]
+    figures: Mapping[str, Any]  # the case's own; read by name, each where it is known
+    writes: CheckFigures
+    reads: CheckFigures
+
+
+def _cases(run: SuiteRun) -> list[CaseRecord]:
+    return cast(list[CaseRecord], run.items)
+
+
+def one_line(case: CaseRecord) -> str:
     if case["error"]:
         return f"ERROR: {case['error']}"
     failed = [c["name"] for c in case["checks"] if not c["ok"]]
@@ -21,7 +39,7 @@ def one_line(case: dict[str, Any]) -> str:
     return f"{_recovery(case)}  {verdict}"
 
 
-def _recovery(case: dict[str, Any]) -> str:
+def _recovery(case: CaseRecord) -> str:
     f = case["figures"]
     name = case["name"]
     if name == "redis":
@@ -51,11 +69,11 @@ def _recovery(case: dict[str, Any]) -> str:
     return f"worker replaced in {fmt_s(f.get('worker_replaced_after_s'))}"
 
 
-def _cores(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} of a core"
+def _cores(value: object) -> str:
+    return f"{value:.2f} of a core" if isinstance(value, int | float) else "-"
 
 
-def status_table(case: dict[str, Any]) -> Table:
+def status_table(case: CaseRecord) -> Table:
     kinds = case["requests"]
     statuses = sorted(
         {s for k in kinds.values() for s in k["statuses"]},
@@ -71,7 +89,7 @@ def status_table(case: dict[str, Any]) -> Table:
     return Table(f"{case['name']}: requests by status", headers, rows)
 
 
-def _timeline(case: dict[str, Any]) -> str:
+def _timeline(case: CaseRecord) -> str:
     events = case["events"]
     start = events.get("load_start")
     if start is None:
@@ -88,7 +106,7 @@ def summary_table(run: SuiteRun) -> Table:
     headers = ["case", "requests", "non-2xx / no answer", "max read ms", "recovery",
                "writes checked", "reads checked", "verdict"]  # fmt: skip
     rows = []
-    for case in run.items:
+    for case in _cases(run):
         kinds, w = case["requests"], case["writes"]
         total = sum(k["requests"] for k in kinds.values())
         failed = sum(n for k in kinds.values() for status, n in k["statuses"].items()
@@ -124,7 +142,7 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     )
     tables = [summary_table(run)]
     doc.table(tables[0])
-    for case in run.items:
+    for case in _cases(run):
         own = [status_table(case)] if case["requests"] else []
         tables += own
         title = f"{case['name']}: {case['description']}"

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
@@ -33,13 +35,13 @@ from aside_bench_suite.base import (
     sleep_until,
     user_prefix,
 )
-from aside_bench_suite.samples import by_kind, read_samples
+from aside_bench_suite.samples import KindTally, by_kind, read_samples
 
 from aside_bench_chaos import checks as cc
 from aside_bench_chaos import cluster, gray
 from aside_bench_chaos.faults import Faults
 from aside_bench_chaos.report import one_line, write_report
-from aside_bench_chaos.verify import check_reads, check_writes, prewarm
+from aside_bench_chaos.verify import CheckFigures, check_reads, check_writes, prewarm
 
 KILLS = ("redis", "core", "postgres", "worker")
 # The gray failures and the cluster cases run only when named (the cluster
@@ -96,10 +98,11 @@ class ChaosParams:
 
 @dataclass
 class CaseResult(SuiteResult):
-    requests: dict[str, dict[str, Any]] = field(default_factory=dict)  # by kind
-    figures: dict[str, Any] = field(default_factory=dict)
-    writes: dict[str, Any] = field(default_factory=dict)
-    reads: dict[str, Any] = field(default_factory=dict)
+    requests: dict[str, KindTally] = field(default_factory=dict)  # by kind
+    # The case's own: checks.py's, gray.py's or cluster.py's figures.
+    figures: Mapping[str, object] = field(default_factory=dict)
+    writes: CheckFigures = field(default_factory=dict)
+    reads: CheckFigures = field(default_factory=dict)
 
     descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
 
@@ -210,28 +213,29 @@ def run_case(
     errors = increase(errors_before, cache_error_counts(scrape(settings)))
     result.notes["gateway_cache_errors"] = errors
     redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
-    result.notes["driver_summary"] = Summary.read(summary_path).counters("chaos")
+    tallies = result.notes["driver_summary"] = Summary.read(summary_path).counters("chaos")
+    figures: Mapping[str, object]
     if case == "worker":
         loaded = cc.loaded_route_increase(counters_before, request_counts(scrape(settings)))
-        checks, figures = cc.worker_checks(samples, events, loaded)
-        figures["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(loaded.items())}
+        checks, worker = cc.worker_checks(samples, events, loaded)
+        worker["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(loaded.items())}
+        figures = worker
     elif case == "postgres":
         checks, figures = cc.postgres_checks(samples, events, redis_errors)
     elif case in gray.GRAY_CASES:
-        checks, figures = gray.gray_checks(gray.GRAY_CASES[case], samples, events)
-        figures.update(cpu.shares() if cpu else {})
+        checks, found = gray.gray_checks(gray.GRAY_CASES[case], samples, events)
+        figures = {**found, **(cpu.shares() if cpu else {})}
     else:
         evaluate = {"redis": cc.redis_checks, "core": cc.core_checks}
         checks, figures = evaluate[case](samples, events)
     result.figures = figures
-    tallies = result.notes["driver_summary"]
     tallied = sum(tallies.values()) if tallies else None
     read_max_ms = gray.GRAY_CASES[case].read_max_ms if case in gray.GRAY_CASES else cc.READ_MAX_MS
     result.checks = (
         cc.common_checks(samples, dropped, case == "worker", tallied, read_max_ms) + checks
     )
-    writes_check, result.writes = check_writes(settings, samples, user_prefix(params.run_id, case))
-    written_ids = result.writes.pop("ids")
+    prefix = user_prefix(params.run_id, case)
+    writes_check, result.writes, written_ids = check_writes(settings, samples, prefix)
     reads_check, result.reads = check_reads(settings, seed.hot, sorted(set(ids) | set(written_ids)))
     result.checks += [writes_check, reads_check]
     return result
@@ -269,7 +273,8 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
         if kills:
             _run_cases(settings, params, seed, control, run, kills)
         if grays:
-            _run_gray(settings, params, seed, control, run, grays)
+            with _through_proxies(settings, control, run) as api:
+                _run_cases(settings, params, seed, control, run, grays, api)
     finally:
         _restore_all(control)
         run.extra["removed_users"] = remove_users(settings, params.run_id)
@@ -294,17 +299,12 @@ def _direct_again(settings: Settings, control: ServiceControl) -> None:
         control.route(None)
 
 
-def _run_gray(
-    settings: Settings,
-    params: ChaosParams,
-    seed: SeedData,
-    control: ServiceControl,
-    run: SuiteRun,
-    cases: tuple[str, ...],
-) -> None:
-    """The cases with the gateway and the core through the proxies, every proxy
-    left with no toxic and both services on their direct URLs afterwards,
-    whatever happened."""
+@contextmanager
+def _through_proxies(
+    settings: Settings, control: ServiceControl, run: SuiteRun
+) -> Iterator[Toxiproxy]:
+    """The gateway and the core through the proxies, every proxy left with no
+    toxic and both services on their direct URLs afterwards, whatever happened."""
     proxies = Proxies.from_env()
     urls = proxied_urls(proxies, settings.database_url, settings.redis_url, control.stack.core_url)
     with restored(Toxiproxy(proxies)) as api:
@@ -312,7 +312,7 @@ def _run_gray(
         run.extra["routed_through"] = proxies.ports
         try:
             control.route(urls)
-            _run_cases(settings, params, seed, control, run, cases, api)
+            yield api
         finally:
             control.route(None)
 
@@ -332,7 +332,7 @@ def _run_cases(
         lambda case: run_case(settings, params, seed, control, case, api),
         lambda case, error: CaseResult(case, error=error),
         DESCRIPTIONS,
-        one_line,
+        lambda result: one_line(result.as_dict()),
         # After a failed case the next runs only on a stack that came back.
         go_on=lambda result: result.error is None or _restore_all(control),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 from urllib.parse import quote
@@ -60,7 +61,14 @@ def _keys(conn: psycopg.Connection, prefix: str) -> dict[str, int | None]:
     return dict(conn.execute(query, _like(prefix)).fetchall())
 
 
-def _retry(settings: Settings, session: requests.Session, write: Sample) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RetryAnswer:  # what a write sent again got; status 0: no answer
+    status: int
+    replayed: bool
+    id: int | None
+
+
+def _retry(settings: Settings, session: requests.Session, write: Sample) -> RetryAnswer:
     """Send a write again with its own Idempotency-Key and body until it gets an
     answer that is not a 5xx (the stack may still be settling)."""
     username, email = write.tag("username"), write.tag("email")
@@ -78,22 +86,28 @@ def _retry(settings: Settings, session: requests.Session, write: Sample) -> dict
                     body = response.json()
                 except ValueError:
                     body = {}
-                return {
-                    "status": response.status_code,
-                    "replayed": response.headers.get("Idempotent-Replayed") == "true",
-                    "id": body.get("id") if isinstance(body, dict) else None,
-                }
-        except requests.RequestException as error:
+                return RetryAnswer(
+                    response.status_code,
+                    response.headers.get("Idempotent-Replayed") == "true",
+                    body.get("id") if isinstance(body, dict) else None,
+                )
+        except requests.RequestException:
             if time.monotonic() > deadline:
-                return {"status": 0, "replayed": False, "id": None, "error": str(error)}
+                return RetryAnswer(0, False, None)
         time.sleep(0.2)
+
+
+# A check's figures by name, report.json's "writes" or "reads": counts, and the
+# users or reads that went wrong; empty for a case that did not run to its end.
+CheckFigures = dict[str, int | list[str]]
 
 
 def check_writes(
     settings: Settings, samples: list[Sample], prefix: str
-) -> tuple[Check, dict[str, Any]]:
+) -> tuple[Check, CheckFigures, list[int]]:
     """Every acknowledged write exactly once with its id; every other write retried
-    with its key, then every write exactly once; no row or key nobody asked for."""
+    with its key, then every write exactly once; no row or key nobody asked for.
+    Also the ids of the users written."""
     writes = [s for s in samples if s.kind == "create"]
     by_user = {s.tag("username"): s for s in writes}
     problems: list[str] = []
@@ -113,7 +127,7 @@ def check_writes(
     strays = sorted(set(rows) - set(by_user))
     if strays:
         problems.append(f"rows nobody was told about: {strays[:3]}")
-    retried: dict[str, dict[str, Any]] = {}
+    retried: dict[str, RetryAnswer] = {}
     with requests.Session() as session:
         for username, sample in sorted(unacked.items()):
             retried[username] = _retry(settings, session, sample)
@@ -122,16 +136,16 @@ def check_writes(
         keys = _keys(conn, prefix)
     for username, answer in retried.items():
         existed = username in rows
-        if answer["status"] != 201:
-            problems.append(f"retry of {username} answered {answer['status']}")
+        if answer.status != 201:
+            problems.append(f"retry of {username} answered {answer.status}")
             continue
-        if answer["replayed"] != existed:
+        if answer.replayed != existed:
             problems.append(
-                f"retry of {username}: replayed={answer['replayed']} but the row "
+                f"retry of {username}: replayed={answer.replayed} but the row "
                 f"{'existed' if existed else 'did not exist'} before"
             )
-        if existed and answer["id"] != rows[username][0]:
-            problems.append(f"retry of {username} replayed id {answer['id']}, row {rows[username]}")
+        if existed and answer.id != rows[username][0]:
+            problems.append(f"retry of {username} replayed id {answer.id}, row {rows[username]}")
     missing = sorted(set(by_user) - set(after))
     if missing:
         problems.append(f"writes missing after the retries: {missing[:3]}")
@@ -144,17 +158,15 @@ def check_writes(
             f"idempotency keys out of step with users: {bad_keys[:3]} without a stored 201, "
             f"{orphan_keys[:3]} without a user"
         )
-    figures = {
+    figures: CheckFigures = {
         "writes": len(writes),
         "acknowledged": len(acked),
         "not_acknowledged": len(unacked),
         "committed_not_acknowledged": len(committed_unacked),
         "committed_not_acknowledged_users": committed_unacked[:20],
         "retried": len(retried),
-        "retries_replayed": sum(1 for a in retried.values() if a["replayed"]),
-        "retries_created": sum(
-            1 for a in retried.values() if a["status"] == 201 and not a["replayed"]
-        ),
+        "retries_replayed": sum(1 for a in retried.values() if a.replayed),
+        "retries_created": sum(1 for a in retried.values() if a.status == 201 and not a.replayed),
         "rows_after": len(after),
         "problems": problems,
     }
@@ -165,19 +177,17 @@ def check_writes(
         f"{len(after)} rows, one per write"
     )
     ok = not problems and bool(writes)
-    return Check("every write exactly once", ok, detail if ok else "; ".join(problems[:4])), {
-        **figures,
-        "ids": sorted(row[0] for row in after.values()),
-    }
+    check = Check("every write exactly once", ok, detail if ok else "; ".join(problems[:4]))
+    return check, figures, sorted(row[0] for row in after.values())
 
 
-def _user_json(row: tuple[Any, ...]) -> dict[str, Any]:
+def _user_json(row: tuple[Any, ...]) -> dict[str, int | str]:
     user_id, username, email, created_at = row
     stamp = created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {"id": user_id, "username": username, "email": email, "created_at": stamp}
 
 
-def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Check, dict[str, Any]]:
+def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Check, CheckFigures]:
     """Each hot email's count and each user, read twice through the gateway (a
     fill, then most likely a hit), equal PostgreSQL's."""
     with connect(settings) as conn:
@@ -210,7 +220,8 @@ def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Che
                 got = answer(response.json()) if response.status_code == 200 else None
                 if got != want:
                     mismatches.append(f"{what}: gateway {got}, PostgreSQL {want}")
-    figures = {"emails": len(hot), "ids": len(ids), "reads": reads, "mismatches": mismatches[:20]}
+    figures: CheckFigures = {"emails": len(hot), "ids": len(ids), "reads": reads}
+    figures["mismatches"] = mismatches[:20]
     detail = f"{reads} reads of {len(hot)} hot emails and {len(ids)} users equal PostgreSQL"
     return (
         Check(

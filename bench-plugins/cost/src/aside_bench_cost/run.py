@@ -16,10 +16,9 @@ them with the bench's runner, one step each.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from aside_bench.load.run import LoadRun, step_run
 from aside_bench.plan.steps import Step
@@ -135,9 +134,24 @@ def cpu_per_1000(result: StepResult) -> float | None:
     return None if gen is None else gen.cpu_ms_per_request(result.iterations)
 
 
-def figures(results: list[StepResult]) -> list[dict[str, Any]]:
-    """One dict per variant that ran, in the table's order (run.json's "cost"):
-    the median over its rounds, each round's figure kept."""
+@dataclass(frozen=True)
+class VariantCost:
+    """A variant's cost, the median over its rounds, each round's kept (a row of
+    run.json's "cost")."""
+
+    variant: str
+    what: str
+    cpu_ms_per_request: float | None
+    rounds: list[float | None]
+    vs_reference: float | None
+    cores: float | None
+    achieved_rps: float | None
+    p95_ms: float | None
+    drop_rate: float | None
+
+
+def figures(results: list[StepResult]) -> list[VariantCost]:
+    """Each variant that ran, in the table's order."""
     by_name: dict[str, list[StepResult]] = {}
     for result in results:
         variant = variant_of(result.step.scenario)
@@ -152,17 +166,17 @@ def figures(results: list[StepResult]) -> list[dict[str, Any]]:
         costs = [cpu_per_1000(r) for r in rounds]
         cpu = median(costs)
         found.append(
-            {
-                "variant": variant.name,
-                "what": variant.what,
-                "cpu_ms_per_request": cpu,
-                "rounds": costs,
-                "vs_reference": cpu / reference if cpu is not None and reference else None,
-                "cores": median([r.loadgen.cpu_cores if r.loadgen else None for r in rounds]),
-                "achieved_rps": median([r.achieved_rps for r in rounds]),
-                "p95_ms": median([r.latency.p95 if r.latency else None for r in rounds]),
-                "drop_rate": median([r.drop_rate for r in rounds]),
-            }
+            VariantCost(
+                variant=variant.name,
+                what=variant.what,
+                cpu_ms_per_request=cpu,
+                rounds=costs,
+                vs_reference=cpu / reference if cpu is not None and reference else None,
+                cores=median([r.loadgen.cpu_cores if r.loadgen else None for r in rounds]),
+                achieved_rps=median([r.achieved_rps for r in rounds]),
+                p95_ms=median([r.latency.p95 if r.latency else None for r in rounds]),
+                drop_rate=median([r.drop_rate for r in rounds]),
+            )
         )
     return found
 
@@ -171,20 +185,20 @@ def _ratio(value: float | None) -> str:
     return MISSING if value is None else f"{value:.2f}x"
 
 
-COLUMNS: tuple[Column[dict[str, Any]], ...] = (
-    ("variant", lambda row: row["variant"]),
-    ("what", lambda row: row["what"]),
-    ("CPU ms / request", lambda row: fmt_num(row["cpu_ms_per_request"], 3)),
-    ("each round", lambda row: " / ".join(fmt_num(cost, 3) for cost in row["rounds"])),
-    ("vs reference", lambda row: _ratio(row["vs_reference"])),
-    ("driver cores", lambda row: fmt_num(row["cores"], 2)),
-    ("achieved /s", lambda row: fmt_rps(row["achieved_rps"])),
-    ("p95 ms", lambda row: fmt_ms(row["p95_ms"])),
-    ("drops", lambda row: fmt_pct(row["drop_rate"])),
+COLUMNS: tuple[Column[VariantCost], ...] = (
+    ("variant", lambda row: row.variant),
+    ("what", lambda row: row.what),
+    ("CPU ms / request", lambda row: fmt_num(row.cpu_ms_per_request, 3)),
+    ("each round", lambda row: " / ".join(fmt_num(cost, 3) for cost in row.rounds)),
+    ("vs reference", lambda row: _ratio(row.vs_reference)),
+    ("driver cores", lambda row: fmt_num(row.cores, 2)),
+    ("achieved /s", lambda row: fmt_rps(row.achieved_rps)),
+    ("p95 ms", lambda row: fmt_ms(row.p95_ms)),
+    ("drops", lambda row: fmt_pct(row.drop_rate)),
 )
 
 
-def cost_table(rows: list[dict[str, Any]], rate: int) -> Table:
+def cost_table(rows: list[VariantCost], rate: int) -> Table:
     title = f"The load driver's own CPU per completed request at {rate}/s"
     return column_table(title, COLUMNS, rows)
 
@@ -203,7 +217,7 @@ DEFINITIONS = [
 def write_cost(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:
     title = f"Aside driver cost {run.run_id}"
     rows = figures(results)
-    run.extra[KIND] = rows
+    run.extra[KIND] = [asdict(row) for row in rows]
     save_run(run, out_dir)
     save_figures(results, out_dir)
     doc = run_page(title, run, calibration=False)  # it measures the driver itself

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.summary import Summary, SummaryError
@@ -21,7 +20,7 @@ from aside_bench_suite.base import (
     suite_page,
     user_prefix,
 )
-from aside_bench_suite.samples import SCENARIO, load_tallies
+from aside_bench_suite.samples import SCENARIO, LoadTallies, load_tallies
 
 P95_LIMIT_MS = 100.0
 TIMEOUT_S = 10
@@ -50,7 +49,7 @@ class StepResult:
         )
 
 
-def step_result(rate: int, tallies: dict[str, Any], load_exit: int) -> StepResult:
+def step_result(rate: int, tallies: LoadTallies, load_exit: int) -> StepResult:
     counts = {cls: int(tallies.get(f"create_{cls}", 0)) for cls in ("2xx", "4xx", "5xx", "error")}
     latency = tallies.get("create_ms") or {}
     return StepResult(

@@ -18,6 +18,8 @@ from aside_bench_hardening.attacks import SlowSocket
 RssSample = tuple[float, dict[int, int]]
 # One reading of a counter: (epoch s, value).
 Reading = tuple[float, float]
+# Figures by name, as report.json holds them: counts, seconds, ms (None: none measured).
+Figures = dict[str, float | None]
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ class RssFigures:
 
     @classmethod
     def of(cls, found: dict[str, Any]) -> RssFigures | None:
+        """The figures as report.json holds them (empty: none)."""
         return cls(**found) if found else None
 
 
@@ -198,9 +201,7 @@ def worker_rss_check(rss: RssFigures | None, workers_kept: bool, limit_mib: floa
 
 
 # ---- reads in a window -----------------------------------------------------------------
-def reads_check(
-    window: dict[str, Any] | None, what: str, p95_limit_ms: float | None = None
-) -> Check:
+def reads_check(window: Figures | None, what: str, p95_limit_ms: float | None = None) -> Check:
     """The reads of one window: some answered, none dropped or failed and, given
     a limit, p95 within it."""
     name = f"reads {what}: none dropped or failed" + (
@@ -217,7 +218,7 @@ def reads_check(
     return Check(name, ok, f"{window['reads']} reads, {times}; {counts}")
 
 
-def reuse_check(window: dict[str, Any] | None) -> Check:
+def reuse_check(window: Figures | None) -> Check:
     """The driver read over the connections it had opened before the attack, so
     the experiment measures the event loop, not the connection bound."""
     name = "reads used connections opened before the attack"
@@ -245,7 +246,7 @@ def still_for(readings: Sequence[Reading], quiet_s: float) -> bool:
     return readings[-1][0] - since >= quiet_s
 
 
-def settle_figures(readings: Sequence[Reading], flood_end: float, quiet_s: float) -> dict:
+def settle_figures(readings: Sequence[Reading], flood_end: float, quiet_s: float) -> Figures:
     """Queries after the flood's end, and how long after it the counter last rose
     (0 when it never did); `settled` False when it was still rising at the
     last reading."""
@@ -260,7 +261,7 @@ def settle_figures(readings: Sequence[Reading], flood_end: float, quiet_s: float
     }
 
 
-def settle_check(settle: dict[str, Any], limits: Limits) -> Check:
+def settle_check(settle: Figures, limits: Limits) -> Check:
     name = f"database query counter stops rising within {limits.settle_s:g} s of the flood's end"
     after = settle.get("last_rise_after_s")
     if not settle.get("settled") or after is None:

@@ -8,7 +8,6 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
 from aside_bench.load.samples import SamplesError, compress, number, sample_lines
@@ -17,6 +16,8 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, wait_until_quiet, warm_cache
 from aside_bench.stack.services import ServiceControl
 from aside_bench_suite.base import SuiteResult
+
+from aside_bench_hardening.checks import Figures
 
 READ_TIMEOUT_S = 10
 FIRST_SAMPLE_DEADLINE_S = 60.0
@@ -116,7 +117,7 @@ def windows_around(events: dict[str, float], what: str) -> dict[str, Window]:
 
 def sample_windows(
     lines: Iterable[str], source: str, windows: dict[str, Window]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Figures]:
     """Per window [start, end) of the instants sent (`t`): the answered reads
     (`ok` true) and their latency, exact over the window's samples; iterations
     the driver dropped; failed requests (`ok` false: a bad status or body, a
@@ -156,7 +157,7 @@ def sample_windows(
     return found
 
 
-def read_windows(run: LoadRun, windows: dict[str, Window]) -> dict[str, dict[str, Any]]:
+def read_windows(run: LoadRun, windows: dict[str, Window]) -> dict[str, Figures]:
     """The reads' figures per window, from the samples file, which is then gzipped."""
     assert run.samples_path is not None
     with run.samples_path.open() as handle:

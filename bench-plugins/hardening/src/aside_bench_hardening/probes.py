@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 from aside_bench.stack import gateway_metrics
@@ -26,6 +25,8 @@ COUNT_ROUTE = "/api/v1/users/count"
 # The shed reasons of the event loop's door (the gateway's loop_admission.py):
 # a read it refuses is also counted as a 503 answer of its route.
 DOOR_REASONS = ("admission_limit", "loop_late")
+# The gateway's counters by name: one value (None: not exported), or values by label.
+GatewayCounters = dict[str, float | dict[str, float] | None]
 
 
 def flood_emails(run_id: str, count: int) -> list[str]:
@@ -68,7 +69,7 @@ def poll_until_still(
         time.sleep(interval_s)  # the polling pace
 
 
-def gateway_counters(settings: Settings) -> dict[str, Any]:
+def gateway_counters(settings: Settings) -> GatewayCounters:
     """The gateway's own counters the flood moves, summed over its workers."""
     text = gateway_metrics.scrape(settings)
     hits = gateway_metrics.summed_by_label(text, "aside_gateway_cache_hits_total", "route")
@@ -89,12 +90,12 @@ def gateway_counters(settings: Settings) -> dict[str, Any]:
     }
 
 
-def counter_increase(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def counter_increase(before: GatewayCounters, after: GatewayCounters) -> GatewayCounters:
     """What the flood added to each of gateway_counters' figures, and the flood's
     reads a Flask thread ran, by answer: every count answered but the hits (the
     driver's reads are all hits) and the door's refusals (counted as 503 answers
     too; reads shed by Flask's threads are not counted as requests)."""
-    found: dict[str, Any] = {}
+    found: GatewayCounters = {}
     for name in ("db_queries", "shed", "count_answers"):
         keys = set(before[name]) | set(after[name])
         found[name] = {k: after[name].get(k, 0) - before[name].get(k, 0) for k in sorted(keys)}

@@ -4,14 +4,26 @@ reports/hardening-<run id>/, and a verdict line per experiment."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aside_bench.report.tables import Table, fmt_num
-from aside_bench_suite.base import SuiteRun, item_section, save_report, suite_page
+from aside_bench_suite.base import ItemRecord, SuiteRun, item_section, save_report, suite_page
 from aside_bench_suite.samples import fmt_mib, fmt_s
 
-from aside_bench_hardening.checks import RssFigures, SocketFigures
+from aside_bench_hardening.checks import Figures, RssFigures, SocketFigures
+
+
+class ExperimentRecord(ItemRecord):
+    """An experiment as report.json holds it (run.ExperimentResult's record)."""
+
+    description: str
+    events: dict[str, float]
+    notes: dict[str, object]
+    figures: Mapping[str, Any]  # the experiment's own, read by name where it is known
+    windows: dict[str, Figures]
+
 
 WINDOW_NAMES = {
     "slow-heads": {"before": "before", "during": "during the attack", "after": "after"},
@@ -20,7 +32,7 @@ WINDOW_NAMES = {
 }
 
 
-def _during(experiment: dict[str, Any]) -> str:
+def _during(experiment: ExperimentRecord) -> str:
     window = experiment["windows"].get("during")
     if not window:
         return "no reads"
@@ -30,7 +42,7 @@ def _during(experiment: dict[str, Any]) -> str:
     )
 
 
-def figures_line(experiment: dict[str, Any]) -> str:
+def figures_line(experiment: ExperimentRecord) -> str:
     f = experiment["figures"]
     if experiment["name"] == "slow-heads":
         sockets, rss = SocketFigures(**f["sockets"]), RssFigures.of(f["rss"])
@@ -60,7 +72,7 @@ def figures_line(experiment: dict[str, Any]) -> str:
     )
 
 
-def one_line(experiment: dict[str, Any]) -> str:
+def one_line(experiment: ExperimentRecord) -> str:
     if experiment["error"]:
         return f"ERROR: {experiment['error']}"
     failed = [c["name"] for c in experiment["checks"] if not c["ok"]]
@@ -68,7 +80,7 @@ def one_line(experiment: dict[str, Any]) -> str:
     return f"{verdict}  {figures_line(experiment)}"
 
 
-def windows_table(experiment: dict[str, Any]) -> Table:
+def windows_table(experiment: ExperimentRecord) -> Table:
     names = WINDOW_NAMES[experiment["name"]]
     rows = [
         [names[key], f"{w['seconds']:.1f}", str(w["reads"]),
@@ -81,7 +93,7 @@ def windows_table(experiment: dict[str, Any]) -> Table:
     return Table(f"{experiment['name']}: the driver's cached reads", headers, rows)
 
 
-def sockets_table(experiment: dict[str, Any]) -> Table:
+def sockets_table(experiment: ExperimentRecord) -> Table:
     s = SocketFigures(**experiment["figures"]["sockets"])
     held = (s.held_close_min_s, s.held_close_p50_s, s.held_close_p99_s, s.held_close_max_s)
     rows = [
@@ -97,7 +109,7 @@ def sockets_table(experiment: dict[str, Any]) -> Table:
     return Table("slow-heads: the slow sockets", ["", "value"], rows)
 
 
-def rss_table(experiment: dict[str, Any]) -> Table:
+def rss_table(experiment: ExperimentRecord) -> Table:
     f = experiment["figures"]
     rss = RssFigures.of(f["rss"])
     rows = [
@@ -120,7 +132,7 @@ def rss_table(experiment: dict[str, Any]) -> Table:
     )
 
 
-def hostile_table(experiment: dict[str, Any]) -> Table:
+def hostile_table(experiment: ExperimentRecord) -> Table:
     h = experiment["figures"]["hostile"]
     rss = RssFigures.of(experiment["figures"]["rss"])
     share = h.get("cpu_share")
@@ -145,7 +157,7 @@ def hostile_table(experiment: dict[str, Any]) -> Table:
     return Table("hostile: what the hostile client got", ["", "value"], rows)
 
 
-def flood_table(experiment: dict[str, Any]) -> Table:
+def flood_table(experiment: ExperimentRecord) -> Table:
     f = experiment["figures"]
     flood, settle, counters = f["flood"], f["settle"], f["gateway_counters"]
     outcomes = ", ".join(f"{k} {v}" for k, v in flood["outcomes"].items())
@@ -176,7 +188,7 @@ def summary_table(run: SuiteRun) -> Table:
             figures_line(e) if not e["error"] else f"error: {e['error']}",
             "pass" if e["passed"] else "FAIL",
         ]
-        for e in run.items
+        for e in cast(list[ExperimentRecord], run.items)
     ]
     return Table("Hardening: every experiment", ["experiment", "figures", "verdict"], rows)
 
@@ -220,7 +232,7 @@ OWN_TABLES = {
 }
 
 
-def item_tables(experiment: dict[str, Any]) -> list[Table]:
+def item_tables(experiment: ExperimentRecord) -> list[Table]:
     return [windows_table(experiment), *(own(experiment) for own in OWN_TABLES[experiment["name"]])]
 
 
@@ -229,7 +241,7 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     doc.ul(_context(run))
     tables = [summary_table(run)]
     doc.table(tables[0])
-    for experiment in run.items:
+    for experiment in cast(list[ExperimentRecord], run.items):
         own = [] if experiment["error"] else item_tables(experiment)
         tables += own
         load = experiment["notes"].get("load_average_1m")

@@ -113,8 +113,8 @@ class HardeningParams:
 
 @dataclass
 class ExperimentResult(SuiteResult):
-    figures: dict[str, Any] = field(default_factory=dict)
-    windows: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, object] = field(default_factory=dict)  # the experiment's own, by name
+    windows: dict[str, hc.Figures] = field(default_factory=dict)  # the reads by window
 
     descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
 
@@ -126,17 +126,17 @@ class Bench:
     seed: SeedData
     control: ServiceControl
     limits: hc.Limits
-    gateway: dict[str, Any]
+    gateway: dict[str, int | str]  # gateway_settings
 
 
 def parse_experiments(text: str | None) -> tuple[str, ...]:
     return parse_names(text, EXPERIMENTS, "experiment")
 
 
-def gateway_settings(pid: int) -> dict[str, Any]:
+def gateway_settings(pid: int) -> dict[str, int | str]:
     """The gateway's settings the verdicts depend on, from its master's
     environment, and where each came from."""
-    found: dict[str, Any] = {}
+    found: dict[str, int | str] = {}
     for name, default in GATEWAY_DEFAULTS.items():
         text = procs.environ_value(pid, name)
         try:

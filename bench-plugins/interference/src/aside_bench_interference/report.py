@@ -6,7 +6,6 @@ requests that ran beside the step's reads (collect.compute_beside)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from aside_bench.plan.shape import LoadShape
 from aside_bench.records.results import StepResult
@@ -39,7 +38,7 @@ DEFINITIONS = [
 ]
 
 
-def run_params(shape: LoadShape) -> dict[str, Any]:
+def run_params(shape: LoadShape) -> dict[str, int]:
     """What the report states about an interference run's load."""
     return {
         "read_rate": shape.read_rate,

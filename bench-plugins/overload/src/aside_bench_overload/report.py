@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from aside_bench.ceiling.search import RERUN_VERDICT
 from aside_bench.plan.steps import SCRAPE_ROOM
@@ -11,6 +10,7 @@ from aside_bench.report.tables import Table
 from aside_bench_suite.base import SuiteRun, item_section, save_report, suite_page
 
 from aside_bench_overload import figures as fg
+from aside_bench_overload.plan import ArmResult
 
 CHART = "overload.png"
 
@@ -27,28 +27,31 @@ def _by(mapping: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in mapping.items()) or "-"
 
 
-def one_line(arm: dict[str, Any]) -> str:
-    if arm["error"]:
-        return f"error: {arm['error']}"
-    failed = [c["name"] for c in arm["checks"] if not c["ok"]]
-    verdict = "pass" if not failed else f"FAIL ({len(failed)} of {len(arm['checks'])})"
-    return f"ceiling {arm['ceiling']}/s ({arm['ceiling_from']}): {verdict}"
+def _goodput(step: fg.StepFigures) -> float:
+    return round(step.goodput_rps, 1)  # as report.json holds it
 
 
-def step_row(step: dict[str, Any], ceiling: int) -> list[str]:
-    req, counters = step["requests"], step["counters"]
-    served, shed = req["served"], req["shed"]
-    recovery = step.get("recovery_s")
+def one_line(arm: ArmResult) -> str:
+    if arm.error:
+        return f"error: {arm.error}"
+    failed = [c.name for c in arm.checks if not c.ok]
+    verdict = "pass" if not failed else f"FAIL ({len(failed)} of {len(arm.checks)})"
+    return f"ceiling {arm.ceiling}/s ({arm.ceiling_from}): {verdict}"
+
+
+def step_row(step: fg.StepFigures, ceiling: int) -> list[str]:
+    req, counters = step.requests, step.counters
+    served, shed = req.served, req.shed
     recovered = "-"
-    if step["label"] == "0.6x after":
-        recovered = "never" if recovery is None else f"{recovery:.0f} s"
+    if step.label == "0.6x after":
+        recovered = "never" if step.recovery_s is None else f"{step.recovery_s:.0f} s"
     return [
-        step["label"], str(step["rate"]), f"{step['goodput_rps']:.0f}",
-        f"{step['goodput_rps'] / ceiling:.2f}", _num(served["p50_ms"]), _num(served["p99_ms"]),
-        str(shed["count"]), f"{_num(shed['p50_ms'])} / {_num(shed['p99_ms'])}",
-        str(req["timeouts"] + req["other_errors"]), str(req["dropped"]),
-        f"{counters['breaker_skips']:.0f}", f"{counters['fallback_reads']:.0f}",
-        _by(counters["shed"]), _pct(step["driver_share"]), recovered,
+        step.label, str(step.rate), f"{_goodput(step):.0f}",
+        f"{_goodput(step) / ceiling:.2f}", _num(served.p50_ms), _num(served.p99_ms),
+        str(shed.count), f"{_num(shed.p50_ms)} / {_num(shed.p99_ms)}",
+        str(req.timeouts + req.other_errors), str(req.dropped),
+        f"{counters.breaker_skips:.0f}", f"{counters.fallback_reads:.0f}",
+        _by(counters.shed), _pct(step.driver_share), recovered,
     ]  # fmt: skip
 
 
@@ -60,143 +63,131 @@ HEADERS = [
 ]  # fmt: skip
 
 
-def arm_table(arm: dict[str, Any]) -> Table:
-    ceiling = arm["ceiling"]
-    capped = " (the search never missed: a lower bound)" if arm["capped"] else ""
+def arm_table(arm: ArmResult) -> Table:
+    ceiling = arm.ceiling or 0  # an arm that ran its steps has its ceiling
+    capped = " (the search never missed: a lower bound)" if arm.capped else ""
     return Table(
-        f"{arm['arm']}: ceiling {ceiling}/s ({arm['ceiling_from']}){capped}",
+        f"{arm.arm}: ceiling {ceiling}/s ({arm.ceiling_from}){capped}",
         HEADERS,
-        [step_row(s, ceiling) for s in arm["steps"]],
+        [step_row(s, ceiling) for s in arm.steps],
     )
 
 
-def machine_row(step: dict[str, Any]) -> list[str]:
-    req, machine = step["requests"], step.get("machine") or {}
-    on_open, on_new = req["served_open"], req["served_new"]
+def machine_row(step: fg.StepFigures) -> list[str]:
+    req, machine = step.requests, step.machine or fg.MachineShare(None, None, None)
+    on_open, on_new = req.served_open, req.served_new
     return [
-        step["label"], _pct(machine.get("busy")), _pct(machine.get("steal")),
-        _num(machine.get("gateway_cores"), 2), _num(machine.get("redis_cores"), 2),
-        _loop_wait(machine), _num(step["driver_cores"], 2), _collections(step["counters"]),
-        f"{on_open['count']}: {_num(on_open['p50_ms'])} / {_num(on_open['p99_ms'])}",
-        f"{on_new['count']}: {_num(on_new['p50_ms'])} / {_num(on_new['p99_ms'])}",
+        step.label, _pct(machine.busy), _pct(machine.steal),
+        _num(machine.gateway_cores, 2), _num(machine.redis_cores, 2),
+        _loop_wait(machine), _num(step.driver_cores, 2), _collections(step.counters),
+        f"{on_open.count}: {_num(on_open.p50_ms)} / {_num(on_open.p99_ms)}",
+        f"{on_new.count}: {_num(on_new.p50_ms)} / {_num(on_new.p99_ms)}",
     ]  # fmt: skip
 
 
-def _loop_wait(machine: dict[str, Any]) -> str:
-    per_s, per_turn = machine.get("loop_wait_ms_per_s"), machine.get("loop_wait_ms_per_turn")
+def _loop_wait(machine: fg.MachineShare) -> str:
+    per_s, per_turn = machine.loop_wait_ms_per_s, machine.loop_wait_ms_per_turn
     if per_s is None:
         return "-"
     turn = "-" if per_turn is None else f"{per_turn * 1000:.0f}"
     return f"{per_s:.0f} / {turn}"
 
 
-def _collections(counters: dict[str, Any]) -> str:
-    # Runs recorded before the gateway measured its collections have neither figure.
-    if "gc_collections" not in counters:
-        return "-"
-    return f"{counters['gc_collections']:.0f}: {counters['gc_pause_s'] * 1000:.0f} ms"
+def _collections(counters: fg.Counters) -> str:
+    return f"{counters.gc_collections:.0f}: {counters.gc_pause_s * 1000:.0f} ms"
 
 
-def machine_table(arm: dict[str, Any]) -> Table:
+def machine_table(arm: ArmResult) -> Table:
     """Where a served request's time went: how busy the shared machine was,
     and the served apart by the connection they went over."""
     return Table(
-        f"{arm['arm']}: the machine, and the served by connection",
+        f"{arm.arm}: the machine, and the served by connection",
         ["step", "machine busy", "of it, host steal", "gateway cores", "Redis cores",
          "gateway loops waiting for a core: ms per s / µs a turn", "driver cores",
          "gateway GC: collections: ms",
          "served on open connections: n, p50 / p99 ms",
          "served on new connections: n, p50 / p99 ms"],
-        [machine_row(s) for s in arm["steps"]],
+        [machine_row(s) for s in arm.steps],
     )  # fmt: skip
 
 
-def _verdict(step: dict[str, Any]) -> str:
-    if step["held"]:
+def _verdict(held: bool, counted: bool) -> str:
+    if held:
         return "held"
-    return "missed" if step.get("counted", True) else RERUN_VERDICT
+    return "missed" if counted else RERUN_VERDICT
 
 
-def search_table(arm: dict[str, Any]) -> Table:
+def search_table(arm: ArmResult) -> Table:
     rows = [
-        [
-            str(t["rate"]),
-            _num(t["p95_ms"]),
-            str(t["dropped"]),
-            # Records written before the sheds were counted have neither figure.
-            str(t.get("shed", "-")),
-            str(t["failed"] - t["shed"]) if "shed" in t else "-",
-            _pct(t.get("steal")),
-            _verdict(t),
-        ]
-        for t in arm["search"]
-    ]
+        [str(t.rate), _num(t.p95_ms), str(t.dropped), str(t.shed), str(t.failed - t.shed),
+         _pct(t.steal), _verdict(held, counted)]
+        for t, held, counted in arm.search
+    ]  # fmt: skip
     head = ["rate /s", "p95 ms", "dropped", "shed (503)", "other failures", "host steal", ""]
-    return Table(f"{arm['arm']}: the ceiling search", head, rows)
+    return Table(f"{arm.arm}: the ceiling search", head, rows)
 
 
-def timeline_table(arm: dict[str, Any]) -> Table:
-    after = arm["steps"][-1]
+def timeline_table(arm: ArmResult) -> Table:
+    after = arm.steps[-1]
     rows = [
-        [str(s["at_s"]), str(s["served"]), _num(s["served_p95_ms"]), str(s["shed"]),
-         str(s["unanswered"]), str(s["dropped"])]
-        for s in after["requests"]["seconds"]
+        [str(s.at_s), str(s.served), _num(s.served_p95_ms), str(s.shed), str(s.unanswered),
+         str(s.dropped)]
+        for s in after.requests.seconds
     ]  # fmt: skip
     return Table(
-        f"{arm['arm']}: the 0.6x step after the overload, second by second (by due time)",
+        f"{arm.arm}: the 0.6x step after the overload, second by second (by due time)",
         ["second", "served", "served p95 ms", "shed", "no answer", "dropped"],
         rows,
     )
 
 
-def summary_table(run: SuiteRun) -> Table:
-    rows = [[a["arm"], one_line(a)] for a in run.items]
+def summary_table(arms: list[ArmResult]) -> Table:
+    rows = [[a.arm, one_line(a)] for a in arms]
     return Table("Overload: every arm", ["arm", "verdict"], rows)
 
 
-def chart(
-    arms: list[dict[str, Any]], run_targets: dict[str, float], path: Path, caption: str
-) -> Path:
+def chart(arms: list[ArmResult], run_targets: dict[str, float], path: Path, caption: str) -> Path:
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
     fig, axes = charts.plt.subplots(1, len(arms), figsize=(6 * len(arms), 4.8), squeeze=False)
     for ax, arm in zip(axes[0], arms, strict=True):
-        steps = sorted(arm["steps"], key=lambda s: s["rate"])
-        offered = [s["rate"] for s in steps]
+        steps = sorted(arm.steps, key=lambda s: s.rate)
+        offered = [s.rate for s in steps]
         top = max(offered) * 1.05
         ax.plot([0, top], [0, top], linestyle="--", color="grey", label="ideal (goodput = offered)")
-        ax.axhline(arm["ceiling"], color="red", linestyle=":", label=f"ceiling {arm['ceiling']}/s")
+        ceiling = arm.ceiling or 0
+        ax.axhline(ceiling, color="red", linestyle=":", label=f"ceiling {ceiling}/s")
         for label, marker in (("0.6x after", "s"), (None, "o")):
-            mine = [s for s in steps if (s["label"] == label) == (label is not None)]
+            mine = [s for s in steps if (s.label == label) == (label is not None)]
             ax.plot(
-                [s["rate"] for s in mine],
-                [s["goodput_rps"] for s in mine],
+                [s.rate for s in mine],
+                [_goodput(s) for s in mine],
                 marker=marker,
                 linestyle="-" if label is None else "none",
                 label="after the overload (0.6x)" if label else "goodput (2xx within 1 s)",
             )
         share = run_targets["goodput_share"]
-        ax.axhline(share * arm["ceiling"], color="red", linestyle=":", alpha=0.4,
+        ax.axhline(share * ceiling, color="red", linestyle=":", alpha=0.4,
                    label=f"target: {share:g} x ceiling")  # fmt: skip
         for s in steps:
             # The two 0.6x steps share a rate: one label above, one below.
-            below = -10 if s["label"] != "0.6x after" else 6
-            ax.annotate(s["label"], (s["rate"], s["goodput_rps"]), fontsize=7,
+            below = -10 if s.label != "0.6x after" else 6
+            ax.annotate(s.label, (s.rate, _goodput(s)), fontsize=7,
                         textcoords="offset points", xytext=(4, below))  # fmt: skip
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
         ax.set_xlabel("offered load (requests/s)")
         ax.set_ylabel("goodput (requests/s)")
-        ax.set_title(arm["arm"])
+        ax.set_title(arm.arm)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle("Overload: goodput against the offered load")
     return charts.finish(fig, path, caption)
 
 
-def _connections(run: SuiteRun) -> str:
+def _connections(run: SuiteRun, arms: list[ArmResult]) -> str:
     params = run.params
-    caps = sorted({a["max_pool"] for a in run.items if a.get("max_pool") is not None})
+    caps = sorted({a.max_pool for a in arms if a.max_pool is not None})
     if caps:
         pools = (
             f"pools of the rate x 1 s, at most {'/'.join(str(c) for c in caps)} connections "
@@ -217,25 +208,25 @@ def _connections(run: SuiteRun) -> str:
     )
 
 
-def _own_searches(params: dict[str, Any]) -> str:
+def _own_searches(run: SuiteRun) -> str:
     own = [
         f"{arm}: p95 <= {search['p95_ms']:g} ms, rates from {search['rates']['start']}/s "
         f"by {search['rates']['ladder_step']} up to {search['rates']['max_rate']}/s"
-        for arm, search in params.get("arm_searches", {}).items()
+        for arm, search in run.params.get("arm_searches", {}).items()
     ]
     return f" ({'; '.join(own)})" if own else ""
 
 
-def _context(run: SuiteRun) -> list[str]:
+def _context(run: SuiteRun, arms: list[ArmResult]) -> list[str]:
     p, t = run.params, run.params["targets"]
     return [
         f"load: the driver's read scenario through {p['gateway_url']} ({p['hot_share']:.0%} hot "
         f"emails, {p['cold_sample']} cold, cache warmed before), an open model: each step "
         f"{p['duration_s']} s at 0.6x, 1.25x, 1.5x, 2x of the arm's ceiling, then 0.6x started "
         f"as the 2x schedule ends; request timeout {p['timeout_s']} s",
-        _connections(run),
+        _connections(run, arms),
         f"ceiling: given, or the highest rate held at p95 <= {p['search_p95_ms']:g} ms"
-        f"{_own_searches(p)} with "
+        f"{_own_searches(run)} with "
         f"nothing dropped, no failure but the gateway's sheds and those at most "
         f"{fg.MAX_SHED_SHARE:.0%} of the step, {p['search_duration_s']} s steps, "
         + ("each over a pool opened before it" if p.get("open_pool", True) else "lazy pools"),
@@ -267,12 +258,12 @@ def _context(run: SuiteRun) -> list[str]:
     ]
 
 
-def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
+def write_report(run: SuiteRun, arms: list[ArmResult], out_dir: Path) -> list[Table]:
     doc = suite_page("overload", run)
-    doc.ul(_context(run))
-    tables = [summary_table(run)]
+    doc.ul(_context(run, arms))
+    tables = [summary_table(arms)]
     doc.table(tables[0])
-    measured = [a for a in run.items if not a["error"]]
+    measured = [a for a in arms if not a.error]
     if measured:
         path = chart(
             measured,
@@ -281,13 +272,13 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
             "dashed: goodput = offered; dotted: the ceiling",
         )
         doc.image(path, "goodput against the offered load, per arm")
-    for arm in run.items:
+    for arm in arms:
         own = []
-        if not arm["error"]:  # a failed arm has its error instead, and may lack the steps
+        if not arm.error:  # a failed arm has its error instead, and may lack the steps
             own = [arm_table(arm), machine_table(arm), timeline_table(arm)]
-            own += [search_table(arm)] if arm["search"] else []
+            own += [search_table(arm)] if arm.search else []
         tables += own
-        item_section(doc, arm["arm"], arm, "arm", own, [])
+        item_section(doc, arm.arm, arm.as_dict(), "arm", own, [])
     saved = save_report(doc, run, out_dir, tables[:2])
     (out_dir / "report.html").write_text(doc.html(f"Aside overload {run.run_id}"))
     return saved

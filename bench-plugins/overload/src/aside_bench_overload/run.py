@@ -409,7 +409,7 @@ def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> 
     run = SuiteRun(params.run_id, "overload", seed.meta, _params_record(params, settings))
     what = f"arms {' '.join(params.arms)}, {params.duration_s} s steps"
     open_run("overload", params.run_id, params.out_dir, what)
-    run_items(
+    arms = run_items(
         run,
         params.arms,
         lambda arm: run_arm(bench, arm),
@@ -417,7 +417,7 @@ def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> 
         {},
         one_line,
     )
-    write_report(run, params.out_dir)
+    write_report(run, arms, params.out_dir)
     return run
 
 

@@ -15,7 +15,6 @@ rate ramped rather than being the one asked for.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from aside_bench.report.tables import MISSING, Table, fmt_ms, fmt_pct, fmt_rps
 from aside_bench.stack.sources import Influx, quote_literal
@@ -29,6 +28,9 @@ US_PER_MS = 1000.0
 # second, the per-second points' own resolution. Shards given one START_AT
 # begin within milliseconds of it (the driver refuses to begin after it).
 START_SPREAD_MS = 1000.0
+# A `load_step` point as InfluxDB answers it: its tags (text) and fields (numbers,
+# the histograms as text), by name; None where a point has no such column.
+StepPoint = dict[str, str | float | None]
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def _quantile(histogram: HdrHistogram | None, percentile: float) -> float | None
     return histogram.get_value_at_percentile(percentile) / US_PER_MS
 
 
-def _missing(key: tuple[str, ...], shards: list[dict[str, Any]], partial: bool) -> tuple[int, ...]:
+def _missing(key: tuple[str, ...], shards: list[StepPoint], partial: bool) -> tuple[int, ...]:
     """The shard indexes a step was sent with (its points' `shards`) and that
     sent no point; ShardsError unless `partial`, and for a shard found twice."""
     present = [int(s.get("shard") or 0) for s in shards]
@@ -93,7 +95,7 @@ def _missing(key: tuple[str, ...], shards: list[dict[str, Any]], partial: bool) 
     return missing
 
 
-def _start_spread(shards: list[dict[str, Any]]) -> float | None:
+def _start_spread(shards: list[StepPoint]) -> float | None:
     starts = [shard.get("started_ms") for shard in shards]
     if any(start is None for start in starts):
         return None
@@ -102,12 +104,12 @@ def _start_spread(shards: list[dict[str, Any]]) -> float | None:
 
 
 def merge(
-    points: list[dict[str, Any]], partial: bool = False, spread_bound_ms: float = START_SPREAD_MS
+    points: list[StepPoint], partial: bool = False, spread_bound_ms: float = START_SPREAD_MS
 ) -> list[MergedStep]:
     """The shards of every step among `points` (rows of `load_step`), merged;
     a step missing a shard it was sent with is refused unless `partial`; each
     step's start spread held against `spread_bound_ms`."""
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[StepPoint]] = {}
     for point in points:
         key = tuple(str(point.get(tag) or "") for tag in STEP_TAGS)
         groups.setdefault(key, []).append(point)
@@ -142,7 +144,7 @@ def merge(
     )
 
 
-def read_points(influx: Influx, run_id: str) -> list[dict[str, Any]]:
+def read_points(influx: Influx, run_id: str) -> list[StepPoint]:
     """Every `load_step` point of a run, tags and fields as one dict each."""
     (series,) = influx.query(
         f'SELECT * FROM "{MEASUREMENT}" WHERE "run_id" = {quote_literal(run_id)}'

@@ -4,11 +4,12 @@ the warm-up against the end, growth, flags, and their tables."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Self
+from typing import Self
 
 from aside_bench.report.tables import Table, fmt_num
-from aside_bench_suite.samples import fmt_mib
+from aside_bench_suite.samples import LoadTallies, fmt_mib
 
 MEMORY_GROWTH_FLAG = 0.10
 # idempotency_keys may grow by this much between the warm-up and the end, once
@@ -22,7 +23,7 @@ WINDOW_SHARE = 0.05
 
 class _Record:
     @classmethod
-    def of(cls, row: dict[str, Any]) -> Self:
+    def of(cls, row: Mapping[str, object]) -> Self:
         """The record as report.json holds it (an older one's missing figures as defaults)."""
         return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})  # type: ignore[arg-type]
 
@@ -276,7 +277,7 @@ def growth_table(rows: list[ProcessGrowth]) -> Table:
     return Table("Memory and file descriptors per process", headers, table_rows)
 
 
-def load_table(tallies: dict[str, Any]) -> Table:
+def load_table(tallies: LoadTallies) -> Table:
     """The load as soak.load_tallies gives it."""
     headers = ["kind", "requests", "2xx", "4xx", "5xx", "no answer", "p95 ms", "max ms"]
     rows = []

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypedDict, TypeVar
 
 import psycopg
 import redis
@@ -25,7 +25,7 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe, summary
 from aside_bench.stack.prepare import StackError, connect, flush_cache
 
-from aside_bench_suite.samples import Check
+from aside_bench_suite.samples import Check, CheckRecord
 
 USERNAME_MAX = 64
 # Room a username needs after its prefix: ".<vu>.<iteration>".
@@ -43,6 +43,16 @@ ITEM_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+class ItemRecord(TypedDict):
+    """An item as report.json holds it (a suite's own figures beside these), and
+    as its page is drawn from."""
+
+    name: str
+    passed: bool
+    error: str | None
+    checks: list[CheckRecord]
+
+
 @dataclass
 class SuiteResult:
     """One case or experiment: what happened (`events`, epoch instants), what was
@@ -52,7 +62,8 @@ class SuiteResult:
 
     name: str
     events: dict[str, float] = field(default_factory=dict)
-    notes: dict[str, Any] = field(default_factory=dict)
+    # What the item noted on its way (pids, warm-up shares, counters): report.json's only.
+    notes: dict[str, object] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
 
@@ -62,22 +73,18 @@ class SuiteResult:
     def passed(self) -> bool:
         return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
 
-    def fields(self) -> dict[str, Any]:
-        """A subclass's own fields, named in report.json as in the class."""
-        own = {f.name for f in dataclasses.fields(SuiteResult)}
-        return {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in own
-        }
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
+    def as_dict(self) -> ItemRecord:
+        base = {f.name for f in dataclasses.fields(SuiteResult)}
+        # A subclass's own fields, named in report.json as in the class.
+        own = [f.name for f in dataclasses.fields(self) if f.name not in base]
+        return {  # type: ignore[typeddict-unknown-key]
             "name": self.name,
             "description": self.descriptions[self.name],
             "passed": self.passed,
             "error": self.error,
             "events": self.events,
             "notes": self.notes,
-            **self.fields(),
+            **{name: getattr(self, name) for name in own},
             "checks": [c.as_dict() for c in self.checks],
         }
 
@@ -119,8 +126,8 @@ class SuiteRun:
     kind: str
     seed: dict[str, Any]
     params: dict[str, Any]
-    limits: dict[str, Any] | None = None
-    items: list[dict[str, Any]] = field(default_factory=list)
+    limits: dict[str, float] | None = None  # the checks' limits, by name
+    items: list[ItemRecord] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     passed: bool | None = None
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -204,7 +211,7 @@ def suite_page(title: str, run: SuiteRun) -> Doc:
 
 
 def item_section(
-    doc: Doc, title: str, item: dict[str, Any], noun: str, tables: list[Table], notes: Iterable[str]
+    doc: Doc, title: str, item: ItemRecord, noun: str, tables: list[Table], notes: Iterable[str]
 ) -> None:
     """An item's part of the page: its heading, then its error, or its tables,
     notes and checks."""
@@ -225,7 +232,7 @@ def open_run(kind: str, run_id: str, out_dir: Path, what: str) -> None:
 
 
 class Item(Protocol):
-    def as_dict(self) -> dict[str, Any]: ...
+    def as_dict(self) -> ItemRecord: ...
 
 
 R = TypeVar("R", bound=Item)
@@ -237,12 +244,13 @@ def run_items(
     run_one: Callable[[str], R],
     failed: Callable[[str, str], R],
     descriptions: dict[str, str],
-    one_line: Callable[[dict[str, Any]], str] | None = None,
+    one_line: Callable[[R], str] | None = None,
     go_on: Callable[[R], bool] = lambda _: True,
-) -> None:
+) -> list[R]:
     """Each named item run in turn, into `run.items`; an error of ITEM_ERRORS
     is recorded as the item's (`failed`) and the next one runs, unless `go_on`
-    says no. The run passes when every item did."""
+    says no. The run passes when every item did. Returns the items' results."""
+    results: list[R] = []
     for name in names:
         print(" ".join(filter(None, (f"[{name}]", descriptions.get(name), "..."))), flush=True)
         try:
@@ -250,11 +258,13 @@ def run_items(
         except ITEM_ERRORS as error:
             result = failed(name, str(error))
         run.items.append(result.as_dict())
+        results.append(result)
         if one_line is not None:
-            print(f"[{name}] {one_line(run.items[-1])}", flush=True)
+            print(f"[{name}] {one_line(result)}", flush=True)
         if not go_on(result):
             break
     run.passed = run.all_passed()
+    return results
 
 
 def increase(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

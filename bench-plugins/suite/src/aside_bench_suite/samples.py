@@ -4,10 +4,10 @@ counted per kind and searched in time (pure)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from aside_bench.load.samples import SamplesError, number, sample_lines
 from aside_bench.load.summary import Summary
@@ -47,13 +47,19 @@ class Sample:
         return self.tags.get(name, "")
 
 
+class CheckRecord(TypedDict):
+    name: str
+    ok: bool
+    detail: str
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
     ok: bool
     detail: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CheckRecord:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
 
 
@@ -101,8 +107,18 @@ def status_label(sample: Sample) -> str:
     return "no answer" if sample.status == 0 else str(sample.status)
 
 
-def by_kind(samples: list[Sample]) -> dict[str, dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = {}
+class KindTally(TypedDict):
+    """One kind's requests as report.json's "requests" holds them."""
+
+    requests: int
+    statuses: dict[str, int]  # by status_label
+    codes: dict[str, int]  # error codes of the failed
+    max_ms: float
+    p99_ms: float
+
+
+def by_kind(samples: list[Sample]) -> dict[str, KindTally]:
+    table: dict[str, KindTally] = {}
     for kind in KINDS:
         mine = [s for s in samples if s.kind == kind]
         if not mine:
@@ -129,7 +145,9 @@ def hit_share(samples: list[Sample]) -> float | None:
     return sum(1 for s in reads if s.tag("xcache") == "HIT") / len(reads)
 
 
-def first_after(samples: list[Sample], instant: float, predicate: Any) -> float | None:
+def first_after(
+    samples: list[Sample], instant: float, predicate: Callable[[Sample], bool]
+) -> float | None:
     """Seconds from `instant` to the start of the first sample started at or after
     it that satisfies `predicate`."""
     for sample in samples:
@@ -172,9 +190,11 @@ def summarize(samples: list[Sample], limit: int = 3) -> str:
 # creates), and the one its summary describes.
 SCENARIO = "chaos"
 LATENCY_KEYS = ("p50", "p95", "p99", "max")
+# The counters by name, `<kind>_ms` a kind's latency by key, and `dropped`.
+LoadTallies = dict[str, int | dict[str, float | None]]
 
 
-def load_tallies(summary: Summary) -> dict[str, Any]:
+def load_tallies(summary: Summary) -> LoadTallies:
     """What the driver's summary says of the load: requests per kind and status
     class (`<kind>_<class>`, e.g. count_2xx, create_error: the scenario's
     counters), the answered requests' latency per kind (`<kind>_ms`: p50, p95,

@@ -39,3 +39,7 @@ def class_of_name(name: str) -> int | None:
 
 def query(arm: str) -> str:
     return "&".join(f"{key}={value}" for key, value in ARM_PARAMS[arm].items())
+
+
+def driver_variables(arm: str) -> dict[str, str]:
+    return {"ARM_QUERY": query(arm), "SIZE_BOUNDS": ",".join(map(str, SIZE_BOUNDS))}

@@ -10,7 +10,6 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import requests
 from aside_bench.plan.steps import Step
@@ -38,6 +37,10 @@ REDIS_MEMORY = "max(redis_memory_used_bytes)"
 WARM_WORKERS = 4
 
 
+# The tracks as run.json's params hold them: how many, their bytes, how many per size class.
+TracksSummary = dict[str, int | dict[str, int]]
+
+
 def load_tracks(data_dir: Path) -> list[dict[str, int]]:
     try:
         tracks = json.loads((data_dir / TRACKS_FILE).read_text())["tracks"]
@@ -50,7 +53,7 @@ def load_tracks(data_dir: Path) -> list[dict[str, int]]:
     return tracks
 
 
-def check_tracks(settings: Settings, data_dir: Path) -> dict[str, Any]:
+def check_tracks(settings: Settings, data_dir: Path) -> TracksSummary:
     """The tracks table matches the seeder's file; a summary for run.json."""
     tracks = load_tracks(data_dir)
     with connect(settings) as conn:
@@ -70,7 +73,7 @@ def check_tracks(settings: Settings, data_dir: Path) -> dict[str, Any]:
     }
 
 
-def warm_tracks(settings: Settings, data_dir: Path, step: Step) -> dict[str, Any]:
+def warm_tracks(settings: Settings, data_dir: Path, step: Step) -> dict[str, int | float | str]:
     """Flush, read every track once with the arm's parameters, then read them
     again and record the share answered from the cache."""
     flush_cache(settings)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from aside_bench.plan.scenarios import Hooks, Scenario
 from aside_bench.plan.shape import LoadShape
-from aside_bench.plan.steps import Step
 from aside_bench.stack.config import Settings
 from aside_bench.stack.seeddata import SeedData
 
@@ -15,13 +13,9 @@ from aside_bench_tracks import plan
 from aside_bench_tracks import run as tracks
 
 
-def _variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str, str]:
-    return {"ARM_QUERY": plan.query(step.arm), "SIZE_BOUNDS": ",".join(map(str, plan.SIZE_BOUNDS))}
-
-
 def _run_params(
     args: argparse.Namespace, shape: LoadShape, settings: Settings, seed: SeedData
-) -> dict[str, Any]:
+) -> dict[str, tracks.TracksSummary]:
     return {"tracks": tracks.check_tracks(settings, seed.data_dir)}
 
 
@@ -30,7 +24,7 @@ SCENARIO = Scenario(
     plan.ARMS,
     plan.DEFAULT_ARMS,
     plan.DEFAULT_RATES,
-    _variables,
+    lambda step, shape, max_pool: plan.driver_variables(step.arm),
     tiered=plan.CACHE_ARMS,
     hooks=Hooks(run_params=_run_params, prepare=tracks.warm_tracks, writer=tracks.writer),
 )
