@@ -11,7 +11,7 @@ import signal
 import sys
 from importlib.metadata import entry_points
 
-from aside_bench.cli import ceiling, report_and_compare, run
+from aside_bench.cli import report_and_compare, run
 from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan.steps import PlanError
 from aside_bench.stack import config
@@ -23,7 +23,6 @@ from aside_bench.sweep.runner import EXIT_INTERRUPTED
 # COMMAND_ENTRY_POINTS names a tuple of its Commands, listed after them.
 CORE_COMMANDS: tuple[Command, ...] = (
     *run.COMMANDS,
-    *ceiling.COMMANDS,
     report_and_compare.REPORT,
     report_and_compare.COMPARE,
 )

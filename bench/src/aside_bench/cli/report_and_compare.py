@@ -1,6 +1,4 @@
-"""The commands that read finished runs back: `report` (rebuild a run's
-report from its run.json and Prometheus, and send InfluxDB the points it
-spooled) and `compare` (every step two runs share)."""
+"""`report` (a run's report rebuilt from run.json and Prometheus) and `compare` (two runs)."""
 
 from __future__ import annotations
 
@@ -59,6 +57,15 @@ def _writer(kind: str, scenario: str | None, settings: config.Settings) -> runne
     return runner_commands.sweep_writer(scenario, settings)
 
 
+COMPARE_FLAGS = {
+    "--normalise": "compare runs of machines more than 1.25x apart, B put on A's machine "
+    "(runs without the driver's CPU per step: by the ratio of their calibrations)",
+    "--ignore-calibration": "compare even when nothing measured a run's machine (no driver CPU "
+    "per step and CALIBRATE=0) or the two differ",
+    "--as-measured": "judge B's figures as measured, not put on A's machine step by step",
+}
+
+
 def add_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_a",
@@ -66,23 +73,8 @@ def add_compare(parser: argparse.ArgumentParser) -> None:
         "'r1 r2') whose repeats pool, so the drift between them counts as noise",
     )
     parser.add_argument("run_b", help="the run compared with it (or several, as for run_a)")
-    parser.add_argument(
-        "--normalise",
-        action="store_true",
-        help="compare runs of machines more than 1.25x apart, B put on A's machine "
-        "(runs without the driver's CPU per step: by the ratio of their calibrations)",
-    )
-    parser.add_argument(
-        "--ignore-calibration",
-        action="store_true",
-        help="compare even when nothing measured a run's machine (no driver CPU per step "
-        "and CALIBRATE=0) or the two differ",
-    )
-    parser.add_argument(
-        "--as-measured",
-        action="store_true",
-        help="judge B's figures as measured, not put on A's machine step by step",
-    )
+    for flag, what in COMPARE_FLAGS.items():
+        parser.add_argument(flag, action="store_true", help=what)
     parser.add_argument(
         "--tolerance",
         type=opt.share,
@@ -94,9 +86,7 @@ def add_compare(parser: argparse.ArgumentParser) -> None:
 
 
 def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[runfile.StepFigures]:
-    """A run's per-step figures: its results.json (written with its report, so a
-    run from another machine compares without its Prometheus), else its run.json
-    and Prometheus."""
+    """A run's per-step figures: its results.json, else its run.json and Prometheus."""
     saved = runfile.load_figures(out_dir)
     if saved is not None:
         return saved
@@ -115,8 +105,7 @@ def _run_ids(given: str) -> list[str]:
 def _side(
     settings: config.Settings, reports_dir: Path, given: str
 ) -> tuple[RunRecord, list[runfile.StepFigures], list[StepResult]]:
-    """One side of a compare: its run (several: compare.baseline), all their
-    figures, and their steps as run.json has them (for the page's cost)."""
+    """One side of a compare: its run (several: a baseline), their figures and steps."""
     runs: list[RunRecord] = []
     figures: list[runfile.StepFigures] = []
     results: list[StepResult] = []

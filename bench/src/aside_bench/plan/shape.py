@@ -1,5 +1,4 @@
-"""The request mix of a run's steps (LoadShape): the same for every step,
-from the command line to the driver's variables."""
+"""The request mix of a run's steps (LoadShape), the same for every step."""
 
 from __future__ import annotations
 

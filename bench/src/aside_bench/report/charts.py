@@ -20,9 +20,7 @@ from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
 from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.report.tables import has_cache, series_of, series_order
-
-PERCENTILES = ("p50", "p95", "p99")
+from aside_bench.report.tables import PERCENTILES, has_cache, latency_of, series_of, series_order
 
 
 def finish(fig: Figure, path: Path, caption: str) -> Path:
@@ -68,7 +66,7 @@ def latency_chart(results: list[StepResult], path: Path, title: str, caption: st
     rates = sorted({r.step.rate for r in results})
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), sharey=True)
     for ax, name in zip(axes, PERCENTILES, strict=True):
-        _plot_series(ax, results, lambda r, n=name: getattr(r.latency, n) if r.latency else None)
+        _plot_series(ax, results, partial(latency_of, name=name))
         log_y(ax)
         ax.set_title(f"{name} latency")
         rate_axis(ax, rates)
@@ -115,8 +113,7 @@ def _share_chart(results: list[StepResult], out_dir: Path, caption: str, what: s
     }[what]
 
     def value(result: StepResult) -> float | None:
-        share = getattr(result, field)
-        return None if share is None else share * 100
+        return None if getattr(result, field) is None else getattr(result, field) * 100
 
     fig, ax = _rate_plot(results, value, f"{name} (%)", f"{scenario}: {title}")
     ax.set_ylim(-3, 103)
@@ -145,10 +142,7 @@ def ceiling_chart(
     for arm, phase in series_order(results):
         answered = [r for r in series_of(results, arm, phase) if r.latency]
         line = ax.plot(
-            [r.step.rate for r in answered],
-            [r.latency.p95 for r in answered],
-            marker="",
-            alpha=0.5,
+            [r.step.rate for r in answered], [r.latency.p95 for r in answered], marker="", alpha=0.5
         )[0]
         for held, marker, verdict in ((True, "o", "held"), (False, "x", "missed")):
             shown = [r for r in answered if r.holds(p95_limit_ms) == held]
@@ -259,8 +253,7 @@ def served_chart(
     ylabel: str,
     title: str,
 ) -> tuple[Figure, plt.Axes]:
-    """`value` against the rate each step served, a line a series; a step
-    that missed the goal hollow (its figure is not of the service asked for)."""
+    """`value` against the rate served, a line a series, missed steps hollow."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     xs_all: list[float] = []
     for arm, phase in series_order(results):
@@ -286,7 +279,7 @@ def served_p95_chart(results: list[StepResult], goal: Goal, path: Path, caption:
     """p95 against the rate served, the goal's limit drawn; missed steps hollow."""
     scenario = results[0].step.scenario
     fig, ax = served_chart(
-        results, goal, lambda r: r.latency.p95 if r.latency else None, "p95 ms (log scale)",
+        results, goal, partial(latency_of, name="p95"), "p95 ms (log scale)",
         f"{scenario}: p95 against the rate served (hollow: missed the goal)",
     )  # fmt: skip
     ax.axhline(goal.p95_ms, color="red", linestyle="--", label=f"goal p95 = {goal.p95_ms:g} ms")
@@ -298,8 +291,7 @@ def served_p95_chart(results: list[StepResult], goal: Goal, path: Path, caption:
 def cost_chart(
     results: list[StepResult], prices: Prices, goal: Goal, path: Path, caption: str
 ) -> Path:
-    """Cost per million requests against the rate served, per series; a step that
-    missed the goal hollow: its cost is not a price of the service asked for."""
+    """Cost per million requests against the rate served, missed steps hollow."""
     title = (
         f"cost per million requests ({prices.chart_words()}) against the rate served\n"
         "hollow: the step missed the goal, so its cost is not a price of that service"

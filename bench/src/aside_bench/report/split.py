@@ -1,20 +1,5 @@
-"""What the cache itself buys: a cached arm's saving against the uncached read,
-split between what coalescing the misses recovers and what the hits add.
-
-Three arms read the same key stream at the same rate: `nocache` (one query per
-read), `coalesce` (every read through the cache arm's miss path, the worker's
-miss batcher, and nothing stored) and a cached arm. Of a figure's saving
-(uncached minus cached: cost per million requests, p95, drop rate), the part
-`coalesce` reaches is the coalescing's; the rest is the hits'. A coalesce arm
-worse than the uncached read gives coalescing nothing; one better than the
-cached arm gives it everything.
-
-A saving is split only on comparable figures: at a rate where all three arms
-held the service goal (records/goal.py), so each price is a price of the same
-service. Where one missed, the sentence says which and what it served, with
-the p95 and drops beside, and credits coalescing with no share of a saving it
-did not deliver. Pure: every rule has a unit test.
-"""
+"""What the cache itself buys: a cached arm's saving against the uncached read, split between
+coalescing the misses and the hits, where all three held the goal (docs/decisions/056)."""
 
 from __future__ import annotations
 
@@ -24,7 +9,7 @@ from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
 from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.report.tables import Table
+from aside_bench.report.tables import Table, latency_of
 
 COALESCE_ARM = "coalesce"
 REFERENCE_ARMS = ("nocache", "index")
@@ -114,10 +99,6 @@ def _by_rate(results: list[StepResult], arm: str, phase: str) -> dict[int, StepR
     return {r.step.rate: r for r in results if (r.step.arm, r.step.phase) == (arm, phase)}
 
 
-def _p95(result: StepResult) -> float | None:
-    return None if result.latency is None else result.latency.p95
-
-
 def _three(values: list[float | None]) -> Split | None:
     if any(v is None for v in values):
         return None
@@ -150,7 +131,7 @@ def rate_splits(results: list[StepResult], prices: Prices, goal: Goal) -> list[R
                     uncached_arm,
                     rate,
                     _three([step_price(r, prices) for r in (base, coal, mine)]),
-                    _three([_p95(base), _p95(coal), _p95(mine)]),
+                    _three([latency_of(r, "p95") for r in (base, coal, mine)]),
                     Split(base.drop_rate, coal.drop_rate, mine.drop_rate),
                     Split(base.achieved_rps, coal.achieved_rps, mine.achieved_rps),
                     Held(goal.held(base), goal.held(coal), goal.held(mine)),
@@ -230,8 +211,7 @@ def _not_split_words(one: RateSplit) -> str:
 
 
 def split_sentence(one: RateSplit) -> str:
-    """A cached series' saving at one rate, split where the three arms held the
-    goal, else why not, in the answer's words."""
+    """A cached series' saving at one rate, split where all three held, else why not."""
     head = f"At {one.rate:,}/s, what the cache itself bought ({one.cached_label})"
     if one.comparable:
         cost = _cost_words(one)
@@ -251,8 +231,7 @@ def _shares(splits: list[RateSplit], figure: str) -> list[float]:
 
 
 def range_sentence(splits: list[RateSplit]) -> str | None:
-    """The hits' share over every rate where the three arms held the goal; None
-    for fewer than two such rates."""
+    """The hits' share over the rates all three held; None for fewer than two."""
     splits = [one for one in splits if one.comparable]
     if len(splits) < 2:
         return None
@@ -292,9 +271,7 @@ def none_comparable_sentence(splits: list[RateSplit]) -> str:
 
 
 def answer_lines(results: list[StepResult], prices: Prices, goal: Goal) -> list[str]:
-    """For each cached series: the split at the highest rate all three arms held
-    the goal and were priced at (else the highest rate, saying who missed), then
-    the hits' share over the rates all three held."""
+    """Per cached series: its split at the highest comparable rate, then over the rates."""
     by_series: dict[str, list[RateSplit]] = {}
     for one in rate_splits(results, prices, goal):
         by_series.setdefault(one.cached_label, []).append(one)  # rates rise
@@ -315,8 +292,7 @@ NOT_SPLIT = "not split"
 
 
 def _cells(split: Split | None, fmt: str, comparable: bool) -> list[str]:
-    """Uncached, coalesced and cached in `fmt`, and the hits' share of the saving
-    (only where the three held the goal)."""
+    """Uncached, coalesced and cached in `fmt`, and the hits' share where comparable."""
     if split is None:
         return ["n/a"] * 4
     share = "no saving" if split.hits_share is None else f"{split.hits_share:.0%}"
@@ -325,8 +301,7 @@ def _cells(split: Split | None, fmt: str, comparable: bool) -> list[str]:
 
 
 def _cost_cells(one: RateSplit) -> list[str]:
-    """The three prices where each held the goal, else what it served; the share
-    only where all three held."""
+    """The three prices where each held (else what it served), and the hits' share."""
     cost = one.cost
     if cost is None:
         return ["n/a"] * 4
@@ -342,40 +317,23 @@ def _cost_cells(one: RateSplit) -> list[str]:
 
 
 def split_table(results: list[StepResult], prices: Prices, goal: Goal) -> Table | None:
-    """Every rate's split: the three arms' cost (a price only where it held the
-    goal), p95 and drops, and the hits' share where all three held it."""
+    """Every rate's split: the three arms' cost, p95 and drops, and the hits' shares."""
     rows = []
     for one in rate_splits(results, prices, goal):
         *drops, drops_share = _cells(one.drops, "{:.1%}", one.comparable)
-        rows.append(
-            [
-                one.cached_label,
-                f"{one.rate:,}",
-                *_cost_cells(one),
-                *_cells(one.p95, "{:,.1f}", one.comparable),
-                " / ".join(drops),
-                drops_share,
-            ]
-        )
+        row = [one.cached_label, f"{one.rate:,}", *_cost_cells(one)]
+        row += [*_cells(one.p95, "{:,.1f}", one.comparable), " / ".join(drops), drops_share]
+        rows.append(row)
     if not rows:
         return None
-    return Table(
+    three = ("uncached", "coalesce", "cached")
+    headers = ["cached series", "target /s", *(f"{arm} $/M" for arm in three)]
+    headers += ["hits' share of the $ saving", *(f"{arm} p95 ms" for arm in three)]
+    headers += ["hits' share of the p95 saving", f"drops {' / '.join(three)}"]
+    headers.append("hits' share of the drops saved")
+    title = (
         "what the cache itself bought: the saving against the uncached read, split between "
         "coalescing the misses (coalesce: batched, nothing stored) and the hits where all "
-        f"three arms held the goal ({goal.words()})",
-        [
-            "cached series",
-            "target /s",
-            "uncached $/M",
-            "coalesce $/M",
-            "cached $/M",
-            "hits' share of the $ saving",
-            "uncached p95 ms",
-            "coalesce p95 ms",
-            "cached p95 ms",
-            "hits' share of the p95 saving",
-            "drops uncached / coalesce / cached",
-            "hits' share of the drops saved",
-        ],
-        rows,
+        f"three arms held the goal ({goal.words()})"
     )
+    return Table(title, headers, rows)

@@ -13,6 +13,7 @@ from aside_bench.records.repeats import figure_spread
 from aside_bench.records.results import StepResult
 
 MISSING = "n/a"
+PERCENTILES = ("p50", "p95", "p99")
 T = TypeVar("T")
 # A column of a table of one row per item: its header and how it shows an item.
 Column = tuple[str, Callable[[T], str]]
@@ -124,9 +125,7 @@ COST_COLUMNS = (
 
 
 def cost_columns(results: list[StepResult]) -> list[CostColumn]:
-    """The cost columns some of `results` has a value for: a tier the arms of a
-    table do not read, or CPU and memory the run could not read, is left out
-    rather than shown as a column of n/a. L1 MiB goes with the L1 hit rate."""
+    """The cost columns some result has a value for (L1 MiB with the L1 hit rate)."""
     kept = [c for c in COST_COLUMNS if any(c.value(r) is not None for r in results)]
     if not any(c.field == "l1_hit_rate" for c in kept):
         kept = [c for c in kept if c.field != "l1_mib"]
@@ -134,8 +133,7 @@ def cost_columns(results: list[StepResult]) -> list[CostColumn]:
 
 
 def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float], str]) -> str:
-    """`text`, plus the min-max of the step's runs when it ran more than once
-    and they differ as shown."""
+    """`text`, with the min-max of the step's runs where they differ as shown."""
     found = figure_spread(result, name)
     if found is None or fmt(found.low) == fmt(found.high):
         return text
@@ -143,8 +141,7 @@ def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float],
 
 
 def loadgen_cells(result: StepResult) -> list[str]:
-    """The answered requests' p95 from their due time, the driver's CPU (cores
-    over the step), requests in flight at most / pool, and the verdict."""
+    """p95 from due, the driver's CPU cores, in flight/pool and the verdict."""
     due = MISSING if result.from_due is None else fmt_ms(result.from_due.p95)
     gen = result.loadgen
     if gen is None:
@@ -165,37 +162,38 @@ def has_loadgen(results: list[StepResult]) -> bool:
     return any(r.loadgen is not None for r in results)
 
 
+def extra_columns(results: list[StepResult]) -> tuple[list[str], Callable[[StepResult], list[str]]]:
+    """The cost columns `results` have, then the driver's where it was read: headers, cells."""
+    costs, loadgen = cost_columns(results), has_loadgen(results)
+    headers = [c.header for c in costs] + (LOADGEN_HEADERS if loadgen else [])
+    return headers, lambda r: [c.cell(r) for c in costs] + (loadgen_cells(r) if loadgen else [])
+
+
+def latency_of(result: StepResult, name: str) -> float | None:
+    return None if result.latency is None else getattr(result.latency, name)
+
+
+def latency_cell(result: StepResult, name: str) -> str:
+    return fmt_ms(latency_of(result, name))
+
+
 def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
-    """Every figure of one arm (and phase) at each rate; a step run more than
-    once shows the median of its runs and their min-max."""
+    """Every figure of one series at each rate, repeats as median (min-max)."""
     with_hits = has_cache(results)
     series = series_of(results, arm, phase)
-    costs = cost_columns(series)
-    headers = ["target /s", "p50 ms", "p95 ms", "p99 ms", "achieved /s", "drop rate"]
-    if with_hits:
-        headers.append("cache hit rate")
-    headers += [column.header for column in costs]
-    loadgen = has_loadgen(series)
-    if loadgen:
-        headers += LOADGEN_HEADERS
+    extra, extra_cells = extra_columns(series)
+    hits = ["cache hit rate"] if with_hits else []
+    headers = ["target /s", *(f"{p} ms" for p in PERCENTILES), "achieved /s", "drop rate", *hits]
     rows = []
     for result in series:
-        latency = result.latency
-        row = [
-            str(result.step.rate),
-            spread_cell(result, "p50", fmt_ms(latency.p50 if latency else None), fmt_ms),
-            spread_cell(result, "p95", fmt_ms(latency.p95 if latency else None), fmt_ms),
-            spread_cell(result, "p99", fmt_ms(latency.p99 if latency else None), fmt_ms),
-            spread_cell(result, "achieved", fmt_rps(result.achieved_rps), fmt_rps),
-            spread_cell(result, "drops", fmt_pct(result.drop_rate), fmt_pct),
-        ]
+        row = [str(result.step.rate)]
+        row += [spread_cell(result, p, latency_cell(result, p), fmt_ms) for p in PERCENTILES]
+        row.append(spread_cell(result, "achieved", fmt_rps(result.achieved_rps), fmt_rps))
+        row.append(spread_cell(result, "drops", fmt_pct(result.drop_rate), fmt_pct))
         if with_hits:
             row.append(spread_cell(result, "hit", fmt_pct(result.hit_rate), fmt_pct))
-        row += [column.cell(result) for column in costs]
-        if loadgen:
-            row += loadgen_cells(result)
-        rows.append(row)
-    return Table(f"{series_label(arm, phase)}", headers, rows)
+        rows.append(row + extra_cells(result))
+    return Table(f"{series_label(arm, phase)}", headers + extra, rows)
 
 
 def _find(results: list[StepResult], arm: str, phase: str, rate: int) -> StepResult | None:
@@ -227,15 +225,11 @@ def _baseline_and_best(
 
 
 def comparison_table(results: list[StepResult], percentile: str = "p95") -> Table:
-    """One row per rate: a percentile and the drop rate of every series side by side,
-    plus how many times faster the cache is than the uncached arm at that rate."""
+    """Per rate, every series' percentile and drops, and the uncached / cached ratio."""
     pairs = series_order(results)
-    headers = ["target /s"]
-    for arm, phase in pairs:
-        headers += [
-            f"{series_label(arm, phase)} {percentile} ms",
-            f"{series_label(arm, phase)} drops",
-        ]
+    labels = [series_label(arm, phase) for arm, phase in pairs]
+    kinds = (f"{percentile} ms", "drops")
+    headers = ["target /s", *(f"{one} {kind}" for one in labels for kind in kinds)]
     versus = _baseline_and_best(pairs)
     if versus:
         headers.append(f"{series_label(*versus[0])} / {series_label(*versus[1])} {percentile}")
@@ -244,11 +238,10 @@ def comparison_table(results: list[StepResult], percentile: str = "p95") -> Tabl
         row = [str(rate)]
         for arm, phase in pairs:
             result = _find(results, arm, phase, rate)
-            value = getattr(result.latency, percentile) if result and result.latency else None
+            value = latency_of(result, percentile) if result else None
             row += [fmt_ms(value), fmt_pct(result.drop_rate) if result else MISSING]
         if versus:
-            slow = _find(results, *versus[0], rate)
-            fast = _find(results, *versus[1], rate)
+            slow, fast = (_find(results, *pair, rate) for pair in versus)
             ratio = None
             if slow and fast and slow.latency and fast.latency:
                 fast_value = getattr(fast.latency, percentile)
@@ -292,8 +285,7 @@ def _floor_ms(result: StepResult, field: str) -> str:
 
 
 def staleness_table(results: list[StepResult]) -> Table | None:
-    """The mixed scenario's read-after-write checks and the invalidation lag the
-    workers measured, per series and rate; None when no checker ran."""
+    """The mixed scenario's stale reads and invalidation lag; None without a checker."""
     if not any(r.stale is not None for r in results):
         return None
     headers = ["series", "target /s", "checked reads", "stale reads", "no answer",
@@ -334,9 +326,7 @@ def saturated_steps(results: list[StepResult]) -> list[str]:
 def held_table(
     results: list[StepResult], goal: Goal, calibration: dict[str, int | None]
 ) -> Table | None:
-    """Per series, the highest target rate held (the service goal, the driver
-    not saturated) and that rate as a fraction of each calibrated ceiling; None
-    without a calibration."""
+    """Per series, the highest rate held against each calibration; None without one."""
     known = {name: rate for name, rate in calibration.items() if rate}
     if not known:
         return None
@@ -366,14 +356,7 @@ def sweep_tables(results: list[StepResult]) -> list[Table]:
 
 
 def step_cells(result: StepResult) -> list[str]:
-    """A step's p50, p95 and p99, achieved rate, drop rate and hit rate, as
-    the scenarios' own tables show them."""
-    latency = result.latency
-    return [
-        fmt_ms(latency.p50 if latency else None),
-        fmt_ms(latency.p95 if latency else None),
-        fmt_ms(latency.p99 if latency else None),
-        fmt_rps(result.achieved_rps),
-        fmt_pct(result.drop_rate),
-        fmt_pct(result.hit_rate),
-    ]
+    """A step's p50, p95, p99, achieved rate, drop rate and hit rate."""
+    latencies = [latency_cell(result, name) for name in PERCENTILES]
+    shares = [fmt_pct(result.drop_rate), fmt_pct(result.hit_rate)]
+    return [*latencies, fmt_rps(result.achieved_rps), *shares]
