@@ -57,21 +57,14 @@ def ceiling_tables(
         outcomes = [(r.step.rate, r.verdict(p95_limit_ms)) for r in counted]
         ceiling, capped = ceiling_of([(rate, v == "held") for rate, v in outcomes])
         arms[arm] = found = ArmCeiling(ceiling, capped, limit_of(outcomes))
-        ratios = (f"{found.ceiling / rate:.2f}" for rate in known.values())
-        summary_rows.append([series_label(arm, phase), found.cell(), *ratios])
+        shares = (f"{found.ceiling / rate:.2f}" for rate in known.values())
+        summary_rows.append([series_label(arm, phase), found.cell(), *shares])
         for r, rerun in zip(series, again, strict=True):
-            trials_rows.append(
-                [
-                    series_label(arm, phase),
-                    str(r.step.rate) + (f" (run {r.step.repeat})" if r.step.repeat > 1 else ""),
-                    latency_cell(r, "p95"),
-                    latency_cell(r, "p99"),
-                    fmt_rps(r.achieved_rps),
-                    fmt_pct(r.drop_rate),
-                    RERUN_VERDICT if rerun else r.verdict(p95_limit_ms),
-                    *extra_cells(r),
-                ]
-            )
+            rate = str(r.step.rate) + (f" (run {r.step.repeat})" if r.step.repeat > 1 else "")
+            row = [series_label(arm, phase), rate, latency_cell(r, "p95"), latency_cell(r, "p99")]
+            verdict = RERUN_VERDICT if rerun else r.verdict(p95_limit_ms)
+            row += [fmt_rps(r.achieved_rps), fmt_pct(r.drop_rate), verdict]
+            trials_rows.append(row + extra_cells(r))
     blank = [""] * len(known)
     healthz = arms["healthz"].ceiling if "healthz" in arms else 0
     ratios = {arm: arms[arm].ceiling / healthz for arm in TIERED_ARMS if healthz and arm in arms}
@@ -79,18 +72,11 @@ def ceiling_tables(
     reference = reference_of(arms)
     if reference is not None:
         summary_rows.append([f"cache / {BARE_ARM} (reference)", reference_cell(reference), *blank])
-    tables = [
-        Table(
-            f"highest rate held at p95 <= {p95_limit_ms:g} ms with no drops (requests/s)",
-            ["arm", "ceiling /s"] + [f"/ {name} calibration" for name in known],
-            summary_rows,
-        ),
-        Table(
-            "every step, in the order run",
-            ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict", *extra],
-            trials_rows,
-        ),
-    ]
+    title = f"highest rate held at p95 <= {p95_limit_ms:g} ms with no drops (requests/s)"
+    headers = ["arm", "ceiling /s"] + [f"/ {name} calibration" for name in known]
+    trials = ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict", *extra]
+    summary = Table(title, headers, summary_rows)
+    tables = [summary, Table("every step, in the order run", trials, trials_rows)]
     return tables, Ceilings(arms, ratios, reference)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from aside_bench.compare import page as comparepage
 from aside_bench.compare import steps as compare
 from aside_bench.compare.steps import DEFAULT_TOLERANCE
 from aside_bench.load import meter
+from aside_bench.plan.steps import words
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
@@ -96,7 +96,7 @@ def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[r
 
 def _run_ids(given: str) -> list[str]:
     """'r1', or a baseline of several runs: 'r1,r2' or 'r1 r2'."""
-    ids = [one for one in re.split(r"[\s,]+", given) if one]
+    ids = words(given)
     if not ids:
         raise UsageError("compare: a side names no run")
     return ids

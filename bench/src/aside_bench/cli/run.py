@@ -28,6 +28,7 @@ from aside_bench.plan.steps import (
     parse_rates,
     repeat_steps,
     resolve_arms,
+    words,
 )
 from aside_bench.report.tables import fmt_pct
 from aside_bench.stack import config, distance
@@ -56,26 +57,15 @@ def add(run: argparse.ArgumentParser) -> None:
         help="read/mixed: nocache index coalesce cache (alias l2) l1 hybrid tracking l1-ttl "
         "nopool; compute: go python; another scenario: its own (default by scenario)",
     )
-    run.add_argument(
-        "--warm",
-        choices=WARM_CHOICES,
-        default="both",
-        help="cache arm's starting state: cold, warm or both (default both)",
-    )
+    warm = "cache arm's starting state: cold, warm or both (default both)"
+    run.add_argument("--warm", choices=WARM_CHOICES, default="both", help=warm)
     for flag, what in WORD_OPTIONS.items():
         run.add_argument(flag, default="", help=what)
     policy = opt.default_of(Options, "cache_policy")
-    run.add_argument(
-        "--cache-policy",
-        choices=EVICTION_POLICIES,
-        default=policy,
-        help=f"Redis's eviction policy under --cache-memory (default {policy})",
-    )
-    opt.write_share(
-        run,
-        runner_commands.shape_default("write_share"),
-        "mixed: share of requests that write (a create and its delete)",
-    )
+    what = f"Redis's eviction policy under --cache-memory (default {policy})"
+    run.add_argument("--cache-policy", choices=EVICTION_POLICIES, default=policy, help=what)
+    what = "mixed: share of requests that write (a create and its delete)"
+    opt.write_share(run, runner_commands.shape_default("write_share"), what)
     for flag, checked, name, what in (
         ("--stale-per-min", opt.whole, "stale_per_min",
          "mixed: read-after-write checks a minute beside the load, 0: none"),
@@ -84,13 +74,8 @@ def add(run: argparse.ArgumentParser) -> None:
         ("--complexity", opt.positive, "complexity", "compute: complexity"),
     ):  # fmt: skip
         opt.option(run, flag, checked, runner_commands.shape_default(name), what)
-    opt.option(
-        run,
-        "--repeat",
-        opt.positive,
-        1,
-        "runs of each step, interleaved within each rate; medians and spreads",
-    )
+    what = "runs of each step, interleaved within each rate; medians and spreads"
+    opt.option(run, "--repeat", opt.positive, 1, what)
     for found in scenarios.registry().values():
         if found.hooks.add_options is not None:
             found.hooks.add_options(run)
@@ -127,7 +112,7 @@ def run_distances(
 ) -> dict[str, distance.Distance]:
     """The distances --distance names (or DISTANCE_*_MS gives), each checked."""
     with opt.usage_errors(distance.DistanceError):
-        asked = distance.asked(args.distance.replace(",", " ").split())
+        asked = distance.asked(words(args.distance))
     if asked and not found.distances:
         raise UsageError(f"--distance is for the read and mixed scenarios, not {found.name}")
     return asked
@@ -138,7 +123,7 @@ def _bounded(args: argparse.Namespace, found: scenarios.Scenario, arms: list[str
     given = {
         kind: getattr(args, flag[2:].replace("-", "_")) for kind, flag in BOUND_OPTIONS.items()
     }
-    asked = {kind: text.replace(",", " ").split() for kind, text in given.items()}
+    asked = {kind: words(text) for kind, text in given.items()}
     for kind, texts in asked.items():
         if texts and not found.bounded:
             raise UsageError(f"{BOUND_OPTIONS[kind]} is for the read scenario, not {found.name}")
@@ -288,20 +273,15 @@ def _search_arms(
                 break
             reruns += 1
             print(f"  -> missed with the host stealing {fmt_pct(result.host_steal)}: run again")
-        note = {
-            "held": "held",
-            "missed": "missed",
-            "limit": "not held, load generator saturated: a measurement limit",
-        }[verdict]
+        limit = "not held, load generator saturated: a measurement limit"
+        note = limit if verdict == "limit" else verdict
         print(f"  -> {note} (p95 <= {p95_ms:g} ms, no drops)")
         return verdict == "held"
 
     interleave(arms, search, run)
 
 
-CEILING = Command(
-    "ceiling", "highest rate held at p95 <= limit with no drops", add_ceiling, run_ceiling
+COMMANDS = (
+    Command("run", "the cache off/on sweep over rising rates", add, run),
+    Command("ceiling", "highest rate held at p95 <= limit with no drops", add_ceiling, run_ceiling),
 )
-
-
-COMMANDS = (Command("run", "the cache off/on sweep over rising rates", add, run), CEILING)

@@ -95,11 +95,9 @@ def machine_scale(
             raise CompareError("--normalise needs both runs calibrated")
         return scale
     if not _within(ratio) and not (normalise or ignore):
-        measured = (
-            "the driver's CPU per request in the steps both ran"
-            if scale.steps
-            else f"their calibrations, {scale.rate_a} and {scale.rate_b} req/s"
-        )
+        measured = f"their calibrations, {scale.rate_a} and {scale.rate_b} req/s"
+        if scale.steps:
+            measured = "the driver's CPU per request in the steps both ran"
         raise CompareError(
             f"the machines differ: by {measured}, B ran {ratio:.2f}x as fast as A "
             f"({max(ratio, 1 / ratio):.2f}x, more than {MACHINE_RATIO_LIMIT:g}x); "
@@ -113,12 +111,12 @@ def run_line(name: str, run: RunRecord, rate: int | None) -> str:
     machine = run.machine
     bound = " (held at every rate tried: a lower bound)" if capped(machine) else ""
     runs = run.runs
-    which = (
-        f"a baseline of {len(runs)} runs, {', '.join(runs)}, their repeats pooled (the "
-        "drift between them counts as noise; the median calibration shown)"
-        if len(runs) > 1
-        else run.run_id
-    )
+    which = run.run_id
+    if len(runs) > 1:
+        which = (
+            f"a baseline of {len(runs)} runs, {', '.join(runs)}, their repeats pooled (the "
+            "drift between them counts as noise; the median calibration shown)"
+        )
     return (
         f"{name}: {which} ({machine.get('cpu')}, {machine.get('nproc')} cores), "
         f"machine calibration {rate or 'none'} req/s{bound}"

@@ -117,11 +117,6 @@ def cost_lines(
     return _lines(rows, lambda side, key: (a if side == "A" else b).get(key), goal)
 
 
-def _label(series: SeriesKey, scenarios: int) -> str:
-    label = series_label(series[1], series[2])
-    return f"{series[0]} {label}" if scenarios > 1 else label
-
-
 def overlay_chart(
     lines: list[Line], path: Path, title: str, ylabel: str, caption: str, log: bool,
     served: bool = False,
@@ -135,7 +130,10 @@ def overlay_chart(
     xs_all: list[float] = []
     for line in lines:
         style, marker = STYLE[line.side]
-        label = f"{_label(line.series, scenarios)}, {line.side}"
+        label = series_label(line.series[1], line.series[2])
+        label = (
+            f"{line.series[0]} {label}, {line.side}" if scenarios > 1 else f"{label}, {line.side}"
+        )
         if served:
             points = [(p.served, p.value, p.held) for p in line.points if p.served]
             if not points:

@@ -113,11 +113,8 @@ def change(
         return Change(a, b, 0.0, PAST_CAPACITY, "")
     noise, basis = noise_of(name, a, b, tolerance, series_width)
     delta = b.median - a.median
-    flag = ""
-    if abs(delta) > noise:
-        higher_better = FIGURES[name][1]
-        flag = "better" if (delta > 0) == higher_better else "worse"
-    return Change(a, b, noise, basis, flag)
+    flag = "better" if (delta > 0) == FIGURES[name][1] else "worse"  # [1]: higher is better
+    return Change(a, b, noise, basis, flag if abs(delta) > noise else "")
 
 
 def _by_step(figures: list[StepFigures]) -> dict[StepKey, list[StepFigures]]:

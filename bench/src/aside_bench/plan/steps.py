@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 
 from aside_bench.plan import scenarios
 
@@ -236,6 +237,11 @@ def series_label(arm: str, phase: str) -> str:
     return arm if phase == "none" else f"{arm} ({phase})"
 
 
+def words(text: str) -> list[str]:
+    """'30 50,75' -> ['30', '50', '75']: the words of a list option."""
+    return [word for word in re.split(r"[\s,]+", text.strip()) if word]
+
+
 def parse_duration(text: str) -> int:
     """'30s', '2m', '1m30s' or a bare number of seconds -> seconds (>= 1)."""
     text = text.strip()
@@ -254,11 +260,10 @@ def parse_duration(text: str) -> int:
 
 def parse_rates(text: str, lowest: int = 1) -> list[int]:
     """'30 50,75' -> [30, 50, 75]: whole numbers >= lowest, deduplicated, ascending."""
-    words = [word for word in re.split(r"[\s,]+", text.strip()) if word]
-    if not words:
+    if not words(text):
         raise PlanError("rates must list at least one rate, e.g. --rates '30 100'")
     rates: set[int] = set()
-    for word in words:
+    for word in words(text):
         if not word.isdigit() or int(word) < lowest:
             raise PlanError(
                 f"rates must be whole numbers of requests per second >= {lowest}, got {word!r}"
@@ -270,9 +275,7 @@ def parse_rates(text: str, lowest: int = 1) -> list[int]:
 def parse_arms(text: str, allowed: tuple[str, ...]) -> list[str]:
     """'nocache l2' -> ['nocache', 'cache']: known arms, given order, no repeats."""
     arms: list[str] = []
-    for word in re.split(r"[\s,]+", text.strip()):
-        if not word:
-            continue
+    for word in words(text):
         arm = ARM_ALIASES.get(word, word)
         if arm not in allowed:
             raise PlanError(f"unknown arm {word!r}; choose from {', '.join(allowed)}")
@@ -369,12 +372,7 @@ def repeat_steps(steps: list[Step], times: int) -> list[Step]:
     """Each rate's steps `times` over, round by round (A B A B), rates rising."""
     if times < 1:
         raise PlanError(f"repeat must be at least 1, got {times}")
-    groups: list[list[Step]] = []
-    for step in steps:
-        if groups and groups[-1][0].rate == step.rate:
-            groups[-1].append(step)
-        else:
-            groups.append([step])
+    groups = [list(group) for _, group in groupby(steps, key=lambda step: step.rate)]
     return [
         replace(step, repeat=round_)
         for group in groups

@@ -70,11 +70,9 @@ def break_even_sentence(cached: Series, uncached: Series, prices: Prices, goal: 
     cheaper = [rate for rate, mine, other in pairs if mine < other]
     rate, mine, other = pairs[-1]
     at = f"${mine:.3f} against ${other:.3f} per million requests at {rate:,}/s"
-    where = (
-        "at every rate tried"
-        if len(pairs) == len(common)
-        else f"at every rate both held the goal ({rate_list([p[0] for p in pairs])}/s)"
-    )
+    where = "at every rate tried"
+    if len(pairs) != len(common):
+        where = f"at every rate both held the goal ({rate_list([p[0] for p in pairs])}/s)"
     if not cheaper:
         return f"{cached.label} cost more than {uncached.label} {where} ({at})."
     # The break-even: the first rate from which every rate both held is cheaper.
@@ -100,17 +98,15 @@ def memory_sentences(curves: list[RateCurve]) -> list[str]:
     # The highest rate's: the longest stream, so the most a bound can matter.
     for curve in curves[-1:]:
         for point in curve.measured:
-            bound = (
-                "Redis with its own bound"
-                if point.maxmemory is None
-                else f"{size_words(point.maxmemory)} of Redis"
-            )
+            bound = "Redis with its own bound"
+            if point.maxmemory is not None:
+                bound = f"{size_words(point.maxmemory)} of Redis"
             if point.keys < MIN_CAPACITY:
-                clients = (
-                    ""
-                    if point.clients_memory is None
-                    else f": its clients' buffers took {size_words(point.clients_memory)} of it"
-                )
+                clients = ""
+                if point.clients_memory is not None:
+                    clients = (
+                        f": its clients' buffers took {size_words(point.clients_memory)} of it"
+                    )
                 out.append(
                     f"At {curve.rate:,}/s, {bound} held almost no key during the step{clients}; "
                     f"it answered {point.hit_rate:.0%} of reads."
@@ -118,11 +114,9 @@ def memory_sentences(curves: list[RateCurve]) -> list[str]:
                 continue
             lru, belady = point.simulated.get("LRU"), point.simulated.get("Belady")
             size = "that holds every key (it never filled)" if point.never_full else "of that size"
-            sim = (
-                ""
-                if lru is None or belady is None
-                else f" (a simulated LRU {size}: {lru:.0%}; Belady, the bound: {belady:.0%})"
-            )
+            sim = ""
+            if lru is not None and belady is not None:
+                sim = f" (a simulated LRU {size}: {lru:.0%}; Belady, the bound: {belady:.0%})"
             out.append(
                 f"At {curve.rate:,}/s, {bound} held {point.keys:,} keys and answered "
                 f"{point.hit_rate:.0%} of reads{sim}."

@@ -51,20 +51,6 @@ def size_words(size: int) -> str:
 
 
 @dataclass(frozen=True)
-class Memory:
-    """A step's memory at its end: the gateway's RSS, Redis's used memory (None: no Redis)."""
-
-    gateway_mib: float | None
-    redis_mib: float | None
-
-    def words(self) -> str:
-        gateway = MISSING if self.gateway_mib is None else f"{self.gateway_mib:,.0f} MiB"
-        if self.redis_mib is None:
-            return f"gateway {gateway}, no Redis"
-        return f"gateway {gateway} + Redis {self.redis_mib:,.1f} MiB"
-
-
-@dataclass(frozen=True)
 class Standing:
     """One series at one rate against the goal."""
 
@@ -84,12 +70,14 @@ class Standing:
         """The cost as a price of the goal's service: None where the step missed it."""
         return self.cost if self.held else None
 
-    @property
-    def memory(self) -> Memory:
-        result = self.result
-        gateway = None if result.cost is None else result.cost.gateway_rss_mib
-        redis = None if result.redis is None else result.redis.used_memory / MIB
-        return Memory(gateway, redis)
+    def memory_words(self) -> str:
+        """Its memory at its end: the gateway's RSS, Redis's used memory (or no Redis)."""
+        cost, redis = self.result.cost, self.result.redis
+        rss = None if cost is None else cost.gateway_rss_mib
+        gateway = MISSING if rss is None else f"{rss:,.0f} MiB"
+        if redis is None:
+            return f"gateway {gateway}, no Redis"
+        return f"gateway {gateway} + Redis {redis.used_memory / MIB:,.1f} MiB"
 
     @property
     def bound(self) -> int | None:
@@ -101,10 +89,6 @@ class Standing:
         if not self.held:
             return missed_words(self.result)
         return MISSING if self.cost is None else f"${self.cost:.3f}"
-
-
-def standing(series: Series, result: StepResult, goal: Goal, prices: Prices) -> Standing:
-    return Standing(series.label, series.arm, result, goal.held(result), step_price(result, prices))
 
 
 @dataclass(frozen=True)
@@ -167,10 +151,6 @@ def _held_last(series: Series, rate: int, goal: Goal) -> int | None:
                default=None)  # fmt: skip
 
 
-def _by_price(one: Standing) -> tuple[bool, float]:
-    return (one.price is None, one.price or 0.0)
-
-
 def decide(
     results: list[StepResult],
     goal: Goal,
@@ -189,12 +169,15 @@ def decide(
             result = next((r for r in one.steps if r.step.rate == rate), None)
             if result is None:
                 continue
-            found = standing(one, result, goal, prices)
+            found = Standing(
+                one.label, one.arm, result, goal.held(result), step_price(result, prices)
+            )
             if found.held:
                 held.append(found)
             else:
                 missed.append(Missed(found, _held_last(one, rate, goal)))
-        out.append(RateDecision(rate, sorted(held, key=_by_price), missed, points.get(rate, [])))
+        held.sort(key=lambda one: (one.price is None, one.price or 0.0))
+        out.append(RateDecision(rate, held, missed, points.get(rate, [])))
     return Decision(distance, goal, out)
 
 
@@ -219,13 +202,11 @@ def decision_table(decision: Decision) -> Table:
     rows = []
     for one in decision.rates:
         cheapest = one.cheapest
-        row = [
-            f"{one.rate:,}",
-            ", ".join(s.label for s in one.held) or "none",
-            "none held" if cheapest is None else cheapest.label,
-            MISSING if cheapest is None else cheapest.cell(),
-            MISSING if cheapest is None else cheapest.memory.words(),
-        ]
+        row = [f"{one.rate:,}", ", ".join(s.label for s in one.held) or "none"]
+        if cheapest is None:
+            row += ["none held", MISSING, MISSING]
+        else:
+            row += [cheapest.label, cheapest.cell(), cheapest.memory_words()]
         if memory:
             row.append(_smallest_cell(one))
         row.append("; ".join(m.words() for m in one.missed) or "none")
@@ -254,7 +235,7 @@ def smallest_cache_sentences(decision: Decision) -> list[str]:
         price = "" if found.price is None else f", ${found.price:.3f} per million requests"
         out.append(
             f"At {one.rate:,}/s the smallest cache that held the goal: {found.label}, "
-            f"{size_words(found.bound or 0)} of Redis ({found.memory.words()}{price})."
+            f"{size_words(found.bound or 0)} of Redis ({found.memory_words()}{price})."
         )
     return out
 

@@ -217,11 +217,9 @@ def ranking_line(found: dict[str, list[Series]], a: str, b: str, metric: str, go
         for before, after in pairwise(decided)
         if before.winner != after.winner
     ]
-    turn = (
-        f"the ranking changes from {', and from '.join(changes)}"
-        if changes
-        else "no distance turns the ranking"
-    )
+    turn = "no distance turns the ranking"
+    if changes:
+        turn = f"the ranking changes from {', and from '.join(changes)}"
     return (
         f"{measure.capitalize()} of {a} and {b} (within {TIE_SHARE:.0%}: even), where both "
         f"held the goal: {'; '.join(_verdict_words(v) for v in verdicts)}: {turn}."

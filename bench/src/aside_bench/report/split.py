@@ -3,7 +3,7 @@ coalescing the misses and the hits, where all three held the goal (docs/decision
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
@@ -82,12 +82,8 @@ class RateSplit:
 
     def missed_words(self) -> str:
         """Those of the three that missed the goal, each with what it served."""
-        coal = series_label(COALESCE_ARM, "none")
-        named = (
-            (self.uncached_label, self.held.uncached, self.served.uncached),
-            (coal, self.held.coalesced, self.served.coalesced),
-            (self.cached_label, self.held.cached, self.served.cached),
-        )
+        labels = (self.uncached_label, COALESCE_ARM, self.cached_label)
+        named = zip(labels, astuple(self.held), astuple(self.served), strict=True)
         return ", ".join(
             f"{label} (served {served:,.0f}/s of {self.rate:,})"
             for label, held, served in named
@@ -125,18 +121,14 @@ def rate_splits(results: list[StepResult], prices: Prices, goal: Goal) -> list[R
             base, coal = uncached.get(rate), coalesced.get(rate)
             if base is None or coal is None:
                 continue
-            out.append(
-                RateSplit(
-                    series_label(arm, phase),
-                    uncached_arm,
-                    rate,
-                    _three([step_price(r, prices) for r in (base, coal, mine)]),
-                    _three([latency_of(r, "p95") for r in (base, coal, mine)]),
-                    Split(base.drop_rate, coal.drop_rate, mine.drop_rate),
-                    Split(base.achieved_rps, coal.achieved_rps, mine.achieved_rps),
-                    Held(goal.held(base), goal.held(coal), goal.held(mine)),
-                )
-            )
+            three = (base, coal, mine)
+            cost = _three([step_price(r, prices) for r in three])
+            p95 = _three([latency_of(r, "p95") for r in three])
+            drops = Split(*(r.drop_rate for r in three))
+            served = Split(*(r.achieved_rps for r in three))
+            held = Held(*(goal.held(r) for r in three))
+            label = series_label(arm, phase)
+            out.append(RateSplit(label, uncached_arm, rate, cost, p95, drops, served, held))
     return out
 
 
@@ -172,14 +164,13 @@ def _cost_words(one: RateSplit) -> str | None:
     c = one.cost_split
     if c is None:
         return None
-    coal = series_label(COALESCE_ARM, "none")
     if c.saving <= 0:
         return (
             f"it cost no less than {one.uncached_label} (${c.cached:.3f} against "
-            f"${c.uncached:.3f} per million requests; {coal} ${c.coalesced:.3f})"
+            f"${c.uncached:.3f} per million requests; {COALESCE_ARM} ${c.coalesced:.3f})"
         )
     return (
-        f"{one.uncached_label} ${c.uncached:.3f} per million requests, {coal} "
+        f"{one.uncached_label} ${c.uncached:.3f} per million requests, {COALESCE_ARM} "
         f"(misses batched, nothing stored) ${c.coalesced:.3f}, {one.cached_label} "
         f"${c.cached:.3f}: {_share_words(c)}"
     )
@@ -197,13 +188,12 @@ def _not_split_words(one: RateSplit) -> str:
             f"against {one.cached_label}'s"
         )
     # The uncached read and the cache held, coalescing alone did not.
-    cost = one.cost
-    both = (
-        ""
-        if cost is None
-        else f" ({one.uncached_label} ${cost.uncached:.3f}, {one.cached_label} "
-        f"${cost.cached:.3f} per million requests, both at the goal)"
-    )
+    cost, both = one.cost, ""
+    if cost is not None:
+        both = (
+            f" ({one.uncached_label} ${cost.uncached:.3f}, {one.cached_label} "
+            f"${cost.cached:.3f} per million requests, both at the goal)"
+        )
     return (
         f"coalescing alone did not hold the goal ({missed}), so none of the saving{both} "
         "is credited to it"
@@ -222,12 +212,8 @@ def split_sentence(one: RateSplit) -> str:
 
 
 def _shares(splits: list[RateSplit], figure: str) -> list[float]:
-    found = []
-    for one in splits:
-        split: Split | None = getattr(one, figure)
-        if split is not None and split.hits_share is not None:
-            found.append(split.hits_share)
-    return found
+    found: list[Split | None] = [getattr(one, figure) for one in splits]
+    return [split.hits_share for split in found if split and split.hits_share is not None]
 
 
 def range_sentence(splits: list[RateSplit]) -> str | None:
@@ -246,13 +232,11 @@ def range_sentence(splits: list[RateSplit]) -> str | None:
     if not parts:
         return None
     every = [share for figure in ("cost", "p95", "drops") for share in _shares(splits, figure)]
-    rest = (
-        "coalescing none of it"
-        if min(every) >= 0.995
-        else "coalescing all of it"
-        if max(every) <= 0.005
-        else "coalescing the rest"
-    )
+    rest = "coalescing the rest"
+    if min(every) >= 0.995:
+        rest = "coalescing none of it"
+    elif max(every) <= 0.005:
+        rest = "coalescing all of it"
     rates = ", ".join(f"{one.rate:,}" for one in splits)
     return (
         f"Over the {len(splits)} rates where the three arms held the goal ({rates}/s), the "
@@ -296,7 +280,7 @@ def _cells(split: Split | None, fmt: str, comparable: bool) -> list[str]:
     if split is None:
         return ["n/a"] * 4
     share = "no saving" if split.hits_share is None else f"{split.hits_share:.0%}"
-    values = [fmt.format(v) for v in (split.uncached, split.coalesced, split.cached)]
+    values = [fmt.format(v) for v in astuple(split)]
     return [*values, share if comparable else NOT_SPLIT]
 
 
@@ -305,12 +289,10 @@ def _cost_cells(one: RateSplit) -> list[str]:
     cost = one.cost
     if cost is None:
         return ["n/a"] * 4
-    held = (one.held.uncached, one.held.coalesced, one.held.cached)
-    served = (one.served.uncached, one.served.coalesced, one.served.cached)
-    values = (cost.uncached, cost.coalesced, cost.cached)
+    three = zip(astuple(cost), astuple(one.held), astuple(one.served), strict=True)
     cells = [
         f"{value:.3f}" if ok else f"missed: served {rate:,.0f}/s of {one.rate:,}"
-        for value, ok, rate in zip(values, held, served, strict=True)
+        for value, ok, rate in three
     ]
     share = "no saving" if cost.hits_share is None else f"{cost.hits_share:.0%}"
     return [*cells, share if one.comparable else NOT_SPLIT]

@@ -70,11 +70,9 @@ def request_mix(params: dict[str, Any]) -> str:
     """The reads' keys as the run asked for them."""
     trace = params.get("trace")
     if trace:
-        pace = (
-            "at its own gaps, scaled to each step's rate"
-            if trace.get("rate")
-            else "at each step's rate"
-        )
+        pace = "at each step's rate"
+        if trace.get("rate"):
+            pace = "at its own gaps, scaled to each step's rate"
         return (
             f"request mix: trace {trace['file']} ({trace['lines']} keys, "
             f"{trace['keys']} distinct), replayed in its order {pace}, "
@@ -319,13 +317,11 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
         from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
         doc.h(2, "Charts")
-        paths = charts.sweep_charts(merged, out_dir, caption(run))
-        paths.append(charts.served_p95_chart(merged, GOAL, out_dir / "p95_served.png",
-                                             caption(run)))  # fmt: skip
+        shown = caption(run)
+        paths = charts.sweep_charts(merged, out_dir, shown)
+        paths.append(charts.served_p95_chart(merged, GOAL, out_dir / "p95_served.png", shown))
         if costs is not None:
-            paths.append(
-                charts.cost_chart(merged, prices, GOAL, out_dir / "cost.png", caption(run))
-            )
+            paths.append(charts.cost_chart(merged, prices, GOAL, out_dir / "cost.png", shown))
         for path in paths:
             doc.image(path, path.stem.replace("_", " "))
     write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)

@@ -99,28 +99,26 @@ def fmt_num(value: float | None, digits: int = 1) -> str:
 class CostColumn:
     header: str
     field: str  # of tierstats.StepCost
-    kind: str  # "num2", "num1" or "pct"
+    digits: int | None  # decimals; None: a share, in %
 
     def value(self, result: StepResult) -> float | None:
         return None if result.cost is None else getattr(result.cost, self.field)
 
     def cell(self, result: StepResult) -> str:
         value = self.value(result)
-        if self.kind == "pct":
-            return fmt_pct(value)
-        return fmt_num(value, 2 if self.kind == "num2" else 1)
+        return fmt_pct(value) if self.digits is None else fmt_num(value, self.digits)
 
 
 # Columns a probed step adds (tierstats.StepCost).
 COST_COLUMNS = (
-    CostColumn("gateway CPU ms/req", "cpu_ms_per_request", "num2"),
-    CostColumn("machine busy", "machine_busy", "pct"),
-    CostColumn("of it, host steal", "host_steal", "pct"),
-    CostColumn("gateway RSS MiB", "gateway_rss_mib", "num1"),
-    CostColumn("Redis RSS MiB", "redis_rss_mib", "num1"),
-    CostColumn("L1 hit rate", "l1_hit_rate", "pct"),
-    CostColumn("L2 hit rate", "l2_hit_rate", "pct"),
-    CostColumn("L1 MiB", "l1_mib", "num2"),
+    CostColumn("gateway CPU ms/req", "cpu_ms_per_request", 2),
+    CostColumn("machine busy", "machine_busy", None),
+    CostColumn("of it, host steal", "host_steal", None),
+    CostColumn("gateway RSS MiB", "gateway_rss_mib", 1),
+    CostColumn("Redis RSS MiB", "redis_rss_mib", 1),
+    CostColumn("L1 hit rate", "l1_hit_rate", None),
+    CostColumn("L2 hit rate", "l2_hit_rate", None),
+    CostColumn("L1 MiB", "l1_mib", 2),
 )
 
 
@@ -295,16 +293,11 @@ def staleness_table(results: list[StepResult]) -> Table | None:
     counts = ("reads", "stale", "errors")
     for label, rate, result in _series_steps(results):
         stale, cost = result.stale, result.cost
-        rows.append(
-            [
-                label,
-                str(rate),
-                *(MISSING if stale is None else str(getattr(stale, name)) for name in counts),
-                *(_lag_ms(result, f"lag_{figure}_ms") for figure in ("p50", "p99", "max")),
-                MISSING if cost is None else f"{cost.lag_count:.0f}",
-                *(_floor_ms(result, f"floor_{figure}_ms") for figure in ("p50", "p99")),
-            ]
-        )
+        row = [label, str(rate)]
+        row += [MISSING if stale is None else str(getattr(stale, name)) for name in counts]
+        row += [_lag_ms(result, f"lag_{figure}_ms") for figure in ("p50", "p99", "max")]
+        row.append(MISSING if cost is None else f"{cost.lag_count:.0f}")
+        rows.append(row + [_floor_ms(result, f"floor_{figure}_ms") for figure in ("p50", "p99")])
     return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)
 
 
@@ -316,10 +309,8 @@ def saturated_steps(results: list[StepResult]) -> list[str]:
         if gen is not None and gen.saturated:
             step = result.step
             which = f" run {step.repeat}" if step.repeat > 1 else ""
-            lines.append(
-                f"{series_label(step.arm, step.phase)} @ {step.rate}/s{which}: "
-                + "; ".join(gen.reasons)
-            )
+            label = f"{series_label(step.arm, step.phase)} @ {step.rate}/s{which}"
+            lines.append(f"{label}: " + "; ".join(gen.reasons))
     return lines
 
 
@@ -339,11 +330,8 @@ def held_table(
         row = [series_label(arm, phase), MISSING if best is None else str(best)]
         row += [MISSING if best is None else f"{best / rate:.2f}" for rate in known.values()]
         rows.append(row)
-    return Table(
-        f"highest rate held in this run ({goal.words()}), against the machine's calibration",
-        headers,
-        rows,
-    )
+    title = f"highest rate held in this run ({goal.words()}), against the machine's calibration"
+    return Table(title, headers, rows)
 
 
 def sweep_tables(results: list[StepResult]) -> list[Table]:
