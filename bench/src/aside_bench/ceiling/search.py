@@ -89,8 +89,7 @@ def tries_at(history: list[Trial], rate: int) -> int:
     return sum(1 for tried, _ in history if tried == rate)
 
 
-# A miss on a noisy host (records.saturation.NOISY_STEAL) is run again at
-# most this many times in a row before it counts.
+# A miss on a noisy host (records.saturation.NOISY_STEAL) runs again at most this often in a row.
 MAX_NOISY_RERUNS = 2
 # How the reports name a step run again.
 RERUN_VERDICT = "missed, host noisy: run again"
@@ -155,9 +154,7 @@ class Reference:
 
     ceiling: int
     reference: int
-    # The two agree when they differ by at most this share of the reference:
-    # the driver's checks did not set the ceiling.
-    tolerance: float = 0.10
+    tolerance: float = 0.10  # agreeing within it: the driver's checks did not set the ceiling
 
     @property
     def ratio(self) -> float | None:

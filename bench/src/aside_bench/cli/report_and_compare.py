@@ -106,15 +106,11 @@ def _side(
     settings: config.Settings, reports_dir: Path, given: str
 ) -> tuple[RunRecord, list[runfile.StepFigures], list[StepResult]]:
     """One side of a compare: its run (several: a baseline), their figures and steps."""
-    runs: list[RunRecord] = []
-    figures: list[runfile.StepFigures] = []
-    results: list[StepResult] = []
-    for run_id in _run_ids(given):
-        out_dir = reports_dir / run_id
-        run = opt.read_run(out_dir)
-        runs.append(run)
-        figures.extend(_figures(settings, run, out_dir))
-        results.extend(comparepage.run_results(run))
+    dirs = [reports_dir / run_id for run_id in _run_ids(given)]
+    runs = [opt.read_run(out_dir) for out_dir in dirs]
+    pairs = zip(runs, dirs, strict=True)
+    figures = [one for run, out_dir in pairs for one in _figures(settings, run, out_dir)]
+    results = [result for run in runs for result in comparepage.run_results(run)]
     return compare.baseline(runs), figures, results
 
 

@@ -216,17 +216,11 @@ def table(rows: list[Row]) -> Table:
     speeds = any(row.speed is not None for row in rows)
     headers = ["scenario", "series", "target /s", *(["B's speed"] if speeds else []),
                *FIGURES, "flagged"]  # fmt: skip
-    body = [
-        [
-            row.key[0],
-            series_label(row.key[1], row.key[2]),
-            str(row.key[3]),
-            *([f"{row.speed:.2f}x" if row.speed is not None else "n/a"] if speeds else []),
-            *(cell(name, row.changes[name]) for name in FIGURES),
-            row.verdict(),
-        ]
-        for row in rows
-    ]
+    body = []
+    for row in rows:
+        speed = [f"{row.speed:.2f}x" if row.speed is not None else "n/a"] if speeds else []
+        head = [row.key[0], series_label(row.key[1], row.key[2]), str(row.key[3]), *speed]
+        body.append([*head, *(cell(name, row.changes[name]) for name in FIGURES), row.verdict()])
     title = "every step both runs ran: A -> B" + (" on A's machine" if speeds else "")
     return Table(f"{title} (change)", headers, body)
 

@@ -163,8 +163,7 @@ def measured_point(stream: Stream, warm: StepResult, cold: StepResult | None) ->
     evicted, expired, failed = _stream_counts(warm, cold)
     size = len(set(stream.keys)) if evicted == 0 else held
     if size < 1:
-        # A cache that held no key (its clients' buffers took the bound) hits
-        # nothing, whatever the policy: no simulation needed.
+        # No key held (its clients' buffers took the bound): no hit, whatever the policy.
         at_size = dict.fromkeys(POLICIES, 0.0)
     else:
         # Below S3-FIFO's least, the other policies still run.

@@ -12,17 +12,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# Display name -> libCacheSim's cache class. LRU is what Redis's allkeys-lru
-# samples towards; LFU what allkeys-lfu approximates; S3-FIFO and SIEVE are the
-# recent FIFO-based policies; Belady the offline optimum.
+# Display name -> libCacheSim's class: LRU (what allkeys-lru samples towards), LFU
+# (allkeys-lfu), S3-FIFO and SIEVE (recent, FIFO-based), Belady (the offline optimum).
 POLICIES = {"LRU": "LRU", "LFU": "LFU", "S3-FIFO": "S3FIFO", "SIEVE": "Sieve", "Belady": "Belady"}
 # libCacheSim reads a next access this far ahead as "never again".
 NEVER = 2**62
-# The smallest cache a curve draws: S3-FIFO's small queue is a tenth of the
-# cache and must hold a key (libCacheSim aborts below it).
+# The smallest cache drawn: S3-FIFO's small queue, a tenth, must hold a key (libCacheSim aborts).
 MIN_CAPACITY = 10
-# The other policies simulate a cache of any size from one key, so a measured
-# arm that held fewer keys is still compared at its own size.
+# The others simulate any size from one key: an arm that held fewer is compared at its own.
 POLICY_MIN_CAPACITY = {"S3-FIFO": MIN_CAPACITY}
 
 
@@ -155,12 +152,9 @@ def curve(
         # Freed with its object: closing it as well frees it twice.
         lcs = simulator()
         reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
+        types = {policy: getattr(lcs, POLICIES[policy]) for policy in policies}
         return [
-            CurvePoint(
-                policy,
-                size,
-                _measured_hit_ratio(reader, stream, getattr(lcs, POLICIES[policy]), size),
-            )
+            CurvePoint(policy, size, _measured_hit_ratio(reader, stream, types[policy], size))
             for policy in policies
             for size in sizes
         ]

@@ -274,13 +274,10 @@ def parse_rates(text: str, lowest: int = 1) -> list[int]:
 
 def parse_arms(text: str, allowed: tuple[str, ...]) -> list[str]:
     """'nocache l2' -> ['nocache', 'cache']: known arms, given order, no repeats."""
-    arms: list[str] = []
     for word in words(text):
-        arm = ARM_ALIASES.get(word, word)
-        if arm not in allowed:
+        if ARM_ALIASES.get(word, word) not in allowed:
             raise PlanError(f"unknown arm {word!r}; choose from {', '.join(allowed)}")
-        if arm not in arms:
-            arms.append(arm)
+    arms = list(dict.fromkeys(ARM_ALIASES.get(word, word) for word in words(text)))
     if not arms:
         raise PlanError(f"arms must list at least one of {', '.join(allowed)}")
     return arms
@@ -288,17 +285,11 @@ def parse_arms(text: str, allowed: tuple[str, ...]) -> list[str]:
 
 def resolve_arms(arms: list[str], seed_indexed: bool) -> list[str]:
     """The uncached arm matched to the table: 'nocache' becomes 'index' if indexed."""
-    resolved: list[str] = []
-    for arm in arms:
-        if arm == "index" and not seed_indexed:
-            raise PlanError(
-                "arm 'index' needs a table seeded with an email index (make seed INDEX=1)"
-            )
-        if arm == "nocache" and seed_indexed:
-            arm = "index"
-        if arm not in resolved:
-            resolved.append(arm)
-    return resolved
+    if "index" in arms and not seed_indexed:
+        raise PlanError("arm 'index' needs a table seeded with an email index (make seed INDEX=1)")
+    return list(
+        dict.fromkeys("index" if arm == "nocache" and seed_indexed else arm for arm in arms)
+    )
 
 
 def phases_for(scenario: str, arm: str, warm: str) -> list[str]:

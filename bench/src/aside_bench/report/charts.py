@@ -122,12 +122,10 @@ def _share_chart(results: list[StepResult], out_dir: Path, caption: str, what: s
 
 def sweep_charts(results: list[StepResult], out_dir: Path, caption: str) -> list[Path]:
     scenario = results[0].step.scenario
-    title = f"{scenario}: latency by target rate"
+    title, achieved = f"{scenario}: latency by target rate", f"{scenario}: achieved vs target"
     paths = [
         latency_chart(results, out_dir / "latency.png", title, caption),
-        throughput_chart(
-            results, out_dir / "throughput.png", f"{scenario}: achieved vs target", caption
-        ),
+        throughput_chart(results, out_dir / "throughput.png", achieved, caption),
         _share_chart(results, out_dir, caption, "drop"),
     ]
     if has_cache(results):
@@ -141,18 +139,13 @@ def ceiling_chart(
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for arm, phase in series_order(results):
         answered = [r for r in series_of(results, arm, phase) if r.latency]
-        line = ax.plot(
-            [r.step.rate for r in answered], [r.latency.p95 for r in answered], marker="", alpha=0.5
-        )[0]
+        xs, ys = [r.step.rate for r in answered], [r.latency.p95 for r in answered]
+        line = ax.plot(xs, ys, marker="", alpha=0.5)[0]
         for held, marker, verdict in ((True, "o", "held"), (False, "x", "missed")):
             shown = [r for r in answered if r.holds(p95_limit_ms) == held]
-            ax.scatter(
-                [r.step.rate for r in shown],
-                [r.latency.p95 for r in shown],
-                color=line.get_color(),
-                marker=marker,
-                label=f"{series_label(arm, phase)}: {verdict}",
-            )
+            xs, ys = [r.step.rate for r in shown], [r.latency.p95 for r in shown]
+            label = f"{series_label(arm, phase)}: {verdict}"
+            ax.scatter(xs, ys, color=line.get_color(), marker=marker, label=label)
     ax.axhline(p95_limit_ms, color="red", linestyle="--", label=f"p95 = {p95_limit_ms:g} ms")
     log_y(ax)
     ax.set_xlabel("target rate (requests/s)")
@@ -169,36 +162,20 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
     for policy in dict.fromkeys(point.policy for point in curve.points):
         points = curve.policy_points(policy)
         style = "--" if policy == "Belady" else "-"
-        ax.plot(
-            [p.capacity for p in points],
-            [p.hit_ratio * 100 for p in points],
-            style,
-            marker=".",
-            label=f"{policy} (simulated)",
-        )
+        xs, ys = [p.capacity for p in points], [p.hit_ratio * 100 for p in points]
+        ax.plot(xs, ys, style, marker=".", label=f"{policy} (simulated)")
     for point in curve.measured:
         # At the size it was simulated at (a cache that never filled: every key);
         # one that held no key at the axis's first key, hollow, so none is lost.
         size = point.simulated_keys or max(point.keys, 1)
         hollow = point.keys < MIN_CAPACITY
-        ax.plot(
-            size,
-            point.hit_rate * 100,
-            "s" if hollow else "o",
-            markersize=9,
-            markeredgecolor="black",
-            markerfacecolor="none" if hollow else None,
-        )
-        note = " (never full)" if point.never_full else ""
+        face, marker = ("none", "s") if hollow else (None, "o")
+        y = point.hit_rate * 100
+        ax.plot(size, y, marker, markersize=9, markeredgecolor="black", markerfacecolor=face)
+        note = point.arm + (" (never full)" if point.never_full else "")
         if hollow:
             note += f" ({point.keys} keys held)"
-        ax.annotate(
-            point.arm + note,
-            (size, point.hit_rate * 100),
-            textcoords="offset points",
-            xytext=(6, -12),
-            fontsize=8,
-        )
+        ax.annotate(note, (size, y), textcoords="offset points", xytext=(6, -12), fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel(f"cache size (keys; {curve.distinct:,} distinct keys asked for)")
     ax.set_ylabel("hit rate (%)")

@@ -62,10 +62,6 @@ class Standing:
     cost: float | None
 
     @property
-    def rate(self) -> int:
-        return self.result.step.rate
-
-    @property
     def price(self) -> float | None:
         """The cost as a price of the goal's service: None where the step missed it."""
         return self.cost if self.held else None
@@ -125,9 +121,8 @@ class RateDecision:
 
     @property
     def memory_arms(self) -> bool:
-        return any(one.bound is not None for one in self.held) or any(
-            one.standing.bound is not None for one in self.missed
-        )
+        standings = [*self.held, *(missed.standing for missed in self.missed)]
+        return any(one.bound is not None for one in standings)
 
     def curve_point(self, arm: str) -> MeasuredPoint | None:
         return next((point for point in self.curve_points if point.arm == arm), None)

@@ -116,8 +116,7 @@ def hop_words(run: RunRecord, name: str) -> str:
     asked = (run.params.get("distances") or {}).get(name, {}).get("hops") or {}
     parts = []
     for hop, title in READ_HOPS:
-        setting = asked.get(hop)
-        if setting is None:
+        if (setting := asked.get(hop)) is None:
             continue
         median = measured_median(run, name, hop)
         seen = "not measured" if median is None else f"measured {median:.2f} ms"
@@ -209,8 +208,7 @@ def ranking_line(found: dict[str, list[Series]], a: str, b: str, metric: str, go
             f"{measure.capitalize()} of {a} and {b}: {verdicts[0].winner} at every distance "
             f"where both held the goal ({_names([v.distance for v in verdicts])}); no change."
         )
-    # A change is a distance whose winner is the other arm than the last one
-    # that had a winner: an even distance between them changes nothing.
+    # A change: a winner other than the last distance's winner (an even one changes nothing).
     decided = [v for v in verdicts if v.winner is not None]
     changes = [
         f"{before.distance} to {after.distance}"

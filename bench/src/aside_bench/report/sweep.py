@@ -31,11 +31,8 @@ GOAL = Goal(GOAL_P95_MS)  # a sweep's step "held" (records/goal.py)
 
 def calibration_rates(run: RunRecord) -> dict[str, int | None]:
     """The calibrated ceilings of the run's machine, by the name a table shows."""
-    machine = run.machine
-    return {
-        "machine": calibration.rate_of(machine, "core"),
-        "gateway /healthz": calibration.rate_of(machine, "gateway"),
-    }
+    names = {"machine": "core", "gateway /healthz": "gateway"}
+    return {name: calibration.rate_of(run.machine, target) for name, target in names.items()}
 
 
 def _calibration(doc: Doc, run: RunRecord) -> None:

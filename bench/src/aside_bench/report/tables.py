@@ -52,11 +52,8 @@ def column_table(title: str, columns: Sequence[Column[T]], items: Iterable[T]) -
 def fmt_ms(value: float | None) -> str:
     if value is None:
         return MISSING
-    if value < 10:
-        return f"{value:.2f}"
-    if value < 100:
-        return f"{value:.1f}"
-    return f"{value:.0f}"
+    digits = 2 if value < 10 else 1 if value < 100 else 0
+    return f"{value:.{digits}f}"
 
 
 def fmt_pct(value: float | None) -> str:
@@ -69,12 +66,7 @@ def fmt_rps(value: float) -> str:
 
 def series_order(results: list[StepResult]) -> list[tuple[str, str]]:
     """(arm, phase) pairs in the order they first ran."""
-    seen: list[tuple[str, str]] = []
-    for result in results:
-        pair = (result.step.arm, result.step.phase)
-        if pair not in seen:
-            seen.append(pair)
-    return seen
+    return list(dict.fromkeys((r.step.arm, r.step.phase) for r in results))
 
 
 def series_of(results: list[StepResult], arm: str, phase: str) -> list[StepResult]:
@@ -240,12 +232,8 @@ def comparison_table(results: list[StepResult], percentile: str = "p95") -> Tabl
             row += [fmt_ms(value), fmt_pct(result.drop_rate) if result else MISSING]
         if versus:
             slow, fast = (_find(results, *pair, rate) for pair in versus)
-            ratio = None
-            if slow and fast and slow.latency and fast.latency:
-                fast_value = getattr(fast.latency, percentile)
-                if fast_value > 0:
-                    ratio = getattr(slow.latency, percentile) / fast_value
-            row.append(MISSING if ratio is None else f"{ratio:.1f}x")
+            a, b = (latency_of(r, percentile) if r else None for r in (slow, fast))
+            row.append(f"{a / b:.1f}x" if a is not None and b is not None and b > 0 else MISSING)
         rows.append(row)
     return Table(f"{percentile} latency and drop rate by target rate", headers, rows)
 
