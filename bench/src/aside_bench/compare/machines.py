@@ -34,16 +34,12 @@ class Scale:
     @property
     def calibration_ratio(self) -> float | None:
         """How much faster B's machine calibrated than A's (the driver's knee)."""
-        if not self.rate_a or not self.rate_b:
-            return None
-        return self.rate_b / self.rate_a
+        return self.rate_b / self.rate_a if self.rate_a and self.rate_b else None
 
     @property
     def ratio(self) -> float | None:
         """How much faster B measured: the median of the steps' meter, else the calibrations'."""
-        if self.steps:
-            return statistics.median(self.steps.values())
-        return self.calibration_ratio
+        return statistics.median(self.steps.values()) if self.steps else self.calibration_ratio
 
     @property
     def judged_by(self) -> str:

@@ -25,14 +25,13 @@ code{background:#f4f4f4;padding:0 .2em}
 
 @dataclass
 class Doc:
-    """A report as blocks, each kept as its Markdown and its HTML."""
+    """A report as blocks, each kept as its Markdown and its HTML (an image's read when shown)."""
 
-    blocks: list[tuple[str, str]] = field(default_factory=list)
+    blocks: list[tuple[str, str | tuple[Path, str]]] = field(default_factory=list)
 
     def h(self, level: int, text: str) -> None:
-        self.blocks.append(
-            ("#" * level + " " + text + "\n", f"<h{level}>{escape(text)}</h{level}>")
-        )
+        shown = f"<h{level}>{escape(text)}</h{level}>"
+        self.blocks.append(("#" * level + " " + text + "\n", shown))
 
     def p(self, text: str, note: bool = False) -> None:
         shown = f"<p class='note'>{escape(text)}</p>" if note else f"<p>{escape(text)}</p>"
@@ -54,9 +53,7 @@ class Doc:
             self.table(table)
 
     def image(self, path: Path, alt: str) -> None:
-        data = base64.b64encode(path.read_bytes()).decode()
-        shown = f"<img alt='{escape(alt)}' src='data:image/png;base64,{data}'>"
-        self.blocks.append((f"![{alt}]({path.name})\n", shown))
+        self.blocks.append((f"![{alt}]({path.name})\n", (path, alt)))
 
     def markdown(self) -> str:
         return "\n".join(markdown for markdown, _ in self.blocks)
@@ -66,7 +63,13 @@ class Doc:
             f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
             f"<style>{CSS}</style></head><body>"
         )
-        return "\n".join([head, *(shown for _, shown in self.blocks), "</body></html>"])
+        shown = [page if isinstance(page, str) else _image(*page) for _, page in self.blocks]
+        return "\n".join([head, *shown, "</body></html>"])
+
+
+def _image(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f"<img alt='{escape(alt)}' src='data:image/png;base64,{data}'>"
 
 
 def write_pages(doc: Doc, md_path: Path, html_path: Path, title: str) -> None:

@@ -39,9 +39,7 @@ class Split:
     @property
     def hits_share(self) -> float | None:
         """The hits' share of the saving; None when the cached arm saved nothing."""
-        if self.saving <= 0:
-            return None
-        return self.by_hits / self.saving
+        return self.by_hits / self.saving if self.saving > 0 else None
 
 
 @dataclass(frozen=True)

@@ -187,10 +187,9 @@ def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
 
 
 def _find(results: list[StepResult], arm: str, phase: str, rate: int) -> StepResult | None:
-    for result in results:
-        if (result.step.arm, result.step.phase, result.step.rate) == (arm, phase, rate):
-            return result
-    return None
+    return next(
+        (r for r in results if (r.step.arm, r.step.phase, r.step.rate) == (arm, phase, rate)), None
+    )
 
 
 def _series_steps(results: list[StepResult]) -> Iterator[tuple[str, int, StepResult]]:
