@@ -54,7 +54,7 @@ def test_bounds_ignore_a_lucky_pass_above_a_miss() -> None:
 
 
 def test_every_arm_is_searched_turn_by_turn_the_reference_beside_the_cache_arm() -> None:
-    from aside_bench.cli.ceiling import search_order
+    from aside_bench.cli.run import search_order
 
     order = search_order(["cache", "hybrid", "healthz", "cache-bare"])
     assert order == [["cache", "cache-bare", "hybrid", "healthz"]]

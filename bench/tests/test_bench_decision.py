@@ -8,8 +8,7 @@ from aside_bench.records.goal import Goal, missed_words
 from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
 from aside_bench.report.answer import answer
-from aside_bench.report.costs import cost_table
-from aside_bench.report.decision import decide, decision_table, smallest_cache_sentences
+from aside_bench.report.decision import cost_table, decide, decision_table, smallest_cache_sentences
 from report_samples import priced_step as _step
 
 PRICES = Prices(vcpu_hour=0.036, gib_hour=0.0036)

@@ -10,8 +10,7 @@ from aside_bench.records.prices import Prices
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report.decision import answer_series
-from aside_bench.report.distance_answer import distance_answer, held_line, ranking_line
-from aside_bench.report.distances import by_distance
+from aside_bench.report.distances import by_distance, distance_answer, held_line, ranking_line
 from report_samples import priced_step, sample_run, step_record
 
 PRICES = Prices(vcpu_hour=0.036, gib_hour=0.0036)

@@ -388,7 +388,7 @@ def test_the_ceiling_gives_a_ratio_per_tier_arm() -> None:
     ]  # fmt: skip
     tables, found = ceiling_tables(results, 10)
     assert tables[0].rows[-2:] == [["cache / healthz", "0.50"], ["l1 / healthz", "1.00"]]
-    assert found["ratio"] == 0.5 and found["ratio_l1"] == 1.0
+    assert found.ratios == {"cache": 0.5, "l1": 1.0}
 
 
 def test_a_mixed_step_of_a_tier_arm_runs_the_staleness_checker_beside_the_load() -> None:

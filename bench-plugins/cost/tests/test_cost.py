@@ -127,8 +127,9 @@ def test_the_ceiling_report_states_both_ceilings_and_their_ratio() -> None:
     rows = {row[0]: row[1] for row in tables[0].rows}
     assert rows["cache (warm)"] == "800" and rows[f"{BARE_ARM} (warm)"] == "1200"
     assert rows[f"cache / {BARE_ARM} (reference)"] == "0.67 (does not agree within 10 %)"
-    assert found["reference"] == {"ratio": pytest.approx(800 / 1200), "agrees": False}
-    assert reference_of({"cache": found["cache"]}) is None
+    assert found.reference is not None and not found.reference.agrees
+    assert found.reference.ratio == pytest.approx(800 / 1200)
+    assert reference_of({"cache": found.arms["cache"]}) is None
 
 
 def test_a_miss_while_the_host_stole_the_cores_is_run_again_twice_at_most() -> None:
@@ -143,7 +144,7 @@ def test_a_miss_while_the_host_stole_the_cores_is_run_again_twice_at_most() -> N
     ]
     assert [r.noisy for r in results] == [noisy for _, _, noisy in steps]
     tables, found = ceiling_tables(results, 10.0)
-    assert found["cache"]["ceiling"] == 1000
+    assert found.arms["cache"].ceiling == 1000
     verdicts = [row[6] for row in tables[1].rows]
     again = "missed, host noisy: run again"
     assert verdicts == ["held", again, again, "missed", again, "held", "missed"]

@@ -1,2 +1,1 @@
-"""The ceiling: the highest rate an arm holds, found by a search over trials
-(search.py), and its report (report.py)."""
+"""The ceiling: the highest rate an arm holds, its search and its report."""

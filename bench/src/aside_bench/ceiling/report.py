@@ -1,52 +1,54 @@
-"""A ceiling run's page, ceiling.md (and report.html): the highest rate each
-arm held, every trial in the order run, the reference of the bare scenario and
-the chart of p95 by target rate."""
+"""A ceiling run's page (ceiling.md, report.html): ceilings, trials, the reference, the chart."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from aside_bench.ceiling.search import (
-    RERUN_VERDICT,
-    Reference,
-    ceiling_of,
-    limit_of,
-    reruns_of,
-)
+from aside_bench.ceiling.search import RERUN_VERDICT, Reference, ceiling_of, limit_of, reruns_of
 from aside_bench.plan.steps import BARE_ARM, TIERED_ARMS, series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, save_figures
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.sweep import calibration_rates, caption, run_page, saturation_section
 from aside_bench.report.tables import (
-    LOADGEN_HEADERS,
     Table,
-    cost_columns,
-    fmt_ms,
+    extra_columns,
     fmt_pct,
     fmt_rps,
-    has_loadgen,
-    loadgen_cells,
+    latency_cell,
     series_order,
 )
 
 
-def _ceiling_cell(ceiling: int, capped: bool, measurement_limit: int | None) -> str:
-    if measurement_limit is not None:
-        return f">= {ceiling} (measurement limit at {measurement_limit})"
-    return (">= " if capped else "") + str(ceiling)
+@dataclass(frozen=True)
+class ArmCeiling:
+    """An arm's ceiling; capped: no step missed; the rate a measurement limit stopped it at."""
+
+    ceiling: int
+    capped: bool
+    measurement_limit: int | None
+
+    def cell(self) -> str:
+        if self.measurement_limit is not None:
+            return f">= {self.ceiling} (measurement limit at {self.measurement_limit})"
+        return (">= " if self.capped else "") + str(self.ceiling)
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Each arm's ceiling, each tiered arm's ratio to healthz's, and the bare reference."""
+
+    arms: dict[str, ArmCeiling]
+    ratios: dict[str, float]
+    reference: Reference | None
 
 
 def ceiling_tables(
-    results: list[StepResult],
-    p95_limit_ms: float,
-    calibration: dict[str, int | None] | None = None,
-) -> tuple[list[Table], dict[str, Any]]:
-    summary_rows, found = [], {}
-    trials_rows = []
-    costs = cost_columns(results)
-    loadgen = has_loadgen(results)
+    results: list[StepResult], p95_limit_ms: float, calibration: dict[str, int | None] | None = None
+) -> tuple[list[Table], Ceilings]:
+    summary_rows, trials_rows, arms = [], [], {}
+    extra, extra_cells = extra_columns(results)
     known = {name: rate for name, rate in (calibration or {}).items() if rate}
     for arm, phase in series_order(results):
         series = [r for r in results if (r.step.arm, r.step.phase) == (arm, phase)]
@@ -54,65 +56,35 @@ def ceiling_tables(
         counted = [r for r, rerun in zip(series, again, strict=True) if not rerun]
         outcomes = [(r.step.rate, r.verdict(p95_limit_ms)) for r in counted]
         ceiling, capped = ceiling_of([(rate, v == "held") for rate, v in outcomes])
-        limit = limit_of(outcomes)
-        found[arm] = {"ceiling": ceiling, "capped": capped, "measurement_limit": limit}
-        summary_rows.append(
-            [
-                series_label(arm, phase),
-                _ceiling_cell(ceiling, capped, limit),
-                *(f"{ceiling / rate:.2f}" for rate in known.values()),
-            ]
-        )
+        arms[arm] = found = ArmCeiling(ceiling, capped, limit_of(outcomes))
+        shares = (f"{found.ceiling / rate:.2f}" for rate in known.values())
+        summary_rows.append([series_label(arm, phase), found.cell(), *shares])
         for r, rerun in zip(series, again, strict=True):
-            trials_rows.append(
-                [
-                    series_label(arm, phase),
-                    str(r.step.rate) + (f" (run {r.step.repeat})" if r.step.repeat > 1 else ""),
-                    fmt_ms(r.latency.p95 if r.latency else None),
-                    fmt_ms(r.latency.p99 if r.latency else None),
-                    fmt_rps(r.achieved_rps),
-                    fmt_pct(r.drop_rate),
-                    RERUN_VERDICT if rerun else r.verdict(p95_limit_ms),
-                    *(column.cell(r) for column in costs),
-                    *(loadgen_cells(r) if loadgen else []),
-                ]
-            )
-    if "healthz" in found and found["healthz"]["ceiling"] > 0:
-        for arm in TIERED_ARMS:
-            if arm not in found:
-                continue
-            ratio = found[arm]["ceiling"] / found["healthz"]["ceiling"]
-            # "ratio" stays the cache arm's, as run.json consumers read it.
-            found["ratio" if arm == "cache" else f"ratio_{arm}"] = ratio
-            summary_rows.append([f"{arm} / healthz", f"{ratio:.2f}", *([""] * len(known))])
-    reference = reference_of(found)
+            rate = str(r.step.rate) + (f" (run {r.step.repeat})" if r.step.repeat > 1 else "")
+            row = [series_label(arm, phase), rate, latency_cell(r, "p95"), latency_cell(r, "p99")]
+            verdict = RERUN_VERDICT if rerun else r.verdict(p95_limit_ms)
+            row += [fmt_rps(r.achieved_rps), fmt_pct(r.drop_rate), verdict]
+            trials_rows.append(row + extra_cells(r))
+    blank = [""] * len(known)
+    healthz = arms["healthz"].ceiling if "healthz" in arms else 0
+    ratios = {arm: arms[arm].ceiling / healthz for arm in TIERED_ARMS if healthz and arm in arms}
+    summary_rows += [[f"{arm} / healthz", f"{ratio:.2f}", *blank] for arm, ratio in ratios.items()]
+    reference = reference_of(arms)
     if reference is not None:
-        found["reference"] = {"ratio": reference.ratio, "agrees": reference.agrees}
-        summary_rows.append(
-            [f"cache / {BARE_ARM} (reference)", reference_cell(reference), *([""] * len(known))]
-        )
-    tables = [
-        Table(
-            f"highest rate held at p95 <= {p95_limit_ms:g} ms with no drops (requests/s)",
-            ["arm", "ceiling /s"] + [f"/ {name} calibration" for name in known],
-            summary_rows,
-        ),
-        Table(
-            "every step, in the order run",
-            ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict"]
-            + [column.header for column in costs]
-            + (LOADGEN_HEADERS if loadgen else []),
-            trials_rows,
-        ),
-    ]
-    return tables, found
+        summary_rows.append([f"cache / {BARE_ARM} (reference)", reference_cell(reference), *blank])
+    title = f"highest rate held at p95 <= {p95_limit_ms:g} ms with no drops (requests/s)"
+    headers = ["arm", "ceiling /s"] + [f"/ {name} calibration" for name in known]
+    trials = ["arm", "target /s", "p95 ms", "p99 ms", "achieved /s", "drop rate", "verdict", *extra]
+    summary = Table(title, headers, summary_rows)
+    tables = [summary, Table("every step, in the order run", trials, trials_rows)]
+    return tables, Ceilings(arms, ratios, reference)
 
 
-def reference_of(found: dict[str, Any]) -> Reference | None:
+def reference_of(arms: dict[str, ArmCeiling]) -> Reference | None:
     """The cache arm's ceiling against the bare scenario's, when both were searched."""
-    if "cache" not in found or BARE_ARM not in found:
+    if "cache" not in arms or BARE_ARM not in arms:
         return None
-    return Reference(found["cache"]["ceiling"], found[BARE_ARM]["ceiling"])
+    return Reference(arms["cache"].ceiling, arms[BARE_ARM].ceiling)
 
 
 def reference_cell(reference: Reference) -> str:
@@ -130,15 +102,15 @@ REFERENCE_TEXT = (
 )
 
 
-def _reference(doc: Doc, found: dict[str, Any]) -> None:
-    reference = reference_of(found)
+def _reference(doc: Doc, found: Ceilings) -> None:
+    reference = found.reference
     if reference is None:
         return
     doc.h(2, "Reference: the bare scenario")
     doc.p(REFERENCE_TEXT)
     doc.p(
-        f"cache {_ceiling_cell(**found['cache'])} req/s, {BARE_ARM} "
-        f"{_ceiling_cell(**found[BARE_ARM])} req/s: ratio {reference_cell(reference)}.",
+        f"cache {found.arms['cache'].cell()} req/s, {BARE_ARM} "
+        f"{found.arms[BARE_ARM].cell()} req/s: ratio {reference_cell(reference)}.",
         note=not reference.agrees,
     )
 
@@ -167,13 +139,8 @@ def write_ceiling(run: RunRecord, results: list[StepResult], out_dir: Path) -> l
     if results:
         from aside_bench.report import charts
 
-        chart = charts.ceiling_chart(
-            results,
-            out_dir / "ceiling.png",
-            limit,
-            "ceiling search: p95 by target rate",
-            caption(run),
-        )
+        what = "ceiling search: p95 by target rate"
+        chart = charts.ceiling_chart(results, out_dir / "ceiling.png", limit, what, caption(run))
         doc.image(chart, "ceiling")
     write_pages(doc, out_dir / "ceiling.md", out_dir / "report.html", title)
     return tables

@@ -1,22 +1,6 @@
-"""The ceiling search: raise the rate along a ladder until a step misses, then
-bisect between the highest rate held and the lowest missed, then run the final
-held and missed rates once more each (pure, unit-tested).
-
-A rate holds when most of its tries held. When a confirmation disagrees with
-the first try, a third decides: one slow step on a shared machine (a p95 of
-35 ms between two of 6 ms at the same rate) neither sets the ceiling alone nor
-is ignored. A tie counts as a miss until it is broken. A miss while the host
-(the hypervisor) stole the cores is run again, at most twice in a row, before
-it counts (`run_again`). A step whose miss was the
-load generator's (records/saturation.py) bounds the search like a miss, but the
-report names it a measurement limit, not the server's ceiling.
-
-Searches run side by side take turns (`interleave`), a step of one, then a step
-of the other, so that a drift of the machine during the searches lands in both
-rather than in the difference between them: every arm of a run is searched
-so (the cache arm's bare reference right after it), as the report's
-point is their ratios (hybrid / healthz, cache / its reference).
-"""
+"""The ceiling search: up a ladder until a step misses, then bisection, the final held and
+missed rates confirmed (a majority of tries holds, a tie misses, a noisy host's miss runs
+again); searches take turns step by step (docs/decisions/019, 024). Pure, unit-tested."""
 
 from __future__ import annotations
 
@@ -82,8 +66,7 @@ def next_rate(history: list[Trial], params: SearchParams) -> int | None:
 
 
 def to_confirm(history: list[Trial]) -> int | None:
-    """The final held rate, then the final missed one, if tried only once or
-    if its tries are split evenly (a third decides)."""
+    """The final held, then missed, rate if tried once or evenly split."""
     low, high = bounds(history)
     tally = _tally(history)
     for rate in (low, high):
@@ -95,8 +78,7 @@ def to_confirm(history: list[Trial]) -> int | None:
 
 
 def next_trial(history: list[Trial], params: SearchParams, confirm: bool = True) -> int | None:
-    """The next rate to run: a new one while the search narrows, then the
-    confirmations; None when both bounds have a majority of two tries or more."""
+    """The next rate: a new one while narrowing, then the confirmations."""
     rate = next_rate(history, params)
     if rate is None and confirm:
         rate = to_confirm(history)
@@ -107,23 +89,19 @@ def tries_at(history: list[Trial], rate: int) -> int:
     return sum(1 for tried, _ in history if tried == rate)
 
 
-# A miss on a noisy host (records.saturation.NOISY_STEAL) is run again at
-# most this many times in a row before it counts.
+# A miss on a noisy host (records.saturation.NOISY_STEAL) runs again at most this often in a row.
 MAX_NOISY_RERUNS = 2
 # How the reports name a step run again.
 RERUN_VERDICT = "missed, host noisy: run again"
 
 
 def run_again(held: bool, noisy: bool, reruns: int) -> bool:
-    """Whether a step is run again instead of counted: it missed while the host
-    stole the cores, and its rate has not been run again MAX_NOISY_RERUNS times
-    in a row already (`reruns`)."""
+    """A miss on a noisy host runs again, at most MAX_NOISY_RERUNS in a row."""
     return not held and noisy and reruns < MAX_NOISY_RERUNS
 
 
 def reruns_of(steps: Iterable[tuple[int, bool, bool]]) -> list[bool]:
-    """For one search's steps in the order run, (rate, held, noisy) each,
-    whether each was run again rather than counted (`run_again`)."""
+    """Per step of one search, (rate, held, noisy) each, whether it ran again."""
     found, reruns, last_rate = [], 0, None
     for rate, held, noisy in steps:
         if rate != last_rate:
@@ -136,14 +114,9 @@ def reruns_of(steps: Iterable[tuple[int, bool, bool]]) -> list[bool]:
 
 
 def interleave(
-    names: Iterable[str],
-    params: SearchParams,
-    run: Callable[[str, int, list[Trial]], bool | None],
+    names: Iterable[str], params: SearchParams, run: Callable[[str, int, list[Trial]], bool | None]
 ) -> dict[str, list[Trial]]:
-    """Search every name's ceiling, taking turns: each round runs the next trial
-    of every search not yet done, in order. `run(name, rate, history) -> held`
-    runs one step, given the name's trials so far; None from it (interrupted)
-    stops every search. Returns each name's history."""
+    """Every name's search taking turns, their histories; None from `run` stops all."""
     histories: dict[str, list[Trial]] = {name: [] for name in names}
     pending = list(histories)
     while pending:
@@ -167,9 +140,7 @@ def ceiling_of(history: list[Trial]) -> tuple[int, bool]:
 
 
 def limit_of(outcomes: list[tuple[int, str]]) -> int | None:
-    """The lowest rate that did not hold, when every try of it that did not hold
-    was a load generator limit ("limit"), not a server miss ("missed"): the
-    ceiling found is then a lower bound set by the measurement."""
+    """The lowest rate not held when all its misses were the load generator's."""
     _, high = bounds([(rate, outcome == "held") for rate, outcome in outcomes])
     if high is None:
         return None
@@ -183,9 +154,7 @@ class Reference:
 
     ceiling: int
     reference: int
-    # The two agree when they differ by at most this share of the reference:
-    # the driver's checks did not set the ceiling.
-    tolerance: float = 0.10
+    tolerance: float = 0.10  # agreeing within it: the driver's checks did not set the ceiling
 
     @property
     def ratio(self) -> float | None:

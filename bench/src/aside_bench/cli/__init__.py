@@ -1,7 +1,4 @@
-"""The command line: one module per command (or family of commands), each
-holding its options and what it does once they are parsed, registered in
-app.py's COMMANDS. The top layer: it may import every other subpackage, none
-imports it."""
+"""The command line: a module per command (or family), registered in app.py; the top layer."""
 
 from aside_bench.cli.app import main
 

@@ -11,7 +11,7 @@ import signal
 import sys
 from importlib.metadata import entry_points
 
-from aside_bench.cli import ceiling, report_and_compare, run
+from aside_bench.cli import report_and_compare, run
 from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan.steps import PlanError
 from aside_bench.stack import config
@@ -19,11 +19,9 @@ from aside_bench.stack.prepare import StackError
 from aside_bench.stack.sources import SourceError
 from aside_bench.sweep.runner import EXIT_INTERRUPTED
 
-# The core's commands, in the order `--help` lists them; a plug-in's entry in
-# COMMAND_ENTRY_POINTS names a tuple of its Commands, listed after them.
+# The core's commands as `--help` lists them; a plug-in's entry names a tuple of Commands.
 CORE_COMMANDS: tuple[Command, ...] = (
     *run.COMMANDS,
-    *ceiling.COMMANDS,
     report_and_compare.REPORT,
     report_and_compare.COMPARE,
 )
@@ -58,12 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = config.load()
         command = next(c for c in commands() if c.name == args.command)
         return command.run(args, settings)
-    except (UsageError, PlanError) as error:
+    except (UsageError, PlanError, config.ConfigError, StackError, SourceError) as error:
         print(f"aside-bench: {error}", file=sys.stderr)
-        return 2
-    except (config.ConfigError, StackError, SourceError) as error:
-        print(f"aside-bench: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, UsageError | PlanError) else 1  # usage, else the stack
     except KeyboardInterrupt:
         print("aside-bench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

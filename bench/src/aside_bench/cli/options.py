@@ -1,6 +1,4 @@
-"""What every command module shares: the record that registers a command, the
-checked option types, the options several commands take (a run's paths), and
-the checks of a new run's name and folder and of the stack's seed."""
+"""What every command module shares: Command, checked option types, paths, run and seed checks."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def usage_errors(*kinds: type[Exception]) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: its name and one-line help, the options it adds to its
-    parser and what it does once they are parsed (its exit status)."""
+    """A subcommand: its name, help, options and what it runs (its exit status)."""
 
     name: str
     help: str

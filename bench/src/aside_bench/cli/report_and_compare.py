@@ -1,11 +1,8 @@
-"""The commands that read finished runs back: `report` (rebuild a run's
-report from its run.json and Prometheus, and send InfluxDB the points it
-spooled) and `compare` (every step two runs share)."""
+"""`report` (a run's report rebuilt from run.json and Prometheus) and `compare` (two runs)."""
 
 from __future__ import annotations
 
 import argparse
-import re
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -18,6 +15,7 @@ from aside_bench.compare import page as comparepage
 from aside_bench.compare import steps as compare
 from aside_bench.compare.steps import DEFAULT_TOLERANCE
 from aside_bench.load import meter
+from aside_bench.plan.steps import words
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
@@ -59,6 +57,15 @@ def _writer(kind: str, scenario: str | None, settings: config.Settings) -> runne
     return runner_commands.sweep_writer(scenario, settings)
 
 
+COMPARE_FLAGS = {
+    "--normalise": "compare runs of machines more than 1.25x apart, B put on A's machine "
+    "(runs without the driver's CPU per step: by the ratio of their calibrations)",
+    "--ignore-calibration": "compare even when nothing measured a run's machine (no driver CPU "
+    "per step and CALIBRATE=0) or the two differ",
+    "--as-measured": "judge B's figures as measured, not put on A's machine step by step",
+}
+
+
 def add_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_a",
@@ -66,23 +73,8 @@ def add_compare(parser: argparse.ArgumentParser) -> None:
         "'r1 r2') whose repeats pool, so the drift between them counts as noise",
     )
     parser.add_argument("run_b", help="the run compared with it (or several, as for run_a)")
-    parser.add_argument(
-        "--normalise",
-        action="store_true",
-        help="compare runs of machines more than 1.25x apart, B put on A's machine "
-        "(runs without the driver's CPU per step: by the ratio of their calibrations)",
-    )
-    parser.add_argument(
-        "--ignore-calibration",
-        action="store_true",
-        help="compare even when nothing measured a run's machine (no driver CPU per step "
-        "and CALIBRATE=0) or the two differ",
-    )
-    parser.add_argument(
-        "--as-measured",
-        action="store_true",
-        help="judge B's figures as measured, not put on A's machine step by step",
-    )
+    for flag, what in COMPARE_FLAGS.items():
+        parser.add_argument(flag, action="store_true", help=what)
     parser.add_argument(
         "--tolerance",
         type=opt.share,
@@ -94,9 +86,7 @@ def add_compare(parser: argparse.ArgumentParser) -> None:
 
 
 def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[runfile.StepFigures]:
-    """A run's per-step figures: its results.json (written with its report, so a
-    run from another machine compares without its Prometheus), else its run.json
-    and Prometheus."""
+    """A run's per-step figures: its results.json, else its run.json and Prometheus."""
     saved = runfile.load_figures(out_dir)
     if saved is not None:
         return saved
@@ -106,7 +96,7 @@ def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[r
 
 def _run_ids(given: str) -> list[str]:
     """'r1', or a baseline of several runs: 'r1,r2' or 'r1 r2'."""
-    ids = [one for one in re.split(r"[\s,]+", given) if one]
+    ids = words(given)
     if not ids:
         raise UsageError("compare: a side names no run")
     return ids
@@ -115,17 +105,12 @@ def _run_ids(given: str) -> list[str]:
 def _side(
     settings: config.Settings, reports_dir: Path, given: str
 ) -> tuple[RunRecord, list[runfile.StepFigures], list[StepResult]]:
-    """One side of a compare: its run (several: compare.baseline), all their
-    figures, and their steps as run.json has them (for the page's cost)."""
-    runs: list[RunRecord] = []
-    figures: list[runfile.StepFigures] = []
-    results: list[StepResult] = []
-    for run_id in _run_ids(given):
-        out_dir = reports_dir / run_id
-        run = opt.read_run(out_dir)
-        runs.append(run)
-        figures.extend(_figures(settings, run, out_dir))
-        results.extend(comparepage.run_results(run))
+    """One side of a compare: its run (several: a baseline), their figures and steps."""
+    dirs = [reports_dir / run_id for run_id in _run_ids(given)]
+    runs = [opt.read_run(out_dir) for out_dir in dirs]
+    pairs = zip(runs, dirs, strict=True)
+    figures = [one for run, out_dir in pairs for one in _figures(settings, run, out_dir)]
+    results = [result for run in runs for result in comparepage.run_results(run)]
     return compare.baseline(runs), figures, results
 
 

@@ -1,7 +1,5 @@
-"""What the commands that run steps through the runner share (`run`, `ceiling`,
-`cost`): the read mix's and the machine's options, the request mix (LoadShape)
-and run.json's parameters from them, the runner's set-up and its drive to the
-report; and the choice of a sweep's report writer (also `report`'s)."""
+"""What `run`, `ceiling` and `cost` share: the mix's and machine's options, LoadShape and
+run.json's params from them, the runner's set-up and drive, the sweep's report writer."""
 
 from __future__ import annotations
 
@@ -93,6 +91,13 @@ def add_steps(parser: argparse.ArgumentParser) -> None:
     )
 
 
+TRUST_FLAGS = {
+    "--live": "the driver's line a second (rate, p95, drops, errors) while each step runs",
+    "--samples-file": "every request of every step as a JSON line into the run folder "
+    "(samples-NNN-*.jsonl; large: off by default)",
+}
+
+
 def add_trust(parser: argparse.ArgumentParser) -> None:
     """The machine's calibration before the steps, the driver's own limits, the live line."""
     parser.add_argument(
@@ -119,23 +124,12 @@ def add_trust(parser: argparse.ArgumentParser) -> None:
         help="share of the machine's cores the driver may use before a step counts as load "
         f"generator saturated (default {DRIVER_CPU_SHARE_LIMIT:g})",
     )
-    parser.add_argument(
-        "--live",
-        action="store_true",
-        help="the driver's line a second (rate, p95, drops, errors) while each step runs",
-    )
-    parser.add_argument(
-        "--samples-file",
-        action="store_true",
-        help="every request of every step as a JSON line into the run folder "
-        "(samples-NNN-*.jsonl; large: off by default)",
-    )
+    for flag, what in TRUST_FLAGS.items():
+        parser.add_argument(flag, action="store_true", help=what)
 
 
 def without_run_options(parser: argparse.ArgumentParser) -> None:
-    """A command that steps through the runner without `run`'s options of the
-    mixed, compute and interference scenarios and of the memory arms: their
-    defaults, and no read-after-write checks (it runs no mixed step)."""
+    """The defaults of `run`'s scenario and memory-arm options, no stale checks."""
     names = ("write_share", "complexity", "stale_reads_after", "read_rate")
     parser.set_defaults(
         **{name: shape_default(name) for name in names},
@@ -211,8 +205,7 @@ def calibration_params(args: argparse.Namespace) -> calibrate.CalibrationParams:
 
 
 def run_calibration(runner: Runner, args: argparse.Namespace) -> None:
-    """The machine's calibration into run.json's "machine", printed; nothing
-    when --no-calibrate (CALIBRATE=0)."""
+    """The machine's calibration into run.json's machine, printed (or skipped)."""
     if not args.calibrate:
         print("calibration: skipped (--no-calibrate)", flush=True)
         return
@@ -242,8 +235,7 @@ def new_runner(
     params: dict[str, Any],
     distances: dict[str, Distance] | None = None,
 ) -> Runner:
-    """Create the run's folder and the runner that fills it (sweep, ceiling or cost);
-    `distances`: those its arms run at (each hop through its proxy)."""
+    """The run's folder and its runner; `distances`: those its arms run at."""
     run_id = out_dir.name
     run = new_run(kind, run_id, params, seed, settings)
     limit = cpu_limit_cores(run.machine["nproc"] or 1, args.driver_cpu_share)

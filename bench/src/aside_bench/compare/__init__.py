@@ -1,3 +1,1 @@
-"""Two runs (or baselines) compared: their common steps flagged against the
-noise between repeats (steps.py), whether their machines are alike (machines.py),
-and the page that overlays them (page.py)."""
+"""Two runs compared: their steps (steps.py), their machines (machines.py), the page (page.py)."""

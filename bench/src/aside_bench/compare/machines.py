@@ -1,8 +1,5 @@
-"""Whether two runs measured on machines alike, and how B's figures are put on
-A's machine: by the machine's meter step by step (the driver's CPU per request
-in the same step of both runs, load/meter.py), else by the runs' calibrations
-(records/calibration.py). Runs further apart than MACHINE_RATIO_LIMIT are
-refused unless told to normalise. Pure functions, each with a unit test."""
+"""Whether two runs measured on machines alike, and B's latencies put on A's machine by the
+meter step by step, else by the calibrations (docs/decisions/040). Pure, unit-tested."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Scale:
-    """How fast B's machine measured against A's, and how B's figures are put
-    next to A's."""
+    """How fast B's machine measured against A's, and how B's figures are put beside A's."""
 
     rate_a: int | None  # the machines' calibrations (the driver + the core's /healthz)
     rate_b: int | None
@@ -38,26 +34,19 @@ class Scale:
     @property
     def calibration_ratio(self) -> float | None:
         """How much faster B's machine calibrated than A's (the driver's knee)."""
-        if not self.rate_a or not self.rate_b:
-            return None
-        return self.rate_b / self.rate_a
+        return self.rate_b / self.rate_a if self.rate_a and self.rate_b else None
 
     @property
     def ratio(self) -> float | None:
-        """How much faster B's machine measured than A's: the median of the
-        steps' own meter, else (runs without it) the calibrations'."""
-        if self.steps:
-            return statistics.median(self.steps.values())
-        return self.calibration_ratio
+        """How much faster B measured: the median of the steps' meter, else the calibrations'."""
+        return statistics.median(self.steps.values()) if self.steps else self.calibration_ratio
 
     @property
     def judged_by(self) -> str:
         return "steps" if self.steps else "calibration"
 
     def speed(self, key: StepKey) -> float | None:
-        """The speed B's latencies of this step are multiplied by: the step's
-        own meter; the calibrations' ratio for runs without one, when told to
-        normalise; None when judged as measured."""
+        """The factor B's latencies of a step are multiplied by; None: as measured."""
         if self.as_measured:
             return None
         if self.steps:
@@ -65,10 +54,7 @@ class Scale:
         return self.calibration_ratio if self.normalised else None
 
     def apply(self, name: str, value: float | None, key: StepKey) -> float | None:
-        """B's figure on A's machine: a latency multiplied by the step's speed;
-        rates and shares as they are (under capacity both runs achieve what was
-        asked; past it, the capacity found is bound by parts the meter does not
-        time, PostgreSQL's scan for one)."""
+        """B's figure on A's machine: a latency times the step's speed, rates and shares as is."""
         speed = self.speed(key)
         if value is None or speed is None or name not in LATENCIES:
             return value
@@ -87,11 +73,7 @@ def machine_scale(
     steps: dict[StepKey, float] | None = None,
     as_measured: bool = False,
 ) -> Scale:
-    """How fast B's machine measured against A's (`steps`: meter.step_speeds, else
-    the calibrations), checked: CompareError when nothing measured either
-    machine or they differ by more than MACHINE_RATIO_LIMIT, unless `ignore`
-    (the reader knows both ran on one machine) or, for the difference,
-    `normalise`."""
+    """The Scale of two runs, or CompareError when unmeasured or too far apart."""
     scale = Scale(
         rate_of(run_a.machine), rate_of(run_b.machine), normalise, steps or {}, as_measured
     )
@@ -109,11 +91,9 @@ def machine_scale(
             raise CompareError("--normalise needs both runs calibrated")
         return scale
     if not _within(ratio) and not (normalise or ignore):
-        measured = (
-            "the driver's CPU per request in the steps both ran"
-            if scale.steps
-            else f"their calibrations, {scale.rate_a} and {scale.rate_b} req/s"
-        )
+        measured = f"their calibrations, {scale.rate_a} and {scale.rate_b} req/s"
+        if scale.steps:
+            measured = "the driver's CPU per request in the steps both ran"
         raise CompareError(
             f"the machines differ: by {measured}, B ran {ratio:.2f}x as fast as A "
             f"({max(ratio, 1 / ratio):.2f}x, more than {MACHINE_RATIO_LIMIT:g}x); "
@@ -127,12 +107,12 @@ def run_line(name: str, run: RunRecord, rate: int | None) -> str:
     machine = run.machine
     bound = " (held at every rate tried: a lower bound)" if capped(machine) else ""
     runs = run.runs
-    which = (
-        f"a baseline of {len(runs)} runs, {', '.join(runs)}, their repeats pooled (the "
-        "drift between them counts as noise; the median calibration shown)"
-        if len(runs) > 1
-        else run.run_id
-    )
+    which = run.run_id
+    if len(runs) > 1:
+        which = (
+            f"a baseline of {len(runs)} runs, {', '.join(runs)}, their repeats pooled (the "
+            "drift between them counts as noise; the median calibration shown)"
+        )
     return (
         f"{name}: {which} ({machine.get('cpu')}, {machine.get('nproc')} cores), "
         f"machine calibration {rate or 'none'} req/s{bound}"
@@ -140,9 +120,7 @@ def run_line(name: str, run: RunRecord, rate: int | None) -> str:
 
 
 def base_latency_line(run_a: RunRecord, run_b: RunRecord) -> str | None:
-    """The machines' latency for a trivial request at low load, A's and B's,
-    with a warning when they differ by more than BASE_LATENCY_WARNING: a drift
-    of the machine between the runs that their repeats cannot see."""
+    """Both machines' base latency, warned about beyond BASE_LATENCY_WARNING."""
     a, b = base_latency(run_a.machine), base_latency(run_b.machine)
     if a is None or b is None:
         return None

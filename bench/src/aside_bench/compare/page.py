@@ -1,11 +1,5 @@
-"""compare.html: `make compare` as pictures beside its table. The p95 of every
-series against the rate it served, and its drop rate against the target rate,
-A's line solid and B's dashed in the series' colour (B put on A's machine as
-the table puts it), the cost per million requests against the rate served the
-same way, a step that missed the service goal (records/goal.py) hollow, then
-the table of every step both runs ran with its flags. Drawn with the report's
-own charts and page (report/charts, report/doc), so a browser shows it as it
-shows report.html."""
+"""compare.html: the two runs' p95 and cost against the rate served and drops against the
+target, A solid and B dashed, missed steps hollow, then the compare table."""
 
 from __future__ import annotations
 
@@ -17,27 +11,25 @@ from typing import Any
 
 from aside_bench.compare import steps as compare
 from aside_bench.compare.machines import Scale
+from aside_bench.compare.steps import SeriesKey
 from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
 from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepKey
-from aside_bench.report.costs import run_prices
-from aside_bench.report.doc import Doc
+from aside_bench.report.decision import run_prices
 from aside_bench.report.tables import Table
 from aside_bench.sweep.collect import summary_result
 
 PAGE = "compare.html"
 STYLE = {"A": ("-", "o"), "B": ("--", "s")}  # line, marker
-SeriesKey = tuple[str, str, str]
 # The goal a step's point is drawn filled (held) or hollow (missed) by.
 GOAL = Goal()
 
 
 @dataclass(frozen=True)
 class Point:
-    """One step of one side: its target rate, the rate it served, a figure, and
-    whether it held the goal (its median p95 and drop rate, as the table has them)."""
+    """One step of one side: its rate, the rate served, a figure, whether it held."""
 
     rate: int
     served: float | None  # None: the step's achieved rate was not compared
@@ -58,8 +50,7 @@ class Line:
 
 
 def run_results(run: RunRecord) -> list[StepResult]:
-    """A run's completed steps from its run.json alone (no Prometheus: the cost
-    needs only the probes around each step, which run.json keeps)."""
+    """A run's completed steps from its run.json alone (no Prometheus)."""
     return [summary_result(record, None) for record in run.steps if record.completed]
 
 
@@ -82,13 +73,9 @@ def _median(change: compare.Change | None, side: str) -> float | None:
 
 def _held(row: compare.Row, side: str, goal: Goal) -> bool:
     """The step's median p95 within the goal and its median drop rate within its tolerance."""
-    p95 = _median(row.changes.get("p95"), side)
-    drops = _median(row.changes.get("drops"), side)
-    return (
-        p95 is not None
-        and drops is not None
-        and (p95 <= goal.p95_ms and drops <= goal.drop_tolerance)
-    )
+    p95, drops = (_median(row.changes.get(name), side) for name in ("p95", "drops"))
+    fast = p95 is not None and p95 <= goal.p95_ms
+    return fast and drops is not None and drops <= goal.drop_tolerance
 
 
 def _lines(
@@ -130,17 +117,11 @@ def cost_lines(
     return _lines(rows, lambda side, key: (a if side == "A" else b).get(key), goal)
 
 
-def _label(series: SeriesKey, scenarios: int) -> str:
-    label = series_label(series[1], series[2])
-    return f"{series[0]} {label}" if scenarios > 1 else label
-
-
 def overlay_chart(
     lines: list[Line], path: Path, title: str, ylabel: str, caption: str, log: bool,
     served: bool = False,
 ) -> Path:  # fmt: skip
-    """Every line on one chart: a colour per series, A solid, B dashed; against
-    the rate served (`served`: a step that missed the goal hollow) or the target."""
+    """Every line on one chart, against the rate served (`served`) or the target."""
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
     fig, ax = charts.plt.subplots(figsize=(8, 5))
@@ -149,7 +130,10 @@ def overlay_chart(
     xs_all: list[float] = []
     for line in lines:
         style, marker = STYLE[line.side]
-        label = f"{_label(line.series, scenarios)}, {line.side}"
+        label = series_label(line.series[1], line.series[2])
+        label = (
+            f"{line.series[0]} {label}, {line.side}" if scenarios > 1 else f"{label}, {line.side}"
+        )
         if served:
             points = [(p.served, p.value, p.held) for p in line.points if p.served]
             if not points:
@@ -186,8 +170,7 @@ def _plain(table: Table) -> Table:
 
 @dataclass(frozen=True)
 class Sides:
-    """The two sides of a compare: their runs (a baseline's first run stands
-    for its prices) and every completed step of their runs."""
+    """The two sides of a compare: their runs and every completed step of them."""
 
     run_a: RunRecord
     run_b: RunRecord
@@ -231,9 +214,7 @@ def write_page(
     on_a = any(row.speed is not None for row in rows)
     caption = (f"A {run_a.run_id} solid, B {run_b.run_id} dashed"
                + (", B's latencies on A's machine" if on_a else ""))  # fmt: skip
-    doc = Doc()
-    doc.h(1, title)
-    doc.ul(compare.header_lines(run_a, run_b, scale, tolerance, rows))
+    doc = compare.header_doc(run_a, run_b, scale, tolerance, rows)
     paths = _charts(sides, rows, out_dir, caption)
     doc.h(2, "The runs side by side")
     doc.p(

@@ -1,35 +1,6 @@
-"""`aside-bench compare RUN_A RUN_B`: every step two runs share (scenario, arm,
-phase, rate), figure by figure, with a change flagged only where it exceeds
-the noise the runs themselves measured, else a stated tolerance.
-
-The noise of a figure is pooled over a series (scenario, arm, phase): the
-widest spread (max - min) of its repeats at any rate of the series in either
-run, relative to the median for latencies and rates (their noise grows with
-them), in points for shares. One step's two repeats alone would be a poor
-estimate: with REPEAT=2, identical runs would flag about one figure in five;
-pooled over three rates, about one in eighteen, and one in a hundred with
-REPEAT=3 (docs/decisions/022-comparing-two-runs-noise-pooled-over-a-series.md).
-
-A step that dropped iterations in both runs was past its capacity in both: the driver
-could not send all it was asked to, so its latencies describe how long the
-overload lasted (a cold step's fill, say) rather than the service, and they
-move with it. Its latencies and drop rate are shown but not judged (drops
-non-zero in both: alike); its achieved rate, the capacity it found, is (the
-repeats' goal: p95 alike for every step under capacity, drops zero or non-zero
-alike). The drop rate is left to the achieved rate because at a rate far past
-capacity it is 1 - capacity / rate: its noise in points shrinks as the rate
-grows, so a series' spread pooled in points (below) under-states it at the
-series' lowest rate.
-
-B's latencies are put on A's machine step by step by the machine's meter
-(load/meter.py: the driver's CPU per request in the same step of both runs), and runs are
-compared only on machines of about the same speed, judged by the median of
-those steps (by their calibrations, sweep/calibration.py, for runs without the
-meter): more than MACHINE_RATIO_LIMIT apart is refused unless --normalise.
-Either side may be a baseline of several runs whose repeats pool.
-
-Pure functions only (but `write`), so every rule here has a unit test.
-"""
+"""`aside-bench compare RUN_A RUN_B`: every step two runs share, a change flagged only beyond
+the noise their repeats measured (pooled over a series), else a tolerance; a step past capacity
+in both is judged on its achieved rate alone (docs/decisions/022, 023, 040). Pure but `write`."""
 
 from __future__ import annotations
 
@@ -39,25 +10,20 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from aside_bench.compare.machines import (
-    Scale,
-    base_latency_line,
-    machine_lines,
-    run_line,
-)
+from aside_bench.compare.machines import Scale, base_latency_line, machine_lines, run_line
 from aside_bench.plan.steps import series_label
 from aside_bench.records.calibration import rate_of
 from aside_bench.records.repeats import Spread, spread
 from aside_bench.records.runfile import RunRecord, StepFigures, StepKey
+from aside_bench.report.doc import Doc
 from aside_bench.report.tables import Table, fmt_ms, fmt_pct, fmt_rps
 
 # Without repeats: a latency or a rate must change by this share of A's value,
 DEFAULT_TOLERANCE = 0.2
 # a drop or hit rate by this many points (absolute).
 SHARE_TOLERANCE = 0.02
-# A step whose speed moved further than this is named beside its flags: a tail
-# near capacity grows faster than the machine slows, beyond what the step's
-# speed puts right.
+# A step whose speed moved further than this is named beside its flags: a tail near
+# capacity grows faster than the machine slows, beyond what the speed puts right.
 STEP_SPEED_WARNING = 0.1
 # Below these a change is never flagged, whatever the spread (0 wide when runs agree).
 FLOOR = {"ms": 0.05, "rate": 0.5, "share": 0.005}
@@ -71,27 +37,19 @@ FIGURES = {
     "hit": ("share", True),
 }
 # What a step past capacity in both runs is not judged on.
-UNJUDGED_PAST_CAPACITY = frozenset(
-    name for name, (unit, _) in FIGURES.items() if unit == "ms" or name == "drops"
-)
+UNJUDGED_PAST_CAPACITY = frozenset({"p50", "p95", "p99", "drops"})
 PAST_CAPACITY = "past capacity"
 SeriesKey = tuple[str, str, str]
 
 
 def baseline(runs: list[RunRecord]) -> RunRecord:
-    """Several runs of one side as one run: their ids joined by '+', and the
-    machine of the run whose calibration is the median (the first one's when
-    none was calibrated). Their figures are concatenated by the caller, so a
-    step's repeats pool over the runs and the drift between them counts as
-    noise, which no single run can measure."""
+    """Several runs as one: ids joined by '+', the machine of the median calibration."""
     if len(runs) == 1:
         return runs[0]
     ordered = sorted(runs, key=lambda run: rate_of(run.machine) or 0)
     middle = ordered[(len(ordered) - 1) // 2] if rate_of(ordered[-1].machine) else runs[0]
     return replace(
-        middle,
-        run_id="+".join(run.run_id for run in runs),
-        runs=[run.run_id for run in runs],
+        middle, run_id="+".join(run.run_id for run in runs), runs=[run.run_id for run in runs]
     )
 
 
@@ -111,8 +69,7 @@ class Change:
 
 
 def relative_width(name: str, one: Spread) -> float:
-    """A spread's width as the noise of its figure: relative to the median for
-    latencies and rates, in points for shares."""
+    """A spread's width relative to its median; in points for shares."""
     if FIGURES[name][0] == "share":
         return one.width
     return one.width / abs(one.median) if one.median else 0.0
@@ -121,10 +78,7 @@ def relative_width(name: str, one: Spread) -> float:
 def noise_of(
     name: str, a: Spread, b: Spread, tolerance: float, series_width: float | None = None
 ) -> tuple[float, str]:
-    """The change this figure must exceed: the widest spread of its series
-    (`series_width`, from relative_width) scaled to A's value, else the widest
-    spread of a run that repeated the step, else the tolerance; never below
-    the figure's floor."""
+    """The change a figure must exceed: its series' spread, a run's, else the tolerance."""
     unit = FIGURES[name][0]
     widths = [relative_width(name, one) for one in (a, b) if one.runs > 1]
     if series_width is not None:
@@ -159,11 +113,8 @@ def change(
         return Change(a, b, 0.0, PAST_CAPACITY, "")
     noise, basis = noise_of(name, a, b, tolerance, series_width)
     delta = b.median - a.median
-    flag = ""
-    if abs(delta) > noise:
-        higher_better = FIGURES[name][1]
-        flag = "better" if (delta > 0) == higher_better else "worse"
-    return Change(a, b, noise, basis, flag)
+    flag = "better" if (delta > 0) == FIGURES[name][1] else "worse"  # [1]: higher is better
+    return Change(a, b, noise, basis, flag if abs(delta) > noise else "")
 
 
 def _by_step(figures: list[StepFigures]) -> dict[StepKey, list[StepFigures]]:
@@ -202,8 +153,7 @@ def compare(
     scale: Scale,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> list[Row]:
-    """One row per step both runs ran, in A's order, B's figures put on A's
-    machine step by step (Scale.apply)."""
+    """One row per step both ran, in A's order, B put on A's machine."""
     runs_a, runs_b = _by_step(figures_a), _by_step(figures_b)
     spreads_a = {key: _spreads(runs) for key, runs in runs_a.items()}
     spreads_b = {key: _spreads(runs, partial(scale.apply, key=key)) for key, runs in runs_b.items()}
@@ -234,8 +184,7 @@ def _spreads(
 def series_widths(
     runs: list[dict[StepKey, dict[str, Spread | None]]],
 ) -> dict[SeriesKey, dict[str, float]]:
-    """The widest relative spread of each figure over every repeated step of a
-    series (scenario, arm, phase) in any of the runs."""
+    """The widest relative spread of each figure over a series' repeated steps."""
     widest: dict[SeriesKey, dict[str, float]] = {}
     for steps in runs:
         for key, figures in steps.items():
@@ -267,17 +216,11 @@ def table(rows: list[Row]) -> Table:
     speeds = any(row.speed is not None for row in rows)
     headers = ["scenario", "series", "target /s", *(["B's speed"] if speeds else []),
                *FIGURES, "flagged"]  # fmt: skip
-    body = [
-        [
-            row.key[0],
-            series_label(row.key[1], row.key[2]),
-            str(row.key[3]),
-            *([f"{row.speed:.2f}x" if row.speed is not None else "n/a"] if speeds else []),
-            *(cell(name, row.changes[name]) for name in FIGURES),
-            row.verdict(),
-        ]
-        for row in rows
-    ]
+    body = []
+    for row in rows:
+        speed = [f"{row.speed:.2f}x" if row.speed is not None else "n/a"] if speeds else []
+        head = [row.key[0], series_label(row.key[1], row.key[2]), str(row.key[3]), *speed]
+        body.append([*head, *(cell(name, row.changes[name]) for name in FIGURES), row.verdict()])
     title = "every step both runs ran: A -> B" + (" on A's machine" if speeds else "")
     return Table(f"{title} (change)", headers, body)
 
@@ -321,6 +264,16 @@ def header_lines(
     return lines
 
 
+def header_doc(
+    run_a: RunRecord, run_b: RunRecord, scale: Scale, tolerance: float, rows: list[Row]
+) -> Doc:
+    """A compare's page begun: its title and what it compares, on which machines, how judged."""
+    doc = Doc()
+    doc.h(1, f"Compare {run_a.run_id} -> {run_b.run_id}")
+    doc.ul(header_lines(run_a, run_b, scale, tolerance, rows))
+    return doc
+
+
 def write(
     run_a: RunRecord,
     run_b: RunRecord,
@@ -331,13 +284,9 @@ def write(
 ) -> str:
     """compare.md and compare.json into `out_dir`; the Markdown."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    lines = header_lines(run_a, run_b, scale, tolerance, rows)
-    markdown = (
-        f"# Compare {run_a.run_id} -> {run_b.run_id}\n\n"
-        + "\n".join(f"- {line}" for line in lines)
-        + "\n\n"
-        + table(rows).markdown()
-    )
+    doc = header_doc(run_a, run_b, scale, tolerance, rows)
+    doc.table(table(rows))
+    markdown = doc.markdown()
     (out_dir / "compare.md").write_text(markdown)
     found = {
         "a": run_a.runs or [run_a.run_id],

@@ -1,3 +1,1 @@
-"""The miss-ratio curve: a step's exact key stream replayed through libCacheSim's
-eviction policies over a range of cache sizes, and the measured hit rates set
-on those curves."""
+"""The miss-ratio curve: key streams replayed through libCacheSim, measured points set on them."""

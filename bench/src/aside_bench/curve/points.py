@@ -1,11 +1,5 @@
-"""A run's miss-ratio curves: for each rate, the key stream its Redis-tier arms
-were sent (a warm step's, after the cold step that warmed it) replayed through
-every policy over a range of cache sizes, and each arm's measured hit rate set
-at the size its Redis held.
-
-A Redis bound is given in bytes; what the curve needs is the keys it held, read
-from Redis once a second during the step (the median, records.results.RedisCounts):
-a full bounded cache holds about (maxmemory - what its clients use) / bytes-per-key keys."""
+"""A run's miss-ratio curves: per rate, the warm Redis arms' key stream replayed over cache
+sizes, each arm's measured hit rate set at the keys its Redis held (docs/decisions/044)."""
 
 from __future__ import annotations
 
@@ -13,14 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aside_bench.curve.simulate import (
-    POLICIES,
-    CurvePoint,
-    Stream,
-    capacities,
-    curve,
-    policies_at,
-)
+from aside_bench.curve.simulate import POLICIES, CurvePoint, Stream, capacities, curve, policies_at
 from aside_bench.plan.steps import arm_bound, base_arm
 from aside_bench.records.keytrace import KeyTraceError, read_key_trace
 from aside_bench.records.results import StepResult
@@ -33,15 +20,8 @@ REDIS_ARMS = ("cache",)
 
 @dataclass(frozen=True)
 class MeasuredPoint:
-    """One arm's warm step: the keys Redis held (the median over the step), its memory, the hit
-    rate the gateway counted, and the simulated policies at the size the cache held.
-
-    `evicted`, `expired` and `failed` count over the whole simulated stream (the cold
-    step that warmed the cache and the warm step): what Redis evicted under its bound,
-    what expired by TTL, and the requests that failed (answered or not, they are in the
-    key trace; the driver's dropped requests are not). `simulated_keys` is the size the
-    policies were simulated at: the keys held, or, for a cache that never evicted
-    (never full), every distinct key of the stream."""
+    """A warm step: the keys Redis held (median), its memory, its hit rate, the policies at
+    its size; evicted, expired and failed count over the whole simulated stream."""
 
     arm: str
     maxmemory: int | None
@@ -53,7 +33,7 @@ class MeasuredPoint:
     simulated: dict[str, float]
     expired: int = 0
     failed: int = 0
-    simulated_keys: int | None = None
+    simulated_keys: int | None = None  # the keys held, or all (never full)
 
     @property
     def never_full(self) -> bool:
@@ -77,26 +57,19 @@ class RateCurve:
 Progress = Callable[[str], None]
 
 
-def trace_path(record: StepRecord, out_dir: Path) -> Path | None:
-    name = record.key_trace
-    return None if not name else out_dir / name
+def _trace_keys(record: StepRecord, out_dir: Path) -> list[str] | None:
+    """A step's key trace; None when it kept none."""
+    path = out_dir / record.key_trace if record.key_trace else None
+    return read_key_trace(path) if path is not None and path.exists() else None
 
 
 def step_stream(steps: list[StepRecord], index: int, out_dir: Path) -> Stream | None:
-    """A warm step's stream: its cold step's keys (when it continued that step's
-    stream, its skip) as the warm-up, then its own; None without traces."""
-    record = steps[index]
-    own = trace_path(record, out_dir)
-    if own is None or not own.exists():
-        return None
-    keys = read_key_trace(own)
-    if not record.skip or index == 0:
+    """A warm step's stream: its cold step's keys as the warm-up, then its own."""
+    keys = _trace_keys(steps[index], out_dir)
+    if keys is None or not steps[index].skip or index == 0:
         return Stream(keys) if keys else None
-    before = trace_path(steps[index - 1], out_dir)
-    if before is None or not before.exists():
-        return None
-    warm = read_key_trace(before)
-    return Stream(warm + keys, warmup=len(warm)) if keys else None
+    warm = _trace_keys(steps[index - 1], out_dir)
+    return Stream(warm + keys, warmup=len(warm)) if warm is not None and keys else None
 
 
 # A step's run as its results are keyed (Step.run_key).
@@ -159,11 +132,7 @@ def run_curves(
 
 
 def _rate_curve(
-    run: RunRecord,
-    rate: int,
-    steps: list[WarmStep],
-    out_dir: Path,
-    progress: Progress,
+    run: RunRecord, rate: int, steps: list[WarmStep], out_dir: Path, progress: Progress
 ) -> RateCurve | None:
     measured = []
     reference: Stream | None = None
@@ -181,21 +150,12 @@ def _rate_curve(
         f"miss-ratio curve at {rate}/s: {len(reference.keys)} requests, {distinct} keys, "
         f"{len(sizes)} sizes x 5 policies"
     )
-    return RateCurve(
-        rate=rate,
-        requests=reference.measured,
-        warmup=reference.warmup,
-        distinct=distinct,
-        points=curve(reference, sizes),
-        measured=measured,
-    )
+    points = curve(reference, sizes)
+    return RateCurve(rate, reference.measured, reference.warmup, distinct, points, measured)
 
 
 def measured_point(stream: Stream, warm: StepResult, cold: StepResult | None) -> MeasuredPoint:
-    """A warm step's point, simulated at the size its cache held: the keys Redis
-    held over the step (the median), or, when it evicted nothing over the stream,
-    as many keys as the stream asked for (an unbounded cache: one still filling
-    held fewer keys at its median than it was about to)."""
+    """A warm step's point, simulated at the keys held (never full: every key)."""
     redis = warm.redis
     assert redis is not None and warm.hit_rate is not None
     # What it held over the step (its median), else at its end.
@@ -203,8 +163,7 @@ def measured_point(stream: Stream, warm: StepResult, cold: StepResult | None) ->
     evicted, expired, failed = _stream_counts(warm, cold)
     size = len(set(stream.keys)) if evicted == 0 else held
     if size < 1:
-        # A cache that held no key (its clients' buffers took the bound) hits
-        # nothing, whatever the policy: no simulation needed.
+        # No key held (its clients' buffers took the bound): no hit, whatever the policy.
         at_size = dict.fromkeys(POLICIES, 0.0)
     else:
         # Below S3-FIFO's least, the other policies still run.

@@ -1,11 +1,5 @@
-"""Replay a key stream through libCacheSim's caches: the hit ratio each eviction
-policy would have reached at each cache size, on exactly the requests a step sent.
-
-Sizes are counted in keys: every cached count is a key and a small number of
-about the same size, so a cache of N keys is what Redis held when it was full
-(curve/points.py turns a Redis memory bound into the keys it held). Belady, the
-bound no policy beats, needs every request's next access: `next_accesses`
-annotates the stream with it, as libCacheSim's oracle traces are annotated."""
+"""A key stream replayed through libCacheSim's caches: each policy's hit ratio at each size in
+keys; Belady's next accesses annotated as its oracle traces are (docs/decisions/044)."""
 
 from __future__ import annotations
 
@@ -18,23 +12,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# Display name -> libCacheSim's cache class. LRU is what Redis's allkeys-lru
-# samples towards; LFU what allkeys-lfu approximates; S3-FIFO and SIEVE are the
-# recent FIFO-based policies; Belady the offline optimum.
-POLICIES = {
-    "LRU": "LRU",
-    "LFU": "LFU",
-    "S3-FIFO": "S3FIFO",
-    "SIEVE": "Sieve",
-    "Belady": "Belady",
-}
+# Display name -> libCacheSim's class: LRU (what allkeys-lru samples towards), LFU
+# (allkeys-lfu), S3-FIFO and SIEVE (recent, FIFO-based), Belady (the offline optimum).
+POLICIES = {"LRU": "LRU", "LFU": "LFU", "S3-FIFO": "S3FIFO", "SIEVE": "Sieve", "Belady": "Belady"}
 # libCacheSim reads a next access this far ahead as "never again".
 NEVER = 2**62
-# The smallest cache a curve draws: S3-FIFO's small queue is a tenth of the
-# cache and must hold a key (libCacheSim aborts below it).
+# The smallest cache drawn: S3-FIFO's small queue, a tenth, must hold a key (libCacheSim aborts).
 MIN_CAPACITY = 10
-# The other policies simulate a cache of any size from one key, so a measured
-# arm that held fewer keys is still compared at its own size.
+# The others simulate any size from one key: an arm that held fewer is compared at its own.
 POLICY_MIN_CAPACITY = {"S3-FIFO": MIN_CAPACITY}
 
 
@@ -45,8 +30,7 @@ def policies_at(size: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Stream:
-    """Keys in the order they were sent; the first `warmup` fill the cache
-    without counting (a warm step's cold step before it)."""
+    """Keys in the order sent; the first `warmup` fill the cache without counting."""
 
     keys: Sequence[str]
     warmup: int = 0
@@ -89,8 +73,7 @@ def hit_ratio(stream: Stream, policy: str, capacity: int) -> float:
 
 
 def write_oracle_trace(path: Path, ids: Sequence[int], following: Sequence[int]) -> None:
-    """libCacheSim's oracleGeneral records: clock time, object id, size and the
-    next access's place (-1: never), little-endian, one per request."""
+    """libCacheSim's oracleGeneral records, one per request."""
     record = struct.Struct("<IQIq")
     with path.open("wb") as out:
         for place, (obj, nxt) in enumerate(zip(ids, following, strict=True)):
@@ -109,8 +92,7 @@ class CurveUnavailable(RuntimeError):
 
 
 def simulator() -> ModuleType:
-    """libcachesim, or CurveUnavailable saying why no curve can be drawn: it is
-    GPL-3.0-or-later, so the bench runs without it (decision 055)."""
+    """libcachesim, or CurveUnavailable: it is GPL, so optional (decision 055)."""
     try:
         return _libcachesim()
     except ImportError as error:
@@ -128,16 +110,14 @@ def _hits(reader: Any, cache_type: type, capacity: int, requests: int) -> float:
 
 
 def _measured_hit_ratio(reader: Any, stream: Stream, cache_type: type, capacity: int) -> float:
-    """The policies are deterministic, so the warm-up's hits are those of a
-    fresh cache over the warm-up alone: the measured part's are the rest."""
+    """The measured part's hit ratio: all hits less the warm-up's alone."""
     total = _hits(reader, cache_type, capacity, len(stream.keys))
     before = _hits(reader, cache_type, capacity, stream.warmup) if stream.warmup else 0.0
     return max(total - before, 0.0) / stream.measured
 
 
 def capacities(distinct: int, also: Sequence[int] = (), points: int = 12) -> list[int]:
-    """Cache sizes for a curve: log-spaced from 1 % of the distinct keys to all
-    of them, with `also` (the measured arms' sizes) among them."""
+    """Log-spaced cache sizes from 1 % of the distinct keys to all, with `also`."""
     if distinct < 1:
         return []
     low = max(MIN_CAPACITY, distinct // 100)
@@ -172,12 +152,9 @@ def curve(
         # Freed with its object: closing it as well frees it twice.
         lcs = simulator()
         reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
+        types = {policy: getattr(lcs, POLICIES[policy]) for policy in policies}
         return [
-            CurvePoint(
-                policy,
-                size,
-                _measured_hit_ratio(reader, stream, getattr(lcs, POLICIES[policy]), size),
-            )
+            CurvePoint(policy, size, _measured_hit_ratio(reader, stream, types[policy], size))
             for policy in policies
             for size in sizes
         ]

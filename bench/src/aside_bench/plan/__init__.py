@@ -1,2 +1,1 @@
-"""What a run will do: scenarios, arms, rates and the steps they make; the
-tracks' and the interference scenario's definitions."""
+"""What a run will do: scenarios, arms, rates and the steps they make."""

@@ -1,6 +1,4 @@
-"""The body of a compute request and what every answer must carry (pure):
-the compute scenario's, and the interference scenario's beside its reads.
-The bounds are contracts/compute.json's."""
+"""A compute request's body and what every answer must carry (contracts/compute.json). Pure."""
 
 from __future__ import annotations
 
@@ -38,9 +36,7 @@ def split_arm(arm: str) -> tuple[str, str]:
 def compute_request(
     arm: str, complexity: int, pbkdf2_iterations: int, bcrypt_cost: int
 ) -> tuple[dict[str, object], dict[str, object]]:
-    """The body an arm's compute requests send, and the fields every answer
-    must carry exactly (a bcrypt hash, salted at random, is checked for its
-    format by the driver)."""
+    """The body an arm's compute requests send and the fields answers must carry."""
     engine, kind = split_arm(arm)
     expect: dict[str, object] = {"kind": kind, "engine": engine}
     if kind == "pbkdf2":
@@ -57,8 +53,7 @@ def compute_request(
 
 
 def compute_variables(arm: str, work: tuple[int, int, int]) -> dict[str, str]:
-    """The driver's compute request of `arm` (<engine>-<kind>) and what every
-    answer must carry; `work` is (complexity, pbkdf2 iterations, bcrypt cost)."""
+    """The driver's compute variables; `work`: complexity, iterations, cost."""
     body, expect = compute_request(arm, *work)
     return {
         "COMPUTE_BODY": json.dumps(body, separators=(",", ":")),

@@ -1,8 +1,5 @@
-"""Every scenario `aside-bench run` knows, in one registry: the core's own
-(read, mixed, compute) and each plug-in package's, found through the
-entry-point group `aside_bench.scenarios` (an entry names a Scenario). What a
-scenario does beyond the sweep's steps is a field or a hook of its record, so
-the sweep, the driver's variables and the report name none of them."""
+"""Every scenario `aside-bench run` knows: the core's (read, mixed, compute) and the plug-ins'
+(entry-point group `aside_bench.scenarios`), what each adds in its fields and hooks."""
 
 from __future__ import annotations
 
@@ -27,13 +24,9 @@ Variables = Callable[[Any, LoadShape, int], dict[str, str]]
 
 @dataclass(frozen=True)
 class Hooks:
-    """What a scenario adds to the sweep's own handling, each None for none.
-
-    add_options(parser): its options of `run`; check(args): its parameters
-    checked before anything is touched; run_params(args, shape, settings, seed):
-    its entries of run.json's params; prepare(settings, data_dir, step): a warm
-    step's own preparation, a record of it with a `prep` line; writer(settings):
-    its report writer; run(args, settings): a scenario that runs its own steps."""
+    """What a scenario adds to the sweep, each None for none: add_options(parser), check(args),
+    run_params(args, shape, settings, seed) for run.json's params, prepare(settings, data_dir,
+    step) a warm step's record with a `prep` line, writer(settings), run(args, settings)."""
 
     add_options: Callable[[argparse.ArgumentParser], None] | None = None
     check: Callable[[argparse.Namespace], None] | None = None
@@ -50,29 +43,20 @@ class Scenario:
     default_arms: tuple[str, ...]
     default_rates: tuple[int, ...]
     variables: Variables
-    # The lowest step rate (0: the scenario's own work beside fixed reads).
-    lowest_rate: int = 1
-    # The reads draw their keys by popularity (--dist), and may replay a trace.
-    dist: bool = False
-    trace: bool = False
-    # Its arms take bounds (--cache-memory, --l1-entries, --cache-ttl) and
-    # match the uncached arm to the table's email index.
-    bounded: bool = False
-    indexed: bool = False
-    # The arms with a cold and a warm phase; `phase`: every step's one phase.
-    tiered: tuple[str, ...] = ()
-    phase: str | None = None
-    # Its steps carry a fixed read rate beside their own (--read-rate).
-    read_rate: bool = False
-    # Its arms run at network distances (--distance: each hop through a proxy).
-    distances: bool = False
-    # The driver's second scenario in a step, whose figures join the step's.
-    beside: str | None = None
+    lowest_rate: int = 1  # 0: the scenario's own work beside fixed reads
+    dist: bool = False  # the reads draw their keys by popularity (--dist)
+    trace: bool = False  # the reads may replay a trace
+    bounded: bool = False  # its arms take --cache-memory, --l1-entries, --cache-ttl
+    indexed: bool = False  # the uncached arm matches the table's email index
+    tiered: tuple[str, ...] = ()  # the arms with a cold and a warm phase
+    phase: str | None = None  # every step's one phase
+    read_rate: bool = False  # its steps carry a fixed read rate beside their own (--read-rate)
+    distances: bool = False  # its arms run at network distances (--distance)
+    beside: str | None = None  # the driver's second scenario, its figures joining the step's
     hooks: Hooks = field(default_factory=Hooks)
 
     def phases(self, arm: str, warm: str) -> list[str]:
-        """The cache states a step of `arm` runs in: cold and warm (or the one
-        asked) for an arm reading through a tier, else none."""
+        """The phases a step of `arm` runs in: cold and warm (or one) for a tiered arm."""
         if self.phase is not None:
             return [self.phase]
         if re.split(r"[@~]", arm, maxsplit=1)[0] not in self.tiered:
@@ -96,8 +80,7 @@ def _cache_variables(step: Any, shape: LoadShape, max_pool: int) -> dict[str, st
 
 
 def popularity(shape: LoadShape, rate: int) -> dict[str, str]:
-    """The keys' popularity of a keyed scenario at `rate`: a trace (timed: its
-    timestamps scaled to the rate), or DIST; nothing for the hot set."""
+    """The keys' popularity at `rate`: a trace (timed: scaled), DIST, or the hot set."""
     if shape.trace is not None:
         found = {"TRACE": str(shape.trace.resolve())}
         if shape.trace_rate and rate > 0:
@@ -146,8 +129,7 @@ def _core() -> tuple[Scenario, ...]:
 
 @cache
 def registry() -> dict[str, Scenario]:
-    """Every scenario by name: the core's first, then the plug-ins' in their
-    entry points' order; a plug-in may not take a core scenario's name."""
+    """Every scenario by name: the core's, then the plug-ins' (no name taken twice)."""
     found = {scenario.name: scenario for scenario in _core()}
     for entry in entry_points(group=ENTRY_POINTS):
         scenario = entry.load()
@@ -171,6 +153,5 @@ def scenario_named(name: str) -> Scenario:
 
 
 def scenario_of(name: str) -> Scenario | None:
-    """The registered scenario of a step; None for the steps no sweep plans
-    (the ceiling's, the calibration's, a tool's)."""
+    """The registered scenario of a step; None for steps no sweep plans."""
     return registry().get(name)

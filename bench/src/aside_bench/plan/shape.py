@@ -1,5 +1,4 @@
-"""The request mix of a run's steps (LoadShape): the same for every step,
-from the command line to the driver's variables."""
+"""The request mix of a run's steps (LoadShape), the same for every step."""
 
 from __future__ import annotations
 
@@ -15,23 +14,19 @@ class LoadShape:
 
     hot_share: float = 0.9
     cold_sample: int = 200
-    # The keys' popularity of the read and bare scenarios: hotset (the two
-    # samples above), uniform or zipf (with alpha) over the first `keys` keys
-    # of the key space (0: every distinct email of the table).
+    # The keys' popularity (read, bare): hotset (the two samples above), uniform or zipf
+    # (alpha) over the first `keys` keys of the key space (0: every distinct email).
     dist: str = "hotset"
     alpha: float = 0.99
     keys: int = 0
-    # A key trace the read, bare and interference steps replay instead of
-    # drawing keys (exclusive with dist other than hotset), and, when every
-    # line has a timestamp, its requests a second (records/keytrace.timed_rate):
-    # its timestamps are then scaled so that it runs at each step's rate.
+    # A key trace replayed instead of drawing keys (not with dist but hotset), and, when
+    # timed, its requests a second (keytrace.timed_rate): scaled to each step's rate.
     trace: Path | None = None
     trace_rate: float | None = None
     write_share: float = 0.1
     complexity: int = 10
     timeout_s: int = 10
-    # mixed: read-after-write checks a minute (0: none), and the reads of each
-    # key after each write (each over a fresh connection, so on any worker).
+    # mixed: read-after-write checks a minute (0: none), each key's reads after a write.
     stale_per_min: int = 12
     stale_reads_after: int = 2
     # interference: the reads' fixed rate beside the compute; the work of the hashing kinds.

@@ -1,13 +1,11 @@
-"""What a bench run will do: parsed parameters, the ordered steps, VU sizing.
-
-Pure functions only, so every rule here has a unit test.
-"""
+"""What a bench run will do: parsed parameters, the ordered steps, pool sizing. Pure."""
 
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 
 from aside_bench.plan import scenarios
 
@@ -23,9 +21,8 @@ CACHE_ARMS = (
     "l1-ttl",
     "nopool",
 )
-# Arms that read no cache: their steps have no phase, and the answer measures
-# the cached arms against them. `coalesce` sends its count misses through the
-# cache arm's miss batcher and stores nothing: what coalescing alone buys.
+# Arms that read no cache: no phase; the cached arms are measured against them.
+# `coalesce` batches its count misses as the cache arm does and stores nothing.
 UNCACHED_ARMS = ("nocache", "index", "coalesce", "nopool")
 CEILING_ARMS = ("cache", "l1", "hybrid", "tracking", "healthz")
 # The ceiling's reference: the warm cache arm's reads sent by the driver's `bare`
@@ -50,23 +47,18 @@ CACHE_PARAMS = {
     "nopool": "nopool",
     BARE_ARM: "l2",
 }
-# The ?cache= values whose reads go through Redis (the sweep reads Redis's
-# counters around their steps).
+# The ?cache= values whose reads go through Redis (its counters read around their steps).
 REDIS_READS = ("l2", "hybrid", "tracking")
-# Arms that need the gateway started with other settings: `l1-ttl` is the l1
-# strategy with the invalidation channel switched off (a lab-only switch), so
-# only the L1 TTL bounds staleness. The bench restarts the gateway for it.
+# Arms the gateway restarts for: `l1-ttl` is l1 with the invalidation channel off
+# (a lab switch), so only the L1 TTL bounds staleness.
 GATEWAY_ENV = {"l1-ttl": {"CACHE_L1_INVALIDATION": "off"}}
-# Every arm but `tracking` runs with the tracking tier's connection told
-# nothing (CACHE_L1_TRACKING=off, a lab switch): in broadcast mode Redis sends
-# every change of a cached key (a fill, a lease, an eviction) to every worker's
-# connection, work a gateway of any other strategy never does.
+# Every arm but `tracking` runs with tracking off (a lab switch): in broadcast mode Redis
+# sends every change of a cached key to every worker, work no other strategy does.
 UNTRACKED_ENV = {"CACHE_L1_TRACKING": "off"}
 
 MIN_POOL = 10
-# The driver's pool holds rate x this budget of requests in flight: past it the
-# stack is far behind, and the driver counts the iterations it cannot start as
-# dropped, which the drop rate shows.
+# The driver's pool holds rate x this budget in flight: past it the stack is far
+# behind, and iterations that cannot start count as dropped.
 LATENCY_BUDGET_S = 1.0
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -85,8 +77,7 @@ class Step:
     duration_s: int
     # Keyword-only, both: two optional counts must never be told apart by position.
     repeat: int = field(default=1, kw_only=True)  # which run (1..REPEAT); a tag of its samples
-    # interference: the fixed rate of the reads run beside the step's own
-    # (compute) rate; the step's latency and drops are the reads'. 0: none.
+    # interference: the reads' fixed rate beside the step's own, theirs its figures. 0: none.
     read_rate: int = field(default=0, kw_only=True)
 
     @property
@@ -109,11 +100,9 @@ class Step:
         return (self.read_rate or self.rate) * self.duration_s
 
 
-# ---- a bounded cache as an arm: the arm, `@`, and its bound, each arm from an
-# empty cache: `cache@4mb` (Redis's maxmemory, under the run's eviction
-# policy), `hybrid@2000keys` (each worker's L1 at most 2,000 entries,
-# CACHE_L1_MAX_ENTRIES), `cache@ttl10s` (Redis entries live 10 s,
-# CACHE_TTL_SECONDS). The last two restart the gateway with that setting.
+# ---- a bounded cache as an arm, from an empty cache: `cache@4mb` (maxmemory),
+# `hybrid@2000keys` (CACHE_L1_MAX_ENTRIES), `cache@ttl10s` (CACHE_TTL_SECONDS; the
+# last two restart the gateway).
 BOUND_SEP = "@"
 EVICTION_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu")
 _MEMORY = re.compile(r"^(\d+)(kb|mb|gb)$")
@@ -183,8 +172,7 @@ def bound_text(bound: Bound) -> str:
 
 
 def option_bound(kind: str, text: str) -> Bound:
-    """A bound as its option gives it: a memory size (4mb), entries (1000 or
-    1000keys), seconds (5, 5s or ttl5s)."""
+    """A bound as its option gives it: 4mb; 1000 or 1000keys; 5, 5s or ttl5s."""
     word = text.strip().lower()
     if kind == "entries" and word.isdigit():
         word += "keys"
@@ -202,8 +190,7 @@ def option_bound(kind: str, text: str) -> Bound:
 
 
 def bounded_arms(arms: list[str], kind: str, texts: list[str]) -> list[str]:
-    """Each arm a kind of bound applies to once per bound, smallest first, in
-    place of the unbounded arm; other arms as given. No bounds: the arms as given."""
+    """Each arm a bound applies to once per bound, smallest first; others as given."""
     if not texts:
         return arms
     bounds = sorted({option_bound(kind, text) for text in texts}, key=lambda b: b.value)
@@ -221,12 +208,9 @@ def bounded_arms(arms: list[str], kind: str, texts: list[str]) -> list[str]:
     return out
 
 
-# ---- a distance as an arm: the arm, `~`, and the distance's name, each hop of
-# the arm's steps through its proxy with that distance's latency (stack/distance.py):
-# `cache~same-zone`, `hybrid@2000keys~cross-zone`.
+# ---- a distance as an arm, each hop through its proxy (stack/distance.py): `cache~same-zone`.
 DISTANCE_SEP = "~"
-# The distance of no proxy in the path: the arm as it is, the reference the
-# proxy's own cost is read against (its `loopback` steps' added p50).
+# No proxy in the path: what a `loopback` step's added p50, the proxy's own cost, is read against.
 DIRECT = "direct"
 
 
@@ -237,8 +221,7 @@ def arm_distance(arm: str) -> str | None:
 
 
 def at_distances(arms: list[str], names: list[str]) -> list[str]:
-    """Each arm once per distance, the distances in the order given (none: the
-    arms as given): a rate's steps then compare them back to back."""
+    """Each arm once per distance, in the order given (none: the arms as given)."""
     if not names:
         return arms
     return [
@@ -252,6 +235,11 @@ def without_distance(arm: str) -> str:
 
 def series_label(arm: str, phase: str) -> str:
     return arm if phase == "none" else f"{arm} ({phase})"
+
+
+def words(text: str) -> list[str]:
+    """'30 50,75' -> ['30', '50', '75']: the words of a list option."""
+    return [word for word in re.split(r"[\s,]+", text.strip()) if word]
 
 
 def parse_duration(text: str) -> int:
@@ -272,11 +260,10 @@ def parse_duration(text: str) -> int:
 
 def parse_rates(text: str, lowest: int = 1) -> list[int]:
     """'30 50,75' -> [30, 50, 75]: whole numbers >= lowest, deduplicated, ascending."""
-    words = [word for word in re.split(r"[\s,]+", text.strip()) if word]
-    if not words:
+    if not words(text):
         raise PlanError("rates must list at least one rate, e.g. --rates '30 100'")
     rates: set[int] = set()
-    for word in words:
+    for word in words(text):
         if not word.isdigit() or int(word) < lowest:
             raise PlanError(
                 f"rates must be whole numbers of requests per second >= {lowest}, got {word!r}"
@@ -286,52 +273,34 @@ def parse_rates(text: str, lowest: int = 1) -> list[int]:
 
 
 def parse_arms(text: str, allowed: tuple[str, ...]) -> list[str]:
-    """'nocache cache' -> ['nocache', 'cache']: known arms, given order, no repeats;
-    an alias ('l2') becomes the arm it names ('cache')."""
-    arms: list[str] = []
-    for word in re.split(r"[\s,]+", text.strip()):
-        if not word:
-            continue
-        arm = ARM_ALIASES.get(word, word)
-        if arm not in allowed:
+    """'nocache l2' -> ['nocache', 'cache']: known arms, given order, no repeats."""
+    for word in words(text):
+        if ARM_ALIASES.get(word, word) not in allowed:
             raise PlanError(f"unknown arm {word!r}; choose from {', '.join(allowed)}")
-        if arm not in arms:
-            arms.append(arm)
+    arms = list(dict.fromkeys(ARM_ALIASES.get(word, word) for word in words(text)))
     if not arms:
         raise PlanError(f"arms must list at least one of {', '.join(allowed)}")
     return arms
 
 
 def resolve_arms(arms: list[str], seed_indexed: bool) -> list[str]:
-    """Match the uncached arm to the table: 'index' needs the email index, 'nocache' its absence.
-
-    An indexed seed turns 'nocache' into 'index' (the same cache=off requests, but
-    against an indexed table), so a label never claims a table it did not run on.
-    """
-    resolved: list[str] = []
-    for arm in arms:
-        if arm == "index" and not seed_indexed:
-            raise PlanError(
-                "arm 'index' needs a table seeded with an email index (make seed INDEX=1)"
-            )
-        if arm == "nocache" and seed_indexed:
-            arm = "index"
-        if arm not in resolved:
-            resolved.append(arm)
-    return resolved
+    """The uncached arm matched to the table: 'nocache' becomes 'index' if indexed."""
+    if "index" in arms and not seed_indexed:
+        raise PlanError("arm 'index' needs a table seeded with an email index (make seed INDEX=1)")
+    return list(
+        dict.fromkeys("index" if arm == "nocache" and seed_indexed else arm for arm in arms)
+    )
 
 
 def phases_for(scenario: str, arm: str, warm: str) -> list[str]:
-    """Cache states to run an arm of a scenario in: only the arms reading
-    through a tier (cache, l1, hybrid) have a cold and a warm phase."""
+    """The cache states an arm of a scenario runs in."""
     if warm not in WARM_CHOICES:
         raise PlanError(f"warm must be one of {', '.join(WARM_CHOICES)}, got {warm!r}")
     return scenarios.scenario_named(scenario).phases(arm, warm)
 
 
 def gateway_env(arm: str, untracked: bool = True) -> dict[str, str]:
-    """Settings the gateway must run with for `arm` (empty: its own);
-    `untracked`: UNTRACKED_ENV for an arm other than tracking."""
+    """The gateway's settings for `arm`; `untracked`: UNTRACKED_ENV but for tracking."""
     found = dict(GATEWAY_ENV.get(base_arm(arm), {}))
     if untracked and base_arm(arm) != "tracking":
         found.update(UNTRACKED_ENV)
@@ -349,15 +318,9 @@ def cache_param(arm: str) -> str | None:
 
 
 def build_steps(
-    scenario: str,
-    rates: list[int],
-    arms: list[str],
-    warm: str,
-    duration_s: int,
-    read_rate: int = 0,
+    scenario: str, rates: list[int], arms: list[str], warm: str, duration_s: int, read_rate: int = 0
 ) -> list[Step]:
-    """Steps in run order: rising rate, then the arms as given, cold before warm.
-    `read_rate`: the interference scenario's reads beside every step."""
+    """Steps in run order: rising rate, the arms as given, cold before warm."""
     try:
         found = scenarios.scenario_named(scenario)
     except scenarios.UnknownScenario as error:
@@ -381,39 +344,26 @@ def build_steps(
 
 
 def pool_for(rate: int, max_pool: int) -> int:
-    """The driver's workers for a step: rate x the latency budget, at least
-    MIN_POOL, at most `max_pool`. Every worker exists before the first request
-    falls due, so a cold step's slow first second costs no start-up."""
+    """The driver's workers: rate x the latency budget, within MIN_POOL and `max_pool`."""
     return min(max(math.ceil(rate * LATENCY_BUDGET_S), MIN_POOL), max_pool)
 
 
-# Connections a pool leaves free below the gateway's per-worker bound: the
-# bench's own reading of /metrics and Prometheus's scrapes need one each.
+# Connections left free below a gateway worker's bound for /metrics and Prometheus's scrapes.
 SCRAPE_ROOM = 8
 
 
 def pool_cap(max_pool: int, per_worker: int | None) -> int:
-    """`max_pool`, kept SCRAPE_ROOM below what one gateway worker holds
-    (None: not known), whichever way its workers share the pool's
-    connections: a pool past that bound is answered 503 at the connection,
-    scrapes included, by the worker that holds the most."""
+    """`max_pool`, SCRAPE_ROOM below one gateway worker's connections (None: unknown)."""
     if per_worker is None:
         return max_pool
     return max(min(max_pool, per_worker - SCRAPE_ROOM), MIN_POOL)
 
 
 def repeat_steps(steps: list[Step], times: int) -> list[Step]:
-    """Each rate's steps `times` over, round by round (A B A B, not A A B B), so
-    a drift of the machine during a rate's steps lands in every arm's spread
-    instead of in the difference between arms; rates keep their rising order."""
+    """Each rate's steps `times` over, round by round (A B A B), rates rising."""
     if times < 1:
         raise PlanError(f"repeat must be at least 1, got {times}")
-    groups: list[list[Step]] = []
-    for step in steps:
-        if groups and groups[-1][0].rate == step.rate:
-            groups[-1].append(step)
-        else:
-            groups.append([step])
+    groups = [list(group) for _, group in groupby(steps, key=lambda step: step.rate)]
     return [
         replace(step, repeat=round_)
         for group in groups

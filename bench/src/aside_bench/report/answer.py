@@ -1,11 +1,5 @@
-"""The answer at the top of a sweep's report: the decision table
-(report/decision.py) and a few sentences computed from the run: from which
-rate each arm misses the service goal (records/goal.py), whether and from which
-rate each cached arm costs less per million requests than the uncached one at
-rates both held the goal (the break-even; a price of a step that missed is not
-a price of the same service and is never compared), the smallest cache that
-held, what hit rate each cache memory bought, and what an index alone held.
-Pure: every sentence has a unit test on fixed inputs."""
+"""The answer's sentences at the top of a sweep's report: the goal, the break-even, the split,
+the smallest cache, the hit rate memory bought and the index (docs/decisions/071). Pure."""
 
 from __future__ import annotations
 
@@ -16,17 +10,13 @@ from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
 from aside_bench.report import split
 from aside_bench.report.decision import (
-    UNCACHED_ARMS,
     Series,
     answer_series,
     decide,
     size_words,
     smallest_cache_sentences,
 )
-
-__all__ = [
-    "Series", "answer", "answer_series", "break_even_sentence", "goal_sentence", "rate_list",
-]  # fmt: skip
+from aside_bench.report.split import REFERENCE_ARMS
 
 
 def rate_list(rates: list[int]) -> str:
@@ -60,10 +50,7 @@ def goal_sentence(series: Series, goal: Goal) -> str:
 
 
 def break_even_sentence(cached: Series, uncached: Series, prices: Prices, goal: Goal) -> str | None:
-    """From which rate the cached series costs less per million requests than the
-    uncached one and keeps doing so, over the rates both held the goal (only
-    there is either cost a price of the service asked for); None when the
-    uncached series ran no step at the cached one's rates."""
+    """From which rate the cached series costs less than the uncached, where both held."""
     theirs = {r.step.rate: r for r in uncached.steps}
     common = [(r, theirs[r.step.rate]) for r in cached.steps if r.step.rate in theirs]
     if not common:
@@ -83,11 +70,9 @@ def break_even_sentence(cached: Series, uncached: Series, prices: Prices, goal: 
     cheaper = [rate for rate, mine, other in pairs if mine < other]
     rate, mine, other = pairs[-1]
     at = f"${mine:.3f} against ${other:.3f} per million requests at {rate:,}/s"
-    where = (
-        "at every rate tried"
-        if len(pairs) == len(common)
-        else f"at every rate both held the goal ({rate_list([p[0] for p in pairs])}/s)"
-    )
+    where = "at every rate tried"
+    if len(pairs) != len(common):
+        where = f"at every rate both held the goal ({rate_list([p[0] for p in pairs])}/s)"
     if not cheaper:
         return f"{cached.label} cost more than {uncached.label} {where} ({at})."
     # The break-even: the first rate from which every rate both held is cheaper.
@@ -113,17 +98,15 @@ def memory_sentences(curves: list[RateCurve]) -> list[str]:
     # The highest rate's: the longest stream, so the most a bound can matter.
     for curve in curves[-1:]:
         for point in curve.measured:
-            bound = (
-                "Redis with its own bound"
-                if point.maxmemory is None
-                else f"{size_words(point.maxmemory)} of Redis"
-            )
+            bound = "Redis with its own bound"
+            if point.maxmemory is not None:
+                bound = f"{size_words(point.maxmemory)} of Redis"
             if point.keys < MIN_CAPACITY:
-                clients = (
-                    ""
-                    if point.clients_memory is None
-                    else f": its clients' buffers took {size_words(point.clients_memory)} of it"
-                )
+                clients = ""
+                if point.clients_memory is not None:
+                    clients = (
+                        f": its clients' buffers took {size_words(point.clients_memory)} of it"
+                    )
                 out.append(
                     f"At {curve.rate:,}/s, {bound} held almost no key during the step{clients}; "
                     f"it answered {point.hit_rate:.0%} of reads."
@@ -131,11 +114,9 @@ def memory_sentences(curves: list[RateCurve]) -> list[str]:
                 continue
             lru, belady = point.simulated.get("LRU"), point.simulated.get("Belady")
             size = "that holds every key (it never filled)" if point.never_full else "of that size"
-            sim = (
-                ""
-                if lru is None or belady is None
-                else f" (a simulated LRU {size}: {lru:.0%}; Belady, the bound: {belady:.0%})"
-            )
+            sim = ""
+            if lru is not None and belady is not None:
+                sim = f" (a simulated LRU {size}: {lru:.0%}; Belady, the bound: {belady:.0%})"
             out.append(
                 f"At {curve.rate:,}/s, {bound} held {point.keys:,} keys and answered "
                 f"{point.hit_rate:.0%} of reads{sim}."
@@ -162,11 +143,7 @@ def answer(
     goal: Goal,
     seed_indexed: bool,
 ) -> list[str]:
-    """The report's first lines, under the decision table: the goal and each
-    series against it, the break-even of each cached series at the rates both
-    held, its saving split between coalescing and hits where all three held
-    (with a coalesce arm), the smallest cache that held (with memory arms), the
-    hit rate memory bought, the index."""
+    """The report's first lines under the decision table, series by series."""
     series = answer_series(results)
     if not series:
         return []
@@ -176,13 +153,11 @@ def answer(
         "it, and only such prices are compared."
     ]
     lines += [goal_sentence(one, goal) for one in series]
-    uncached = next((s for s in series if s.arm in UNCACHED_ARMS), None)
+    uncached = next((s for s in series if s.arm in REFERENCE_ARMS), None)
     if uncached is not None:
-        for one in series:
-            if one.arm not in UNCACHED_ARMS:
-                sentence = break_even_sentence(one, uncached, prices, goal)
-                if sentence is not None:
-                    lines.append(sentence)
+        cached = [one for one in series if one.arm not in REFERENCE_ARMS]
+        evens = (break_even_sentence(one, uncached, prices, goal) for one in cached)
+        lines += [sentence for sentence in evens if sentence is not None]
         lines += split.answer_lines(results, prices, goal)
     lines += smallest_cache_sentences(decide(results, goal, prices, curves))
     if uncached is not None:

@@ -20,9 +20,7 @@ from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
 from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.report.tables import has_cache, series_of, series_order
-
-PERCENTILES = ("p50", "p95", "p99")
+from aside_bench.report.tables import PERCENTILES, has_cache, latency_of, series_of, series_order
 
 
 def finish(fig: Figure, path: Path, caption: str) -> Path:
@@ -68,7 +66,7 @@ def latency_chart(results: list[StepResult], path: Path, title: str, caption: st
     rates = sorted({r.step.rate for r in results})
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), sharey=True)
     for ax, name in zip(axes, PERCENTILES, strict=True):
-        _plot_series(ax, results, lambda r, n=name: getattr(r.latency, n) if r.latency else None)
+        _plot_series(ax, results, partial(latency_of, name=name))
         log_y(ax)
         ax.set_title(f"{name} latency")
         rate_axis(ax, rates)
@@ -115,8 +113,7 @@ def _share_chart(results: list[StepResult], out_dir: Path, caption: str, what: s
     }[what]
 
     def value(result: StepResult) -> float | None:
-        share = getattr(result, field)
-        return None if share is None else share * 100
+        return None if getattr(result, field) is None else getattr(result, field) * 100
 
     fig, ax = _rate_plot(results, value, f"{name} (%)", f"{scenario}: {title}")
     ax.set_ylim(-3, 103)
@@ -125,12 +122,10 @@ def _share_chart(results: list[StepResult], out_dir: Path, caption: str, what: s
 
 def sweep_charts(results: list[StepResult], out_dir: Path, caption: str) -> list[Path]:
     scenario = results[0].step.scenario
-    title = f"{scenario}: latency by target rate"
+    title, achieved = f"{scenario}: latency by target rate", f"{scenario}: achieved vs target"
     paths = [
         latency_chart(results, out_dir / "latency.png", title, caption),
-        throughput_chart(
-            results, out_dir / "throughput.png", f"{scenario}: achieved vs target", caption
-        ),
+        throughput_chart(results, out_dir / "throughput.png", achieved, caption),
         _share_chart(results, out_dir, caption, "drop"),
     ]
     if has_cache(results):
@@ -144,21 +139,13 @@ def ceiling_chart(
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for arm, phase in series_order(results):
         answered = [r for r in series_of(results, arm, phase) if r.latency]
-        line = ax.plot(
-            [r.step.rate for r in answered],
-            [r.latency.p95 for r in answered],
-            marker="",
-            alpha=0.5,
-        )[0]
+        xs, ys = [r.step.rate for r in answered], [r.latency.p95 for r in answered]
+        line = ax.plot(xs, ys, marker="", alpha=0.5)[0]
         for held, marker, verdict in ((True, "o", "held"), (False, "x", "missed")):
             shown = [r for r in answered if r.holds(p95_limit_ms) == held]
-            ax.scatter(
-                [r.step.rate for r in shown],
-                [r.latency.p95 for r in shown],
-                color=line.get_color(),
-                marker=marker,
-                label=f"{series_label(arm, phase)}: {verdict}",
-            )
+            xs, ys = [r.step.rate for r in shown], [r.latency.p95 for r in shown]
+            label = f"{series_label(arm, phase)}: {verdict}"
+            ax.scatter(xs, ys, color=line.get_color(), marker=marker, label=label)
     ax.axhline(p95_limit_ms, color="red", linestyle="--", label=f"p95 = {p95_limit_ms:g} ms")
     log_y(ax)
     ax.set_xlabel("target rate (requests/s)")
@@ -175,36 +162,20 @@ def curve_chart(curve: RateCurve, path: Path, caption: str) -> Path:
     for policy in dict.fromkeys(point.policy for point in curve.points):
         points = curve.policy_points(policy)
         style = "--" if policy == "Belady" else "-"
-        ax.plot(
-            [p.capacity for p in points],
-            [p.hit_ratio * 100 for p in points],
-            style,
-            marker=".",
-            label=f"{policy} (simulated)",
-        )
+        xs, ys = [p.capacity for p in points], [p.hit_ratio * 100 for p in points]
+        ax.plot(xs, ys, style, marker=".", label=f"{policy} (simulated)")
     for point in curve.measured:
         # At the size it was simulated at (a cache that never filled: every key);
         # one that held no key at the axis's first key, hollow, so none is lost.
         size = point.simulated_keys or max(point.keys, 1)
         hollow = point.keys < MIN_CAPACITY
-        ax.plot(
-            size,
-            point.hit_rate * 100,
-            "s" if hollow else "o",
-            markersize=9,
-            markeredgecolor="black",
-            markerfacecolor="none" if hollow else None,
-        )
-        note = " (never full)" if point.never_full else ""
+        face, marker = ("none", "s") if hollow else (None, "o")
+        y = point.hit_rate * 100
+        ax.plot(size, y, marker, markersize=9, markeredgecolor="black", markerfacecolor=face)
+        note = point.arm + (" (never full)" if point.never_full else "")
         if hollow:
             note += f" ({point.keys} keys held)"
-        ax.annotate(
-            point.arm + note,
-            (size, point.hit_rate * 100),
-            textcoords="offset points",
-            xytext=(6, -12),
-            fontsize=8,
-        )
+        ax.annotate(note, (size, y), textcoords="offset points", xytext=(6, -12), fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel(f"cache size (keys; {curve.distinct:,} distinct keys asked for)")
     ax.set_ylabel("hit rate (%)")
@@ -259,8 +230,7 @@ def served_chart(
     ylabel: str,
     title: str,
 ) -> tuple[Figure, plt.Axes]:
-    """`value` against the rate each step served, a line a series; a step
-    that missed the goal hollow (its figure is not of the service asked for)."""
+    """`value` against the rate served, a line a series, missed steps hollow."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     xs_all: list[float] = []
     for arm, phase in series_order(results):
@@ -286,7 +256,7 @@ def served_p95_chart(results: list[StepResult], goal: Goal, path: Path, caption:
     """p95 against the rate served, the goal's limit drawn; missed steps hollow."""
     scenario = results[0].step.scenario
     fig, ax = served_chart(
-        results, goal, lambda r: r.latency.p95 if r.latency else None, "p95 ms (log scale)",
+        results, goal, partial(latency_of, name="p95"), "p95 ms (log scale)",
         f"{scenario}: p95 against the rate served (hollow: missed the goal)",
     )  # fmt: skip
     ax.axhline(goal.p95_ms, color="red", linestyle="--", label=f"goal p95 = {goal.p95_ms:g} ms")
@@ -298,8 +268,7 @@ def served_p95_chart(results: list[StepResult], goal: Goal, path: Path, caption:
 def cost_chart(
     results: list[StepResult], prices: Prices, goal: Goal, path: Path, caption: str
 ) -> Path:
-    """Cost per million requests against the rate served, per series; a step that
-    missed the goal hollow: its cost is not a price of the service asked for."""
+    """Cost per million requests against the rate served, missed steps hollow."""
     title = (
         f"cost per million requests ({prices.chart_words()}) against the rate served\n"
         "hollow: the step missed the goal, so its cost is not a price of that service"

@@ -1,6 +1,4 @@
-"""The report's miss-ratio section: the measured Redis hit rate of each arm
-against the simulated policies at the keys it held (a table), and the curves
-with the measured points on them (a chart per rate)."""
+"""The report's miss-ratio section: measured Redis hit rates against the simulated policies."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ def gap_points(point: MeasuredPoint) -> float | None:
 
 
 def gap_cause(point: MeasuredPoint) -> str:
-    """Why a measured point lies off the simulated LRU at its size: nothing to say
-    within EXPLAINED_GAP_POINTS; beyond, each measured cause with its count."""
+    """Why a measured point lies off the simulated LRU, each cause counted."""
     gap = gap_points(point)
     if gap is None:
         return "held no key: nothing to simulate"

@@ -1,25 +1,21 @@
-"""The decision on top of a sweep's report: at each rate, which arms held the
-service goal (records/goal.py), the cheapest of them with its cost per million
-requests and the memory it used, and for each arm that missed, the rate it
-held last; with memory arms (cache@2mb), the smallest cache that held.
-
-Built from the steps of one distance: `decide` takes them and the distance's
-name (None while a run has one), so a run of several distances gets one
-Decision, and one table, per distance. Pure, unit-tested."""
+"""The decision on top of a sweep's report: at each rate the arms that held the goal, the
+cheapest, the misses and the smallest cache that held, one per distance; the cost table."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aside_bench.curve.points import MeasuredPoint, RateCurve
 from aside_bench.plan.steps import arm_memory, series_label
 from aside_bench.records.goal import Goal, missed_words
-from aside_bench.records.prices import Prices, step_price
+from aside_bench.records.prices import Prices, Spend, step_price, step_spend
 from aside_bench.records.results import StepResult
 from aside_bench.report.split import COALESCE_ARM, REFERENCE_ARMS
 from aside_bench.report.tables import MISSING, Table, series_of, series_order
+from aside_bench.stack.config import Settings
 
-UNCACHED_ARMS = REFERENCE_ARMS
 MIB = 2**20
 
 
@@ -37,12 +33,11 @@ class Series:
 
 
 def answer_series(results: list[StepResult]) -> list[Series]:
-    """The series the answer speaks of: the uncached arms, the coalesce arm, and
-    the cached arms warm (a cold cache is the warm-up, not the steady state)."""
+    """The uncached arms, the coalesce arm and the cached arms warm."""
     return [
         Series(arm, phase, series_of(results, arm, phase))
         for arm, phase in series_order(results)
-        if arm in (*UNCACHED_ARMS, COALESCE_ARM) or phase == "warm"
+        if arm in (*REFERENCE_ARMS, COALESCE_ARM) or phase == "warm"
     ]
 
 
@@ -53,21 +48,6 @@ def size_words(size: int) -> str:
     if size >= MIB:
         return f"{size / MIB:.1f} MiB"
     return f"{size / 1024:.0f} KiB"
-
-
-@dataclass(frozen=True)
-class Memory:
-    """What a step held at its end: the gateway's RSS and Redis's used memory
-    (None: the arm reads no Redis, or it was not read)."""
-
-    gateway_mib: float | None
-    redis_mib: float | None
-
-    def words(self) -> str:
-        gateway = MISSING if self.gateway_mib is None else f"{self.gateway_mib:,.0f} MiB"
-        if self.redis_mib is None:
-            return f"gateway {gateway}, no Redis"
-        return f"gateway {gateway} + Redis {self.redis_mib:,.1f} MiB"
 
 
 @dataclass(frozen=True)
@@ -82,20 +62,18 @@ class Standing:
     cost: float | None
 
     @property
-    def rate(self) -> int:
-        return self.result.step.rate
-
-    @property
     def price(self) -> float | None:
         """The cost as a price of the goal's service: None where the step missed it."""
         return self.cost if self.held else None
 
-    @property
-    def memory(self) -> Memory:
-        result = self.result
-        gateway = None if result.cost is None else result.cost.gateway_rss_mib
-        redis = None if result.redis is None else result.redis.used_memory / MIB
-        return Memory(gateway, redis)
+    def memory_words(self) -> str:
+        """Its memory at its end: the gateway's RSS, Redis's used memory (or no Redis)."""
+        cost, redis = self.result.cost, self.result.redis
+        rss = None if cost is None else cost.gateway_rss_mib
+        gateway = MISSING if rss is None else f"{rss:,.0f} MiB"
+        if redis is None:
+            return f"gateway {gateway}, no Redis"
+        return f"gateway {gateway} + Redis {redis.used_memory / MIB:,.1f} MiB"
 
     @property
     def bound(self) -> int | None:
@@ -107,10 +85,6 @@ class Standing:
         if not self.held:
             return missed_words(self.result)
         return MISSING if self.cost is None else f"${self.cost:.3f}"
-
-
-def standing(series: Series, result: StepResult, goal: Goal, prices: Prices) -> Standing:
-    return Standing(series.label, series.arm, result, goal.held(result), step_price(result, prices))
 
 
 @dataclass(frozen=True)
@@ -127,8 +101,7 @@ class Missed:
 
 @dataclass(frozen=True)
 class RateDecision:
-    """One rate: the series that held the goal (cheapest first; unpriced last) and
-    those that missed it."""
+    """One rate: the series that held the goal (cheapest first) and those that missed."""
 
     rate: int
     held: list[Standing]
@@ -148,9 +121,8 @@ class RateDecision:
 
     @property
     def memory_arms(self) -> bool:
-        return any(one.bound is not None for one in self.held) or any(
-            one.standing.bound is not None for one in self.missed
-        )
+        standings = [*self.held, *(missed.standing for missed in self.missed)]
+        return any(one.bound is not None for one in standings)
 
     def curve_point(self, arm: str) -> MeasuredPoint | None:
         return next((point for point in self.curve_points if point.arm == arm), None)
@@ -174,10 +146,6 @@ def _held_last(series: Series, rate: int, goal: Goal) -> int | None:
                default=None)  # fmt: skip
 
 
-def _by_price(one: Standing) -> tuple[bool, float]:
-    return (one.price is None, one.price or 0.0)
-
-
 def decide(
     results: list[StepResult],
     goal: Goal,
@@ -196,12 +164,15 @@ def decide(
             result = next((r for r in one.steps if r.step.rate == rate), None)
             if result is None:
                 continue
-            found = standing(one, result, goal, prices)
+            found = Standing(
+                one.label, one.arm, result, goal.held(result), step_price(result, prices)
+            )
             if found.held:
                 held.append(found)
             else:
                 missed.append(Missed(found, _held_last(one, rate, goal)))
-        out.append(RateDecision(rate, sorted(held, key=_by_price), missed, points.get(rate, [])))
+        held.sort(key=lambda one: (one.price is None, one.price or 0.0))
+        out.append(RateDecision(rate, held, missed, points.get(rate, [])))
     return Decision(distance, goal, out)
 
 
@@ -217,8 +188,7 @@ def _smallest_cell(one: RateDecision) -> str:
 
 
 def decision_table(decision: Decision) -> Table:
-    """One row per rate: what held, the cheapest of it and its memory, the
-    smallest cache (with memory arms), and every miss with the rate it held last."""
+    """One row per rate: what held, the cheapest and its memory, the misses."""
     memory = decision.memory_arms
     headers = ["target /s", "held the goal", "cheapest that held", "its $/M", "its memory"]
     if memory:
@@ -227,13 +197,11 @@ def decision_table(decision: Decision) -> Table:
     rows = []
     for one in decision.rates:
         cheapest = one.cheapest
-        row = [
-            f"{one.rate:,}",
-            ", ".join(s.label for s in one.held) or "none",
-            "none held" if cheapest is None else cheapest.label,
-            MISSING if cheapest is None else cheapest.cell(),
-            MISSING if cheapest is None else cheapest.memory.words(),
-        ]
+        row = [f"{one.rate:,}", ", ".join(s.label for s in one.held) or "none"]
+        if cheapest is None:
+            row += ["none held", MISSING, MISSING]
+        else:
+            row += [cheapest.label, cheapest.cell(), cheapest.memory_words()]
         if memory:
             row.append(_smallest_cell(one))
         row.append("; ".join(m.words() for m in one.missed) or "none")
@@ -262,6 +230,47 @@ def smallest_cache_sentences(decision: Decision) -> list[str]:
         price = "" if found.price is None else f", ${found.price:.3f} per million requests"
         out.append(
             f"At {one.rate:,}/s the smallest cache that held the goal: {found.label}, "
-            f"{size_words(found.bound or 0)} of Redis ({found.memory.words()}{price})."
+            f"{size_words(found.bound or 0)} of Redis ({found.memory_words()}{price})."
         )
     return out
+
+
+# An uncached arm's Redis cell: it reads no cache, so no Redis is costed.
+NO_REDIS = "no Redis"
+
+
+def run_prices(params: dict[str, Any]) -> Prices:
+    """The prices a run was made with (run.json), or the defaults for a run without."""
+    found = params.get("prices") or {}
+    return Prices(
+        float(found.get("vcpu_hour", Settings.price_vcpu_hour)),
+        float(found.get("gib_hour", Settings.price_gib_hour)),
+    )
+
+
+def cost_table(results: list[StepResult], prices: Prices, goal: Goal) -> Table | None:
+    steps = [r for arm, phase in series_order(results) for r in series_of(results, arm, phase)]
+    priced = [(r, spend) for r in steps if (spend := step_spend(r)) is not None]
+    if not priced:
+        return None
+    columns: list[tuple[str, Callable[[StepResult, Spend], str]]] = [
+        ("series", lambda r, s: r.step.label),
+        ("target /s", lambda r, s: f"{r.step.rate:,}"),
+        ("gateway CPU ms/req", lambda r, s: f"{s.gateway_cpu_ms:.2f}"),
+        ("PostgreSQL CPU ms/req", lambda r, s: f"{s.postgres_cpu_ms:.2f}"),
+        ("Redis CPU ms/req", lambda r, s: NO_REDIS if r.redis is None else f"{s.redis_cpu_ms:.2f}"),
+        ("memory MiB", lambda r, s: f"{s.memory_mib:.0f}"),
+        ("CPU $/M", lambda r, s: f"{s.cpu_per_million(prices):.3f}"),
+        ("memory $/M", lambda r, s: f"{s.memory_per_million(prices):.3f}"),
+        ("total $/M served", lambda r, s: f"{s.per_million(prices):.3f}"),
+        (
+            "price $/M at the goal",
+            lambda r, s: f"{s.per_million(prices):.3f}" if goal.held(r) else missed_words(r),
+        ),
+    ]
+    title = (
+        f"cost per million requests ({prices.words()}); a price of the service only where "
+        f"the step held the goal ({goal.words()})"
+    )
+    rows = [[cell(r, spend) for _, cell in columns] for r, spend in priced]
+    return Table(title, [header for header, _ in columns], rows)

@@ -1,19 +1,22 @@
-"""A run at several network distances (arms like `cache~same-zone`): each
-distance's steps on their own, their arms without it (the decision per
-distance); each hop's round trip as set and as measured beside the steps'
-load; and the proxy's own cost, a `loopback` step's p50 against the same
-arm's direct one at the same rate. Pure, unit-tested."""
+"""A run at several network distances: each distance's steps, each hop's round trip set and
+measured, the proxy's own cost, and the answer: what each arm held at each distance and which
+of two arms ranked first on p95 and price where both held. Pure, unit-tested."""
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from itertools import combinations, pairwise
 
 from aside_bench.plan.steps import DIRECT, arm_distance, series_label, without_distance
+from aside_bench.records.goal import Goal
+from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.records.steprecord import StepRecord
-from aside_bench.report.tables import MISSING, Table, fmt_ms
+from aside_bench.report.answer import rate_list
+from aside_bench.report.decision import Series, answer_series, decide
+from aside_bench.report.tables import MISSING, Table, fmt_ms, latency_of
 
 LOOPBACK = "loopback"
 # A measured round trip agrees with its setting within this share, or this many ms.
@@ -46,11 +49,7 @@ def agrees(measured_ms: float, set_ms: float) -> bool:
 
 
 def hop_table(run: RunRecord) -> Table | None:
-    """Each distance's hops: the round trip set, the median of the steps'
-    measured medians (through the proxy, so the loopback's own round trip is in
-    it), what that adds over the loopback's median where a loopback ran (the
-    part the distance's toxic added), and whether the setting agrees with the
-    added part (with the measured one, without a loopback)."""
+    """Each distance's hops: set, measured, added over the loopback, and whether they agree."""
     asked = run.params.get("distances") or {}
     rows = []
     for name, distance in asked.items():
@@ -74,8 +73,7 @@ def hop_table(run: RunRecord) -> Table | None:
 
 
 def proxy_cost_table(results: list[StepResult]) -> Table | None:
-    """The proxy's own cost: each arm's p50 through the proxies with nothing
-    added (loopback) against its direct step's, at each rate both ran."""
+    """Each arm's p50 through the proxies (loopback) against its direct step's."""
     found = by_distance(results)
     direct = {(r.step.arm, r.step.phase, r.step.rate): r for r in found.get(DIRECT, [])}
     rows = []
@@ -96,8 +94,151 @@ def proxy_cost_table(results: list[StepResult]) -> Table | None:
 
 
 def _cores(cpu_ms_per_request: float | None, result: StepResult) -> str:
-    """The proxy's share of a core over the step: its CPU per request at the
-    rate the step served."""
+    """The proxy's share of a core: its CPU per request at the rate served."""
     if cpu_ms_per_request is None or not result.achieved_rps:
         return MISSING
     return f"{cpu_ms_per_request * result.achieved_rps / 1000:.2f}"
+
+
+# A p95 or a price within this share of the other's is a tie, not a ranking.
+TIE_SHARE = 0.10
+READ_HOPS = (("redis", "Redis"), ("postgres", "PostgreSQL"))
+
+
+def _names(labels: list[str]) -> str:
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def hop_words(run: RunRecord, name: str) -> str:
+    """A distance's read hops as set and as measured, or that no proxy was in the path."""
+    if name == DIRECT:
+        return "no proxy in the path"
+    asked = (run.params.get("distances") or {}).get(name, {}).get("hops") or {}
+    parts = []
+    for hop, title in READ_HOPS:
+        if (setting := asked.get(hop)) is None:
+            continue
+        median = measured_median(run, name, hop)
+        seen = "not measured" if median is None else f"measured {median:.2f} ms"
+        parts.append(f"{title} {float(setting['round_trip_ms']):g} ms set, {seen}")
+    return "; ".join(parts) or "no hop set"
+
+
+def held_line(run: RunRecord, name: str, steps: list[StepResult], goal: Goal,
+              prices: Prices) -> str:  # fmt: skip
+    """What each arm held at one distance, and the cheapest that held at each rate."""
+    held, none = [], []
+    for one in answer_series(steps):
+        rates = [r.step.rate for r in one.steps if goal.held(r)]
+        if rates:
+            held.append(f"{one.label} at {rate_list(rates)}/s")
+        else:
+            none.append(one.label)
+    parts = [("held the goal: " + "; ".join(held)) if held else "no arm held the goal"]
+    if none and held:
+        parts.append(f"{_names(none)} at no rate tried")
+    cheapest = []
+    for one in decide(steps, goal, prices).rates:
+        best = one.cheapest
+        found = "none held" if best is None else f"{best.label}, ${best.price:.3f}/M"
+        cheapest.append(f"{one.rate:,}/s {found}")
+    return (
+        f"At {name} ({hop_words(run, name)}): {'; '.join(parts)}. The cheapest that held: "
+        f"{'; '.join(cheapest)}."
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Two arms at one distance on one measure, over the rates both held the goal."""
+
+    distance: str
+    winner: str | None  # None: even, or each won at some rate
+    rates: list[int]
+    split: bool
+
+
+def _measure(result: StepResult, metric: str, prices: Prices) -> float | None:
+    if metric == "p95":
+        return latency_of(result, "p95")
+    return step_price(result, prices)
+
+
+def _verdict(name: str, one: Series, other: Series, metric: str, goal: Goal,
+             prices: Prices) -> Verdict | None:  # fmt: skip
+    theirs = {r.step.rate: r for r in other.steps if goal.held(r)}
+    wins: dict[str, list[int]] = {one.label: [], other.label: []}
+    rates = []
+    for mine in (r for r in one.steps if goal.held(r) and r.step.rate in theirs):
+        a, b = _measure(mine, metric, prices), _measure(theirs[mine.step.rate], metric, prices)
+        if a is None or b is None:
+            continue
+        rates.append(mine.step.rate)
+        if abs(a - b) > TIE_SHARE * max(a, b):
+            wins[one.label if a < b else other.label].append(mine.step.rate)
+    if not rates:
+        return None
+    winners = [label for label, won in wins.items() if won]
+    return Verdict(name, winners[0] if len(winners) == 1 else None, rates, len(winners) > 1)
+
+
+def _verdict_words(verdict: Verdict) -> str:
+    if verdict.winner is not None:
+        return f"{verdict.winner} at {verdict.distance}"
+    return f"{'each at some rate' if verdict.split else 'even'} at {verdict.distance}"
+
+
+def ranking_line(found: dict[str, list[Series]], a: str, b: str, metric: str, goal: Goal,
+                 prices: Prices) -> str | None:  # fmt: skip
+    """Which of two arms had the lower p95 (or price) at each distance, and where that changes."""
+    verdicts = []
+    for name, series in found.items():
+        one = next((s for s in series if s.label == a), None)
+        other = next((s for s in series if s.label == b), None)
+        if one is not None and other is not None:
+            verdict = _verdict(name, one, other, metric, goal, prices)
+            if verdict is not None:
+                verdicts.append(verdict)
+    if len(verdicts) < 2:
+        return None
+    measure = "the lower p95" if metric == "p95" else "the lower price per million requests"
+    winners = {v.winner for v in verdicts}
+    if len(winners) == 1 and None not in winners:
+        return (
+            f"{measure.capitalize()} of {a} and {b}: {verdicts[0].winner} at every distance "
+            f"where both held the goal ({_names([v.distance for v in verdicts])}); no change."
+        )
+    # A change: a winner other than the last distance's winner (an even one changes nothing).
+    decided = [v for v in verdicts if v.winner is not None]
+    changes = [
+        f"{before.distance} to {after.distance}"
+        for before, after in pairwise(decided)
+        if before.winner != after.winner
+    ]
+    turn = "no distance turns the ranking"
+    if changes:
+        turn = f"the ranking changes from {', and from '.join(changes)}"
+    return (
+        f"{measure.capitalize()} of {a} and {b} (within {TIE_SHARE:.0%}: even), where both "
+        f"held the goal: {'; '.join(_verdict_words(v) for v in verdicts)}: {turn}."
+    )
+
+
+def distance_answer(run: RunRecord, results: list[StepResult], prices: Prices,
+                    goal: Goal) -> list[str]:  # fmt: skip
+    """The answer's lines of a run at several distances."""
+    steps = by_distance(results)
+    lines = [
+        f"Service goal: {goal.words()} (this machine, the load driver and the proxies "
+        "sharing its cores); a price is compared only between steps that held it."
+    ]
+    lines += [held_line(run, name, found, goal, prices) for name, found in steps.items()]
+    series = {name: answer_series(found) for name, found in steps.items()}
+    labels = list(dict.fromkeys(s.label for found in series.values() for s in found))
+    for a, b in combinations(labels, 2):
+        for metric in ("p95", "price"):
+            line = ranking_line(series, a, b, metric, goal, prices)
+            if line is not None:
+                lines.append(line)
+    lines.append(f"Prices: {prices.words()} (ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR).")
+    return lines

@@ -1,14 +1,11 @@
-"""A report as blocks (`Doc`), rendered to Markdown and to a self-contained
-HTML page, saved as report.md beside report.html (the suites save theirs
-beside their report.json: suites/base.py)."""
+"""A report as blocks (`Doc`), rendered to Markdown and to a self-contained HTML page."""
 
 from __future__ import annotations
 
 import base64
-import html
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
-from typing import Any
 
 from aside_bench.report.tables import Table
 
@@ -28,21 +25,24 @@ code{background:#f4f4f4;padding:0 .2em}
 
 @dataclass
 class Doc:
-    """A report as blocks, rendered both to Markdown and to HTML."""
+    """A report as blocks, each kept as its Markdown and its HTML (an image's read when shown)."""
 
-    blocks: list[tuple[str, Any]] = field(default_factory=list)
+    blocks: list[tuple[str, str | tuple[Path, str]]] = field(default_factory=list)
 
     def h(self, level: int, text: str) -> None:
-        self.blocks.append(("h", (level, text)))
+        shown = f"<h{level}>{escape(text)}</h{level}>"
+        self.blocks.append(("#" * level + " " + text + "\n", shown))
 
     def p(self, text: str, note: bool = False) -> None:
-        self.blocks.append(("note" if note else "p", text))
+        shown = f"<p class='note'>{escape(text)}</p>" if note else f"<p>{escape(text)}</p>"
+        self.blocks.append((("> " if note else "") + text + "\n", shown))
 
     def ul(self, items: list[str]) -> None:
-        self.blocks.append(("ul", items))
+        shown = "<ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>"
+        self.blocks.append(("\n".join(f"- {item}" for item in items) + "\n", shown))
 
     def table(self, table: Table) -> None:
-        self.blocks.append(("table", table))
+        self.blocks.append((table.markdown(), table.html()))
 
     def results(self, tables: list[Table], ran: bool) -> None:
         """The "Results" section, or a note that no step ran to its end."""
@@ -53,46 +53,23 @@ class Doc:
             self.table(table)
 
     def image(self, path: Path, alt: str) -> None:
-        self.blocks.append(("img", (path, alt)))
+        self.blocks.append((f"![{alt}]({path.name})\n", (path, alt)))
 
     def markdown(self) -> str:
-        out: list[str] = []
-        for kind, value in self.blocks:
-            if kind == "h":
-                out.append("#" * value[0] + " " + value[1] + "\n")
-            elif kind in ("p", "note"):
-                out.append(("> " if kind == "note" else "") + value + "\n")
-            elif kind == "ul":
-                out.append("\n".join(f"- {item}" for item in value) + "\n")
-            elif kind == "table":
-                out.append(value.markdown())
-            elif kind == "img":
-                out.append(f"![{value[1]}]({value[0].name})\n")
-        return "\n".join(out)
+        return "\n".join(markdown for markdown, _ in self.blocks)
 
     def html(self, title: str) -> str:
-        out = [
-            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        head = (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
             f"<style>{CSS}</style></head><body>"
-        ]
-        for kind, value in self.blocks:
-            if kind == "h":
-                out.append(f"<h{value[0]}>{html.escape(value[1])}</h{value[0]}>")
-            elif kind == "p":
-                out.append(f"<p>{html.escape(value)}</p>")
-            elif kind == "note":
-                out.append(f"<p class='note'>{html.escape(value)}</p>")
-            elif kind == "ul":
-                out.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in value) + "</ul>")
-            elif kind == "table":
-                out.append(value.html())
-            elif kind == "img":
-                data = base64.b64encode(value[0].read_bytes()).decode()
-                out.append(
-                    f"<img alt='{html.escape(value[1])}' src='data:image/png;base64,{data}'>"
-                )
-        out.append("</body></html>")
-        return "\n".join(out)
+        )
+        shown = [page if isinstance(page, str) else _image(*page) for _, page in self.blocks]
+        return "\n".join([head, *shown, "</body></html>"])
+
+
+def _image(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f"<img alt='{escape(alt)}' src='data:image/png;base64,{data}'>"
 
 
 def write_pages(doc: Doc, md_path: Path, html_path: Path, title: str) -> None:

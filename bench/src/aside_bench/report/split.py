@@ -1,30 +1,15 @@
-"""What the cache itself buys: a cached arm's saving against the uncached read,
-split between what coalescing the misses recovers and what the hits add.
-
-Three arms read the same key stream at the same rate: `nocache` (one query per
-read), `coalesce` (every read through the cache arm's miss path, the worker's
-miss batcher, and nothing stored) and a cached arm. Of a figure's saving
-(uncached minus cached: cost per million requests, p95, drop rate), the part
-`coalesce` reaches is the coalescing's; the rest is the hits'. A coalesce arm
-worse than the uncached read gives coalescing nothing; one better than the
-cached arm gives it everything.
-
-A saving is split only on comparable figures: at a rate where all three arms
-held the service goal (records/goal.py), so each price is a price of the same
-service. Where one missed, the sentence says which and what it served, with
-the p95 and drops beside, and credits coalescing with no share of a saving it
-did not deliver. Pure: every rule has a unit test.
-"""
+"""What the cache itself buys: a cached arm's saving against the uncached read, split between
+coalescing the misses and the hits, where all three held the goal (docs/decisions/056)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from aside_bench.plan.steps import series_label
 from aside_bench.records.goal import Goal
 from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.report.tables import Table
+from aside_bench.report.tables import Table, latency_of
 
 COALESCE_ARM = "coalesce"
 REFERENCE_ARMS = ("nocache", "index")
@@ -54,9 +39,7 @@ class Split:
     @property
     def hits_share(self) -> float | None:
         """The hits' share of the saving; None when the cached arm saved nothing."""
-        if self.saving <= 0:
-            return None
-        return self.by_hits / self.saving
+        return self.by_hits / self.saving if self.saving > 0 else None
 
 
 @dataclass(frozen=True)
@@ -97,12 +80,8 @@ class RateSplit:
 
     def missed_words(self) -> str:
         """Those of the three that missed the goal, each with what it served."""
-        coal = series_label(COALESCE_ARM, "none")
-        named = (
-            (self.uncached_label, self.held.uncached, self.served.uncached),
-            (coal, self.held.coalesced, self.served.coalesced),
-            (self.cached_label, self.held.cached, self.served.cached),
-        )
+        labels = (self.uncached_label, COALESCE_ARM, self.cached_label)
+        named = zip(labels, astuple(self.held), astuple(self.served), strict=True)
         return ", ".join(
             f"{label} (served {served:,.0f}/s of {self.rate:,})"
             for label, held, served in named
@@ -112,10 +91,6 @@ class RateSplit:
 
 def _by_rate(results: list[StepResult], arm: str, phase: str) -> dict[int, StepResult]:
     return {r.step.rate: r for r in results if (r.step.arm, r.step.phase) == (arm, phase)}
-
-
-def _p95(result: StepResult) -> float | None:
-    return None if result.latency is None else result.latency.p95
 
 
 def _three(values: list[float | None]) -> Split | None:
@@ -144,18 +119,14 @@ def rate_splits(results: list[StepResult], prices: Prices, goal: Goal) -> list[R
             base, coal = uncached.get(rate), coalesced.get(rate)
             if base is None or coal is None:
                 continue
-            out.append(
-                RateSplit(
-                    series_label(arm, phase),
-                    uncached_arm,
-                    rate,
-                    _three([step_price(r, prices) for r in (base, coal, mine)]),
-                    _three([_p95(base), _p95(coal), _p95(mine)]),
-                    Split(base.drop_rate, coal.drop_rate, mine.drop_rate),
-                    Split(base.achieved_rps, coal.achieved_rps, mine.achieved_rps),
-                    Held(goal.held(base), goal.held(coal), goal.held(mine)),
-                )
-            )
+            three = (base, coal, mine)
+            cost = _three([step_price(r, prices) for r in three])
+            p95 = _three([latency_of(r, "p95") for r in three])
+            drops = Split(*(r.drop_rate for r in three))
+            served = Split(*(r.achieved_rps for r in three))
+            held = Held(*(goal.held(r) for r in three))
+            label = series_label(arm, phase)
+            out.append(RateSplit(label, uncached_arm, rate, cost, p95, drops, served, held))
     return out
 
 
@@ -191,14 +162,13 @@ def _cost_words(one: RateSplit) -> str | None:
     c = one.cost_split
     if c is None:
         return None
-    coal = series_label(COALESCE_ARM, "none")
     if c.saving <= 0:
         return (
             f"it cost no less than {one.uncached_label} (${c.cached:.3f} against "
-            f"${c.uncached:.3f} per million requests; {coal} ${c.coalesced:.3f})"
+            f"${c.uncached:.3f} per million requests; {COALESCE_ARM} ${c.coalesced:.3f})"
         )
     return (
-        f"{one.uncached_label} ${c.uncached:.3f} per million requests, {coal} "
+        f"{one.uncached_label} ${c.uncached:.3f} per million requests, {COALESCE_ARM} "
         f"(misses batched, nothing stored) ${c.coalesced:.3f}, {one.cached_label} "
         f"${c.cached:.3f}: {_share_words(c)}"
     )
@@ -216,13 +186,12 @@ def _not_split_words(one: RateSplit) -> str:
             f"against {one.cached_label}'s"
         )
     # The uncached read and the cache held, coalescing alone did not.
-    cost = one.cost
-    both = (
-        ""
-        if cost is None
-        else f" ({one.uncached_label} ${cost.uncached:.3f}, {one.cached_label} "
-        f"${cost.cached:.3f} per million requests, both at the goal)"
-    )
+    cost, both = one.cost, ""
+    if cost is not None:
+        both = (
+            f" ({one.uncached_label} ${cost.uncached:.3f}, {one.cached_label} "
+            f"${cost.cached:.3f} per million requests, both at the goal)"
+        )
     return (
         f"coalescing alone did not hold the goal ({missed}), so none of the saving{both} "
         "is credited to it"
@@ -230,8 +199,7 @@ def _not_split_words(one: RateSplit) -> str:
 
 
 def split_sentence(one: RateSplit) -> str:
-    """A cached series' saving at one rate, split where the three arms held the
-    goal, else why not, in the answer's words."""
+    """A cached series' saving at one rate, split where all three held, else why not."""
     head = f"At {one.rate:,}/s, what the cache itself bought ({one.cached_label})"
     if one.comparable:
         cost = _cost_words(one)
@@ -242,17 +210,12 @@ def split_sentence(one: RateSplit) -> str:
 
 
 def _shares(splits: list[RateSplit], figure: str) -> list[float]:
-    found = []
-    for one in splits:
-        split: Split | None = getattr(one, figure)
-        if split is not None and split.hits_share is not None:
-            found.append(split.hits_share)
-    return found
+    found: list[Split | None] = [getattr(one, figure) for one in splits]
+    return [split.hits_share for split in found if split and split.hits_share is not None]
 
 
 def range_sentence(splits: list[RateSplit]) -> str | None:
-    """The hits' share over every rate where the three arms held the goal; None
-    for fewer than two such rates."""
+    """The hits' share over the rates all three held; None for fewer than two."""
     splits = [one for one in splits if one.comparable]
     if len(splits) < 2:
         return None
@@ -267,13 +230,11 @@ def range_sentence(splits: list[RateSplit]) -> str | None:
     if not parts:
         return None
     every = [share for figure in ("cost", "p95", "drops") for share in _shares(splits, figure)]
-    rest = (
-        "coalescing none of it"
-        if min(every) >= 0.995
-        else "coalescing all of it"
-        if max(every) <= 0.005
-        else "coalescing the rest"
-    )
+    rest = "coalescing the rest"
+    if min(every) >= 0.995:
+        rest = "coalescing none of it"
+    elif max(every) <= 0.005:
+        rest = "coalescing all of it"
     rates = ", ".join(f"{one.rate:,}" for one in splits)
     return (
         f"Over the {len(splits)} rates where the three arms held the goal ({rates}/s), the "
@@ -292,9 +253,7 @@ def none_comparable_sentence(splits: list[RateSplit]) -> str:
 
 
 def answer_lines(results: list[StepResult], prices: Prices, goal: Goal) -> list[str]:
-    """For each cached series: the split at the highest rate all three arms held
-    the goal and were priced at (else the highest rate, saying who missed), then
-    the hits' share over the rates all three held."""
+    """Per cached series: its split at the highest comparable rate, then over the rates."""
     by_series: dict[str, list[RateSplit]] = {}
     for one in rate_splits(results, prices, goal):
         by_series.setdefault(one.cached_label, []).append(one)  # rates rise
@@ -315,67 +274,46 @@ NOT_SPLIT = "not split"
 
 
 def _cells(split: Split | None, fmt: str, comparable: bool) -> list[str]:
-    """Uncached, coalesced and cached in `fmt`, and the hits' share of the saving
-    (only where the three held the goal)."""
+    """Uncached, coalesced and cached in `fmt`, and the hits' share where comparable."""
     if split is None:
         return ["n/a"] * 4
     share = "no saving" if split.hits_share is None else f"{split.hits_share:.0%}"
-    values = [fmt.format(v) for v in (split.uncached, split.coalesced, split.cached)]
+    values = [fmt.format(v) for v in astuple(split)]
     return [*values, share if comparable else NOT_SPLIT]
 
 
 def _cost_cells(one: RateSplit) -> list[str]:
-    """The three prices where each held the goal, else what it served; the share
-    only where all three held."""
+    """The three prices where each held (else what it served), and the hits' share."""
     cost = one.cost
     if cost is None:
         return ["n/a"] * 4
-    held = (one.held.uncached, one.held.coalesced, one.held.cached)
-    served = (one.served.uncached, one.served.coalesced, one.served.cached)
-    values = (cost.uncached, cost.coalesced, cost.cached)
+    three = zip(astuple(cost), astuple(one.held), astuple(one.served), strict=True)
     cells = [
         f"{value:.3f}" if ok else f"missed: served {rate:,.0f}/s of {one.rate:,}"
-        for value, ok, rate in zip(values, held, served, strict=True)
+        for value, ok, rate in three
     ]
     share = "no saving" if cost.hits_share is None else f"{cost.hits_share:.0%}"
     return [*cells, share if one.comparable else NOT_SPLIT]
 
 
 def split_table(results: list[StepResult], prices: Prices, goal: Goal) -> Table | None:
-    """Every rate's split: the three arms' cost (a price only where it held the
-    goal), p95 and drops, and the hits' share where all three held it."""
+    """Every rate's split: the three arms' cost, p95 and drops, and the hits' shares."""
     rows = []
     for one in rate_splits(results, prices, goal):
         *drops, drops_share = _cells(one.drops, "{:.1%}", one.comparable)
-        rows.append(
-            [
-                one.cached_label,
-                f"{one.rate:,}",
-                *_cost_cells(one),
-                *_cells(one.p95, "{:,.1f}", one.comparable),
-                " / ".join(drops),
-                drops_share,
-            ]
-        )
+        row = [one.cached_label, f"{one.rate:,}", *_cost_cells(one)]
+        row += [*_cells(one.p95, "{:,.1f}", one.comparable), " / ".join(drops), drops_share]
+        rows.append(row)
     if not rows:
         return None
-    return Table(
+    three = ("uncached", "coalesce", "cached")
+    headers = ["cached series", "target /s", *(f"{arm} $/M" for arm in three)]
+    headers += ["hits' share of the $ saving", *(f"{arm} p95 ms" for arm in three)]
+    headers += ["hits' share of the p95 saving", f"drops {' / '.join(three)}"]
+    headers.append("hits' share of the drops saved")
+    title = (
         "what the cache itself bought: the saving against the uncached read, split between "
         "coalescing the misses (coalesce: batched, nothing stored) and the hits where all "
-        f"three arms held the goal ({goal.words()})",
-        [
-            "cached series",
-            "target /s",
-            "uncached $/M",
-            "coalesce $/M",
-            "cached $/M",
-            "hits' share of the $ saving",
-            "uncached p95 ms",
-            "coalesce p95 ms",
-            "cached p95 ms",
-            "hits' share of the p95 saving",
-            "drops uncached / coalesce / cached",
-            "hits' share of the drops saved",
-        ],
-        rows,
+        f"three arms held the goal ({goal.words()})"
     )
+    return Table(title, headers, rows)

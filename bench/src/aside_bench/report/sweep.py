@@ -1,8 +1,5 @@
-"""A sweep's report: report.md, a self-contained report.html and PNG charts.
-Everything comes from StepResults, which come from the driver's summaries kept
-in run.json and from Prometheus; run.json holds what is needed to rebuild
-them. The context, the calibration and the saturation sections are shared
-with the ceiling's and the tracks' pages."""
+"""A sweep's report: report.md, a self-contained report.html and PNG charts, from StepResults;
+its context, calibration and saturation sections are shared with other pages."""
 
 from __future__ import annotations
 
@@ -20,34 +17,22 @@ from aside_bench.records.repeats import merge_repeats
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepFigures, save_figures
 from aside_bench.report.answer import answer
-from aside_bench.report.costs import cost_table, run_prices
 from aside_bench.report.curves import curve_section
-from aside_bench.report.decision import decide, decision_table
-from aside_bench.report.distance_answer import distance_answer
-from aside_bench.report.distances import by_distance, hop_table, proxy_cost_table
+from aside_bench.report.decision import cost_table, decide, decision_table, run_prices
+from aside_bench.report.distances import by_distance, distance_answer, hop_table, proxy_cost_table
 from aside_bench.report.doc import Doc, write_pages
 from aside_bench.report.split import split_table
-from aside_bench.report.tables import (
-    Table,
-    held_table,
-    saturated_steps,
-    sweep_tables,
-)
+from aside_bench.report.tables import Table, held_table, saturated_steps, sweep_tables
 from aside_bench.stack.influxpoints import SPOOL_DIR, InfluxPoints
 from aside_bench.stack.machine import summary
 
-# The p95 limit a sweep's step is judged "held" by (records/goal.py).
-HELD_P95_MS = GOAL_P95_MS
-GOAL = Goal(HELD_P95_MS)
+GOAL = Goal(GOAL_P95_MS)  # a sweep's step "held" (records/goal.py)
 
 
 def calibration_rates(run: RunRecord) -> dict[str, int | None]:
     """The calibrated ceilings of the run's machine, by the name a table shows."""
-    machine = run.machine
-    return {
-        "machine": calibration.rate_of(machine, "core"),
-        "gateway /healthz": calibration.rate_of(machine, "gateway"),
-    }
+    names = {"machine": "core", "gateway /healthz": "gateway"}
+    return {name: calibration.rate_of(run.machine, target) for name, target in names.items()}
 
 
 def _calibration(doc: Doc, run: RunRecord) -> None:
@@ -71,8 +56,7 @@ def _calibration(doc: Doc, run: RunRecord) -> None:
 
 
 def run_page(title: str, run: RunRecord, calibration: bool = True) -> Doc:
-    """A run's page begun: its title and the run's context (`calibration`:
-    with the machine's calibration; not for a run that measures the driver)."""
+    """A run's page begun: its title and context (`calibration`: with the machine's)."""
     doc = Doc()
     doc.h(1, title)
     context(doc, run, calibration)
@@ -83,11 +67,9 @@ def request_mix(params: dict[str, Any]) -> str:
     """The reads' keys as the run asked for them."""
     trace = params.get("trace")
     if trace:
-        pace = (
-            "at its own gaps, scaled to each step's rate"
-            if trace.get("rate")
-            else "at each step's rate"
-        )
+        pace = "at each step's rate"
+        if trace.get("rate"):
+            pace = "at its own gaps, scaled to each step's rate"
         return (
             f"request mix: trace {trace['file']} ({trace['lines']} keys, "
             f"{trace['keys']} distinct), replayed in its order {pace}, "
@@ -269,8 +251,7 @@ DEFINITIONS = [
 def drawn_curves(
     run: RunRecord, results: list[StepResult], out_dir: Path
 ) -> tuple[list[RateCurve], str | None]:
-    """The run's miss-ratio curves; none, and the sentence saying why, when the
-    simulator is not installed (the bench's optional curve extra)."""
+    """The run's miss-ratio curves, or none and why (the curve extra not installed)."""
     if not results:
         return [], None
     try:
@@ -333,13 +314,11 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
         from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
         doc.h(2, "Charts")
-        paths = charts.sweep_charts(merged, out_dir, caption(run))
-        paths.append(charts.served_p95_chart(merged, GOAL, out_dir / "p95_served.png",
-                                             caption(run)))  # fmt: skip
+        shown = caption(run)
+        paths = charts.sweep_charts(merged, out_dir, shown)
+        paths.append(charts.served_p95_chart(merged, GOAL, out_dir / "p95_served.png", shown))
         if costs is not None:
-            paths.append(
-                charts.cost_chart(merged, prices, GOAL, out_dir / "cost.png", caption(run))
-            )
+            paths.append(charts.cost_chart(merged, prices, GOAL, out_dir / "cost.png", shown))
         for path in paths:
             doc.image(path, path.stem.replace("_", " "))
     write_pages(doc, out_dir / "report.md", out_dir / "report.html", title)
@@ -347,8 +326,7 @@ def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> lis
 
 
 def machine_drift_line(figures: list[StepFigures]) -> str | None:
-    """How far the machine's speed moved between the repeats of one step, the
-    widest of the run; None without a repeated step that held its rate."""
+    """The widest drift of the machine's speed between a step's repeats, or None."""
     drift = meter.widest_drift(figures)
     if drift is None:
         return None

@@ -13,6 +13,7 @@ from aside_bench.records.repeats import figure_spread
 from aside_bench.records.results import StepResult
 
 MISSING = "n/a"
+PERCENTILES = ("p50", "p95", "p99")
 T = TypeVar("T")
 # A column of a table of one row per item: its header and how it shows an item.
 Column = tuple[str, Callable[[T], str]]
@@ -51,11 +52,8 @@ def column_table(title: str, columns: Sequence[Column[T]], items: Iterable[T]) -
 def fmt_ms(value: float | None) -> str:
     if value is None:
         return MISSING
-    if value < 10:
-        return f"{value:.2f}"
-    if value < 100:
-        return f"{value:.1f}"
-    return f"{value:.0f}"
+    digits = 2 if value < 10 else 1 if value < 100 else 0
+    return f"{value:.{digits}f}"
 
 
 def fmt_pct(value: float | None) -> str:
@@ -68,12 +66,7 @@ def fmt_rps(value: float) -> str:
 
 def series_order(results: list[StepResult]) -> list[tuple[str, str]]:
     """(arm, phase) pairs in the order they first ran."""
-    seen: list[tuple[str, str]] = []
-    for result in results:
-        pair = (result.step.arm, result.step.phase)
-        if pair not in seen:
-            seen.append(pair)
-    return seen
+    return list(dict.fromkeys((r.step.arm, r.step.phase) for r in results))
 
 
 def series_of(results: list[StepResult], arm: str, phase: str) -> list[StepResult]:
@@ -98,35 +91,31 @@ def fmt_num(value: float | None, digits: int = 1) -> str:
 class CostColumn:
     header: str
     field: str  # of tierstats.StepCost
-    kind: str  # "num2", "num1" or "pct"
+    digits: int | None  # decimals; None: a share, in %
 
     def value(self, result: StepResult) -> float | None:
         return None if result.cost is None else getattr(result.cost, self.field)
 
     def cell(self, result: StepResult) -> str:
         value = self.value(result)
-        if self.kind == "pct":
-            return fmt_pct(value)
-        return fmt_num(value, 2 if self.kind == "num2" else 1)
+        return fmt_pct(value) if self.digits is None else fmt_num(value, self.digits)
 
 
 # Columns a probed step adds (tierstats.StepCost).
 COST_COLUMNS = (
-    CostColumn("gateway CPU ms/req", "cpu_ms_per_request", "num2"),
-    CostColumn("machine busy", "machine_busy", "pct"),
-    CostColumn("of it, host steal", "host_steal", "pct"),
-    CostColumn("gateway RSS MiB", "gateway_rss_mib", "num1"),
-    CostColumn("Redis RSS MiB", "redis_rss_mib", "num1"),
-    CostColumn("L1 hit rate", "l1_hit_rate", "pct"),
-    CostColumn("L2 hit rate", "l2_hit_rate", "pct"),
-    CostColumn("L1 MiB", "l1_mib", "num2"),
+    CostColumn("gateway CPU ms/req", "cpu_ms_per_request", 2),
+    CostColumn("machine busy", "machine_busy", None),
+    CostColumn("of it, host steal", "host_steal", None),
+    CostColumn("gateway RSS MiB", "gateway_rss_mib", 1),
+    CostColumn("Redis RSS MiB", "redis_rss_mib", 1),
+    CostColumn("L1 hit rate", "l1_hit_rate", None),
+    CostColumn("L2 hit rate", "l2_hit_rate", None),
+    CostColumn("L1 MiB", "l1_mib", 2),
 )
 
 
 def cost_columns(results: list[StepResult]) -> list[CostColumn]:
-    """The cost columns some of `results` has a value for: a tier the arms of a
-    table do not read, or CPU and memory the run could not read, is left out
-    rather than shown as a column of n/a. L1 MiB goes with the L1 hit rate."""
+    """The cost columns some result has a value for (L1 MiB with the L1 hit rate)."""
     kept = [c for c in COST_COLUMNS if any(c.value(r) is not None for r in results)]
     if not any(c.field == "l1_hit_rate" for c in kept):
         kept = [c for c in kept if c.field != "l1_mib"]
@@ -134,8 +123,7 @@ def cost_columns(results: list[StepResult]) -> list[CostColumn]:
 
 
 def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float], str]) -> str:
-    """`text`, plus the min-max of the step's runs when it ran more than once
-    and they differ as shown."""
+    """`text`, with the min-max of the step's runs where they differ as shown."""
     found = figure_spread(result, name)
     if found is None or fmt(found.low) == fmt(found.high):
         return text
@@ -143,8 +131,7 @@ def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float],
 
 
 def loadgen_cells(result: StepResult) -> list[str]:
-    """The answered requests' p95 from their due time, the driver's CPU (cores
-    over the step), requests in flight at most / pool, and the verdict."""
+    """p95 from due, the driver's CPU cores, in flight/pool and the verdict."""
     due = MISSING if result.from_due is None else fmt_ms(result.from_due.p95)
     gen = result.loadgen
     if gen is None:
@@ -165,44 +152,44 @@ def has_loadgen(results: list[StepResult]) -> bool:
     return any(r.loadgen is not None for r in results)
 
 
+def extra_columns(results: list[StepResult]) -> tuple[list[str], Callable[[StepResult], list[str]]]:
+    """The cost columns `results` have, then the driver's where it was read: headers, cells."""
+    costs, loadgen = cost_columns(results), has_loadgen(results)
+    headers = [c.header for c in costs] + (LOADGEN_HEADERS if loadgen else [])
+    return headers, lambda r: [c.cell(r) for c in costs] + (loadgen_cells(r) if loadgen else [])
+
+
+def latency_of(result: StepResult, name: str) -> float | None:
+    return None if result.latency is None else getattr(result.latency, name)
+
+
+def latency_cell(result: StepResult, name: str) -> str:
+    return fmt_ms(latency_of(result, name))
+
+
 def series_table(results: list[StepResult], arm: str, phase: str) -> Table:
-    """Every figure of one arm (and phase) at each rate; a step run more than
-    once shows the median of its runs and their min-max."""
+    """Every figure of one series at each rate, repeats as median (min-max)."""
     with_hits = has_cache(results)
     series = series_of(results, arm, phase)
-    costs = cost_columns(series)
-    headers = ["target /s", "p50 ms", "p95 ms", "p99 ms", "achieved /s", "drop rate"]
-    if with_hits:
-        headers.append("cache hit rate")
-    headers += [column.header for column in costs]
-    loadgen = has_loadgen(series)
-    if loadgen:
-        headers += LOADGEN_HEADERS
+    extra, extra_cells = extra_columns(series)
+    hits = ["cache hit rate"] if with_hits else []
+    headers = ["target /s", *(f"{p} ms" for p in PERCENTILES), "achieved /s", "drop rate", *hits]
     rows = []
     for result in series:
-        latency = result.latency
-        row = [
-            str(result.step.rate),
-            spread_cell(result, "p50", fmt_ms(latency.p50 if latency else None), fmt_ms),
-            spread_cell(result, "p95", fmt_ms(latency.p95 if latency else None), fmt_ms),
-            spread_cell(result, "p99", fmt_ms(latency.p99 if latency else None), fmt_ms),
-            spread_cell(result, "achieved", fmt_rps(result.achieved_rps), fmt_rps),
-            spread_cell(result, "drops", fmt_pct(result.drop_rate), fmt_pct),
-        ]
+        row = [str(result.step.rate)]
+        row += [spread_cell(result, p, latency_cell(result, p), fmt_ms) for p in PERCENTILES]
+        row.append(spread_cell(result, "achieved", fmt_rps(result.achieved_rps), fmt_rps))
+        row.append(spread_cell(result, "drops", fmt_pct(result.drop_rate), fmt_pct))
         if with_hits:
             row.append(spread_cell(result, "hit", fmt_pct(result.hit_rate), fmt_pct))
-        row += [column.cell(result) for column in costs]
-        if loadgen:
-            row += loadgen_cells(result)
-        rows.append(row)
-    return Table(f"{series_label(arm, phase)}", headers, rows)
+        rows.append(row + extra_cells(result))
+    return Table(f"{series_label(arm, phase)}", headers + extra, rows)
 
 
 def _find(results: list[StepResult], arm: str, phase: str, rate: int) -> StepResult | None:
-    for result in results:
-        if (result.step.arm, result.step.phase, result.step.rate) == (arm, phase, rate):
-            return result
-    return None
+    return next(
+        (r for r in results if (r.step.arm, r.step.phase, r.step.rate) == (arm, phase, rate)), None
+    )
 
 
 def _series_steps(results: list[StepResult]) -> Iterator[tuple[str, int, StepResult]]:
@@ -227,15 +214,11 @@ def _baseline_and_best(
 
 
 def comparison_table(results: list[StepResult], percentile: str = "p95") -> Table:
-    """One row per rate: a percentile and the drop rate of every series side by side,
-    plus how many times faster the cache is than the uncached arm at that rate."""
+    """Per rate, every series' percentile and drops, and the uncached / cached ratio."""
     pairs = series_order(results)
-    headers = ["target /s"]
-    for arm, phase in pairs:
-        headers += [
-            f"{series_label(arm, phase)} {percentile} ms",
-            f"{series_label(arm, phase)} drops",
-        ]
+    labels = [series_label(arm, phase) for arm, phase in pairs]
+    kinds = (f"{percentile} ms", "drops")
+    headers = ["target /s", *(f"{one} {kind}" for one in labels for kind in kinds)]
     versus = _baseline_and_best(pairs)
     if versus:
         headers.append(f"{series_label(*versus[0])} / {series_label(*versus[1])} {percentile}")
@@ -244,17 +227,12 @@ def comparison_table(results: list[StepResult], percentile: str = "p95") -> Tabl
         row = [str(rate)]
         for arm, phase in pairs:
             result = _find(results, arm, phase, rate)
-            value = getattr(result.latency, percentile) if result and result.latency else None
+            value = latency_of(result, percentile) if result else None
             row += [fmt_ms(value), fmt_pct(result.drop_rate) if result else MISSING]
         if versus:
-            slow = _find(results, *versus[0], rate)
-            fast = _find(results, *versus[1], rate)
-            ratio = None
-            if slow and fast and slow.latency and fast.latency:
-                fast_value = getattr(fast.latency, percentile)
-                if fast_value > 0:
-                    ratio = getattr(slow.latency, percentile) / fast_value
-            row.append(MISSING if ratio is None else f"{ratio:.1f}x")
+            slow, fast = (_find(results, *pair, rate) for pair in versus)
+            a, b = (latency_of(r, percentile) if r else None for r in (slow, fast))
+            row.append(f"{a / b:.1f}x" if a is not None and b is not None and b > 0 else MISSING)
         rows.append(row)
     return Table(f"{percentile} latency and drop rate by target rate", headers, rows)
 
@@ -292,8 +270,7 @@ def _floor_ms(result: StepResult, field: str) -> str:
 
 
 def staleness_table(results: list[StepResult]) -> Table | None:
-    """The mixed scenario's read-after-write checks and the invalidation lag the
-    workers measured, per series and rate; None when no checker ran."""
+    """The mixed scenario's stale reads and invalidation lag; None without a checker."""
     if not any(r.stale is not None for r in results):
         return None
     headers = ["series", "target /s", "checked reads", "stale reads", "no answer",
@@ -303,16 +280,11 @@ def staleness_table(results: list[StepResult]) -> Table | None:
     counts = ("reads", "stale", "errors")
     for label, rate, result in _series_steps(results):
         stale, cost = result.stale, result.cost
-        rows.append(
-            [
-                label,
-                str(rate),
-                *(MISSING if stale is None else str(getattr(stale, name)) for name in counts),
-                *(_lag_ms(result, f"lag_{figure}_ms") for figure in ("p50", "p99", "max")),
-                MISSING if cost is None else f"{cost.lag_count:.0f}",
-                *(_floor_ms(result, f"floor_{figure}_ms") for figure in ("p50", "p99")),
-            ]
-        )
+        row = [label, str(rate)]
+        row += [MISSING if stale is None else str(getattr(stale, name)) for name in counts]
+        row += [_lag_ms(result, f"lag_{figure}_ms") for figure in ("p50", "p99", "max")]
+        row.append(MISSING if cost is None else f"{cost.lag_count:.0f}")
+        rows.append(row + [_floor_ms(result, f"floor_{figure}_ms") for figure in ("p50", "p99")])
     return Table("stale reads after acknowledged writes, and invalidation lag", headers, rows)
 
 
@@ -324,19 +296,15 @@ def saturated_steps(results: list[StepResult]) -> list[str]:
         if gen is not None and gen.saturated:
             step = result.step
             which = f" run {step.repeat}" if step.repeat > 1 else ""
-            lines.append(
-                f"{series_label(step.arm, step.phase)} @ {step.rate}/s{which}: "
-                + "; ".join(gen.reasons)
-            )
+            label = f"{series_label(step.arm, step.phase)} @ {step.rate}/s{which}"
+            lines.append(f"{label}: " + "; ".join(gen.reasons))
     return lines
 
 
 def held_table(
     results: list[StepResult], goal: Goal, calibration: dict[str, int | None]
 ) -> Table | None:
-    """Per series, the highest target rate held (the service goal, the driver
-    not saturated) and that rate as a fraction of each calibrated ceiling; None
-    without a calibration."""
+    """Per series, the highest rate held against each calibration; None without one."""
     known = {name: rate for name, rate in calibration.items() if rate}
     if not known:
         return None
@@ -349,11 +317,8 @@ def held_table(
         row = [series_label(arm, phase), MISSING if best is None else str(best)]
         row += [MISSING if best is None else f"{best / rate:.2f}" for rate in known.values()]
         rows.append(row)
-    return Table(
-        f"highest rate held in this run ({goal.words()}), against the machine's calibration",
-        headers,
-        rows,
-    )
+    title = f"highest rate held in this run ({goal.words()}), against the machine's calibration"
+    return Table(title, headers, rows)
 
 
 def sweep_tables(results: list[StepResult]) -> list[Table]:
@@ -366,14 +331,7 @@ def sweep_tables(results: list[StepResult]) -> list[Table]:
 
 
 def step_cells(result: StepResult) -> list[str]:
-    """A step's p50, p95 and p99, achieved rate, drop rate and hit rate, as
-    the scenarios' own tables show them."""
-    latency = result.latency
-    return [
-        fmt_ms(latency.p50 if latency else None),
-        fmt_ms(latency.p95 if latency else None),
-        fmt_ms(latency.p99 if latency else None),
-        fmt_rps(result.achieved_rps),
-        fmt_pct(result.drop_rate),
-        fmt_pct(result.hit_rate),
-    ]
+    """A step's p50, p95, p99, achieved rate, drop rate and hit rate."""
+    latencies = [latency_cell(result, name) for name in PERCENTILES]
+    shares = [fmt_pct(result.drop_rate), fmt_pct(result.hit_rate)]
+    return [*latencies, fmt_rps(result.achieved_rps), *shares]
