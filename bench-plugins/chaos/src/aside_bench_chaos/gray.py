@@ -71,6 +71,39 @@ def _one(kind: str, **attributes: int) -> tuple[Toxic, ...]:
 DB_READ_MAX_MS = 6500.0
 REDIS = ("redis", "core-redis")
 POSTGRES = ("postgres", "core-postgres")
+
+
+def _redis_case(
+    name: str, description: str, toxics: tuple[Toxic, ...], read_p50_ms: float | None = None
+) -> GrayCase:
+    """A fault on Redis: on the gateway's hop and the core's (one server), reads
+    held to the suite's hang limit, writes to the core's invalidation deadline."""
+    return GrayCase(
+        name,
+        description,
+        REDIS,
+        toxics,
+        read_p99_ms=READ_MAX_MS,
+        write_max_ms=1500,
+        read_p50_ms=read_p50_ms,
+    )
+
+
+def _postgres_case(name: str, description: str, toxics: tuple[Toxic, ...]) -> GrayCase:
+    """A fault on PostgreSQL, on both hops: reads and writes held to the
+    gateway's own deadlines and a margin, the driver waiting past them."""
+    return GrayCase(
+        name,
+        description,
+        POSTGRES,
+        toxics,
+        read_p99_ms=DB_READ_MAX_MS,
+        read_max_ms=DB_READ_MAX_MS,
+        write_max_ms=6500,
+        driver_timeout_s=8,
+    )
+
+
 # Budgets: a read over a Redis fault within the suite's "hang" limit
 # (checks.READ_MAX_MS, half the driver's timeout): each Redis call of a read may
 # take up to REDIS_TIMEOUT_MS (200) before the breaker opens, and a miss makes
@@ -89,59 +122,35 @@ POSTGRES = ("postgres", "core-postgres")
 GRAY_CASES: dict[str, GrayCase] = {
     case.name: case
     for case in (
-        GrayCase(
+        _redis_case(
             "redis-slow",
             f"Redis {SLOW_MS} ms slower on every reply",
-            REDIS,
             _one("latency", latency=SLOW_MS, jitter=0),
-            read_p99_ms=READ_MAX_MS,
-            write_max_ms=1500,
             read_p50_ms=SLOW_MS,
         ),
-        GrayCase(
+        _redis_case(
             "redis-blackhole",
             "Redis accepts and never answers",
-            REDIS,
             _one("timeout", timeout=0),
-            read_p99_ms=READ_MAX_MS,
-            write_max_ms=1500,
             read_p50_ms=SLOW_MS,
         ),
-        GrayCase(
+        _redis_case(
             "redis-throttled",
             f"Redis's replies throttled to {THROTTLE_KB_S} KB/s",
-            REDIS,
             _one("bandwidth", rate=THROTTLE_KB_S),
-            read_p99_ms=READ_MAX_MS,
-            write_max_ms=1500,
         ),
-        GrayCase(
+        _redis_case(
             "redis-reset",
             f"every Redis connection cut after {CUT_AFTER_BYTES} bytes of reply",
-            REDIS,
             _one("limit_data", bytes=CUT_AFTER_BYTES),
-            read_p99_ms=READ_MAX_MS,
-            write_max_ms=1500,
         ),
-        GrayCase(
+        _postgres_case(
             "postgres-slow",
             f"PostgreSQL {SLOW_MS} ms slower on every reply",
-            POSTGRES,
             _one("latency", latency=SLOW_MS, jitter=0),
-            read_p99_ms=DB_READ_MAX_MS,
-            read_max_ms=DB_READ_MAX_MS,
-            write_max_ms=6500,
-            driver_timeout_s=8,
         ),
-        GrayCase(
-            "postgres-blackhole",
-            "PostgreSQL accepts and never answers",
-            POSTGRES,
-            _one("timeout", timeout=0),
-            read_p99_ms=DB_READ_MAX_MS,
-            read_max_ms=DB_READ_MAX_MS,
-            write_max_ms=6500,
-            driver_timeout_s=8,
+        _postgres_case(
+            "postgres-blackhole", "PostgreSQL accepts and never answers", _one("timeout", timeout=0)
         ),
         GrayCase(
             "core-slow",
