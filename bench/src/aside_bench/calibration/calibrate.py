@@ -1,12 +1,5 @@
-"""The machine's calibration, run before a sweep's or a ceiling's steps: the
-highest rate the driver holds (p95 <= 10 ms, nothing dropped or failed) against
-the core's /healthz, a trivial route of a Go server (the measurement ceiling of
-this machine with the driver on it), and against the gateway's /healthz (the ceiling
-of the gateway's server without any work). A short bisection, a few seconds a
-probe, within a bounded total; kept in run.json's "machine".
-
-The search is pure and unit-tested; `calibrate` drives it with real driver runs.
-"""
+"""The machine's calibration before the steps: the highest rate the driver holds
+against the core's /healthz (the measurement ceiling) and the gateway's."""
 
 from __future__ import annotations
 
@@ -52,10 +45,8 @@ def ladder(params: CalibrationParams) -> list[int]:
 
 
 def next_probe(history: list[Trial], params: CalibrationParams) -> int | None:
-    """Double until a probe misses, then bisect to `resolution_rel`, then
-    confirm the final held and missed rates as the ceiling search does (a
-    split confirmation gets a third probe); None when done. One slow 3 s probe
-    moved a calibration 1.4x between two runs minutes apart."""
+    """Double until a probe misses, bisect to `resolution_rel`, confirm as the ceiling
+    search does; None when done."""
     low, high = bounds(history)
     tried = {rate for rate, _ in history}
     if high is None:  # nothing missed yet; at the ladder's end the figure is a lower bound
@@ -70,8 +61,7 @@ def next_probe(history: list[Trial], params: CalibrationParams) -> int | None:
 def search(
     probe: Callable[[int], bool], params: CalibrationParams, budget_s: float
 ) -> dict[str, Any]:
-    """Run `probe(rate) -> held` along the search until it ends or the next
-    probe would overrun `budget_s` (judged by the slowest probe so far)."""
+    """Run `probe(rate) -> held` along the search, within `budget_s`."""
     history: list[Trial] = []
     began = time.monotonic()
     slowest = float(params.probe_s)

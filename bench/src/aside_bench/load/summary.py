@@ -1,5 +1,4 @@
-"""The load driver's JSON summary (SUMMARY_PATH) as this bench reads it: its
-schema version checked, each scenario's counts and latencies as figures."""
+"""The load driver's JSON summary (SUMMARY_PATH), its schema checked, read as figures."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ class SummaryError(ValueError):
 
 @dataclass(frozen=True)
 class Summary:
-    """The JSON summary the driver wrote (SUMMARY_PATH); empty when it wrote
-    none (a driver killed before its end)."""
+    """The driver's summary; empty when it wrote none."""
 
     data: dict[str, Any]
 
@@ -47,8 +45,7 @@ class Summary:
 
     @property
     def key_trace(self) -> dict[str, Any] | None:
-        """The recorded key trace (path, lines written, lines lost); None when
-        the step recorded none."""
+        """The recorded key trace (lines written, lost); None without one."""
         found = self.data.get("key_trace")
         return found if isinstance(found, dict) else None
 
@@ -66,8 +63,7 @@ class Summary:
         return {k: int(v) for k, v in (self.scenario(name).get("counters") or {}).items()}
 
     def step_figures(self, name: str) -> dict[str, Any] | None:
-        """What a step's result needs from scenario `name` of the summary (run.json
-        keeps it as the step's "summary"); None when it holds no such scenario."""
+        """Scenario `name`'s figures as run.json keeps a step's "summary"; None without it."""
         one = self.scenarios.get(name)
         if one is None:
             return None
@@ -97,8 +93,7 @@ def _latency(values: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def scenario_figures(one: dict[str, Any]) -> dict[str, Any]:
-    """One scenario of a summary as a step's figures: the answered requests'
-    latency, from the instant sent and from the due time, the counts, the pool."""
+    """One scenario of a summary as a step's figures (latencies, counts, pool)."""
     latency = one.get("latency") or {}
     due = one.get("latency_from_due") or {}
     by_name = {

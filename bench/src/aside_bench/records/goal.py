@@ -1,12 +1,6 @@
-"""The service goal a sweep's arms are held to, in one place: p95 within a
-limit and at most DROP_TOLERANCE of the scheduled requests dropped or failed.
-
-Only a step that held the goal served what it was asked at the service asked
-for, so only its cost per million requests is a price of that service: an arm
-that drops four requests in five is cheap per request served because it
-leaves out what the dropped ones would have cost. The report compares prices
-only between steps that held it (docs/decisions/071-prices-compared-at-equal-service.md).
-Pure, unit-tested."""
+"""The service goal a sweep's arms are held to: p95 within a limit, at most
+DROP_TOLERANCE dropped or failed; only a step that held it has a price
+(docs/decisions/071-prices-compared-at-equal-service.md)."""
 
 from __future__ import annotations
 
@@ -55,7 +49,6 @@ def _ms(value: float) -> str:
 
 
 def missed_words(result: StepResult) -> str:
-    """A step that missed the goal, as a table's cell marks it: what it served
-    and its p95, so the cell says which part of the goal it missed."""
+    """A missed step's cell: what it served and its p95."""
     p95 = "no answer" if result.latency is None else f"p95 {_ms(result.latency.p95)} ms"
     return f"missed: {served_words(result)}, {p95}"

@@ -1,8 +1,4 @@
-"""A step run several times (REPEAT=N): the median of its runs with their
-spread (min-max), figure by figure.
-
-Pure functions only, so every rule here has a unit test.
-"""
+"""A step run several times (REPEAT=N): the median of its runs and their spread."""
 
 from __future__ import annotations
 
@@ -60,8 +56,7 @@ def median(values: list[float | None]) -> float | None:
 
 @dataclass
 class RepeatedResult(StepResult):
-    """A step's runs merged: each figure is the median of the runs' figures,
-    `runs` keeps the runs themselves for the spread."""
+    """A step's runs merged: each figure the median of the runs' ones (kept in `runs`)."""
 
     runs: list[StepResult] = field(default_factory=list)
 
@@ -120,8 +115,7 @@ def _stale(results: list[StepResult]) -> StaleCounts | None:
 
 
 def merge(runs: list[StepResult]) -> StepResult:
-    """One result for a step's runs: a run alone as it is, several as the
-    median of each figure (counts of stale reads summed)."""
+    """One result for a step's runs: the median of each figure, stale counts summed."""
     if len(runs) == 1:
         return runs[0]
     names = set.intersection(*(set(run.by_name) for run in runs))

@@ -12,9 +12,7 @@ from aside_bench.records.tierstats import StepCost
 
 
 def drop_rate(dropped: float, failed: float, scheduled: float) -> float:
-    """Share of scheduled requests that did not succeed: never started (dropped by the
-    driver: no free worker, or too late) or started and failed (bad status, bad body,
-    timeout)."""
+    """Share of scheduled requests dropped by the driver or failed."""
     if scheduled <= 0:
         raise ValueError("scheduled must be positive")
     return (dropped + failed) / scheduled
@@ -28,8 +26,7 @@ def achieved_rps(iterations: float, failed: float, duration_s: float) -> float:
 
 
 def hit_rate(hits: float, misses: float, bypass: float) -> float:
-    """Share of count reads answered from Redis. Reads that bypass the cache count
-    as not answered from it, so the uncached arms show 0, not a gap."""
+    """Share of count reads answered from Redis (a bypass counts as not)."""
     total = hits + misses + bypass
     return hits / total if total > 0 else 0.0
 
@@ -55,8 +52,7 @@ class CacheCounts:
 
 @dataclass
 class StaleCounts:
-    """The mixed scenario's read-after-write checks: reads checked, and those
-    that did not reflect the write acknowledged before them."""
+    """The mixed scenario's read-after-write checks and the stale reads among them."""
 
     reads: int
     stale: int
@@ -65,8 +61,7 @@ class StaleCounts:
 
 @dataclass(frozen=True)
 class RedisCounts:
-    """The Redis tier over a step: keys and memory at its end, keys evicted
-    (under maxmemory) and expired (TTL) during it, and its bound (0: none)."""
+    """The Redis tier over a step: keys and memory at its end, evictions, expiries, bound."""
 
     keys: int
     used_memory: int
@@ -155,8 +150,7 @@ class StepResult:
         return self.loadgen is not None and self.loadgen.saturated
 
     def verdict(self, p95_limit_ms: float) -> str:
-        """held, missed, or limit: a step that did not hold while the driver was
-        saturated says nothing about the server, only about the measurement."""
+        """held, missed, or limit (did not hold while the driver was saturated)."""
         if self.holds(p95_limit_ms):
             return "held"
         return "limit" if self.saturated else "missed"

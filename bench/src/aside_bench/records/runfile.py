@@ -1,7 +1,4 @@
-"""A run's own record, run.json (its parameters, machine, seed, settings and
-steps), and the figures of its steps, results.json (StepFigures, what
-`compare` and the machine's meter read): one load and one save each, and the
-schema version run.json carries."""
+"""A run's record, run.json, and its steps' figures, results.json: a load and a save each."""
 
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ StepKey = tuple[str, str, str, int]
 
 @dataclass(frozen=True)
 class StepFigures:
-    """One run of a step as results.json keeps it: what `compare` and the
-    machine's meter read. A figure not measured is None."""
+    """One run of a step as results.json keeps it; a figure not measured is None."""
 
     scenario: str
     arm: str
@@ -88,8 +84,7 @@ def save_figures(results: list[StepResult], out_dir: Path) -> list[StepFigures]:
 
 
 def load_figures(out_dir: Path) -> list[StepFigures] | None:
-    """The figures a report wrote; None when it wrote none or they cannot be
-    read (older runs: `compare` then rebuilds them)."""
+    """The figures a report wrote; None when there are none readable (older runs)."""
     try:
         found = json.loads((out_dir / FIGURES_FILE).read_text())
         return [StepFigures.from_json(row) for row in found]
@@ -108,11 +103,8 @@ class RunSchemaError(ValueError):
 
 @dataclass
 class RunRecord:
-    """A run of the sweep's kinds (run, ceiling, cost) as run.json keeps it:
-    what was asked, the machine and the seed it ran on, and a record per step
-    (the driver's summary, the probes around it) from which its report is
-    rebuilt. A kind's own findings (the cost's rows) are in `extra`, saved
-    beside the rest."""
+    """A run of the sweep's kinds (run, ceiling, cost) as run.json keeps it; a kind's own
+    findings ride in `extra`."""
 
     run_id: str
     kind: str
@@ -153,8 +145,7 @@ _NOT_SAVED = {"extra", "runs"}
 
 
 def load_run(out_dir: Path) -> RunRecord:
-    """A run's run.json; RunSchemaError when its shape is not this bench's,
-    OSError or ValueError when it cannot be read."""
+    """A run's run.json; RunSchemaError for another shape, OSError or ValueError unread."""
     path = out_dir / "run.json"
     data = json.loads(path.read_text())
     found = data.get("schema_version", 1) if isinstance(data, dict) else None

@@ -1,16 +1,5 @@
-"""Was the load generator the limit of a step? The driver's own CPU over the
-step, and the requests it had in flight against the pool it was allowed.
-
-A step is "load generator saturated" when the driver used more CPU than its
-limit (the share of the machine's cores it may take before its own timing is
-in doubt), or when every worker of its pool was busy while --max-pool held the
-pool below the rate x 1 s latency budget the bench promises every step
-(plan.LATENCY_BUDGET_S). A full pool at the budget itself means the stack was
-more than a second behind: that is the server's miss, which the drop rate
-shows, not the load generator's.
-
-Pure functions only, so every rule here has a unit test.
-"""
+"""Was the load generator the limit of a step: its CPU over its limit, or its pool
+full while --max-pool held it below rate x the latency budget (plan.LATENCY_BUDGET_S)?"""
 
 from __future__ import annotations
 
@@ -130,8 +119,7 @@ def pool_budget(rate: int) -> int:
 
 
 def loadgen_of(record: StepRecord, inflight_peak: float | None) -> LoadGen | None:
-    """A run.json step's load generator figures; None for a step recorded
-    without the driver's CPU."""
+    """A run.json step's load generator figures; None without the driver's CPU."""
     driver = record.driver
     if not driver or record.pool is None:
         return None
@@ -146,8 +134,7 @@ def loadgen_of(record: StepRecord, inflight_peak: float | None) -> LoadGen | Non
 
 
 def worst(gens: list[LoadGen | None]) -> LoadGen | None:
-    """The run of a repeated step that came closest to saturating the driver:
-    the most CPU, then the most requests in flight."""
+    """The run of a repeated step closest to saturating the driver."""
     known = [gen for gen in gens if gen is not None]
     if not known:
         return None

@@ -1,7 +1,4 @@
-"""One step of a run as run.json keeps it (StepRecord): the step, how it was
-prepared, the driver's run and its summary, the probes around it. The sweep
-fills it in, collect reads its figures back, the report and the plug-ins read
-its fields; a plug-in's own fields ride in `extra`."""
+"""One step of a run as run.json keeps it; a plug-in's own fields ride in `extra`."""
 
 from __future__ import annotations
 
@@ -13,8 +10,7 @@ from aside_bench.plan.steps import Step
 
 @dataclass
 class StepRecord:
-    """A step's record. A field not recorded is None (or its default) and is
-    left out of run.json; a field this bench does not know is kept in `extra`."""
+    """A step's record: a field not recorded is None and left out of run.json."""
 
     scenario: str
     arm: str

@@ -1,9 +1,4 @@
-"""A step's gateway cost and cache-tier figures, from the two probes the runner
-takes around it (sweep/stepprobe.py) and keeps in run.json: CPU time per request,
-resident memory, hit rate per tier, and the invalidation lag quantiles.
-
-Pure functions only, so every rule here has a unit test.
-"""
+"""A step's gateway cost and tier figures from the probes around it (sweep/stepprobe.py)."""
 
 from __future__ import annotations
 
@@ -36,9 +31,7 @@ def increases(start: dict[str, float], end: dict[str, float]) -> dict[str, float
 
 
 def tier_hit_rates(start: dict[str, float], end: dict[str, float]) -> dict[str, float | None]:
-    """Per tier, hits / lookups over the interval; None for a tier not looked in.
-    An L2 lookup of the hybrid (or tracking) strategy follows an L1 miss, so its rate is that
-    of the reads L1 could not answer."""
+    """Per tier, hits / lookups over the interval (None: not looked in)."""
     delta = increases(start, end)
     rates: dict[str, float | None] = {}
     for tier in TIERS:
@@ -51,8 +44,7 @@ def tier_hit_rates(start: dict[str, float], end: dict[str, float]) -> dict[str, 
 def cpu_ms_per_request(
     start_ticks: float | None, end_ticks: float | None, clk_tck: float, requests: float
 ) -> float | None:
-    """CPU time the gateway's processes spent over the interval (clock ticks of
-    utime + stime), in ms per request answered; None without a reading or a request."""
+    """The gateway's CPU ms (utime + stime ticks) per request; None without one."""
     if start_ticks is None or end_ticks is None or requests <= 0 or clk_tck <= 0:
         return None
     return max(end_ticks - start_ticks, 0.0) / clk_tck * 1000 / requests
@@ -63,8 +55,7 @@ def _le(text: str) -> float:
 
 
 def bucket_increase(start: dict[str, float], end: dict[str, float]) -> list[Bucket]:
-    """Cumulative buckets (le, count) of the observations made between two
-    readings of a histogram, sorted by le, kept cumulative (non-decreasing)."""
+    """A histogram's cumulative buckets (le, count) between two readings, sorted by le."""
     delta = increases(start, end)
     buckets: list[Bucket] = []
     running = 0.0
@@ -83,10 +74,8 @@ def nearest_rank(values: Sequence[float], q: float) -> float | None:
 
 
 def histogram_quantile(q: float, buckets: list[Bucket]) -> float | None:
-    """The q-quantile of cumulative buckets, as Prometheus' histogram_quantile
-    computes it: linear within the bucket holding the rank, 0 as the first
-    bucket's lower bound, the highest finite bound when the rank falls in +Inf.
-    None without observations or without a +Inf bucket."""
+    """The q-quantile of cumulative buckets as Prometheus' histogram_quantile computes it;
+    None without observations or a +Inf bucket."""
     if not 0 <= q <= 1:
         raise ValueError("q must be in [0, 1]")
     if len(buckets) < 2 or not math.isinf(buckets[-1][0]):
@@ -109,8 +98,7 @@ def histogram_quantile(q: float, buckets: list[Bucket]) -> float | None:
 
 
 def histogram_max(buckets: list[Bucket]) -> float | None:
-    """An upper bound of the largest observation: the le of the highest bucket
-    that gained one (inf when that is +Inf); None without observations."""
+    """The le of the highest bucket that gained an observation; None without one."""
     below = 0.0
     highest = None
     for le, count in buckets:
@@ -160,8 +148,7 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
-    """The figures of a run.json step's "probe" ({"start": ..., "end": ...});
-    None when either reading is missing."""
+    """The figures of a run.json step's "probe"; None when a reading is missing."""
     if not probe or not probe.get("start") or not probe.get("end"):
         return None
     start, end = probe["start"], probe["end"]

@@ -1,8 +1,4 @@
-"""Every setting aside-bench reads from the environment, in one place.
-
-Defaults are the native stack's (infra/env.sh); a value that does not parse
-stops the program with one line naming the variable.
-"""
+"""Every setting aside-bench reads from the environment (defaults: infra/env.sh's)."""
 
 from __future__ import annotations
 
@@ -55,18 +51,14 @@ class Settings:
 
 
 def _http_url(name: str, env: dict[str, str]) -> str:
-    value = env.get(name) or DEFAULTS[name]
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"{name} must be an http(s) URL, got {value!r}")
-    return value.rstrip("/")
+    return _scheme_url(name, env, ("http", "https"), "an http(s)").rstrip("/")
 
 
-def _scheme_url(name: str, env: dict[str, str], schemes: tuple[str, ...]) -> str:
+def _scheme_url(name: str, env: dict[str, str], schemes: tuple[str, ...], what: str = "") -> str:
     value = env.get(name) or DEFAULTS[name]
     parts = urlsplit(value)
     if parts.scheme not in schemes or not parts.netloc:
-        raise ConfigError(f"{name} must be a {'/'.join(schemes)} URL, got {value!r}")
+        raise ConfigError(f"{name} must be {what or 'a ' + '/'.join(schemes)} URL, got {value!r}")
     return value
 
 
@@ -129,8 +121,7 @@ REDIS_MODES = ("standalone", "cluster")
 
 
 def _redis_mode(env: dict[str, str]) -> str:
-    """standalone, or cluster (REDIS_URL one node of it); the bench does not
-    follow a Sentinel."""
+    """standalone, or cluster (REDIS_URL one node of it); no Sentinel."""
     value = (env.get("REDIS_MODE") or "").strip() or "standalone"
     if value not in REDIS_MODES:
         raise ConfigError(f"REDIS_MODE must be one of {'|'.join(REDIS_MODES)}, got {value!r}")

@@ -1,20 +1,24 @@
-"""How far apart the services sit: a distance is each hop's added round trip
-and jitter, from a preset of infra/conf/distance.json or from DISTANCE_*_MS,
-applied as latency toxics on the hops' proxies (stack/toxiproxy.py).
-
-A distance is refused, in one line naming the variable, when a hop's round
-trip (its latency plus its jitter) reaches a timeout the gateway or the core
-holds that hop to: every call on it would time out."""
+"""How far apart the services sit: each hop's added round trip and jitter (a preset
+of infra/conf/distance.json or DISTANCE_*_MS) as toxics on the hops' proxies,
+refused when a hop's round trip reaches a timeout the services hold it to."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import math
 import os
+import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from aside_bench.stack.toxiproxy import HOPS, Toxiproxy, latency_toxics
+import psycopg
+import redis
+
+from aside_bench.stack.toxiproxy import HOPS, Proxies, Toxiproxy, latency_toxics, with_port
 
 ROOT = Path(__file__).resolve().parents[4]
 PRESETS_FILE = ROOT / "infra" / "conf" / "distance.json"
@@ -104,8 +108,7 @@ def preset(name: str) -> Distance:
 
 
 def explicit(env: dict[str, str] | None = None) -> Distance | None:
-    """The distance DISTANCE_*_MS give, the hops they do not name at 0; None
-    when none is set."""
+    """The distance DISTANCE_*_MS give (unnamed hops at 0); None when none is set."""
     env = dict(os.environ if env is None else env)
     names = [f"DISTANCE_{v}_MS" for v in EXPLICIT.values()]
     names += [f"DISTANCE_{v}_JITTER_MS" for v in EXPLICIT.values()]
@@ -123,8 +126,7 @@ def explicit(env: dict[str, str] | None = None) -> Distance | None:
 
 
 def refuse_short_timeouts(distance: Distance, env: dict[str, str] | None = None) -> None:
-    """Raise DistanceError naming the first timeout variable (as the services
-    read it from `env`, else its default) that a hop's worst round trip reaches."""
+    """DistanceError naming the first timeout variable a hop's worst round trip reaches."""
     env = dict(os.environ if env is None else env)
     for hop, timeouts in HOP_TIMEOUTS.items():
         worst = distance.hop(hop).worst_ms
@@ -145,8 +147,7 @@ def refuse_short_timeouts(distance: Distance, env: dict[str, str] | None = None)
 
 
 def apply(api: Toxiproxy, distance: Distance, env: dict[str, str] | None = None) -> None:
-    """Every hop's proxy carries `distance`'s latency toxics and nothing else;
-    refused first if a timeout is shorter than a hop's round trip."""
+    """Every hop's proxy carries `distance`'s toxics alone, short timeouts refused first."""
     refuse_short_timeouts(distance, env)
     for hop in HOPS:
         one = distance.hop(hop)
@@ -154,9 +155,7 @@ def apply(api: Toxiproxy, distance: Distance, env: dict[str, str] | None = None)
 
 
 def asked(names: list[str], env: dict[str, str] | None = None) -> dict[str, Distance]:
-    """A run's distances by name, in the order given: presets, and `explicit`
-    (DISTANCE_*_MS); none named, the explicit one when DISTANCE_*_MS are set,
-    else none. Each refused when a timeout is not longer than a hop's round trip."""
+    """A run's distances by name (none named: the explicit one when set), each checked."""
     given = explicit(env)
     found: dict[str, Distance] = {}
     for name in names or (["explicit"] if given is not None else []):
@@ -178,3 +177,99 @@ def as_record(distance: Distance) -> dict[str, object]:
     hops = {hop: {"round_trip_ms": d.round_trip_ms, "jitter_ms": d.jitter_ms}
             for hop, d in distance.hops.items()}  # fmt: skip
     return {"source": distance.source, "hops": hops}
+
+
+# A probe past this is not a round trip but a fault: it is counted as this.
+PROBE_TIMEOUT_S = 2.0
+SAMPLES = 30
+
+
+@dataclass(frozen=True)
+class HopTime:
+    hop: str
+    median_ms: float
+    p95_ms: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class HopTimes:
+    hops: dict[str, HopTime]  # by hop (stack/toxiproxy.py HOPS)
+
+    def median_ms(self, hop: str) -> float:
+        return self.hops[hop].median_ms
+
+
+def _nearest_rank(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _timed(hop: str, once: Callable[[], object], samples: int) -> HopTime:
+    once()  # the connection opened, outside the figures
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        once()
+        times.append((time.perf_counter() - start) * 1000)
+    return HopTime(
+        hop, round(statistics.median(times), 3), round(_nearest_rank(times, 0.95), 3), samples
+    )
+
+
+def redis_hop(hop: str, redis_url: str, port: int, samples: int = SAMPLES) -> HopTime:
+    client = redis.Redis.from_url(
+        with_port(redis_url, port),
+        socket_timeout=PROBE_TIMEOUT_S,
+        socket_connect_timeout=PROBE_TIMEOUT_S,
+    )
+    try:
+        return _timed(hop, client.ping, samples)
+    finally:
+        client.close()
+
+
+def postgres_hop(hop: str, database_url: str, port: int, samples: int = SAMPLES) -> HopTime:
+    timeout = math.ceil(PROBE_TIMEOUT_S)
+    with psycopg.connect(with_port(database_url, port), connect_timeout=timeout) as conn:
+        conn.autocommit = True
+        conn.execute(f"SET statement_timeout = {int(PROBE_TIMEOUT_S * 1000)}")
+        return _timed(hop, lambda: conn.execute("SELECT 1").fetchone(), samples)
+
+
+def http_hop(hop: str, port: int, samples: int = SAMPLES) -> HopTime:
+    """GET /healthz on one kept-alive http.client connection, cheaper per call than a Session."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PROBE_TIMEOUT_S)
+
+    def once() -> None:
+        conn.request("GET", "/healthz")
+        response = conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise OSError(f"{hop}: /healthz answered {response.status}")
+
+    try:
+        return _timed(hop, once, samples)
+    finally:
+        conn.close()
+
+
+def measure(
+    proxies: Proxies,
+    database_url: str,
+    redis_url: str,
+    hops: tuple[str, ...] | None = None,
+    samples: int = SAMPLES,
+) -> HopTimes:
+    """The round trip of each of `hops` (default every hop) through its proxy."""
+    ports = proxies.ports
+    probes: dict[str, Callable[[], HopTime]] = {
+        "redis": lambda: redis_hop("redis", redis_url, ports["redis"], samples),
+        "postgres": lambda: postgres_hop("postgres", database_url, ports["postgres"], samples),
+        "core": lambda: http_hop("core", ports["core"], samples),
+        "core-redis": lambda: redis_hop("core-redis", redis_url, ports["core-redis"], samples),
+        "core-postgres": lambda: postgres_hop(
+            "core-postgres", database_url, ports["core-postgres"], samples
+        ),
+    }
+    return HopTimes({hop: probes[hop]() for hop in hops or tuple(probes)})

@@ -1,6 +1,4 @@
-"""The gateway's own counters, read from its /metrics (lab profile) with
-prometheus_client's parser: summed over its workers, dead ones included, so
-they are exact where Prometheus's scrapes are not."""
+"""The gateway's own counters from its /metrics, summed over its workers, dead ones too."""
 
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ def labelled_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]
 
 
 def unlabelled_value(text: str, name: str) -> float | None:
-    """The value of the one unlabelled sample named `name` (a gauge summed over
-    live workers), or None when the exposition has none."""
+    """The one unlabelled sample named `name`, or None."""
     unlabelled = (v for found, labels, v in _samples(text) if found == name and not labels)
     return next(unlabelled, None)
 
@@ -68,18 +65,14 @@ def scrape(settings: Settings) -> str:
 
 
 def connections_per_worker(text: str) -> int | None:
-    """The connections each worker holds before it answers a new one 503 (the
-    fewest over live workers), or None from a gateway that does not say. A
-    worker still starting shows 0 until it sets its bound, which says nothing
-    either (`connection_bound` waits it out)."""
+    """The connections each worker holds before it answers 503 (the fewest over live
+    workers); None from a gateway that does not say or a worker still starting (0)."""
     value = unlabelled_value(text, CONNECTIONS_MAX)
     return None if value is None or value < 1 else int(value)
 
 
 def connection_bound(settings: Settings, within_s: float = BOUND_WAIT_S) -> int | None:
-    """connections_per_worker of the running gateway, read again while a worker
-    still starting shows 0 (read as a bound, it would cap a pool at its least),
-    for at most `within_s`; None when the gateway does not say by then."""
+    """connections_per_worker, read again while a worker is still starting, up to `within_s`."""
     deadline = time.monotonic() + within_s
     while True:
         text = scrape(settings)

@@ -1,9 +1,5 @@
-"""What became of a step's InfluxDB points: written, spooled (kept in a file
-of line protocol in the run's folder, `influx-spool/`, to be sent once
-InfluxDB answers: `aside-bench report --run <id>` sends them) or lost (neither).
-The driver says so for its points in its summary; the bench's own `bench_step`
-point goes through `write_or_spool`. A point resent twice overwrites itself
-(same series, same instant), so a resend is safe to repeat."""
+"""What became of a step's InfluxDB points: written, spooled in the run's `influx-spool/`
+(`aside-bench report --run <id>` resends them, safely twice) or lost."""
 
 from __future__ import annotations
 
@@ -78,9 +74,7 @@ class Resent:
 
 
 def resend(influx: Influx, run_dir: Path) -> Resent:
-    """Every spooled point of a run into InfluxDB; each file sent whole is
-    removed. SourceError when InfluxDB does not take one (what was sent stays
-    sent; the file stays to be sent again)."""
+    """Every spooled point of a run into InfluxDB, each file sent whole removed."""
     files = sorted((run_dir / SPOOL_DIR).glob("*.lp"))
     points = 0
     for path in files:

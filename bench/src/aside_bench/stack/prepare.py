@@ -1,19 +1,20 @@
-"""The services a bench loads, made ready for a step: are they up, a connection
-to PostgreSQL, the cache flushed, warmed or checked for keys about to expire, and
-a wait until the last step's backlog has drained. The seeded table is checked in
-stack/seeddata.py; stopping and restarting services is stack/services.py's."""
+"""The services a bench loads, made ready for a step: up, connected, the cache
+flushed, warmed or checked, the last step's backlog drained."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import psycopg
 import redis
 import requests
+from redis.cluster import RedisCluster
 from requests.adapters import HTTPAdapter, Retry
 
 from aside_bench.stack import redisclient
@@ -62,8 +63,7 @@ def connect(settings: Settings) -> psycopg.Connection:
 
 @contextmanager
 def redis_client(settings: Settings, doing: str) -> Iterator[redisclient.Client]:
-    """A client of the gateway's Redis, closed after use; a Redis error in the
-    block is a StackError saying what it was `doing`."""
+    """A client of the gateway's Redis, closed after use; a Redis error is a StackError."""
     client = redisclient.connect(settings)
     try:
         yield client
@@ -80,8 +80,7 @@ def flush_cache(settings: Settings) -> None:
 
 
 def expires_within(settings: Settings, seconds: float) -> bool:
-    """True if some key of the gateway's Redis database expires within `seconds`
-    (or the database is empty): a step that long would see its keys lapse."""
+    """Whether some key expires within `seconds` (or there is none)."""
     with redis_client(settings, "read the cache's TTLs") as client:
         keys = redisclient.keys(client)
         if not keys:
@@ -129,9 +128,8 @@ def _read_count(session: requests.Session, gateway_url: str, email: str, mode: s
 def warm_cache(
     settings: Settings, emails: list[str], workers: int = 4, flush: bool = True, mode: str = "l2"
 ) -> dict[str, float]:
-    """Flush (unless told not to), then request every email once through the
-    gateway so each key is cached, then once more to measure how much of it is
-    now served from Redis. The L1 tier is warmed by sweep/warmtiers.py."""
+    """Flush (unless told not to), read every email through the gateway, then once more
+    to measure the share now served from Redis."""
     if flush:
         flush_cache(settings)
     started = time.monotonic()
@@ -159,8 +157,7 @@ def warm_cache(
 
 
 def active_queries(conn: psycopg.Connection) -> int:
-    """Client queries on the users table still running in this database. Only
-    those: the exporters' own short queries on pg_stat_* views do not count."""
+    """Client queries on the users table still running (not the exporters')."""
     row = conn.execute(
         r"""
         SELECT count(*) FROM pg_stat_activity
@@ -182,9 +179,8 @@ def healthz_seconds(settings: Settings) -> float:
 
 
 def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: float = 0.05) -> float:
-    """Wait until PostgreSQL runs no client query here and /healthz answers fast
-    (three times running), so a step does not inherit the backlog of the last.
-    Returns the seconds waited; raises StackError past the deadline."""
+    """Wait until PostgreSQL runs no client query and /healthz answers fast three times
+    running; the seconds waited, StackError past the deadline."""
     started = time.monotonic()
     fast_in_a_row = 0
     with connect(settings) as conn:
@@ -201,3 +197,91 @@ def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: floa
                     "(queries running or /healthz slow)"
                 )
             time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class MemoryBound:
+    """Redis's maxmemory (bytes, 0: none) and maxmemory-policy."""
+
+    maxmemory: int
+    policy: str
+
+
+@dataclass(frozen=True)
+class RedisReading:
+    """INFO figures summed over the primaries at one instant."""
+
+    keys: int
+    used_memory: int
+    evicted_keys: int
+    expired_keys: int
+    # Its clients' buffers (mem_clients_normal): they count in maxmemory too.
+    clients_memory: int = 0
+
+
+def _nodes(client: redisclient.Client) -> list[redis.Redis]:
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
+
+
+def read_bound(settings: Settings) -> MemoryBound:
+    """The bound of the first primary (the stack gives every primary the same)."""
+    with redis_client(settings, "read Redis's maxmemory") as client:
+        found = _nodes(client)[0].config_get("maxmemory*")
+    return MemoryBound(int(found["maxmemory"]), str(found["maxmemory-policy"]))
+
+
+def apply_bound(settings: Settings, bound: MemoryBound) -> None:
+    """Give every primary this maxmemory and policy (CONFIG SET, not persisted)."""
+    with redis_client(settings, "set Redis's maxmemory") as client:
+        for node in _nodes(client):
+            node.config_set("maxmemory-policy", bound.policy)
+            node.config_set("maxmemory", str(bound.maxmemory))
+
+
+def redis_reading(settings: Settings) -> RedisReading:
+    """Keys, used memory and the eviction and expiry counters, over every primary."""
+    with redis_client(settings, "read Redis's INFO") as client:
+        totals = [0, 0, 0, 0, 0]
+        for node in _nodes(client):
+            info = node.info()
+            totals[0] += int(node.dbsize())
+            totals[1] += int(info["used_memory"])
+            totals[2] += int(info["evicted_keys"])
+            totals[3] += int(info["expired_keys"])
+            totals[4] += int(info.get("mem_clients_normal", 0))
+    return RedisReading(*totals)
+
+
+class KeyCounter:
+    """DBSIZE over the primaries every `period_s` in its own thread while a step runs:
+    the median says what a bounded cache held better than its end."""
+
+    def __init__(self, settings: Settings, period_s: float = 1.0, timeout_s: float = 2.0):
+        self.settings = settings
+        self.period_s = period_s
+        self.timeout_s = timeout_s
+        self.counts: list[int] = []
+        self.problem: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redis-key-counter", daemon=True)
+
+    def start(self) -> KeyCounter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(timeout=self.timeout_s + self.period_s)
+        return list(self.counts)
+
+    def _run(self) -> None:
+        client = redisclient.connect(self.settings, socket_timeout=self.timeout_s)
+        try:
+            while not self._stop.wait(self.period_s):
+                self.counts.append(sum(int(node.dbsize()) for node in _nodes(client)))
+        except redis.RedisError as error:
+            self.problem = f"cannot count Redis's keys: {error}"
+        finally:
+            client.close()

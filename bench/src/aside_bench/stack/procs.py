@@ -1,10 +1,5 @@
-"""The native stack's processes as infra/stack.sh records them: which pid is which
-service, its process tree, its memory and open file descriptors, and the ports it
-listens on (the proof that a pid belongs to the stack we were pointed at).
-
-Read through psutil, and from /proc where psutil has no such figure (the run
-queue, a process's socket descriptors); nothing here changes a process.
-"""
+"""The native stack's processes as infra/stack.sh records them, read through psutil
+and /proc: pids, trees, memory, descriptors, ports; nothing here changes one."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ SERVICES = stacktable.names()
 
 
 def _running(pid: int) -> psutil.Process | None:
-    """The process `pid` unless it is gone or a zombie (exited, not yet reaped:
-    its memory, files and environment are released)."""
+    """The process `pid` unless it is gone or a zombie."""
     try:
         process = psutil.Process(pid)
         if process.status() != psutil.STATUS_ZOMBIE:
@@ -35,11 +29,8 @@ def _running(pid: int) -> psutil.Process | None:
 
 
 def recorded_pid(run_dir: Path, service: str) -> int | None:
-    """The live pid infra/stack.sh recorded for `service`, else None. Like
-    lib.sh's pid_of, a pid does not count unless its command line holds the
-    recorded match (else the pid was recycled) and its environment holds
-    ASIDE_RUN_DIR=`run_dir` (else it is another stack's process: the lab and
-    the test stack run the same command lines)."""
+    """The live pid infra/stack.sh recorded for `service`, else None: its command line
+    holds the recorded match and its environment ASIDE_RUN_DIR=`run_dir`."""
     pid_file = run_dir / "pids" / f"{service}.pid"
     try:
         pid = int(pid_file.read_text().split()[0])
@@ -60,8 +51,7 @@ def recorded_pid(run_dir: Path, service: str) -> int | None:
 
 
 def environ_value(pid: int, name: str) -> str | None:
-    """The value of `name` in the environment `pid` started with; None when it
-    is not set there or the environment cannot be read (another user's process)."""
+    """`name` in the environment `pid` started with; None when not set or unreadable."""
     try:
         return psutil.Process(pid).environ().get(name)
     except psutil.Error:
@@ -83,8 +73,7 @@ def children(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
 
 
 def tree(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
-    """`pid` and all its descendants (a gunicorn master and its workers, the
-    postmaster and its backends)."""
+    """`pid` and all its descendants."""
     ppids = parents() if ppids is None else ppids
     found = [pid]
     index = 0
@@ -95,9 +84,7 @@ def tree(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
 
 
 def _memory_kib(pid: int) -> tuple[int, int] | None:
-    """VmRSS and RssAnon of one process in KiB, from one reading of its statm;
-    None once it is gone or a zombie (whose memory reads as zero). statm's shared
-    pages are RssFile + RssShmem, so the resident ones less those are RssAnon."""
+    """VmRSS and RssAnon (rss less statm's shared) of one process in KiB; None once gone."""
     process = _running(pid)
     if process is None:
         return None
@@ -115,10 +102,8 @@ def rss_kib(pid: int) -> int | None:
 
 
 def cpu_ticks(pid: int) -> int | None:
-    """utime + stime + cutime + cstime of one process, in clock ticks (None once
-    it is gone). The children's part holds the workers the process reaped, so a
-    worker that exits between two readings of its tree is still counted. A
-    zombie still has its final figures."""
+    """utime + stime + cutime + cstime of one process in clock ticks (reaped workers
+    counted); None once it is gone."""
     try:
         times = psutil.Process(pid).cpu_times()
     except psutil.Error:
@@ -137,8 +122,7 @@ def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
 
 
 class RunQueue(NamedTuple):
-    """Main threads' time runnable with no core free, summed over processes
-    (/proc/<pid>/schedstat, in ns), and their turns on a core."""
+    """Main threads' runnable time with no core free (schedstat, ns) and turns on a core."""
 
     wait_ns: int
     turns: int
@@ -146,8 +130,7 @@ class RunQueue(NamedTuple):
 
 
 def run_queue(pids: list[int]) -> RunQueue | None:
-    """The run-queue wait of each process's main thread (a gateway worker's
-    event loop), summed; None when none of them could be read."""
+    """The main threads' run-queue wait, summed; None when none could be read."""
     wait = turns = 0
     read: list[int] = []
     for pid in pids:
@@ -196,9 +179,7 @@ def fd_count(pid: int) -> int | None:
 
 @dataclass(frozen=True)
 class TreeSample:
-    """One reading of a process tree: memory and descriptors summed over it.
-    VmRSS counts a shared page in every process that touched it (PostgreSQL's
-    shared buffers once per backend); RssAnon is the private part only."""
+    """A process tree's memory and descriptors summed (VmRSS counts shared pages in each)."""
 
     processes: int
     rss_kib: int
@@ -208,8 +189,7 @@ class TreeSample:
 
 
 def sample_tree(pid: int, ppids: dict[int, int] | None = None) -> TreeSample | None:
-    """RSS and open fds summed over `pid`'s tree; None when `pid` is gone.
-    Processes that exit while we read them are left out."""
+    """RSS and fds summed over `pid`'s tree; None when `pid` is gone."""
     kept: list[tuple[int, int, int, int]] = []
     for member in tree(pid, ppids):
         memory, fds = _memory_kib(member), fd_count(member)
@@ -223,8 +203,7 @@ def sample_tree(pid: int, ppids: dict[int, int] | None = None) -> TreeSample | N
 
 
 def _socket_count(pid: int) -> int:
-    """The sockets among `pid`'s fds, each counted once. psutil only lists the
-    inet and unix ones, parsing every /proc/net table per process."""
+    """The sockets among `pid`'s fds (psutil lists only inet and unix ones)."""
     sockets = set()
     fd_dir = PROC / str(pid) / "fd"
     try:

@@ -1,12 +1,5 @@
-"""Control of the native stack for the fault suite and the soak: which stack,
-its processes, and infra/stack.sh to stop and restart services.
-
-The stack is the one infra/env.sh describes in this environment (ASIDE_RUN_DIR,
-ASIDE_*_PORT): exactly what infra/stack.sh itself would act on. Before anything
-is killed, `ServiceControl.verify` checks that the URLs the bench loads point at
-that stack's ports and that every recorded pid listens where it should, so a
-mismatched environment cannot make the suite kill another stack's processes.
-"""
+"""Control of the native stack infra/env.sh describes: its processes, checked to be
+the stack the bench loads before any is touched, and infra/stack.sh."""
 
 from __future__ import annotations
 
@@ -51,9 +44,7 @@ class ServiceControl:
         self.stack = self._read_env()
 
     def _read_env(self) -> StackEnv:
-        """ASIDE_RUN_DIR, CORE_URL and each service's main port as infra/env.sh
-        computes them, read back through bash so the values are exactly the ones
-        infra/stack.sh will use."""
+        """ASIDE_RUN_DIR, CORE_URL and each service's main port as infra/env.sh gives them."""
         port_var = {s.name: s.port_var for s in stacktable.read(self.settings.root)}
         names = ("ASIDE_RUN_DIR", "CORE_URL", *dict.fromkeys(port_var.values()))
         printer = 'printf "%s\\n" ' + " ".join(f'"${name}"' for name in names)
@@ -77,8 +68,7 @@ class ServiceControl:
 
     # ---- which stack --------------------------------------------------------
     def verify(self, services: tuple[str, ...] | None = None) -> None:
-        """Refuse unless the bench's URLs and the recorded pids (of `services`, by
-        default those whose URLs the bench loads) are this stack's."""
+        """Refuse unless the bench's URLs and the recorded pids are this stack's."""
         urls = {
             "gateway": ("GATEWAY_URL", self.settings.gateway_url),
             "postgres": ("DATABASE_URL", self.settings.database_url),
@@ -113,8 +103,7 @@ class ServiceControl:
 
     # ---- faults ---------------------------------------------------------------
     def kill(self, service: str) -> int:
-        """SIGKILL the recorded process of `service` (no clean shutdown: the point
-        of a fault); returns its pid."""
+        """SIGKILL the recorded process of `service`; its pid."""
         pid = self.pid(service)
         os.kill(pid, signal.SIGKILL)
         return pid
@@ -161,15 +150,12 @@ class ServiceControl:
         )
 
     def restart(self, service: str, settings: dict[str, str]) -> None:
-        """Stop `service` and start it again with `settings` added to the
-        environment; returns when infra/stack.sh says it is healthy."""
+        """Stop `service` and start it with `settings` added, until infra/stack.sh says healthy."""
         for action in ("stop", "up"):
             self._checked(action, service, settings=settings)
 
     def route(self, urls: ProxiedUrls | None) -> None:
-        """The core, then the gateway, restarted with their hops through the
-        proxies of `urls` (stack/toxiproxy.py proxied_urls), or with their
-        direct URLs again when `urls` is None."""
+        """The core, then the gateway, restarted through the proxies of `urls` (None: direct)."""
         self.restart("core", urls.core if urls else {})
         self.restart("gateway", urls.gateway if urls else {})
 
@@ -185,8 +171,7 @@ class ServiceControl:
 def wait_for(
     check: Callable[[], object], deadline_s: float, interval_s: float = 0.05
 ) -> float | None:
-    """Poll `check()` until it returns true; the epoch time it first did, or None
-    at the deadline."""
+    """Poll `check()` until true; the epoch time it first was, or None at the deadline."""
     end = time.monotonic() + deadline_s
     while True:
         try:

@@ -1,6 +1,4 @@
-"""Thin clients for where the figures go and come from: InfluxDB 1.x (the
-driver's per-second points, the bench's step points) and Prometheus (the
-gateway's counters). Every call has a timeout."""
+"""Thin clients of InfluxDB 1.x and Prometheus; every call has a timeout."""
 
 from __future__ import annotations
 

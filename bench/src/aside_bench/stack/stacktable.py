@@ -1,6 +1,4 @@
-"""The native stack's services as infra/services.tsv lists them, in start order:
-the one table that infra/services.sh reads too, so the bench's stack control and
-the soak's process list follow a new service or port without an edit here."""
+"""The native stack's services as infra/services.tsv lists them, in start order."""
 
 from __future__ import annotations
 

@@ -1,22 +1,8 @@
-"""The invalidation lag's floor: what the same messages take to reach a
-subscriber that does nothing else, measured during the same step.
+"""The invalidation lag's floor: the same messages' lag at a subscriber doing nothing
+else, during the same step, as the machine's part of the workers' lag.
 
-The gateway's workers measure each invalidation message's lag (receive time
-minus the core's publish time, aside_gateway_l1_invalidation_lag_seconds).
-On a machine whose cores the load driver, PostgreSQL, the core and the gateway
-share, part
-of that lag is the machine's: the core's own wait before its PUBLISH is sent,
-Redis', and the wake-up of any process that was not running. A separate
-process subscribed to the same channel, doing nothing but timing the messages,
-measures that part alone; what the workers add is the difference. Machines
-differ from run to run by more than the lag goal (5 ms), so a step's lag is
-read beside the floor of the same step, as every other figure beside its
-reference of the same run.
-
-`python -m aside_bench.sweep.invalidation_lag_floor OUT` subscribes (REDIS_URL), prints a line
-once Redis confirmed the subscription, and on SIGTERM writes its figures to
-OUT as JSON. `FloorProbe` runs it around a step.
-"""
+`python -m aside_bench.sweep.invalidation_lag_floor OUT` subscribes (REDIS_URL),
+prints a line once subscribed, and on SIGTERM writes its figures to OUT as JSON."""
 
 from __future__ import annotations
 
@@ -88,9 +74,7 @@ def listen(client: redis.Redis, out: Path) -> None:
 
 
 class FloorProbe:
-    """The floor subscriber as a child process for one step: start() before
-    the load, stop() after it. Neither raises: a floor that could not be
-    measured is None, with `problem` saying why."""
+    """The floor subscriber as a child process around one step; it never raises."""
 
     def __init__(self, out: Path):
         self.out = out

@@ -1,8 +1,4 @@
-"""The step loop: each step's preparation, its load, its figures.
-
-Drive a bench: prepare each step's state, run the load driver, read back the
-step's figures, put its point into InfluxDB, show progress, stop cleanly on
-Ctrl-C, and write the report."""
+"""The step loop: each step's preparation, load, figures, point and progress line."""
 
 from __future__ import annotations
 
@@ -39,24 +35,24 @@ from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.records.steprecord import StepRecord
 from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
-from aside_bench.stack import cachememory
-from aside_bench.stack.cachememory import MemoryBound
 from aside_bench.stack.config import Settings
 from aside_bench.stack.influxpoints import BENCH_SPOOL, SPOOL_DIR, InfluxPoints, write_or_spool
 from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import (
+    KeyCounter,
+    MemoryBound,
     StackError,
+    apply_bound,
     connect,
     flush_cache,
+    redis_reading,
 )
 from aside_bench.stack.seeddata import SeedData, remove_bench_users
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.sources import Influx, Prometheus, SourceError
-from aside_bench.sweep.collect import GATEWAY_JOB, collect
-from aside_bench.sweep.distances import DistanceControl
-from aside_bench.sweep.influx_step import step_line
+from aside_bench.sweep.collect import GATEWAY_JOB, collect, step_line
 from aside_bench.sweep.invalidation_lag_floor import FloorProbe
-from aside_bench.sweep.stepprep import Options, StepPreparation
+from aside_bench.sweep.stepprep import DistanceControl, Options, StepPreparation
 from aside_bench.sweep.stepprobe import GatewayProbe
 
 EXIT_INTERRUPTED = 130
@@ -148,8 +144,7 @@ class Runner(StepPreparation):
 
     @property
     def max_pool(self) -> int:
-        """--max-pool, kept below what one gateway worker holds, so the probes'
-        and Prometheus's readings of /metrics find a connection."""
+        """--max-pool, below what one gateway worker holds (the /metrics readers need one)."""
         if not self.connection_bound_read:
             self.connections_per_worker = self.probe.connections_per_worker()
             self.connection_bound_read = True
@@ -169,9 +164,7 @@ class Runner(StepPreparation):
 
     # ---- one step --------------------------------------------------------------
     def run_load(self, run: LoadRun, record: StepRecord) -> int:
-        """The driver for one step or probe: its start and end instants, exit
-        code and CPU time go into `record`, and the figures of its summary;
-        Ctrl-C reaches it through `self.current`."""
+        """The driver for one step or probe; its instants, exit, CPU and summary into `record`."""
         self.summaries += 1
         summary_path = self.options.out_dir / f"summary-{self.summaries:03d}.json"
         run = replace(run, summary_path=summary_path)
@@ -194,8 +187,7 @@ class Runner(StepPreparation):
             summary_path.unlink(missing_ok=True)
 
     def _key_trace(self, run: LoadRun, summary: Summary, record: StepRecord) -> None:
-        """The step's recorded keys into its record: the file relative to the run's
-        folder, the lines written and lost (bench/driver/README.md, "Key traces")."""
+        """The step's recorded keys (file, lines written and lost) into its record."""
         found = summary.key_trace
         if run.key_trace_path is None or found is None or not run.key_trace_path.exists():
             return
@@ -252,19 +244,14 @@ class Runner(StepPreparation):
         return run
 
     def healthz_run(self, step: Step, pool: int, url: str, **more: Any) -> LoadRun:
-        """The driver's healthz scenario against `url`, tagged as `step` (a
-        calibration's probe, the cost's variants)."""
-        return LoadRun(
+        """The driver's healthz scenario against `url`, tagged as `step`."""
+        return LoadRun.of(
+            step,
             scenario="healthz",
             run_id=self.options.run_id,
-            arm=step.arm,
-            phase=step.phase,
-            rate=step.rate,
-            duration_s=step.duration_s,
             pool=pool,
             timeout_s=self.options.shape.timeout_s,
             data_dir=self.options.data_dir,
-            repeat=step.repeat,
             base_url=url,
             **more,
         )
@@ -293,7 +280,7 @@ class Runner(StepPreparation):
         floor = self._floor(step)
         probe = record.probe = {"start": self.probe.reading()}
         redis_start = self._redis_reading(step)
-        counter = None if redis_start is None else cachememory.KeyCounter(self.settings).start()
+        counter = None if redis_start is None else KeyCounter(self.settings).start()
         try:
             with self.distances.measured(step, record):
                 code = self.run_load(run, record)
@@ -330,12 +317,11 @@ class Runner(StepPreparation):
         return results[0]
 
     def _redis_reading(self, step: Step) -> dict[str, int] | None:
-        """The Redis tier's keys, memory and eviction counters, for steps that
-        read through it; None (and a warning) when Redis cannot say."""
+        """The Redis tier's figures for a step read through it; None when unread."""
         if cache_param(step.arm) not in REDIS_READS:
             return None
         try:
-            return asdict(cachememory.reading(self.settings))
+            return asdict(redis_reading(self.settings))
         except StackError as error:
             print(f"  warning: {error}", flush=True)
             return None
@@ -379,13 +365,11 @@ class Runner(StepPreparation):
                 return
 
     def cleanup(self) -> None:
-        """Give the gateway its own settings and Redis its own bound back after an
-        arm that changed them, and remove users an interrupted mixed step left,
-        so the table keeps its row count; no toxic left on a hop."""
+        """Give back the gateway's settings, Redis's bound and the hops; remove mixed users."""
         self.distances.restore()
         if self.stack_bound is not None:
             try:
-                cachememory.apply_bound(self.settings, self.stack_bound)
+                apply_bound(self.settings, self.stack_bound)
                 self.stack_bound = None
             except StackError as error:
                 print(f"warning: could not give Redis its maxmemory back: {error}", file=sys.stderr)
@@ -449,8 +433,7 @@ def finish(
 
 
 def not_written(run: RunRecord, out_dir: Path) -> InfluxPoints:
-    """The run's InfluxDB points not written, said loudly (stderr) when any:
-    where the spooled wait and the command that sends them."""
+    """The run's InfluxDB points not written, said on stderr with how to send them."""
     total = sum((InfluxPoints.of(s.influx) for s in run.steps), InfluxPoints())
     if total.spooled:
         print(

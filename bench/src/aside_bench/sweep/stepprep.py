@@ -1,35 +1,44 @@
-"""A step's preparation before its load: the gateway restarted with the
-settings its arm needs, Redis bounded as a memory arm says (or given back its
-own bound), the stack let go quiet, and the cache flushed, filled or left as
-the step before left it, per tier and phase. The runner (runner.py) takes
-these as the first part of each step."""
+"""A step's preparation: the gateway's settings, Redis's bound, a quiet stack, and
+the cache flushed, filled or left as the step before left it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aside_bench.plan import scenarios
 from aside_bench.plan.shape import LoadShape
-from aside_bench.plan.steps import L1_ARMS, Step, arm_memory, base_arm, cache_param, gateway_env
+from aside_bench.plan.steps import (
+    L1_ARMS,
+    Step,
+    arm_distance,
+    arm_memory,
+    base_arm,
+    cache_param,
+    gateway_env,
+)
 from aside_bench.records.runfile import RunRecord
 from aside_bench.records.steprecord import StepRecord
-from aside_bench.stack import cachememory
-from aside_bench.stack.cachememory import MemoryBound
+from aside_bench.stack import distance as distances
 from aside_bench.stack.config import Settings
 from aside_bench.stack.distance import Distance
 from aside_bench.stack.prepare import (
+    MemoryBound,
     StackError,
+    apply_bound,
     expires_within,
     flush_cache,
+    read_bound,
     wait_until_quiet,
     warm_cache,
 )
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench.sweep.distances import DistanceControl
+from aside_bench.stack.toxiproxy import Proxies, Toxiproxy, ToxiproxyError, proxied_urls
 from aside_bench.sweep.warmtiers import wait_l1_empty, warm_l1
 
 # A ceiling step refills the cache unless every key outlives the step by this much.
@@ -55,9 +64,7 @@ class Options:
 
 
 class StepPreparation:
-    """The runner's part that prepares a step; its state (the gateway's last
-    settings, Redis's own bound, the skip into a cold step's stream) is the
-    runner's (runner.Runner.__init__)."""
+    """The runner's part that prepares a step; its state is the runner's."""
 
     settings: Settings
     options: Options
@@ -73,9 +80,7 @@ class StepPreparation:
         return self.seed.read_emails(self.options.shape.cold_sample)
 
     def _refill(self, step: Step) -> bool:
-        """A sweep's warm steps all start from a fresh fill. The ceiling's steps
-        only top up what expired (a full refill costs a scan per key), unless a
-        key would lapse during the step, which sends its reads to full scans
+        """Whether a warm step refills: the ceiling's only when a key would lapse during it
         (docs/decisions/020-a-ceiling-step-refills-a-cache-that-would-lapse.md)."""
         margin_s = step.duration_s + TTL_MARGIN_S
         return step.scenario != "ceiling" or expires_within(self.settings, margin_s)
@@ -98,25 +103,22 @@ class StepPreparation:
         record.gateway_restarted_with = wanted
 
     def _bound_for(self, step: Step, record: StepRecord) -> None:
-        """Before an arm's cold step: Redis bounded as the arm says (a memory
-        arm) or as the stack had it (any other arm, after a memory arm)."""
+        """Before an arm's cold step: Redis bounded as the arm says, or as the stack had it."""
         memory = arm_memory(step.arm)
         if step.phase != "cold" or (memory is None and self.stack_bound is None):
             if memory is not None:
                 record.cache_memory = asdict(MemoryBound(memory, self.options.cache_policy))
             return
         if self.stack_bound is None:
-            self.stack_bound = cachememory.read_bound(self.settings)
+            self.stack_bound = read_bound(self.settings)
         bound = (
             self.stack_bound if memory is None else MemoryBound(memory, self.options.cache_policy)
         )
-        cachememory.apply_bound(self.settings, bound)
+        apply_bound(self.settings, bound)
         record.cache_memory = asdict(bound)
 
     def _continues_cold(self, step: Step) -> bool:
-        """A warm step of a popularity workload (or a trace) right after its own
-        cold step goes on with that step's stream over the cache it left (no refill):
-        the steady state after a warm-up of the same workload."""
+        """A warm step right after its own cold step (not the hot set) goes on with its stream."""
         shape = self.options.shape
         hotset = shape.dist == "hotset" and shape.trace is None
         if hotset or step.phase != "warm" or len(self.run.steps) < 2:
@@ -171,9 +173,7 @@ class StepPreparation:
             record.warm = warmed
 
     def _warm_l1(self, step: Step, record: StepRecord) -> None:
-        """L1 entries outlive no step (CACHE_L1_TTL_SECONDS, 30 s by default), so
-        every warm step fills L1 again; hybrid's Redis is refilled as the cache
-        arm's is (the ceiling only when a key would lapse during the step)."""
+        """Every warm step fills L1 again (its entries outlive no step); Redis as _refill says."""
         mode = cache_param(step.arm) or "l1"
         warmed = warm_l1(self.settings, self.read_emails(), mode, flush=self._refill(step))
         record.prep = (
@@ -192,3 +192,85 @@ def _own_preparation(step: Step) -> Callable[..., dict[str, Any]] | None:
     """A scenario's own preparation of a warm step (tracks warms its values)."""
     found = scenarios.scenario_of(step.scenario)
     return None if found is None else found.hooks.prepare
+
+
+# Round trips a hop is timed for beside a step's load (stack/distance.py measure).
+HOP_SAMPLES = 20
+
+
+class DistanceControl:
+    def __init__(self, settings: Settings, asked: dict[str, distances.Distance]):
+        self.settings = settings
+        self.asked = asked
+        self.proxies = Proxies.from_env()
+        self.urls = proxied_urls(
+            self.proxies, settings.database_url, settings.redis_url, settings.core_url
+        )
+        self.api: Toxiproxy | None = None
+        self.current: str | None = None
+        self.core_routed = False
+
+    def gateway_env(self, arm: str) -> dict[str, str]:
+        """The gateway's URLs through the proxies for an arm at a distance."""
+        return dict(self.urls.gateway) if arm_distance(arm) is not None else {}
+
+    def before(self, step: Step, record: StepRecord) -> None:
+        """The step's distance on every hop, the core routed for it (or direct again)."""
+        name = arm_distance(step.arm)
+        if name is None:
+            if self.core_routed:
+                ServiceControl(self.settings).restart("core", {})
+                self.core_routed = False
+            return
+        if self.api is None:
+            self.api = Toxiproxy(self.proxies)
+            self.api.require_hops()
+            self.api.clear()
+        if not self.core_routed:
+            ServiceControl(self.settings).restart("core", self.urls.core)
+            self.core_routed = True
+        if name != self.current:
+            distances.apply(self.api, self.asked[name])
+            self.current = name
+        record.distance = name
+
+    @contextmanager
+    def measured(self, step: Step, record: StepRecord) -> Iterator[None]:
+        """Each hop's round trip timed while the step's load runs, into its record."""
+        if arm_distance(step.arm) is None:
+            yield
+            return
+        found: dict[str, Any] = {}
+
+        def measure() -> None:
+            try:
+                times = distances.measure(self.proxies, self.settings.database_url,
+                                         self.settings.redis_url, samples=HOP_SAMPLES)  # fmt: skip
+                found.update({hop: {"median_ms": one.median_ms, "p95_ms": one.p95_ms}
+                              for hop, one in times.hops.items()})  # fmt: skip
+            except Exception as error:  # a probe's failure is the step's note, not its end
+                found["error"] = str(error)
+
+        probe = threading.Thread(target=measure, name="hop-times", daemon=True)
+        probe.start()
+        try:
+            yield
+        finally:
+            probe.join(timeout=step.duration_s + 30)
+            record.hops = found
+
+    def restore(self) -> None:
+        """No toxic left, and the core on its direct URLs again."""
+        if self.api is None:
+            return
+        try:
+            self.api.clear()
+            if self.core_routed:
+                ServiceControl(self.settings).restart("core", {})
+                self.core_routed = False
+        except (StackError, ToxiproxyError) as error:
+            print(f"warning: could not take the core off the proxies: {error}")
+        finally:
+            self.api.close()
+            self.api = None
+            self.current = None

@@ -1,14 +1,5 @@
-"""Cold and warm states of the in-process tier (L1), for the l1 and hybrid arms.
-
-L1 lives in each gateway worker, so it is warmed through each worker: every
-request opens a fresh connection (`Connection: close`), which gunicorn hands
-to whichever worker accepts it, and passes over all the keys repeat until the
-share of L1 lookups that hit, read from the gateway's per-tier counter over
-the last pass, reaches L1_TARGET_SHARE. A cold step empties every worker's L1
-the way the seeder does, with a flush message on the invalidation channel,
-and waits until the L1 gauge reads 0; a gateway that does not listen (its
-invalidation switched off) empties only as its entries expire.
-"""
+"""The L1 tier's cold and warm states: warmed through every worker by fresh
+connections until L1_TARGET_SHARE hits, emptied by the invalidation's flush message."""
 
 from __future__ import annotations
 
@@ -61,10 +52,7 @@ def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
 
 
 def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True) -> dict:
-    """Fill L1 (mode l1 from PostgreSQL, hybrid and tracking through Redis, which is
-    flushed first with every worker's L1 unless told not to) until a pass's L1 hit share
-    reaches the target.
-    The returned dict's hit_share_after is that share of the last pass."""
+    """Fill L1 (hybrid and tracking through a flushed Redis) until a pass hits its target."""
     if flush and mode in ("hybrid", "tracking"):
         # Redis and every worker's L1 together: with L1 left full, the passes
         # would hit L1 and never put a value back in Redis, and the step would
@@ -96,8 +84,7 @@ def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True
 
 
 def wait_l1_empty(settings: Settings, deadline_s: float = L1_EMPTY_DEADLINE_S) -> float:
-    """Announce an L1 flush, then wait until no worker holds an L1 entry
-    (aside_gateway_l1_entries = 0); the seconds waited. StackError past the deadline."""
+    """Announce an L1 flush and wait until no worker holds an entry; the seconds waited."""
     started = time.monotonic()
     announce_l1_flush(settings)
     while True:
