@@ -58,9 +58,18 @@ def next_probe(history: list[Trial], params: CalibrationParams) -> int | None:
     return to_confirm(history)
 
 
-def search(
-    probe: Callable[[int], bool], params: CalibrationParams, budget_s: float
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Searched:
+    """Where a target's search ended."""
+
+    rate: int
+    capped: bool  # nothing missed: the true ceiling is higher
+    out_of_time: bool
+    missed_at: int | None
+    seconds: float
+
+
+def search(probe: Callable[[int], bool], params: CalibrationParams, budget_s: float) -> Searched:
     """Run `probe(rate) -> held` along the search, within `budget_s`."""
     history: list[Trial] = []
     began = time.monotonic()
@@ -75,13 +84,7 @@ def search(
         history.append((rate, probe(rate)))
         slowest = max(slowest, time.monotonic() - started)
     low, high = bounds(history)
-    return {
-        "rate": low,
-        "capped": high is None,  # nothing missed: the true ceiling is higher
-        "out_of_time": out_of_time,
-        "missed_at": high,
-        "seconds": round(time.monotonic() - began, 1),
-    }
+    return Searched(low, high is None, out_of_time, high, round(time.monotonic() - began, 1))
 
 
 def _probe_line(target: str, rate: int, result: StepResult | None, held: bool) -> str:
@@ -110,7 +113,7 @@ def _probe(
 def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str, Any]:
     """One target's search, its probes kept as steps are."""
     url = getattr(runner.settings, TARGETS[target])
-    probes: list[dict[str, Any]] = []
+    probes: list[StepRecord] = []
 
     def probe(rate: int) -> bool:
         if runner.interrupted:
@@ -123,11 +126,12 @@ def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str,
         record.extra["held"] = held
         if result is not None and result.latency is not None:
             record.extra["p95_ms"] = round(result.latency.p95, 3)
-        probes.append(record.to_json())
+        probes.append(record)
         return held
 
     outcome = search(probe, params, params.budget_s / len(TARGETS))
-    return {"url": url, "what": WHAT[target], **outcome, "probes": probes}
+    found = asdict(outcome) | {"probes": [one.to_json() for one in probes]}
+    return {"url": url, "what": WHAT[target], **found}
 
 
 def calibrate(runner: Runner, params: CalibrationParams) -> dict[str, Any]:

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from aside_bench.records.runfile import StepFigures, StepKey
 
-# A step that dropped more than this share of its iterations does not read the
-# machine's speed: the driver spent CPU on requests it never sent.
+# A step dropping more than this share does not read the machine's speed.
 MAX_DROPS = 0.01
 
 

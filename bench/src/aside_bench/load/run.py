@@ -22,8 +22,7 @@ from aside_bench.stack.prepare import StackError
 
 # How often the wait for the driver's end reads its CPU time.
 POLL_S = 0.1
-# A step's driver may start up and write its summary for this long beyond its
-# load and the request timeout before it counts as hung.
+# How long past its load and timeout a driver may take to start and flush.
 START_AND_FLUSH_S = 30
 # How often the wait for the first request reads the samples file.
 SAMPLES_POLL_S = 0.05
@@ -96,8 +95,7 @@ def driver_env(settings: Settings, run: LoadRun) -> dict[str, str]:
     return {**inherited, **mine}
 
 
-# Every variable the driver reads (bench/driver/README.md): none may leak in
-# from the shell that started the bench.
+# Every variable the driver reads (bench/driver/README.md): none leaks in from the shell.
 DRIVER_VARIABLES = frozenset(
     {
         "BASE_URL", "SCENARIO", "RUN_ID", "ARM", "PHASE", "REPEAT", "RATE", "DURATION",
@@ -113,7 +111,6 @@ DRIVER_VARIABLES = frozenset(
 )  # fmt: skip
 
 
-# ---- the sweep's and the ceiling's steps ----------------------------------------------
 def driver_scenario(step: Step) -> str:
     """The driver's scenario for a step: the ceiling's as `read` (BARE_ARM `bare`)."""
     if step.scenario == "ceiling":
@@ -162,7 +159,6 @@ def step_run(
     )
 
 
-# ---- the process ----------------------------------------------------------------------
 class DriverProcess:
     """The driver in its own process group, so Ctrl-C reaches it only as our one SIGINT
     (it then writes its summary); its output goes to `log_path`."""

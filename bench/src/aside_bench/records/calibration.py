@@ -7,8 +7,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-# How many of the lowest-rate probes the base latency is the median of: one 3 s
-# probe's p95 alone moved 2.5x between runs where the runs' own figures agreed.
+# The base latency's median is of this many lowest-rate probes: one alone moved 2.5x.
 BASE_PROBES = 3
 
 

@@ -10,10 +10,7 @@ from aside_bench.records.results import StepResult
 
 # The p95 limit a sweep's step is judged by, as the ceiling's default.
 GOAL_P95_MS = 10.0
-# The share of a step's scheduled requests that may be dropped or failed and the
-# step still hold the goal: one in a thousand (a 99.9% success objective), so a
-# lone timeout in a 20,000-request step does not call the arm a miss, while any
-# step that sheds load does (a shed step drops far more).
+# One in a thousand (99.9% success): a lone timeout is no miss, a shed step is.
 DROP_TOLERANCE = 0.001
 
 

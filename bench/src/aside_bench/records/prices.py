@@ -65,8 +65,7 @@ def step_spend(result: StepResult) -> Spend | None:
         return None
     cached = result.redis is not None
     redis_mib = result.redis.used_memory / 2**20 if result.redis is not None else 0.0
-    # The CPU of every request the gateway answered, failures included, charged
-    # to the requests that succeeded: what a served request really cost.
+    # Every answered request's CPU, failures included, charged to those that succeeded.
     served = result.achieved_rps * result.step.duration_s
     per_served = cost.requests / served if cost.requests > 0 else 1.0
     return Spend(

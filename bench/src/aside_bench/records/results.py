@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from aside_bench.plan.steps import Step
 from aside_bench.records.saturation import LoadGen, noisy
@@ -75,7 +74,7 @@ class RedisCounts:
 
 
 def redis_counts(
-    readings: dict[str, dict[str, int]] | None, bound: dict[str, Any] | None
+    readings: dict[str, dict[str, int] | list[int]] | None, bound: dict[str, int | str] | None
 ) -> RedisCounts | None:
     """A step's Redis figures from its readings at start and end (run.json)."""
     if not readings or "start" not in readings or "end" not in readings:
@@ -107,8 +106,7 @@ class StepResult:
     loadgen: LoadGen | None = None  # None: the driver's CPU was not recorded
     # interference: the compute requests beside the step's reads (None: none ran)
     compute: StepResult | None = None
-    # The answered requests' latency from their due time (coordinated omission
-    # included); None where the driver did not give it.
+    # The answered requests' latency from their due time (None: not given).
     from_due: Latency | None = None
     # The Redis tier's keys, memory, evictions and expiries (None: not read).
     redis: RedisCounts | None = None

@@ -92,8 +92,7 @@ def load_figures(out_dir: Path) -> list[StepFigures] | None:
         return None
 
 
-# run.json's shape: 2 since the load driver's figures (the driver's CPU and
-# pool, a summary per step); a run without the field is of shape 1.
+# run.json's shape: 2 since the driver's figures; a run without the field is of shape 1.
 RUN_SCHEMA = 2
 
 

@@ -10,14 +10,12 @@ from dataclasses import dataclass
 from aside_bench.plan.steps import LATENCY_BUDGET_S
 from aside_bench.records.steprecord import StepRecord
 
-# The driver may use up to this share of the machine's cores before its own
-# timing is in doubt (docs/decisions/019-when-the-load-generator-is-the-limit.md).
+# The driver's share of the cores before its timing is in doubt (decision 019).
 DRIVER_CPU_SHARE_LIMIT = 0.4
 
 
-# A step that missed while the host (the hypervisor) took more than this share
-# of the machine's cores says more about the host than about the server: the
-# searches run it again (ceiling.search.run_again).
+# A miss while the host stole more than this says more of the host than of the
+# server: the searches run it again (ceiling.search.run_again).
 NOISY_STEAL = 0.08
 
 
@@ -26,8 +24,7 @@ def noisy(steal: float | None) -> bool:
     return steal is not None and steal > NOISY_STEAL
 
 
-# A reading of the machine's ticks: (busy, total, steal), as
-# stack.procs.MachineTicks or its JSON list in run.json.
+# A reading of the machine's ticks: (busy, total, steal), stack.procs.MachineTicks.
 Ticks = Sequence[int]
 
 

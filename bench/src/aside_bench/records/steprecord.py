@@ -23,7 +23,7 @@ class StepRecord:
     # Its preparation: the distance's hops, the gateway's restart, Redis's bound.
     distance: str | None = None
     gateway_restarted_with: dict[str, str] | None = None
-    cache_memory: dict[str, Any] | None = None
+    cache_memory: dict[str, int | str] | None = None  # maxmemory, policy
     quiet_wait_s: float | None = None
     skip: int | None = None  # iterations a warm step passes over (its cold step's)
     prep: str | None = None
@@ -45,8 +45,8 @@ class StepRecord:
     key_trace_lines: int | None = None
     key_trace_lost: int | None = None
     influx: dict[str, int] | None = None
-    hops: dict[str, Any] | None = None
-    redis: dict[str, Any] | None = None
+    hops: dict[str, dict[str, float] | str] | None = None  # by hop, or an error
+    redis: dict[str, dict[str, int] | list[int]] | None = None
     interrupted: bool = False  # saved only when it was
     prom_end: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)

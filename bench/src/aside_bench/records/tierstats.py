@@ -10,19 +10,13 @@ from typing import Any
 from aside_bench.records.saturation import busy_share, steal_share
 
 TIERS = ("l1", "l2")
-# Keys of a probe's "tier_reads": "<tier> <outcome>", as JSON has no tuple keys.
 Bucket = tuple[float, float]  # (upper bound `le`, cumulative count)
 
 
 def increase_across_reset(start: float | None, end: float | None) -> float:
     """Increase of a counter between two instants; a restart (reset) counts from 0."""
-    start = start or 0.0
-    end = end or 0.0
+    start, end = start or 0.0, end or 0.0
     return end - start if end >= start else end
-
-
-def tier_key(tier: str, outcome: str) -> str:
-    return f"{tier} {outcome}"
 
 
 def increases(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
@@ -33,12 +27,9 @@ def increases(start: dict[str, float], end: dict[str, float]) -> dict[str, float
 def tier_hit_rates(start: dict[str, float], end: dict[str, float]) -> dict[str, float | None]:
     """Per tier, hits / lookups over the interval (None: not looked in)."""
     delta = increases(start, end)
-    rates: dict[str, float | None] = {}
-    for tier in TIERS:
-        hits = delta.get(tier_key(tier, "hit"), 0.0)
-        lookups = hits + delta.get(tier_key(tier, "miss"), 0.0)
-        rates[tier] = hits / lookups if lookups > 0 else None
-    return rates
+    hits = {tier: delta.get(f"{tier} hit", 0.0) for tier in TIERS}
+    lookups = {tier: hits[tier] + delta.get(f"{tier} miss", 0.0) for tier in TIERS}
+    return {tier: hits[tier] / lookups[tier] if lookups[tier] > 0 else None for tier in TIERS}
 
 
 def cpu_ms_per_request(
@@ -133,8 +124,7 @@ class StepCost:
     redis_cpu_ms_per_request: float | None = None
     # The proxies' (toxiproxy) over the step, per request: the lab's cost, not the service's.
     proxy_cpu_ms_per_request: float | None = None
-    # The machine over the step: the share of its cores busy (every process,
-    # the driver's too) and, of it, the host's steal (a virtual machine's noise).
+    # The share of the machine's cores busy (every process) and, of it, the host's steal.
     machine_busy: float | None = None
     host_steal: float | None = None
 
@@ -155,12 +145,17 @@ def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
     requests = increase_across_reset(start.get("requests"), end.get("requests"))
     rates = tier_hit_rates(start.get("tier_reads", {}), end.get("tier_reads", {}))
     lag = bucket_increase(start.get("lag_buckets", {}), end.get("lag_buckets", {}))
-    l1_bytes = end.get("l1_bytes")
+    l1_bytes, clk_tck = end.get("l1_bytes"), float(end.get("clk_tck", 100))
     floor = probe.get("floor") or {}
+
+    def service_cpu(service: str) -> float | None:
+        before, after = (one.get("service_cpu_ticks") or {} for one in (start, end))
+        return cpu_ms_per_request(before.get(service), after.get(service), clk_tck, requests)
+
     return StepCost(
         requests=requests,
         cpu_ms_per_request=cpu_ms_per_request(
-            start.get("cpu_ticks"), end.get("cpu_ticks"), float(end.get("clk_tck", 100)), requests
+            start.get("cpu_ticks"), end.get("cpu_ticks"), clk_tck, requests
         ),
         gateway_rss_mib=_mib(end.get("gateway_rss_kib")),
         redis_rss_mib=_mib(end.get("redis_rss_kib")),
@@ -175,17 +170,9 @@ def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
         floor_count=floor.get("count"),
         floor_p50_ms=floor.get("p50_ms"),
         floor_p99_ms=floor.get("p99_ms"),
-        postgres_cpu_ms_per_request=_service_cpu(start, end, "postgres", requests),
-        redis_cpu_ms_per_request=_service_cpu(start, end, "redis", requests),
-        proxy_cpu_ms_per_request=_service_cpu(start, end, "toxiproxy", requests),
+        postgres_cpu_ms_per_request=service_cpu("postgres"),
+        redis_cpu_ms_per_request=service_cpu("redis"),
+        proxy_cpu_ms_per_request=service_cpu("toxiproxy"),
         machine_busy=busy_share(start.get("machine_ticks"), end.get("machine_ticks")),
         host_steal=steal_share(start.get("machine_ticks"), end.get("machine_ticks")),
     )
-
-
-def _service_cpu(
-    start: dict[str, Any], end: dict[str, Any], service: str, requests: float
-) -> float | None:
-    before = (start.get("service_cpu_ticks") or {}).get(service)
-    after = (end.get("service_cpu_ticks") or {}).get(service)
-    return cpu_ms_per_request(before, after, float(end.get("clk_tck", 100)), requests)

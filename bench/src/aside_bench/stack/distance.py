@@ -11,7 +11,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
@@ -24,13 +24,11 @@ ROOT = Path(__file__).resolve().parents[4]
 PRESETS_FILE = ROOT / "infra" / "conf" / "distance.json"
 LOOPBACK = "loopback"
 DIRECT = "direct"  # no proxy in the path: the reference of the proxy's own cost
-# Explicit values: DISTANCE_<HOP>_MS and DISTANCE_<HOP>_JITTER_MS. The core's own
-# hops (core-redis, core-postgres) follow the gateway's to the same server.
+# DISTANCE_<HOP>_MS and _JITTER_MS; the core's own hops follow the gateway's.
 EXPLICIT = {"redis": "REDIS", "postgres": "POSTGRES", "core": "CORE"}
 FOLLOWS = {"core-redis": "redis", "core-postgres": "postgres"}
 
-# The timeouts each hop is held to, with the services' defaults (gateway/README.md,
-# core-go/README.md): a round trip at or above one of them cannot succeed.
+# The timeouts each hop is held to, with the services' defaults: none may be reached.
 HOP_TIMEOUTS: dict[str, tuple[tuple[str, int], ...]] = {
     "redis": (("REDIS_TIMEOUT_MS", 200), ("REDIS_CONNECT_TIMEOUT_MS", 200)),
     "postgres": (("DB_POOL_TIMEOUT_MS", 1000), ("DB_STATEMENT_TIMEOUT_MS", 5000)),
@@ -78,24 +76,22 @@ def _milliseconds(name: str, value: object) -> float:
     return number
 
 
+def _hop(where: str, values: dict[str, object]) -> HopDistance:
+    keys = ("round_trip_ms", "jitter_ms")
+    return HopDistance(*(_milliseconds(f"{where} {key}", values.get(key, 0)) for key in keys))
+
+
 @cache
 def _presets(path: Path = PRESETS_FILE) -> dict[str, Distance]:
     data = json.loads(path.read_text())
     found = {}
     for name, preset in data["presets"].items():
         where = f"{path.name} preset {name}"
-        default = HopDistance(
-            _milliseconds(f"{where} round_trip_ms", preset.get("round_trip_ms", 0)),
-            _milliseconds(f"{where} jitter_ms", preset.get("jitter_ms", 0)),
-        )
-        hops = {hop: default for hop in HOPS}
+        hops = dict.fromkeys(HOPS, _hop(where, preset))
         for hop, values in preset.get("hops", {}).items():
             if hop not in HOPS:
                 raise DistanceError(f"{where} names hop '{hop}' (one of: {' '.join(HOPS)})")
-            hops[hop] = HopDistance(
-                _milliseconds(f"{where} {hop} round_trip_ms", values.get("round_trip_ms", 0)),
-                _milliseconds(f"{where} {hop} jitter_ms", values.get("jitter_ms", 0)),
-            )
+            hops[hop] = _hop(f"{where} {hop}", values)
         found[name] = Distance(name, hops, preset.get("source", ""))
     return found
 
@@ -116,10 +112,8 @@ def explicit(env: dict[str, str] | None = None) -> Distance | None:
         return None
     hops = {}
     for hop, var in EXPLICIT.items():
-        hops[hop] = HopDistance(
-            _milliseconds(f"DISTANCE_{var}_MS", env.get(f"DISTANCE_{var}_MS") or 0),
-            _milliseconds(f"DISTANCE_{var}_JITTER_MS", env.get(f"DISTANCE_{var}_JITTER_MS") or 0),
-        )
+        names = (f"DISTANCE_{var}_MS", f"DISTANCE_{var}_JITTER_MS")
+        hops[hop] = HopDistance(*(_milliseconds(name, env.get(name) or 0) for name in names))
     for hop, leader in FOLLOWS.items():
         hops[hop] = hops[leader]
     return Distance("explicit", hops, "DISTANCE_*_MS")
@@ -174,9 +168,7 @@ def asked(names: list[str], env: dict[str, str] | None = None) -> dict[str, Dist
 
 def as_record(distance: Distance) -> dict[str, object]:
     """A distance as run.json's params keep it: each hop's round trip and jitter."""
-    hops = {hop: {"round_trip_ms": d.round_trip_ms, "jitter_ms": d.jitter_ms}
-            for hop, d in distance.hops.items()}  # fmt: skip
-    return {"source": distance.source, "hops": hops}
+    return {"source": distance.source, "hops": {hop: asdict(d) for hop, d in distance.hops.items()}}
 
 
 # A probe past this is not a round trip but a fault: it is counted as this.
@@ -262,14 +254,13 @@ def measure(
     samples: int = SAMPLES,
 ) -> HopTimes:
     """The round trip of each of `hops` (default every hop) through its proxy."""
-    ports = proxies.ports
-    probes: dict[str, Callable[[], HopTime]] = {
-        "redis": lambda: redis_hop("redis", redis_url, ports["redis"], samples),
-        "postgres": lambda: postgres_hop("postgres", database_url, ports["postgres"], samples),
-        "core": lambda: http_hop("core", ports["core"], samples),
-        "core-redis": lambda: redis_hop("core-redis", redis_url, ports["core-redis"], samples),
-        "core-postgres": lambda: postgres_hop(
-            "core-postgres", database_url, ports["core-postgres"], samples
-        ),
-    }
-    return HopTimes({hop: probes[hop]() for hop in hops or tuple(probes)})
+    found = {}
+    for hop in hops or HOPS:  # redis, postgres and core, the core's own redis and postgres
+        port = proxies.ports[hop]
+        if hop == "core":
+            found[hop] = http_hop(hop, port, samples)
+        elif hop.endswith("redis"):
+            found[hop] = redis_hop(hop, redis_url, port, samples)
+        else:
+            found[hop] = postgres_hop(hop, database_url, port, samples)
+    return HopTimes(found)

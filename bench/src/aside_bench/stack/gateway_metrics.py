@@ -16,15 +16,8 @@ HTTP_TIMEOUT_S = 10.0
 # How long a reading of the connection bound waits for workers still starting.
 BOUND_WAIT_S = 15.0
 BOUND_POLL_S = 0.2
-REQUESTS_TOTAL = "aside_gateway_http_requests_total"
-CACHE_ERRORS_TOTAL = "aside_gateway_cache_errors_total"
-TIER_READS_TOTAL = "aside_gateway_cache_tier_reads_total"
-L1_ENTRIES = "aside_gateway_l1_entries"
-L1_BYTES = "aside_gateway_l1_bytes"
 CONNECTIONS_MAX = "aside_gateway_connections_max"
-INVALIDATION_LAG_BUCKET = "aside_gateway_l1_invalidation_lag_seconds_bucket"
-# Scrapes of /metrics (Prometheus', the bench's own) are not load: left out of
-# the requests a step's CPU time is divided by.
+# Scrapes of /metrics are not load: left out of a step's requests.
 METRICS_ROUTE = "/metrics"
 
 RequestKey = tuple[str, str, str]  # (route, method, status)
@@ -103,33 +96,31 @@ def request_counts(text: str) -> dict[RequestKey, float]:
     def key(labels: dict[str, str]) -> RequestKey:
         return labels.get("route", ""), labels.get("method", ""), labels.get("status", "")
 
-    return summed_by(text, REQUESTS_TOTAL, key)
+    return summed_by(text, "aside_gateway_http_requests_total", key)
 
 
 def cache_error_counts(text: str) -> dict[str, float]:
     """aside_gateway_cache_errors_total by op (get, lease, store, breaker_open)."""
-    return summed_by_label(text, CACHE_ERRORS_TOTAL, "op")
+    return summed_by_label(text, "aside_gateway_cache_errors_total", "op")
 
 
 def tier_read_counts(text: str) -> dict[str, float]:
     """aside_gateway_cache_tier_reads_total by "<tier> <outcome>" ("l1 hit"), all routes."""
     return summed_by(
         text,
-        TIER_READS_TOTAL,
+        "aside_gateway_cache_tier_reads_total",
         lambda labels: f"{labels.get('tier', '')} {labels.get('outcome', '')}",
     )
 
 
 def lag_bucket_counts(text: str) -> dict[str, float]:
     """The invalidation lag histogram's cumulative buckets by their `le` text."""
-    return summed_by_label(text, INVALIDATION_LAG_BUCKET, "le")
+    return summed_by_label(text, "aside_gateway_l1_invalidation_lag_seconds_bucket", "le")
 
 
 def served_requests(text: str) -> float:
     """Requests the gateway answered, every route but /metrics."""
-    return sum(
-        value for (route, _, _), value in request_counts(text).items() if route != METRICS_ROUTE
-    )
+    return sum(v for (route, _, _), v in request_counts(text).items() if route != METRICS_ROUTE)
 
 
 def step_counters(text: str) -> dict[str, object]:
@@ -138,6 +129,6 @@ def step_counters(text: str) -> dict[str, object]:
         "requests": served_requests(text),
         "tier_reads": tier_read_counts(text),
         "lag_buckets": lag_bucket_counts(text),
-        "l1_entries": unlabelled_value(text, L1_ENTRIES),
-        "l1_bytes": unlabelled_value(text, L1_BYTES),
+        "l1_entries": unlabelled_value(text, "aside_gateway_l1_entries"),
+        "l1_bytes": unlabelled_value(text, "aside_gateway_l1_bytes"),
     }

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from aside_bench.stack.sources import Influx, SourceError
 
@@ -27,7 +26,7 @@ class InfluxPoints:
     lost: int = 0
 
     @classmethod
-    def of(cls, found: dict[str, Any] | None) -> InfluxPoints:
+    def of(cls, found: dict[str, int] | None) -> InfluxPoints:
         """The driver summary's `influx` (or a step record's)."""
         found = found or {}
         return cls(*(int(found.get(k) or 0) for k in ("written", "spooled", "lost")))

@@ -92,9 +92,7 @@ def expires_within(settings: Settings, seconds: float) -> bool:
     return bool(ttls_ms) and min(ttls_ms) < seconds * 1000
 
 
-# A warm-up read the gateway's door refuses (503, Retry-After: 1, while its
-# limit grows back on a busy machine) is asked again after that second, twice
-# at most; a 503 after that fails the warm-up as any other error does.
+# A warm-up read the door refuses (503, Retry-After: 1) is asked again, twice at most.
 DOOR_RETRY = Retry(
     total=2,
     connect=0,

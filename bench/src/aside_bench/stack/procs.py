@@ -4,9 +4,10 @@ and /proc: pids, trees, memory, descriptors, ports; nothing here changes one."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import psutil
 
@@ -15,6 +16,15 @@ from aside_bench.stack import stacktable
 PROC = Path("/proc")
 # infra/services.sh ALL_SERVICES, in start order.
 SERVICES = stacktable.names()
+T = TypeVar("T")
+
+
+def _read(read: Callable[[], T]) -> T | None:
+    """`read()`, or None when psutil cannot (the process gone, or another user's)."""
+    try:
+        return read()
+    except psutil.Error:
+        return None
 
 
 def _running(pid: int) -> psutil.Process | None:
@@ -41,21 +51,16 @@ def recorded_pid(run_dir: Path, service: str) -> int | None:
         return None
     match_file = pid_file.with_name(pid_file.name + ".cmd")
     if match_file.exists():
-        try:
-            cmdline = " ".join(process.cmdline())
-        except psutil.Error:
-            return None
-        if match_file.read_text().strip() not in cmdline:
+        cmdline = _read(process.cmdline)
+        if cmdline is None or match_file.read_text().strip() not in " ".join(cmdline):
             return None
     return pid if environ_value(pid, "ASIDE_RUN_DIR") == str(run_dir) else None
 
 
 def environ_value(pid: int, name: str) -> str | None:
     """`name` in the environment `pid` started with; None when not set or unreadable."""
-    try:
-        return psutil.Process(pid).environ().get(name)
-    except psutil.Error:
-        return None
+    environ = _read(lambda: psutil.Process(pid).environ())
+    return None if environ is None else environ.get(name)
 
 
 def parents() -> dict[int, int]:
@@ -76,21 +81,16 @@ def tree(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
     """`pid` and all its descendants."""
     ppids = parents() if ppids is None else ppids
     found = [pid]
-    index = 0
-    while index < len(found):
-        found += children(found[index], ppids)
-        index += 1
+    for member in found:  # the loop reaches the children it appends
+        found += children(member, ppids)
     return found
 
 
 def _memory_kib(pid: int) -> tuple[int, int] | None:
     """VmRSS and RssAnon (rss less statm's shared) of one process in KiB; None once gone."""
     process = _running(pid)
-    if process is None:
-        return None
-    try:
-        memory = process.memory_info()
-    except psutil.Error:
+    memory = None if process is None else _read(process.memory_info)
+    if memory is None:
         return None
     return memory.rss // 1024, (memory.rss - memory.shared) // 1024
 
@@ -104,9 +104,8 @@ def rss_kib(pid: int) -> int | None:
 def cpu_ticks(pid: int) -> int | None:
     """utime + stime + cutime + cstime of one process in clock ticks (reaped workers
     counted); None once it is gone."""
-    try:
-        times = psutil.Process(pid).cpu_times()
-    except psutil.Error:
+    times = _read(lambda: psutil.Process(pid).cpu_times())
+    if times is None:
         return None
     seconds = times.user + times.system + times.children_user + times.children_system
     # psutil divides the kernel's ticks by the tick rate: this gives them back.
@@ -148,8 +147,7 @@ class MachineTicks(NamedTuple):
 
     busy: int  # all but idle and iowait
     total: int
-    # Of busy: the hypervisor ran another guest on this machine's cores. A
-    # virtual machine's noise, which no process here caused or can avoid.
+    # Of busy: the hypervisor ran another guest on these cores (a virtual machine's noise).
     steal: int
 
 
@@ -171,10 +169,7 @@ def clock_ticks_per_s() -> int:
 
 
 def fd_count(pid: int) -> int | None:
-    try:
-        return psutil.Process(pid).num_fds()
-    except psutil.Error:
-        return None
+    return _read(lambda: psutil.Process(pid).num_fds())
 
 
 @dataclass(frozen=True)
@@ -222,8 +217,5 @@ def _socket_count(pid: int) -> int:
 
 def listening_ports(pid: int) -> set[int]:
     """TCP ports `pid` itself listens on (IPv4 and IPv6)."""
-    try:
-        connections = psutil.Process(pid).net_connections(kind="tcp")
-    except psutil.Error:
-        return set()
+    connections = _read(lambda: psutil.Process(pid).net_connections(kind="tcp")) or []
     return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}

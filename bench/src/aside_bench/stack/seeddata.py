@@ -12,8 +12,7 @@ import psycopg
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect, flush_cache
 
-# Users the mixed scenario creates are named load.<run id>.<worker>.<iter>; the
-# fault suite's and the soak's load.<run id>.<case>.<worker>.<iter>.
+# The users the mixed scenario, the fault suite and the soak create.
 BENCH_USERNAME_PATTERN = "load.%"
 
 

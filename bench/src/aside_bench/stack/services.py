@@ -66,7 +66,6 @@ class ServiceControl:
             raise StackError(f"infra/env.sh gives a port that is not a number: {error}") from error
         return StackEnv(Path(found["ASIDE_RUN_DIR"]), ports, found["CORE_URL"].rstrip("/"))
 
-    # ---- which stack --------------------------------------------------------
     def verify(self, services: tuple[str, ...] | None = None) -> None:
         """Refuse unless the bench's URLs and the recorded pids are this stack's."""
         urls = {
@@ -101,7 +100,6 @@ class ServiceControl:
     def gateway_workers(self) -> list[int]:
         return procs.children(self.pid("gateway"))
 
-    # ---- faults ---------------------------------------------------------------
     def kill(self, service: str) -> int:
         """SIGKILL the recorded process of `service`; its pid."""
         pid = self.pid(service)
@@ -116,7 +114,6 @@ class ServiceControl:
         os.kill(workers[0], signal.SIGKILL)
         return workers[0]
 
-    # ---- infra/stack.sh -------------------------------------------------------
     def _run(
         self, *args: str, settings: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:

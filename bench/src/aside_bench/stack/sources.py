@@ -84,7 +84,7 @@ class Prometheus:
         self.base_url = base_url.rstrip("/")
         self.session = session or requests.Session()
 
-    def _get(self, path: str, params: dict[str, Any]) -> Any:
+    def _get(self, path: str, params: dict[str, str]) -> Any:
         try:
             response = self.session.get(f"{self.base_url}{path}", params=params, timeout=TIMEOUT_S)
         except requests.RequestException as error:
@@ -100,7 +100,7 @@ class Prometheus:
         return body["data"]
 
     def instant(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"query": promql}
+        params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
         return self._get("/api/v1/query", params)["result"]

@@ -14,8 +14,7 @@ import requests
 
 from aside_bench.stack.prepare import StackError
 
-# The proxies of infra/conf/toxiproxy.json, each with the infra/env.sh variable of
-# the port it listens on and the lab's default (infra/env.sh).
+# infra/conf/toxiproxy.json's proxies: the infra/env.sh variable of each port, its default.
 PROXY_PORTS: dict[str, tuple[str, int]] = {
     "redis": ("ASIDE_TOXIPROXY_REDIS_PORT", 26479),
     "postgres": ("ASIDE_TOXIPROXY_POSTGRES_PORT", 25532),
@@ -167,7 +166,6 @@ def restored(api: Toxiproxy | None = None) -> Iterator[Toxiproxy]:
             api.close()
 
 
-# ---- the services' URLs through the proxies ------------------------------------------
 def with_port(url: str, port: int) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)

@@ -114,7 +114,7 @@ class FloorProbe:
             self._proc.wait()
         self._proc = None
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self) -> dict[str, float | int | None] | None:
         """The step's floor figures, or None (see `problem`)."""
         proc = self._proc
         if proc is None:

@@ -62,8 +62,7 @@ SCRAPE_WAIT_S = 15.0
 KEY_TRACE_FILE = "keys.trace.gz"
 
 
-# A step's driver run from its step and pool: the sweep's and the ceiling's
-# (step_run), or another (the cost table's variants).
+# A step's driver run from its step and pool (step_run, or the cost's variants).
 RunBuilder = Callable[[Step, int], LoadRun]
 
 
@@ -130,12 +129,10 @@ class Runner(StepPreparation):
         self.distances = DistanceControl(settings, options.distances)
         # Redis's own bound, read before a memory arm first changes it, given back at the end.
         self.stack_bound: MemoryBound | None = None
-        # The iterations a warm step of a popularity workload passes over: its
-        # cold step's, whose stream it continues (the driver's SKIP).
+        # The iterations a warm step passes over: its cold step's (the driver's SKIP).
         self.skip = 0
         self.probe = GatewayProbe(settings)
-        # What each gateway worker holds before it answers a connection 503:
-        # read at the first step and again after each restart of the gateway.
+        # What each gateway worker holds before it answers 503, read again after a restart.
         self.connections_per_worker: int | None = None
         self.connection_bound_read = False
         if self.probe.problem:
@@ -150,7 +147,6 @@ class Runner(StepPreparation):
             self.connection_bound_read = True
         return pool_cap(self.options.max_pool, self.connections_per_worker)
 
-    # ---- Ctrl-C ----------------------------------------------------------------
     def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
         self.interrupted = True
         if self.current is not None and self.current.process is not None:
@@ -162,7 +158,6 @@ class Runner(StepPreparation):
     def install_signal_handler(self) -> None:
         signal.signal(signal.SIGINT, self._on_sigint)
 
-    # ---- one step --------------------------------------------------------------
     def run_load(self, run: LoadRun, record: StepRecord) -> int:
         """The driver for one step or probe; its instants, exit, CPU and summary into `record`."""
         self.summaries += 1
@@ -178,8 +173,7 @@ class Runner(StepPreparation):
                 summary = Summary({})
             record.summary = summary.step_figures(run.scenario)
             if summary.cpu_s is not None and record.driver is not None:
-                # The driver's own account (getrusage, in µs): /proc's clock
-                # ticks round a small step's CPU down to nothing.
+                # The driver's own account (getrusage): /proc's ticks round a short step's down.
                 record.driver["cpu_s"] = summary.cpu_s
             self._key_trace(run, summary, record)
             if "influx" in summary.data:
@@ -192,8 +186,7 @@ class Runner(StepPreparation):
         if run.key_trace_path is None or found is None or not run.key_trace_path.exists():
             return
         record.key_trace = run.key_trace_path.relative_to(self.options.out_dir).as_posix()
-        record.key_trace_lines = int(found.get("lines") or 0)
-        record.key_trace_lost = int(found.get("lost") or 0)
+        record.key_trace_lines, record.key_trace_lost = found.lines, found.lost
 
     def _run_driver(self, run: LoadRun, record: StepRecord) -> int:
         log_path = self.options.out_dir / "load.log"
@@ -326,7 +319,6 @@ class Runner(StepPreparation):
             print(f"  warning: {error}", flush=True)
             return None
 
-    # ---- the loop --------------------------------------------------------------
     def _eta(self, remaining: int) -> str:
         mean = sum(self.step_seconds) / len(self.step_seconds)
         return _clock(mean * remaining)

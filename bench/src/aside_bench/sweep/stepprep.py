@@ -4,11 +4,10 @@ the cache flushed, filled or left as the step before left it."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aside_bench.plan import scenarios
 from aside_bench.plan.shape import LoadShape
@@ -143,12 +142,13 @@ class StepPreparation:
         except StackError as error:
             self._warn(record, error)
         in_process = base_arm(step.arm) in L1_ARMS
+        own = scenarios.scenario_of(step.scenario)  # a scenario's own warm step (tracks')
         if self._continues_cold(step):
             before = self.run.steps[-2]
             self.skip = int(before.rate) * int(before.duration_s)
             record.skip = self.skip
             record.prep = f"continues the cold step's stream over its cache (skip {self.skip})"
-        elif step.phase == "warm" and (prepare := _own_preparation(step)) is not None:
+        elif step.phase == "warm" and (prepare := own.hooks.prepare if own else None):
             warmed = record.warm = prepare(self.settings, self.options.data_dir, step)
             record.prep = warmed.pop("prep")
         elif step.phase == "cold":
@@ -186,12 +186,6 @@ class StepPreparation:
                 f"L1 hit share stayed at {warmed['hit_share_after']:.0%} after "
                 f"{warmed['passes']} passes"
             )
-
-
-def _own_preparation(step: Step) -> Callable[..., dict[str, Any]] | None:
-    """A scenario's own preparation of a warm step (tracks warms its values)."""
-    found = scenarios.scenario_of(step.scenario)
-    return None if found is None else found.hooks.prepare
 
 
 # Round trips a hop is timed for beside a step's load (stack/distance.py measure).
@@ -240,7 +234,7 @@ class DistanceControl:
         if arm_distance(step.arm) is None:
             yield
             return
-        found: dict[str, Any] = {}
+        found: dict[str, dict[str, float] | str] = {}
 
         def measure() -> None:
             try:

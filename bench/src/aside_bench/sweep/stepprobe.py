@@ -16,8 +16,7 @@ from aside_bench.stack.services import ServiceControl
 
 # Services whose CPU a step's cost counts beside the gateway's.
 COSTED_SERVICES = ("postgres", "redis")
-# Read beside them but never priced: the lab's own proxy on the hops, whose cost
-# the distance tables state beside the figures it is in (report/distances.py).
+# Read beside them, never priced: the lab's proxy (report/distances.py states it).
 MEASURED_SERVICES = (*COSTED_SERVICES, "toxiproxy")
 
 

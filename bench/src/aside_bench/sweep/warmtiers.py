@@ -22,8 +22,7 @@ from aside_bench.stack.prepare import (
 
 L1_TARGET_SHARE = 0.95
 L1_MAX_PASSES = 12
-# Many requests in flight: the misses of a worker queue into large batched
-# scans instead of one scan each, so a pass fits well within the L1 TTL.
+# Many requests in flight: a worker's misses batch into few scans.
 WARM_THREADS = 32
 L1_EMPTY_DEADLINE_S = 120.0
 # contracts/cache.json `tiers.invalidation_channel` (a unit test keeps them equal).
@@ -54,9 +53,7 @@ def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
 def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True) -> dict:
     """Fill L1 (hybrid and tracking through a flushed Redis) until a pass hits its target."""
     if flush and mode in ("hybrid", "tracking"):
-        # Redis and every worker's L1 together: with L1 left full, the passes
-        # would hit L1 and never put a value back in Redis, and the step would
-        # find Redis empty once those L1 entries expired (a wave of scans).
+        # Redis and every worker's L1 together: with L1 full the passes would never refill Redis.
         flush_cache(settings)
         wait_l1_empty(settings)
     started = time.monotonic()
