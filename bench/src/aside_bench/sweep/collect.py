@@ -7,13 +7,8 @@ from typing import Any
 
 from aside_bench.plan import scenarios
 from aside_bench.plan.steps import Step
-from aside_bench.records.results import (
-    CacheCounts,
-    Latency,
-    StaleCounts,
-    StepResult,
-    redis_counts,
-)
+from aside_bench.records import results
+from aside_bench.records.results import StepResult
 from aside_bench.records.saturation import loadgen_of
 from aside_bench.records.steprecord import StepRecord
 from aside_bench.records.tierstats import increase_across_reset, step_cost
@@ -27,7 +22,7 @@ CACHE_COUNTERS = {
 }
 
 
-def cache_counts(prom: Prometheus, start: float, end: float) -> CacheCounts | None:
+def cache_counts(prom: Prometheus, start: float, end: float) -> results.CacheCounts | None:
     """The cache counters' increase; None when Prometheus was not scraping the gateway."""
     if prom.scalar(f'max(up{{job="{GATEWAY_JOB}"}})', end) != 1.0:
         return None
@@ -37,14 +32,14 @@ def cache_counts(prom: Prometheus, start: float, end: float) -> CacheCounts | No
         )
         for kind, name in CACHE_COUNTERS.items()
     }
-    return CacheCounts(**deltas)
+    return results.CacheCounts(**deltas)
 
 
-def summary_latency(figures: dict[str, Any] | None) -> Latency | None:
+def summary_latency(figures: dict[str, Any] | None) -> results.Latency | None:
     """The latency of a summary's figures; None when no request was answered."""
     if not figures or figures.get("p95") is None:
         return None
-    return Latency(
+    return results.Latency(
         float(figures.get("p50") or 0.0),
         float(figures["p95"]),
         float(figures.get("p99") or 0.0),
@@ -63,7 +58,7 @@ def compute_beside(step: Step, summary: dict[str, Any]) -> StepResult | None:
 
 
 def _counted(
-    step: Step, figures: dict[str, Any], cache: CacheCounts | None, **more: Any
+    step: Step, figures: dict[str, Any], cache: results.CacheCounts | None, **more: Any
 ) -> StepResult:
     """A step's latency, iterations, failures and drops from the driver's figures."""
     return StepResult(
@@ -77,7 +72,7 @@ def _counted(
     )
 
 
-def summary_result(record: StepRecord, cache: CacheCounts | None) -> StepResult:
+def summary_result(record: StepRecord, cache: results.CacheCounts | None) -> StepResult:
     """A step's result from its record."""
     summary = record.figures
     step = record.step
@@ -89,15 +84,15 @@ def summary_result(record: StepRecord, cache: CacheCounts | None) -> StepResult:
         cache,
         by_name={name: latency for name, latency in by_name.items() if latency is not None},
         cost=step_cost(record.probe),
-        stale=None if stale is None else StaleCounts(**stale),
+        stale=None if stale is None else results.StaleCounts(**stale),
         loadgen=loadgen_of(record, summary.get("inflight_peak")),
         compute=compute_beside(step, summary),
         from_due=summary_latency(summary.get("from_due")),
-        redis=redis_counts(record.redis, record.cache_memory),
+        redis=results.redis_counts(record.redis, record.cache_memory),
     )
 
 
-def _step_cache(prom: Prometheus, record: StepRecord) -> CacheCounts | None:
+def _step_cache(prom: Prometheus, record: StepRecord) -> results.CacheCounts | None:
     if record.prom_start is None or record.prom_end is None:
         return None
     return cache_counts(prom, record.prom_start, record.prom_end)

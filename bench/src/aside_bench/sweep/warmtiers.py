@@ -10,15 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 from aside_bench.records.tierstats import tier_hit_rates
+from aside_bench.stack import prepare
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import scrape, tier_read_counts, unlabelled_value
-from aside_bench.stack.prepare import (
-    StackError,
-    count_url,
-    flush_cache,
-    gateway_session,
-    redis_client,
-)
+from aside_bench.stack.prepare import StackError
 
 L1_TARGET_SHARE = 0.95
 L1_MAX_PASSES = 12
@@ -36,15 +31,15 @@ def flush_message(now_s: float) -> bytes:
 
 def announce_l1_flush(settings: Settings) -> int:
     """Publish the flush message; the number of workers that heard it."""
-    with redis_client(settings, "publish the L1 flush") as client:
+    with prepare.redis_client(settings, "publish the L1 flush") as client:
         return int(client.publish(INVALIDATION_CHANNEL, flush_message(time.time())))
 
 
 def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
     # A connection of its own each: the reads land on every worker's L1.
-    with gateway_session() as session:
+    with prepare.gateway_session() as session:
         response = session.get(
-            count_url(gateway_url, email, mode), headers={"Connection": "close"}, timeout=30
+            prepare.count_url(gateway_url, email, mode), headers={"Connection": "close"}, timeout=30
         )
     response.raise_for_status()
     return response.headers.get("X-Cache-Tier", "")
@@ -54,7 +49,7 @@ def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True
     """Fill L1 (hybrid and tracking through a flushed Redis) until a pass hits its target."""
     if flush and mode in ("hybrid", "tracking"):
         # Redis and every worker's L1 together: with L1 full the passes would never refill Redis.
-        flush_cache(settings)
+        prepare.flush_cache(settings)
         wait_l1_empty(settings)
     started = time.monotonic()
     shares: list[float | None] = []
