@@ -1,5 +1,4 @@
-"""The machine's calibration before the steps: the highest rate the driver holds
-against the core's /healthz (the measurement ceiling) and the gateway's."""
+"""The machine's calibration: the highest rate the driver holds on two /healthz routes."""
 
 from __future__ import annotations
 
@@ -16,11 +15,10 @@ from aside_bench.stack.prepare import StackError, wait_until_quiet
 from aside_bench.sweep.collect import collect
 from aside_bench.sweep.runner import Runner
 
-# The two servers measured: name -> the Settings attribute of its base URL.
-TARGETS = {"core": "core_url", "gateway": "gateway_url"}
-WHAT = {
-    "core": "the driver + the core's /healthz (the machine's measurement ceiling)",
-    "gateway": "the gateway's /healthz (its server, no work)",
+# The two servers measured: name -> the Settings attribute of its base URL, what it is.
+TARGETS = {
+    "core": ("core_url", "the driver + the core's /healthz (the machine's measurement ceiling)"),
+    "gateway": ("gateway_url", "the gateway's /healthz (its server, no work)"),
 }
 
 
@@ -36,8 +34,7 @@ class CalibrationParams:
 
 def ladder(params: CalibrationParams) -> list[int]:
     """start, 2 x start, 4 x start, ... up to max_rate (max_rate itself last)."""
-    rates = []
-    rate = params.start
+    rates, rate = [], params.start
     while rate < params.max_rate:
         rates.append(rate)
         rate *= 2
@@ -45,8 +42,7 @@ def ladder(params: CalibrationParams) -> list[int]:
 
 
 def next_probe(history: list[Trial], params: CalibrationParams) -> int | None:
-    """Double until a probe misses, bisect to `resolution_rel`, confirm as the ceiling
-    search does; None when done."""
+    """Double until a probe misses, bisect, confirm as the ceiling does; None when done."""
     low, high = bounds(history)
     tried = {rate for rate, _ in history}
     if high is None:  # nothing missed yet; at the ladder's end the figure is a lower bound
@@ -112,7 +108,8 @@ def _probe(
 
 def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str, Any]:
     """One target's search, its probes kept as steps are."""
-    url = getattr(runner.settings, TARGETS[target])
+    attribute, what = TARGETS[target]
+    url = getattr(runner.settings, attribute)
     probes: list[StepRecord] = []
 
     def probe(rate: int) -> bool:
@@ -131,7 +128,7 @@ def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str,
 
     outcome = search(probe, params, params.budget_s / len(TARGETS))
     found = asdict(outcome) | {"probes": [one.to_json() for one in probes]}
-    return {"url": url, "what": WHAT[target], **found}
+    return {"url": url, "what": what, **found}
 
 
 def calibrate(runner: Runner, params: CalibrationParams) -> dict[str, Any]:

@@ -1,5 +1,4 @@
-"""The machine's meter: the driver's CPU time per request, which moves with the
-cores' speed and hardly with the service (docs/decisions/040-the-machines-meter.md)."""
+"""The machine's meter: the driver's CPU per request (docs/decisions/040-the-machines-meter.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The one layer that starts the load driver (bench/driver, `aside-load`) for every
-kind of run: its variables, its process, its CPU time, its first request."""
+"""The one layer that starts the load driver (bench/driver, `aside-load`), for every run."""
 
 from __future__ import annotations
 
@@ -160,8 +159,7 @@ def step_run(
 
 
 class DriverProcess:
-    """The driver in its own process group, so Ctrl-C reaches it only as our one SIGINT
-    (it then writes its summary); its output goes to `log_path`."""
+    """The driver in its own process group: Ctrl-C reaches it only as our one SIGINT."""
 
     def __init__(
         self, command: list[str], log_path: Path, env: dict[str, str], live: bool = False
@@ -258,8 +256,7 @@ class DriverProcess:
     def first_sample(
         self, probe: Callable[[], T | None], where: str, deadline_s: float, interval_s: float
     ) -> T:
-        """What `probe` finds once the driver's first request is out; StackError when the
-        driver exits first or nothing comes within `deadline_s`."""
+        """What `probe` finds once the driver's first request is out; StackError otherwise."""
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
             found = probe()

@@ -1,5 +1,4 @@
-"""run.json's "machine" -> "calibration" read as typed records: the rate each
-target held, its probes, the machine's base latency, a line per target."""
+"""run.json's "machine" -> "calibration" as typed records: each target's rate and probes."""
 
 from __future__ import annotations
 

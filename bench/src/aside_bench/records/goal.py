@@ -1,6 +1,4 @@
-"""The service goal a sweep's arms are held to: p95 within a limit, at most
-DROP_TOLERANCE dropped or failed; only a step that held it has a price
-(docs/decisions/071-prices-compared-at-equal-service.md)."""
+"""The service goal a price needs (docs/decisions/071-prices-compared-at-equal-service.md)."""
 
 from __future__ import annotations
 

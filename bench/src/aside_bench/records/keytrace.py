@@ -1,5 +1,4 @@
-"""Key traces (bench/driver/README.md, "Key traces"), read by the driver's rules:
-a key a line, optionally a TAB and its due second; `#` lines skipped; gzip or plain."""
+"""Key traces (bench/driver/README.md, "Key traces"), read by the driver's rules."""
 
 from __future__ import annotations
 

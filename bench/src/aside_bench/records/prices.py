@@ -1,5 +1,4 @@
-"""A step's cost per million requests served: the CPU of the gateway, PostgreSQL and
-Redis per request served and the memory the arm holds, at ASIDE_PRICE_* per hour."""
+"""A step's cost per million requests served: its services' CPU and its arm's memory, priced."""
 
 from __future__ import annotations
 

@@ -102,8 +102,7 @@ class RunSchemaError(ValueError):
 
 @dataclass
 class RunRecord:
-    """A run of the sweep's kinds (run, ceiling, cost) as run.json keeps it; a kind's own
-    findings ride in `extra`."""
+    """A run of the sweep's kinds as run.json keeps it; a kind's own findings ride in `extra`."""
 
     run_id: str
     kind: str

@@ -1,5 +1,4 @@
-"""Was the load generator the limit of a step: its CPU over its limit, or its pool
-full while --max-pool held it below rate x the latency budget (plan.LATENCY_BUDGET_S)?"""
+"""Was the load generator a step's limit: its CPU over its limit, or its pool full below budget?"""
 
 from __future__ import annotations
 
@@ -86,12 +85,8 @@ class LoadGen:
 
     @property
     def cpu_bound(self) -> bool:
-        cores = self.cpu_cores
-        return (
-            cores is not None
-            and self.cpu_limit_cores is not None
-            and (cores > self.cpu_limit_cores)
-        )
+        cores, limit = self.cpu_cores, self.cpu_limit_cores
+        return cores is not None and limit is not None and cores > limit
 
     @property
     def reasons(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from aside_bench.plan.steps import Step
@@ -53,16 +53,7 @@ class StepRecord:
 
     @classmethod
     def of(cls, step: Step, **more: Any) -> StepRecord:
-        return cls(
-            step.scenario,
-            step.arm,
-            step.phase,
-            step.rate,
-            step.duration_s,
-            repeat=step.repeat,
-            read_rate=step.read_rate,
-            **more,
-        )
+        return cls(**asdict(step), **more)
 
     @property
     def step(self) -> Step:

@@ -65,8 +65,7 @@ def nearest_rank(values: Sequence[float], q: float) -> float | None:
 
 
 def histogram_quantile(q: float, buckets: list[Bucket]) -> float | None:
-    """The q-quantile of cumulative buckets as Prometheus' histogram_quantile computes it;
-    None without observations or a +Inf bucket."""
+    """The q-quantile of cumulative buckets as Prometheus' histogram_quantile computes it."""
     if not 0 <= q <= 1:
         raise ValueError("q must be in [0, 1]")
     if len(buckets) < 2 or not math.isinf(buckets[-1][0]):

@@ -1,6 +1,4 @@
-"""How far apart the services sit: each hop's added round trip and jitter (a preset
-of infra/conf/distance.json or DISTANCE_*_MS) as toxics on the hops' proxies,
-refused when a hop's round trip reaches a timeout the services hold it to."""
+"""How far apart the services sit: each hop's round trip and jitter, as its proxy's toxics."""
 
 from __future__ import annotations
 
@@ -192,11 +190,6 @@ class HopTimes:
         return self.hops[hop].median_ms
 
 
-def _nearest_rank(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
 def _timed(hop: str, once: Callable[[], object], samples: int) -> HopTime:
     once()  # the connection opened, outside the figures
     times = []
@@ -204,9 +197,8 @@ def _timed(hop: str, once: Callable[[], object], samples: int) -> HopTime:
         start = time.perf_counter()
         once()
         times.append((time.perf_counter() - start) * 1000)
-    return HopTime(
-        hop, round(statistics.median(times), 3), round(_nearest_rank(times, 0.95), 3), samples
-    )
+    p95 = sorted(times)[max(0, math.ceil(0.95 * samples) - 1)]  # by nearest rank
+    return HopTime(hop, round(statistics.median(times), 3), round(p95, 3), samples)
 
 
 def redis_hop(hop: str, redis_url: str, port: int, samples: int = SAMPLES) -> HopTime:

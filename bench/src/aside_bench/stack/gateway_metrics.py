@@ -58,8 +58,7 @@ def scrape(settings: Settings) -> str:
 
 
 def connections_per_worker(text: str) -> int | None:
-    """The connections each worker holds before it answers 503 (the fewest over live
-    workers); None from a gateway that does not say or a worker still starting (0)."""
+    """The connections a worker holds before a 503; None when not said or a worker starts."""
     value = unlabelled_value(text, CONNECTIONS_MAX)
     return None if value is None or value < 1 else int(value)
 
@@ -113,11 +112,6 @@ def tier_read_counts(text: str) -> dict[str, float]:
     )
 
 
-def lag_bucket_counts(text: str) -> dict[str, float]:
-    """The invalidation lag histogram's cumulative buckets by their `le` text."""
-    return summed_by_label(text, "aside_gateway_l1_invalidation_lag_seconds_bucket", "le")
-
-
 def served_requests(text: str) -> float:
     """Requests the gateway answered, every route but /metrics."""
     return sum(v for (route, _, _), v in request_counts(text).items() if route != METRICS_ROUTE)
@@ -128,7 +122,9 @@ def step_counters(text: str) -> dict[str, object]:
     return {
         "requests": served_requests(text),
         "tier_reads": tier_read_counts(text),
-        "lag_buckets": lag_bucket_counts(text),
+        "lag_buckets": summed_by_label(
+            text, "aside_gateway_l1_invalidation_lag_seconds_bucket", "le"
+        ),
         "l1_entries": unlabelled_value(text, "aside_gateway_l1_entries"),
         "l1_bytes": unlabelled_value(text, "aside_gateway_l1_bytes"),
     }

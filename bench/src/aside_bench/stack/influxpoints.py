@@ -1,5 +1,4 @@
-"""What became of a step's InfluxDB points: written, spooled in the run's `influx-spool/`
-(`aside-bench report --run <id>` resends them, safely twice) or lost."""
+"""A step's InfluxDB points written, spooled (`influx-spool/`, resent by `report`) or lost."""
 
 from __future__ import annotations
 

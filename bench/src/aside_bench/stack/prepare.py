@@ -1,5 +1,4 @@
-"""The services a bench loads, made ready for a step: up, connected, the cache
-flushed, warmed or checked, the last step's backlog drained."""
+"""The services a bench loads made ready for a step; Redis's bound and figures."""
 
 from __future__ import annotations
 
@@ -126,8 +125,7 @@ def _read_count(session: requests.Session, gateway_url: str, email: str, mode: s
 def warm_cache(
     settings: Settings, emails: list[str], workers: int = 4, flush: bool = True, mode: str = "l2"
 ) -> dict[str, float]:
-    """Flush (unless told not to), read every email through the gateway, then once more
-    to measure the share now served from Redis."""
+    """Flush (unless told not to), read every email through the gateway, then measure a re-read."""
     if flush:
         flush_cache(settings)
     started = time.monotonic()
@@ -177,18 +175,15 @@ def healthz_seconds(settings: Settings) -> float:
 
 
 def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: float = 0.05) -> float:
-    """Wait until PostgreSQL runs no client query and /healthz answers fast three times
-    running; the seconds waited, StackError past the deadline."""
+    """Wait until no client query runs and /healthz is fast three times; the seconds waited."""
     started = time.monotonic()
     fast_in_a_row = 0
     with connect(settings) as conn:
         while True:
-            if active_queries(conn) == 0 and healthz_seconds(settings) < healthz_fast_s:
-                fast_in_a_row += 1
-                if fast_in_a_row >= 3:
-                    return time.monotonic() - started
-            else:
-                fast_in_a_row = 0
+            quiet = active_queries(conn) == 0 and healthz_seconds(settings) < healthz_fast_s
+            fast_in_a_row = fast_in_a_row + 1 if quiet else 0
+            if fast_in_a_row >= 3:
+                return time.monotonic() - started
             if time.monotonic() - started > deadline_s:
                 raise StackError(
                     f"the stack is still busy {deadline_s:.0f}s after the last step "
@@ -253,8 +248,7 @@ def redis_reading(settings: Settings) -> RedisReading:
 
 
 class KeyCounter:
-    """DBSIZE over the primaries every `period_s` in its own thread while a step runs:
-    the median says what a bounded cache held better than its end."""
+    """DBSIZE every `period_s` while a step runs, in a thread of its own."""
 
     def __init__(self, settings: Settings, period_s: float = 1.0, timeout_s: float = 2.0):
         self.settings = settings

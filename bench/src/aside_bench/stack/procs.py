@@ -1,21 +1,65 @@
-"""The native stack's processes as infra/stack.sh records them, read through psutil
-and /proc: pids, trees, memory, descriptors, ports; nothing here changes one."""
+"""The native stack's processes as infra/stack.sh records them, read, never changed."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 import psutil
 
-from aside_bench.stack import stacktable
+# bench/src/aside_bench/stack/procs.py -> the repository root
+ROOT = Path(__file__).resolve().parents[4]
+_COLUMNS = ("name", "ports", "url", "probe", "match")
+
+
+class TableError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    port_vars: tuple[str, ...]  # infra/env.sh variables; the first is the main port
+    url: str  # with ${VAR} placeholders, as `make status` shows it once expanded
+    probe: str  # "http PATH" or the kind of a probe_<kind> function of services.sh
+    match: str  # a piece of the command line recorded with the pid
+
+    @property
+    def port_var(self) -> str:
+        return self.port_vars[0]
+
+
+def parse_services(text: str) -> tuple[Service, ...]:
+    """The services of a table's text: comment lines (#) and the header skipped."""
+    services = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if fields[0] == _COLUMNS[0]:  # the header
+            continue
+        if len(fields) != len(_COLUMNS) or not all(fields):
+            raise TableError(f"infra/services.tsv line {number}: needs 5 tab-separated columns")
+        name, ports, url, probe, match = fields
+        services.append(Service(name, tuple(ports.split()), url, probe, match))
+    if not services:
+        raise TableError("infra/services.tsv lists no service")
+    return tuple(services)
+
+
+@cache
+def services_table(root: Path = ROOT) -> tuple[Service, ...]:
+    """The native stack's services as infra/services.tsv lists them, in start order."""
+    return parse_services((root / "infra" / "services.tsv").read_text())
+
 
 PROC = Path("/proc")
 # infra/services.sh ALL_SERVICES, in start order.
-SERVICES = stacktable.names()
+SERVICES = tuple(service.name for service in services_table())
 T = TypeVar("T")
 
 
@@ -39,8 +83,7 @@ def _running(pid: int) -> psutil.Process | None:
 
 
 def recorded_pid(run_dir: Path, service: str) -> int | None:
-    """The live pid infra/stack.sh recorded for `service`, else None: its command line
-    holds the recorded match and its environment ASIDE_RUN_DIR=`run_dir`."""
+    """The live pid recorded for `service` (its match and ASIDE_RUN_DIR=`run_dir`), else None."""
     pid_file = run_dir / "pids" / f"{service}.pid"
     try:
         pid = int(pid_file.read_text().split()[0])
@@ -102,8 +145,7 @@ def rss_kib(pid: int) -> int | None:
 
 
 def cpu_ticks(pid: int) -> int | None:
-    """utime + stime + cutime + cstime of one process in clock ticks (reaped workers
-    counted); None once it is gone."""
+    """utime + stime + cutime + cstime of a process in clock ticks; None once it is gone."""
     times = _read(lambda: psutil.Process(pid).cpu_times())
     if times is None:
         return None

@@ -1,5 +1,4 @@
-"""Control of the native stack infra/env.sh describes: its processes, checked to be
-the stack the bench loads before any is touched, and infra/stack.sh."""
+"""Control of the native stack infra/env.sh describes, checked before any process is touched."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from aside_bench.stack import procs, stacktable
+from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.toxiproxy import ProxiedUrls
@@ -28,9 +27,8 @@ class StackEnv:
 
 
 def _url_port(url: str) -> int | None:
-    parts = urlsplit(url)
     try:
-        return parts.port
+        return urlsplit(url).port
     except ValueError:
         return None
 
@@ -45,7 +43,7 @@ class ServiceControl:
 
     def _read_env(self) -> StackEnv:
         """ASIDE_RUN_DIR, CORE_URL and each service's main port as infra/env.sh gives them."""
-        port_var = {s.name: s.port_var for s in stacktable.read(self.settings.root)}
+        port_var = {s.name: s.port_var for s in procs.services_table(self.settings.root)}
         names = ("ASIDE_RUN_DIR", "CORE_URL", *dict.fromkeys(port_var.values()))
         printer = 'printf "%s\\n" ' + " ".join(f'"${name}"' for name in names)
         done = subprocess.run(

@@ -89,11 +89,8 @@ class Prometheus:
             response = self.session.get(f"{self.base_url}{path}", params=params, timeout=TIMEOUT_S)
         except requests.RequestException as error:
             raise SourceError(f"Prometheus query failed: {error}") from error
-        body = (
-            response.json()
-            if response.headers.get("content-type", "").startswith("application/json")
-            else {}
-        )
+        is_json = response.headers.get("content-type", "").startswith("application/json")
+        body = response.json() if is_json else {}
         if response.status_code != 200 or body.get("status") != "success":
             detail = body.get("error") or response.text[:200]
             raise SourceError(f"Prometheus answered {response.status_code}: {detail}")
@@ -110,15 +107,11 @@ class Prometheus:
         result = self.instant(promql, at)
         return float(result[0]["value"][1]) if result else None
 
-    def last_scrape(self, job: str) -> float | None:
-        """Unix time of the job's latest scrape (its `up` sample)."""
-        return self.scalar(f'max(timestamp(up{{job="{job}"}}))')
-
     def wait_for_scrape_after(self, job: str, instant: float, deadline_s: float) -> float:
         """Poll until the job has been scraped after `instant`; return that scrape's time."""
         deadline = time.monotonic() + deadline_s
         while True:
-            scraped = self.last_scrape(job)
+            scraped = self.scalar(f'max(timestamp(up{{job="{job}"}}))')  # its latest scrape
             if scraped is not None and scraped > instant:
                 return scraped
             if time.monotonic() > deadline:

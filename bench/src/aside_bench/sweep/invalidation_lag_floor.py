@@ -1,8 +1,6 @@
-"""The invalidation lag's floor: the same messages' lag at a subscriber doing nothing
-else, during the same step, as the machine's part of the workers' lag.
+"""The invalidation lag's floor: the same messages at a subscriber doing nothing else.
 
-`python -m aside_bench.sweep.invalidation_lag_floor OUT` subscribes (REDIS_URL),
-prints a line once subscribed, and on SIGTERM writes its figures to OUT as JSON."""
+`python -m aside_bench.sweep.invalidation_lag_floor OUT` writes its figures on SIGTERM."""
 
 from __future__ import annotations
 

@@ -242,8 +242,7 @@ class Runner:
         return self.seed.read_emails(self.options.shape.cold_sample)
 
     def _refill(self, step: Step) -> bool:
-        """Whether a warm step refills: the ceiling's only when a key would lapse during it
-        (docs/decisions/020-a-ceiling-step-refills-a-cache-that-would-lapse.md)."""
+        """Whether a warm step refills: the ceiling's only when a key would lapse (decision 020)."""
         margin_s = step.duration_s + TTL_MARGIN_S
         return step.scenario != "ceiling" or prepare.expires_within(self.settings, margin_s)
 
@@ -521,10 +520,6 @@ class Runner:
             print(f"  warning: {error}", flush=True)
             return None
 
-    def _eta(self, remaining: int) -> str:
-        mean = sum(self.step_seconds) / len(self.step_seconds)
-        return _clock(mean * remaining)
-
     def step_with_progress(
         self, step: Step, head: str, remaining: int | None, build: RunBuilder | None = None
     ) -> StepResult | None:
@@ -542,7 +537,8 @@ class Runner:
         line += f"  {note} ({SPOOL_DIR}/)" if note else ""
         tail = f"elapsed {_clock(time.monotonic() - self.started)}"
         if remaining is not None:
-            tail += f", ETA {self._eta(remaining)}"
+            mean = sum(self.step_seconds) / len(self.step_seconds)
+            tail += f", ETA {_clock(mean * remaining)}"
         print(f"{head}  {line}" + (f"  ({prep})" if prep else "") + f"  | {tail}", flush=True)
         return result
 
@@ -589,19 +585,13 @@ class Runner:
 def new_run(
     kind: str, run_id: str, params: dict[str, Any], seed: SeedData, settings: Settings
 ) -> RunRecord:
-    return RunRecord(
-        run_id=run_id,
-        kind=kind,
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
-        params=params,
-        machine=describe(),
-        seed=seed.meta,
-        settings={
-            "gateway_url": settings.gateway_url,
-            "influxdb_url": settings.influx_url,
-            "prometheus_url": settings.prometheus_url,
-        },
-    )
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    urls = {
+        "gateway_url": settings.gateway_url,
+        "influxdb_url": settings.influx_url,
+        "prometheus_url": settings.prometheus_url,
+    }
+    return RunRecord(run_id, kind, created, params, describe(), seed.meta, urls)
 
 
 def finish(

@@ -1,5 +1,4 @@
-"""Readings right before and after a step's load, kept as its "probe" in run.json:
-ticks, CPU of the services, the gateway's counters, memory at the end."""
+"""Readings right before and after a step's load, kept as its "probe" in run.json."""
 
 from __future__ import annotations
 

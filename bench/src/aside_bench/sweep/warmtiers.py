@@ -1,5 +1,4 @@
-"""The L1 tier's cold and warm states: warmed through every worker by fresh
-connections until L1_TARGET_SHARE hits, emptied by the invalidation's flush message."""
+"""The L1 tier's cold and warm states, through every gateway worker."""
 
 from __future__ import annotations
 
