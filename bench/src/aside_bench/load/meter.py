@@ -14,9 +14,7 @@ MAX_DROPS = 0.01
 def driver_cost(one: StepFigures) -> float | None:
     """The driver's CPU s per request of a repeat that held its rate; None otherwise."""
     cores, achieved = one.driver_cpu_cores, one.achieved
-    if not cores or not achieved or cores <= 0 or achieved <= 0:
-        return None
-    if (one.drops or 0.0) > MAX_DROPS:
+    if not cores or not achieved or cores <= 0 or achieved <= 0 or (one.drops or 0) > MAX_DROPS:
         return None
     return float(cores) / float(achieved)
 

@@ -19,12 +19,9 @@ from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 
-# How often the wait for the driver's end reads its CPU time.
-POLL_S = 0.1
-# How long past its load and timeout a driver may take to start and flush.
-START_AND_FLUSH_S = 30
-# How often the wait for the first request reads the samples file.
-SAMPLES_POLL_S = 0.05
+POLL_S = 0.1  # how often the wait for the driver's end reads its CPU time
+START_AND_FLUSH_S = 30  # how long past its load and timeout a driver may start and flush
+SAMPLES_POLL_S = 0.05  # how often the wait for the first request reads the samples file
 
 T = TypeVar("T")
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from aside_bench.plan import scenarios
 
-# The summary schema this bench reads (bench/driver/README.md).
-SUMMARY_SCHEMA = 1
+SUMMARY_SCHEMA = 1  # the summary schema this bench reads (bench/driver/README.md)
 
 
 @dataclass(frozen=True)
@@ -62,9 +61,7 @@ class Summary:
     @property
     def cpu_s(self) -> float | None:
         cpu = self.data.get("cpu")
-        if not cpu:
-            return None
-        return float(cpu.get("user_s", 0.0)) + float(cpu.get("system_s", 0.0))
+        return None if not cpu else float(cpu.get("user_s", 0.0)) + float(cpu.get("system_s", 0.0))
 
     def scenario(self, name: str) -> dict[str, Any]:
         return self.scenarios.get(name) or {}

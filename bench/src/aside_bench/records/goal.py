@@ -20,11 +20,9 @@ class Goal:
     drop_tolerance: float = DROP_TOLERANCE
 
     def held(self, result: StepResult) -> bool:
-        return (
-            result.latency is not None
-            and result.latency.p95 <= self.p95_ms
-            and result.drop_rate <= self.drop_tolerance
-        )
+        latency = result.latency
+        held = latency is not None and latency.p95 <= self.p95_ms
+        return held and result.drop_rate <= self.drop_tolerance
 
     def words(self) -> str:
         """The goal as the report states it."""

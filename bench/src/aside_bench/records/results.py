@@ -67,10 +67,8 @@ class RedisCounts:
     evicted: int
     expired: int
     maxmemory: int | None = None  # None: the stack's own bound
-    # The median of the keys it held, counted once a second during the step.
-    keys_held: int | None = None
-    # Its clients' buffers at the step's end (they count in maxmemory too).
-    clients_memory: int | None = None
+    keys_held: int | None = None  # the median of its keys, counted once a second
+    clients_memory: int | None = None  # its clients' buffers at the end (within maxmemory)
 
 
 def redis_counts(
@@ -104,12 +102,9 @@ class StepResult:
     cost: StepCost | None = None  # None: no probe around the step (older runs)
     stale: StaleCounts | None = None  # None: no staleness checker ran
     loadgen: LoadGen | None = None  # None: the driver's CPU was not recorded
-    # interference: the compute requests beside the step's reads (None: none ran)
-    compute: StepResult | None = None
-    # The answered requests' latency from their due time (None: not given).
-    from_due: Latency | None = None
-    # The Redis tier's keys, memory, evictions and expiries (None: not read).
-    redis: RedisCounts | None = None
+    compute: StepResult | None = None  # interference's compute beside the reads (None: none)
+    from_due: Latency | None = None  # the answered requests' latency from their due time
+    redis: RedisCounts | None = None  # None: not read
 
     @property
     def drop_rate(self) -> float:
@@ -125,12 +120,8 @@ class StepResult:
 
     def holds(self, p95_limit_ms: float) -> bool:
         """The ceiling's test: every request started and succeeded, p95 within the limit."""
-        return (
-            self.latency is not None
-            and self.dropped == 0
-            and self.failed == 0
-            and self.latency.p95 <= p95_limit_ms
-        )
+        latency, clean = self.latency, self.dropped == 0 and self.failed == 0
+        return clean and latency is not None and latency.p95 <= p95_limit_ms
 
     @property
     def host_steal(self) -> float | None:

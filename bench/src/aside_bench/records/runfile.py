@@ -116,16 +116,12 @@ class RunRecord:
     finished: str | None = None
     probe_warning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    # A baseline's runs (compare pools several runs as one side); never saved.
-    runs: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)  # a baseline's runs (compare's); not saved
 
     def to_json(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_SAVED}
+        skip = _NOT_SAVED | {n for n in ("finished", "probe_warning") if getattr(self, n) is None}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         data["steps"] = [step.to_json() for step in self.steps]
-        if self.probe_warning is None:
-            del data["probe_warning"]
-        if self.finished is None:
-            del data["finished"]
         return {"schema_version": RUN_SCHEMA, **data, **self.extra}
 
     @classmethod

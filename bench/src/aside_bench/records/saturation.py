@@ -65,23 +65,16 @@ class LoadGen:
 
     @property
     def cpu_cores(self) -> float | None:
-        if self.cpu_s is None or self.duration_s <= 0:
-            return None
-        return self.cpu_s / self.duration_s
+        return None if self.cpu_s is None or self.duration_s <= 0 else self.cpu_s / self.duration_s
 
     def cpu_ms_per_request(self, requests: float) -> float | None:
-        if self.cpu_s is None or requests <= 0:
-            return None
-        return self.cpu_s * 1000 / requests
+        return None if self.cpu_s is None or requests <= 0 else self.cpu_s * 1000 / requests
 
     @property
     def out_of_pool(self) -> bool:
         """Every worker was busy, and the pool was below the budget."""
-        return (
-            self.inflight_peak is not None
-            and self.inflight_peak >= self.pool
-            and self.pool < self.pool_budget
-        )
+        peak = self.inflight_peak
+        return peak is not None and peak >= self.pool and self.pool < self.pool_budget
 
     @property
     def cpu_bound(self) -> bool:

@@ -73,16 +73,12 @@ class StepRecord:
         return self.summary or {}
 
     def to_json(self) -> dict[str, Any]:
-        data = {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if f.name != "extra" and getattr(self, f.name) is not None
+        # read_rate and interrupted are saved only when set, a field at None never.
+        unset = {"extra"} | {
+            name for name in ("read_rate", "interrupted") if not getattr(self, name)
         }
-        if not self.read_rate:
-            del data["read_rate"]
-        if not self.interrupted:
-            del data["interrupted"]
-        return {**data, **self.extra}
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in unset}
+        return {**{k: v for k, v in values.items() if v is not None}, **self.extra}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepRecord:

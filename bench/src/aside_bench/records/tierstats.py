@@ -118,11 +118,10 @@ class StepCost:
     floor_count: int | None = None
     floor_p50_ms: float | None = None
     floor_p99_ms: float | None = None
-    # PostgreSQL's and Redis's CPU over the step, per request the gateway answered.
+    # PostgreSQL's and Redis's CPU per request the gateway answered.
     postgres_cpu_ms_per_request: float | None = None
     redis_cpu_ms_per_request: float | None = None
-    # The proxies' (toxiproxy) over the step, per request: the lab's cost, not the service's.
-    proxy_cpu_ms_per_request: float | None = None
+    proxy_cpu_ms_per_request: float | None = None  # toxiproxy's: the lab's, not the service's
     # The share of the machine's cores busy (every process) and, of it, the host's steal.
     machine_busy: float | None = None
     host_steal: float | None = None

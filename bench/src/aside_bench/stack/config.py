@@ -31,12 +31,9 @@ class Settings:
     redis_url: str
     driver_bin: Path  # the load driver, aside-load (bench/driver)
     root: Path
-    # The seeder's files; ASIDE_DATA_DIR moves them (the seeder reads it too).
-    default_data_dir: Path
-    # The calibration measures the core's /healthz as well as the gateway's.
-    core_url: str = DEFAULTS["CORE_URL"]
-    # What REDIS_URL names, as for the gateway and the core (stack/redisclient.py).
-    redis_mode: str = "standalone"
+    default_data_dir: Path  # the seeder's files (ASIDE_DATA_DIR, the seeder's too)
+    core_url: str = DEFAULTS["CORE_URL"]  # the calibration's other /healthz
+    redis_mode: str = "standalone"  # what REDIS_URL names (stack/redisclient.py)
     # The cost model's prices (records/prices.py): a vCPU-hour and a GiB-hour.
     price_vcpu_hour: float = 0.0332
     price_gib_hour: float = 0.00445

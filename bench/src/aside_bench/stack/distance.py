@@ -169,8 +169,7 @@ def as_record(distance: Distance) -> dict[str, object]:
     return {"source": distance.source, "hops": {hop: asdict(d) for hop, d in distance.hops.items()}}
 
 
-# A probe past this is not a round trip but a fault: it is counted as this.
-PROBE_TIMEOUT_S = 2.0
+PROBE_TIMEOUT_S = 2.0  # a probe past this is not a round trip but a fault
 SAMPLES = 30
 
 

@@ -17,8 +17,7 @@ HTTP_TIMEOUT_S = 10.0
 BOUND_WAIT_S = 15.0
 BOUND_POLL_S = 0.2
 CONNECTIONS_MAX = "aside_gateway_connections_max"
-# Scrapes of /metrics are not load: left out of a step's requests.
-METRICS_ROUTE = "/metrics"
+METRICS_ROUTE = "/metrics"  # its scrapes are not load: left out of a step's requests
 
 RequestKey = tuple[str, str, str]  # (route, method, status)
 K = TypeVar("K")

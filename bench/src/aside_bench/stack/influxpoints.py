@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from aside_bench.stack.sources import Influx, SourceError
@@ -14,8 +14,7 @@ BENCH_SPOOL = "bench_step.lp"
 ATTEMPT_S = 2.0
 RETRY_WAITS_S = (0.25, 0.5)
 BUDGET_S = 5.0
-# Lines a resend posts at once.
-RESEND_CHUNK = 5000
+RESEND_CHUNK = 5000  # lines a resend posts at once
 
 
 @dataclass(frozen=True)
@@ -31,9 +30,7 @@ class InfluxPoints:
         return cls(*(int(found.get(k) or 0) for k in ("written", "spooled", "lost")))
 
     def __add__(self, other: InfluxPoints) -> InfluxPoints:
-        return InfluxPoints(
-            self.written + other.written, self.spooled + other.spooled, self.lost + other.lost
-        )
+        return InfluxPoints(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def as_record(self) -> dict[str, int]:
         return {"written": self.written, "spooled": self.spooled, "lost": self.lost}

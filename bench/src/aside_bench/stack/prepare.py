@@ -42,8 +42,7 @@ def check_stack(settings: Settings) -> None:
         ("Prometheus", f"{settings.prometheus_url}/-/ready"),
     ]
     for name, url in probes:
-        problem = _probe(url)
-        if problem is not None:
+        if (problem := _probe(url)) is not None:
             raise StackError(
                 f"{name} is not ready at {url} ({problem}); start the stack with `make up`"
             )
@@ -134,8 +133,7 @@ def warm_cache(
         with gateway_session() as session:
             return [_read_count(session, settings.gateway_url, email, mode) for email in chunk]
 
-    # Contiguous chunks keep the caller's order within each worker.
-    size = -(-len(emails) // workers)
+    size = -(-len(emails) // workers)  # contiguous chunks: the caller's order in each
     chunks = [emails[i : i + size] for i in range(0, len(emails), size)]
     try:
         with ThreadPoolExecutor(workers) as pool:
@@ -208,8 +206,7 @@ class RedisReading:
     used_memory: int
     evicted_keys: int
     expired_keys: int
-    # Its clients' buffers (mem_clients_normal): they count in maxmemory too.
-    clients_memory: int = 0
+    clients_memory: int = 0  # mem_clients_normal: within maxmemory too
 
 
 def _nodes(client: redisclient.Client) -> list[redis.Redis]:

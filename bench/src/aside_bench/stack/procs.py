@@ -150,16 +150,13 @@ def cpu_ticks(pid: int) -> int | None:
     if times is None:
         return None
     seconds = times.user + times.system + times.children_user + times.children_system
-    # psutil divides the kernel's ticks by the tick rate: this gives them back.
-    return round(seconds * clock_ticks_per_s())
+    return round(seconds * clock_ticks_per_s())  # psutil's seconds back into the kernel's ticks
 
 
 def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
     """cpu_ticks summed over `pid`'s tree; None when `pid` is gone."""
     readings = [cpu_ticks(p) for p in tree(pid, ppids)]
-    if readings[0] is None:
-        return None
-    return sum(r for r in readings if r is not None)
+    return None if readings[0] is None else sum(r for r in readings if r is not None)
 
 
 class RunQueue(NamedTuple):
@@ -189,8 +186,7 @@ class MachineTicks(NamedTuple):
 
     busy: int  # all but idle and iowait
     total: int
-    # Of busy: the hypervisor ran another guest on these cores (a virtual machine's noise).
-    steal: int
+    steal: int  # of busy: the hypervisor ran another guest on these cores
 
 
 def machine_ticks() -> MachineTicks | None:

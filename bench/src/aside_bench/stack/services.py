@@ -26,6 +26,14 @@ class StackEnv:
     core_url: str
 
 
+def _bash(
+    args: list[str], env: dict[str, str], timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", *args], env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
 def _url_port(url: str) -> int | None:
     try:
         return urlsplit(url).port
@@ -46,13 +54,8 @@ class ServiceControl:
         port_var = {s.name: s.port_var for s in procs.services_table(self.settings.root)}
         names = ("ASIDE_RUN_DIR", "CORE_URL", *dict.fromkeys(port_var.values()))
         printer = 'printf "%s\\n" ' + " ".join(f'"${name}"' for name in names)
-        done = subprocess.run(
-            ["bash", "-c", f'source "{self.settings.root}/infra/env.sh" && {printer}'],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+        done = _bash(
+            ["-c", f'source "{self.settings.root}/infra/env.sh" && {printer}'], self.env, 30
         )
         values = done.stdout.splitlines()
         if done.returncode != 0 or len(values) != len(names):
@@ -116,14 +119,7 @@ class ServiceControl:
         self, *args: str, settings: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         """infra/stack.sh with `args`, `settings` added to the environment."""
-        return subprocess.run(
-            ["bash", str(self.script), *args],
-            env={**self.env, **(settings or {})},
-            capture_output=True,
-            text=True,
-            timeout=STACK_TIMEOUT_S,
-            check=False,
-        )
+        return _bash([str(self.script), *args], {**self.env, **(settings or {})}, STACK_TIMEOUT_S)
 
     def _checked(self, *args: str, settings: dict[str, str] | None = None) -> None:
         done = self._run(*args, settings=settings)

@@ -23,8 +23,7 @@ PROXY_PORTS: dict[str, tuple[str, int]] = {
 }
 HOPS = tuple(PROXY_PORTS)
 API_PORT = ("ASIDE_TOXIPROXY_PORT", 28474)
-# Every call to the API is local and small; past this it is not answering.
-API_TIMEOUT_S = 5.0
+API_TIMEOUT_S = 5.0  # every call is local and small: past this the API is not answering
 DOWNSTREAM = "downstream"
 
 

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,18 +43,13 @@ def figures(lags_ms: list[float]) -> dict[str, float | int | None]:
 
 def listen(client: redis.Redis, out: Path) -> None:
     """Time every message until SIGTERM, then write the figures to `out`."""
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     pubsub = client.pubsub()
     pubsub.subscribe(INVALIDATION_CHANNEL)
     lags: list[float] = []
     ready = False
-    while not stopping:
+    while not stopping.is_set():
         message = pubsub.get_message(timeout=POLL_S)
         received = time.time() * 1000
         if message is None:

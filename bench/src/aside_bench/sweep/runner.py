@@ -43,10 +43,8 @@ from aside_bench.sweep.stepprobe import GatewayProbe
 from aside_bench.sweep.warmtiers import wait_l1_empty, warm_l1
 
 EXIT_INTERRUPTED = 130
-# Prometheus scrapes every 2 s; a scrape may be late under load.
-SCRAPE_WAIT_S = 15.0
-# Where a step's recorded keys go, in the step's own folder of the run's.
-KEY_TRACE_FILE = "keys.trace.gz"
+SCRAPE_WAIT_S = 15.0  # Prometheus scrapes every 2 s; a scrape may be late under load
+KEY_TRACE_FILE = "keys.trace.gz"  # a step's recorded keys, in its own folder of the run's
 
 
 # A step's driver run from its step and pool (step_run, or the cost's variants).
@@ -81,8 +79,7 @@ def quick_line(result: StepResult) -> str:
             f"compute {fmt_rps(result.compute.achieved_rps)}/s "
             f"p95 {fmt_ms(beside.p95 if beside else None)} ms"
         )
-    cost = result.cost
-    gen = result.loadgen
+    cost, gen = result.cost, result.loadgen
     if gen is not None and gen.cpu_cores is not None:
         parts.append(f"driver {gen.cpu_cores:.2f} cores")
     if gen is not None and gen.saturated:
@@ -117,8 +114,7 @@ class Options:
     live: bool = False  # the driver's line a second on the terminal while a step runs
     samples_file: bool = False  # every request of every step into the run folder
     cache_policy: str = "allkeys-lru"  # Redis's eviction policy under a memory arm's bound
-    # The distances the arms run at (plan/steps.py arm_distance), by name.
-    distances: dict[str, Distance] = field(default_factory=dict)
+    distances: dict[str, Distance] = field(default_factory=dict)  # by plan.arm_distance name
 
 
 # Round trips a hop is timed for beside a step's load (stack/distance.py measure).
@@ -415,23 +411,19 @@ class Runner:
         return folder
 
     def _step_run(self, step: Step, pool: int) -> LoadRun:
-        samples = None
-        index = len(self.run.steps)
-        if self.options.samples_file:
-            samples = self.options.out_dir / f"samples-{index:03d}-{step.arm}-{step.rate}.jsonl"
-        key_trace = None
-        if load.keeps_key_trace(step, self.options.shape):
-            key_trace = self._step_dir(step) / KEY_TRACE_FILE
+        options, index = self.options, len(self.run.steps)
+        samples = options.out_dir / f"samples-{index:03d}-{step.arm}-{step.rate}.jsonl"
+        keyed = load.keeps_key_trace(step, options.shape)
         run = load.step_run(
             step,
-            self.options.run_id,
-            self.options.shape,
+            options.run_id,
+            options.shape,
             pool,
-            self.options.data_dir,
+            options.data_dir,
             self.max_pool,
-            live=self.options.live,
-            samples_path=samples,
-            key_trace_path=key_trace,
+            live=options.live,
+            samples_path=samples if options.samples_file else None,
+            key_trace_path=self._step_dir(step) / KEY_TRACE_FILE if keyed else None,
         )
         if self.skip:
             run = replace(run, extra={**run.extra, "SKIP": str(self.skip)})
@@ -469,8 +461,7 @@ class Runner:
         record.prom_start = time.time()
         run = (build or self._step_run)(step, pool)
         record.driver_scenario = run.scenario
-        if run.samples_path is not None:
-            record.samples = run.samples_path.name
+        record.samples = None if run.samples_path is None else run.samples_path.name
         floor = self._floor(step)
         probe = record.probe = {"start": self.probe.reading()}
         redis_start = self._redis_reading(step)
