@@ -91,7 +91,7 @@ class Summary:
         return figures
 
 
-def _latency(values: dict[str, Any] | None) -> dict[str, Any]:
+def _latency(values: dict[str, Any] | None) -> dict[str, float | int | None]:
     """Quantiles in ms, and how many answered requests they are of."""
     values = values or {}
     found = {key: values.get(key) for key in ("p50", "p95", "p99", "max")}

@@ -95,27 +95,26 @@ class Calibration:
             },
         )
 
-    @classmethod
-    def found(cls, machine: dict[str, Any], target: str) -> TargetFound | None:
-        calibration = cls.of(machine)
-        return None if calibration is None else calibration.targets.get(target)
+
+def _found(calibration: Calibration | None, target: str) -> TargetFound | None:
+    return None if calibration is None else calibration.targets.get(target)
 
 
 def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
     """A run's calibrated rate for `target`; None when it was not calibrated."""
-    found = Calibration.found(machine, target)
+    found = _found(Calibration.of(machine), target)
     return None if found is None else found.rate
 
 
 def base_latency(machine: dict[str, Any], target: str = "core") -> tuple[int, float] | None:
     """`target`'s base latency (TargetFound.base_latency); None without one."""
-    found = Calibration.found(machine, target)
+    found = _found(Calibration.of(machine), target)
     return None if found is None else found.base_latency()
 
 
 def capped(machine: dict[str, Any], target: str = "core") -> bool:
     """The calibration held at every rate it tried: its rate is a lower bound."""
-    found = Calibration.found(machine, target)
+    found = _found(Calibration.of(machine), target)
     return found is not None and found.capped
 
 
