@@ -9,7 +9,7 @@ import pytest
 from aside_bench.plan.steps import Step
 from aside_bench.records.results import CacheCounts, Latency, StepResult
 from aside_bench.records.saturation import LoadGen
-from aside_bench.sweep import influx_step
+from aside_bench.sweep import collect
 from report_samples import step_record
 
 
@@ -30,7 +30,7 @@ RECORD = step_record(end=1764080000.5, summary={"requests": 1000, "max": 9.0})
 
 
 def test_a_step_is_one_line_of_its_tags_and_figures() -> None:
-    line = influx_step.step_line("run 1,a=b", _result(), RECORD)
+    line = collect.step_line("run 1,a=b", _result(), RECORD)
     # Three parts split at the spaces that are not escaped.
     head, fields, stamp = re.split(r"(?<!\\) ", line)
     # Tags sorted; spaces, commas and equals in a value escaped.
@@ -49,7 +49,7 @@ def test_a_step_is_one_line_of_its_tags_and_figures() -> None:
 
 
 def test_the_dashboard_reads_only_fields_the_bench_writes() -> None:
-    written = set(influx_step.step_fields(_result(), RECORD))
+    written = set(collect.step_fields(_result(), RECORD))
     from test_bench_dashboard import STEP_FIELDS
 
     assert written >= STEP_FIELDS
@@ -57,4 +57,4 @@ def test_the_dashboard_reads_only_fields_the_bench_writes() -> None:
 
 def test_a_point_without_a_field_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one field"):
-        influx_step.line("m", {}, {"a": None}, 0)
+        collect.line("m", {}, {"a": None}, 0)

@@ -16,7 +16,7 @@ from aside_bench.load.run import (
     keeps_key_trace,
     step_run,
 )
-from aside_bench.load.summary import SUMMARY_SCHEMA, Summary, SummaryError
+from aside_bench.load.summary import SUMMARY_SCHEMA, KeyTrace, Summary, SummaryError
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import BARE_ARM, Step
 from aside_bench.records.results import Latency, StaleCounts
@@ -266,4 +266,4 @@ def test_a_summarys_key_trace_is_read_when_the_step_kept_one(tmp_path: Path) -> 
     data = json.loads(path.read_text())
     data["key_trace"] = {"path": "/r/keys.trace.gz", "lines": 100, "lost": 0}
     path.write_text(json.dumps(data))
-    assert Summary.read(path).key_trace == {"path": "/r/keys.trace.gz", "lines": 100, "lost": 0}
+    assert Summary.read(path).key_trace == KeyTrace(lines=100, lost=0)

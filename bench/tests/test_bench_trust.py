@@ -169,8 +169,8 @@ def test_calibration_doubles_then_bisects_to_ten_percent() -> None:
     tried: list[int] = []
     found = calibrate.search(lambda rate: tried.append(rate) or rate <= 2500, params, 60)
     assert tried[:4] == [400, 800, 1600, 3200]
-    assert not found["capped"] and not found["out_of_time"]
-    assert 2500 * 0.9 <= found["rate"] <= 2500 and found["missed_at"] > 2500
+    assert not found.capped and not found.out_of_time
+    assert 2500 * 0.9 <= found.rate <= 2500 and (found.missed_at or 0) > 2500
 
 
 def test_a_calibration_confirms_its_final_rates_and_a_slow_probe_is_outvoted() -> None:
@@ -182,8 +182,8 @@ def test_a_calibration_confirms_its_final_rates_and_a_slow_probe_is_outvoted() -
         return rate <= 3000 and not (rate == 3000 and tries[rate] == 2)
 
     found = calibrate.search(noisy, params, 600)
-    assert found["rate"] == 3000 and tries[3000] == 3
-    assert all(count >= 2 for rate, count in tries.items() if rate == found["missed_at"])
+    assert found.rate == 3000 and tries[3000] == 3
+    assert all(count >= 2 for rate, count in tries.items() if rate == found.missed_at)
 
 
 def test_calibration_stops_within_its_time() -> None:
@@ -194,7 +194,7 @@ def test_calibration_stops_within_its_time() -> None:
         return True
 
     found = calibrate.search(slow, params, 0.12)
-    assert found["out_of_time"] and found["capped"] and found["rate"] in (100, 200)
+    assert found.out_of_time and found.capped and found.rate in (100, 200)
 
 
 def test_a_calibration_reads_as_typed_records() -> None:

@@ -1,5 +1,5 @@
 """The proxies on the services' hops (stack/toxiproxy.py), the distances they add
-(stack/distance.py) and the round trips measured through them (stack/hoptimes.py):
+(stack/distance.py) and the round trips measured through them (stack/distance.py):
 unit tests of the pure parts, then against the test stack's toxiproxy."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 import requests
-from aside_bench.stack import distance, hoptimes, procs
+from aside_bench.stack import distance, procs
 from aside_bench.stack import toxiproxy as tp
 from aside_bench.stack.config import Settings
 from aside_bench.stack.services import ServiceControl, wait_for
@@ -138,12 +138,12 @@ def test_a_toxics_latency_shows_in_the_measured_round_trip(
     latency_us toxic sleeps on its thread and takes off its mean lateness)."""
     added_ms = 2
     hops = ("redis", "postgres", "core")
-    before = hoptimes.measure(api.proxies, settings.database_url, settings.redis_url, hops, 60)
+    before = distance.measure(api.proxies, settings.database_url, settings.redis_url, hops, 60)
     with tp.restored(api):
         far = distance.explicit({f"DISTANCE_{h.upper()}_MS": str(added_ms) for h in hops})
         assert far is not None
         distance.apply(api, far)
-        during = hoptimes.measure(api.proxies, settings.database_url, settings.redis_url, hops, 60)
+        during = distance.measure(api.proxies, settings.database_url, settings.redis_url, hops, 60)
     for hop in hops:
         added = during.median_ms(hop) - before.median_ms(hop)
         assert abs(added - added_ms) <= max(0.2 * added_ms, 0.1), (

@@ -7,7 +7,7 @@ import os
 import subprocess
 
 import pytest
-from aside_bench.stack import procs, stacktable
+from aside_bench.stack import procs
 from stack_helpers import ROOT
 
 # Print, for each service of ALL_SERVICES: name, ports, URL and probe.
@@ -43,7 +43,7 @@ def test_bash_and_python_read_the_same_services() -> None:
     done = _bash(_DUMP, env)
     assert done.returncode == 0, done.stderr
     rows = [line.split("\t") for line in done.stdout.splitlines()]
-    table = stacktable.read()
+    table = procs.services_table()
     assert [row[0] for row in rows] == [s.name for s in table] == list(procs.SERVICES)
 
     values = _bash(
@@ -68,5 +68,5 @@ def test_bash_and_python_read_the_same_services() -> None:
 
 def test_a_table_with_a_missing_column_is_refused() -> None:
     text = "name\tports\turl\tprobe\tmatch\nredis\tASIDE_REDIS_PORT\tredis://x\tredis_ping\n"
-    with pytest.raises(stacktable.TableError, match="line 2"):
-        stacktable.parse(text)
+    with pytest.raises(procs.TableError, match="line 2"):
+        procs.parse_services(text)

@@ -1,12 +1,4 @@
-"""The machine's calibration, run before a sweep's or a ceiling's steps: the
-highest rate the driver holds (p95 <= 10 ms, nothing dropped or failed) against
-the core's /healthz, a trivial route of a Go server (the measurement ceiling of
-this machine with the driver on it), and against the gateway's /healthz (the ceiling
-of the gateway's server without any work). A short bisection, a few seconds a
-probe, within a bounded total; kept in run.json's "machine".
-
-The search is pure and unit-tested; `calibrate` drives it with real driver runs.
-"""
+"""The machine's calibration: the highest rate the driver holds on two /healthz routes."""
 
 from __future__ import annotations
 
@@ -23,11 +15,10 @@ from aside_bench.stack.prepare import StackError, wait_until_quiet
 from aside_bench.sweep.collect import collect
 from aside_bench.sweep.runner import Runner
 
-# The two servers measured: name -> the Settings attribute of its base URL.
-TARGETS = {"core": "core_url", "gateway": "gateway_url"}
-WHAT = {
-    "core": "the driver + the core's /healthz (the machine's measurement ceiling)",
-    "gateway": "the gateway's /healthz (its server, no work)",
+# The two servers measured: name -> the Settings attribute of its base URL, what it is.
+TARGETS = {
+    "core": ("core_url", "the driver + the core's /healthz (the machine's measurement ceiling)"),
+    "gateway": ("gateway_url", "the gateway's /healthz (its server, no work)"),
 }
 
 
@@ -43,8 +34,7 @@ class CalibrationParams:
 
 def ladder(params: CalibrationParams) -> list[int]:
     """start, 2 x start, 4 x start, ... up to max_rate (max_rate itself last)."""
-    rates = []
-    rate = params.start
+    rates, rate = [], params.start
     while rate < params.max_rate:
         rates.append(rate)
         rate *= 2
@@ -52,10 +42,7 @@ def ladder(params: CalibrationParams) -> list[int]:
 
 
 def next_probe(history: list[Trial], params: CalibrationParams) -> int | None:
-    """Double until a probe misses, then bisect to `resolution_rel`, then
-    confirm the final held and missed rates as the ceiling search does (a
-    split confirmation gets a third probe); None when done. One slow 3 s probe
-    moved a calibration 1.4x between two runs minutes apart."""
+    """Double until a probe misses, bisect, confirm as the ceiling does; None when done."""
     low, high = bounds(history)
     tried = {rate for rate, _ in history}
     if high is None:  # nothing missed yet; at the ladder's end the figure is a lower bound
@@ -67,11 +54,19 @@ def next_probe(history: list[Trial], params: CalibrationParams) -> int | None:
     return to_confirm(history)
 
 
-def search(
-    probe: Callable[[int], bool], params: CalibrationParams, budget_s: float
-) -> dict[str, Any]:
-    """Run `probe(rate) -> held` along the search until it ends or the next
-    probe would overrun `budget_s` (judged by the slowest probe so far)."""
+@dataclass(frozen=True)
+class Searched:
+    """Where a target's search ended."""
+
+    rate: int
+    capped: bool  # nothing missed: the true ceiling is higher
+    out_of_time: bool
+    missed_at: int | None
+    seconds: float
+
+
+def search(probe: Callable[[int], bool], params: CalibrationParams, budget_s: float) -> Searched:
+    """Run `probe(rate) -> held` along the search, within `budget_s`."""
     history: list[Trial] = []
     began = time.monotonic()
     slowest = float(params.probe_s)
@@ -85,13 +80,7 @@ def search(
         history.append((rate, probe(rate)))
         slowest = max(slowest, time.monotonic() - started)
     low, high = bounds(history)
-    return {
-        "rate": low,
-        "capped": high is None,  # nothing missed: the true ceiling is higher
-        "out_of_time": out_of_time,
-        "missed_at": high,
-        "seconds": round(time.monotonic() - began, 1),
-    }
+    return Searched(low, high is None, out_of_time, high, round(time.monotonic() - began, 1))
 
 
 def _probe_line(target: str, rate: int, result: StepResult | None, held: bool) -> str:
@@ -119,8 +108,9 @@ def _probe(
 
 def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str, Any]:
     """One target's search, its probes kept as steps are."""
-    url = getattr(runner.settings, TARGETS[target])
-    probes: list[dict[str, Any]] = []
+    attribute, what = TARGETS[target]
+    url = getattr(runner.settings, attribute)
+    probes: list[StepRecord] = []
 
     def probe(rate: int) -> bool:
         if runner.interrupted:
@@ -133,11 +123,12 @@ def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str,
         record.extra["held"] = held
         if result is not None and result.latency is not None:
             record.extra["p95_ms"] = round(result.latency.p95, 3)
-        probes.append(record.to_json())
+        probes.append(record)
         return held
 
     outcome = search(probe, params, params.budget_s / len(TARGETS))
-    return {"url": url, "what": WHAT[target], **outcome, "probes": probes}
+    found = asdict(outcome) | {"probes": [one.to_json() for one in probes]}
+    return {"url": url, "what": what, **found}
 
 
 def calibrate(runner: Runner, params: CalibrationParams) -> dict[str, Any]:

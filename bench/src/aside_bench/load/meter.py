@@ -1,15 +1,4 @@
-"""The machine's meter: the load driver's CPU time per request, step by step.
-
-The driver runs the same scenario at the same rate in two runs of a step, so
-the CPU time it spends per request it completes moves with the speed of the
-cores in that minute and hardly with the service under test (it moved 6 %
-where the service's p95 moved fourfold). `compare` puts one run's latencies on another's
-machine by it; a report states how far it moved between the repeats of one
-step (docs/decisions/040-the-machines-meter.md).
-
-Pure functions over a run's figures (records.runfile.StepFigures), so every rule here
-has a unit test.
-"""
+"""The machine's meter: the driver's CPU per request (docs/decisions/040-the-machines-meter.md)."""
 
 from __future__ import annotations
 
@@ -18,18 +7,14 @@ from dataclasses import dataclass
 
 from aside_bench.records.runfile import StepFigures, StepKey
 
-# A step that dropped more than this share of its iterations does not read the
-# machine's speed: the driver spent CPU on requests it never sent.
+# A step dropping more than this share does not read the machine's speed.
 MAX_DROPS = 0.01
 
 
 def driver_cost(one: StepFigures) -> float | None:
-    """The driver's CPU seconds per request of one repeat of a step that held
-    its rate; None where it dropped iterations or the driver's CPU was not read."""
+    """The driver's CPU s per request of a repeat that held its rate; None otherwise."""
     cores, achieved = one.driver_cpu_cores, one.achieved
-    if not cores or not achieved or cores <= 0 or achieved <= 0:
-        return None
-    if (one.drops or 0.0) > MAX_DROPS:
+    if not cores or not achieved or cores <= 0 or achieved <= 0 or (one.drops or 0) > MAX_DROPS:
         return None
     return float(cores) / float(achieved)
 
@@ -47,14 +32,12 @@ def _costs_by_step(figures: list[StepFigures]) -> dict[StepKey, list[float]]:
 
 
 def driver_costs(figures: list[StepFigures]) -> dict[StepKey, float]:
-    """Each step's driver cost per request, the median over its repeats, for the
-    steps that held their rate in every repeat."""
+    """Each step's median driver cost per request, for steps held in every repeat."""
     return {key: statistics.median(costs) for key, costs in _costs_by_step(figures).items()}
 
 
 def step_speeds(figures_a: list[StepFigures], figures_b: list[StepFigures]) -> dict[StepKey, float]:
-    """How much faster B's machine ran than A's during each step both held:
-    A's driver cost per request over B's (above 1: B faster)."""
+    """A's driver cost per request over B's for each step both held (above 1: B faster)."""
     costs_a, costs_b = driver_costs(figures_a), driver_costs(figures_b)
     return {key: costs_a[key] / costs_b[key] for key in costs_a.keys() & costs_b.keys()}
 
@@ -70,8 +53,7 @@ class Drift:
 
 
 def widest_drift(figures: list[StepFigures]) -> Drift | None:
-    """The step whose repeats' driver costs lay furthest apart; None without a
-    repeated step that held its rate."""
+    """The held repeated step whose repeats' driver costs lay furthest apart."""
     drifts = [
         Drift(key, max(costs) / min(costs), min(costs), max(costs))
         for key, costs in _costs_by_step(figures).items()

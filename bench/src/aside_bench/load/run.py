@@ -1,9 +1,4 @@
-"""The one layer that starts the load driver (bench/driver, `aside-load`) and
-reads what it wrote: a run's variables, the process (its log, Ctrl-C, its CPU
-time, the wait for its first request); its JSON summary is read by summary.py.
-
-Every kind of run goes through here: the sweep's and the ceiling's steps, the
-calibration's probes, the fault suite, the soak, create-rate and hardening."""
+"""The one layer that starts the load driver (bench/driver, `aside-load`), for every run."""
 
 from __future__ import annotations
 
@@ -24,21 +19,16 @@ from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 
-# How often the wait for the driver's end reads its CPU time.
-POLL_S = 0.1
-# A step's driver may start up and write its summary for this long beyond its
-# load and the request timeout before it counts as hung.
-START_AND_FLUSH_S = 30
-# How often the wait for the first request reads the samples file.
-SAMPLES_POLL_S = 0.05
+POLL_S = 0.1  # how often the wait for the driver's end reads its CPU time
+START_AND_FLUSH_S = 30  # how long past its load and timeout a driver may start and flush
+SAMPLES_POLL_S = 0.05  # how often the wait for the first request reads the samples file
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class LoadRun:
-    """One driver process: its scenario (what an iteration does), the tags its
-    points carry, its rate, pool and duration, and where its outputs go."""
+    """One driver process: its scenario, tags, rate, pool, duration and outputs."""
 
     scenario: str  # the driver's: read, bare, healthz, compute, interference, mixed, tracks, chaos
     run_id: str
@@ -74,33 +64,34 @@ class LoadRun:
             "LIVE": "1" if self.live else "0",
             **self.extra,
         }
-        if self.influx:
-            found["INFLUX_URL"] = settings.influx_url
-        if self.summary_path is not None:
-            found["SUMMARY_PATH"] = str(self.summary_path)
-        if self.samples_path is not None:
-            found["SAMPLES_PATH"] = str(self.samples_path)
-        if self.key_trace_path is not None:
-            found["KEY_TRACE_PATH"] = str(self.key_trace_path)
-        return found
+        optional = {
+            "INFLUX_URL": settings.influx_url if self.influx else None,
+            "SUMMARY_PATH": self.summary_path,
+            "SAMPLES_PATH": self.samples_path,
+            "KEY_TRACE_PATH": self.key_trace_path,
+        }
+        return found | {name: str(value) for name, value in optional.items() if value is not None}
+
+    @classmethod
+    def of(cls, step: Step, **more: Any) -> LoadRun:
+        """The driver tagged as `step`: its arm, phase, rate, duration and repeat."""
+        tags = {"arm": step.arm, "phase": step.phase, "rate": step.rate, "repeat": step.repeat}
+        return cls(**tags, duration_s=step.duration_s, **more)
 
 
 def deadline_s(run: LoadRun) -> float:
-    """How long a driver may run: its load, the last requests' timeout and
-    START_AND_FLUSH_S."""
+    """How long a driver may run: its load, the timeout and START_AND_FLUSH_S."""
     return run.duration_s + run.timeout_s + START_AND_FLUSH_S
 
 
 def driver_env(settings: Settings, run: LoadRun) -> dict[str, str]:
-    """The driver's whole environment: this process's, without any variable
-    of the driver's own a shell may carry, then the run's."""
+    """This process's environment less the driver's variables, then the run's."""
     mine = run.variables(settings)
     inherited = {k: v for k, v in os.environ.items() if k not in DRIVER_VARIABLES}
     return {**inherited, **mine}
 
 
-# Every variable the driver reads (bench/driver/README.md): none may leak in
-# from the shell that started the bench.
+# Every variable the driver reads (bench/driver/README.md): none leaks in from the shell.
 DRIVER_VARIABLES = frozenset(
     {
         "BASE_URL", "SCENARIO", "RUN_ID", "ARM", "PHASE", "REPEAT", "RATE", "DURATION",
@@ -116,18 +107,15 @@ DRIVER_VARIABLES = frozenset(
 )  # fmt: skip
 
 
-# ---- the sweep's and the ceiling's steps ----------------------------------------------
 def driver_scenario(step: Step) -> str:
-    """What the driver sends for a step: the ceiling reads as `read` (its
-    reference, BARE_ARM, as `bare`), the calibration and /healthz arm as `healthz`."""
+    """The driver's scenario for a step: the ceiling's as `read` (BARE_ARM `bare`)."""
     if step.scenario == "ceiling":
         return {"healthz": "healthz", BARE_ARM: "bare"}.get(step.arm, "read")
     return step.scenario
 
 
 def keeps_key_trace(step: Step, shape: LoadShape) -> bool:
-    """A step records its keys (KEY_TRACE_PATH) when it reads by key from the
-    key space or from a trace; the hot set's steps keep none."""
+    """A step keeps its keys when it reads by key (not the hot set's)."""
     name = driver_scenario(step)
     found = scenarios.scenario_of(name)
     keyed = name == "bare" or (found is not None and (found.dist or found.trace))
@@ -135,8 +123,7 @@ def keeps_key_trace(step: Step, shape: LoadShape) -> bool:
 
 
 def _scenario_variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str, str]:
-    """The variables only the step's scenario reads (the ceiling's reads and
-    their reference, `bare`: the read's)."""
+    """The variables only the step's scenario reads (`bare`: the read's)."""
     name = driver_scenario(step)
     found = scenarios.scenario_of("read" if name == "bare" else name)
     return {} if found is None else found.variables(step, shape, max_pool)
@@ -153,19 +140,14 @@ def step_run(
     samples_path: Path | None = None,
     key_trace_path: Path | None = None,
 ) -> LoadRun:
-    """The driver for one step; `pool` is the step's own, `max_pool` caps any
-    other scenario's (the interference reads')."""
-    return LoadRun(
+    """The driver for one step; `max_pool` caps any other scenario's pool."""
+    return LoadRun.of(
+        step,
         scenario=driver_scenario(step),
         run_id=run_id,
-        arm=step.arm,
-        phase=step.phase,
-        rate=step.rate,
-        duration_s=step.duration_s,
         pool=pool,
         timeout_s=shape.timeout_s,
         data_dir=data_dir,
-        repeat=step.repeat,
         extra=_scenario_variables(step, shape, max_pool),
         samples_path=samples_path,
         key_trace_path=key_trace_path,
@@ -173,12 +155,8 @@ def step_run(
     )
 
 
-# ---- the process ----------------------------------------------------------------------
 class DriverProcess:
-    """The driver in its own process group, so a terminal's Ctrl-C reaches it
-    only through us: one SIGINT, which it answers by ending its schedule and
-    writing its summary. Its output goes to `log_path` after a line with the
-    command; with `live` its stderr (the line a second) stays on the terminal."""
+    """The driver in its own process group: Ctrl-C reaches it only as our one SIGINT."""
 
     def __init__(
         self, command: list[str], log_path: Path, env: dict[str, str], live: bool = False
@@ -208,36 +186,36 @@ class DriverProcess:
         return self
 
     def run_measured(self, deadline_s: float) -> int:
-        """Start the driver, wait for it to end and keep its CPU time
-        (`cpu_seconds`). Past `deadline_s` it is stopped and StackError raised."""
+        """Start the driver, wait for its end, keep its CPU time; StackError past `deadline_s`."""
         self.start()
         assert self.process is not None
         pid, began = self.process.pid, time.monotonic()
         while not self._exited(pid):
             if time.monotonic() - began > deadline_s:
-                self.stop()
-                raise StackError(
-                    f"the load driver did not finish within {deadline_s:.0f} s; see {self.log_path}"
-                )
+                raise self._hung(deadline_s)
             time.sleep(POLL_S)  # the polling pace
         return self.process.wait()
 
+    def _hung(self, deadline_s: float) -> StackError:
+        self.stop()
+        return StackError(
+            f"the load driver did not finish within {deadline_s:.0f} s; see {self.log_path}"
+        )
+
     def _exited(self, pid: int) -> bool:
-        """True once the driver has exited; its CPU time is read first, and once
-        more while it is a zombie (exited, not yet reaped), when it is final."""
-        ticks = procs.cpu_ticks(pid)
-        if ticks is not None:
-            self.cpu_ticks = ticks
+        """Whether the driver has exited; its CPU time read before and while it is a zombie."""
+        self._read_ticks(pid)
         try:
             exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:  # already reaped (Ctrl-C's poll): keep the last reading
             return True
-        if exited is None:
-            return False
+        if exited is not None:
+            self._read_ticks(pid)
+        return exited is not None
+
+    def _read_ticks(self, pid: int) -> None:
         ticks = procs.cpu_ticks(pid)
-        if ticks is not None:
-            self.cpu_ticks = ticks
-        return True
+        self.cpu_ticks = self.cpu_ticks if ticks is None else ticks
 
     @property
     def cpu_seconds(self) -> float | None:
@@ -257,10 +235,7 @@ class DriverProcess:
         try:
             return self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self.stop()
-            raise StackError(
-                f"the load driver did not finish within {timeout_s:.0f} s; see {self.log_path}"
-            ) from None
+            raise self._hung(timeout_s or 0) from None
 
     def interrupt(self) -> None:
         if self.running:
@@ -278,9 +253,7 @@ class DriverProcess:
     def first_sample(
         self, probe: Callable[[], T | None], where: str, deadline_s: float, interval_s: float
     ) -> T:
-        """What `probe` finds once the driver's first request has reached its
-        output (`where`, for the error), polled every `interval_s`; the driver
-        exiting first is StackError, and so is nothing within `deadline_s`."""
+        """What `probe` finds once the driver's first request is out; StackError otherwise."""
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
             found = probe()

@@ -1,8 +1,4 @@
-"""The driver's samples file (SAMPLES_PATH, bench/driver/README.md): every
-request a JSON line, read line by line with where each stands for an error,
-and gzipped once read. Its format's reader, shared by the first-request wait
-(load/run.py), the fault suite (suites/samples.py) and the hardening windows
-(suites/hardening/load.py)."""
+"""The driver's samples file (SAMPLES_PATH): a JSON line a request, gzipped once read."""
 
 from __future__ import annotations
 
@@ -21,9 +17,7 @@ class SamplesError(ValueError):
 def sample_lines(
     lines: Iterable[str], source: str, first: int = 1
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each line of a driver's samples file as a JSON object, with where it is
-    (`source`, line N, counting from `first`) for an error; blank lines are
-    skipped."""
+    """Each non-blank line as a JSON object, with where it is for an error."""
     for number, text in enumerate(lines, first):
         if not text.strip():
             continue
@@ -46,8 +40,7 @@ def number(line: dict[str, Any], key: str, where: str) -> float:
 
 
 def compress(path: Path) -> Path:
-    """Gzip a samples file once it has been read (they compress about tenfold);
-    the .gz beside it, the original removed."""
+    """Gzip a samples file once read; the .gz beside it, the original removed."""
     target = path.with_name(path.name + ".gz")
     with path.open("rb") as source, gzip.open(target, "wb") as out:
         shutil.copyfileobj(source, out)

@@ -1,5 +1,4 @@
-"""The load driver's JSON summary (SUMMARY_PATH) as this bench reads it: its
-schema version checked, each scenario's counts and latencies as figures."""
+"""The load driver's JSON summary (SUMMARY_PATH), its schema checked, read as figures."""
 
 from __future__ import annotations
 
@@ -10,8 +9,15 @@ from typing import Any
 
 from aside_bench.plan import scenarios
 
-# The summary schema this bench reads (bench/driver/README.md).
-SUMMARY_SCHEMA = 1
+SUMMARY_SCHEMA = 1  # the summary schema this bench reads (bench/driver/README.md)
+
+
+@dataclass(frozen=True)
+class KeyTrace:
+    """The key trace a step recorded: its lines written and lost."""
+
+    lines: int
+    lost: int
 
 
 class SummaryError(ValueError):
@@ -20,8 +26,7 @@ class SummaryError(ValueError):
 
 @dataclass(frozen=True)
 class Summary:
-    """The JSON summary the driver wrote (SUMMARY_PATH); empty when it wrote
-    none (a driver killed before its end)."""
+    """The driver's summary; empty when it wrote none."""
 
     data: dict[str, Any]
 
@@ -46,18 +51,17 @@ class Summary:
         return self.data.get("scenarios") or {}
 
     @property
-    def key_trace(self) -> dict[str, Any] | None:
-        """The recorded key trace (path, lines written, lines lost); None when
-        the step recorded none."""
+    def key_trace(self) -> KeyTrace | None:
+        """The recorded key trace; None without one."""
         found = self.data.get("key_trace")
-        return found if isinstance(found, dict) else None
+        if not isinstance(found, dict):
+            return None
+        return KeyTrace(int(found.get("lines") or 0), int(found.get("lost") or 0))
 
     @property
     def cpu_s(self) -> float | None:
         cpu = self.data.get("cpu")
-        if not cpu:
-            return None
-        return float(cpu.get("user_s", 0.0)) + float(cpu.get("system_s", 0.0))
+        return None if not cpu else float(cpu.get("user_s", 0.0)) + float(cpu.get("system_s", 0.0))
 
     def scenario(self, name: str) -> dict[str, Any]:
         return self.scenarios.get(name) or {}
@@ -66,8 +70,7 @@ class Summary:
         return {k: int(v) for k, v in (self.scenario(name).get("counters") or {}).items()}
 
     def step_figures(self, name: str) -> dict[str, Any] | None:
-        """What a step's result needs from scenario `name` of the summary (run.json
-        keeps it as the step's "summary"); None when it holds no such scenario."""
+        """Scenario `name`'s figures as run.json keeps a step's "summary"; None without it."""
         one = self.scenarios.get(name)
         if one is None:
             return None
@@ -75,12 +78,12 @@ class Summary:
         stale = self.scenarios.get("stale")
         if stale is not None:
             counters = stale.get("counters") or {}
-            figures["stale"] = {
-                "reads": int(counters.get("stale_checked", 0)),
-                "stale": int(counters.get("stale_reads", 0)),
-                "errors": int(counters.get("stale_check_errors", 0)),
+            names = {
+                "reads": "stale_checked",
+                "stale": "stale_reads",
+                "errors": "stale_check_errors",
             }
-        # A scenario's second one (interference's compute): its figures beside.
+            figures["stale"] = {key: int(counters.get(name, 0)) for key, name in names.items()}
         found = scenarios.scenario_of(name)
         beside = None if found is None or found.beside is None else self.scenarios.get(found.beside)
         if beside is not None:
@@ -88,33 +91,26 @@ class Summary:
         return figures
 
 
-def _latency(values: dict[str, Any] | None) -> dict[str, Any]:
+def _latency(values: dict[str, Any] | None) -> dict[str, float | int | None]:
     """Quantiles in ms, and how many answered requests they are of."""
-    if not values:
-        return {"p50": None, "p95": None, "p99": None, "max": None, "answered": 0}
+    values = values or {}
     found = {key: values.get(key) for key in ("p50", "p95", "p99", "max")}
     return {**found, "answered": int(values.get("count") or 0)}
 
 
 def scenario_figures(one: dict[str, Any]) -> dict[str, Any]:
-    """One scenario of a summary as a step's figures: the answered requests'
-    latency, from the instant sent and from the due time, the counts, the pool."""
-    latency = one.get("latency") or {}
-    due = one.get("latency_from_due") or {}
+    """One scenario of a summary as a step's figures (latencies, counts, pool)."""
     by_name = {
         name: {**_latency(figures.get("latency")), "requests": int(figures.get("requests") or 0)}
         for name, figures in (one.get("by_name") or {}).items()
         if (figures.get("latency") or {}).get("p95") is not None
     }
+    counts = ("requests", "iterations", "failed", "dropped", "late")
     found: dict[str, Any] = {
-        **_latency(latency),
-        "requests": int(one.get("requests") or 0),
-        "iterations": int(one.get("iterations") or 0),
-        "failed": int(one.get("failed") or 0),
-        "dropped": int(one.get("dropped") or 0),
-        "late": int(one.get("late") or 0),
+        **_latency(one.get("latency")),
+        **{count: int(one.get(count) or 0) for count in counts},
         "status": one.get("status") or {},
-        "from_due": _latency(due),
+        "from_due": _latency(one.get("latency_from_due")),
         "pool": one.get("pool"),
         "inflight_peak": one.get("inflight_peak"),
         "bytes_received": one.get("bytes_received"),

@@ -1,7 +1,4 @@
-"""What a run's calibration found (run.json's "machine" -> "calibration",
-written by sweep/calibration.py), read as typed records: the rate each target
-held, its probes, the machine's base latency, and a line per target for the
-reports. Pure: nothing here runs a probe."""
+"""run.json's "machine" -> "calibration" as typed records: each target's rate and probes."""
 
 from __future__ import annotations
 
@@ -9,8 +6,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-# How many of the lowest-rate probes the base latency is the median of: one 3 s
-# probe's p95 alone moved 2.5x between runs where the runs' own figures agreed.
+# The base latency's median is of this many lowest-rate probes: one alone moved 2.5x.
 BASE_PROBES = 3
 
 
@@ -21,11 +17,6 @@ class Probe:
     rate: int
     held: bool
     p95_ms: float | None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Probe:
-        p95 = data.get("p95_ms")
-        return cls(int(data["rate"]), bool(data.get("held")), None if p95 is None else float(p95))
 
 
 @dataclass(frozen=True)
@@ -42,20 +33,21 @@ class TargetFound:
     @classmethod
     def from_json(cls, target: str, data: dict[str, Any]) -> TargetFound:
         missed = data.get("missed_at")
+        probes = (
+            Probe(int(one["rate"]), bool(one.get("held")), _float(one.get("p95_ms")))
+            for one in data.get("probes", [])
+        )
         return cls(
             what=str(data.get("what", target)),
             rate=int(data["rate"]) if data.get("rate") else None,
             capped=bool(data.get("capped")),
             out_of_time=bool(data.get("out_of_time")),
             missed_at=None if missed is None else int(missed),
-            probes=tuple(Probe.from_json(one) for one in data.get("probes", [])),
+            probes=tuple(probes),
         )
 
     def base_latency(self) -> tuple[int, float] | None:
-        """(the highest rate used, median p95 ms) of the BASE_PROBES lowest-rate
-        probes that held: the machine's latency for a trivial request at low
-        load, which moves between runs where the rate found at the knee does
-        not; None without one."""
+        """The highest rate and median p95 ms of the BASE_PROBES lowest-rate probes held."""
         held = [p for p in self.probes if p.held and p.p95_ms is not None]
         lowest = sorted(held, key=lambda probe: probe.rate)[:BASE_PROBES]
         if not lowest:
@@ -73,6 +65,10 @@ class TargetFound:
             notes.append("the time allowed ran out" + below)
         tail = f" ({'; '.join(notes)})" if notes else ""
         return f"{self.what}: {rate}{tail}"
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -100,26 +96,25 @@ class Calibration:
         )
 
 
-def _found(machine: dict[str, Any], target: str) -> TargetFound | None:
-    calibration = Calibration.of(machine)
+def _found(calibration: Calibration | None, target: str) -> TargetFound | None:
     return None if calibration is None else calibration.targets.get(target)
 
 
 def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
     """A run's calibrated rate for `target`; None when it was not calibrated."""
-    found = _found(machine, target)
+    found = _found(Calibration.of(machine), target)
     return None if found is None else found.rate
 
 
 def base_latency(machine: dict[str, Any], target: str = "core") -> tuple[int, float] | None:
     """`target`'s base latency (TargetFound.base_latency); None without one."""
-    found = _found(machine, target)
+    found = _found(Calibration.of(machine), target)
     return None if found is None else found.base_latency()
 
 
 def capped(machine: dict[str, Any], target: str = "core") -> bool:
     """The calibration held at every rate it tried: its rate is a lower bound."""
-    found = _found(machine, target)
+    found = _found(Calibration.of(machine), target)
     return found is not None and found.capped
 
 

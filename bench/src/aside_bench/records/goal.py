@@ -1,12 +1,4 @@
-"""The service goal a sweep's arms are held to, in one place: p95 within a
-limit and at most DROP_TOLERANCE of the scheduled requests dropped or failed.
-
-Only a step that held the goal served what it was asked at the service asked
-for, so only its cost per million requests is a price of that service: an arm
-that drops four requests in five is cheap per request served because it
-leaves out what the dropped ones would have cost. The report compares prices
-only between steps that held it (docs/decisions/071-prices-compared-at-equal-service.md).
-Pure, unit-tested."""
+"""The service goal a price needs (docs/decisions/071-prices-compared-at-equal-service.md)."""
 
 from __future__ import annotations
 
@@ -16,10 +8,7 @@ from aside_bench.records.results import StepResult
 
 # The p95 limit a sweep's step is judged by, as the ceiling's default.
 GOAL_P95_MS = 10.0
-# The share of a step's scheduled requests that may be dropped or failed and the
-# step still hold the goal: one in a thousand (a 99.9% success objective), so a
-# lone timeout in a 20,000-request step does not call the arm a miss, while any
-# step that sheds load does (a shed step drops far more).
+# One in a thousand (99.9% success): a lone timeout is no miss, a shed step is.
 DROP_TOLERANCE = 0.001
 
 
@@ -31,11 +20,9 @@ class Goal:
     drop_tolerance: float = DROP_TOLERANCE
 
     def held(self, result: StepResult) -> bool:
-        return (
-            result.latency is not None
-            and result.latency.p95 <= self.p95_ms
-            and result.drop_rate <= self.drop_tolerance
-        )
+        latency = result.latency
+        held = latency is not None and latency.p95 <= self.p95_ms
+        return held and result.drop_rate <= self.drop_tolerance
 
     def words(self) -> str:
         """The goal as the report states it."""
@@ -55,7 +42,6 @@ def _ms(value: float) -> str:
 
 
 def missed_words(result: StepResult) -> str:
-    """A step that missed the goal, as a table's cell marks it: what it served
-    and its p95, so the cell says which part of the goal it missed."""
+    """A missed step's cell: what it served and its p95."""
     p95 = "no answer" if result.latency is None else f"p95 {_ms(result.latency.p95)} ms"
     return f"missed: {served_words(result)}, {p95}"

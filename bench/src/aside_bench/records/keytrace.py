@@ -1,9 +1,4 @@
-"""Key traces (bench/driver/README.md, "Key traces"): the keys a read step
-asked for, in order, one request a line: the key, optionally a TAB and the
-seconds from the step's start to when the request fell due. Blank lines and
-lines starting with `#` are ignored; a gzip file (the recorder's
-keys.trace.gz) is read through gzip. The rules are the driver's, so a file
-this reads, the driver replays."""
+"""Key traces (bench/driver/README.md, "Key traces"), read by the driver's rules."""
 
 from __future__ import annotations
 
@@ -20,7 +15,6 @@ class KeyTraceError(ValueError):
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Every line of the file with its number (from 1), gzip or plain."""
     try:
         with path.open("rb") as raw:
             zipped = raw.read(2) == GZIP_MAGIC
@@ -44,10 +38,7 @@ def _timestamp(path: Path, number: int, text: str) -> float:
 
 
 def read_timed_key_trace(path: Path) -> list[tuple[str, float | None]]:
-    """Every request of the trace in order: its key and its timestamp (None
-    on a line without one); none for a step that sent nothing. KeyTraceError
-    on a bad line or timestamps that go down (check_replayable says whether
-    the driver can replay it)."""
+    """Every request's key and timestamp (None without one); KeyTraceError on a bad line."""
     found: list[tuple[str, float | None]] = []
     last = 0.0
     for number, line in _lines(Path(path)):
@@ -72,9 +63,7 @@ def read_timed_key_trace(path: Path) -> list[tuple[str, float | None]]:
 
 
 def check_replayable(path: Path) -> list[tuple[str, float | None]]:
-    """The trace's requests when the driver can replay it (TRACE): besides
-    read_timed_key_trace's rules, at least one key, and a timed trace's
-    timestamps not all 0. KeyTraceError otherwise."""
+    """The requests of a trace the driver can replay (a key, timestamps not all 0)."""
     found = read_timed_key_trace(path)
     if not found:
         raise KeyTraceError(f"{path}: holds no key")
@@ -84,15 +73,12 @@ def check_replayable(path: Path) -> list[tuple[str, float | None]]:
 
 
 def read_key_trace(path: Path) -> list[str]:
-    """The trace's keys in order, one per request (KeyTraceError as
-    read_timed_key_trace)."""
+    """The trace's keys in order, one per request."""
     return [key for key, _ in read_timed_key_trace(path)]
 
 
 def timed_rate(requests: list[tuple[str, float | None]]) -> float | None:
-    """Requests a second of a timed trace (every line with a timestamp): its
-    lines over its last timestamp, the period the driver replays it with;
-    None when a line has none (the driver then sends at the step's rate)."""
+    """A timed trace's rate (lines over its last timestamp); None when one has none."""
     stamps = [at for _, at in requests if at is not None]
     if len(stamps) < len(requests) or not stamps or stamps[-1] <= 0:
         return None

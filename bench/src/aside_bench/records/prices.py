@@ -1,13 +1,4 @@
-"""What a step costs to run, priced: the CPU the gateway, PostgreSQL and Redis
-spent per request served (a failed request's CPU charged to those that
-succeeded), and the memory the arm holds (the gateway's resident memory,
-and Redis's used memory when the arm reads through it), at a price per
-vCPU-hour and per GiB-hour (ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR), as a
-cost per million requests at the rate the step served.
-
-The CPU is what the requests used, not the machine's idle cores; the memory is
-held whatever the rate, so at a low rate it dominates the cost of a request.
-PostgreSQL's own memory is the same for every arm and is left out."""
+"""A step's cost per million requests served: its services' CPU and its arm's memory, priced."""
 
 from __future__ import annotations
 
@@ -31,8 +22,7 @@ class Prices:
         return f"${self.vcpu_hour:g} a vCPU-hour, ${self.gib_hour:g} a GiB-hour"
 
     def chart_words(self) -> str:
-        """The prices in a chart's title; each $ escaped, as matplotlib reads a
-        pair of them as mathematics."""
+        """The prices in a chart's title, each $ escaped from matplotlib's mathematics."""
         return f"\\${self.vcpu_hour:g}/vCPU-h, \\${self.gib_hour:g}/GiB-h"
 
 
@@ -74,8 +64,7 @@ def step_spend(result: StepResult) -> Spend | None:
         return None
     cached = result.redis is not None
     redis_mib = result.redis.used_memory / 2**20 if result.redis is not None else 0.0
-    # The CPU of every request the gateway answered, failures included, charged
-    # to the requests that succeeded: what a served request really cost.
+    # Every answered request's CPU, failures included, charged to those that succeeded.
     served = result.achieved_rps * result.step.duration_s
     per_served = cost.requests / served if cost.requests > 0 else 1.0
     return Spend(

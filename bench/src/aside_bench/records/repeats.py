@@ -1,33 +1,14 @@
-"""A step run several times (REPEAT=N): the median of its runs with their
-spread (min-max), figure by figure.
-
-Pure functions only, so every rule here has a unit test.
-"""
+"""A step run several times (REPEAT=N): the median of its runs and their spread."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from aside_bench.records.results import Latency, StaleCounts, StepResult
+from aside_bench.records.runfile import StepFigures
 from aside_bench.records.saturation import worst
 from aside_bench.records.tierstats import StepCost
-
-
-def _p(name: str) -> Callable[[StepResult], float | None]:
-    return lambda result: None if result.latency is None else getattr(result.latency, name)
-
-
-# The figures a repeat has a median and a spread of, by name.
-FIGURES: dict[str, Callable[[StepResult], float | None]] = {
-    "p50": _p("p50"),
-    "p95": _p("p95"),
-    "p99": _p("p99"),
-    "achieved": lambda result: result.achieved_rps,
-    "drops": lambda result: result.drop_rate,
-    "hit": lambda result: result.hit_rate,
-}
 
 
 @dataclass(frozen=True)
@@ -60,13 +41,13 @@ def median(values: list[float | None]) -> float | None:
 
 @dataclass
 class RepeatedResult(StepResult):
-    """A step's runs merged: each figure is the median of the runs' figures,
-    `runs` keeps the runs themselves for the spread."""
+    """A step's runs merged: each figure the median of the runs' ones (kept in `runs`)."""
 
     runs: list[StepResult] = field(default_factory=list)
 
     def figure(self, name: str) -> Spread | None:
-        return spread([FIGURES[name](run) for run in self.runs])
+        """A figure by its name in results.json over the runs."""
+        return spread([StepFigures.of(run).figure(name) for run in self.runs])
 
     @property
     def drop_rate(self) -> float:
@@ -92,12 +73,8 @@ def _median_latency(latencies: list[Latency | None]) -> Latency | None:
     known = [latency for latency in latencies if latency is not None]
     if not known:
         return None
-    return Latency(
-        p50=statistics.median(one.p50 for one in known),
-        p95=statistics.median(one.p95 for one in known),
-        p99=statistics.median(one.p99 for one in known),
-        count=sum(one.count for one in known),
-    )
+    quantiles = (statistics.median(getattr(one, q) for one in known) for q in ("p50", "p95", "p99"))
+    return Latency(*quantiles, count=sum(one.count for one in known))
 
 
 def _median_cost(costs: list[StepCost | None]) -> StepCost | None:
@@ -112,16 +89,11 @@ def _stale(results: list[StepResult]) -> StaleCounts | None:
     known = [result.stale for result in results if result.stale is not None]
     if not known:
         return None
-    return StaleCounts(
-        reads=sum(one.reads for one in known),
-        stale=sum(one.stale for one in known),
-        errors=sum(one.errors for one in known),
-    )
+    return StaleCounts(*(sum(getattr(one, f.name) for one in known) for f in fields(StaleCounts)))
 
 
 def merge(runs: list[StepResult]) -> StepResult:
-    """One result for a step's runs: a run alone as it is, several as the
-    median of each figure (counts of stale reads summed)."""
+    """One result for a step's runs: the median of each figure, stale counts summed."""
     if len(runs) == 1:
         return runs[0]
     names = set.intersection(*(set(run.by_name) for run in runs))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from aside_bench.plan.steps import Step
 from aside_bench.records.saturation import LoadGen, noisy
@@ -12,9 +11,7 @@ from aside_bench.records.tierstats import StepCost
 
 
 def drop_rate(dropped: float, failed: float, scheduled: float) -> float:
-    """Share of scheduled requests that did not succeed: never started (dropped by the
-    driver: no free worker, or too late) or started and failed (bad status, bad body,
-    timeout)."""
+    """Share of scheduled requests dropped by the driver or failed."""
     if scheduled <= 0:
         raise ValueError("scheduled must be positive")
     return (dropped + failed) / scheduled
@@ -28,8 +25,7 @@ def achieved_rps(iterations: float, failed: float, duration_s: float) -> float:
 
 
 def hit_rate(hits: float, misses: float, bypass: float) -> float:
-    """Share of count reads answered from Redis. Reads that bypass the cache count
-    as not answered from it, so the uncached arms show 0, not a gap."""
+    """Share of count reads answered from Redis (a bypass counts as not)."""
     total = hits + misses + bypass
     return hits / total if total > 0 else 0.0
 
@@ -55,8 +51,7 @@ class CacheCounts:
 
 @dataclass
 class StaleCounts:
-    """The mixed scenario's read-after-write checks: reads checked, and those
-    that did not reflect the write acknowledged before them."""
+    """The mixed scenario's read-after-write checks and the stale reads among them."""
 
     reads: int
     stale: int
@@ -65,22 +60,19 @@ class StaleCounts:
 
 @dataclass(frozen=True)
 class RedisCounts:
-    """The Redis tier over a step: keys and memory at its end, keys evicted
-    (under maxmemory) and expired (TTL) during it, and its bound (0: none)."""
+    """The Redis tier over a step: keys and memory at its end, evictions, expiries, bound."""
 
     keys: int
     used_memory: int
     evicted: int
     expired: int
     maxmemory: int | None = None  # None: the stack's own bound
-    # The median of the keys it held, counted once a second during the step.
-    keys_held: int | None = None
-    # Its clients' buffers at the step's end (they count in maxmemory too).
-    clients_memory: int | None = None
+    keys_held: int | None = None  # the median of its keys, counted once a second
+    clients_memory: int | None = None  # its clients' buffers at the end (within maxmemory)
 
 
 def redis_counts(
-    readings: dict[str, dict[str, int]] | None, bound: dict[str, Any] | None
+    readings: dict[str, dict[str, int] | list[int]] | None, bound: dict[str, int | str] | None
 ) -> RedisCounts | None:
     """A step's Redis figures from its readings at start and end (run.json)."""
     if not readings or "start" not in readings or "end" not in readings:
@@ -110,13 +102,9 @@ class StepResult:
     cost: StepCost | None = None  # None: no probe around the step (older runs)
     stale: StaleCounts | None = None  # None: no staleness checker ran
     loadgen: LoadGen | None = None  # None: the driver's CPU was not recorded
-    # interference: the compute requests beside the step's reads (None: none ran)
-    compute: StepResult | None = None
-    # The answered requests' latency from their due time (coordinated omission
-    # included); None where the driver did not give it.
-    from_due: Latency | None = None
-    # The Redis tier's keys, memory, evictions and expiries (None: not read).
-    redis: RedisCounts | None = None
+    compute: StepResult | None = None  # interference's compute beside the reads (None: none)
+    from_due: Latency | None = None  # the answered requests' latency from their due time
+    redis: RedisCounts | None = None  # None: not read
 
     @property
     def drop_rate(self) -> float:
@@ -132,12 +120,8 @@ class StepResult:
 
     def holds(self, p95_limit_ms: float) -> bool:
         """The ceiling's test: every request started and succeeded, p95 within the limit."""
-        return (
-            self.latency is not None
-            and self.dropped == 0
-            and self.failed == 0
-            and self.latency.p95 <= p95_limit_ms
-        )
+        latency, clean = self.latency, self.dropped == 0 and self.failed == 0
+        return clean and latency is not None and latency.p95 <= p95_limit_ms
 
     @property
     def host_steal(self) -> float | None:
@@ -155,8 +139,7 @@ class StepResult:
         return self.loadgen is not None and self.loadgen.saturated
 
     def verdict(self, p95_limit_ms: float) -> str:
-        """held, missed, or limit: a step that did not hold while the driver was
-        saturated says nothing about the server, only about the measurement."""
+        """held, missed, or limit (did not hold while the driver was saturated)."""
         if self.holds(p95_limit_ms):
             return "held"
         return "limit" if self.saturated else "missed"

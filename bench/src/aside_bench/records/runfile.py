@@ -1,7 +1,4 @@
-"""A run's own record, run.json (its parameters, machine, seed, settings and
-steps), and the figures of its steps, results.json (StepFigures, what
-`compare` and the machine's meter read): one load and one save each, and the
-schema version run.json carries."""
+"""A run's record, run.json, and its steps' figures, results.json: a load and a save each."""
 
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ StepKey = tuple[str, str, str, int]
 
 @dataclass(frozen=True)
 class StepFigures:
-    """One run of a step as results.json keeps it: what `compare` and the
-    machine's meter read. A figure not measured is None."""
+    """One run of a step as results.json keeps it; a figure not measured is None."""
 
     scenario: str
     arm: str
@@ -88,8 +84,7 @@ def save_figures(results: list[StepResult], out_dir: Path) -> list[StepFigures]:
 
 
 def load_figures(out_dir: Path) -> list[StepFigures] | None:
-    """The figures a report wrote; None when it wrote none or they cannot be
-    read (older runs: `compare` then rebuilds them)."""
+    """The figures a report wrote; None when there are none readable (older runs)."""
     try:
         found = json.loads((out_dir / FIGURES_FILE).read_text())
         return [StepFigures.from_json(row) for row in found]
@@ -97,8 +92,7 @@ def load_figures(out_dir: Path) -> list[StepFigures] | None:
         return None
 
 
-# run.json's shape: 2 since the load driver's figures (the driver's CPU and
-# pool, a summary per step); a run without the field is of shape 1.
+# run.json's shape: 2 since the driver's figures; a run without the field is of shape 1.
 RUN_SCHEMA = 2
 
 
@@ -108,11 +102,7 @@ class RunSchemaError(ValueError):
 
 @dataclass
 class RunRecord:
-    """A run of the sweep's kinds (run, ceiling, cost) as run.json keeps it:
-    what was asked, the machine and the seed it ran on, and a record per step
-    (the driver's summary, the probes around it) from which its report is
-    rebuilt. A kind's own findings (the cost's rows) are in `extra`, saved
-    beside the rest."""
+    """A run of the sweep's kinds as run.json keeps it; a kind's own findings ride in `extra`."""
 
     run_id: str
     kind: str
@@ -126,16 +116,12 @@ class RunRecord:
     finished: str | None = None
     probe_warning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    # A baseline's runs (compare pools several runs as one side); never saved.
-    runs: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)  # a baseline's runs (compare's); not saved
 
     def to_json(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_SAVED}
+        skip = _NOT_SAVED | {n for n in ("finished", "probe_warning") if getattr(self, n) is None}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         data["steps"] = [step.to_json() for step in self.steps]
-        if self.probe_warning is None:
-            del data["probe_warning"]
-        if self.finished is None:
-            del data["finished"]
         return {"schema_version": RUN_SCHEMA, **data, **self.extra}
 
     @classmethod
@@ -153,8 +139,7 @@ _NOT_SAVED = {"extra", "runs"}
 
 
 def load_run(out_dir: Path) -> RunRecord:
-    """A run's run.json; RunSchemaError when its shape is not this bench's,
-    OSError or ValueError when it cannot be read."""
+    """A run's run.json; RunSchemaError for another shape, OSError or ValueError unread."""
     path = out_dir / "run.json"
     data = json.loads(path.read_text())
     found = data.get("schema_version", 1) if isinstance(data, dict) else None

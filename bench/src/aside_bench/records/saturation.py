@@ -1,16 +1,4 @@
-"""Was the load generator the limit of a step? The driver's own CPU over the
-step, and the requests it had in flight against the pool it was allowed.
-
-A step is "load generator saturated" when the driver used more CPU than its
-limit (the share of the machine's cores it may take before its own timing is
-in doubt), or when every worker of its pool was busy while --max-pool held the
-pool below the rate x 1 s latency budget the bench promises every step
-(plan.LATENCY_BUDGET_S). A full pool at the budget itself means the stack was
-more than a second behind: that is the server's miss, which the drop rate
-shows, not the load generator's.
-
-Pure functions only, so every rule here has a unit test.
-"""
+"""Was the load generator a step's limit: its CPU over its limit, or its pool full below budget?"""
 
 from __future__ import annotations
 
@@ -21,14 +9,12 @@ from dataclasses import dataclass
 from aside_bench.plan.steps import LATENCY_BUDGET_S
 from aside_bench.records.steprecord import StepRecord
 
-# The driver may use up to this share of the machine's cores before its own
-# timing is in doubt (docs/decisions/019-when-the-load-generator-is-the-limit.md).
+# The driver's share of the cores before its timing is in doubt (decision 019).
 DRIVER_CPU_SHARE_LIMIT = 0.4
 
 
-# A step that missed while the host (the hypervisor) took more than this share
-# of the machine's cores says more about the host than about the server: the
-# searches run it again (ceiling.search.run_again).
+# A miss while the host stole more than this says more of the host than of the
+# server: the searches run it again (ceiling.search.run_again).
 NOISY_STEAL = 0.08
 
 
@@ -37,8 +23,7 @@ def noisy(steal: float | None) -> bool:
     return steal is not None and steal > NOISY_STEAL
 
 
-# A reading of the machine's ticks: (busy, total, steal), as
-# stack.procs.MachineTicks or its JSON list in run.json.
+# A reading of the machine's ticks: (busy, total, steal), stack.procs.MachineTicks.
 Ticks = Sequence[int]
 
 
@@ -80,32 +65,21 @@ class LoadGen:
 
     @property
     def cpu_cores(self) -> float | None:
-        if self.cpu_s is None or self.duration_s <= 0:
-            return None
-        return self.cpu_s / self.duration_s
+        return None if self.cpu_s is None or self.duration_s <= 0 else self.cpu_s / self.duration_s
 
     def cpu_ms_per_request(self, requests: float) -> float | None:
-        if self.cpu_s is None or requests <= 0:
-            return None
-        return self.cpu_s * 1000 / requests
+        return None if self.cpu_s is None or requests <= 0 else self.cpu_s * 1000 / requests
 
     @property
     def out_of_pool(self) -> bool:
         """Every worker was busy, and the pool was below the budget."""
-        return (
-            self.inflight_peak is not None
-            and self.inflight_peak >= self.pool
-            and self.pool < self.pool_budget
-        )
+        peak = self.inflight_peak
+        return peak is not None and peak >= self.pool and self.pool < self.pool_budget
 
     @property
     def cpu_bound(self) -> bool:
-        cores = self.cpu_cores
-        return (
-            cores is not None
-            and self.cpu_limit_cores is not None
-            and (cores > self.cpu_limit_cores)
-        )
+        cores, limit = self.cpu_cores, self.cpu_limit_cores
+        return cores is not None and limit is not None and cores > limit
 
     @property
     def reasons(self) -> list[str]:
@@ -130,8 +104,7 @@ def pool_budget(rate: int) -> int:
 
 
 def loadgen_of(record: StepRecord, inflight_peak: float | None) -> LoadGen | None:
-    """A run.json step's load generator figures; None for a step recorded
-    without the driver's CPU."""
+    """A run.json step's load generator figures; None without the driver's CPU."""
     driver = record.driver
     if not driver or record.pool is None:
         return None
@@ -146,8 +119,7 @@ def loadgen_of(record: StepRecord, inflight_peak: float | None) -> LoadGen | Non
 
 
 def worst(gens: list[LoadGen | None]) -> LoadGen | None:
-    """The run of a repeated step that came closest to saturating the driver:
-    the most CPU, then the most requests in flight."""
+    """The run of a repeated step closest to saturating the driver."""
     known = [gen for gen in gens if gen is not None]
     if not known:
         return None

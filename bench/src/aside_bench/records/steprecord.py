@@ -1,11 +1,8 @@
-"""One step of a run as run.json keeps it (StepRecord): the step, how it was
-prepared, the driver's run and its summary, the probes around it. The sweep
-fills it in, collect reads its figures back, the report and the plug-ins read
-its fields; a plug-in's own fields ride in `extra`."""
+"""One step of a run as run.json keeps it; a plug-in's own fields ride in `extra`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from aside_bench.plan.steps import Step
@@ -13,8 +10,7 @@ from aside_bench.plan.steps import Step
 
 @dataclass
 class StepRecord:
-    """A step's record. A field not recorded is None (or its default) and is
-    left out of run.json; a field this bench does not know is kept in `extra`."""
+    """A step's record: a field not recorded is None and left out of run.json."""
 
     scenario: str
     arm: str
@@ -27,7 +23,7 @@ class StepRecord:
     # Its preparation: the distance's hops, the gateway's restart, Redis's bound.
     distance: str | None = None
     gateway_restarted_with: dict[str, str] | None = None
-    cache_memory: dict[str, Any] | None = None
+    cache_memory: dict[str, int | str] | None = None  # maxmemory, policy
     quiet_wait_s: float | None = None
     skip: int | None = None  # iterations a warm step passes over (its cold step's)
     prep: str | None = None
@@ -49,24 +45,15 @@ class StepRecord:
     key_trace_lines: int | None = None
     key_trace_lost: int | None = None
     influx: dict[str, int] | None = None
-    hops: dict[str, Any] | None = None
-    redis: dict[str, Any] | None = None
+    hops: dict[str, dict[str, float] | str] | None = None  # by hop, or an error
+    redis: dict[str, dict[str, int] | list[int]] | None = None
     interrupted: bool = False  # saved only when it was
     prom_end: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, step: Step, **more: Any) -> StepRecord:
-        return cls(
-            step.scenario,
-            step.arm,
-            step.phase,
-            step.rate,
-            step.duration_s,
-            repeat=step.repeat,
-            read_rate=step.read_rate,
-            **more,
-        )
+        return cls(**asdict(step), **more)
 
     @property
     def step(self) -> Step:
@@ -86,16 +73,12 @@ class StepRecord:
         return self.summary or {}
 
     def to_json(self) -> dict[str, Any]:
-        data = {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if f.name != "extra" and getattr(self, f.name) is not None
+        # read_rate and interrupted are saved only when set, a field at None never.
+        unset = {"extra"} | {
+            name for name in ("read_rate", "interrupted") if not getattr(self, name)
         }
-        if not self.read_rate:
-            del data["read_rate"]
-        if not self.interrupted:
-            del data["interrupted"]
-        return {**data, **self.extra}
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in unset}
+        return {**{k: v for k, v in values.items() if v is not None}, **self.extra}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepRecord:

@@ -1,9 +1,4 @@
-"""A step's gateway cost and cache-tier figures, from the two probes the runner
-takes around it (sweep/stepprobe.py) and keeps in run.json: CPU time per request,
-resident memory, hit rate per tier, and the invalidation lag quantiles.
-
-Pure functions only, so every rule here has a unit test.
-"""
+"""A step's gateway cost and tier figures from the probes around it (sweep/stepprobe.py)."""
 
 from __future__ import annotations
 
@@ -15,19 +10,13 @@ from typing import Any
 from aside_bench.records.saturation import busy_share, steal_share
 
 TIERS = ("l1", "l2")
-# Keys of a probe's "tier_reads": "<tier> <outcome>", as JSON has no tuple keys.
 Bucket = tuple[float, float]  # (upper bound `le`, cumulative count)
 
 
 def increase_across_reset(start: float | None, end: float | None) -> float:
     """Increase of a counter between two instants; a restart (reset) counts from 0."""
-    start = start or 0.0
-    end = end or 0.0
+    start, end = start or 0.0, end or 0.0
     return end - start if end >= start else end
-
-
-def tier_key(tier: str, outcome: str) -> str:
-    return f"{tier} {outcome}"
 
 
 def increases(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
@@ -36,23 +25,17 @@ def increases(start: dict[str, float], end: dict[str, float]) -> dict[str, float
 
 
 def tier_hit_rates(start: dict[str, float], end: dict[str, float]) -> dict[str, float | None]:
-    """Per tier, hits / lookups over the interval; None for a tier not looked in.
-    An L2 lookup of the hybrid (or tracking) strategy follows an L1 miss, so its rate is that
-    of the reads L1 could not answer."""
+    """Per tier, hits / lookups over the interval (None: not looked in)."""
     delta = increases(start, end)
-    rates: dict[str, float | None] = {}
-    for tier in TIERS:
-        hits = delta.get(tier_key(tier, "hit"), 0.0)
-        lookups = hits + delta.get(tier_key(tier, "miss"), 0.0)
-        rates[tier] = hits / lookups if lookups > 0 else None
-    return rates
+    hits = {tier: delta.get(f"{tier} hit", 0.0) for tier in TIERS}
+    lookups = {tier: hits[tier] + delta.get(f"{tier} miss", 0.0) for tier in TIERS}
+    return {tier: hits[tier] / lookups[tier] if lookups[tier] > 0 else None for tier in TIERS}
 
 
 def cpu_ms_per_request(
     start_ticks: float | None, end_ticks: float | None, clk_tck: float, requests: float
 ) -> float | None:
-    """CPU time the gateway's processes spent over the interval (clock ticks of
-    utime + stime), in ms per request answered; None without a reading or a request."""
+    """The gateway's CPU ms (utime + stime ticks) per request; None without one."""
     if start_ticks is None or end_ticks is None or requests <= 0 or clk_tck <= 0:
         return None
     return max(end_ticks - start_ticks, 0.0) / clk_tck * 1000 / requests
@@ -63,8 +46,7 @@ def _le(text: str) -> float:
 
 
 def bucket_increase(start: dict[str, float], end: dict[str, float]) -> list[Bucket]:
-    """Cumulative buckets (le, count) of the observations made between two
-    readings of a histogram, sorted by le, kept cumulative (non-decreasing)."""
+    """A histogram's cumulative buckets (le, count) between two readings, sorted by le."""
     delta = increases(start, end)
     buckets: list[Bucket] = []
     running = 0.0
@@ -83,10 +65,7 @@ def nearest_rank(values: Sequence[float], q: float) -> float | None:
 
 
 def histogram_quantile(q: float, buckets: list[Bucket]) -> float | None:
-    """The q-quantile of cumulative buckets, as Prometheus' histogram_quantile
-    computes it: linear within the bucket holding the rank, 0 as the first
-    bucket's lower bound, the highest finite bound when the rank falls in +Inf.
-    None without observations or without a +Inf bucket."""
+    """The q-quantile of cumulative buckets as Prometheus' histogram_quantile computes it."""
     if not 0 <= q <= 1:
         raise ValueError("q must be in [0, 1]")
     if len(buckets) < 2 or not math.isinf(buckets[-1][0]):
@@ -109,8 +88,7 @@ def histogram_quantile(q: float, buckets: list[Bucket]) -> float | None:
 
 
 def histogram_max(buckets: list[Bucket]) -> float | None:
-    """An upper bound of the largest observation: the le of the highest bucket
-    that gained one (inf when that is +Inf); None without observations."""
+    """The le of the highest bucket that gained an observation; None without one."""
     below = 0.0
     highest = None
     for le, count in buckets:
@@ -140,13 +118,11 @@ class StepCost:
     floor_count: int | None = None
     floor_p50_ms: float | None = None
     floor_p99_ms: float | None = None
-    # PostgreSQL's and Redis's CPU over the step, per request the gateway answered.
+    # PostgreSQL's and Redis's CPU per request the gateway answered.
     postgres_cpu_ms_per_request: float | None = None
     redis_cpu_ms_per_request: float | None = None
-    # The proxies' (toxiproxy) over the step, per request: the lab's cost, not the service's.
-    proxy_cpu_ms_per_request: float | None = None
-    # The machine over the step: the share of its cores busy (every process,
-    # the driver's too) and, of it, the host's steal (a virtual machine's noise).
+    proxy_cpu_ms_per_request: float | None = None  # toxiproxy's: the lab's, not the service's
+    # The share of the machine's cores busy (every process) and, of it, the host's steal.
     machine_busy: float | None = None
     host_steal: float | None = None
 
@@ -160,20 +136,24 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
-    """The figures of a run.json step's "probe" ({"start": ..., "end": ...});
-    None when either reading is missing."""
+    """The figures of a run.json step's "probe"; None when a reading is missing."""
     if not probe or not probe.get("start") or not probe.get("end"):
         return None
     start, end = probe["start"], probe["end"]
     requests = increase_across_reset(start.get("requests"), end.get("requests"))
     rates = tier_hit_rates(start.get("tier_reads", {}), end.get("tier_reads", {}))
     lag = bucket_increase(start.get("lag_buckets", {}), end.get("lag_buckets", {}))
-    l1_bytes = end.get("l1_bytes")
+    l1_bytes, clk_tck = end.get("l1_bytes"), float(end.get("clk_tck", 100))
     floor = probe.get("floor") or {}
+
+    def service_cpu(service: str) -> float | None:
+        before, after = (one.get("service_cpu_ticks") or {} for one in (start, end))
+        return cpu_ms_per_request(before.get(service), after.get(service), clk_tck, requests)
+
     return StepCost(
         requests=requests,
         cpu_ms_per_request=cpu_ms_per_request(
-            start.get("cpu_ticks"), end.get("cpu_ticks"), float(end.get("clk_tck", 100)), requests
+            start.get("cpu_ticks"), end.get("cpu_ticks"), clk_tck, requests
         ),
         gateway_rss_mib=_mib(end.get("gateway_rss_kib")),
         redis_rss_mib=_mib(end.get("redis_rss_kib")),
@@ -188,17 +168,9 @@ def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
         floor_count=floor.get("count"),
         floor_p50_ms=floor.get("p50_ms"),
         floor_p99_ms=floor.get("p99_ms"),
-        postgres_cpu_ms_per_request=_service_cpu(start, end, "postgres", requests),
-        redis_cpu_ms_per_request=_service_cpu(start, end, "redis", requests),
-        proxy_cpu_ms_per_request=_service_cpu(start, end, "toxiproxy", requests),
+        postgres_cpu_ms_per_request=service_cpu("postgres"),
+        redis_cpu_ms_per_request=service_cpu("redis"),
+        proxy_cpu_ms_per_request=service_cpu("toxiproxy"),
         machine_busy=busy_share(start.get("machine_ticks"), end.get("machine_ticks")),
         host_steal=steal_share(start.get("machine_ticks"), end.get("machine_ticks")),
     )
-
-
-def _service_cpu(
-    start: dict[str, Any], end: dict[str, Any], service: str, requests: float
-) -> float | None:
-    before = (start.get("service_cpu_ticks") or {}).get(service)
-    after = (end.get("service_cpu_ticks") or {}).get(service)
-    return cpu_ms_per_request(before, after, float(end.get("clk_tck", 100)), requests)

@@ -1,2 +1,1 @@
-"""The stack seen from the bench: its settings, its services and processes,
-the sources (Prometheus, InfluxDB), the seeded data and the machine."""
+"""The stack seen from the bench: settings, services, processes, sources, seed, machine."""

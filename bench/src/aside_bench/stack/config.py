@@ -1,8 +1,4 @@
-"""Every setting aside-bench reads from the environment, in one place.
-
-Defaults are the native stack's (infra/env.sh); a value that does not parse
-stops the program with one line naming the variable.
-"""
+"""Every setting aside-bench reads from the environment (defaults: infra/env.sh's)."""
 
 from __future__ import annotations
 
@@ -35,12 +31,9 @@ class Settings:
     redis_url: str
     driver_bin: Path  # the load driver, aside-load (bench/driver)
     root: Path
-    # The seeder's files; ASIDE_DATA_DIR moves them (the seeder reads it too).
-    default_data_dir: Path
-    # The calibration measures the core's /healthz as well as the gateway's.
-    core_url: str = DEFAULTS["CORE_URL"]
-    # What REDIS_URL names, as for the gateway and the core (stack/redisclient.py).
-    redis_mode: str = "standalone"
+    default_data_dir: Path  # the seeder's files (ASIDE_DATA_DIR, the seeder's too)
+    core_url: str = DEFAULTS["CORE_URL"]  # the calibration's other /healthz
+    redis_mode: str = "standalone"  # what REDIS_URL names (stack/redisclient.py)
     # The cost model's prices (records/prices.py): a vCPU-hour and a GiB-hour.
     price_vcpu_hour: float = 0.0332
     price_gib_hour: float = 0.00445
@@ -55,18 +48,14 @@ class Settings:
 
 
 def _http_url(name: str, env: dict[str, str]) -> str:
-    value = env.get(name) or DEFAULTS[name]
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"{name} must be an http(s) URL, got {value!r}")
-    return value.rstrip("/")
+    return _scheme_url(name, env, ("http", "https"), "an http(s)").rstrip("/")
 
 
-def _scheme_url(name: str, env: dict[str, str], schemes: tuple[str, ...]) -> str:
+def _scheme_url(name: str, env: dict[str, str], schemes: tuple[str, ...], what: str = "") -> str:
     value = env.get(name) or DEFAULTS[name]
     parts = urlsplit(value)
     if parts.scheme not in schemes or not parts.netloc:
-        raise ConfigError(f"{name} must be a {'/'.join(schemes)} URL, got {value!r}")
+        raise ConfigError(f"{name} must be {what or 'a ' + '/'.join(schemes)} URL, got {value!r}")
     return value
 
 
@@ -129,8 +118,7 @@ REDIS_MODES = ("standalone", "cluster")
 
 
 def _redis_mode(env: dict[str, str]) -> str:
-    """standalone, or cluster (REDIS_URL one node of it); the bench does not
-    follow a Sentinel."""
+    """standalone, or cluster (REDIS_URL one node of it); no Sentinel."""
     value = (env.get("REDIS_MODE") or "").strip() or "standalone"
     if value not in REDIS_MODES:
         raise ConfigError(f"REDIS_MODE must be one of {'|'.join(REDIS_MODES)}, got {value!r}")

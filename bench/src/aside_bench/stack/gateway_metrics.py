@@ -1,6 +1,4 @@
-"""The gateway's own counters, read from its /metrics (lab profile) with
-prometheus_client's parser: summed over its workers, dead ones included, so
-they are exact where Prometheus's scrapes are not."""
+"""The gateway's own counters from its /metrics, summed over its workers, dead ones too."""
 
 from __future__ import annotations
 
@@ -18,16 +16,8 @@ HTTP_TIMEOUT_S = 10.0
 # How long a reading of the connection bound waits for workers still starting.
 BOUND_WAIT_S = 15.0
 BOUND_POLL_S = 0.2
-REQUESTS_TOTAL = "aside_gateway_http_requests_total"
-CACHE_ERRORS_TOTAL = "aside_gateway_cache_errors_total"
-TIER_READS_TOTAL = "aside_gateway_cache_tier_reads_total"
-L1_ENTRIES = "aside_gateway_l1_entries"
-L1_BYTES = "aside_gateway_l1_bytes"
 CONNECTIONS_MAX = "aside_gateway_connections_max"
-INVALIDATION_LAG_BUCKET = "aside_gateway_l1_invalidation_lag_seconds_bucket"
-# Scrapes of /metrics (Prometheus', the bench's own) are not load: left out of
-# the requests a step's CPU time is divided by.
-METRICS_ROUTE = "/metrics"
+METRICS_ROUTE = "/metrics"  # its scrapes are not load: left out of a step's requests
 
 RequestKey = tuple[str, str, str]  # (route, method, status)
 K = TypeVar("K")
@@ -46,8 +36,7 @@ def labelled_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]
 
 
 def unlabelled_value(text: str, name: str) -> float | None:
-    """The value of the one unlabelled sample named `name` (a gauge summed over
-    live workers), or None when the exposition has none."""
+    """The one unlabelled sample named `name`, or None."""
     unlabelled = (v for found, labels, v in _samples(text) if found == name and not labels)
     return next(unlabelled, None)
 
@@ -68,18 +57,13 @@ def scrape(settings: Settings) -> str:
 
 
 def connections_per_worker(text: str) -> int | None:
-    """The connections each worker holds before it answers a new one 503 (the
-    fewest over live workers), or None from a gateway that does not say. A
-    worker still starting shows 0 until it sets its bound, which says nothing
-    either (`connection_bound` waits it out)."""
+    """The connections a worker holds before a 503; None when not said or a worker starts."""
     value = unlabelled_value(text, CONNECTIONS_MAX)
     return None if value is None or value < 1 else int(value)
 
 
 def connection_bound(settings: Settings, within_s: float = BOUND_WAIT_S) -> int | None:
-    """connections_per_worker of the running gateway, read again while a worker
-    still starting shows 0 (read as a bound, it would cap a pool at its least),
-    for at most `within_s`; None when the gateway does not say by then."""
+    """connections_per_worker, read again while a worker is still starting, up to `within_s`."""
     deadline = time.monotonic() + within_s
     while True:
         text = scrape(settings)
@@ -110,33 +94,26 @@ def request_counts(text: str) -> dict[RequestKey, float]:
     def key(labels: dict[str, str]) -> RequestKey:
         return labels.get("route", ""), labels.get("method", ""), labels.get("status", "")
 
-    return summed_by(text, REQUESTS_TOTAL, key)
+    return summed_by(text, "aside_gateway_http_requests_total", key)
 
 
 def cache_error_counts(text: str) -> dict[str, float]:
     """aside_gateway_cache_errors_total by op (get, lease, store, breaker_open)."""
-    return summed_by_label(text, CACHE_ERRORS_TOTAL, "op")
+    return summed_by_label(text, "aside_gateway_cache_errors_total", "op")
 
 
 def tier_read_counts(text: str) -> dict[str, float]:
     """aside_gateway_cache_tier_reads_total by "<tier> <outcome>" ("l1 hit"), all routes."""
     return summed_by(
         text,
-        TIER_READS_TOTAL,
+        "aside_gateway_cache_tier_reads_total",
         lambda labels: f"{labels.get('tier', '')} {labels.get('outcome', '')}",
     )
 
 
-def lag_bucket_counts(text: str) -> dict[str, float]:
-    """The invalidation lag histogram's cumulative buckets by their `le` text."""
-    return summed_by_label(text, INVALIDATION_LAG_BUCKET, "le")
-
-
 def served_requests(text: str) -> float:
     """Requests the gateway answered, every route but /metrics."""
-    return sum(
-        value for (route, _, _), value in request_counts(text).items() if route != METRICS_ROUTE
-    )
+    return sum(v for (route, _, _), v in request_counts(text).items() if route != METRICS_ROUTE)
 
 
 def step_counters(text: str) -> dict[str, object]:
@@ -144,7 +121,9 @@ def step_counters(text: str) -> dict[str, object]:
     return {
         "requests": served_requests(text),
         "tier_reads": tier_read_counts(text),
-        "lag_buckets": lag_bucket_counts(text),
-        "l1_entries": unlabelled_value(text, L1_ENTRIES),
-        "l1_bytes": unlabelled_value(text, L1_BYTES),
+        "lag_buckets": summed_by_label(
+            text, "aside_gateway_l1_invalidation_lag_seconds_bucket", "le"
+        ),
+        "l1_entries": unlabelled_value(text, "aside_gateway_l1_entries"),
+        "l1_bytes": unlabelled_value(text, "aside_gateway_l1_bytes"),
     }

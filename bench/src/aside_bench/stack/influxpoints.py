@@ -1,16 +1,10 @@
-"""What became of a step's InfluxDB points: written, spooled (kept in a file
-of line protocol in the run's folder, `influx-spool/`, to be sent once
-InfluxDB answers: `aside-bench report --run <id>` sends them) or lost (neither).
-The driver says so for its points in its summary; the bench's own `bench_step`
-point goes through `write_or_spool`. A point resent twice overwrites itself
-(same series, same instant), so a resend is safe to repeat."""
+"""A step's InfluxDB points written, spooled (`influx-spool/`, resent by `report`) or lost."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import Any
 
 from aside_bench.stack.sources import Influx, SourceError
 
@@ -20,8 +14,7 @@ BENCH_SPOOL = "bench_step.lp"
 ATTEMPT_S = 2.0
 RETRY_WAITS_S = (0.25, 0.5)
 BUDGET_S = 5.0
-# Lines a resend posts at once.
-RESEND_CHUNK = 5000
+RESEND_CHUNK = 5000  # lines a resend posts at once
 
 
 @dataclass(frozen=True)
@@ -31,15 +24,13 @@ class InfluxPoints:
     lost: int = 0
 
     @classmethod
-    def of(cls, found: dict[str, Any] | None) -> InfluxPoints:
+    def of(cls, found: dict[str, int] | None) -> InfluxPoints:
         """The driver summary's `influx` (or a step record's)."""
         found = found or {}
         return cls(*(int(found.get(k) or 0) for k in ("written", "spooled", "lost")))
 
     def __add__(self, other: InfluxPoints) -> InfluxPoints:
-        return InfluxPoints(
-            self.written + other.written, self.spooled + other.spooled, self.lost + other.lost
-        )
+        return InfluxPoints(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def as_record(self) -> dict[str, int]:
         return {"written": self.written, "spooled": self.spooled, "lost": self.lost}
@@ -78,9 +69,7 @@ class Resent:
 
 
 def resend(influx: Influx, run_dir: Path) -> Resent:
-    """Every spooled point of a run into InfluxDB; each file sent whole is
-    removed. SourceError when InfluxDB does not take one (what was sent stays
-    sent; the file stays to be sent again)."""
+    """Every spooled point of a run into InfluxDB, each file sent whole removed."""
     files = sorted((run_dir / SPOOL_DIR).glob("*.lp"))
     points = 0
     for path in files:

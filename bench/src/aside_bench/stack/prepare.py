@@ -1,19 +1,19 @@
-"""The services a bench loads, made ready for a step: are they up, a connection
-to PostgreSQL, the cache flushed, warmed or checked for keys about to expire, and
-a wait until the last step's backlog has drained. The seeded table is checked in
-stack/seeddata.py; stopping and restarting services is stack/services.py's."""
+"""The services a bench loads made ready for a step; Redis's bound and figures."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import psycopg
 import redis
 import requests
+from redis.cluster import RedisCluster
 from requests.adapters import HTTPAdapter, Retry
 
 from aside_bench.stack import redisclient
@@ -42,8 +42,7 @@ def check_stack(settings: Settings) -> None:
         ("Prometheus", f"{settings.prometheus_url}/-/ready"),
     ]
     for name, url in probes:
-        problem = _probe(url)
-        if problem is not None:
+        if (problem := _probe(url)) is not None:
             raise StackError(
                 f"{name} is not ready at {url} ({problem}); start the stack with `make up`"
             )
@@ -62,8 +61,7 @@ def connect(settings: Settings) -> psycopg.Connection:
 
 @contextmanager
 def redis_client(settings: Settings, doing: str) -> Iterator[redisclient.Client]:
-    """A client of the gateway's Redis, closed after use; a Redis error in the
-    block is a StackError saying what it was `doing`."""
+    """A client of the gateway's Redis, closed after use; a Redis error is a StackError."""
     client = redisclient.connect(settings)
     try:
         yield client
@@ -80,8 +78,7 @@ def flush_cache(settings: Settings) -> None:
 
 
 def expires_within(settings: Settings, seconds: float) -> bool:
-    """True if some key of the gateway's Redis database expires within `seconds`
-    (or the database is empty): a step that long would see its keys lapse."""
+    """Whether some key expires within `seconds` (or there is none)."""
     with redis_client(settings, "read the cache's TTLs") as client:
         keys = redisclient.keys(client)
         if not keys:
@@ -93,9 +90,7 @@ def expires_within(settings: Settings, seconds: float) -> bool:
     return bool(ttls_ms) and min(ttls_ms) < seconds * 1000
 
 
-# A warm-up read the gateway's door refuses (503, Retry-After: 1, while its
-# limit grows back on a busy machine) is asked again after that second, twice
-# at most; a 503 after that fails the warm-up as any other error does.
+# A warm-up read the door refuses (503, Retry-After: 1) is asked again, twice at most.
 DOOR_RETRY = Retry(
     total=2,
     connect=0,
@@ -129,9 +124,7 @@ def _read_count(session: requests.Session, gateway_url: str, email: str, mode: s
 def warm_cache(
     settings: Settings, emails: list[str], workers: int = 4, flush: bool = True, mode: str = "l2"
 ) -> dict[str, float]:
-    """Flush (unless told not to), then request every email once through the
-    gateway so each key is cached, then once more to measure how much of it is
-    now served from Redis. The L1 tier is warmed by sweep/warmtiers.py."""
+    """Flush (unless told not to), read every email through the gateway, then measure a re-read."""
     if flush:
         flush_cache(settings)
     started = time.monotonic()
@@ -140,8 +133,7 @@ def warm_cache(
         with gateway_session() as session:
             return [_read_count(session, settings.gateway_url, email, mode) for email in chunk]
 
-    # Contiguous chunks keep the caller's order within each worker.
-    size = -(-len(emails) // workers)
+    size = -(-len(emails) // workers)  # contiguous chunks: the caller's order in each
     chunks = [emails[i : i + size] for i in range(0, len(emails), size)]
     try:
         with ThreadPoolExecutor(workers) as pool:
@@ -159,8 +151,7 @@ def warm_cache(
 
 
 def active_queries(conn: psycopg.Connection) -> int:
-    """Client queries on the users table still running in this database. Only
-    those: the exporters' own short queries on pg_stat_* views do not count."""
+    """Client queries on the users table still running (not the exporters')."""
     row = conn.execute(
         r"""
         SELECT count(*) FROM pg_stat_activity
@@ -182,22 +173,104 @@ def healthz_seconds(settings: Settings) -> float:
 
 
 def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: float = 0.05) -> float:
-    """Wait until PostgreSQL runs no client query here and /healthz answers fast
-    (three times running), so a step does not inherit the backlog of the last.
-    Returns the seconds waited; raises StackError past the deadline."""
+    """Wait until no client query runs and /healthz is fast three times; the seconds waited."""
     started = time.monotonic()
     fast_in_a_row = 0
     with connect(settings) as conn:
         while True:
-            if active_queries(conn) == 0 and healthz_seconds(settings) < healthz_fast_s:
-                fast_in_a_row += 1
-                if fast_in_a_row >= 3:
-                    return time.monotonic() - started
-            else:
-                fast_in_a_row = 0
+            quiet = active_queries(conn) == 0 and healthz_seconds(settings) < healthz_fast_s
+            fast_in_a_row = fast_in_a_row + 1 if quiet else 0
+            if fast_in_a_row >= 3:
+                return time.monotonic() - started
             if time.monotonic() - started > deadline_s:
                 raise StackError(
                     f"the stack is still busy {deadline_s:.0f}s after the last step "
                     "(queries running or /healthz slow)"
                 )
             time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class MemoryBound:
+    """Redis's maxmemory (bytes, 0: none) and maxmemory-policy."""
+
+    maxmemory: int
+    policy: str
+
+
+@dataclass(frozen=True)
+class RedisReading:
+    """INFO figures summed over the primaries at one instant."""
+
+    keys: int
+    used_memory: int
+    evicted_keys: int
+    expired_keys: int
+    clients_memory: int = 0  # mem_clients_normal: within maxmemory too
+
+
+def _nodes(client: redisclient.Client) -> list[redis.Redis]:
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
+
+
+def read_bound(settings: Settings) -> MemoryBound:
+    """The bound of the first primary (the stack gives every primary the same)."""
+    with redis_client(settings, "read Redis's maxmemory") as client:
+        found = _nodes(client)[0].config_get("maxmemory*")
+    return MemoryBound(int(found["maxmemory"]), str(found["maxmemory-policy"]))
+
+
+def apply_bound(settings: Settings, bound: MemoryBound) -> None:
+    """Give every primary this maxmemory and policy (CONFIG SET, not persisted)."""
+    with redis_client(settings, "set Redis's maxmemory") as client:
+        for node in _nodes(client):
+            node.config_set("maxmemory-policy", bound.policy)
+            node.config_set("maxmemory", str(bound.maxmemory))
+
+
+def redis_reading(settings: Settings) -> RedisReading:
+    """Keys, used memory and the eviction and expiry counters, over every primary."""
+    with redis_client(settings, "read Redis's INFO") as client:
+        totals = [0, 0, 0, 0, 0]
+        for node in _nodes(client):
+            info = node.info()
+            totals[0] += int(node.dbsize())
+            totals[1] += int(info["used_memory"])
+            totals[2] += int(info["evicted_keys"])
+            totals[3] += int(info["expired_keys"])
+            totals[4] += int(info.get("mem_clients_normal", 0))
+    return RedisReading(*totals)
+
+
+class KeyCounter:
+    """DBSIZE every `period_s` while a step runs, in a thread of its own."""
+
+    def __init__(self, settings: Settings, period_s: float = 1.0, timeout_s: float = 2.0):
+        self.settings = settings
+        self.period_s = period_s
+        self.timeout_s = timeout_s
+        self.counts: list[int] = []
+        self.problem: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redis-key-counter", daemon=True)
+
+    def start(self) -> KeyCounter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(timeout=self.timeout_s + self.period_s)
+        return list(self.counts)
+
+    def _run(self) -> None:
+        client = redisclient.connect(self.settings, socket_timeout=self.timeout_s)
+        try:
+            while not self._stop.wait(self.period_s):
+                self.counts.append(sum(int(node.dbsize()) for node in _nodes(client)))
+        except redis.RedisError as error:
+            self.problem = f"cannot count Redis's keys: {error}"
+        finally:
+            client.close()

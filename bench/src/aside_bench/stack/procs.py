@@ -1,30 +1,78 @@
-"""The native stack's processes as infra/stack.sh records them: which pid is which
-service, its process tree, its memory and open file descriptors, and the ports it
-listens on (the proof that a pid belongs to the stack we were pointed at).
-
-Read through psutil, and from /proc where psutil has no such figure (the run
-queue, a process's socket descriptors); nothing here changes a process.
-"""
+"""The native stack's processes as infra/stack.sh records them, read, never changed."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import psutil
 
-from aside_bench.stack import stacktable
+# bench/src/aside_bench/stack/procs.py -> the repository root
+ROOT = Path(__file__).resolve().parents[4]
+_COLUMNS = ("name", "ports", "url", "probe", "match")
+
+
+class TableError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    port_vars: tuple[str, ...]  # infra/env.sh variables; the first is the main port
+    url: str  # with ${VAR} placeholders, as `make status` shows it once expanded
+    probe: str  # "http PATH" or the kind of a probe_<kind> function of services.sh
+    match: str  # a piece of the command line recorded with the pid
+
+    @property
+    def port_var(self) -> str:
+        return self.port_vars[0]
+
+
+def parse_services(text: str) -> tuple[Service, ...]:
+    """The services of a table's text: comment lines (#) and the header skipped."""
+    services = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if fields[0] == _COLUMNS[0]:  # the header
+            continue
+        if len(fields) != len(_COLUMNS) or not all(fields):
+            raise TableError(f"infra/services.tsv line {number}: needs 5 tab-separated columns")
+        name, ports, url, probe, match = fields
+        services.append(Service(name, tuple(ports.split()), url, probe, match))
+    if not services:
+        raise TableError("infra/services.tsv lists no service")
+    return tuple(services)
+
+
+@cache
+def services_table(root: Path = ROOT) -> tuple[Service, ...]:
+    """The native stack's services as infra/services.tsv lists them, in start order."""
+    return parse_services((root / "infra" / "services.tsv").read_text())
+
 
 PROC = Path("/proc")
 # infra/services.sh ALL_SERVICES, in start order.
-SERVICES = stacktable.names()
+SERVICES = tuple(service.name for service in services_table())
+T = TypeVar("T")
+
+
+def _read(read: Callable[[], T]) -> T | None:
+    """`read()`, or None when psutil cannot (the process gone, or another user's)."""
+    try:
+        return read()
+    except psutil.Error:
+        return None
 
 
 def _running(pid: int) -> psutil.Process | None:
-    """The process `pid` unless it is gone or a zombie (exited, not yet reaped:
-    its memory, files and environment are released)."""
+    """The process `pid` unless it is gone or a zombie."""
     try:
         process = psutil.Process(pid)
         if process.status() != psutil.STATUS_ZOMBIE:
@@ -35,11 +83,7 @@ def _running(pid: int) -> psutil.Process | None:
 
 
 def recorded_pid(run_dir: Path, service: str) -> int | None:
-    """The live pid infra/stack.sh recorded for `service`, else None. Like
-    lib.sh's pid_of, a pid does not count unless its command line holds the
-    recorded match (else the pid was recycled) and its environment holds
-    ASIDE_RUN_DIR=`run_dir` (else it is another stack's process: the lab and
-    the test stack run the same command lines)."""
+    """The live pid recorded for `service` (its match and ASIDE_RUN_DIR=`run_dir`), else None."""
     pid_file = run_dir / "pids" / f"{service}.pid"
     try:
         pid = int(pid_file.read_text().split()[0])
@@ -50,22 +94,16 @@ def recorded_pid(run_dir: Path, service: str) -> int | None:
         return None
     match_file = pid_file.with_name(pid_file.name + ".cmd")
     if match_file.exists():
-        try:
-            cmdline = " ".join(process.cmdline())
-        except psutil.Error:
-            return None
-        if match_file.read_text().strip() not in cmdline:
+        cmdline = _read(process.cmdline)
+        if cmdline is None or match_file.read_text().strip() not in " ".join(cmdline):
             return None
     return pid if environ_value(pid, "ASIDE_RUN_DIR") == str(run_dir) else None
 
 
 def environ_value(pid: int, name: str) -> str | None:
-    """The value of `name` in the environment `pid` started with; None when it
-    is not set there or the environment cannot be read (another user's process)."""
-    try:
-        return psutil.Process(pid).environ().get(name)
-    except psutil.Error:
-        return None
+    """`name` in the environment `pid` started with; None when not set or unreadable."""
+    environ = _read(lambda: psutil.Process(pid).environ())
+    return None if environ is None else environ.get(name)
 
 
 def parents() -> dict[int, int]:
@@ -83,27 +121,19 @@ def children(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
 
 
 def tree(pid: int, ppids: dict[int, int] | None = None) -> list[int]:
-    """`pid` and all its descendants (a gunicorn master and its workers, the
-    postmaster and its backends)."""
+    """`pid` and all its descendants."""
     ppids = parents() if ppids is None else ppids
     found = [pid]
-    index = 0
-    while index < len(found):
-        found += children(found[index], ppids)
-        index += 1
+    for member in found:  # the loop reaches the children it appends
+        found += children(member, ppids)
     return found
 
 
 def _memory_kib(pid: int) -> tuple[int, int] | None:
-    """VmRSS and RssAnon of one process in KiB, from one reading of its statm;
-    None once it is gone or a zombie (whose memory reads as zero). statm's shared
-    pages are RssFile + RssShmem, so the resident ones less those are RssAnon."""
+    """VmRSS and RssAnon (rss less statm's shared) of one process in KiB; None once gone."""
     process = _running(pid)
-    if process is None:
-        return None
-    try:
-        memory = process.memory_info()
-    except psutil.Error:
+    memory = None if process is None else _read(process.memory_info)
+    if memory is None:
         return None
     return memory.rss // 1024, (memory.rss - memory.shared) // 1024
 
@@ -115,30 +145,22 @@ def rss_kib(pid: int) -> int | None:
 
 
 def cpu_ticks(pid: int) -> int | None:
-    """utime + stime + cutime + cstime of one process, in clock ticks (None once
-    it is gone). The children's part holds the workers the process reaped, so a
-    worker that exits between two readings of its tree is still counted. A
-    zombie still has its final figures."""
-    try:
-        times = psutil.Process(pid).cpu_times()
-    except psutil.Error:
+    """utime + stime + cutime + cstime of a process in clock ticks; None once it is gone."""
+    times = _read(lambda: psutil.Process(pid).cpu_times())
+    if times is None:
         return None
     seconds = times.user + times.system + times.children_user + times.children_system
-    # psutil divides the kernel's ticks by the tick rate: this gives them back.
-    return round(seconds * clock_ticks_per_s())
+    return round(seconds * clock_ticks_per_s())  # psutil's seconds back into the kernel's ticks
 
 
 def tree_cpu_ticks(pid: int, ppids: dict[int, int] | None = None) -> int | None:
     """cpu_ticks summed over `pid`'s tree; None when `pid` is gone."""
     readings = [cpu_ticks(p) for p in tree(pid, ppids)]
-    if readings[0] is None:
-        return None
-    return sum(r for r in readings if r is not None)
+    return None if readings[0] is None else sum(r for r in readings if r is not None)
 
 
 class RunQueue(NamedTuple):
-    """Main threads' time runnable with no core free, summed over processes
-    (/proc/<pid>/schedstat, in ns), and their turns on a core."""
+    """Main threads' runnable time with no core free (schedstat, ns) and turns on a core."""
 
     wait_ns: int
     turns: int
@@ -146,8 +168,7 @@ class RunQueue(NamedTuple):
 
 
 def run_queue(pids: list[int]) -> RunQueue | None:
-    """The run-queue wait of each process's main thread (a gateway worker's
-    event loop), summed; None when none of them could be read."""
+    """The main threads' run-queue wait, summed; None when none could be read."""
     wait = turns = 0
     read: list[int] = []
     for pid in pids:
@@ -165,9 +186,7 @@ class MachineTicks(NamedTuple):
 
     busy: int  # all but idle and iowait
     total: int
-    # Of busy: the hypervisor ran another guest on this machine's cores. A
-    # virtual machine's noise, which no process here caused or can avoid.
-    steal: int
+    steal: int  # of busy: the hypervisor ran another guest on these cores
 
 
 def machine_ticks() -> MachineTicks | None:
@@ -188,17 +207,12 @@ def clock_ticks_per_s() -> int:
 
 
 def fd_count(pid: int) -> int | None:
-    try:
-        return psutil.Process(pid).num_fds()
-    except psutil.Error:
-        return None
+    return _read(lambda: psutil.Process(pid).num_fds())
 
 
 @dataclass(frozen=True)
 class TreeSample:
-    """One reading of a process tree: memory and descriptors summed over it.
-    VmRSS counts a shared page in every process that touched it (PostgreSQL's
-    shared buffers once per backend); RssAnon is the private part only."""
+    """A process tree's memory and descriptors summed (VmRSS counts shared pages in each)."""
 
     processes: int
     rss_kib: int
@@ -208,8 +222,7 @@ class TreeSample:
 
 
 def sample_tree(pid: int, ppids: dict[int, int] | None = None) -> TreeSample | None:
-    """RSS and open fds summed over `pid`'s tree; None when `pid` is gone.
-    Processes that exit while we read them are left out."""
+    """RSS and fds summed over `pid`'s tree; None when `pid` is gone."""
     kept: list[tuple[int, int, int, int]] = []
     for member in tree(pid, ppids):
         memory, fds = _memory_kib(member), fd_count(member)
@@ -223,8 +236,7 @@ def sample_tree(pid: int, ppids: dict[int, int] | None = None) -> TreeSample | N
 
 
 def _socket_count(pid: int) -> int:
-    """The sockets among `pid`'s fds, each counted once. psutil only lists the
-    inet and unix ones, parsing every /proc/net table per process."""
+    """The sockets among `pid`'s fds (psutil lists only inet and unix ones)."""
     sockets = set()
     fd_dir = PROC / str(pid) / "fd"
     try:
@@ -243,8 +255,5 @@ def _socket_count(pid: int) -> int:
 
 def listening_ports(pid: int) -> set[int]:
     """TCP ports `pid` itself listens on (IPv4 and IPv6)."""
-    try:
-        connections = psutil.Process(pid).net_connections(kind="tcp")
-    except psutil.Error:
-        return set()
+    connections = _read(lambda: psutil.Process(pid).net_connections(kind="tcp")) or []
     return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}

@@ -1,6 +1,4 @@
-"""The bench's Redis clients, made here for REDIS_MODE (stack/config.py): one server,
-or a Redis Cluster reached through one of its nodes, whose every primary a
-whole-keyspace command (FLUSHDB, SCAN) must visit."""
+"""The bench's Redis clients for REDIS_MODE: one server, or a cluster's every primary."""
 
 from __future__ import annotations
 

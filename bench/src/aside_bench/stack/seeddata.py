@@ -1,5 +1,4 @@
-"""The seeded table and the seeder's files (bench/data): the lists the load reads,
-and the check that the table in PostgreSQL is the one those files describe."""
+"""The seeded table and the seeder's files (bench/data), checked to agree."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import psycopg
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect, flush_cache
 
-# Users the mixed scenario creates are named load.<run id>.<worker>.<iter>; the
-# fault suite's and the soak's load.<run id>.<case>.<worker>.<iter>.
+# The users the mixed scenario, the fault suite and the soak create.
 BENCH_USERNAME_PATTERN = "load.%"
 
 
@@ -27,8 +25,7 @@ class SeedData:
     indexed: bool = field(default=False)
 
     def read_emails(self, cold_sample: int) -> list[str]:
-        """Every email the read mix asks for; hot last, so they are filled last and
-        expire last (the cache TTL runs from the fill)."""
+        """Every email the read mix asks for; hot last, so they are filled and expire last."""
         return self.cold[:cold_sample] + self.hot
 
 
@@ -65,8 +62,7 @@ def remove_bench_users(conn: psycopg.Connection) -> int:
 
 
 def check_seed(settings: Settings, data_dir: Path) -> SeedData:
-    """Check that the table matches the seeder's files (row count, email index),
-    after removing users an interrupted mixed step left behind."""
+    """The table checked against the seeder's files, an interrupted step's users removed."""
     meta_path = data_dir / "seed_meta.json"
     if not meta_path.exists():
         raise StackError(f"{meta_path} not found: the table is not seeded; run `make seed`")

@@ -1,12 +1,4 @@
-"""Control of the native stack for the fault suite and the soak: which stack,
-its processes, and infra/stack.sh to stop and restart services.
-
-The stack is the one infra/env.sh describes in this environment (ASIDE_RUN_DIR,
-ASIDE_*_PORT): exactly what infra/stack.sh itself would act on. Before anything
-is killed, `ServiceControl.verify` checks that the URLs the bench loads point at
-that stack's ports and that every recorded pid listens where it should, so a
-mismatched environment cannot make the suite kill another stack's processes.
-"""
+"""Control of the native stack infra/env.sh describes, checked before any process is touched."""
 
 from __future__ import annotations
 
@@ -19,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from aside_bench.stack import procs, stacktable
+from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.toxiproxy import ProxiedUrls
@@ -34,10 +26,17 @@ class StackEnv:
     core_url: str
 
 
+def _bash(
+    args: list[str], env: dict[str, str], timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", *args], env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
 def _url_port(url: str) -> int | None:
-    parts = urlsplit(url)
     try:
-        return parts.port
+        return urlsplit(url).port
     except ValueError:
         return None
 
@@ -51,19 +50,12 @@ class ServiceControl:
         self.stack = self._read_env()
 
     def _read_env(self) -> StackEnv:
-        """ASIDE_RUN_DIR, CORE_URL and each service's main port as infra/env.sh
-        computes them, read back through bash so the values are exactly the ones
-        infra/stack.sh will use."""
-        port_var = {s.name: s.port_var for s in stacktable.read(self.settings.root)}
+        """ASIDE_RUN_DIR, CORE_URL and each service's main port as infra/env.sh gives them."""
+        port_var = {s.name: s.port_var for s in procs.services_table(self.settings.root)}
         names = ("ASIDE_RUN_DIR", "CORE_URL", *dict.fromkeys(port_var.values()))
         printer = 'printf "%s\\n" ' + " ".join(f'"${name}"' for name in names)
-        done = subprocess.run(
-            ["bash", "-c", f'source "{self.settings.root}/infra/env.sh" && {printer}'],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+        done = _bash(
+            ["-c", f'source "{self.settings.root}/infra/env.sh" && {printer}'], self.env, 30
         )
         values = done.stdout.splitlines()
         if done.returncode != 0 or len(values) != len(names):
@@ -75,10 +67,8 @@ class ServiceControl:
             raise StackError(f"infra/env.sh gives a port that is not a number: {error}") from error
         return StackEnv(Path(found["ASIDE_RUN_DIR"]), ports, found["CORE_URL"].rstrip("/"))
 
-    # ---- which stack --------------------------------------------------------
     def verify(self, services: tuple[str, ...] | None = None) -> None:
-        """Refuse unless the bench's URLs and the recorded pids (of `services`, by
-        default those whose URLs the bench loads) are this stack's."""
+        """Refuse unless the bench's URLs and the recorded pids are this stack's."""
         urls = {
             "gateway": ("GATEWAY_URL", self.settings.gateway_url),
             "postgres": ("DATABASE_URL", self.settings.database_url),
@@ -111,10 +101,8 @@ class ServiceControl:
     def gateway_workers(self) -> list[int]:
         return procs.children(self.pid("gateway"))
 
-    # ---- faults ---------------------------------------------------------------
     def kill(self, service: str) -> int:
-        """SIGKILL the recorded process of `service` (no clean shutdown: the point
-        of a fault); returns its pid."""
+        """SIGKILL the recorded process of `service`; its pid."""
         pid = self.pid(service)
         os.kill(pid, signal.SIGKILL)
         return pid
@@ -127,19 +115,11 @@ class ServiceControl:
         os.kill(workers[0], signal.SIGKILL)
         return workers[0]
 
-    # ---- infra/stack.sh -------------------------------------------------------
     def _run(
         self, *args: str, settings: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         """infra/stack.sh with `args`, `settings` added to the environment."""
-        return subprocess.run(
-            ["bash", str(self.script), *args],
-            env={**self.env, **(settings or {})},
-            capture_output=True,
-            text=True,
-            timeout=STACK_TIMEOUT_S,
-            check=False,
-        )
+        return _bash([str(self.script), *args], {**self.env, **(settings or {})}, STACK_TIMEOUT_S)
 
     def _checked(self, *args: str, settings: dict[str, str] | None = None) -> None:
         done = self._run(*args, settings=settings)
@@ -161,15 +141,12 @@ class ServiceControl:
         )
 
     def restart(self, service: str, settings: dict[str, str]) -> None:
-        """Stop `service` and start it again with `settings` added to the
-        environment; returns when infra/stack.sh says it is healthy."""
+        """Stop `service` and start it with `settings` added, until infra/stack.sh says healthy."""
         for action in ("stop", "up"):
             self._checked(action, service, settings=settings)
 
     def route(self, urls: ProxiedUrls | None) -> None:
-        """The core, then the gateway, restarted with their hops through the
-        proxies of `urls` (stack/toxiproxy.py proxied_urls), or with their
-        direct URLs again when `urls` is None."""
+        """The core, then the gateway, restarted through the proxies of `urls` (None: direct)."""
         self.restart("core", urls.core if urls else {})
         self.restart("gateway", urls.gateway if urls else {})
 
@@ -185,8 +162,7 @@ class ServiceControl:
 def wait_for(
     check: Callable[[], object], deadline_s: float, interval_s: float = 0.05
 ) -> float | None:
-    """Poll `check()` until it returns true; the epoch time it first did, or None
-    at the deadline."""
+    """Poll `check()` until true; the epoch time it first was, or None at the deadline."""
     end = time.monotonic() + deadline_s
     while True:
         try:

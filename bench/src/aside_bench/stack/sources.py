@@ -1,6 +1,4 @@
-"""Thin clients for where the figures go and come from: InfluxDB 1.x (the
-driver's per-second points, the bench's step points) and Prometheus (the
-gateway's counters). Every call has a timeout."""
+"""Thin clients of InfluxDB 1.x and Prometheus; every call has a timeout."""
 
 from __future__ import annotations
 
@@ -86,23 +84,20 @@ class Prometheus:
         self.base_url = base_url.rstrip("/")
         self.session = session or requests.Session()
 
-    def _get(self, path: str, params: dict[str, Any]) -> Any:
+    def _get(self, path: str, params: dict[str, str]) -> Any:
         try:
             response = self.session.get(f"{self.base_url}{path}", params=params, timeout=TIMEOUT_S)
         except requests.RequestException as error:
             raise SourceError(f"Prometheus query failed: {error}") from error
-        body = (
-            response.json()
-            if response.headers.get("content-type", "").startswith("application/json")
-            else {}
-        )
+        is_json = response.headers.get("content-type", "").startswith("application/json")
+        body = response.json() if is_json else {}
         if response.status_code != 200 or body.get("status") != "success":
             detail = body.get("error") or response.text[:200]
             raise SourceError(f"Prometheus answered {response.status_code}: {detail}")
         return body["data"]
 
     def instant(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"query": promql}
+        params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
         return self._get("/api/v1/query", params)["result"]
@@ -112,15 +107,11 @@ class Prometheus:
         result = self.instant(promql, at)
         return float(result[0]["value"][1]) if result else None
 
-    def last_scrape(self, job: str) -> float | None:
-        """Unix time of the job's latest scrape (its `up` sample)."""
-        return self.scalar(f'max(timestamp(up{{job="{job}"}}))')
-
     def wait_for_scrape_after(self, job: str, instant: float, deadline_s: float) -> float:
         """Poll until the job has been scraped after `instant`; return that scrape's time."""
         deadline = time.monotonic() + deadline_s
         while True:
-            scraped = self.last_scrape(job)
+            scraped = self.scalar(f'max(timestamp(up{{job="{job}"}}))')  # its latest scrape
             if scraped is not None and scraped > instant:
                 return scraped
             if time.monotonic() > deadline:

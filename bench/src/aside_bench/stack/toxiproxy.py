@@ -1,22 +1,11 @@
-"""The proxies on the services' hops (toxiproxy, started by infra/stack.sh from
-infra/conf/toxiproxy.json) and their toxics, through toxiproxy's HTTP API.
-
-Each hop is a proxy: `redis`, `postgres` and `core` are the gateway's three,
-`core-redis` and `core-postgres` the core's two. A proxy with no toxic passes
-bytes through unchanged; nothing goes through one unless the gateway or the core
-was restarted with `proxied_urls` (docs/stack.md, "toxiproxy").
-
-A toxic acts on one direction of a connection: `upstream` (client to server)
-or `downstream` (server to client). A round trip crosses both; a hop's added
-round trip rides on the reply (`latency_toxics` says why).
-"""
+"""The proxies on the services' hops (toxiproxy, infra/conf/toxiproxy.json) and their toxics."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,8 +13,7 @@ import requests
 
 from aside_bench.stack.prepare import StackError
 
-# The proxies of infra/conf/toxiproxy.json, each with the infra/env.sh variable of
-# the port it listens on and the lab's default (infra/env.sh).
+# infra/conf/toxiproxy.json's proxies: the infra/env.sh variable of each port, its default.
 PROXY_PORTS: dict[str, tuple[str, int]] = {
     "redis": ("ASIDE_TOXIPROXY_REDIS_PORT", 26479),
     "postgres": ("ASIDE_TOXIPROXY_POSTGRES_PORT", 25532),
@@ -35,8 +23,7 @@ PROXY_PORTS: dict[str, tuple[str, int]] = {
 }
 HOPS = tuple(PROXY_PORTS)
 API_PORT = ("ASIDE_TOXIPROXY_PORT", 28474)
-# Every call to the API is local and small; past this it is not answering.
-API_TIMEOUT_S = 5.0
+API_TIMEOUT_S = 5.0  # every call is local and small: past this the API is not answering
 DOWNSTREAM = "downstream"
 
 
@@ -54,22 +41,13 @@ class Toxic:
     attributes: dict[str, int] = field(default_factory=dict)
     toxicity: float = 1.0
 
-    def body(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": self.type,
-            "stream": self.stream,
-            "toxicity": self.toxicity,
-            "attributes": dict(self.attributes),
-        }
-
 
 def _port(name: str, default: int, env: dict[str, str]) -> int:
     value = env.get(name) or str(default)
     try:
         port = int(value)
     except ValueError:
-        raise ToxiproxyError(f"{name} must be a port number, got {value!r}") from None
+        port = 0
     if not 0 < port < 65536:
         raise ToxiproxyError(f"{name} must be a port number, got {value!r}")
     return port
@@ -96,11 +74,7 @@ class Proxies:
 def latency_toxics(
     round_trip_ms: float, jitter_ms: float = 0, prefix: str = "distance"
 ) -> list[Toxic]:
-    """The toxic that adds `round_trip_ms` to a hop's round trip, all of it on
-    the reply: `latency_us` (bench/proxy), in microseconds, which takes its own
-    timer's mean lateness off each wait (toxiproxy's `latency` takes whole
-    milliseconds and wakes late by a few tenths of one). One toxic a hop rather
-    than one a direction: one wait, one correction. The jitter rides on it too."""
+    """The `latency_us` toxic (bench/proxy) adding `round_trip_ms` and jitter to a hop's reply."""
     if round_trip_ms <= 0 and jitter_ms <= 0:
         return []
     attributes = {"latency_us": round(round_trip_ms * 1000), "jitter_us": round(jitter_ms * 1000)}
@@ -115,8 +89,8 @@ class Toxiproxy:
         self.timeout_s = timeout_s
         self.session = requests.Session()
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        url = f"{self.proxies.api_url}{path}"
+    def _call(self, method: str, path: str, toxic: Toxic | None = None) -> Any:
+        url, body = f"{self.proxies.api_url}{path}", None if toxic is None else asdict(toxic)
         try:
             response = self.session.request(method, url, json=body, timeout=self.timeout_s)
         except requests.RequestException as error:
@@ -153,7 +127,7 @@ class Toxiproxy:
                 )
 
     def add(self, hop: str, toxic: Toxic) -> None:
-        self._call("POST", f"/proxies/{hop}/toxics", toxic.body())
+        self._call("POST", f"/proxies/{hop}/toxics", toxic)
 
     def remove(self, hop: str, name: str) -> None:
         self._call("DELETE", f"/proxies/{hop}/toxics/{name}")
@@ -177,8 +151,7 @@ class Toxiproxy:
 
 @contextmanager
 def restored(api: Toxiproxy | None = None) -> Iterator[Toxiproxy]:
-    """toxiproxy's API, every toxic removed on the way in and on the way out,
-    whether the block ends, fails or is interrupted (KeyboardInterrupt)."""
+    """toxiproxy's API, every toxic removed on the way in and on the way out."""
     api = api or Toxiproxy()
     api.clear()
     try:
@@ -190,7 +163,6 @@ def restored(api: Toxiproxy | None = None) -> Iterator[Toxiproxy]:
             api.close()
 
 
-# ---- the services' URLs through the proxies ------------------------------------------
 def with_port(url: str, port: int) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)
@@ -207,9 +179,7 @@ class ProxiedUrls:
 
 
 def proxied_urls(proxies: Proxies, database_url: str, redis_url: str, core_url: str) -> ProxiedUrls:
-    """REDIS_URL, DATABASE_URL and CORE_URL pointed at the proxies (credentials
-    and database kept): for the gateway its three hops, for the core its two.
-    `ServiceControl.restart(service, urls.gateway or urls.core)` applies them."""
+    """REDIS_URL, DATABASE_URL and CORE_URL through the proxies, for the gateway and the core."""
     ports = proxies.ports
     return ProxiedUrls(
         gateway={

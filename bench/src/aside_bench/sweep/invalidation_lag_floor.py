@@ -1,22 +1,6 @@
-"""The invalidation lag's floor: what the same messages take to reach a
-subscriber that does nothing else, measured during the same step.
+"""The invalidation lag's floor: the same messages at a subscriber doing nothing else.
 
-The gateway's workers measure each invalidation message's lag (receive time
-minus the core's publish time, aside_gateway_l1_invalidation_lag_seconds).
-On a machine whose cores the load driver, PostgreSQL, the core and the gateway
-share, part
-of that lag is the machine's: the core's own wait before its PUBLISH is sent,
-Redis', and the wake-up of any process that was not running. A separate
-process subscribed to the same channel, doing nothing but timing the messages,
-measures that part alone; what the workers add is the difference. Machines
-differ from run to run by more than the lag goal (5 ms), so a step's lag is
-read beside the floor of the same step, as every other figure beside its
-reference of the same run.
-
-`python -m aside_bench.sweep.invalidation_lag_floor OUT` subscribes (REDIS_URL), prints a line
-once Redis confirmed the subscription, and on SIGTERM writes its figures to
-OUT as JSON. `FloorProbe` runs it around a step.
-"""
+`python -m aside_bench.sweep.invalidation_lag_floor OUT` writes its figures on SIGTERM."""
 
 from __future__ import annotations
 
@@ -25,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,18 +43,13 @@ def figures(lags_ms: list[float]) -> dict[str, float | int | None]:
 
 def listen(client: redis.Redis, out: Path) -> None:
     """Time every message until SIGTERM, then write the figures to `out`."""
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     pubsub = client.pubsub()
     pubsub.subscribe(INVALIDATION_CHANNEL)
     lags: list[float] = []
     ready = False
-    while not stopping:
+    while not stopping.is_set():
         message = pubsub.get_message(timeout=POLL_S)
         received = time.time() * 1000
         if message is None:
@@ -88,9 +68,7 @@ def listen(client: redis.Redis, out: Path) -> None:
 
 
 class FloorProbe:
-    """The floor subscriber as a child process for one step: start() before
-    the load, stop() after it. Neither raises: a floor that could not be
-    measured is None, with `problem` saying why."""
+    """The floor subscriber as a child process around one step; it never raises."""
 
     def __init__(self, out: Path):
         self.out = out
@@ -130,7 +108,7 @@ class FloorProbe:
             self._proc.wait()
         self._proc = None
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self) -> dict[str, float | int | None] | None:
         """The step's floor figures, or None (see `problem`)."""
         proc = self._proc
         if proc is None:

@@ -1,73 +1,53 @@
-"""The step loop: each step's preparation, its load, its figures.
-
-Drive a bench: prepare each step's state, run the load driver, read back the
-step's figures, put its point into InfluxDB, show progress, stop cleanly on
-Ctrl-C, and write the report."""
+"""The step loop: each step's preparation, load, figures, point and progress line."""
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from aside_bench.load.run import (
-    DriverProcess,
-    LoadRun,
-    deadline_s,
-    keeps_key_trace,
-    new_driver,
-    step_run,
-)
+from aside_bench.load import run as load
+from aside_bench.load.run import LoadRun
 from aside_bench.load.summary import Summary, SummaryError
-from aside_bench.plan.steps import (
-    CACHE_PARAMS,
-    REDIS_READS,
-    Step,
-    base_arm,
-    cache_param,
-    pool_cap,
-    pool_for,
-)
+from aside_bench.plan import scenarios
+from aside_bench.plan import steps as plan
+from aside_bench.plan.shape import LoadShape
+from aside_bench.plan.steps import Step
 from aside_bench.records import runfile
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.records.steprecord import StepRecord
 from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
-from aside_bench.stack import cachememory
-from aside_bench.stack.cachememory import MemoryBound
+from aside_bench.stack import distance as distances
+from aside_bench.stack import prepare
 from aside_bench.stack.config import Settings
+from aside_bench.stack.distance import Distance
 from aside_bench.stack.influxpoints import BENCH_SPOOL, SPOOL_DIR, InfluxPoints, write_or_spool
 from aside_bench.stack.machine import describe
-from aside_bench.stack.prepare import (
-    StackError,
-    connect,
-    flush_cache,
-)
+from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData, remove_bench_users
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.sources import Influx, Prometheus, SourceError
-from aside_bench.sweep.collect import GATEWAY_JOB, collect
-from aside_bench.sweep.distances import DistanceControl
-from aside_bench.sweep.influx_step import step_line
+from aside_bench.stack.toxiproxy import Proxies, Toxiproxy, ToxiproxyError, proxied_urls
+from aside_bench.sweep.collect import GATEWAY_JOB, collect, step_line
 from aside_bench.sweep.invalidation_lag_floor import FloorProbe
-from aside_bench.sweep.stepprep import Options, StepPreparation
 from aside_bench.sweep.stepprobe import GatewayProbe
+from aside_bench.sweep.warmtiers import wait_l1_empty, warm_l1
 
 EXIT_INTERRUPTED = 130
-# Prometheus scrapes every 2 s; a scrape may be late under load.
-SCRAPE_WAIT_S = 15.0
-# Where a step's recorded keys go, in the step's own folder of the run's.
-KEY_TRACE_FILE = "keys.trace.gz"
+SCRAPE_WAIT_S = 15.0  # Prometheus scrapes every 2 s; a scrape may be late under load
+KEY_TRACE_FILE = "keys.trace.gz"  # a step's recorded keys, in its own folder of the run's
 
 
-# A step's driver run from its step and pool: the sweep's and the ceiling's
-# (step_run), or another (the cost table's variants).
+# A step's driver run from its step and pool (step_run, or the cost's variants).
 RunBuilder = Callable[[Step, int], LoadRun]
 
 
@@ -89,7 +69,7 @@ def quick_line(result: StepResult) -> str:
         f"achieved {fmt_rps(result.achieved_rps)}/s",
         f"drops {fmt_pct(result.drop_rate)}",
     ]
-    if base_arm(result.step.arm) in CACHE_PARAMS:
+    if plan.base_arm(result.step.arm) in plan.CACHE_PARAMS:
         parts.append(f"hits {fmt_pct(result.hit_rate)}")
     if result.redis is not None and result.redis.evicted:
         parts.append(f"evicted {result.redis.evicted}")
@@ -99,8 +79,7 @@ def quick_line(result: StepResult) -> str:
             f"compute {fmt_rps(result.compute.achieved_rps)}/s "
             f"p95 {fmt_ms(beside.p95 if beside else None)} ms"
         )
-    cost = result.cost
-    gen = result.loadgen
+    cost, gen = result.cost, result.loadgen
     if gen is not None and gen.cpu_cores is not None:
         parts.append(f"driver {gen.cpu_cores:.2f} cores")
     if gen is not None and gen.saturated:
@@ -117,7 +96,110 @@ def quick_line(result: StepResult) -> str:
     return "  ".join(parts)
 
 
-class Runner(StepPreparation):
+# A ceiling step refills the cache unless every key outlives the step by this much.
+TTL_MARGIN_S = 10
+
+
+@dataclass
+class Options:
+    """A sweep's or a ceiling's options, as the command line gave them."""
+
+    run_id: str
+    out_dir: Path
+    data_dir: Path
+    shape: LoadShape
+    max_pool: int
+    recover_timeout_s: float
+    driver_cpu_limit: float | None = None  # cores; above it a step is load generator saturated
+    live: bool = False  # the driver's line a second on the terminal while a step runs
+    samples_file: bool = False  # every request of every step into the run folder
+    cache_policy: str = "allkeys-lru"  # Redis's eviction policy under a memory arm's bound
+    distances: dict[str, Distance] = field(default_factory=dict)  # by plan.arm_distance name
+
+
+# Round trips a hop is timed for beside a step's load (stack/distance.py measure).
+HOP_SAMPLES = 20
+
+
+class DistanceControl:
+    def __init__(self, settings: Settings, asked: dict[str, distances.Distance]):
+        self.settings = settings
+        self.asked = asked
+        self.proxies = Proxies.from_env()
+        self.urls = proxied_urls(
+            self.proxies, settings.database_url, settings.redis_url, settings.core_url
+        )
+        self.api: Toxiproxy | None = None
+        self.current: str | None = None
+        self.core_routed = False
+
+    def gateway_env(self, arm: str) -> dict[str, str]:
+        """The gateway's URLs through the proxies for an arm at a distance."""
+        return dict(self.urls.gateway) if plan.arm_distance(arm) is not None else {}
+
+    def before(self, step: Step, record: StepRecord) -> None:
+        """The step's distance on every hop, the core routed for it (or direct again)."""
+        name = plan.arm_distance(step.arm)
+        if name is None:
+            if self.core_routed:
+                ServiceControl(self.settings).restart("core", {})
+                self.core_routed = False
+            return
+        if self.api is None:
+            self.api = Toxiproxy(self.proxies)
+            self.api.require_hops()
+            self.api.clear()
+        if not self.core_routed:
+            ServiceControl(self.settings).restart("core", self.urls.core)
+            self.core_routed = True
+        if name != self.current:
+            distances.apply(self.api, self.asked[name])
+            self.current = name
+        record.distance = name
+
+    @contextmanager
+    def measured(self, step: Step, record: StepRecord) -> Iterator[None]:
+        """Each hop's round trip timed while the step's load runs, into its record."""
+        if plan.arm_distance(step.arm) is None:
+            yield
+            return
+        found: dict[str, dict[str, float] | str] = {}
+
+        def measure() -> None:
+            try:
+                times = distances.measure(self.proxies, self.settings.database_url,
+                                         self.settings.redis_url, samples=HOP_SAMPLES)  # fmt: skip
+                found.update({hop: {"median_ms": one.median_ms, "p95_ms": one.p95_ms}
+                              for hop, one in times.hops.items()})  # fmt: skip
+            except Exception as error:  # a probe's failure is the step's note, not its end
+                found["error"] = str(error)
+
+        probe = threading.Thread(target=measure, name="hop-times", daemon=True)
+        probe.start()
+        try:
+            yield
+        finally:
+            probe.join(timeout=step.duration_s + 30)
+            record.hops = found
+
+    def restore(self) -> None:
+        """No toxic left, and the core on its direct URLs again."""
+        if self.api is None:
+            return
+        try:
+            self.api.clear()
+            if self.core_routed:
+                ServiceControl(self.settings).restart("core", {})
+                self.core_routed = False
+        except (StackError, ToxiproxyError) as error:
+            print(f"warning: could not take the core off the proxies: {error}")
+        finally:
+            self.api.close()
+            self.api = None
+            self.current = None
+
+
+class Runner:
     def __init__(self, settings: Settings, options: Options, seed: SeedData, run: RunRecord):
         self.settings = settings
         self.options = options
@@ -125,7 +207,7 @@ class Runner(StepPreparation):
         self.run = run
         self.influx = Influx(settings.influx_base, settings.influx_db)
         self.prom = Prometheus(settings.prometheus_url)
-        self.current: DriverProcess | None = None
+        self.current: load.DriverProcess | None = None
         self.interrupted = False
         self.started = time.monotonic()
         self.step_seconds: list[float] = []
@@ -133,13 +215,11 @@ class Runner(StepPreparation):
         self.gateway_settings: dict[str, str] = {}  # what the gateway was restarted with
         self.distances = DistanceControl(settings, options.distances)
         # Redis's own bound, read before a memory arm first changes it, given back at the end.
-        self.stack_bound: MemoryBound | None = None
-        # The iterations a warm step of a popularity workload passes over: its
-        # cold step's, whose stream it continues (the driver's SKIP).
+        self.stack_bound: prepare.MemoryBound | None = None
+        # The iterations a warm step passes over: its cold step's (the driver's SKIP).
         self.skip = 0
         self.probe = GatewayProbe(settings)
-        # What each gateway worker holds before it answers a connection 503:
-        # read at the first step and again after each restart of the gateway.
+        # What each gateway worker holds before it answers 503, read again after a restart.
         self.connections_per_worker: int | None = None
         self.connection_bound_read = False
         if self.probe.problem:
@@ -148,14 +228,122 @@ class Runner(StepPreparation):
 
     @property
     def max_pool(self) -> int:
-        """--max-pool, kept below what one gateway worker holds, so the probes'
-        and Prometheus's readings of /metrics find a connection."""
+        """--max-pool, below what one gateway worker holds (the /metrics readers need one)."""
         if not self.connection_bound_read:
             self.connections_per_worker = self.probe.connections_per_worker()
             self.connection_bound_read = True
-        return pool_cap(self.options.max_pool, self.connections_per_worker)
+        return plan.pool_cap(self.options.max_pool, self.connections_per_worker)
 
-    # ---- Ctrl-C ----------------------------------------------------------------
+    def read_emails(self) -> list[str]:
+        return self.seed.read_emails(self.options.shape.cold_sample)
+
+    def _refill(self, step: Step) -> bool:
+        """Whether a warm step refills: the ceiling's only when a key would lapse (decision 020)."""
+        margin_s = step.duration_s + TTL_MARGIN_S
+        return step.scenario != "ceiling" or prepare.expires_within(self.settings, margin_s)
+
+    @staticmethod
+    def _warn(record: StepRecord, error: StackError) -> None:
+        record.warning = str(error)
+        print(f"  warning: {error}; running the step anyway", flush=True)
+
+    def _gateway_for(self, arm: str, record: StepRecord) -> None:
+        """Restart the gateway when `arm` needs other settings than the last step's."""
+        wanted = {**self.distances.gateway_env(arm), **plan.gateway_env(arm)}
+        if wanted == self.gateway_settings:
+            return
+        control = ServiceControl(self.settings)
+        control.verify(("gateway",))
+        control.restart("gateway", wanted)
+        self.gateway_settings = wanted
+        self.connection_bound_read = False
+        record.gateway_restarted_with = wanted
+
+    def _bound_for(self, step: Step, record: StepRecord) -> None:
+        """Before an arm's cold step: Redis bounded as the arm says, or as the stack had it."""
+        memory = plan.arm_memory(step.arm)
+        wanted = None if memory is None else prepare.MemoryBound(memory, self.options.cache_policy)
+        if step.phase != "cold" or (wanted is None and self.stack_bound is None):
+            if wanted is not None:
+                record.cache_memory = asdict(wanted)
+            return
+        if self.stack_bound is None:
+            self.stack_bound = prepare.read_bound(self.settings)
+        bound = wanted or self.stack_bound
+        prepare.apply_bound(self.settings, bound)
+        record.cache_memory = asdict(bound)
+
+    def _continues_cold(self, step: Step) -> bool:
+        """A warm step right after its own cold step (not the hot set) goes on with its stream."""
+        shape = self.options.shape
+        hotset = shape.dist == "hotset" and shape.trace is None
+        if hotset or step.phase != "warm" or len(self.run.steps) < 2:
+            return False
+        before = self.run.steps[-2]
+        return bool(
+            before.completed
+            and before.phase == "cold"
+            and before.arm == step.arm
+            and before.rate == step.rate
+            and before.repeat == step.repeat
+        )
+
+    def _prepare(self, step: Step, record: StepRecord) -> None:
+        self.distances.before(step, record)
+        self._gateway_for(step.arm, record)
+        self._bound_for(step, record)
+        self.skip = 0
+        try:
+            waited = prepare.wait_until_quiet(self.settings, self.options.recover_timeout_s)
+            record.quiet_wait_s = round(waited, 2)
+        except StackError as error:
+            self._warn(record, error)
+        in_process = plan.base_arm(step.arm) in plan.L1_ARMS
+        own = scenarios.scenario_of(step.scenario)  # a scenario's own warm step (tracks')
+        if self._continues_cold(step):
+            before = self.run.steps[-2]
+            self.skip = int(before.rate) * int(before.duration_s)
+            record.skip = self.skip
+            record.prep = f"continues the cold step's stream over its cache (skip {self.skip})"
+        elif step.phase == "warm" and (own_prep := own.hooks.prepare if own else None):
+            warmed = record.warm = own_prep(self.settings, self.options.data_dir, step)
+            record.prep = warmed.pop("prep")
+        elif step.phase == "cold":
+            prepare.flush_cache(self.settings)
+            record.prep = "cache flushed"
+            if in_process:
+                try:
+                    waited = wait_l1_empty(self.settings)
+                    record.prep += f", L1 empty after {waited:.1f} s"
+                except StackError as error:
+                    self._warn(record, error)
+        elif step.phase == "warm" and in_process:
+            self._warm_l1(step, record)
+        elif step.phase == "warm":
+            warmed = prepare.warm_cache(
+                self.settings, self.read_emails(), flush=self._refill(step), mode="l2"
+            )
+            record.prep = (
+                f"cache warmed: {warmed['keys']} keys in {warmed['fill_s']} s, "
+                f"{warmed['hit_share_after']:.0%} hits on a re-read"
+            )
+            record.warm = warmed
+
+    def _warm_l1(self, step: Step, record: StepRecord) -> None:
+        """Every warm step fills L1 again (its entries outlive no step); Redis as _refill says."""
+        mode = plan.cache_param(step.arm) or "l1"
+        warmed = warm_l1(self.settings, self.read_emails(), mode, flush=self._refill(step))
+        record.prep = (
+            f"L1 warmed: {warmed['keys']} keys, {warmed['passes']} passes in "
+            f"{warmed['fill_s']} s, {warmed['hit_share_after']:.0%} L1 hits in the last"
+        )
+        record.warm = warmed
+        if not warmed["reached"]:
+            record.warning = (
+                f"L1 hit share stayed at {warmed['hit_share_after']:.0%} after "
+                f"{warmed['passes']} passes"
+            )
+
     def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
         self.interrupted = True
         if self.current is not None and self.current.process is not None:
@@ -167,11 +355,8 @@ class Runner(StepPreparation):
     def install_signal_handler(self) -> None:
         signal.signal(signal.SIGINT, self._on_sigint)
 
-    # ---- one step --------------------------------------------------------------
     def run_load(self, run: LoadRun, record: StepRecord) -> int:
-        """The driver for one step or probe: its start and end instants, exit
-        code and CPU time go into `record`, and the figures of its summary;
-        Ctrl-C reaches it through `self.current`."""
+        """The driver for one step or probe; its instants, exit, CPU and summary into `record`."""
         self.summaries += 1
         summary_path = self.options.out_dir / f"summary-{self.summaries:03d}.json"
         run = replace(run, summary_path=summary_path)
@@ -185,8 +370,7 @@ class Runner(StepPreparation):
                 summary = Summary({})
             record.summary = summary.step_figures(run.scenario)
             if summary.cpu_s is not None and record.driver is not None:
-                # The driver's own account (getrusage, in µs): /proc's clock
-                # ticks round a small step's CPU down to nothing.
+                # The driver's own account (getrusage): /proc's ticks round a short step's down.
                 record.driver["cpu_s"] = summary.cpu_s
             self._key_trace(run, summary, record)
             if "influx" in summary.data:
@@ -194,21 +378,19 @@ class Runner(StepPreparation):
             summary_path.unlink(missing_ok=True)
 
     def _key_trace(self, run: LoadRun, summary: Summary, record: StepRecord) -> None:
-        """The step's recorded keys into its record: the file relative to the run's
-        folder, the lines written and lost (bench/driver/README.md, "Key traces")."""
+        """The step's recorded keys (file, lines written and lost) into its record."""
         found = summary.key_trace
         if run.key_trace_path is None or found is None or not run.key_trace_path.exists():
             return
         record.key_trace = run.key_trace_path.relative_to(self.options.out_dir).as_posix()
-        record.key_trace_lines = int(found.get("lines") or 0)
-        record.key_trace_lost = int(found.get("lost") or 0)
+        record.key_trace_lines, record.key_trace_lost = found.lines, found.lost
 
     def _run_driver(self, run: LoadRun, record: StepRecord) -> int:
         log_path = self.options.out_dir / "load.log"
-        self.current = new_driver(self.settings, run, log_path)
+        self.current = load.new_driver(self.settings, run, log_path)
         record.start = time.time()
         try:
-            code = self.current.run_measured(deadline_s(run))
+            code = self.current.run_measured(load.deadline_s(run))
         finally:
             record.end = time.time()
             record.driver_exit = self.current.returncode
@@ -229,42 +411,33 @@ class Runner(StepPreparation):
         return folder
 
     def _step_run(self, step: Step, pool: int) -> LoadRun:
-        samples = None
-        index = len(self.run.steps)
-        if self.options.samples_file:
-            samples = self.options.out_dir / f"samples-{index:03d}-{step.arm}-{step.rate}.jsonl"
-        key_trace = None
-        if keeps_key_trace(step, self.options.shape):
-            key_trace = self._step_dir(step) / KEY_TRACE_FILE
-        run = step_run(
+        options, index = self.options, len(self.run.steps)
+        samples = options.out_dir / f"samples-{index:03d}-{step.arm}-{step.rate}.jsonl"
+        keyed = load.keeps_key_trace(step, options.shape)
+        run = load.step_run(
             step,
-            self.options.run_id,
-            self.options.shape,
+            options.run_id,
+            options.shape,
             pool,
-            self.options.data_dir,
+            options.data_dir,
             self.max_pool,
-            live=self.options.live,
-            samples_path=samples,
-            key_trace_path=key_trace,
+            live=options.live,
+            samples_path=samples if options.samples_file else None,
+            key_trace_path=self._step_dir(step) / KEY_TRACE_FILE if keyed else None,
         )
         if self.skip:
             run = replace(run, extra={**run.extra, "SKIP": str(self.skip)})
         return run
 
     def healthz_run(self, step: Step, pool: int, url: str, **more: Any) -> LoadRun:
-        """The driver's healthz scenario against `url`, tagged as `step` (a
-        calibration's probe, the cost's variants)."""
-        return LoadRun(
+        """The driver's healthz scenario against `url`, tagged as `step`."""
+        return LoadRun.of(
+            step,
             scenario="healthz",
             run_id=self.options.run_id,
-            arm=step.arm,
-            phase=step.phase,
-            rate=step.rate,
-            duration_s=step.duration_s,
             pool=pool,
             timeout_s=self.options.shape.timeout_s,
             data_dir=self.options.data_dir,
-            repeat=step.repeat,
             base_url=url,
             **more,
         )
@@ -282,18 +455,17 @@ class Runner(StepPreparation):
         self.run.steps.append(record)
         self._prepare(step, record)
         # After the preparation: it may have restarted the gateway.
-        pool = record.pool = pool_for(step.rate, self.max_pool)
+        pool = record.pool = plan.pool_for(step.rate, self.max_pool)
         # The cache counters at the start must include everything the preparation did.
         self.prom.wait_for_scrape_after(GATEWAY_JOB, time.time(), SCRAPE_WAIT_S)
         record.prom_start = time.time()
         run = (build or self._step_run)(step, pool)
         record.driver_scenario = run.scenario
-        if run.samples_path is not None:
-            record.samples = run.samples_path.name
+        record.samples = None if run.samples_path is None else run.samples_path.name
         floor = self._floor(step)
         probe = record.probe = {"start": self.probe.reading()}
         redis_start = self._redis_reading(step)
-        counter = None if redis_start is None else cachememory.KeyCounter(self.settings).start()
+        counter = None if redis_start is None else prepare.KeyCounter(self.settings).start()
         try:
             with self.distances.measured(step, record):
                 code = self.run_load(run, record)
@@ -330,20 +502,14 @@ class Runner(StepPreparation):
         return results[0]
 
     def _redis_reading(self, step: Step) -> dict[str, int] | None:
-        """The Redis tier's keys, memory and eviction counters, for steps that
-        read through it; None (and a warning) when Redis cannot say."""
-        if cache_param(step.arm) not in REDIS_READS:
+        """The Redis tier's figures for a step read through it; None when unread."""
+        if plan.cache_param(step.arm) not in plan.REDIS_READS:
             return None
         try:
-            return asdict(cachememory.reading(self.settings))
+            return asdict(prepare.redis_reading(self.settings))
         except StackError as error:
             print(f"  warning: {error}", flush=True)
             return None
-
-    # ---- the loop --------------------------------------------------------------
-    def _eta(self, remaining: int) -> str:
-        mean = sum(self.step_seconds) / len(self.step_seconds)
-        return _clock(mean * remaining)
 
     def step_with_progress(
         self, step: Step, head: str, remaining: int | None, build: RunBuilder | None = None
@@ -362,7 +528,8 @@ class Runner(StepPreparation):
         line += f"  {note} ({SPOOL_DIR}/)" if note else ""
         tail = f"elapsed {_clock(time.monotonic() - self.started)}"
         if remaining is not None:
-            tail += f", ETA {self._eta(remaining)}"
+            mean = sum(self.step_seconds) / len(self.step_seconds)
+            tail += f", ETA {_clock(mean * remaining)}"
         print(f"{head}  {line}" + (f"  ({prep})" if prep else "") + f"  | {tail}", flush=True)
         return result
 
@@ -379,13 +546,11 @@ class Runner(StepPreparation):
                 return
 
     def cleanup(self) -> None:
-        """Give the gateway its own settings and Redis its own bound back after an
-        arm that changed them, and remove users an interrupted mixed step left,
-        so the table keeps its row count; no toxic left on a hop."""
+        """Give back the gateway's settings, Redis's bound and the hops; remove mixed users."""
         self.distances.restore()
         if self.stack_bound is not None:
             try:
-                cachememory.apply_bound(self.settings, self.stack_bound)
+                prepare.apply_bound(self.settings, self.stack_bound)
                 self.stack_bound = None
             except StackError as error:
                 print(f"warning: could not give Redis its maxmemory back: {error}", file=sys.stderr)
@@ -398,9 +563,9 @@ class Runner(StepPreparation):
         if not any(s.scenario == "mixed" for s in self.run.steps):
             return
         try:
-            with connect(self.settings) as conn:
+            with prepare.connect(self.settings) as conn:
                 if remove_bench_users(conn):
-                    flush_cache(self.settings)
+                    prepare.flush_cache(self.settings)
         except StackError as error:
             print(f"warning: could not remove the mixed step's users: {error}", file=sys.stderr)
 
@@ -411,19 +576,13 @@ class Runner(StepPreparation):
 def new_run(
     kind: str, run_id: str, params: dict[str, Any], seed: SeedData, settings: Settings
 ) -> RunRecord:
-    return RunRecord(
-        run_id=run_id,
-        kind=kind,
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
-        params=params,
-        machine=describe(),
-        seed=seed.meta,
-        settings={
-            "gateway_url": settings.gateway_url,
-            "influxdb_url": settings.influx_url,
-            "prometheus_url": settings.prometheus_url,
-        },
-    )
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    urls = {
+        "gateway_url": settings.gateway_url,
+        "influxdb_url": settings.influx_url,
+        "prometheus_url": settings.prometheus_url,
+    }
+    return RunRecord(run_id, kind, created, params, describe(), seed.meta, urls)
 
 
 def finish(
@@ -449,8 +608,7 @@ def finish(
 
 
 def not_written(run: RunRecord, out_dir: Path) -> InfluxPoints:
-    """The run's InfluxDB points not written, said loudly (stderr) when any:
-    where the spooled wait and the command that sends them."""
+    """The run's InfluxDB points not written, said on stderr with how to send them."""
     total = sum((InfluxPoints.of(s.influx) for s in run.steps), InfluxPoints())
     if total.spooled:
         print(

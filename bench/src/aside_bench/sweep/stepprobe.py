@@ -1,10 +1,4 @@
-"""Readings taken right before and right after a step's load, kept in run.json
-(a step's "probe") because /proc cannot be read again afterwards: the machine's
-ticks (busy, and stolen by the host), the CPU ticks
-of the gateway's, PostgreSQL's and Redis's process trees, the gateway's own counters (requests, tier
-lookups, the invalidation lag histogram, the L1 gauges) and, at the end, the
-resident memory of the gateway and of Redis. records/tierstats.py turns two readings
-into the step's figures."""
+"""Readings right before and after a step's load, kept as its "probe" in run.json."""
 
 from __future__ import annotations
 
@@ -21,15 +15,12 @@ from aside_bench.stack.services import ServiceControl
 
 # Services whose CPU a step's cost counts beside the gateway's.
 COSTED_SERVICES = ("postgres", "redis")
-# Read beside them but never priced: the lab's own proxy on the hops, whose cost
-# the distance tables state beside the figures it is in (report/distances.py).
+# Read beside them, never priced: the lab's proxy (report/distances.py states it).
 MEASURED_SERVICES = (*COSTED_SERVICES, "toxiproxy")
 
 
 class GatewayProbe:
-    """The gateway's and Redis' recorded pids, checked to be the stack the bench
-    loads; without them (another stack's environment, no pid files) the probe
-    still reads the gateway's counters and leaves the process figures out."""
+    """The readings; without the stack's pids only the gateway's counters are read."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -56,16 +47,14 @@ class GatewayProbe:
         return None if pid is None else procs.tree_cpu_ticks(pid, ppids)
 
     def connections_per_worker(self) -> int | None:
-        """What each gateway worker holds before it answers a connection 503;
-        None when the gateway does not say or cannot be read now."""
+        """What each gateway worker holds before it answers 503; None when unread."""
         try:
             return connection_bound(self.settings)
         except (StackError, requests.RequestException, ValueError):
             return None
 
     def loops_run_queue(self, ppids: dict[int, int] | None = None) -> procs.RunQueue | None:
-        """How long the gateway workers' event loops (their main threads)
-        waited for a core so far; None without the gateway's pid."""
+        """The gateway workers' event loops' run-queue wait; None without its pid."""
         pid = self._pid("gateway")
         return None if pid is None else procs.run_queue(procs.children(pid, ppids))
 

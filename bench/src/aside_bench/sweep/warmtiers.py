@@ -1,14 +1,4 @@
-"""Cold and warm states of the in-process tier (L1), for the l1 and hybrid arms.
-
-L1 lives in each gateway worker, so it is warmed through each worker: every
-request opens a fresh connection (`Connection: close`), which gunicorn hands
-to whichever worker accepts it, and passes over all the keys repeat until the
-share of L1 lookups that hit, read from the gateway's per-tier counter over
-the last pass, reaches L1_TARGET_SHARE. A cold step empties every worker's L1
-the way the seeder does, with a flush message on the invalidation channel,
-and waits until the L1 gauge reads 0; a gateway that does not listen (its
-invalidation switched off) empties only as its entries expire.
-"""
+"""The L1 tier's cold and warm states, through every gateway worker."""
 
 from __future__ import annotations
 
@@ -19,20 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 from aside_bench.records.tierstats import tier_hit_rates
+from aside_bench.stack import prepare
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import scrape, tier_read_counts, unlabelled_value
-from aside_bench.stack.prepare import (
-    StackError,
-    count_url,
-    flush_cache,
-    gateway_session,
-    redis_client,
-)
+from aside_bench.stack.prepare import StackError
 
 L1_TARGET_SHARE = 0.95
 L1_MAX_PASSES = 12
-# Many requests in flight: the misses of a worker queue into large batched
-# scans instead of one scan each, so a pass fits well within the L1 TTL.
+# Many requests in flight: a worker's misses batch into few scans.
 WARM_THREADS = 32
 L1_EMPTY_DEADLINE_S = 120.0
 # contracts/cache.json `tiers.invalidation_channel` (a unit test keeps them equal).
@@ -46,30 +30,25 @@ def flush_message(now_s: float) -> bytes:
 
 def announce_l1_flush(settings: Settings) -> int:
     """Publish the flush message; the number of workers that heard it."""
-    with redis_client(settings, "publish the L1 flush") as client:
+    with prepare.redis_client(settings, "publish the L1 flush") as client:
         return int(client.publish(INVALIDATION_CHANNEL, flush_message(time.time())))
 
 
 def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
     # A connection of its own each: the reads land on every worker's L1.
-    with gateway_session() as session:
+    with prepare.gateway_session() as session:
         response = session.get(
-            count_url(gateway_url, email, mode), headers={"Connection": "close"}, timeout=30
+            prepare.count_url(gateway_url, email, mode), headers={"Connection": "close"}, timeout=30
         )
     response.raise_for_status()
     return response.headers.get("X-Cache-Tier", "")
 
 
 def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True) -> dict:
-    """Fill L1 (mode l1 from PostgreSQL, hybrid and tracking through Redis, which is
-    flushed first with every worker's L1 unless told not to) until a pass's L1 hit share
-    reaches the target.
-    The returned dict's hit_share_after is that share of the last pass."""
+    """Fill L1 (hybrid and tracking through a flushed Redis) until a pass hits its target."""
     if flush and mode in ("hybrid", "tracking"):
-        # Redis and every worker's L1 together: with L1 left full, the passes
-        # would hit L1 and never put a value back in Redis, and the step would
-        # find Redis empty once those L1 entries expired (a wave of scans).
-        flush_cache(settings)
+        # Redis and every worker's L1 together: with L1 full the passes would never refill Redis.
+        prepare.flush_cache(settings)
         wait_l1_empty(settings)
     started = time.monotonic()
     shares: list[float | None] = []
@@ -96,8 +75,7 @@ def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True
 
 
 def wait_l1_empty(settings: Settings, deadline_s: float = L1_EMPTY_DEADLINE_S) -> float:
-    """Announce an L1 flush, then wait until no worker holds an L1 entry
-    (aside_gateway_l1_entries = 0); the seconds waited. StackError past the deadline."""
+    """Announce an L1 flush and wait until no worker holds an entry; the seconds waited."""
     started = time.monotonic()
     announce_l1_flush(settings)
     while True:
