@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import quote
 
 import psycopg
@@ -175,23 +176,26 @@ def healthz_seconds(settings: Settings) -> float:
 def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: float = 0.05) -> float:
     """Wait until no client query runs and /healthz is fast three times; the seconds waited."""
     started = time.monotonic()
-    fast_in_a_row = 0
+    quiet_in_a_row = 0
+
+    def quiet_thrice() -> bool:
+        nonlocal quiet_in_a_row
+        quiet = active_queries(conn) == 0 and healthz_seconds(settings) < healthz_fast_s
+        quiet_in_a_row = quiet_in_a_row + 1 if quiet else 0
+        return quiet_in_a_row >= 3
+
+    from aside_bench.stack.services import wait_for  # services imports this module
+
     with connect(settings) as conn:
-        while True:
-            quiet = active_queries(conn) == 0 and healthz_seconds(settings) < healthz_fast_s
-            fast_in_a_row = fast_in_a_row + 1 if quiet else 0
-            if fast_in_a_row >= 3:
-                return time.monotonic() - started
-            if time.monotonic() - started > deadline_s:
-                raise StackError(
-                    f"the stack is still busy {deadline_s:.0f}s after the last step "
-                    "(queries running or /healthz slow)"
-                )
-            time.sleep(0.2)
+        if wait_for(quiet_thrice, deadline_s, interval_s=0.2) is None:
+            raise StackError(
+                f"the stack is still busy {deadline_s:.0f}s after the last step "
+                "(queries running or /healthz slow)"
+            )
+    return time.monotonic() - started
 
 
-@dataclass(frozen=True)
-class MemoryBound:
+class MemoryBound(NamedTuple):
     """Redis's maxmemory (bytes, 0: none) and maxmemory-policy."""
 
     maxmemory: int

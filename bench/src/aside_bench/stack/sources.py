@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import requests
 
@@ -25,6 +25,13 @@ class Series:
 
     def rows(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, row, strict=True)) for row in self.values]
+
+
+class PromSample(TypedDict):
+    """One series of an instant vector: its labels and [time, value as text]."""
+
+    metric: dict[str, str]
+    value: tuple[float, str]
 
 
 def quote_literal(value: str) -> str:
@@ -96,7 +103,7 @@ class Prometheus:
             raise SourceError(f"Prometheus answered {response.status_code}: {detail}")
         return body["data"]
 
-    def instant(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+    def instant(self, promql: str, at: float | None = None) -> list[PromSample]:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"

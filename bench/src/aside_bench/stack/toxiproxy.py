@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -40,6 +40,16 @@ class Toxic:
     stream: str = DOWNSTREAM
     attributes: dict[str, int] = field(default_factory=dict)
     toxicity: float = 1.0
+
+
+class ToxicAnswer(TypedDict):
+    """A toxic as toxiproxy's API lists it."""
+
+    name: str
+    type: str
+    stream: str
+    toxicity: float
+    attributes: dict[str, int]
 
 
 def _port(name: str, default: int, env: dict[str, str]) -> int:
@@ -107,7 +117,7 @@ class Toxiproxy:
     def version(self) -> str:
         return str(self._call("GET", "/version").get("version", ""))
 
-    def toxics(self) -> dict[str, list[dict[str, Any]]]:
+    def toxics(self) -> dict[str, list[ToxicAnswer]]:
         """Every proxy's toxics, by proxy name."""
         found = self._call("GET", "/proxies")
         return {name: list(proxy.get("toxics") or []) for name, proxy in found.items()}
