@@ -1,10 +1,7 @@
-"""The hostile client: one process of its own (`python -m
-aside_bench_hardening.hostile HOST PORT SECONDS [PARTS]`), bounded in time,
-that at once pipelines requests as fast as it can on one connection while
-reading the replies (`pipeline`), holds slow heads open (`slow`), sends misses
-under a rotating X-Forwarded-For (`forged`), and loops on /readyz (`readyz`);
-PARTS (comma-separated, default all) names which. It prints what it got, and
-the share of a core its own process used, as one JSON line."""
+"""The hostile client, a process of its own (`python -m aside_bench_hardening.hostile
+HOST PORT SECONDS [PARTS]`) so its CPU is its own: PARTS (default all) of pipelining
+(`pipeline`), slow heads (`slow`), forged X-Forwarded-For misses (`forged`) and
+/readyz loops (`readyz`) at once; what it got is printed as one JSON line."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import TypedDict, cast
 
 PARTS = ("pipeline", "slow", "forged", "readyz")
 PIPELINE_BATCH = 2000
@@ -25,6 +23,22 @@ PIPELINED = b"GET /healthz HTTP/1.1\r\nHost: aside\r\n\r\n"
 SLOW_HEAD = (
     b"GET /api/v1/users/count?email=slow%40hostile.invalid HTTP/1.1\r\nHost: aside\r\nX-Slow: "
 )
+
+
+class HostileRecord(TypedDict):
+    """HostileFigures as its JSON line, and report.json, hold them."""
+
+    seconds: float
+    parts: list[str]
+    cpu_share: float | None
+    pipelined_sent: int
+    pipelined_answered: int
+    pipelined_connections: int
+    slow_heads_opened: int
+    slow_heads_closed_by_server: int
+    readyz: dict[str, int]  # by status
+    forged: dict[str, int]  # by status
+    errors: dict[str, int]  # by what went wrong
 
 
 @dataclass
@@ -42,12 +56,11 @@ class HostileFigures:
     forged: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> HostileRecord:
         found = asdict(self)
-        found["readyz"] = {str(k): v for k, v in self.readyz.items()}
-        found["forged"] = {str(k): v for k, v in self.forged.items()}
-        found["errors"] = dict(self.errors)
-        return found
+        for name in ("readyz", "forged", "errors"):
+            found[name] = {str(k): v for k, v in found[name].items()}
+        return cast(HostileRecord, found)
 
 
 async def _open(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
