@@ -1,5 +1,4 @@
-"""`aside-bench hardening`: slow clients and a cold flood under cached reads;
-its options and what it does once they are parsed (exit 1 when a check failed)."""
+"""`aside-bench hardening`'s options, and the run once they are parsed (exit 1: a check failed)."""
 
 from __future__ import annotations
 
@@ -46,18 +45,12 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
         hard.add_argument(flag, default=shown, help=f"{what} (default {shown})")
     for flag, name, what in HARDENING_COUNTS:
         opt.option(hard, flag, opt.positive, default(name), what)
-    hard.add_argument(
-        "--p95-ms",
-        type=float,
-        default=default("read_p95_ms"),
-        help=f"reads' p95 limit during slow heads (default {default('read_p95_ms'):g})",
-    )
-    hard.add_argument(
-        "--rss-growth-mib",
-        type=float,
-        default=default("rss_growth_mib"),
-        help=f"limit on the workers' summed RSS growth (default {default('rss_growth_mib'):g})",
-    )
+    for flag, name, what in (
+        ("--p95-ms", "read_p95_ms", "reads' p95 limit during slow heads"),
+        ("--rss-growth-mib", "rss_growth_mib", "limit on the workers' summed RSS growth"),
+    ):
+        help_text = f"{what} (default {default(name):g})"
+        hard.add_argument(flag, type=float, default=default(name), help=help_text)
     opt.paths(hard, "the time")
 
 

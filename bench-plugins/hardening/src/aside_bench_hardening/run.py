@@ -21,29 +21,14 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench_suite.base import (
-    SuiteResult,
-    SuiteRun,
-    open_run,
-    parse_names,
-    run_items,
-    sleep_until,
-)
+from aside_bench_suite import base as suite
 
 from aside_bench_hardening import checks as hc
+from aside_bench_hardening import load as reads
 from aside_bench_hardening import probes as fp
 from aside_bench_hardening.attacks import cold_flood, slow_heads
 from aside_bench_hardening.hostile import PARTS as HOSTILE_PARTS
 from aside_bench_hardening.hostile import HostileRecord
-from aside_bench_hardening.load import (
-    READ_TIMEOUT_S,
-    check_ttl,
-    end_load,
-    load_run,
-    read_windows,
-    start_load,
-    windows_around,
-)
 from aside_bench_hardening.report import one_line, write_report
 
 DESCRIPTIONS = {
@@ -141,7 +126,7 @@ class ParamsRecord(TypedDict):
 
 
 @dataclass
-class ExperimentResult(SuiteResult):
+class ExperimentResult(suite.SuiteResult):
     figures: dict[str, object] = field(default_factory=dict)  # the experiment's own, by name
     windows: dict[str, hc.Figures] = field(default_factory=dict)  # the reads by window
 
@@ -159,7 +144,7 @@ class Bench:
 
 
 def parse_experiments(text: str | None) -> tuple[str, ...]:
-    return parse_names(text, EXPERIMENTS, "experiment")
+    return suite.parse_names(text, EXPERIMENTS, "experiment")
 
 
 def gateway_settings(pid: int) -> dict[str, int | str]:
@@ -188,8 +173,8 @@ def reads_beside(
     """The driver's reads for `seconds` (which the cache TTL must outlast); the body,
     the attack, runs once pre_s of them have; the load is ended even when it fails."""
     params, duration = bench.params, math.ceil(seconds)
-    check_ttl(int(bench.gateway["CACHE_TTL_SECONDS"]), duration)
-    run = load_run(
+    reads.check_ttl(int(bench.gateway["CACHE_TTL_SECONDS"]), duration)
+    run = reads.load_run(
         params.run_id,
         result.name,
         params.rate,
@@ -199,12 +184,12 @@ def reads_beside(
         params.out_dir / f"load-{result.name}.jsonl",
         production,
     )
-    load = start_load(bench.settings, bench.control, bench.seed.hot, run, result)
+    load = reads.start_load(bench.settings, bench.control, bench.seed.hot, run, result)
     try:
-        sleep_until(result.events["load_start"] + params.pre_s)
+        suite.sleep_until(result.events["load_start"] + params.pre_s)
         yield run
     finally:
-        end_load(load, run, result)
+        reads.end_load(load, run, result)
 
 
 def run_slow_heads(bench: Bench) -> ExperimentResult:
@@ -229,7 +214,7 @@ def run_slow_heads(bench: Bench) -> ExperimentResult:
         "peak_fds": sampler.peak_fds(),
         "close_s": [r.as_dict() for r in records],
     }
-    result.windows = read_windows(run, windows_around(events, "attack"))
+    result.windows = reads.read_windows(run, reads.windows_around(events, "attack"))
     during = result.windows["during"]
     result.checks = [
         hc.close_check(sockets, limits),
@@ -244,7 +229,6 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
     result = ExperimentResult("cold-flood")
     params, events, settings = bench.params, result.events, bench.settings
     seconds = params.pre_s + params.flood_deadline_s + params.post_s
-    check_ttl(int(bench.gateway["CACHE_TTL_SECONDS"]), math.ceil(seconds))
     emails = fp.flood_emails(params.run_id, params.emails)
     count_url = f"{settings.gateway_url}/api/v1/users/count"
     with connect(settings) as conn:
@@ -270,7 +254,7 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
         "gateway_counters": counters,
         "readings": [[round(t - events["flood_end"], 3), v] for t, v in readings],
     }
-    result.windows = read_windows(run, windows_around(events, "flood"))
+    result.windows = reads.read_windows(run, reads.windows_around(events, "flood"))
     result.checks = [
         hc.settle_check(settle, bench.limits),
         hc.reads_check(result.windows["during"], "during the flood"),
@@ -317,7 +301,7 @@ def run_hostile(bench: Bench) -> ExperimentResult:
     kept = bench.control.gateway_workers() == workers
     rss = hc.rss_figures(sampler.samples, events["attack_start"], events["attack_end"])
     result.figures = {"hostile": hostile, "rss": asdict(rss) if rss else {}}
-    result.windows = read_windows(run, windows_around(events, "attack"))
+    result.windows = reads.read_windows(run, reads.windows_around(events, "attack"))
     before, during = result.windows["before"], result.windows["during"]
     quiet_p95 = before.get("p95_ms")
     limit = params.hostile_p95_factor * quiet_p95 if quiet_p95 else None
@@ -342,7 +326,7 @@ RUNNERS: dict[str, Callable[[Bench], ExperimentResult]] = {
 }
 
 
-def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -> SuiteRun:
+def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -> suite.SuiteRun:
     control = ServiceControl(settings)
     control.verify()
     gateway = gateway_settings(control.pid("gateway"))
@@ -353,10 +337,10 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
     )
     bench = Bench(settings, params, seed, control, limits, gateway)
     record = params_record(bench)
-    run = SuiteRun(params.run_id, "hardening", seed.meta, dict(record), limits.record())
+    run = suite.SuiteRun(params.run_id, "hardening", seed.meta, dict(record), limits.record())
     what = f"{' '.join(params.experiments)} under {params.rate} cached reads/s"
-    open_run("hardening", params.run_id, params.out_dir, what)
-    run_items(
+    suite.open_run("hardening", params.run_id, params.out_dir, what)
+    suite.run_items(
         run,
         params.experiments,
         lambda name: RUNNERS[name](bench),
@@ -374,7 +358,7 @@ def params_record(bench: Bench) -> ParamsRecord:
     params, control = bench.params, bench.control
     names = [name for name in ParamsRecord.__annotations__ if hasattr(params, name)]
     stack = {
-        "read_timeout_s": READ_TIMEOUT_S,
+        "read_timeout_s": reads.READ_TIMEOUT_S,
         "hot_emails": len(bench.seed.hot),
         "gateway_url": bench.settings.gateway_url,
         "run_dir": str(control.stack.run_dir),
