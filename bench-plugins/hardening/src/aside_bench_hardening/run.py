@@ -38,24 +38,6 @@ DESCRIPTIONS = {
     "X-Forwarded-For and looping on /readyz at once",
 }
 EXPERIMENTS = tuple(DESCRIPTIONS)
-# The gateway's own settings the verdicts depend on, read from its environment;
-# unset there, the gateway runs with its defaults (gateway/README.md).
-GATEWAY_DEFAULTS = {
-    "GATEWAY_HEAD_TIMEOUT_S": 5,
-    "GATEWAY_MAX_CONNECTIONS": 1000,
-    "CACHE_TTL_SECONDS": 60,
-}
-# The hostile client's process is given this long past its own duration.
-HOSTILE_EXTRA_S = 30.0
-# Budgeted into the load's duration for opening the sockets.
-OPEN_BUDGET_S = 3.0
-# Sockets are waited for this long past the close limit, so a late close is
-# measured rather than cut off at the limit.
-SOCKET_WAIT_EXTRA_S = 10.0
-# The query counter after the flood: read until it has not risen for QUIET_S,
-# for at most SETTLE_DEADLINE_S.
-QUIET_S = 2.0
-SETTLE_DEADLINE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -71,8 +53,8 @@ class HardeningParams:
     post_s: float = 5.0
     # Slow heads, and the limits of their verdicts.
     sockets: int = 2000
-    read_p95_ms: float = 10.0
-    rss_growth_mib: float = 64.0
+    read_p95_ms: float = hc.Limits.read_p95_ms
+    rss_growth_mib: float = hc.Limits.rss_growth_mib
     # The cold flood; its deadline, unset, from flood_deadline_s.
     emails: int = 20000
     concurrency: int = 200
@@ -147,6 +129,15 @@ def parse_experiments(text: str | None) -> tuple[str, ...]:
     return suite.parse_names(text, EXPERIMENTS, "experiment")
 
 
+# The gateway's own settings the verdicts depend on, read from its environment;
+# unset there, the gateway runs with its defaults (gateway/README.md).
+GATEWAY_DEFAULTS = {
+    "GATEWAY_HEAD_TIMEOUT_S": 5,
+    "GATEWAY_MAX_CONNECTIONS": 1000,
+    "CACHE_TTL_SECONDS": 60,
+}
+
+
 def gateway_settings(pid: int) -> dict[str, int | str]:
     """The gateway's settings the verdicts depend on, from its master's environment,
     and where each came from."""
@@ -192,6 +183,13 @@ def reads_beside(
         reads.end_load(load, run, result)
 
 
+# Budgeted into the load's duration for opening the sockets.
+OPEN_BUDGET_S = 3.0
+# Sockets are waited for this long past the close limit, so a late close is
+# measured rather than cut off at the limit.
+SOCKET_WAIT_EXTRA_S = 10.0
+
+
 def run_slow_heads(bench: Bench) -> ExperimentResult:
     result = ExperimentResult("slow-heads")
     params, limits, events = bench.params, bench.limits, result.events
@@ -223,6 +221,12 @@ def run_slow_heads(bench: Bench) -> ExperimentResult:
         hc.reuse_check(during),
     ]
     return result
+
+
+# The query counter after the flood: read until it has not risen for QUIET_S,
+# for at most SETTLE_DEADLINE_S.
+QUIET_S = 2.0
+SETTLE_DEADLINE_S = 30.0
 
 
 def run_cold_flood(bench: Bench) -> ExperimentResult:
@@ -264,6 +268,10 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
             hc.Check("the flood's emails are in no row", False, "some are in the table")
         )
     return result
+
+
+# The hostile client's process is given this long past its own duration.
+HOSTILE_EXTRA_S = 30.0
 
 
 def hostile_client(
