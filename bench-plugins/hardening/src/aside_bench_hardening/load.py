@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.samples import SamplesError, compress, number, sample_lines
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.stack.config import Settings
@@ -63,14 +64,12 @@ def load_run(
     )
 
 
-def start_load(
-    settings: Settings,
-    control: ServiceControl,
-    hot: list[str],
-    run: LoadRun,
-    result: SuiteResult,
-) -> DriverProcess:
-    """The driver started on a quiet stack and a fresh cache (outliving the experiment)."""
+@contextmanager
+def driving(
+    settings: Settings, control: ServiceControl, hot: list[str], run: LoadRun, result: SuiteResult
+) -> Iterator[None]:
+    """The driver started on a quiet stack and a fresh cache (outliving the experiment),
+    its first request noted as `load_start`; waited for on the way out, even on an error."""
     assert run.samples_path is not None, "the reads' windows need their samples file"
     control.verify()
     wait_until_quiet(settings, QUIET_DEADLINE_S)
@@ -79,14 +78,13 @@ def start_load(
     load = new_driver(settings, run, run.samples_path.parent / "load.log").start()
     first = load.first_request(run.samples_path, FIRST_SAMPLE_DEADLINE_S)
     result.events["load_start"] = float(first["t"])
-    return load
-
-
-def end_load(load: DriverProcess, run: LoadRun, result: SuiteResult) -> None:
-    code = load.wait(deadline_s(run))
-    result.events["load_end"] = time.time()
-    if code != 0:
-        raise StackError(f"the load driver exited with {code}; see {load.log_path}")
+    try:
+        yield
+    finally:
+        code = load.wait(deadline_s(run))
+        result.events["load_end"] = time.time()
+        if code != 0:
+            raise StackError(f"the load driver exited with {code}; see {load.log_path}")
 
 
 def check_ttl(ttl_s: int, duration_s: int) -> None:

@@ -25,6 +25,8 @@ class ExperimentRecord(ItemRecord):
     windows: dict[str, Figures]
 
 
+# A worker's VmRSS figures, in the order of the tables' columns.
+WORKER_KIB = ("before_kib", "peak_kib", "after_kib")
 # The reads' window during each experiment's attack, as the page names it.
 DURING = {
     "slow-heads": "during the attack",
@@ -125,13 +127,7 @@ def sockets_table(experiment: ExperimentRecord) -> Table:
 def rss_table(experiment: ExperimentRecord) -> Table:
     f, rss = experiment["figures"], _rss(experiment)
     rows = [
-        [
-            f"worker {pid}",
-            fmt_mib(w["before_kib"]),
-            fmt_mib(w["peak_kib"]),
-            fmt_mib(w["after_kib"]),
-            str(f["peak_fds"].get(pid, "n/a")),
-        ]
+        [f"worker {pid}", *(fmt_mib(w[k]) for k in WORKER_KIB), str(f["peak_fds"].get(pid, "n/a"))]
         for pid, w in (rss.per_worker if rss else {}).items()
     ]
     if rss:
@@ -161,8 +157,7 @@ def hostile_table(experiment: ExperimentRecord) -> Table:
     ]  # fmt: skip
     for pid, w in (rss.per_worker if rss else {}).items():
         rows.append([f"worker {pid} VmRSS before, peak, after MiB",
-                     f"{fmt_mib(w['before_kib'])}, {fmt_mib(w['peak_kib'])}, "
-                     f"{fmt_mib(w['after_kib'])}"])  # fmt: skip
+                     ", ".join(fmt_mib(w[k]) for k in WORKER_KIB)])  # fmt: skip
     return Table("hostile: what the hostile client got", ["", "value"], rows)
 
 

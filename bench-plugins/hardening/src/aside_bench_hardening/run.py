@@ -162,7 +162,7 @@ def reads_beside(
     bench: Bench, result: ExperimentResult, seconds: float, production: bool = False
 ) -> Iterator[LoadRun]:
     """The driver's reads for `seconds` (which the cache TTL must outlast); the body,
-    the attack, runs once pre_s of them have; the load is ended even when it fails."""
+    the attack, runs once pre_s of them have."""
     params, duration = bench.params, math.ceil(seconds)
     reads.check_ttl(int(bench.gateway["CACHE_TTL_SECONDS"]), duration)
     run = reads.load_run(
@@ -175,12 +175,9 @@ def reads_beside(
         params.out_dir / f"load-{result.name}.jsonl",
         production,
     )
-    load = reads.start_load(bench.settings, bench.control, bench.seed.hot, run, result)
-    try:
+    with reads.driving(bench.settings, bench.control, bench.seed.hot, run, result):
         suite.sleep_until(result.events["load_start"] + params.pre_s)
         yield run
-    finally:
-        reads.end_load(load, run, result)
 
 
 # Budgeted into the load's duration for opening the sockets.
