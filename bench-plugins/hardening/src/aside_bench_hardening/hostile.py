@@ -58,8 +58,9 @@ class HostileFigures:
 
     def as_dict(self) -> HostileRecord:
         found = asdict(self)
+        # From the Counters themselves: asdict rebuilds one from its pairs, counting those.
         for name in ("readyz", "forged", "errors"):
-            found[name] = {str(k): v for k, v in found[name].items()}
+            found[name] = {str(k): v for k, v in getattr(self, name).items()}
         return cast(HostileRecord, found)
 
 
