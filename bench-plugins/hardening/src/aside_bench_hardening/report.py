@@ -13,6 +13,7 @@ from aside_bench_suite.base import ItemRecord, SuiteRun, item_section, save_repo
 from aside_bench_suite.samples import fmt_mib, fmt_s
 
 from aside_bench_hardening.checks import Figures, RssFigures, SocketFigures
+from aside_bench_hardening.hostile import HostileRecord
 
 
 class ExperimentRecord(ItemRecord):
@@ -50,7 +51,7 @@ def _rss(experiment: ExperimentRecord) -> RssFigures | None:
     return RssFigures(**found) if found else None
 
 
-def _share(hostile: Mapping[str, Any], unit: str = "") -> str:
+def _share(hostile: HostileRecord, unit: str = "") -> str:
     share = hostile.get("cpu_share")
     return "n/a" if share is None else f"{share:.1%}{unit}"
 
