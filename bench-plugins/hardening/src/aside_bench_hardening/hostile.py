@@ -20,6 +20,7 @@ READYZ_LOOPS = 64
 FORGED_LOOPS = 4
 CONNECT_TIMEOUT_S = 5.0
 PIPELINED = b"GET /healthz HTTP/1.1\r\nHost: aside\r\n\r\n"
+READYZ = b"GET /readyz HTTP/1.1\r\nHost: aside\r\n\r\n"
 SLOW_HEAD = (
     b"GET /api/v1/users/count?email=slow%40hostile.invalid HTTP/1.1\r\nHost: aside\r\nX-Slow: "
 )
@@ -119,15 +120,11 @@ async def _slow_head(host: str, port: int, end: float, figures: HostileFigures) 
 
 
 async def _loop(
-    host: str,
-    port: int,
-    end: float,
-    head: bytes | None,
-    counts: Counter[int],
-    figures: HostileFigures,
+    host: str, port: int, end: float, head: bytes | None, figures: HostileFigures
 ) -> None:
-    """Requests one after another on one keep-alive connection; `head` None:
-    a miss with a fresh X-Forwarded-For each time."""
+    """Requests one after another on one keep-alive connection, counted by status; `head`
+    None: a miss with a fresh X-Forwarded-For each time, counted apart."""
+    counts = figures.forged if head is None else figures.readyz
     n = 0
     while time.monotonic() < end:
         try:
@@ -178,19 +175,14 @@ async def hostile(
 ) -> HostileFigures:
     figures = HostileFigures(seconds, list(parts))
     end = time.monotonic() + seconds
-    readyz = b"GET /readyz HTTP/1.1\r\nHost: aside\r\n\r\n"
     tasks = []
     if "pipeline" in parts:
         tasks.append(_pipeline(host, port, end, figures))
     if "slow" in parts:
         tasks += [_slow_head(host, port, end, figures) for _ in range(SLOW_HEADS)]
-    loops = {
-        "readyz": (readyz, figures.readyz, READYZ_LOOPS),
-        "forged": (None, figures.forged, FORGED_LOOPS),
-    }
-    for part, (head, counts, count) in loops.items():
+    for part, head, count in (("readyz", READYZ, READYZ_LOOPS), ("forged", None, FORGED_LOOPS)):
         if part in parts:
-            tasks += [_loop(host, port, end, head, counts, figures) for _ in range(count)]
+            tasks += [_loop(host, port, end, head, figures) for _ in range(count)]
     await asyncio.wait_for(asyncio.gather(*tasks), seconds + 20)
     return figures
 
