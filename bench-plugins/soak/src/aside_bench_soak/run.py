@@ -124,11 +124,8 @@ class KeyCounter:
 
 def take_sample(pids: dict[str, int]) -> dict[str, dict[str, int] | None]:
     ppids = procs.parents()
-    reading: dict[str, dict[str, int] | None] = {}
-    for service, pid in pids.items():
-        tree = procs.sample_tree(pid, ppids)
-        reading[service] = None if tree is None else tree.__dict__.copy()
-    return reading
+    trees = {service: procs.sample_tree(pid, ppids) for service, pid in pids.items()}
+    return {service: None if t is None else t.__dict__.copy() for service, t in trees.items()}
 
 
 def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun:
@@ -211,9 +208,6 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
 
 
 def _progress(sample: SoakSample) -> str:
-    parts = []
-    for service in ("gateway", "core", "postgres", "redis"):
-        if reading := sample.procs.get(service):
-            parts.append(f"{service} {reading['rss_kib'] / 1024:.0f} MiB/{reading['fds']} fds")
-    parts.append(f"idempotency_keys {sample.idempotency_keys}")
-    return ", ".join(parts)
+    shown = [(s, r) for s in ("gateway", "core", "postgres", "redis") if (r := sample.procs.get(s))]
+    parts = [f"{s} {r['rss_kib'] / 1024:.0f} MiB/{r['fds']} fds" for s, r in shown]
+    return ", ".join([*parts, f"idempotency_keys {sample.idempotency_keys}"])
