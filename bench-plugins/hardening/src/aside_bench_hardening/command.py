@@ -68,15 +68,14 @@ def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
     if args.p95_ms <= 0 or args.rss_growth_mib <= 0:
         raise UsageError("--p95-ms and --rss-growth-mib must be above 0")
     out_dir = opt.new_out_dir(settings, args, f"hardening-{run_id}")
-    given = vars(args)
     params = hardening.HardeningParams(
-        run_id=run_id,
-        out_dir=out_dir,
-        experiments=experiments,
+        run_id,
+        out_dir,
+        experiments,
         rate=args.rate,
         hostile_parts=hostile_parts,
-        **{name: given[_dest(flag)] for flag, name, _ in HARDENING_COUNTS + HARDENING_LIMITS},
-        **{name: parse_duration(given[_dest(flag)]) for flag, name, _ in HARDENING_DURATIONS},
+        **{name: vars(args)[_dest(flag)] for flag, name, _ in HARDENING_COUNTS + HARDENING_LIMITS},
+        **{name: parse_duration(vars(args)[_dest(flag)]) for flag, name, _ in HARDENING_DURATIONS},
     )
     seed = opt.checked_seed(settings, args)
     return 0 if hardening.run_hardening(settings, params, seed).passed else 1

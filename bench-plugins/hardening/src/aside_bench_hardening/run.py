@@ -125,10 +125,6 @@ class Bench:
     gateway: dict[str, int | str]  # gateway_settings
 
 
-def parse_experiments(text: str | None) -> tuple[str, ...]:
-    return suite.parse_names(text, EXPERIMENTS, "experiment")
-
-
 # The gateway's own settings the verdicts depend on, read from its environment;
 # unset there, the gateway runs with its defaults (gateway/README.md).
 GATEWAY_DEFAULTS = {
@@ -136,6 +132,21 @@ GATEWAY_DEFAULTS = {
     "GATEWAY_MAX_CONNECTIONS": 1000,
     "CACHE_TTL_SECONDS": 60,
 }
+# Budgeted into the load's duration for opening the sockets.
+OPEN_BUDGET_S = 3.0
+# Sockets are waited for this long past the close limit, so a late close is
+# measured rather than cut off at the limit.
+SOCKET_WAIT_EXTRA_S = 10.0
+# The query counter after the flood: read until it has not risen for QUIET_S,
+# for at most SETTLE_DEADLINE_S.
+QUIET_S = 2.0
+SETTLE_DEADLINE_S = 30.0
+# The hostile client's process is given this long past its own duration.
+HOSTILE_EXTRA_S = 30.0
+
+
+def parse_experiments(text: str | None) -> tuple[str, ...]:
+    return suite.parse_names(text, EXPERIMENTS, "experiment")
 
 
 def gateway_settings(pid: int) -> dict[str, int | str]:
@@ -180,13 +191,6 @@ def reads_beside(
         yield run
 
 
-# Budgeted into the load's duration for opening the sockets.
-OPEN_BUDGET_S = 3.0
-# Sockets are waited for this long past the close limit, so a late close is
-# measured rather than cut off at the limit.
-SOCKET_WAIT_EXTRA_S = 10.0
-
-
 def run_slow_heads(bench: Bench) -> ExperimentResult:
     result = ExperimentResult("slow-heads")
     params, limits, events = bench.params, bench.limits, result.events
@@ -218,12 +222,6 @@ def run_slow_heads(bench: Bench) -> ExperimentResult:
         hc.reuse_check(during),
     ]
     return result
-
-
-# The query counter after the flood: read until it has not risen for QUIET_S,
-# for at most SETTLE_DEADLINE_S.
-QUIET_S = 2.0
-SETTLE_DEADLINE_S = 30.0
 
 
 def run_cold_flood(bench: Bench) -> ExperimentResult:
@@ -265,10 +263,6 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
             hc.Check("the flood's emails are in no row", False, "some are in the table")
         )
     return result
-
-
-# The hostile client's process is given this long past its own duration.
-HOSTILE_EXTRA_S = 30.0
 
 
 def hostile_client(
