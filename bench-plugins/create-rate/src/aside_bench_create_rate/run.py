@@ -12,14 +12,7 @@ from aside_bench.report.tables import Table, fmt_num
 from aside_bench.stack import config
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData
-from aside_bench_suite.base import (
-    SuiteRun,
-    open_run,
-    remove_users,
-    save_report,
-    suite_page,
-    user_prefix,
-)
+from aside_bench_suite import base as suite
 from aside_bench_suite.samples import SCENARIO, LoadTallies, load_tallies
 
 P95_LIMIT_MS = 100.0
@@ -39,14 +32,8 @@ class StepResult:
     load_exit: int
 
     def held(self, p95_limit_ms: float) -> bool:
-        return (
-            self.load_exit == 0
-            and self.requests > 0
-            and self.dropped == 0
-            and self.failed == 0
-            and self.p95_ms is not None
-            and self.p95_ms <= p95_limit_ms
-        )
+        clean = self.load_exit == 0 and self.requests > 0 and self.dropped == self.failed == 0
+        return clean and self.p95_ms is not None and self.p95_ms <= p95_limit_ms
 
 
 def step_result(rate: int, tallies: LoadTallies, load_exit: int) -> StepResult:
@@ -116,7 +103,7 @@ def load_run(params: Params, seed: SeedData, rate: int, base_url: str, summary: 
         data_dir=seed.data_dir,
         extra={
             "WRITE_SHARE": "1",
-            "USER_PREFIX": user_prefix(params.run_id, f"r{rate}"),
+            "USER_PREFIX": suite.user_prefix(params.run_id, f"r{rate}"),
             "NO_REUSE": "0",
         },
         base_url=base_url,
@@ -135,7 +122,7 @@ def run_step(settings: config.Settings, params: Params, seed: SeedData, rate: in
     except SummaryError as error:
         raise StackError(str(error)) from None
     result = step_result(rate, tallies, code)
-    remove_users(settings, params.run_id)
+    suite.remove_users(settings, params.run_id)
     verdict = "held" if result.held(params.p95_limit_ms) else "not held"
     print(
         f"  {result.rate}/s: {result.created}/{result.requests} created, {result.failed} failed, "
@@ -145,9 +132,9 @@ def run_step(settings: config.Settings, params: Params, seed: SeedData, rate: in
     return result
 
 
-def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -> SuiteRun:
+def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -> suite.SuiteRun:
     what = f"keyed creates via the {params.via}, {params.duration_s} s per rate"
-    open_run("create-rate", params.run_id, params.out_dir, what)
+    suite.open_run("create-rate", params.run_id, params.out_dir, what)
     results: list[StepResult] = []
     for rate in sorted(params.rates):
         results.append(run_step(settings, params, seed, rate))
@@ -158,7 +145,7 @@ def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -
         if middle is None:
             break
         results.append(run_step(settings, params, seed, middle))
-    run = SuiteRun(
+    run = suite.SuiteRun(
         params.run_id,
         "create-rate",
         seed.meta,
@@ -170,7 +157,7 @@ def run_create_rate(settings: config.Settings, params: Params, seed: SeedData) -
     return run
 
 
-def steps_table(run: SuiteRun) -> Table:
+def steps_table(run: suite.SuiteRun) -> Table:
     headers = ["creates/s", "requests", "201", "failed", "dropped", "p95 ms", "p99 ms", "max ms",
                "held"]  # fmt: skip
     rows = [
@@ -181,10 +168,10 @@ def steps_table(run: SuiteRun) -> Table:
     return Table("Keyed creates by target rate", headers, rows)
 
 
-def write_report(run: SuiteRun, out_dir: Path) -> None:
+def write_report(run: suite.SuiteRun, out_dir: Path) -> None:
     params = run.params
     table = steps_table(run)
-    doc = suite_page("create rate", run)
+    doc = suite.suite_page("create rate", run)
     doc.p(
         f"POST /api/v1/users with an Idempotency-Key, straight to the {params['via']}, "
         f"{params['duration_s']} s per rate (the load driver at a constant arrival rate, "
@@ -194,4 +181,4 @@ def write_report(run: SuiteRun, out_dir: Path) -> None:
     doc.table(table)
     best = run.extra["highest_held"]
     doc.p(f"Highest rate held: {best if best is not None else 'none'} creates/s.")
-    save_report(doc, run, out_dir, [table], also=[f"highest rate held: {best} creates/s"])
+    suite.save_report(doc, run, out_dir, [table], also=[f"highest rate held: {best} creates/s"])

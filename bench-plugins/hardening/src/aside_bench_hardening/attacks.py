@@ -1,6 +1,5 @@
-"""The two attacks, sent from the bench's own process: slow heads (sockets that never
-finish a request head) and a cold flood (distinct uncached emails from impatient
-concurrent clients)."""
+"""The two attacks sent from the bench's own process: slow heads (sockets that never
+finish a request head) and a cold flood (distinct uncached emails, impatient clients)."""
 
 from __future__ import annotations
 
@@ -56,8 +55,7 @@ class SlowSocket:
 
 
 def raise_nofile(needed: int) -> int:
-    """Raise this process's soft RLIMIT_NOFILE to `needed` (up to the hard limit);
-    returns the soft limit now in force. StackError when the hard limit is lower."""
+    """The soft RLIMIT_NOFILE raised to `needed`, returned; StackError past the hard limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         if hard != resource.RLIM_INFINITY and hard < needed:
@@ -126,16 +124,10 @@ class _Watch:
 
 
 def slow_heads(address: tuple[str, int], count: int, wait_s: float) -> list[SlowSocket]:
-    """Open `count` connections to `address`, send each a partial request head
-    and never finish it; wait up to `wait_s` after the last was opened for the
-    server to close them all. Sockets still open then are closed by us and
-    recorded as not closed.
-
-    The heads go out once the connections are open and the answers of full
-    workers have arrived: a worker that is full answers 503 and closes as it
-    accepts, and a head sent before that close would turn it into a reset that
-    can swallow the answer. The server's head deadline runs from the
-    connection either way."""
+    """`count` connections each sent a partial head, then up to `wait_s` for the server
+    to close them all. The heads wait for full workers' answers: a full worker answers
+    503 and closes as it accepts, and a head sent before that close would turn it into
+    a reset that swallows the answer (the head deadline runs from the connect anyway)."""
     raise_nofile(count + SPARE_FDS)
     records = [SlowSocket() for _ in range(count)]
     watch = _Watch()
@@ -193,9 +185,7 @@ class FloodResult:
 def cold_flood(
     count_url: str, emails: list[str], concurrency: int, timeout_s: float, deadline_s: float
 ) -> FloodResult:
-    """GET `count_url`?email=<each of emails> from `concurrency` concurrent
-    clients, each request given up after `timeout_s`; no new request is sent
-    once `deadline_s` have passed."""
+    """Each email read once from `concurrency` clients; none sent after `deadline_s`."""
     return asyncio.run(_flood(count_url, emails, concurrency, timeout_s, deadline_s))
 
 
@@ -224,8 +214,7 @@ async def _flood(
 
 
 async def _read_once(session: aiohttp.ClientSession, url: str, email: str) -> str:
-    """The status of one read, or what went wrong; a timeout closes the connection,
-    so the gateway sees its client gone."""
+    """The status, or what went wrong; a timeout closes the connection: the client is gone."""
     try:
         async with session.get(url, params={"email": email}) as response:
             await response.read()

@@ -7,7 +7,6 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench_suite.samples import Check, fmt_ms_unit, fmt_s
@@ -34,6 +33,11 @@ class Limits:
     def close_limit_s(self) -> float:
         return self.head_deadline_s + self.close_slack_s
 
+    def record(self) -> dict[str, float]:
+        """The limits as report.json holds them: the close limit in place of its slack."""
+        names = ("head_deadline_s", "close_limit_s", "rss_growth_mib", "read_p95_ms", "settle_s")
+        return {name: getattr(self, name) for name in names}
+
 
 def _rounded(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
@@ -42,17 +46,14 @@ def _rounded(value: float | None, digits: int = 3) -> float | None:
 # ---- slow heads ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SocketFigures:
-    """How the server dealt with the slow sockets. `refused_503`: answered 503 at
-    once because the worker that accepted them held its bound of connections;
-    `held`: kept open waiting for the rest of the head (no answer); the close
-    times in seconds after each socket's connect."""
+    """How the server dealt with the slow sockets; close times in s after each connect."""
 
     sockets: int
     opened: int
     connect_errors: dict[str, int]
     answers: dict[str, int]
-    refused_503: int
-    held: int
+    refused_503: int  # answered 503 at once: the accepting worker held its bound
+    held: int  # kept open for the rest of the head, with no answer
     closed: int
     still_open: int
     resets: int
@@ -119,9 +120,8 @@ def _summed(sample: RssSample) -> int:
 
 @dataclass(frozen=True)
 class RssFigures:
-    """The gateway workers' RSS (KiB, summed over the workers, and per worker
-    pid: before, peak, after): before the attack (median of the last second
-    before it), the peak during it, and the last reading (after it)."""
+    """The gateway workers' RSS in KiB, summed and per worker pid: before the attack
+    (median of its last second), the peak during it, and the last reading."""
 
     before_kib: int
     peak_kib: int
@@ -129,11 +129,6 @@ class RssFigures:
     after_kib: int
     after_at: float
     per_worker: dict[str, dict[str, int | None]]
-
-    @classmethod
-    def of(cls, found: dict[str, Any]) -> RssFigures | None:
-        """The figures as report.json holds them (empty: none)."""
-        return cls(**found) if found else None
 
 
 def rss_figures(samples: Sequence[RssSample], start: float, end: float) -> RssFigures | None:
@@ -202,8 +197,7 @@ def worker_rss_check(rss: RssFigures | None, workers_kept: bool, limit_mib: floa
 
 # ---- reads in a window -----------------------------------------------------------------
 def reads_check(window: Figures | None, what: str, p95_limit_ms: float | None = None) -> Check:
-    """The reads of one window: some answered, none dropped or failed and, given
-    a limit, p95 within it."""
+    """Some reads answered, none dropped or failed and, given a limit, p95 within it."""
     name = f"reads {what}: none dropped or failed" + (
         f", p95 <= {p95_limit_ms:g} ms" if p95_limit_ms is not None else ""
     )
@@ -219,8 +213,7 @@ def reads_check(window: Figures | None, what: str, p95_limit_ms: float | None = 
 
 
 def reuse_check(window: Figures | None) -> Check:
-    """The driver read over the connections it had opened before the attack, so
-    the experiment measures the event loop, not the connection bound."""
+    """Old connections only: the experiment measures the event loop, not the connection bound."""
     name = "reads used connections opened before the attack"
     if not window:
         return Check(name, False, "no read was recorded in the window")
@@ -247,9 +240,7 @@ def still_for(readings: Sequence[Reading], quiet_s: float) -> bool:
 
 
 def settle_figures(readings: Sequence[Reading], flood_end: float, quiet_s: float) -> Figures:
-    """Queries after the flood's end, and how long after it the counter last rose
-    (0 when it never did); `settled` False when it was still rising at the
-    last reading."""
+    """Queries after the flood's end and when the counter last rose (0: never; unsettled: still)."""
     if not readings:
         return {"settled": False, "last_rise_after_s": None, "queries_after": None}
     rise = last_rise(readings)

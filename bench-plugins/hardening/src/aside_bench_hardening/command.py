@@ -1,5 +1,4 @@
-"""`aside-bench hardening`: slow clients and a cold flood under cached reads;
-its options and what it does once they are parsed (exit 1 when a check failed)."""
+"""`aside-bench hardening`'s options, and the run once they are parsed (exit 1: a check failed)."""
 
 from __future__ import annotations
 
@@ -13,13 +12,26 @@ from aside_bench.stack import config
 from aside_bench_hardening import hostile as hostile_client
 from aside_bench_hardening import run as hardening
 
-# The hardening suite's counts: (flag, the HardeningParams field it sets, what it counts).
+# The suite's options by kind of value: (flag, the HardeningParams field it sets, its help).
 HARDENING_COUNTS = (
     ("--sockets", "sockets", "slow sockets"),
     ("--emails", "emails", "cold emails flooded"),
     ("--concurrency", "concurrency", "flood requests in flight"),
     ("--client-timeout-ms", "client_timeout_ms", "a flood client gives up after this"),
 )
+HARDENING_DURATIONS = (
+    ("--pre", "pre_s", "reads before each attack"),
+    ("--post", "post_s", "reads after it"),
+    ("--hostile", "hostile_s", "the hostile client's run"),
+)
+HARDENING_LIMITS = (
+    ("--p95-ms", "read_p95_ms", "reads' p95 limit during slow heads"),
+    ("--rss-growth-mib", "rss_growth_mib", "limit on the workers' summed RSS growth"),
+)
+
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
 
 
 def add_hardening(hard: argparse.ArgumentParser) -> None:
@@ -37,27 +49,14 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
         f"{','.join(hostile_client.PARTS)} (comma-separated, default all)",
     )
     opt.option(hard, "--rate", opt.positive, default("rate"), "cached reads/s")
-    for flag, name, what in (
-        ("--pre", "pre_s", "reads before each attack"),
-        ("--post", "post_s", "reads after it"),
-        ("--hostile", "hostile_s", "the hostile client's run"),
-    ):
+    for flag, name, what in HARDENING_DURATIONS:
         shown = f"{default(name):g}s"
         hard.add_argument(flag, default=shown, help=f"{what} (default {shown})")
     for flag, name, what in HARDENING_COUNTS:
         opt.option(hard, flag, opt.positive, default(name), what)
-    hard.add_argument(
-        "--p95-ms",
-        type=float,
-        default=default("read_p95_ms"),
-        help=f"reads' p95 limit during slow heads (default {default('read_p95_ms'):g})",
-    )
-    hard.add_argument(
-        "--rss-growth-mib",
-        type=float,
-        default=default("rss_growth_mib"),
-        help=f"limit on the workers' summed RSS growth (default {default('rss_growth_mib'):g})",
-    )
+    for flag, name, what in HARDENING_LIMITS:
+        help_text = f"{what} (default {default(name):g})"
+        hard.add_argument(flag, type=float, default=default(name), help=help_text)
     opt.paths(hard, "the time")
 
 
@@ -70,17 +69,13 @@ def run_hardening(args: argparse.Namespace, settings: config.Settings) -> int:
         raise UsageError("--p95-ms and --rss-growth-mib must be above 0")
     out_dir = opt.new_out_dir(settings, args, f"hardening-{run_id}")
     params = hardening.HardeningParams(
-        run_id=run_id,
-        out_dir=out_dir,
-        experiments=experiments,
+        run_id,
+        out_dir,
+        experiments,
         rate=args.rate,
-        pre_s=parse_duration(args.pre),
-        post_s=parse_duration(args.post),
-        hostile_s=parse_duration(args.hostile),
         hostile_parts=hostile_parts,
-        **{name: vars(args)[name] for _, name, _ in HARDENING_COUNTS},
-        read_p95_ms=args.p95_ms,
-        rss_growth_mib=args.rss_growth_mib,
+        **{name: vars(args)[_dest(flag)] for flag, name, _ in HARDENING_COUNTS + HARDENING_LIMITS},
+        **{name: parse_duration(vars(args)[_dest(flag)]) for flag, name, _ in HARDENING_DURATIONS},
     )
     seed = opt.checked_seed(settings, args)
     return 0 if hardening.run_hardening(settings, params, seed).passed else 1

@@ -1,10 +1,7 @@
-"""The hostile client: one process of its own (`python -m
-aside_bench_hardening.hostile HOST PORT SECONDS [PARTS]`), bounded in time,
-that at once pipelines requests as fast as it can on one connection while
-reading the replies (`pipeline`), holds slow heads open (`slow`), sends misses
-under a rotating X-Forwarded-For (`forged`), and loops on /readyz (`readyz`);
-PARTS (comma-separated, default all) names which. It prints what it got, and
-the share of a core its own process used, as one JSON line."""
+"""The hostile client, a process of its own (`python -m aside_bench_hardening.hostile
+HOST PORT SECONDS [PARTS]`) so its CPU is its own: PARTS (default all) of pipelining
+(`pipeline`), slow heads (`slow`), forged X-Forwarded-For misses (`forged`) and
+/readyz loops (`readyz`) at once; what it got is printed as one JSON line."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import TypedDict, cast
 
 PARTS = ("pipeline", "slow", "forged", "readyz")
 PIPELINE_BATCH = 2000
@@ -22,9 +20,26 @@ READYZ_LOOPS = 64
 FORGED_LOOPS = 4
 CONNECT_TIMEOUT_S = 5.0
 PIPELINED = b"GET /healthz HTTP/1.1\r\nHost: aside\r\n\r\n"
+READYZ = b"GET /readyz HTTP/1.1\r\nHost: aside\r\n\r\n"
 SLOW_HEAD = (
     b"GET /api/v1/users/count?email=slow%40hostile.invalid HTTP/1.1\r\nHost: aside\r\nX-Slow: "
 )
+
+
+class HostileRecord(TypedDict):
+    """HostileFigures as its JSON line, and report.json, hold them."""
+
+    seconds: float
+    parts: list[str]
+    cpu_share: float | None
+    pipelined_sent: int
+    pipelined_answered: int
+    pipelined_connections: int
+    slow_heads_opened: int
+    slow_heads_closed_by_server: int
+    readyz: dict[str, int]  # by status
+    forged: dict[str, int]  # by status
+    errors: dict[str, int]  # by what went wrong
 
 
 @dataclass
@@ -42,12 +57,12 @@ class HostileFigures:
     forged: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> HostileRecord:
         found = asdict(self)
-        found["readyz"] = {str(k): v for k, v in self.readyz.items()}
-        found["forged"] = {str(k): v for k, v in self.forged.items()}
-        found["errors"] = dict(self.errors)
-        return found
+        # From the Counters themselves: asdict rebuilds one from its pairs, counting those.
+        for name in ("readyz", "forged", "errors"):
+            found[name] = {str(k): v for k, v in getattr(self, name).items()}
+        return cast(HostileRecord, found)
 
 
 async def _open(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -105,15 +120,11 @@ async def _slow_head(host: str, port: int, end: float, figures: HostileFigures) 
 
 
 async def _loop(
-    host: str,
-    port: int,
-    end: float,
-    head: bytes | None,
-    counts: Counter[int],
-    figures: HostileFigures,
+    host: str, port: int, end: float, head: bytes | None, figures: HostileFigures
 ) -> None:
-    """Requests one after another on one keep-alive connection; `head` None:
-    a miss with a fresh X-Forwarded-For each time."""
+    """Requests one after another on one keep-alive connection, counted by status; `head`
+    None: a miss with a fresh X-Forwarded-For each time, counted apart."""
+    counts = figures.forged if head is None else figures.readyz
     n = 0
     while time.monotonic() < end:
         try:
@@ -164,19 +175,14 @@ async def hostile(
 ) -> HostileFigures:
     figures = HostileFigures(seconds, list(parts))
     end = time.monotonic() + seconds
-    readyz = b"GET /readyz HTTP/1.1\r\nHost: aside\r\n\r\n"
     tasks = []
     if "pipeline" in parts:
         tasks.append(_pipeline(host, port, end, figures))
     if "slow" in parts:
         tasks += [_slow_head(host, port, end, figures) for _ in range(SLOW_HEADS)]
-    loops = {
-        "readyz": (readyz, figures.readyz, READYZ_LOOPS),
-        "forged": (None, figures.forged, FORGED_LOOPS),
-    }
-    for part, (head, counts, count) in loops.items():
+    for part, head, count in (("readyz", READYZ, READYZ_LOOPS), ("forged", None, FORGED_LOOPS)):
         if part in parts:
-            tasks += [_loop(host, port, end, head, counts, figures) for _ in range(count)]
+            tasks += [_loop(host, port, end, head, figures) for _ in range(count)]
     await asyncio.wait_for(asyncio.gather(*tasks), seconds + 20)
     return figures
 

@@ -1,15 +1,14 @@
-"""The cached reads under a hardening experiment and their figures per window.
-It takes the parts of the experiment it needs, not the experiment, so
-suites/hardening/run.py alone puts them together."""
+"""The cached reads beside a hardening experiment, and their figures per window."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.samples import SamplesError, compress, number, sample_lines
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.stack.config import Settings
@@ -41,12 +40,9 @@ def load_run(
     samples_path: Path,
     production: bool = False,
 ) -> LoadRun:
-    """The driver's `read` scenario through the cache (L2) on the hot emails
-    only, every request a line of `samples_path`. Its pool's connections are
-    all open before the first read (CONNS), so the reads during an attack go
-    over connections opened before it, as the reuse check asks. Against a
-    production gateway, which refuses ?cache=, the same reads without it: the
-    chaos scenario with neither writes nor reads by id."""
+    """The `read` scenario through L2 on hot emails, each request a line of `samples_path`;
+    the pool's connections opened before the first read (CONNS), as the reuse check asks.
+    A production gateway refuses ?cache=: there, chaos with no writes nor reads by id."""
     # Every read a hot email (COLD_SAMPLE only keeps the cold list small).
     extra = {"HOT_SHARE": "1", "COLD_SAMPLE": "1", "CONNS": str(pool)}
     if production:
@@ -68,15 +64,12 @@ def load_run(
     )
 
 
-def start_load(
-    settings: Settings,
-    control: ServiceControl,
-    hot: list[str],
-    run: LoadRun,
-    result: SuiteResult,
-) -> DriverProcess:
-    """The cache warmed afresh (each hot key then outlives the experiment), the
-    stack quiet, then the driver started; notes its first request as `load_start`."""
+@contextmanager
+def driving(
+    settings: Settings, control: ServiceControl, hot: list[str], run: LoadRun, result: SuiteResult
+) -> Iterator[None]:
+    """The driver started on a quiet stack and a fresh cache (outliving the experiment),
+    its first request noted as `load_start`; waited for on the way out, even on an error."""
     assert run.samples_path is not None, "the reads' windows need their samples file"
     control.verify()
     wait_until_quiet(settings, QUIET_DEADLINE_S)
@@ -85,20 +78,17 @@ def start_load(
     load = new_driver(settings, run, run.samples_path.parent / "load.log").start()
     first = load.first_request(run.samples_path, FIRST_SAMPLE_DEADLINE_S)
     result.events["load_start"] = float(first["t"])
-    return load
-
-
-def end_load(load: DriverProcess, run: LoadRun, result: SuiteResult) -> None:
-    code = load.wait(deadline_s(run))
-    result.events["load_end"] = time.time()
-    if code != 0:
-        raise StackError(f"the load driver exited with {code}; see {load.log_path}")
+    try:
+        yield
+    finally:
+        code = load.wait(deadline_s(run))
+        result.events["load_end"] = time.time()
+        if code != 0:
+            raise StackError(f"the load driver exited with {code}; see {load.log_path}")
 
 
 def check_ttl(ttl_s: int, duration_s: int) -> None:
-    """Hot keys filled just before the load must outlive it (the gateway's
-    CACHE_TTL_SECONDS, `ttl_s`): a key expiring mid-experiment would be a miss,
-    and a query, of its own."""
+    """Hot keys must outlive the load: one expiring mid-experiment would be a miss of its own."""
     if duration_s + 10 >= ttl_s:
         raise StackError(
             f"the experiment's load ({duration_s} s) would outlive the cache TTL ({ttl_s} s); "
@@ -118,11 +108,8 @@ def windows_around(events: dict[str, float], what: str) -> dict[str, Window]:
 def sample_windows(
     lines: Iterable[str], source: str, windows: dict[str, Window]
 ) -> dict[str, Figures]:
-    """Per window [start, end) of the instants sent (`t`): the answered reads
-    (`ok` true) and their latency, exact over the window's samples; iterations
-    the driver dropped; failed requests (`ok` false: a bad status or body, a
-    timeout); and connections it opened (`new_conn`). `source` names the
-    samples file in an error."""
+    """Per window [start, end) of the sending instants: the answered reads' exact latency,
+    the dropped iterations, failed requests and new connections."""
     answered: dict[str, list[float]] = {name: [] for name in windows}
     counts = {name: {"dropped": 0, "failed": 0, "new_connections": 0} for name in windows}
     for where, line in sample_lines(lines, source):

@@ -1,19 +1,21 @@
-"""The cold flood's emails, and what measures it: the count queries PostgreSQL saw
-(pg_stat_statements) polled until still, and the gateway's counters."""
+"""What measures the attacks: the gateway workers' VmRSS and descriptors in a thread of
+their own; the cold flood's count queries (pg_stat_statements) polled until still, and
+the gateway's counters."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 import psycopg
-from aside_bench.stack import gateway_metrics
+from aside_bench.stack import gateway_metrics, procs
 from aside_bench.stack.config import Settings
 
 from aside_bench_hardening import checks as hc
 
-# How often the query counter is read after the flood.
-POLL_S = 0.05
+POLL_S = 0.05  # how often the query counter is read after the flood
+RSS_INTERVAL_S = 0.1  # and the workers' RSS beside an attack
 # pg_stat_statements' normalised text of the gateway's count queries (db.py):
 # one email, and a batch of them.
 GATEWAY_COUNT_QUERIES = (
@@ -29,9 +31,38 @@ DOOR_REASONS = ("admission_limit", "loop_late")
 GatewayCounters = dict[str, float | dict[str, float] | None]
 
 
+class RssSampler:
+    def __init__(self, pids: list[int]):
+        self.pids = pids
+        self.samples: list[hc.RssSample] = []
+        self.fds: list[tuple[float, dict[int, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            now = time.time()
+            rss = {pid: procs.rss_kib(pid) for pid in self.pids}
+            fds = {pid: procs.fd_count(pid) for pid in self.pids}
+            self.samples.append((now, {p: v for p, v in rss.items() if v is not None}))
+            self.fds.append((now, {p: v for p, v in fds.items() if v is not None}))
+            if self._stop.wait(RSS_INTERVAL_S):
+                return
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def peak_fds(self) -> dict[str, int]:
+        return {str(pid): max((s[1].get(pid, 0) for s in self.fds), default=0) for pid in self.pids}
+
+
 def flood_emails(run_id: str, count: int) -> list[str]:
-    """`count` distinct emails that no seeded row has (the seeder's domains are
-    real-looking ones; .invalid is reserved)."""
+    """`count` distinct emails in no seeded row (.invalid is a reserved domain)."""
     return [f"flood-{run_id}-{i}@{FLOOD_DOMAIN}" for i in range(count)]
 
 
@@ -44,8 +75,7 @@ def emails_in_table(conn: psycopg.Connection, run_id: str) -> int:
 
 
 def count_query_calls(conn: psycopg.Connection) -> int:
-    """Executions of the gateway's count queries in this database, as PostgreSQL
-    counted them (a batch of emails is one)."""
+    """Executions of the gateway's count queries here (a batch of emails is one)."""
     row = conn.execute(
         "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s "
         "JOIN pg_database d ON d.oid = s.dbid "

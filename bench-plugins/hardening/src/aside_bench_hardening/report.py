@@ -13,6 +13,7 @@ from aside_bench_suite.base import ItemRecord, SuiteRun, item_section, save_repo
 from aside_bench_suite.samples import fmt_mib, fmt_s
 
 from aside_bench_hardening.checks import Figures, RssFigures, SocketFigures
+from aside_bench_hardening.hostile import HostileRecord
 
 
 class ExperimentRecord(ItemRecord):
@@ -25,10 +26,13 @@ class ExperimentRecord(ItemRecord):
     windows: dict[str, Figures]
 
 
-WINDOW_NAMES = {
-    "slow-heads": {"before": "before", "during": "during the attack", "after": "after"},
-    "cold-flood": {"before": "before", "during": "during the flood", "after": "after"},
-    "hostile": {"before": "before", "during": "during the hostile client", "after": "after"},
+# A worker's VmRSS figures, in the order of the tables' columns.
+WORKER_KIB = ("before_kib", "peak_kib", "after_kib")
+# The reads' window during each experiment's attack, as the page names it.
+DURING = {
+    "slow-heads": "during the attack",
+    "cold-flood": "during the flood",
+    "hostile": "during the hostile client",
 }
 
 
@@ -37,15 +41,29 @@ def _during(experiment: ExperimentRecord) -> str:
     if not window:
         return "no reads"
     return (
-        f"reads {WINDOW_NAMES[experiment['name']]['during']} p95 {fmt_num(window['p95_ms'])} ms, "
+        f"reads {DURING[experiment['name']]} p95 {fmt_num(window['p95_ms'])} ms, "
         f"{window['dropped']} dropped, {window['failed']} failed"
     )
+
+
+def _rss(experiment: ExperimentRecord) -> RssFigures | None:
+    found = experiment["figures"]["rss"]
+    return RssFigures(**found) if found else None
+
+
+def _share(hostile: HostileRecord, unit: str = "") -> str:
+    share = hostile.get("cpu_share")
+    return "n/a" if share is None else f"{share:.1%}{unit}"
+
+
+def _listed(counts: Mapping[str, float], spec: str = "", empty: str = "-") -> str:
+    return ", ".join(f"{k} {v:{spec}}" for k, v in counts.items()) or empty
 
 
 def figures_line(experiment: ExperimentRecord) -> str:
     f = experiment["figures"]
     if experiment["name"] == "slow-heads":
-        sockets, rss = SocketFigures(**f["sockets"]), RssFigures.of(f["rss"])
+        sockets, rss = SocketFigures(**f["sockets"]), _rss(experiment)
         growth = (rss.peak_kib - rss.before_kib) / 1024 if rss else None
         return (
             f"{sockets.opened} sockets: max close {fmt_s(sockets.close_max_s)}, "
@@ -55,13 +73,11 @@ def figures_line(experiment: ExperimentRecord) -> str:
         )
     if experiment["name"] == "hostile":
         h = f["hostile"]
-        share = h.get("cpu_share")
         return (
             f"parts {','.join(h.get('parts', []))}: "
             f"{h['pipelined_answered']} of {h['pipelined_sent']} pipelined answered, "
             f"/readyz {h['readyz']}, forged {h['forged']}; hostile process "
-            + ("n/a" if share is None else f"{share:.1%} of a core")
-            + f"; {_during(experiment)}"
+            f"{_share(h, ' of a core')}; {_during(experiment)}"
         )
     flood, settle = f["flood"], f["settle"]
     return (
@@ -81,9 +97,9 @@ def one_line(experiment: ExperimentRecord) -> str:
 
 
 def windows_table(experiment: ExperimentRecord) -> Table:
-    names = WINDOW_NAMES[experiment["name"]]
+    during = DURING[experiment["name"]]
     rows = [
-        [names[key], f"{w['seconds']:.1f}", str(w["reads"]),
+        [during if key == "during" else key, f"{w['seconds']:.1f}", str(w["reads"]),
          *(fmt_num(w[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
          *(str(w[k]) for k in ("dropped", "failed", "new_connections"))]
         for key, w in experiment["windows"].items()
@@ -110,16 +126,9 @@ def sockets_table(experiment: ExperimentRecord) -> Table:
 
 
 def rss_table(experiment: ExperimentRecord) -> Table:
-    f = experiment["figures"]
-    rss = RssFigures.of(f["rss"])
+    f, rss = experiment["figures"], _rss(experiment)
     rows = [
-        [
-            f"worker {pid}",
-            fmt_mib(w["before_kib"]),
-            fmt_mib(w["peak_kib"]),
-            fmt_mib(w["after_kib"]),
-            str(f["peak_fds"].get(pid, "n/a")),
-        ]
+        [f"worker {pid}", *(fmt_mib(w[k]) for k in WORKER_KIB), str(f["peak_fds"].get(pid, "n/a"))]
         for pid, w in (rss.per_worker if rss else {}).items()
     ]
     if rss:
@@ -133,48 +142,41 @@ def rss_table(experiment: ExperimentRecord) -> Table:
 
 
 def hostile_table(experiment: ExperimentRecord) -> Table:
-    h = experiment["figures"]["hostile"]
-    rss = RssFigures.of(experiment["figures"]["rss"])
-    share = h.get("cpu_share")
+    h, rss = experiment["figures"]["hostile"], _rss(experiment)
     rows = [
         ["seconds", f"{h['seconds']:g}"],
         ["parts", ", ".join(h.get("parts", []))],
-        ["the hostile process's share of a core", "n/a" if share is None else f"{share:.1%}"],
+        ["the hostile process's share of a core", _share(h)],
         ["pipelined /healthz sent, answered",
          f"{h['pipelined_sent']}, {h['pipelined_answered']} "
          f"(on {h['pipelined_connections']} connections)"],
         ["slow heads opened, closed by the gateway",
          f"{h['slow_heads_opened']}, {h['slow_heads_closed_by_server']}"],
-        ["/readyz answers by status", ", ".join(f"{k} {v}" for k, v in h["readyz"].items())],
-        ["forged X-Forwarded-For misses by status",
-         ", ".join(f"{k} {v}" for k, v in h["forged"].items())],
-        ["client errors", ", ".join(f"{k} {v}" for k, v in h["errors"].items()) or "-"],
+        ["/readyz answers by status", _listed(h["readyz"], empty="")],
+        ["forged X-Forwarded-For misses by status", _listed(h["forged"], empty="")],
+        ["client errors", _listed(h["errors"])],
     ]  # fmt: skip
     for pid, w in (rss.per_worker if rss else {}).items():
         rows.append([f"worker {pid} VmRSS before, peak, after MiB",
-                     f"{fmt_mib(w['before_kib'])}, {fmt_mib(w['peak_kib'])}, "
-                     f"{fmt_mib(w['after_kib'])}"])  # fmt: skip
+                     ", ".join(fmt_mib(w[k]) for k in WORKER_KIB)])  # fmt: skip
     return Table("hostile: what the hostile client got", ["", "value"], rows)
 
 
 def flood_table(experiment: ExperimentRecord) -> Table:
     f = experiment["figures"]
     flood, settle, counters = f["flood"], f["settle"], f["gateway_counters"]
-    outcomes = ", ".join(f"{k} {v}" for k, v in flood["outcomes"].items())
     rows = [
         ["emails sent", f"{flood['sent']} in {flood['duration_s']:.2f} s"
          + (" (cut at the deadline)" if flood["cut"] else "")],
-        ["what the clients got", outcomes or "-"],
+        ["what the clients got", _listed(flood["outcomes"])],
         ["flood reads a Flask thread took: shed without running, by reason",
-         ", ".join(f"{k} {v:.0f}" for k, v in counters["shed"].items()) or "-"],
-        ["flood reads a Flask thread ran, by answer",
-         ", ".join(f"{k} {v:.0f}" for k, v in counters["flood_ran"].items()) or "-"],
+         _listed(counters["shed"], ".0f")],
+        ["flood reads a Flask thread ran, by answer", _listed(counters["flood_ran"], ".0f")],
         ["count queries during the flood (pg_stat_statements)",
          f"{f['queries_before_flood_end']:.0f}"],
         ["count queries after its end", f"{settle['queries_after'] or 0:.0f}"],
         ["last rise of the query counter after the end", fmt_s(settle["last_rise_after_s"])],
-        ["the gateway's own query counter, by query",
-         ", ".join(f"{k} {v:.0f}" for k, v in counters["db_queries"].items()) or "-"],
+        ["the gateway's own query counter, by query", _listed(counters["db_queries"], ".0f")],
         ["emails read by those queries (batch sizes summed)",
          f"{counters['batched_emails']:.0f}"],
     ]  # fmt: skip

@@ -1,5 +1,5 @@
-"""`aside-bench hardening`: slow heads and a cold flood, each beside the driver's
-cached reads (docs/bench/suites.md, "Slow clients and cold floods")."""
+"""`aside-bench hardening`: slow heads, a cold flood and a hostile client, each beside
+the driver's cached reads (docs/bench/suites.md, "Slow clients and cold floods")."""
 
 from __future__ import annotations
 
@@ -8,111 +8,107 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, TypedDict, cast
 from urllib.parse import urlsplit
 
-from aside_bench.load.run import DriverProcess, LoadRun
+from aside_bench.load.run import LoadRun
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, connect
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
-from aside_bench_suite.base import (
-    SuiteResult,
-    SuiteRun,
-    open_run,
-    parse_names,
-    run_items,
-    sleep_until,
-)
+from aside_bench_suite import base as suite
 
 from aside_bench_hardening import checks as hc
+from aside_bench_hardening import load as reads
 from aside_bench_hardening import probes as fp
 from aside_bench_hardening.attacks import cold_flood, slow_heads
 from aside_bench_hardening.hostile import PARTS as HOSTILE_PARTS
-from aside_bench_hardening.load import (
-    READ_TIMEOUT_S,
-    check_ttl,
-    end_load,
-    load_run,
-    read_windows,
-    start_load,
-    windows_around,
-)
+from aside_bench_hardening.hostile import HostileRecord
 from aside_bench_hardening.report import one_line, write_report
-from aside_bench_hardening.rss import RssSampler
 
-EXPERIMENTS = ("slow-heads", "cold-flood", "hostile")
 DESCRIPTIONS = {
     "slow-heads": "sockets that send part of a request head and never finish it",
     "cold-flood": "distinct cold emails from impatient concurrent clients",
     "hostile": "one client process pipelining, holding slow heads, forging "
     "X-Forwarded-For and looping on /readyz at once",
 }
-# The hostile client's process is given this long past its own duration.
-HOSTILE_EXTRA_S = 30.0
-# The gateway's own settings the verdicts depend on, read from its environment;
-# unset there, the gateway runs with its defaults (gateway/README.md).
-GATEWAY_DEFAULTS = {
-    "GATEWAY_HEAD_TIMEOUT_S": 5,
-    "GATEWAY_MAX_CONNECTIONS": 1000,
-    "CACHE_TTL_SECONDS": 60,
-}
-# Budgeted into the load's duration for opening the sockets.
-OPEN_BUDGET_S = 3.0
-# Sockets are waited for this long past the close limit, so a late close is
-# measured rather than cut off at the limit.
-SOCKET_WAIT_EXTRA_S = 10.0
-# The query counter after the flood: read until it has not risen for QUIET_S,
-# for at most SETTLE_DEADLINE_S.
-QUIET_S = 2.0
-SETTLE_DEADLINE_S = 30.0
+EXPERIMENTS = tuple(DESCRIPTIONS)
 
 
 @dataclass(frozen=True)
 class HardeningParams:
+    """The run's knobs, grouped by the experiment they steer."""
+
     run_id: str
     out_dir: Path
     experiments: tuple[str, ...]
+    # The reads beside every experiment, and the seconds of them around each attack.
     rate: int = 500
     pre_s: float = 5.0
     post_s: float = 5.0
+    # Slow heads, and the limits of their verdicts.
     sockets: int = 2000
+    read_p95_ms: float = hc.Limits.read_p95_ms
+    rss_growth_mib: float = hc.Limits.rss_growth_mib
+    # The cold flood; its deadline, unset, from flood_deadline_s.
     emails: int = 20000
     concurrency: int = 200
     client_timeout_ms: int = 50
     flood_budget_s: float | None = None
-    read_p95_ms: float = 10.0
-    rss_growth_mib: float = 64.0
+    # The hostile client: its parts (hostile.py PARTS); the reads' p95 at most this
+    # times the quiet one, each worker's RSS at most this over its own before.
     hostile_s: float = 15.0
-    # Which of the hostile client's parts run (hostile.py PARTS).
     hostile_parts: tuple[str, ...] = HOSTILE_PARTS
-    # Reads during the hostile client: p95 at most this times the quiet one.
     hostile_p95_factor: float = 2.0
-    # Each worker's RSS during the hostile client: at most this over its own before.
     hostile_worker_rss_mib: float = 32.0
 
     @property
     def pool(self) -> int:
-        """The driver's workers, fixed for the whole load: room for 200 ms of
-        latency at the rate."""
+        """The driver's workers, fixed for the whole load: room for 200 ms of latency."""
         return max(10, self.rate // 5)
 
     @property
     def flood_deadline_s(self) -> float:
-        """No flood request starts after this: six times what the flood takes
-        if every client waits its whole timeout, and at least 10 s."""
+        """No flood request starts after this: six times what the flood takes if every
+        client waits its whole timeout, and at least 10 s."""
         if self.flood_budget_s is not None:
             return self.flood_budget_s
         ideal = self.emails * self.client_timeout_ms / 1000 / self.concurrency
         return max(10.0, 6 * ideal)
 
 
+class ParamsRecord(TypedDict):
+    """report.json's params: the knobs and what they came to on this stack."""
+
+    experiments: Sequence[str]
+    rate: int
+    pool: int
+    pre_s: float
+    post_s: float
+    sockets: int
+    emails: int
+    concurrency: int
+    client_timeout_ms: int
+    flood_deadline_s: float
+    hostile_s: float
+    hostile_parts: Sequence[str]
+    hostile_p95_factor: float
+    hostile_worker_rss_mib: float
+    read_timeout_s: int
+    hot_emails: int
+    gateway_url: str
+    run_dir: str
+    gateway: dict[str, int | str]
+    workers: int
+
+
 @dataclass
-class ExperimentResult(SuiteResult):
+class ExperimentResult(suite.SuiteResult):
     figures: dict[str, object] = field(default_factory=dict)  # the experiment's own, by name
     windows: dict[str, hc.Figures] = field(default_factory=dict)  # the reads by window
 
@@ -129,13 +125,33 @@ class Bench:
     gateway: dict[str, int | str]  # gateway_settings
 
 
+# The gateway's own settings the verdicts depend on, read from its environment;
+# unset there, the gateway runs with its defaults (gateway/README.md).
+GATEWAY_DEFAULTS = {
+    "GATEWAY_HEAD_TIMEOUT_S": 5,
+    "GATEWAY_MAX_CONNECTIONS": 1000,
+    "CACHE_TTL_SECONDS": 60,
+}
+# Budgeted into the load's duration for opening the sockets.
+OPEN_BUDGET_S = 3.0
+# Sockets are waited for this long past the close limit, so a late close is
+# measured rather than cut off at the limit.
+SOCKET_WAIT_EXTRA_S = 10.0
+# The query counter after the flood: read until it has not risen for QUIET_S,
+# for at most SETTLE_DEADLINE_S.
+QUIET_S = 2.0
+SETTLE_DEADLINE_S = 30.0
+# The hostile client's process is given this long past its own duration.
+HOSTILE_EXTRA_S = 30.0
+
+
 def parse_experiments(text: str | None) -> tuple[str, ...]:
-    return parse_names(text, EXPERIMENTS, "experiment")
+    return suite.parse_names(text, EXPERIMENTS, "experiment")
 
 
 def gateway_settings(pid: int) -> dict[str, int | str]:
-    """The gateway's settings the verdicts depend on, from its master's
-    environment, and where each came from."""
+    """The gateway's settings the verdicts depend on, from its master's environment,
+    and where each came from."""
     found: dict[str, int | str] = {}
     for name, default in GATEWAY_DEFAULTS.items():
         text = procs.environ_value(pid, name)
@@ -147,52 +163,48 @@ def gateway_settings(pid: int) -> dict[str, int | str]:
     return found
 
 
-# ---- the reads ------------------------------------------------------------------------
-def start_reads(
-    bench: Bench, result: ExperimentResult, duration_s: int, production: bool = False
-) -> tuple[DriverProcess, LoadRun]:
-    params = bench.params
-    run = load_run(
-        params.run_id,
-        result.name,
-        params.rate,
-        params.pool,
-        duration_s,
-        bench.seed.data_dir,
-        params.out_dir / f"load-{result.name}.jsonl",
-        production,
-    )
-    return start_load(bench.settings, bench.control, bench.seed.hot, run, result), run
-
-
-# ---- slow heads -------------------------------------------------------------------------
 def gateway_address(settings: Settings) -> tuple[str, int]:
     parts = urlsplit(settings.gateway_url)
     return parts.hostname or "127.0.0.1", parts.port or 80
 
 
+@contextmanager
+def reads_beside(
+    bench: Bench, result: ExperimentResult, seconds: float, production: bool = False
+) -> Iterator[LoadRun]:
+    """The driver's reads for `seconds` (which the cache TTL must outlast); the body,
+    the attack, runs once pre_s of them have."""
+    params, duration = bench.params, math.ceil(seconds)
+    reads.check_ttl(int(bench.gateway["CACHE_TTL_SECONDS"]), duration)
+    run = reads.load_run(
+        params.run_id,
+        result.name,
+        params.rate,
+        params.pool,
+        duration,
+        bench.seed.data_dir,
+        params.out_dir / f"load-{result.name}.jsonl",
+        production,
+    )
+    with reads.driving(bench.settings, bench.control, bench.seed.hot, run, result):
+        suite.sleep_until(result.events["load_start"] + params.pre_s)
+        yield run
+
+
 def run_slow_heads(bench: Bench) -> ExperimentResult:
     result = ExperimentResult("slow-heads")
     params, limits, events = bench.params, bench.limits, result.events
-    duration = math.ceil(params.pre_s + OPEN_BUDGET_S + limits.close_limit_s + params.post_s)
-    check_ttl(bench.gateway["CACHE_TTL_SECONDS"], duration)
-    workers = bench.control.gateway_workers()
-    result.notes["workers"] = workers
-    with RssSampler(workers) as sampler:
-        load, run = start_reads(bench, result, duration)
-        try:
-            sleep_until(events["load_start"] + params.pre_s)
-            events["attack_start"] = time.time()
-            wait_s = limits.close_limit_s + SOCKET_WAIT_EXTRA_S
-            records = slow_heads(gateway_address(bench.settings), params.sockets, wait_s)
-            closes = [r.closed_at for r in records if r.closed_at is not None]
-            opened = [r for r in records if r.opened_at is not None]
-            everything_closed = closes and len(closes) == len(opened)
-            events["attack_end"] = max(closes) if everything_closed else time.time()
-        finally:
-            end_load(load, run, result)
-    kept = bench.control.gateway_workers() == workers
-    result.notes["workers_after"] = bench.control.gateway_workers()
+    seconds = params.pre_s + OPEN_BUDGET_S + limits.close_limit_s + params.post_s
+    workers = result.notes["workers"] = bench.control.gateway_workers()
+    with fp.RssSampler(workers) as sampler, reads_beside(bench, result, seconds) as run:
+        events["attack_start"] = time.time()
+        wait_s = limits.close_limit_s + SOCKET_WAIT_EXTRA_S
+        records = slow_heads(gateway_address(bench.settings), params.sockets, wait_s)
+        closes = [r.closed_at for r in records if r.closed_at is not None]
+        opened = [r for r in records if r.opened_at is not None]
+        everything_closed = closes and len(closes) == len(opened)
+        events["attack_end"] = max(closes) if everything_closed else time.time()
+    after = result.notes["workers_after"] = bench.control.gateway_workers()
     sockets = hc.socket_figures(records, limits.head_deadline_s)
     rss = hc.rss_figures(sampler.samples, events["attack_start"], events["attack_end"])
     result.figures = {
@@ -201,47 +213,38 @@ def run_slow_heads(bench: Bench) -> ExperimentResult:
         "peak_fds": sampler.peak_fds(),
         "close_s": [r.as_dict() for r in records],
     }
-    result.windows = read_windows(run, windows_around(events, "attack"))
+    result.windows = reads.read_windows(run, reads.windows_around(events, "attack"))
     during = result.windows["during"]
     result.checks = [
         hc.close_check(sockets, limits),
-        hc.rss_check(rss, kept, limits),
+        hc.rss_check(rss, after == workers, limits),
         hc.reads_check(during, "during the attack", limits.read_p95_ms),
         hc.reuse_check(during),
     ]
     return result
 
 
-# ---- cold flood -------------------------------------------------------------------------
 def run_cold_flood(bench: Bench) -> ExperimentResult:
     result = ExperimentResult("cold-flood")
     params, events, settings = bench.params, result.events, bench.settings
-    duration = math.ceil(params.pre_s + params.flood_deadline_s + params.post_s)
-    check_ttl(bench.gateway["CACHE_TTL_SECONDS"], duration)
+    seconds = params.pre_s + params.flood_deadline_s + params.post_s
     emails = fp.flood_emails(params.run_id, params.emails)
     count_url = f"{settings.gateway_url}/api/v1/users/count"
     with connect(settings) as conn:
         result.notes["flood_emails_in_table"] = fp.emails_in_table(conn, params.run_id)
-        load, run = start_reads(bench, result, duration)
-        try:
-            sleep_until(events["load_start"] + params.pre_s)
+        with reads_beside(bench, result, seconds) as run:
             calls_before = fp.count_query_calls(conn)
             counters_before = fp.gateway_counters(settings)
             events["flood_start"] = time.time()
+            timeout_s = params.client_timeout_ms / 1000
             flood = cold_flood(
-                count_url,
-                emails,
-                params.concurrency,
-                params.client_timeout_ms / 1000,
-                params.flood_deadline_s,
+                count_url, emails, params.concurrency, timeout_s, params.flood_deadline_s
             )
             events["flood_end"] = flood.ended
             readings = fp.poll_until_still(
                 lambda: fp.count_query_calls(conn), QUIET_S, SETTLE_DEADLINE_S
             )
             counters = fp.counter_increase(counters_before, fp.gateway_counters(settings))
-        finally:
-            end_load(load, run, result)
     settle = hc.settle_figures(readings, events["flood_end"], QUIET_S)
     result.figures = {
         "flood": flood.as_dict(),
@@ -250,7 +253,7 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
         "gateway_counters": counters,
         "readings": [[round(t - events["flood_end"], 3), v] for t, v in readings],
     }
-    result.windows = read_windows(run, windows_around(events, "flood"))
+    result.windows = reads.read_windows(run, reads.windows_around(events, "flood"))
     result.checks = [
         hc.settle_check(settle, bench.limits),
         hc.reads_check(result.windows["during"], "during the flood"),
@@ -262,10 +265,9 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
     return result
 
 
-# ---- the hostile client -----------------------------------------------------------------
 def hostile_client(
     settings: Settings, seconds: float, parts: tuple[str, ...] = HOSTILE_PARTS
-) -> dict[str, Any]:
+) -> HostileRecord:
     """The hostile client in a process of its own (hostile.py), running `parts`."""
     host, port = gateway_address(settings)
     module = "aside_bench_hardening.hostile"
@@ -278,32 +280,27 @@ def hostile_client(
     )
     if done.returncode != 0 or not done.stdout.strip():
         raise StackError(f"the hostile client exited with {done.returncode}: {done.stderr[-500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found: HostileRecord = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
 
 
 def run_hostile(bench: Bench) -> ExperimentResult:
     result = ExperimentResult("hostile")
     params, events = bench.params, result.events
-    duration = math.ceil(params.pre_s + params.hostile_s + params.post_s)
-    check_ttl(bench.gateway["CACHE_TTL_SECONDS"], duration)
-    workers = bench.control.gateway_workers()
-    result.notes["workers"] = workers
+    seconds = params.pre_s + params.hostile_s + params.post_s
+    workers = result.notes["workers"] = bench.control.gateway_workers()
     # Unset, the gateway runs in production (gateway/README.md).
     profile = procs.environ_value(bench.control.pid("gateway"), "ASIDE_PROFILE") or "production"
     result.notes["profile"] = profile
-    with RssSampler(workers) as sampler:
-        load, run = start_reads(bench, result, duration, profile == "production")
-        try:
-            sleep_until(events["load_start"] + params.pre_s)
-            events["attack_start"] = time.time()
-            hostile = hostile_client(bench.settings, params.hostile_s, params.hostile_parts)
-            events["attack_end"] = time.time()
-        finally:
-            end_load(load, run, result)
+    production = profile == "production"
+    with fp.RssSampler(workers) as sampler, reads_beside(bench, result, seconds, production) as run:
+        events["attack_start"] = time.time()
+        hostile = hostile_client(bench.settings, params.hostile_s, params.hostile_parts)
+        events["attack_end"] = time.time()
     kept = bench.control.gateway_workers() == workers
     rss = hc.rss_figures(sampler.samples, events["attack_start"], events["attack_end"])
     result.figures = {"hostile": hostile, "rss": asdict(rss) if rss else {}}
-    result.windows = read_windows(run, windows_around(events, "attack"))
+    result.windows = reads.read_windows(run, reads.windows_around(events, "attack"))
     before, during = result.windows["before"], result.windows["during"]
     quiet_p95 = before.get("p95_ms")
     limit = params.hostile_p95_factor * quiet_p95 if quiet_p95 else None
@@ -314,13 +311,10 @@ def run_hostile(bench: Bench) -> ExperimentResult:
         hc.worker_rss_check(rss, kept, params.hostile_worker_rss_mib),
     ]
     if "pipeline" in params.hostile_parts:
-        result.checks.append(
-            hc.Check(
-                "the pipelined requests were answered",
-                hostile["pipelined_answered"] > 0,
-                f"{hostile['pipelined_answered']} of {hostile['pipelined_sent']} sent",
-            )
-        )
+        answered, sent = hostile["pipelined_answered"], hostile["pipelined_sent"]
+        answers = hc.Check("the pipelined requests were answered", answered > 0,
+                           f"{answered} of {sent} sent")  # fmt: skip
+        result.checks.append(answers)
     return result
 
 
@@ -331,8 +325,7 @@ RUNNERS: dict[str, Callable[[Bench], ExperimentResult]] = {
 }
 
 
-# ---- the run ----------------------------------------------------------------------------
-def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -> SuiteRun:
+def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -> suite.SuiteRun:
     control = ServiceControl(settings)
     control.verify()
     gateway = gateway_settings(control.pid("gateway"))
@@ -342,22 +335,11 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
         read_p95_ms=params.read_p95_ms,
     )
     bench = Bench(settings, params, seed, control, limits, gateway)
-    run = SuiteRun(
-        params.run_id,
-        "hardening",
-        seed.meta,
-        params=_params_record(bench),
-        limits={
-            "head_deadline_s": limits.head_deadline_s,
-            "close_limit_s": limits.close_limit_s,
-            "rss_growth_mib": limits.rss_growth_mib,
-            "read_p95_ms": limits.read_p95_ms,
-            "settle_s": limits.settle_s,
-        },
-    )
+    record = params_record(bench)
+    run = suite.SuiteRun(params.run_id, "hardening", seed.meta, dict(record), limits.record())
     what = f"{' '.join(params.experiments)} under {params.rate} cached reads/s"
-    open_run("hardening", params.run_id, params.out_dir, what)
-    run_items(
+    suite.open_run("hardening", params.run_id, params.out_dir, what)
+    suite.run_items(
         run,
         params.experiments,
         lambda name: RUNNERS[name](bench),
@@ -370,27 +352,16 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
     return run
 
 
-def _params_record(bench: Bench) -> dict[str, Any]:
+def params_record(bench: Bench) -> ParamsRecord:
+    """The knobs ParamsRecord names, then what they came to on this stack."""
     params, control = bench.params, bench.control
-    return {
-        "experiments": list(params.experiments),
-        "rate": params.rate,
-        "pool": params.pool,
-        "pre_s": params.pre_s,
-        "post_s": params.post_s,
-        "sockets": params.sockets,
-        "emails": params.emails,
-        "concurrency": params.concurrency,
-        "client_timeout_ms": params.client_timeout_ms,
-        "flood_deadline_s": params.flood_deadline_s,
-        "hostile_s": params.hostile_s,
-        "hostile_parts": list(params.hostile_parts),
-        "hostile_p95_factor": params.hostile_p95_factor,
-        "hostile_worker_rss_mib": params.hostile_worker_rss_mib,
-        "read_timeout_s": READ_TIMEOUT_S,
+    names = [name for name in ParamsRecord.__annotations__ if hasattr(params, name)]
+    stack = {
+        "read_timeout_s": reads.READ_TIMEOUT_S,
         "hot_emails": len(bench.seed.hot),
         "gateway_url": bench.settings.gateway_url,
         "run_dir": str(control.stack.run_dir),
         "gateway": bench.gateway,
         "workers": len(control.gateway_workers()),
     }
+    return cast(ParamsRecord, {name: getattr(params, name) for name in names} | stack)

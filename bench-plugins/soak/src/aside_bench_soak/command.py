@@ -13,10 +13,6 @@ from aside_bench.stack import config
 from aside_bench_soak import run as soak
 
 
-def _seconds(text: str | None, default: float) -> float:
-    return default if text is None else float(parse_duration(text))
-
-
 def add_soak(soaking: argparse.ArgumentParser) -> None:
     opt.option(soaking, "--rate", opt.positive, 100, "requests/s")
     soaking.add_argument("--duration", default="10m", help="e.g. 10m, 20s (default 10m)")
@@ -39,7 +35,8 @@ def add_soak(soaking: argparse.ArgumentParser) -> None:
 def run_soak(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, "")
     duration = parse_duration(args.duration)
-    warmup = _seconds(args.warmup, round(duration * 0.2, 1))
+    default_warmup = round(duration * 0.2, 1)
+    warmup = default_warmup if args.warmup is None else float(parse_duration(args.warmup))
     if not 0 <= warmup < duration:
         raise UsageError(f"--warmup must be shorter than --duration ({duration} s)")
     if not 0.2 <= args.interval <= duration / 4:

@@ -40,8 +40,8 @@ class SoakSample(_Record):
 
 @dataclass
 class ProcessGrowth(_Record):
-    """A service's memory and descriptors after the warm-up against the end
-    (medians), their growth, maxima and flags: a row of report.json's "processes"."""
+    """A service's memory and descriptors after the warm-up against the end: report.json's
+    "processes"."""
 
     service: str
     processes_warm: float | None = None
@@ -65,8 +65,7 @@ class ProcessGrowth(_Record):
 
 @dataclass
 class KeyGrowth(_Record):
-    """The rows of idempotency_keys after the warm-up against the end, the
-    range, the steady size to expect and the flags: report.json's
+    """The rows of idempotency_keys after the warm-up against the end: report.json's
     "idempotency_keys"."""
 
     lifetime_s: float | None
@@ -123,10 +122,9 @@ def growth_table_rows(
         )
         if row.fds_warm is not None and row.fds_end is not None:
             row.fds_growth = row.fds_end - row.fds_warm
-        if row.rss_growth is not None and row.rss_growth > MEMORY_GROWTH_FLAG:
-            row.flags.append(f"memory +{row.rss_growth:.0%}")
-        if row.anon_growth is not None and row.anon_growth > MEMORY_GROWTH_FLAG:
-            row.flags.append(f"private memory +{row.anon_growth:.0%}")
+        for what, growth in (("memory", row.rss_growth), ("private memory", row.anon_growth)):
+            if growth is not None and growth > MEMORY_GROWTH_FLAG:
+                row.flags.append(f"{what} +{growth:.0%}")
         if row.fds_growth is not None and row.fds_growth > 0:
             row.flags.append(f"fds +{row.fds_growth:g}")
         gone = sum(1 for s in samples if s.procs.get(service) is None)
@@ -139,9 +137,8 @@ def growth_table_rows(
 def _windows(
     samples: list[SoakSample], warmup_s: float, duration_s: float, at_least_s: float = 0
 ) -> tuple[list[SoakSample], list[SoakSample], list[SoakSample]]:
-    """The samples right after the warm-up, at the end, and all after the
-    warm-up. The first two span WINDOW_SHARE of the run, at least three
-    samples and at_least_s, but never more than half of what follows the warm-up."""
+    """The samples right after the warm-up, at the end (each WINDOW_SHARE of the run, three
+    samples and at_least_s at least, half the rest at most), and all after the warm-up."""
     t0, t_end = samples[0].t, samples[-1].t
     step = (t_end - t0) / max(len(samples) - 1, 1)
     window = max(3 * step, WINDOW_SHARE * duration_s)
@@ -159,17 +156,10 @@ def key_table_row(
     lifetime_s: float | None,
     create_rate: float,
 ) -> KeyGrowth:
-    """The rows of idempotency_keys after the warm-up against the end (medians,
-    like memory), the range after the warm-up, the steady size to expect
-    (create rate x key lifetime) and the flag. A key lives its TTL plus up to
-    one purge interval (lifetime_s; None when unknown). While the warm-up is
-    shorter than that, the table still fills by design: the growth is then
-    reported but not judged (a 10-minute soak against 24 h keys). The two
-    medians span a key's lifetime each, so the purge's sawtooth (the table
-    fills for an interval, then drops by an interval's creates) averages out.
-    Overdue keys (older than TTL + two purge intervals, counted in each
-    sample) are flagged whenever one is seen after the warm-up: a purge that
-    keeps up leaves none, whatever the rate did."""
+    """Medians like memory's, each over a key's lifetime (TTL + a purge interval) so the
+    purge's sawtooth averages out; growth is judged only once the warm-up covers that
+    lifetime (before, the table fills by design). An overdue key is flagged whenever
+    seen after the warm-up: a purge that keeps up leaves none, whatever the rate did."""
     counts = [s.idempotency_keys for s in samples]
     row = KeyGrowth(
         lifetime_s,

@@ -22,11 +22,7 @@ from aside_bench_soak.growth import (
 
 
 def chart(
-    samples: list[SoakSample],
-    services: list[str],
-    warmup_s: float,
-    path: Path,
-    caption: str,
+    samples: list[SoakSample], services: list[str], warmup_s: float, path: Path, caption: str
 ) -> Path:
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 

@@ -21,14 +21,8 @@ from aside_bench.stack.services import ServiceControl
 from aside_bench_suite.base import SuiteRun, open_run, remove_users, user_prefix
 from aside_bench_suite.samples import SCENARIO, load_tallies
 
-from aside_bench_soak.growth import (
-    KEY_GROWTH_FLAG,
-    MEMORY_GROWTH_FLAG,
-    WINDOW_SHARE,
-    SoakSample,
-    growth_table_rows,
-    key_table_row,
-)
+from aside_bench_soak import growth
+from aside_bench_soak.growth import SoakSample
 from aside_bench_soak.report import write_report
 
 
@@ -73,6 +67,8 @@ def target_url(settings: Settings, params: SoakParams) -> str:
     return settings.core_url if params.via == "core" else settings.gateway_url
 
 
+# The knobs report.json records, as SoakParams names them.
+RECORDED_PARAMS = ("rate", "duration_s", "warmup_s", "interval_s", "write_share")
 # The core's defaults (contracts/idempotency.json) when its environment sets none.
 KEY_SETTINGS = {"CORE_IDEMPOTENCY_TTL": "24h", "CORE_IDEMPOTENCY_PURGE_INTERVAL": "1m"}
 # A count(*) of a table the purge keeps small takes milliseconds; one stuck
@@ -81,9 +77,7 @@ COUNT_TIMEOUT_MS = 2000
 
 
 def key_settings_s(core_pid: int) -> tuple[int, int] | None:
-    """The core's key TTL and purge interval in seconds, from its own
-    environment (its defaults when unset); None when a value is not a
-    duration the bench reads."""
+    """The core's key TTL and purge interval in s, from its environment (None: unreadable)."""
     try:
         ttl, interval = (
             parse_duration(procs.environ_value(core_pid, name) or default)
@@ -95,9 +89,8 @@ def key_settings_s(core_pid: int) -> tuple[int, int] | None:
 
 
 class KeyCounter:
-    """Counts idempotency_keys over one connection, reconnecting after a
-    failure: all rows, and the overdue ones, older than `overdue_after_s`
-    (None: not counted)."""
+    """Counts idempotency_keys, all and older than `overdue_after_s`, over one connection
+    opened again after a failure."""
 
     def __init__(self, settings: Settings, overdue_after_s: float | None) -> None:
         self.settings = settings
@@ -105,7 +98,6 @@ class KeyCounter:
         self.conn: psycopg.Connection | None = None
 
     def count(self) -> tuple[int | None, int | None]:
-        """The rows of idempotency_keys, all and overdue; None: not counted."""
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = connect(self.settings)
@@ -132,11 +124,8 @@ class KeyCounter:
 
 def take_sample(pids: dict[str, int]) -> dict[str, dict[str, int] | None]:
     ppids = procs.parents()
-    reading: dict[str, dict[str, int] | None] = {}
-    for service, pid in pids.items():
-        tree = procs.sample_tree(pid, ppids)
-        reading[service] = None if tree is None else tree.__dict__.copy()
-    return reading
+    trees = {service: procs.sample_tree(pid, ppids) for service, pid in pids.items()}
+    return {service: None if t is None else t.__dict__.copy() for service, t in trees.items()}
 
 
 def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun:
@@ -180,8 +169,8 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
         tallies, summary_error = load_tallies(Summary.read(summary_path)), None
     except SummaryError as error:  # the samples are worth a report all the same
         tallies, summary_error = {}, str(error)
-    rows = growth_table_rows(samples, list(pids), params.warmup_s, params.duration_s)
-    key_row = key_table_row(
+    rows = growth.growth_table_rows(samples, list(pids), params.warmup_s, params.duration_s)
+    key_row = growth.key_table_row(
         samples, params.warmup_s, params.duration_s, lifetime_s, params.rate * params.write_share
     )
     key_row.overdue_after_s = overdue_after_s
@@ -191,14 +180,10 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
         seed.meta,
         created=datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
         params={
-            "rate": params.rate,
-            "duration_s": params.duration_s,
-            "warmup_s": params.warmup_s,
-            "interval_s": params.interval_s,
-            "write_share": params.write_share,
-            "memory_growth_flag": MEMORY_GROWTH_FLAG,
-            "key_growth_flag": KEY_GROWTH_FLAG,
-            "window_share": WINDOW_SHARE,
+            **{name: getattr(params, name) for name in RECORDED_PARAMS},
+            "memory_growth_flag": growth.MEMORY_GROWTH_FLAG,
+            "key_growth_flag": growth.KEY_GROWTH_FLAG,
+            "window_share": growth.WINDOW_SHARE,
             "gateway_url": settings.gateway_url,
             "target_url": target_url(settings, params),
             "pids": pids,
@@ -223,9 +208,6 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
 
 
 def _progress(sample: SoakSample) -> str:
-    parts = []
-    for service in ("gateway", "core", "postgres", "redis"):
-        if reading := sample.procs.get(service):
-            parts.append(f"{service} {reading['rss_kib'] / 1024:.0f} MiB/{reading['fds']} fds")
-    parts.append(f"idempotency_keys {sample.idempotency_keys}")
-    return ", ".join(parts)
+    shown = [(s, r) for s in ("gateway", "core", "postgres", "redis") if (r := sample.procs.get(s))]
+    parts = [f"{s} {r['rss_kib'] / 1024:.0f} MiB/{r['fds']} fds" for s, r in shown]
+    return ", ".join([*parts, f"idempotency_keys {sample.idempotency_keys}"])
