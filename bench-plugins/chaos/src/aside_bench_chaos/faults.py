@@ -49,7 +49,7 @@ class Faults:
     def inject(self, case: str, events: dict[str, float], notes: dict[str, object]) -> None:
         if case in gray.GRAY_CASES:
             events["fault"] = time.time()
-            gray.inject(self._proxies(case), gray.GRAY_CASES[case])
+            gray.poison(self._proxies(case), gray.GRAY_CASES[case], on=True)
             notes["toxics"] = {k: v for k, v in self._proxies(case).toxics().items() if v}
         elif case in ("redis", "core"):
             events["fault"] = time.time()
@@ -79,7 +79,7 @@ class Faults:
             return  # gunicorn's master does it
         events["restore"] = time.time()
         if case in gray.GRAY_CASES:
-            gray.heal(self._proxies(case), gray.GRAY_CASES[case])
+            gray.poison(self._proxies(case), gray.GRAY_CASES[case], on=False)
             events["ready"] = events["restored"] = time.time()
             return
         process = self.control.start(case)
