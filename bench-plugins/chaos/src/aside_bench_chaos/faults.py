@@ -1,13 +1,17 @@
-"""The fault suite's faults: kill or stop one service of the stack (through
-stack/services.py), or poison a hop's proxy (gray.py), then bring it back and
-note when it answers again."""
+"""The fault suite's faults: kill or stop one service of the stack (stack/services.py),
+or poison a hop's proxy (gray.py), then bring it back and note when it answers again;
+all of it under the driver's load."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import requests
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
@@ -17,6 +21,24 @@ from aside_bench.stack.toxiproxy import Toxiproxy
 from aside_bench_chaos import gray
 
 READY_DEADLINE_S = 60.0
+LOAD_START_DEADLINE_S = 60.0
+
+
+@contextmanager
+def under_load(
+    settings: Settings, run: LoadRun, samples: Path, log: Path, events: dict[str, float]
+) -> Iterator[None]:
+    """The driver's load from its first request (`load_start`) to its end (`load_end`):
+    it runs its course whatever the block did; then a failed driver is an error."""
+    load = new_driver(settings, run, log).start()
+    events["load_start"] = float(load.first_request(samples, LOAD_START_DEADLINE_S)["t"])
+    try:
+        yield
+    finally:
+        code = load.wait(deadline_s(run))
+        events["load_end"] = time.time()
+    if code != 0:
+        raise StackError(f"the load driver exited with {code} in case {run.phase}; see {log}")
 
 
 class Faults:
