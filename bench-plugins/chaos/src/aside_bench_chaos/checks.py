@@ -94,6 +94,11 @@ def hit_ratio_back(samples: list[Sample], instant: float, baseline: float) -> fl
     return first_good_window(rereads(samples, instant), instant, good)
 
 
+def within(value: float | None, limit: float) -> bool:
+    """Seen, and no later or longer than `limit`."""
+    return value is not None and value <= limit
+
+
 def examples(label: str, bad: list[Sample]) -> str:
     """A check's detail's tail: some of the samples that broke it, if any did."""
     return f"; {label}: {summarize(bad)}" if bad else ""
@@ -118,51 +123,41 @@ def common_checks(
     tallied: int | None = None,
     read_max_ms: float = READ_MAX_MS,
 ) -> list[Check]:
-    """`tallied`: the requests the driver's summary counted; `read_max_ms`: a read past it
-    hangs (a gray failure's own budget)."""
-    checks = []
-    if tallied is not None:
-        checks.append(
-            Check(
-                "every request has its sample",
-                tallied == len(samples),
-                f"{len(samples)} samples, the driver's summary counted {tallied} requests",
-            )
-        )
+    """`tallied`: the requests the driver's summary counted (None: no sample check);
+    `read_max_ms`: a read past it hangs (a gray failure's own budget)."""
     reads = [s for s in samples if s.kind in READS]
     slow = [s for s in reads if s.ms > read_max_ms]
-    checks.append(
+    lost = [s for s in samples if s.status == 0]
+    bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
+    not_json = [s for s in samples if s.tag("code") == "not_json"]
+    max_read = max((s.ms for s in reads), default=0)
+    checks = [
+        Check(
+            "every request has its sample",
+            tallied == len(samples),
+            f"{len(samples)} samples, the driver's summary counted {tallied} requests",
+        ),
         Check(
             "reads never hang",
             not slow,
-            f"max read {max((s.ms for s in reads), default=0):.0f} ms "
-            f"(limit {read_max_ms:.0f} ms)" + examples("slow", slow),
-        )
-    )
-    if not allow_no_answer:
-        lost = [s for s in samples if s.status == 0]
-        checks.append(
-            Check(
-                "every request answered",
-                not lost,
-                "no request without an answer" if not lost else summarize(lost),
-            )
-        )
-    bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
-    not_json = [s for s in samples if s.tag("code") == "not_json"]
-    checks.append(
+            f"max read {max_read:.0f} ms (limit {read_max_ms:.0f} ms)" + examples("slow", slow),
+        ),
+        Check(
+            "every request answered",
+            not lost,
+            summarize(lost) if lost else "no request without an answer",
+        ),
         Check(
             "bodies are right, errors are JSON",
             not bad_body and not not_json,
             f"{len(bad_body)} wrong 2xx bodies, {len(not_json)} non-JSON errors",
-        )
-    )
-    checks.append(
+        ),
         Check(
             "no dropped iterations", dropped == 0, f"the load driver dropped {dropped} iterations"
-        )
-    )
-    return checks
+        ),
+    ]
+    wanted = (tallied is not None, True, not allow_no_answer, True, True)
+    return [check for check, want in zip(checks, wanted, strict=True) if want]
 
 
 # ---- the four cases -------------------------------------------------------------------
@@ -217,12 +212,12 @@ def redis_checks(
         ),
         Check(
             f"hits resume within {RECOVER_S:g} s of Redis being back",
-            first_hit is not None and first_hit <= RECOVER_S,
+            within(first_hit, RECOVER_S),
             f"first HIT {fmt_seconds(first_hit)} after ready",
         ),
         Check(
             f"hit ratio back within {RECOVER_S:g} s",
-            ratio_back is not None and ratio_back <= RECOVER_S,
+            within(ratio_back, RECOVER_S),
             f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault, among re-reads, after "
             f"{fmt_seconds(ratio_back)}",
         ),
@@ -369,11 +364,7 @@ def postgres_checks(
         ),
         Check(
             f"pools recover within {RECOVER_S:g} s of PostgreSQL being ready",
-            first_write is not None
-            and first_write <= RECOVER_S
-            and first_miss is not None
-            and first_miss <= RECOVER_S
-            and not late,
+            within(first_write, RECOVER_S) and within(first_miss, RECOVER_S) and not late,
             f"first 2xx write {fmt_seconds(first_write)}, first answered miss "
             f"{fmt_seconds(first_miss)} after ready; {len(late)} failures later than "
             f"{RECOVER_S:g} s",
@@ -390,8 +381,7 @@ def worker_checks(
     """A gunicorn worker killed: it is replaced, only requests in flight on it go
     unanswered, and the gateway's counters match the driver's answered requests, but per
     route by at most its unanswered ones (a counter is bumped just before the answer)."""
-    fault = events["fault"]
-    replaced = events.get("replaced")
+    fault, replaced = events["fault"], events.get("replaced")
     lost = [s for s in samples if s.status == 0]
     not_in_flight = [
         s for s in lost if not (s.start <= fault + CLOCK_SLACK_S and s.end >= fault - CLOCK_SLACK_S)
@@ -402,8 +392,7 @@ def worker_checks(
     mismatches = []
     surplus_by_route: Counter[tuple[str, str]] = Counter()
     for key in sorted(set(answered) | set(counters_delta)):
-        got = counters_delta.get(key, 0.0)
-        want = answered.get(key, 0)
+        got, want = counters_delta.get(key, 0.0), answered.get(key, 0)
         surplus = got - want
         if surplus < 0 or surplus != int(surplus):
             mismatches.append(f"{key}: gateway {got:g}, the driver {want}")
@@ -426,7 +415,7 @@ def worker_checks(
     checks = [
         Check(
             f"worker replaced within {REPLACE_S:g} s",
-            replace_s is not None and replace_s <= REPLACE_S,
+            within(replace_s, REPLACE_S),
             f"new worker {fmt_seconds(replace_s)} after the kill",
         ),
         Check(

@@ -109,17 +109,12 @@ class Topology:
         return RedisCluster.from_url(self.settings.redis_url, socket_timeout=2)
 
     def nodes(self) -> dict[str, ClusterNode]:
-        client = self.client()
-        try:
+        with self.client() as client:
             return {k: v for k, v in client.cluster_nodes().items() if v["connected"]}
-        finally:
-            client.close()
 
     def password(self) -> str:
-        base = redis.Redis.from_url(self.settings.redis_url)
-        password = base.connection_pool.connection_kwargs.get("password") or ""
-        base.close()
-        return str(password)
+        with redis.Redis.from_url(self.settings.redis_url) as base:
+            return str(base.connection_pool.connection_kwargs.get("password") or "")
 
     def node(self, port: int) -> redis.Redis:
         return redis.Redis(
@@ -128,13 +123,11 @@ class Topology:
 
     def holds(self, port: int, key: str) -> bool:
         """The node on `port` owns `key`'s slot and holds it (MOVED: not its slot)."""
-        client = self.node(port)
-        try:
-            return bool(client.exists(key))
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        with self.node(port) as client:
+            try:
+                return bool(client.exists(key))
+            except redis.RedisError:
+                return False
 
 
 def _slots(node: ClusterNode) -> set[int]:
@@ -166,11 +159,7 @@ def mixed_run(settings: Settings, seed: SeedData, run_id: str, case: str, rate: 
         pool=rate * 4,
         timeout_s=3,
         data_dir=seed.data_dir,
-        extra={
-            "CACHE": "l2",
-            "WRITE_SHARE": "0.1",
-            "STALE_PER_MIN": str(STALE_PER_MIN),
-        },
+        extra={"CACHE": "l2", "WRITE_SHARE": "0.1", "STALE_PER_MIN": str(STALE_PER_MIN)},
         summary_path=out / f"load-{case}-summary.json",
         samples_path=out / f"load-{case}.jsonl",
     )
@@ -269,15 +258,12 @@ class Event:
         primaries = {a: n for a, n in nodes.items() if "master" in n["flags"] and n["slots"]}
         seed_port = _port(topology.settings.redis_url.rsplit("/", 1)[0])
         # Never the seed node the services were given: their first map comes from it.
-        source = max((a for a in primaries if _port(a) != seed_port),
-                     key=lambda a: len(_slots(primaries[a])))  # fmt: skip
-        self.source = source
+        self.source = source = max((a for a in primaries if _port(a) != seed_port),
+                                   key=lambda a: len(_slots(primaries[a])))  # fmt: skip
         self.slots = _slots(primaries[source])
         if case == FAILOVER:
-            replica = next(
-                a for a, n in nodes.items() if n["master_id"] == primaries[source]["node_id"]
-            )
-            self.target = replica
+            source_id = primaries[source]["node_id"]
+            self.target = next(a for a, n in nodes.items() if n["master_id"] == source_id)
         else:
             self.target = next(a for a in primaries if _port(a) == seed_port)
         self.ids = {a: n["node_id"] for a, n in nodes.items()}
@@ -319,11 +305,8 @@ def new_owner_probe(settings: Settings, topology: Topology, email: str, target: 
     url = count_url(settings, email) + "&cache=l2"
     while time.time() < deadline:
         try:
-            client = topology.client()
-            try:
+            with topology.client() as client:
                 client.delete(key)
-            finally:
-                client.close()
             requests.get(url, timeout=2)
         except (redis.RedisError, requests.RequestException, IndexError):
             pass

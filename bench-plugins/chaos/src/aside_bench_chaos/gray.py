@@ -27,6 +27,7 @@ from aside_bench_chaos.checks import (
     RECOVER_S,
     examples,
     first_good_window,
+    within,
     writes_within,
 )
 
@@ -233,7 +234,7 @@ def gray_checks(
         ),
         Check(
             f"read p99 over the fault within {case.read_p99_ms:g} ms",
-            read_p99 is not None and read_p99 <= case.read_p99_ms,
+            within(read_p99, case.read_p99_ms),
             f"p99 {figures['read_p99_during_fault_ms']} ms over {len(during_reads)} reads "
             f"({figures['bypass_during_fault']} BYPASS, {figures['read_503_during_fault']} 503)",
         ),
@@ -246,21 +247,17 @@ def gray_checks(
         ),
         Check(
             f"steady p95 again within {RECOVER_S:g} s of the hop healing",
-            back is not None and back <= RECOVER_S,
+            within(back, RECOVER_S),
             f"read p95 {steady_p95:.1f} ms before the fault; a window within "
             f"{STEADY_FACTOR:g}x again {fmt_seconds(back)} after",
         ),
     ]
     if case.read_p50_ms is not None:
-        checks.insert(2, _median_check(case.read_p50_ms, read_p50, len(during_reads)))
+        # A breaker that opens leaves only the reads that find it closed to wait on the hop.
+        shown = "none" if read_p50 is None else f"{read_p50:.1f} ms"
+        checks.insert(2, Check(
+            f"most reads around the fault: read p50 within {case.read_p50_ms:g} ms",
+            within(read_p50, case.read_p50_ms),
+            f"p50 {shown} over {len(during_reads)} reads",
+        ))  # fmt: skip
     return checks, figures
-
-
-def _median_check(limit_ms: float, read_p50: float | None, reads: int) -> Check:
-    """A breaker that opens leaves only the reads that find it closed to wait on the hop."""
-    shown = "none" if read_p50 is None else f"{read_p50:.1f} ms"
-    return Check(
-        f"most reads around the fault: read p50 within {limit_ms:g} ms",
-        read_p50 is not None and read_p50 <= limit_ms,
-        f"p50 {shown} over {reads} reads",
-    )
