@@ -83,8 +83,7 @@ class Faults:
         elif case == "worker":
             before = set(self.control.gateway_workers())
             events["fault"] = time.time()
-            killed = self.control.kill_worker()
-            notes["killed_pid"] = killed
+            notes["killed_pid"] = killed = self.control.kill_worker()
             notes["workers_before"] = sorted(before)
 
             def replaced() -> bool:

@@ -59,10 +59,10 @@ QUIET_DEADLINE_S = 60.0
 
 
 @dataclass(frozen=True)
-class Timing:
-    pre_s: float  # load before the fault
-    down_s: float  # from the fault to the restart
-    post_s: float  # load after the service is back
+class Timing:  # seconds of load before the fault, from it to the restart, and after
+    pre_s: float
+    down_s: float
+    post_s: float
     gray_s: float = 10  # a gray failure's length
 
     def fault_s(self, case: str) -> float:
@@ -101,8 +101,7 @@ class CaseResult(SuiteResult):
 
 
 def parse_cases(text: str | None) -> tuple[str, ...]:
-    """Named cases; none or "all": the four kills, as before the gray failures;
-    "gray": the gray failures."""
+    """Named cases; none or "all": the four kills; "gray": the gray failures."""
     if text and text.strip() == "gray":
         return tuple(gray.GRAY_CASES)
     if not text or text.strip() == "all":
@@ -261,8 +260,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
 
 
 def _direct_again(settings: Settings, control: ServiceControl) -> None:
-    """No toxic on any proxy, and the gateway and the core on their direct URLs,
-    whatever a run killed before its end (SIGKILL runs no `finally`) left."""
+    """No toxic and the services direct, whatever a killed run (no `finally`) left."""
     proxies = Proxies.from_env()
     Toxiproxy(proxies).clear()
     through = set(proxies.ports.values())
@@ -280,8 +278,8 @@ def _direct_again(settings: Settings, control: ServiceControl) -> None:
 def _through_proxies(
     settings: Settings, control: ServiceControl, run: SuiteRun
 ) -> Iterator[Toxiproxy]:
-    """The gateway and the core through the proxies, every proxy left with no
-    toxic and both services on their direct URLs afterwards, whatever happened."""
+    """The gateway and the core through the proxies; afterwards, whatever happened, no
+    toxic and both services on their direct URLs."""
     proxies = Proxies.from_env()
     urls = proxied_urls(proxies, settings.database_url, settings.redis_url, control.stack.core_url)
     with restored(Toxiproxy(proxies)) as api:

@@ -43,7 +43,6 @@ def prewarm(settings: Settings, hot: list[str], ids: list[int]) -> float:
 
 
 def _like(prefix: str) -> tuple[str]:
-    """The LIKE pattern of the run's usernames and keys under `prefix`."""
     return (prefix.replace("_", r"\_") + ".%",)
 
 
@@ -61,8 +60,8 @@ class RetryAnswer:  # what a write sent again got; status 0: no answer
 
 
 def _retry(settings: Settings, session: requests.Session, write: Sample) -> RetryAnswer:
-    """Send a write again with its own Idempotency-Key and body until it gets an
-    answer that is not a 5xx (the stack may still be settling)."""
+    """The write sent again with its key and body until an answer that is not a 5xx
+    (the stack may still be settling)."""
     username, email = write.tag("username"), write.tag("email")
     deadline = time.monotonic() + RETRY_DEADLINE_S
     while True:
