@@ -31,6 +31,7 @@ from aside_bench_suite.samples import Check, KindTally, nearest_rank
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from aside_bench_chaos.checks import within
 from aside_bench_chaos.faults import under_load
 from aside_bench_chaos.verify import check_reads, count_url
 
@@ -347,8 +348,7 @@ def run_cluster_case(settings: Settings, seed: SeedData, control: ServiceControl
     result.checks, figures = judge(case, lines, events, served, resubscribed, since)
     renewed = subscriptions(gateway_metrics.scrape(settings)) - subscriptions(metrics_before)
     figures["l1_subscriptions_renewed"] = renewed
-    stale = Summary.read(run.summary_path).counters("stale")
-    figures["stale"] = stale
+    figures["stale"] = stale = Summary.read(run.summary_path).counters("stale")
     result.figures = figures
     result.checks.append(Check(
         "no stale read afterwards (the mixed scenario's checker)",
@@ -391,7 +391,7 @@ def judge(case: str, lines: list[SampleLine], events: dict[str, float],
     checks = [
         Check(
             "reads served from the new owner",
-            served_s is not None and served_s <= NEW_OWNER_MAX_S[case],
+            within(served_s, NEW_OWNER_MAX_S[case]),
             f"a key of the moved slots filled on {owner} {served_s} s after {since_what} "
             f"(at most {NEW_OWNER_MAX_S[case]} s)",
         ),
