@@ -234,11 +234,9 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
     writes = [s for s in samples if s.kind == "create"]
     bad_reads = [s for s in reads if s.status != 200]
     down = started_between(writes, fault + CLOCK_SLACK_S, restore)
-    down_wrong = [
-        s
-        for s in down
-        if not (s.status == 503 and s.tag("code") == "core_unavailable") or s.ms > CORE_DOWN_MAX_MS
-    ]
+
+    def unavailable(s: Sample) -> bool:
+        return s.status == 503 and s.tag("code") == "core_unavailable"
 
     def in_flight_unknown(s: Sample) -> bool:
         return (
@@ -248,13 +246,8 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
             and s.end > fault - CLOCK_SLACK_S
         )
 
-    other = [
-        s
-        for s in writes
-        if not s.ok
-        and not (s.status == 503 and s.tag("code") == "core_unavailable")
-        and not in_flight_unknown(s)
-    ]
+    down_wrong = [s for s in down if not unavailable(s) or s.ms > CORE_DOWN_MAX_MS]
+    other = [s for s in writes if not (s.ok or unavailable(s) or in_flight_unknown(s))]
     after = started_between(writes, ready + CLOCK_SLACK_S, math.inf)
     after_failed = [s for s in after if not s.ok]
     first_ok = first_after(writes, ready, lambda s: s.ok)

@@ -43,8 +43,7 @@ def under_load(
 
 class Faults:
     def __init__(self, settings: Settings, control: ServiceControl, api: Toxiproxy | None = None):
-        self.settings = settings
-        self.control = control
+        self.settings, self.control = settings, control
         self.api = api  # the proxies, for the gray cases
 
     def _proxies(self, case: str) -> Toxiproxy:
@@ -54,11 +53,8 @@ class Faults:
 
     def _ready(self, service: str) -> bool:
         if service == "redis":
-            client = redisclient.connect(self.settings, socket_timeout=0.5, connect_timeout=0.5)
-            try:
-                return bool(client.ping())
-            finally:
-                client.close()
+            with redisclient.connect(self.settings, socket_timeout=0.5, connect_timeout=0.5) as db:
+                return bool(db.ping())
         if service == "core":
             url = f"{self.control.stack.core_url}/readyz"
             return requests.get(url, timeout=0.5).status_code == 200

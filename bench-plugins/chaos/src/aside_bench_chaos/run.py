@@ -245,12 +245,25 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
     # The kills on the services' direct URLs, then the gray failures through the proxies.
     grays = tuple(case for case in params.cases if case in gray.GRAY_CASES)
     kills = tuple(case for case in params.cases if case not in grays)
+
+    def run_cases(cases: tuple[str, ...], api: Toxiproxy | None = None) -> None:
+        run_items(
+            run,
+            cases,
+            lambda case: run_case(settings, params, seed, control, case, api),
+            lambda case, error: CaseResult(case, error=error),
+            DESCRIPTIONS,
+            lambda result: one_line(result.as_dict()),
+            # After a failed case the next runs only on a stack that came back.
+            go_on=lambda result: result.error is None or _restore_all(control),
+        )
+
     try:
         if kills:
-            _run_cases(settings, params, seed, control, run, kills)
+            run_cases(kills)
         if grays:
             with _through_proxies(settings, control, run) as api:
-                _run_cases(settings, params, seed, control, run, grays, api)
+                run_cases(grays, api)
     finally:
         _restore_all(control)
         run.extra["removed_users"] = remove_users(settings, params.run_id)
@@ -290,27 +303,6 @@ def _through_proxies(
             yield api
         finally:
             control.route(None)
-
-
-def _run_cases(
-    settings: Settings,
-    params: ChaosParams,
-    seed: SeedData,
-    control: ServiceControl,
-    run: SuiteRun,
-    cases: tuple[str, ...],
-    api: Toxiproxy | None = None,
-) -> None:
-    run_items(
-        run,
-        cases,
-        lambda case: run_case(settings, params, seed, control, case, api),
-        lambda case, error: CaseResult(case, error=error),
-        DESCRIPTIONS,
-        lambda result: one_line(result.as_dict()),
-        # After a failed case the next runs only on a stack that came back.
-        go_on=lambda result: result.error is None or _restore_all(control),
-    )
 
 
 def _restore_all(control: ServiceControl) -> bool:

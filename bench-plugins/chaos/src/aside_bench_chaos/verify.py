@@ -176,21 +176,16 @@ def _user_json(row: tuple[Any, ...]) -> dict[str, int | str]:
     return {"id": user_id, "username": username, "email": email, "created_at": stamp}
 
 
+COUNTS_SQL = "SELECT email, count(*) FROM users WHERE email = ANY(%s) GROUP BY email"
+USERS_SQL = "SELECT id, username, email, created_at FROM users WHERE id = ANY(%s)"
+
+
 def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Check, CheckFigures]:
     """Each hot email's count and each user, read twice through the gateway (a fill, then
     most likely a hit), equal PostgreSQL's."""
     with connect(settings) as conn:
-        counts = dict(
-            conn.execute(
-                "SELECT email, count(*) FROM users WHERE email = ANY(%s) GROUP BY email", (hot,)
-            ).fetchall()
-        )
-        users = {
-            row[0]: _user_json(row)
-            for row in conn.execute(
-                "SELECT id, username, email, created_at FROM users WHERE id = ANY(%s)", (ids,)
-            ).fetchall()
-        }
+        counts = dict(conn.execute(COUNTS_SQL, (hot,)).fetchall())
+        users = {row[0]: _user_json(row) for row in conn.execute(USERS_SQL, (ids,)).fetchall()}
     # (what, url, PostgreSQL's answer, the gateway's 200 as compared)
     wanted: list[tuple[str, str, Any, Callable[[Any], Any]]] = [
         (f"count of {e}", count_url(settings, e), counts.get(e, 0), lambda b: b.get("count"))
