@@ -303,23 +303,19 @@ def postgres_checks(
     users = [s for s in samples if s.kind == "user"]  # prewarmed, never invalidated: all cached
     counts = [s for s in samples if s.kind == "count"]
     writes = [s for s in samples if s.kind == "create"]
+
+    def fast(s: Sample, statuses: tuple[int, ...], codes: set[str]) -> bool:
+        return s.status in statuses and s.tag("code") in codes and s.ms <= DB_DOWN_MAX_MS
+
     failed_users = [s for s in users if s.status != 200]
     shed = [
         s
         for s in failed_users
-        if redis_errors
-        and s.status == 503
-        and s.tag("code") == "database_unavailable"
-        and s.tag("retry_after")
-        and s.ms <= DB_DOWN_MAX_MS
+        if redis_errors and fast(s, (503,), {"database_unavailable"}) and s.tag("retry_after")
     ]
     bad_users = [s for s in failed_users if s not in shed]
     failures = [s for s in counts + writes if s.status != 200 and not s.ok]
-    wrong = [
-        s
-        for s in failures
-        if s.status not in (503, 504) or s.tag("code") not in DB_DOWN_CODES or s.ms > DB_DOWN_MAX_MS
-    ]
+    wrong = [s for s in failures if not fast(s, (503, 504), DB_DOWN_CODES)]
     outage_reads = started_between(users, fault + CLOCK_SLACK_S, ready)
     first_write = first_after(writes, ready, lambda s: s.ok)
     first_miss = first_after(counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS")
