@@ -1,13 +1,12 @@
-"""The chaos suite's verdicts, from the driver's samples and the gateway's counters
-(pure). A case's `events` are epoch instants: `fault`, `ready` (the service answers
-again), `replaced` (a new gunicorn worker), `load_start`, `load_end`. One module on
-purpose: the four cases share the limits below and read side by side against the
-manual's assertions (docs/bench/suites.md)."""
+"""The chaos suite's verdicts from the driver's samples and the gateway's counters (pure);
+`events` are epoch instants (`fault`, `ready`, `replaced`, `load_start`, `load_end`). One
+module: the four cases share the limits and read side by side with docs/bench/suites.md."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 
 from aside_bench_suite.samples import (
     CLOCK_SLACK_S,
@@ -51,16 +50,9 @@ LIMITS: dict[str, float] = {
 
 
 def rereads(samples: list[Sample], instant: float) -> list[Sample]:
-    """The answered reads started at or after `instant` of a key that an earlier
-    answered read, also started at or after `instant`, had asked for and ended
-    before: the reads a working cache can serve.
-
-    After a flushed cache every key's first read is a miss whatever the cache
-    does, so how soon the plain hit share recovers measures how fast the load
-    touches every key of its mix, not the cache
-    (docs/decisions/005-redis-down-serve-from-postgresql-behind-a-breaker.md).
-    The share among re-reads compares with the share before the fault, when
-    every key had been read (the prewarm)."""
+    """The answered reads from `instant` on of a key an earlier such read had asked for
+    and ended: after a flush every first read misses, so only these measure the cache
+    (docs/decisions/005-redis-down-serve-from-postgresql-behind-a-breaker.md)."""
     answered = sorted(
         (s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant),
         key=lambda s: s.start,
@@ -75,26 +67,52 @@ def rereads(samples: list[Sample], instant: float) -> list[Sample]:
     return found
 
 
-def hit_ratio_back(
-    samples: list[Sample], instant: float, baseline: float, window_s: float = 1.0
+def first_good_window(
+    samples: list[Sample], instant: float, good: Callable[[list[Sample]], bool]
 ) -> float | None:
-    """Seconds from `instant` to the start of the first `window_s` window (sliding
-    by 0.1 s) whose re-reads (see `rereads`) are HITs in at least
-    HIT_RATIO_BACK x `baseline` of them."""
-    reads = rereads(samples, instant)
-    if not reads:
+    """Seconds from `instant` to the start of the first one-second window (sliding by
+    0.1 s) of `samples` (in the order sent) that has some and is `good`."""
+    if not samples:
         return None
-    offset = 0.0
-    last = reads[-1].start
-    while instant + offset + window_s <= last + 1e-9:
-        lo, hi = instant + offset, instant + offset + window_s
-        window = [s for s in reads if lo <= s.start < hi]
-        if window:
-            share = sum(1 for s in window if s.tag("xcache") == "HIT") / len(window)
-            if share >= HIT_RATIO_BACK * baseline:
-                return offset
+    offset, last = 0.0, samples[-1].start
+    while instant + offset + 1.0 <= last + 1e-9:
+        lo, hi = instant + offset, instant + offset + 1.0
+        window = [s for s in samples if lo <= s.start < hi]
+        if window and good(window):
+            return offset
         offset += 0.1
     return None
+
+
+def hit_ratio_back(samples: list[Sample], instant: float, baseline: float) -> float | None:
+    """When the re-reads' HIT share is back to HIT_RATIO_BACK x `baseline`."""
+
+    def good(window: list[Sample]) -> bool:
+        share = sum(1 for s in window if s.tag("xcache") == "HIT") / len(window)
+        return share >= HIT_RATIO_BACK * baseline
+
+    return first_good_window(rereads(samples, instant), instant, good)
+
+
+def within(value: float | None, limit: float) -> bool:
+    """Seen, and no later or longer than `limit`."""
+    return value is not None and value <= limit
+
+
+def examples(label: str, bad: list[Sample]) -> str:
+    """A check's detail's tail: some of the samples that broke it, if any did."""
+    return f"; {label}: {summarize(bad)}" if bad else ""
+
+
+def writes_within(
+    name: str, writes: list[Sample], bad: list[Sample], max_ms: float, label: str
+) -> Check:
+    """Writes held to a bound: some were sent, and none broke it."""
+    return Check(
+        name,
+        bool(writes) and not bad,
+        f"{len(writes)} writes, max {max_ms:.0f} ms" + examples(label, bad),
+    )
 
 
 # ---- checks shared by every case ------------------------------------------------------
@@ -105,51 +123,41 @@ def common_checks(
     tallied: int | None = None,
     read_max_ms: float = READ_MAX_MS,
 ) -> list[Check]:
-    """`tallied`: the requests the driver's summary counted, which the samples must
-    match; `read_max_ms`: a read past it hangs (a gray failure's own budget)."""
-    checks = []
-    if tallied is not None:
-        checks.append(
-            Check(
-                "every request has its sample",
-                tallied == len(samples),
-                f"{len(samples)} samples, the driver's summary counted {tallied} requests",
-            )
-        )
+    """`tallied`: the requests the driver's summary counted (None: no sample check);
+    `read_max_ms`: a read past it hangs (a gray failure's own budget)."""
     reads = [s for s in samples if s.kind in READS]
     slow = [s for s in reads if s.ms > read_max_ms]
-    checks.append(
+    lost = [s for s in samples if s.status == 0]
+    bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
+    not_json = [s for s in samples if s.tag("code") == "not_json"]
+    max_read = max((s.ms for s in reads), default=0)
+    checks = [
+        Check(
+            "every request has its sample",
+            tallied == len(samples),
+            f"{len(samples)} samples, the driver's summary counted {tallied} requests",
+        ),
         Check(
             "reads never hang",
             not slow,
-            f"max read {max((s.ms for s in reads), default=0):.0f} ms "
-            f"(limit {read_max_ms:.0f} ms)" + (f"; slow: {summarize(slow)}" if slow else ""),
-        )
-    )
-    if not allow_no_answer:
-        lost = [s for s in samples if s.status == 0]
-        checks.append(
-            Check(
-                "every request answered",
-                not lost,
-                "no request without an answer" if not lost else summarize(lost),
-            )
-        )
-    bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
-    not_json = [s for s in samples if s.tag("code") == "not_json"]
-    checks.append(
+            f"max read {max_read:.0f} ms (limit {read_max_ms:.0f} ms)" + examples("slow", slow),
+        ),
+        Check(
+            "every request answered",
+            not lost,
+            summarize(lost) if lost else "no request without an answer",
+        ),
         Check(
             "bodies are right, errors are JSON",
             not bad_body and not not_json,
             f"{len(bad_body)} wrong 2xx bodies, {len(not_json)} non-JSON errors",
-        )
-    )
-    checks.append(
+        ),
         Check(
             "no dropped iterations", dropped == 0, f"the load driver dropped {dropped} iterations"
-        )
-    )
-    return checks
+        ),
+    ]
+    wanted = (tallied is not None, True, not allow_no_answer, True, True)
+    return [check for check, want in zip(checks, wanted, strict=True) if want]
 
 
 # ---- the four cases -------------------------------------------------------------------
@@ -164,9 +172,8 @@ def redis_checks(
     """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After),
     writes still succeed, hits come back without a gateway restart."""
     fault, ready = events["fault"], events["ready"]
-    # Down for certain: after the kill, and over before the restart began. The
-    # new Redis may answer a little before the driver's poll sees it `ready`
-    # (a busy machine runs the poll late), so reads after `restore` may hit.
+    # Down for certain only until the restart began: the new Redis may answer
+    # before the driver's poll (late on a busy machine) sees it `ready`.
     restore = events.get("restore", ready)
     reads = [s for s in samples if s.kind in READS]
     odd_reads = [
@@ -195,24 +202,22 @@ def redis_checks(
             "reads: only 200, or 503 with Retry-After",
             not odd_reads,
             f"{len(reads)} reads, {len(outage)} while Redis was down "
-            f"({len(bypassed)} served from PostgreSQL as BYPASS)"
-            + (f"; other: {summarize(odd_reads)}" if odd_reads else ""),
+            f"({len(bypassed)} served from PostgreSQL as BYPASS)" + examples("other", odd_reads),
         ),
         Check(
             "writes succeed without Redis",
             not failed_writes,
             f"{len(writes)} writes, {figures['writes_invalidation_failed']} with "
-            "X-Cache-Invalidation: failed"
-            + (f"; failed: {summarize(failed_writes)}" if failed_writes else ""),
+            "X-Cache-Invalidation: failed" + examples("failed", failed_writes),
         ),
         Check(
             f"hits resume within {RECOVER_S:g} s of Redis being back",
-            first_hit is not None and first_hit <= RECOVER_S,
+            within(first_hit, RECOVER_S),
             f"first HIT {fmt_seconds(first_hit)} after ready",
         ),
         Check(
             f"hit ratio back within {RECOVER_S:g} s",
-            ratio_back is not None and ratio_back <= RECOVER_S,
+            within(ratio_back, RECOVER_S),
             f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault, among re-reads, after "
             f"{fmt_seconds(ratio_back)}",
         ),
@@ -221,19 +226,17 @@ def redis_checks(
 
 
 def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[Check], CaseFigures]:
-    """The core killed: writes answer 503 core_unavailable within 1 s while it is
-    down, reads are unaffected, writes succeed again once it is back. A write in
-    flight when it died may have committed: 504 write_outcome_unknown."""
+    """The core killed: writes answer 503 core_unavailable within 1 s while it is down,
+    reads are unaffected, writes succeed once it is back. A write in flight when it
+    died may have committed: 504 write_outcome_unknown."""
     fault, restore, ready = events["fault"], events["restore"], events["ready"]
     reads = [s for s in samples if s.kind in READS]
     writes = [s for s in samples if s.kind == "create"]
     bad_reads = [s for s in reads if s.status != 200]
     down = started_between(writes, fault + CLOCK_SLACK_S, restore)
-    down_wrong = [
-        s
-        for s in down
-        if not (s.status == 503 and s.tag("code") == "core_unavailable") or s.ms > CORE_DOWN_MAX_MS
-    ]
+
+    def unavailable(s: Sample) -> bool:
+        return s.status == 503 and s.tag("code") == "core_unavailable"
 
     def in_flight_unknown(s: Sample) -> bool:
         return (
@@ -243,13 +246,8 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
             and s.end > fault - CLOCK_SLACK_S
         )
 
-    other = [
-        s
-        for s in writes
-        if not s.ok
-        and not (s.status == 503 and s.tag("code") == "core_unavailable")
-        and not in_flight_unknown(s)
-    ]
+    down_wrong = [s for s in down if not unavailable(s) or s.ms > CORE_DOWN_MAX_MS]
+    other = [s for s in writes if not (s.ok or unavailable(s) or in_flight_unknown(s))]
     after = started_between(writes, ready + CLOCK_SLACK_S, math.inf)
     after_failed = [s for s in after if not s.ok]
     first_ok = first_after(writes, ready, lambda s: s.ok)
@@ -266,11 +264,12 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
             f"{len(reads)} reads, {len(bad_reads)} not 200"
             + (f": {summarize(bad_reads)}" if bad_reads else ""),
         ),
-        Check(
+        writes_within(
             f"writes while down: 503 core_unavailable within {CORE_DOWN_MAX_MS} ms",
-            bool(down) and not down_wrong,
-            f"{len(down)} writes, max {figures['max_ms_while_down'] or 0:.0f} ms"
-            + (f"; wrong: {summarize(down_wrong)}" if down_wrong else ""),
+            down,
+            down_wrong,
+            figures["max_ms_while_down"] or 0,
+            "wrong",
         ),
         Check(
             "writes fail only with core_unavailable (or, in flight, write_outcome_unknown)",
@@ -283,7 +282,7 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
             "writes succeed once the core is back",
             bool(after) and not after_failed,
             f"{len(after)} writes after ready, first 2xx {fmt_seconds(first_ok)} after ready"
-            + (f"; failed: {summarize(after_failed)}" if after_failed else ""),
+            + examples("failed", after_failed),
         ),
     ]
     return checks, figures
@@ -295,36 +294,28 @@ DB_DOWN_CODES = {"database_unavailable", "timeout", "unavailable"}
 def postgres_checks(
     samples: list[Sample], events: dict[str, float], redis_errors: float = 0
 ) -> tuple[list[Check], CaseFigures]:
-    """PostgreSQL restarted: cached reads keep answering, misses and writes fail
-    fast, both pools recover by themselves within RECOVER_S of PostgreSQL being back.
-
-    `redis_errors`: Redis operations the gateway counted as failed during the
-    case (aside_gateway_cache_errors_total, op get/lease/store). After one, a
-    worker's breaker sends its reads to PostgreSQL for REDIS_BREAKER_MS
-    (gateway/README.md, "When Redis is down"); while PostgreSQL is down too,
-    a cached read then fails, fast and with Retry-After. Only then may a cached
-    read fail, and only so; the figures say how many did."""
+    """PostgreSQL restarted: cached reads keep answering, misses and writes fail fast, both
+    pools recover by themselves within RECOVER_S. `redis_errors` (the gateway's failed
+    Redis operations): after one a worker's breaker sends reads to PostgreSQL
+    (gateway/README.md, "When Redis is down"), so only then may a cached read fail, fast
+    and with Retry-After."""
     fault, ready = events["fault"], events["ready"]
     users = [s for s in samples if s.kind == "user"]  # prewarmed, never invalidated: all cached
     counts = [s for s in samples if s.kind == "count"]
     writes = [s for s in samples if s.kind == "create"]
+
+    def fast(s: Sample, statuses: tuple[int, ...], codes: set[str]) -> bool:
+        return s.status in statuses and s.tag("code") in codes and s.ms <= DB_DOWN_MAX_MS
+
     failed_users = [s for s in users if s.status != 200]
     shed = [
         s
         for s in failed_users
-        if redis_errors
-        and s.status == 503
-        and s.tag("code") == "database_unavailable"
-        and s.tag("retry_after")
-        and s.ms <= DB_DOWN_MAX_MS
+        if redis_errors and fast(s, (503,), {"database_unavailable"}) and s.tag("retry_after")
     ]
     bad_users = [s for s in failed_users if s not in shed]
     failures = [s for s in counts + writes if s.status != 200 and not s.ok]
-    wrong = [
-        s
-        for s in failures
-        if s.status not in (503, 504) or s.tag("code") not in DB_DOWN_CODES or s.ms > DB_DOWN_MAX_MS
-    ]
+    wrong = [s for s in failures if not fast(s, (503, 504), DB_DOWN_CODES)]
     outage_reads = started_between(users, fault + CLOCK_SLACK_S, ready)
     first_write = first_after(writes, ready, lambda s: s.ok)
     first_miss = first_after(counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS")
@@ -358,16 +349,11 @@ def postgres_checks(
             f"misses and writes fail fast: 503/504 JSON within {DB_DOWN_MAX_MS} ms",
             bool(failures) and not wrong,
             f"{figures['failed_misses']} misses and {figures['failed_writes']} writes failed, "
-            f"max {figures['max_failure_ms'] or 0:.0f} ms"
-            + (f"; wrong: {summarize(wrong)}" if wrong else ""),
+            f"max {figures['max_failure_ms'] or 0:.0f} ms" + examples("wrong", wrong),
         ),
         Check(
             f"pools recover within {RECOVER_S:g} s of PostgreSQL being ready",
-            first_write is not None
-            and first_write <= RECOVER_S
-            and first_miss is not None
-            and first_miss <= RECOVER_S
-            and not late,
+            within(first_write, RECOVER_S) and within(first_miss, RECOVER_S) and not late,
             f"first 2xx write {fmt_seconds(first_write)}, first answered miss "
             f"{fmt_seconds(first_miss)} after ready; {len(late)} failures later than "
             f"{RECOVER_S:g} s",
@@ -381,14 +367,10 @@ def worker_checks(
     events: dict[str, float],
     counters_delta: dict[tuple[str, str, str], float],
 ) -> tuple[list[Check], CaseFigures]:
-    """A gunicorn worker killed: it is replaced, only requests in flight on it at
-    the kill go unanswered, and the gateway's request counters match the driver's count
-    exactly, but for those: a killed worker may have counted a request whose
-    answer never left it (the counter is bumped just before the response is
-    written), so per route the counters may exceed the driver's answered requests by at
-    most the number of that route's unanswered requests."""
-    fault = events["fault"]
-    replaced = events.get("replaced")
+    """A gunicorn worker killed: it is replaced, only requests in flight on it go
+    unanswered, and the gateway's counters match the driver's answered requests, but per
+    route by at most its unanswered ones (a counter is bumped just before the answer)."""
+    fault, replaced = events["fault"], events.get("replaced")
     lost = [s for s in samples if s.status == 0]
     not_in_flight = [
         s for s in lost if not (s.start <= fault + CLOCK_SLACK_S and s.end >= fault - CLOCK_SLACK_S)
@@ -399,8 +381,7 @@ def worker_checks(
     mismatches = []
     surplus_by_route: Counter[tuple[str, str]] = Counter()
     for key in sorted(set(answered) | set(counters_delta)):
-        got = counters_delta.get(key, 0.0)
-        want = answered.get(key, 0)
+        got, want = counters_delta.get(key, 0.0), answered.get(key, 0)
         surplus = got - want
         if surplus < 0 or surplus != int(surplus):
             mismatches.append(f"{key}: gateway {got:g}, the driver {want}")
@@ -423,7 +404,7 @@ def worker_checks(
     checks = [
         Check(
             f"worker replaced within {REPLACE_S:g} s",
-            replace_s is not None and replace_s <= REPLACE_S,
+            within(replace_s, REPLACE_S),
             f"new worker {fmt_seconds(replace_s)} after the kill",
         ),
         Check(

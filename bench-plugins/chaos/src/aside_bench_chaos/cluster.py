@@ -1,16 +1,8 @@
-"""The chaos suite's Redis Cluster cases: the gateway and the core restarted with
-REDIS_MODE=cluster on the stack's cluster (infra/cluster.sh: three primaries,
-a replica of each), the driver's `mixed` scenario (reads, writes and its
-stale-read checker) at a steady rate, and one event while it runs:
-
-- cluster-failover: a primary is killed (SIGKILL) and its replica promoted;
-- cluster-reshard: every slot of one primary is migrated to another while
-  serving (`redis-cli --cluster reshard`: ASK while a slot moves, MOVED after).
-
-The clients' own cluster support follows the redirections and refreshes the
-slot map (redis-py's RedisCluster, go-redis's ClusterClient); the checks say
-whether it did: reads served from the new owner, no stale read, no
-invalidation lost, every L1 subscribed again (docs/bench/suites.md, "Chaos")."""
+"""The chaos suite's Redis Cluster cases: the gateway and the core on the stack's cluster
+(infra/cluster.sh) under the driver's `mixed` scenario, while a primary is killed and its
+replica promoted, or all its slots migrate to another. The checks say whether the clients'
+own cluster support followed: reads from the new owner, no stale read, no invalidation
+lost, every L1 subscribed again (docs/bench/suites.md, "Chaos")."""
 
 from __future__ import annotations
 
@@ -20,13 +12,14 @@ import math
 import os
 import subprocess
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import redis
 import requests
-from aside_bench.load.run import LoadRun, deadline_s, new_driver
+from aside_bench.load.run import LoadRun
 from aside_bench.load.summary import Summary
 from aside_bench.stack import gateway_metrics
 from aside_bench.stack.config import Settings
@@ -38,6 +31,8 @@ from aside_bench_suite.samples import Check, KindTally, nearest_rank
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from aside_bench_chaos.checks import within
+from aside_bench_chaos.faults import under_load
 from aside_bench_chaos.verify import check_reads, count_url
 
 if TYPE_CHECKING:
@@ -63,8 +58,7 @@ KEY_PREFIX = "aside:v1:"
 
 
 def cluster_settings(settings: Settings) -> tuple[Settings, dict[str, str]]:
-    """The bench's settings on the cluster, and what the gateway and the core
-    are restarted with."""
+    """The bench's settings on the cluster, and the services' environment for it."""
     url = os.environ.get("ASIDE_REDIS_CLUSTER_URL", "")
     if not url or os.environ.get("ASIDE_REDIS_CLUSTER") != "1":
         raise StackError(
@@ -85,9 +79,8 @@ def node_names() -> dict[int, str]:
 
 
 def fresh_cluster(control: ServiceControl) -> None:
-    """The stack's cluster made afresh (every slot where infra/cluster.sh puts
-    it, every primary with its replica): its nodes stopped, then `up`, which
-    creates a cluster anew whenever one is not whole."""
+    """The cluster as infra/cluster.sh makes it: its nodes stopped, then `up` (which
+    creates a cluster anew whenever one is not whole)."""
     for name in node_names().values():
         with contextlib.suppress(StackError, ProcessLookupError):
             control.kill(name)
@@ -117,29 +110,25 @@ class Topology:
         return RedisCluster.from_url(self.settings.redis_url, socket_timeout=2)
 
     def nodes(self) -> dict[str, ClusterNode]:
-        client = self.client()
-        try:
+        with self.client() as client:
             return {k: v for k, v in client.cluster_nodes().items() if v["connected"]}
-        finally:
-            client.close()
+
+    def password(self) -> str:
+        with redis.Redis.from_url(self.settings.redis_url) as base:
+            return str(base.connection_pool.connection_kwargs.get("password") or "")
 
     def node(self, port: int) -> redis.Redis:
-        base = redis.Redis.from_url(self.settings.redis_url)
-        kwargs = base.connection_pool.connection_kwargs
-        base.close()
         return redis.Redis(
-            host="127.0.0.1", port=port, password=kwargs.get("password"), socket_timeout=1
+            host="127.0.0.1", port=port, password=self.password() or None, socket_timeout=1
         )
 
     def holds(self, port: int, key: str) -> bool:
         """The node on `port` owns `key`'s slot and holds it (MOVED: not its slot)."""
-        client = self.node(port)
-        try:
-            return bool(client.exists(key))
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        with self.node(port) as client:
+            try:
+                return bool(client.exists(key))
+            except redis.RedisError:
+                return False
 
 
 def _slots(node: ClusterNode) -> set[int]:
@@ -171,11 +160,7 @@ def mixed_run(settings: Settings, seed: SeedData, run_id: str, case: str, rate: 
         pool=rate * 4,
         timeout_s=3,
         data_dir=seed.data_dir,
-        extra={
-            "CACHE": "l2",
-            "WRITE_SHARE": "0.1",
-            "STALE_PER_MIN": str(STALE_PER_MIN),
-        },
+        extra={"CACHE": "l2", "WRITE_SHARE": "0.1", "STALE_PER_MIN": str(STALE_PER_MIN)},
         summary_path=out / f"load-{case}-summary.json",
         samples_path=out / f"load-{case}.jsonl",
     )
@@ -218,12 +203,15 @@ def read_lines(path: Path) -> list[SampleLine]:
     return lines
 
 
+def _by_name(lines: list[SampleLine]) -> dict[str, list[SampleLine]]:
+    names = sorted({str(x.get("name")) for x in lines})
+    return {name: [x for x in lines if str(x.get("name")) == name] for name in names}
+
+
 def window_figures(lines: list[SampleLine], start: float, end: float) -> Windows:
     """Requests sent in [start, end): by name, their count, errors and p99 ms."""
-    mine = [x for x in lines if start <= float(x["t"]) < end]
     figures: Windows = {}
-    for name in sorted({str(x.get("name")) for x in mine}):
-        one = [x for x in mine if str(x.get("name")) == name]
+    for name, one in _by_name([x for x in lines if start <= float(x["t"]) < end]).items():
         # A request not answered or answered 5xx; the stale checker's verdicts are its own check.
         errors = [x for x in one if x["status"] == 0 or x["status"] >= 500]
         figures[name] = {
@@ -241,18 +229,12 @@ def window_figures(lines: list[SampleLine], start: float, end: float) -> Windows
 def requests_table(lines: list[SampleLine]) -> dict[str, KindTally]:
     """The chaos report's status table, per request name."""
     table = {}
-    for name in sorted({str(x.get("name")) for x in lines}):
-        one = [x for x in lines if str(x.get("name")) == name]
-        statuses: dict[str, int] = {}
-        for x in one:
-            label = "no answer" if x["status"] == 0 else str(x["status"])
-            statuses[label] = statuses.get(label, 0) + 1
+    for name, one in _by_name(lines).items():
+        statuses = Counter("no answer" if x["status"] == 0 else str(x["status"]) for x in one)
         ms = sorted(float(x["ms"]) for x in one)
-        codes: dict[str, int] = {}
-        for x in one:
-            if not x.get("ok") and (code := (x.get("tags") or {}).get("error")):
-                codes[code] = codes.get(code, 0) + 1
-        table[name] = {"requests": len(one), "statuses": statuses, "codes": codes,
+        errors = ((x.get("tags") or {}).get("error") for x in one if not x.get("ok"))
+        codes = Counter(code for code in errors if code)
+        table[name] = {"requests": len(one), "statuses": dict(statuses), "codes": dict(codes),
                        "max_ms": ms[-1], "p99_ms": nearest_rank(ms, 99)}  # fmt: skip
     return table
 
@@ -277,15 +259,12 @@ class Event:
         primaries = {a: n for a, n in nodes.items() if "master" in n["flags"] and n["slots"]}
         seed_port = _port(topology.settings.redis_url.rsplit("/", 1)[0])
         # Never the seed node the services were given: their first map comes from it.
-        source = max((a for a in primaries if _port(a) != seed_port),
-                     key=lambda a: len(_slots(primaries[a])))  # fmt: skip
-        self.source = source
+        self.source = source = max((a for a in primaries if _port(a) != seed_port),
+                                   key=lambda a: len(_slots(primaries[a])))  # fmt: skip
         self.slots = _slots(primaries[source])
         if case == FAILOVER:
-            replica = next(
-                a for a, n in nodes.items() if n["master_id"] == primaries[source]["node_id"]
-            )
-            self.target = replica
+            source_id = primaries[source]["node_id"]
+            self.target = next(a for a, n in nodes.items() if n["master_id"] == source_id)
         else:
             self.target = next(a for a in primaries if _port(a) == seed_port)
         self.ids = {a: n["node_id"] for a, n in nodes.items()}
@@ -307,18 +286,12 @@ class Event:
             ["redis-cli", "--no-auth-warning", "--cluster", "reshard", target,
              "--cluster-from", self.ids[self.source], "--cluster-to", self.ids[self.target],
              "--cluster-slots", str(len(self.slots)), "--cluster-yes"],
-            env={**os.environ, "REDISCLI_AUTH": self._password()},
+            env={**os.environ, "REDISCLI_AUTH": self.topology.password()},
             capture_output=True, text=True, timeout=EVENT_DEADLINE_S[RESHARD], check=False,
         )  # fmt: skip
         events["event_end"] = time.time()
         if done.returncode != 0:
             raise StackError(f"redis-cli --cluster reshard failed: {done.stderr.strip()[-300:]}")
-
-    def _password(self) -> str:
-        base = redis.Redis.from_url(self.topology.settings.redis_url)
-        password = base.connection_pool.connection_kwargs.get("password") or ""
-        base.close()
-        return str(password)
 
     def _promoted(self) -> bool:
         node = self.topology.nodes().get(self.target)
@@ -327,18 +300,14 @@ class Event:
 
 def new_owner_probe(settings: Settings, topology: Topology, email: str, target: str,
                     deadline: float) -> float | None:  # fmt: skip
-    """The first instant a read of `email` through the gateway fills its key
-    on the new owner: its stale copy deleted through a fresh cluster client
-    (which follows the slot to its owner), then read through the gateway."""
+    """The first instant a read of `email` through the gateway fills its key on the new
+    owner (its stale copy first deleted through a fresh client, which follows the slot)."""
     key, port = count_key(email), _port(target)
     url = count_url(settings, email) + "&cache=l2"
     while time.time() < deadline:
         try:
-            client = topology.client()
-            try:
+            with topology.client() as client:
                 client.delete(key)
-            finally:
-                client.close()
             requests.get(url, timeout=2)
         except (redis.RedisError, requests.RequestException, IndexError):
             pass
@@ -361,13 +330,10 @@ def run_cluster_case(settings: Settings, seed: SeedData, control: ServiceControl
     email = probe_email(run_id, event.slots)
     metrics_before = gateway_metrics.scrape(settings)
     run = mixed_run(settings, seed, run_id, case, rate, out)
-    load = new_driver(settings, run, out / "load.log").start()
-    events, notes = result.events, result.notes
-    first = load.first_request(run.samples_path, 60.0)
-    events["load_start"] = float(first["t"])
-    try:
+    events = result.events
+    with under_load(settings, run, run.samples_path, out / "load.log", events):
         sleep_until(events["load_start"] + PRE_S)
-        event.run(events, notes)
+        event.run(events, result.notes)
         since = events["event"] if case == FAILOVER else events["event_end"]
         served = new_owner_probe(settings, topology, email, event.target,
                                  since + NEW_OWNER_MAX_S[case] + 5)  # fmt: skip
@@ -377,22 +343,12 @@ def run_cluster_case(settings: Settings, seed: SeedData, control: ServiceControl
             lambda: gateway_metrics.unlabelled_value(
                 gateway_metrics.scrape(settings), "aside_gateway_l1_subscribed") == 1,
             RESUBSCRIBED_MAX_S, 0.2)  # fmt: skip
-    finally:
-        code = load.wait(deadline_s(run))
-        events["load_end"] = time.time()
-    if code != 0:
-        raise StackError(
-            f"the load driver exited with {code} in case {case}; see {out / 'load.log'}"
-        )
     lines = read_lines(run.samples_path)
     result.requests = requests_table(lines)
     result.checks, figures = judge(case, lines, events, served, resubscribed, since)
-    metrics_after = gateway_metrics.scrape(settings)
-    figures["l1_subscriptions_renewed"] = subscriptions(metrics_after) - subscriptions(
-        metrics_before
-    )
-    stale = Summary.read(run.summary_path).counters("stale")
-    figures["stale"] = stale
+    renewed = subscriptions(gateway_metrics.scrape(settings)) - subscriptions(metrics_before)
+    figures["l1_subscriptions_renewed"] = renewed
+    figures["stale"] = stale = Summary.read(run.summary_path).counters("stale")
     result.figures = figures
     result.checks.append(Check(
         "no stale read afterwards (the mixed scenario's checker)",
@@ -435,7 +391,7 @@ def judge(case: str, lines: list[SampleLine], events: dict[str, float],
     checks = [
         Check(
             "reads served from the new owner",
-            served_s is not None and served_s <= NEW_OWNER_MAX_S[case],
+            within(served_s, NEW_OWNER_MAX_S[case]),
             f"a key of the moved slots filled on {owner} {served_s} s after {since_what} "
             f"(at most {NEW_OWNER_MAX_S[case]} s)",
         ),

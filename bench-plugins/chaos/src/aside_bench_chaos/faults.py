@@ -1,13 +1,17 @@
-"""The fault suite's faults: kill or stop one service of the stack (through
-stack/services.py), or poison a hop's proxy (gray.py), then bring it back and
-note when it answers again."""
+"""The fault suite's faults: kill or stop one service of the stack (stack/services.py),
+or poison a hop's proxy (gray.py), then bring it back and note when it answers again;
+all of it under the driver's load."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import requests
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
@@ -17,12 +21,29 @@ from aside_bench.stack.toxiproxy import Toxiproxy
 from aside_bench_chaos import gray
 
 READY_DEADLINE_S = 60.0
+LOAD_START_DEADLINE_S = 60.0
+
+
+@contextmanager
+def under_load(
+    settings: Settings, run: LoadRun, samples: Path, log: Path, events: dict[str, float]
+) -> Iterator[None]:
+    """The driver's load from its first request (`load_start`) to its end (`load_end`):
+    it runs its course whatever the block did; then a failed driver is an error."""
+    load = new_driver(settings, run, log).start()
+    events["load_start"] = float(load.first_request(samples, LOAD_START_DEADLINE_S)["t"])
+    try:
+        yield
+    finally:
+        code = load.wait(deadline_s(run))
+        events["load_end"] = time.time()
+    if code != 0:
+        raise StackError(f"the load driver exited with {code} in case {run.phase}; see {log}")
 
 
 class Faults:
     def __init__(self, settings: Settings, control: ServiceControl, api: Toxiproxy | None = None):
-        self.settings = settings
-        self.control = control
+        self.settings, self.control = settings, control
         self.api = api  # the proxies, for the gray cases
 
     def _proxies(self, case: str) -> Toxiproxy:
@@ -32,11 +53,8 @@ class Faults:
 
     def _ready(self, service: str) -> bool:
         if service == "redis":
-            client = redisclient.connect(self.settings, socket_timeout=0.5, connect_timeout=0.5)
-            try:
-                return bool(client.ping())
-            finally:
-                client.close()
+            with redisclient.connect(self.settings, socket_timeout=0.5, connect_timeout=0.5) as db:
+                return bool(db.ping())
         if service == "core":
             url = f"{self.control.stack.core_url}/readyz"
             return requests.get(url, timeout=0.5).status_code == 200
@@ -49,7 +67,7 @@ class Faults:
     def inject(self, case: str, events: dict[str, float], notes: dict[str, object]) -> None:
         if case in gray.GRAY_CASES:
             events["fault"] = time.time()
-            gray.inject(self._proxies(case), gray.GRAY_CASES[case])
+            gray.poison(self._proxies(case), gray.GRAY_CASES[case], on=True)
             notes["toxics"] = {k: v for k, v in self._proxies(case).toxics().items() if v}
         elif case in ("redis", "core"):
             events["fault"] = time.time()
@@ -61,8 +79,7 @@ class Faults:
         elif case == "worker":
             before = set(self.control.gateway_workers())
             events["fault"] = time.time()
-            killed = self.control.kill_worker()
-            notes["killed_pid"] = killed
+            notes["killed_pid"] = killed = self.control.kill_worker()
             notes["workers_before"] = sorted(before)
 
             def replaced() -> bool:
@@ -79,7 +96,7 @@ class Faults:
             return  # gunicorn's master does it
         events["restore"] = time.time()
         if case in gray.GRAY_CASES:
-            gray.heal(self._proxies(case), gray.GRAY_CASES[case])
+            gray.poison(self._proxies(case), gray.GRAY_CASES[case], on=False)
             events["ready"] = events["restored"] = time.time()
             return
         process = self.control.start(case)

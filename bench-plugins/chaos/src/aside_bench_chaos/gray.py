@@ -1,19 +1,14 @@
-"""The chaos suite's gray failures: a hop that is slow, silent, throttled or cut
-mid-reply rather than down, made by toxics on the proxies between the services
-(stack/toxiproxy.py) while the gateway and the core run through them.
-
-Each case names the proxies it poisons (a Redis fault is on the gateway's hop
-and the core's alike: one server), its toxics, and the budgets clients are held
-to over the fault: docs/bench/suites.md, "Chaos: gray failures". The verdicts
-are pure, from the driver's samples, beside the checks of checks.py."""
+"""The chaos suite's gray failures: a hop slow, silent, throttled or cut mid-reply rather
+than down, made by toxics on the proxies between the services (stack/toxiproxy.py), and
+the budgets clients are held to over it (docs/bench/suites.md, "Chaos: gray failures")."""
 
 from __future__ import annotations
 
-import math
 import resource
 import time
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import NotRequired, TypedDict
 
 from aside_bench.stack import procs
 from aside_bench.stack.toxiproxy import DOWNSTREAM, Toxic, Toxiproxy
@@ -23,11 +18,18 @@ from aside_bench_suite.samples import (
     Check,
     Sample,
     fmt_seconds,
+    nearest_rank,
     started_between,
-    summarize,
 )
 
-from aside_bench_chaos.checks import READ_MAX_MS, RECOVER_S
+from aside_bench_chaos.checks import (
+    READ_MAX_MS,
+    RECOVER_S,
+    examples,
+    first_good_window,
+    within,
+    writes_within,
+)
 
 SLOW_MS = 200
 # A trickle: at 4 KB/s the suite's 60 requests/s fit through and nothing is
@@ -45,20 +47,19 @@ STEADY_SLACK_MS = 5.0
 
 @dataclass(frozen=True)
 class GrayCase:
+    """One gray failure: its toxics on the proxies it poisons (a Redis fault is on the
+    gateway's hop and the core's alike: one server), and what clients may see over it."""
+
     name: str
     description: str
-    proxies: tuple[str, ...]
     toxics: tuple[Toxic, ...]
-    # What clients see over the fault (docs/bench/suites.md): the p99 of reads,
-    # and the longest a write may take, in ms.
+    proxies: tuple[str, ...]
     read_p99_ms: float
-    write_max_ms: float
+    write_max_ms: float  # the longest a write may take
     read_max_ms: float = READ_MAX_MS  # past it a read hangs
-    # Where a breaker should take most reads off the faulty hop: their median
-    # over the fault, in ms (None: no such claim).
+    # Where a breaker should take most reads off the faulty hop: their median (None: no claim).
     read_p50_ms: float | None = None
-    # The load driver's timeout: past every budget, so a request over its
-    # budget is measured, not cut.
+    # The load driver's timeout: past every budget, so a request over its budget is measured.
     driver_timeout_s: int = 3
 
 
@@ -66,119 +67,58 @@ def _one(kind: str, **attributes: int) -> tuple[Toxic, ...]:
     return (Toxic(f"gray-{kind}", kind, DOWNSTREAM, dict(attributes)),)
 
 
+SLOW = _one("latency", latency=SLOW_MS, jitter=0)
+BLACKHOLE = _one("timeout", timeout=0)
 # The gateway's deadline on a miss (DB_POOL_TIMEOUT_MS + DB_STATEMENT_TIMEOUT_MS,
 # 6000 ms) and a margin: a miss cut at its deadline still has its 503 to send.
 DB_READ_MAX_MS = 6500.0
-REDIS = ("redis", "core-redis")
-POSTGRES = ("postgres", "core-postgres")
 
-
-def _redis_case(
-    name: str, description: str, toxics: tuple[Toxic, ...], read_p50_ms: float | None = None
-) -> GrayCase:
-    """A fault on Redis: on the gateway's hop and the core's (one server), reads
-    held to the suite's hang limit, writes to the core's invalidation deadline."""
-    return GrayCase(
-        name,
-        description,
-        REDIS,
-        toxics,
-        read_p99_ms=READ_MAX_MS,
-        write_max_ms=1500,
-        read_p50_ms=read_p50_ms,
-    )
-
-
-def _postgres_case(name: str, description: str, toxics: tuple[Toxic, ...]) -> GrayCase:
-    """A fault on PostgreSQL, on both hops: reads and writes held to the
-    gateway's own deadlines and a margin, the driver waiting past them."""
-    return GrayCase(
-        name,
-        description,
-        POSTGRES,
-        toxics,
-        read_p99_ms=DB_READ_MAX_MS,
-        read_max_ms=DB_READ_MAX_MS,
-        write_max_ms=6500,
-        driver_timeout_s=8,
-    )
-
-
-# Budgets: a read over a Redis fault within the suite's "hang" limit
-# (checks.READ_MAX_MS, half the driver's timeout): each Redis call of a read may
-# take up to REDIS_TIMEOUT_MS (200) before the breaker opens, and a miss makes
-# several. A read over a PostgreSQL fault within the gateway's own bound on a
-# miss, wherever it waits (gateway/src/aside_gateway/misses/read_deadline.py):
-# its pool wait (DB_POOL_TIMEOUT_MS, 1000) plus its statement timeout
-# (DB_STATEMENT_TIMEOUT_MS, 5000); after one failed read a worker's breaker
-# (DB_BREAKER_MS) and a failed lease's mark answer the misses after it at once.
-# A read over a core fault, which it never reaches, within 500 ms. A write over
-# a Redis fault waits
-# at most the core's invalidation deadline (CORE_INVALIDATION_DEADLINE_MS, 300)
-# before the outbox takes the invalidation over; PostgreSQL's and the core's
-# faults are bounded by the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1000) and
-# its wait for the core (CORE_TIMEOUT_MS, 6000). Each with a margin for a
-# loaded 2-core machine.
+# Budgets, each with a margin for a loaded 2-core machine. Over a Redis fault a read
+# within the suite's hang limit (each Redis call may take REDIS_TIMEOUT_MS, 200, before
+# the breaker opens, and a miss makes several), a write within the core's invalidation
+# deadline (CORE_INVALIDATION_DEADLINE_MS, 300) before the outbox takes over. Over a
+# PostgreSQL fault a read within the gateway's own bound on a miss
+# (gateway/src/aside_gateway/misses/read_deadline.py: pool wait plus statement timeout;
+# then a worker's breaker and a failed lease's mark answer the misses after it at once).
+# Over a core fault, which reads never reach, a read within 500 ms; writes are bounded
+# by the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1000) and its wait for the core
+# (CORE_TIMEOUT_MS, 6000).
+_redis = partial(GrayCase, proxies=("redis", "core-redis"), read_p99_ms=READ_MAX_MS,
+                 write_max_ms=1500)  # fmt: skip
+_postgres = partial(GrayCase, proxies=("postgres", "core-postgres"), read_p99_ms=DB_READ_MAX_MS,
+                    read_max_ms=DB_READ_MAX_MS, write_max_ms=6500, driver_timeout_s=8)  # fmt: skip
+_core = partial(GrayCase, proxies=("core",), read_p99_ms=500)
 GRAY_CASES: dict[str, GrayCase] = {
     case.name: case
     for case in (
-        _redis_case(
-            "redis-slow",
-            f"Redis {SLOW_MS} ms slower on every reply",
-            _one("latency", latency=SLOW_MS, jitter=0),
-            read_p50_ms=SLOW_MS,
-        ),
-        _redis_case(
-            "redis-blackhole",
-            "Redis accepts and never answers",
-            _one("timeout", timeout=0),
-            read_p50_ms=SLOW_MS,
-        ),
-        _redis_case(
-            "redis-throttled",
-            f"Redis's replies throttled to {THROTTLE_KB_S} KB/s",
-            _one("bandwidth", rate=THROTTLE_KB_S),
-        ),
-        _redis_case(
-            "redis-reset",
-            f"every Redis connection cut after {CUT_AFTER_BYTES} bytes of reply",
-            _one("limit_data", bytes=CUT_AFTER_BYTES),
-        ),
-        _postgres_case(
-            "postgres-slow",
-            f"PostgreSQL {SLOW_MS} ms slower on every reply",
-            _one("latency", latency=SLOW_MS, jitter=0),
-        ),
-        _postgres_case(
-            "postgres-blackhole", "PostgreSQL accepts and never answers", _one("timeout", timeout=0)
-        ),
-        GrayCase(
-            "core-slow",
-            f"the core {SLOW_MS} ms slower on every reply",
-            ("core",),
-            _one("latency", latency=SLOW_MS, jitter=0),
-            read_p99_ms=500,
-            write_max_ms=1500,
-        ),
-        GrayCase(
-            "core-blackhole",
-            "the core accepts and never answers",
-            ("core",),
-            _one("timeout", timeout=0),
-            read_p99_ms=500,
-            write_max_ms=6500,
-            driver_timeout_s=8,
-        ),
+        _redis("redis-slow", f"Redis {SLOW_MS} ms slower on every reply", SLOW,
+               read_p50_ms=SLOW_MS),
+        _redis("redis-blackhole", "Redis accepts and never answers", BLACKHOLE,
+               read_p50_ms=SLOW_MS),
+        _redis("redis-throttled", f"Redis's replies throttled to {THROTTLE_KB_S} KB/s",
+               _one("bandwidth", rate=THROTTLE_KB_S)),
+        _redis("redis-reset", f"every Redis connection cut after {CUT_AFTER_BYTES} bytes of reply",
+               _one("limit_data", bytes=CUT_AFTER_BYTES)),
+        _postgres("postgres-slow", f"PostgreSQL {SLOW_MS} ms slower on every reply", SLOW),
+        _postgres("postgres-blackhole", "PostgreSQL accepts and never answers", BLACKHOLE),
+        _core("core-slow", f"the core {SLOW_MS} ms slower on every reply", SLOW,
+              write_max_ms=1500),
+        _core("core-blackhole", "the core accepts and never answers", BLACKHOLE,
+              write_max_ms=6500, driver_timeout_s=8),
     )
-}
+}  # fmt: skip
+
+
+class CpuShares(TypedDict):
+    driver_cpu_cores: float
+    proxy_cpu_cores: float | None
 
 
 @dataclass(frozen=True)
 class CpuMeter:
-    """The load driver's and the proxy's CPU over one case's load, in cores:
-    they share the machine's cores with the services they measure. The driver
-    is read from this process's reaped children (a gray case starts no other
-    process meanwhile), the proxy from its process tree."""
+    """The driver's and the proxy's CPU over a case's load, in cores: they share the
+    machine with the services they measure. The driver is this process's reaped
+    children (a gray case starts no other process meanwhile)."""
 
     began: float
     children_s: float
@@ -190,7 +130,7 @@ class CpuMeter:
         ticks = None if proxy_pid is None else procs.tree_cpu_ticks(proxy_pid)
         return cls(time.monotonic(), _children_cpu_s(), proxy_pid, ticks)
 
-    def shares(self) -> dict[str, float | None]:
+    def shares(self) -> CpuShares:
         """Once the driver has been waited for."""
         wall = max(time.monotonic() - self.began, 1e-9)
         proxy = None
@@ -209,42 +149,23 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def inject(api: Toxiproxy, case: GrayCase) -> None:
+def poison(api: Toxiproxy, case: GrayCase, on: bool) -> None:
+    """The case's toxics on each of its proxies, or (`on` false) none."""
     for proxy in case.proxies:
-        api.replace(proxy, list(case.toxics))
-
-
-def heal(api: Toxiproxy, case: GrayCase) -> None:
-    for proxy in case.proxies:
-        api.replace(proxy, [])
+        api.replace(proxy, list(case.toxics) if on else [])
 
 
 # ---- the verdicts (pure) ---------------------------------------------------------------
-def _p(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+def _p95(values: list[float]) -> float:
+    return nearest_rank(values, 95) or 0.0
 
 
-def steady_again(
-    reads: list[Sample], instant: float, steady_p95: float, window_s: float = 1.0
-) -> float | None:
-    """Seconds from `instant` to the start of the first `window_s` window (sliding
-    by 0.1 s) whose reads' p95 is back within STEADY_FACTOR of `steady_p95`."""
+def steady_again(reads: list[Sample], instant: float, steady_p95: float) -> float | None:
+    """Seconds from `instant` to the first one-second window whose reads' p95 is back
+    within STEADY_FACTOR of `steady_p95`."""
     limit = max(steady_p95 * STEADY_FACTOR, steady_p95 + STEADY_SLACK_MS)
     after = [s for s in reads if s.start >= instant]
-    if not after:
-        return None
-    offset, last = 0.0, after[-1].start
-    while instant + offset + window_s <= last + 1e-9:
-        lo, hi = instant + offset, instant + offset + window_s
-        window = [s.ms for s in after if lo <= s.start < hi]
-        p95 = _p(window, 0.95)
-        if p95 is not None and p95 <= limit:
-            return offset
-        offset += 0.1
-    return None
+    return first_good_window(after, instant, lambda w: _p95([s.ms for s in w]) <= limit)
 
 
 def _clear_answer(s: Sample) -> bool:
@@ -257,9 +178,29 @@ def _clear_answer(s: Sample) -> bool:
     return s.kind not in READS or s.status != 503 or bool(s.tag("retry_after"))
 
 
+class GrayFigures(TypedDict):  # report.json's "figures" of a gray case
+    fault_s: float
+    steady_read_p95_ms: float
+    reads_during_fault: int
+    read_p50_during_fault_ms: float | None
+    read_p99_during_fault_ms: float | None
+    read_503_during_fault: int
+    bypass_during_fault: int
+    writes: int
+    write_max_ms: float
+    writes_not_2xx: int
+    steady_p95_again_after_s: float | None
+    driver_cpu_cores: NotRequired[float]  # the CpuMeter's, once the load is over
+    proxy_cpu_cores: NotRequired[float | None]
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
 def gray_checks(
     case: GrayCase, samples: list[Sample], events: dict[str, float]
-) -> tuple[list[Check], dict[str, Any]]:
+) -> tuple[list[Check], GrayFigures]:
     fault, healed = events["fault"], events["ready"]
     reads = [s for s in samples if s.kind in READS and s.status != 0]
     writes = [s for s in samples if s.kind == "create"]
@@ -267,17 +208,16 @@ def gray_checks(
     during = started_between(samples, fault + CLOCK_SLACK_S, healed)
     during_reads = [s for s in during if s.kind in READS]
     unclear = [s for s in samples if not _clear_answer(s)]
-    steady_p95 = _p([s.ms for s in before], 0.95) or 0.0
-    read_p99 = _p([s.ms for s in during_reads], 0.99)
-    read_p50 = _p([s.ms for s in during_reads], 0.50)
-    slow_writes = [s for s in writes if s.ms > case.write_max_ms]
+    steady_p95 = _p95([s.ms for s in before])
+    read_p99 = nearest_rank([s.ms for s in during_reads], 99)
+    read_p50 = nearest_rank([s.ms for s in during_reads], 50)
     back = steady_again(reads, healed, steady_p95)
-    figures = {
+    figures: GrayFigures = {
         "fault_s": round(healed - fault, 1),
         "steady_read_p95_ms": round(steady_p95, 1),
         "reads_during_fault": len(during_reads),
-        "read_p50_during_fault_ms": None if read_p50 is None else round(read_p50, 1),
-        "read_p99_during_fault_ms": None if read_p99 is None else round(read_p99, 1),
+        "read_p50_during_fault_ms": _rounded(read_p50),
+        "read_p99_during_fault_ms": _rounded(read_p99),
         "read_503_during_fault": sum(1 for s in during_reads if s.status == 503),
         "bypass_during_fault": sum(1 for s in during_reads if s.tag("xcache") == "BYPASS"),
         "writes": len(writes),
@@ -290,38 +230,34 @@ def gray_checks(
             "every answer a 2xx or a clear 503/504 (reads' 503 with Retry-After)",
             bool(samples) and not unclear,
             f"{len(samples)} requests, {len(during)} during the fault"
-            + (f"; unclear: {summarize(unclear)}" if unclear else ""),
+            + examples("unclear", unclear),
         ),
         Check(
             f"read p99 over the fault within {case.read_p99_ms:g} ms",
-            read_p99 is not None and read_p99 <= case.read_p99_ms,
+            within(read_p99, case.read_p99_ms),
             f"p99 {figures['read_p99_during_fault_ms']} ms over {len(during_reads)} reads "
             f"({figures['bypass_during_fault']} BYPASS, {figures['read_503_during_fault']} 503)",
         ),
-        Check(
+        writes_within(
             f"no write past {case.write_max_ms:g} ms",
-            bool(writes) and not slow_writes,
-            f"{len(writes)} writes, max {figures['write_max_ms']:.0f} ms"
-            + (f"; slow: {summarize(slow_writes)}" if slow_writes else ""),
+            writes,
+            [s for s in writes if s.ms > case.write_max_ms],
+            figures["write_max_ms"],
+            "slow",
         ),
         Check(
             f"steady p95 again within {RECOVER_S:g} s of the hop healing",
-            back is not None and back <= RECOVER_S,
+            within(back, RECOVER_S),
             f"read p95 {steady_p95:.1f} ms before the fault; a window within "
             f"{STEADY_FACTOR:g}x again {fmt_seconds(back)} after",
         ),
     ]
     if case.read_p50_ms is not None:
-        checks.insert(2, _median_check(case.read_p50_ms, read_p50, len(during_reads)))
+        # A breaker that opens leaves only the reads that find it closed to wait on the hop.
+        shown = "none" if read_p50 is None else f"{read_p50:.1f} ms"
+        checks.insert(2, Check(
+            f"most reads around the fault: read p50 within {case.read_p50_ms:g} ms",
+            within(read_p50, case.read_p50_ms),
+            f"p50 {shown} over {len(during_reads)} reads",
+        ))  # fmt: skip
     return checks, figures
-
-
-def _median_check(limit_ms: float, read_p50: float | None, reads: int) -> Check:
-    """Most reads around the fault: a breaker that opens leaves only the reads
-    that find it closed to wait on the hop."""
-    shown = "none" if read_p50 is None else f"{read_p50:.1f} ms"
-    return Check(
-        f"most reads around the fault: read p50 within {limit_ms:g} ms",
-        read_p50 is not None and read_p50 <= limit_ms,
-        f"p50 {shown} over {reads} reads",
-    )

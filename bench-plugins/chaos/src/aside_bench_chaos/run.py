@@ -1,12 +1,9 @@
-"""`aside-bench chaos`: each case one fault (redis, core, postgres, worker, or a
-gray failure of gray.py through the proxies) under the driver's `chaos`
-scenario, the service restored, then the samples and PostgreSQL checked
-(docs/bench/suites.md, "Chaos")."""
+"""`aside-bench chaos`: each case one fault under the driver's `chaos` scenario, the
+service restored, then the samples and PostgreSQL checked (docs/bench/suites.md, "Chaos")."""
 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -14,7 +11,7 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from aside_bench.load.run import LoadRun, deadline_s, new_driver
+from aside_bench.load.run import LoadRun
 from aside_bench.load.samples import compress
 from aside_bench.load.summary import Summary
 from aside_bench.stack import procs
@@ -39,7 +36,7 @@ from aside_bench_suite.samples import KindTally, by_kind, read_samples
 
 from aside_bench_chaos import checks as cc
 from aside_bench_chaos import cluster, gray
-from aside_bench_chaos.faults import Faults
+from aside_bench_chaos.faults import Faults, under_load
 from aside_bench_chaos.report import one_line, write_report
 from aside_bench_chaos.verify import CheckFigures, check_reads, check_writes, prewarm
 
@@ -58,15 +55,14 @@ DESCRIPTIONS = {
 # Seconds infra/stack.sh takes to bring each service back, budgeted into the load's duration.
 RESTORE_BUDGET_S = {"redis": 1.0, "core": 1.0, "postgres": 2.0, "worker": 0.0}
 RESTORE_BUDGET_S.update(dict.fromkeys(gray.GRAY_CASES, 0.0))  # a toxic removed
-LOAD_START_DEADLINE_S = 60.0
 QUIET_DEADLINE_S = 60.0
 
 
 @dataclass(frozen=True)
-class Timing:
-    pre_s: float  # load before the fault
-    down_s: float  # from the fault to the restart
-    post_s: float  # load after the service is back
+class Timing:  # seconds of load before the fault, from it to the restart, and after
+    pre_s: float
+    down_s: float
+    post_s: float
     gray_s: float = 10  # a gray failure's length
 
     def fault_s(self, case: str) -> float:
@@ -90,10 +86,7 @@ class ChaosParams:
     write_share: float = 0.2
     user_share: float = 0.5
     id_sample: int = 50
-
-    @property
-    def timeout_s(self) -> int:
-        return cc.REQUEST_TIMEOUT_S
+    timeout_s: ClassVar[int] = cc.REQUEST_TIMEOUT_S
 
 
 @dataclass
@@ -108,8 +101,7 @@ class CaseResult(SuiteResult):
 
 
 def parse_cases(text: str | None) -> tuple[str, ...]:
-    """Named cases; none or "all": the four kills, as before the gray failures;
-    "gray": the gray failures."""
+    """Named cases; none or "all": the four kills; "gray": the gray failures."""
     if text and text.strip() == "gray":
         return tuple(gray.GRAY_CASES)
     if not text or text.strip() == "all":
@@ -121,12 +113,8 @@ def parse_cases(text: str | None) -> tuple[str, ...]:
 def load_run(
     params: ChaosParams, seed: SeedData, case: str, samples: Path, summary: Path
 ) -> LoadRun:
-    """The driver's `chaos` scenario for one case: every request on a new
-    connection, each a line of `samples`, the tallies in `summary`.
-
-    A new connection per request (NO_REUSE): a request on a connection a killed
-    process was serving then fails as itself, and no later request inherits the
-    broken connection."""
+    """The driver's `chaos` scenario for one case, each request on a new connection
+    (NO_REUSE): one a killed process was serving fails as itself, and none inherits it."""
     rate = params.rate
     timeout_s = (
         gray.GRAY_CASES[case].driver_timeout_s if case in gray.GRAY_CASES else params.timeout_s
@@ -171,8 +159,7 @@ def run_case(
                 settings, seed, control, case, params.run_id, params.rate, params.out_dir, result
             )
         finally:
-            # The services back on the stack's own Redis, and the cluster as
-            # it was made, for the next case.
+            # The services back on the stack's own Redis, and the cluster as made, for the next.
             for service in ("core", "gateway"):
                 control.restart(service, {})
             cluster.fresh_cluster(control)
@@ -187,24 +174,15 @@ def run_case(
     errors_before = cache_error_counts(scrape(settings))
     samples_path = params.out_dir / f"load-{case}.jsonl"
     summary_path = params.out_dir / f"load-{case}-summary.json"
-    log_path = params.out_dir / "load.log"
     run = load_run(params, seed, case, samples_path, summary_path)
     cpu = gray.CpuMeter.start(control.pid("toxiproxy")) if case in gray.GRAY_CASES else None
-    load = new_driver(settings, run, log_path).start()
-    first = load.first_request(samples_path, LOAD_START_DEADLINE_S)
     events = result.events
-    events["load_start"] = float(first["t"])
-    try:
+    # A broken restore is reported once the load has run its course.
+    with under_load(settings, run, samples_path, params.out_dir / "load.log", events):
         sleep_until(events["load_start"] + params.timing.pre_s)
         faults.inject(case, events, result.notes)
         sleep_until(events["fault"] + params.timing.fault_s(case))
         faults.restore(case, events, result.notes)
-    finally:
-        # The load runs its course whatever happened; a broken restore is reported below.
-        code = load.wait(deadline_s(run))
-        events["load_end"] = time.time()
-    if code != 0:
-        raise StackError(f"the load driver exited with {code} in case {case}; see {log_path}")
     samples, dropped = read_samples(samples_path)
     compress(samples_path)
     if "ready" in events:
@@ -212,23 +190,21 @@ def run_case(
     result.requests = by_kind(samples)
     errors = increase(errors_before, cache_error_counts(scrape(settings)))
     result.notes["gateway_cache_errors"] = errors
-    redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
     tallies = result.notes["driver_summary"] = Summary.read(summary_path).counters("chaos")
-    figures: Mapping[str, object]
     if case == "worker":
         loaded = cc.loaded_route_increase(counters_before, request_counts(scrape(settings)))
         checks, worker = cc.worker_checks(samples, events, loaded)
         worker["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(loaded.items())}
-        figures = worker
+        result.figures = worker
     elif case == "postgres":
-        checks, figures = cc.postgres_checks(samples, events, redis_errors)
+        redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
+        checks, result.figures = cc.postgres_checks(samples, events, redis_errors)
     elif case in gray.GRAY_CASES:
         checks, found = gray.gray_checks(gray.GRAY_CASES[case], samples, events)
-        figures = {**found, **(cpu.shares() if cpu else {})}
+        result.figures = {**found, **(cpu.shares() if cpu else {})}
     else:
         evaluate = {"redis": cc.redis_checks, "core": cc.core_checks}
-        checks, figures = evaluate[case](samples, events)
-    result.figures = figures
+        checks, result.figures = evaluate[case](samples, events)
     tallied = sum(tallies.values()) if tallies else None
     read_max_ms = gray.GRAY_CASES[case].read_max_ms if case in gray.GRAY_CASES else cc.READ_MAX_MS
     result.checks = (
@@ -269,12 +245,25 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
     # The kills on the services' direct URLs, then the gray failures through the proxies.
     grays = tuple(case for case in params.cases if case in gray.GRAY_CASES)
     kills = tuple(case for case in params.cases if case not in grays)
+
+    def run_cases(cases: tuple[str, ...], api: Toxiproxy | None = None) -> None:
+        run_items(
+            run,
+            cases,
+            lambda case: run_case(settings, params, seed, control, case, api),
+            lambda case, error: CaseResult(case, error=error),
+            DESCRIPTIONS,
+            lambda result: one_line(result.as_dict()),
+            # After a failed case the next runs only on a stack that came back.
+            go_on=lambda result: result.error is None or _restore_all(control),
+        )
+
     try:
         if kills:
-            _run_cases(settings, params, seed, control, run, kills)
+            run_cases(kills)
         if grays:
             with _through_proxies(settings, control, run) as api:
-                _run_cases(settings, params, seed, control, run, grays, api)
+                run_cases(grays, api)
     finally:
         _restore_all(control)
         run.extra["removed_users"] = remove_users(settings, params.run_id)
@@ -284,8 +273,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
 
 
 def _direct_again(settings: Settings, control: ServiceControl) -> None:
-    """No toxic on any proxy, and the gateway and the core on their direct URLs,
-    whatever a run killed before its end (SIGKILL runs no `finally`) left."""
+    """No toxic and the services direct, whatever a killed run (no `finally`) left."""
     proxies = Proxies.from_env()
     Toxiproxy(proxies).clear()
     through = set(proxies.ports.values())
@@ -303,8 +291,8 @@ def _direct_again(settings: Settings, control: ServiceControl) -> None:
 def _through_proxies(
     settings: Settings, control: ServiceControl, run: SuiteRun
 ) -> Iterator[Toxiproxy]:
-    """The gateway and the core through the proxies, every proxy left with no
-    toxic and both services on their direct URLs afterwards, whatever happened."""
+    """The gateway and the core through the proxies; afterwards, whatever happened, no
+    toxic and both services on their direct URLs."""
     proxies = Proxies.from_env()
     urls = proxied_urls(proxies, settings.database_url, settings.redis_url, control.stack.core_url)
     with restored(Toxiproxy(proxies)) as api:
@@ -315,27 +303,6 @@ def _through_proxies(
             yield api
         finally:
             control.route(None)
-
-
-def _run_cases(
-    settings: Settings,
-    params: ChaosParams,
-    seed: SeedData,
-    control: ServiceControl,
-    run: SuiteRun,
-    cases: tuple[str, ...],
-    api: Toxiproxy | None = None,
-) -> None:
-    run_items(
-        run,
-        cases,
-        lambda case: run_case(settings, params, seed, control, case, api),
-        lambda case, error: CaseResult(case, error=error),
-        DESCRIPTIONS,
-        lambda result: one_line(result.as_dict()),
-        # After a failed case the next runs only on a stack that came back.
-        go_on=lambda result: result.error is None or _restore_all(control),
-    )
 
 
 def _restore_all(control: ServiceControl) -> bool:

@@ -1,5 +1,5 @@
-"""The chaos checks that need the stack: the cache warmed before a case, every write
-checked against PostgreSQL (retried with its key when it got no 2xx), reads compared."""
+"""The chaos checks that need the stack: the cache warmed, every write checked against
+PostgreSQL (retried with its key when it got no 2xx), reads compared."""
 
 from __future__ import annotations
 
@@ -20,33 +20,29 @@ HTTP_TIMEOUT_S = 10.0
 RETRY_DEADLINE_S = 20.0
 
 
-def _get(session: requests.Session, url: str) -> requests.Response:
-    return session.get(url, timeout=HTTP_TIMEOUT_S)
-
-
 def count_url(settings: Settings, email: str) -> str:
     return f"{settings.gateway_url}/api/v1/users/count?email={quote(email, safe='')}"
 
 
+def user_url(settings: Settings, user_id: int) -> str:
+    return f"{settings.gateway_url}/api/v1/users/{user_id}"
+
+
 def prewarm(settings: Settings, hot: list[str], ids: list[int]) -> float:
-    """Flush the cache, read every key of the mix once, then again; the share of
-    the second round served as HIT."""
+    """Flush the cache, read every key of the mix twice; the second round's HIT share."""
     flush_cache(settings)
-    urls = [count_url(settings, e) for e in hot]
-    urls += [f"{settings.gateway_url}/api/v1/users/{i}" for i in ids]
+    urls = [count_url(settings, e) for e in hot] + [user_url(settings, i) for i in ids]
     hits = 0
     with requests.Session() as session:
-        for url in urls:
-            _get(session, url).raise_for_status()
-        for url in urls:
-            response = _get(session, url)
-            response.raise_for_status()
-            hits += response.headers.get("X-Cache") == "HIT"
+        for round_ in range(2):
+            for url in urls:
+                response = session.get(url, timeout=HTTP_TIMEOUT_S)
+                response.raise_for_status()
+                hits += round_ == 1 and response.headers.get("X-Cache") == "HIT"
     return hits / len(urls)
 
 
 def _like(prefix: str) -> tuple[str]:
-    """The LIKE pattern of the run's usernames and keys under `prefix`."""
     return (prefix.replace("_", r"\_") + ".%",)
 
 
@@ -54,11 +50,6 @@ def _rows(conn: psycopg.Connection, prefix: str) -> dict[str, tuple[int, str]]:
     query = "SELECT username, id, email FROM users WHERE username LIKE %s"
     rows = conn.execute(query, _like(prefix))
     return {username: (int(user_id), email) for username, user_id, email in rows}
-
-
-def _keys(conn: psycopg.Connection, prefix: str) -> dict[str, int | None]:
-    query = "SELECT key, status FROM idempotency_keys WHERE key LIKE %s"
-    return dict(conn.execute(query, _like(prefix)).fetchall())
 
 
 @dataclass(frozen=True)
@@ -69,8 +60,8 @@ class RetryAnswer:  # what a write sent again got; status 0: no answer
 
 
 def _retry(settings: Settings, session: requests.Session, write: Sample) -> RetryAnswer:
-    """Send a write again with its own Idempotency-Key and body until it gets an
-    answer that is not a 5xx (the stack may still be settling)."""
+    """The write sent again with its key and body until an answer that is not a 5xx
+    (the stack may still be settling)."""
     username, email = write.tag("username"), write.tag("email")
     deadline = time.monotonic() + RETRY_DEADLINE_S
     while True:
@@ -105,9 +96,8 @@ CheckFigures = dict[str, int | list[str]]
 def check_writes(
     settings: Settings, samples: list[Sample], prefix: str
 ) -> tuple[Check, CheckFigures, list[int]]:
-    """Every acknowledged write exactly once with its id; every other write retried
-    with its key, then every write exactly once; no row or key nobody asked for.
-    Also the ids of the users written."""
+    """Every acknowledged write once with its id; every other retried with its key, then
+    every write once; no row or key nobody asked for. Also the ids of the users written."""
     writes = [s for s in samples if s.kind == "create"]
     by_user = {s.tag("username"): s for s in writes}
     problems: list[str] = []
@@ -127,13 +117,12 @@ def check_writes(
     strays = sorted(set(rows) - set(by_user))
     if strays:
         problems.append(f"rows nobody was told about: {strays[:3]}")
-    retried: dict[str, RetryAnswer] = {}
     with requests.Session() as session:
-        for username, sample in sorted(unacked.items()):
-            retried[username] = _retry(settings, session, sample)
+        retried = {u: _retry(settings, session, s) for u, s in sorted(unacked.items())}
     with connect(settings) as conn:
         after = _rows(conn, prefix)
-        keys = _keys(conn, prefix)
+        query = "SELECT key, status FROM idempotency_keys WHERE key LIKE %s"
+        keys: dict[str, int | None] = dict(conn.execute(query, _like(prefix)).fetchall())
     for username, answer in retried.items():
         existed = username in rows
         if answer.status != 201:
@@ -187,47 +176,34 @@ def _user_json(row: tuple[Any, ...]) -> dict[str, int | str]:
     return {"id": user_id, "username": username, "email": email, "created_at": stamp}
 
 
+COUNTS_SQL = "SELECT email, count(*) FROM users WHERE email = ANY(%s) GROUP BY email"
+USERS_SQL = "SELECT id, username, email, created_at FROM users WHERE id = ANY(%s)"
+
+
 def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Check, CheckFigures]:
-    """Each hot email's count and each user, read twice through the gateway (a
-    fill, then most likely a hit), equal PostgreSQL's."""
+    """Each hot email's count and each user, read twice through the gateway (a fill, then
+    most likely a hit), equal PostgreSQL's."""
     with connect(settings) as conn:
-        counts = dict(
-            conn.execute(
-                "SELECT email, count(*) FROM users WHERE email = ANY(%s) GROUP BY email", (hot,)
-            ).fetchall()
-        )
-        users = {
-            row[0]: _user_json(row)
-            for row in conn.execute(
-                "SELECT id, username, email, created_at FROM users WHERE id = ANY(%s)", (ids,)
-            ).fetchall()
-        }
+        counts = dict(conn.execute(COUNTS_SQL, (hot,)).fetchall())
+        users = {row[0]: _user_json(row) for row in conn.execute(USERS_SQL, (ids,)).fetchall()}
     # (what, url, PostgreSQL's answer, the gateway's 200 as compared)
     wanted: list[tuple[str, str, Any, Callable[[Any], Any]]] = [
         (f"count of {e}", count_url(settings, e), counts.get(e, 0), lambda b: b.get("count"))
         for e in hot
     ]
-    wanted += [
-        (f"user {i}", f"{settings.gateway_url}/api/v1/users/{i}", users.get(i), lambda b: b)
-        for i in ids
-    ]
+    wanted += [(f"user {i}", user_url(settings, i), users.get(i), lambda b: b) for i in ids]
     mismatches: list[str] = []
     reads = 2 * len(wanted)
     with requests.Session() as session:
         for what, url, want, answer in wanted:
             for _ in range(2):
-                response = _get(session, url)
+                response = session.get(url, timeout=HTTP_TIMEOUT_S)
                 got = answer(response.json()) if response.status_code == 200 else None
                 if got != want:
                     mismatches.append(f"{what}: gateway {got}, PostgreSQL {want}")
     figures: CheckFigures = {"emails": len(hot), "ids": len(ids), "reads": reads}
     figures["mismatches"] = mismatches[:20]
     detail = f"{reads} reads of {len(hot)} hot emails and {len(ids)} users equal PostgreSQL"
-    return (
-        Check(
-            "reads after the faults match PostgreSQL",
-            not mismatches,
-            detail if not mismatches else f"{len(mismatches)} differ: " + "; ".join(mismatches[:3]),
-        ),
-        figures,
-    )
+    if mismatches:
+        detail = f"{len(mismatches)} differ: " + "; ".join(mismatches[:3])
+    return Check("reads after the faults match PostgreSQL", not mismatches, detail), figures
