@@ -20,6 +20,7 @@ from aside_bench.plan import steps as plan
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import Step
 from aside_bench.records import runfile
+from aside_bench.records.documents import DriverRun, RunParams, StepProbe
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.records.steprecord import StepRecord
@@ -268,10 +269,9 @@ class Runner:
         finally:
             record.end = time.time()
             record.driver_exit = self.current.returncode
-            record.driver = {
-                "cpu_s": self.current.cpu_seconds,
-                "cpu_limit_cores": self.options.driver_cpu_limit,
-            }
+            record.driver = DriverRun(
+                cpu_s=self.current.cpu_seconds, cpu_limit_cores=self.options.driver_cpu_limit
+            )
             self.current = None
         return code
 
@@ -337,7 +337,7 @@ class Runner:
         record.driver_scenario = run.scenario
         record.samples = None if run.samples_path is None else run.samples_path.name
         floor = self._floor(step)
-        probe = record.probe = {"start": self.probe.reading()}
+        probe = record.probe = StepProbe(start=self.probe.reading())
         redis_start = self._redis_reading(step)
         counter = None if redis_start is None else prepare.KeyCounter(self.settings).start()
         try:
@@ -448,7 +448,7 @@ class Runner:
 
 
 def new_run(
-    kind: str, run_id: str, params: dict[str, Any], seed: SeedData, settings: Settings
+    kind: str, run_id: str, params: RunParams, seed: SeedData, settings: Settings
 ) -> RunRecord:
     created = datetime.now(UTC).isoformat(timespec="seconds")
     urls = {
