@@ -19,23 +19,18 @@ class DriverLatency(TypedDict, total=False):
     p95: float
     p99: float
     max: float
-    mean: float
 
 
 class NameSummary(TypedDict, total=False):
     requests: int
-    status: dict[str, int]
     latency: DriverLatency | None
 
 
 class ScenarioSummary(TypedDict, total=False):
-    """One scenario of the summary (bench/driver/README.md); counts absent in an older driver's."""
+    """What this bench reads of a scenario of the summary (bench/driver/README.md)."""
 
-    rate: float
     pool: int
     inflight_peak: int
-    due: int
-    started: int
     dropped: int
     late: int
     iterations: int
@@ -50,7 +45,7 @@ class ScenarioSummary(TypedDict, total=False):
 
 
 class DriverSummary(TypedDict, total=False):
-    """The summary's sections this bench reads; an empty one when the driver wrote none."""
+    """The summary's sections this bench reads; empty when the driver wrote none."""
 
     schema_version: int
     scenarios: dict[str, ScenarioSummary]

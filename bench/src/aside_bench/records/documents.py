@@ -72,6 +72,8 @@ class FloorFigures(TypedDict):
 
 
 class StepProbe(TypedDict):
+    """A step's "probe": the readings right before and after its load."""
+
     start: ProbeReading
     end: NotRequired[ProbeReading]
     floor: NotRequired[FloorFigures | None]  # mixed steps only
@@ -99,8 +101,6 @@ class DriverRun(TypedDict):
 
 
 class ProbeFound(TypedDict, total=False):
-    """A calibration probe: a step's record (StepRecord.to_json) with its verdict."""
-
     rate: int
     held: bool
     p95_ms: float
@@ -172,9 +172,7 @@ class PriceParams(TypedDict):
 
 
 class DistanceRecord(TypedDict):
-    """A distance as run.json's params keep it (stack/distance.py as_record)."""
-
-    source: str
+    source: str  # stack/distance.py as_record
     hops: dict[str, dict[str, float]]  # round_trip_ms, jitter_ms by hop
 
 
