@@ -155,13 +155,8 @@ class Runner:
         if hotset or step.phase != "warm" or len(self.run.steps) < 2:
             return False
         before = self.run.steps[-2]
-        return bool(
-            before.completed
-            and before.phase == "cold"
-            and before.arm == step.arm
-            and before.rate == step.rate
-            and before.repeat == step.repeat
-        )
+        same = (before.arm, before.rate, before.repeat) == (step.arm, step.rate, step.repeat)
+        return before.completed and before.phase == "cold" and same
 
     def _prepare(self, step: Step, record: StepRecord) -> None:
         self.distances.before(step, record)
