@@ -28,7 +28,7 @@ from aside_bench.stack import influxpoints
 from aside_bench.stack.config import Settings
 from aside_bench.stack.influxpoints import InfluxPoints
 from aside_bench.stack.sources import Influx, quote_literal
-from aside_bench.sweep.runner import not_written
+from aside_bench.sweep.progress import not_written
 from report_samples import step_record
 
 DURATION_S = 14

@@ -26,7 +26,7 @@ from aside_bench.plan.steps import (
 from aside_bench.records.results import CacheCounts, Latency, StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.sweep.collect import compute_beside
-from aside_bench.sweep.runner import quick_line
+from aside_bench.sweep.progress import quick_line
 from aside_bench_interference import plan as interference
 from aside_bench_interference import report as interference_report
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
+
+from aside_bench.records.documents import Machine, TargetSearched
 
 # The base latency's median is of this many lowest-rate probes: one alone moved 2.5x.
 BASE_PROBES = 3
@@ -31,7 +32,7 @@ class TargetFound:
     probes: tuple[Probe, ...]
 
     @classmethod
-    def from_json(cls, target: str, data: dict[str, Any]) -> TargetFound:
+    def from_json(cls, target: str, data: TargetSearched) -> TargetFound:
         missed = data.get("missed_at")
         probes = (
             Probe(int(one["rate"]), bool(one.get("held")), _float(one.get("p95_ms")))
@@ -67,7 +68,7 @@ class TargetFound:
         return f"{self.what}: {rate}{tail}"
 
 
-def _float(value: Any) -> float | None:
+def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
@@ -80,7 +81,7 @@ class Calibration:
     targets: dict[str, TargetFound]
 
     @classmethod
-    def of(cls, machine: dict[str, Any]) -> Calibration | None:
+    def of(cls, machine: Machine) -> Calibration | None:
         """The calibration of a run's machine record; None when it was not calibrated."""
         data = machine.get("calibration")
         if not data:
@@ -90,7 +91,7 @@ class Calibration:
             probe_s=float(params.get("probe_s", 0)),
             p95_ms=float(params.get("p95_ms", 0)),
             targets={
-                target: TargetFound.from_json(target, found or {})
+                target: TargetFound.from_json(target, found or TargetSearched())
                 for target, found in data.get("targets", {}).items()
             },
         )
@@ -100,25 +101,25 @@ def _found(calibration: Calibration | None, target: str) -> TargetFound | None:
     return None if calibration is None else calibration.targets.get(target)
 
 
-def rate_of(machine: dict[str, Any], target: str = "core") -> int | None:
+def rate_of(machine: Machine, target: str = "core") -> int | None:
     """A run's calibrated rate for `target`; None when it was not calibrated."""
     found = _found(Calibration.of(machine), target)
     return None if found is None else found.rate
 
 
-def base_latency(machine: dict[str, Any], target: str = "core") -> tuple[int, float] | None:
+def base_latency(machine: Machine, target: str = "core") -> tuple[int, float] | None:
     """`target`'s base latency (TargetFound.base_latency); None without one."""
     found = _found(Calibration.of(machine), target)
     return None if found is None else found.base_latency()
 
 
-def capped(machine: dict[str, Any], target: str = "core") -> bool:
+def capped(machine: Machine, target: str = "core") -> bool:
     """The calibration held at every rate it tried: its rate is a lower bound."""
     found = _found(Calibration.of(machine), target)
     return found is not None and found.capped
 
 
-def describe(machine: dict[str, Any]) -> list[str]:
+def describe(machine: Machine) -> list[str]:
     """One line per target for reports and the console."""
     calibration = Calibration.of(machine)
     return [] if calibration is None else [found.line() for found in calibration.targets.values()]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from aside_bench.records.documents import Machine, RunParams, SeedMeta
 from aside_bench.records.results import StepResult
 from aside_bench.records.steprecord import StepRecord
 
@@ -107,9 +108,9 @@ class RunRecord:
     run_id: str
     kind: str
     created: str
-    params: dict[str, Any]
-    machine: dict[str, Any]
-    seed: dict[str, Any]
+    params: RunParams
+    machine: Machine
+    seed: SeedMeta
     settings: dict[str, str]
     steps: list[StepRecord] = field(default_factory=list)
     interrupted: bool = False

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from aside_bench.plan.steps import Step
+from aside_bench.records.documents import DriverRun, HopTimes, StepProbe, StepSummary, WarmFill
 
 
 @dataclass
@@ -27,25 +28,25 @@ class StepRecord:
     quiet_wait_s: float | None = None
     skip: int | None = None  # iterations a warm step passes over (its cold step's)
     prep: str | None = None
-    warm: dict[str, Any] | None = None
+    warm: WarmFill | None = None
     warning: str | None = None
     # The driver's run: its pool, instants, exit, CPU and summary.
     pool: int | None = None
     prom_start: float | None = None
     driver_scenario: str | None = None
     samples: str | None = None
-    probe: dict[str, Any] | None = None
+    probe: StepProbe | None = None
     start: float | None = None
     end: float | None = None
     driver_exit: int | None = None
-    driver: dict[str, float | None] | None = None
+    driver: DriverRun | None = None
     summary_error: str | None = None
-    summary: dict[str, Any] | None = None
+    summary: StepSummary | None = None
     key_trace: str | None = None
     key_trace_lines: int | None = None
     key_trace_lost: int | None = None
     influx: dict[str, int] | None = None
-    hops: dict[str, dict[str, float] | str] | None = None  # by hop, or an error
+    hops: dict[str, HopTimes | str] | None = None  # by hop, or an error
     redis: dict[str, dict[str, int] | list[int]] | None = None
     interrupted: bool = False  # saved only when it was
     prom_end: float | None = None
@@ -68,9 +69,9 @@ class StepRecord:
         )
 
     @property
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> StepSummary:
         """The driver's summary of the step (empty when it wrote none)."""
-        return self.summary or {}
+        return self.summary or StepSummary()
 
     def to_json(self) -> dict[str, Any]:
         # read_rate and interrupted are saved only when set, a field at None never.

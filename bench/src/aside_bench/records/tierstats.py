@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from aside_bench.records.documents import StepProbe
 from aside_bench.records.saturation import busy_share, steal_share
 
 TIERS = ("l1", "l2")
@@ -135,7 +135,7 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
-def step_cost(probe: dict[str, Any] | None) -> StepCost | None:
+def step_cost(probe: StepProbe | None) -> StepCost | None:
     """The figures of a run.json step's "probe"; None when a reading is missing."""
     if not probe or not probe.get("start") or not probe.get("end"):
         return None

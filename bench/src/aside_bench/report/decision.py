@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from aside_bench.curve.points import MeasuredPoint, RateCurve
 from aside_bench.plan.steps import arm_memory, series_label
+from aside_bench.records.documents import RunParams
 from aside_bench.records.goal import Goal, missed_words
 from aside_bench.records.prices import Prices, Spend, step_price, step_spend
 from aside_bench.records.results import StepResult
@@ -239,7 +239,7 @@ def smallest_cache_sentences(decision: Decision) -> list[str]:
 NO_REDIS = "no Redis"
 
 
-def run_prices(params: dict[str, Any]) -> Prices:
+def run_prices(params: RunParams) -> Prices:
     """The prices a run was made with (run.json), or the defaults for a run without."""
     found = params.get("prices") or {}
     return Prices(

@@ -4,13 +4,13 @@ its context, calibration and saturation sections are shared with other pages."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from aside_bench.curve.points import RateCurve, run_curves
 from aside_bench.curve.simulate import CurveUnavailable
 from aside_bench.load import meter
 from aside_bench.plan.steps import series_label
 from aside_bench.records import calibration
+from aside_bench.records.documents import RunParams
 from aside_bench.records.goal import GOAL_P95_MS, Goal
 from aside_bench.records.prices import Prices
 from aside_bench.records.repeats import merge_repeats
@@ -63,7 +63,7 @@ def run_page(title: str, run: RunRecord, calibration: bool = True) -> Doc:
     return doc
 
 
-def request_mix(params: dict[str, Any]) -> str:
+def request_mix(params: RunParams) -> str:
     """The reads' keys as the run asked for them."""
     trace = params.get("trace")
     if trace:

@@ -8,6 +8,7 @@ from typing import Any
 from aside_bench.plan import scenarios
 from aside_bench.plan.steps import Step
 from aside_bench.records import results
+from aside_bench.records.documents import LatencyFigures, StepSummary
 from aside_bench.records.results import StepResult
 from aside_bench.records.saturation import loadgen_of
 from aside_bench.records.steprecord import StepRecord
@@ -35,7 +36,7 @@ def cache_counts(prom: Prometheus, start: float, end: float) -> results.CacheCou
     return results.CacheCounts(**deltas)
 
 
-def summary_latency(figures: dict[str, Any] | None) -> results.Latency | None:
+def summary_latency(figures: LatencyFigures | None) -> results.Latency | None:
     """The latency of a summary's figures; None when no request was answered."""
     if not figures or figures.get("p95") is None:
         return None
@@ -47,7 +48,7 @@ def summary_latency(figures: dict[str, Any] | None) -> results.Latency | None:
     )
 
 
-def compute_beside(step: Step, summary: dict[str, Any]) -> StepResult | None:
+def compute_beside(step: Step, summary: StepSummary) -> StepResult | None:
     """The requests of a scenario's second one beside a step's reads; None at rate 0."""
     figures = summary.get("compute")
     found = scenarios.scenario_of(step.scenario)
@@ -58,7 +59,7 @@ def compute_beside(step: Step, summary: dict[str, Any]) -> StepResult | None:
 
 
 def _counted(
-    step: Step, figures: dict[str, Any], cache: results.CacheCounts | None, **more: Any
+    step: Step, figures: StepSummary, cache: results.CacheCounts | None, **more: Any
 ) -> StepResult:
     """A step's latency, iterations, failures and drops from the driver's figures."""
     return StepResult(

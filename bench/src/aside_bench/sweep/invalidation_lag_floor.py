@@ -12,10 +12,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import redis
 
+from aside_bench.records.documents import FloorFigures
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.sweep.warmtiers import INVALIDATION_CHANNEL
 
@@ -25,20 +26,26 @@ STOP_DEADLINE_S = 10.0
 POLL_S = 0.2
 
 
-def published_ms(message: dict[str, Any]) -> float | None:
+class Invalidation(TypedDict, total=False):
+    """contracts/cache.json's invalidation message; only its publish time is read here."""
+
+    published_us: int
+
+
+def published_ms(message: Invalidation) -> float | None:
     """The core's publish time in unix ms, from its µs field."""
     micros = message.get("published_us")
     return micros / 1000 if isinstance(micros, int) and not isinstance(micros, bool) else None
 
 
-def figures(lags_ms: list[float]) -> dict[str, float | int | None]:
+def figures(lags_ms: list[float]) -> FloorFigures:
     """count, p50, p99 and max of the lags (ms); quantiles None without samples."""
-    return {
-        "count": len(lags_ms),
-        "p50_ms": nearest_rank(lags_ms, 50),
-        "p99_ms": nearest_rank(lags_ms, 99),
-        "max_ms": max(lags_ms, default=None),
-    }
+    return FloorFigures(
+        count=len(lags_ms),
+        p50_ms=nearest_rank(lags_ms, 50),
+        p99_ms=nearest_rank(lags_ms, 99),
+        max_ms=max(lags_ms, default=None),
+    )
 
 
 def listen(client: redis.Redis, out: Path) -> None:
@@ -108,7 +115,7 @@ class FloorProbe:
             self._proc.wait()
         self._proc = None
 
-    def stop(self) -> dict[str, float | int | None] | None:
+    def stop(self) -> FloorFigures | None:
         """The step's floor figures, or None (see `problem`)."""
         proc = self._proc
         if proc is None:

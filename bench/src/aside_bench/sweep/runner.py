@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,11 +20,10 @@ from aside_bench.plan import steps as plan
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import Step
 from aside_bench.records import runfile
+from aside_bench.records.documents import DriverRun, RunParams, StepProbe
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.records.steprecord import StepRecord
-from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
-from aside_bench.stack import distance as distances
 from aside_bench.stack import prepare
 from aside_bench.stack.config import Settings
 from aside_bench.stack.distance import Distance
@@ -36,9 +33,10 @@ from aside_bench.stack.prepare import StackError
 from aside_bench.stack.seeddata import SeedData, remove_bench_users
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.sources import Influx, Prometheus, SourceError
-from aside_bench.stack.toxiproxy import Proxies, Toxiproxy, ToxiproxyError, proxied_urls
 from aside_bench.sweep.collect import GATEWAY_JOB, collect, step_line
+from aside_bench.sweep.distances import DistanceControl
 from aside_bench.sweep.invalidation_lag_floor import FloorProbe
+from aside_bench.sweep.progress import clock, not_written, quick_line
 from aside_bench.sweep.stepprobe import GatewayProbe
 from aside_bench.sweep.warmtiers import wait_l1_empty, warm_l1
 
@@ -53,47 +51,6 @@ RunBuilder = Callable[[Step, int], LoadRun]
 
 class StepFailed(RuntimeError):
     """The load driver exited with an error that is not ours to retry."""
-
-
-def _clock(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-def quick_line(result: StepResult) -> str:
-    latency = result.latency
-    parts = [
-        f"p95 {fmt_ms(latency.p95 if latency else None)} ms",
-        f"achieved {fmt_rps(result.achieved_rps)}/s",
-        f"drops {fmt_pct(result.drop_rate)}",
-    ]
-    if plan.base_arm(result.step.arm) in plan.CACHE_PARAMS:
-        parts.append(f"hits {fmt_pct(result.hit_rate)}")
-    if result.redis is not None and result.redis.evicted:
-        parts.append(f"evicted {result.redis.evicted}")
-    if result.compute is not None:  # interference: the compute beside the reads
-        beside = result.compute.latency
-        parts.append(
-            f"compute {fmt_rps(result.compute.achieved_rps)}/s "
-            f"p95 {fmt_ms(beside.p95 if beside else None)} ms"
-        )
-    cost, gen = result.cost, result.loadgen
-    if gen is not None and gen.cpu_cores is not None:
-        parts.append(f"driver {gen.cpu_cores:.2f} cores")
-    if gen is not None and gen.saturated:
-        parts.append("LOAD GENERATOR SATURATED")
-    if cost is not None:
-        if cost.l1_hit_rate is not None:
-            parts.append(f"L1 {fmt_pct(cost.l1_hit_rate)}")
-        if cost.cpu_ms_per_request is not None:
-            parts.append(f"CPU {cost.cpu_ms_per_request:.2f} ms/req")
-        if result.noisy:
-            parts.append(f"HOST STOLE {fmt_pct(cost.host_steal)}")
-    if result.stale is not None and result.stale.reads:
-        parts.append(f"stale {result.stale.stale}/{result.stale.reads}")
-    return "  ".join(parts)
 
 
 # A ceiling step refills the cache unless every key outlives the step by this much.
@@ -115,88 +72,6 @@ class Options:
     samples_file: bool = False  # every request of every step into the run folder
     cache_policy: str = "allkeys-lru"  # Redis's eviction policy under a memory arm's bound
     distances: dict[str, Distance] = field(default_factory=dict)  # by plan.arm_distance name
-
-
-# Round trips a hop is timed for beside a step's load (stack/distance.py measure).
-HOP_SAMPLES = 20
-
-
-class DistanceControl:
-    def __init__(self, settings: Settings, asked: dict[str, distances.Distance]):
-        self.settings = settings
-        self.asked = asked
-        self.proxies = Proxies.from_env()
-        self.urls = proxied_urls(
-            self.proxies, settings.database_url, settings.redis_url, settings.core_url
-        )
-        self.api: Toxiproxy | None = None
-        self.current: str | None = None
-        self.core_routed = False
-
-    def gateway_env(self, arm: str) -> dict[str, str]:
-        """The gateway's URLs through the proxies for an arm at a distance."""
-        return dict(self.urls.gateway) if plan.arm_distance(arm) is not None else {}
-
-    def before(self, step: Step, record: StepRecord) -> None:
-        """The step's distance on every hop, the core routed for it (or direct again)."""
-        name = plan.arm_distance(step.arm)
-        if name is None:
-            if self.core_routed:
-                ServiceControl(self.settings).restart("core", {})
-                self.core_routed = False
-            return
-        if self.api is None:
-            self.api = Toxiproxy(self.proxies)
-            self.api.require_hops()
-            self.api.clear()
-        if not self.core_routed:
-            ServiceControl(self.settings).restart("core", self.urls.core)
-            self.core_routed = True
-        if name != self.current:
-            distances.apply(self.api, self.asked[name])
-            self.current = name
-        record.distance = name
-
-    @contextmanager
-    def measured(self, step: Step, record: StepRecord) -> Iterator[None]:
-        """Each hop's round trip timed while the step's load runs, into its record."""
-        if plan.arm_distance(step.arm) is None:
-            yield
-            return
-        found: dict[str, dict[str, float] | str] = {}
-
-        def measure() -> None:
-            try:
-                times = distances.measure(self.proxies, self.settings.database_url,
-                                         self.settings.redis_url, samples=HOP_SAMPLES)  # fmt: skip
-                found.update({hop: {"median_ms": one.median_ms, "p95_ms": one.p95_ms}
-                              for hop, one in times.hops.items()})  # fmt: skip
-            except Exception as error:  # a probe's failure is the step's note, not its end
-                found["error"] = str(error)
-
-        probe = threading.Thread(target=measure, name="hop-times", daemon=True)
-        probe.start()
-        try:
-            yield
-        finally:
-            probe.join(timeout=step.duration_s + 30)
-            record.hops = found
-
-    def restore(self) -> None:
-        """No toxic left, and the core on its direct URLs again."""
-        if self.api is None:
-            return
-        try:
-            self.api.clear()
-            if self.core_routed:
-                ServiceControl(self.settings).restart("core", {})
-                self.core_routed = False
-        except (StackError, ToxiproxyError) as error:
-            print(f"warning: could not take the core off the proxies: {error}")
-        finally:
-            self.api.close()
-            self.api = None
-            self.current = None
 
 
 class Runner:
@@ -280,13 +155,8 @@ class Runner:
         if hotset or step.phase != "warm" or len(self.run.steps) < 2:
             return False
         before = self.run.steps[-2]
-        return bool(
-            before.completed
-            and before.phase == "cold"
-            and before.arm == step.arm
-            and before.rate == step.rate
-            and before.repeat == step.repeat
-        )
+        same = (before.arm, before.rate, before.repeat) == (step.arm, step.rate, step.repeat)
+        return before.completed and before.phase == "cold" and same
 
     def _prepare(self, step: Step, record: StepRecord) -> None:
         self.distances.before(step, record)
@@ -394,10 +264,9 @@ class Runner:
         finally:
             record.end = time.time()
             record.driver_exit = self.current.returncode
-            record.driver = {
-                "cpu_s": self.current.cpu_seconds,
-                "cpu_limit_cores": self.options.driver_cpu_limit,
-            }
+            record.driver = DriverRun(
+                cpu_s=self.current.cpu_seconds, cpu_limit_cores=self.options.driver_cpu_limit
+            )
             self.current = None
         return code
 
@@ -463,7 +332,7 @@ class Runner:
         record.driver_scenario = run.scenario
         record.samples = None if run.samples_path is None else run.samples_path.name
         floor = self._floor(step)
-        probe = record.probe = {"start": self.probe.reading()}
+        probe = record.probe = StepProbe(start=self.probe.reading())
         redis_start = self._redis_reading(step)
         counter = None if redis_start is None else prepare.KeyCounter(self.settings).start()
         try:
@@ -526,10 +395,10 @@ class Runner:
         line = quick_line(result) if result else "no samples"
         note = InfluxPoints.of(self.run.steps[-1].influx).note()
         line += f"  {note} ({SPOOL_DIR}/)" if note else ""
-        tail = f"elapsed {_clock(time.monotonic() - self.started)}"
+        tail = f"elapsed {clock(time.monotonic() - self.started)}"
         if remaining is not None:
             mean = sum(self.step_seconds) / len(self.step_seconds)
-            tail += f", ETA {_clock(mean * remaining)}"
+            tail += f", ETA {clock(mean * remaining)}"
         print(f"{head}  {line}" + (f"  ({prep})" if prep else "") + f"  | {tail}", flush=True)
         return result
 
@@ -574,7 +443,7 @@ class Runner:
 
 
 def new_run(
-    kind: str, run_id: str, params: dict[str, Any], seed: SeedData, settings: Settings
+    kind: str, run_id: str, params: RunParams, seed: SeedData, settings: Settings
 ) -> RunRecord:
     created = datetime.now(UTC).isoformat(timespec="seconds")
     urls = {
@@ -605,17 +474,3 @@ def finish(
     print(f"report: {runner.options.out_dir}/")
     not_written(runner.run, runner.options.out_dir)
     return results
-
-
-def not_written(run: RunRecord, out_dir: Path) -> InfluxPoints:
-    """The run's InfluxDB points not written, said on stderr with how to send them."""
-    total = sum((InfluxPoints.of(s.influx) for s in run.steps), InfluxPoints())
-    if total.spooled:
-        print(
-            f"aside-bench: {total.spooled} InfluxDB points were not written; they wait in "
-            f"{out_dir / SPOOL_DIR}/: aside-bench report --run {run.run_id} sends them",
-            file=sys.stderr,
-        )
-    if total.lost:
-        print(f"aside-bench: {total.lost} InfluxDB points LOST (not spooled)", file=sys.stderr)
-    return total

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import requests
 
+from aside_bench.records.documents import ProbeReading
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.gateway_metrics import connection_bound, scrape, step_counters
@@ -58,20 +58,20 @@ class GatewayProbe:
         pid = self._pid("gateway")
         return None if pid is None else procs.run_queue(procs.children(pid, ppids))
 
-    def reading(self, memory: bool = False) -> dict[str, Any]:
+    def reading(self, memory: bool = False) -> ProbeReading:
         """One reading; `memory` adds the resident memory (taken at a step's end)."""
         ppids = procs.parents()
-        found: dict[str, Any] = {
-            "t": time.time(),
-            "clk_tck": procs.clock_ticks_per_s(),
+        found = ProbeReading(
+            t=time.time(),
+            clk_tck=procs.clock_ticks_per_s(),
             # Every core's busy, total and stolen ticks: the machine's share and the host's.
-            "machine_ticks": procs.machine_ticks(),
-            "cpu_ticks": self.cpu_ticks("gateway", ppids),
+            machine_ticks=procs.machine_ticks(),
+            cpu_ticks=self.cpu_ticks("gateway", ppids),
             # The cost of a step beside the gateway's: the database's and the cache's.
-            "service_cpu_ticks": {
+            service_cpu_ticks={
                 service: self.cpu_ticks(service, ppids) for service in MEASURED_SERVICES
             },
-        }
+        )
         try:
             found |= step_counters(scrape(self.settings))
         except (StackError, requests.RequestException, ValueError) as error:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
+from aside_bench.records.documents import WarmFill
 from aside_bench.records.tierstats import tier_hit_rates
 from aside_bench.stack import prepare
 from aside_bench.stack.config import Settings
@@ -44,7 +45,7 @@ def _read_fresh(gateway_url: str, email: str, mode: str) -> str:
     return response.headers.get("X-Cache-Tier", "")
 
 
-def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True) -> dict:
+def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True) -> WarmFill:
     """Fill L1 (hybrid and tracking through a flushed Redis) until a pass hits its target."""
     if flush and mode in ("hybrid", "tracking"):
         # Redis and every worker's L1 together: with L1 full the passes would never refill Redis.
@@ -64,14 +65,14 @@ def warm_l1(settings: Settings, emails: list[str], mode: str, flush: bool = True
     except requests.RequestException as error:
         raise StackError(f"warming L1 through the gateway failed: {error}") from error
     last = shares[-1] or 0.0
-    return {
-        "keys": len(emails),
-        "fill_s": round(time.monotonic() - started, 2),
-        "passes": len(shares),
-        "l1_hit_share_by_pass": [None if s is None else round(s, 4) for s in shares],
-        "hit_share_after": round(last, 4),
-        "reached": last >= L1_TARGET_SHARE,
-    }
+    return WarmFill(
+        keys=len(emails),
+        fill_s=round(time.monotonic() - started, 2),
+        passes=len(shares),
+        l1_hit_share_by_pass=[None if s is None else round(s, 4) for s in shares],
+        hit_share_after=round(last, 4),
+        reached=last >= L1_TARGET_SHARE,
+    )
 
 
 def wait_l1_empty(settings: Settings, deadline_s: float = L1_EMPTY_DEADLINE_S) -> float:
