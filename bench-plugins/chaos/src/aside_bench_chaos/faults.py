@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 import requests
-from aside_bench.load.run import LoadRun, deadline_s, new_driver
+from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
 from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
@@ -27,13 +27,13 @@ LOAD_START_DEADLINE_S = 60.0
 @contextmanager
 def under_load(
     settings: Settings, run: LoadRun, samples: Path, log: Path, events: dict[str, float]
-) -> Iterator[None]:
+) -> Iterator[DriverProcess]:
     """The driver's load from its first request (`load_start`) to its end (`load_end`):
     it runs its course whatever the block did; then a failed driver is an error."""
     load = new_driver(settings, run, log).start()
     events["load_start"] = float(load.first_request(samples, LOAD_START_DEADLINE_S)["t"])
     try:
-        yield
+        yield load
     finally:
         code = load.wait(deadline_s(run))
         events["load_end"] = time.time()

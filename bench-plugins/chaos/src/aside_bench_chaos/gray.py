@@ -4,7 +4,6 @@ the budgets clients are held to over it (docs/bench/suites.md, "Chaos: gray fail
 
 from __future__ import annotations
 
-import resource
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -110,28 +109,26 @@ GRAY_CASES: dict[str, GrayCase] = {
 
 
 class CpuShares(TypedDict):
-    driver_cpu_cores: float
+    driver_cpu_cores: float | None
     proxy_cpu_cores: float | None
 
 
 @dataclass(frozen=True)
 class CpuMeter:
     """The driver's and the proxy's CPU over a case's load, in cores: they share the
-    machine with the services they measure. The driver is this process's reaped
-    children (a gray case starts no other process meanwhile)."""
+    machine with the services they measure."""
 
     began: float
-    children_s: float
     proxy_pid: int | None
     proxy_ticks: int | None
 
     @classmethod
     def start(cls, proxy_pid: int | None) -> CpuMeter:
         ticks = None if proxy_pid is None else procs.tree_cpu_ticks(proxy_pid)
-        return cls(time.monotonic(), _children_cpu_s(), proxy_pid, ticks)
+        return cls(time.monotonic(), proxy_pid, ticks)
 
-    def shares(self) -> CpuShares:
-        """Once the driver has been waited for."""
+    def shares(self, driver_cpu_s: float | None) -> CpuShares:
+        """Once the driver has been waited for (its DriverProcess.cpu_seconds)."""
         wall = max(time.monotonic() - self.began, 1e-9)
         proxy = None
         if self.proxy_pid is not None and self.proxy_ticks is not None:
@@ -139,14 +136,9 @@ class CpuMeter:
             if now is not None:
                 proxy = (now - self.proxy_ticks) / procs.clock_ticks_per_s() / wall
         return {
-            "driver_cpu_cores": round((_children_cpu_s() - self.children_s) / wall, 3),
+            "driver_cpu_cores": None if driver_cpu_s is None else round(driver_cpu_s / wall, 3),
             "proxy_cpu_cores": None if proxy is None else round(proxy, 3),
         }
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def poison(api: Toxiproxy, case: GrayCase, on: bool) -> None:
@@ -190,7 +182,7 @@ class GrayFigures(TypedDict):  # report.json's "figures" of a gray case
     write_max_ms: float
     writes_not_2xx: int
     steady_p95_again_after_s: float | None
-    driver_cpu_cores: NotRequired[float]  # the CpuMeter's, once the load is over
+    driver_cpu_cores: NotRequired[float | None]  # the CpuMeter's, once the load is over
     proxy_cpu_cores: NotRequired[float | None]
 
 

@@ -178,7 +178,7 @@ def run_case(
     cpu = gray.CpuMeter.start(control.pid("toxiproxy")) if case in gray.GRAY_CASES else None
     events = result.events
     # A broken restore is reported once the load has run its course.
-    with under_load(settings, run, samples_path, params.out_dir / "load.log", events):
+    with under_load(settings, run, samples_path, params.out_dir / "load.log", events) as driver:
         sleep_until(events["load_start"] + params.timing.pre_s)
         faults.inject(case, events, result.notes)
         sleep_until(events["fault"] + params.timing.fault_s(case))
@@ -201,7 +201,7 @@ def run_case(
         checks, result.figures = cc.postgres_checks(samples, events, redis_errors)
     elif case in gray.GRAY_CASES:
         checks, found = gray.gray_checks(gray.GRAY_CASES[case], samples, events)
-        result.figures = {**found, **(cpu.shares() if cpu else {})}
+        result.figures = {**found, **(cpu.shares(driver.cpu_seconds) if cpu else {})}
     else:
         evaluate = {"redis": cc.redis_checks, "core": cc.core_checks}
         checks, result.figures = evaluate[case](samples, events)

@@ -171,15 +171,8 @@ class DriverProcess:
         return self
 
     def run_measured(self, deadline_s: float) -> int:
-        """Start the driver, wait for its end, keep its CPU time; StackError past `deadline_s`."""
-        self.start()
-        assert self.process is not None
-        pid, began = self.process.pid, time.monotonic()
-        while not self._exited(pid):
-            if time.monotonic() - began > deadline_s:
-                raise self._hung(deadline_s)
-            time.sleep(POLL_S)  # the polling pace
-        return self.process.wait()
+        """Start the driver and wait for its end (see wait)."""
+        return self.start().wait(deadline_s)
 
     def _hung(self, deadline_s: float) -> StackError:
         self.stop()
@@ -215,12 +208,14 @@ class DriverProcess:
         return None if self.process is None else self.process.returncode
 
     def wait(self, timeout_s: float | None = None) -> int:
-        """The driver's exit code; past `timeout_s` it is killed and StackError raised."""
+        """The driver's exit code, its CPU time kept; past `timeout_s` killed, StackError raised."""
         assert self.process is not None, "the load driver was not started"
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise self._hung(timeout_s or 0) from None
+        pid, began = self.process.pid, time.monotonic()
+        while not self._exited(pid):
+            if timeout_s is not None and time.monotonic() - began > timeout_s:
+                raise self._hung(timeout_s)
+            time.sleep(POLL_S)  # the polling pace
+        return self.process.wait()
 
     def interrupt(self) -> None:
         if self.running:
