@@ -12,6 +12,7 @@ from aside_bench.records.results import StepResult
 from aside_bench.records.steprecord import StepRecord
 
 FIGURES_FILE = "results.json"
+QUANTILES = ("p50", "p95", "p99")
 
 
 # A step of a run: (scenario, arm, phase, rate); its repeats share it.
@@ -50,16 +51,11 @@ class StepFigures:
     @classmethod
     def of(cls, result: StepResult) -> StepFigures:
         step, latency, gen = result.step, result.latency, result.loadgen
+        names = ("scenario", "arm", "phase", "rate", "repeat", "duration_s")
+        quantiles = {q: None if latency is None else getattr(latency, q) for q in QUANTILES}
         return cls(
-            scenario=step.scenario,
-            arm=step.arm,
-            phase=step.phase,
-            rate=step.rate,
-            repeat=step.repeat,
-            duration_s=step.duration_s,
-            p50=None if latency is None else latency.p50,
-            p95=None if latency is None else latency.p95,
-            p99=None if latency is None else latency.p99,
+            **{name: getattr(step, name) for name in names},
+            **quantiles,
             achieved=result.achieved_rps,
             drops=result.drop_rate,
             hit=result.hit_rate,
