@@ -1,8 +1,5 @@
-"""The `expiry` scenario's report: each arm's steady window against the window
-holding the expiry (latency from the driver's every request, full scans and
-the gateway's counters from the readings a second), a table a second around
-the expiry, the chart, and the answer: what the expiry costs with `plain` and
-what each mode buys."""
+"""The `expiry` scenario's report: each arm's steady window against the expiry's, a
+table a second around it, the chart, and what the expiry costs and each mode buys."""
 
 from __future__ import annotations
 
