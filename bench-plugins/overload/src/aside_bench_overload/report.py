@@ -10,7 +10,7 @@ from aside_bench.report.tables import Table
 from aside_bench_suite.base import SuiteRun, item_section, save_report, suite_page
 
 from aside_bench_overload import figures as fg
-from aside_bench_overload.plan import ArmResult
+from aside_bench_overload.plan import ArmResult, OverloadRecord
 
 CHART = "overload.png"
 
@@ -185,7 +185,7 @@ def chart(arms: list[ArmResult], run_targets: dict[str, float], path: Path, capt
     return charts.finish(fig, path, caption)
 
 
-def _connections(run: SuiteRun, arms: list[ArmResult]) -> str:
+def _connections(run: SuiteRun[OverloadRecord], arms: list[ArmResult]) -> str:
     params = run.params
     caps = sorted({a.max_pool for a in arms if a.max_pool is not None})
     if caps:
@@ -208,7 +208,7 @@ def _connections(run: SuiteRun, arms: list[ArmResult]) -> str:
     )
 
 
-def _own_searches(run: SuiteRun) -> str:
+def _own_searches(run: SuiteRun[OverloadRecord]) -> str:
     own = [
         f"{arm}: p95 <= {search['p95_ms']:g} ms, rates from {search['rates']['start']}/s "
         f"by {search['rates']['ladder_step']} up to {search['rates']['max_rate']}/s"
@@ -217,7 +217,7 @@ def _own_searches(run: SuiteRun) -> str:
     return f" ({'; '.join(own)})" if own else ""
 
 
-def _context(run: SuiteRun, arms: list[ArmResult]) -> list[str]:
+def _context(run: SuiteRun[OverloadRecord], arms: list[ArmResult]) -> list[str]:
     p, t = run.params, run.params["targets"]
     return [
         f"load: the driver's read scenario through {p['gateway_url']} ({p['hot_share']:.0%} hot "
@@ -258,7 +258,9 @@ def _context(run: SuiteRun, arms: list[ArmResult]) -> list[str]:
     ]
 
 
-def write_report(run: SuiteRun, arms: list[ArmResult], out_dir: Path) -> list[Table]:
+def write_report(
+    run: SuiteRun[OverloadRecord], arms: list[ArmResult], out_dir: Path
+) -> list[Table]:
     doc = suite_page("overload", run)
     doc.ul(_context(run, arms))
     tables = [summary_table(arms)]
