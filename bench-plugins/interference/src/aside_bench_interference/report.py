@@ -1,7 +1,5 @@
-"""The interference scenario's report: the reads' latency and drops next to the
-compute throughput, per arm (engine and kind) and compute rate, as tables
-(pure) and one chart. Built from StepResults whose `compute` holds the compute
-requests that ran beside the step's reads (collect.compute_beside)."""
+"""The interference report: the reads' latency and drops beside the compute throughput
+(StepResult.compute), per arm and compute rate, as tables and a chart."""
 
 from __future__ import annotations
 
@@ -143,8 +141,7 @@ def write_interference(run: RunRecord, results: list[StepResult], out_dir: Path)
 
 
 def interference_chart(results: list[StepResult], path: Path, note: str) -> Path:
-    """Four panels against the compute rate, one line per arm: the reads' p95 and
-    p99, the reads' drop rate, and the compute throughput against its target."""
+    """Against the compute rate, per arm: reads' p95, p99, drops; compute against target."""
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
     rates = rates_of(results)

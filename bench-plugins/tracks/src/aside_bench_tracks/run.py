@@ -1,8 +1,5 @@
-"""The `tracks` scenario's work beside the sweep (its plan is plan/tracks.py):
-the seeded tracks checked, a warm step's fill, and the report's extra figures,
-table and chart: bytes per second on the wire (the driver's bytes received), Redis'
-memory (redis-exporter), gateway CPU per request (the step's probe), and p95
-by value size per arm."""
+"""The `tracks` scenario's work beside the sweep: the seeded tracks checked, a warm step's
+fill, and the report's bytes on the wire, Redis' memory, CPU per request, p95 by size."""
 
 from __future__ import annotations
 
@@ -74,8 +71,7 @@ def check_tracks(settings: Settings, data_dir: Path) -> TracksSummary:
 
 
 def warm_tracks(settings: Settings, data_dir: Path, step: Step) -> dict[str, int | float | str]:
-    """Flush, read every track once with the arm's parameters, then read them
-    again and record the share answered from the cache."""
+    """Flush, read every track with the arm's parameters, then again for the share of hits."""
     flush_cache(settings)
     ids = [t["id"] for t in load_tracks(data_dir)]
     query = trackplan.query(step.arm)
