@@ -174,11 +174,8 @@ def chart(arms: list[ArmResult], run_targets: dict[str, float], path: Path, capt
             below = -10 if s.label != "0.6x after" else 6
             ax.annotate(s.label, (s.rate, _goodput(s)), fontsize=7,
                         textcoords="offset points", xytext=(4, below))  # fmt: skip
-        ax.set_xlim(0, top)
-        ax.set_ylim(0, top)
-        ax.set_xlabel("offered load (requests/s)")
-        ax.set_ylabel("goodput (requests/s)")
-        ax.set_title(arm.arm)
+        ax.set(xlim=(0, top), ylim=(0, top), title=arm.arm)
+        ax.set(xlabel="offered load (requests/s)", ylabel="goodput (requests/s)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle("Overload: goodput against the offered load")

@@ -59,8 +59,16 @@ def _decoded(encoded: str, what: str) -> HdrHistogram:
         raise ShardsError(f"a {what} histogram could not be read: {error}") from None
 
 
-def _quantile(histogram: HdrHistogram | None, percentile: float) -> float | None:
-    if histogram is None or histogram.get_total_count() == 0:
+def _summed(shards: list[StepPoint], column: str, what: str) -> HdrHistogram:
+    """Every shard's histogram of `column` added into the first's."""
+    first, *rest = (_decoded(str(shard[column]), what) for shard in shards)
+    for one in rest:
+        first.add(one)
+    return first
+
+
+def _quantile(histogram: HdrHistogram, percentile: float) -> float | None:
+    if histogram.get_total_count() == 0:
         return None
     return histogram.get_value_at_percentile(percentile) / US_PER_MS
 
@@ -100,15 +108,8 @@ def merge(
         groups.setdefault(key, []).append(point)
     merged = []
     for key, shards in groups.items():
-        latency = from_due = None
-        for shard in shards:
-            one = _decoded(str(shard["hdr"]), "latency")
-            due = _decoded(str(shard["hdr_from_due"]), "from-due")
-            if latency is None or from_due is None:
-                latency, from_due = one, due
-            else:
-                latency.add(one)
-                from_due.add(due)
+        latency = _summed(shards, "hdr", "latency")
+        from_due = _summed(shards, "hdr_from_due", "from-due")
         merged.append(
             MergedStep(
                 key=key,

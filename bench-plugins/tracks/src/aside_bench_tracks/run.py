@@ -103,24 +103,20 @@ def warm_tracks(settings: Settings, data_dir: Path, step: Step) -> dict[str, int
 # ---- the report's extra figures ------------------------------------------------------
 
 
+def _key(record: StepRecord) -> tuple[str, str, int]:
+    return (record.arm, record.phase, int(record.rate))
+
+
 def wire_bytes(records: list[StepRecord]) -> dict[tuple, float]:
     """Bytes the driver received per step (answers' heads and bodies), by (arm, phase, rate)."""
-    found = {}
-    for record in records:
-        received = record.figures.get("bytes_received")
-        if record.completed and received is not None:
-            found[(record.arm, record.phase, int(record.rate))] = float(received)
-    return found
+    received = ((r, r.figures.get("bytes_received")) for r in records if r.completed)
+    return {_key(r): float(bytes_) for r, bytes_ in received if bytes_ is not None}
 
 
 def redis_memory(prom: Prometheus, records: list[StepRecord]) -> dict[tuple, float | None]:
     """Redis' used memory (redis-exporter) right after each step, by (arm, phase, rate)."""
-    found = {}
-    for record in records:
-        if record.completed and record.prom_end:
-            key = (record.arm, record.phase, int(record.rate))
-            found[key] = prom.scalar(REDIS_MEMORY, record.prom_end)
-    return found
+    ended = (r for r in records if r.completed and r.prom_end)
+    return {_key(r): prom.scalar(REDIS_MEMORY, r.prom_end) for r in ended}
 
 
 def tracks_table(
@@ -133,8 +129,7 @@ def tracks_table(
         for result in series_of(results, arm, phase):
             key = (arm, phase, result.step.rate)
             cost = result.cost
-            received = wire.get(key)
-            used = memory.get(key)
+            received, used = wire.get(key), memory.get(key)
             rows.append(
                 [
                     result.step.label,
