@@ -3,10 +3,10 @@ table a second around it, the chart, and what the expiry costs and each mode buy
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from aside_bench.load.samples import sample_lines
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
@@ -46,10 +46,7 @@ class Figures:
 def read_requests(path: Path, expiry_at: float) -> list[Request]:
     found = []
     with path.open() as handle:
-        for text in handle:
-            if not text.strip():
-                continue
-            line = json.loads(text)
+        for _, line in sample_lines(handle, path.name):
             dropped = bool(line.get("dropped"))
             ms = None if dropped else float(line["ms"])
             found.append(Request(float(line["t"]) - expiry_at, ms, not dropped and line["ok"]))

@@ -72,14 +72,7 @@ def long_table(results: list[StepResult]) -> Table:
             result = _find(results, arm, rate)
             if result is None:
                 continue
-            rows.append(
-                [
-                    arm,
-                    str(rate),
-                    *step_cells(result),
-                    *_compute_cells(result),
-                ]
-            )
+            rows.append([arm, str(rate), *step_cells(result), *_compute_cells(result)])
     return Table("cached reads beside compute, by arm and compute rate", LONG_HEADERS, rows)
 
 
@@ -167,10 +160,7 @@ def interference_chart(results: list[StepResult], path: Path, note: str) -> Path
             **style,
         )
     for ax, title, ylabel in panels:
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
-        ax.set_xticks(rates)
-        ax.set_xlabel("compute target rate (requests/s)")
+        ax.set(title=title, ylabel=ylabel, xticks=rates, xlabel="compute target rate (requests/s)")
         ax.grid(True, alpha=0.3)
     for ax in (axes[0][0], axes[0][1]):
         charts.log_y(ax)
