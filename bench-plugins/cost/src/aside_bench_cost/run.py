@@ -46,12 +46,8 @@ class Variant:
         return f"{KIND}-{self.name}"
 
     @property
-    def arm(self) -> str:
-        return "healthz" if self.target == "core" else "cache"
-
-    @property
-    def phase(self) -> str:
-        return "none" if self.target == "core" else "warm"
+    def arm_phase(self) -> tuple[str, str]:
+        return ("healthz", "none") if self.target == "core" else ("cache", "warm")
 
 
 VARIANTS = (
@@ -89,7 +85,7 @@ def variant_of(scenario: str) -> Variant | None:
 def plan(variants: list[Variant], rate: int, duration_s: int, repeat: int) -> list[Step]:
     """Every variant once a round, `repeat` rounds."""
     return [
-        Step(v.scenario, v.arm, v.phase, rate, duration_s, repeat=round_)
+        Step(v.scenario, *v.arm_phase, rate, duration_s, repeat=round_)
         for round_ in range(1, repeat + 1)
         for v in variants
     ]

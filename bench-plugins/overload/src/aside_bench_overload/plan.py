@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from aside_bench.ceiling.search import SearchParams
-from aside_bench_suite.base import parse_names
+from aside_bench_suite.base import SuiteRun, parse_names
 from aside_bench_suite.samples import Check, CheckRecord
 
 from aside_bench_overload import figures as fg
@@ -138,6 +138,10 @@ class OverloadRecord(TypedDict):
     goodput_within_ms: float
     targets: dict[str, float]
     gateway_url: str
+
+
+# An overload run's record, its parameters typed.
+OverloadRun = SuiteRun[OverloadRecord]
 
 
 def parse_arms(text: str | None) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from aside_bench_overload.plan import (
     ArmResult,
     OverloadParams,
     OverloadRecord,
+    OverloadRun,
 )
 from aside_bench_overload.report import one_line, write_report
 
@@ -375,9 +376,7 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
 
 
 # ---- the run ---------------------------------------------------------------------------------
-def run_overload(
-    settings: Settings, params: OverloadParams, seed: SeedData
-) -> SuiteRun[OverloadRecord]:
+def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> OverloadRun:
     machine = describe()
     bench = Bench(settings, params, seed, int(machine["nproc"] or 1), GatewayProbe(settings))
     run = SuiteRun(params.run_id, "overload", seed.meta, _params_record(params, settings))

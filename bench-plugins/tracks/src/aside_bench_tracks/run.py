@@ -75,15 +75,12 @@ def warm_tracks(settings: Settings, data_dir: Path, step: Step) -> dict[str, int
     flush_cache(settings)
     ids = [t["id"] for t in load_tracks(data_dir)]
     query = trackplan.query(step.arm)
+    tracks = f"{settings.gateway_url}/api/v1/tracks"
 
     def read(chunk: list[int]) -> list[str]:
         with requests.Session() as session:
-            return [
-                session.get(
-                    f"{settings.gateway_url}/api/v1/tracks/{i}?{query}", timeout=60
-                ).headers.get("X-Cache", "")
-                for i in chunk
-            ]
+            answers = (session.get(f"{tracks}/{i}?{query}", timeout=60) for i in chunk)
+            return [answer.headers.get("X-Cache", "") for answer in answers]
 
     chunks = [ids[i::WARM_WORKERS] for i in range(WARM_WORKERS)]
     try:
