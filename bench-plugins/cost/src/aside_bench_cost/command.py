@@ -1,5 +1,4 @@
-"""`aside-bench cost`: the load driver's own CPU per request against a plain
-net/http loop, the variants taking turns."""
+"""`aside-bench cost`: the driver's own CPU per request against a plain net/http loop."""
 
 from __future__ import annotations
 

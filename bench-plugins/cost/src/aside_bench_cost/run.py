@@ -1,17 +1,6 @@
-"""What the load driver itself costs: its own CPU per completed request at one
-fixed rate, side by side in one run with a plain Go net/http open-model loop
-(the driver's `ENGINE=reference`: a sleep and a goroutine per request, the
-default client), both against the core's /healthz, and the driver's read
-scenario against the warm cache arm for what a bench step costs it. The
-variants take turns (A B A B), so a drift of the machine lands in both.
-
-Per variant: the driver's CPU seconds per 1,000 completed requests (its
-utime + stime, /proc/<pid>/stat, as every step records it), its share of the
-machine's cores, the achieved rate, p95 and drops.
-
-The variants and their runs are pure and unit-tested; `run_variants` drives
-them with the bench's runner, one step each.
-"""
+"""What the load driver itself costs: its CPU per completed request at one rate beside a
+plain net/http loop (`ENGINE=reference`), both against the core's /healthz, and its read
+scenario on the warm cache arm. The variants take turns, so a drift lands in both."""
 
 from __future__ import annotations
 
@@ -57,12 +46,8 @@ class Variant:
         return f"{KIND}-{self.name}"
 
     @property
-    def arm(self) -> str:
-        return "healthz" if self.target == "core" else "cache"
-
-    @property
-    def phase(self) -> str:
-        return "none" if self.target == "core" else "warm"
+    def arm_phase(self) -> tuple[str, str]:
+        return ("healthz", "none") if self.target == "core" else ("cache", "warm")
 
 
 VARIANTS = (
@@ -84,7 +69,7 @@ class VariantError(ValueError):
 
 
 def parse_variants(text: str | None) -> list[Variant]:
-    """'driver reference' -> those variants in the table's order; None or '': the default two."""
+    """'driver reference' -> those variants in the table's order; none: the default two."""
     words = [word for word in re.split(r"[\s,]+", (text or "").strip()) if word]
     unknown = [word for word in words if word not in NAMES]
     if unknown:
@@ -100,7 +85,7 @@ def variant_of(scenario: str) -> Variant | None:
 def plan(variants: list[Variant], rate: int, duration_s: int, repeat: int) -> list[Step]:
     """Every variant once a round, `repeat` rounds."""
     return [
-        Step(v.scenario, v.arm, v.phase, rate, duration_s, repeat=round_)
+        Step(v.scenario, *v.arm_phase, rate, duration_s, repeat=round_)
         for round_ in range(1, repeat + 1)
         for v in variants
     ]
@@ -136,8 +121,7 @@ def cpu_per_1000(result: StepResult) -> float | None:
 
 @dataclass(frozen=True)
 class VariantCost:
-    """A variant's cost, the median over its rounds, each round's kept (a row of
-    run.json's "cost")."""
+    """A variant's cost, the median of its rounds, each kept (a row of run.json's "cost")."""
 
     variant: str
     what: str

@@ -1,6 +1,4 @@
-"""`aside-bench run --scenario expiry`: the hot set's reads held across the
-end of the cache's TTL, for each expiry mode, the cache off as the reference,
-without and with the email index (plan/expiry.py)."""
+"""`aside-bench run --scenario expiry`: the hot set's reads across the cache TTL's end."""
 
 from __future__ import annotations
 
@@ -39,12 +37,9 @@ def options(args: argparse.Namespace, run_id: str, settings: config.Settings) ->
         rates=rates,
         arms=arms,
         ttl_s=ttl,
-        max_pool=args.max_pool,
         timeout_s=args.timeout,
         recover_timeout_s=args.recover_timeout,
-        hot_share=args.hot_share,
-        cold_sample=args.cold_sample,
-        live=args.live,
+        **{name: getattr(args, name) for name in ("max_pool", "hot_share", "cold_sample", "live")},
     )
 
 

@@ -1,14 +1,6 @@
-"""The `expiry` scenario's plan (pure): the hot set's reads held across the end
-of the cache's TTL, once per way of handling an expiry (the gateway's
-CACHE_EXPIRY) and with the cache off as the reference, on the table as seeded
-and with a temporary email index. The run itself is sweep/expiry.py, its
-report report/expiry.py.
-
-Timeline of a cached arm (seconds from the fill, E = the fill + the TTL): the
-load starts right after the fill and ends `TAIL_S` after the expiry window;
-the steady window [E - lead - width, E - lead) holds no expiry, the expiry
-window [E - lead, E - lead + width) holds every key's end.
-"""
+"""The `expiry` scenario's plan (pure): per CACHE_EXPIRY mode and the cache off, with
+and without an email index. E = the fill + the TTL: the steady window
+[E - lead - width, E - lead) holds no expiry, [E - lead, E - lead + width) every key's."""
 
 from __future__ import annotations
 
@@ -73,7 +65,7 @@ class Windows:
 
 
 def parse_arms(text: str | None) -> list[Arm]:
-    """'plain swr+index' -> the arms, unindexed ones first (the index is built once)."""
+    """'plain swr+index' -> the arms, unindexed first (the index is built once)."""
     words = [w for w in re.split(r"[\s,]+", (text or "").strip()) if w] or list(DEFAULT_ARMS)
     arms: list[Arm] = []
     for word in words:
@@ -90,9 +82,7 @@ def parse_arms(text: str | None) -> list[Arm]:
 
 
 def windows_for(ttl_s: int) -> Windows:
-    """The windows for a TTL: WINDOW_S each when the TTL leaves room for the
-    steady one after the fill and the driver's start (three seconds), narrower
-    for a short TTL."""
+    """WINDOW_S each when the TTL leaves room after the fill and the driver's start (3 s)."""
     if ttl_s < MIN_TTL_S:
         raise ExpiryPlanError(f"the expiry scenario needs a TTL of at least {MIN_TTL_S}s")
     lead = min(LEAD_S, max(1, ttl_s // 6))
@@ -101,8 +91,7 @@ def windows_for(ttl_s: int) -> Windows:
 
 
 def load_seconds(arm: Arm, ttl_s: int, since_fill_s: float) -> int:
-    """How long the driver runs, started `since_fill_s` after the fill began:
-    to the expiry window's end and TAIL_S beyond; the reference NOCACHE_S."""
+    """The driver's seconds from `since_fill_s` after the fill to TAIL_S past the expiry window."""
     if arm.mode is None:
         return NOCACHE_S
     end = ttl_s + windows_for(ttl_s).expiry[1] + TAIL_S

@@ -1,5 +1,4 @@
-"""The `expiry` scenario's records: each arm's run (its fill, its load, the
-readings a second) as run.json keeps them (sweep/expiry.py writes, report/expiry.py reads)."""
+"""The `expiry` scenario's records: each arm's run as run.json keeps them."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Reading:
-    """One sampler reading: the rows PostgreSQL read from users by scanning it
-    (and the table's rows, which make them full scans), the gateway's counters."""
+    """One reading: rows PostgreSQL scanned of users (and its rows), the gateway's counters."""
 
     t: float
     rows_scanned: int

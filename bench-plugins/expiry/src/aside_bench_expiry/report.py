@@ -1,15 +1,12 @@
-"""The `expiry` scenario's report: each arm's steady window against the window
-holding the expiry (latency from the driver's every request, full scans and
-the gateway's counters from the readings a second), a table a second around
-the expiry, the chart, and the answer: what the expiry costs with `plain` and
-what each mode buys."""
+"""The `expiry` scenario's report: each arm's steady window against the expiry's, a
+table a second around it, the chart, and what the expiry costs and each mode buys."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from aside_bench.load.samples import sample_lines
 from aside_bench.records.tierstats import nearest_rank
 from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
@@ -49,10 +46,7 @@ class Figures:
 def read_requests(path: Path, expiry_at: float) -> list[Request]:
     found = []
     with path.open() as handle:
-        for text in handle:
-            if not text.strip():
-                continue
-            line = json.loads(text)
+        for _, line in sample_lines(handle, path.name):
             dropped = bool(line.get("dropped"))
             ms = None if dropped else float(line["ms"])
             found.append(Request(float(line["t"]) - expiry_at, ms, not dropped and line["ok"]))
@@ -294,8 +288,7 @@ def expiry_chart(
         ax.axvspan(*windows.expiry, color="#f4cccc", alpha=0.4, label="expiry window")
         ax.axvline(0, color="grey", linewidth=0.8)
         charts.log_y(ax)
-        ax.set_title(f"{rate} reads/s: p99 a second")
-        ax.set_xlabel("seconds from the TTL's end (E)")
+        ax.set(title=f"{rate} reads/s: p99 a second", xlabel="seconds from the TTL's end (E)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("ms (log scale)")
     axes[0][0].legend(fontsize=7)

@@ -1,9 +1,5 @@
-"""The `expiry` scenario's run (its plan is plan/expiry.py, its report
-report/expiry.py): for each rate and arm, the gateway restarted with the arm's
-CACHE_EXPIRY and the scenario's TTL, the read mix's keys filled at once, the
-driver's reads held across the TTL's end with every request kept (its
-samples file), and once a second PostgreSQL's full scans of `users` and the
-gateway's cache counters."""
+"""The `expiry` scenario's run: per rate and arm, the keys filled at once, every request
+kept across the TTL's end, and a reading a second of full scans and cache counters."""
 
 from __future__ import annotations
 

@@ -1,3 +1,2 @@
-"""The interference scenario: CPU work beside the cached reads, by engine
-and kind. A plug-in of aside-bench: `SCENARIO` is registered under the
-entry-point group `aside_bench.scenarios`."""
+"""The interference scenario: CPU work beside cached reads; a plug-in of aside-bench
+(`SCENARIO`, entry-point group `aside_bench.scenarios`)."""

@@ -1,7 +1,5 @@
-"""The interference scenario's report: the reads' latency and drops next to the
-compute throughput, per arm (engine and kind) and compute rate, as tables
-(pure) and one chart. Built from StepResults whose `compute` holds the compute
-requests that ran beside the step's reads (collect.compute_beside)."""
+"""The interference report: the reads' latency and drops beside the compute throughput
+(StepResult.compute), per arm and compute rate, as tables and a chart."""
 
 from __future__ import annotations
 
@@ -74,14 +72,7 @@ def long_table(results: list[StepResult]) -> Table:
             result = _find(results, arm, rate)
             if result is None:
                 continue
-            rows.append(
-                [
-                    arm,
-                    str(rate),
-                    *step_cells(result),
-                    *_compute_cells(result),
-                ]
-            )
+            rows.append([arm, str(rate), *step_cells(result), *_compute_cells(result)])
     return Table("cached reads beside compute, by arm and compute rate", LONG_HEADERS, rows)
 
 
@@ -143,8 +134,7 @@ def write_interference(run: RunRecord, results: list[StepResult], out_dir: Path)
 
 
 def interference_chart(results: list[StepResult], path: Path, note: str) -> Path:
-    """Four panels against the compute rate, one line per arm: the reads' p95 and
-    p99, the reads' drop rate, and the compute throughput against its target."""
+    """Against the compute rate, per arm: reads' p95, p99, drops; compute against target."""
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
     rates = rates_of(results)
@@ -170,10 +160,7 @@ def interference_chart(results: list[StepResult], path: Path, note: str) -> Path
             **style,
         )
     for ax, title, ylabel in panels:
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
-        ax.set_xticks(rates)
-        ax.set_xlabel("compute target rate (requests/s)")
+        ax.set(title=title, ylabel=ylabel, xticks=rates, xlabel="compute target rate (requests/s)")
         ax.grid(True, alpha=0.3)
     for ax in (axes[0][0], axes[0][1]):
         charts.log_y(ax)

@@ -1,5 +1,4 @@
-"""The interference scenario as the core's registry holds it: its options of
-`run`, the check of its work, its driver variables and its report."""
+"""The interference scenario as the core's registry holds it."""
 
 from __future__ import annotations
 

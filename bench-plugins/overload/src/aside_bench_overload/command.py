@@ -1,6 +1,5 @@
-"""`aside-bench overload`: goodput, sheds and recovery past an arm's ceiling;
-its options (the ceiling search's defaults from the suite's ArmSearch) and the
-searches they give every arm."""
+"""`aside-bench overload`: goodput, sheds and recovery past an arm's ceiling; its options
+and the searches they give every arm."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ from aside_bench_overload.run import run_overload
 
 
 def _add_search_options(over: argparse.ArgumentParser) -> None:
-    """The ceiling search's options: not given, each arm searches its own way
-    (overload.ARM_SEARCHES: the memory tiers' higher ladder, nocache's full
-    scans on a ladder of their own)."""
+    """The ceiling search's options; not given, each arm searches its own way (ARM_SEARCHES)."""
     cached = overload.ArmSearch()
     for flag, checked, what, value in (
         ("--search-start", opt.positive, "first rate", lambda s: s.rates.start),
@@ -73,17 +70,10 @@ def add(over: argparse.ArgumentParser) -> None:
 def overload_searches(
     args: argparse.Namespace,
 ) -> tuple[overload.ArmSearch, dict[str, overload.ArmSearch]]:
-    """The ceiling search of the cached tiers, and of the arms searched their
-    own way (overload.ARM_SEARCHES): what the options give, for every arm."""
-    chosen = {
-        name: value
-        for name, value in (
-            ("start", args.search_start),
-            ("ladder_step", args.search_step),
-            ("max_rate", args.search_max),
-        )
-        if value is not None
-    }
+    """The cached tiers' ceiling search, and the ARM_SEARCHES arms', as the options give them."""
+    given = (args.search_start, args.search_step, args.search_max)
+    names = ("start", "ladder_step", "max_rate")
+    chosen = {name: value for name, value in zip(names, given, strict=True) if value is not None}
 
     def applied(search: overload.ArmSearch) -> overload.ArmSearch:
         p95_ms = search.p95_ms if args.p95_ms is None else args.p95_ms

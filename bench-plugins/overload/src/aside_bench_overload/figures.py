@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import ClassVar, TypedDict
 
 from aside_bench.load.samples import number, sample_lines
 from aside_bench.records.saturation import busy_share, noisy, steal_share
@@ -22,11 +22,8 @@ SHED_STATUS = 503
 
 @dataclass(frozen=True)
 class Request:
-    """One line of the samples file: when it was due and sent (epoch s), how
-    long the client waited, its status (0: no answer) and, with no answer,
-    why (`timeout`, `connection_reset`, ...), and whether it went over a
-    connection the driver opened for it. A dropped iteration has no status
-    and is never sent."""
+    """A samples file's line: due and sent (epoch s), status (0: no answer, `error` why),
+    and whether its connection was opened for it; a dropped one was never sent."""
 
     due: float
     sent: float
@@ -112,9 +109,8 @@ class RequestFigures:
     dropped: int
     served: Latency
     shed: Latency
-    # The served apart: on a connection open before the request (the gateway's
-    # steady state), and on one the driver opened for it, whose first request
-    # waits until a busy worker's loop accepts the connection.
+    # The served on a connection open before (the steady state) and on one opened for
+    # them, whose first request waits until a busy worker's loop accepts it.
     served_open: Latency
     served_new: Latency
     good: int  # served within GOODPUT_WITHIN_MS
@@ -165,15 +161,13 @@ def per_second(requests: Sequence[Request], start: float, duration_s: int) -> li
 
 # Judged for recovery, the rest of the step lasts at least this long.
 MIN_WINDOW_S = 5
-# A stray 503 of a noisy second is not a backlog: at most this share of a
-# recovered window, or of a step of the ceiling search that held, is shed.
+# A noisy second's stray 503 is no backlog: a recovered window or held step sheds at most this.
 MAX_SHED_SHARE = 0.01
 
 
 @dataclass(frozen=True)
 class SearchStep:
-    """One step of the ceiling search: the driver's summary figures and the
-    requests the gateway counted as shed (its 503s) over the step."""
+    """A step of the ceiling search: the driver's figures and the gateway's sheds (503s)."""
 
     rate: int
     requests: int
@@ -184,10 +178,8 @@ class SearchStep:
     steal: float | None = None  # the host's share of the machine's cores over the step
 
     def holds(self, p95_limit_ms: float) -> bool:
-        """The served p95 within the limit, nothing dropped, no failure but
-        the gateway's sheds, and those at most MAX_SHED_SHARE of the step: a
-        door that refuses a few reads of a noisy second does not set the
-        ceiling (its sheds are reported), one that sheds the excess does."""
+        """p95 within the limit, nothing dropped, no failure but sheds, at most MAX_SHED_SHARE:
+        a few sheds of a noisy second do not set the ceiling, shedding the excess does."""
         return (
             self.p95_ms is not None
             and self.p95_ms <= p95_limit_ms
@@ -200,17 +192,27 @@ class SearchStep:
     def noisy(self) -> bool:
         return noisy(self.steal)
 
-    def as_dict(self, held: bool, counted: bool = True) -> dict[str, Any]:
+    def as_dict(self, held: bool, counted: bool = True) -> SearchRecord:
         """The step as report.json keeps it: its verdict, not its request count."""
         found = asdict(self)
         del found["requests"]
         return {"rate": self.rate, "held": held, "counted": counted, **found}
 
 
+class SearchRecord(TypedDict):
+    rate: int
+    held: bool
+    counted: bool
+    p95_ms: float | None
+    dropped: int
+    failed: int
+    shed: int
+    steal: float | None
+
+
 @dataclass(frozen=True)
 class Window:
-    """The recovery step's requests due from `from_s` seconds after the
-    overload's end to the step's end."""
+    """The recovery step's requests due from `from_s` after the overload's end on."""
 
     from_s: float
     due: int
@@ -220,8 +222,7 @@ class Window:
     dropped: int
 
     def normal(self, limit_ms: float) -> bool:
-        """Served at the p95 allowed, nothing unanswered or dropped, at most
-        MAX_SHED_SHARE shed."""
+        """p95 within the limit, nothing unanswered or dropped, at most MAX_SHED_SHARE shed."""
         return (
             self.served.p95_ms is not None
             and self.served.p95_ms <= limit_ms
@@ -245,9 +246,7 @@ def window(requests: Sequence[Request], overload_end: float, from_s: float) -> W
 def recovery_s(
     requests: Sequence[Request], overload_end: float, step_end: float, limit_ms: float
 ) -> float | None:
-    """Whole seconds from the overload's end to the first instant from which
-    the rest of the step is normal (Window.normal); None when no rest of at
-    least MIN_WINDOW_S is."""
+    """Whole seconds from the overload's end until the rest (>= MIN_WINDOW_S) is normal."""
     at = 0
     while overload_end + at + MIN_WINDOW_S <= step_end:
         if window(requests, overload_end, at).normal(limit_ms):
@@ -269,12 +268,13 @@ class Counters:
     gc_collections: float = 0.0
     gc_pause_s: float = 0.0
 
+    # The totals a step's figure is the increase of.
+    TOTALS: ClassVar = ("breaker_skips", "fallback_reads", "gc_collections", "gc_pause_s")
+
 
 @dataclass(frozen=True)
 class MachineReading:
-    """One reading of the machine and the services the step loads: the busy
-    and total clock ticks of every core (/proc/stat) and the CPU ticks of the
-    gateway's and Redis's process trees (None where not read)."""
+    """Busy and total ticks of every core (/proc/stat), the gateway's and Redis's CPU ticks."""
 
     busy_ticks: int
     total_ticks: int
@@ -292,16 +292,14 @@ class MachineReading:
 
 @dataclass(frozen=True)
 class MachineShare:
-    """The machine over a step: the share of its cores that were busy (every
-    process, the driver's too) and the cores the gateway and Redis used."""
+    """Over a step: the cores' busy share (every process) and the gateway's and Redis's cores."""
 
     busy: float | None
     gateway_cores: float | None
     redis_cores: float | None
     # Of `busy`: the cores' time the hypervisor gave other guests.
     steal: float | None = None
-    # How long a gateway worker's event loop was ready to run with no core
-    # free: ms in each second of the step (a worker's mean), and ms a turn.
+    # A worker's event loop ready with no core free: ms a second (a worker's mean), ms a turn.
     loop_wait_ms_per_s: float | None = None
     loop_wait_ms_per_turn: float | None = None
 
@@ -324,8 +322,7 @@ class MachineShare:
 def loop_wait(
     before: RunQueue | None, after: RunQueue | None, seconds: float
 ) -> dict[str, float | None]:
-    """The event loops' wait for a core between two readings of the same
-    workers: a worker's mean ms per second, and the mean ms per turn."""
+    """The same workers' loops' wait for a core: a worker's mean ms a second, ms a turn."""
     if before is None or after is None or before.pids != after.pids or seconds <= 0:
         return {}
     waited_ms = (after.wait_ns - before.wait_ns) / 1e6
@@ -349,8 +346,7 @@ class StepFigures:
     driver_cpu_s: float | None
     cores: int
     machine: MachineShare | None = None
-    # The step after the overload only: seconds from the overload's end until
-    # the rest of the step was normal, and its requests from the targets' 2 s on.
+    # The step after the overload only: seconds until the rest was normal, and its window.
     recovery_s: float | None = None
     recovery_window: Window | None = None
 
@@ -367,13 +363,35 @@ class StepFigures:
         cores = self.driver_cores
         return None if cores is None else cores / max(self.cores, 1)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> StepRecord:
         return {
             **asdict(self),
             "goodput_rps": round(self.goodput_rps, 1),
             "driver_cores": self.driver_cores,
             "driver_share": self.driver_share,
         }
+
+
+class StepRecord(TypedDict):
+    """A step as report.json keeps it: its fields, the records among them as dicts, and
+    the figures derived from them."""
+
+    arm: str
+    label: str
+    factor: float
+    rate: int
+    duration_s: int
+    start: float
+    requests: dict[str, object]
+    counters: dict[str, object]
+    driver_cpu_s: float | None
+    cores: int
+    machine: dict[str, float | None] | None
+    recovery_s: float | None
+    recovery_window: dict[str, object] | None
+    goodput_rps: float
+    driver_cores: float | None
+    driver_share: float | None
 
 
 # ---- verdicts -------------------------------------------------------------------------------
@@ -387,8 +405,7 @@ class Targets:
 
 
 def overload_checks(step: StepFigures, ceiling: int, targets: Targets) -> list[Check]:
-    """An overload step (above the ceiling): goodput held, served fast, shed
-    fast, nothing timed out, the breaker shut."""
+    """Above the ceiling: goodput held, served and shed fast, no timeout, the breaker shut."""
     req, at = step.requests, step.label
     floor = targets.goodput_share * ceiling
     return [
@@ -425,9 +442,8 @@ def recovery_limit_ms(before: StepFigures, targets: Targets) -> float | None:
 
 
 def recovery_check(after: StepFigures, before: StepFigures, targets: Targets) -> Check:
-    """The step after the overload, from `targets.recovery_s` after the
-    overload's end to its own end: served at a p95 within the factor of the
-    p95 before the overload, nothing unanswered or dropped, next to nothing shed."""
+    """From `targets.recovery_s` after the overload: p95 within the factor of the one
+    before, nothing unanswered or dropped, next to nothing shed."""
     limit = recovery_limit_ms(before, targets)
     name = (
         f"recovery: p95 from {targets.recovery_s:g} s after the overload within "

@@ -1,15 +1,14 @@
-"""What `aside-bench overload` runs: its arms, factors, searches, parameters and an
-arm's result."""
+"""What `aside-bench overload` runs: its arms, factors, searches, parameters, results."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from aside_bench.ceiling.search import SearchParams
-from aside_bench_suite.base import parse_names
-from aside_bench_suite.samples import Check
+from aside_bench_suite.base import SuiteRun, parse_names
+from aside_bench_suite.samples import Check, CheckRecord
 
 from aside_bench_overload import figures as fg
 
@@ -22,9 +21,8 @@ TTL_MARGIN_S = 10
 QUIET_DEADLINE_S = 120.0
 HOT_SHARE = 0.9
 COLD_SAMPLE = 200
-# A step's driver opens its connections (CONNS) before its first request, which
-# falls due this long after it starts; those not open by then are opened as
-# the requests need them.
+# A step's first request falls due this long after its driver starts, to open CONNS first
+# (those not open by then are opened as needed).
 OPEN_LEAD_S = 3.0
 
 
@@ -34,14 +32,11 @@ class ArmSearch:
     p95_ms: float = 10.0
 
 
-# The uncached read is a full scan, tens of milliseconds each and a few dozen
-# a second on this table: the cached tiers' ladder (from 200/s) and p95 (10 ms)
-# would find no rate it holds.
+# The uncached read is a full scan (tens of ms, a few dozen a second): the cached
+# tiers' ladder and p95 would find no rate it holds.
 UNCACHED_SEARCH = ArmSearch(SearchParams(start=5, ladder_step=5, max_rate=100), 500.0)
-# The tiers that answer hits from the worker's memory hold two to three times
-# the Redis tier's rate: the cached ladder's top (8,000/s) would leave their
-# ceiling a lower bound on a fast machine, and its 400/s rungs take twenty
-# steps to climb to where they begin to miss.
+# The memory tiers hold 2-3x the Redis tier's rate: the cached ladder's top (8,000/s)
+# would cap them on a fast machine, its 400/s rungs take twenty steps to their misses.
 MEMORY_SEARCH = ArmSearch(SearchParams(start=400, ladder_step=800, max_rate=24000))
 ARM_SEARCHES = {
     **{arm: MEMORY_SEARCH for arm in ("hybrid", "tracking", "l1")},
@@ -63,10 +58,8 @@ class OverloadParams:
     timeout_s: int = 10
     max_pool: int = 1000
     targets: fg.Targets = field(default_factory=fg.Targets)
-    # Each step's driver opens its pool before its first request; False: as
-    # its requests need them, so the steps also measure new connections.
+    # False: each step's driver opens connections as needed, measuring new ones too.
     open_pool: bool = True
-    # How long before its first request each step's driver starts, to open its pool.
     open_lead_s: float = OPEN_LEAD_S
 
     def search_of(self, arm: str) -> ArmSearch:
@@ -89,7 +82,7 @@ class ArmResult:
     def passed(self) -> bool:
         return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ArmRecord:
         return {
             "arm": self.arm,
             "passed": self.passed,
@@ -102,6 +95,53 @@ class ArmResult:
             "steps": [s.as_dict() for s in self.steps],
             "checks": [c.as_dict() for c in self.checks],
         }
+
+
+class ArmRecord(TypedDict):
+    """An arm as report.json keeps it."""
+
+    arm: str
+    passed: bool
+    error: str | None
+    ceiling: int | None
+    ceiling_from: str
+    capped: bool
+    max_pool: int | None
+    search: list[fg.SearchRecord]
+    steps: list[fg.StepRecord]
+    checks: list[CheckRecord]
+
+
+class ArmSearchRecord(TypedDict):
+    rates: dict[str, int]
+    p95_ms: float
+
+
+class OverloadRecord(TypedDict):
+    """report.json's "params" of an overload run."""
+
+    arms: list[str]
+    ceilings_given: dict[str, int]
+    duration_s: int
+    baseline_factor: float
+    overload_factors: list[float]
+    search: dict[str, int]
+    search_duration_s: int
+    search_p95_ms: float
+    arm_searches: dict[str, ArmSearchRecord]
+    timeout_s: int
+    max_pool: int
+    open_pool: bool
+    open_lead_s: float
+    hot_share: float
+    cold_sample: int
+    goodput_within_ms: float
+    targets: dict[str, float]
+    gateway_url: str
+
+
+# An overload run's record, its parameters typed.
+OverloadRun = SuiteRun[OverloadRecord]
 
 
 def parse_arms(text: str | None) -> tuple[str, ...]:

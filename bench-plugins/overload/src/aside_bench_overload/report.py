@@ -7,10 +7,10 @@ from pathlib import Path
 from aside_bench.ceiling.search import RERUN_VERDICT
 from aside_bench.plan.steps import SCRAPE_ROOM
 from aside_bench.report.tables import Table
-from aside_bench_suite.base import SuiteRun, item_section, save_report, suite_page
+from aside_bench_suite.base import item_section, save_report, suite_page
 
 from aside_bench_overload import figures as fg
-from aside_bench_overload.plan import ArmResult
+from aside_bench_overload.plan import ArmResult, OverloadRun
 
 CHART = "overload.png"
 
@@ -112,9 +112,7 @@ def machine_table(arm: ArmResult) -> Table:
 
 
 def _verdict(held: bool, counted: bool) -> str:
-    if held:
-        return "held"
-    return "missed" if counted else RERUN_VERDICT
+    return "held" if held else "missed" if counted else RERUN_VERDICT
 
 
 def search_table(arm: ArmResult) -> Table:
@@ -174,18 +172,15 @@ def chart(arms: list[ArmResult], run_targets: dict[str, float], path: Path, capt
             below = -10 if s.label != "0.6x after" else 6
             ax.annotate(s.label, (s.rate, _goodput(s)), fontsize=7,
                         textcoords="offset points", xytext=(4, below))  # fmt: skip
-        ax.set_xlim(0, top)
-        ax.set_ylim(0, top)
-        ax.set_xlabel("offered load (requests/s)")
-        ax.set_ylabel("goodput (requests/s)")
-        ax.set_title(arm.arm)
+        ax.set(xlim=(0, top), ylim=(0, top), title=arm.arm)
+        ax.set(xlabel="offered load (requests/s)", ylabel="goodput (requests/s)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle("Overload: goodput against the offered load")
     return charts.finish(fig, path, caption)
 
 
-def _connections(run: SuiteRun, arms: list[ArmResult]) -> str:
+def _connections(run: OverloadRun, arms: list[ArmResult]) -> str:
     params = run.params
     caps = sorted({a.max_pool for a in arms if a.max_pool is not None})
     if caps:
@@ -208,7 +203,7 @@ def _connections(run: SuiteRun, arms: list[ArmResult]) -> str:
     )
 
 
-def _own_searches(run: SuiteRun) -> str:
+def _own_searches(run: OverloadRun) -> str:
     own = [
         f"{arm}: p95 <= {search['p95_ms']:g} ms, rates from {search['rates']['start']}/s "
         f"by {search['rates']['ladder_step']} up to {search['rates']['max_rate']}/s"
@@ -217,7 +212,7 @@ def _own_searches(run: SuiteRun) -> str:
     return f" ({'; '.join(own)})" if own else ""
 
 
-def _context(run: SuiteRun, arms: list[ArmResult]) -> list[str]:
+def _context(run: OverloadRun, arms: list[ArmResult]) -> list[str]:
     p, t = run.params, run.params["targets"]
     return [
         f"load: the driver's read scenario through {p['gateway_url']} ({p['hot_share']:.0%} hot "
@@ -258,19 +253,15 @@ def _context(run: SuiteRun, arms: list[ArmResult]) -> list[str]:
     ]
 
 
-def write_report(run: SuiteRun, arms: list[ArmResult], out_dir: Path) -> list[Table]:
+def write_report(run: OverloadRun, arms: list[ArmResult], out_dir: Path) -> list[Table]:
     doc = suite_page("overload", run)
     doc.ul(_context(run, arms))
     tables = [summary_table(arms)]
     doc.table(tables[0])
     measured = [a for a in arms if not a.error]
     if measured:
-        path = chart(
-            measured,
-            run.params["targets"],
-            out_dir / CHART,
-            "dashed: goodput = offered; dotted: the ceiling",
-        )
+        caption = "dashed: goodput = offered; dotted: the ceiling"
+        path = chart(measured, run.params["targets"], out_dir / CHART, caption)
         doc.image(path, "goodput against the offered load, per arm")
     for arm in arms:
         own = []

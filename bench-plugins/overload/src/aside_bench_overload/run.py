@@ -1,13 +1,11 @@
-"""`aside-bench overload`: each arm's ceiling (given or searched), then steps at 0.6x,
-1.25x, 1.5x, 2x and a recovery at 0.6x started as the 2x schedule ends
-(docs/bench/suites.md, "Past the ceiling")."""
+"""`aside-bench overload`: each arm's ceiling, then 0.6x, 1.25x, 1.5x, 2x and a recovery
+at 0.6x started as the 2x schedule ends (docs/bench/suites.md, "Past the ceiling")."""
 
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from aside_bench.ceiling.search import Trial, ceiling_of, next_trial, run_again
 from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
@@ -24,13 +22,7 @@ from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
 from aside_bench.sweep.stepprobe import GatewayProbe
 from aside_bench.sweep.warmtiers import warm_l1
-from aside_bench_suite.base import (
-    SuiteRun,
-    increase,
-    open_run,
-    run_items,
-    sleep_until,
-)
+from aside_bench_suite.base import SuiteRun, increase, open_run, run_items, sleep_until
 
 from aside_bench_overload import figures as fg
 from aside_bench_overload.plan import (
@@ -42,6 +34,8 @@ from aside_bench_overload.plan import (
     TTL_MARGIN_S,
     ArmResult,
     OverloadParams,
+    OverloadRecord,
+    OverloadRun,
 )
 from aside_bench_overload.report import one_line, write_report
 
@@ -53,11 +47,9 @@ class Bench:
     params: OverloadParams
     seed: SeedData
     cores: int
-    # The gateway's and Redis's CPU, when their pids are the stack loaded.
-    probe: GatewayProbe
+    probe: GatewayProbe  # the gateway's and Redis's CPU, when their pids are the stack loaded
     drivers: int = 0  # driver processes started so far (each its own files)
-    # What each gateway worker holds before it answers a connection 503, read
-    # as an arm starts (None: the gateway does not say).
+    # What a gateway worker holds before it answers 503, read as an arm starts (None: unsaid).
     connections_per_worker: int | None = None
 
     @property
@@ -66,8 +58,7 @@ class Bench:
 
     @property
     def lead_s(self) -> float:
-        """How long before its first request a step's driver starts: the time
-        to open its pool, none when it opens connections as it goes."""
+        """How long before its first request a step's driver starts, to open its pool."""
         return self.params.open_lead_s if self.params.open_pool else 0.0
 
     def emails(self) -> list[str]:
@@ -83,12 +74,8 @@ class Bench:
         samples: bool,
         start_at: float | None = None,
     ) -> LoadRun:
-        """A step's driver run (with every request in its samples file, or,
-        for the search's, its summary only); it opens its pool's connections
-        before its first request (unless told not to), as a client's pool
-        holds them, so none is opened mid-step and the ceiling is measured as
-        the steps past it run; `start_at` (epoch s) is when its first request
-        falls due."""
+        """A step's driver run (samples kept unless a search step's); it opens its pool first
+        (as a client's pool holds them) unless told not to; `start_at`: its first due (epoch s)."""
         self.drivers += 1
         stem = self.params.out_dir / f"{self.drivers:03d}-{arm}-{phase}-{rate}"
         pool = pool_for(rate, self.max_pool)
@@ -107,8 +94,7 @@ class Bench:
                 "HOT_SHARE": str(HOT_SHARE),
                 "COLD_SAMPLE": str(COLD_SAMPLE),
                 **({"CONNS": str(pool)} if self.params.open_pool else {}),
-                # A start ahead only: the driver refuses one already past
-                # (a step without a lead starts as soon as it can).
+                # A start ahead only: the driver refuses one already past.
                 **(
                     {"START_AT": str(round(start_at * 1000))}
                     if start_at is not None and start_at > time.time()
@@ -140,18 +126,16 @@ def prepare(bench: Bench, arm: str, span_s: int) -> None:
     if mode is None or mode == "off":
         return
     refill = expires_within(bench.settings, span_s + TTL_MARGIN_S)
-    # A warm-up read the door refuses is asked again after its Retry-After
-    # (stack/prepare.py, DOOR_RETRY).
-    if arm in L1_ARMS:
-        # L1 entries live 30 s by default: filled again through every worker each time.
+    # A warm-up read the door refuses is asked again (stack/prepare.py, DOOR_RETRY).
+    if arm in L1_ARMS:  # L1 entries live 30 s: filled again through every worker each time
         warm_l1(bench.settings, bench.emails(), mode, flush=refill)
     elif refill:
         warm_cache(bench.settings, bench.emails(), flush=True, mode=mode)
 
 
 def gateway_for(settings: Settings, arm: str) -> None:
-    """The gateway restarted with an arm's own settings, when it has some."""
-    # Warm reads write nothing to Redis, so no tracking message costs the other arms.
+    """The gateway restarted with an arm's own settings (warm reads write nothing to Redis,
+    so untracked=False costs the other arms no tracking message)."""
     wanted = gateway_env(arm, untracked=False)
     if wanted:
         control = ServiceControl(settings)
@@ -161,8 +145,7 @@ def gateway_for(settings: Settings, arm: str) -> None:
 
 # ---- the ceiling ------------------------------------------------------------------------------
 def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
-    """One step of the search, over a pool opened before it (unless told
-    not to), with the gateway's sheds and the host's steal over it."""
+    """One step of the search, with the gateway's sheds and the host's steal over it."""
     params = bench.params
     prepare(bench, arm, params.search_duration_s + math.ceil(bench.lead_s))
     run = bench.load_run(
@@ -186,12 +169,11 @@ def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
 
 def search_ceiling(bench: Bench, result: ArmResult) -> None:
     search = bench.params.search_of(result.arm)
-    p95_ms = search.p95_ms
     history: list[Trial] = []
     reruns = 0  # noisy misses of the rate now tried, run again
     while (rate := next_trial(history, search.rates)) is not None:
         found = search_step(bench, result.arm, rate)
-        held = found.holds(p95_ms)
+        held = found.holds(search.p95_ms)
         again = run_again(held, found.noisy, reruns)
         reruns = reruns + 1 if again else 0
         if not again:
@@ -204,7 +186,7 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
               f"{found.shed} shed: {verdict}", flush=True)  # fmt: skip
     result.ceiling, result.capped = ceiling_of(history)
     if not result.ceiling:
-        raise StackError(f"{result.arm}: no rate held p95 <= {p95_ms:g} ms")
+        raise StackError(f"{result.arm}: no rate held p95 <= {search.p95_ms:g} ms")
 
 
 # ---- the steps -----------------------------------------------------------------------------
@@ -225,7 +207,7 @@ def machine_reading(bench: Bench) -> fg.MachineReading | None:
 
 
 def counters(settings: Settings) -> fg.Counters:
-    """The gateway's counters as /metrics gives them: the totals since its start."""
+    """The gateway's counters as /metrics gives them: totals since its start."""
     text = gm.scrape(settings)
     followers = gm.summed_by_label(text, "aside_gateway_loop_followers_total", "outcome")
     return fg.Counters(
@@ -243,14 +225,10 @@ def counters(settings: Settings) -> fg.Counters:
 
 def counter_increase(before: fg.Counters, after: fg.Counters) -> fg.Counters:
     """What a step gained between two readings; the door's limit as at its end."""
-    return fg.Counters(
-        breaker_skips=after.breaker_skips - before.breaker_skips,
-        fallback_reads=after.fallback_reads - before.fallback_reads,
-        shed=increase(before.shed, after.shed),
-        redis_judged=increase(before.redis_judged, after.redis_judged),
-        admission_limit=after.admission_limit,
-        gc_collections=after.gc_collections - before.gc_collections,
-        gc_pause_s=after.gc_pause_s - before.gc_pause_s,
+    gained = {name: getattr(after, name) - getattr(before, name) for name in fg.Counters.TOTALS}
+    shed = increase(before.shed, after.shed)
+    return replace(
+        after, **gained, shed=shed, redis_judged=increase(before.redis_judged, after.redis_judged)
     )
 
 
@@ -278,18 +256,16 @@ class Running:
 def begin(
     bench: Bench, arm: str, label: str, factor: float, ceiling: int, lead_s: float | None = None
 ) -> Running:
-    """A step's driver started; its first request falls due `lead_s` from now
-    (by default the bench's lead), when the gateway's counters are read."""
-    if lead_s is None:
-        lead_s = bench.lead_s
+    """A step's driver started; its first request falls due `lead_s` (by default the bench's
+    lead) from now, when the gateway's counters are read."""
+    lead_s = bench.lead_s if lead_s is None else lead_s
     rate = max(1, round(factor * ceiling))
     phase = label.replace(" ", "-").replace(".", "_")
     at = time.time() + lead_s
     run = bench.load_run(arm, phase, rate, bench.params.duration_s, True, start_at=at)
     driver = bench.start(run)
     sleep_until(at)
-    # A recovery step (no lead) reads them while its driver opens its
-    # connections: it starts on time however slow the overloaded gateway answers.
+    # A recovery step (no lead) reads them as its driver connects: on time however slow.
     return Running(label, factor, run, driver, at, edge(bench))
 
 
@@ -301,8 +277,7 @@ def _machine(before: Edge, after: Edge) -> fg.MachineShare | None:
 
 @dataclass(frozen=True)
 class RecoveryRule:
-    """How the step after the overload is judged: from the overload's end
-    (epoch s), against the p95 limit (None: nothing to judge against)."""
+    """The step after the overload judged from its end (epoch s) against the p95 limit."""
 
     overload_end: float
     limit_ms: float | None
@@ -336,7 +311,7 @@ def end(
         return figures
     step_end = start + running.run.duration_s
     took = None
-    if rule.limit_ms is not None:
+    if rule.limit_ms is not None:  # None: nothing to judge against
         took = fg.recovery_s(requests, rule.overload_end, step_end, rule.limit_ms)
     rest = fg.window(requests, rule.overload_end, rule.from_s)
     return replace(figures, recovery_s=took, recovery_window=rest)
@@ -351,10 +326,8 @@ def step(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> fg.
 def overload_then_recovery(
     bench: Bench, arm: str, ceiling: int, limit_ms: float | None
 ) -> tuple[fg.StepFigures, fg.StepFigures]:
-    """The 2x step, then 0.6x started as its schedule ends, while its last
-    requests may still be in flight; the recovery judged from the 2x
-    schedule's end, so the time the new driver takes to open its
-    connections counts against it."""
+    """The 2x step, then 0.6x started as its schedule ends, judged from that end: the new
+    driver's connecting counts against the recovery."""
     top = begin(bench, arm, "2x", OVERLOAD_FACTORS[-1], ceiling)
     sleep_until(top.began + bench.params.duration_s)
     after = begin(bench, arm, "0.6x after", BASELINE_FACTOR, ceiling, lead_s=0.0)
@@ -403,7 +376,7 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
 
 
 # ---- the run ---------------------------------------------------------------------------------
-def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> SuiteRun:
+def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> OverloadRun:
     machine = describe()
     bench = Bench(settings, params, seed, int(machine["nproc"] or 1), GatewayProbe(settings))
     run = SuiteRun(params.run_id, "overload", seed.meta, _params_record(params, settings))
@@ -421,7 +394,7 @@ def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> 
     return run
 
 
-def _params_record(params: OverloadParams, settings: Settings) -> dict[str, Any]:
+def _params_record(params: OverloadParams, settings: Settings) -> OverloadRecord:
     return {
         "arms": list(params.arms),
         "ceilings_given": params.ceilings,

@@ -1,5 +1,4 @@
-"""`aside-bench shards`: a run sent by several drivers (the chart's Indexed
-Job), its shards merged from InfluxDB."""
+"""`aside-bench shards`: a run sent by several drivers, its shards merged from InfluxDB."""
 
 from __future__ import annotations
 

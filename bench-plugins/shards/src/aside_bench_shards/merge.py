@@ -1,16 +1,6 @@
-"""A step sent by several driver processes at once (the Helm chart's Indexed
-Job: N pods sharing the rate), merged from InfluxDB. Each process writes one
-`load_step` point per scenario as it ends: its counts and its answered
-requests' latencies as an HdrHistogram (compressed V2, the form every
-HdrHistogram library reads), so the shards' histograms add up to the step's
-exactly; percentiles of per-second points could not be merged.
-
-Each step point also says when its shard's schedule began (`started_ms`): the
-spread of a step's starts is reported, and a step whose shards began more than
-a bound apart (START_SPREAD_MS, `--start-spread-ms`) is flagged, as its merged
-rate ramped rather than being the one asked for.
-
-`merge` is pure and unit-tested; `read_points` asks InfluxDB."""
+"""A step sent by several drivers (the Helm chart's Indexed Job), merged from InfluxDB: each
+writes a `load_step` point with its counts and latencies as HdrHistograms, which add up
+exactly (per-second percentiles would not), and its start, to flag a ramped rate."""
 
 from __future__ import annotations
 
@@ -24,12 +14,10 @@ MEASUREMENT = "load_step"
 STEP_TAGS = ("scenario", "arm", "phase", "rate", "repeat")
 COUNTS = ("due", "started", "dropped", "failed", "iterations", "requests")
 US_PER_MS = 1000.0
-# The most a step's shards may begin apart before the step is flagged: a
-# second, the per-second points' own resolution. Shards given one START_AT
-# begin within milliseconds of it (the driver refuses to begin after it).
+# The most a step's shards may begin apart unflagged: the per-second points' resolution
+# (shards given one START_AT begin within milliseconds of it).
 START_SPREAD_MS = 1000.0
-# A `load_step` point as InfluxDB answers it: its tags (text) and fields (numbers,
-# the histograms as text), by name; None where a point has no such column.
+# A `load_step` point as InfluxDB answers it: tags and fields by name (None: no such column).
 StepPoint = dict[str, str | float | None]
 
 
@@ -46,8 +34,7 @@ class MergedStep:
     p99: float | None
     p95_from_due: float | None
     missing: tuple[int, ...] = ()  # shard indexes the step was sent with but not found
-    # The latest shard's start less the earliest's (ms); None: a point without
-    # started_ms (a driver before it), so the spread is unknown.
+    # The latest shard's start less the earliest's (ms); None: unknown (no started_ms).
     start_spread_ms: float | None = None
     spread_bound_ms: float = START_SPREAD_MS
 
@@ -72,15 +59,22 @@ def _decoded(encoded: str, what: str) -> HdrHistogram:
         raise ShardsError(f"a {what} histogram could not be read: {error}") from None
 
 
-def _quantile(histogram: HdrHistogram | None, percentile: float) -> float | None:
-    if histogram is None or histogram.get_total_count() == 0:
+def _summed(shards: list[StepPoint], column: str, what: str) -> HdrHistogram:
+    """Every shard's histogram of `column` added into the first's."""
+    first, *rest = (_decoded(str(shard[column]), what) for shard in shards)
+    for one in rest:
+        first.add(one)
+    return first
+
+
+def _quantile(histogram: HdrHistogram, percentile: float) -> float | None:
+    if histogram.get_total_count() == 0:
         return None
     return histogram.get_value_at_percentile(percentile) / US_PER_MS
 
 
 def _missing(key: tuple[str, ...], shards: list[StepPoint], partial: bool) -> tuple[int, ...]:
-    """The shard indexes a step was sent with (its points' `shards`) and that
-    sent no point; ShardsError unless `partial`, and for a shard found twice."""
+    """The shards a step was sent with that sent no point (ShardsError unless `partial`)."""
     present = [int(s.get("shard") or 0) for s in shards]
     label = f"{key[0]} {key[1]} {key[2]} @ {key[3]}/s" + (f" run {key[4]}" if key[4] else "")
     if len(set(present)) < len(present):
@@ -106,24 +100,16 @@ def _start_spread(shards: list[StepPoint]) -> float | None:
 def merge(
     points: list[StepPoint], partial: bool = False, spread_bound_ms: float = START_SPREAD_MS
 ) -> list[MergedStep]:
-    """The shards of every step among `points` (rows of `load_step`), merged;
-    a step missing a shard it was sent with is refused unless `partial`; each
-    step's start spread held against `spread_bound_ms`."""
+    """Every step's shards merged (a missing one refused unless `partial`), its start spread
+    held against `spread_bound_ms`."""
     groups: dict[tuple[str, ...], list[StepPoint]] = {}
     for point in points:
         key = tuple(str(point.get(tag) or "") for tag in STEP_TAGS)
         groups.setdefault(key, []).append(point)
     merged = []
     for key, shards in groups.items():
-        latency = from_due = None
-        for shard in shards:
-            one = _decoded(str(shard["hdr"]), "latency")
-            due = _decoded(str(shard["hdr_from_due"]), "from-due")
-            if latency is None or from_due is None:
-                latency, from_due = one, due
-            else:
-                latency.add(one)
-                from_due.add(due)
+        latency = _summed(shards, "hdr", "latency")
+        from_due = _summed(shards, "hdr_from_due", "from-due")
         merged.append(
             MergedStep(
                 key=key,

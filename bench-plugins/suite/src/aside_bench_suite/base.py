@@ -1,5 +1,4 @@
-"""What the suites share: an item's result, the run skeleton (the items one
-by one, an error ending one item but not the run), the run record
+"""What the suites share: an item's result, the run skeleton, the run record
 (report.json, versioned) and the page's frame."""
 
 from __future__ import annotations
@@ -8,11 +7,11 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypedDict, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 import psycopg
 import redis
@@ -44,8 +43,7 @@ ITEM_ERRORS: tuple[type[Exception], ...] = (
 
 
 class ItemRecord(TypedDict):
-    """An item as report.json holds it (a suite's own figures beside these), and
-    as its page is drawn from."""
+    """An item as report.json holds it (a suite's own figures beside these)."""
 
     name: str
     passed: bool
@@ -55,10 +53,8 @@ class ItemRecord(TypedDict):
 
 @dataclass
 class SuiteResult:
-    """One case or experiment: what happened (`events`, epoch instants), what was
-    noted, its checks, or the error that kept it from its end. A subclass adds
-    its own figures (its fields, written after `notes`) and names its items'
-    descriptions."""
+    """One item: its events (epoch instants), notes, checks or error; a subclass adds
+    its figures (fields written after `notes`) and its items' descriptions."""
 
     name: str
     events: dict[str, float] = field(default_factory=dict)
@@ -90,8 +86,7 @@ class SuiteResult:
 
 
 def parse_names(text: str | None, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
-    """The names in `text` (comma- or space-separated, each once, in order), or
-    every choice for none or "all"; ValueError names the unknown ones."""
+    """The names in `text` (each once, in order), or every choice for none or "all"."""
     if not text or text.strip() == "all":
         return choices
     names = text.replace(",", " ").split()
@@ -114,24 +109,45 @@ class SuiteSchemaError(ValueError):
     """A report.json this bench cannot read: one line naming the file and why."""
 
 
+class SeedMeta(TypedDict, total=False):
+    """The seeder's seed_meta.json, of which the pages state these."""
+
+    rows: int
+    index: bool
+
+
+class Machine(TypedDict, total=False):
+    """What the figures were measured on (stack/machine.py describe)."""
+
+    nproc: int | None
+    memory_bytes: int
+    memory_gib: float
+    kernel: str
+    cpu: str
+    hostname: str
+    note: str
+
+
+# A suite's own parameters: each suite names its record (overload: OverloadRecord).
+P = TypeVar("P", bound=Mapping[str, object])
+
+
 @dataclass
-class SuiteRun:
-    """A suite's run record, written as its report.json: what ran, when, where
-    and on which seed, its parameters and limits, one entry per item (the
-    cases, experiments, arms, steps or processes: `ITEMS` names them), the
-    suite's own entries and its verdict. A report.json without `schema` (before
-    it was written) has the same shape and reads as schema 1."""
+class SuiteRun(Generic[P]):
+    """A suite's run record, its report.json: what ran, when, where, on which seed,
+    its parameters, limits, items (`ITEMS` names them), own entries and verdict. One
+    without `schema` (written before it) reads as schema 1."""
 
     run_id: str
     kind: str
-    seed: dict[str, Any]
-    params: dict[str, Any]
+    seed: SeedMeta
+    params: P
     limits: dict[str, float] | None = None  # the checks' limits, by name
     items: list[ItemRecord] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)  # the suite's own entries
     passed: bool | None = None
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    machine: dict[str, Any] = field(default_factory=describe)
+    machine: Machine = field(default_factory=lambda: Machine(**describe()))
     schema: int = SUITE_SCHEMA
 
     ITEMS: ClassVar[dict[str, str]] = {
@@ -146,8 +162,11 @@ class SuiteRun:
     def all_passed(self) -> bool:
         return bool(self.items) and all(item["passed"] for item in self.items)
 
-    def to_json(self) -> dict[str, Any]:
-        found = {"schema": self.schema, **{name: getattr(self, name) for name in self.HEADER}}
+    def to_json(self) -> dict[str, object]:
+        found: dict[str, object] = {
+            "schema": self.schema,
+            **{name: getattr(self, name) for name in self.HEADER},
+        }
         if self.limits is not None:
             found["limits"] = self.limits
         found[self.ITEMS[self.kind]] = self.items
@@ -157,7 +176,7 @@ class SuiteRun:
         return found
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: Path) -> SuiteRun:
+    def from_json(cls, data: dict[str, Any], where: Path) -> SuiteRun[Any]:
         schema, kind = data.get("schema", SUITE_SCHEMA), data.get("kind")
         if schema != SUITE_SCHEMA or kind not in cls.ITEMS:
             raise SuiteSchemaError(
@@ -176,7 +195,7 @@ class SuiteRun:
         )
 
 
-def load_suite_run(out_dir: Path) -> SuiteRun:
+def load_suite_run(out_dir: Path) -> SuiteRun[Any]:
     path = out_dir / "report.json"
     try:
         data = json.loads(path.read_text())
@@ -190,8 +209,7 @@ def load_suite_run(out_dir: Path) -> SuiteRun:
 def save_report(
     doc: Doc, run: SuiteRun, out_dir: Path, tables: list[Table], also: Iterable[str] = ()
 ) -> list[Table]:
-    """report.md and report.json (the run record) in `out_dir`; then the tables,
-    the lines `also` and where the report is printed. Returns the tables."""
+    """report.md and report.json in `out_dir`; the tables, `also` and the path printed."""
     (out_dir / "report.md").write_text(doc.markdown())
     (out_dir / "report.json").write_text(json.dumps(run.to_json(), indent=2, default=str) + "\n")
     print()
@@ -213,8 +231,7 @@ def suite_page(title: str, run: SuiteRun) -> Doc:
 def item_section(
     doc: Doc, title: str, item: ItemRecord, noun: str, tables: list[Table], notes: Iterable[str]
 ) -> None:
-    """An item's part of the page: its heading, then its error, or its tables,
-    notes and checks."""
+    """An item's heading, then its error, or its tables, notes and checks."""
     doc.h(2, title)
     if item["error"]:
         doc.p(f"The {noun} could not run to its end: {item['error']}", note=True)
@@ -247,9 +264,8 @@ def run_items(
     one_line: Callable[[R], str] | None = None,
     go_on: Callable[[R], bool] = lambda _: True,
 ) -> list[R]:
-    """Each named item run in turn, into `run.items`; an error of ITEM_ERRORS
-    is recorded as the item's (`failed`) and the next one runs, unless `go_on`
-    says no. The run passes when every item did. Returns the items' results."""
+    """Each item in turn, into `run.items`; an ITEM_ERRORS error is the item's (`failed`)
+    and the next runs unless `go_on` says no. The run passes when every item did."""
     results: list[R] = []
     for name in names:
         print(" ".join(filter(None, (f"[{name}]", descriptions.get(name), "..."))), flush=True)
@@ -282,19 +298,15 @@ def user_prefix(run_id: str, case: str) -> str:
     return prefix
 
 
-def remove_run_users(settings: Settings, run_id: str) -> int:
+def remove_users(settings: Settings, run_id: str) -> int | None:
     """Remove the users (and their idempotency keys) this run created."""
     pattern = f"load.{run_id}.".replace("_", r"\_") + "%"
-    with connect(settings) as conn:
-        removed = conn.execute("DELETE FROM users WHERE username LIKE %s", (pattern,)).rowcount
-        conn.execute("DELETE FROM idempotency_keys WHERE key LIKE %s", (pattern,))
-    flush_cache(settings)
-    return removed
-
-
-def remove_users(settings: Settings, run_id: str) -> int | None:
     try:
-        return remove_run_users(settings, run_id)
+        with connect(settings) as conn:
+            removed = conn.execute("DELETE FROM users WHERE username LIKE %s", (pattern,)).rowcount
+            conn.execute("DELETE FROM idempotency_keys WHERE key LIKE %s", (pattern,))
+        flush_cache(settings)
+        return removed
     except (StackError, psycopg.Error, redis.RedisError) as error:
         print(f"warning: could not remove the run's users: {error}", file=sys.stderr, flush=True)
         return None

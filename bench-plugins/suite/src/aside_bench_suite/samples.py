@@ -1,5 +1,4 @@
-"""One request as the load driver recorded it in its samples file (a `Sample`), read,
-counted per kind and searched in time (pure)."""
+"""A request as the driver's samples file records it (a `Sample`): read, counted, searched."""
 
 from __future__ import annotations
 
@@ -71,9 +70,7 @@ def _tag_text(value: Any) -> str:
 
 
 def parse_samples(lines: Iterable[str], source: str) -> tuple[list[Sample], int]:
-    """The requests of a samples file of the `chaos` scenario, by the instant
-    sent, and how many iterations the driver dropped (no free worker when one
-    fell due, or it fell behind). `source` names the file in an error."""
+    """A `chaos` samples file's requests by the instant sent, and the iterations dropped."""
     samples: list[Sample] = []
     dropped = 0
     for where, line in sample_lines(lines, source):
@@ -148,8 +145,7 @@ def hit_share(samples: list[Sample]) -> float | None:
 def first_after(
     samples: list[Sample], instant: float, predicate: Callable[[Sample], bool]
 ) -> float | None:
-    """Seconds from `instant` to the start of the first sample started at or after
-    it that satisfies `predicate`."""
+    """Seconds from `instant` to the first sample from then on that satisfies `predicate`."""
     for sample in samples:
         if sample.start >= instant - CLOCK_SLACK_S and predicate(sample):
             return max(sample.start - instant, 0.0)
@@ -186,8 +182,7 @@ def summarize(samples: list[Sample], limit: int = 3) -> str:
 
 
 # ---- the driver's summary of the suites' request mix ----------------------------------
-# The driver's scenario of the suites' mixed requests (reads by email and id,
-# creates), and the one its summary describes.
+# The driver's scenario of the suites' mixed requests (reads by email and id, creates).
 SCENARIO = "chaos"
 LATENCY_KEYS = ("p50", "p95", "p99", "max")
 # The counters by name, `<kind>_ms` a kind's latency by key, and `dropped`.
@@ -195,11 +190,8 @@ LoadTallies = dict[str, int | dict[str, float | None]]
 
 
 def load_tallies(summary: Summary) -> LoadTallies:
-    """What the driver's summary says of the load: requests per kind and status
-    class (`<kind>_<class>`, e.g. count_2xx, create_error: the scenario's
-    counters), the answered requests' latency per kind (`<kind>_ms`: p50, p95,
-    p99, max, ms; None when none was answered) and the iterations it dropped
-    (`dropped`); empty when the driver wrote no summary."""
+    """The summary's counters (`<kind>_<class>`: count_2xx...), each kind's latency
+    (`<kind>_ms`) and the iterations dropped; empty without a summary."""
     one = summary.scenario(SCENARIO)
     if not one:
         return {}

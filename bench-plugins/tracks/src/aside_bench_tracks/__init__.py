@@ -1,3 +1,2 @@
-"""The tracks scenario: big cached values (GPS tracks), one arm per way of
-caching them. A plug-in of aside-bench: `SCENARIO` is registered under the
-entry-point group `aside_bench.scenarios`."""
+"""The tracks scenario: big cached values, an arm per way of caching them; a plug-in of
+aside-bench (`SCENARIO`, entry-point group `aside_bench.scenarios`)."""

@@ -13,8 +13,7 @@ from aside_bench_tracks.plan import SIZE_LABELS, class_of_name
 
 
 def p95_by_size_chart(results: list[StepResult], path: Path, caption: str) -> Path:
-    """Tracks: p95 against the size class of the value read, one line per arm,
-    one panel per target rate."""
+    """p95 against the size class read, a line per arm, a panel per target rate."""
     rates = sorted({r.step.rate for r in results})
     fig, axes = plt.subplots(1, len(rates), figsize=(4.2 * len(rates), 4.4), sharey=True,
                              squeeze=False)  # fmt: skip

@@ -1,10 +1,5 @@
-"""The `tracks` scenario's plan (pure): big cached values. GET /api/v1/tracks/<id>
-over the seeded mix of track sizes, one arm per way of caching them; the rest
-of the scenario (warming, figures, report) is in sweep/tracks.py.
-
-Registered in plan/steps.py (scenario, rates, arms), load/run.py (the driver's variables) and
-cli/commands.py (report): each a line naming this module.
-"""
+"""The `tracks` scenario's plan (pure): GET /api/v1/tracks/<id> over the seeded sizes,
+an arm per way of caching them."""
 
 from __future__ import annotations
 

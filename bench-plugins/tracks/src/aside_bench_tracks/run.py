@@ -1,8 +1,5 @@
-"""The `tracks` scenario's work beside the sweep (its plan is plan/tracks.py):
-the seeded tracks checked, a warm step's fill, and the report's extra figures,
-table and chart: bytes per second on the wire (the driver's bytes received), Redis'
-memory (redis-exporter), gateway CPU per request (the step's probe), and p95
-by value size per arm."""
+"""The `tracks` scenario's work beside the sweep: the seeded tracks checked, a warm step's
+fill, and the report's bytes on the wire, Redis' memory, CPU per request, p95 by size."""
 
 from __future__ import annotations
 
@@ -74,20 +71,16 @@ def check_tracks(settings: Settings, data_dir: Path) -> TracksSummary:
 
 
 def warm_tracks(settings: Settings, data_dir: Path, step: Step) -> dict[str, int | float | str]:
-    """Flush, read every track once with the arm's parameters, then read them
-    again and record the share answered from the cache."""
+    """Flush, read every track with the arm's parameters, then again for the share of hits."""
     flush_cache(settings)
     ids = [t["id"] for t in load_tracks(data_dir)]
     query = trackplan.query(step.arm)
+    tracks = f"{settings.gateway_url}/api/v1/tracks"
 
     def read(chunk: list[int]) -> list[str]:
         with requests.Session() as session:
-            return [
-                session.get(
-                    f"{settings.gateway_url}/api/v1/tracks/{i}?{query}", timeout=60
-                ).headers.get("X-Cache", "")
-                for i in chunk
-            ]
+            answers = (session.get(f"{tracks}/{i}?{query}", timeout=60) for i in chunk)
+            return [answer.headers.get("X-Cache", "") for answer in answers]
 
     chunks = [ids[i::WARM_WORKERS] for i in range(WARM_WORKERS)]
     try:
@@ -107,24 +100,20 @@ def warm_tracks(settings: Settings, data_dir: Path, step: Step) -> dict[str, int
 # ---- the report's extra figures ------------------------------------------------------
 
 
+def _key(record: StepRecord) -> tuple[str, str, int]:
+    return (record.arm, record.phase, int(record.rate))
+
+
 def wire_bytes(records: list[StepRecord]) -> dict[tuple, float]:
     """Bytes the driver received per step (answers' heads and bodies), by (arm, phase, rate)."""
-    found = {}
-    for record in records:
-        received = record.figures.get("bytes_received")
-        if record.completed and received is not None:
-            found[(record.arm, record.phase, int(record.rate))] = float(received)
-    return found
+    received = ((r, r.figures.get("bytes_received")) for r in records if r.completed)
+    return {_key(r): float(bytes_) for r, bytes_ in received if bytes_ is not None}
 
 
 def redis_memory(prom: Prometheus, records: list[StepRecord]) -> dict[tuple, float | None]:
     """Redis' used memory (redis-exporter) right after each step, by (arm, phase, rate)."""
-    found = {}
-    for record in records:
-        if record.completed and record.prom_end:
-            key = (record.arm, record.phase, int(record.rate))
-            found[key] = prom.scalar(REDIS_MEMORY, record.prom_end)
-    return found
+    ended = (r for r in records if r.completed and r.prom_end)
+    return {_key(r): prom.scalar(REDIS_MEMORY, r.prom_end) for r in ended}
 
 
 def tracks_table(
@@ -137,8 +126,7 @@ def tracks_table(
         for result in series_of(results, arm, phase):
             key = (arm, phase, result.step.rate)
             cost = result.cost
-            received = wire.get(key)
-            used = memory.get(key)
+            received, used = wire.get(key), memory.get(key)
             rows.append(
                 [
                     result.step.label,
