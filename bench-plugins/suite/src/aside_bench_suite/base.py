@@ -18,6 +18,7 @@ import redis
 import requests
 from aside_bench.load.samples import SamplesError
 from aside_bench.load.summary import SummaryError
+from aside_bench.records.documents import Machine, SeedMeta
 from aside_bench.report.doc import Doc
 from aside_bench.report.tables import Table
 from aside_bench.stack.config import Settings
@@ -107,25 +108,6 @@ SUITE_SCHEMA = 1  # report.json's shape; a change of it raises this
 
 class SuiteSchemaError(ValueError):
     """A report.json this bench cannot read: one line naming the file and why."""
-
-
-class SeedMeta(TypedDict, total=False):
-    """The seeder's seed_meta.json, of which the pages state these."""
-
-    rows: int
-    index: bool
-
-
-class Machine(TypedDict, total=False):
-    """What the figures were measured on (stack/machine.py describe)."""
-
-    nproc: int | None
-    memory_bytes: int
-    memory_gib: float
-    kernel: str
-    cpu: str
-    hostname: str
-    note: str
 
 
 # A suite's own parameters: each suite names its record (overload: OverloadRecord).
