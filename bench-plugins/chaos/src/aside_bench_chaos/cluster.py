@@ -32,7 +32,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from aside_bench_chaos.checks import within
-from aside_bench_chaos.faults import under_load
+from aside_bench_chaos.faults import kill, under_load
 from aside_bench_chaos.verify import check_reads, count_url
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def fresh_cluster(control: ServiceControl) -> None:
     creates a cluster anew whenever one is not whole)."""
     for name in node_names().values():
         with contextlib.suppress(StackError, ProcessLookupError):
-            control.kill(name)
+            kill(control, name)
     wait_for(lambda: not control.healthy(), 10.0, 0.2)
     control.ensure_up()
 
@@ -273,7 +273,7 @@ class Event:
         events["event"] = time.time()
         notes.update(source=self.source, target=self.target, slots=len(self.slots))
         if self.case == FAILOVER:
-            notes["killed_pid"] = self.control.kill(node_names()[_port(self.source)])
+            notes["killed_pid"] = kill(self.control, node_names()[_port(self.source)])
             at = wait_for(self._promoted, EVENT_DEADLINE_S[FAILOVER], 0.1)
             if at is None:
                 raise StackError(

@@ -4,6 +4,9 @@ all of it under the driver's load."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +44,33 @@ def under_load(
         raise StackError(f"the load driver exited with {code} in case {run.phase}; see {log}")
 
 
+def kill(control: ServiceControl, service: str) -> int:
+    """SIGKILL the recorded process of `service`; its pid."""
+    pid = control.pid(service)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def kill_worker(control: ServiceControl) -> int:
+    """SIGKILL one gunicorn worker (a child of the recorded master)."""
+    workers = control.gateway_workers()
+    if not workers:
+        raise StackError("the gateway has no worker to kill")
+    os.kill(workers[0], signal.SIGKILL)
+    return workers[0]
+
+
+def start(control: ServiceControl, service: str) -> subprocess.Popen[str]:
+    """`infra/stack.sh up SERVICE` in the background (the caller polls readiness)."""
+    return subprocess.Popen(
+        ["bash", str(control.script), "up", service],
+        env=control.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 class Faults:
     def __init__(self, settings: Settings, control: ServiceControl, api: Toxiproxy | None = None):
         self.settings, self.control = settings, control
@@ -71,7 +101,7 @@ class Faults:
             notes["toxics"] = {k: v for k, v in self._proxies(case).toxics().items() if v}
         elif case in ("redis", "core"):
             events["fault"] = time.time()
-            notes["killed_pid"] = self.control.kill(case)
+            notes["killed_pid"] = kill(self.control, case)
         elif case == "postgres":
             events["fault"] = time.time()
             self.control.stop("postgres")
@@ -79,7 +109,7 @@ class Faults:
         elif case == "worker":
             before = set(self.control.gateway_workers())
             events["fault"] = time.time()
-            notes["killed_pid"] = killed = self.control.kill_worker()
+            notes["killed_pid"] = killed = kill_worker(self.control)
             notes["workers_before"] = sorted(before)
 
             def replaced() -> bool:
@@ -99,7 +129,7 @@ class Faults:
             gray.poison(self._proxies(case), gray.GRAY_CASES[case], on=False)
             events["ready"] = events["restored"] = time.time()
             return
-        process = self.control.start(case)
+        process = start(self.control, case)
         at = wait_for(lambda: self._ready(case), READY_DEADLINE_S)
         output, _ = process.communicate(timeout=READY_DEADLINE_S)
         events["restored"] = time.time()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -101,20 +100,6 @@ class ServiceControl:
     def gateway_workers(self) -> list[int]:
         return procs.children(self.pid("gateway"))
 
-    def kill(self, service: str) -> int:
-        """SIGKILL the recorded process of `service`; its pid."""
-        pid = self.pid(service)
-        os.kill(pid, signal.SIGKILL)
-        return pid
-
-    def kill_worker(self) -> int:
-        """SIGKILL one gunicorn worker (a child of the recorded master)."""
-        workers = self.gateway_workers()
-        if not workers:
-            raise StackError("the gateway has no worker to kill")
-        os.kill(workers[0], signal.SIGKILL)
-        return workers[0]
-
     def _run(
         self, *args: str, settings: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
@@ -129,16 +114,6 @@ class ServiceControl:
 
     def stop(self, service: str) -> None:
         self._checked("stop", service)
-
-    def start(self, service: str) -> subprocess.Popen[str]:
-        """`infra/stack.sh up SERVICE` in the background (the caller polls readiness)."""
-        return subprocess.Popen(
-            ["bash", str(self.script), "up", service],
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
 
     def restart(self, service: str, settings: dict[str, str]) -> None:
         """Stop `service` and start it with `settings` added, until infra/stack.sh says healthy."""
