@@ -47,33 +47,6 @@ def test_no_driver_variable_leaks_in_from_the_shell(monkeypatch: pytest.MonkeyPa
     assert env["INFLUX_URL"] == SETTINGS.influx_url  # per-second points by default
 
 
-def test_the_first_request_is_read_as_it_is_written(tmp_path: Path) -> None:
-    samples = tmp_path / "samples.jsonl"
-    drop = json.dumps({"t": 1.0, "due": 1.0, "scenario": "read", "dropped": True})
-    sent = json.dumps({"t": 5.5, "ms": 1.0, "status": 200, "ok": True})
-    script = f"echo '{drop}' > {samples}; sleep 0.2; echo '{sent}' >> {samples}; sleep 30"
-    process = DriverProcess(["sh", "-c", script], tmp_path / "load.log", {}).start()
-    try:
-        assert process.first_request(samples, 10)["t"] == 5.5
-        assert process.running
-    finally:
-        process.stop()
-    assert not process.running
-
-
-def test_no_request_before_the_driver_exits_is_an_error(tmp_path: Path) -> None:
-    process = DriverProcess(["sh", "-c", "exit 2"], tmp_path / "load.log", {}).start()
-    with pytest.raises(StackError, match="the load driver exited with 2"):
-        process.first_request(tmp_path / "samples.jsonl", 10)
-
-
-def test_no_request_within_the_deadline_stops_the_driver(tmp_path: Path) -> None:
-    process = DriverProcess(["sleep", "30"], tmp_path / "load.log", {}).start()
-    with pytest.raises(StackError, match="wrote no request to InfluxDB within 0 s"):
-        process.first_sample(lambda: None, "InfluxDB", 0.3, 0.01)
-    assert not process.running
-
-
 def test_a_driver_past_its_time_is_killed(tmp_path: Path) -> None:
     process = DriverProcess(["sleep", "30"], tmp_path / "load.log", {})
     with pytest.raises(StackError, match="did not finish within 0 s"):

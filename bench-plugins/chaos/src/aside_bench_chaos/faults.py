@@ -20,6 +20,7 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError
 from aside_bench.stack.services import ServiceControl, wait_for
 from aside_bench.stack.toxiproxy import Toxiproxy
+from aside_bench_suite.samples import first_request
 
 from aside_bench_chaos import gray
 
@@ -34,7 +35,7 @@ def under_load(
     """The driver's load from its first request (`load_start`) to its end (`load_end`):
     it runs its course whatever the block did; then a failed driver is an error."""
     load = new_driver(settings, run, log).start()
-    events["load_start"] = float(load.first_request(samples, LOAD_START_DEADLINE_S)["t"])
+    events["load_start"] = float(first_request(load, samples, LOAD_START_DEADLINE_S)["t"])
     try:
         yield load
     finally:

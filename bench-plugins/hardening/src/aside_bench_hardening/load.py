@@ -15,6 +15,7 @@ from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError, wait_until_quiet, warm_cache
 from aside_bench.stack.services import ServiceControl
 from aside_bench_suite.base import SuiteResult
+from aside_bench_suite.samples import first_request
 
 from aside_bench_hardening.checks import Figures
 
@@ -76,7 +77,7 @@ def driving(
     result.notes["warm"] = warm_cache(settings, hot, mode="" if run.scenario == "chaos" else "l2")
     result.notes["load_average_1m"] = round(os.getloadavg()[0], 2)
     load = new_driver(settings, run, run.samples_path.parent / "load.log").start()
-    first = load.first_request(run.samples_path, FIRST_SAMPLE_DEADLINE_S)
+    first = first_request(load, run.samples_path, FIRST_SAMPLE_DEADLINE_S)
     result.events["load_start"] = float(first["t"])
     try:
         yield

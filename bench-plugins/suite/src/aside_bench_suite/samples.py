@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from aside_bench.load.run import DriverProcess
 from aside_bench.load.samples import SamplesError, number, sample_lines
 from aside_bench.load.summary import Summary
 from aside_bench.records.tierstats import nearest_rank
+from aside_bench.stack.prepare import StackError
 
 KINDS = ("count", "user", "create")
 READS = ("count", "user")
@@ -24,6 +27,7 @@ ROUTES = {
 # An instant noted by the bench and one noted by the load driver (each process
 # reads the clock on its own, at its own moment) may differ by this much.
 CLOCK_SLACK_S = 0.05
+FIRST_REQUEST_POLL_S = 0.05  # how often the wait for the first request reads the file
 
 
 @dataclass(frozen=True)
@@ -202,3 +206,34 @@ def load_tallies(summary: Summary) -> LoadTallies:
         if kind in by_name
     }
     return {**summary.counters(SCENARIO), **latency, "dropped": int(one.get("dropped") or 0)}
+
+
+def first_request(driver: DriverProcess, samples: Path, deadline_s: float) -> dict[str, Any]:
+    """The first request line (not a drop) of a started driver's samples file, read as it
+    is written; StackError when the driver exits first or writes none by `deadline_s`."""
+    offset, read, deadline = 0, 0, time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if samples.exists():
+            with samples.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            # Whole lines only: the driver may be half-way through the last one.
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            offset += len(complete)
+            lines = complete.decode().splitlines()
+            try:
+                for _, one in sample_lines(lines, str(samples), first=read + 1):
+                    if not one.get("dropped"):
+                        return one
+            except SamplesError as error:
+                raise StackError(str(error)) from None
+            read += len(lines)
+        if not driver.running:
+            code, log = driver.returncode, driver.log_path
+            raise StackError(f"the load driver exited with {code}; see {log}")
+        time.sleep(FIRST_REQUEST_POLL_S)  # the polling pace
+    driver.stop()
+    raise StackError(
+        f"the load driver wrote no request to {samples.name} within {deadline_s:.0f} s; "
+        f"see {driver.log_path}"
+    )

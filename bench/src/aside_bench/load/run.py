@@ -6,12 +6,10 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from aside_bench.load.samples import SamplesError, sample_lines
 from aside_bench.plan import scenarios
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import BARE_ARM, Step
@@ -21,7 +19,6 @@ from aside_bench.stack.prepare import StackError
 
 POLL_S = 0.1  # how often the wait for the driver's end reads its CPU time
 START_AND_FLUSH_S = 30  # how long past its load and timeout a driver may start and flush
-SAMPLES_POLL_S = 0.05  # how often the wait for the first request reads the samples file
 
 T = TypeVar("T")
 
@@ -229,52 +226,6 @@ class DriverProcess:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
-
-    def first_sample(
-        self, probe: Callable[[], T | None], where: str, deadline_s: float, interval_s: float
-    ) -> T:
-        """What `probe` finds once the driver's first request is out; StackError otherwise."""
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline:
-            found = probe()
-            if found is not None:
-                return found
-            if not self.running:
-                raise StackError(
-                    f"the load driver exited with {self.returncode}; see {self.log_path}"
-                )
-            time.sleep(interval_s)  # the polling pace
-        self.stop()
-        raise StackError(
-            f"the load driver wrote no request to {where} within {deadline_s:.0f} s; "
-            f"see {self.log_path}"
-        )
-
-    def first_request(self, samples: Path, deadline_s: float) -> dict[str, Any]:
-        """The first request line of the driver's samples file (not a drop)."""
-        offset, read = 0, 0
-
-        def probe() -> dict[str, Any] | None:
-            nonlocal offset, read
-            if not samples.exists():
-                return None
-            with samples.open("rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-            # Whole lines only: the driver may be half-way through the last one.
-            complete = chunk[: chunk.rfind(b"\n") + 1]
-            offset += len(complete)
-            lines = complete.decode().splitlines()
-            try:
-                for _, one in sample_lines(lines, str(samples), first=read + 1):
-                    if not one.get("dropped"):
-                        return one
-            except SamplesError as error:
-                raise StackError(str(error)) from None
-            read += len(lines)
-            return None
-
-        return self.first_sample(probe, samples.name, deadline_s, SAMPLES_POLL_S)
 
 
 def new_driver(settings: Settings, run: LoadRun, log_path: Path) -> DriverProcess:
