@@ -94,19 +94,13 @@ def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[r
     return [runfile.StepFigures.of(r) for r in collect(prom, run.steps)]
 
 
-def _run_ids(given: str) -> list[str]:
-    """'r1', or a baseline of several runs: 'r1,r2' or 'r1 r2'."""
-    ids = words(given)
-    if not ids:
-        raise UsageError("compare: a side names no run")
-    return ids
-
-
 def _side(
     settings: config.Settings, reports_dir: Path, given: str
 ) -> tuple[RunRecord, list[runfile.StepFigures], list[StepResult]]:
     """One side of a compare: its run (several: a baseline), their figures and steps."""
-    dirs = [reports_dir / run_id for run_id in _run_ids(given)]
+    dirs = [reports_dir / run_id for run_id in words(given)]  # 'r1', 'r1,r2' or 'r1 r2'
+    if not dirs:
+        raise UsageError("compare: a side names no run")
     runs = [opt.read_run(out_dir) for out_dir in dirs]
     pairs = zip(runs, dirs, strict=True)
     figures = [one for run, out_dir in pairs for one in _figures(settings, run, out_dir)]

@@ -1,5 +1,4 @@
-"""`aside-bench run` (the sweep over rising rates of one registered scenario) and `ceiling`
-(the highest rate each arm holds, the arms' searches taking turns): options and plans."""
+"""`aside-bench run` (a sweep over rising rates) and `ceiling` (the highest rate each arm holds)."""
 
 from __future__ import annotations
 

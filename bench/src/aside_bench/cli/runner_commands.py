@@ -1,5 +1,4 @@
-"""What `run`, `ceiling` and `cost` share: the mix's and machine's options, LoadShape and
-run.json's params from them, the runner's set-up and drive, the sweep's report writer."""
+"""What `run`, `ceiling` and `cost` share: the mix's options, params, the runner's set-up."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Whether two runs measured on machines alike, and B's latencies put on A's machine by the
-meter step by step, else by the calibrations (docs/decisions/040). Pure, unit-tested."""
+"""Whether two runs' machines measure alike, and B put on A's machine (decision 040). Pure."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""`aside-bench compare RUN_A RUN_B`: every step two runs share, a change flagged only beyond
-the noise their repeats measured (pooled over a series), else a tolerance; a step past capacity
-in both is judged on its achieved rate alone (docs/decisions/022, 023, 040). Pure but `write`."""
+"""Two runs' common steps, a change flagged only beyond their noise (decisions 022, 023, 040)."""
 
 from __future__ import annotations
 

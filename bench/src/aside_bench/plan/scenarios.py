@@ -1,5 +1,4 @@
-"""Every scenario `aside-bench run` knows: the core's (read, mixed, compute) and the plug-ins'
-(entry-point group `aside_bench.scenarios`), what each adds in its fields and hooks."""
+"""Every scenario `run` knows, the core's and the plug-ins' (entry points), with their hooks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The answer's sentences at the top of a sweep's report: the goal, the break-even, the split,
-the smallest cache, the hit rate memory bought and the index (docs/decisions/071). Pure."""
+"""The answer's sentences atop a sweep's report: goal, break-even, split, memory (decision 071)."""
 
 from __future__ import annotations
 

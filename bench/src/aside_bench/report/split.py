@@ -1,5 +1,4 @@
-"""What the cache itself buys: a cached arm's saving against the uncached read, split between
-coalescing the misses and the hits, where all three held the goal (docs/decisions/056)."""
+"""A cached arm's saving split between coalescing the misses and the hits (decision 056)."""
 
 from __future__ import annotations
 
