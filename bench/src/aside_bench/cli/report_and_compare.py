@@ -75,13 +75,8 @@ def add_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_b", help="the run compared with it (or several, as for run_a)")
     for flag, what in COMPARE_FLAGS.items():
         parser.add_argument(flag, action="store_true", help=what)
-    parser.add_argument(
-        "--tolerance",
-        type=opt.share,
-        default=DEFAULT_TOLERANCE,
-        help="relative change flagged between runs without repeats "
-        f"(default {DEFAULT_TOLERANCE:g})",
-    )
+    what = "relative change flagged between runs without repeats"
+    opt.option(parser, "--tolerance", opt.share, DEFAULT_TOLERANCE, what)
     opt.reports_dir(parser)
 
 
@@ -113,13 +108,9 @@ def run_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     run_a, figures_a, results_a = _side(settings, reports, args.run_a)
     run_b, figures_b, results_b = _side(settings, reports, args.run_b)
     with opt.usage_errors(machines.CompareError):
+        speeds = meter.step_speeds(figures_a, figures_b)
         scale = machines.machine_scale(
-            run_a,
-            run_b,
-            args.normalise,
-            args.ignore_calibration,
-            meter.step_speeds(figures_a, figures_b),
-            args.as_measured,
+            run_a, run_b, args.normalise, args.ignore_calibration, speeds, args.as_measured
         )
     rows = compare.compare(figures_a, figures_b, scale, args.tolerance)
     if not rows:

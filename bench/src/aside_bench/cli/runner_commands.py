@@ -126,9 +126,7 @@ def add_trust(parser: argparse.ArgumentParser) -> None:
         help="skip the machine's calibration (quick runs and tests)",
     )
     probe = f"{opt.default_of(calibrate.CalibrationParams, 'probe_s')}s"
-    parser.add_argument(
-        "--calibration-probe", default=probe, help=f"calibration: per probe (default {probe})"
-    )
+    opt.option(parser, "--calibration-probe", str, probe, "calibration: per probe")
     for flag, name, what in (
         ("--calibration-budget", "budget_s", "calibration: seconds for both servers together"),
         ("--calibration-start", "start", "calibration: first rate"),
@@ -136,13 +134,8 @@ def add_trust(parser: argparse.ArgumentParser) -> None:
     ):
         default = int(opt.default_of(calibrate.CalibrationParams, name))
         opt.option(parser, flag, opt.positive, default, what)
-    parser.add_argument(
-        "--driver-cpu-share",
-        type=opt.share,
-        default=DRIVER_CPU_SHARE_LIMIT,
-        help="share of the machine's cores the driver may use before a step counts as load "
-        f"generator saturated (default {DRIVER_CPU_SHARE_LIMIT:g})",
-    )
+    what = "share of the machine's cores the driver may use before a step counts as load generator"
+    opt.option(parser, "--driver-cpu-share", opt.share, DRIVER_CPU_SHARE_LIMIT, f"{what} saturated")
     for flag, what in TRUST_FLAGS.items():
         parser.add_argument(flag, action="store_true", help=what)
 

@@ -105,8 +105,7 @@ def machine_scale(
 def run_line(name: str, run: RunRecord, rate: int | None) -> str:
     machine = run.machine
     bound = " (held at every rate tried: a lower bound)" if capped(machine) else ""
-    runs = run.runs
-    which = run.run_id
+    runs, which = run.runs, run.run_id
     if len(runs) > 1:
         which = (
             f"a baseline of {len(runs)} runs, {', '.join(runs)}, their repeats pooled (the "

@@ -202,12 +202,8 @@ def decision_table(decision: Decision) -> Table:
         row.append("; ".join(m.words() for m in one.missed) or "none")
         rows.append(row)
     at = "" if decision.distance is None else f" ({decision.distance})"
-    return Table(
-        f"the decision{at}: at each rate, the arms that held the goal "
-        f"({decision.goal.words()}) and the cheapest of them",
-        headers,
-        rows,
-    )
+    title = f"the decision{at}: at each rate, the arms that held the goal ({decision.goal.words()})"
+    return Table(f"{title} and the cheapest of them", headers, rows)
 
 
 def smallest_cache_sentences(decision: Decision) -> list[str]:

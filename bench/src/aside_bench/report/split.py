@@ -49,10 +49,6 @@ class Held:
     coalesced: bool
     cached: bool
 
-    @property
-    def all(self) -> bool:
-        return self.uncached and self.coalesced and self.cached
-
 
 @dataclass(frozen=True)
 class RateSplit:
@@ -70,7 +66,7 @@ class RateSplit:
     @property
     def comparable(self) -> bool:
         """All three held the goal: their figures are of the same service."""
-        return self.held.all
+        return all(astuple(self.held))
 
     @property
     def cost_split(self) -> Split | None:

@@ -129,12 +129,8 @@ def loadgen_cells(result: StepResult) -> list[str]:
     if gen is None:
         return [due, MISSING, MISSING, MISSING]
     busy = MISSING if gen.inflight_peak is None else str(gen.inflight_peak)
-    return [
-        due,
-        fmt_num(gen.cpu_cores, 2),
-        f"{busy}/{gen.pool}",
-        "saturated" if gen.saturated else "ok",
-    ]
+    verdict = "saturated" if gen.saturated else "ok"
+    return [due, fmt_num(gen.cpu_cores, 2), f"{busy}/{gen.pool}", verdict]
 
 
 LOADGEN_HEADERS = ["p95 from due ms", "driver CPU cores", "in flight/pool", "load generator"]
@@ -315,9 +311,7 @@ def held_table(
 def sweep_tables(results: list[StepResult]) -> list[Table]:
     tables = [comparison_table(results)]
     tables += [series_table(results, arm, phase) for arm, phase in series_order(results)]
-    for extra in (per_request_table(results), staleness_table(results)):
-        if extra is not None:
-            tables.append(extra)
+    tables += [t for t in (per_request_table(results), staleness_table(results)) if t is not None]
     return tables
 
 
