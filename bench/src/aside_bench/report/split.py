@@ -89,10 +89,7 @@ def _by_rate(results: list[StepResult], arm: str, phase: str) -> dict[int, StepR
 
 
 def _three(values: list[float | None]) -> Split | None:
-    if any(v is None for v in values):
-        return None
-    uncached, coalesced, cached = values
-    return Split(uncached, coalesced, cached)  # type: ignore[arg-type]
+    return None if any(v is None for v in values) else Split(*values)  # type: ignore[arg-type]
 
 
 def rate_splits(results: list[StepResult], prices: Prices, goal: Goal) -> list[RateSplit]:
