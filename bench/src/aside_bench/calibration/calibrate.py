@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TypedDict
 
 from aside_bench.ceiling.search import Trial, bounds, to_confirm
 from aside_bench.plan.steps import Step, pool_for
@@ -106,7 +106,27 @@ def _probe(
     return record
 
 
-def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str, Any]:
+class TargetJson(TypedDict):
+    """run.json's machine.calibration.targets.<target>: where its search ended, its probes."""
+
+    url: str
+    what: str
+    rate: int
+    capped: bool
+    out_of_time: bool
+    missed_at: int | None
+    seconds: float
+    probes: list[object]  # each a step of run.json
+
+
+class CalibrationJson(TypedDict):
+    """run.json's machine.calibration, read back by records/calibration.py."""
+
+    params: dict[str, float]
+    targets: dict[str, TargetJson]
+
+
+def _target(runner: Runner, target: str, params: CalibrationParams) -> TargetJson:
     """One target's search, its probes kept as steps are."""
     attribute, what = TARGETS[target]
     url = getattr(runner.settings, attribute)
@@ -127,17 +147,15 @@ def _target(runner: Runner, target: str, params: CalibrationParams) -> dict[str,
         return held
 
     outcome = search(probe, params, params.budget_s / len(TARGETS))
-    found = asdict(outcome) | {"probes": [one.to_json() for one in probes]}
-    return {"url": url, "what": what, **found}
+    probed: list[object] = [one.to_json() for one in probes]
+    return TargetJson(url=url, what=what, **asdict(outcome), probes=probed)
 
 
-def calibrate(runner: Runner, params: CalibrationParams) -> dict[str, Any]:
+def calibrate(runner: Runner, params: CalibrationParams) -> CalibrationJson:
     """Both targets, one after the other, each within half the budget."""
     try:
         wait_until_quiet(runner.settings, runner.options.recover_timeout_s)
     except StackError as error:
         print(f"  warning: {error}; calibrating anyway", flush=True)
-    return {
-        "params": asdict(params),
-        "targets": {target: _target(runner, target, params) for target in TARGETS},
-    }
+    targets = {target: _target(runner, target, params) for target in TARGETS}
+    return CalibrationJson(params=asdict(params), targets=targets)

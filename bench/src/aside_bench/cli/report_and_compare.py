@@ -75,13 +75,8 @@ def add_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_b", help="the run compared with it (or several, as for run_a)")
     for flag, what in COMPARE_FLAGS.items():
         parser.add_argument(flag, action="store_true", help=what)
-    parser.add_argument(
-        "--tolerance",
-        type=opt.share,
-        default=DEFAULT_TOLERANCE,
-        help="relative change flagged between runs without repeats "
-        f"(default {DEFAULT_TOLERANCE:g})",
-    )
+    what = "relative change flagged between runs without repeats"
+    opt.option(parser, "--tolerance", opt.share, DEFAULT_TOLERANCE, what)
     opt.reports_dir(parser)
 
 
@@ -94,19 +89,13 @@ def _figures(settings: config.Settings, run: RunRecord, out_dir: Path) -> list[r
     return [runfile.StepFigures.of(r) for r in collect(prom, run.steps)]
 
 
-def _run_ids(given: str) -> list[str]:
-    """'r1', or a baseline of several runs: 'r1,r2' or 'r1 r2'."""
-    ids = words(given)
-    if not ids:
-        raise UsageError("compare: a side names no run")
-    return ids
-
-
 def _side(
     settings: config.Settings, reports_dir: Path, given: str
 ) -> tuple[RunRecord, list[runfile.StepFigures], list[StepResult]]:
     """One side of a compare: its run (several: a baseline), their figures and steps."""
-    dirs = [reports_dir / run_id for run_id in _run_ids(given)]
+    dirs = [reports_dir / run_id for run_id in words(given)]  # 'r1', 'r1,r2' or 'r1 r2'
+    if not dirs:
+        raise UsageError("compare: a side names no run")
     runs = [opt.read_run(out_dir) for out_dir in dirs]
     pairs = zip(runs, dirs, strict=True)
     figures = [one for run, out_dir in pairs for one in _figures(settings, run, out_dir)]
@@ -119,13 +108,9 @@ def run_compare(args: argparse.Namespace, settings: config.Settings) -> int:
     run_a, figures_a, results_a = _side(settings, reports, args.run_a)
     run_b, figures_b, results_b = _side(settings, reports, args.run_b)
     with opt.usage_errors(machines.CompareError):
+        speeds = meter.step_speeds(figures_a, figures_b)
         scale = machines.machine_scale(
-            run_a,
-            run_b,
-            args.normalise,
-            args.ignore_calibration,
-            meter.step_speeds(figures_a, figures_b),
-            args.as_measured,
+            run_a, run_b, args.normalise, args.ignore_calibration, speeds, args.as_measured
         )
     rows = compare.compare(figures_a, figures_b, scale, args.tolerance)
     if not rows:

@@ -1,5 +1,4 @@
-"""`aside-bench run` (the sweep over rising rates of one registered scenario) and `ceiling`
-(the highest rate each arm holds, the arms' searches taking turns): options and plans."""
+"""`aside-bench run` (a sweep over rising rates) and `ceiling` (the highest rate each arm holds)."""
 
 from __future__ import annotations
 
@@ -12,24 +11,7 @@ from aside_bench.cli import options as opt
 from aside_bench.cli import runner_commands
 from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan import scenarios
-from aside_bench.plan.steps import (
-    BARE_ARM,
-    BOUND_OPTIONS,
-    CEILING_ARMS,
-    EVICTION_POLICIES,
-    TIERED_ARMS,
-    WARM_CHOICES,
-    Step,
-    at_distances,
-    bounded_arms,
-    build_steps,
-    parse_arms,
-    parse_duration,
-    parse_rates,
-    repeat_steps,
-    resolve_arms,
-    words,
-)
+from aside_bench.plan import steps as plan
 from aside_bench.report.tables import fmt_pct
 from aside_bench.stack import config, distance
 from aside_bench.sweep.runner import Options, Runner
@@ -58,12 +40,12 @@ def add(run: argparse.ArgumentParser) -> None:
         "nopool; compute: go python; another scenario: its own (default by scenario)",
     )
     warm = "cache arm's starting state: cold, warm or both (default both)"
-    run.add_argument("--warm", choices=WARM_CHOICES, default="both", help=warm)
+    run.add_argument("--warm", choices=plan.WARM_CHOICES, default="both", help=warm)
     for flag, what in WORD_OPTIONS.items():
         run.add_argument(flag, default="", help=what)
     policy = opt.default_of(Options, "cache_policy")
     what = f"Redis's eviction policy under --cache-memory (default {policy})"
-    run.add_argument("--cache-policy", choices=EVICTION_POLICIES, default=policy, help=what)
+    run.add_argument("--cache-policy", choices=plan.EVICTION_POLICIES, default=policy, help=what)
     what = "mixed: share of requests that write (a create and its delete)"
     opt.write_share(run, runner_commands.shape_default("write_share"), what)
     for flag, checked, name, what in (
@@ -85,11 +67,13 @@ def add(run: argparse.ArgumentParser) -> None:
 
 def plan_sweep(
     args: argparse.Namespace, seed_indexed: bool | None, distances: dict[str, distance.Distance]
-) -> list[Step]:
+) -> list[plan.Step]:
     """The steps of a sweep at `distances`; seed_indexed None checks only."""
     found = scenarios.scenario_named(args.scenario)
-    rates = parse_rates(args.rates, found.lowest_rate) if args.rates else list(found.default_rates)
-    arms = parse_arms(args.arms, found.arms) if args.arms else list(found.default_arms)
+    rates = (
+        plan.parse_rates(args.rates, found.lowest_rate) if args.rates else list(found.default_rates)
+    )
+    arms = plan.parse_arms(args.arms, found.arms) if args.arms else list(found.default_arms)
     if args.dist != "hotset" and not found.dist:
         raise UsageError(f"--dist {args.dist} is for the read scenario, not {found.name}")
     if args.trace is not None and not found.trace:
@@ -97,14 +81,14 @@ def plan_sweep(
         raise UsageError(f"--trace is for the {traced} scenarios, not {found.name}")
     arms = _bounded(args, found, arms)
     if found.indexed and seed_indexed is not None:
-        arms = resolve_arms(arms, seed_indexed)
-    arms = at_distances(arms, list(distances))
+        arms = plan.resolve_arms(arms, seed_indexed)
+    arms = plan.at_distances(arms, list(distances))
     if found.hooks.check is not None:
         found.hooks.check(args)
-    duration = parse_duration(args.duration)
+    duration = plan.parse_duration(args.duration)
     read_rate = args.read_rate if found.read_rate else 0
-    steps = build_steps(found.name, rates, arms, args.warm, duration, read_rate)
-    return repeat_steps(steps, args.repeat)
+    steps = plan.build_steps(found.name, rates, arms, args.warm, duration, read_rate)
+    return plan.repeat_steps(steps, args.repeat)
 
 
 def run_distances(
@@ -112,7 +96,7 @@ def run_distances(
 ) -> dict[str, distance.Distance]:
     """The distances --distance names (or DISTANCE_*_MS gives), each checked."""
     with opt.usage_errors(distance.DistanceError):
-        asked = distance.asked(words(args.distance))
+        asked = distance.asked(plan.words(args.distance))
     if asked and not found.distances:
         raise UsageError(f"--distance is for the read and mixed scenarios, not {found.name}")
     return asked
@@ -120,17 +104,16 @@ def run_distances(
 
 def _bounded(args: argparse.Namespace, found: scenarios.Scenario, arms: list[str]) -> list[str]:
     """The arms with their bounds: --cache-memory, --l1-entries, --cache-ttl."""
-    given = {
-        kind: getattr(args, flag[2:].replace("-", "_")) for kind, flag in BOUND_OPTIONS.items()
-    }
-    asked = {kind: words(text) for kind, text in given.items()}
+    options = plan.BOUND_OPTIONS
+    asked = {kind: plan.words(getattr(args, flag[2:].replace("-", "_")))
+             for kind, flag in options.items()}  # fmt: skip
     for kind, texts in asked.items():
         if texts and not found.bounded:
-            raise UsageError(f"{BOUND_OPTIONS[kind]} is for the read scenario, not {found.name}")
+            raise UsageError(f"{options[kind]} is for the read scenario, not {found.name}")
     if asked["memory"] and asked["ttl"]:
         raise UsageError("--cache-memory and --cache-ttl both bound the cache arm: give one")
     for kind, texts in asked.items():
-        arms = bounded_arms(arms, kind, texts)
+        arms = plan.bounded_arms(arms, kind, texts)
     return arms
 
 
@@ -148,17 +131,11 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     seed = opt.checked_seed(settings, args)
     steps = plan_sweep(args, seed.indexed, distances)
     params = runner_commands.run_params(
-        args,
-        seed,
-        shape,
-        scenario=args.scenario,
-        duration_s=steps[0].duration_s,
-        warm=args.warm,
-        rates=sorted({s.rate for s in steps}),
-        arms=list(dict.fromkeys(s.arm for s in steps)),
-        repeat=args.repeat,
+        args, seed, shape, scenario=args.scenario, duration_s=steps[0].duration_s,
+        warm=args.warm, rates=sorted({s.rate for s in steps}),
+        arms=list(dict.fromkeys(s.arm for s in steps)), repeat=args.repeat,
         cache_policy=args.cache_policy,
-    )
+    )  # fmt: skip
     if distances:
         params["distances"] = {name: distance.as_record(d) for name, d in distances.items()}
     if found.hooks.run_params is not None:
@@ -206,25 +183,19 @@ def add_ceiling(ceiling: argparse.ArgumentParser) -> None:
 def run_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, "ceiling")
     out_dir = opt.new_out_dir(settings, args, run_id)
-    arms = parse_arms(args.arms, CEILING_ARMS)
-    duration = parse_duration(args.step_duration)
+    arms = plan.parse_arms(args.arms, plan.CEILING_ARMS)
+    duration = plan.parse_duration(args.step_duration)
     runner_commands.calibration_params(args)  # a malformed --calibration-probe before anything runs
     search = SearchParams(start=args.start, ladder_step=args.ladder_step, max_rate=args.max_rate)
     shape = runner_commands.shape_of(args)
     seed = opt.checked_seed(settings, args)
     params = runner_commands.run_params(
-        args,
-        seed,
-        shape,
-        scenario="ceiling",
-        duration_s=duration,
-        arms=arms,
-        p95_limit_ms=args.p95_ms,
-        search=search.__dict__,
-    )
+        args, seed, shape, scenario="ceiling", duration_s=duration, arms=arms,
+        p95_limit_ms=args.p95_ms, search=search.__dict__,
+    )  # fmt: skip
     # The reference: the cache arm's search again under the bare scenario.
-    searched = [*arms, BARE_ARM] if args.reference and "cache" in arms else arms
-    params["reference"] = BARE_ARM in searched
+    searched = [*arms, plan.BARE_ARM] if args.reference and "cache" in arms else arms
+    params["reference"] = plan.BARE_ARM in searched
     runner = runner_commands.new_runner("ceiling", out_dir, args, settings, seed, shape, params)
     print(
         f"ceiling {run_id}: arms {' '.join(searched)}, {duration}s steps -> {out_dir}/", flush=True
@@ -242,10 +213,10 @@ def run_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
 
 def search_order(searched: list[str]) -> list[list[str]]:
     """Every search taking turns, the cache arm's bare reference right after it."""
-    order = [arm for arm in searched if arm != BARE_ARM]
-    if BARE_ARM in searched:
+    order = [arm for arm in searched if arm != plan.BARE_ARM]
+    if plan.BARE_ARM in searched:
         at = order.index("cache") + 1 if "cache" in order else len(order)
-        order.insert(at, BARE_ARM)
+        order.insert(at, plan.BARE_ARM)
     return [order]
 
 
@@ -257,12 +228,12 @@ def _search_arms(
     runs: Counter[tuple[str, int]] = Counter()  # every step run, reruns included
 
     def run(arm: str, rate: int, history: list[Trial]) -> bool | None:
-        phase = "warm" if arm in (*TIERED_ARMS, BARE_ARM) else "none"
+        phase = "warm" if arm in (*plan.TIERED_ARMS, plan.BARE_ARM) else "none"
         what = "confirm" if tries_at(history, rate) else "try"
         reruns = 0  # misses of this try on a noisy host, run again
         while True:
             runs[arm, rate] += 1
-            step = Step("ceiling", arm, phase, rate, duration, repeat=runs[arm, rate])
+            step = plan.Step("ceiling", arm, phase, rate, duration, repeat=runs[arm, rate])
             head = f"[{step.label} {what} {len(history) + 1}] @ {rate:>5}/s"
             result = runner.step_with_progress(step, head, None)
             if runner.interrupted:

@@ -1,5 +1,4 @@
-"""What `run`, `ceiling` and `cost` share: the mix's and machine's options, LoadShape and
-run.json's params from them, the runner's set-up and drive, the sweep's report writer."""
+"""What `run`, `ceiling` and `cost` share: the mix's options, params, the runner's set-up."""
 
 from __future__ import annotations
 
@@ -8,20 +7,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from aside_bench.calibration import calibrate
-from aside_bench.cli.options import (
-    UsageError,
-    above_zero,
-    default_of,
-    fraction,
-    option,
-    paths,
-    positive,
-    share,
-    whole,
-)
+from aside_bench.cli import options as opt
 from aside_bench.plan import scenarios
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import parse_duration
@@ -40,9 +29,43 @@ RECOVER_TIMEOUT_S = 180  # waiting for the stack to go quiet between steps
 Writer = Callable[..., Any]  # a run's report: (run, results, out_dir) -> its tables
 
 
+class TraceParams(TypedDict):
+    """run.json's account of a replayed key trace."""
+
+    file: str
+    path: str
+    lines: int
+    keys: int  # distinct
+    rate: float | None  # a timed trace's requests a second
+
+
+class RunParams(TypedDict, total=False):
+    """run.json's "params": the keys the core writes (a command or scenario adds its own)."""
+
+    hot_share: float
+    hot_count: int
+    cold_sample: int
+    cold_sample_used: int
+    dist: str
+    alpha: float
+    keys: int
+    trace: TraceParams
+    write_share: float
+    complexity: int
+    timeout_s: int
+    stale_per_min: int
+    stale_reads_after: int
+    max_pool: int
+    data_dir: str
+    driver_cpu_limit_cores: float
+    driver_cpu_share: float
+    samples_file: bool
+    prices: dict[str, float]
+
+
 def shape_default(name: str) -> Any:
-    """A default of the request mix, owned by load/run.py's LoadShape."""
-    return default_of(LoadShape, name)
+    """A default of the request mix, owned by plan/shape.py's LoadShape."""
+    return opt.default_of(LoadShape, name)
 
 
 def _trace_file(text: str) -> Path:
@@ -57,13 +80,13 @@ def _trace_file(text: str) -> Path:
 
 def add_steps(parser: argparse.ArgumentParser) -> None:
     """The read mix and the limits of every step of a sweep or a ceiling search."""
-    paths(parser, "time and scenario")
+    opt.paths(parser, "time and scenario")
     for flag, checked, name, what in (
-        ("--hot-share", fraction, "hot_share", "share of reads asking for a hot email"),
-        ("--cold-sample", positive, "cold_sample",
+        ("--hot-share", opt.fraction, "hot_share", "share of reads asking for a hot email"),
+        ("--cold-sample", opt.positive, "cold_sample",
          "cold emails used: the first N of cold_emails.json"),
     ):  # fmt: skip
-        option(parser, flag, checked, shape_default(name), what)
+        opt.option(parser, flag, checked, shape_default(name), what)
     dist = shape_default("dist")
     parser.add_argument(
         "--dist",
@@ -72,23 +95,19 @@ def add_steps(parser: argparse.ArgumentParser) -> None:
         help="the reads' key popularity: hotset (--hot-share over the hot and cold samples), "
         f"uniform or zipf over the table's distinct emails (default {dist})",
     )
-    for flag, checked, name, what in (
-        ("--alpha", above_zero, "alpha", "zipf's exponent"),
-        ("--keys", whole, "keys", "the key space: the first N distinct emails, 0: all"),
-        ("--trace", _trace_file, "trace",
+    for flag, checked, default, what in (
+        ("--alpha", opt.above_zero, shape_default("alpha"), "zipf's exponent"),
+        ("--keys", opt.whole, shape_default("keys"),
+         "the key space: the first N distinct emails, 0: all"),
+        ("--trace", _trace_file, shape_default("trace"),
          "a key trace the reads replay in its order instead of --dist (read, ceiling, "
          "interference; timed traces run at each step's rate, their gaps scaled)"),
-        ("--timeout", positive, "timeout_s", "request timeout, s"),
+        ("--timeout", opt.positive, shape_default("timeout_s"), "request timeout, s"),
+        ("--max-pool", opt.positive, MAX_POOL, "the driver's workers per step at most"),
+        ("--recover-timeout", opt.positive, RECOVER_TIMEOUT_S,
+         "seconds to wait for the stack to go quiet between steps"),
     ):  # fmt: skip
-        option(parser, flag, checked, shape_default(name), what)
-    option(parser, "--max-pool", positive, MAX_POOL, "the driver's workers per step at most")
-    option(
-        parser,
-        "--recover-timeout",
-        positive,
-        RECOVER_TIMEOUT_S,
-        "seconds to wait for the stack to go quiet between steps",
-    )
+        opt.option(parser, flag, checked, default, what)
 
 
 TRUST_FLAGS = {
@@ -106,24 +125,17 @@ def add_trust(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="skip the machine's calibration (quick runs and tests)",
     )
-    probe = f"{default_of(calibrate.CalibrationParams, 'probe_s')}s"
-    parser.add_argument(
-        "--calibration-probe", default=probe, help=f"calibration: per probe (default {probe})"
-    )
+    probe = f"{opt.default_of(calibrate.CalibrationParams, 'probe_s')}s"
+    opt.option(parser, "--calibration-probe", str, probe, "calibration: per probe")
     for flag, name, what in (
         ("--calibration-budget", "budget_s", "calibration: seconds for both servers together"),
         ("--calibration-start", "start", "calibration: first rate"),
         ("--calibration-max-rate", "max_rate", "calibration: highest rate"),
     ):
-        default = int(default_of(calibrate.CalibrationParams, name))
-        option(parser, flag, positive, default, what)
-    parser.add_argument(
-        "--driver-cpu-share",
-        type=share,
-        default=DRIVER_CPU_SHARE_LIMIT,
-        help="share of the machine's cores the driver may use before a step counts as load "
-        f"generator saturated (default {DRIVER_CPU_SHARE_LIMIT:g})",
-    )
+        default = int(opt.default_of(calibrate.CalibrationParams, name))
+        opt.option(parser, flag, opt.positive, default, what)
+    what = "share of the machine's cores the driver may use before a step counts as load generator"
+    opt.option(parser, "--driver-cpu-share", opt.share, DRIVER_CPU_SHARE_LIMIT, f"{what} saturated")
     for flag, what in TRUST_FLAGS.items():
         parser.add_argument(flag, action="store_true", help=what)
 
@@ -136,7 +148,7 @@ def without_run_options(parser: argparse.ArgumentParser) -> None:
         stale_per_min=0,
         pbkdf2_iterations=shape_default("pbkdf2_iterations"),
         bcrypt_cost=shape_default("bcrypt_cost"),
-        cache_policy=default_of(Options, "cache_policy"),
+        cache_policy=opt.default_of(Options, "cache_policy"),
     )
 
 
@@ -146,7 +158,7 @@ def _trace(args: argparse.Namespace) -> tuple[Path | None, float | None]:
     if path is None:
         return None, None
     if args.dist != "hotset":
-        raise UsageError(
+        raise opt.UsageError(
             f"--trace and --dist {args.dist} are exclusive: a trace asks for its own keys"
         )
     return path, keytrace.timed_rate(keytrace.check_replayable(path))
@@ -164,35 +176,25 @@ def shape_of(args: argparse.Namespace) -> LoadShape:
 
 def run_params(
     args: argparse.Namespace, seed: SeedData, shape: LoadShape, **extra: Any
-) -> dict[str, Any]:
+) -> RunParams:
     """run.json's "params": the request mix, the seed it reads and the command's own."""
-    return {
-        "hot_share": shape.hot_share,
-        "hot_count": len(seed.hot),
-        "cold_sample": shape.cold_sample,
-        "cold_sample_used": min(shape.cold_sample, len(seed.cold)),
-        "dist": shape.dist,
-        "alpha": shape.alpha,
-        "keys": shape.keys,
-        **_trace_params(shape),
-        "write_share": shape.write_share,
-        "complexity": shape.complexity,
-        "timeout_s": shape.timeout_s,
-        "stale_per_min": shape.stale_per_min,
-        "stale_reads_after": shape.stale_reads_after,
-        "max_pool": args.max_pool,
-        "data_dir": str(seed.data_dir),
-        **extra,
-    }
-
-
-def _trace_params(shape: LoadShape) -> dict[str, Any]:
-    """run.json's account of the replayed trace: its file, lines and distinct keys."""
-    if shape.trace is None:
-        return {}
-    keys = keytrace.read_key_trace(shape.trace)
-    found = {"file": shape.trace.name, "path": str(shape.trace.resolve()), "lines": len(keys)}
-    return {"trace": {**found, "keys": len(set(keys)), "rate": shape.trace_rate}}
+    params = RunParams(
+        hot_share=shape.hot_share, hot_count=len(seed.hot), cold_sample=shape.cold_sample,
+        cold_sample_used=min(shape.cold_sample, len(seed.cold)), dist=shape.dist,
+        alpha=shape.alpha, keys=shape.keys,
+    )  # fmt: skip
+    if shape.trace is not None:
+        keys = keytrace.read_key_trace(shape.trace)
+        params["trace"] = TraceParams(
+            file=shape.trace.name, path=str(shape.trace.resolve()), lines=len(keys),
+            keys=len(set(keys)), rate=shape.trace_rate,
+        )  # fmt: skip
+    params.update(
+        write_share=shape.write_share, complexity=shape.complexity, timeout_s=shape.timeout_s,
+        stale_per_min=shape.stale_per_min, stale_reads_after=shape.stale_reads_after,
+        max_pool=args.max_pool, data_dir=str(seed.data_dir), **extra,
+    )  # fmt: skip
+    return params
 
 
 def calibration_params(args: argparse.Namespace) -> calibrate.CalibrationParams:
@@ -232,7 +234,7 @@ def new_runner(
     settings: config.Settings,
     seed: SeedData,
     shape: LoadShape,
-    params: dict[str, Any],
+    params: RunParams,
     distances: dict[str, Distance] | None = None,
 ) -> Runner:
     """The run's folder and its runner; `distances`: those its arms run at."""
@@ -245,18 +247,10 @@ def new_runner(
     params["prices"] = {"vcpu_hour": settings.price_vcpu_hour, "gib_hour": settings.price_gib_hour}
     out_dir.mkdir(parents=True)
     options = Options(
-        run_id,
-        out_dir,
-        seed.data_dir,
-        shape,
-        args.max_pool,
-        args.recover_timeout,
-        driver_cpu_limit=limit,
-        live=args.live,
-        samples_file=args.samples_file,
-        cache_policy=args.cache_policy,
-        distances=distances or {},
-    )
+        run_id, out_dir, seed.data_dir, shape, args.max_pool, args.recover_timeout,
+        driver_cpu_limit=limit, live=args.live, samples_file=args.samples_file,
+        cache_policy=args.cache_policy, distances=distances or {},
+    )  # fmt: skip
     return Runner(settings, options, seed, run)
 
 

@@ -1,5 +1,4 @@
-"""Whether two runs measured on machines alike, and B's latencies put on A's machine by the
-meter step by step, else by the calibrations (docs/decisions/040). Pure, unit-tested."""
+"""Whether two runs' machines measure alike, and B put on A's machine (decision 040). Pure."""
 
 from __future__ import annotations
 
@@ -106,8 +105,7 @@ def machine_scale(
 def run_line(name: str, run: RunRecord, rate: int | None) -> str:
     machine = run.machine
     bound = " (held at every rate tried: a lower bound)" if capped(machine) else ""
-    runs = run.runs
-    which = run.run_id
+    runs, which = run.runs, run.run_id
     if len(runs) > 1:
         which = (
             f"a baseline of {len(runs)} runs, {', '.join(runs)}, their repeats pooled (the "

@@ -1,5 +1,4 @@
-"""compare.html: the two runs' p95 and cost against the rate served and drops against the
-target, A solid and B dashed, missed steps hollow, then the compare table."""
+"""compare.html: both runs' p95, drops and cost charted (A solid, B dashed), then the table."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, StepKey
 from aside_bench.report.decision import run_prices
-from aside_bench.report.tables import Table
 from aside_bench.sweep.collect import summary_result
 
 PAGE = "compare.html"
@@ -111,12 +109,6 @@ def figure_lines(
     return _lines(rows, value, goal)
 
 
-def cost_lines(
-    rows: list[compare.Row], a: dict[StepKey, float], b: dict[StepKey, float], goal: Goal = GOAL
-) -> list[Line]:
-    return _lines(rows, lambda side, key: (a if side == "A" else b).get(key), goal)
-
-
 def overlay_chart(
     lines: list[Line], path: Path, title: str, ylabel: str, caption: str, log: bool,
     served: bool = False,
@@ -130,24 +122,19 @@ def overlay_chart(
     xs_all: list[float] = []
     for line in lines:
         style, marker = STYLE[line.side]
-        label = series_label(line.series[1], line.series[2])
-        label = (
-            f"{line.series[0]} {label}, {line.side}" if scenarios > 1 else f"{label}, {line.side}"
-        )
+        label = f"{series_label(line.series[1], line.series[2])}, {line.side}"
+        label = f"{line.series[0]} {label}" if scenarios > 1 else label
+        colour = colours.get(line.series)
         if served:
             points = [(p.served, p.value, p.held) for p in line.points if p.served]
             if not points:
                 continue
-            xs = [x for x, _, _ in points]
-            drawn = ax.plot(xs, [y for _, y, _ in points], style, alpha=0.6,
-                            color=colours.get(line.series), label=label)  # fmt: skip
-            charts.mark_points(ax, points, drawn[0].get_color(), marker)
-            xs_all += xs
+            colour = charts.served_line(ax, points, label, style, colour, marker)
+            xs_all += [x for x, _, _ in points]
         else:
             xs, ys = zip(*line.at_target(), strict=True)
-            drawn = ax.plot(xs, ys, style, marker=marker, color=colours.get(line.series),
-                            label=label)  # fmt: skip
-        colours.setdefault(line.series, drawn[0].get_color())
+            colour = ax.plot(xs, ys, style, marker=marker, color=colour, label=label)[0].get_color()
+        colours.setdefault(line.series, colour)
     if served:
         charts.served_axis(ax, xs_all)
     else:
@@ -161,11 +148,6 @@ def overlay_chart(
     else:
         ax.legend(fontsize=8)
     return charts.finish(fig, path, caption)
-
-
-def _plain(table: Table) -> Table:
-    """The table as compare.md has it, its Markdown emphasis left out of the page."""
-    return replace(table, rows=[[cell.replace("**", "") for cell in row] for row in table.rows])
 
 
 @dataclass(frozen=True)
@@ -193,8 +175,8 @@ def _charts(sides: Sides, rows: list[compare.Row], out_dir: Path, caption: str) 
                                    "drop rate (dropped + failed) / scheduled", "drop rate (%)",
                                    caption, log=False))  # fmt: skip
     prices = run_prices(sides.run_a.params)
-    costs = cost_lines(rows, step_costs(sides.results_a, prices),
-                       step_costs(sides.results_b, prices))  # fmt: skip
+    a, b = step_costs(sides.results_a, prices), step_costs(sides.results_b, prices)
+    costs = _lines(rows, lambda side, key: (a if side == "A" else b).get(key), GOAL)
     if costs:
         paths.append(overlay_chart(
             costs, out_dir / "compare_cost.png",
@@ -229,7 +211,8 @@ def write_page(
     if not any(path.stem == "compare_cost" for path in paths):
         doc.p("No step of both runs recorded its CPU and memory: no cost to draw.", note=True)
     doc.h(2, "Every step both runs ran, flagged beyond its noise")
-    doc.table(_plain(compare.table(rows)))
+    table = compare.table(rows)  # as compare.md has it, its Markdown emphasis left out
+    doc.table(replace(table, rows=[[c.replace("**", "") for c in row] for row in table.rows]))
     page = out_dir / PAGE
     page.write_text(doc.html(title))
     return page

@@ -1,6 +1,4 @@
-"""`aside-bench compare RUN_A RUN_B`: every step two runs share, a change flagged only beyond
-the noise their repeats measured (pooled over a series), else a tolerance; a step past capacity
-in both is judged on its achieved rate alone (docs/decisions/022, 023, 040). Pure but `write`."""
+"""Two runs' common steps, a change flagged only beyond their noise (decisions 022, 023, 040)."""
 
 from __future__ import annotations
 
@@ -29,13 +27,9 @@ STEP_SPEED_WARNING = 0.1
 FLOOR = {"ms": 0.05, "rate": 0.5, "share": 0.005}
 # figure -> (unit, True when higher is better)
 FIGURES = {
-    "p50": ("ms", False),
-    "p95": ("ms", False),
-    "p99": ("ms", False),
-    "achieved": ("rate", True),
-    "drops": ("share", False),
-    "hit": ("share", True),
-}
+    "p50": ("ms", False), "p95": ("ms", False), "p99": ("ms", False),
+    "achieved": ("rate", True), "drops": ("share", False), "hit": ("share", True),
+}  # fmt: skip
 # What a step past capacity in both runs is not judged on.
 UNJUDGED_PAST_CAPACITY = frozenset({"p50", "p95", "p99", "drops"})
 PAST_CAPACITY = "past capacity"
@@ -288,6 +282,14 @@ def write(
     doc.table(table(rows))
     markdown = doc.markdown()
     (out_dir / "compare.md").write_text(markdown)
+    steps = [
+        {
+            "key": list(row.key),
+            "speed": row.speed,
+            "changes": {n: asdict(c) for n, c in row.changes.items()},
+        }
+        for row in rows
+    ]
     found = {
         "a": run_a.runs or [run_a.run_id],
         "b": run_b.runs or [run_b.run_id],
@@ -297,14 +299,7 @@ def write(
         "normalised": scale.normalised,
         "as_measured": scale.as_measured,
         "tolerance": tolerance,
-        "steps": [
-            {
-                "key": list(row.key),
-                "speed": row.speed,
-                "changes": {n: asdict(c) for n, c in row.changes.items()},
-            }
-            for row in rows
-        ],
+        "steps": steps,
     }
     (out_dir / "compare.json").write_text(json.dumps(found, indent=1) + "\n")
     return markdown

@@ -1,5 +1,4 @@
-"""Every scenario `aside-bench run` knows: the core's (read, mixed, compute) and the plug-ins'
-(entry-point group `aside_bench.scenarios`), what each adds in its fields and hooks."""
+"""Every scenario `run` knows, the core's and the plug-ins' (entry points), with their hooks."""
 
 from __future__ import annotations
 
@@ -24,16 +23,16 @@ Variables = Callable[[Any, LoadShape, int], dict[str, str]]
 
 @dataclass(frozen=True)
 class Hooks:
-    """What a scenario adds to the sweep, each None for none: add_options(parser), check(args),
-    run_params(args, shape, settings, seed) for run.json's params, prepare(settings, data_dir,
-    step) a warm step's record with a `prep` line, writer(settings), run(args, settings)."""
+    """What a scenario adds to the sweep, each None for none."""
 
     add_options: Callable[[argparse.ArgumentParser], None] | None = None
     check: Callable[[argparse.Namespace], None] | None = None
+    # (args, shape, settings, seed) -> its own keys of run.json's params, free-form JSON
     run_params: Callable[..., dict[str, Any]] | None = None
-    prepare: Callable[..., dict[str, Any]] | None = None
-    writer: Callable[..., Writer] | None = None
-    run: Callable[..., int] | None = None
+    # (settings, data_dir, step) -> a warm step's record, with its `prep` line
+    prepare: Callable[..., dict[str, int | float | str]] | None = None
+    writer: Callable[..., Writer] | None = None  # (settings) -> the report's writer
+    run: Callable[..., int] | None = None  # (args, settings) -> exit status: the whole run
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,6 @@ from itertools import groupby
 from aside_bench.plan import scenarios
 
 WARM_CHOICES = ("both", "cold", "warm")
-CACHE_ARMS = (
-    "nocache",
-    "coalesce",
-    "cache",
-    "index",
-    "l1",
-    "hybrid",
-    "tracking",
-    "l1-ttl",
-    "nopool",
-)
 # Arms that read no cache: no phase; the cached arms are measured against them.
 # `coalesce` batches its count misses as the cache arm does and stores nothing.
 UNCACHED_ARMS = ("nocache", "index", "coalesce", "nopool")
@@ -34,19 +23,14 @@ TIERED_ARMS = ("cache", "l1", "hybrid", "tracking", "l1-ttl")
 L1_ARMS = ("l1", "hybrid", "tracking", "l1-ttl")
 # Other names accepted for an arm; `cache` stays the L2 arm's name in reports.
 ARM_ALIASES = {"l2": "cache"}
-# The ?cache= value each read arm sends (the driver's CACHE variable).
+# The ?cache= value each read arm sends (the driver's CACHE variable), in the arms' order.
 CACHE_PARAMS = {
-    "nocache": "off",
-    "index": "off",
-    "coalesce": "coalesce",
-    "cache": "l2",
-    "l1": "l1",
-    "hybrid": "hybrid",
-    "tracking": "tracking",
-    "l1-ttl": "l1",
-    "nopool": "nopool",
+    "nocache": "off", "coalesce": "coalesce", "cache": "l2", "index": "off", "l1": "l1",
+    "hybrid": "hybrid", "tracking": "tracking", "l1-ttl": "l1", "nopool": "nopool",
     BARE_ARM: "l2",
-}
+}  # fmt: skip
+# The read and mixed scenarios' arms (the ceiling's reference is no arm of theirs).
+CACHE_ARMS = tuple(arm for arm in CACHE_PARAMS if arm != BARE_ARM)
 # The ?cache= values whose reads go through Redis (its counters read around their steps).
 REDIS_READS = ("l2", "hybrid", "tracking")
 # Arms the gateway restarts for: `l1-ttl` is l1 with the invalidation channel off

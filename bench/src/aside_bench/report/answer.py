@@ -1,5 +1,4 @@
-"""The answer's sentences at the top of a sweep's report: the goal, the break-even, the split,
-the smallest cache, the hit rate memory bought and the index (docs/decisions/071). Pure."""
+"""The answer's sentences atop a sweep's report: goal, break-even, split, memory (decision 071)."""
 
 from __future__ import annotations
 
@@ -8,14 +7,8 @@ from aside_bench.curve.simulate import MIN_CAPACITY
 from aside_bench.records.goal import Goal, served_words
 from aside_bench.records.prices import Prices, step_price
 from aside_bench.records.results import StepResult
-from aside_bench.report import split
-from aside_bench.report.decision import (
-    Series,
-    answer_series,
-    decide,
-    size_words,
-    smallest_cache_sentences,
-)
+from aside_bench.report import decision, split
+from aside_bench.report.decision import Series, answer_series, size_words
 from aside_bench.report.split import REFERENCE_ARMS
 
 
@@ -159,7 +152,7 @@ def answer(
         evens = (break_even_sentence(one, uncached, prices, goal) for one in cached)
         lines += [sentence for sentence in evens if sentence is not None]
         lines += split.answer_lines(results, prices, goal)
-    lines += smallest_cache_sentences(decide(results, goal, prices, curves))
+    lines += decision.smallest_cache_sentences(decision.decide(results, goal, prices, curves))
     if uncached is not None:
         lines.append(
             f"Prices: {prices.words()} (ASIDE_PRICE_VCPU_HOUR, ASIDE_PRICE_GIB_HOUR); CPU of "

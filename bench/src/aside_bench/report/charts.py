@@ -213,6 +213,15 @@ def goal_legend(ax: plt.Axes) -> None:
     ax.legend(handles=handles, fontsize=8)
 
 
+def served_line(ax: plt.Axes, points: list[tuple[float, float, bool]], label: str,
+                style: str = "-", colour: str | None = None, marker: str = "o") -> str:  # fmt: skip
+    """A line through (rate served, value, held) points, each marked; the line's colour."""
+    xs, ys = [x for x, _, _ in points], [y for _, y, _ in points]
+    line = ax.plot(xs, ys, style, alpha=0.6, color=colour, label=label)[0]
+    mark_points(ax, points, line.get_color(), marker)
+    return line.get_color()
+
+
 def served_axis(ax: plt.Axes, xs: list[float]) -> None:
     """The rate served: log scale when it spans a factor of ten or more."""
     known = [x for x in xs if x > 0]
@@ -239,13 +248,9 @@ def served_chart(
             for r in series_of(results, arm, phase)
             if r.achieved_rps > 0 and (v := value(r)) is not None
         ]
-        if not points:
-            continue
-        xs = [x for x, _, _ in points]
-        line = ax.plot(xs, [y for _, y, _ in points], "-", alpha=0.6,
-                       label=series_label(arm, phase))[0]  # fmt: skip
-        mark_points(ax, points, line.get_color())
-        xs_all += xs
+        if points:
+            served_line(ax, points, series_label(arm, phase))
+            xs_all += [x for x, _, _ in points]
     served_axis(ax, xs_all)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)

@@ -88,11 +88,6 @@ MEASURED_COLUMNS: tuple[Column[MeasuredPoint], ...] = (
 )
 
 
-def measured_table(curve: RateCurve) -> Table:
-    title = f"Redis hit rate against the simulated policies at the keys it held, {curve.rate}/s"
-    return column_table(title, MEASURED_COLUMNS, curve.measured)
-
-
 EXPLANATION = (
     "Each warm step's exact key stream (its cold step's requests first, which only fill "
     "the cache, then its own; the requests the driver dropped never left it and are not "
@@ -113,7 +108,8 @@ EXPLANATION = (
 
 
 def curve_section(doc: Doc, curves: list[RateCurve], out_dir: Path, caption: str) -> list[Table]:
-    tables = [measured_table(curve) for curve in curves]
+    title = "Redis hit rate against the simulated policies at the keys it held, {}/s"
+    tables = [column_table(title.format(c.rate), MEASURED_COLUMNS, c.measured) for c in curves]
     if not curves:
         return tables
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing

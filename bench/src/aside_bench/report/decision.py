@@ -1,5 +1,4 @@
-"""The decision on top of a sweep's report: at each rate the arms that held the goal, the
-cheapest, the misses and the smallest cache that held, one per distance; the cost table."""
+"""The decision atop a sweep's report: per rate who held the goal, the cheapest, the misses."""
 
 from __future__ import annotations
 
@@ -141,11 +140,6 @@ class Decision:
         return any(one.memory_arms for one in self.rates)
 
 
-def _held_last(series: Series, rate: int, goal: Goal) -> int | None:
-    return max((r.step.rate for r in series.steps if r.step.rate < rate and goal.held(r)),
-               default=None)  # fmt: skip
-
-
 def decide(
     results: list[StepResult],
     goal: Goal,
@@ -170,7 +164,8 @@ def decide(
             if found.held:
                 held.append(found)
             else:
-                missed.append(Missed(found, _held_last(one, rate, goal)))
+                lower = (r.step.rate for r in one.steps if r.step.rate < rate and goal.held(r))
+                missed.append(Missed(found, max(lower, default=None)))
         held.sort(key=lambda one: (one.price is None, one.price or 0.0))
         out.append(RateDecision(rate, held, missed, points.get(rate, [])))
     return Decision(distance, goal, out)
@@ -207,12 +202,8 @@ def decision_table(decision: Decision) -> Table:
         row.append("; ".join(m.words() for m in one.missed) or "none")
         rows.append(row)
     at = "" if decision.distance is None else f" ({decision.distance})"
-    return Table(
-        f"the decision{at}: at each rate, the arms that held the goal "
-        f"({decision.goal.words()}) and the cheapest of them",
-        headers,
-        rows,
-    )
+    title = f"the decision{at}: at each rate, the arms that held the goal ({decision.goal.words()})"
+    return Table(f"{title} and the cheapest of them", headers, rows)
 
 
 def smallest_cache_sentences(decision: Decision) -> list[str]:

@@ -1,6 +1,4 @@
-"""A run at several network distances: each distance's steps, each hop's round trip set and
-measured, the proxy's own cost, and the answer: what each arm held at each distance and which
-of two arms ranked first on p95 and price where both held. Pure, unit-tested."""
+"""A run at several network distances: its hops set and measured, the proxy's cost, its answer."""
 
 from __future__ import annotations
 

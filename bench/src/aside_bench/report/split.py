@@ -1,5 +1,4 @@
-"""What the cache itself buys: a cached arm's saving against the uncached read, split between
-coalescing the misses and the hits, where all three held the goal (docs/decisions/056)."""
+"""A cached arm's saving split between coalescing the misses and the hits (decision 056)."""
 
 from __future__ import annotations
 
@@ -50,10 +49,6 @@ class Held:
     coalesced: bool
     cached: bool
 
-    @property
-    def all(self) -> bool:
-        return self.uncached and self.coalesced and self.cached
-
 
 @dataclass(frozen=True)
 class RateSplit:
@@ -71,7 +66,7 @@ class RateSplit:
     @property
     def comparable(self) -> bool:
         """All three held the goal: their figures are of the same service."""
-        return self.held.all
+        return all(astuple(self.held))
 
     @property
     def cost_split(self) -> Split | None:
@@ -94,10 +89,7 @@ def _by_rate(results: list[StepResult], arm: str, phase: str) -> dict[int, StepR
 
 
 def _three(values: list[float | None]) -> Split | None:
-    if any(v is None for v in values):
-        return None
-    uncached, coalesced, cached = values
-    return Split(uncached, coalesced, cached)  # type: ignore[arg-type]
+    return None if any(v is None for v in values) else Split(*values)  # type: ignore[arg-type]
 
 
 def rate_splits(results: list[StepResult], prices: Prices, goal: Goal) -> list[RateSplit]:

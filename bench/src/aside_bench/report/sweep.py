@@ -1,5 +1,4 @@
-"""A sweep's report: report.md, a self-contained report.html and PNG charts, from StepResults;
-its context, calibration and saturation sections are shared with other pages."""
+"""A sweep's report (report.md, report.html, charts); its context sections serve every page."""
 
 from __future__ import annotations
 

@@ -114,14 +114,6 @@ COST_COLUMNS = (
 )
 
 
-def cost_columns(results: list[StepResult]) -> list[CostColumn]:
-    """The cost columns some result has a value for (L1 MiB with the L1 hit rate)."""
-    kept = [c for c in COST_COLUMNS if any(c.value(r) is not None for r in results)]
-    if not any(c.field == "l1_hit_rate" for c in kept):
-        kept = [c for c in kept if c.field != "l1_mib"]
-    return kept
-
-
 def spread_cell(result: StepResult, name: str, text: str, fmt: Callable[[float], str]) -> str:
     """`text`, with the min-max of the step's runs where they differ as shown."""
     found = figure_spread(result, name)
@@ -137,24 +129,19 @@ def loadgen_cells(result: StepResult) -> list[str]:
     if gen is None:
         return [due, MISSING, MISSING, MISSING]
     busy = MISSING if gen.inflight_peak is None else str(gen.inflight_peak)
-    return [
-        due,
-        fmt_num(gen.cpu_cores, 2),
-        f"{busy}/{gen.pool}",
-        "saturated" if gen.saturated else "ok",
-    ]
+    verdict = "saturated" if gen.saturated else "ok"
+    return [due, fmt_num(gen.cpu_cores, 2), f"{busy}/{gen.pool}", verdict]
 
 
 LOADGEN_HEADERS = ["p95 from due ms", "driver CPU cores", "in flight/pool", "load generator"]
 
 
-def has_loadgen(results: list[StepResult]) -> bool:
-    return any(r.loadgen is not None for r in results)
-
-
 def extra_columns(results: list[StepResult]) -> tuple[list[str], Callable[[StepResult], list[str]]]:
     """The cost columns `results` have, then the driver's where it was read: headers, cells."""
-    costs, loadgen = cost_columns(results), has_loadgen(results)
+    costs = [c for c in COST_COLUMNS if any(c.value(r) is not None for r in results)]
+    if not any(c.field == "l1_hit_rate" for c in costs):  # L1 MiB only with the L1 hit rate
+        costs = [c for c in costs if c.field != "l1_mib"]
+    loadgen = any(r.loadgen is not None for r in results)
     headers = [c.header for c in costs] + (LOADGEN_HEADERS if loadgen else [])
     return headers, lambda r: [c.cell(r) for c in costs] + (loadgen_cells(r) if loadgen else [])
 
@@ -324,9 +311,7 @@ def held_table(
 def sweep_tables(results: list[StepResult]) -> list[Table]:
     tables = [comparison_table(results)]
     tables += [series_table(results, arm, phase) for arm, phase in series_order(results)]
-    for extra in (per_request_table(results), staleness_table(results)):
-        if extra is not None:
-            tables.append(extra)
+    tables += [t for t in (per_request_table(results), staleness_table(results)) if t is not None]
     return tables
 
 
