@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TypedDict
+from typing import cast
 
 from aside_bench.ceiling.search import Trial, bounds, to_confirm
 from aside_bench.plan.steps import Step, pool_for
+from aside_bench.records.documents import CalibrationRecord, ProbeFound, TargetSearched
 from aside_bench.records.results import StepResult
 from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack.prepare import StackError, wait_until_quiet
@@ -106,27 +107,7 @@ def _probe(
     return record
 
 
-class TargetJson(TypedDict):
-    """run.json's machine.calibration.targets.<target>: where its search ended, its probes."""
-
-    url: str
-    what: str
-    rate: int
-    capped: bool
-    out_of_time: bool
-    missed_at: int | None
-    seconds: float
-    probes: list[object]  # each a step of run.json
-
-
-class CalibrationJson(TypedDict):
-    """run.json's machine.calibration, read back by records/calibration.py."""
-
-    params: dict[str, float]
-    targets: dict[str, TargetJson]
-
-
-def _target(runner: Runner, target: str, params: CalibrationParams) -> TargetJson:
+def _target(runner: Runner, target: str, params: CalibrationParams) -> TargetSearched:
     """One target's search, its probes kept as steps are."""
     attribute, what = TARGETS[target]
     url = getattr(runner.settings, attribute)
@@ -147,15 +128,15 @@ def _target(runner: Runner, target: str, params: CalibrationParams) -> TargetJso
         return held
 
     outcome = search(probe, params, params.budget_s / len(TARGETS))
-    probed: list[object] = [one.to_json() for one in probes]
-    return TargetJson(url=url, what=what, **asdict(outcome), probes=probed)
+    probed = [cast(ProbeFound, one.to_json()) for one in probes]  # a step with held, p95_ms
+    return TargetSearched(url=url, what=what, **asdict(outcome), probes=probed)
 
 
-def calibrate(runner: Runner, params: CalibrationParams) -> CalibrationJson:
+def calibrate(runner: Runner, params: CalibrationParams) -> CalibrationRecord:
     """Both targets, one after the other, each within half the budget."""
     try:
         wait_until_quiet(runner.settings, runner.options.recover_timeout_s)
     except StackError as error:
         print(f"  warning: {error}; calibrating anyway", flush=True)
     targets = {target: _target(runner, target, params) for target in TARGETS}
-    return CalibrationJson(params=asdict(params), targets=targets)
+    return CalibrationRecord(params=asdict(params), targets=targets)

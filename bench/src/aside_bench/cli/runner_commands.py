@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from aside_bench.calibration import calibrate
 from aside_bench.cli import options as opt
@@ -15,6 +15,7 @@ from aside_bench.plan import scenarios
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import parse_duration
 from aside_bench.records import calibration, keytrace, runfile
+from aside_bench.records.documents import RunParams, TraceParams
 from aside_bench.records.saturation import DRIVER_CPU_SHARE_LIMIT, cpu_limit_cores
 from aside_bench.report import sweep as report
 from aside_bench.stack import config
@@ -27,40 +28,6 @@ from aside_bench.sweep.runner import EXIT_INTERRUPTED, Options, Runner, StepFail
 MAX_POOL = 1000  # the driver's workers per step at most
 RECOVER_TIMEOUT_S = 180  # waiting for the stack to go quiet between steps
 Writer = Callable[..., Any]  # a run's report: (run, results, out_dir) -> its tables
-
-
-class TraceParams(TypedDict):
-    """run.json's account of a replayed key trace."""
-
-    file: str
-    path: str
-    lines: int
-    keys: int  # distinct
-    rate: float | None  # a timed trace's requests a second
-
-
-class RunParams(TypedDict, total=False):
-    """run.json's "params": the keys the core writes (a command or scenario adds its own)."""
-
-    hot_share: float
-    hot_count: int
-    cold_sample: int
-    cold_sample_used: int
-    dist: str
-    alpha: float
-    keys: int
-    trace: TraceParams
-    write_share: float
-    complexity: int
-    timeout_s: int
-    stale_per_min: int
-    stale_reads_after: int
-    max_pool: int
-    data_dir: str
-    driver_cpu_limit_cores: float
-    driver_cpu_share: float
-    samples_file: bool
-    prices: dict[str, float]
 
 
 def shape_default(name: str) -> Any:
