@@ -18,15 +18,14 @@ from aside_bench.curve.simulate import (
     next_accesses,
     object_ids,
 )
+from aside_bench.plan.arms import base_arm, cache_param
 from aside_bench.plan.steps import (
     Bound,
     PlanError,
     Step,
     arm_bound,
     arm_memory,
-    base_arm,
     bounded_arms,
-    cache_param,
     gateway_env,
     parse_bound,
     parse_memory,

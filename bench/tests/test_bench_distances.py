@@ -13,14 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from aside_bench.plan.arms import base_arm, cache_param
 from aside_bench.plan.steps import (
     DIRECT,
     arm_distance,
     arm_memory,
     at_distances,
-    base_arm,
     build_steps,
-    cache_param,
     gateway_env,
     phases_for,
 )

@@ -17,8 +17,9 @@ from aside_bench.load.run import (
     step_run,
 )
 from aside_bench.load.summary import SUMMARY_SCHEMA, KeyTrace, Summary, SummaryError
+from aside_bench.plan.arms import BARE_ARM
 from aside_bench.plan.shape import LoadShape
-from aside_bench.plan.steps import BARE_ARM, Step
+from aside_bench.plan.steps import Step
 from aside_bench.records.results import Latency, StaleCounts
 from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack import config

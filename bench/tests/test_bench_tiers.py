@@ -15,20 +15,9 @@ from pathlib import Path
 import pytest
 from aside_bench.ceiling.report import ceiling_tables
 from aside_bench.load.run import step_run
+from aside_bench.plan.arms import CACHE_ARMS, CACHE_PARAMS, CEILING_ARMS, REDIS_READS, cache_param
 from aside_bench.plan.shape import LoadShape
-from aside_bench.plan.steps import (
-    CACHE_ARMS,
-    CACHE_PARAMS,
-    CEILING_ARMS,
-    REDIS_READS,
-    PlanError,
-    Step,
-    build_steps,
-    cache_param,
-    gateway_env,
-    parse_arms,
-    phases_for,
-)
+from aside_bench.plan.steps import PlanError, Step, build_steps, gateway_env, parse_arms, phases_for
 from aside_bench.records.results import Latency, StaleCounts, StepResult
 from aside_bench.records.tierstats import (
     bucket_increase,

@@ -17,7 +17,8 @@ import requests
 from aside_bench.stack import distance, procs
 from aside_bench.stack import toxiproxy as tp
 from aside_bench.stack.config import Settings
-from aside_bench.stack.services import ServiceControl, wait_for
+from aside_bench.stack.prepare import wait_for
+from aside_bench.stack.services import ServiceControl
 
 DEADLINE_S = 20.0
 

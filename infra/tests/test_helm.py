@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 import yaml
 from aside_bench.load.run import LoadShape, step_run
-from aside_bench.plan.steps import CACHE_PARAMS, Step, pool_for
+from aside_bench.plan.arms import CACHE_PARAMS
+from aside_bench.plan.steps import Step, pool_for
 from aside_gateway.config.settings import load_settings
 from aside_seed.config import load_config
 from stack_helpers import ROOT

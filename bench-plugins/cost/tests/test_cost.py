@@ -11,8 +11,9 @@ from aside_bench.ceiling.report import ceiling_tables, reference_of
 from aside_bench.ceiling.search import Reference, ceiling_of, reruns_of
 from aside_bench.cli import app as cli
 from aside_bench.load.run import step_run
+from aside_bench.plan.arms import BARE_ARM
 from aside_bench.plan.shape import LoadShape
-from aside_bench.plan.steps import BARE_ARM, Step
+from aside_bench.plan.steps import Step
 from aside_bench.records.results import Latency, StepResult
 from aside_bench.records.saturation import LoadGen
 from aside_bench.records.steprecord import StepRecord

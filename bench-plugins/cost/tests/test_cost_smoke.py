@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aside_bench.plan.steps import BARE_ARM
+from aside_bench.plan.arms import BARE_ARM
 from aside_bench_cost import run as cost
 
 Bench = Callable[..., subprocess.CompletedProcess[str]]

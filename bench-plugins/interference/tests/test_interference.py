@@ -12,17 +12,10 @@ from pathlib import Path
 import pytest
 from aside_bench.load.run import step_run
 from aside_bench.plan import compute
+from aside_bench.plan.arms import CACHE_ARMS, cache_param
 from aside_bench.plan.scenarios import scenario_named
 from aside_bench.plan.shape import LoadShape
-from aside_bench.plan.steps import (
-    CACHE_ARMS,
-    PlanError,
-    Step,
-    build_steps,
-    cache_param,
-    parse_rates,
-    pool_for,
-)
+from aside_bench.plan.steps import PlanError, Step, build_steps, parse_rates, pool_for
 from aside_bench.records.results import CacheCounts, Latency, StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.sweep.collect import compute_beside

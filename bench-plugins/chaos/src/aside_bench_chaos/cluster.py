@@ -23,9 +23,9 @@ from aside_bench.load.run import LoadRun
 from aside_bench.load.summary import Summary
 from aside_bench.stack import gateway_metrics
 from aside_bench.stack.config import Settings
-from aside_bench.stack.prepare import StackError, connect, wait_until_quiet
+from aside_bench.stack.prepare import StackError, connect, wait_for, wait_until_quiet
 from aside_bench.stack.seeddata import SeedData
-from aside_bench.stack.services import ServiceControl, wait_for
+from aside_bench.stack.services import ServiceControl
 from aside_bench_suite.base import sleep_until
 from aside_bench_suite.samples import Check, KindTally, nearest_rank
 from redis.cluster import RedisCluster

@@ -17,8 +17,8 @@ import requests
 from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
 from aside_bench.stack import redisclient
 from aside_bench.stack.config import Settings
-from aside_bench.stack.prepare import StackError
-from aside_bench.stack.services import ServiceControl, wait_for
+from aside_bench.stack.prepare import StackError, wait_for
+from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.toxiproxy import Toxiproxy
 from aside_bench_suite.samples import first_request
 

@@ -11,7 +11,8 @@ from aside_bench.ceiling.search import Trial, ceiling_of, next_trial, run_again
 from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
 from aside_bench.load.samples import compress
 from aside_bench.load.summary import Summary
-from aside_bench.plan.steps import L1_ARMS, cache_param, gateway_env, pool_cap, pool_for
+from aside_bench.plan.arms import L1_ARMS, cache_param
+from aside_bench.plan.steps import gateway_env, pool_cap, pool_for
 from aside_bench.records.saturation import steal_share
 from aside_bench.stack import gateway_metrics as gm
 from aside_bench.stack import procs

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aside_bench.ceiling.search import RERUN_VERDICT, Reference, ceiling_of, limit_of, reruns_of
-from aside_bench.plan.steps import BARE_ARM, TIERED_ARMS, series_label
+from aside_bench.plan.arms import BARE_ARM, TIERED_ARMS
+from aside_bench.plan.steps import series_label
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord, save_figures
 from aside_bench.report.doc import Doc, write_pages

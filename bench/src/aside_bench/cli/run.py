@@ -12,6 +12,7 @@ from aside_bench.cli import runner_commands
 from aside_bench.cli.options import Command, UsageError
 from aside_bench.plan import scenarios
 from aside_bench.plan import steps as plan
+from aside_bench.plan.arms import BARE_ARM, CEILING_ARMS, TIERED_ARMS
 from aside_bench.report.tables import fmt_pct
 from aside_bench.stack import config, distance
 from aside_bench.sweep.runner import Options, Runner
@@ -183,7 +184,7 @@ def add_ceiling(ceiling: argparse.ArgumentParser) -> None:
 def run_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, "ceiling")
     out_dir = opt.new_out_dir(settings, args, run_id)
-    arms = plan.parse_arms(args.arms, plan.CEILING_ARMS)
+    arms = plan.parse_arms(args.arms, CEILING_ARMS)
     duration = plan.parse_duration(args.step_duration)
     runner_commands.calibration_params(args)  # a malformed --calibration-probe before anything runs
     search = SearchParams(start=args.start, ladder_step=args.ladder_step, max_rate=args.max_rate)
@@ -194,8 +195,8 @@ def run_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
         p95_limit_ms=args.p95_ms, search=search.__dict__,
     )  # fmt: skip
     # The reference: the cache arm's search again under the bare scenario.
-    searched = [*arms, plan.BARE_ARM] if args.reference and "cache" in arms else arms
-    params["reference"] = plan.BARE_ARM in searched
+    searched = [*arms, BARE_ARM] if args.reference and "cache" in arms else arms
+    params["reference"] = BARE_ARM in searched
     runner = runner_commands.new_runner("ceiling", out_dir, args, settings, seed, shape, params)
     print(
         f"ceiling {run_id}: arms {' '.join(searched)}, {duration}s steps -> {out_dir}/", flush=True
@@ -213,10 +214,10 @@ def run_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
 
 def search_order(searched: list[str]) -> list[list[str]]:
     """Every search taking turns, the cache arm's bare reference right after it."""
-    order = [arm for arm in searched if arm != plan.BARE_ARM]
-    if plan.BARE_ARM in searched:
+    order = [arm for arm in searched if arm != BARE_ARM]
+    if BARE_ARM in searched:
         at = order.index("cache") + 1 if "cache" in order else len(order)
-        order.insert(at, plan.BARE_ARM)
+        order.insert(at, BARE_ARM)
     return [order]
 
 
@@ -228,7 +229,7 @@ def _search_arms(
     runs: Counter[tuple[str, int]] = Counter()  # every step run, reruns included
 
     def run(arm: str, rate: int, history: list[Trial]) -> bool | None:
-        phase = "warm" if arm in (*plan.TIERED_ARMS, plan.BARE_ARM) else "none"
+        phase = "warm" if arm in (*TIERED_ARMS, BARE_ARM) else "none"
         what = "confirm" if tries_at(history, rate) else "try"
         reruns = 0  # misses of this try on a noisy host, run again
         while True:

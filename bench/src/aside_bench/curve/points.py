@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aside_bench.curve.simulate import POLICIES, CurvePoint, Stream, capacities, curve, policies_at
-from aside_bench.plan.steps import arm_bound, base_arm
+from aside_bench.plan.arms import base_arm
+from aside_bench.plan.steps import arm_bound
 from aside_bench.records.keytrace import KeyTraceError, read_key_trace
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aside_bench.plan import scenarios
+from aside_bench.plan.arms import BARE_ARM
 from aside_bench.plan.shape import LoadShape
-from aside_bench.plan.steps import BARE_ARM, Step
+from aside_bench.plan.steps import Step
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 from aside_bench.stack.prepare import StackError

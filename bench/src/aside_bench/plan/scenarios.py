@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from aside_bench.plan import compute
+from aside_bench.plan import arms, compute
 from aside_bench.plan.shape import LoadShape
 
 ENTRY_POINTS = "aside_bench.scenarios"
@@ -58,7 +57,7 @@ class Scenario:
         """The phases a step of `arm` runs in: cold and warm (or one) for a tiered arm."""
         if self.phase is not None:
             return [self.phase]
-        if re.split(r"[@~]", arm, maxsplit=1)[0] not in self.tiered:
+        if arms.base_arm(arm) not in self.tiered:
             return ["none"]
         return ["cold", "warm"] if warm == "both" else [warm]
 
@@ -69,10 +68,8 @@ class UnknownScenario(ValueError):
 
 # ---- the core's scenarios --------------------------------------------------------
 def _cache_variables(step: Any, shape: LoadShape, max_pool: int) -> dict[str, str]:
-    from aside_bench.plan.steps import cache_param  # the arms' table
-
     return {
-        "CACHE": cache_param(step.arm) or "off",
+        "CACHE": arms.cache_param(step.arm) or "off",
         "HOT_SHARE": str(shape.hot_share),
         "COLD_SAMPLE": str(shape.cold_sample),
     }
@@ -109,18 +106,16 @@ def _compute_variables(step: Any, shape: LoadShape, max_pool: int) -> dict[str, 
 
 
 def _core() -> tuple[Scenario, ...]:
-    from aside_bench.plan import steps  # the arms' tables live beside the steps
-
-    cached = steps.CACHE_ARMS
+    cached = arms.CACHE_ARMS
     rates = (30, 50, 75, 100, 150, 300, 500, 1000)
     return (
         # The answer splits the cache's saving between the misses' coalescing
         # and the hits: every default read sweep measures the three.
         Scenario("read", cached, ("nocache", "coalesce", "cache"), rates, _read_variables,
                  dist=True, trace=True, bounded=True, indexed=True, distances=True,
-                 tiered=steps.TIERED_ARMS),
+                 tiered=arms.TIERED_ARMS),
         Scenario("mixed", cached, ("nocache", "cache"), rates, _mixed_variables,
-                 indexed=True, distances=True, tiered=steps.TIERED_ARMS),
+                 indexed=True, distances=True, tiered=arms.TIERED_ARMS),
         Scenario("compute", compute.ENGINES, compute.ENGINES, (1, 2, 5, 10, 20),
                  _compute_variables),
     )  # fmt: skip

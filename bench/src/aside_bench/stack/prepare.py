@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -173,6 +173,22 @@ def healthz_seconds(settings: Settings) -> float:
     return time.monotonic() - started
 
 
+def wait_for(
+    check: Callable[[], object], deadline_s: float, interval_s: float = 0.05
+) -> float | None:
+    """Poll `check()` until true; the epoch time it first was, or None at the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            if check():
+                return time.time()
+        except Exception:  # a probe that fails is simply not ready yet
+            pass
+        if time.monotonic() >= end:
+            return None
+        time.sleep(interval_s)
+
+
 def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: float = 0.05) -> float:
     """Wait until no client query runs and /healthz is fast three times; the seconds waited."""
     started = time.monotonic()
@@ -183,8 +199,6 @@ def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: floa
         quiet = active_queries(conn) == 0 and healthz_seconds(settings) < healthz_fast_s
         quiet_in_a_row = quiet_in_a_row + 1 if quiet else 0
         return quiet_in_a_row >= 3
-
-    from aside_bench.stack.services import wait_for  # services imports this module
 
     with connect(settings) as conn:
         if wait_for(quiet_thrice, deadline_s, interval_s=0.2) is None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -132,19 +130,3 @@ class ServiceControl:
         """Start whatever is down (infra/stack.sh up starts only what is not running)."""
         if not self.healthy():
             self._checked("up")
-
-
-def wait_for(
-    check: Callable[[], object], deadline_s: float, interval_s: float = 0.05
-) -> float | None:
-    """Poll `check()` until true; the epoch time it first was, or None at the deadline."""
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            if check():
-                return time.time()
-        except Exception:  # a probe that fails is simply not ready yet
-            pass
-        if time.monotonic() >= end:
-            return None
-        time.sleep(interval_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from aside_bench.plan import steps as plan
+from aside_bench.plan.arms import CACHE_PARAMS, base_arm
 from aside_bench.records.results import StepResult
 from aside_bench.records.runfile import RunRecord
 from aside_bench.report.tables import fmt_ms, fmt_pct, fmt_rps
@@ -26,7 +26,7 @@ def quick_line(result: StepResult) -> str:
         f"achieved {fmt_rps(result.achieved_rps)}/s",
         f"drops {fmt_pct(result.drop_rate)}",
     ]
-    if plan.base_arm(result.step.arm) in plan.CACHE_PARAMS:
+    if base_arm(result.step.arm) in CACHE_PARAMS:
         parts.append(f"hits {fmt_pct(result.hit_rate)}")
     if result.redis is not None and result.redis.evicted:
         parts.append(f"evicted {result.redis.evicted}")

@@ -17,6 +17,7 @@ from aside_bench.load.run import LoadRun
 from aside_bench.load.summary import Summary, SummaryError
 from aside_bench.plan import scenarios
 from aside_bench.plan import steps as plan
+from aside_bench.plan.arms import L1_ARMS, REDIS_READS, base_arm, cache_param
 from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import Step
 from aside_bench.records import runfile
@@ -168,7 +169,7 @@ class Runner:
             record.quiet_wait_s = round(waited, 2)
         except StackError as error:
             self._warn(record, error)
-        in_process = plan.base_arm(step.arm) in plan.L1_ARMS
+        in_process = base_arm(step.arm) in L1_ARMS
         own = scenarios.scenario_of(step.scenario)  # a scenario's own warm step (tracks')
         if self._continues_cold(step):
             before = self.run.steps[-2]
@@ -201,7 +202,7 @@ class Runner:
 
     def _warm_l1(self, step: Step, record: StepRecord) -> None:
         """Every warm step fills L1 again (its entries outlive no step); Redis as _refill says."""
-        mode = plan.cache_param(step.arm) or "l1"
+        mode = cache_param(step.arm) or "l1"
         warmed = warm_l1(self.settings, self.read_emails(), mode, flush=self._refill(step))
         record.prep = (
             f"L1 warmed: {warmed['keys']} keys, {warmed['passes']} passes in "
@@ -372,7 +373,7 @@ class Runner:
 
     def _redis_reading(self, step: Step) -> dict[str, int] | None:
         """The Redis tier's figures for a step read through it; None when unread."""
-        if plan.cache_param(step.arm) not in plan.REDIS_READS:
+        if cache_param(step.arm) not in REDIS_READS:
             return None
         try:
             return asdict(prepare.redis_reading(self.settings))
