@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NamedTuple
 from urllib.parse import quote
 
 import psycopg
@@ -209,7 +208,8 @@ def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: floa
     return time.monotonic() - started
 
 
-class MemoryBound(NamedTuple):
+@dataclass(frozen=True)
+class MemoryBound:
     """Redis's maxmemory (bytes, 0: none) and maxmemory-policy."""
 
     maxmemory: int
