@@ -23,7 +23,7 @@ from aside_bench.plan.steps import Step
 from aside_bench.records.results import Latency, StaleCounts
 from aside_bench.records.steprecord import StepRecord
 from aside_bench.stack import config
-from aside_bench.stack.prepare import StackError
+from aside_bench.stack.prepare import StackError, wait_for
 from aside_bench.sweep.collect import summary_result
 
 SETTINGS = config.load({})
@@ -241,3 +241,12 @@ def test_a_summarys_key_trace_is_read_when_the_step_kept_one(tmp_path: Path) -> 
     data["key_trace"] = {"path": "/r/keys.trace.gz", "lines": 100, "lost": 0}
     path.write_text(json.dumps(data))
     assert Summary.read(path).key_trace == KeyTrace(lines=100, lost=0)
+
+
+def test_a_wait_retries_only_the_errors_it_is_told_are_not_ready() -> None:
+    def refused() -> bool:
+        raise ConnectionRefusedError("not up yet")
+
+    assert wait_for(refused, 0.2, 0.01) is None  # a probe of a service coming up: not yet
+    with pytest.raises(ConnectionRefusedError):
+        wait_for(refused, 5, 0.01, not_ready=())  # the quiet wait's: an error is the answer

@@ -8,7 +8,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from aside_bench.plan import scenarios
 from aside_bench.plan.arms import BARE_ARM
@@ -20,8 +20,6 @@ from aside_bench.stack.prepare import StackError
 
 POLL_S = 0.1  # how often the wait for the driver's end reads its CPU time
 START_AND_FLUSH_S = 30  # how long past its load and timeout a driver may start and flush
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -128,14 +126,30 @@ def _scenario_variables(step: Step, shape: LoadShape, max_pool: int) -> dict[str
 
 
 def step_run(
-    step: Step, run_id: str, shape: LoadShape, pool: int, data_dir: Path, max_pool: int = 1000,
-    **outputs: Any,
-) -> LoadRun:  # fmt: skip
-    """The driver for one step; `max_pool` caps any other scenario's pool; `outputs`: LoadRun's."""
-    extra = _scenario_variables(step, shape, max_pool)
-    scenario, timeout_s = driver_scenario(step), shape.timeout_s
-    return LoadRun.of(step, scenario=scenario, run_id=run_id, pool=pool, timeout_s=timeout_s,
-                      data_dir=data_dir, extra=extra, **outputs)  # fmt: skip
+    step: Step,
+    run_id: str,
+    shape: LoadShape,
+    pool: int,
+    data_dir: Path,
+    max_pool: int = 1000,
+    *,
+    live: bool = False,
+    samples_path: Path | None = None,
+    key_trace_path: Path | None = None,
+) -> LoadRun:
+    """The driver for one step; `max_pool` caps any other scenario's pool."""
+    return LoadRun.of(
+        step,
+        scenario=driver_scenario(step),
+        run_id=run_id,
+        pool=pool,
+        timeout_s=shape.timeout_s,
+        data_dir=data_dir,
+        extra=_scenario_variables(step, shape, max_pool),
+        samples_path=samples_path,
+        key_trace_path=key_trace_path,
+        live=live,
+    )
 
 
 class DriverProcess:

@@ -173,15 +173,19 @@ def healthz_seconds(settings: Settings) -> float:
 
 
 def wait_for(
-    check: Callable[[], object], deadline_s: float, interval_s: float = 0.05
+    check: Callable[[], object],
+    deadline_s: float,
+    interval_s: float = 0.05,
+    not_ready: tuple[type[Exception], ...] = (Exception,),
 ) -> float | None:
-    """Poll `check()` until true; the epoch time it first was, or None at the deadline."""
+    """Poll `check()` until true; the epoch time it first was, or None at the deadline.
+    A `not_ready` error counts as not yet (a probe of a service coming up); others raise."""
     end = time.monotonic() + deadline_s
     while True:
         try:
             if check():
                 return time.time()
-        except Exception:  # a probe that fails is simply not ready yet
+        except not_ready:
             pass
         if time.monotonic() >= end:
             return None
@@ -200,7 +204,7 @@ def wait_until_quiet(settings: Settings, deadline_s: float, healthz_fast_s: floa
         return quiet_in_a_row >= 3
 
     with connect(settings) as conn:
-        if wait_for(quiet_thrice, deadline_s, interval_s=0.2) is None:
+        if wait_for(quiet_thrice, deadline_s, interval_s=0.2, not_ready=()) is None:
             raise StackError(
                 f"the stack is still busy {deadline_s:.0f}s after the last step "
                 "(queries running or /healthz slow)"
