@@ -16,8 +16,11 @@ import psycopg
 import pytest
 import redis
 import requests
+from aside_bench.cli.runner_commands import drive
+from aside_bench.plan.shape import LoadShape
 from aside_bench.plan.steps import gateway_env
-from aside_bench.stack import config
+from aside_bench.records.documents import RunParams
+from aside_bench.stack import config, prepare
 from aside_bench.stack.gateway_metrics import connection_bound, connections_per_worker, scrape
 from aside_bench.stack.prepare import (
     StackError,
@@ -26,8 +29,9 @@ from aside_bench.stack.prepare import (
     flush_cache,
     gateway_session,
 )
-from aside_bench.stack.seeddata import check_seed
+from aside_bench.stack.seeddata import SeedData, check_seed
 from aside_bench.stack.services import ServiceControl
+from aside_bench.sweep.runner import Options, Runner, new_run
 from redis.cluster import RedisCluster
 
 BENCH_REDIS_DB = 3
@@ -216,3 +220,29 @@ def test_a_warm_up_read_the_door_refuses_is_asked_again_twice(refusals, asked, a
         server.shutdown()
         server.server_close()
     assert len(_Door.seen) == asked
+
+
+def test_a_step_that_fails_with_a_bug_still_gives_redis_its_bound_back(
+    settings: config.Settings, tmp_path: Path
+) -> None:
+    """A step's unexpected error (not a StepFailed, StackError or SourceError) still
+    runs the cleanup: Redis is not left bounded for whatever runs next."""
+    seed = SeedData(meta={}, hot=[], cold=[], data_dir=tmp_path)
+    run = new_run("sweep", "bug", RunParams(), seed, settings)
+    options = Options("bug", tmp_path / "bug", tmp_path, LoadShape(), 10, 5.0)
+    runner = Runner(settings, options, seed, run)
+    own = prepare.read_bound(settings)
+    step_bound = prepare.MemoryBound(64 * 1024 * 1024, "allkeys-lfu")
+    assert step_bound != own
+
+    def step_with_a_bug() -> None:
+        runner.stack_bound = own  # as a memory arm's preparation keeps it
+        prepare.apply_bound(settings, step_bound)
+        raise TypeError("a bug in a step's preparation")
+
+    try:
+        with pytest.raises(TypeError, match="a bug"):
+            drive(runner, step_with_a_bug, lambda *_: [])
+        assert prepare.read_bound(settings) == own
+    finally:
+        prepare.apply_bound(settings, own)

@@ -231,6 +231,9 @@ def drive(runner: Runner, body: Callable[[], None], writer: Writer) -> int:
         runner.interrupted = True
     except (StepFailed, StackError, SourceError) as error:
         failure = str(error)
+    except BaseException:
+        runner.cleanup()  # a step's bug still gives Redis, the gateway and the hops back
+        raise
     finish(runner, writer)
     if runner.interrupted:
         print("aside-bench: interrupted; the report holds the steps that finished", file=sys.stderr)
