@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from aside_bench_chaos import cluster
 from aside_bench_chaos import run as chaos
+from aside_bench_chaos.cases import CLUSTER_CASES
 from redis.crc import key_slot
 
 EVENTS = {"load_start": 100.0, "event": 105.0, "event_end": 112.0, "load_end": 130.0}
@@ -23,7 +24,7 @@ def _steady(errors_at: tuple[float, ...] = ()) -> list[dict]:
 
 
 def test_the_cases_are_chaos_cases() -> None:
-    assert chaos.parse_cases("cluster-failover cluster-reshard") == cluster.CASES
+    assert chaos.parse_cases("cluster-failover cluster-reshard") == CLUSTER_CASES
 
 
 def test_a_failover_served_by_its_new_owner_without_errors_passes() -> None:

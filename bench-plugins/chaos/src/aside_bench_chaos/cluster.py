@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import redis
 import requests
@@ -31,19 +31,11 @@ from aside_bench_suite.samples import Check, KindTally, nearest_rank
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from aside_bench_chaos.cases import FAILOVER, RESHARD, CaseResult
 from aside_bench_chaos.checks import within
 from aside_bench_chaos.faults import kill, under_load
 from aside_bench_chaos.verify import check_reads, count_url
 
-if TYPE_CHECKING:
-    from aside_bench_chaos.run import CaseResult
-
-FAILOVER, RESHARD = "cluster-failover", "cluster-reshard"
-CASES = (FAILOVER, RESHARD)
-DESCRIPTIONS = {
-    FAILOVER: "a Redis Cluster primary killed (SIGKILL), its replica promoted, under mixed load",
-    RESHARD: "every slot of one Redis Cluster primary migrated to another, under mixed load",
-}
 PRE_S, POST_S = 5.0, 8.0  # load before the event, and after it ends
 EVENT_BUDGET_S = {FAILOVER: 15.0, RESHARD: 40.0}  # the event's length, budgeted into the load
 # The most the event may take: the promotion (cluster-node-timeout 5 s, then

@@ -16,7 +16,7 @@ from aside_bench_chaos.verify import CheckFigures
 
 
 class CaseRecord(ItemRecord):
-    """A case as report.json holds it (run.CaseResult's record)."""
+    """A case as report.json holds it (cases.CaseResult's record)."""
 
     description: str
     events: dict[str, float]

@@ -4,9 +4,9 @@ service restored, then the samples and PostgreSQL checked (docs/bench/suites.md,
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -22,7 +22,6 @@ from aside_bench.stack.seeddata import SeedData, load_seed_list
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.toxiproxy import Proxies, Toxiproxy, proxied_urls, restored
 from aside_bench_suite.base import (
-    SuiteResult,
     SuiteRun,
     increase,
     open_run,
@@ -32,26 +31,15 @@ from aside_bench_suite.base import (
     sleep_until,
     user_prefix,
 )
-from aside_bench_suite.samples import KindTally, by_kind, read_samples
+from aside_bench_suite.samples import by_kind, read_samples
 
 from aside_bench_chaos import checks as cc
 from aside_bench_chaos import cluster, gray
+from aside_bench_chaos.cases import CASES, CLUSTER_CASES, DESCRIPTIONS, KILLS, CaseResult
 from aside_bench_chaos.faults import Faults, under_load
 from aside_bench_chaos.report import one_line, write_report
-from aside_bench_chaos.verify import CheckFigures, check_reads, check_writes, prewarm
+from aside_bench_chaos.verify import check_reads, check_writes, prewarm
 
-KILLS = ("redis", "core", "postgres", "worker")
-# The gray failures and the cluster cases run only when named (the cluster
-# cases need the stack's Redis Cluster).
-CASES = (*KILLS, *gray.GRAY_CASES, *cluster.CASES)
-DESCRIPTIONS = {
-    "redis": "Redis killed (SIGKILL) and restarted",
-    "core": "the core killed (SIGKILL) and restarted",
-    "postgres": "PostgreSQL stopped (fast shutdown) and restarted",
-    "worker": "one gunicorn worker killed (SIGKILL)",
-    **{name: case.description for name, case in gray.GRAY_CASES.items()},
-    **cluster.DESCRIPTIONS,
-}
 # Seconds infra/stack.sh takes to bring each service back, budgeted into the load's duration.
 RESTORE_BUDGET_S = {"redis": 1.0, "core": 1.0, "postgres": 2.0, "worker": 0.0}
 RESTORE_BUDGET_S.update(dict.fromkeys(gray.GRAY_CASES, 0.0))  # a toxic removed
@@ -87,17 +75,6 @@ class ChaosParams:
     user_share: float = 0.5
     id_sample: int = 50
     timeout_s: ClassVar[int] = cc.REQUEST_TIMEOUT_S
-
-
-@dataclass
-class CaseResult(SuiteResult):
-    requests: dict[str, KindTally] = field(default_factory=dict)  # by kind
-    # The case's own: checks.py's, gray.py's or cluster.py's figures.
-    figures: Mapping[str, object] = field(default_factory=dict)
-    writes: CheckFigures = field(default_factory=dict)
-    reads: CheckFigures = field(default_factory=dict)
-
-    descriptions: ClassVar[dict[str, str]] = DESCRIPTIONS
 
 
 def parse_cases(text: str | None) -> tuple[str, ...]:
@@ -153,7 +130,7 @@ def run_case(
     api: Toxiproxy | None = None,
 ) -> CaseResult:
     result = CaseResult(case)
-    if case in cluster.CASES:
+    if case in CLUSTER_CASES:
         try:
             cluster.run_cluster_case(
                 settings, seed, control, case, params.run_id, params.rate, params.out_dir, result
