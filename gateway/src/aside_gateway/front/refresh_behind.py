@@ -32,7 +32,8 @@ from aside_gateway.contracts.routes import COUNT_ROUTE
 from aside_gateway.front.lookup import Lookup
 from aside_gateway.misses.coalesce import LoopFlights
 from aside_gateway.misses.db import Database
-from aside_gateway.tiers.l2 import Cache, Stale
+from aside_gateway.tiers.l2 import Cache
+from aside_gateway.tiers.lease_refresh import Stale
 
 log = logging.getLogger(__name__)
 

@@ -56,6 +56,7 @@ from aside_gateway.misses.coalesce import Flight, SingleFlight, shared_error
 from aside_gateway.tiers import expiry, lease_refresh
 from aside_gateway.tiers.expiry import ExpiryPolicy, Judged
 from aside_gateway.tiers.hooks import TestHooks
+from aside_gateway.tiers.lease_refresh import Stale
 
 
 def _script(name: str) -> str:
@@ -93,15 +94,6 @@ class CacheRead:
     # Until the value's own expiry (an envelope's; None: a bare value), which an
     # L1 tier keeps it no longer than.
     life_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Stale:
-    """A key answered past its expiry (swr), to refresh: `seen` is the stored
-    form read, its lease taken only while Redis still holds that."""
-
-    key: str
-    seen: bytes
 
 
 @dataclass(slots=True)

@@ -10,19 +10,40 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from aside_gateway.backends.breaker import CircuitBreaker
 from aside_gateway.backends.redis_errors import REDIS_ERRORS
 from aside_gateway.config import metrics
 from aside_gateway.contracts import cache_keys
 from aside_gateway.tiers import expiry
 
-if TYPE_CHECKING:
-    from aside_gateway.tiers.l2 import Cache, Stale
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """A key answered past its expiry (swr), to refresh: `seen` is the stored
+    form read, its lease taken only while Redis still holds that."""
+
+    key: str
+    seen: bytes
+
+
+class LeasedCache(Protocol):
+    """What the refresh uses of tiers/l2.py's Cache (which calls it), so neither
+    module needs the other's names."""
+
+    breaker: CircuitBreaker
+    expiry: expiry.ExpiryPolicy
+    get_or_lease: Callable[..., Any]  # the GET_OR_LEASE script
+
+    def store_under_lease(self, key: str, lease: str, token: str, form: expiry.Stored) -> bool: ...
+
+    def release_quietly(self, lease: str, token: str) -> None: ...
 
 
 def refresh_behind(
-    cache: Cache,
+    cache: LeasedCache,
     route: str,
     stale: Sequence[Stale],
     load_many: Callable[[list[str]], Mapping[str, bytes]],
