@@ -82,10 +82,17 @@ DB_READ_MAX_MS = 6500.0
 # Over a core fault, which reads never reach, a read within 500 ms; writes are bounded
 # by the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1000) and its wait for the core
 # (CORE_TIMEOUT_MS, 6000).
-_redis = partial(GrayCase, proxies=("redis", "core-redis"), read_p99_ms=READ_MAX_MS,
-                 write_max_ms=1500)  # fmt: skip
-_postgres = partial(GrayCase, proxies=("postgres", "core-postgres"), read_p99_ms=DB_READ_MAX_MS,
-                    read_max_ms=DB_READ_MAX_MS, write_max_ms=6500, driver_timeout_s=8)  # fmt: skip
+_redis = partial(
+    GrayCase, proxies=("redis", "core-redis"), read_p99_ms=READ_MAX_MS, write_max_ms=1500
+)
+_postgres = partial(
+    GrayCase,
+    proxies=("postgres", "core-postgres"),
+    read_p99_ms=DB_READ_MAX_MS,
+    read_max_ms=DB_READ_MAX_MS,
+    write_max_ms=6500,
+    driver_timeout_s=8,
+)
 _core = partial(GrayCase, proxies=("core",), read_p99_ms=500)
 GRAY_CASES: dict[str, GrayCase] = {
     case.name: case
@@ -247,9 +254,12 @@ def gray_checks(
     if case.read_p50_ms is not None:
         # A breaker that opens leaves only the reads that find it closed to wait on the hop.
         shown = "none" if read_p50 is None else f"{read_p50:.1f} ms"
-        checks.insert(2, Check(
-            f"most reads around the fault: read p50 within {case.read_p50_ms:g} ms",
-            within(read_p50, case.read_p50_ms),
-            f"p50 {shown} over {len(during_reads)} reads",
-        ))  # fmt: skip
+        checks.insert(
+            2,
+            Check(
+                f"most reads around the fault: read p50 within {case.read_p50_ms:g} ms",
+                within(read_p50, case.read_p50_ms),
+                f"p50 {shown} over {len(during_reads)} reads",
+            ),
+        )
     return checks, figures

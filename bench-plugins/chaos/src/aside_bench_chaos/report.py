@@ -109,13 +109,19 @@ def summary_table(run: SuiteRun) -> Table:
     for case in _cases(run):
         kinds, w = case["requests"], case["writes"]
         total = sum(k["requests"] for k in kinds.values())
-        failed = sum(n for k in kinds.values() for status, n in k["statuses"].items()
-                     if not status.startswith("2"))  # fmt: skip
+        failed = sum(
+            n
+            for k in kinds.values()
+            for status, n in k["statuses"].items()
+            if not status.startswith("2")
+        )
         max_read = max((kinds[k]["max_ms"] for k in READS if k in kinds), default=0)
         writes = (
             f"{w.get('writes', 0)} ({w.get('committed_not_acknowledged', 0)} committed unacked, "
-            f"{w.get('retried', 0)} retried)" if w else "-"
-        )  # fmt: skip
+            f"{w.get('retried', 0)} retried)"
+            if w
+            else "-"
+        )
         recovery = _recovery(case) if not case["error"] else "-"
         verdict = "pass" if case["passed"] else "FAIL"
         reads = str(case["reads"].get("reads", "-"))

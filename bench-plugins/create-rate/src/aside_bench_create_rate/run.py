@@ -161,10 +161,13 @@ def steps_table(run: suite.SuiteRun) -> Table:
     headers = ["creates/s", "requests", "201", "failed", "dropped", "p95 ms", "p99 ms", "max ms",
                "held"]  # fmt: skip
     rows = [
-        [*(str(s[k]) for k in ("rate", "requests", "created", "failed", "dropped")),
-         *(fmt_num(s[k]) for k in ("p95_ms", "p99_ms", "max_ms")), "yes" if s["held"] else "no"]
+        [
+            *(str(s[k]) for k in ("rate", "requests", "created", "failed", "dropped")),
+            *(fmt_num(s[k]) for k in ("p95_ms", "p99_ms", "max_ms")),
+            "yes" if s["held"] else "no",
+        ]
         for s in sorted(run.items, key=lambda s: s["rate"])
-    ]  # fmt: skip
+    ]
     return Table("Keyed creates by target rate", headers, rows)
 
 

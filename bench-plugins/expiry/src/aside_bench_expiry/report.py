@@ -162,8 +162,9 @@ def window_table(rate: int, arms: list[ArmFigures]) -> Table:
                          f"{one.arm.fill.get('fill_s', 0):.1f}" if is_expiry else ""])  # fmt: skip
             if one.arm.mode is None:
                 break
-    return Table(f"expiry at {rate}/s: the steady window and the one holding the expiry",
-                 headers, rows)  # fmt: skip
+    return Table(
+        f"expiry at {rate}/s: the steady window and the one holding the expiry", headers, rows
+    )
 
 
 def seconds_table(rate: int, arms: list[ArmFigures], indexed: bool) -> Table:
@@ -257,8 +258,11 @@ def write_report(out_dir: Path) -> Path:
         if missing:
             lines.append(f"- The expiry window was not found for {', '.join(missing)} at {rate}/s.")
         tables += [window_table(rate, arms)]
-        tables += [seconds_table(rate, arms, idx) for idx in (False, True)
-                   if any(a.arm.indexed == idx for a in arms)]  # fmt: skip
+        tables += [
+            seconds_table(rate, arms, idx)
+            for idx in (False, True)
+            if any(a.arm.indexed == idx for a in arms)
+        ]
     lines += ["", "## Windows and seconds", ""] + [t.markdown() for t in tables]
     chart = expiry_chart(by_rate, windows, out_dir / "expiry.png", f"Run {out_dir.name}.")
     lines += ["", f"![p99 a second around the expiry]({chart.name})", ""]

@@ -110,8 +110,11 @@ def close_check(figures: SocketFigures, limits: Limits) -> Check:
         detail += f"; {still_open} still open at the end of the wait"
     if errors:
         detail += f"; {errors} could not connect {figures.connect_errors}"
-    return Check(f"every slow socket closed within the head deadline + {limits.close_slack_s:g} s",
-                 ok, detail)  # fmt: skip
+    return Check(
+        f"every slow socket closed within the head deadline + {limits.close_slack_s:g} s",
+        ok,
+        detail,
+    )
 
 
 def _summed(sample: RssSample) -> int:

@@ -99,11 +99,15 @@ def one_line(experiment: ExperimentRecord) -> str:
 def windows_table(experiment: ExperimentRecord) -> Table:
     during = DURING[experiment["name"]]
     rows = [
-        [during if key == "during" else key, f"{w['seconds']:.1f}", str(w["reads"]),
-         *(fmt_num(w[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
-         *(str(w[k]) for k in ("dropped", "failed", "new_connections"))]
+        [
+            during if key == "during" else key,
+            f"{w['seconds']:.1f}",
+            str(w["reads"]),
+            *(fmt_num(w[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
+            *(str(w[k]) for k in ("dropped", "failed", "new_connections")),
+        ]
         for key, w in experiment["windows"].items()
-    ]  # fmt: skip
+    ]
     headers = ["window", "s", "reads", "p50 ms", "p95 ms", "p99 ms", "max ms", "dropped",
                "failed", "new connections"]  # fmt: skip
     return Table(f"{experiment['name']}: the driver's cached reads", headers, rows)
@@ -157,8 +161,12 @@ def hostile_table(experiment: ExperimentRecord) -> Table:
         ["client errors", _listed(h["errors"])],
     ]  # fmt: skip
     for pid, w in (rss.per_worker if rss else {}).items():
-        rows.append([f"worker {pid} VmRSS before, peak, after MiB",
-                     ", ".join(fmt_mib(w[k]) for k in WORKER_KIB)])  # fmt: skip
+        rows.append(
+            [
+                f"worker {pid} VmRSS before, peak, after MiB",
+                ", ".join(fmt_mib(w[k]) for k in WORKER_KIB),
+            ]
+        )
     return Table("hostile: what the hostile client got", ["", "value"], rows)
 
 

@@ -312,8 +312,9 @@ def run_hostile(bench: Bench) -> ExperimentResult:
     ]
     if "pipeline" in params.hostile_parts:
         answered, sent = hostile["pipelined_answered"], hostile["pipelined_sent"]
-        answers = hc.Check("the pipelined requests were answered", answered > 0,
-                           f"{answered} of {sent} sent")  # fmt: skip
+        answers = hc.Check(
+            "the pipelined requests were answered", answered > 0, f"{answered} of {sent} sent"
+        )
         result.checks.append(answers)
     return result
 

@@ -20,11 +20,15 @@ def _add_search_options(over: argparse.ArgumentParser) -> None:
     cached = overload.ArmSearch()
     for flag, checked, what, value in (
         ("--search-start", opt.positive, "first rate", lambda s: s.rates.start),
-        ("--search-step", opt.positive, "rate increase after 4x its start",
-         lambda s: s.rates.ladder_step),
+        (
+            "--search-step",
+            opt.positive,
+            "rate increase after 4x its start",
+            lambda s: s.rates.ladder_step,
+        ),
         ("--search-max", opt.positive, "highest rate", lambda s: s.rates.max_rate),
         ("--p95-ms", opt.above_zero, "p95 limit in ms", lambda s: f"{s.p95_ms:g}"),
-    ):  # fmt: skip
+    ):
         own: dict[str, list[str]] = {}
         for arm, search in overload.ARM_SEARCHES.items():
             if value(search) != value(cached):

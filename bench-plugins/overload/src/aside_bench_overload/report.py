@@ -165,13 +165,23 @@ def chart(arms: list[ArmResult], run_targets: dict[str, float], path: Path, capt
                 label="after the overload (0.6x)" if label else "goodput (2xx within 1 s)",
             )
         share = run_targets["goodput_share"]
-        ax.axhline(share * ceiling, color="red", linestyle=":", alpha=0.4,
-                   label=f"target: {share:g} x ceiling")  # fmt: skip
+        ax.axhline(
+            share * ceiling,
+            color="red",
+            linestyle=":",
+            alpha=0.4,
+            label=f"target: {share:g} x ceiling",
+        )
         for s in steps:
             # The two 0.6x steps share a rate: one label above, one below.
             below = -10 if s.label != "0.6x after" else 6
-            ax.annotate(s.label, (s.rate, _goodput(s)), fontsize=7,
-                        textcoords="offset points", xytext=(4, below))  # fmt: skip
+            ax.annotate(
+                s.label,
+                (s.rate, _goodput(s)),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(4, below),
+            )
         ax.set(xlim=(0, top), ylim=(0, top), title=arm.arm)
         ax.set(xlabel="offered load (requests/s)", ylabel="goodput (requests/s)")
         ax.grid(True, alpha=0.3)

@@ -183,8 +183,11 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
         verdict = "held" if held else "missed"
         if again:
             verdict += f" with the host stealing {found.steal:.0%}: run again"
-        print(f"  [{result.arm} search] {rate}/s p95 {found.p95_ms} ms, {found.dropped} dropped, "
-              f"{found.shed} shed: {verdict}", flush=True)  # fmt: skip
+        print(
+            f"  [{result.arm} search] {rate}/s p95 {found.p95_ms} ms, {found.dropped} dropped, "
+            f"{found.shed} shed: {verdict}",
+            flush=True,
+        )
     result.ceiling, result.capped = ceiling_of(history)
     if not result.ceiling:
         raise StackError(f"{result.arm}: no rate held p95 <= {search.p95_ms:g} ms")

@@ -15,8 +15,9 @@ from aside_bench_tracks.plan import SIZE_LABELS, class_of_name
 def p95_by_size_chart(results: list[StepResult], path: Path, caption: str) -> Path:
     """p95 against the size class read, a line per arm, a panel per target rate."""
     rates = sorted({r.step.rate for r in results})
-    fig, axes = plt.subplots(1, len(rates), figsize=(4.2 * len(rates), 4.4), sharey=True,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(rates), figsize=(4.2 * len(rates), 4.4), sharey=True, squeeze=False
+    )
     for ax, rate in zip(axes[0], rates, strict=True):
         for arm, phase in series_order(results):
             step = next((r for r in series_of(results, arm, phase) if r.step.rate == rate), None)

@@ -148,8 +148,10 @@ def size_table(results: list[StepResult]) -> Table:
     rows = []
     for result in results:
         by_class = {trackplan.class_of_name(name): lat for name, lat in result.by_name.items()}
-        cells = [fmt_ms(by_class[i].p95) if i in by_class else MISSING
-                 for i in range(len(trackplan.SIZE_LABELS))]  # fmt: skip
+        cells = [
+            fmt_ms(by_class[i].p95) if i in by_class else MISSING
+            for i in range(len(trackplan.SIZE_LABELS))
+        ]
         rows.append([result.step.label, str(result.step.rate), *cells])
     return Table("tracks: p95 by value size (the whole track's JSON)", headers, rows)
 

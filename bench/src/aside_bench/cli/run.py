@@ -50,12 +50,20 @@ def add(run: argparse.ArgumentParser) -> None:
     what = "mixed: share of requests that write (a create and its delete)"
     opt.write_share(run, runner_commands.shape_default("write_share"), what)
     for flag, checked, name, what in (
-        ("--stale-per-min", opt.whole, "stale_per_min",
-         "mixed: read-after-write checks a minute beside the load, 0: none"),
-        ("--stale-reads-after", opt.positive, "stale_reads_after",
-         "mixed: reads of each key after each checked write"),
+        (
+            "--stale-per-min",
+            opt.whole,
+            "stale_per_min",
+            "mixed: read-after-write checks a minute beside the load, 0: none",
+        ),
+        (
+            "--stale-reads-after",
+            opt.positive,
+            "stale_reads_after",
+            "mixed: reads of each key after each checked write",
+        ),
         ("--complexity", opt.positive, "complexity", "compute: complexity"),
-    ):  # fmt: skip
+    ):
         opt.option(run, flag, checked, runner_commands.shape_default(name), what)
     what = "runs of each step, interleaved within each rate; medians and spreads"
     opt.option(run, "--repeat", opt.positive, 1, what)
@@ -106,8 +114,10 @@ def run_distances(
 def _bounded(args: argparse.Namespace, found: scenarios.Scenario, arms: list[str]) -> list[str]:
     """The arms with their bounds: --cache-memory, --l1-entries, --cache-ttl."""
     options = plan.BOUND_OPTIONS
-    asked = {kind: plan.words(getattr(args, flag[2:].replace("-", "_")))
-             for kind, flag in options.items()}  # fmt: skip
+    asked = {
+        kind: plan.words(getattr(args, flag[2:].replace("-", "_")))
+        for kind, flag in options.items()
+    }
     for kind, texts in asked.items():
         if texts and not found.bounded:
             raise UsageError(f"{options[kind]} is for the read scenario, not {found.name}")
@@ -132,11 +142,17 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     seed = opt.checked_seed(settings, args)
     steps = plan_sweep(args, seed.indexed, distances)
     params = runner_commands.run_params(
-        args, seed, shape, scenario=args.scenario, duration_s=steps[0].duration_s,
-        warm=args.warm, rates=sorted({s.rate for s in steps}),
-        arms=list(dict.fromkeys(s.arm for s in steps)), repeat=args.repeat,
+        args,
+        seed,
+        shape,
+        scenario=args.scenario,
+        duration_s=steps[0].duration_s,
+        warm=args.warm,
+        rates=sorted({s.rate for s in steps}),
+        arms=list(dict.fromkeys(s.arm for s in steps)),
+        repeat=args.repeat,
         cache_policy=args.cache_policy,
-    )  # fmt: skip
+    )
     if distances:
         params["distances"] = {name: distance.as_record(d) for name, d in distances.items()}
     if found.hooks.run_params is not None:
@@ -191,9 +207,15 @@ def run_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     shape = runner_commands.shape_of(args)
     seed = opt.checked_seed(settings, args)
     params = runner_commands.run_params(
-        args, seed, shape, scenario="ceiling", duration_s=duration, arms=arms,
-        p95_limit_ms=args.p95_ms, search=search.__dict__,
-    )  # fmt: skip
+        args,
+        seed,
+        shape,
+        scenario="ceiling",
+        duration_s=duration,
+        arms=arms,
+        p95_limit_ms=args.p95_ms,
+        search=search.__dict__,
+    )
     # The reference: the cache arm's search again under the bare scenario.
     searched = [*arms, BARE_ARM] if args.reference and "cache" in arms else arms
     params["reference"] = BARE_ARM in searched

@@ -50,9 +50,13 @@ def add_steps(parser: argparse.ArgumentParser) -> None:
     opt.paths(parser, "time and scenario")
     for flag, checked, name, what in (
         ("--hot-share", opt.fraction, "hot_share", "share of reads asking for a hot email"),
-        ("--cold-sample", opt.positive, "cold_sample",
-         "cold emails used: the first N of cold_emails.json"),
-    ):  # fmt: skip
+        (
+            "--cold-sample",
+            opt.positive,
+            "cold_sample",
+            "cold emails used: the first N of cold_emails.json",
+        ),
+    ):
         opt.option(parser, flag, checked, shape_default(name), what)
     dist = shape_default("dist")
     parser.add_argument(
@@ -146,21 +150,33 @@ def run_params(
 ) -> RunParams:
     """run.json's "params": the request mix, the seed it reads and the command's own."""
     params = RunParams(
-        hot_share=shape.hot_share, hot_count=len(seed.hot), cold_sample=shape.cold_sample,
-        cold_sample_used=min(shape.cold_sample, len(seed.cold)), dist=shape.dist,
-        alpha=shape.alpha, keys=shape.keys,
-    )  # fmt: skip
+        hot_share=shape.hot_share,
+        hot_count=len(seed.hot),
+        cold_sample=shape.cold_sample,
+        cold_sample_used=min(shape.cold_sample, len(seed.cold)),
+        dist=shape.dist,
+        alpha=shape.alpha,
+        keys=shape.keys,
+    )
     if shape.trace is not None:
         keys = keytrace.read_key_trace(shape.trace)
         params["trace"] = TraceParams(
-            file=shape.trace.name, path=str(shape.trace.resolve()), lines=len(keys),
-            keys=len(set(keys)), rate=shape.trace_rate,
-        )  # fmt: skip
+            file=shape.trace.name,
+            path=str(shape.trace.resolve()),
+            lines=len(keys),
+            keys=len(set(keys)),
+            rate=shape.trace_rate,
+        )
     params.update(
-        write_share=shape.write_share, complexity=shape.complexity, timeout_s=shape.timeout_s,
-        stale_per_min=shape.stale_per_min, stale_reads_after=shape.stale_reads_after,
-        max_pool=args.max_pool, data_dir=str(seed.data_dir), **extra,
-    )  # fmt: skip
+        write_share=shape.write_share,
+        complexity=shape.complexity,
+        timeout_s=shape.timeout_s,
+        stale_per_min=shape.stale_per_min,
+        stale_reads_after=shape.stale_reads_after,
+        max_pool=args.max_pool,
+        data_dir=str(seed.data_dir),
+        **extra,
+    )
     return params
 
 
@@ -214,10 +230,18 @@ def new_runner(
     params["prices"] = {"vcpu_hour": settings.price_vcpu_hour, "gib_hour": settings.price_gib_hour}
     out_dir.mkdir(parents=True)
     options = Options(
-        run_id, out_dir, seed.data_dir, shape, args.max_pool, args.recover_timeout,
-        driver_cpu_limit=limit, live=args.live, samples_file=args.samples_file,
-        cache_policy=args.cache_policy, distances=distances or {},
-    )  # fmt: skip
+        run_id,
+        out_dir,
+        seed.data_dir,
+        shape,
+        args.max_pool,
+        args.recover_timeout,
+        driver_cpu_limit=limit,
+        live=args.live,
+        samples_file=args.samples_file,
+        cache_policy=args.cache_policy,
+        distances=distances or {},
+    )
     return Runner(settings, options, seed, run)
 
 

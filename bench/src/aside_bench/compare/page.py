@@ -86,11 +86,15 @@ def _lines(
         steps = sorted((key for key in by_key if key[:3] == series), key=lambda key: key[3])
         for side in ("A", "B"):
             points = [
-                Point(key[3], _median(by_key[key].changes.get("achieved"), side), found,
-                      _held(by_key[key], side, goal))
+                Point(
+                    key[3],
+                    _median(by_key[key].changes.get("achieved"), side),
+                    found,
+                    _held(by_key[key], side, goal),
+                )
                 for key in steps
                 if (found := value(side, key)) is not None
-            ]  # fmt: skip
+            ]
             if points:
                 lines.append(Line(series, side, points))
     return lines
@@ -110,9 +114,14 @@ def figure_lines(
 
 
 def overlay_chart(
-    lines: list[Line], path: Path, title: str, ylabel: str, caption: str, log: bool,
+    lines: list[Line],
+    path: Path,
+    title: str,
+    ylabel: str,
+    caption: str,
+    log: bool,
     served: bool = False,
-) -> Path:  # fmt: skip
+) -> Path:
     """Every line on one chart, against the rate served (`served`) or the target."""
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
@@ -165,25 +174,44 @@ def _charts(sides: Sides, rows: list[compare.Row], out_dir: Path, caption: str) 
     drops = figure_lines(rows, "drops", factor=100)
     paths = []
     if p95:
-        paths.append(overlay_chart(
-            p95, out_dir / "compare_p95.png",
-            "p95 latency against the rate served (hollow: missed the goal)",
-            "p95 ms (log scale)", caption, log=True, served=True,
-        ))  # fmt: skip
+        paths.append(
+            overlay_chart(
+                p95,
+                out_dir / "compare_p95.png",
+                "p95 latency against the rate served (hollow: missed the goal)",
+                "p95 ms (log scale)",
+                caption,
+                log=True,
+                served=True,
+            )
+        )
     if drops:
-        paths.append(overlay_chart(drops, out_dir / "compare_drop_rate.png",
-                                   "drop rate (dropped + failed) / scheduled", "drop rate (%)",
-                                   caption, log=False))  # fmt: skip
+        paths.append(
+            overlay_chart(
+                drops,
+                out_dir / "compare_drop_rate.png",
+                "drop rate (dropped + failed) / scheduled",
+                "drop rate (%)",
+                caption,
+                log=False,
+            )
+        )
     prices = run_prices(sides.run_a.params)
     a, b = step_costs(sides.results_a, prices), step_costs(sides.results_b, prices)
     costs = _lines(rows, lambda side, key: (a if side == "A" else b).get(key), GOAL)
     if costs:
-        paths.append(overlay_chart(
-            costs, out_dir / "compare_cost.png",
-            f"cost per million requests ({prices.chart_words()}, A's prices) against the "
-            "rate served\nhollow: missed the goal, so not a price of the service asked for",
-            "\\$ per million requests (log scale)", caption, log=True, served=True,
-        ))  # fmt: skip
+        paths.append(
+            overlay_chart(
+                costs,
+                out_dir / "compare_cost.png",
+                f"cost per million requests ({prices.chart_words()}, A's prices) against the "
+                "rate served\nhollow: missed the goal, so not a price of the service asked for",
+                "\\$ per million requests (log scale)",
+                caption,
+                log=True,
+                served=True,
+            )
+        )
     return paths
 
 
@@ -194,8 +222,9 @@ def write_page(
     run_a, run_b = sides.run_a, sides.run_b
     title = f"Compare {run_a.run_id} -> {run_b.run_id}"
     on_a = any(row.speed is not None for row in rows)
-    caption = (f"A {run_a.run_id} solid, B {run_b.run_id} dashed"
-               + (", B's latencies on A's machine" if on_a else ""))  # fmt: skip
+    caption = f"A {run_a.run_id} solid, B {run_b.run_id} dashed" + (
+        ", B's latencies on A's machine" if on_a else ""
+    )
     doc = compare.header_doc(run_a, run_b, scale, tolerance, rows)
     paths = _charts(sides, rows, out_dir, caption)
     doc.h(2, "The runs side by side")

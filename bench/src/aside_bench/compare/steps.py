@@ -223,8 +223,10 @@ def header_lines(
     run_a: RunRecord, run_b: RunRecord, scale: Scale, tolerance: float, rows: list[Row]
 ) -> list[str]:
     bases = {c.basis for row in rows for c in row.changes.values() if c.basis}
-    lines = [run_line(name, run, rate) for name, run, rate in
-             (("A", run_a, scale.rate_a), ("B", run_b, scale.rate_b))]  # fmt: skip
+    lines = [
+        run_line(name, run, rate)
+        for name, run, rate in (("A", run_a, scale.rate_a), ("B", run_b, scale.rate_b))
+    ]
     base = base_latency_line(run_a, run_b)
     if base is not None:
         lines.append(base)

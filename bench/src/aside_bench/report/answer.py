@@ -51,10 +51,11 @@ def break_even_sentence(cached: Series, uncached: Series, prices: Prices, goal: 
     pairs = [
         (mine.step.rate, a, b)
         for mine, other in common
-        if goal.held(mine) and goal.held(other)
+        if goal.held(mine)
+        and goal.held(other)
         and (a := step_price(mine, prices)) is not None
         and (b := step_price(other, prices)) is not None
-    ]  # fmt: skip
+    ]
     if not pairs:
         return (
             f"{cached.label} and {uncached.label} held the goal at no rate both ran, so no "

@@ -198,8 +198,15 @@ def mark_points(
         shown = [(x, y) for x, y, ok in points if ok == held]
         if shown:
             xs, ys = zip(*shown, strict=True)
-            ax.scatter(xs, ys, marker=marker, s=36, zorder=3, edgecolors=colour,
-                       facecolors=colour if held else "none")  # fmt: skip
+            ax.scatter(
+                xs,
+                ys,
+                marker=marker,
+                s=36,
+                zorder=3,
+                edgecolors=colour,
+                facecolors=colour if held else "none",
+            )
 
 
 def goal_legend(ax: plt.Axes) -> None:
@@ -213,8 +220,14 @@ def goal_legend(ax: plt.Axes) -> None:
     ax.legend(handles=handles, fontsize=8)
 
 
-def served_line(ax: plt.Axes, points: list[tuple[float, float, bool]], label: str,
-                style: str = "-", colour: str | None = None, marker: str = "o") -> str:  # fmt: skip
+def served_line(
+    ax: plt.Axes,
+    points: list[tuple[float, float, bool]],
+    label: str,
+    style: str = "-",
+    colour: str | None = None,
+    marker: str = "o",
+) -> str:
     """A line through (rate served, value, held) points, each marked; the line's colour."""
     xs, ys = [x for x, _, _ in points], [y for _, y, _ in points]
     line = ax.plot(xs, ys, style, alpha=0.6, color=colour, label=label)[0]
@@ -261,9 +274,12 @@ def served_p95_chart(results: list[StepResult], goal: Goal, path: Path, caption:
     """p95 against the rate served, the goal's limit drawn; missed steps hollow."""
     scenario = results[0].step.scenario
     fig, ax = served_chart(
-        results, goal, partial(latency_of, name="p95"), "p95 ms (log scale)",
+        results,
+        goal,
+        partial(latency_of, name="p95"),
+        "p95 ms (log scale)",
         f"{scenario}: p95 against the rate served (hollow: missed the goal)",
-    )  # fmt: skip
+    )
     ax.axhline(goal.p95_ms, color="red", linestyle="--", label=f"goal p95 = {goal.p95_ms:g} ms")
     log_y(ax)
     goal_legend(ax)

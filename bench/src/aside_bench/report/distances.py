@@ -32,8 +32,9 @@ def by_distance(results: list[StepResult]) -> dict[str, list[StepResult]]:
 
 
 def _measured(steps: list[StepRecord], name: str, hop: str) -> list[float]:
-    return [s.hops[hop]["median_ms"] for s in steps
-            if s.distance == name and s.hops and hop in s.hops]  # fmt: skip
+    return [
+        s.hops[hop]["median_ms"] for s in steps if s.distance == name and s.hops and hop in s.hops
+    ]
 
 
 def measured_median(run: RunRecord, name: str, hop: str) -> float | None:
@@ -122,8 +123,9 @@ def hop_words(run: RunRecord, name: str) -> str:
     return "; ".join(parts) or "no hop set"
 
 
-def held_line(run: RunRecord, name: str, steps: list[StepResult], goal: Goal,
-              prices: Prices) -> str:  # fmt: skip
+def held_line(
+    run: RunRecord, name: str, steps: list[StepResult], goal: Goal, prices: Prices
+) -> str:
     """What each arm held at one distance, and the cheapest that held at each rate."""
     held, none = [], []
     for one in answer_series(steps):
@@ -162,8 +164,9 @@ def _measure(result: StepResult, metric: str, prices: Prices) -> float | None:
     return step_price(result, prices)
 
 
-def _verdict(name: str, one: Series, other: Series, metric: str, goal: Goal,
-             prices: Prices) -> Verdict | None:  # fmt: skip
+def _verdict(
+    name: str, one: Series, other: Series, metric: str, goal: Goal, prices: Prices
+) -> Verdict | None:
     theirs = {r.step.rate: r for r in other.steps if goal.held(r)}
     wins: dict[str, list[int]] = {one.label: [], other.label: []}
     rates = []
@@ -186,8 +189,9 @@ def _verdict_words(verdict: Verdict) -> str:
     return f"{'each at some rate' if verdict.split else 'even'} at {verdict.distance}"
 
 
-def ranking_line(found: dict[str, list[Series]], a: str, b: str, metric: str, goal: Goal,
-                 prices: Prices) -> str | None:  # fmt: skip
+def ranking_line(
+    found: dict[str, list[Series]], a: str, b: str, metric: str, goal: Goal, prices: Prices
+) -> str | None:
     """Which of two arms had the lower p95 (or price) at each distance, and where that changes."""
     verdicts = []
     for name, series in found.items():
@@ -222,8 +226,9 @@ def ranking_line(found: dict[str, list[Series]], a: str, b: str, metric: str, go
     )
 
 
-def distance_answer(run: RunRecord, results: list[StepResult], prices: Prices,
-                    goal: Goal) -> list[str]:  # fmt: skip
+def distance_answer(
+    run: RunRecord, results: list[StepResult], prices: Prices, goal: Goal
+) -> list[str]:
     """The answer's lines of a run at several distances."""
     steps = by_distance(results)
     lines = [

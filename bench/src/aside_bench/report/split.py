@@ -212,8 +212,11 @@ def range_sentence(splits: list[RateSplit]) -> str | None:
     if len(splits) < 2:
         return None
     parts = []
-    for figure, words in (("cost", "the $ saving"), ("p95", "the p95 saving"),
-                          ("drops", "the drops saved")):  # fmt: skip
+    for figure, words in (
+        ("cost", "the $ saving"),
+        ("p95", "the p95 saving"),
+        ("drops", "the drops saved"),
+    ):
         shares = _shares(splits, figure)
         if shares:
             low, high = min(shares), max(shares)

@@ -265,8 +265,10 @@ def _decisions(
     """The decision table: one, or one per distance the run's arms ran at."""
     if not run.params.get("distances"):
         return [decision_table(decide(merged, GOAL, prices, curves))]
-    return [decision_table(decide(steps, GOAL, prices, curves, distance=name))
-            for name, steps in by_distance(merged).items()]  # fmt: skip
+    return [
+        decision_table(decide(steps, GOAL, prices, curves, distance=name))
+        for name, steps in by_distance(merged).items()
+    ]
 
 
 def write_sweep(run: RunRecord, results: list[StepResult], out_dir: Path) -> list[Table]:

@@ -65,10 +65,18 @@ class DistanceControl:
 
         def measure() -> None:
             try:
-                times = distances.measure(self.proxies, self.settings.database_url,
-                                         self.settings.redis_url, samples=HOP_SAMPLES)  # fmt: skip
-                found.update({hop: {"median_ms": one.median_ms, "p95_ms": one.p95_ms}
-                              for hop, one in times.hops.items()})  # fmt: skip
+                times = distances.measure(
+                    self.proxies,
+                    self.settings.database_url,
+                    self.settings.redis_url,
+                    samples=HOP_SAMPLES,
+                )
+                found.update(
+                    {
+                        hop: {"median_ms": one.median_ms, "p95_ms": one.p95_ms}
+                        for hop, one in times.hops.items()
+                    }
+                )
             except Exception as error:  # a probe's failure is the step's note, not its end
                 found["error"] = str(error)
 
