@@ -50,20 +50,12 @@ def add(run: argparse.ArgumentParser) -> None:
     what = "mixed: share of requests that write (a create and its delete)"
     opt.write_share(run, runner_commands.shape_default("write_share"), what)
     for flag, checked, name, what in (
-        (
-            "--stale-per-min",
-            opt.whole,
-            "stale_per_min",
-            "mixed: read-after-write checks a minute beside the load, 0: none",
-        ),
-        (
-            "--stale-reads-after",
-            opt.positive,
-            "stale_reads_after",
-            "mixed: reads of each key after each checked write",
-        ),
+        ("--stale-per-min", opt.whole, "stale_per_min",
+         "mixed: read-after-write checks a minute beside the load, 0: none"),
+        ("--stale-reads-after", opt.positive, "stale_reads_after",
+         "mixed: reads of each key after each checked write"),
         ("--complexity", opt.positive, "complexity", "compute: complexity"),
-    ):
+    ):  # fmt: skip
         opt.option(run, flag, checked, runner_commands.shape_default(name), what)
     what = "runs of each step, interleaved within each rate; medians and spreads"
     opt.option(run, "--repeat", opt.positive, 1, what)

@@ -50,13 +50,9 @@ def add_steps(parser: argparse.ArgumentParser) -> None:
     opt.paths(parser, "time and scenario")
     for flag, checked, name, what in (
         ("--hot-share", opt.fraction, "hot_share", "share of reads asking for a hot email"),
-        (
-            "--cold-sample",
-            opt.positive,
-            "cold_sample",
-            "cold emails used: the first N of cold_emails.json",
-        ),
-    ):
+        ("--cold-sample", opt.positive, "cold_sample",
+         "cold emails used: the first N of cold_emails.json"),
+    ):  # fmt: skip
         opt.option(parser, flag, checked, shape_default(name), what)
     dist = shape_default("dist")
     parser.add_argument(

@@ -170,49 +170,26 @@ class Sides:
 
 
 def _charts(sides: Sides, rows: list[compare.Row], out_dir: Path, caption: str) -> list[Path]:
-    p95 = figure_lines(rows, "p95")
-    drops = figure_lines(rows, "drops", factor=100)
-    paths = []
-    if p95:
-        paths.append(
-            overlay_chart(
-                p95,
-                out_dir / "compare_p95.png",
-                "p95 latency against the rate served (hollow: missed the goal)",
-                "p95 ms (log scale)",
-                caption,
-                log=True,
-                served=True,
-            )
-        )
-    if drops:
-        paths.append(
-            overlay_chart(
-                drops,
-                out_dir / "compare_drop_rate.png",
-                "drop rate (dropped + failed) / scheduled",
-                "drop rate (%)",
-                caption,
-                log=False,
-            )
-        )
     prices = run_prices(sides.run_a.params)
     a, b = step_costs(sides.results_a, prices), step_costs(sides.results_b, prices)
     costs = _lines(rows, lambda side, key: (a if side == "A" else b).get(key), GOAL)
-    if costs:
-        paths.append(
-            overlay_chart(
-                costs,
-                out_dir / "compare_cost.png",
-                f"cost per million requests ({prices.chart_words()}, A's prices) against the "
-                "rate served\nhollow: missed the goal, so not a price of the service asked for",
-                "\\$ per million requests (log scale)",
-                caption,
-                log=True,
-                served=True,
-            )
-        )
-    return paths
+    cost_title = (
+        f"cost per million requests ({prices.chart_words()}, A's prices) against the "
+        "rate served\nhollow: missed the goal, so not a price of the service asked for"
+    )
+    wanted = (  # lines, file, title, y label, log scale, against the rate served
+        (figure_lines(rows, "p95"), "compare_p95",
+         "p95 latency against the rate served (hollow: missed the goal)", "p95 ms (log scale)",
+         True, True),
+        (figure_lines(rows, "drops", factor=100), "compare_drop_rate",
+         "drop rate (dropped + failed) / scheduled", "drop rate (%)", False, False),
+        (costs, "compare_cost", cost_title, "\\$ per million requests (log scale)", True, True),
+    )  # fmt: skip
+    return [
+        overlay_chart(lines, out_dir / f"{name}.png", title, ylabel, caption, log, served)
+        for lines, name, title, ylabel, log, served in wanted
+        if lines
+    ]
 
 
 def write_page(
