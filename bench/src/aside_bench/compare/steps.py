@@ -239,24 +239,17 @@ def header_lines(
             "a p95 or p99 near capacity grows faster than the machine slows, which the speed "
             "does not put right; run both again before believing them"
         )
-    if "spread" in bases:
-        lines.append(
-            "flagged where the change of the median exceeds the widest spread (max - min) "
-            "of the repeats at any rate of the same series in either run, relative to the "
-            "median for latencies and rates"
-        )
-    if PAST_CAPACITY in bases:
-        lines.append(
-            "not judged: the latencies and drop rate of a step that dropped iterations in "
-            "both runs (past capacity in both: they measure the overload); its achieved "
-            "rate is"
-        )
-    if "tolerance" in bases:
-        lines.append(
-            f"steps run once: flagged where a latency or rate changes by more than "
-            f"{tolerance:.0%} of A's value, a drop or hit rate by more than "
-            f"{SHARE_TOLERANCE * 100:g} points"
-        )
+    notes = {  # how each basis judges, for the bases the rows used
+        "spread": "flagged where the change of the median exceeds the widest spread (max - min) "
+        "of the repeats at any rate of the same series in either run, relative to the "
+        "median for latencies and rates",
+        PAST_CAPACITY: "not judged: the latencies and drop rate of a step that dropped iterations "
+        "in both runs (past capacity in both: they measure the overload); its achieved rate is",
+        "tolerance": f"steps run once: flagged where a latency or rate changes by more than "
+        f"{tolerance:.0%} of A's value, a drop or hit rate by more than "
+        f"{SHARE_TOLERANCE * 100:g} points",
+    }
+    lines += [note for basis, note in notes.items() if basis in bases]
     return lines
 
 
@@ -295,11 +288,10 @@ def write(
     found = {
         "a": run_a.runs or [run_a.run_id],
         "b": run_b.runs or [run_b.run_id],
-        "ratio": scale.ratio,
-        "judged_by": scale.judged_by,
-        "calibration_ratio": scale.calibration_ratio,
-        "normalised": scale.normalised,
-        "as_measured": scale.as_measured,
+        **{
+            name: getattr(scale, name)
+            for name in ("ratio", "judged_by", "calibration_ratio", "normalised", "as_measured")
+        },
         "tolerance": tolerance,
         "steps": steps,
     }
