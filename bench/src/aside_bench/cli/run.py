@@ -133,18 +133,10 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     shape = runner_commands.shape_of(args)
     seed = opt.checked_seed(settings, args)
     steps = plan_sweep(args, seed.indexed, distances)
-    params = runner_commands.run_params(
-        args,
-        seed,
-        shape,
-        scenario=args.scenario,
-        duration_s=steps[0].duration_s,
-        warm=args.warm,
-        rates=sorted({s.rate for s in steps}),
-        arms=list(dict.fromkeys(s.arm for s in steps)),
-        repeat=args.repeat,
-        cache_policy=args.cache_policy,
-    )
+    rates, arms = sorted({s.rate for s in steps}), list(dict.fromkeys(s.arm for s in steps))
+    sweep = dict(scenario=args.scenario, duration_s=steps[0].duration_s, warm=args.warm)
+    sweep.update(rates=rates, arms=arms, repeat=args.repeat, cache_policy=args.cache_policy)
+    params = runner_commands.run_params(args, seed, shape, **sweep)
     if distances:
         params["distances"] = {name: distance.as_record(d) for name, d in distances.items()}
     if found.hooks.run_params is not None:
@@ -198,16 +190,8 @@ def run_ceiling(args: argparse.Namespace, settings: config.Settings) -> int:
     search = SearchParams(start=args.start, ladder_step=args.ladder_step, max_rate=args.max_rate)
     shape = runner_commands.shape_of(args)
     seed = opt.checked_seed(settings, args)
-    params = runner_commands.run_params(
-        args,
-        seed,
-        shape,
-        scenario="ceiling",
-        duration_s=duration,
-        arms=arms,
-        p95_limit_ms=args.p95_ms,
-        search=search.__dict__,
-    )
+    own = dict(scenario="ceiling", duration_s=duration, arms=arms, p95_limit_ms=args.p95_ms)
+    params = runner_commands.run_params(args, seed, shape, **own, search=search.__dict__)
     # The reference: the cache arm's search again under the bare scenario.
     searched = [*arms, BARE_ARM] if args.reference and "cache" in arms else arms
     params["reference"] = BARE_ARM in searched

@@ -145,15 +145,10 @@ def run_params(
     args: argparse.Namespace, seed: SeedData, shape: LoadShape, **extra: Any
 ) -> RunParams:
     """run.json's "params": the request mix, the seed it reads and the command's own."""
-    params = RunParams(
-        hot_share=shape.hot_share,
-        hot_count=len(seed.hot),
-        cold_sample=shape.cold_sample,
-        cold_sample_used=min(shape.cold_sample, len(seed.cold)),
-        dist=shape.dist,
-        alpha=shape.alpha,
-        keys=shape.keys,
-    )
+    used = min(shape.cold_sample, len(seed.cold))
+    params = RunParams(hot_share=shape.hot_share, hot_count=len(seed.hot))
+    params.update(cold_sample=shape.cold_sample, cold_sample_used=used)
+    params.update(dist=shape.dist, alpha=shape.alpha, keys=shape.keys)
     if shape.trace is not None:
         keys = keytrace.read_key_trace(shape.trace)
         params["trace"] = TraceParams(
@@ -163,16 +158,9 @@ def run_params(
             keys=len(set(keys)),
             rate=shape.trace_rate,
         )
-    params.update(
-        write_share=shape.write_share,
-        complexity=shape.complexity,
-        timeout_s=shape.timeout_s,
-        stale_per_min=shape.stale_per_min,
-        stale_reads_after=shape.stale_reads_after,
-        max_pool=args.max_pool,
-        data_dir=str(seed.data_dir),
-        **extra,
-    )
+    mix = ("write_share", "complexity", "timeout_s", "stale_per_min", "stale_reads_after")
+    params.update({name: getattr(shape, name) for name in mix})  # type: ignore[typeddict-item]
+    params.update(max_pool=args.max_pool, data_dir=str(seed.data_dir), **extra)
     return params
 
 

@@ -198,15 +198,8 @@ def mark_points(
         shown = [(x, y) for x, y, ok in points if ok == held]
         if shown:
             xs, ys = zip(*shown, strict=True)
-            ax.scatter(
-                xs,
-                ys,
-                marker=marker,
-                s=36,
-                zorder=3,
-                edgecolors=colour,
-                facecolors=colour if held else "none",
-            )
+            face = colour if held else "none"
+            ax.scatter(xs, ys, marker=marker, s=36, zorder=3, edgecolors=colour, facecolors=face)
 
 
 def goal_legend(ax: plt.Axes) -> None:
@@ -273,13 +266,9 @@ def served_chart(
 def served_p95_chart(results: list[StepResult], goal: Goal, path: Path, caption: str) -> Path:
     """p95 against the rate served, the goal's limit drawn; missed steps hollow."""
     scenario = results[0].step.scenario
-    fig, ax = served_chart(
-        results,
-        goal,
-        partial(latency_of, name="p95"),
-        "p95 ms (log scale)",
-        f"{scenario}: p95 against the rate served (hollow: missed the goal)",
-    )
+    title = f"{scenario}: p95 against the rate served (hollow: missed the goal)"
+    p95 = partial(latency_of, name="p95")
+    fig, ax = served_chart(results, goal, p95, "p95 ms (log scale)", title)
     ax.axhline(goal.p95_ms, color="red", linestyle="--", label=f"goal p95 = {goal.p95_ms:g} ms")
     log_y(ax)
     goal_legend(ax)

@@ -212,11 +212,8 @@ def range_sentence(splits: list[RateSplit]) -> str | None:
     if len(splits) < 2:
         return None
     parts = []
-    for figure, words in (
-        ("cost", "the $ saving"),
-        ("p95", "the p95 saving"),
-        ("drops", "the drops saved"),
-    ):
+    for figure, words in (("cost", "the $ saving"), ("p95", "the p95 saving"),
+                          ("drops", "the drops saved")):  # fmt: skip
         shares = _shares(splits, figure)
         if shares:
             low, high = min(shares), max(shares)
