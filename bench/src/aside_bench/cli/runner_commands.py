@@ -158,8 +158,9 @@ def run_params(
             keys=len(set(keys)),
             rate=shape.trace_rate,
         )
-    mix = ("write_share", "complexity", "timeout_s", "stale_per_min", "stale_reads_after")
-    params.update({name: getattr(shape, name) for name in mix})  # type: ignore[typeddict-item]
+    params.update(write_share=shape.write_share, complexity=shape.complexity)
+    params.update(timeout_s=shape.timeout_s, stale_per_min=shape.stale_per_min)
+    params.update(stale_reads_after=shape.stale_reads_after)
     params.update(max_pool=args.max_pool, data_dir=str(seed.data_dir), **extra)
     return params
 
