@@ -419,14 +419,15 @@ def overload_run(small_seed: Path, bench: Bench, tmp_path_factory: pytest.TempPa
     """cache's ceiling searched from 20/s up to 40/s (never missed at these
     rates: capped at 40, confirmed once), hybrid's given as 40/s; 3 s steps,
     each driver started 1 s ahead (its pool, at most 80, opens well within it).
-    The search's p95 limit is loose: a 2 s step at 20/s has 40 reads, whose
-    p95 is the second slowest, which one stall of a busy machine decides; the
-    search's mechanics are the subject here, not the machine."""
+    The search's p95 limit is loose on purpose: a 2 s step at 40/s has 80
+    reads, whose p95 is the fourth slowest, which a few stalls of a machine
+    busy with the rest of the suite decide (at 250 ms, one 40/s try missed
+    so); the search's mechanics are the subject here, not the machine."""
     reports = tmp_path_factory.mktemp("overload")
     run_id = "o" + time.strftime("%H%M%S")
     done = bench(
         "overload", "--arms", "cache hybrid", "--ceiling", "hybrid=40", "--duration", "3s",
-        "--search-start", "20", "--search-max", "40", "--search-duration", "2s", "--p95-ms", "250",
+        "--search-start", "20", "--search-max", "40", "--search-duration", "2s", "--p95-ms", "2000",
         "--open-lead", "1",
         "--run-id", run_id, "--data-dir", str(small_seed), "--reports-dir", str(reports),
     )  # fmt: skip
