@@ -73,7 +73,13 @@ class _Watch:
         self.selector = selectors.DefaultSelector()
         self.open: dict[socket.socket, SlowSocket] = {}
 
-    def add(self, sock: socket.socket, record: SlowSocket) -> None:
+    def connect(self, address: tuple[str, int], record: SlowSocket) -> None:
+        try:
+            sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
+        except OSError as error:
+            record.error = type(error).__name__
+            return
+        record.opened_at = time.time()
         sock.setblocking(False)
         self.selector.register(sock, selectors.EVENT_READ)
         self.open[sock] = record
@@ -124,20 +130,17 @@ class _Watch:
 
 
 def slow_heads(address: tuple[str, int], count: int, wait_s: float) -> list[SlowSocket]:
-    """`count` connections each sent a partial head, then up to `wait_s` for the server
-    to close them all. The heads wait for full workers' answers: a full worker answers
-    503 and closes as it accepts, and a head sent before that close would turn it into
-    a reset that swallows the answer (the head deadline runs from the connect anyway)."""
+    """`count` connections each sent a partial head, then up to `wait_s` for the server to close
+    them. The heads wait out full workers' 503s: sent first, they would turn one into a reset."""
     raise_nofile(count + SPARE_FDS)
     records = [SlowSocket() for _ in range(count)]
     watch = _Watch()
     try:
         for start in range(0, count, OPEN_BURST):
             for record in records[start : start + OPEN_BURST]:
-                _open(address, record, watch)
+                watch.connect(address, record)
             watch.poll(0)
-        last_opened = time.monotonic()
-        quiet_since = time.monotonic()
+        last_opened = quiet_since = time.monotonic()
         while time.monotonic() - last_opened < ANSWERS_MAX_WAIT_S:
             if watch.poll(0.05):
                 quiet_since = time.monotonic()
@@ -150,16 +153,6 @@ def slow_heads(address: tuple[str, int], count: int, wait_s: float) -> list[Slow
     finally:
         watch.close_all()
     return records
-
-
-def _open(address: tuple[str, int], record: SlowSocket, watch: _Watch) -> None:
-    try:
-        sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
-    except OSError as error:
-        record.error = type(error).__name__
-        return
-    record.opened_at = time.time()
-    watch.add(sock, record)
 
 
 # ---- the cold flood -------------------------------------------------------------------
@@ -186,29 +179,25 @@ def cold_flood(
     count_url: str, emails: list[str], concurrency: int, timeout_s: float, deadline_s: float
 ) -> FloodResult:
     """Each email read once from `concurrency` clients; none sent after `deadline_s`."""
-    return asyncio.run(_flood(count_url, emails, concurrency, timeout_s, deadline_s))
-
-
-async def _flood(
-    count_url: str, emails: list[str], concurrency: int, timeout_s: float, deadline_s: float
-) -> FloodResult:
     result = FloodResult(started=time.time())
     stop_at = time.monotonic() + deadline_s
-    pending = iter(emails)
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    pending = iter(emails)  # one iterator shared by every client: each email is sent once
 
-        async def client() -> None:
-            # One iterator shared by every client: each email is sent once.
-            for email in pending:
-                if time.monotonic() >= stop_at:
-                    result.cut = True
-                    return
-                result.sent += 1
-                result.outcomes[await _read_once(session, count_url, email)] += 1
+    async def client(session: aiohttp.ClientSession) -> None:
+        for email in pending:
+            if time.monotonic() >= stop_at:
+                result.cut = True
+                return
+            result.sent += 1
+            result.outcomes[await _read_once(session, count_url, email)] += 1
 
-        await asyncio.gather(*(client() for _ in range(concurrency)))
+    async def flood() -> None:
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            await asyncio.gather(*(client(session) for _ in range(concurrency)))
+
+    asyncio.run(flood())
     result.ended = time.time()
     return result
 

@@ -9,8 +9,6 @@ import asyncio
 import json
 import sys
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field
 from typing import TypedDict, cast
 
 PARTS = ("pipeline", "slow", "forged", "readyz")
@@ -27,14 +25,14 @@ SLOW_HEAD = (
 
 
 class HostileRecord(TypedDict):
-    """HostileFigures as its JSON line, and report.json, hold them."""
+    """What the hostile client got: its JSON line, and report.json's figures."""
 
     seconds: float
     parts: list[str]
-    cpu_share: float | None
+    cpu_share: float | None  # the process's CPU time over its wall time (1.0: one core)
     pipelined_sent: int
     pipelined_answered: int
-    pipelined_connections: int
+    pipelined_connections: int  # opened again after the server closed one
     slow_heads_opened: int
     slow_heads_closed_by_server: int
     readyz: dict[str, int]  # by status
@@ -42,101 +40,88 @@ class HostileRecord(TypedDict):
     errors: dict[str, int]  # by what went wrong
 
 
-@dataclass
-class HostileFigures:
-    seconds: float
-    parts: list[str] = field(default_factory=lambda: list(PARTS))
-    # The process's CPU time over its wall time (1.0: one whole core).
-    cpu_share: float | None = None
-    pipelined_sent: int = 0
-    pipelined_answered: int = 0
-    pipelined_connections: int = 0  # opened again after the server closed one
-    slow_heads_opened: int = 0
-    slow_heads_closed_by_server: int = 0
-    readyz: Counter[int] = field(default_factory=Counter)
-    forged: Counter[int] = field(default_factory=Counter)
-    errors: Counter[str] = field(default_factory=Counter)
+def new_record(seconds: float, parts: list[str]) -> HostileRecord:
+    """Every count at 0, in the record's order."""
+    found: dict[str, object] = dict.fromkeys(HostileRecord.__annotations__, 0)
+    found |= {"seconds": seconds, "parts": parts, "cpu_share": None}
+    return cast(HostileRecord, found | {"readyz": {}, "forged": {}, "errors": {}})
 
-    def as_dict(self) -> HostileRecord:
-        found = asdict(self)
-        # From the Counters themselves: asdict rebuilds one from its pairs, counting those.
-        for name in ("readyz", "forged", "errors"):
-            found[name] = {str(k): v for k, v in getattr(self, name).items()}
-        return cast(HostileRecord, found)
+
+def _tally(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
 
 
 async def _open(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
 
 
-async def _pipeline(host: str, port: int, end: float, figures: HostileFigures) -> None:
+async def _pipeline(host: str, port: int, end: float, figures: HostileRecord) -> None:
     """Write batches of heads as fast as the socket takes them; count the status lines read."""
     while time.monotonic() < end:
         try:
             reader, writer = await _open(host, port)
         except (OSError, TimeoutError) as exc:
-            figures.errors[f"pipeline connect: {type(exc).__name__}"] += 1
+            _tally(figures["errors"], f"pipeline connect: {type(exc).__name__}")
             await asyncio.sleep(0.1)
             continue
-        figures.pipelined_connections += 1
+        figures["pipelined_connections"] += 1
 
         async def read(reader: asyncio.StreamReader = reader) -> None:
             tail = b""
             while data := await reader.read(1 << 16):
                 chunk = tail + data
-                figures.pipelined_answered += chunk.count(b"HTTP/1.1 ")
+                figures["pipelined_answered"] += chunk.count(b"HTTP/1.1 ")
                 tail = chunk[-8:]
-                figures.pipelined_answered -= tail.count(b"HTTP/1.1 ")
+                figures["pipelined_answered"] -= tail.count(b"HTTP/1.1 ")
 
         reading = asyncio.ensure_future(read())
         try:
             while time.monotonic() < end and not reading.done():
                 writer.write(PIPELINED * PIPELINE_BATCH)
-                figures.pipelined_sent += PIPELINE_BATCH
+                figures["pipelined_sent"] += PIPELINE_BATCH
                 await asyncio.wait_for(writer.drain(), max(0.01, end - time.monotonic()))
         except (OSError, TimeoutError) as exc:
-            figures.errors[f"pipeline write: {type(exc).__name__}"] += 1
+            _tally(figures["errors"], f"pipeline write: {type(exc).__name__}")
         finally:
             writer.close()
             reading.cancel()
 
 
-async def _slow_head(host: str, port: int, end: float, figures: HostileFigures) -> None:
+async def _slow_head(host: str, port: int, end: float, figures: HostileRecord) -> None:
     """A head that never ends; opened again each time the server closes it."""
     while time.monotonic() < end:
         try:
             reader, writer = await _open(host, port)
             writer.write(SLOW_HEAD)
-            figures.slow_heads_opened += 1
+            figures["slow_heads_opened"] += 1
             await asyncio.wait_for(reader.read(), max(0.01, end - time.monotonic()))
-            figures.slow_heads_closed_by_server += 1
+            figures["slow_heads_closed_by_server"] += 1
             writer.close()
         except TimeoutError:
             writer.close()
             return
         except OSError as exc:
-            figures.errors[f"slow head: {type(exc).__name__}"] += 1
+            _tally(figures["errors"], f"slow head: {type(exc).__name__}")
             await asyncio.sleep(0.1)
 
 
 async def _loop(
-    host: str, port: int, end: float, head: bytes | None, figures: HostileFigures
+    host: str, port: int, end: float, head: bytes | None, figures: HostileRecord
 ) -> None:
     """Requests one after another on one keep-alive connection, counted by status; `head`
     None: a miss with a fresh X-Forwarded-For each time, counted apart."""
-    counts = figures.forged if head is None else figures.readyz
+    counts = figures["forged"] if head is None else figures["readyz"]
     n = 0
     while time.monotonic() < end:
         try:
             reader, writer = await _open(host, port)
             while time.monotonic() < end:
                 n += 1
-                request = head or _forged(n)
-                writer.write(request)
+                writer.write(head or _forged(n))
                 status_line = await asyncio.wait_for(reader.readline(), 10)
                 if not status_line:
                     break
-                counts[int(status_line.split()[1])] += 1
+                _tally(counts, str(int(status_line.split()[1])))
                 length = 0
                 while (line := await reader.readline()) not in (b"\r\n", b""):
                     if line.lower().startswith(b"content-length:"):
@@ -144,7 +129,7 @@ async def _loop(
                 await reader.readexactly(length)
             writer.close()
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
-            figures.errors[f"loop: {type(exc).__name__}"] += 1
+            _tally(figures["errors"], f"loop: {type(exc).__name__}")
             await asyncio.sleep(0.05)
 
 
@@ -170,10 +155,8 @@ def parse_parts(text: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-async def hostile(
-    host: str, port: int, seconds: float, parts: tuple[str, ...] = PARTS
-) -> HostileFigures:
-    figures = HostileFigures(seconds, list(parts))
+async def hostile(host: str, port: int, seconds: float, parts: tuple[str, ...]) -> HostileRecord:
+    figures = new_record(seconds, list(parts))
     end = time.monotonic() + seconds
     tasks = []
     if "pipeline" in parts:
@@ -192,8 +175,8 @@ def main(argv: list[str]) -> int:
     parts = parse_parts(argv[3] if len(argv) > 3 else None)
     wall, cpu = time.monotonic(), time.process_time()
     figures = asyncio.run(hostile(host, port, seconds, parts))
-    figures.cpu_share = round((time.process_time() - cpu) / (time.monotonic() - wall), 3)
-    print(json.dumps(figures.as_dict()), flush=True)
+    figures["cpu_share"] = round((time.process_time() - cpu) / (time.monotonic() - wall), 3)
+    print(json.dumps(figures), flush=True)
     return 0
 
 
