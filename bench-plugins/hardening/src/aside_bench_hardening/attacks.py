@@ -160,19 +160,10 @@ def slow_heads(address: tuple[str, int], count: int, wait_s: float) -> list[Slow
 class FloodResult:
     started: float
     ended: float = 0.0
+    duration_s: float = 0.0
     sent: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)  # "200", "503", "timeout", ...
+    outcomes: dict[str, int] = field(default_factory=dict)  # "200", "503", "timeout", ...
     cut: bool = False  # the deadline came before every email was sent
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "started": self.started,
-            "ended": self.ended,
-            "duration_s": round(self.ended - self.started, 3),
-            "sent": self.sent,
-            "outcomes": dict(sorted(self.outcomes.items())),
-            "cut": self.cut,
-        }
 
 
 def cold_flood(
@@ -182,6 +173,7 @@ def cold_flood(
     result = FloodResult(started=time.time())
     stop_at = time.monotonic() + deadline_s
     pending = iter(emails)  # one iterator shared by every client: each email is sent once
+    outcomes: Counter[str] = Counter()
 
     async def client(session: aiohttp.ClientSession) -> None:
         for email in pending:
@@ -189,7 +181,7 @@ def cold_flood(
                 result.cut = True
                 return
             result.sent += 1
-            result.outcomes[await _read_once(session, count_url, email)] += 1
+            outcomes[await _read_once(session, count_url, email)] += 1
 
     async def flood() -> None:
         connector = aiohttp.TCPConnector(limit=concurrency)
@@ -199,6 +191,8 @@ def cold_flood(
 
     asyncio.run(flood())
     result.ended = time.time()
+    result.duration_s = round(result.ended - result.started, 3)
+    result.outcomes = dict(sorted(outcomes.items()))
     return result
 
 

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 
-from aside_bench.load.run import LoadRun, deadline_s, new_driver
+from aside_bench.load.run import LoadRun
 from aside_bench.load.samples import SamplesError, compress, number, sample_lines
 from aside_bench.records.tierstats import nearest_rank
-from aside_bench.stack.config import Settings
-from aside_bench.stack.prepare import StackError, wait_until_quiet, warm_cache
-from aside_bench.stack.services import ServiceControl
-from aside_bench_suite.base import SuiteResult
-from aside_bench_suite.samples import first_request
+from aside_bench.stack.prepare import StackError
 
 from aside_bench_hardening.checks import Figures
 
 READ_TIMEOUT_S = 10
-FIRST_SAMPLE_DEADLINE_S = 60.0
-QUIET_DEADLINE_S = 120.0
 # The first second of reads opens the driver's connections: left out of `before`.
 WARMUP_S = 1.0
 # A window's latency quantiles (nearest rank over its answered reads).
@@ -63,29 +54,6 @@ def load_run(
         extra=extra,
         samples_path=samples_path,
     )
-
-
-@contextmanager
-def driving(
-    settings: Settings, control: ServiceControl, hot: list[str], run: LoadRun, result: SuiteResult
-) -> Iterator[None]:
-    """The driver started on a quiet stack and a fresh cache (outliving the experiment),
-    its first request noted as `load_start`; waited for on the way out, even on an error."""
-    assert run.samples_path is not None, "the reads' windows need their samples file"
-    control.verify()
-    wait_until_quiet(settings, QUIET_DEADLINE_S)
-    result.notes["warm"] = warm_cache(settings, hot, mode="" if run.scenario == "chaos" else "l2")
-    result.notes["load_average_1m"] = round(os.getloadavg()[0], 2)
-    load = new_driver(settings, run, run.samples_path.parent / "load.log").start()
-    first = first_request(load, run.samples_path, FIRST_SAMPLE_DEADLINE_S)
-    result.events["load_start"] = float(first["t"])
-    try:
-        yield
-    finally:
-        code = load.wait(deadline_s(run))
-        result.events["load_end"] = time.time()
-        if code != 0:
-            raise StackError(f"the load driver exited with {code}; see {load.log_path}")
 
 
 def check_ttl(ttl_s: int, duration_s: int) -> None:

@@ -1,10 +1,10 @@
-"""`aside-bench hardening`: slow heads, a cold flood and a hostile client, each beside
-the driver's cached reads (docs/bench/suites.md, "Slow clients and cold floods")."""
+"""`aside-bench hardening`: each attack beside the driver's cached reads (docs/bench/suites.md)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import ClassVar, TypedDict, cast
 from urllib.parse import urlsplit
 
-from aside_bench.load.run import LoadRun
+from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
-from aside_bench.stack.prepare import StackError, connect
+from aside_bench.stack.prepare import StackError, connect, wait_until_quiet, warm_cache
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
 from aside_bench_suite import base as suite
+from aside_bench_suite.samples import first_request
 
 from aside_bench_hardening import checks as hc
 from aside_bench_hardening import load as reads
@@ -74,12 +75,11 @@ class HardeningParams:
 
     @property
     def flood_deadline_s(self) -> float:
-        """No flood request starts after this: six times what the flood takes if every
-        client waits its whole timeout, and at least 10 s."""
+        """No flood request starts after this: 6x the flood if every client waited its timeout."""
         if self.flood_budget_s is not None:
             return self.flood_budget_s
         ideal = self.emails * self.client_timeout_ms / 1000 / self.concurrency
-        return max(10.0, 6 * ideal)
+        return max(10.0, 6 * ideal)  # and at least 10 s
 
 
 class ParamsRecord(TypedDict):
@@ -125,8 +125,7 @@ class Bench:
     gateway: dict[str, int | str]  # gateway_settings
 
 
-# The gateway's own settings the verdicts depend on, read from its environment;
-# unset there, the gateway runs with its defaults (gateway/README.md).
+# The gateway's settings the verdicts depend on; unset, its defaults (gateway/README.md).
 GATEWAY_DEFAULTS = {
     "GATEWAY_HEAD_TIMEOUT_S": 5,
     "GATEWAY_MAX_CONNECTIONS": 1000,
@@ -134,15 +133,15 @@ GATEWAY_DEFAULTS = {
 }
 # Budgeted into the load's duration for opening the sockets.
 OPEN_BUDGET_S = 3.0
-# Sockets are waited for this long past the close limit, so a late close is
-# measured rather than cut off at the limit.
+# Sockets are waited for past the close limit: a late close is measured, not cut off.
 SOCKET_WAIT_EXTRA_S = 10.0
-# The query counter after the flood: read until it has not risen for QUIET_S,
-# for at most SETTLE_DEADLINE_S.
+# The query counter after the flood: read until still for QUIET_S, at most SETTLE_DEADLINE_S.
 QUIET_S = 2.0
 SETTLE_DEADLINE_S = 30.0
 # The hostile client's process is given this long past its own duration.
 HOSTILE_EXTRA_S = 30.0
+FIRST_SAMPLE_DEADLINE_S = 60.0
+QUIET_DEADLINE_S = 120.0
 
 
 def parse_experiments(text: str | None) -> tuple[str, ...]:
@@ -150,8 +149,7 @@ def parse_experiments(text: str | None) -> tuple[str, ...]:
 
 
 def gateway_settings(pid: int) -> dict[str, int | str]:
-    """The gateway's settings the verdicts depend on, from its master's environment,
-    and where each came from."""
+    """GATEWAY_DEFAULTS' values in the gateway master's environment, and where each came from."""
     found: dict[str, int | str] = {}
     for name, default in GATEWAY_DEFAULTS.items():
         text = procs.environ_value(pid, name)
@@ -172,10 +170,11 @@ def gateway_address(settings: Settings) -> tuple[str, int]:
 def reads_beside(
     bench: Bench, result: ExperimentResult, seconds: float, production: bool = False
 ) -> Iterator[LoadRun]:
-    """The driver's reads for `seconds` (which the cache TTL must outlast); the body,
-    the attack, runs once pre_s of them have."""
-    params, duration = bench.params, math.ceil(seconds)
+    """The driver's reads for `seconds` (the cache TTL must outlast them) on a quiet stack and a
+    fresh cache; the attack once pre_s of them have; the driver waited for even on an error."""
+    params, settings, duration = bench.params, bench.settings, math.ceil(seconds)
     reads.check_ttl(int(bench.gateway["CACHE_TTL_SECONDS"]), duration)
+    samples = params.out_dir / f"load-{result.name}.jsonl"
     run = reads.load_run(
         params.run_id,
         result.name,
@@ -183,12 +182,23 @@ def reads_beside(
         params.pool,
         duration,
         bench.seed.data_dir,
-        params.out_dir / f"load-{result.name}.jsonl",
+        samples,
         production,
     )
-    with reads.driving(bench.settings, bench.control, bench.seed.hot, run, result):
+    bench.control.verify()
+    wait_until_quiet(settings, QUIET_DEADLINE_S)
+    result.notes["warm"] = warm_cache(settings, bench.seed.hot, mode="" if production else "l2")
+    result.notes["load_average_1m"] = round(os.getloadavg()[0], 2)
+    load = new_driver(settings, run, params.out_dir / "load.log").start()
+    result.events["load_start"] = float(first_request(load, samples, FIRST_SAMPLE_DEADLINE_S)["t"])
+    try:
         suite.sleep_until(result.events["load_start"] + params.pre_s)
         yield run
+    finally:
+        code = load.wait(deadline_s(run))
+        result.events["load_end"] = time.time()
+        if code != 0:
+            raise StackError(f"the load driver exited with {code}; see {load.log_path}")
 
 
 def run_slow_heads(bench: Bench) -> ExperimentResult:
@@ -247,7 +257,7 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
             counters = fp.counter_increase(counters_before, fp.gateway_counters(settings))
     settle = hc.settle_figures(readings, events["flood_end"], QUIET_S)
     result.figures = {
-        "flood": flood.as_dict(),
+        "flood": asdict(flood),
         "queries_before_flood_end": readings[0][1] - calls_before,
         "settle": settle,
         "gateway_counters": counters,
@@ -312,10 +322,8 @@ def run_hostile(bench: Bench) -> ExperimentResult:
     ]
     if "pipeline" in params.hostile_parts:
         answered, sent = hostile["pipelined_answered"], hostile["pipelined_sent"]
-        answers = hc.Check(
-            "the pipelined requests were answered", answered > 0, f"{answered} of {sent} sent"
-        )
-        result.checks.append(answers)
+        what = f"{answered} of {sent} sent"
+        result.checks.append(hc.Check("the pipelined requests were answered", answered > 0, what))
     return result
 
 
@@ -336,8 +344,8 @@ def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -
         read_p95_ms=params.read_p95_ms,
     )
     bench = Bench(settings, params, seed, control, limits, gateway)
-    record = params_record(bench)
-    run = suite.SuiteRun(params.run_id, "hardening", seed.meta, dict(record), limits.record())
+    record = dict(params_record(bench))
+    run = suite.SuiteRun(params.run_id, "hardening", seed.meta, record, limits.record())
     what = f"{' '.join(params.experiments)} under {params.rate} cached reads/s"
     suite.open_run("hardening", params.run_id, params.out_dir, what)
     suite.run_items(
