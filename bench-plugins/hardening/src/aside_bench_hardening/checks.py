@@ -123,8 +123,7 @@ def _summed(sample: RssSample) -> int:
 
 @dataclass(frozen=True)
 class RssFigures:
-    """The gateway workers' RSS in KiB, summed and per worker pid: before the attack
-    (median of its last second), the peak during it, and the last reading."""
+    """Workers' RSS in KiB, summed and per pid: before (its last second's median), peak, last."""
 
     before_kib: int
     peak_kib: int

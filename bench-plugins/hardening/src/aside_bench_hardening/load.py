@@ -32,9 +32,8 @@ def load_run(
     samples_path: Path,
     production: bool = False,
 ) -> LoadRun:
-    """The `read` scenario through L2 on hot emails, each request a line of `samples_path`;
-    the pool's connections opened before the first read (CONNS), as the reuse check asks.
-    A production gateway refuses ?cache=: there, chaos with no writes nor reads by id."""
+    """The `read` scenario through L2 on hot emails, the pool's connections opened before the first
+    read (CONNS: the reuse check); production refuses ?cache=: chaos, no writes nor id reads."""
     # Every read a hot email (COLD_SAMPLE only keeps the cold list small).
     extra = {"HOT_SHARE": "1", "COLD_SAMPLE": "1", "CONNS": str(pool)}
     if production:
@@ -77,8 +76,7 @@ def windows_around(events: dict[str, float], what: str) -> dict[str, Window]:
 def sample_windows(
     lines: Iterable[str], source: str, windows: dict[str, Window]
 ) -> dict[str, Figures]:
-    """Per window [start, end) of the sending instants: the answered reads' exact latency,
-    the dropped iterations, failed requests and new connections."""
+    """Per window [start, end) of sending instants: read latency, drops, failures, new conns."""
     answered: dict[str, list[float]] = {name: [] for name in windows}
     counts = {name: {"dropped": 0, "failed": 0, "new_connections": 0} for name in windows}
     for where, line in sample_lines(lines, source):

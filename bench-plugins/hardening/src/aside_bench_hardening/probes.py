@@ -1,6 +1,4 @@
-"""What measures the attacks: the gateway workers' VmRSS and descriptors in a thread of
-their own; the cold flood's count queries (pg_stat_statements) polled until still, and
-the gateway's counters."""
+"""What measures the attacks: workers' VmRSS and descriptors, count queries, gateway counters."""
 
 from __future__ import annotations
 
@@ -9,7 +7,8 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from aside_bench.stack import gateway_metrics, procs
+from aside_bench.stack import gateway_metrics as metrics
+from aside_bench.stack import procs
 from aside_bench.stack.config import Settings
 
 from aside_bench_hardening import checks as hc
@@ -42,10 +41,9 @@ class RssSampler:
     def _run(self) -> None:
         while True:
             now = time.time()
-            rss = {pid: procs.rss_kib(pid) for pid in self.pids}
-            fds = {pid: procs.fd_count(pid) for pid in self.pids}
-            self.samples.append((now, {p: v for p, v in rss.items() if v is not None}))
-            self.fds.append((now, {p: v for p, v in fds.items() if v is not None}))
+            for found, read in ((self.samples, procs.rss_kib), (self.fds, procs.fd_count)):
+                values = {pid: read(pid) for pid in self.pids}
+                found.append((now, {p: v for p, v in values.items() if v is not None}))
             if self._stop.wait(RSS_INTERVAL_S):
                 return
 
@@ -88,8 +86,7 @@ def count_query_calls(conn: psycopg.Connection) -> int:
 def poll_until_still(
     read: Callable[[], float], quiet_s: float, deadline_s: float, interval_s: float = POLL_S
 ) -> list[hc.Reading]:
-    """Read a counter every `interval_s` until it has not risen for `quiet_s`, or
-    for at most `deadline_s`; every reading, the first taken at once."""
+    """A counter read every `interval_s` till still for `quiet_s`, or `deadline_s` passed."""
     readings: list[hc.Reading] = []
     end = time.monotonic() + deadline_s
     while True:
@@ -101,30 +98,21 @@ def poll_until_still(
 
 def gateway_counters(settings: Settings) -> GatewayCounters:
     """The gateway's own counters the flood moves, summed over its workers."""
-    text = gateway_metrics.scrape(settings)
-    hits = gateway_metrics.summed_by_label(text, "aside_gateway_cache_hits_total", "route")
+    text = metrics.scrape(settings)
+    hits = metrics.summed_by_label(text, "aside_gateway_cache_hits_total", "route")
+    answers = metrics.request_counts(text).items()
     return {
-        "db_queries": gateway_metrics.summed_by_label(
-            text, "aside_gateway_db_queries_total", "query"
-        ),
-        "shed": gateway_metrics.summed_by_label(text, "aside_gateway_shed_total", "reason"),
-        "batched_emails": gateway_metrics.unlabelled_value(
-            text, "aside_gateway_miss_batch_size_sum"
-        ),
-        "count_answers": {
-            status: n
-            for (route, _, status), n in gateway_metrics.request_counts(text).items()
-            if route == COUNT_ROUTE
-        },
+        "db_queries": metrics.summed_by_label(text, "aside_gateway_db_queries_total", "query"),
+        "shed": metrics.summed_by_label(text, "aside_gateway_shed_total", "reason"),
+        "batched_emails": metrics.unlabelled_value(text, "aside_gateway_miss_batch_size_sum"),
+        "count_answers": {status: n for (route, _, status), n in answers if route == COUNT_ROUTE},
         "count_hits": hits.get(COUNT_ROUTE, 0.0),
     }
 
 
 def counter_increase(before: GatewayCounters, after: GatewayCounters) -> GatewayCounters:
-    """What the flood added to each of gateway_counters' figures, and the flood's
-    reads a Flask thread ran, by answer: every count answered but the hits (the
-    driver's reads are all hits) and the door's refusals (counted as 503 answers
-    too; reads shed by Flask's threads are not counted as requests)."""
+    """What the flood added to each counter, and its reads a Flask thread ran, by answer: every
+    count answered but the hits (the driver's) and the door's refusals (503 answers too)."""
     found: GatewayCounters = {}
     for name in ("db_queries", "shed", "count_answers"):
         keys = set(before[name]) | set(after[name])

@@ -1,5 +1,4 @@
-"""The hardening experiments' report: report.md and report.json in
-reports/hardening-<run id>/, and a verdict line per experiment."""
+"""The hardening report: report.md and report.json in reports/hardening-<run id>/, a line each."""
 
 from __future__ import annotations
 
@@ -49,6 +48,13 @@ def _during(experiment: ExperimentRecord) -> str:
 def _rss(experiment: ExperimentRecord) -> RssFigures | None:
     found = experiment["figures"]["rss"]
     return RssFigures(**found) if found else None
+
+
+def _workers_mib(experiment: ExperimentRecord) -> dict[str, list[str]]:
+    """Each worker's VmRSS MiB in WORKER_KIB's order, by pid."""
+    rss = _rss(experiment)
+    per_worker = rss.per_worker if rss else {}
+    return {pid: [fmt_mib(w[k]) for k in WORKER_KIB] for pid, w in per_worker.items()}
 
 
 def _share(hostile: HostileRecord, unit: str = "") -> str:
@@ -132,8 +138,8 @@ def sockets_table(experiment: ExperimentRecord) -> Table:
 def rss_table(experiment: ExperimentRecord) -> Table:
     f, rss = experiment["figures"], _rss(experiment)
     rows = [
-        [f"worker {pid}", *(fmt_mib(w[k]) for k in WORKER_KIB), str(f["peak_fds"].get(pid, "n/a"))]
-        for pid, w in (rss.per_worker if rss else {}).items()
+        [f"worker {pid}", *mib, str(f["peak_fds"].get(pid, "n/a"))]
+        for pid, mib in _workers_mib(experiment).items()
     ]
     if rss:
         summed = (rss.before_kib, rss.peak_kib, rss.after_kib)
@@ -146,7 +152,7 @@ def rss_table(experiment: ExperimentRecord) -> Table:
 
 
 def hostile_table(experiment: ExperimentRecord) -> Table:
-    h, rss = experiment["figures"]["hostile"], _rss(experiment)
+    h = experiment["figures"]["hostile"]
     rows = [
         ["seconds", f"{h['seconds']:g}"],
         ["parts", ", ".join(h.get("parts", []))],
@@ -160,13 +166,10 @@ def hostile_table(experiment: ExperimentRecord) -> Table:
         ["forged X-Forwarded-For misses by status", _listed(h["forged"], empty="")],
         ["client errors", _listed(h["errors"])],
     ]  # fmt: skip
-    for pid, w in (rss.per_worker if rss else {}).items():
-        rows.append(
-            [
-                f"worker {pid} VmRSS before, peak, after MiB",
-                ", ".join(fmt_mib(w[k]) for k in WORKER_KIB),
-            ]
-        )
+    workers = _workers_mib(experiment).items()
+    rows += [
+        [f"worker {pid} VmRSS before, peak, after MiB", ", ".join(mib)] for pid, mib in workers
+    ]
     return Table("hostile: what the hostile client got", ["", "value"], rows)
 
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -327,11 +327,7 @@ def run_hostile(bench: Bench) -> ExperimentResult:
     return result
 
 
-RUNNERS: dict[str, Callable[[Bench], ExperimentResult]] = {
-    "slow-heads": run_slow_heads,
-    "cold-flood": run_cold_flood,
-    "hostile": run_hostile,
-}
+RUNNERS = {"slow-heads": run_slow_heads, "cold-flood": run_cold_flood, "hostile": run_hostile}
 
 
 def run_hardening(settings: Settings, params: HardeningParams, seed: SeedData) -> suite.SuiteRun:
