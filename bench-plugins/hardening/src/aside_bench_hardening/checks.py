@@ -72,7 +72,7 @@ def socket_figures(records: Sequence[SlowSocket], head_deadline_s: float) -> Soc
     closed = [r for r in opened if r.close_s is not None]
     held = [r for r in opened if r.status is None]
     held_closes = [r.close_s for r in held if r.close_s is not None]
-    all_closes = [r.close_s for r in closed if r.close_s is not None]
+    all_closes = [r.close_s for r in opened if r.close_s is not None]
     answers = Counter(r.status for r in opened if r.status is not None)
     return SocketFigures(
         sockets=len(records),
@@ -95,8 +95,7 @@ def socket_figures(records: Sequence[SlowSocket], head_deadline_s: float) -> Soc
 
 
 def close_check(figures: SocketFigures, limits: Limits) -> Check:
-    limit = limits.close_limit_s
-    opened, still_open = figures.opened, figures.still_open
+    limit, opened, still_open = limits.close_limit_s, figures.opened, figures.still_open
     worst = figures.close_max_s
     ok = opened > 0 and still_open == 0 and worst is not None and worst <= limit
     errors = sum(figures.connect_errors.values())
@@ -110,11 +109,8 @@ def close_check(figures: SocketFigures, limits: Limits) -> Check:
         detail += f"; {still_open} still open at the end of the wait"
     if errors:
         detail += f"; {errors} could not connect {figures.connect_errors}"
-    return Check(
-        f"every slow socket closed within the head deadline + {limits.close_slack_s:g} s",
-        ok,
-        detail,
-    )
+    name = f"every slow socket closed within the head deadline + {limits.close_slack_s:g} s"
+    return Check(name, ok, detail)
 
 
 def _summed(sample: RssSample) -> int:
@@ -160,6 +156,9 @@ def rss_figures(samples: Sequence[RssSample], start: float, end: float) -> RssFi
     )
 
 
+REPLACED = "; a worker was replaced during the experiment"
+
+
 def rss_check(rss: RssFigures | None, workers_kept: bool, limits: Limits) -> Check:
     name = f"gateway workers' RSS grows by at most {limits.rss_growth_mib:g} MiB"
     if rss is None:
@@ -171,9 +170,7 @@ def rss_check(rss: RssFigures | None, workers_kept: bool, limits: Limits) -> Che
         f"{rss.peak_kib / 1024:.1f} at the peak, {rss.after_kib / 1024:.1f} after, "
         f"summed over {len(rss.per_worker)} workers"
     )
-    if not workers_kept:
-        detail += "; a worker was replaced during the experiment"
-    return Check(name, ok, detail)
+    return Check(name, ok, detail + ("" if workers_kept else REPLACED))
 
 
 def worker_rss_check(rss: RssFigures | None, workers_kept: bool, limit_mib: float) -> Check:
@@ -192,9 +189,7 @@ def worker_rss_check(rss: RssFigures | None, workers_kept: bool, limit_mib: floa
         for pid, g in growth.items()
         if rss.per_worker[pid]["before_kib"]
     )
-    if not workers_kept:
-        detail += "; a worker was replaced during the experiment"
-    return Check(name, ok, detail)
+    return Check(name, ok, detail + ("" if workers_kept else REPLACED))
 
 
 # ---- reads in a window -----------------------------------------------------------------
@@ -220,9 +215,8 @@ def reuse_check(window: Figures | None) -> Check:
     if not window:
         return Check(name, False, "no read was recorded in the window")
     fresh = int(window.get("new_connections", 0))
-    return Check(
-        name, fresh == 0, f"{fresh} new connections opened by the load driver during the attack"
-    )
+    detail = f"{fresh} new connections opened by the load driver during the attack"
+    return Check(name, fresh == 0, detail)
 
 
 # ---- the query counter after the flood ---------------------------------------------------
@@ -259,9 +253,7 @@ def settle_check(settle: Figures, limits: Limits) -> Check:
     after = settle.get("last_rise_after_s")
     if not settle.get("settled") or after is None:
         return Check(name, False, "the counter was still rising when the polling ended")
+    queries = f"{settle['queries_after']:.0f} queries after it"
     return Check(
-        name,
-        after <= limits.settle_s,
-        f"last rise {after:.2f} s after the flood's end; {settle['queries_after']:.0f} queries "
-        "after it",
+        name, after <= limits.settle_s, f"last rise {after:.2f} s after the flood's end; {queries}"
     )

@@ -50,13 +50,11 @@ def add_hardening(hard: argparse.ArgumentParser) -> None:
     )
     opt.option(hard, "--rate", opt.positive, default("rate"), "cached reads/s")
     for flag, name, what in HARDENING_DURATIONS:
-        shown = f"{default(name):g}s"
-        hard.add_argument(flag, default=shown, help=f"{what} (default {shown})")
+        opt.option(hard, flag, str, f"{default(name):g}s", what)
     for flag, name, what in HARDENING_COUNTS:
         opt.option(hard, flag, opt.positive, default(name), what)
     for flag, name, what in HARDENING_LIMITS:
-        help_text = f"{what} (default {default(name):g})"
-        hard.add_argument(flag, type=float, default=default(name), help=help_text)
+        opt.option(hard, flag, float, default(name), what)
     opt.paths(hard, "the time")
 
 

@@ -237,16 +237,12 @@ def _context(run: SuiteRun) -> list[str]:
     ]
 
 
-# Each experiment's own tables, after its reads' windows.
-OWN_TABLES = {
-    "slow-heads": (sockets_table, rss_table),
-    "cold-flood": (flood_table,),
-    "hostile": (hostile_table,),
+# Each experiment's tables: its reads' windows, then its own.
+ITEM_TABLES = {
+    "slow-heads": (windows_table, sockets_table, rss_table),
+    "cold-flood": (windows_table, flood_table),
+    "hostile": (windows_table, hostile_table),
 }
-
-
-def item_tables(experiment: ExperimentRecord) -> list[Table]:
-    return [windows_table(experiment), *(own(experiment) for own in OWN_TABLES[experiment["name"]])]
 
 
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
@@ -255,15 +251,11 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     tables = [summary_table(run)]
     doc.table(tables[0])
     for experiment in cast(list[ExperimentRecord], run.items):
-        own = [] if experiment["error"] else item_tables(experiment)
+        name, error = experiment["name"], experiment["error"]
+        own = [] if error else [table(experiment) for table in ITEM_TABLES[name]]
         tables += own
+        title = f"{name}: {experiment['description']}"
         load = experiment["notes"].get("load_average_1m")
-        item_section(
-            doc,
-            f"{experiment['name']}: {experiment['description']}",
-            experiment,
-            "experiment",
-            own,
-            [f"Load average (1 min) when the experiment started: {load}."],
-        )
+        note = f"Load average (1 min) when the experiment started: {load}."
+        item_section(doc, title, experiment, "experiment", own, [note])
     return save_report(doc, run, out_dir, tables)

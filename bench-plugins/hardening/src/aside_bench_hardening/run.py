@@ -56,11 +56,10 @@ class HardeningParams:
     sockets: int = 2000
     read_p95_ms: float = hc.Limits.read_p95_ms
     rss_growth_mib: float = hc.Limits.rss_growth_mib
-    # The cold flood; its deadline, unset, from flood_deadline_s.
+    # The cold flood (its deadline: flood_deadline_s).
     emails: int = 20000
     concurrency: int = 200
     client_timeout_ms: int = 50
-    flood_budget_s: float | None = None
     # The hostile client: its parts (hostile.py PARTS); the reads' p95 at most this
     # times the quiet one, each worker's RSS at most this over its own before.
     hostile_s: float = 15.0
@@ -76,8 +75,6 @@ class HardeningParams:
     @property
     def flood_deadline_s(self) -> float:
         """No flood request starts after this: 6x the flood if every client waited its timeout."""
-        if self.flood_budget_s is not None:
-            return self.flood_budget_s
         ideal = self.emails * self.client_timeout_ms / 1000 / self.concurrency
         return max(10.0, 6 * ideal)  # and at least 10 s
 
