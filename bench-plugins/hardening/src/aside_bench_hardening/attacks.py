@@ -1,5 +1,4 @@
-"""The two attacks sent from the bench's own process: slow heads (sockets that never
-finish a request head) and a cold flood (distinct uncached emails, impatient clients)."""
+"""The attacks sent from the bench's own process: slow request heads and a cold flood."""
 
 from __future__ import annotations
 
@@ -97,10 +96,9 @@ class _Watch:
         except BlockingIOError:
             return
         except OSError:
-            self._closed(sock, reset=True)
-            return
+            data = None  # a reset
         if not data:
-            self._closed(sock, reset=False)
+            self._closed(sock, reset=data is None)
         elif record.status is None and data.startswith(b"HTTP/1."):
             try:
                 record.status = int(data.split(b" ", 2)[1])
@@ -122,8 +120,7 @@ class _Watch:
                 self._closed(sock, reset=True)
 
     def close_all(self) -> None:
-        for sock in list(self.open):
-            self.selector.unregister(sock)
+        for sock in self.open:
             sock.close()
         self.open.clear()
         self.selector.close()

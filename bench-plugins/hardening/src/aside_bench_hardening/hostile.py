@@ -1,7 +1,5 @@
-"""The hostile client, a process of its own (`python -m aside_bench_hardening.hostile
-HOST PORT SECONDS [PARTS]`) so its CPU is its own: PARTS (default all) of pipelining
-(`pipeline`), slow heads (`slow`), forged X-Forwarded-For misses (`forged`) and
-/readyz loops (`readyz`) at once; what it got is printed as one JSON line."""
+"""The hostile client, a process of its own so its CPU is its own (`python -m
+aside_bench_hardening.hostile HOST PORT SECONDS [PARTS]`): what it got, as one JSON line."""
 
 from __future__ import annotations
 
@@ -11,6 +9,7 @@ import sys
 import time
 from typing import TypedDict, cast
 
+# Pipelining, slow heads, forged X-Forwarded-For misses and /readyz loops, run at once.
 PARTS = ("pipeline", "slow", "forged", "readyz")
 PIPELINE_BATCH = 2000
 SLOW_HEADS = 64

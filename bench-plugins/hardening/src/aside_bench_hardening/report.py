@@ -215,23 +215,21 @@ def _context(run: SuiteRun) -> list[str]:
         f"{p['gateway_url']}, a fixed pool of {p['pool']} workers reusing their connections, "
         f"request timeout {p['read_timeout_s']} s; {p['pre_s']:g} s of reads before the attack",
         f"gateway: head deadline {gateway['GATEWAY_HEAD_TIMEOUT_S']} s, at most "
-        f"{gateway['GATEWAY_MAX_CONNECTIONS']} connections per worker "
-        f"({p['workers']} workers)",
+        f"{gateway['GATEWAY_MAX_CONNECTIONS']} connections per worker ({p['workers']} workers)",
         f"slow-heads: {p['sockets']} sockets, each sends a partial request head and never "
         f"finishes it; limits: closed within {limits['close_limit_s']:g} s of its connect, "
         f"workers' summed RSS +{limits['rss_growth_mib']:g} MiB at most, reads during the "
         f"attack p95 <= {limits['read_p95_ms']:g} ms with none dropped or failed",
-        f"cold-flood: {p['emails']} distinct emails in no row, {p['concurrency']} clients "
-        f"in flight, each giving up after {p['client_timeout_ms']} ms; limits: the count "
-        f"query counter stops rising within {limits['settle_s']:g} s of the flood's end, reads "
-        "during the flood none dropped or failed",
+        f"cold-flood: {p['emails']} distinct emails in no row, {p['concurrency']} clients in "
+        f"flight, each giving up after {p['client_timeout_ms']} ms; limits: the count query "
+        f"counter stops rising within {limits['settle_s']:g} s of the flood's end, reads during "
+        "the flood none dropped or failed",
         f"hostile: one client process for {p.get('hostile_s', 0):g} s, parts "
-        f"{','.join(p.get('hostile_parts', []))} (pipeline: one connection "
-        "pipelining /healthz as fast as it can while reading the replies; slow: 64 slow "
-        "heads; forged: misses under a rotating X-Forwarded-For; readyz: 64 /readyz "
-        "loops); limits: reads' p95 "
-        f"within {p.get('hostile_p95_factor', 0):g}x the quiet one, none dropped or failed, "
-        f"each worker's RSS +{p.get('hostile_worker_rss_mib', 0):g} MiB at most",
+        f"{','.join(p.get('hostile_parts', []))} (pipeline: one connection pipelining /healthz as "
+        "fast as it can while reading the replies; slow: 64 slow heads; forged: misses under a "
+        "rotating X-Forwarded-For; readyz: 64 /readyz loops); limits: reads' p95 within "
+        f"{p.get('hostile_p95_factor', 0):g}x the quiet one, none dropped or failed, each "
+        f"worker's RSS +{p.get('hostile_worker_rss_mib', 0):g} MiB at most",
         f"table: {run.seed.get('rows')} rows, email index: "
         f"{'yes' if run.seed.get('index') else 'no'}; stack under {p['run_dir']}",
     ]

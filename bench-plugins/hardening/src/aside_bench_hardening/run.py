@@ -171,16 +171,10 @@ def reads_beside(
     fresh cache; the attack once pre_s of them have; the driver waited for even on an error."""
     params, settings, duration = bench.params, bench.settings, math.ceil(seconds)
     reads.check_ttl(int(bench.gateway["CACHE_TTL_SECONDS"]), duration)
-    samples = params.out_dir / f"load-{result.name}.jsonl"
+    name, data_dir = result.name, bench.seed.data_dir
+    samples = params.out_dir / f"load-{name}.jsonl"
     run = reads.load_run(
-        params.run_id,
-        result.name,
-        params.rate,
-        params.pool,
-        duration,
-        bench.seed.data_dir,
-        samples,
-        production,
+        params.run_id, name, params.rate, params.pool, duration, data_dir, samples, production
     )
     bench.control.verify()
     wait_until_quiet(settings, QUIET_DEADLINE_S)
