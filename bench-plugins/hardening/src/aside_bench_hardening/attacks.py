@@ -20,11 +20,9 @@ PARTIAL_HEAD = (
 CONNECT_TIMEOUT_S = 5.0
 # Descriptors the bench needs besides the slow sockets (the driver's pipes, logs, clients).
 SPARE_FDS = 256
-# Connections are opened in bursts of this many, the answers read in between,
-# so a socket's close is seen when it happens, not after all are open.
+# Opened in bursts of this many, answers read between: a close is seen when it happens.
 OPEN_BURST = 50
-# A full worker answers its 503 as soon as it accepts; the partial heads go out
-# once no such answer has arrived for this long (see slow_heads).
+# The partial heads go out once no full worker's 503 has come for this long (slow_heads).
 ANSWERS_QUIET_S = 0.2
 ANSWERS_MAX_WAIT_S = 2.0
 

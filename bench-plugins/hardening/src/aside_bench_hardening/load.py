@@ -96,19 +96,18 @@ def sample_windows(
             counts[name]["failed"] += 1
         if line.get("new_conn") is True:
             counts[name]["new_connections"] += 1
-    found = {}
-    for name, (start, end) in windows.items():
-        times = answered[name]
-        found[name] = {
+    return {
+        name: {
             "start": start,
             "end": end,
             "seconds": round(end - start, 3),
-            "reads": len(times),
-            **{key: nearest_rank(times, q) for key, q in QUANTILES.items()},
-            "max_ms": max(times, default=None),
+            "reads": len(answered[name]),
+            **{key: nearest_rank(answered[name], q) for key, q in QUANTILES.items()},
+            "max_ms": max(answered[name], default=None),
             **counts[name],
         }
-    return found
+        for name, (start, end) in windows.items()
+    }
 
 
 def read_windows(run: LoadRun, windows: dict[str, Window]) -> dict[str, Figures]:

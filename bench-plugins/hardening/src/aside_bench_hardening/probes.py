@@ -15,8 +15,7 @@ from aside_bench_hardening import checks as hc
 
 POLL_S = 0.05  # how often the query counter is read after the flood
 RSS_INTERVAL_S = 0.1  # and the workers' RSS beside an attack
-# pg_stat_statements' normalised text of the gateway's count queries (db.py):
-# one email, and a batch of them.
+# pg_stat_statements' text of the gateway's count queries (db.py): one email, and a batch.
 GATEWAY_COUNT_QUERIES = (
     "SELECT count(*) FROM users WHERE email = $1",
     "SELECT email, count(*) FROM users WHERE email = ANY($1) GROUP BY email",
@@ -65,8 +64,7 @@ def flood_emails(run_id: str, count: int) -> list[str]:
 
 
 def emails_in_table(conn: psycopg.Connection, run_id: str) -> int:
-    # count(1), not count(*): a statement parsed like the gateway's would share
-    # its pg_stat_statements entry.
+    # count(1), not count(*): one parsed like the gateway's would share its pg_stat_statements row.
     pattern = f"flood-{run_id}-".replace("\\", "\\\\").replace("_", r"\_") + "%"
     row = conn.execute("SELECT count(1) FROM users WHERE email LIKE %s", (pattern,)).fetchone()
     return int(row[0]) if row else 0
