@@ -266,9 +266,7 @@ def run_cold_flood(bench: Bench) -> ExperimentResult:
     return result
 
 
-def hostile_client(
-    settings: Settings, seconds: float, parts: tuple[str, ...] = HOSTILE_PARTS
-) -> HostileRecord:
+def hostile_client(settings: Settings, seconds: float, parts: tuple[str, ...]) -> HostileRecord:
     """The hostile client in a process of its own (hostile.py), running `parts`."""
     host, port = gateway_address(settings)
     module = "aside_bench_hardening.hostile"
@@ -281,8 +279,7 @@ def hostile_client(
     )
     if done.returncode != 0 or not done.stdout.strip():
         raise StackError(f"the hostile client exited with {done.returncode}: {done.stderr[-500:]}")
-    found: HostileRecord = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
+    return cast(HostileRecord, json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def run_hostile(bench: Bench) -> ExperimentResult:
