@@ -5,6 +5,7 @@ watcher against a local server that closes on its own schedule, and a tiny
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -288,6 +289,19 @@ def test_experiments_and_the_flood_deadline() -> None:
         hh.parse_parts("pipeline,slowloris")
     emails = fp.flood_emails("run_1", 3)
     assert emails == [f"flood-run_1-{i}@hardening.invalid" for i in range(3)]
+
+
+def test_a_slow_head_whose_connect_times_out_is_counted_and_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def timing_out(_host: str, _port: int) -> None:
+        raise TimeoutError
+
+    monkeypatch.setattr(hh, "_open", timing_out)
+    figures = hh.new_record(0.3, ["slow"])
+    asyncio.run(hh._slow_head("127.0.0.1", 1, time.monotonic() + 0.3, figures))
+    assert figures["errors"].get("slow head connect: TimeoutError", 0) >= 2, figures
+    assert figures["slow_heads_opened"] == 0
 
 
 @pytest.mark.parametrize(

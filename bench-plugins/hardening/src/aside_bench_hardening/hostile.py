@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 import time
-from typing import TypedDict, cast
+from typing import TypedDict
 
 # Pipelining, slow heads, forged X-Forwarded-For misses and /readyz loops, run at once.
 PARTS = ("pipeline", "slow", "forged", "readyz")
@@ -40,10 +40,20 @@ class HostileRecord(TypedDict):
 
 
 def new_record(seconds: float, parts: list[str]) -> HostileRecord:
-    """Every count at 0, in the record's order."""
-    found: dict[str, object] = dict.fromkeys(HostileRecord.__annotations__, 0)
-    found |= {"seconds": seconds, "parts": parts, "cpu_share": None}
-    return cast(HostileRecord, found | {"readyz": {}, "forged": {}, "errors": {}})
+    """Every count at 0."""
+    return HostileRecord(
+        seconds=seconds,
+        parts=parts,
+        cpu_share=None,
+        pipelined_sent=0,
+        pipelined_answered=0,
+        pipelined_connections=0,
+        slow_heads_opened=0,
+        slow_heads_closed_by_server=0,
+        readyz={},
+        forged={},
+        errors={},
+    )
 
 
 def _tally(counts: dict[str, int], key: str) -> None:
@@ -91,17 +101,22 @@ async def _slow_head(host: str, port: int, end: float, figures: HostileRecord) -
     while time.monotonic() < end:
         try:
             reader, writer = await _open(host, port)
+        except (OSError, TimeoutError) as exc:
+            _tally(figures["errors"], f"slow head connect: {type(exc).__name__}")
+            await asyncio.sleep(0.1)
+            continue
+        try:
             writer.write(SLOW_HEAD)
             figures["slow_heads_opened"] += 1
             await asyncio.wait_for(reader.read(), max(0.01, end - time.monotonic()))
             figures["slow_heads_closed_by_server"] += 1
-            writer.close()
         except TimeoutError:
-            writer.close()
-            return
+            return  # the end came with the head still open
         except OSError as exc:
             _tally(figures["errors"], f"slow head: {type(exc).__name__}")
             await asyncio.sleep(0.1)
+        finally:
+            writer.close()
 
 
 async def _loop(
