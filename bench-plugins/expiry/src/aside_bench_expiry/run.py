@@ -1,5 +1,4 @@
-"""The `expiry` scenario's run: per rate and arm, the keys filled at once, every request
-kept across the TTL's end, and a reading a second of full scans and cache counters."""
+"""The `expiry` scenario's run: per rate and arm, keys filled at once, load across the TTL's end."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ from aside_bench.stack.services import ServiceControl
 from aside_bench_expiry import plan as plan
 from aside_bench_expiry.records import ArmRun, Reading
 
-# Threads of the fill, one a key up to this: every key's miss in flight at
-# once, so the gateway's miss batcher answers them in a scan or two and every
-# key is stored (and later expires) within about a second.
+# Threads of the fill, one a key up to this: every miss in flight at once, so the miss
+# batcher answers them in a scan or two and every key is stored (and expires) within a second.
 FILL_WORKERS = 512
 SAMPLE_EVERY_S = 1.0
 INDEX = "users_email_expiry_idx"
@@ -77,11 +75,10 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         with connect(self.settings) as conn:
-            while True:
+            self._read(conn)
+            while not self.halt.wait(SAMPLE_EVERY_S):
                 self._read(conn)
-                if self.halt.wait(SAMPLE_EVERY_S):
-                    self._read(conn)  # the last, after the load
-                    return
+            self._read(conn)  # the last, after the load
 
     def _read(self, conn: psycopg.Connection) -> None:
         try:
@@ -97,11 +94,9 @@ class Sampler(threading.Thread):
 
 def set_index(settings: Settings, present: bool) -> None:
     """The scenario's own email index, built or dropped (never the seeder's)."""
+    create = f"CREATE INDEX IF NOT EXISTS {INDEX} ON users (email)"
     with connect(settings) as conn:
-        if present:
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {INDEX} ON users (email)")
-        else:
-            conn.execute(f"DROP INDEX IF EXISTS {INDEX}")
+        conn.execute(create if present else f"DROP INDEX IF EXISTS {INDEX}")
         conn.execute("ANALYZE users")
 
 
@@ -167,11 +162,8 @@ class ExpiryRun:
         started = time.time()
         emails = self.seed.read_emails(self.options.cold_sample)
         fill = warm_cache(self.settings, emails, min(len(emails), FILL_WORKERS)) if cached else {}
-        ttl = (
-            self.options.ttl_s
-            if cached
-            else plan.NOCACHE_S + plan.windows_for(self.options.ttl_s).lead_s
-        )
+        lead_s = plan.windows_for(self.options.ttl_s).lead_s
+        ttl = self.options.ttl_s if cached else plan.NOCACHE_S + lead_s
         result = ArmRun(arm.label, arm.mode, arm.indexed, rate, started + ttl, fill=fill)
         result.load_s = plan.load_seconds(arm, self.options.ttl_s, time.time() - started)
         run = self._driver(arm, rate, result.load_s, len(self.results) + 1)

@@ -1,6 +1,4 @@
-"""`aside-bench soak`: a steady load for a long while, every process's memory and
-descriptors and the rows of idempotency_keys sampled (docs/bench/suites.md,
-"Soak and create-rate")."""
+"""`aside-bench soak`: a long steady load; each process's memory and fds, idempotency_keys' rows."""
 
 from __future__ import annotations
 
@@ -78,19 +76,17 @@ COUNT_TIMEOUT_MS = 2000
 
 def key_settings_s(core_pid: int) -> tuple[int, int] | None:
     """The core's key TTL and purge interval in s, from its environment (None: unreadable)."""
+    ttl, interval = (
+        procs.environ_value(core_pid, name) or default for name, default in KEY_SETTINGS.items()
+    )
     try:
-        ttl, interval = (
-            parse_duration(procs.environ_value(core_pid, name) or default)
-            for name, default in KEY_SETTINGS.items()
-        )
+        return parse_duration(ttl), parse_duration(interval)
     except PlanError:
         return None
-    return ttl, interval
 
 
 class KeyCounter:
-    """Counts idempotency_keys, all and older than `overdue_after_s`, over one connection
-    opened again after a failure."""
+    """idempotency_keys' rows, all and older than `overdue_after_s`; reconnects after a failure."""
 
     def __init__(self, settings: Settings, overdue_after_s: float | None) -> None:
         self.settings = settings
@@ -125,7 +121,7 @@ class KeyCounter:
 def take_sample(pids: dict[str, int]) -> dict[str, dict[str, int] | None]:
     ppids = procs.parents()
     trees = {service: procs.sample_tree(pid, ppids) for service, pid in pids.items()}
-    return {service: None if t is None else t.__dict__.copy() for service, t in trees.items()}
+    return {service: None if t is None else asdict(t) for service, t in trees.items()}
 
 
 def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun:
