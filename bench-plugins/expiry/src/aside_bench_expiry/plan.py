@@ -1,12 +1,14 @@
-"""The `expiry` scenario's plan (pure): per CACHE_EXPIRY mode and the cache off, with
-and without an email index. E = the fill + the TTL: the steady window
+"""The `expiry` scenario's plan and its records in run.json (pure): per CACHE_EXPIRY mode and the
+cache off, with and without an email index. E = the fill + the TTL: the steady window
 [E - lead - width, E - lead) holds no expiry, [E - lead, E - lead + width) every key's."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 SCENARIO = "expiry"
 # CACHE_EXPIRY's values (gateway/README.md); `nocache` reads with ?cache=off.
@@ -103,3 +105,43 @@ def gateway_env(arm: Arm, ttl_s: int) -> dict[str, str]:
     if arm.mode is None:
         return {}
     return {"CACHE_EXPIRY": arm.mode, "CACHE_TTL_SECONDS": str(ttl_s), "CACHE_L1_TRACKING": "off"}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One reading: rows PostgreSQL scanned of users (and its rows), the gateway's counters."""
+
+    t: float
+    rows_scanned: int
+    misses: float
+    stale: float
+    early: float
+    stale_age_max: float | None
+    count_queries: float = 0.0  # the gateway's count queries (a batch of misses once)
+    table_rows: float = 0.0  # pg_class.reltuples of users
+
+
+@dataclass
+class ArmRun:
+    label: str
+    mode: str | None
+    indexed: bool
+    rate: int
+    expiry_at: float  # epoch s: the fill's start + the TTL (the reference: its pseudo-expiry)
+    fill: dict[str, float] = field(default_factory=dict)
+    load_start: float = 0.0
+    load_s: int = 0
+    samples: str = ""
+    summary: dict = field(default_factory=dict)
+    driver_cpu_s: float | None = None
+    readings: list[Reading] = field(default_factory=list)
+
+
+def load_run(out_dir: Path) -> tuple[dict, list[ArmRun]]:
+    """run.json read back: its params and each arm's run."""
+    record = json.loads((out_dir / "run.json").read_text())
+    arms = []
+    for one in record["arms"]:
+        readings = [Reading(**r) for r in one.pop("readings")]
+        arms.append(ArmRun(**one, readings=readings))
+    return record["params"], arms

@@ -13,21 +13,15 @@ import requests
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.summary import Summary
 from aside_bench.plan.steps import pool_cap, pool_for
+from aside_bench.stack import gateway_metrics as metrics
 from aside_bench.stack.config import Settings
-from aside_bench.stack.gateway_metrics import (
-    connection_bound,
-    scrape,
-    summed_by_label,
-    tier_read_counts,
-    values_named_like,
-)
 from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, connect, wait_until_quiet, warm_cache
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
 
 from aside_bench_expiry import plan as plan
-from aside_bench_expiry.records import ArmRun, Reading
+from aside_bench_expiry.plan import ArmRun, Reading
 
 # Threads of the fill, one a key up to this: every miss in flight at once, so the miss
 # batcher answers them in a scan or two and every key is stored (and expires) within a second.
@@ -45,22 +39,17 @@ ROWS_SCANNED = (
 
 def read_counters(settings: Settings, conn: psycopg.Connection) -> Reading:
     row = conn.execute(ROWS_SCANNED).fetchone()
-    text = scrape(settings)
-    tiers = tier_read_counts(text)
-    ages = values_named_like(text, "stale_age_max")
+    text = metrics.scrape(settings)
+    queries = metrics.summed_by_label(text, DB_QUERIES, "query")
     return Reading(
         t=time.time(),
         rows_scanned=int(row[0]) if row else 0,
         table_rows=float(row[1]) if row else 0.0,
-        misses=tiers.get("l2 miss", 0.0),
-        stale=sum(values_named_like(text, "stale_served")),
-        early=sum(values_named_like(text, "early_refresh")),
-        stale_age_max=max(ages) if ages else None,
-        count_queries=sum(
-            v
-            for k, v in summed_by_label(text, DB_QUERIES, "query").items()
-            if k.startswith("count")
-        ),
+        misses=metrics.tier_read_counts(text).get("l2 miss", 0.0),
+        stale=sum(metrics.values_named_like(text, "stale_served")),
+        early=sum(metrics.values_named_like(text, "early_refresh")),
+        stale_age_max=max(metrics.values_named_like(text, "stale_age_max"), default=None),
+        count_queries=sum(n for query, n in queries.items() if query.startswith("count")),
     )
 
 
@@ -134,7 +123,7 @@ class ExpiryRun:
 
     def _driver(self, arm: plan.Arm, rate: int, seconds: int, index: int) -> LoadRun:
         opts = self.options
-        cap = pool_cap(opts.max_pool, connection_bound(self.settings))
+        cap = pool_cap(opts.max_pool, metrics.connection_bound(self.settings))
         return LoadRun(
             scenario="read",
             run_id=opts.run_id,

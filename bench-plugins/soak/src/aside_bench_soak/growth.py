@@ -153,12 +153,11 @@ def key_table_row(
 ) -> KeyGrowth:
     """Medians over a key's lifetime each, so the purge's sawtooth averages out; growth judged
     once the warm-up covers it (before, the table fills by design); an overdue key always."""
-    counts = [s.idempotency_keys for s in samples]
     row = KeyGrowth(
         lifetime_s,
         create_rate,
         expected_rows=None if lifetime_s is None else create_rate * lifetime_s,
-        missed_samples=sum(1 for c in counts if c is None),
+        missed_samples=sum(1 for s in samples if s.idempotency_keys is None),
         judged=lifetime_s is None or warmup_s >= lifetime_s,
     )
     if not samples:
@@ -175,8 +174,7 @@ def key_table_row(
         # One row more than none is not growth worth a ratio.
         row.growth = (row.end - row.warm) / max(row.warm, 1)
     row.overdue_max = max(known(after, overdue=True), default=None)
-    growing = row.growth is not None and row.growth > KEY_GROWTH_FLAG
-    if growing and row.judged:
+    if row.judged and row.growth is not None and row.growth > KEY_GROWTH_FLAG:
         row.flags.append(f"idempotency_keys +{row.growth:.0%}")
     if row.overdue_max:
         row.flags.append(f"{row.overdue_max} keys overdue")
