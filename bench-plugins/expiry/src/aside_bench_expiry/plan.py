@@ -9,6 +9,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
+
+from aside_bench.records.documents import Machine, StepSummary
 
 SCENARIO = "expiry"
 # CACHE_EXPIRY's values (gateway/README.md); `nocache` reads with ?cache=off.
@@ -132,12 +135,26 @@ class ArmRun:
     load_start: float = 0.0
     load_s: int = 0
     samples: str = ""
-    summary: dict = field(default_factory=dict)
+    summary: StepSummary = field(default_factory=StepSummary)
     driver_cpu_s: float | None = None
     readings: list[Reading] = field(default_factory=list)
 
 
-def load_run(out_dir: Path) -> tuple[dict, list[ArmRun]]:
+class RunParams(TypedDict):
+    """run.json's "params": what the run was asked and where it ran."""
+
+    run_id: str
+    machine: Machine
+    rates: list[int]
+    arms: list[str]
+    ttl_s: int
+    windows: dict[str, int]  # Windows' fields
+    hot_count: int
+    cold_sample: int
+    hot_share: float
+
+
+def load_run(out_dir: Path) -> tuple[RunParams, list[ArmRun]]:
     """run.json read back: its params and each arm's run."""
     record = json.loads((out_dir / "run.json").read_text())
     arms = []

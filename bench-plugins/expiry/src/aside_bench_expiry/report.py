@@ -75,10 +75,8 @@ def figures(arm: ArmRun, requests: list[Request], lo: float, hi: float) -> Figur
         **{f"p{rank}": nearest_rank(answered, rank) for rank in (50, 95, 99)},
         max=answered[-1] if answered else None,
         scans=None if rows is None or table_rows <= 0 else rows / table_rows,
-        misses=delta("misses"),
         queries=delta("count_queries"),
-        stale=delta("stale"),
-        early=delta("early"),
+        **{name: delta(name) for name in ("misses", "stale", "early")},
     )
 
 
@@ -92,9 +90,8 @@ class ArmFigures:
 
     @property
     def ratio(self) -> float | None:
-        if not self.steady.p99 or self.expiry.p99 is None:
-            return None
-        return self.expiry.p99 / self.steady.p99
+        steady, expiry = self.steady.p99, self.expiry.p99
+        return None if not steady or expiry is None else expiry / steady
 
     @property
     def keys(self) -> int:
@@ -118,8 +115,8 @@ def arm_figures(arm: ArmRun, out_dir: Path, windows: plan.Windows) -> ArmFigures
     first = -windows.lead_s - SHOWN_BEFORE_S
     seconds = {s: figures(arm, requests, s, s + 1) for s in range(first, windows.expiry[1])}
     rels = [r.rel_s for r in requests]
-    first, last = min(rels, default=float("inf")), max(rels, default=float("-inf"))
-    covered = first <= windows.steady[0] + 1 <= windows.expiry[1] - 1 <= last
+    earliest, latest = min(rels, default=float("inf")), max(rels, default=float("-inf"))
+    covered = earliest <= windows.steady[0] + 1 <= windows.expiry[1] - 1 <= latest
     # Every key's end in the expiry window: the keys were stored within fill_s of E - TTL.
     found = covered and float(arm.fill.get("fill_s", 0.0)) < windows.expiry[1]
     return ArmFigures(arm, steady, expiry, seconds, found or arm.mode is None)
@@ -175,25 +172,24 @@ def answer(rate: int, arms: list[ArmFigures]) -> list[str]:
     for indexed in (False, True):
         group = {a.arm.mode: a for a in arms if a.arm.indexed == indexed and a.arm.mode}
         table = "with the email index" if indexed else "without the email index"
-        plain_arm = group.get("plain")
-        if plain_arm is not None and plain_arm.ratio is not None:
+        plain = group.get("plain")
+        if plain is not None and plain.ratio is not None:
             lines.append(
-                f"At {rate}/s {table}, the expiry with plain costs p99 "
-                f"{_ms(plain_arm.expiry.p99)} ms against {_ms(plain_arm.steady.p99)} ms "
-                f"({plain_arm.ratio:.1f}x), {_n(plain_arm.expiry.queries)} count queries against "
-                f"{_n(plain_arm.steady.queries)} in the steady window."
+                f"At {rate}/s {table}, the expiry with plain costs p99 {_ms(plain.expiry.p99)} ms "
+                f"against {_ms(plain.steady.p99)} ms ({plain.ratio:.1f}x), "
+                f"{_n(plain.expiry.queries)} count queries against {_n(plain.steady.queries)} "
+                "in the steady window."
             )
         for mode, one in group.items():
             if one.ratio is None:
                 continue
             age = stale_age(one.arm)
-            verdict = "meets" if one.meets_goal else "misses"
             lines.append(
                 f"{mode} ({table}, {rate}/s): p99 {_ms(one.expiry.p99)} ms, {one.ratio:.1f}x the "
                 f"steady window's; {_n(one.expiry.queries)} count queries for {one.keys} keys; "
                 f"{_n(one.expiry.stale)} stale answers (largest age "
                 f"{'-' if age is None else f'{age:.1f} s'}); {one.expiry.failed} failed; "
-                f"{verdict} the goal."
+                f"{'meets' if one.meets_goal else 'misses'} the goal."
             )
     return lines
 

@@ -13,6 +13,7 @@ import requests
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.summary import Summary
 from aside_bench.plan.steps import pool_cap, pool_for
+from aside_bench.records.documents import Machine
 from aside_bench.stack import gateway_metrics as metrics
 from aside_bench.stack.config import Settings
 from aside_bench.stack.machine import describe
@@ -112,7 +113,7 @@ class ExpiryRun:
         self.control = ServiceControl(settings)
         self.gateway: dict[str, str] | None = None
         self.results: list[ArmRun] = []
-        self.machine = describe()
+        self.machine = Machine(**describe())
 
     def _gateway_for(self, arm: plan.Arm) -> None:
         wanted = plan.gateway_env(arm, self.options.ttl_s)
@@ -202,17 +203,17 @@ class ExpiryRun:
         record = {
             "run_id": self.options.run_id,
             "kind": plan.SCENARIO,
-            "params": {
-                "run_id": self.options.run_id,
-                "machine": self.machine,
-                "rates": self.options.rates,
-                "arms": [a.label for a in self.options.arms],
-                "ttl_s": self.options.ttl_s,
-                "windows": asdict(plan.windows_for(self.options.ttl_s)),
-                "hot_count": len(self.seed.hot),
-                "cold_sample": self.options.cold_sample,
-                "hot_share": self.options.hot_share,
-            },
+            "params": plan.RunParams(
+                run_id=self.options.run_id,
+                machine=self.machine,
+                rates=self.options.rates,
+                arms=[a.label for a in self.options.arms],
+                ttl_s=self.options.ttl_s,
+                windows=asdict(plan.windows_for(self.options.ttl_s)),
+                hot_count=len(self.seed.hot),
+                cold_sample=self.options.cold_sample,
+                hot_share=self.options.hot_share,
+            ),
             "arms": [asdict(r) for r in self.results],
         }
         (self.options.out_dir / "run.json").write_text(json.dumps(record, indent=1))

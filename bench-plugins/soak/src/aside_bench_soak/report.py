@@ -74,29 +74,27 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     doc.ul(
         [
             f"load: the load driver at a constant arrival rate of {params['rate']} req/s for "
-            f"{params['duration_s']} s "
-            f"to {params.get('target_url', params['gateway_url'])}: "
-            f"{params['write_share']:.0%} creates with an "
-            "Idempotency-Key, the rest cached reads by id and by hot email; connections reused",
-            f"sampled every {params['interval_s']:g} s: VmRSS, RssAnon and the number of "
-            "open fds of every process of each service's tree (/proc), summed over the tree; "
-            "VmRSS counts a shared page once per process that touched it (PostgreSQL's shared "
-            "buffers once per backend), RssAnon is the private memory only (where a leak shows)",
+            f"{params['duration_s']} s to {params.get('target_url', params['gateway_url'])}: "
+            f"{params['write_share']:.0%} creates with an Idempotency-Key, the rest cached reads "
+            "by id and by hot email; connections reused",
+            f"sampled every {params['interval_s']:g} s: VmRSS, RssAnon and the number of open fds "
+            "of every process of each service's tree (/proc), summed over the tree; VmRSS counts "
+            "a shared page once per process that touched it (PostgreSQL's shared buffers once "
+            "per backend), RssAnon is the private memory only (where a leak shows)",
             f"warm-up: the first {params['warmup_s']:g} s are left out; the warm-up and end "
             f"values are medians over {params['window_share']:.0%} of the run (at least 3 "
-            "samples) right after the warm-up and at the end; max is over everything after "
-            "the warm-up",
-            f"flagged: growth of VmRSS or of RssAnon above "
-            f"{params['memory_growth_flag']:.0%}, any fd growth; "
-            f"table: {run.seed.get('rows')} rows",
-            "idempotency_keys: its rows counted with each sample; flagged when the median at "
-            f"the end exceeds the median after the warm-up by more than "
+            "samples) right after the warm-up and at the end; max is over everything after the "
+            "warm-up",
+            f"flagged: growth of VmRSS or of RssAnon above {params['memory_growth_flag']:.0%}, "
+            f"any fd growth; table: {run.seed.get('rows')} rows",
+            "idempotency_keys: its rows counted with each sample; flagged when the median at the "
+            "end exceeds the median after the warm-up by more than "
             f"{params.get('key_growth_flag', 0.1):.0%} (each median over at least a key's "
             "lifetime: the core's CORE_IDEMPOTENCY_TTL plus CORE_IDEMPOTENCY_PURGE_INTERVAL, "
-            "read from its environment), judged only when the warm-up is at least that "
-            "lifetime (before, the table fills by design; flat, it holds about creates/s x "
-            "lifetime); and whenever a sample after the warm-up finds a key overdue, older "
-            "than the TTL plus two purge intervals",
+            "read from its environment), judged only when the warm-up is at least that lifetime "
+            "(before, the table fills by design; flat, it holds about creates/s x lifetime); and "
+            "whenever a sample after the warm-up finds a key overdue, older than the TTL plus "
+            "two purge intervals",
         ]
     )
     for table in tables:

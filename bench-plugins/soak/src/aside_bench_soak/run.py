@@ -69,8 +69,7 @@ def target_url(settings: Settings, params: SoakParams) -> str:
 RECORDED_PARAMS = ("rate", "duration_s", "warmup_s", "interval_s", "write_share")
 # The core's defaults (contracts/idempotency.json) when its environment sets none.
 KEY_SETTINGS = {"CORE_IDEMPOTENCY_TTL": "24h", "CORE_IDEMPOTENCY_PURGE_INTERVAL": "1m"}
-# A count(*) of a table the purge keeps small takes milliseconds; one stuck
-# behind a lock must not stall the sampling.
+# A count(*) of a table the purge keeps small takes ms; one stuck on a lock must not stall sampling.
 COUNT_TIMEOUT_MS = 2000
 
 
@@ -97,9 +96,7 @@ class KeyCounter:
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = connect(self.settings)
-                self.conn.execute(
-                    "SELECT set_config('statement_timeout', %s, false)", (str(COUNT_TIMEOUT_MS),)
-                )
+                self.conn.execute(f"SET statement_timeout = {COUNT_TIMEOUT_MS}")
             row = self.conn.execute(
                 "SELECT count(*), count(*) FILTER (WHERE created_at < now() - "
                 "make_interval(secs => %s)) FROM idempotency_keys",
