@@ -22,7 +22,6 @@ from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
 
 from aside_bench_expiry import plan as plan
-from aside_bench_expiry.plan import ArmRun, Reading
 
 # Threads of the fill, one a key up to this: every miss in flight at once, so the miss
 # batcher answers them in a scan or two and every key is stored (and expires) within a second.
@@ -30,19 +29,18 @@ FILL_WORKERS = 512
 SAMPLE_EVERY_S = 1.0
 INDEX = "users_email_expiry_idx"
 DB_QUERIES = "aside_gateway_db_queries_total"
-# Rows read by scans of users, whole or in slices of pages (swr's paced
-# refreshes read TID ranges, which seq_scan does not count), and its rows.
+# Rows scanned of users, whole or by pages (swr's TID range refreshes: not in seq_scan), its rows.
 ROWS_SCANNED = (
     "SELECT s.seq_tup_read, c.reltuples FROM pg_stat_user_tables s"
     " JOIN pg_class c ON c.oid = s.relid WHERE s.relname = 'users'"
 )
 
 
-def read_counters(settings: Settings, conn: psycopg.Connection) -> Reading:
+def read_counters(settings: Settings, conn: psycopg.Connection) -> plan.Reading:
     row = conn.execute(ROWS_SCANNED).fetchone()
     text = metrics.scrape(settings)
     queries = metrics.summed_by_label(text, DB_QUERIES, "query")
-    return Reading(
+    return plan.Reading(
         t=time.time(),
         rows_scanned=int(row[0]) if row else 0,
         table_rows=float(row[1]) if row else 0.0,
@@ -60,7 +58,7 @@ class Sampler(threading.Thread):
     def __init__(self, settings: Settings):
         super().__init__(daemon=True)
         self.settings = settings
-        self.readings: list[Reading] = []
+        self.readings: list[plan.Reading] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -76,7 +74,7 @@ class Sampler(threading.Thread):
         except (StackError, psycopg.Error, requests.RequestException) as error:
             print(f"  warning: a reading failed: {error}", flush=True)
 
-    def stop(self) -> list[Reading]:
+    def stop(self) -> list[plan.Reading]:
         self.halt.set()
         self.join(timeout=30)
         return self.readings
@@ -112,7 +110,7 @@ class ExpiryRun:
         self.options = options
         self.control = ServiceControl(settings)
         self.gateway: dict[str, str] | None = None
-        self.results: list[ArmRun] = []
+        self.results: list[plan.ArmRun] = []
         self.machine = Machine(**describe())
 
     def _gateway_for(self, arm: plan.Arm) -> None:
@@ -145,7 +143,7 @@ class ExpiryRun:
             live=opts.live,
         )
 
-    def run_arm(self, arm: plan.Arm, rate: int) -> ArmRun:
+    def run_arm(self, arm: plan.Arm, rate: int) -> plan.ArmRun:
         self._gateway_for(arm)
         wait_until_quiet(self.settings, self.options.recover_timeout_s)
         cached = arm.mode is not None
@@ -154,7 +152,7 @@ class ExpiryRun:
         fill = warm_cache(self.settings, emails, min(len(emails), FILL_WORKERS)) if cached else {}
         lead_s = plan.windows_for(self.options.ttl_s).lead_s
         ttl = self.options.ttl_s if cached else plan.NOCACHE_S + lead_s
-        result = ArmRun(arm.label, arm.mode, arm.indexed, rate, started + ttl, fill=fill)
+        result = plan.ArmRun(arm.label, arm.mode, arm.indexed, rate, started + ttl, fill=fill)
         result.load_s = plan.load_seconds(arm, self.options.ttl_s, time.time() - started)
         run = self._driver(arm, rate, result.load_s, len(self.results) + 1)
         sampler = Sampler(self.settings)
@@ -177,7 +175,7 @@ class ExpiryRun:
         result.samples = run.samples_path.name
         return result
 
-    def run_all(self) -> list[ArmRun]:
+    def run_all(self) -> list[plan.ArmRun]:
         total = len(self.options.rates) * len(self.options.arms)
         try:
             for rate in self.options.rates:
@@ -219,7 +217,7 @@ class ExpiryRun:
         (self.options.out_dir / "run.json").write_text(json.dumps(record, indent=1))
 
 
-def _quick(result: ArmRun) -> str:
+def _quick(result: plan.ArmRun) -> str:
     figures = result.summary
     fill = f"  fill {result.fill['fill_s']} s" if result.fill else ""
     return (

@@ -11,8 +11,7 @@ from aside_bench.report.tables import Table, fmt_num
 from aside_bench_suite.samples import LoadTallies, fmt_mib
 
 MEMORY_GROWTH_FLAG = 0.10
-# Once the warm-up covers a key's life (TTL + purge interval) every create is
-# matched by a purged key: idempotency_keys may grow by this much only.
+# idempotency_keys' growth allowed once the warm-up covers a key's life: a purge per create, flat.
 KEY_GROWTH_FLAG = 0.10
 # The warm-up and end values are medians over this share of the run (three samples at least).
 WINDOW_SHARE = 0.05

@@ -9,20 +9,11 @@ from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
 from aside_bench_suite.base import SuiteRun, save_report, suite_page
 
-from aside_bench_soak.growth import (
-    MEMORY_GROWTH_FLAG,
-    KeyGrowth,
-    ProcessGrowth,
-    SoakSample,
-    growth_table,
-    key_counts_over_time,
-    key_table,
-    load_table,
-)
+from aside_bench_soak import growth
 
 
 def chart(
-    samples: list[SoakSample], services: list[str], warmup_s: float, path: Path, caption: str
+    samples: list[growth.SoakSample], services: list[str], warmup_s: float, path: Path, caption: str
 ) -> Path:
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
@@ -48,11 +39,10 @@ def chart(
     )
     for ax, title in zip(axes, titles, strict=True):
         ax.axvline(warmup_s, color="grey", linestyle="--", linewidth=1)
-        ax.set_title(title)
-        ax.set_xlabel("seconds since the start")
+        ax.set(title=title, xlabel="seconds since the start")
         ax.grid(True, alpha=0.3)
     charts.log_y(axes[0])
-    axes[1].axhline(100 * (1 + MEMORY_GROWTH_FLAG), color="red", linestyle=":", linewidth=1)
+    axes[1].axhline(100 * (1 + growth.MEMORY_GROWTH_FLAG), color="red", linestyle=":", linewidth=1)
     charts.log_y(axes[2])
     axes[0].legend(fontsize=7)
     fig.suptitle("Soak: memory and file descriptors of every process (dashed: end of warm-up)")
@@ -61,13 +51,13 @@ def chart(
 
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     params, extra = run.params, run.extra
-    rows = [ProcessGrowth.of(row) for row in run.items]
-    samples = [SoakSample.of(sample) for sample in extra["samples"]]
+    rows = [growth.ProcessGrowth.of(row) for row in run.items]
+    samples = [growth.SoakSample.of(sample) for sample in extra["samples"]]
     services = [row.service for row in rows]
-    tables = [growth_table(rows), load_table(extra["load"])]
+    tables = [growth.growth_table(rows), growth.load_table(extra["load"])]
     keys = extra.get("idempotency_keys")
     if keys is not None:
-        tables.insert(1, key_table(KeyGrowth.of(keys)))
+        tables.insert(1, growth.key_table(growth.KeyGrowth.of(keys)))
     caption = f"Soak {run.run_id} on {summary(run.machine)}."
     chart_path = chart(samples, services, params["warmup_s"], out_dir / "soak.png", caption)
     doc = suite_page("soak", run)
@@ -101,7 +91,7 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
         doc.table(table)
     if keys is not None:
         over_time = ", ".join(
-            f"{t} s: {'n/a' if n is None else n}" for t, n in key_counts_over_time(samples)
+            f"{t} s: {'n/a' if n is None else n}" for t, n in growth.key_counts_over_time(samples)
         )
         doc.p(f"Rows of idempotency_keys over the run: {over_time}.")
     flagged = extra["flagged"]

@@ -20,7 +20,6 @@ from aside_bench_suite.base import SuiteRun, open_run, remove_users, user_prefix
 from aside_bench_suite.samples import SCENARIO, load_tallies
 
 from aside_bench_soak import growth
-from aside_bench_soak.growth import SoakSample
 from aside_bench_soak.report import write_report
 
 
@@ -135,18 +134,17 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     open_run("soak", params.run_id, params.out_dir, what)
     key_settings = key_settings_s(pids["core"])
     lifetime_s = None if key_settings is None else sum(key_settings)
-    # A working purge deletes a key within TTL + one interval (+ its cycle's
-    # own time): older than TTL + two intervals, it is overdue.
+    # A working purge deletes a key within TTL + an interval (+ its own time): after two, overdue.
     overdue_after_s = None if key_settings is None else key_settings[0] + 2 * key_settings[1]
     keys = KeyCounter(settings, overdue_after_s)
-    samples: list[SoakSample] = []
+    samples: list[growth.SoakSample] = []
     started = time.time()
     load = new_driver(settings, driver_run, log_path).start()
     try:
         next_at = time.monotonic()
         last_print = 0.0
         while load.running:
-            samples.append(SoakSample(time.time(), take_sample(pids), *keys.count()))
+            samples.append(growth.SoakSample(time.time(), take_sample(pids), *keys.count()))
             elapsed = time.time() - started
             if elapsed - last_print >= 60:
                 last_print = elapsed
@@ -200,7 +198,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     return run
 
 
-def _progress(sample: SoakSample) -> str:
+def _progress(sample: growth.SoakSample) -> str:
     shown = [(s, r) for s in ("gateway", "core", "postgres", "redis") if (r := sample.procs.get(s))]
     parts = [f"{s} {r['rss_kib'] / 1024:.0f} MiB/{r['fds']} fds" for s, r in shown]
     return ", ".join([*parts, f"idempotency_keys {sample.idempotency_keys}"])
