@@ -11,6 +11,7 @@ from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
 
 from aside_bench_expiry import plan as plan
+from aside_bench_expiry.plan import ArmRun, Reading, load_run
 
 # The p99 of the expiry window at most this many times the steady window's.
 GOAL_RATIO = 3.0
@@ -51,13 +52,13 @@ def read_requests(path: Path, expiry_at: float) -> list[Request]:
     return found
 
 
-def reading_at(readings: list[plan.Reading], t: float) -> plan.Reading | None:
+def reading_at(readings: list[Reading], t: float) -> Reading | None:
     """The last reading at or before t (else the first)."""
     before = [r for r in readings if r.t <= t]
     return before[-1] if before else (readings[0] if readings else None)
 
 
-def figures(arm: plan.ArmRun, requests: list[Request], lo: float, hi: float) -> Figures:
+def figures(arm: ArmRun, requests: list[Request], lo: float, hi: float) -> Figures:
     inside = [r for r in requests if lo <= r.rel_s < hi]
     answered = sorted(r.ms for r in inside if r.ms is not None and r.ok)
     start, end = (reading_at(arm.readings, arm.expiry_at + t) for t in (lo, hi))
@@ -81,7 +82,7 @@ def figures(arm: plan.ArmRun, requests: list[Request], lo: float, hi: float) -> 
 
 @dataclass(frozen=True)
 class ArmFigures:
-    arm: plan.ArmRun
+    arm: ArmRun
     steady: Figures
     expiry: Figures
     seconds: dict[int, Figures]
@@ -107,7 +108,7 @@ class ArmFigures:
         )
 
 
-def arm_figures(arm: plan.ArmRun, out_dir: Path, windows: plan.Windows) -> ArmFigures:
+def arm_figures(arm: ArmRun, out_dir: Path, windows: plan.Windows) -> ArmFigures:
     requests = read_requests(out_dir / arm.samples, arm.expiry_at)
     steady = figures(arm, requests, *windows.steady)
     expiry = figures(arm, requests, *windows.expiry)
@@ -162,7 +163,7 @@ def seconds_table(rate: int, arms: list[ArmFigures], indexed: bool) -> Table:
     return Table(f"expiry at {rate}/s, {table}: p99 and count queries a second", headers, rows)
 
 
-def stale_age(arm: plan.ArmRun) -> float | None:
+def stale_age(arm: ArmRun) -> float | None:
     return max((r.stale_age_max for r in arm.readings if r.stale_age_max is not None), default=None)
 
 
@@ -216,7 +217,7 @@ DEFINITIONS = [
 
 
 def write_report(out_dir: Path) -> Path:
-    params, runs = plan.load_run(out_dir)
+    params, runs = load_run(out_dir)
     windows = plan.Windows(**params["windows"])
     lines = [f"# Expiry under load: run {params.get('run_id', out_dir.name)}", ""]
     machine = params.get("machine")
