@@ -260,14 +260,11 @@ def expiry_chart(
     plt = charts.plt
     fig, axes = plt.subplots(1, len(by_rate), figsize=(6.5 * len(by_rate), 4.6), squeeze=False)
     for ax, (rate, arms) in zip(axes[0], by_rate.items(), strict=True):
-        for one in arms:
-            if one.arm.mode is None:
-                continue
+        for one in (a for a in arms if a.arm.mode is not None):
             points = [(s, f.p99) for s, f in sorted(one.seconds.items()) if f.p99 is not None]
             if points:
                 xs, ys = zip(*points, strict=True)
-                style = "--" if one.arm.indexed else "-"
-                ax.plot(xs, ys, style, marker=".", label=one.arm.label)
+                ax.plot(xs, ys, "--" if one.arm.indexed else "-", marker=".", label=one.arm.label)
         ax.axvspan(*windows.expiry, color="#f4cccc", alpha=0.4, label="expiry window")
         ax.axvline(0, color="grey", linewidth=0.8)
         charts.log_y(ax)
