@@ -72,11 +72,15 @@ def figures(arm: ArmRun, requests: list[Request], lo: float, hi: float) -> Figur
         requests=len(inside),
         failed=sum(1 for r in inside if r.ms is not None and not r.ok),
         dropped=sum(1 for r in inside if r.ms is None),
-        **{f"p{rank}": nearest_rank(answered, rank) for rank in (50, 95, 99)},
+        p50=nearest_rank(answered, 50),
+        p95=nearest_rank(answered, 95),
+        p99=nearest_rank(answered, 99),
         max=answered[-1] if answered else None,
         scans=None if rows is None or table_rows <= 0 else rows / table_rows,
+        misses=delta("misses"),
         queries=delta("count_queries"),
-        **{name: delta(name) for name in ("misses", "stale", "early")},
+        stale=delta("stale"),
+        early=delta("early"),
     )
 
 

@@ -175,7 +175,7 @@ class ExpiryRun:
         result.samples = run.samples_path.name
         return result
 
-    def run_all(self) -> list[plan.ArmRun]:
+    def run_all(self) -> None:
         total = len(self.options.rates) * len(self.options.arms)
         try:
             for rate in self.options.rates:
@@ -195,7 +195,6 @@ class ExpiryRun:
             set_index(self.settings, False)
             if self.gateway is not None:
                 self.control.restart("gateway", {})
-        return self.results
 
     def save(self) -> None:
         record = {
