@@ -202,8 +202,7 @@ def key_counts_over_time(
     if not samples:
         return []
     t0 = samples[0].t
-    stride = max(len(samples) // points, 1)
-    chosen = samples[::stride]
+    chosen = samples[:: max(len(samples) // points, 1)]
     if chosen[-1] is not samples[-1]:
         chosen.append(samples[-1])
     return [(round(s.t - t0), s.idempotency_keys) for s in chosen]
