@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aside_bench_expiry import plan as plan
 from aside_bench_expiry import report
-from aside_bench_expiry.records import ArmRun, Reading
+from aside_bench_expiry.plan import ArmRun, Reading
 
 
 def test_arms_parse_unindexed_first_and_default_to_every_mode_both_ways() -> None:

@@ -17,11 +17,12 @@ def _ttl(text: str) -> int:
     words = text.replace(",", " ").split()
     if not words:
         return plan.DEFAULT_TTL_S
-    if len(words) > 1 or not words[0].removesuffix("s").isdigit():
+    seconds = words[0].removesuffix("s")
+    if len(words) > 1 or not seconds.isdigit():
         raise UsageError(
             f"--cache-ttl takes one TTL in seconds for the expiry scenario, got {text!r}"
         )
-    return int(words[0].removesuffix("s"))
+    return int(seconds)
 
 
 def options(args: argparse.Namespace, run_id: str, settings: config.Settings) -> ExpiryOptions:

@@ -1,5 +1,4 @@
-"""The `expiry` scenario's report: each arm's steady window against the expiry's, a
-table a second around it, the chart, and what the expiry costs and each mode buys."""
+"""The `expiry` scenario's report: each arm's steady window against the expiry's, and a second's."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
 
 from aside_bench_expiry import plan as plan
-from aside_bench_expiry.records import ArmRun, Reading, load_run
+from aside_bench_expiry.plan import ArmRun, Reading, load_run
 
 # The p99 of the expiry window at most this many times the steady window's.
 GOAL_RATIO = 3.0
@@ -62,13 +61,10 @@ def reading_at(readings: list[Reading], t: float) -> Reading | None:
 def figures(arm: ArmRun, requests: list[Request], lo: float, hi: float) -> Figures:
     inside = [r for r in requests if lo <= r.rel_s < hi]
     answered = sorted(r.ms for r in inside if r.ms is not None and r.ok)
-    start = reading_at(arm.readings, arm.expiry_at + lo)
-    end = reading_at(arm.readings, arm.expiry_at + hi)
+    start, end = (reading_at(arm.readings, arm.expiry_at + t) for t in (lo, hi))
 
     def delta(name: str) -> float | None:
-        if start is None or end is None:
-            return None
-        return getattr(end, name) - getattr(start, name)
+        return None if start is None or end is None else getattr(end, name) - getattr(start, name)
 
     rows = delta("rows_scanned")
     table_rows = end.table_rows if end is not None else 0.0
@@ -98,9 +94,8 @@ class ArmFigures:
 
     @property
     def ratio(self) -> float | None:
-        if not self.steady.p99 or self.expiry.p99 is None:
-            return None
-        return self.expiry.p99 / self.steady.p99
+        steady, expiry = self.steady.p99, self.expiry.p99
+        return None if not steady or expiry is None else expiry / steady
 
     @property
     def keys(self) -> int:
@@ -108,11 +103,10 @@ class ArmFigures:
 
     @property
     def meets_goal(self) -> bool:
-        both = (self.steady, self.expiry)
         return (
             self.ratio is not None
             and self.ratio <= GOAL_RATIO
-            and all(f.failed == 0 and f.dropped == 0 for f in both)
+            and all(f.failed == 0 and f.dropped == 0 for f in (self.steady, self.expiry))
             and self.expiry.queries is not None
             and self.expiry.queries <= self.keys
         )
@@ -125,9 +119,8 @@ def arm_figures(arm: ArmRun, out_dir: Path, windows: plan.Windows) -> ArmFigures
     first = -windows.lead_s - SHOWN_BEFORE_S
     seconds = {s: figures(arm, requests, s, s + 1) for s in range(first, windows.expiry[1])}
     rels = [r.rel_s for r in requests]
-    covered = bool(rels) and min(rels) <= windows.steady[0] + 1 <= windows.expiry[1] - 1 <= max(
-        rels
-    )
+    earliest, latest = min(rels, default=float("inf")), max(rels, default=float("-inf"))
+    covered = earliest <= windows.steady[0] + 1 <= windows.expiry[1] - 1 <= latest
     # Every key's end in the expiry window: the keys were stored within fill_s of E - TTL.
     found = covered and float(arm.fill.get("fill_s", 0.0)) < windows.expiry[1]
     return ArmFigures(arm, steady, expiry, seconds, found or arm.mode is None)
@@ -137,12 +130,8 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else (f"{value:.2f}" if value < 10 else f"{value:,.0f}")
 
 
-def _n(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
-
-
-def _scans(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
+def _n(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def window_table(rate: int, arms: list[ArmFigures]) -> Table:
@@ -155,7 +144,7 @@ def window_table(rate: int, arms: list[ArmFigures]) -> Table:
             is_expiry = name == "expiry" and one.arm.mode is not None
             rows.append([one.arm.label, name if one.arm.mode else "whole load",
                          _n(f.requests), _n(f.failed), _n(f.dropped), _ms(f.p50), _ms(f.p95),
-                         _ms(f.p99), _ms(f.max), _scans(f.scans), _n(f.queries), _n(f.misses),
+                         _ms(f.p99), _ms(f.max), _n(f.scans, 1), _n(f.queries), _n(f.misses),
                          _n(f.stale), _n(f.early),
                          f"{one.ratio:.1f}x" if is_expiry and one.ratio else "",
                          _n(one.keys) if is_expiry else "",
@@ -179,8 +168,7 @@ def seconds_table(rate: int, arms: list[ArmFigures], indexed: bool) -> Table:
 
 
 def stale_age(arm: ArmRun) -> float | None:
-    ages = [r.stale_age_max for r in arm.readings if r.stale_age_max is not None]
-    return max(ages) if ages else None
+    return max((r.stale_age_max for r in arm.readings if r.stale_age_max is not None), default=None)
 
 
 def answer(rate: int, arms: list[ArmFigures]) -> list[str]:
@@ -188,25 +176,24 @@ def answer(rate: int, arms: list[ArmFigures]) -> list[str]:
     for indexed in (False, True):
         group = {a.arm.mode: a for a in arms if a.arm.indexed == indexed and a.arm.mode}
         table = "with the email index" if indexed else "without the email index"
-        plain_arm = group.get("plain")
-        if plain_arm is not None and plain_arm.ratio is not None:
+        plain = group.get("plain")
+        if plain is not None and plain.ratio is not None:
             lines.append(
-                f"At {rate}/s {table}, the expiry with plain costs p99 "
-                f"{_ms(plain_arm.expiry.p99)} ms against {_ms(plain_arm.steady.p99)} ms "
-                f"({plain_arm.ratio:.1f}x), {_n(plain_arm.expiry.queries)} count queries against "
-                f"{_n(plain_arm.steady.queries)} in the steady window."
+                f"At {rate}/s {table}, the expiry with plain costs p99 {_ms(plain.expiry.p99)} ms "
+                f"against {_ms(plain.steady.p99)} ms ({plain.ratio:.1f}x), "
+                f"{_n(plain.expiry.queries)} count queries against {_n(plain.steady.queries)} "
+                "in the steady window."
             )
         for mode, one in group.items():
             if one.ratio is None:
                 continue
             age = stale_age(one.arm)
-            verdict = "meets" if one.meets_goal else "misses"
             lines.append(
                 f"{mode} ({table}, {rate}/s): p99 {_ms(one.expiry.p99)} ms, {one.ratio:.1f}x the "
                 f"steady window's; {_n(one.expiry.queries)} count queries for {one.keys} keys; "
                 f"{_n(one.expiry.stale)} stale answers (largest age "
                 f"{'-' if age is None else f'{age:.1f} s'}); {one.expiry.failed} failed; "
-                f"{verdict} the goal."
+                f"{'meets' if one.meets_goal else 'misses'} the goal."
             )
     return lines
 
@@ -219,15 +206,14 @@ DEFINITIONS = [
     "latency: every request of the driver (its samples file) by the second it was sent, "
     "nearest-rank percentiles of the answered ones; failed: answered wrong or not at all",
     "full scans: the rows PostgreSQL read from users by scanning it "
-    "(pg_stat_user_tables.seq_tup_read, whole scans, parallel or not, and the slices of "
-    "pages swr's paced refreshes read) over the table's rows (pg_class.reltuples); a "
-    "backend reports its counts when it next ends a transaction a second after its last "
-    "report, or after 10 s idle, so they may land a window late; count queries: the gateway's "
-    "aside_gateway_db_queries_total of its count queries, counted as they are sent (a batch "
-    "of misses counts once; without the email index each is one full scan); misses: the "
-    "gateway's l2 miss count, "
-    "stale answers and early refreshes: its expiry counters, read once a second (a window's "
-    "count is the difference of the readings at or before its ends, to a second)",
+    "(pg_stat_user_tables.seq_tup_read, whole scans, parallel or not, and the slices of pages "
+    "swr's paced refreshes read) over the table's rows (pg_class.reltuples); a backend reports its "
+    "counts when it next ends a transaction a second after its last report, or after 10 s idle, so "
+    "they may land a window late; count queries: the gateway's aside_gateway_db_queries_total of "
+    "its count queries, counted as they are sent (a batch of misses counts once; without the email "
+    "index each is one full scan); misses: the gateway's l2 miss count, stale answers and early "
+    "refreshes: its expiry counters, read once a second (a window's count is the difference of the "
+    "readings at or before its ends, to a second)",
     f"goal: p99 of the expiry window at most {GOAL_RATIO:g}x the steady one's, no failed or "
     "dropped request, no more count queries (full scans without the index) than keys that "
     "expired",
@@ -257,12 +243,9 @@ def write_report(out_dir: Path) -> Path:
         missing = [a.arm.label for a in arms if not a.found]
         if missing:
             lines.append(f"- The expiry window was not found for {', '.join(missing)} at {rate}/s.")
-        tables += [window_table(rate, arms)]
-        tables += [
-            seconds_table(rate, arms, idx)
-            for idx in (False, True)
-            if any(a.arm.indexed == idx for a in arms)
-        ]
+        indexed = {a.arm.indexed for a in arms}
+        tables.append(window_table(rate, arms))
+        tables += [seconds_table(rate, arms, idx) for idx in (False, True) if idx in indexed]
     lines += ["", "## Windows and seconds", ""] + [t.markdown() for t in tables]
     chart = expiry_chart(by_rate, windows, out_dir / "expiry.png", f"Run {out_dir.name}.")
     lines += ["", f"![p99 a second around the expiry]({chart.name})", ""]
@@ -281,14 +264,11 @@ def expiry_chart(
     plt = charts.plt
     fig, axes = plt.subplots(1, len(by_rate), figsize=(6.5 * len(by_rate), 4.6), squeeze=False)
     for ax, (rate, arms) in zip(axes[0], by_rate.items(), strict=True):
-        for one in arms:
-            if one.arm.mode is None:
-                continue
+        for one in (a for a in arms if a.arm.mode is not None):
             points = [(s, f.p99) for s, f in sorted(one.seconds.items()) if f.p99 is not None]
             if points:
                 xs, ys = zip(*points, strict=True)
-                style = "--" if one.arm.indexed else "-"
-                ax.plot(xs, ys, style, marker=".", label=one.arm.label)
+                ax.plot(xs, ys, "--" if one.arm.indexed else "-", marker=".", label=one.arm.label)
         ax.axvspan(*windows.expiry, color="#f4cccc", alpha=0.4, label="expiry window")
         ax.axvline(0, color="grey", linewidth=0.8)
         charts.log_y(ax)

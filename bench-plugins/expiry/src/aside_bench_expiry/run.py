@@ -1,5 +1,4 @@
-"""The `expiry` scenario's run: per rate and arm, the keys filled at once, every request
-kept across the TTL's end, and a reading a second of full scans and cache counters."""
+"""The `expiry` scenario's run: per rate and arm, keys filled at once, load across the TTL's end."""
 
 from __future__ import annotations
 
@@ -14,55 +13,42 @@ import requests
 from aside_bench.load.run import LoadRun, deadline_s, new_driver
 from aside_bench.load.summary import Summary
 from aside_bench.plan.steps import pool_cap, pool_for
+from aside_bench.records.documents import Machine
+from aside_bench.stack import gateway_metrics as metrics
 from aside_bench.stack.config import Settings
-from aside_bench.stack.gateway_metrics import (
-    connection_bound,
-    scrape,
-    summed_by_label,
-    tier_read_counts,
-    values_named_like,
-)
 from aside_bench.stack.machine import describe
 from aside_bench.stack.prepare import StackError, connect, wait_until_quiet, warm_cache
 from aside_bench.stack.seeddata import SeedData
 from aside_bench.stack.services import ServiceControl
 
 from aside_bench_expiry import plan as plan
-from aside_bench_expiry.records import ArmRun, Reading
 
-# Threads of the fill, one a key up to this: every key's miss in flight at
-# once, so the gateway's miss batcher answers them in a scan or two and every
-# key is stored (and later expires) within about a second.
+# Threads of the fill, one a key up to this: every miss in flight at once, so the miss
+# batcher answers them in a scan or two and every key is stored (and expires) within a second.
 FILL_WORKERS = 512
 SAMPLE_EVERY_S = 1.0
 INDEX = "users_email_expiry_idx"
 DB_QUERIES = "aside_gateway_db_queries_total"
-# Rows read by scans of users, whole or in slices of pages (swr's paced
-# refreshes read TID ranges, which seq_scan does not count), and its rows.
+# Rows scanned of users, whole or by pages (swr's TID range refreshes: not in seq_scan), its rows.
 ROWS_SCANNED = (
     "SELECT s.seq_tup_read, c.reltuples FROM pg_stat_user_tables s"
     " JOIN pg_class c ON c.oid = s.relid WHERE s.relname = 'users'"
 )
 
 
-def read_counters(settings: Settings, conn: psycopg.Connection) -> Reading:
+def read_counters(settings: Settings, conn: psycopg.Connection) -> plan.Reading:
     row = conn.execute(ROWS_SCANNED).fetchone()
-    text = scrape(settings)
-    tiers = tier_read_counts(text)
-    ages = values_named_like(text, "stale_age_max")
-    return Reading(
+    text = metrics.scrape(settings)
+    queries = metrics.summed_by_label(text, DB_QUERIES, "query")
+    return plan.Reading(
         t=time.time(),
         rows_scanned=int(row[0]) if row else 0,
         table_rows=float(row[1]) if row else 0.0,
-        misses=tiers.get("l2 miss", 0.0),
-        stale=sum(values_named_like(text, "stale_served")),
-        early=sum(values_named_like(text, "early_refresh")),
-        stale_age_max=max(ages) if ages else None,
-        count_queries=sum(
-            v
-            for k, v in summed_by_label(text, DB_QUERIES, "query").items()
-            if k.startswith("count")
-        ),
+        misses=metrics.tier_read_counts(text).get("l2 miss", 0.0),
+        stale=sum(metrics.values_named_like(text, "stale_served")),
+        early=sum(metrics.values_named_like(text, "early_refresh")),
+        stale_age_max=max(metrics.values_named_like(text, "stale_age_max"), default=None),
+        count_queries=sum(n for query, n in queries.items() if query.startswith("count")),
     )
 
 
@@ -72,16 +58,15 @@ class Sampler(threading.Thread):
     def __init__(self, settings: Settings):
         super().__init__(daemon=True)
         self.settings = settings
-        self.readings: list[Reading] = []
+        self.readings: list[plan.Reading] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
         with connect(self.settings) as conn:
-            while True:
+            self._read(conn)
+            while not self.halt.wait(SAMPLE_EVERY_S):
                 self._read(conn)
-                if self.halt.wait(SAMPLE_EVERY_S):
-                    self._read(conn)  # the last, after the load
-                    return
+            self._read(conn)  # the last, after the load
 
     def _read(self, conn: psycopg.Connection) -> None:
         try:
@@ -89,7 +74,7 @@ class Sampler(threading.Thread):
         except (StackError, psycopg.Error, requests.RequestException) as error:
             print(f"  warning: a reading failed: {error}", flush=True)
 
-    def stop(self) -> list[Reading]:
+    def stop(self) -> list[plan.Reading]:
         self.halt.set()
         self.join(timeout=30)
         return self.readings
@@ -97,11 +82,9 @@ class Sampler(threading.Thread):
 
 def set_index(settings: Settings, present: bool) -> None:
     """The scenario's own email index, built or dropped (never the seeder's)."""
+    create = f"CREATE INDEX IF NOT EXISTS {INDEX} ON users (email)"
     with connect(settings) as conn:
-        if present:
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {INDEX} ON users (email)")
-        else:
-            conn.execute(f"DROP INDEX IF EXISTS {INDEX}")
+        conn.execute(create if present else f"DROP INDEX IF EXISTS {INDEX}")
         conn.execute("ANALYZE users")
 
 
@@ -127,8 +110,8 @@ class ExpiryRun:
         self.options = options
         self.control = ServiceControl(settings)
         self.gateway: dict[str, str] | None = None
-        self.results: list[ArmRun] = []
-        self.machine = describe()
+        self.results: list[plan.ArmRun] = []
+        self.machine = Machine(**describe())
 
     def _gateway_for(self, arm: plan.Arm) -> None:
         wanted = plan.gateway_env(arm, self.options.ttl_s)
@@ -139,7 +122,7 @@ class ExpiryRun:
 
     def _driver(self, arm: plan.Arm, rate: int, seconds: int, index: int) -> LoadRun:
         opts = self.options
-        cap = pool_cap(opts.max_pool, connection_bound(self.settings))
+        cap = pool_cap(opts.max_pool, metrics.connection_bound(self.settings))
         return LoadRun(
             scenario="read",
             run_id=opts.run_id,
@@ -160,19 +143,16 @@ class ExpiryRun:
             live=opts.live,
         )
 
-    def run_arm(self, arm: plan.Arm, rate: int) -> ArmRun:
+    def run_arm(self, arm: plan.Arm, rate: int) -> plan.ArmRun:
         self._gateway_for(arm)
         wait_until_quiet(self.settings, self.options.recover_timeout_s)
         cached = arm.mode is not None
         started = time.time()
         emails = self.seed.read_emails(self.options.cold_sample)
         fill = warm_cache(self.settings, emails, min(len(emails), FILL_WORKERS)) if cached else {}
-        ttl = (
-            self.options.ttl_s
-            if cached
-            else plan.NOCACHE_S + plan.windows_for(self.options.ttl_s).lead_s
-        )
-        result = ArmRun(arm.label, arm.mode, arm.indexed, rate, started + ttl, fill=fill)
+        lead_s = plan.windows_for(self.options.ttl_s).lead_s
+        ttl = self.options.ttl_s if cached else plan.NOCACHE_S + lead_s
+        result = plan.ArmRun(arm.label, arm.mode, arm.indexed, rate, started + ttl, fill=fill)
         result.load_s = plan.load_seconds(arm, self.options.ttl_s, time.time() - started)
         run = self._driver(arm, rate, result.load_s, len(self.results) + 1)
         sampler = Sampler(self.settings)
@@ -195,7 +175,7 @@ class ExpiryRun:
         result.samples = run.samples_path.name
         return result
 
-    def run_all(self) -> list[ArmRun]:
+    def run_all(self) -> None:
         total = len(self.options.rates) * len(self.options.arms)
         try:
             for rate in self.options.rates:
@@ -215,29 +195,28 @@ class ExpiryRun:
             set_index(self.settings, False)
             if self.gateway is not None:
                 self.control.restart("gateway", {})
-        return self.results
 
     def save(self) -> None:
         record = {
             "run_id": self.options.run_id,
             "kind": plan.SCENARIO,
-            "params": {
-                "run_id": self.options.run_id,
-                "machine": self.machine,
-                "rates": self.options.rates,
-                "arms": [a.label for a in self.options.arms],
-                "ttl_s": self.options.ttl_s,
-                "windows": asdict(plan.windows_for(self.options.ttl_s)),
-                "hot_count": len(self.seed.hot),
-                "cold_sample": self.options.cold_sample,
-                "hot_share": self.options.hot_share,
-            },
+            "params": plan.RunParams(
+                run_id=self.options.run_id,
+                machine=self.machine,
+                rates=self.options.rates,
+                arms=[a.label for a in self.options.arms],
+                ttl_s=self.options.ttl_s,
+                windows=asdict(plan.windows_for(self.options.ttl_s)),
+                hot_count=len(self.seed.hot),
+                cold_sample=self.options.cold_sample,
+                hot_share=self.options.hot_share,
+            ),
             "arms": [asdict(r) for r in self.results],
         }
         (self.options.out_dir / "run.json").write_text(json.dumps(record, indent=1))
 
 
-def _quick(result: ArmRun) -> str:
+def _quick(result: plan.ArmRun) -> str:
     figures = result.summary
     fill = f"  fill {result.fill['fill_s']} s" if result.fill else ""
     return (

@@ -1,5 +1,4 @@
-"""The expiry scenario as the core's registry holds it: a scenario that runs
-its own steps (each arm's load held across its keys' expiry)."""
+"""The expiry scenario as the core's registry holds it: one that runs its own steps."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`aside-bench soak`: memory and descriptors of every process under a
-steady load; its options and what it does once they are parsed."""
+"""`aside-bench soak`'s options, and the run once they are parsed."""
 
 from __future__ import annotations
 
@@ -15,13 +14,11 @@ from aside_bench_soak import run as soak
 
 def add_soak(soaking: argparse.ArgumentParser) -> None:
     opt.option(soaking, "--rate", opt.positive, 100, "requests/s")
-    soaking.add_argument("--duration", default="10m", help="e.g. 10m, 20s (default 10m)")
+    opt.option(soaking, "--duration", str, "10m", "e.g. 10m, 20s")
     soaking.add_argument(
         "--warmup", help="left out of the growth figures (default 20%% of the duration)"
     )
-    soaking.add_argument(
-        "--interval", type=float, default=5.0, help="seconds between samples (default 5)"
-    )
+    opt.option(soaking, "--interval", float, 5.0, "seconds between samples")
     opt.write_share(soaking, opt.default_of(soak.SoakParams, "write_share"), "share of creates")
     soaking.add_argument(
         "--via",
@@ -35,8 +32,7 @@ def add_soak(soaking: argparse.ArgumentParser) -> None:
 def run_soak(args: argparse.Namespace, settings: config.Settings) -> int:
     run_id = opt.new_run_id(args, "")
     duration = parse_duration(args.duration)
-    default_warmup = round(duration * 0.2, 1)
-    warmup = default_warmup if args.warmup is None else float(parse_duration(args.warmup))
+    warmup = round(duration * 0.2, 1) if args.warmup is None else float(parse_duration(args.warmup))
     if not 0 <= warmup < duration:
         raise UsageError(f"--warmup must be shorter than --duration ({duration} s)")
     if not 0.2 <= args.interval <= duration / 4:
@@ -44,14 +40,7 @@ def run_soak(args: argparse.Namespace, settings: config.Settings) -> int:
     out_dir = opt.new_out_dir(settings, args, f"soak-{run_id}")
     seed = opt.checked_seed(settings, args)
     params = soak.SoakParams(
-        run_id=run_id,
-        out_dir=out_dir,
-        rate=args.rate,
-        duration_s=duration,
-        warmup_s=warmup,
-        interval_s=args.interval,
-        write_share=args.write_share,
-        via=args.via,
+        run_id, out_dir, args.rate, duration, warmup, args.interval, args.write_share, via=args.via
     )
     soak.run_soak(settings, params, seed)
     return 0

@@ -1,5 +1,4 @@
-"""The soak's figures (pure): per service and for idempotency_keys, the value after
-the warm-up against the end, growth, flags, and their tables."""
+"""The soak's figures (pure): each service's and idempotency_keys' warm-up against end, flags."""
 
 from __future__ import annotations
 
@@ -12,12 +11,9 @@ from aside_bench.report.tables import Table, fmt_num
 from aside_bench_suite.samples import LoadTallies, fmt_mib
 
 MEMORY_GROWTH_FLAG = 0.10
-# idempotency_keys may grow by this much between the warm-up and the end, once
-# the warm-up covers a key's whole life (TTL + purge interval): from then on
-# every create is matched by a purged key and the table is flat.
+# idempotency_keys' growth allowed once the warm-up covers a key's life: a purge per create, flat.
 KEY_GROWTH_FLAG = 0.10
-# The warm-up and end values are medians over this share of the run (at least
-# three samples).
+# The warm-up and end values are medians over this share of the run (three samples at least).
 WINDOW_SHARE = 0.05
 
 
@@ -40,8 +36,7 @@ class SoakSample(_Record):
 
 @dataclass
 class ProcessGrowth(_Record):
-    """A service's memory and descriptors after the warm-up against the end: report.json's
-    "processes"."""
+    """A service's memory and descriptors, warm-up against end: report.json's "processes"."""
 
     service: str
     processes_warm: float | None = None
@@ -65,8 +60,7 @@ class ProcessGrowth(_Record):
 
 @dataclass
 class KeyGrowth(_Record):
-    """The rows of idempotency_keys after the warm-up against the end: report.json's
-    "idempotency_keys"."""
+    """idempotency_keys' rows, warm-up against end: report.json's "idempotency_keys"."""
 
     lifetime_s: float | None
     create_rate: float
@@ -137,8 +131,8 @@ def growth_table_rows(
 def _windows(
     samples: list[SoakSample], warmup_s: float, duration_s: float, at_least_s: float = 0
 ) -> tuple[list[SoakSample], list[SoakSample], list[SoakSample]]:
-    """The samples right after the warm-up, at the end (each WINDOW_SHARE of the run, three
-    samples and at_least_s at least, half the rest at most), and all after the warm-up."""
+    """Samples right after the warm-up, at the end (WINDOW_SHARE of the run, three samples and
+    at_least_s at least, half the rest at most), and all after the warm-up."""
     t0, t_end = samples[0].t, samples[-1].t
     step = (t_end - t0) / max(len(samples) - 1, 1)
     window = max(3 * step, WINDOW_SHARE * duration_s)
@@ -156,16 +150,13 @@ def key_table_row(
     lifetime_s: float | None,
     create_rate: float,
 ) -> KeyGrowth:
-    """Medians like memory's, each over a key's lifetime (TTL + a purge interval) so the
-    purge's sawtooth averages out; growth is judged only once the warm-up covers that
-    lifetime (before, the table fills by design). An overdue key is flagged whenever
-    seen after the warm-up: a purge that keeps up leaves none, whatever the rate did."""
-    counts = [s.idempotency_keys for s in samples]
+    """Medians over a key's lifetime each, so the purge's sawtooth averages out; growth judged
+    once the warm-up covers it (before, the table fills by design); an overdue key always."""
     row = KeyGrowth(
         lifetime_s,
         create_rate,
         expected_rows=None if lifetime_s is None else create_rate * lifetime_s,
-        missed_samples=sum(1 for c in counts if c is None),
+        missed_samples=sum(1 for s in samples if s.idempotency_keys is None),
         judged=lifetime_s is None or warmup_s >= lifetime_s,
     )
     if not samples:
@@ -182,8 +173,7 @@ def key_table_row(
         # One row more than none is not growth worth a ratio.
         row.growth = (row.end - row.warm) / max(row.warm, 1)
     row.overdue_max = max(known(after, overdue=True), default=None)
-    growing = row.growth is not None and row.growth > KEY_GROWTH_FLAG
-    if growing and row.judged:
+    if row.judged and row.growth is not None and row.growth > KEY_GROWTH_FLAG:
         row.flags.append(f"idempotency_keys +{row.growth:.0%}")
     if row.overdue_max:
         row.flags.append(f"{row.overdue_max} keys overdue")
@@ -196,23 +186,13 @@ def key_table(row: KeyGrowth) -> Table:
     headers = ["rows after warm-up", "rows at the end", "growth", "min .. max after warm-up",
                "key lifetime s (TTL + purge interval)", "expected rows (creates/s x lifetime)",
                "overdue keys, max", "flag"]  # fmt: skip
-    lifetime = row.lifetime_s
     flag = ", ".join(row.flags) or "-"
     if not row.judged:
-        flag = (
-            f"growth not judged: the warm-up is shorter than the key lifetime ({lifetime:g} s)"
-            + (f"; {flag}" if row.flags else "")
-        )
-    cells = [
-        _num(row.warm),
-        _num(row.end),
-        _pct(row.growth),
-        f"{_num(row.min)} .. {_num(row.max)}",
-        "unknown" if lifetime is None else f"{lifetime:g}",
-        "n/a" if row.expected_rows is None else f"{row.expected_rows:.0f}",
-        _num(row.overdue_max),
-        flag,
-    ]
+        why = f"the warm-up is shorter than the key lifetime ({row.lifetime_s:g} s)"
+        flag = f"growth not judged: {why}" + (f"; {flag}" if row.flags else "")
+    lifetime = _num(row.lifetime_s, missing="unknown")
+    cells = [_num(row.warm), _num(row.end), _pct(row.growth), f"{_num(row.min)} .. {_num(row.max)}"]
+    cells += [lifetime, fmt_num(row.expected_rows, 0), _num(row.overdue_max), flag]
     return Table("Rows of idempotency_keys (the core's stored keys)", headers, [cells])
 
 
@@ -222,8 +202,7 @@ def key_counts_over_time(
     if not samples:
         return []
     t0 = samples[0].t
-    stride = max(len(samples) // points, 1)
-    chosen = samples[::stride]
+    chosen = samples[:: max(len(samples) // points, 1)]
     if chosen[-1] is not samples[-1]:
         chosen.append(samples[-1])
     return [(round(s.t - t0), s.idempotency_keys) for s in chosen]
@@ -248,8 +227,8 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:+.1f}%"
 
 
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:g}"
+def _num(value: float | None, missing: str = "n/a") -> str:
+    return missing if value is None else f"{value:g}"
 
 
 def growth_table(rows: list[ProcessGrowth]) -> Table:

@@ -9,20 +9,11 @@ from aside_bench.report.tables import Table
 from aside_bench.stack.machine import summary
 from aside_bench_suite.base import SuiteRun, save_report, suite_page
 
-from aside_bench_soak.growth import (
-    MEMORY_GROWTH_FLAG,
-    KeyGrowth,
-    ProcessGrowth,
-    SoakSample,
-    growth_table,
-    key_counts_over_time,
-    key_table,
-    load_table,
-)
+from aside_bench_soak import growth
 
 
 def chart(
-    samples: list[SoakSample], services: list[str], warmup_s: float, path: Path, caption: str
+    samples: list[growth.SoakSample], services: list[str], warmup_s: float, path: Path, caption: str
 ) -> Path:
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
@@ -48,11 +39,10 @@ def chart(
     )
     for ax, title in zip(axes, titles, strict=True):
         ax.axvline(warmup_s, color="grey", linestyle="--", linewidth=1)
-        ax.set_title(title)
-        ax.set_xlabel("seconds since the start")
+        ax.set(title=title, xlabel="seconds since the start")
         ax.grid(True, alpha=0.3)
     charts.log_y(axes[0])
-    axes[1].axhline(100 * (1 + MEMORY_GROWTH_FLAG), color="red", linestyle=":", linewidth=1)
+    axes[1].axhline(100 * (1 + growth.MEMORY_GROWTH_FLAG), color="red", linestyle=":", linewidth=1)
     charts.log_y(axes[2])
     axes[0].legend(fontsize=7)
     fig.suptitle("Soak: memory and file descriptors of every process (dashed: end of warm-up)")
@@ -61,49 +51,47 @@ def chart(
 
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     params, extra = run.params, run.extra
-    rows = [ProcessGrowth.of(row) for row in run.items]
-    samples = [SoakSample.of(sample) for sample in extra["samples"]]
+    rows = [growth.ProcessGrowth.of(row) for row in run.items]
+    samples = [growth.SoakSample.of(sample) for sample in extra["samples"]]
     services = [row.service for row in rows]
-    tables = [growth_table(rows), load_table(extra["load"])]
+    tables = [growth.growth_table(rows), growth.load_table(extra["load"])]
     keys = extra.get("idempotency_keys")
     if keys is not None:
-        tables.insert(1, key_table(KeyGrowth.of(keys)))
+        tables.insert(1, growth.key_table(growth.KeyGrowth.of(keys)))
     caption = f"Soak {run.run_id} on {summary(run.machine)}."
     chart_path = chart(samples, services, params["warmup_s"], out_dir / "soak.png", caption)
     doc = suite_page("soak", run)
     doc.ul(
         [
             f"load: the load driver at a constant arrival rate of {params['rate']} req/s for "
-            f"{params['duration_s']} s "
-            f"to {params.get('target_url', params['gateway_url'])}: "
-            f"{params['write_share']:.0%} creates with an "
-            "Idempotency-Key, the rest cached reads by id and by hot email; connections reused",
-            f"sampled every {params['interval_s']:g} s: VmRSS, RssAnon and the number of "
-            "open fds of every process of each service's tree (/proc), summed over the tree; "
-            "VmRSS counts a shared page once per process that touched it (PostgreSQL's shared "
-            "buffers once per backend), RssAnon is the private memory only (where a leak shows)",
+            f"{params['duration_s']} s to {params.get('target_url', params['gateway_url'])}: "
+            f"{params['write_share']:.0%} creates with an Idempotency-Key, the rest cached reads "
+            "by id and by hot email; connections reused",
+            f"sampled every {params['interval_s']:g} s: VmRSS, RssAnon and the number of open fds "
+            "of every process of each service's tree (/proc), summed over the tree; VmRSS counts "
+            "a shared page once per process that touched it (PostgreSQL's shared buffers once "
+            "per backend), RssAnon is the private memory only (where a leak shows)",
             f"warm-up: the first {params['warmup_s']:g} s are left out; the warm-up and end "
             f"values are medians over {params['window_share']:.0%} of the run (at least 3 "
-            "samples) right after the warm-up and at the end; max is over everything after "
-            "the warm-up",
-            f"flagged: growth of VmRSS or of RssAnon above "
-            f"{params['memory_growth_flag']:.0%}, any fd growth; "
-            f"table: {run.seed.get('rows')} rows",
-            "idempotency_keys: its rows counted with each sample; flagged when the median at "
-            f"the end exceeds the median after the warm-up by more than "
+            "samples) right after the warm-up and at the end; max is over everything after the "
+            "warm-up",
+            f"flagged: growth of VmRSS or of RssAnon above {params['memory_growth_flag']:.0%}, "
+            f"any fd growth; table: {run.seed.get('rows')} rows",
+            "idempotency_keys: its rows counted with each sample; flagged when the median at the "
+            "end exceeds the median after the warm-up by more than "
             f"{params.get('key_growth_flag', 0.1):.0%} (each median over at least a key's "
             "lifetime: the core's CORE_IDEMPOTENCY_TTL plus CORE_IDEMPOTENCY_PURGE_INTERVAL, "
-            "read from its environment), judged only when the warm-up is at least that "
-            "lifetime (before, the table fills by design; flat, it holds about creates/s x "
-            "lifetime); and whenever a sample after the warm-up finds a key overdue, older "
-            "than the TTL plus two purge intervals",
+            "read from its environment), judged only when the warm-up is at least that lifetime "
+            "(before, the table fills by design; flat, it holds about creates/s x lifetime); and "
+            "whenever a sample after the warm-up finds a key overdue, older than the TTL plus "
+            "two purge intervals",
         ]
     )
     for table in tables:
         doc.table(table)
     if keys is not None:
         over_time = ", ".join(
-            f"{t} s: {'n/a' if n is None else n}" for t, n in key_counts_over_time(samples)
+            f"{t} s: {'n/a' if n is None else n}" for t, n in growth.key_counts_over_time(samples)
         )
         doc.p(f"Rows of idempotency_keys over the run: {over_time}.")
     flagged = extra["flagged"]

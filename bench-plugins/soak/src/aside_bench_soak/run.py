@@ -1,6 +1,4 @@
-"""`aside-bench soak`: a steady load for a long while, every process's memory and
-descriptors and the rows of idempotency_keys sampled (docs/bench/suites.md,
-"Soak and create-rate")."""
+"""`aside-bench soak`: a long steady load; each process's memory and fds, idempotency_keys' rows."""
 
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ from aside_bench_suite.base import SuiteRun, open_run, remove_users, user_prefix
 from aside_bench_suite.samples import SCENARIO, load_tallies
 
 from aside_bench_soak import growth
-from aside_bench_soak.growth import SoakSample
 from aside_bench_soak.report import write_report
 
 
@@ -71,26 +68,23 @@ def target_url(settings: Settings, params: SoakParams) -> str:
 RECORDED_PARAMS = ("rate", "duration_s", "warmup_s", "interval_s", "write_share")
 # The core's defaults (contracts/idempotency.json) when its environment sets none.
 KEY_SETTINGS = {"CORE_IDEMPOTENCY_TTL": "24h", "CORE_IDEMPOTENCY_PURGE_INTERVAL": "1m"}
-# A count(*) of a table the purge keeps small takes milliseconds; one stuck
-# behind a lock must not stall the sampling.
+# A count(*) of a table the purge keeps small takes ms; one stuck on a lock must not stall sampling.
 COUNT_TIMEOUT_MS = 2000
 
 
 def key_settings_s(core_pid: int) -> tuple[int, int] | None:
     """The core's key TTL and purge interval in s, from its environment (None: unreadable)."""
+    ttl, interval = (
+        procs.environ_value(core_pid, name) or default for name, default in KEY_SETTINGS.items()
+    )
     try:
-        ttl, interval = (
-            parse_duration(procs.environ_value(core_pid, name) or default)
-            for name, default in KEY_SETTINGS.items()
-        )
+        return parse_duration(ttl), parse_duration(interval)
     except PlanError:
         return None
-    return ttl, interval
 
 
 class KeyCounter:
-    """Counts idempotency_keys, all and older than `overdue_after_s`, over one connection
-    opened again after a failure."""
+    """idempotency_keys' rows, all and older than `overdue_after_s`; reconnects after a failure."""
 
     def __init__(self, settings: Settings, overdue_after_s: float | None) -> None:
         self.settings = settings
@@ -101,9 +95,7 @@ class KeyCounter:
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = connect(self.settings)
-                self.conn.execute(
-                    "SELECT set_config('statement_timeout', %s, false)", (str(COUNT_TIMEOUT_MS),)
-                )
+                self.conn.execute(f"SET statement_timeout = {COUNT_TIMEOUT_MS}")
             row = self.conn.execute(
                 "SELECT count(*), count(*) FILTER (WHERE created_at < now() - "
                 "make_interval(secs => %s)) FROM idempotency_keys",
@@ -125,7 +117,7 @@ class KeyCounter:
 def take_sample(pids: dict[str, int]) -> dict[str, dict[str, int] | None]:
     ppids = procs.parents()
     trees = {service: procs.sample_tree(pid, ppids) for service, pid in pids.items()}
-    return {service: None if t is None else t.__dict__.copy() for service, t in trees.items()}
+    return {service: None if t is None else asdict(t) for service, t in trees.items()}
 
 
 def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun:
@@ -142,18 +134,17 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     open_run("soak", params.run_id, params.out_dir, what)
     key_settings = key_settings_s(pids["core"])
     lifetime_s = None if key_settings is None else sum(key_settings)
-    # A working purge deletes a key within TTL + one interval (+ its cycle's
-    # own time): older than TTL + two intervals, it is overdue.
+    # A working purge deletes a key within TTL + an interval (+ its own time): after two, overdue.
     overdue_after_s = None if key_settings is None else key_settings[0] + 2 * key_settings[1]
     keys = KeyCounter(settings, overdue_after_s)
-    samples: list[SoakSample] = []
+    samples: list[growth.SoakSample] = []
     started = time.time()
     load = new_driver(settings, driver_run, log_path).start()
     try:
         next_at = time.monotonic()
         last_print = 0.0
         while load.running:
-            samples.append(SoakSample(time.time(), take_sample(pids), *keys.count()))
+            samples.append(growth.SoakSample(time.time(), take_sample(pids), *keys.count()))
             elapsed = time.time() - started
             if elapsed - last_print >= 60:
                 last_print = elapsed
@@ -207,7 +198,7 @@ def run_soak(settings: Settings, params: SoakParams, seed: SeedData) -> SuiteRun
     return run
 
 
-def _progress(sample: SoakSample) -> str:
+def _progress(sample: growth.SoakSample) -> str:
     shown = [(s, r) for s in ("gateway", "core", "postgres", "redis") if (r := sample.procs.get(s))]
     parts = [f"{s} {r['rss_kib'] / 1024:.0f} MiB/{r['fds']} fds" for s, r in shown]
     return ", ".join([*parts, f"idempotency_keys {sample.idempotency_keys}"])
