@@ -95,7 +95,8 @@ class KeyCounter:
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = connect(self.settings)
-                self.conn.execute(f"SET statement_timeout = {COUNT_TIMEOUT_MS}")
+                timeout = (str(COUNT_TIMEOUT_MS),)
+                self.conn.execute("SELECT set_config('statement_timeout', %s, false)", timeout)
             row = self.conn.execute(
                 "SELECT count(*), count(*) FILTER (WHERE created_at < now() - "
                 "make_interval(secs => %s)) FROM idempotency_keys",
