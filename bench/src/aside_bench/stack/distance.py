@@ -216,7 +216,8 @@ def postgres_hop(hop: str, database_url: str, port: int, samples: int = SAMPLES)
     timeout = math.ceil(PROBE_TIMEOUT_S)
     with psycopg.connect(with_port(database_url, port), connect_timeout=timeout) as conn:
         conn.autocommit = True
-        conn.execute(f"SET statement_timeout = {int(PROBE_TIMEOUT_S * 1000)}")
+        limit = (str(int(PROBE_TIMEOUT_S * 1000)),)
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", limit)
         return _timed(hop, lambda: conn.execute("SELECT 1").fetchone(), samples)
 
 
