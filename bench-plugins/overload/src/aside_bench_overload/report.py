@@ -144,44 +144,30 @@ def summary_table(arms: list[ArmResult]) -> Table:
     return Table("Overload: every arm", ["arm", "verdict"], rows)
 
 
+def _points(steps: list[fg.StepFigures]) -> tuple[list[int], list[float]]:
+    return [s.rate for s in steps], [_goodput(s) for s in steps]
+
+
 def chart(arms: list[ArmResult], run_targets: dict[str, float], path: Path, caption: str) -> Path:
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
     fig, axes = charts.plt.subplots(1, len(arms), figsize=(6 * len(arms), 4.8), squeeze=False)
+    share = run_targets["goodput_share"]
     for ax, arm in zip(axes[0], arms, strict=True):
         steps = sorted(arm.steps, key=lambda s: s.rate)
-        offered = [s.rate for s in steps]
-        top = max(offered) * 1.05
+        top, ceiling = max(s.rate for s in steps) * 1.05, arm.ceiling or 0
+        after = [s for s in steps if s.label == "0.6x after"]
         ax.plot([0, top], [0, top], linestyle="--", color="grey", label="ideal (goodput = offered)")
-        ceiling = arm.ceiling or 0
         ax.axhline(ceiling, color="red", linestyle=":", label=f"ceiling {ceiling}/s")
-        for label, marker in (("0.6x after", "s"), (None, "o")):
-            mine = [s for s in steps if (s.label == label) == (label is not None)]
-            ax.plot(
-                [s.rate for s in mine],
-                [_goodput(s) for s in mine],
-                marker=marker,
-                linestyle="-" if label is None else "none",
-                label="after the overload (0.6x)" if label else "goodput (2xx within 1 s)",
-            )
-        share = run_targets["goodput_share"]
-        ax.axhline(
-            share * ceiling,
-            color="red",
-            linestyle=":",
-            alpha=0.4,
-            label=f"target: {share:g} x ceiling",
-        )
+        ax.plot(*_points(after), marker="s", linestyle="none", label="after the overload (0.6x)")
+        ax.plot(*_points(steps), marker="o", linestyle="-", label="goodput (2xx within 1 s)")
+        target = f"target: {share:g} x ceiling"
+        ax.axhline(share * ceiling, color="red", linestyle=":", alpha=0.4, label=target)
         for s in steps:
             # The two 0.6x steps share a rate: one label above, one below.
             below = -10 if s.label != "0.6x after" else 6
-            ax.annotate(
-                s.label,
-                (s.rate, _goodput(s)),
-                fontsize=7,
-                textcoords="offset points",
-                xytext=(4, below),
-            )
+            at = (s.rate, _goodput(s))
+            ax.annotate(s.label, at, fontsize=7, textcoords="offset points", xytext=(4, below))
         ax.set(xlim=(0, top), ylim=(0, top), title=arm.arm)
         ax.set(xlabel="offered load (requests/s)", ylabel="goodput (requests/s)")
         ax.grid(True, alpha=0.3)

@@ -80,6 +80,12 @@ class Bench:
         self.drivers += 1
         stem = self.params.out_dir / f"{self.drivers:03d}-{arm}-{phase}-{rate}"
         pool = pool_for(rate, self.max_pool)
+        extra = {"CACHE": cache_param(arm) or "off", "HOT_SHARE": str(HOT_SHARE)}
+        extra["COLD_SAMPLE"] = str(COLD_SAMPLE)
+        if self.params.open_pool:
+            extra["CONNS"] = str(pool)
+        if start_at is not None and start_at > time.time():  # the driver refuses one past
+            extra["START_AT"] = str(round(start_at * 1000))
         return LoadRun(
             scenario="read",
             run_id=self.params.run_id,
@@ -90,18 +96,7 @@ class Bench:
             pool=pool,
             timeout_s=self.params.timeout_s,
             data_dir=self.seed.data_dir,
-            extra={
-                "CACHE": cache_param(arm) or "off",
-                "HOT_SHARE": str(HOT_SHARE),
-                "COLD_SAMPLE": str(COLD_SAMPLE),
-                **({"CONNS": str(pool)} if self.params.open_pool else {}),
-                # A start ahead only: the driver refuses one already past.
-                **(
-                    {"START_AT": str(round(start_at * 1000))}
-                    if start_at is not None and start_at > time.time()
-                    else {}
-                ),
-            },
+            extra=extra,
             summary_path=stem.with_suffix(".summary.json"),
             samples_path=stem.with_suffix(".jsonl") if samples else None,
         )
@@ -273,24 +268,10 @@ def begin(
     return Running(label, factor, run, driver, at, edge(bench))
 
 
-def _machine(before: Edge, after: Edge) -> fg.MachineShare | None:
-    if before.machine is None or after.machine is None:
-        return None
-    return fg.MachineShare.between(before.machine, after.machine, after.at - before.at)
-
-
-@dataclass(frozen=True)
-class RecoveryRule:
-    """The step after the overload judged from its end (epoch s) against the p95 limit."""
-
-    overload_end: float
-    limit_ms: float | None
-    from_s: float
-
-
 def end(
-    bench: Bench, arm: str, running: Running, after: Edge, rule: RecoveryRule | None = None
-) -> fg.StepFigures:
+    bench: Bench, arm: str, running: Running, after: Edge
+) -> tuple[fg.StepFigures, list[fg.Request]]:
+    """A step's figures, and its requests for a judge of its recovery."""
     summary = finish_driver(running.driver, running.run)
     assert running.run.samples_path is not None
     path = running.run.samples_path
@@ -298,6 +279,9 @@ def end(
         requests = fg.parse_requests(handle, path.name)
     compress(path)
     start = requests[0].due if requests else running.began
+    before, machine = running.before, None
+    if before.machine is not None and after.machine is not None:
+        machine = fg.MachineShare.between(before.machine, after.machine, after.at - before.at)
     figures = fg.StepFigures(
         arm=arm,
         label=running.label,
@@ -306,25 +290,18 @@ def end(
         duration_s=running.run.duration_s,
         start=start,
         requests=fg.request_figures(requests, start, running.run.duration_s),
-        counters=counter_increase(running.before.counters, after.counters),
+        counters=counter_increase(before.counters, after.counters),
         driver_cpu_s=summary.cpu_s,
         cores=bench.cores,
-        machine=_machine(running.before, after),
+        machine=machine,
     )
-    if rule is None:
-        return figures
-    step_end = start + running.run.duration_s
-    took = None
-    if rule.limit_ms is not None:  # None: nothing to judge against
-        took = fg.recovery_s(requests, rule.overload_end, step_end, rule.limit_ms)
-    rest = fg.window(requests, rule.overload_end, rule.from_s)
-    return replace(figures, recovery_s=took, recovery_window=rest)
+    return figures, requests
 
 
 def step(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> fg.StepFigures:
     running = begin(bench, arm, label, factor, ceiling)
     running.driver.wait(deadline_s(running.run))
-    return end(bench, arm, running, edge(bench))
+    return end(bench, arm, running, edge(bench))[0]
 
 
 def overload_then_recovery(
@@ -340,12 +317,11 @@ def overload_then_recovery(
     after.driver.wait(deadline_s(after.run))
     after_edge = edge(bench)
     # The 2x step's readings end where the recovery's begin.
-    overloaded = end(bench, arm, top, after.before)
-    rule = RecoveryRule(
-        overloaded.start + overloaded.duration_s, limit_ms, bench.params.targets.recovery_s
-    )
-    recovering = end(bench, arm, after, after_edge, rule)
-    return overloaded, recovering
+    overloaded, _ = end(bench, arm, top, after.before)
+    recovering, requests = end(bench, arm, after, after_edge)
+    overload_end = overloaded.start + overloaded.duration_s
+    from_s = bench.params.targets.recovery_s
+    return overloaded, recovering.recovered(requests, overload_end, limit_ms, from_s)
 
 
 def run_arm(bench: Bench, arm: str) -> ArmResult:
