@@ -1,5 +1,4 @@
-"""`aside-bench overload`: goodput, sheds and recovery past an arm's ceiling; its options
-and the searches they give every arm."""
+"""`aside-bench overload`'s options, and the ceiling searches they give every arm."""
 
 from __future__ import annotations
 

@@ -20,16 +20,15 @@ SHED_STATUS = 503  # the gateway's answer past its door's limit
 
 @dataclass(frozen=True)
 class Request:
-    """A samples file's line: due and sent (epoch s), status (0: no answer, `error` why),
-    and whether its connection was opened for it; a dropped one was never sent."""
+    """A samples file's line: due and sent (epoch s); a dropped one was never sent."""
 
     due: float
     sent: float
     ms: float = 0.0
-    status: int = 0
+    status: int = 0  # 0: no answer, `error` says why
     error: str = ""
     dropped: bool = False
-    new_conn: bool = False
+    new_conn: bool = False  # its connection was opened for it
 
     @property
     def served(self) -> bool:
@@ -168,8 +167,7 @@ class SearchStep:
     steal: float | None = None  # the host's share of the machine's cores over the step
 
     def holds(self, p95_limit_ms: float) -> bool:
-        """p95 within the limit, nothing dropped, no failure but sheds, at most MAX_SHED_SHARE:
-        a few sheds of a noisy second do not set the ceiling, shedding the excess does."""
+        """p95 within the limit, nothing dropped, no failure but sheds of at most MAX_SHED_SHARE."""
         return (
             self.p95_ms is not None
             and self.p95_ms <= p95_limit_ms

@@ -82,6 +82,10 @@ class ArmResult:
     def passed(self) -> bool:
         return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
 
+    @classmethod
+    def failed(cls, arm: str, error: str) -> ArmResult:
+        return cls(arm, error=error)
+
     def as_dict(self) -> ArmRecord:
         return {
             "arm": self.arm,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from aside_bench.ceiling.search import Trial, ceiling_of, next_trial, run_again
 from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
@@ -225,10 +226,8 @@ def counters(settings: Settings) -> fg.Counters:
 def counter_increase(before: fg.Counters, after: fg.Counters) -> fg.Counters:
     """What a step gained between two readings; the door's limit as at its end."""
     gained = {name: getattr(after, name) - getattr(before, name) for name in fg.Counters.TOTALS}
-    shed = increase(before.shed, after.shed)
-    return replace(
-        after, **gained, shed=shed, redis_judged=increase(before.redis_judged, after.redis_judged)
-    )
+    judged = increase(before.redis_judged, after.redis_judged)
+    return replace(after, **gained, shed=increase(before.shed, after.shed), redis_judged=judged)
 
 
 @dataclass
@@ -255,8 +254,7 @@ class Running:
 def begin(
     bench: Bench, arm: str, label: str, factor: float, ceiling: int, lead_s: float | None = None
 ) -> Running:
-    """A step's driver started; its first request falls due `lead_s` (by default the bench's
-    lead) from now, when the gateway's counters are read."""
+    """A step's driver started; counters read as its first request falls due, `lead_s` on."""
     lead_s = bench.lead_s if lead_s is None else lead_s
     rate = max(1, round(factor * ceiling))
     phase = label.replace(" ", "-").replace(".", "_")
@@ -307,8 +305,7 @@ def step(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> fg.
 def overload_then_recovery(
     bench: Bench, arm: str, ceiling: int, limit_ms: float | None
 ) -> tuple[fg.StepFigures, fg.StepFigures]:
-    """The 2x step, then 0.6x started as its schedule ends, judged from that end: the new
-    driver's connecting counts against the recovery."""
+    """The 2x step, then 0.6x from its schedule's end (its connecting counts against it)."""
     top = begin(bench, arm, "2x", OVERLOAD_FACTORS[-1], ceiling)
     sleep_until(top.began + bench.params.duration_s)
     after = begin(bench, arm, "0.6x after", BASELINE_FACTOR, ceiling, lead_s=0.0)
@@ -340,12 +337,11 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
     print(f"  [{arm}] ceiling {ceiling}/s ({result.ceiling_from}); the steps ...", flush=True)
     # A step's span: its driver's lead to open its connections, and its load.
     duration = params.duration_s + math.ceil(params.open_lead_s)
-    prepare(bench, arm, duration)
-    before = step(bench, arm, "0.6x before", BASELINE_FACTOR, ceiling)
-    result.steps.append(before)
-    for factor in OVERLOAD_FACTORS[:-1]:
+    firsts = [("0.6x before", BASELINE_FACTOR), *((f"{f:g}x", f) for f in OVERLOAD_FACTORS[:-1])]
+    for label, factor in firsts:
         prepare(bench, arm, duration)
-        result.steps.append(step(bench, arm, f"{factor:g}x", factor, ceiling))
+        result.steps.append(step(bench, arm, label, factor, ceiling))
+    before = result.steps[0]
     prepare(bench, arm, 2 * duration)
     limit = fg.recovery_limit_ms(before, params.targets)
     result.steps += overload_then_recovery(bench, arm, ceiling, limit)
@@ -362,14 +358,7 @@ def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> 
     run = SuiteRun(params.run_id, "overload", seed.meta, _params_record(params, settings))
     what = f"arms {' '.join(params.arms)}, {params.duration_s} s steps"
     open_run("overload", params.run_id, params.out_dir, what)
-    arms = run_items(
-        run,
-        params.arms,
-        lambda arm: run_arm(bench, arm),
-        lambda arm, error: ArmResult(arm, error=error),
-        {},
-        one_line,
-    )
+    arms = run_items(run, params.arms, partial(run_arm, bench), ArmResult.failed, {}, one_line)
     write_report(run, arms, params.out_dir)
     return run
 
