@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import replace
 
 from aside_bench.cli import options as opt
@@ -13,21 +14,21 @@ from aside_bench.stack import config
 from aside_bench_overload import plan as overload
 from aside_bench_overload.run import run_overload
 
+# A ceiling search's option: its flag, type, what it sets, and that value of a search.
+SearchOption = tuple[str, Callable[[str], object], str, Callable[[overload.ArmSearch], object]]
+SEARCH_OPTIONS: tuple[SearchOption, ...] = (
+    ("--search-start", opt.positive, "first rate", lambda s: s.rates.start),
+    ("--search-step", opt.positive, "rate increase after 4x its start",
+     lambda s: s.rates.ladder_step),
+    ("--search-max", opt.positive, "highest rate", lambda s: s.rates.max_rate),
+    ("--p95-ms", opt.above_zero, "p95 limit in ms", lambda s: f"{s.p95_ms:g}"),
+)  # fmt: skip
+
 
 def _add_search_options(over: argparse.ArgumentParser) -> None:
     """The ceiling search's options; not given, each arm searches its own way (ARM_SEARCHES)."""
     cached = overload.ArmSearch()
-    for flag, checked, what, value in (
-        ("--search-start", opt.positive, "first rate", lambda s: s.rates.start),
-        (
-            "--search-step",
-            opt.positive,
-            "rate increase after 4x its start",
-            lambda s: s.rates.ladder_step,
-        ),
-        ("--search-max", opt.positive, "highest rate", lambda s: s.rates.max_rate),
-        ("--p95-ms", opt.above_zero, "p95 limit in ms", lambda s: f"{s.p95_ms:g}"),
-    ):
+    for flag, checked, what, value in SEARCH_OPTIONS:
         own: dict[str, list[str]] = {}
         for arm, search in overload.ARM_SEARCHES.items():
             if value(search) != value(cached):
@@ -38,17 +39,10 @@ def _add_search_options(over: argparse.ArgumentParser) -> None:
 
 
 def add(over: argparse.ArgumentParser) -> None:
-    over.add_argument(
-        "--arms",
-        default="cache hybrid",
-        help="some of: cache hybrid tracking l1 nocache (default: cache hybrid)",
-    )
-    over.add_argument(
-        "--ceiling",
-        action="append",
-        metavar="ARM=RATE",
-        help="an arm's ceiling, given: no search for it (repeatable)",
-    )
+    arms = "some of: cache hybrid tracking l1 nocache (default: cache hybrid)"
+    over.add_argument("--arms", default="cache hybrid", help=arms)
+    given = "an arm's ceiling, given: no search for it (repeatable)"
+    over.add_argument("--ceiling", action="append", metavar="ARM=RATE", help=given)
     for flag, name, what in (
         ("--duration", "duration_s", "per step"),
         ("--search-duration", "search_duration_s", "per step of the ceiling search"),

@@ -27,18 +27,8 @@ from aside_bench.sweep.warmtiers import warm_l1
 from aside_bench_suite.base import SuiteRun, increase, open_run, run_items, sleep_until
 
 from aside_bench_overload import figures as fg
-from aside_bench_overload.plan import (
-    BASELINE_FACTOR,
-    COLD_SAMPLE,
-    HOT_SHARE,
-    OVERLOAD_FACTORS,
-    QUIET_DEADLINE_S,
-    TTL_MARGIN_S,
-    ArmResult,
-    OverloadParams,
-    OverloadRecord,
-    OverloadRun,
-)
+from aside_bench_overload import plan
+from aside_bench_overload.plan import ArmResult, OverloadParams, OverloadRecord, OverloadRun
 from aside_bench_overload.report import one_line, write_report
 
 
@@ -65,7 +55,7 @@ class Bench:
 
     def emails(self) -> list[str]:
         """Every email of the read mix, hot last so they expire last."""
-        return self.seed.cold[:COLD_SAMPLE] + self.seed.hot
+        return self.seed.cold[: plan.COLD_SAMPLE] + self.seed.hot
 
     def load_run(
         self,
@@ -81,8 +71,8 @@ class Bench:
         self.drivers += 1
         stem = self.params.out_dir / f"{self.drivers:03d}-{arm}-{phase}-{rate}"
         pool = pool_for(rate, self.max_pool)
-        extra = {"CACHE": cache_param(arm) or "off", "HOT_SHARE": str(HOT_SHARE)}
-        extra["COLD_SAMPLE"] = str(COLD_SAMPLE)
+        mix = {"HOT_SHARE": str(plan.HOT_SHARE), "COLD_SAMPLE": str(plan.COLD_SAMPLE)}
+        extra = {"CACHE": cache_param(arm) or "off", **mix}
         if self.params.open_pool:
             extra["CONNS"] = str(pool)
         if start_at is not None and start_at > time.time():  # the driver refuses one past
@@ -118,11 +108,11 @@ def finish_driver(driver: DriverProcess, run: LoadRun) -> Summary:
 # ---- the stack between steps ---------------------------------------------------------------
 def prepare(bench: Bench, arm: str, span_s: int) -> None:
     """A quiet stack, and a cache whose keys outlive the next `span_s` seconds."""
-    wait_until_quiet(bench.settings, QUIET_DEADLINE_S)
+    wait_until_quiet(bench.settings, plan.QUIET_DEADLINE_S)
     mode = cache_param(arm)
     if mode is None or mode == "off":
         return
-    refill = expires_within(bench.settings, span_s + TTL_MARGIN_S)
+    refill = expires_within(bench.settings, span_s + plan.TTL_MARGIN_S)
     # A warm-up read the door refuses is asked again (stack/prepare.py, DOOR_RETRY).
     if arm in L1_ARMS:  # L1 entries live 30 s: filled again through every worker each time
         warm_l1(bench.settings, bench.emails(), mode, flush=refill)
@@ -143,11 +133,9 @@ def gateway_for(settings: Settings, arm: str) -> None:
 # ---- the ceiling ------------------------------------------------------------------------------
 def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
     """One step of the search, with the gateway's sheds and the host's steal over it."""
-    params = bench.params
-    prepare(bench, arm, params.search_duration_s + math.ceil(bench.lead_s))
-    run = bench.load_run(
-        arm, "search", rate, params.search_duration_s, False, time.time() + bench.lead_s
-    )
+    duration_s = bench.params.search_duration_s
+    prepare(bench, arm, duration_s + math.ceil(bench.lead_s))
+    run = bench.load_run(arm, "search", rate, duration_s, False, time.time() + bench.lead_s)
     before = counters(bench.settings).shed
     ticks = procs.machine_ticks()
     summary = finish_driver(bench.start(run), run)
@@ -179,11 +167,8 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
         verdict = "held" if held else "missed"
         if again:
             verdict += f" with the host stealing {found.steal:.0%}: run again"
-        print(
-            f"  [{result.arm} search] {rate}/s p95 {found.p95_ms} ms, {found.dropped} dropped, "
-            f"{found.shed} shed: {verdict}",
-            flush=True,
-        )
+        seen = f"{rate}/s p95 {found.p95_ms} ms, {found.dropped} dropped, {found.shed} shed"
+        print(f"  [{result.arm} search] {seen}: {verdict}", flush=True)
     result.ceiling, result.capped = ceiling_of(history)
     if not result.ceiling:
         raise StackError(f"{result.arm}: no rate held p95 <= {search.p95_ms:g} ms")
@@ -306,9 +291,9 @@ def overload_then_recovery(
     bench: Bench, arm: str, ceiling: int, limit_ms: float | None
 ) -> tuple[fg.StepFigures, fg.StepFigures]:
     """The 2x step, then 0.6x from its schedule's end (its connecting counts against it)."""
-    top = begin(bench, arm, "2x", OVERLOAD_FACTORS[-1], ceiling)
+    top = begin(bench, arm, "2x", plan.OVERLOAD_FACTORS[-1], ceiling)
     sleep_until(top.began + bench.params.duration_s)
-    after = begin(bench, arm, "0.6x after", BASELINE_FACTOR, ceiling, lead_s=0.0)
+    after = begin(bench, arm, "0.6x after", plan.BASELINE_FACTOR, ceiling, lead_s=0.0)
     # The 2x step's samples are read once the recovery is over: reading and
     # packing them takes a core for seconds, which the recovery would pay.
     after.driver.wait(deadline_s(after.run))
@@ -337,7 +322,8 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
     print(f"  [{arm}] ceiling {ceiling}/s ({result.ceiling_from}); the steps ...", flush=True)
     # A step's span: its driver's lead to open its connections, and its load.
     duration = params.duration_s + math.ceil(params.open_lead_s)
-    firsts = [("0.6x before", BASELINE_FACTOR), *((f"{f:g}x", f) for f in OVERLOAD_FACTORS[:-1])]
+    firsts = [("0.6x before", plan.BASELINE_FACTOR)]
+    firsts += [(f"{factor:g}x", factor) for factor in plan.OVERLOAD_FACTORS[:-1]]
     for label, factor in firsts:
         prepare(bench, arm, duration)
         result.steps.append(step(bench, arm, label, factor, ceiling))
@@ -368,8 +354,8 @@ def _params_record(params: OverloadParams, settings: Settings) -> OverloadRecord
         "arms": list(params.arms),
         "ceilings_given": params.ceilings,
         "duration_s": params.duration_s,
-        "baseline_factor": BASELINE_FACTOR,
-        "overload_factors": list(OVERLOAD_FACTORS),
+        "baseline_factor": plan.BASELINE_FACTOR,
+        "overload_factors": list(plan.OVERLOAD_FACTORS),
         "search": params.search.rates.__dict__,
         "search_duration_s": params.search_duration_s,
         "search_p95_ms": params.search.p95_ms,
@@ -382,8 +368,8 @@ def _params_record(params: OverloadParams, settings: Settings) -> OverloadRecord
         "max_pool": params.max_pool,
         "open_pool": params.open_pool,
         "open_lead_s": params.open_lead_s,
-        "hot_share": HOT_SHARE,
-        "cold_sample": COLD_SAMPLE,
+        "hot_share": plan.HOT_SHARE,
+        "cold_sample": plan.COLD_SAMPLE,
         "goodput_within_ms": fg.GOODPUT_WITHIN_MS,
         "targets": params.targets.__dict__,
         "gateway_url": settings.gateway_url,
