@@ -1,2 +1,1 @@
-"""`aside-bench overload`: goodput, latency, sheds and recovery past an arm's
-ceiling (run.py; its figures and verdicts in figures.py, its page in report.py)."""
+"""`aside-bench overload` past an arm's ceiling (run.py; verdicts: figures.py; page: report.py)."""

@@ -1,9 +1,9 @@
-"""`aside-bench overload`: goodput, sheds and recovery past an arm's ceiling; its options
-and the searches they give every arm."""
+"""`aside-bench overload`'s options, and the ceiling searches they give every arm."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import replace
 
 from aside_bench.cli import options as opt
@@ -12,23 +12,24 @@ from aside_bench.plan.steps import parse_duration
 from aside_bench.stack import config
 
 from aside_bench_overload import plan as overload
+from aside_bench_overload.plan import ArmSearch
 from aside_bench_overload.run import run_overload
+
+# A ceiling search's option: its flag, type, what it sets, and that value of a search.
+SearchOption = tuple[str, Callable[[str], object], str, Callable[[ArmSearch], object]]
+SEARCH_OPTIONS: tuple[SearchOption, ...] = (
+    ("--search-start", opt.positive, "first rate", lambda s: s.rates.start),
+    ("--search-step", opt.positive, "rate increase after 4x its start",
+     lambda s: s.rates.ladder_step),
+    ("--search-max", opt.positive, "highest rate", lambda s: s.rates.max_rate),
+    ("--p95-ms", opt.above_zero, "p95 limit in ms", lambda s: f"{s.p95_ms:g}"),
+)  # fmt: skip
 
 
 def _add_search_options(over: argparse.ArgumentParser) -> None:
     """The ceiling search's options; not given, each arm searches its own way (ARM_SEARCHES)."""
-    cached = overload.ArmSearch()
-    for flag, checked, what, value in (
-        ("--search-start", opt.positive, "first rate", lambda s: s.rates.start),
-        (
-            "--search-step",
-            opt.positive,
-            "rate increase after 4x its start",
-            lambda s: s.rates.ladder_step,
-        ),
-        ("--search-max", opt.positive, "highest rate", lambda s: s.rates.max_rate),
-        ("--p95-ms", opt.above_zero, "p95 limit in ms", lambda s: f"{s.p95_ms:g}"),
-    ):
+    cached = ArmSearch()
+    for flag, checked, what, value in SEARCH_OPTIONS:
         own: dict[str, list[str]] = {}
         for arm, search in overload.ARM_SEARCHES.items():
             if value(search) != value(cached):
@@ -39,17 +40,10 @@ def _add_search_options(over: argparse.ArgumentParser) -> None:
 
 
 def add(over: argparse.ArgumentParser) -> None:
-    over.add_argument(
-        "--arms",
-        default="cache hybrid",
-        help="some of: cache hybrid tracking l1 nocache (default: cache hybrid)",
-    )
-    over.add_argument(
-        "--ceiling",
-        action="append",
-        metavar="ARM=RATE",
-        help="an arm's ceiling, given: no search for it (repeatable)",
-    )
+    arms = "some of: cache hybrid tracking l1 nocache (default: cache hybrid)"
+    over.add_argument("--arms", default="cache hybrid", help=arms)
+    given = "an arm's ceiling, given: no search for it (repeatable)"
+    over.add_argument("--ceiling", action="append", metavar="ARM=RATE", help=given)
     for flag, name, what in (
         ("--duration", "duration_s", "per step"),
         ("--search-duration", "search_duration_s", "per step of the ceiling search"),
@@ -71,20 +65,18 @@ def add(over: argparse.ArgumentParser) -> None:
     opt.paths(over, "the time")
 
 
-def overload_searches(
-    args: argparse.Namespace,
-) -> tuple[overload.ArmSearch, dict[str, overload.ArmSearch]]:
+def overload_searches(args: argparse.Namespace) -> tuple[ArmSearch, dict[str, ArmSearch]]:
     """The cached tiers' ceiling search, and the ARM_SEARCHES arms', as the options give them."""
     given = (args.search_start, args.search_step, args.search_max)
     names = ("start", "ladder_step", "max_rate")
     chosen = {name: value for name, value in zip(names, given, strict=True) if value is not None}
 
-    def applied(search: overload.ArmSearch) -> overload.ArmSearch:
+    def applied(search: ArmSearch) -> ArmSearch:
         p95_ms = search.p95_ms if args.p95_ms is None else args.p95_ms
-        return overload.ArmSearch(replace(search.rates, **chosen), p95_ms)
+        return ArmSearch(replace(search.rates, **chosen), p95_ms)
 
     own = {arm: applied(search) for arm, search in overload.ARM_SEARCHES.items()}
-    return applied(overload.ArmSearch()), own
+    return applied(ArmSearch()), own
 
 
 def run(args: argparse.Namespace, settings: config.Settings) -> int:
@@ -108,8 +100,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         open_lead_s=args.open_lead,
     )
     seed = opt.checked_seed(settings, args)
-    run = run_overload(settings, params, seed)
-    return 0 if run.passed else 1
+    return 0 if run_overload(settings, params, seed).passed else 1
 
 
 COMMANDS = (Command("overload", "goodput, sheds and recovery past an arm's ceiling", add, run),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import ClassVar, TypedDict
 
 from aside_bench.load.samples import number, sample_lines
@@ -14,24 +14,21 @@ from aside_bench.records.tierstats import nearest_rank
 from aside_bench.stack.procs import RunQueue
 from aside_bench_suite.samples import Check, fmt_ms_unit
 
-# A 2xx counts towards goodput when answered within this.
-GOODPUT_WITHIN_MS = 1000.0
-# The gateway's answer past its door's limit.
-SHED_STATUS = 503
+GOODPUT_WITHIN_MS = 1000.0  # a 2xx answered within this counts towards goodput
+SHED_STATUS = 503  # the gateway's answer past its door's limit
 
 
 @dataclass(frozen=True)
 class Request:
-    """A samples file's line: due and sent (epoch s), status (0: no answer, `error` why),
-    and whether its connection was opened for it; a dropped one was never sent."""
+    """A samples file's line: due and sent (epoch s); a dropped one was never sent."""
 
     due: float
     sent: float
     ms: float = 0.0
-    status: int = 0
+    status: int = 0  # 0: no answer, `error` says why
     error: str = ""
     dropped: bool = False
-    new_conn: bool = False
+    new_conn: bool = False  # its connection was opened for it
 
     @property
     def served(self) -> bool:
@@ -53,24 +50,29 @@ class Request:
 def parse_requests(lines: Iterable[str], source: str) -> list[Request]:
     found: list[Request] = []
     for where, line in sample_lines(lines, source):
-        due = number(line, "due", where)
-        sent = number(line, "t", where)
+        due, sent = number(line, "due", where), number(line, "t", where)
         if line.get("dropped"):
-            found.append(Request(due=due, sent=sent, dropped=True))
+            found.append(Request(due, sent, dropped=True))
             continue
+        ms, status = number(line, "ms", where), int(number(line, "status", where))
         tags = line.get("tags") or {}
-        found.append(
-            Request(
-                due=due,
-                sent=sent,
-                ms=number(line, "ms", where),
-                status=int(number(line, "status", where)),
-                error=str(tags.get("error") or "") if isinstance(tags, dict) else "",
-                new_conn=bool(line.get("new_conn")),
-            )
-        )
+        error = str(tags.get("error") or "") if isinstance(tags, dict) else ""
+        found.append(Request(due, sent, ms, status, error, new_conn=bool(line.get("new_conn"))))
     found.sort(key=lambda r: r.due)
     return found
+
+
+def _served_ms(requests: Iterable[Request]) -> list[float]:
+    return [r.ms for r in requests if r.served]
+
+
+def _unserved(requests: Sequence[Request]) -> tuple[int, int, int]:
+    """How many were shed, left unanswered (timeouts and other errors) and dropped."""
+    return (
+        sum(r.shed for r in requests),
+        sum(r.unanswered for r in requests),
+        sum(r.dropped for r in requests),
+    )
 
 
 # ---- one step ---------------------------------------------------------------------------
@@ -84,13 +86,8 @@ class Latency:
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Latency:
-        return cls(
-            count=len(values),
-            p50_ms=nearest_rank(values, 50),
-            p95_ms=nearest_rank(values, 95),
-            p99_ms=nearest_rank(values, 99),
-            max_ms=max(values, default=None),
-        )
+        ranks = (nearest_rank(values, q) for q in (50, 95, 99))
+        return cls(len(values), *ranks, max(values, default=None))
 
 
 @dataclass(frozen=True)
@@ -121,19 +118,19 @@ class RequestFigures:
 
 
 def request_figures(requests: Sequence[Request], start: float, duration_s: int) -> RequestFigures:
-    served = [r.ms for r in requests if r.served]
+    served = _served_ms(requests)
     answered = (r for r in requests if not r.dropped and r.status)
     others = Counter(str(r.status) for r in answered if not r.served and not r.shed)
     return RequestFigures(
         due=len(requests),
-        dropped=sum(1 for r in requests if r.dropped),
+        dropped=sum(r.dropped for r in requests),
         served=Latency.of(served),
         shed=Latency.of([r.ms for r in requests if r.shed]),
-        served_open=Latency.of([r.ms for r in requests if r.served and not r.new_conn]),
-        served_new=Latency.of([r.ms for r in requests if r.served and r.new_conn]),
-        good=sum(1 for ms in served if ms <= GOODPUT_WITHIN_MS),
-        timeouts=sum(1 for r in requests if r.timed_out),
-        other_errors=sum(1 for r in requests if r.unanswered and not r.timed_out),
+        served_open=Latency.of(_served_ms(r for r in requests if not r.new_conn)),
+        served_new=Latency.of(_served_ms(r for r in requests if r.new_conn)),
+        good=sum(ms <= GOODPUT_WITHIN_MS for ms in served),
+        timeouts=sum(r.timed_out for r in requests),
+        other_errors=sum(r.unanswered and not r.timed_out for r in requests),
         other_statuses=dict(sorted(others.items())),
         seconds=per_second(requests, start, duration_s),
     )
@@ -147,20 +144,12 @@ def per_second(requests: Sequence[Request], start: float, duration_s: int) -> li
         if 0 <= index < duration_s:
             buckets[index].append(r)
     return [
-        Second(
-            at_s=i,
-            served=sum(1 for r in bucket if r.served),
-            served_p95_ms=nearest_rank([r.ms for r in bucket if r.served], 95),
-            shed=sum(1 for r in bucket if r.shed),
-            unanswered=sum(1 for r in bucket if r.unanswered),
-            dropped=sum(1 for r in bucket if r.dropped),
-        )
+        Second(i, len(served := _served_ms(bucket)), nearest_rank(served, 95), *_unserved(bucket))
         for i, bucket in enumerate(buckets)
     ]
 
 
-# Judged for recovery, the rest of the step lasts at least this long.
-MIN_WINDOW_S = 5
+MIN_WINDOW_S = 5  # judged for recovery, the rest of the step lasts at least this long
 # A noisy second's stray 503 is no backlog: a recovered window or held step sheds at most this.
 MAX_SHED_SHARE = 0.01
 
@@ -178,14 +167,12 @@ class SearchStep:
     steal: float | None = None  # the host's share of the machine's cores over the step
 
     def holds(self, p95_limit_ms: float) -> bool:
-        """p95 within the limit, nothing dropped, no failure but sheds, at most MAX_SHED_SHARE:
-        a few sheds of a noisy second do not set the ceiling, shedding the excess does."""
+        """p95 within the limit, nothing dropped, no failure but sheds of at most MAX_SHED_SHARE."""
         return (
             self.p95_ms is not None
             and self.p95_ms <= p95_limit_ms
             and self.dropped == 0
-            and self.failed <= self.shed
-            and self.shed <= MAX_SHED_SHARE * self.requests
+            and self.failed <= self.shed <= MAX_SHED_SHARE * self.requests
         )
 
     @property
@@ -233,14 +220,7 @@ class Window:
 
 def window(requests: Sequence[Request], overload_end: float, from_s: float) -> Window:
     rest = [r for r in requests if r.due >= overload_end + from_s]
-    return Window(
-        from_s=from_s,
-        due=len(rest),
-        served=Latency.of([r.ms for r in rest if r.served]),
-        shed=sum(1 for r in rest if r.shed),
-        unanswered=sum(1 for r in rest if r.unanswered),
-        dropped=sum(1 for r in rest if r.dropped),
-    )
+    return Window(from_s, len(rest), Latency.of(_served_ms(rest)), *_unserved(rest))
 
 
 def recovery_s(
@@ -371,10 +351,23 @@ class StepFigures:
             "driver_share": self.driver_share,
         }
 
+    def recovered(
+        self,
+        requests: Sequence[Request],
+        overload_end: float,
+        limit_ms: float | None,
+        from_s: float,
+    ) -> StepFigures:
+        """The step after the overload, judged from its end (epoch s); no limit, no time."""
+        step_end = self.start + self.duration_s
+        took = None if limit_ms is None else recovery_s(requests, overload_end, step_end, limit_ms)
+        return replace(
+            self, recovery_s=took, recovery_window=window(requests, overload_end, from_s)
+        )
+
 
 class StepRecord(TypedDict):
-    """A step as report.json keeps it: its fields, the records among them as dicts, and
-    the figures derived from them."""
+    """A step as report.json keeps it: its fields (records as dicts) and figures of them."""
 
     arm: str
     label: str
@@ -406,34 +399,22 @@ class Targets:
 
 def overload_checks(step: StepFigures, ceiling: int, targets: Targets) -> list[Check]:
     """Above the ceiling: goodput held, served and shed fast, no timeout, the breaker shut."""
-    req, at = step.requests, step.label
-    floor = targets.goodput_share * ceiling
-    return [
-        Check(
-            f"{at}: goodput >= {targets.goodput_share:g} x ceiling",
-            step.goodput_rps >= floor,
-            f"{step.goodput_rps:.0f}/s of 2xx within 1 s (limit {floor:.0f}/s)",
-        ),
-        Check(
-            f"{at}: served p99 <= {targets.served_p99_ms:g} ms",
-            req.served.p99_ms is not None and req.served.p99_ms <= targets.served_p99_ms,
-            f"p99 {fmt_ms_unit(req.served.p99_ms)} over {req.served.count} served",
-        ),
-        Check(f"{at}: no client timeout", req.timeouts == 0, f"{req.timeouts} timed out"),
-        Check(
-            f"{at}: sheds p99 <= {targets.shed_p99_ms:g} ms",
-            req.shed.count == 0
-            or (req.shed.p99_ms is not None and req.shed.p99_ms <= targets.shed_p99_ms),
-            f"p99 {fmt_ms_unit(req.shed.p99_ms)} over {req.shed.count} shed"
-            if req.shed.count
-            else "nothing shed",
-        ),
-        Check(
-            f"{at}: no breaker opening",
-            step.counters.breaker_skips == 0,
-            f"{step.counters.breaker_skips:.0f} reads skipped Redis behind an open breaker",
-        ),
-    ]
+    req, floor, skips = step.requests, targets.goodput_share * ceiling, step.counters.breaker_skips
+    served, shed = req.served, req.shed
+    shed_fast = shed.count == 0 or (shed.p99_ms is not None and shed.p99_ms <= targets.shed_p99_ms)
+    sheds = f"p99 {fmt_ms_unit(shed.p99_ms)} over {shed.count} shed" if shed.count else ""
+    checks = (
+        (f"goodput >= {targets.goodput_share:g} x ceiling", step.goodput_rps >= floor,
+         f"{step.goodput_rps:.0f}/s of 2xx within 1 s (limit {floor:.0f}/s)"),
+        (f"served p99 <= {targets.served_p99_ms:g} ms",
+         served.p99_ms is not None and served.p99_ms <= targets.served_p99_ms,
+         f"p99 {fmt_ms_unit(served.p99_ms)} over {served.count} served"),
+        ("no client timeout", req.timeouts == 0, f"{req.timeouts} timed out"),
+        (f"sheds p99 <= {targets.shed_p99_ms:g} ms", shed_fast, sheds or "nothing shed"),
+        ("no breaker opening", skips == 0,
+         f"{skips:.0f} reads skipped Redis behind an open breaker"),
+    )  # fmt: skip
+    return [Check(f"{step.label}: {name}", ok, detail) for name, ok, detail in checks]
 
 
 def recovery_limit_ms(before: StepFigures, targets: Targets) -> float | None:
@@ -442,8 +423,7 @@ def recovery_limit_ms(before: StepFigures, targets: Targets) -> float | None:
 
 
 def recovery_check(after: StepFigures, before: StepFigures, targets: Targets) -> Check:
-    """From `targets.recovery_s` after the overload: p95 within the factor of the one
-    before, nothing unanswered or dropped, next to nothing shed."""
+    """From `targets.recovery_s` after the overload on: normal, p95 by the step before's."""
     limit = recovery_limit_ms(before, targets)
     name = (
         f"recovery: p95 from {targets.recovery_s:g} s after the overload within "

@@ -21,8 +21,7 @@ TTL_MARGIN_S = 10
 QUIET_DEADLINE_S = 120.0
 HOT_SHARE = 0.9
 COLD_SAMPLE = 200
-# A step's first request falls due this long after its driver starts, to open CONNS first
-# (those not open by then are opened as needed).
+# A step's driver starts this long before its first request, to open CONNS (the rest as needed).
 OPEN_LEAD_S = 3.0
 
 
@@ -38,10 +37,8 @@ UNCACHED_SEARCH = ArmSearch(SearchParams(start=5, ladder_step=5, max_rate=100), 
 # The memory tiers hold 2-3x the Redis tier's rate: the cached ladder's top (8,000/s)
 # would cap them on a fast machine, its 400/s rungs take twenty steps to their misses.
 MEMORY_SEARCH = ArmSearch(SearchParams(start=400, ladder_step=800, max_rate=24000))
-ARM_SEARCHES = {
-    **{arm: MEMORY_SEARCH for arm in ("hybrid", "tracking", "l1")},
-    "nocache": UNCACHED_SEARCH,
-}
+MEMORY_ARMS = ("hybrid", "tracking", "l1")
+ARM_SEARCHES = dict.fromkeys(MEMORY_ARMS, MEMORY_SEARCH) | {"nocache": UNCACHED_SEARCH}
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,10 @@ class ArmResult:
     @property
     def passed(self) -> bool:
         return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+
+    @classmethod
+    def failed(cls, arm: str, error: str) -> ArmResult:
+        return cls(arm, error=error)
 
     def as_dict(self) -> ArmRecord:
         return {
@@ -145,9 +146,7 @@ OverloadRun = SuiteRun[OverloadRecord]
 
 
 def parse_arms(text: str | None) -> tuple[str, ...]:
-    if not text:
-        return DEFAULT_ARMS
-    return parse_names(text, ARMS, "arm")
+    return parse_names(text, ARMS, "arm") if text else DEFAULT_ARMS
 
 
 def parse_ceilings(values: list[str] | None) -> dict[str, int]:

@@ -66,11 +66,8 @@ HEADERS = [
 def arm_table(arm: ArmResult) -> Table:
     ceiling = arm.ceiling or 0  # an arm that ran its steps has its ceiling
     capped = " (the search never missed: a lower bound)" if arm.capped else ""
-    return Table(
-        f"{arm.arm}: ceiling {ceiling}/s ({arm.ceiling_from}){capped}",
-        HEADERS,
-        [step_row(s, ceiling) for s in arm.steps],
-    )
+    title = f"{arm.arm}: ceiling {ceiling}/s ({arm.ceiling_from}){capped}"
+    return Table(title, HEADERS, [step_row(s, ceiling) for s in arm.steps])
 
 
 def machine_row(step: fg.StepFigures) -> list[str]:
@@ -98,8 +95,7 @@ def _collections(counters: fg.Counters) -> str:
 
 
 def machine_table(arm: ArmResult) -> Table:
-    """Where a served request's time went: how busy the shared machine was,
-    and the served apart by the connection they went over."""
+    """Where a served request's time went: the shared machine, and the connection it went over."""
     return Table(
         f"{arm.arm}: the machine, and the served by connection",
         ["step", "machine busy", "of it, host steal", "gateway cores", "Redis cores",
@@ -111,14 +107,10 @@ def machine_table(arm: ArmResult) -> Table:
     )  # fmt: skip
 
 
-def _verdict(held: bool, counted: bool) -> str:
-    return "held" if held else "missed" if counted else RERUN_VERDICT
-
-
 def search_table(arm: ArmResult) -> Table:
     rows = [
         [str(t.rate), _num(t.p95_ms), str(t.dropped), str(t.shed), str(t.failed - t.shed),
-         _pct(t.steal), _verdict(held, counted)]
+         _pct(t.steal), "held" if held else "missed" if counted else RERUN_VERDICT]
         for t, held, counted in arm.search
     ]  # fmt: skip
     head = ["rate /s", "p95 ms", "dropped", "shed (503)", "other failures", "host steal", ""]
@@ -126,62 +118,40 @@ def search_table(arm: ArmResult) -> Table:
 
 
 def timeline_table(arm: ArmResult) -> Table:
-    after = arm.steps[-1]
     rows = [
         [str(s.at_s), str(s.served), _num(s.served_p95_ms), str(s.shed), str(s.unanswered),
          str(s.dropped)]
-        for s in after.requests.seconds
+        for s in arm.steps[-1].requests.seconds
     ]  # fmt: skip
-    return Table(
-        f"{arm.arm}: the 0.6x step after the overload, second by second (by due time)",
-        ["second", "served", "served p95 ms", "shed", "no answer", "dropped"],
-        rows,
-    )
+    title = f"{arm.arm}: the 0.6x step after the overload, second by second (by due time)"
+    head = ["second", "served", "served p95 ms", "shed", "no answer", "dropped"]
+    return Table(title, head, rows)
 
 
-def summary_table(arms: list[ArmResult]) -> Table:
-    rows = [[a.arm, one_line(a)] for a in arms]
-    return Table("Overload: every arm", ["arm", "verdict"], rows)
+def _points(steps: list[fg.StepFigures]) -> tuple[list[int], list[float]]:
+    return [s.rate for s in steps], [_goodput(s) for s in steps]
 
 
 def chart(arms: list[ArmResult], run_targets: dict[str, float], path: Path, caption: str) -> Path:
     from aside_bench.report import charts  # matplotlib is slow to import: only when drawing
 
     fig, axes = charts.plt.subplots(1, len(arms), figsize=(6 * len(arms), 4.8), squeeze=False)
+    share = run_targets["goodput_share"]
     for ax, arm in zip(axes[0], arms, strict=True):
         steps = sorted(arm.steps, key=lambda s: s.rate)
-        offered = [s.rate for s in steps]
-        top = max(offered) * 1.05
+        top, ceiling = max(s.rate for s in steps) * 1.05, arm.ceiling or 0
+        after = [s for s in steps if s.label == "0.6x after"]
         ax.plot([0, top], [0, top], linestyle="--", color="grey", label="ideal (goodput = offered)")
-        ceiling = arm.ceiling or 0
         ax.axhline(ceiling, color="red", linestyle=":", label=f"ceiling {ceiling}/s")
-        for label, marker in (("0.6x after", "s"), (None, "o")):
-            mine = [s for s in steps if (s.label == label) == (label is not None)]
-            ax.plot(
-                [s.rate for s in mine],
-                [_goodput(s) for s in mine],
-                marker=marker,
-                linestyle="-" if label is None else "none",
-                label="after the overload (0.6x)" if label else "goodput (2xx within 1 s)",
-            )
-        share = run_targets["goodput_share"]
-        ax.axhline(
-            share * ceiling,
-            color="red",
-            linestyle=":",
-            alpha=0.4,
-            label=f"target: {share:g} x ceiling",
-        )
+        ax.plot(*_points(after), marker="s", linestyle="none", label="after the overload (0.6x)")
+        ax.plot(*_points(steps), marker="o", linestyle="-", label="goodput (2xx within 1 s)")
+        target = f"target: {share:g} x ceiling"
+        ax.axhline(share * ceiling, color="red", linestyle=":", alpha=0.4, label=target)
         for s in steps:
             # The two 0.6x steps share a rate: one label above, one below.
             below = -10 if s.label != "0.6x after" else 6
-            ax.annotate(
-                s.label,
-                (s.rate, _goodput(s)),
-                fontsize=7,
-                textcoords="offset points",
-                xytext=(4, below),
-            )
+            at = (s.rate, _goodput(s))
+            ax.annotate(s.label, at, fontsize=7, textcoords="offset points", xytext=(4, below))
         ax.set(xlim=(0, top), ylim=(0, top), title=arm.arm)
         ax.set(xlabel="offered load (requests/s)", ylabel="goodput (requests/s)")
         ax.grid(True, alpha=0.3)
@@ -193,14 +163,14 @@ def chart(arms: list[ArmResult], run_targets: dict[str, float], path: Path, capt
 def _connections(run: OverloadRun, arms: list[ArmResult]) -> str:
     params = run.params
     caps = sorted({a.max_pool for a in arms if a.max_pool is not None})
+    # None: a run recorded before the pools were kept below the gateway's bound.
+    most = "/".join(str(c) for c in caps) if caps else params.get("max_pool", "-")
+    pools = f"pools of the rate x 1 s, at most {most} connections"
     if caps:
-        pools = (
-            f"pools of the rate x 1 s, at most {'/'.join(str(c) for c in caps)} connections "
-            f"({SCRAPE_ROOM} below what a gateway worker holds, GATEWAY_MAX_CONNECTIONS, so "
+        pools += (
+            f" ({SCRAPE_ROOM} below what a gateway worker holds, GATEWAY_MAX_CONNECTIONS, so "
             "the scrapes of /metrics find room)"
         )
-    else:  # a run recorded before the pools were kept below the gateway's bound
-        pools = f"pools of the rate x 1 s, at most {params.get('max_pool', '-')} connections"
     if not params.get("open_pool", True):
         return (
             f"connections: {pools}; each step's driver opened them as its requests needed them "
@@ -266,7 +236,8 @@ def _context(run: OverloadRun, arms: list[ArmResult]) -> list[str]:
 def write_report(run: OverloadRun, arms: list[ArmResult], out_dir: Path) -> list[Table]:
     doc = suite_page("overload", run)
     doc.ul(_context(run, arms))
-    tables = [summary_table(arms)]
+    verdicts = [[a.arm, one_line(a)] for a in arms]
+    tables = [Table("Overload: every arm", ["arm", "verdict"], verdicts)]
     doc.table(tables[0])
     measured = [a for a in arms if not a.error]
     if measured:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from aside_bench.ceiling.search import Trial, ceiling_of, next_trial, run_again
 from aside_bench.load.run import DriverProcess, LoadRun, deadline_s, new_driver
@@ -26,18 +27,8 @@ from aside_bench.sweep.warmtiers import warm_l1
 from aside_bench_suite.base import SuiteRun, increase, open_run, run_items, sleep_until
 
 from aside_bench_overload import figures as fg
-from aside_bench_overload.plan import (
-    BASELINE_FACTOR,
-    COLD_SAMPLE,
-    HOT_SHARE,
-    OVERLOAD_FACTORS,
-    QUIET_DEADLINE_S,
-    TTL_MARGIN_S,
-    ArmResult,
-    OverloadParams,
-    OverloadRecord,
-    OverloadRun,
-)
+from aside_bench_overload import plan
+from aside_bench_overload.plan import ArmResult, OverloadParams, OverloadRecord, OverloadRun
 from aside_bench_overload.report import one_line, write_report
 
 
@@ -64,7 +55,7 @@ class Bench:
 
     def emails(self) -> list[str]:
         """Every email of the read mix, hot last so they expire last."""
-        return self.seed.cold[:COLD_SAMPLE] + self.seed.hot
+        return self.seed.cold[: plan.COLD_SAMPLE] + self.seed.hot
 
     def load_run(
         self,
@@ -80,6 +71,12 @@ class Bench:
         self.drivers += 1
         stem = self.params.out_dir / f"{self.drivers:03d}-{arm}-{phase}-{rate}"
         pool = pool_for(rate, self.max_pool)
+        mix = {"HOT_SHARE": str(plan.HOT_SHARE), "COLD_SAMPLE": str(plan.COLD_SAMPLE)}
+        extra = {"CACHE": cache_param(arm) or "off", **mix}
+        if self.params.open_pool:
+            extra["CONNS"] = str(pool)
+        if start_at is not None and start_at > time.time():  # the driver refuses one past
+            extra["START_AT"] = str(round(start_at * 1000))
         return LoadRun(
             scenario="read",
             run_id=self.params.run_id,
@@ -90,18 +87,7 @@ class Bench:
             pool=pool,
             timeout_s=self.params.timeout_s,
             data_dir=self.seed.data_dir,
-            extra={
-                "CACHE": cache_param(arm) or "off",
-                "HOT_SHARE": str(HOT_SHARE),
-                "COLD_SAMPLE": str(COLD_SAMPLE),
-                **({"CONNS": str(pool)} if self.params.open_pool else {}),
-                # A start ahead only: the driver refuses one already past.
-                **(
-                    {"START_AT": str(round(start_at * 1000))}
-                    if start_at is not None and start_at > time.time()
-                    else {}
-                ),
-            },
+            extra=extra,
             summary_path=stem.with_suffix(".summary.json"),
             samples_path=stem.with_suffix(".jsonl") if samples else None,
         )
@@ -122,11 +108,11 @@ def finish_driver(driver: DriverProcess, run: LoadRun) -> Summary:
 # ---- the stack between steps ---------------------------------------------------------------
 def prepare(bench: Bench, arm: str, span_s: int) -> None:
     """A quiet stack, and a cache whose keys outlive the next `span_s` seconds."""
-    wait_until_quiet(bench.settings, QUIET_DEADLINE_S)
+    wait_until_quiet(bench.settings, plan.QUIET_DEADLINE_S)
     mode = cache_param(arm)
     if mode is None or mode == "off":
         return
-    refill = expires_within(bench.settings, span_s + TTL_MARGIN_S)
+    refill = expires_within(bench.settings, span_s + plan.TTL_MARGIN_S)
     # A warm-up read the door refuses is asked again (stack/prepare.py, DOOR_RETRY).
     if arm in L1_ARMS:  # L1 entries live 30 s: filled again through every worker each time
         warm_l1(bench.settings, bench.emails(), mode, flush=refill)
@@ -147,11 +133,9 @@ def gateway_for(settings: Settings, arm: str) -> None:
 # ---- the ceiling ------------------------------------------------------------------------------
 def search_step(bench: Bench, arm: str, rate: int) -> fg.SearchStep:
     """One step of the search, with the gateway's sheds and the host's steal over it."""
-    params = bench.params
-    prepare(bench, arm, params.search_duration_s + math.ceil(bench.lead_s))
-    run = bench.load_run(
-        arm, "search", rate, params.search_duration_s, False, time.time() + bench.lead_s
-    )
+    duration_s = bench.params.search_duration_s
+    prepare(bench, arm, duration_s + math.ceil(bench.lead_s))
+    run = bench.load_run(arm, "search", rate, duration_s, False, time.time() + bench.lead_s)
     before = counters(bench.settings).shed
     ticks = procs.machine_ticks()
     summary = finish_driver(bench.start(run), run)
@@ -183,11 +167,8 @@ def search_ceiling(bench: Bench, result: ArmResult) -> None:
         verdict = "held" if held else "missed"
         if again:
             verdict += f" with the host stealing {found.steal:.0%}: run again"
-        print(
-            f"  [{result.arm} search] {rate}/s p95 {found.p95_ms} ms, {found.dropped} dropped, "
-            f"{found.shed} shed: {verdict}",
-            flush=True,
-        )
+        seen = f"{rate}/s p95 {found.p95_ms} ms, {found.dropped} dropped, {found.shed} shed"
+        print(f"  [{result.arm} search] {seen}: {verdict}", flush=True)
     result.ceiling, result.capped = ceiling_of(history)
     if not result.ceiling:
         raise StackError(f"{result.arm}: no rate held p95 <= {search.p95_ms:g} ms")
@@ -230,10 +211,8 @@ def counters(settings: Settings) -> fg.Counters:
 def counter_increase(before: fg.Counters, after: fg.Counters) -> fg.Counters:
     """What a step gained between two readings; the door's limit as at its end."""
     gained = {name: getattr(after, name) - getattr(before, name) for name in fg.Counters.TOTALS}
-    shed = increase(before.shed, after.shed)
-    return replace(
-        after, **gained, shed=shed, redis_judged=increase(before.redis_judged, after.redis_judged)
-    )
+    judged = increase(before.redis_judged, after.redis_judged)
+    return replace(after, **gained, shed=increase(before.shed, after.shed), redis_judged=judged)
 
 
 @dataclass
@@ -260,8 +239,7 @@ class Running:
 def begin(
     bench: Bench, arm: str, label: str, factor: float, ceiling: int, lead_s: float | None = None
 ) -> Running:
-    """A step's driver started; its first request falls due `lead_s` (by default the bench's
-    lead) from now, when the gateway's counters are read."""
+    """A step's driver started; counters read as its first request falls due, `lead_s` on."""
     lead_s = bench.lead_s if lead_s is None else lead_s
     rate = max(1, round(factor * ceiling))
     phase = label.replace(" ", "-").replace(".", "_")
@@ -273,24 +251,10 @@ def begin(
     return Running(label, factor, run, driver, at, edge(bench))
 
 
-def _machine(before: Edge, after: Edge) -> fg.MachineShare | None:
-    if before.machine is None or after.machine is None:
-        return None
-    return fg.MachineShare.between(before.machine, after.machine, after.at - before.at)
-
-
-@dataclass(frozen=True)
-class RecoveryRule:
-    """The step after the overload judged from its end (epoch s) against the p95 limit."""
-
-    overload_end: float
-    limit_ms: float | None
-    from_s: float
-
-
 def end(
-    bench: Bench, arm: str, running: Running, after: Edge, rule: RecoveryRule | None = None
-) -> fg.StepFigures:
+    bench: Bench, arm: str, running: Running, after: Edge
+) -> tuple[fg.StepFigures, list[fg.Request]]:
+    """A step's figures, and its requests for a judge of its recovery."""
     summary = finish_driver(running.driver, running.run)
     assert running.run.samples_path is not None
     path = running.run.samples_path
@@ -298,6 +262,9 @@ def end(
         requests = fg.parse_requests(handle, path.name)
     compress(path)
     start = requests[0].due if requests else running.began
+    before, machine = running.before, None
+    if before.machine is not None and after.machine is not None:
+        machine = fg.MachineShare.between(before.machine, after.machine, after.at - before.at)
     figures = fg.StepFigures(
         arm=arm,
         label=running.label,
@@ -306,46 +273,37 @@ def end(
         duration_s=running.run.duration_s,
         start=start,
         requests=fg.request_figures(requests, start, running.run.duration_s),
-        counters=counter_increase(running.before.counters, after.counters),
+        counters=counter_increase(before.counters, after.counters),
         driver_cpu_s=summary.cpu_s,
         cores=bench.cores,
-        machine=_machine(running.before, after),
+        machine=machine,
     )
-    if rule is None:
-        return figures
-    step_end = start + running.run.duration_s
-    took = None
-    if rule.limit_ms is not None:  # None: nothing to judge against
-        took = fg.recovery_s(requests, rule.overload_end, step_end, rule.limit_ms)
-    rest = fg.window(requests, rule.overload_end, rule.from_s)
-    return replace(figures, recovery_s=took, recovery_window=rest)
+    return figures, requests
 
 
 def step(bench: Bench, arm: str, label: str, factor: float, ceiling: int) -> fg.StepFigures:
     running = begin(bench, arm, label, factor, ceiling)
     running.driver.wait(deadline_s(running.run))
-    return end(bench, arm, running, edge(bench))
+    return end(bench, arm, running, edge(bench))[0]
 
 
 def overload_then_recovery(
     bench: Bench, arm: str, ceiling: int, limit_ms: float | None
 ) -> tuple[fg.StepFigures, fg.StepFigures]:
-    """The 2x step, then 0.6x started as its schedule ends, judged from that end: the new
-    driver's connecting counts against the recovery."""
-    top = begin(bench, arm, "2x", OVERLOAD_FACTORS[-1], ceiling)
+    """The 2x step, then 0.6x from its schedule's end (its connecting counts against it)."""
+    top = begin(bench, arm, "2x", plan.OVERLOAD_FACTORS[-1], ceiling)
     sleep_until(top.began + bench.params.duration_s)
-    after = begin(bench, arm, "0.6x after", BASELINE_FACTOR, ceiling, lead_s=0.0)
+    after = begin(bench, arm, "0.6x after", plan.BASELINE_FACTOR, ceiling, lead_s=0.0)
     # The 2x step's samples are read once the recovery is over: reading and
     # packing them takes a core for seconds, which the recovery would pay.
     after.driver.wait(deadline_s(after.run))
     after_edge = edge(bench)
     # The 2x step's readings end where the recovery's begin.
-    overloaded = end(bench, arm, top, after.before)
-    rule = RecoveryRule(
-        overloaded.start + overloaded.duration_s, limit_ms, bench.params.targets.recovery_s
-    )
-    recovering = end(bench, arm, after, after_edge, rule)
-    return overloaded, recovering
+    overloaded, _ = end(bench, arm, top, after.before)
+    recovering, requests = end(bench, arm, after, after_edge)
+    overload_end = overloaded.start + overloaded.duration_s
+    from_s = bench.params.targets.recovery_s
+    return overloaded, recovering.recovered(requests, overload_end, limit_ms, from_s)
 
 
 def run_arm(bench: Bench, arm: str) -> ArmResult:
@@ -364,12 +322,12 @@ def run_arm(bench: Bench, arm: str) -> ArmResult:
     print(f"  [{arm}] ceiling {ceiling}/s ({result.ceiling_from}); the steps ...", flush=True)
     # A step's span: its driver's lead to open its connections, and its load.
     duration = params.duration_s + math.ceil(params.open_lead_s)
-    prepare(bench, arm, duration)
-    before = step(bench, arm, "0.6x before", BASELINE_FACTOR, ceiling)
-    result.steps.append(before)
-    for factor in OVERLOAD_FACTORS[:-1]:
+    firsts = [("0.6x before", plan.BASELINE_FACTOR)]
+    firsts += [(f"{factor:g}x", factor) for factor in plan.OVERLOAD_FACTORS[:-1]]
+    for label, factor in firsts:
         prepare(bench, arm, duration)
-        result.steps.append(step(bench, arm, f"{factor:g}x", factor, ceiling))
+        result.steps.append(step(bench, arm, label, factor, ceiling))
+    before = result.steps[0]
     prepare(bench, arm, 2 * duration)
     limit = fg.recovery_limit_ms(before, params.targets)
     result.steps += overload_then_recovery(bench, arm, ceiling, limit)
@@ -386,14 +344,7 @@ def run_overload(settings: Settings, params: OverloadParams, seed: SeedData) -> 
     run = SuiteRun(params.run_id, "overload", seed.meta, _params_record(params, settings))
     what = f"arms {' '.join(params.arms)}, {params.duration_s} s steps"
     open_run("overload", params.run_id, params.out_dir, what)
-    arms = run_items(
-        run,
-        params.arms,
-        lambda arm: run_arm(bench, arm),
-        lambda arm, error: ArmResult(arm, error=error),
-        {},
-        one_line,
-    )
+    arms = run_items(run, params.arms, partial(run_arm, bench), ArmResult.failed, {}, one_line)
     write_report(run, arms, params.out_dir)
     return run
 
@@ -403,8 +354,8 @@ def _params_record(params: OverloadParams, settings: Settings) -> OverloadRecord
         "arms": list(params.arms),
         "ceilings_given": params.ceilings,
         "duration_s": params.duration_s,
-        "baseline_factor": BASELINE_FACTOR,
-        "overload_factors": list(OVERLOAD_FACTORS),
+        "baseline_factor": plan.BASELINE_FACTOR,
+        "overload_factors": list(plan.OVERLOAD_FACTORS),
         "search": params.search.rates.__dict__,
         "search_duration_s": params.search_duration_s,
         "search_p95_ms": params.search.p95_ms,
@@ -417,8 +368,8 @@ def _params_record(params: OverloadParams, settings: Settings) -> OverloadRecord
         "max_pool": params.max_pool,
         "open_pool": params.open_pool,
         "open_lead_s": params.open_lead_s,
-        "hot_share": HOT_SHARE,
-        "cold_sample": COLD_SAMPLE,
+        "hot_share": plan.HOT_SHARE,
+        "cold_sample": plan.COLD_SAMPLE,
         "goodput_within_ms": fg.GOODPUT_WITHIN_MS,
         "targets": params.targets.__dict__,
         "gateway_url": settings.gateway_url,
