@@ -399,22 +399,34 @@ class Targets:
 
 def overload_checks(step: StepFigures, ceiling: int, targets: Targets) -> list[Check]:
     """Above the ceiling: goodput held, served and shed fast, no timeout, the breaker shut."""
-    req, floor, skips = step.requests, targets.goodput_share * ceiling, step.counters.breaker_skips
-    served, shed = req.served, req.shed
-    shed_fast = shed.count == 0 or (shed.p99_ms is not None and shed.p99_ms <= targets.shed_p99_ms)
-    sheds = f"p99 {fmt_ms_unit(shed.p99_ms)} over {shed.count} shed" if shed.count else ""
-    checks = (
-        (f"goodput >= {targets.goodput_share:g} x ceiling", step.goodput_rps >= floor,
-         f"{step.goodput_rps:.0f}/s of 2xx within 1 s (limit {floor:.0f}/s)"),
-        (f"served p99 <= {targets.served_p99_ms:g} ms",
-         served.p99_ms is not None and served.p99_ms <= targets.served_p99_ms,
-         f"p99 {fmt_ms_unit(served.p99_ms)} over {served.count} served"),
-        ("no client timeout", req.timeouts == 0, f"{req.timeouts} timed out"),
-        (f"sheds p99 <= {targets.shed_p99_ms:g} ms", shed_fast, sheds or "nothing shed"),
-        ("no breaker opening", skips == 0,
-         f"{skips:.0f} reads skipped Redis behind an open breaker"),
-    )  # fmt: skip
-    return [Check(f"{step.label}: {name}", ok, detail) for name, ok, detail in checks]
+    req, at = step.requests, step.label
+    floor = targets.goodput_share * ceiling
+    return [
+        Check(
+            f"{at}: goodput >= {targets.goodput_share:g} x ceiling",
+            step.goodput_rps >= floor,
+            f"{step.goodput_rps:.0f}/s of 2xx within 1 s (limit {floor:.0f}/s)",
+        ),
+        Check(
+            f"{at}: served p99 <= {targets.served_p99_ms:g} ms",
+            req.served.p99_ms is not None and req.served.p99_ms <= targets.served_p99_ms,
+            f"p99 {fmt_ms_unit(req.served.p99_ms)} over {req.served.count} served",
+        ),
+        Check(f"{at}: no client timeout", req.timeouts == 0, f"{req.timeouts} timed out"),
+        Check(
+            f"{at}: sheds p99 <= {targets.shed_p99_ms:g} ms",
+            req.shed.count == 0
+            or (req.shed.p99_ms is not None and req.shed.p99_ms <= targets.shed_p99_ms),
+            f"p99 {fmt_ms_unit(req.shed.p99_ms)} over {req.shed.count} shed"
+            if req.shed.count
+            else "nothing shed",
+        ),
+        Check(
+            f"{at}: no breaker opening",
+            step.counters.breaker_skips == 0,
+            f"{step.counters.breaker_skips:.0f} reads skipped Redis behind an open breaker",
+        ),
+    ]
 
 
 def recovery_limit_ms(before: StepFigures, targets: Targets) -> float | None:
