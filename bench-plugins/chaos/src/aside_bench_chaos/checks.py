@@ -1,6 +1,5 @@
-"""The chaos suite's verdicts from the driver's samples and the gateway's counters (pure);
-`events` are epoch instants (`fault`, `ready`, `replaced`, `load_start`, `load_end`). One
-module: the four cases share the limits and read side by side with docs/bench/suites.md."""
+"""The four kills' verdicts from the driver's samples and the gateway's counters (pure);
+`events` are epoch instants (`fault`, `ready`, `replaced`, `load_start`, `load_end`)."""
 
 from __future__ import annotations
 
@@ -25,16 +24,14 @@ from aside_bench_suite.samples import (
 # The load driver's request timeout; a read "hangs" when it takes more than half of it.
 REQUEST_TIMEOUT_S = 3
 READ_MAX_MS = REQUEST_TIMEOUT_S * 1000 / 2
-# A failure must be fast: the core down (connect refused) within 1 s; PostgreSQL
-# down within the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1 s: the first miss of
-# an outage per worker; later ones wait 0.1 s) plus a margin for a loaded
-# 2-core machine (the core refuses at once: its pool connects on demand).
+# A failure must be fast: the core down (connect refused) within 1 s; PostgreSQL down within
+# the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1 s, the first miss of an outage per worker;
+# later ones wait 0.1 s) plus a margin for a loaded 2-core machine.
 CORE_DOWN_MAX_MS = 1000
 DB_DOWN_MAX_MS = 1500
 # After the service is back: hits, writes and misses resume within this.
 RECOVER_S = 5.0
-# "Hit ratio back": a one-second window whose hit share is at least this share
-# of the share before the fault.
+# "Hit ratio back": a one-second window whose hit share is this share of the one before.
 HIT_RATIO_BACK = 0.8
 # Gunicorn replaces a killed worker within this.
 REPLACE_S = 10.0
@@ -50,9 +47,8 @@ LIMITS: dict[str, float] = {
 
 
 def rereads(samples: list[Sample], instant: float) -> list[Sample]:
-    """The answered reads from `instant` on of a key an earlier such read had asked for
-    and ended: after a flush every first read misses, so only these measure the cache
-    (docs/decisions/005-redis-down-serve-from-postgresql-behind-a-breaker.md)."""
+    """The answered reads from `instant` on of a key an earlier such read had asked for and
+    ended: after a flush every first read misses, so only these measure the cache."""
     answered = sorted(
         (s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant),
         key=lambda s: s.start,
@@ -70,8 +66,7 @@ def rereads(samples: list[Sample], instant: float) -> list[Sample]:
 def first_good_window(
     samples: list[Sample], instant: float, good: Callable[[list[Sample]], bool]
 ) -> float | None:
-    """Seconds from `instant` to the start of the first one-second window (sliding by
-    0.1 s) of `samples` (in the order sent) that has some and is `good`."""
+    """Seconds from `instant` to the first one-second window (sliding by 0.1 s) that is `good`."""
     if not samples:
         return None
     offset, last = 0.0, samples[-1].start
@@ -86,12 +81,9 @@ def first_good_window(
 
 def hit_ratio_back(samples: list[Sample], instant: float, baseline: float) -> float | None:
     """When the re-reads' HIT share is back to HIT_RATIO_BACK x `baseline`."""
-
-    def good(window: list[Sample]) -> bool:
-        share = sum(1 for s in window if s.tag("xcache") == "HIT") / len(window)
-        return share >= HIT_RATIO_BACK * baseline
-
-    return first_good_window(rereads(samples, instant), instant, good)
+    enough = HIT_RATIO_BACK * baseline
+    reads = rereads(samples, instant)
+    return first_good_window(reads, instant, lambda window: (hit_share(window) or 0) >= enough)
 
 
 def within(value: float | None, limit: float) -> bool:
@@ -117,11 +109,7 @@ def writes_within(
 
 # ---- checks shared by every case ------------------------------------------------------
 def common_checks(
-    samples: list[Sample],
-    dropped: int,
-    allow_no_answer: bool,
-    tallied: int | None = None,
-    read_max_ms: float = READ_MAX_MS,
+    samples: list[Sample], dropped: int, lost_ok: bool, tallied: int | None, read_max_ms: float
 ) -> list[Check]:
     """`tallied`: the requests the driver's summary counted (None: no sample check);
     `read_max_ms`: a read past it hangs (a gray failure's own budget)."""
@@ -156,7 +144,7 @@ def common_checks(
             "no dropped iterations", dropped == 0, f"the load driver dropped {dropped} iterations"
         ),
     ]
-    wanted = (tallied is not None, True, not allow_no_answer, True, True)
+    wanted = (tallied is not None, True, not lost_ok, True, True)
     return [check for check, want in zip(checks, wanted, strict=True) if want]
 
 
@@ -295,10 +283,8 @@ def postgres_checks(
     samples: list[Sample], events: dict[str, float], redis_errors: float = 0
 ) -> tuple[list[Check], CaseFigures]:
     """PostgreSQL restarted: cached reads keep answering, misses and writes fail fast, both
-    pools recover by themselves within RECOVER_S. `redis_errors` (the gateway's failed
-    Redis operations): after one a worker's breaker sends reads to PostgreSQL
-    (gateway/README.md, "When Redis is down"), so only then may a cached read fail, fast
-    and with Retry-After."""
+    pools recover within RECOVER_S. After one of the gateway's `redis_errors` a worker's
+    breaker sends reads to PostgreSQL: only then may a cached read fail (fast, Retry-After)."""
     fault, ready = events["fault"], events["ready"]
     users = [s for s in samples if s.kind == "user"]  # prewarmed, never invalidated: all cached
     counts = [s for s in samples if s.kind == "count"]
@@ -394,13 +380,15 @@ def worker_checks(
                 f"but only {lost_by_route.get(route, 0)} went unanswered"
             )
     replace_s = None if replaced is None else replaced - fault
+    never_delivered = sum(surplus_by_route.values())
     figures: CaseFigures = {
         "worker_replaced_after_s": replace_s,
         "unanswered": len(lost),
         "unanswered_by_kind": dict(Counter(s.kind for s in lost)),
-        "counted_not_delivered": sum(surplus_by_route.values()),
+        "counted_not_delivered": never_delivered,
         "requests_compared": sum(answered.values()),
     }
+    killed_counted = f" ({never_delivered} counted by the killed worker, never delivered)"
     checks = [
         Check(
             f"worker replaced within {REPLACE_S:g} s",
@@ -417,16 +405,9 @@ def worker_checks(
         Check(
             "gateway counters exact",
             not mismatches and bool(answered),
-            f"{sum(answered.values())} answered requests match "
-            "aside_gateway_http_requests_total per route and status"
-            + (
-                f" ({figures['counted_not_delivered']} counted by the killed worker, "
-                "never delivered)"
-                if figures["counted_not_delivered"]
-                else ""
-            )
-            if not mismatches
-            else "; ".join(mismatches[:4]),
+            "; ".join(mismatches[:4])
+            or f"{sum(answered.values())} answered requests match aside_gateway_http_requests_total"
+            f" per route and status{killed_counted if never_delivered else ''}",
         ),
     ]
     return checks, figures

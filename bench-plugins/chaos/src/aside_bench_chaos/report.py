@@ -76,8 +76,7 @@ def _cores(value: object) -> str:
 def status_table(case: CaseRecord) -> Table:
     kinds = case["requests"]
     statuses = sorted(
-        {s for k in kinds.values() for s in k["statuses"]},
-        key=lambda s: (s == "no answer", s),
+        {s for k in kinds.values() for s in k["statuses"]}, key=lambda s: (s == "no answer", s)
     )
     headers = ["kind", "requests", *statuses, "max ms", "p99 ms", "error codes"]
     rows = []
