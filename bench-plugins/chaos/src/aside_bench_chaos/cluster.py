@@ -31,7 +31,7 @@ from aside_bench_suite.samples import Check, KindTally, nearest_rank
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from aside_bench_chaos.cases import FAILOVER, RESHARD, CaseResult
+from aside_bench_chaos.cases import FAILOVER, RESHARD, CaseResult, ChaosParams
 from aside_bench_chaos.checks import within
 from aside_bench_chaos.faults import kill, under_load
 from aside_bench_chaos.verify import check_reads, count_url
@@ -142,22 +142,20 @@ def probe_email(run_id: str, slots: set[int]) -> str:
     raise StackError("no probe email in the slots that move")
 
 
-def mixed_run(
-    settings: Settings, seed: SeedData, run_id: str, case: str, rate: int, out: Path
-) -> LoadRun:
+def mixed_run(seed: SeedData, params: ChaosParams, case: str) -> LoadRun:
     return LoadRun(
         scenario="mixed",
-        run_id=run_id,
+        run_id=params.run_id,
         arm="l2",
         phase=case,
-        rate=rate,
+        rate=params.rate,
         duration_s=math.ceil(PRE_S + EVENT_BUDGET_S[case] + POST_S),
-        pool=rate * 4,
+        pool=params.rate * 4,
         timeout_s=3,
         data_dir=seed.data_dir,
         extra={"CACHE": "l2", "WRITE_SHARE": "0.1", "STALE_PER_MIN": str(STALE_PER_MIN)},
-        summary_path=out / f"load-{case}-summary.json",
-        samples_path=out / f"load-{case}.jsonl",
+        summary_path=params.out_dir / f"load-{case}-summary.json",
+        samples_path=params.out_dir / f"load-{case}.jsonl",
     )
 
 
@@ -315,16 +313,9 @@ def new_owner_probe(
 
 
 def run_cluster_case(
-    settings: Settings,
-    seed: SeedData,
-    control: ServiceControl,
-    case: str,
-    run_id: str,
-    rate: int,
-    out: Path,
-    result: CaseResult,
-) -> None:
-    """One cluster case into `result`."""
+    settings: Settings, seed: SeedData, control: ServiceControl, params: ChaosParams, case: str
+) -> CaseResult:
+    result = CaseResult(case)
     on_cluster, env = cluster_settings(settings)
     control.ensure_up()
     for service in ("core", "gateway"):
@@ -332,11 +323,11 @@ def run_cluster_case(
     wait_until_quiet(settings, 60.0)
     topology = Topology(on_cluster)
     event = Event(topology, control, case)
-    email = probe_email(run_id, event.slots)
+    email = probe_email(params.run_id, event.slots)
     metrics_before = gateway_metrics.scrape(settings)
-    run = mixed_run(settings, seed, run_id, case, rate, out)
+    run = mixed_run(seed, params, case)
     events = result.events
-    with under_load(settings, run, run.samples_path, out / "load.log", events):
+    with under_load(settings, run, params.out_dir / "load.log", events):
         sleep_until(events["load_start"] + PRE_S)
         event.run(events, result.notes)
         since = events["event"] if case == FAILOVER else events["event_end"]
@@ -381,6 +372,7 @@ def run_cluster_case(
             + reads_check.detail,
         )
     )
+    return result
 
 
 def judge(

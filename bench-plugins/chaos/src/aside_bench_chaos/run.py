@@ -6,9 +6,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import ClassVar
 from urllib.parse import urlsplit
 
 from aside_bench.load.run import LoadRun
@@ -35,46 +34,21 @@ from aside_bench_suite.samples import by_kind, read_samples
 
 from aside_bench_chaos import checks as cc
 from aside_bench_chaos import cluster, gray
-from aside_bench_chaos.cases import CASES, CLUSTER_CASES, DESCRIPTIONS, KILLS, CaseResult
+from aside_bench_chaos.cases import (
+    CASES,
+    CLUSTER_CASES,
+    DESCRIPTIONS,
+    KILLS,
+    SHORT,
+    CaseResult,
+    ChaosParams,
+)
 from aside_bench_chaos.faults import Faults, under_load
 from aside_bench_chaos.report import one_line, write_report
 from aside_bench_chaos.verify import check_reads, check_writes, prewarm
 
-# Seconds infra/stack.sh takes to bring each service back, budgeted into the load's duration.
-RESTORE_BUDGET_S = {"redis": 1.0, "core": 1.0, "postgres": 2.0, "worker": 0.0}
-RESTORE_BUDGET_S.update(dict.fromkeys(gray.GRAY_CASES, 0.0))  # a toxic removed
+__all__ = ["CASES", "KILLS", "SHORT", "ChaosParams", "load_run", "parse_cases", "run_chaos"]
 QUIET_DEADLINE_S = 60.0
-
-
-@dataclass(frozen=True)
-class Timing:  # seconds of load before the fault, from it to the restart, and after
-    pre_s: float
-    down_s: float
-    post_s: float
-    gray_s: float = 10  # a gray failure's length
-
-    def fault_s(self, case: str) -> float:
-        return self.gray_s if case in gray.GRAY_CASES else self.down_s
-
-    def load_duration_s(self, case: str) -> int:
-        return int(self.pre_s + self.fault_s(case) + RESTORE_BUDGET_S[case] + self.post_s + 0.999)
-
-
-FULL = Timing(pre_s=8, down_s=6, post_s=12, gray_s=10)
-SHORT = Timing(pre_s=3, down_s=2, post_s=5, gray_s=3)
-
-
-@dataclass(frozen=True)
-class ChaosParams:
-    run_id: str
-    out_dir: Path
-    cases: tuple[str, ...]
-    rate: int
-    timing: Timing
-    write_share: float = 0.2
-    user_share: float = 0.5
-    id_sample: int = 50
-    timeout_s: ClassVar[int] = cc.REQUEST_TIMEOUT_S
 
 
 def parse_cases(text: str | None) -> tuple[str, ...]:
@@ -92,19 +66,17 @@ def load_run(
 ) -> LoadRun:
     """The driver's `chaos` scenario for one case, each request on a new connection
     (NO_REUSE): one a killed process was serving fails as itself, and none inherits it."""
-    rate = params.rate
-    timeout_s = (
-        gray.GRAY_CASES[case].driver_timeout_s if case in gray.GRAY_CASES else params.timeout_s
-    )
+    grayed = gray.GRAY_CASES.get(case)
+    timeout_s = grayed.driver_timeout_s if grayed else params.timeout_s
     return LoadRun(
         scenario="chaos",
         run_id=params.run_id,
         arm="cache",
         phase=case,
-        rate=rate,
+        rate=params.rate,
         duration_s=params.timing.load_duration_s(case),
         # In flight at once: rate x latency; a fault may hold requests up to the timeout.
-        pool=rate * (timeout_s + 1),
+        pool=params.rate * (timeout_s + 1),
         timeout_s=timeout_s,
         data_dir=seed.data_dir,
         extra={
@@ -116,7 +88,6 @@ def load_run(
         },
         summary_path=summary,
         samples_path=samples,
-        # The verdicts come from the samples file; nothing reads per-second points.
     )
 
 
@@ -129,33 +100,28 @@ def run_case(
     case: str,
     api: Toxiproxy | None = None,
 ) -> CaseResult:
-    result = CaseResult(case)
     if case in CLUSTER_CASES:
         try:
-            cluster.run_cluster_case(
-                settings, seed, control, case, params.run_id, params.rate, params.out_dir, result
-            )
+            return cluster.run_cluster_case(settings, seed, control, params, case)
         finally:
             # The services back on the stack's own Redis, and the cluster as made, for the next.
             for service in ("core", "gateway"):
                 control.restart(service, {})
             cluster.fresh_cluster(control)
-        return result
-    faults = Faults(settings, control, api)
+    result, grayed = CaseResult(case), gray.GRAY_CASES.get(case)
     ids = load_seed_list(seed.data_dir / "user_ids.json", "ids", int)[: params.id_sample]
     control.ensure_up()
     control.verify()
     wait_until_quiet(settings, QUIET_DEADLINE_S)
     result.notes["hit_share_after_prewarm"] = round(prewarm(settings, seed.hot, ids), 3)
-    counters_before = request_counts(scrape(settings)) if case == "worker" else {}
-    errors_before = cache_error_counts(scrape(settings))
+    metrics_before = scrape(settings)
     samples_path = params.out_dir / f"load-{case}.jsonl"
     summary_path = params.out_dir / f"load-{case}-summary.json"
     run = load_run(params, seed, case, samples_path, summary_path)
-    cpu = gray.CpuMeter.start(control.pid("toxiproxy")) if case in gray.GRAY_CASES else None
-    events = result.events
+    cpu = gray.CpuMeter.start(control.pid("toxiproxy")) if grayed else None
+    faults, events = Faults(settings, control, api), result.events
     # A broken restore is reported once the load has run its course.
-    with under_load(settings, run, samples_path, params.out_dir / "load.log", events) as driver:
+    with under_load(settings, run, params.out_dir / "load.log", events) as driver:
         sleep_until(events["load_start"] + params.timing.pre_s)
         faults.inject(case, events, result.notes)
         sleep_until(events["fault"] + params.timing.fault_s(case))
@@ -165,32 +131,33 @@ def run_case(
     if "ready" in events:
         result.notes["post_window_s"] = round(events["load_end"] - events["ready"], 1)
     result.requests = by_kind(samples)
-    errors = increase(errors_before, cache_error_counts(scrape(settings)))
+    metrics_after = scrape(settings)
+    errors = increase(cache_error_counts(metrics_before), cache_error_counts(metrics_after))
     result.notes["gateway_cache_errors"] = errors
     tallies = result.notes["driver_summary"] = Summary.read(summary_path).counters("chaos")
     if case == "worker":
-        loaded = cc.loaded_route_increase(counters_before, request_counts(scrape(settings)))
+        loaded = cc.loaded_route_increase(
+            request_counts(metrics_before), request_counts(metrics_after)
+        )
         checks, worker = cc.worker_checks(samples, events, loaded)
         worker["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(loaded.items())}
         result.figures = worker
     elif case == "postgres":
         redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
         checks, result.figures = cc.postgres_checks(samples, events, redis_errors)
-    elif case in gray.GRAY_CASES:
-        checks, found = gray.gray_checks(gray.GRAY_CASES[case], samples, events)
+    elif grayed:
+        checks, found = gray.gray_checks(grayed, samples, events)
         result.figures = {**found, **(cpu.shares(driver.cpu_seconds) if cpu else {})}
     else:
         evaluate = {"redis": cc.redis_checks, "core": cc.core_checks}
         checks, result.figures = evaluate[case](samples, events)
     tallied = sum(tallies.values()) if tallies else None
-    read_max_ms = gray.GRAY_CASES[case].read_max_ms if case in gray.GRAY_CASES else cc.READ_MAX_MS
-    result.checks = (
-        cc.common_checks(samples, dropped, case == "worker", tallied, read_max_ms) + checks
-    )
+    read_max_ms = grayed.read_max_ms if grayed else cc.READ_MAX_MS
+    result.checks = cc.common_checks(samples, dropped, case == "worker", tallied, read_max_ms)
     prefix = user_prefix(params.run_id, case)
     writes_check, result.writes, written_ids = check_writes(settings, samples, prefix)
     reads_check, result.reads = check_reads(settings, seed.hot, sorted(set(ids) | set(written_ids)))
-    result.checks += [writes_check, reads_check]
+    result.checks += [*checks, writes_check, reads_check]
     return result
 
 
