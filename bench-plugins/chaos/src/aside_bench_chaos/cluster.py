@@ -1,8 +1,5 @@
-"""The chaos suite's Redis Cluster cases: the gateway and the core on the stack's cluster
-(infra/cluster.sh) under the driver's `mixed` scenario, while a primary is killed and its
-replica promoted, or all its slots migrate to another. The checks say whether the clients'
-own cluster support followed: reads from the new owner, no stale read, no invalidation
-lost, every L1 subscribed again (docs/bench/suites.md, "Chaos")."""
+"""The chaos suite's Redis Cluster cases under the driver's `mixed` scenario: a primary killed
+and its replica promoted, or all its slots migrated; did the clients' cluster support follow?"""
 
 from __future__ import annotations
 
@@ -73,8 +70,7 @@ def node_names() -> dict[int, str]:
 
 
 def fresh_cluster(control: ServiceControl) -> None:
-    """The cluster as infra/cluster.sh makes it: its nodes stopped, then `up` (which
-    creates a cluster anew whenever one is not whole)."""
+    """The cluster as infra/cluster.sh makes it: its nodes stopped, then `up` makes it anew."""
     for name in node_names().values():
         with contextlib.suppress(StackError, ProcessLookupError):
             kill(control, name)
@@ -111,14 +107,12 @@ class Topology:
         with redis.Redis.from_url(self.settings.redis_url) as base:
             return str(base.connection_pool.connection_kwargs.get("password") or "")
 
-    def node(self, port: int) -> redis.Redis:
-        return redis.Redis(
-            host="127.0.0.1", port=port, password=self.password() or None, socket_timeout=1
-        )
-
     def holds(self, port: int, key: str) -> bool:
         """The node on `port` owns `key`'s slot and holds it (MOVED: not its slot)."""
-        with self.node(port) as client:
+        password = self.password() or None
+        with redis.Redis(
+            host="127.0.0.1", port=port, password=password, socket_timeout=1
+        ) as client:
             try:
                 return bool(client.exists(key))
             except redis.RedisError:
@@ -237,6 +231,12 @@ def subscriptions(text: str) -> float:
     return gateway_metrics.unlabelled_value(text, "aside_gateway_l1_subscriptions_total") or 0.0
 
 
+def subscribed(settings: Settings) -> bool:
+    """Every gateway worker's L1 subscribed to the invalidation channel now."""
+    text = gateway_metrics.scrape(settings)
+    return gateway_metrics.unlabelled_value(text, "aside_gateway_l1_subscribed") == 1
+
+
 def outbox_rows(settings: Settings) -> int:
     with connect(settings) as conn:
         row = conn.execute("SELECT count(*) FROM cache_invalidations").fetchone()
@@ -266,23 +266,22 @@ class Event:
     def run(self, events: dict[str, float], notes: dict[str, object]) -> None:
         events["event"] = time.time()
         notes.update(source=self.source, target=self.target, slots=len(self.slots))
+        limit = EVENT_DEADLINE_S[self.case]
         if self.case == FAILOVER:
             notes["killed_pid"] = kill(self.control, node_names()[_port(self.source)])
-            at = wait_for(self._promoted, EVENT_DEADLINE_S[FAILOVER], 0.1)
+            at = wait_for(self._promoted, limit, 0.1)
             if at is None:
-                raise StackError(
-                    f"{self.target} was not promoted within {EVENT_DEADLINE_S[FAILOVER]} s"
-                )
+                raise StackError(f"{self.target} was not promoted within {limit} s")
             events["event_end"] = at
             return
         target = f"127.0.0.1:{_port(self.target)}"
+        moves = ("--cluster-from", self.ids[self.source], "--cluster-to", self.ids[self.target])
+        argv = ["redis-cli", "--no-auth-warning", "--cluster", "reshard", target, *moves]
+        argv += ["--cluster-slots", str(len(self.slots)), "--cluster-yes"]
+        env = {**os.environ, "REDISCLI_AUTH": self.topology.password()}
         done = subprocess.run(
-            ["redis-cli", "--no-auth-warning", "--cluster", "reshard", target,
-             "--cluster-from", self.ids[self.source], "--cluster-to", self.ids[self.target],
-             "--cluster-slots", str(len(self.slots)), "--cluster-yes"],
-            env={**os.environ, "REDISCLI_AUTH": self.topology.password()},
-            capture_output=True, text=True, timeout=EVENT_DEADLINE_S[RESHARD], check=False,
-        )  # fmt: skip
+            argv, env=env, capture_output=True, text=True, timeout=limit, check=False
+        )
         events["event_end"] = time.time()
         if done.returncode != 0:
             raise StackError(f"redis-cli --cluster reshard failed: {done.stderr.strip()[-300:]}")
@@ -295,8 +294,8 @@ class Event:
 def new_owner_probe(
     settings: Settings, topology: Topology, email: str, target: str, deadline: float
 ) -> float | None:
-    """The first instant a read of `email` through the gateway fills its key on the new
-    owner (its stale copy first deleted through a fresh client, which follows the slot)."""
+    """The first instant a read of `email` through the gateway fills its key on the new owner
+    (its stale copy first deleted through a fresh client, which follows the slot)."""
     key, port = count_key(email), _port(target)
     url = count_url(settings, email) + "&cache=l2"
     while time.time() < deadline:
@@ -336,16 +335,7 @@ def run_cluster_case(
         )
         if served is not None:
             events["served_by_new_owner"] = served
-        resubscribed = wait_for(
-            lambda: (
-                gateway_metrics.unlabelled_value(
-                    gateway_metrics.scrape(settings), "aside_gateway_l1_subscribed"
-                )
-                == 1
-            ),
-            RESUBSCRIBED_MAX_S,
-            0.2,
-        )
+        resubscribed = wait_for(lambda: subscribed(settings), RESUBSCRIBED_MAX_S, 0.2)
     lines = read_lines(run.samples_path)
     result.requests = requests_table(lines)
     result.checks, figures = judge(case, lines, events, served, resubscribed, since)
@@ -420,5 +410,5 @@ def judge(
             resub_s is not None,
             f"every worker subscribed {resub_s} s after the event (within {RESUBSCRIBED_MAX_S} s)",
         ),
-    ]  # fmt: skip
+    ]
     return checks, figures
