@@ -1,5 +1,4 @@
-"""The fault suite's report: report.md and report.json in reports/chaos-<run id>/,
-and the tables printed at the end."""
+"""The fault suite's report.md and report.json in reports/chaos-<run id>/, and its tables."""
 
 from __future__ import annotations
 
@@ -25,10 +24,6 @@ class CaseRecord(ItemRecord):
     figures: Mapping[str, Any]  # the case's own; read by name, each where it is known
     writes: CheckFigures
     reads: CheckFigures
-
-
-def _cases(run: SuiteRun) -> list[CaseRecord]:
-    return cast(list[CaseRecord], run.items)
 
 
 def one_line(case: CaseRecord) -> str:
@@ -105,15 +100,11 @@ def summary_table(run: SuiteRun) -> Table:
     headers = ["case", "requests", "non-2xx / no answer", "max read ms", "recovery",
                "writes checked", "reads checked", "verdict"]  # fmt: skip
     rows = []
-    for case in _cases(run):
+    for case in cast(list[CaseRecord], run.items):
         kinds, w = case["requests"], case["writes"]
         total = sum(k["requests"] for k in kinds.values())
-        failed = sum(
-            n
-            for k in kinds.values()
-            for status, n in k["statuses"].items()
-            if not status.startswith("2")
-        )
+        statuses = [(status, n) for k in kinds.values() for status, n in k["statuses"].items()]
+        failed = sum(n for status, n in statuses if not status.startswith("2"))
         max_read = max((kinds[k]["max_ms"] for k in READS if k in kinds), default=0)
         writes = (
             f"{w.get('writes', 0)} ({w.get('committed_not_acknowledged', 0)} committed unacked, "
@@ -147,7 +138,7 @@ def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     )
     tables = [summary_table(run)]
     doc.table(tables[0])
-    for case in _cases(run):
+    for case in cast(list[CaseRecord], run.items):
         own = [status_table(case)] if case["requests"] else []
         tables += own
         title = f"{case['name']}: {case['description']}"
