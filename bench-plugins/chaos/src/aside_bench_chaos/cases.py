@@ -1,5 +1,4 @@
-"""The chaos suite's cases, its parameters and a case's result: below the runner and the
-cluster cases, which both use them."""
+"""The chaos suite's cases, parameters and a case's result (below the runner and cluster.py)."""
 
 from __future__ import annotations
 

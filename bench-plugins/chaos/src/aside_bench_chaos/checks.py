@@ -1,5 +1,4 @@
-"""The four kills' verdicts from the driver's samples and the gateway's counters (pure);
-`events` are epoch instants (`fault`, `ready`, `replaced`, `load_start`, `load_end`)."""
+"""The four kills' verdicts from the driver's samples and the gateway's counters (pure)."""
 
 from __future__ import annotations
 
@@ -111,8 +110,7 @@ def writes_within(
 def common_checks(
     samples: list[Sample], dropped: int, lost_ok: bool, tallied: int | None, read_max_ms: float
 ) -> list[Check]:
-    """`tallied`: the requests the driver's summary counted (None: no sample check);
-    `read_max_ms`: a read past it hangs (a gray failure's own budget)."""
+    """`tallied`: what the driver counted (None: unchecked); a read past `read_max_ms` hangs."""
     reads = [s for s in samples if s.kind in READS]
     slow = [s for s in reads if s.ms > read_max_ms]
     lost = [s for s in samples if s.status == 0]
@@ -149,19 +147,17 @@ def common_checks(
 
 
 # ---- the four cases -------------------------------------------------------------------
-# A case's figures by name, report.json's "figures": counts, seconds, ms (None: none
-# seen), and counts by kind or route.
+# A case's figures, report.json's "figures": counts, seconds, ms (None: none seen), by kind.
 CaseFigures = dict[str, float | dict[str, float] | None]
 
 
 def redis_checks(
     samples: list[Sample], events: dict[str, float]
 ) -> tuple[list[Check], CaseFigures]:
-    """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After),
-    writes still succeed, hits come back without a gateway restart."""
+    """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After), writes
+    succeed, hits come back without a gateway restart."""
     fault, ready = events["fault"], events["ready"]
-    # Down for certain only until the restart began: the new Redis may answer
-    # before the driver's poll (late on a busy machine) sees it `ready`.
+    # Down for certain only until the restart began: the new Redis may answer before `ready`.
     restore = events.get("restore", ready)
     reads = [s for s in samples if s.kind in READS]
     odd_reads = [
@@ -214,9 +210,8 @@ def redis_checks(
 
 
 def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[Check], CaseFigures]:
-    """The core killed: writes answer 503 core_unavailable within 1 s while it is down,
-    reads are unaffected, writes succeed once it is back. A write in flight when it
-    died may have committed: 504 write_outcome_unknown."""
+    """The core killed: writes answer 503 core_unavailable fast while it is down (504
+    write_outcome_unknown if in flight), reads are unaffected, writes succeed once it is back."""
     fault, restore, ready = events["fault"], events["restore"], events["ready"]
     reads = [s for s in samples if s.kind in READS]
     writes = [s for s in samples if s.kind == "create"]
@@ -227,12 +222,8 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
         return s.status == 503 and s.tag("code") == "core_unavailable"
 
     def in_flight_unknown(s: Sample) -> bool:
-        return (
-            s.status == 504
-            and s.tag("code") == "write_outcome_unknown"
-            and s.start < fault + CLOCK_SLACK_S
-            and s.end > fault - CLOCK_SLACK_S
-        )
+        in_flight = s.start < fault + CLOCK_SLACK_S and s.end > fault - CLOCK_SLACK_S
+        return s.status == 504 and s.tag("code") == "write_outcome_unknown" and in_flight
 
     down_wrong = [s for s in down if not unavailable(s) or s.ms > CORE_DOWN_MAX_MS]
     other = [s for s in writes if not (s.ok or unavailable(s) or in_flight_unknown(s))]
@@ -353,9 +344,8 @@ def worker_checks(
     events: dict[str, float],
     counters_delta: dict[tuple[str, str, str], float],
 ) -> tuple[list[Check], CaseFigures]:
-    """A gunicorn worker killed: it is replaced, only requests in flight on it go
-    unanswered, and the gateway's counters match the driver's answered requests, but per
-    route by at most its unanswered ones (a counter is bumped just before the answer)."""
+    """A gunicorn worker killed: it is replaced, only requests in flight on it go unanswered, and
+    the gateway's counters match the answered requests, plus per route at most the unanswered."""
     fault, replaced = events["fault"], events.get("replaced")
     lost = [s for s in samples if s.status == 0]
     not_in_flight = [

@@ -1,5 +1,4 @@
-"""The chaos suite's Redis Cluster cases under the driver's `mixed` scenario: a primary killed
-and its replica promoted, or all its slots migrated; did the clients' cluster support follow?"""
+"""The Redis Cluster cases under mixed load: a primary killed (its replica promoted) or migrated."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`aside-bench chaos`: its options, then the suite run on a checked stack and seed (exit 1
-when a check failed)."""
+"""`aside-bench chaos`: its options, then the suite on a checked stack and seed (1: a failure)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The fault suite's faults under the driver's load: a service killed or stopped, or a hop's
-proxy poisoned (gray.py), then brought back, noting when it answers again."""
+"""The faults under load: a service killed or stopped, or a hop poisoned, then brought back."""
 
 from __future__ import annotations
 

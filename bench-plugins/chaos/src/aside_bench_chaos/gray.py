@@ -1,5 +1,4 @@
-"""The chaos suite's gray failures: a hop slow, silent, throttled or cut mid-reply rather than
-down (toxics on the proxies between the services), and the budgets clients are held to."""
+"""The gray failures: a hop slow, silent, throttled or cut mid-reply (toxics), and their budgets."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`aside-bench chaos`: each case one fault under the driver's `chaos` scenario, the
-service restored, then the samples and PostgreSQL checked (docs/bench/suites.md, "Chaos")."""
+"""`aside-bench chaos`: each case one fault under load, then its samples and PostgreSQL checked."""
 
 from __future__ import annotations
 
@@ -235,8 +234,7 @@ def _direct_again(settings: Settings, control: ServiceControl) -> None:
 def _through_proxies(
     settings: Settings, control: ServiceControl, run: SuiteRun
 ) -> Iterator[Toxiproxy]:
-    """The gateway and the core through the proxies; afterwards, whatever happened, no
-    toxic and both services on their direct URLs."""
+    """The gateway and the core through the proxies; afterwards no toxic and both direct again."""
     proxies = Proxies.from_env()
     urls = proxied_urls(proxies, settings.database_url, settings.redis_url, control.stack.core_url)
     with restored(Toxiproxy(proxies)) as api:
