@@ -123,19 +123,18 @@ def summary_table(run: SuiteRun) -> Table:
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     params = run.params
     doc = suite_page("chaos", run)
-    doc.ul(
-        [
-            f"load: the load driver at a constant arrival rate of {params['rate']} req/s "
-            f"through the gateway {params['gateway_url']}: {params['write_share']:.0%} creates "
-            f"with an Idempotency-Key, the rest cached reads ({params['user_share']:.0%} by id of "
-            f"{params['id_sample']} seeded ids, the others counts of the "
-            f"{params['hot_emails']} hot emails); request timeout {params['timeout_s']} s; "
-            "a new connection per request",
-            f"each case: {params['pre_s']:g} s of load, the fault, {params['down_s']:g} s "
-            f"down, the restart, then about {params['post_s']:g} s more load",
-            f"table: {run.seed.get('rows')} rows; stack under {params['run_dir']}",
-        ]
-    )
+    setup = [
+        f"load: the load driver at a constant arrival rate of {params['rate']} req/s "
+        f"through the gateway {params['gateway_url']}: {params['write_share']:.0%} creates "
+        f"with an Idempotency-Key, the rest cached reads ({params['user_share']:.0%} by id of "
+        f"{params['id_sample']} seeded ids, the others counts of the "
+        f"{params['hot_emails']} hot emails); request timeout {params['timeout_s']} s; "
+        "a new connection per request",
+        f"each case: {params['pre_s']:g} s of load, the fault, {params['down_s']:g} s "
+        f"down, the restart, then about {params['post_s']:g} s more load",
+        f"table: {run.seed.get('rows')} rows; stack under {params['run_dir']}",
+    ]
+    doc.ul(setup)
     tables = [summary_table(run)]
     doc.table(tables[0])
     for case in cast(list[CaseRecord], run.items):
