@@ -70,8 +70,7 @@ def first_good_window(
         return None
     offset, last = 0.0, samples[-1].start
     while instant + offset + 1.0 <= last + 1e-9:
-        lo, hi = instant + offset, instant + offset + 1.0
-        window = [s for s in samples if lo <= s.start < hi]
+        window = started_between(samples, instant + offset, instant + offset + 1.0)
         if window and good(window):
             return offset
         offset += 0.1
@@ -308,6 +307,10 @@ def postgres_checks(
         "first_miss_after_ready_s": first_miss,
         "last_failure_after_ready_s": max((s.start - ready for s in failures), default=None),
     }
+    breaker_note = (
+        f"; {len(shed)} failed fast while the gateway's Redis breaker was open "
+        f"({redis_errors:g} Redis errors in the gateway)"
+    )
     checks = [
         Check(
             "cached reads keep answering 200",
@@ -315,12 +318,7 @@ def postgres_checks(
             f"{len(users)} cached user reads ({len(outage_reads)} while PostgreSQL was down), "
             f"{len(bad_users)} not 200"
             + (f": {summarize(bad_users)}" if bad_users else "")
-            + (
-                f"; {len(shed)} failed fast while the gateway's Redis breaker was open "
-                f"({redis_errors:g} Redis errors in the gateway)"
-                if shed
-                else ""
-            ),
+            + (breaker_note if shed else ""),
         ),
         Check(
             f"misses and writes fail fast: 503/504 JSON within {DB_DOWN_MAX_MS} ms",

@@ -52,8 +52,7 @@ def kill(control: ServiceControl, service: str) -> int:
 
 class Faults:
     def __init__(self, settings: Settings, control: ServiceControl, api: Toxiproxy | None = None):
-        self.settings, self.control = settings, control
-        self.api = api  # the proxies, for the gray cases
+        self.settings, self.control, self.api = settings, control, api  # api: the gray cases
 
     def _proxies(self, case: str) -> Toxiproxy:
         if self.api is None:

@@ -181,10 +181,6 @@ class GrayFigures(TypedDict):  # report.json's "figures" of a gray case
     proxy_cpu_cores: NotRequired[float | None]
 
 
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
-
-
 def gray_checks(
     case: GrayCase, samples: list[Sample], events: dict[str, float]
 ) -> tuple[list[Check], GrayFigures]:
@@ -204,8 +200,8 @@ def gray_checks(
         "fault_s": round(healed - fault, 1),
         "steady_read_p95_ms": round(steady_p95, 1),
         "reads_during_fault": len(during_reads),
-        "read_p50_during_fault_ms": _rounded(read_p50),
-        "read_p99_during_fault_ms": _rounded(read_p99),
+        "read_p50_during_fault_ms": None if read_p50 is None else round(read_p50, 1),
+        "read_p99_during_fault_ms": None if read_p99 is None else round(read_p99, 1),
         "read_503_during_fault": sum(1 for s in during_reads if s.status == 503),
         "bypass_during_fault": sum(1 for s in during_reads if s.tag("xcache") == "BYPASS"),
         "writes": len(writes),
