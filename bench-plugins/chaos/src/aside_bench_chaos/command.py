@@ -12,7 +12,7 @@ from aside_bench.stack import config
 from aside_bench_suite.base import user_prefix
 
 from aside_bench_chaos import run as chaos
-from aside_bench_chaos.cases import FULL, SHORT, ChaosParams
+from aside_bench_chaos.cases import CASES, FULL, SHORT, ChaosParams
 
 # The phases' options: flag (its dest, plus "_s", a Timing field) and what it sets.
 TIMING_OPTIONS = (
@@ -24,7 +24,7 @@ TIMING_OPTIONS = (
 
 
 def add_chaos(faults: argparse.ArgumentParser) -> None:
-    faults.add_argument("--cases", default="all", help=f"some of: {' '.join(chaos.CASES)}")
+    faults.add_argument("--cases", default="all", help=f"some of: {' '.join(CASES)}")
     opt.option(faults, "--rate", opt.positive, 60, "requests/s")
     faults.add_argument(
         "--short", action="store_true", help="a few seconds per case (make test's form)"

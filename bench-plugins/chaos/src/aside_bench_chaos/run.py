@@ -31,22 +31,14 @@ from aside_bench_suite.base import (
 )
 from aside_bench_suite.samples import by_kind, read_samples
 
+from aside_bench_chaos import cases, cluster, gray
 from aside_bench_chaos import checks as cc
-from aside_bench_chaos import cluster, gray
-from aside_bench_chaos.cases import (
-    CASES,
-    CLUSTER_CASES,
-    DESCRIPTIONS,
-    KILLS,
-    SHORT,
-    CaseResult,
-    ChaosParams,
-)
+from aside_bench_chaos.cases import KILLS, SHORT, ChaosParams
 from aside_bench_chaos.faults import Faults, under_load
 from aside_bench_chaos.report import one_line, write_report
 from aside_bench_chaos.verify import check_reads, check_writes, prewarm
 
-__all__ = ["CASES", "KILLS", "SHORT", "ChaosParams", "load_run", "parse_cases", "run_chaos"]
+__all__ = ["KILLS", "SHORT", "ChaosParams", "load_run", "parse_cases", "run_case", "run_chaos"]
 QUIET_DEADLINE_S = 60.0
 
 
@@ -56,7 +48,7 @@ def parse_cases(text: str | None) -> tuple[str, ...]:
         return tuple(gray.GRAY_CASES)
     if not text or text.strip() == "all":
         return KILLS
-    return parse_names(text, CASES, "case")
+    return parse_names(text, cases.CASES, "case")
 
 
 # ---- the load -------------------------------------------------------------------------
@@ -98,8 +90,8 @@ def run_case(
     control: ServiceControl,
     case: str,
     api: Toxiproxy | None = None,
-) -> CaseResult:
-    if case in CLUSTER_CASES:
+) -> cases.CaseResult:
+    if case in cases.CLUSTER_CASES:
         try:
             return cluster.run_cluster_case(settings, seed, control, params, case)
         finally:
@@ -107,7 +99,7 @@ def run_case(
             for service in ("core", "gateway"):
                 control.restart(service, {})
             cluster.fresh_cluster(control)
-    result, grayed = CaseResult(case), gray.GRAY_CASES.get(case)
+    result, grayed = cases.CaseResult(case), gray.GRAY_CASES.get(case)
     ids = load_seed_list(seed.data_dir / "user_ids.json", "ids", int)[: params.id_sample]
     control.ensure_up()
     control.verify()
@@ -189,13 +181,13 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
     grays = tuple(case for case in params.cases if case in gray.GRAY_CASES)
     kills = tuple(case for case in params.cases if case not in grays)
 
-    def run_cases(cases: tuple[str, ...], api: Toxiproxy | None = None) -> None:
+    def run_cases(names: tuple[str, ...], api: Toxiproxy | None = None) -> None:
         run_items(
             run,
-            cases,
+            names,
             lambda case: run_case(settings, params, seed, control, case, api),
-            lambda case, error: CaseResult(case, error=error),
-            DESCRIPTIONS,
+            lambda case, error: cases.CaseResult(case, error=error),
+            cases.DESCRIPTIONS,
             lambda result: one_line(result.as_dict()),
             # After a failed case the next runs only on a stack that came back.
             go_on=lambda result: result.error is None or _restore_all(control),
