@@ -6,18 +6,8 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-from aside_bench_suite.samples import (
-    CLOCK_SLACK_S,
-    READS,
-    ROUTES,
-    Check,
-    Sample,
-    first_after,
-    fmt_seconds,
-    hit_share,
-    started_between,
-    summarize,
-)
+from aside_bench_suite import samples as cs
+from aside_bench_suite.samples import Check, Sample
 
 # ---- the limits the checks hold the stack to (docs/bench/suites.md, "Chaos") --------------------
 # The load driver's request timeout; a read "hangs" when it takes more than half of it.
@@ -49,7 +39,7 @@ def rereads(samples: list[Sample], instant: float) -> list[Sample]:
     """The answered reads from `instant` on of a key an earlier such read had asked for and
     ended: after a flush every first read misses, so only these measure the cache."""
     answered = sorted(
-        (s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant),
+        (s for s in samples if s.kind in cs.READS and s.status == 200 and s.start >= instant),
         key=lambda s: s.start,
     )
     first_end: dict[tuple[str, str], float] = {}
@@ -70,7 +60,7 @@ def first_good_window(
         return None
     offset, last = 0.0, samples[-1].start
     while instant + offset + 1.0 <= last + 1e-9:
-        window = started_between(samples, instant + offset, instant + offset + 1.0)
+        window = cs.started_between(samples, instant + offset, instant + offset + 1.0)
         if window and good(window):
             return offset
         offset += 0.1
@@ -81,7 +71,7 @@ def hit_ratio_back(samples: list[Sample], instant: float, baseline: float) -> fl
     """When the re-reads' HIT share is back to HIT_RATIO_BACK x `baseline`."""
     enough = HIT_RATIO_BACK * baseline
     reads = rereads(samples, instant)
-    return first_good_window(reads, instant, lambda window: (hit_share(window) or 0) >= enough)
+    return first_good_window(reads, instant, lambda window: (cs.hit_share(window) or 0) >= enough)
 
 
 def within(value: float | None, limit: float) -> bool:
@@ -91,7 +81,7 @@ def within(value: float | None, limit: float) -> bool:
 
 def examples(label: str, bad: list[Sample]) -> str:
     """A check's detail's tail: some of the samples that broke it, if any did."""
-    return f"; {label}: {summarize(bad)}" if bad else ""
+    return f"; {label}: {cs.summarize(bad)}" if bad else ""
 
 
 def writes_within(
@@ -110,7 +100,7 @@ def common_checks(
     samples: list[Sample], dropped: int, lost_ok: bool, tallied: int | None, read_max_ms: float
 ) -> list[Check]:
     """`tallied`: what the driver counted (None: unchecked); a read past `read_max_ms` hangs."""
-    reads = [s for s in samples if s.kind in READS]
+    reads = [s for s in samples if s.kind in cs.READS]
     slow = [s for s in reads if s.ms > read_max_ms]
     lost = [s for s in samples if s.status == 0]
     bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
@@ -130,7 +120,7 @@ def common_checks(
         Check(
             "every request answered",
             not lost,
-            summarize(lost) if lost else "no request without an answer",
+            cs.summarize(lost) if lost else "no request without an answer",
         ),
         Check(
             "bodies are right, errors are JSON",
@@ -158,18 +148,20 @@ def redis_checks(
     fault, ready = events["fault"], events["ready"]
     # Down for certain only until the restart began: the new Redis may answer before `ready`.
     restore = events.get("restore", ready)
-    reads = [s for s in samples if s.kind in READS]
+    reads = [s for s in samples if s.kind in cs.READS]
     odd_reads = [
         s for s in reads if s.status != 200 and not (s.status == 503 and s.tag("retry_after"))
     ]
     outage = [
-        s for s in reads if s.start >= fault + CLOCK_SLACK_S and s.end <= restore - CLOCK_SLACK_S
+        s
+        for s in reads
+        if s.start >= fault + cs.CLOCK_SLACK_S and s.end <= restore - cs.CLOCK_SLACK_S
     ]
     bypassed = [s for s in outage if s.status == 200 and s.tag("xcache") == "BYPASS"]
     writes = [s for s in samples if s.kind == "create"]
     failed_writes = [s for s in writes if not s.ok]
-    baseline = hit_share(started_between(samples, 0, fault)) or 0.0
-    first_hit = first_after(reads, ready, lambda s: s.tag("xcache") == "HIT")
+    baseline = cs.hit_share(cs.started_between(samples, 0, fault)) or 0.0
+    first_hit = cs.first_after(reads, ready, lambda s: s.tag("xcache") == "HIT")
     ratio_back = hit_ratio_back(samples, ready, baseline)
     figures: CaseFigures = {
         "reads_during_outage": len(outage),
@@ -196,13 +188,13 @@ def redis_checks(
         Check(
             f"hits resume within {RECOVER_S:g} s of Redis being back",
             within(first_hit, RECOVER_S),
-            f"first HIT {fmt_seconds(first_hit)} after ready",
+            f"first HIT {cs.fmt_seconds(first_hit)} after ready",
         ),
         Check(
             f"hit ratio back within {RECOVER_S:g} s",
             within(ratio_back, RECOVER_S),
             f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault, among re-reads, after "
-            f"{fmt_seconds(ratio_back)}",
+            f"{cs.fmt_seconds(ratio_back)}",
         ),
     ]
     return checks, figures
@@ -212,23 +204,23 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
     """The core killed: writes answer 503 core_unavailable fast while it is down (504
     write_outcome_unknown if in flight), reads are unaffected, writes succeed once it is back."""
     fault, restore, ready = events["fault"], events["restore"], events["ready"]
-    reads = [s for s in samples if s.kind in READS]
+    reads = [s for s in samples if s.kind in cs.READS]
     writes = [s for s in samples if s.kind == "create"]
     bad_reads = [s for s in reads if s.status != 200]
-    down = started_between(writes, fault + CLOCK_SLACK_S, restore)
+    down = cs.started_between(writes, fault + cs.CLOCK_SLACK_S, restore)
 
     def unavailable(s: Sample) -> bool:
         return s.status == 503 and s.tag("code") == "core_unavailable"
 
     def in_flight_unknown(s: Sample) -> bool:
-        in_flight = s.start < fault + CLOCK_SLACK_S and s.end > fault - CLOCK_SLACK_S
+        in_flight = s.start < fault + cs.CLOCK_SLACK_S and s.end > fault - cs.CLOCK_SLACK_S
         return s.status == 504 and s.tag("code") == "write_outcome_unknown" and in_flight
 
     down_wrong = [s for s in down if not unavailable(s) or s.ms > CORE_DOWN_MAX_MS]
     other = [s for s in writes if not (s.ok or unavailable(s) or in_flight_unknown(s))]
-    after = started_between(writes, ready + CLOCK_SLACK_S, math.inf)
+    after = cs.started_between(writes, ready + cs.CLOCK_SLACK_S, math.inf)
     after_failed = [s for s in after if not s.ok]
-    first_ok = first_after(writes, ready, lambda s: s.ok)
+    first_ok = cs.first_after(writes, ready, lambda s: s.ok)
     figures: CaseFigures = {
         "writes_while_down": len(down),
         "max_ms_while_down": max((s.ms for s in down), default=None),
@@ -240,7 +232,7 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
             "reads unaffected",
             not bad_reads,
             f"{len(reads)} reads, {len(bad_reads)} not 200"
-            + (f": {summarize(bad_reads)}" if bad_reads else ""),
+            + (f": {cs.summarize(bad_reads)}" if bad_reads else ""),
         ),
         writes_within(
             f"writes while down: 503 core_unavailable within {CORE_DOWN_MAX_MS} ms",
@@ -254,12 +246,12 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
             not other,
             "every failed write is 503 core_unavailable, or 504 write_outcome_unknown in flight"
             if not other
-            else f"other failures: {summarize(other)}",
+            else f"other failures: {cs.summarize(other)}",
         ),
         Check(
             "writes succeed once the core is back",
             bool(after) and not after_failed,
-            f"{len(after)} writes after ready, first 2xx {fmt_seconds(first_ok)} after ready"
+            f"{len(after)} writes after ready, first 2xx {cs.fmt_seconds(first_ok)} after ready"
             + examples("failed", after_failed),
         ),
     ]
@@ -292,9 +284,11 @@ def postgres_checks(
     bad_users = [s for s in failed_users if s not in shed]
     failures = [s for s in counts + writes if s.status != 200 and not s.ok]
     wrong = [s for s in failures if not fast(s, (503, 504), DB_DOWN_CODES)]
-    outage_reads = started_between(users, fault + CLOCK_SLACK_S, ready)
-    first_write = first_after(writes, ready, lambda s: s.ok)
-    first_miss = first_after(counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS")
+    outage_reads = cs.started_between(users, fault + cs.CLOCK_SLACK_S, ready)
+    first_write = cs.first_after(writes, ready, lambda s: s.ok)
+    first_miss = cs.first_after(
+        counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS"
+    )
     late = [s for s in failures if s.start >= ready + RECOVER_S]
     figures: CaseFigures = {
         "cached_reads_while_down": len(outage_reads),
@@ -317,7 +311,7 @@ def postgres_checks(
             bool(outage_reads) and not bad_users,
             f"{len(users)} cached user reads ({len(outage_reads)} while PostgreSQL was down), "
             f"{len(bad_users)} not 200"
-            + (f": {summarize(bad_users)}" if bad_users else "")
+            + (f": {cs.summarize(bad_users)}" if bad_users else "")
             + (breaker_note if shed else ""),
         ),
         Check(
@@ -329,8 +323,8 @@ def postgres_checks(
         Check(
             f"pools recover within {RECOVER_S:g} s of PostgreSQL being ready",
             within(first_write, RECOVER_S) and within(first_miss, RECOVER_S) and not late,
-            f"first 2xx write {fmt_seconds(first_write)}, first answered miss "
-            f"{fmt_seconds(first_miss)} after ready; {len(late)} failures later than "
+            f"first 2xx write {cs.fmt_seconds(first_write)}, first answered miss "
+            f"{cs.fmt_seconds(first_miss)} after ready; {len(late)} failures later than "
             f"{RECOVER_S:g} s",
         ),
     ]
@@ -347,11 +341,13 @@ def worker_checks(
     fault, replaced = events["fault"], events.get("replaced")
     lost = [s for s in samples if s.status == 0]
     not_in_flight = [
-        s for s in lost if not (s.start <= fault + CLOCK_SLACK_S and s.end >= fault - CLOCK_SLACK_S)
+        s
+        for s in lost
+        if not (s.start <= fault + cs.CLOCK_SLACK_S and s.end >= fault - cs.CLOCK_SLACK_S)
     ]
     others = [s for s in samples if s.status != 0 and not (s.ok or s.status == 200)]
-    answered = Counter((*ROUTES[s.kind], str(s.status)) for s in samples if s.status != 0)
-    lost_by_route = Counter(ROUTES[s.kind] for s in lost)
+    answered = Counter((*cs.ROUTES[s.kind], str(s.status)) for s in samples if s.status != 0)
+    lost_by_route = Counter(cs.ROUTES[s.kind] for s in lost)
     mismatches = []
     surplus_by_route: Counter[tuple[str, str]] = Counter()
     for key in sorted(set(answered) | set(counters_delta)):
@@ -381,14 +377,14 @@ def worker_checks(
         Check(
             f"worker replaced within {REPLACE_S:g} s",
             within(replace_s, REPLACE_S),
-            f"new worker {fmt_seconds(replace_s)} after the kill",
+            f"new worker {cs.fmt_seconds(replace_s)} after the kill",
         ),
         Check(
             "only requests in flight on the killed worker go unanswered",
             not not_in_flight and not others,
             f"{len(lost)} unanswered, all in flight at the kill"
             if not not_in_flight and not others
-            else f"unexplained: {summarize(not_in_flight + others)}",
+            else f"unexplained: {cs.summarize(not_in_flight + others)}",
         ),
         Check(
             "gateway counters exact",
@@ -404,7 +400,7 @@ def worker_checks(
 def loaded_route_increase(
     before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
 ) -> dict[tuple[str, str, str], float]:
-    routes = set(ROUTES.values())
+    routes = set(cs.ROUTES.values())
     loaded = (key for key in set(before) | set(after) if key[:2] in routes)
     changes = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in loaded}
     return {key: change for key, change in changes.items() if change}

@@ -9,24 +9,10 @@ from typing import NotRequired, TypedDict
 
 from aside_bench.stack import procs
 from aside_bench.stack.toxiproxy import DOWNSTREAM, Toxic, Toxiproxy
-from aside_bench_suite.samples import (
-    CLOCK_SLACK_S,
-    READS,
-    Check,
-    Sample,
-    fmt_seconds,
-    nearest_rank,
-    started_between,
-)
+from aside_bench_suite import samples as cs
+from aside_bench_suite.samples import Check, Sample
 
-from aside_bench_chaos.checks import (
-    READ_MAX_MS,
-    RECOVER_S,
-    examples,
-    first_good_window,
-    within,
-    writes_within,
-)
+from aside_bench_chaos import checks as cc
 
 SLOW_MS = 200
 # A trickle: at 4 KB/s the suite's 60 requests/s fit through and nothing is tested; at
@@ -50,7 +36,7 @@ class GrayCase:
     proxies: tuple[str, ...]
     read_p99_ms: float
     write_max_ms: float  # the longest a write may take
-    read_max_ms: float = READ_MAX_MS  # past it a read hangs
+    read_max_ms: float = cc.READ_MAX_MS  # past it a read hangs
     # Where a breaker should take most reads off the faulty hop: their median (None: no claim).
     read_p50_ms: float | None = None
     # The load driver's timeout: past every budget, so a request over its budget is measured.
@@ -75,7 +61,7 @@ DB_READ_MAX_MS = 6500.0
 # core fault, which reads never reach, a read within 500 ms; writes within the gateway's
 # DB_POOL_TIMEOUT_MS (1000) and CORE_TIMEOUT_MS (6000).
 _redis = partial(
-    GrayCase, proxies=("redis", "core-redis"), read_p99_ms=READ_MAX_MS, write_max_ms=1500
+    GrayCase, proxies=("redis", "core-redis"), read_p99_ms=cc.READ_MAX_MS, write_max_ms=1500
 )
 _postgres = partial(
     GrayCase,
@@ -146,14 +132,14 @@ def poison(api: Toxiproxy, case: GrayCase, on: bool) -> None:
 
 # ---- the verdicts (pure) ---------------------------------------------------------------
 def _p95(values: list[float]) -> float:
-    return nearest_rank(values, 95) or 0.0
+    return cs.nearest_rank(values, 95) or 0.0
 
 
 def steady_again(reads: list[Sample], instant: float, steady_p95: float) -> float | None:
     """Seconds from `instant` to the first window whose read p95 is back near `steady_p95`."""
     limit = max(steady_p95 * STEADY_FACTOR, steady_p95 + STEADY_SLACK_MS)
     after = [s for s in reads if s.start >= instant]
-    return first_good_window(after, instant, lambda w: _p95([s.ms for s in w]) <= limit)
+    return cc.first_good_window(after, instant, lambda w: _p95([s.ms for s in w]) <= limit)
 
 
 def _clear_answer(s: Sample) -> bool:
@@ -162,7 +148,7 @@ def _clear_answer(s: Sample) -> bool:
         return True
     if s.status not in (503, 504) or not s.tag("code"):
         return False
-    return s.kind not in READS or s.status != 503 or bool(s.tag("retry_after"))
+    return s.kind not in cs.READS or s.status != 503 or bool(s.tag("retry_after"))
 
 
 class GrayFigures(TypedDict):  # report.json's "figures" of a gray case
@@ -185,15 +171,15 @@ def gray_checks(
     case: GrayCase, samples: list[Sample], events: dict[str, float]
 ) -> tuple[list[Check], GrayFigures]:
     fault, healed = events["fault"], events["ready"]
-    reads = [s for s in samples if s.kind in READS and s.status != 0]
+    reads = [s for s in samples if s.kind in cs.READS and s.status != 0]
     writes = [s for s in samples if s.kind == "create"]
-    before = started_between(reads, events["load_start"] + 1.0, fault)
-    during = started_between(samples, fault + CLOCK_SLACK_S, healed)
-    during_reads = [s for s in during if s.kind in READS]
+    before = cs.started_between(reads, events["load_start"] + 1.0, fault)
+    during = cs.started_between(samples, fault + cs.CLOCK_SLACK_S, healed)
+    during_reads = [s for s in during if s.kind in cs.READS]
     unclear = [s for s in samples if not _clear_answer(s)]
     steady_p95 = _p95([s.ms for s in before])
-    read_p99 = nearest_rank([s.ms for s in during_reads], 99)
-    read_p50 = nearest_rank([s.ms for s in during_reads], 50)
+    read_p99 = cs.nearest_rank([s.ms for s in during_reads], 99)
+    read_p50 = cs.nearest_rank([s.ms for s in during_reads], 50)
     back = steady_again(reads, healed, steady_p95)
     slow = [s for s in writes if s.ms > case.write_max_ms]
     figures: GrayFigures = {
@@ -214,22 +200,22 @@ def gray_checks(
             "every answer a 2xx or a clear 503/504 (reads' 503 with Retry-After)",
             bool(samples) and not unclear,
             f"{len(samples)} requests, {len(during)} during the fault"
-            + examples("unclear", unclear),
+            + cc.examples("unclear", unclear),
         ),
         Check(
             f"read p99 over the fault within {case.read_p99_ms:g} ms",
-            within(read_p99, case.read_p99_ms),
+            cc.within(read_p99, case.read_p99_ms),
             f"p99 {figures['read_p99_during_fault_ms']} ms over {len(during_reads)} reads "
             f"({figures['bypass_during_fault']} BYPASS, {figures['read_503_during_fault']} 503)",
         ),
-        writes_within(
+        cc.writes_within(
             f"no write past {case.write_max_ms:g} ms", writes, slow, figures["write_max_ms"], "slow"
         ),
         Check(
-            f"steady p95 again within {RECOVER_S:g} s of the hop healing",
-            within(back, RECOVER_S),
+            f"steady p95 again within {cc.RECOVER_S:g} s of the hop healing",
+            cc.within(back, cc.RECOVER_S),
             f"read p95 {steady_p95:.1f} ms before the fault; a window within "
-            f"{STEADY_FACTOR:g}x again {fmt_seconds(back)} after",
+            f"{STEADY_FACTOR:g}x again {cs.fmt_seconds(back)} after",
         ),
     ]
     if case.read_p50_ms is not None:
@@ -237,5 +223,5 @@ def gray_checks(
         shown = "none" if read_p50 is None else f"{read_p50:.1f} ms"
         name = f"most reads around the fault: read p50 within {case.read_p50_ms:g} ms"
         detail = f"p50 {shown} over {len(during_reads)} reads"
-        checks.insert(2, Check(name, within(read_p50, case.read_p50_ms), detail))
+        checks.insert(2, Check(name, cc.within(read_p50, case.read_p50_ms), detail))
     return checks, figures
