@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from aside_bench_suite import samples as cs
-from aside_bench_suite.samples import Check, Sample
+from aside_bench_suite.samples import CLOCK_SLACK_S, READS, ROUTES, Check, Sample
 
 # ---- the limits the checks hold the stack to (docs/bench/suites.md, "Chaos") --------------------
 # The load driver's request timeout; a read "hangs" when it takes more than half of it.
@@ -39,7 +39,7 @@ def rereads(samples: list[Sample], instant: float) -> list[Sample]:
     """The answered reads from `instant` on of a key an earlier such read had asked for and
     ended: after a flush every first read misses, so only these measure the cache."""
     answered = sorted(
-        (s for s in samples if s.kind in cs.READS and s.status == 200 and s.start >= instant),
+        (s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant),
         key=lambda s: s.start,
     )
     first_end: dict[tuple[str, str], float] = {}
@@ -100,7 +100,7 @@ def common_checks(
     samples: list[Sample], dropped: int, lost_ok: bool, tallied: int | None, read_max_ms: float
 ) -> list[Check]:
     """`tallied`: what the driver counted (None: unchecked); a read past `read_max_ms` hangs."""
-    reads = [s for s in samples if s.kind in cs.READS]
+    reads = [s for s in samples if s.kind in READS]
     slow = [s for s in reads if s.ms > read_max_ms]
     lost = [s for s in samples if s.status == 0]
     bad_body = [s for s in samples if s.status in (200, 201) and s.tag("ok") == "0"]
@@ -148,14 +148,12 @@ def redis_checks(
     fault, ready = events["fault"], events["ready"]
     # Down for certain only until the restart began: the new Redis may answer before `ready`.
     restore = events.get("restore", ready)
-    reads = [s for s in samples if s.kind in cs.READS]
+    reads = [s for s in samples if s.kind in READS]
     odd_reads = [
         s for s in reads if s.status != 200 and not (s.status == 503 and s.tag("retry_after"))
     ]
     outage = [
-        s
-        for s in reads
-        if s.start >= fault + cs.CLOCK_SLACK_S and s.end <= restore - cs.CLOCK_SLACK_S
+        s for s in reads if s.start >= fault + CLOCK_SLACK_S and s.end <= restore - CLOCK_SLACK_S
     ]
     bypassed = [s for s in outage if s.status == 200 and s.tag("xcache") == "BYPASS"]
     writes = [s for s in samples if s.kind == "create"]
@@ -204,21 +202,21 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
     """The core killed: writes answer 503 core_unavailable fast while it is down (504
     write_outcome_unknown if in flight), reads are unaffected, writes succeed once it is back."""
     fault, restore, ready = events["fault"], events["restore"], events["ready"]
-    reads = [s for s in samples if s.kind in cs.READS]
+    reads = [s for s in samples if s.kind in READS]
     writes = [s for s in samples if s.kind == "create"]
     bad_reads = [s for s in reads if s.status != 200]
-    down = cs.started_between(writes, fault + cs.CLOCK_SLACK_S, restore)
+    down = cs.started_between(writes, fault + CLOCK_SLACK_S, restore)
 
     def unavailable(s: Sample) -> bool:
         return s.status == 503 and s.tag("code") == "core_unavailable"
 
     def in_flight_unknown(s: Sample) -> bool:
-        in_flight = s.start < fault + cs.CLOCK_SLACK_S and s.end > fault - cs.CLOCK_SLACK_S
+        in_flight = s.start < fault + CLOCK_SLACK_S and s.end > fault - CLOCK_SLACK_S
         return s.status == 504 and s.tag("code") == "write_outcome_unknown" and in_flight
 
     down_wrong = [s for s in down if not unavailable(s) or s.ms > CORE_DOWN_MAX_MS]
     other = [s for s in writes if not (s.ok or unavailable(s) or in_flight_unknown(s))]
-    after = cs.started_between(writes, ready + cs.CLOCK_SLACK_S, math.inf)
+    after = cs.started_between(writes, ready + CLOCK_SLACK_S, math.inf)
     after_failed = [s for s in after if not s.ok]
     first_ok = cs.first_after(writes, ready, lambda s: s.ok)
     figures: CaseFigures = {
@@ -284,7 +282,7 @@ def postgres_checks(
     bad_users = [s for s in failed_users if s not in shed]
     failures = [s for s in counts + writes if s.status != 200 and not s.ok]
     wrong = [s for s in failures if not fast(s, (503, 504), DB_DOWN_CODES)]
-    outage_reads = cs.started_between(users, fault + cs.CLOCK_SLACK_S, ready)
+    outage_reads = cs.started_between(users, fault + CLOCK_SLACK_S, ready)
     first_write = cs.first_after(writes, ready, lambda s: s.ok)
     first_miss = cs.first_after(
         counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS"
@@ -341,13 +339,11 @@ def worker_checks(
     fault, replaced = events["fault"], events.get("replaced")
     lost = [s for s in samples if s.status == 0]
     not_in_flight = [
-        s
-        for s in lost
-        if not (s.start <= fault + cs.CLOCK_SLACK_S and s.end >= fault - cs.CLOCK_SLACK_S)
+        s for s in lost if not (s.start <= fault + CLOCK_SLACK_S and s.end >= fault - CLOCK_SLACK_S)
     ]
     others = [s for s in samples if s.status != 0 and not (s.ok or s.status == 200)]
-    answered = Counter((*cs.ROUTES[s.kind], str(s.status)) for s in samples if s.status != 0)
-    lost_by_route = Counter(cs.ROUTES[s.kind] for s in lost)
+    answered = Counter((*ROUTES[s.kind], str(s.status)) for s in samples if s.status != 0)
+    lost_by_route = Counter(ROUTES[s.kind] for s in lost)
     mismatches = []
     surplus_by_route: Counter[tuple[str, str]] = Counter()
     for key in sorted(set(answered) | set(counters_delta)):
@@ -400,7 +396,7 @@ def worker_checks(
 def loaded_route_increase(
     before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
 ) -> dict[tuple[str, str, str], float]:
-    routes = set(cs.ROUTES.values())
+    routes = set(ROUTES.values())
     loaded = (key for key in set(before) | set(after) if key[:2] in routes)
     changes = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in loaded}
     return {key: change for key, change in changes.items() if change}

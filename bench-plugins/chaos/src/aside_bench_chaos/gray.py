@@ -10,7 +10,7 @@ from typing import NotRequired, TypedDict
 from aside_bench.stack import procs
 from aside_bench.stack.toxiproxy import DOWNSTREAM, Toxic, Toxiproxy
 from aside_bench_suite import samples as cs
-from aside_bench_suite.samples import Check, Sample
+from aside_bench_suite.samples import CLOCK_SLACK_S, READS, Check, Sample
 
 from aside_bench_chaos import checks as cc
 
@@ -148,7 +148,7 @@ def _clear_answer(s: Sample) -> bool:
         return True
     if s.status not in (503, 504) or not s.tag("code"):
         return False
-    return s.kind not in cs.READS or s.status != 503 or bool(s.tag("retry_after"))
+    return s.kind not in READS or s.status != 503 or bool(s.tag("retry_after"))
 
 
 class GrayFigures(TypedDict):  # report.json's "figures" of a gray case
@@ -171,11 +171,11 @@ def gray_checks(
     case: GrayCase, samples: list[Sample], events: dict[str, float]
 ) -> tuple[list[Check], GrayFigures]:
     fault, healed = events["fault"], events["ready"]
-    reads = [s for s in samples if s.kind in cs.READS and s.status != 0]
+    reads = [s for s in samples if s.kind in READS and s.status != 0]
     writes = [s for s in samples if s.kind == "create"]
     before = cs.started_between(reads, events["load_start"] + 1.0, fault)
-    during = cs.started_between(samples, fault + cs.CLOCK_SLACK_S, healed)
-    during_reads = [s for s in during if s.kind in cs.READS]
+    during = cs.started_between(samples, fault + CLOCK_SLACK_S, healed)
+    during_reads = [s for s in during if s.kind in READS]
     unclear = [s for s in samples if not _clear_answer(s)]
     steady_p95 = _p95([s.ms for s in before])
     read_p99 = cs.nearest_rank([s.ms for s in during_reads], 99)

@@ -19,16 +19,8 @@ from aside_bench.stack.prepare import StackError, wait_until_quiet
 from aside_bench.stack.seeddata import SeedData, load_seed_list
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.toxiproxy import Proxies, Toxiproxy, proxied_urls, restored
-from aside_bench_suite.base import (
-    SuiteRun,
-    increase,
-    open_run,
-    parse_names,
-    remove_users,
-    run_items,
-    sleep_until,
-    user_prefix,
-)
+from aside_bench_suite import base as suite
+from aside_bench_suite.base import SuiteRun
 from aside_bench_suite.samples import by_kind, read_samples
 
 from aside_bench_chaos import cases, cluster, gray
@@ -48,7 +40,7 @@ def parse_cases(text: str | None) -> tuple[str, ...]:
         return tuple(gray.GRAY_CASES)
     if not text or text.strip() == "all":
         return KILLS
-    return parse_names(text, cases.CASES, "case")
+    return suite.parse_names(text, cases.CASES, "case")
 
 
 # ---- the load -------------------------------------------------------------------------
@@ -74,7 +66,7 @@ def load_run(
             "WRITE_SHARE": str(params.write_share),
             "USER_SHARE": str(params.user_share),
             "ID_SAMPLE": str(params.id_sample),
-            "USER_PREFIX": user_prefix(params.run_id, case),
+            "USER_PREFIX": suite.user_prefix(params.run_id, case),
             "NO_REUSE": "1",
         },
         summary_path=summary,
@@ -113,9 +105,9 @@ def run_case(
     faults, events = Faults(settings, control, api), result.events
     # A broken restore is reported once the load has run its course.
     with under_load(settings, run, params.out_dir / "load.log", events) as driver:
-        sleep_until(events["load_start"] + params.timing.pre_s)
+        suite.sleep_until(events["load_start"] + params.timing.pre_s)
         faults.inject(case, events, result.notes)
-        sleep_until(events["fault"] + params.timing.fault_s(case))
+        suite.sleep_until(events["fault"] + params.timing.fault_s(case))
         faults.restore(case, events, result.notes)
     samples, dropped = read_samples(samples_path)
     compress(samples_path)
@@ -123,7 +115,7 @@ def run_case(
         result.notes["post_window_s"] = round(events["load_end"] - events["ready"], 1)
     result.requests = by_kind(samples)
     metrics_after = scrape(settings)
-    errors = increase(cache_error_counts(metrics_before), cache_error_counts(metrics_after))
+    errors = suite.increase(cache_error_counts(metrics_before), cache_error_counts(metrics_after))
     result.notes["gateway_cache_errors"] = errors
     tallies = result.notes["driver_summary"] = Summary.read(summary_path).counters("chaos")
     if case == "worker":
@@ -145,7 +137,7 @@ def run_case(
     tallied = sum(tallies.values()) if tallies else None
     read_max_ms = grayed.read_max_ms if grayed else cc.READ_MAX_MS
     result.checks = cc.common_checks(samples, dropped, case == "worker", tallied, read_max_ms)
-    prefix = user_prefix(params.run_id, case)
+    prefix = suite.user_prefix(params.run_id, case)
     writes_check, result.writes, written_ids = check_writes(settings, samples, prefix)
     reads_check, result.reads = check_reads(settings, seed.hot, sorted(set(ids) | set(written_ids)))
     result.checks += [*checks, writes_check, reads_check]
@@ -176,13 +168,13 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
         limits=cc.LIMITS,
     )
     what = f"{' '.join(params.cases)} at {params.rate} req/s"
-    open_run("chaos", params.run_id, params.out_dir, what)
+    suite.open_run("chaos", params.run_id, params.out_dir, what)
     # The kills on the services' direct URLs, then the gray failures through the proxies.
     grays = tuple(case for case in params.cases if case in gray.GRAY_CASES)
     kills = tuple(case for case in params.cases if case not in grays)
 
     def run_cases(names: tuple[str, ...], api: Toxiproxy | None = None) -> None:
-        run_items(
+        suite.run_items(
             run,
             names,
             lambda case: run_case(settings, params, seed, control, case, api),
@@ -201,7 +193,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
                 run_cases(grays, api)
     finally:
         _restore_all(control)
-        run.extra["removed_users"] = remove_users(settings, params.run_id)
+        run.extra["removed_users"] = suite.remove_users(settings, params.run_id)
         run.passed = run.all_passed()
         write_report(run, params.out_dir)
     return run
