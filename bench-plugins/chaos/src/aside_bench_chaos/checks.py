@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from aside_bench_suite import samples as cs
-from aside_bench_suite.samples import CLOCK_SLACK_S, READS, ROUTES, Check, Sample
+from aside_bench_suite.samples import CLOCK_SLACK_S, READS, ROUTES, Check, Sample, first_after
 
 # ---- the limits the checks hold the stack to (docs/bench/suites.md, "Chaos") --------------------
 # The load driver's request timeout; a read "hangs" when it takes more than half of it.
@@ -159,7 +159,7 @@ def redis_checks(
     writes = [s for s in samples if s.kind == "create"]
     failed_writes = [s for s in writes if not s.ok]
     baseline = cs.hit_share(cs.started_between(samples, 0, fault)) or 0.0
-    first_hit = cs.first_after(reads, ready, lambda s: s.tag("xcache") == "HIT")
+    first_hit = first_after(reads, ready, lambda s: s.tag("xcache") == "HIT")
     ratio_back = hit_ratio_back(samples, ready, baseline)
     figures: CaseFigures = {
         "reads_during_outage": len(outage),
@@ -218,7 +218,7 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
     other = [s for s in writes if not (s.ok or unavailable(s) or in_flight_unknown(s))]
     after = cs.started_between(writes, ready + CLOCK_SLACK_S, math.inf)
     after_failed = [s for s in after if not s.ok]
-    first_ok = cs.first_after(writes, ready, lambda s: s.ok)
+    first_ok = first_after(writes, ready, lambda s: s.ok)
     figures: CaseFigures = {
         "writes_while_down": len(down),
         "max_ms_while_down": max((s.ms for s in down), default=None),
@@ -280,13 +280,11 @@ def postgres_checks(
         if redis_errors and fast(s, (503,), {"database_unavailable"}) and s.tag("retry_after")
     ]
     bad_users = [s for s in failed_users if s not in shed]
-    failures = [s for s in counts + writes if s.status != 200 and not s.ok]
+    failures = [s for s in counts + writes if not s.ok]
     wrong = [s for s in failures if not fast(s, (503, 504), DB_DOWN_CODES)]
     outage_reads = cs.started_between(users, fault + CLOCK_SLACK_S, ready)
-    first_write = cs.first_after(writes, ready, lambda s: s.ok)
-    first_miss = cs.first_after(
-        counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS"
-    )
+    first_write = first_after(writes, ready, lambda s: s.ok)
+    first_miss = first_after(counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS")
     late = [s for s in failures if s.start >= ready + RECOVER_S]
     figures: CaseFigures = {
         "cached_reads_while_down": len(outage_reads),
@@ -341,7 +339,7 @@ def worker_checks(
     not_in_flight = [
         s for s in lost if not (s.start <= fault + CLOCK_SLACK_S and s.end >= fault - CLOCK_SLACK_S)
     ]
-    others = [s for s in samples if s.status != 0 and not (s.ok or s.status == 200)]
+    others = [s for s in samples if s.status != 0 and not s.ok]
     answered = Counter((*ROUTES[s.kind], str(s.status)) for s in samples if s.status != 0)
     lost_by_route = Counter(ROUTES[s.kind] for s in lost)
     mismatches = []

@@ -199,12 +199,11 @@ def window_figures(lines: list[SampleLine], start: float, end: float) -> Windows
     for name, one in _by_name([x for x in lines if start <= float(x["t"]) < end]).items():
         # A request not answered or answered 5xx; the stale checker's verdicts are its own check.
         errors = [x for x in one if x["status"] == 0 or x["status"] >= 500]
+        by_status = sorted(Counter(x["status"] for x in errors).items())
         figures[name] = {
             "requests": len(one),
             "errors": len(errors),
-            "statuses": {
-                str(s): n for s, n in sorted(Counter(x["status"] for x in errors).items())
-            },
+            "statuses": {str(status): n for status, n in by_status},
             "p99_ms": round(nearest_rank(sorted(float(x["ms"]) for x in one), 99), 1),
         }
     return figures

@@ -144,7 +144,7 @@ def steady_again(reads: list[Sample], instant: float, steady_p95: float) -> floa
 
 def _clear_answer(s: Sample) -> bool:
     """A 2xx, or a 503/504 JSON error with its code (a read's 503 with its Retry-After)."""
-    if s.ok or s.status == 200:
+    if s.ok:
         return True
     if s.status not in (503, 504) or not s.tag("code"):
         return False
