@@ -17,8 +17,7 @@ from aside_bench_chaos.verify import CheckFigures
 KILLS = ("redis", "core", "postgres", "worker")
 FAILOVER, RESHARD = "cluster-failover", "cluster-reshard"
 CLUSTER_CASES = (FAILOVER, RESHARD)
-# The gray failures and the cluster cases run only when named (the cluster
-# cases need the stack's Redis Cluster).
+# Gray and cluster cases run only when named (the cluster cases need the stack's Redis Cluster).
 CASES = (*KILLS, *gray.GRAY_CASES, *CLUSTER_CASES)
 DESCRIPTIONS = {
     "redis": "Redis killed (SIGKILL) and restarted",

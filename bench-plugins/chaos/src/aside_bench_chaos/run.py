@@ -71,6 +71,7 @@ def load_run(
         },
         summary_path=summary,
         samples_path=samples,
+        # The verdicts come from the samples file; nothing reads per-second points.
     )
 
 

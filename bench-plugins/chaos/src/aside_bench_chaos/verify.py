@@ -86,8 +86,7 @@ def _retry(settings: Settings, session: requests.Session, write: Sample) -> Retr
         time.sleep(0.2)
 
 
-# A check's figures by name, report.json's "writes" or "reads": counts, and the
-# users or reads that went wrong; empty for a case that did not run to its end.
+# report.json's "writes" or "reads": counts and what went wrong; empty for a case cut short.
 CheckFigures = dict[str, int | list[str]]
 
 
