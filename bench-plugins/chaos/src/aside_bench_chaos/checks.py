@@ -6,6 +6,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
+from aside_bench.stack.gateway_metrics import RequestKey
 from aside_bench_suite import samples as cs
 from aside_bench_suite.samples import CLOCK_SLACK_S, READS, ROUTES, Check, Sample, first_after
 
@@ -328,9 +329,7 @@ def postgres_checks(
 
 
 def worker_checks(
-    samples: list[Sample],
-    events: dict[str, float],
-    counters_delta: dict[tuple[str, str, str], float],
+    samples: list[Sample], events: dict[str, float], counters_delta: dict[RequestKey, float]
 ) -> tuple[list[Check], CaseFigures]:
     """A gunicorn worker killed: it is replaced, only requests in flight on it go unanswered, and
     the gateway's counters match the answered requests, plus per route at most the unanswered."""
@@ -352,10 +351,10 @@ def worker_checks(
         else:
             surplus_by_route[key[:2]] += int(surplus)
     for route, surplus in surplus_by_route.items():
-        if surplus > lost_by_route.get(route, 0):
+        if surplus > lost_by_route[route]:
             mismatches.append(
                 f"{route}: gateway counted {surplus} more than the driver saw answered, "
-                f"but only {lost_by_route.get(route, 0)} went unanswered"
+                f"but only {lost_by_route[route]} went unanswered"
             )
     replace_s = None if replaced is None else replaced - fault
     never_delivered = sum(surplus_by_route.values())
@@ -392,8 +391,8 @@ def worker_checks(
 
 
 def loaded_route_increase(
-    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
-) -> dict[tuple[str, str, str], float]:
+    before: dict[RequestKey, float], after: dict[RequestKey, float]
+) -> dict[RequestKey, float]:
     routes = set(ROUTES.values())
     loaded = (key for key in set(before) | set(after) if key[:2] in routes)
     changes = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in loaded}

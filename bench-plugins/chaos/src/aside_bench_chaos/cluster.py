@@ -341,23 +341,21 @@ def run_cluster_case(
     result.figures = figures
     checked, seen = stale.get("stale_checked", 0), stale.get("stale_reads", 0)
     errors = stale.get("stale_check_errors", 0)
-    result.checks.append(
+    pending = wait_for(lambda: outbox_rows(settings) == 0, OUTBOX_DEADLINE_S, 0.5)
+    reads_check, result.reads = check_reads(settings, seed.hot, [])
+    result.checks += [
         Check(
             "no stale read afterwards (the mixed scenario's checker)",
             checked > 0 and seen == 0,
             f"{seen} stale of {checked} checked reads, {errors} errors",
-        )
-    )
-    pending = wait_for(lambda: outbox_rows(settings) == 0, OUTBOX_DEADLINE_S, 0.5)
-    reads_check, result.reads = check_reads(settings, seed.hot, [])
-    result.checks.append(
+        ),
         Check(
             "no invalidation lost (the outbox drained; every hot count equals PostgreSQL)",
             pending is not None and reads_check.ok,
             ("outbox empty; " if pending is not None else f"{outbox_rows(settings)} rows left; ")
             + reads_check.detail,
-        )
-    )
+        ),
+    ]
     return result
 
 
