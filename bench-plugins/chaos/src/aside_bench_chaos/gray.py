@@ -27,9 +27,7 @@ STEADY_SLACK_MS = 5.0
 
 
 @dataclass(frozen=True)
-class GrayCase:
-    """One gray failure: its toxics, the proxies it poisons, what clients may see over it."""
-
+class GrayCase:  # one gray failure: its toxics, the proxies it poisons, what clients may see
     name: str
     description: str
     toxics: tuple[Toxic, ...]

@@ -14,9 +14,7 @@ from aside_bench_chaos.checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S
 from aside_bench_chaos.verify import CheckFigures
 
 
-class CaseRecord(ItemRecord):
-    """A case as report.json holds it (cases.CaseResult's record)."""
-
+class CaseRecord(ItemRecord):  # a case as report.json holds it (cases.CaseResult's record)
     description: str
     events: dict[str, float]
     notes: dict[str, object]
