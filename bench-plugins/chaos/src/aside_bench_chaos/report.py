@@ -104,11 +104,9 @@ def summary_table(run: SuiteRun) -> Table:
         statuses = [(status, n) for k in kinds.values() for status, n in k["statuses"].items()]
         failed = sum(n for status, n in statuses if not status.startswith("2"))
         max_read = max((kinds[k]["max_ms"] for k in READS if k in kinds), default=0)
+        unacked, retried = w.get("committed_not_acknowledged", 0), w.get("retried", 0)
         writes = (
-            f"{w.get('writes', 0)} ({w.get('committed_not_acknowledged', 0)} committed unacked, "
-            f"{w.get('retried', 0)} retried)"
-            if w
-            else "-"
+            f"{w.get('writes', 0)} ({unacked} committed unacked, {retried} retried)" if w else "-"
         )
         recovery = _recovery(case) if not case["error"] else "-"
         verdict = "pass" if case["passed"] else "FAIL"
