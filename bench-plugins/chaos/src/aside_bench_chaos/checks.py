@@ -1,6 +1,4 @@
-"""The chaos suite's verdicts from the driver's samples and the gateway's counters (pure);
-`events` are epoch instants (`fault`, `ready`, `replaced`, `load_start`, `load_end`). One
-module: the four cases share the limits and read side by side with docs/bench/suites.md."""
+"""The four kills' verdicts from the driver's samples and the gateway's counters (pure)."""
 
 from __future__ import annotations
 
@@ -8,33 +6,22 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-from aside_bench_suite.samples import (
-    CLOCK_SLACK_S,
-    READS,
-    ROUTES,
-    Check,
-    Sample,
-    first_after,
-    fmt_seconds,
-    hit_share,
-    started_between,
-    summarize,
-)
+from aside_bench.stack.gateway_metrics import RequestKey
+from aside_bench_suite import samples as cs
+from aside_bench_suite.samples import CLOCK_SLACK_S, READS, ROUTES, Check, Sample, first_after
 
 # ---- the limits the checks hold the stack to (docs/bench/suites.md, "Chaos") --------------------
 # The load driver's request timeout; a read "hangs" when it takes more than half of it.
 REQUEST_TIMEOUT_S = 3
 READ_MAX_MS = REQUEST_TIMEOUT_S * 1000 / 2
-# A failure must be fast: the core down (connect refused) within 1 s; PostgreSQL
-# down within the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1 s: the first miss of
-# an outage per worker; later ones wait 0.1 s) plus a margin for a loaded
-# 2-core machine (the core refuses at once: its pool connects on demand).
+# A failure must be fast: the core down (connect refused) within 1 s; PostgreSQL down within
+# the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1 s, the first miss of an outage per worker;
+# later ones wait 0.1 s) plus a margin for a loaded 2-core machine.
 CORE_DOWN_MAX_MS = 1000
 DB_DOWN_MAX_MS = 1500
 # After the service is back: hits, writes and misses resume within this.
 RECOVER_S = 5.0
-# "Hit ratio back": a one-second window whose hit share is at least this share
-# of the share before the fault.
+# "Hit ratio back": a one-second window whose hit share is this share of the one before.
 HIT_RATIO_BACK = 0.8
 # Gunicorn replaces a killed worker within this.
 REPLACE_S = 10.0
@@ -50,9 +37,8 @@ LIMITS: dict[str, float] = {
 
 
 def rereads(samples: list[Sample], instant: float) -> list[Sample]:
-    """The answered reads from `instant` on of a key an earlier such read had asked for
-    and ended: after a flush every first read misses, so only these measure the cache
-    (docs/decisions/005-redis-down-serve-from-postgresql-behind-a-breaker.md)."""
+    """The answered reads from `instant` on of a key an earlier such read had asked for and
+    ended: after a flush every first read misses, so only these measure the cache."""
     answered = sorted(
         (s for s in samples if s.kind in READS and s.status == 200 and s.start >= instant),
         key=lambda s: s.start,
@@ -70,14 +56,12 @@ def rereads(samples: list[Sample], instant: float) -> list[Sample]:
 def first_good_window(
     samples: list[Sample], instant: float, good: Callable[[list[Sample]], bool]
 ) -> float | None:
-    """Seconds from `instant` to the start of the first one-second window (sliding by
-    0.1 s) of `samples` (in the order sent) that has some and is `good`."""
+    """Seconds from `instant` to the first one-second window (sliding by 0.1 s) that is `good`."""
     if not samples:
         return None
     offset, last = 0.0, samples[-1].start
     while instant + offset + 1.0 <= last + 1e-9:
-        lo, hi = instant + offset, instant + offset + 1.0
-        window = [s for s in samples if lo <= s.start < hi]
+        window = cs.started_between(samples, instant + offset, instant + offset + 1.0)
         if window and good(window):
             return offset
         offset += 0.1
@@ -86,12 +70,9 @@ def first_good_window(
 
 def hit_ratio_back(samples: list[Sample], instant: float, baseline: float) -> float | None:
     """When the re-reads' HIT share is back to HIT_RATIO_BACK x `baseline`."""
-
-    def good(window: list[Sample]) -> bool:
-        share = sum(1 for s in window if s.tag("xcache") == "HIT") / len(window)
-        return share >= HIT_RATIO_BACK * baseline
-
-    return first_good_window(rereads(samples, instant), instant, good)
+    enough = HIT_RATIO_BACK * baseline
+    reads = rereads(samples, instant)
+    return first_good_window(reads, instant, lambda window: (cs.hit_share(window) or 0) >= enough)
 
 
 def within(value: float | None, limit: float) -> bool:
@@ -101,7 +82,7 @@ def within(value: float | None, limit: float) -> bool:
 
 def examples(label: str, bad: list[Sample]) -> str:
     """A check's detail's tail: some of the samples that broke it, if any did."""
-    return f"; {label}: {summarize(bad)}" if bad else ""
+    return f"; {label}: {cs.summarize(bad)}" if bad else ""
 
 
 def writes_within(
@@ -117,14 +98,9 @@ def writes_within(
 
 # ---- checks shared by every case ------------------------------------------------------
 def common_checks(
-    samples: list[Sample],
-    dropped: int,
-    allow_no_answer: bool,
-    tallied: int | None = None,
-    read_max_ms: float = READ_MAX_MS,
+    samples: list[Sample], dropped: int, lost_ok: bool, tallied: int | None, read_max_ms: float
 ) -> list[Check]:
-    """`tallied`: the requests the driver's summary counted (None: no sample check);
-    `read_max_ms`: a read past it hangs (a gray failure's own budget)."""
+    """`tallied`: what the driver counted (None: unchecked); a read past `read_max_ms` hangs."""
     reads = [s for s in samples if s.kind in READS]
     slow = [s for s in reads if s.ms > read_max_ms]
     lost = [s for s in samples if s.status == 0]
@@ -145,7 +121,7 @@ def common_checks(
         Check(
             "every request answered",
             not lost,
-            summarize(lost) if lost else "no request without an answer",
+            cs.summarize(lost) if lost else "no request without an answer",
         ),
         Check(
             "bodies are right, errors are JSON",
@@ -156,24 +132,22 @@ def common_checks(
             "no dropped iterations", dropped == 0, f"the load driver dropped {dropped} iterations"
         ),
     ]
-    wanted = (tallied is not None, True, not allow_no_answer, True, True)
+    wanted = (tallied is not None, True, not lost_ok, True, True)
     return [check for check, want in zip(checks, wanted, strict=True) if want]
 
 
 # ---- the four cases -------------------------------------------------------------------
-# A case's figures by name, report.json's "figures": counts, seconds, ms (None: none
-# seen), and counts by kind or route.
+# A case's figures, report.json's "figures": counts, seconds, ms (None: none seen), by kind.
 CaseFigures = dict[str, float | dict[str, float] | None]
 
 
 def redis_checks(
     samples: list[Sample], events: dict[str, float]
 ) -> tuple[list[Check], CaseFigures]:
-    """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After),
-    writes still succeed, hits come back without a gateway restart."""
+    """Redis killed: reads answer 200 from PostgreSQL (or 503 with Retry-After), writes
+    succeed, hits come back without a gateway restart."""
     fault, ready = events["fault"], events["ready"]
-    # Down for certain only until the restart began: the new Redis may answer
-    # before the driver's poll (late on a busy machine) sees it `ready`.
+    # Down for certain only until the restart began: the new Redis may answer before `ready`.
     restore = events.get("restore", ready)
     reads = [s for s in samples if s.kind in READS]
     odd_reads = [
@@ -185,7 +159,7 @@ def redis_checks(
     bypassed = [s for s in outage if s.status == 200 and s.tag("xcache") == "BYPASS"]
     writes = [s for s in samples if s.kind == "create"]
     failed_writes = [s for s in writes if not s.ok]
-    baseline = hit_share(started_between(samples, 0, fault)) or 0.0
+    baseline = cs.hit_share(cs.started_between(samples, 0, fault)) or 0.0
     first_hit = first_after(reads, ready, lambda s: s.tag("xcache") == "HIT")
     ratio_back = hit_ratio_back(samples, ready, baseline)
     figures: CaseFigures = {
@@ -213,42 +187,37 @@ def redis_checks(
         Check(
             f"hits resume within {RECOVER_S:g} s of Redis being back",
             within(first_hit, RECOVER_S),
-            f"first HIT {fmt_seconds(first_hit)} after ready",
+            f"first HIT {cs.fmt_seconds(first_hit)} after ready",
         ),
         Check(
             f"hit ratio back within {RECOVER_S:g} s",
             within(ratio_back, RECOVER_S),
             f"{HIT_RATIO_BACK:.0%} of the {baseline:.0%} before the fault, among re-reads, after "
-            f"{fmt_seconds(ratio_back)}",
+            f"{cs.fmt_seconds(ratio_back)}",
         ),
     ]
     return checks, figures
 
 
 def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[Check], CaseFigures]:
-    """The core killed: writes answer 503 core_unavailable within 1 s while it is down,
-    reads are unaffected, writes succeed once it is back. A write in flight when it
-    died may have committed: 504 write_outcome_unknown."""
+    """The core killed: writes answer 503 core_unavailable fast while it is down (504
+    write_outcome_unknown if in flight), reads are unaffected, writes succeed once it is back."""
     fault, restore, ready = events["fault"], events["restore"], events["ready"]
     reads = [s for s in samples if s.kind in READS]
     writes = [s for s in samples if s.kind == "create"]
     bad_reads = [s for s in reads if s.status != 200]
-    down = started_between(writes, fault + CLOCK_SLACK_S, restore)
+    down = cs.started_between(writes, fault + CLOCK_SLACK_S, restore)
 
     def unavailable(s: Sample) -> bool:
         return s.status == 503 and s.tag("code") == "core_unavailable"
 
     def in_flight_unknown(s: Sample) -> bool:
-        return (
-            s.status == 504
-            and s.tag("code") == "write_outcome_unknown"
-            and s.start < fault + CLOCK_SLACK_S
-            and s.end > fault - CLOCK_SLACK_S
-        )
+        in_flight = s.start < fault + CLOCK_SLACK_S and s.end > fault - CLOCK_SLACK_S
+        return s.status == 504 and s.tag("code") == "write_outcome_unknown" and in_flight
 
     down_wrong = [s for s in down if not unavailable(s) or s.ms > CORE_DOWN_MAX_MS]
     other = [s for s in writes if not (s.ok or unavailable(s) or in_flight_unknown(s))]
-    after = started_between(writes, ready + CLOCK_SLACK_S, math.inf)
+    after = cs.started_between(writes, ready + CLOCK_SLACK_S, math.inf)
     after_failed = [s for s in after if not s.ok]
     first_ok = first_after(writes, ready, lambda s: s.ok)
     figures: CaseFigures = {
@@ -262,7 +231,7 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
             "reads unaffected",
             not bad_reads,
             f"{len(reads)} reads, {len(bad_reads)} not 200"
-            + (f": {summarize(bad_reads)}" if bad_reads else ""),
+            + (f": {cs.summarize(bad_reads)}" if bad_reads else ""),
         ),
         writes_within(
             f"writes while down: 503 core_unavailable within {CORE_DOWN_MAX_MS} ms",
@@ -276,12 +245,12 @@ def core_checks(samples: list[Sample], events: dict[str, float]) -> tuple[list[C
             not other,
             "every failed write is 503 core_unavailable, or 504 write_outcome_unknown in flight"
             if not other
-            else f"other failures: {summarize(other)}",
+            else f"other failures: {cs.summarize(other)}",
         ),
         Check(
             "writes succeed once the core is back",
             bool(after) and not after_failed,
-            f"{len(after)} writes after ready, first 2xx {fmt_seconds(first_ok)} after ready"
+            f"{len(after)} writes after ready, first 2xx {cs.fmt_seconds(first_ok)} after ready"
             + examples("failed", after_failed),
         ),
     ]
@@ -295,10 +264,8 @@ def postgres_checks(
     samples: list[Sample], events: dict[str, float], redis_errors: float = 0
 ) -> tuple[list[Check], CaseFigures]:
     """PostgreSQL restarted: cached reads keep answering, misses and writes fail fast, both
-    pools recover by themselves within RECOVER_S. `redis_errors` (the gateway's failed
-    Redis operations): after one a worker's breaker sends reads to PostgreSQL
-    (gateway/README.md, "When Redis is down"), so only then may a cached read fail, fast
-    and with Retry-After."""
+    pools recover within RECOVER_S. After one of the gateway's `redis_errors` a worker's
+    breaker sends reads to PostgreSQL: only then may a cached read fail (fast, Retry-After)."""
     fault, ready = events["fault"], events["ready"]
     users = [s for s in samples if s.kind == "user"]  # prewarmed, never invalidated: all cached
     counts = [s for s in samples if s.kind == "count"]
@@ -314,9 +281,9 @@ def postgres_checks(
         if redis_errors and fast(s, (503,), {"database_unavailable"}) and s.tag("retry_after")
     ]
     bad_users = [s for s in failed_users if s not in shed]
-    failures = [s for s in counts + writes if s.status != 200 and not s.ok]
+    failures = [s for s in counts + writes if not s.ok]
     wrong = [s for s in failures if not fast(s, (503, 504), DB_DOWN_CODES)]
-    outage_reads = started_between(users, fault + CLOCK_SLACK_S, ready)
+    outage_reads = cs.started_between(users, fault + CLOCK_SLACK_S, ready)
     first_write = first_after(writes, ready, lambda s: s.ok)
     first_miss = first_after(counts, ready, lambda s: s.status == 200 and s.tag("xcache") == "MISS")
     late = [s for s in failures if s.start >= ready + RECOVER_S]
@@ -331,19 +298,18 @@ def postgres_checks(
         "first_miss_after_ready_s": first_miss,
         "last_failure_after_ready_s": max((s.start - ready for s in failures), default=None),
     }
+    breaker_note = (
+        f"; {len(shed)} failed fast while the gateway's Redis breaker was open "
+        f"({redis_errors:g} Redis errors in the gateway)"
+    )
     checks = [
         Check(
             "cached reads keep answering 200",
             bool(outage_reads) and not bad_users,
             f"{len(users)} cached user reads ({len(outage_reads)} while PostgreSQL was down), "
             f"{len(bad_users)} not 200"
-            + (f": {summarize(bad_users)}" if bad_users else "")
-            + (
-                f"; {len(shed)} failed fast while the gateway's Redis breaker was open "
-                f"({redis_errors:g} Redis errors in the gateway)"
-                if shed
-                else ""
-            ),
+            + (f": {cs.summarize(bad_users)}" if bad_users else "")
+            + (breaker_note if shed else ""),
         ),
         Check(
             f"misses and writes fail fast: 503/504 JSON within {DB_DOWN_MAX_MS} ms",
@@ -354,8 +320,8 @@ def postgres_checks(
         Check(
             f"pools recover within {RECOVER_S:g} s of PostgreSQL being ready",
             within(first_write, RECOVER_S) and within(first_miss, RECOVER_S) and not late,
-            f"first 2xx write {fmt_seconds(first_write)}, first answered miss "
-            f"{fmt_seconds(first_miss)} after ready; {len(late)} failures later than "
+            f"first 2xx write {cs.fmt_seconds(first_write)}, first answered miss "
+            f"{cs.fmt_seconds(first_miss)} after ready; {len(late)} failures later than "
             f"{RECOVER_S:g} s",
         ),
     ]
@@ -363,19 +329,16 @@ def postgres_checks(
 
 
 def worker_checks(
-    samples: list[Sample],
-    events: dict[str, float],
-    counters_delta: dict[tuple[str, str, str], float],
+    samples: list[Sample], events: dict[str, float], counters_delta: dict[RequestKey, float]
 ) -> tuple[list[Check], CaseFigures]:
-    """A gunicorn worker killed: it is replaced, only requests in flight on it go
-    unanswered, and the gateway's counters match the driver's answered requests, but per
-    route by at most its unanswered ones (a counter is bumped just before the answer)."""
+    """A gunicorn worker killed: it is replaced, only requests in flight on it go unanswered, and
+    the gateway's counters match the answered requests, plus per route at most the unanswered."""
     fault, replaced = events["fault"], events.get("replaced")
     lost = [s for s in samples if s.status == 0]
     not_in_flight = [
         s for s in lost if not (s.start <= fault + CLOCK_SLACK_S and s.end >= fault - CLOCK_SLACK_S)
     ]
-    others = [s for s in samples if s.status != 0 and not (s.ok or s.status == 200)]
+    others = [s for s in samples if s.status != 0 and not s.ok]
     answered = Counter((*ROUTES[s.kind], str(s.status)) for s in samples if s.status != 0)
     lost_by_route = Counter(ROUTES[s.kind] for s in lost)
     mismatches = []
@@ -388,53 +351,48 @@ def worker_checks(
         else:
             surplus_by_route[key[:2]] += int(surplus)
     for route, surplus in surplus_by_route.items():
-        if surplus > lost_by_route.get(route, 0):
+        if surplus > lost_by_route[route]:
             mismatches.append(
                 f"{route}: gateway counted {surplus} more than the driver saw answered, "
-                f"but only {lost_by_route.get(route, 0)} went unanswered"
+                f"but only {lost_by_route[route]} went unanswered"
             )
     replace_s = None if replaced is None else replaced - fault
+    never_delivered = sum(surplus_by_route.values())
     figures: CaseFigures = {
         "worker_replaced_after_s": replace_s,
         "unanswered": len(lost),
         "unanswered_by_kind": dict(Counter(s.kind for s in lost)),
-        "counted_not_delivered": sum(surplus_by_route.values()),
+        "counted_not_delivered": never_delivered,
         "requests_compared": sum(answered.values()),
     }
+    killed_counted = f" ({never_delivered} counted by the killed worker, never delivered)"
     checks = [
         Check(
             f"worker replaced within {REPLACE_S:g} s",
             within(replace_s, REPLACE_S),
-            f"new worker {fmt_seconds(replace_s)} after the kill",
+            f"new worker {cs.fmt_seconds(replace_s)} after the kill",
         ),
         Check(
             "only requests in flight on the killed worker go unanswered",
             not not_in_flight and not others,
             f"{len(lost)} unanswered, all in flight at the kill"
             if not not_in_flight and not others
-            else f"unexplained: {summarize(not_in_flight + others)}",
+            else f"unexplained: {cs.summarize(not_in_flight + others)}",
         ),
         Check(
             "gateway counters exact",
             not mismatches and bool(answered),
-            f"{sum(answered.values())} answered requests match "
-            "aside_gateway_http_requests_total per route and status"
-            + (
-                f" ({figures['counted_not_delivered']} counted by the killed worker, "
-                "never delivered)"
-                if figures["counted_not_delivered"]
-                else ""
-            )
-            if not mismatches
-            else "; ".join(mismatches[:4]),
+            "; ".join(mismatches[:4])
+            or f"{sum(answered.values())} answered requests match aside_gateway_http_requests_total"
+            f" per route and status{killed_counted if never_delivered else ''}",
         ),
     ]
     return checks, figures
 
 
 def loaded_route_increase(
-    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
-) -> dict[tuple[str, str, str], float]:
+    before: dict[RequestKey, float], after: dict[RequestKey, float]
+) -> dict[RequestKey, float]:
     routes = set(ROUTES.values())
     loaded = (key for key in set(before) | set(after) if key[:2] in routes)
     changes = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in loaded}

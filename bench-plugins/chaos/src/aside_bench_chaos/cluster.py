@@ -1,8 +1,4 @@
-"""The chaos suite's Redis Cluster cases: the gateway and the core on the stack's cluster
-(infra/cluster.sh) under the driver's `mixed` scenario, while a primary is killed and its
-replica promoted, or all its slots migrate to another. The checks say whether the clients'
-own cluster support followed: reads from the new owner, no stale read, no invalidation
-lost, every L1 subscribed again (docs/bench/suites.md, "Chaos")."""
+"""The Redis Cluster cases under mixed load: a primary killed (its replica promoted) or migrated."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ from aside_bench_suite.samples import Check, KindTally, nearest_rank
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from aside_bench_chaos.cases import FAILOVER, RESHARD, CaseResult
+from aside_bench_chaos.cases import FAILOVER, RESHARD, CaseResult, ChaosParams
 from aside_bench_chaos.checks import within
 from aside_bench_chaos.faults import kill, under_load
 from aside_bench_chaos.verify import check_reads, count_url
@@ -73,8 +69,7 @@ def node_names() -> dict[int, str]:
 
 
 def fresh_cluster(control: ServiceControl) -> None:
-    """The cluster as infra/cluster.sh makes it: its nodes stopped, then `up` (which
-    creates a cluster anew whenever one is not whole)."""
+    """The cluster as infra/cluster.sh makes it: its nodes stopped, then `up` makes it anew."""
     for name in node_names().values():
         with contextlib.suppress(StackError, ProcessLookupError):
             kill(control, name)
@@ -111,14 +106,11 @@ class Topology:
         with redis.Redis.from_url(self.settings.redis_url) as base:
             return str(base.connection_pool.connection_kwargs.get("password") or "")
 
-    def node(self, port: int) -> redis.Redis:
-        return redis.Redis(
-            host="127.0.0.1", port=port, password=self.password() or None, socket_timeout=1
-        )
-
     def holds(self, port: int, key: str) -> bool:
         """The node on `port` owns `key`'s slot and holds it (MOVED: not its slot)."""
-        with self.node(port) as client:
+        password = self.password() or None
+        node = redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=1)
+        with node as client:
             try:
                 return bool(client.exists(key))
             except redis.RedisError:
@@ -142,22 +134,20 @@ def probe_email(run_id: str, slots: set[int]) -> str:
     raise StackError("no probe email in the slots that move")
 
 
-def mixed_run(
-    settings: Settings, seed: SeedData, run_id: str, case: str, rate: int, out: Path
-) -> LoadRun:
+def mixed_run(seed: SeedData, params: ChaosParams, case: str) -> LoadRun:
     return LoadRun(
         scenario="mixed",
-        run_id=run_id,
+        run_id=params.run_id,
         arm="l2",
         phase=case,
-        rate=rate,
+        rate=params.rate,
         duration_s=math.ceil(PRE_S + EVENT_BUDGET_S[case] + POST_S),
-        pool=rate * 4,
+        pool=params.rate * 4,
         timeout_s=3,
         data_dir=seed.data_dir,
         extra={"CACHE": "l2", "WRITE_SHARE": "0.1", "STALE_PER_MIN": str(STALE_PER_MIN)},
-        summary_path=out / f"load-{case}-summary.json",
-        samples_path=out / f"load-{case}.jsonl",
+        summary_path=params.out_dir / f"load-{case}-summary.json",
+        samples_path=params.out_dir / f"load-{case}.jsonl",
     )
 
 
@@ -209,13 +199,11 @@ def window_figures(lines: list[SampleLine], start: float, end: float) -> Windows
     for name, one in _by_name([x for x in lines if start <= float(x["t"]) < end]).items():
         # A request not answered or answered 5xx; the stale checker's verdicts are its own check.
         errors = [x for x in one if x["status"] == 0 or x["status"] >= 500]
+        by_status = sorted(Counter(x["status"] for x in errors).items())
         figures[name] = {
             "requests": len(one),
             "errors": len(errors),
-            "statuses": {
-                str(s): sum(1 for x in errors if x["status"] == s)
-                for s in sorted({x["status"] for x in errors})
-            },
+            "statuses": {str(status): n for status, n in by_status},
             "p99_ms": round(nearest_rank(sorted(float(x["ms"]) for x in one), 99), 1),
         }
     return figures
@@ -237,6 +225,12 @@ def requests_table(lines: list[SampleLine]) -> dict[str, KindTally]:
 def subscriptions(text: str) -> float:
     """The gateway's confirmed subscriptions to the invalidation channel, so far."""
     return gateway_metrics.unlabelled_value(text, "aside_gateway_l1_subscriptions_total") or 0.0
+
+
+def subscribed(settings: Settings) -> bool:
+    """Every gateway worker's L1 subscribed to the invalidation channel now."""
+    text = gateway_metrics.scrape(settings)
+    return gateway_metrics.unlabelled_value(text, "aside_gateway_l1_subscribed") == 1
 
 
 def outbox_rows(settings: Settings) -> int:
@@ -268,23 +262,22 @@ class Event:
     def run(self, events: dict[str, float], notes: dict[str, object]) -> None:
         events["event"] = time.time()
         notes.update(source=self.source, target=self.target, slots=len(self.slots))
+        limit = EVENT_DEADLINE_S[self.case]
         if self.case == FAILOVER:
             notes["killed_pid"] = kill(self.control, node_names()[_port(self.source)])
-            at = wait_for(self._promoted, EVENT_DEADLINE_S[FAILOVER], 0.1)
+            at = wait_for(self._promoted, limit, 0.1)
             if at is None:
-                raise StackError(
-                    f"{self.target} was not promoted within {EVENT_DEADLINE_S[FAILOVER]} s"
-                )
+                raise StackError(f"{self.target} was not promoted within {limit} s")
             events["event_end"] = at
             return
         target = f"127.0.0.1:{_port(self.target)}"
+        moves = ("--cluster-from", self.ids[self.source], "--cluster-to", self.ids[self.target])
+        argv = ["redis-cli", "--no-auth-warning", "--cluster", "reshard", target, *moves]
+        argv += ["--cluster-slots", str(len(self.slots)), "--cluster-yes"]
+        env = {**os.environ, "REDISCLI_AUTH": self.topology.password()}
         done = subprocess.run(
-            ["redis-cli", "--no-auth-warning", "--cluster", "reshard", target,
-             "--cluster-from", self.ids[self.source], "--cluster-to", self.ids[self.target],
-             "--cluster-slots", str(len(self.slots)), "--cluster-yes"],
-            env={**os.environ, "REDISCLI_AUTH": self.topology.password()},
-            capture_output=True, text=True, timeout=EVENT_DEADLINE_S[RESHARD], check=False,
-        )  # fmt: skip
+            argv, env=env, capture_output=True, text=True, timeout=limit, check=False
+        )
         events["event_end"] = time.time()
         if done.returncode != 0:
             raise StackError(f"redis-cli --cluster reshard failed: {done.stderr.strip()[-300:]}")
@@ -297,8 +290,8 @@ class Event:
 def new_owner_probe(
     settings: Settings, topology: Topology, email: str, target: str, deadline: float
 ) -> float | None:
-    """The first instant a read of `email` through the gateway fills its key on the new
-    owner (its stale copy first deleted through a fresh client, which follows the slot)."""
+    """The first instant a read of `email` through the gateway fills its key on the new owner
+    (its stale copy first deleted through a fresh client, which follows the slot)."""
     key, port = count_key(email), _port(target)
     url = count_url(settings, email) + "&cache=l2"
     while time.time() < deadline:
@@ -315,16 +308,9 @@ def new_owner_probe(
 
 
 def run_cluster_case(
-    settings: Settings,
-    seed: SeedData,
-    control: ServiceControl,
-    case: str,
-    run_id: str,
-    rate: int,
-    out: Path,
-    result: CaseResult,
-) -> None:
-    """One cluster case into `result`."""
+    settings: Settings, seed: SeedData, control: ServiceControl, params: ChaosParams, case: str
+) -> CaseResult:
+    result = CaseResult(case)
     on_cluster, env = cluster_settings(settings)
     control.ensure_up()
     for service in ("core", "gateway"):
@@ -332,11 +318,11 @@ def run_cluster_case(
     wait_until_quiet(settings, 60.0)
     topology = Topology(on_cluster)
     event = Event(topology, control, case)
-    email = probe_email(run_id, event.slots)
+    email = probe_email(params.run_id, event.slots)
     metrics_before = gateway_metrics.scrape(settings)
-    run = mixed_run(settings, seed, run_id, case, rate, out)
+    run = mixed_run(seed, params, case)
     events = result.events
-    with under_load(settings, run, run.samples_path, out / "load.log", events):
+    with under_load(settings, run, params.out_dir / "load.log", events):
         sleep_until(events["load_start"] + PRE_S)
         event.run(events, result.notes)
         since = events["event"] if case == FAILOVER else events["event_end"]
@@ -345,16 +331,7 @@ def run_cluster_case(
         )
         if served is not None:
             events["served_by_new_owner"] = served
-        resubscribed = wait_for(
-            lambda: (
-                gateway_metrics.unlabelled_value(
-                    gateway_metrics.scrape(settings), "aside_gateway_l1_subscribed"
-                )
-                == 1
-            ),
-            RESUBSCRIBED_MAX_S,
-            0.2,
-        )
+        resubscribed = wait_for(lambda: subscribed(settings), RESUBSCRIBED_MAX_S, 0.2)
     lines = read_lines(run.samples_path)
     result.requests = requests_table(lines)
     result.checks, figures = judge(case, lines, events, served, resubscribed, since)
@@ -364,23 +341,22 @@ def run_cluster_case(
     result.figures = figures
     checked, seen = stale.get("stale_checked", 0), stale.get("stale_reads", 0)
     errors = stale.get("stale_check_errors", 0)
-    result.checks.append(
+    pending = wait_for(lambda: outbox_rows(settings) == 0, OUTBOX_DEADLINE_S, 0.5)
+    reads_check, result.reads = check_reads(settings, seed.hot, [])
+    result.checks += [
         Check(
             "no stale read afterwards (the mixed scenario's checker)",
             checked > 0 and seen == 0,
             f"{seen} stale of {checked} checked reads, {errors} errors",
-        )
-    )
-    pending = wait_for(lambda: outbox_rows(settings) == 0, OUTBOX_DEADLINE_S, 0.5)
-    reads_check, result.reads = check_reads(settings, seed.hot, [])
-    result.checks.append(
+        ),
         Check(
             "no invalidation lost (the outbox drained; every hot count equals PostgreSQL)",
             pending is not None and reads_check.ok,
             ("outbox empty; " if pending is not None else f"{outbox_rows(settings)} rows left; ")
             + reads_check.detail,
-        )
-    )
+        ),
+    ]
+    return result
 
 
 def judge(
@@ -428,5 +404,5 @@ def judge(
             resub_s is not None,
             f"every worker subscribed {resub_s} s after the event (within {RESUBSCRIBED_MAX_S} s)",
         ),
-    ]  # fmt: skip
+    ]
     return checks, figures

@@ -1,6 +1,4 @@
-"""The fault suite's faults: kill or stop one service of the stack (stack/services.py),
-or poison a hop's proxy (gray.py), then bring it back and note when it answers again;
-all of it under the driver's load."""
+"""The faults under load: a service killed or stopped, or a hop poisoned, then brought back."""
 
 from __future__ import annotations
 
@@ -30,12 +28,12 @@ LOAD_START_DEADLINE_S = 60.0
 
 @contextmanager
 def under_load(
-    settings: Settings, run: LoadRun, samples: Path, log: Path, events: dict[str, float]
+    settings: Settings, run: LoadRun, log: Path, events: dict[str, float]
 ) -> Iterator[DriverProcess]:
     """The driver's load from its first request (`load_start`) to its end (`load_end`):
     it runs its course whatever the block did; then a failed driver is an error."""
     load = new_driver(settings, run, log).start()
-    events["load_start"] = float(first_request(load, samples, LOAD_START_DEADLINE_S)["t"])
+    events["load_start"] = float(first_request(load, run.samples_path, LOAD_START_DEADLINE_S)["t"])
     try:
         yield load
     finally:
@@ -52,30 +50,9 @@ def kill(control: ServiceControl, service: str) -> int:
     return pid
 
 
-def kill_worker(control: ServiceControl) -> int:
-    """SIGKILL one gunicorn worker (a child of the recorded master)."""
-    workers = control.gateway_workers()
-    if not workers:
-        raise StackError("the gateway has no worker to kill")
-    os.kill(workers[0], signal.SIGKILL)
-    return workers[0]
-
-
-def start(control: ServiceControl, service: str) -> subprocess.Popen[str]:
-    """`infra/stack.sh up SERVICE` in the background (the caller polls readiness)."""
-    return subprocess.Popen(
-        ["bash", str(control.script), "up", service],
-        env=control.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 class Faults:
     def __init__(self, settings: Settings, control: ServiceControl, api: Toxiproxy | None = None):
-        self.settings, self.control = settings, control
-        self.api = api  # the proxies, for the gray cases
+        self.settings, self.control, self.api = settings, control, api  # api: the gray cases
 
     def _proxies(self, case: str) -> Toxiproxy:
         if self.api is None:
@@ -89,28 +66,28 @@ class Faults:
         if service == "core":
             url = f"{self.control.stack.core_url}/readyz"
             return requests.get(url, timeout=0.5).status_code == 200
-        if service == "postgres":
-            with psycopg.connect(self.settings.database_url, connect_timeout=1) as conn:
-                conn.execute("SELECT 1")
-            return True
-        raise ValueError(service)
+        with psycopg.connect(self.settings.database_url, connect_timeout=1) as conn:  # postgres
+            conn.execute("SELECT 1")
+        return True
 
     def inject(self, case: str, events: dict[str, float], notes: dict[str, object]) -> None:
+        before = set(self.control.gateway_workers()) if case == "worker" else set()
+        events["fault"] = time.time()
         if case in gray.GRAY_CASES:
-            events["fault"] = time.time()
             gray.poison(self._proxies(case), gray.GRAY_CASES[case], on=True)
             notes["toxics"] = {k: v for k, v in self._proxies(case).toxics().items() if v}
         elif case in ("redis", "core"):
-            events["fault"] = time.time()
             notes["killed_pid"] = kill(self.control, case)
         elif case == "postgres":
-            events["fault"] = time.time()
             self.control.stop("postgres")
             events["stopped"] = time.time()
         elif case == "worker":
-            before = set(self.control.gateway_workers())
-            events["fault"] = time.time()
-            notes["killed_pid"] = killed = kill_worker(self.control)
+            # One gunicorn worker, a child of the recorded master.
+            workers = self.control.gateway_workers()
+            if not workers:
+                raise StackError("the gateway has no worker to kill")
+            os.kill(killed := workers[0], signal.SIGKILL)
+            notes["killed_pid"] = killed
             notes["workers_before"] = sorted(before)
 
             def replaced() -> bool:
@@ -130,7 +107,14 @@ class Faults:
             gray.poison(self._proxies(case), gray.GRAY_CASES[case], on=False)
             events["ready"] = events["restored"] = time.time()
             return
-        process = start(self.control, case)
+        # `infra/stack.sh up SERVICE` in the background while its readiness is polled.
+        process = subprocess.Popen(
+            ["bash", str(self.control.script), "up", case],
+            env=self.control.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         at = wait_for(lambda: self._ready(case), READY_DEADLINE_S)
         output, _ = process.communicate(timeout=READY_DEADLINE_S)
         events["restored"] = time.time()

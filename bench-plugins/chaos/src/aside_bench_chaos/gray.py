@@ -1,6 +1,4 @@
-"""The chaos suite's gray failures: a hop slow, silent, throttled or cut mid-reply rather
-than down, made by toxics on the proxies between the services (stack/toxiproxy.py), and
-the budgets clients are held to over it (docs/bench/suites.md, "Chaos: gray failures")."""
+"""The gray failures: a hop slow, silent, throttled or cut mid-reply (toxics), and their budgets."""
 
 from __future__ import annotations
 
@@ -11,51 +9,32 @@ from typing import NotRequired, TypedDict
 
 from aside_bench.stack import procs
 from aside_bench.stack.toxiproxy import DOWNSTREAM, Toxic, Toxiproxy
-from aside_bench_suite.samples import (
-    CLOCK_SLACK_S,
-    READS,
-    Check,
-    Sample,
-    fmt_seconds,
-    nearest_rank,
-    started_between,
-)
+from aside_bench_suite import samples as cs
+from aside_bench_suite.samples import CLOCK_SLACK_S, READS, Check, Sample
 
-from aside_bench_chaos.checks import (
-    READ_MAX_MS,
-    RECOVER_S,
-    examples,
-    first_good_window,
-    within,
-    writes_within,
-)
+from aside_bench_chaos import checks as cc
 
 SLOW_MS = 200
-# A trickle: at 4 KB/s the suite's 60 requests/s fit through and nothing is
-# tested; at 1 KB/s the replies owed on a connection queue up past
-# REDIS_TIMEOUT_MS, which alone keeps reads within their budget.
+# A trickle: at 4 KB/s the suite's 60 requests/s fit through and nothing is tested; at
+# 1 KB/s the replies owed on a connection queue past REDIS_TIMEOUT_MS.
 THROTTLE_KB_S = 1
 # A reply cut after this many bytes: within the first reply of a connection.
 CUT_AFTER_BYTES = 24
-# Steady again: a one-second window after the fault whose read p95 is within
-# this factor of the p95 before it (or STEADY_SLACK_MS above it: a 1 ms p95
-# doubles on a busy machine's noise).
+# Steady again: a one-second window whose read p95 is within this factor of the one before
+# the fault (or STEADY_SLACK_MS above it: a 1 ms p95 doubles on a busy machine's noise).
 STEADY_FACTOR = 1.5
 STEADY_SLACK_MS = 5.0
 
 
 @dataclass(frozen=True)
-class GrayCase:
-    """One gray failure: its toxics on the proxies it poisons (a Redis fault is on the
-    gateway's hop and the core's alike: one server), and what clients may see over it."""
-
+class GrayCase:  # one gray failure: its toxics, the proxies it poisons, what clients may see
     name: str
     description: str
     toxics: tuple[Toxic, ...]
     proxies: tuple[str, ...]
     read_p99_ms: float
     write_max_ms: float  # the longest a write may take
-    read_max_ms: float = READ_MAX_MS  # past it a read hangs
+    read_max_ms: float = cc.READ_MAX_MS  # past it a read hangs
     # Where a breaker should take most reads off the faulty hop: their median (None: no claim).
     read_p50_ms: float | None = None
     # The load driver's timeout: past every budget, so a request over its budget is measured.
@@ -72,18 +51,15 @@ BLACKHOLE = _one("timeout", timeout=0)
 # 6000 ms) and a margin: a miss cut at its deadline still has its 503 to send.
 DB_READ_MAX_MS = 6500.0
 
-# Budgets, each with a margin for a loaded 2-core machine. Over a Redis fault a read
-# within the suite's hang limit (each Redis call may take REDIS_TIMEOUT_MS, 200, before
-# the breaker opens, and a miss makes several), a write within the core's invalidation
-# deadline (CORE_INVALIDATION_DEADLINE_MS, 300) before the outbox takes over. Over a
-# PostgreSQL fault a read within the gateway's own bound on a miss
-# (gateway/src/aside_gateway/misses/read_deadline.py: pool wait plus statement timeout;
-# then a worker's breaker and a failed lease's mark answer the misses after it at once).
-# Over a core fault, which reads never reach, a read within 500 ms; writes are bounded
-# by the gateway's pool wait (DB_POOL_TIMEOUT_MS, 1000) and its wait for the core
-# (CORE_TIMEOUT_MS, 6000).
+# Budgets, each with a margin for a loaded 2-core machine. Over a Redis fault (on the
+# gateway's hop and the core's alike: one server) a read within the hang limit (each Redis
+# call may take REDIS_TIMEOUT_MS, 200, before the breaker opens), a write within the core's
+# CORE_INVALIDATION_DEADLINE_MS (300) before the outbox takes over. Over a PostgreSQL fault
+# a read within the gateway's bound on a miss (pool wait plus statement timeout). Over a
+# core fault, which reads never reach, a read within 500 ms; writes within the gateway's
+# DB_POOL_TIMEOUT_MS (1000) and CORE_TIMEOUT_MS (6000).
 _redis = partial(
-    GrayCase, proxies=("redis", "core-redis"), read_p99_ms=READ_MAX_MS, write_max_ms=1500
+    GrayCase, proxies=("redis", "core-redis"), read_p99_ms=cc.READ_MAX_MS, write_max_ms=1500
 )
 _postgres = partial(
     GrayCase,
@@ -122,8 +98,7 @@ class CpuShares(TypedDict):
 
 @dataclass(frozen=True)
 class CpuMeter:
-    """The driver's and the proxy's CPU over a case's load, in cores: they share the
-    machine with the services they measure."""
+    """The driver's and the proxy's CPU over a case's load, in cores (they share the machine)."""
 
     began: float
     proxy_pid: int | None
@@ -137,14 +112,13 @@ class CpuMeter:
     def shares(self, driver_cpu_s: float | None) -> CpuShares:
         """Once the driver has been waited for (its DriverProcess.cpu_seconds)."""
         wall = max(time.monotonic() - self.began, 1e-9)
+        now = None if self.proxy_pid is None else procs.tree_cpu_ticks(self.proxy_pid)
         proxy = None
-        if self.proxy_pid is not None and self.proxy_ticks is not None:
-            now = procs.tree_cpu_ticks(self.proxy_pid)
-            if now is not None:
-                proxy = (now - self.proxy_ticks) / procs.clock_ticks_per_s() / wall
+        if now is not None and self.proxy_ticks is not None:
+            proxy = round((now - self.proxy_ticks) / procs.clock_ticks_per_s() / wall, 3)
         return {
             "driver_cpu_cores": None if driver_cpu_s is None else round(driver_cpu_s / wall, 3),
-            "proxy_cpu_cores": None if proxy is None else round(proxy, 3),
+            "proxy_cpu_cores": proxy,
         }
 
 
@@ -156,21 +130,19 @@ def poison(api: Toxiproxy, case: GrayCase, on: bool) -> None:
 
 # ---- the verdicts (pure) ---------------------------------------------------------------
 def _p95(values: list[float]) -> float:
-    return nearest_rank(values, 95) or 0.0
+    return cs.nearest_rank(values, 95) or 0.0
 
 
 def steady_again(reads: list[Sample], instant: float, steady_p95: float) -> float | None:
-    """Seconds from `instant` to the first one-second window whose reads' p95 is back
-    within STEADY_FACTOR of `steady_p95`."""
+    """Seconds from `instant` to the first window whose read p95 is back near `steady_p95`."""
     limit = max(steady_p95 * STEADY_FACTOR, steady_p95 + STEADY_SLACK_MS)
     after = [s for s in reads if s.start >= instant]
-    return first_good_window(after, instant, lambda w: _p95([s.ms for s in w]) <= limit)
+    return cc.first_good_window(after, instant, lambda w: _p95([s.ms for s in w]) <= limit)
 
 
 def _clear_answer(s: Sample) -> bool:
-    """A 2xx, or a 503/504 whose body is the API's JSON error with its code;
-    a read's 503 says when to come back (Retry-After)."""
-    if s.ok or s.status == 200:
+    """A 2xx, or a 503/504 JSON error with its code (a read's 503 with its Retry-After)."""
+    if s.ok:
         return True
     if s.status not in (503, 504) or not s.tag("code"):
         return False
@@ -193,30 +165,27 @@ class GrayFigures(TypedDict):  # report.json's "figures" of a gray case
     proxy_cpu_cores: NotRequired[float | None]
 
 
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
-
-
 def gray_checks(
     case: GrayCase, samples: list[Sample], events: dict[str, float]
 ) -> tuple[list[Check], GrayFigures]:
     fault, healed = events["fault"], events["ready"]
     reads = [s for s in samples if s.kind in READS and s.status != 0]
     writes = [s for s in samples if s.kind == "create"]
-    before = started_between(reads, events["load_start"] + 1.0, fault)
-    during = started_between(samples, fault + CLOCK_SLACK_S, healed)
+    before = cs.started_between(reads, events["load_start"] + 1.0, fault)
+    during = cs.started_between(samples, fault + CLOCK_SLACK_S, healed)
     during_reads = [s for s in during if s.kind in READS]
     unclear = [s for s in samples if not _clear_answer(s)]
     steady_p95 = _p95([s.ms for s in before])
-    read_p99 = nearest_rank([s.ms for s in during_reads], 99)
-    read_p50 = nearest_rank([s.ms for s in during_reads], 50)
+    read_p99 = cs.nearest_rank([s.ms for s in during_reads], 99)
+    read_p50 = cs.nearest_rank([s.ms for s in during_reads], 50)
     back = steady_again(reads, healed, steady_p95)
+    slow = [s for s in writes if s.ms > case.write_max_ms]
     figures: GrayFigures = {
         "fault_s": round(healed - fault, 1),
         "steady_read_p95_ms": round(steady_p95, 1),
         "reads_during_fault": len(during_reads),
-        "read_p50_during_fault_ms": _rounded(read_p50),
-        "read_p99_during_fault_ms": _rounded(read_p99),
+        "read_p50_during_fault_ms": None if read_p50 is None else round(read_p50, 1),
+        "read_p99_during_fault_ms": None if read_p99 is None else round(read_p99, 1),
         "read_503_during_fault": sum(1 for s in during_reads if s.status == 503),
         "bypass_during_fault": sum(1 for s in during_reads if s.tag("xcache") == "BYPASS"),
         "writes": len(writes),
@@ -229,37 +198,28 @@ def gray_checks(
             "every answer a 2xx or a clear 503/504 (reads' 503 with Retry-After)",
             bool(samples) and not unclear,
             f"{len(samples)} requests, {len(during)} during the fault"
-            + examples("unclear", unclear),
+            + cc.examples("unclear", unclear),
         ),
         Check(
             f"read p99 over the fault within {case.read_p99_ms:g} ms",
-            within(read_p99, case.read_p99_ms),
+            cc.within(read_p99, case.read_p99_ms),
             f"p99 {figures['read_p99_during_fault_ms']} ms over {len(during_reads)} reads "
             f"({figures['bypass_during_fault']} BYPASS, {figures['read_503_during_fault']} 503)",
         ),
-        writes_within(
-            f"no write past {case.write_max_ms:g} ms",
-            writes,
-            [s for s in writes if s.ms > case.write_max_ms],
-            figures["write_max_ms"],
-            "slow",
+        cc.writes_within(
+            f"no write past {case.write_max_ms:g} ms", writes, slow, figures["write_max_ms"], "slow"
         ),
         Check(
-            f"steady p95 again within {RECOVER_S:g} s of the hop healing",
-            within(back, RECOVER_S),
+            f"steady p95 again within {cc.RECOVER_S:g} s of the hop healing",
+            cc.within(back, cc.RECOVER_S),
             f"read p95 {steady_p95:.1f} ms before the fault; a window within "
-            f"{STEADY_FACTOR:g}x again {fmt_seconds(back)} after",
+            f"{STEADY_FACTOR:g}x again {cs.fmt_seconds(back)} after",
         ),
     ]
     if case.read_p50_ms is not None:
         # A breaker that opens leaves only the reads that find it closed to wait on the hop.
         shown = "none" if read_p50 is None else f"{read_p50:.1f} ms"
-        checks.insert(
-            2,
-            Check(
-                f"most reads around the fault: read p50 within {case.read_p50_ms:g} ms",
-                within(read_p50, case.read_p50_ms),
-                f"p50 {shown} over {len(during_reads)} reads",
-            ),
-        )
+        name = f"most reads around the fault: read p50 within {case.read_p50_ms:g} ms"
+        detail = f"p50 {shown} over {len(during_reads)} reads"
+        checks.insert(2, Check(name, cc.within(read_p50, case.read_p50_ms), detail))
     return checks, figures

@@ -1,5 +1,4 @@
-"""The fault suite's report: report.md and report.json in reports/chaos-<run id>/,
-and the tables printed at the end."""
+"""The fault suite's report.md and report.json in reports/chaos-<run id>/, and its tables."""
 
 from __future__ import annotations
 
@@ -15,9 +14,7 @@ from aside_bench_chaos.checks import CORE_DOWN_MAX_MS, DB_DOWN_MAX_MS, RECOVER_S
 from aside_bench_chaos.verify import CheckFigures
 
 
-class CaseRecord(ItemRecord):
-    """A case as report.json holds it (cases.CaseResult's record)."""
-
+class CaseRecord(ItemRecord):  # a case as report.json holds it (cases.CaseResult's record)
     description: str
     events: dict[str, float]
     notes: dict[str, object]
@@ -25,10 +22,6 @@ class CaseRecord(ItemRecord):
     figures: Mapping[str, Any]  # the case's own; read by name, each where it is known
     writes: CheckFigures
     reads: CheckFigures
-
-
-def _cases(run: SuiteRun) -> list[CaseRecord]:
-    return cast(list[CaseRecord], run.items)
 
 
 def one_line(case: CaseRecord) -> str:
@@ -76,8 +69,7 @@ def _cores(value: object) -> str:
 def status_table(case: CaseRecord) -> Table:
     kinds = case["requests"]
     statuses = sorted(
-        {s for k in kinds.values() for s in k["statuses"]},
-        key=lambda s: (s == "no answer", s),
+        {s for k in kinds.values() for s in k["statuses"]}, key=lambda s: (s == "no answer", s)
     )
     headers = ["kind", "requests", *statuses, "max ms", "p99 ms", "error codes"]
     rows = []
@@ -106,21 +98,15 @@ def summary_table(run: SuiteRun) -> Table:
     headers = ["case", "requests", "non-2xx / no answer", "max read ms", "recovery",
                "writes checked", "reads checked", "verdict"]  # fmt: skip
     rows = []
-    for case in _cases(run):
+    for case in cast(list[CaseRecord], run.items):
         kinds, w = case["requests"], case["writes"]
         total = sum(k["requests"] for k in kinds.values())
-        failed = sum(
-            n
-            for k in kinds.values()
-            for status, n in k["statuses"].items()
-            if not status.startswith("2")
-        )
+        statuses = [(status, n) for k in kinds.values() for status, n in k["statuses"].items()]
+        failed = sum(n for status, n in statuses if not status.startswith("2"))
         max_read = max((kinds[k]["max_ms"] for k in READS if k in kinds), default=0)
+        unacked, retried = w.get("committed_not_acknowledged", 0), w.get("retried", 0)
         writes = (
-            f"{w.get('writes', 0)} ({w.get('committed_not_acknowledged', 0)} committed unacked, "
-            f"{w.get('retried', 0)} retried)"
-            if w
-            else "-"
+            f"{w.get('writes', 0)} ({unacked} committed unacked, {retried} retried)" if w else "-"
         )
         recovery = _recovery(case) if not case["error"] else "-"
         verdict = "pass" if case["passed"] else "FAIL"
@@ -133,22 +119,21 @@ def summary_table(run: SuiteRun) -> Table:
 def write_report(run: SuiteRun, out_dir: Path) -> list[Table]:
     params = run.params
     doc = suite_page("chaos", run)
-    doc.ul(
-        [
-            f"load: the load driver at a constant arrival rate of {params['rate']} req/s "
-            f"through the gateway {params['gateway_url']}: {params['write_share']:.0%} creates "
-            f"with an Idempotency-Key, the rest cached reads ({params['user_share']:.0%} by id of "
-            f"{params['id_sample']} seeded ids, the others counts of the "
-            f"{params['hot_emails']} hot emails); request timeout {params['timeout_s']} s; "
-            "a new connection per request",
-            f"each case: {params['pre_s']:g} s of load, the fault, {params['down_s']:g} s "
-            f"down, the restart, then about {params['post_s']:g} s more load",
-            f"table: {run.seed.get('rows')} rows; stack under {params['run_dir']}",
-        ]
-    )
+    setup = [
+        f"load: the load driver at a constant arrival rate of {params['rate']} req/s "
+        f"through the gateway {params['gateway_url']}: {params['write_share']:.0%} creates "
+        f"with an Idempotency-Key, the rest cached reads ({params['user_share']:.0%} by id of "
+        f"{params['id_sample']} seeded ids, the others counts of the "
+        f"{params['hot_emails']} hot emails); request timeout {params['timeout_s']} s; "
+        "a new connection per request",
+        f"each case: {params['pre_s']:g} s of load, the fault, {params['down_s']:g} s "
+        f"down, the restart, then about {params['post_s']:g} s more load",
+        f"table: {run.seed.get('rows')} rows; stack under {params['run_dir']}",
+    ]
+    doc.ul(setup)
     tables = [summary_table(run)]
     doc.table(tables[0])
-    for case in _cases(run):
+    for case in cast(list[CaseRecord], run.items):
         own = [status_table(case)] if case["requests"] else []
         tables += own
         title = f"{case['name']}: {case['description']}"

@@ -1,14 +1,12 @@
-"""`aside-bench chaos`: each case one fault under the driver's `chaos` scenario, the
-service restored, then the samples and PostgreSQL checked (docs/bench/suites.md, "Chaos")."""
+"""`aside-bench chaos`: each case one fault under load, then its samples and PostgreSQL checked."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import ClassVar
 from urllib.parse import urlsplit
 
 from aside_bench.load.run import LoadRun
@@ -21,60 +19,19 @@ from aside_bench.stack.prepare import StackError, wait_until_quiet
 from aside_bench.stack.seeddata import SeedData, load_seed_list
 from aside_bench.stack.services import ServiceControl
 from aside_bench.stack.toxiproxy import Proxies, Toxiproxy, proxied_urls, restored
-from aside_bench_suite.base import (
-    SuiteRun,
-    increase,
-    open_run,
-    parse_names,
-    remove_users,
-    run_items,
-    sleep_until,
-    user_prefix,
-)
+from aside_bench_suite import base as suite
+from aside_bench_suite.base import SuiteRun
 from aside_bench_suite.samples import by_kind, read_samples
 
+from aside_bench_chaos import cases, cluster, gray
 from aside_bench_chaos import checks as cc
-from aside_bench_chaos import cluster, gray
-from aside_bench_chaos.cases import CASES, CLUSTER_CASES, DESCRIPTIONS, KILLS, CaseResult
+from aside_bench_chaos.cases import KILLS, SHORT, ChaosParams
 from aside_bench_chaos.faults import Faults, under_load
 from aside_bench_chaos.report import one_line, write_report
 from aside_bench_chaos.verify import check_reads, check_writes, prewarm
 
-# Seconds infra/stack.sh takes to bring each service back, budgeted into the load's duration.
-RESTORE_BUDGET_S = {"redis": 1.0, "core": 1.0, "postgres": 2.0, "worker": 0.0}
-RESTORE_BUDGET_S.update(dict.fromkeys(gray.GRAY_CASES, 0.0))  # a toxic removed
+__all__ = ["KILLS", "SHORT", "ChaosParams", "load_run", "parse_cases", "run_case", "run_chaos"]
 QUIET_DEADLINE_S = 60.0
-
-
-@dataclass(frozen=True)
-class Timing:  # seconds of load before the fault, from it to the restart, and after
-    pre_s: float
-    down_s: float
-    post_s: float
-    gray_s: float = 10  # a gray failure's length
-
-    def fault_s(self, case: str) -> float:
-        return self.gray_s if case in gray.GRAY_CASES else self.down_s
-
-    def load_duration_s(self, case: str) -> int:
-        return int(self.pre_s + self.fault_s(case) + RESTORE_BUDGET_S[case] + self.post_s + 0.999)
-
-
-FULL = Timing(pre_s=8, down_s=6, post_s=12, gray_s=10)
-SHORT = Timing(pre_s=3, down_s=2, post_s=5, gray_s=3)
-
-
-@dataclass(frozen=True)
-class ChaosParams:
-    run_id: str
-    out_dir: Path
-    cases: tuple[str, ...]
-    rate: int
-    timing: Timing
-    write_share: float = 0.2
-    user_share: float = 0.5
-    id_sample: int = 50
-    timeout_s: ClassVar[int] = cc.REQUEST_TIMEOUT_S
 
 
 def parse_cases(text: str | None) -> tuple[str, ...]:
@@ -83,7 +40,7 @@ def parse_cases(text: str | None) -> tuple[str, ...]:
         return tuple(gray.GRAY_CASES)
     if not text or text.strip() == "all":
         return KILLS
-    return parse_names(text, CASES, "case")
+    return suite.parse_names(text, cases.CASES, "case")
 
 
 # ---- the load -------------------------------------------------------------------------
@@ -92,26 +49,24 @@ def load_run(
 ) -> LoadRun:
     """The driver's `chaos` scenario for one case, each request on a new connection
     (NO_REUSE): one a killed process was serving fails as itself, and none inherits it."""
-    rate = params.rate
-    timeout_s = (
-        gray.GRAY_CASES[case].driver_timeout_s if case in gray.GRAY_CASES else params.timeout_s
-    )
+    grayed = gray.GRAY_CASES.get(case)
+    timeout_s = grayed.driver_timeout_s if grayed else params.timeout_s
     return LoadRun(
         scenario="chaos",
         run_id=params.run_id,
         arm="cache",
         phase=case,
-        rate=rate,
+        rate=params.rate,
         duration_s=params.timing.load_duration_s(case),
         # In flight at once: rate x latency; a fault may hold requests up to the timeout.
-        pool=rate * (timeout_s + 1),
+        pool=params.rate * (timeout_s + 1),
         timeout_s=timeout_s,
         data_dir=seed.data_dir,
         extra={
             "WRITE_SHARE": str(params.write_share),
             "USER_SHARE": str(params.user_share),
             "ID_SAMPLE": str(params.id_sample),
-            "USER_PREFIX": user_prefix(params.run_id, case),
+            "USER_PREFIX": suite.user_prefix(params.run_id, case),
             "NO_REUSE": "1",
         },
         summary_path=summary,
@@ -128,69 +83,65 @@ def run_case(
     control: ServiceControl,
     case: str,
     api: Toxiproxy | None = None,
-) -> CaseResult:
-    result = CaseResult(case)
-    if case in CLUSTER_CASES:
+) -> cases.CaseResult:
+    if case in cases.CLUSTER_CASES:
         try:
-            cluster.run_cluster_case(
-                settings, seed, control, case, params.run_id, params.rate, params.out_dir, result
-            )
+            return cluster.run_cluster_case(settings, seed, control, params, case)
         finally:
             # The services back on the stack's own Redis, and the cluster as made, for the next.
             for service in ("core", "gateway"):
                 control.restart(service, {})
             cluster.fresh_cluster(control)
-        return result
-    faults = Faults(settings, control, api)
+    result, grayed = cases.CaseResult(case), gray.GRAY_CASES.get(case)
     ids = load_seed_list(seed.data_dir / "user_ids.json", "ids", int)[: params.id_sample]
     control.ensure_up()
     control.verify()
     wait_until_quiet(settings, QUIET_DEADLINE_S)
     result.notes["hit_share_after_prewarm"] = round(prewarm(settings, seed.hot, ids), 3)
-    counters_before = request_counts(scrape(settings)) if case == "worker" else {}
-    errors_before = cache_error_counts(scrape(settings))
+    metrics_before = scrape(settings)
     samples_path = params.out_dir / f"load-{case}.jsonl"
     summary_path = params.out_dir / f"load-{case}-summary.json"
     run = load_run(params, seed, case, samples_path, summary_path)
-    cpu = gray.CpuMeter.start(control.pid("toxiproxy")) if case in gray.GRAY_CASES else None
-    events = result.events
+    cpu = gray.CpuMeter.start(control.pid("toxiproxy")) if grayed else None
+    faults, events = Faults(settings, control, api), result.events
     # A broken restore is reported once the load has run its course.
-    with under_load(settings, run, samples_path, params.out_dir / "load.log", events) as driver:
-        sleep_until(events["load_start"] + params.timing.pre_s)
+    with under_load(settings, run, params.out_dir / "load.log", events) as driver:
+        suite.sleep_until(events["load_start"] + params.timing.pre_s)
         faults.inject(case, events, result.notes)
-        sleep_until(events["fault"] + params.timing.fault_s(case))
+        suite.sleep_until(events["fault"] + params.timing.fault_s(case))
         faults.restore(case, events, result.notes)
     samples, dropped = read_samples(samples_path)
     compress(samples_path)
     if "ready" in events:
         result.notes["post_window_s"] = round(events["load_end"] - events["ready"], 1)
     result.requests = by_kind(samples)
-    errors = increase(errors_before, cache_error_counts(scrape(settings)))
+    metrics_after = scrape(settings)
+    errors = suite.increase(cache_error_counts(metrics_before), cache_error_counts(metrics_after))
     result.notes["gateway_cache_errors"] = errors
     tallies = result.notes["driver_summary"] = Summary.read(summary_path).counters("chaos")
     if case == "worker":
-        loaded = cc.loaded_route_increase(counters_before, request_counts(scrape(settings)))
+        loaded = cc.loaded_route_increase(
+            request_counts(metrics_before), request_counts(metrics_after)
+        )
         checks, worker = cc.worker_checks(samples, events, loaded)
         worker["loaded_route_increase"] = {" ".join(k): v for k, v in sorted(loaded.items())}
         result.figures = worker
     elif case == "postgres":
         redis_errors = sum(n for op, n in errors.items() if op != "breaker_open")
         checks, result.figures = cc.postgres_checks(samples, events, redis_errors)
-    elif case in gray.GRAY_CASES:
-        checks, found = gray.gray_checks(gray.GRAY_CASES[case], samples, events)
+    elif grayed:
+        checks, found = gray.gray_checks(grayed, samples, events)
         result.figures = {**found, **(cpu.shares(driver.cpu_seconds) if cpu else {})}
     else:
         evaluate = {"redis": cc.redis_checks, "core": cc.core_checks}
         checks, result.figures = evaluate[case](samples, events)
     tallied = sum(tallies.values()) if tallies else None
-    read_max_ms = gray.GRAY_CASES[case].read_max_ms if case in gray.GRAY_CASES else cc.READ_MAX_MS
-    result.checks = (
-        cc.common_checks(samples, dropped, case == "worker", tallied, read_max_ms) + checks
-    )
-    prefix = user_prefix(params.run_id, case)
+    read_max_ms = grayed.read_max_ms if grayed else cc.READ_MAX_MS
+    result.checks = cc.common_checks(samples, dropped, case == "worker", tallied, read_max_ms)
+    prefix = suite.user_prefix(params.run_id, case)
     writes_check, result.writes, written_ids = check_writes(settings, samples, prefix)
     reads_check, result.reads = check_reads(settings, seed.hot, sorted(set(ids) | set(written_ids)))
-    result.checks += [writes_check, reads_check]
+    result.checks += [*checks, writes_check, reads_check]
     return result
 
 
@@ -218,18 +169,18 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
         limits=cc.LIMITS,
     )
     what = f"{' '.join(params.cases)} at {params.rate} req/s"
-    open_run("chaos", params.run_id, params.out_dir, what)
+    suite.open_run("chaos", params.run_id, params.out_dir, what)
     # The kills on the services' direct URLs, then the gray failures through the proxies.
     grays = tuple(case for case in params.cases if case in gray.GRAY_CASES)
     kills = tuple(case for case in params.cases if case not in grays)
 
-    def run_cases(cases: tuple[str, ...], api: Toxiproxy | None = None) -> None:
-        run_items(
+    def run_cases(names: tuple[str, ...], api: Toxiproxy | None = None) -> None:
+        suite.run_items(
             run,
-            cases,
+            names,
             lambda case: run_case(settings, params, seed, control, case, api),
-            lambda case, error: CaseResult(case, error=error),
-            DESCRIPTIONS,
+            lambda case, error: cases.CaseResult(case, error=error),
+            cases.DESCRIPTIONS,
             lambda result: one_line(result.as_dict()),
             # After a failed case the next runs only on a stack that came back.
             go_on=lambda result: result.error is None or _restore_all(control),
@@ -243,7 +194,7 @@ def run_chaos(settings: Settings, params: ChaosParams, seed: SeedData) -> SuiteR
                 run_cases(grays, api)
     finally:
         _restore_all(control)
-        run.extra["removed_users"] = remove_users(settings, params.run_id)
+        run.extra["removed_users"] = suite.remove_users(settings, params.run_id)
         run.passed = run.all_passed()
         write_report(run, params.out_dir)
     return run
@@ -268,8 +219,7 @@ def _direct_again(settings: Settings, control: ServiceControl) -> None:
 def _through_proxies(
     settings: Settings, control: ServiceControl, run: SuiteRun
 ) -> Iterator[Toxiproxy]:
-    """The gateway and the core through the proxies; afterwards, whatever happened, no
-    toxic and both services on their direct URLs."""
+    """The gateway and the core through the proxies; afterwards no toxic and both direct again."""
     proxies = Proxies.from_env()
     urls = proxied_urls(proxies, settings.database_url, settings.redis_url, control.stack.core_url)
     with restored(Toxiproxy(proxies)) as api:

@@ -1,5 +1,4 @@
-"""The chaos checks that need the stack: the cache warmed, every write checked against
-PostgreSQL (retried with its key when it got no 2xx), reads compared."""
+"""The checks that need the stack: the cache warmed, every write against PostgreSQL, reads."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ class RetryAnswer:  # what a write sent again got; status 0: no answer
 
 
 def _retry(settings: Settings, session: requests.Session, write: Sample) -> RetryAnswer:
-    """The write sent again with its key and body until an answer that is not a 5xx
-    (the stack may still be settling)."""
+    """The write sent again with its key until an answer not a 5xx (the stack may be settling)."""
     username, email = write.tag("username"), write.tag("email")
     deadline = time.monotonic() + RETRY_DEADLINE_S
     while True:
@@ -88,8 +86,7 @@ def _retry(settings: Settings, session: requests.Session, write: Sample) -> Retr
         time.sleep(0.2)
 
 
-# A check's figures by name, report.json's "writes" or "reads": counts, and the
-# users or reads that went wrong; empty for a case that did not run to its end.
+# report.json's "writes" or "reads": counts and what went wrong; empty for a case cut short.
 CheckFigures = dict[str, int | list[str]]
 
 
@@ -181,8 +178,7 @@ USERS_SQL = "SELECT id, username, email, created_at FROM users WHERE id = ANY(%s
 
 
 def check_reads(settings: Settings, hot: list[str], ids: list[int]) -> tuple[Check, CheckFigures]:
-    """Each hot email's count and each user, read twice through the gateway (a fill, then
-    most likely a hit), equal PostgreSQL's."""
+    """Each hot email's count and each user, read twice (a fill, then a hit), equal PostgreSQL's."""
     with connect(settings) as conn:
         counts = dict(conn.execute(COUNTS_SQL, (hot,)).fetchall())
         users = {row[0]: _user_json(row) for row in conn.execute(USERS_SQL, (ids,)).fetchall()}
