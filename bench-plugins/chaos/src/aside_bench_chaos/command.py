@@ -52,7 +52,13 @@ def run_chaos(args: argparse.Namespace, settings: config.Settings) -> int:
     out_dir = opt.new_out_dir(settings, args, f"chaos-{run_id}")
     seed = opt.checked_seed(settings, args)
     params = ChaosParams(
-        run_id, out_dir, cases, args.rate, timing, args.write_share, id_sample=args.id_sample
+        run_id=run_id,
+        out_dir=out_dir,
+        cases=cases,
+        rate=args.rate,
+        timing=timing,
+        write_share=args.write_share,
+        id_sample=args.id_sample,
     )
     return 0 if chaos.run_chaos(settings, params, seed).passed else 1
 
